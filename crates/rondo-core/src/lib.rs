@@ -1,0 +1,19 @@
+//! rondo's pure balancing core.
+//!
+//! This crate holds the policy model ([`View`], [`ClusterSpec`], [`Policy`], [`MemberSpec`]),
+//! the per-cluster run-time state and every picker ([`Balancer`]), and the load estimators the
+//! pickers read ([`load`]). The router, the naming service and the client library all balance
+//! through it, so a policy behaves identically wherever it is enforced.
+//!
+//! Architecture invariant: no I/O, no clock, no global random generator, no async runtime. Time
+//! is an [`Instant`] argument and randomness an [`Entropy`] argument, so every decision can be
+//! replayed exactly in a test.
+
+pub mod hash;
+pub mod model;
+pub mod rng;
+pub mod time;
+
+pub use model::*;
+pub use rng::{Entropy, SplitMix64};
+pub use time::Instant;

@@ -1,0 +1,597 @@
+//! The policy model: members, clusters, policies, routes and the immutable, versioned [`View`]
+//! that holds them all. These are plain values compiled from configuration (or from the registry);
+//! the run-time state of a member (health, load, admin changes) lives in [`crate::Balancer`].
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// One server instance as configured or registered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemberSpec {
+    /// Unique within its cluster; state survives view swaps by name.
+    pub name: String,
+    /// `host:port` (resolved by the data plane, never by the core).
+    pub address: String,
+    /// Relative weight, 1..=1_000_000 (validated by the config layer; 0 is refused there).
+    pub weight: u32,
+    /// Locality group (SGD load-balancing group, a zone); `None` belongs to no group.
+    pub group: Option<String>,
+    /// The admin state the configuration asks for.
+    pub admin: AdminState,
+}
+
+/// The operator's word on a member.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum AdminState {
+    /// Takes new sessions and requests.
+    #[default]
+    Active,
+    /// Takes no new sessions; sticky sessions and in-flight requests finish (SGD "can start
+    /// applications" off).
+    Draining,
+    /// Takes nothing, not even in panic mode.
+    Disabled,
+}
+
+impl AdminState {
+    /// The configuration spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AdminState::Active => "active",
+            AdminState::Draining => "draining",
+            AdminState::Disabled => "disabled",
+        }
+    }
+
+    /// Parses the configuration spelling.
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "active" => AdminState::Active,
+            "draining" => AdminState::Draining,
+            "disabled" => AdminState::Disabled,
+            _ => return None,
+        })
+    }
+}
+
+/// Who changed a member's state; shown wherever the state is shown.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Actor {
+    /// The configuration file or an applied config.
+    Config,
+    /// A named operator through the admin API or `rondo ctl`.
+    Operator(String),
+    /// The member's load agent (missed heartbeats).
+    Agent,
+    /// Active health checks.
+    HealthCheck,
+    /// Passive outlier detection.
+    OutlierDetection,
+    /// The naming service registry (lease lapsed, registration).
+    Registry,
+}
+
+impl fmt::Display for Actor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Actor::Config => f.write_str("config"),
+            Actor::Operator(who) => write!(f, "operator:{who}"),
+            Actor::Agent => f.write_str("agent"),
+            Actor::HealthCheck => f.write_str("health-check"),
+            Actor::OutlierDetection => f.write_str("outlier-detection"),
+            Actor::Registry => f.write_str("registry"),
+        }
+    }
+}
+
+/// How a cluster chooses a member. See `docs/algorithms.md` for each one's source.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Algorithm {
+    /// Next member in order.
+    #[default]
+    RoundRobin,
+    /// Uniformly random member (PKUAS).
+    Random,
+    /// Smooth weighted round robin over static weights (GlassFish lb-weight, nginx).
+    Weighted,
+    /// GlassFish RMI-IIOP: list randomized once, rotated per context, fail over down the list.
+    Rotating,
+    /// CLB: ranked by the latest probe round, round robin down the ranked table.
+    ResponseTime,
+    /// Fewest active sessions + in-flight requests per unit of weight (SGD, HAProxy leastconn).
+    LeastSessions,
+    /// Lowest agent-reported CPU use; least-sessions without fresh reports (SGD).
+    LeastCpu,
+    /// Most agent-reported free memory; least-sessions without fresh reports (SGD).
+    MostFreeMemory,
+    /// Power of two choices over peak-EWMA latency x in-flight (Mitzenmacher; Finagle).
+    P2cEwma,
+    /// Consistent hashing on a request key, with bounded load.
+    Hash,
+}
+
+impl Algorithm {
+    /// Every algorithm, in documentation order.
+    pub const ALL: [Algorithm; 10] = [
+        Algorithm::RoundRobin,
+        Algorithm::Random,
+        Algorithm::Weighted,
+        Algorithm::Rotating,
+        Algorithm::ResponseTime,
+        Algorithm::LeastSessions,
+        Algorithm::LeastCpu,
+        Algorithm::MostFreeMemory,
+        Algorithm::P2cEwma,
+        Algorithm::Hash,
+    ];
+
+    /// The configuration spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Algorithm::RoundRobin => "round-robin",
+            Algorithm::Random => "random",
+            Algorithm::Weighted => "weighted",
+            Algorithm::Rotating => "rotating",
+            Algorithm::ResponseTime => "response-time",
+            Algorithm::LeastSessions => "least-sessions",
+            Algorithm::LeastCpu => "least-cpu",
+            Algorithm::MostFreeMemory => "most-free-memory",
+            Algorithm::P2cEwma => "p2c-ewma",
+            Algorithm::Hash => "hash",
+        }
+    }
+
+    /// Parses the configuration spelling.
+    pub fn parse(s: &str) -> Option<Self> {
+        Algorithm::ALL.into_iter().find(|a| a.as_str() == s)
+    }
+}
+
+impl fmt::Display for Algorithm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// When a balancing decision is made (PKUAS's three granularities).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Granularity {
+    /// Every call is balanced.
+    #[default]
+    Request,
+    /// The member chosen when the session is created keeps the session.
+    Session,
+    /// The naming service picks once per lookup; the caller keeps the answer.
+    Lookup,
+}
+
+impl Granularity {
+    /// The configuration spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Granularity::Request => "request",
+            Granularity::Session => "session",
+            Granularity::Lookup => "lookup",
+        }
+    }
+
+    /// Parses the configuration spelling.
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "request" => Granularity::Request,
+            "session" => Granularity::Session,
+            "lookup" => Granularity::Lookup,
+            _ => return None,
+        })
+    }
+}
+
+/// Which consistent-hashing table `hash` uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum HashTable {
+    /// Karger et al.'s ring with virtual nodes (ketama).
+    #[default]
+    Ring,
+    /// Google's Maglev lookup table (Eisenbud et al., NSDI 2016).
+    Maglev,
+}
+
+/// Where `hash` takes its key from (used by the data plane; the core hashes bytes).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub enum HashKeySource {
+    /// The client's IP address.
+    #[default]
+    ClientAddress,
+    /// A request header, by name.
+    Header(String),
+    /// A cookie, by name.
+    Cookie(String),
+}
+
+/// Consistent-hashing settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HashPolicy {
+    /// Ring or Maglev.
+    pub table: HashTable,
+    /// Where the key comes from.
+    pub key: HashKeySource,
+    /// Bounded-load factor `c >= 1` (Mirrokni, Thorup and Zadimoghaddam, "Consistent Hashing with
+    /// Bounded Loads", SODA 2018): no member takes more than `ceil(c * average)` active requests.
+    /// `None` turns the bound off.
+    pub bounded_load: Option<f64>,
+    /// Virtual nodes per member of average weight on the ring.
+    pub ring_vnodes: u32,
+}
+
+impl Default for HashPolicy {
+    fn default() -> Self {
+        HashPolicy {
+            table: HashTable::Ring,
+            key: HashKeySource::ClientAddress,
+            bounded_load: Some(1.25),
+            ring_vnodes: 160,
+        }
+    }
+}
+
+/// Ramp-up of members that just joined or recovered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SlowStart {
+    /// How long the ramp lasts; zero disables slow start.
+    pub duration: Duration,
+    /// Share of the full weight at the start of the ramp, 1..=100 percent.
+    pub initial_percent: u8,
+}
+
+impl Default for SlowStart {
+    fn default() -> Self {
+        SlowStart { duration: Duration::ZERO, initial_percent: 10 }
+    }
+}
+
+/// Locality preference (SGD load-balancing groups).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Locality {
+    /// Prefer members of the caller's group while that group has a healthy member.
+    pub prefer_local: bool,
+}
+
+impl Default for Locality {
+    fn default() -> Self {
+        Locality { prefer_local: true }
+    }
+}
+
+/// Active health checking (CLB's 200 ms poll).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HealthCheck {
+    /// What a probe does.
+    pub kind: HealthCheckKind,
+    /// Between probe rounds.
+    pub interval: Duration,
+    /// A probe slower than this fails.
+    pub timeout: Duration,
+    /// Consecutive successes that bring a down member up.
+    pub rise: u32,
+    /// Consecutive failures that take an up member down.
+    pub fall: u32,
+}
+
+/// The probe.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HealthCheckKind {
+    /// A TCP connect.
+    Tcp,
+    /// An HTTP GET of `path`; statuses in `expect_min..=expect_max` pass.
+    Http {
+        /// Request path.
+        path: String,
+        /// Lowest passing status.
+        expect_min: u16,
+        /// Highest passing status.
+        expect_max: u16,
+    },
+}
+
+impl Default for HealthCheck {
+    fn default() -> Self {
+        HealthCheck {
+            kind: HealthCheckKind::Tcp,
+            interval: Duration::from_millis(200),
+            timeout: Duration::from_millis(1000),
+            rise: 2,
+            fall: 2,
+        }
+    }
+}
+
+/// Passive outlier detection (Envoy's consecutive-failure ejection).
+#[derive(Debug, Clone, PartialEq)]
+pub struct OutlierDetection {
+    /// Consecutive connect failures, resets or counted 5xx that eject a member; 0 disables.
+    pub consecutive_failures: u32,
+    /// Whether 5xx answers count as failures (connect failures and resets always count).
+    pub count_5xx: bool,
+    /// Ejection time for the first ejection; the n-th consecutive ejection lasts n times this.
+    pub base_ejection: Duration,
+    /// Upper bound on one ejection.
+    pub max_ejection: Duration,
+    /// At most this share of a cluster's members is ejected at once, percent.
+    pub max_ejected_percent: u8,
+}
+
+impl Default for OutlierDetection {
+    fn default() -> Self {
+        OutlierDetection {
+            consecutive_failures: 5,
+            count_5xx: true,
+            base_ejection: Duration::from_secs(30),
+            max_ejection: Duration::from_secs(300),
+            max_ejected_percent: 50,
+        }
+    }
+}
+
+/// Retries and failover.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RetryPolicy {
+    /// Total tries per request across members of one cluster (1 = no retry).
+    pub attempts: u32,
+    /// Timeout of one try; `None` leaves only the route's request timeout.
+    pub per_try_timeout: Option<Duration>,
+    /// Retries may add at most this share of extra load, percent (Finagle retry budget).
+    pub budget_percent: u8,
+    /// Retries always allowed per second regardless of the ratio.
+    pub budget_min_per_sec: u32,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            attempts: 3,
+            per_try_timeout: None,
+            budget_percent: 20,
+            budget_min_per_sec: 10,
+        }
+    }
+}
+
+/// Load-agent expectations (SGD Advanced Load Management).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AgentPolicy {
+    /// A member that has reported once and then stays silent this long is unavailable, and its
+    /// report no longer counts for `least-cpu` / `most-free-memory`.
+    pub timeout: Duration,
+}
+
+impl Default for AgentPolicy {
+    fn default() -> Self {
+        // Three missed 200 ms heartbeats.
+        AgentPolicy { timeout: Duration::from_millis(600) }
+    }
+}
+
+/// Peak-EWMA parameters for `p2c-ewma`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct EwmaPolicy {
+    /// Decay time constant: how fast old observations fade (Finagle default 10 s).
+    pub decay: Duration,
+    /// Estimate for members never observed.
+    pub default_rtt: Duration,
+    /// A failed request counts as a latency of at least this much.
+    pub failure_penalty: Duration,
+}
+
+impl Default for EwmaPolicy {
+    fn default() -> Self {
+        EwmaPolicy {
+            decay: Duration::from_secs(10),
+            default_rtt: Duration::from_millis(30),
+            failure_penalty: Duration::from_secs(1),
+        }
+    }
+}
+
+/// Everything that governs how one cluster is balanced (PKUAS's reference policy).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Policy {
+    /// The picker.
+    pub algorithm: Algorithm,
+    /// When a pick happens.
+    pub granularity: Granularity,
+    /// Ramp for new or recovered members.
+    pub slow_start: SlowStart,
+    /// Locality preference.
+    pub locality: Locality,
+    /// When fewer than this percentage of the (active) members are healthy, the cluster balances
+    /// over all active members regardless of health (Envoy's panic mode); 0 disables.
+    pub panic_threshold_percent: u8,
+    /// Active health checks; `None` assumes members are up unless something else says otherwise.
+    pub health: Option<HealthCheck>,
+    /// Passive outlier detection.
+    pub outlier: OutlierDetection,
+    /// Retries and failover.
+    pub retry: RetryPolicy,
+    /// Consistent hashing (used by `hash`).
+    pub hash: HashPolicy,
+    /// Load agents (used by `least-cpu`, `most-free-memory`, and availability).
+    pub agent: AgentPolicy,
+    /// Peak EWMA (used by `p2c-ewma`).
+    pub ewma: EwmaPolicy,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Policy {
+            algorithm: Algorithm::default(),
+            granularity: Granularity::default(),
+            slow_start: SlowStart::default(),
+            locality: Locality::default(),
+            panic_threshold_percent: 50,
+            health: None,
+            outlier: OutlierDetection::default(),
+            retry: RetryPolicy::default(),
+            hash: HashPolicy::default(),
+            agent: AgentPolicy::default(),
+            ewma: EwmaPolicy::default(),
+        }
+    }
+}
+
+/// Upstream protocol for a cluster's members.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum UpstreamProtocol {
+    /// HTTP/1.1 with keep-alive.
+    #[default]
+    Http1,
+    /// HTTP/2 prior knowledge (gRPC).
+    Http2,
+    /// Raw TCP (for `tcp` listeners).
+    Tcp,
+}
+
+/// A named set of members with a policy.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClusterSpec {
+    /// Unique name.
+    pub name: String,
+    /// Members in configuration order (the order `round-robin` walks).
+    pub members: Vec<MemberSpec>,
+    /// How the cluster is balanced.
+    pub policy: Policy,
+    /// How the data plane talks to members.
+    pub upstream_protocol: UpstreamProtocol,
+    /// How `session` granularity pins a client to its member.
+    pub sticky: StickySession,
+}
+
+/// How the data plane recognises a session (granularity `session`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StickySession {
+    /// Cookie carrying the session's member; set by the router on the first response.
+    pub cookie: String,
+    /// Alternatively a request header whose value identifies the session (hashed to pin it).
+    pub header: Option<String>,
+    /// A session unused this long is forgotten.
+    pub idle_timeout: Duration,
+}
+
+impl Default for StickySession {
+    fn default() -> Self {
+        StickySession {
+            cookie: "rondo-member".to_owned(),
+            header: None,
+            idle_timeout: Duration::from_secs(600),
+        }
+    }
+}
+
+/// What a route matches; every present condition must hold.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RouteMatch {
+    /// `Host` without port, compared case-insensitively; a leading `*.` matches any subdomain.
+    pub host: Option<String>,
+    /// Path prefix, compared on the raw path.
+    pub path_prefix: Option<String>,
+    /// Method, upper case.
+    pub methods: Vec<String>,
+    /// Header name (lower case) and exact value.
+    pub headers: Vec<(String, String)>,
+}
+
+/// Facts about a request that routes match on.
+#[derive(Clone, Copy)]
+pub struct RequestFacts<'a> {
+    /// Host without port.
+    pub host: Option<&'a str>,
+    /// Raw path.
+    pub path: &'a str,
+    /// Method.
+    pub method: &'a str,
+    /// Header lookup by lower-case name.
+    pub header: &'a dyn Fn(&str) -> Option<&'a str>,
+}
+
+impl fmt::Debug for RequestFacts<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RequestFacts")
+            .field("host", &self.host)
+            .field("path", &self.path)
+            .field("method", &self.method)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RouteMatch {
+    /// Whether the request satisfies every condition.
+    pub fn matches(&self, req: &RequestFacts<'_>) -> bool {
+        if let Some(want) = &self.host {
+            let Some(host) = req.host else { return false };
+            let ok = match want.strip_prefix("*.") {
+                Some(suffix) => {
+                    host.len() > suffix.len() + 1
+                        && host[host.len() - suffix.len()..].eq_ignore_ascii_case(suffix)
+                        && host.as_bytes()[host.len() - suffix.len() - 1] == b'.'
+                }
+                None => host.eq_ignore_ascii_case(want),
+            };
+            if !ok {
+                return false;
+            }
+        }
+        if let Some(prefix) = &self.path_prefix
+            && !req.path.starts_with(prefix.as_str())
+        {
+            return false;
+        }
+        if !self.methods.is_empty() && !self.methods.iter().any(|m| m == req.method) {
+            return false;
+        }
+        self.headers.iter().all(|(name, value)| (req.header)(name) == Some(value.as_str()))
+    }
+}
+
+/// A match → a cluster, plus ordered backups (WCF filter table and backup lists).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Route {
+    /// Name (generated `route-N` when the config gives none).
+    pub name: String,
+    /// The listener it belongs to.
+    pub listener: String,
+    /// The condition.
+    pub matcher: RouteMatch,
+    /// Primary cluster.
+    pub cluster: String,
+    /// Tried in order when the primary cannot serve.
+    pub backups: Vec<String>,
+    /// Idle timeout of a client connection on this route.
+    pub idle_timeout: Duration,
+    /// Whole-request timeout (first byte to last response byte header).
+    pub request_timeout: Duration,
+}
+
+/// An immutable, versioned snapshot of all routes and clusters (PKUAS view, WCF configuration).
+/// Replaced as a whole; holders of an `Arc<View>` keep the one they started with.
+#[derive(Debug, Clone, PartialEq)]
+pub struct View {
+    /// Grows with every change; clients that see a newer id refetch.
+    pub id: u64,
+    /// Routes in priority order: the first match wins.
+    pub routes: Vec<Route>,
+    /// Clusters by name.
+    pub clusters: BTreeMap<String, Arc<ClusterSpec>>,
+}
+
+impl View {
+    /// The first route of `listener` that matches `req`.
+    pub fn route(&self, listener: &str, req: &RequestFacts<'_>) -> Option<&Route> {
+        self.routes.iter().find(|r| r.listener == listener && r.matcher.matches(req))
+    }
+
+    /// A cluster by name.
+    pub fn cluster(&self, name: &str) -> Option<&Arc<ClusterSpec>> {
+        self.clusters.get(name)
+    }
+}
