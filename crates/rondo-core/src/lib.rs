@@ -17,3 +17,13 @@ pub mod time;
 pub use model::*;
 pub use rng::{Entropy, SplitMix64};
 pub use time::Instant;
+
+pub mod balancer;
+pub mod explain;
+pub mod load;
+pub mod member;
+mod tree;
+
+pub use balancer::{Balancer, PickError, PickRequest};
+pub use explain::{CandidateInfo, Decision, Explanation, Scope, Why};
+pub use member::{Ejection, FailureKind, MemberState, Outcome};

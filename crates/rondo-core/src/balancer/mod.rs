@@ -1,0 +1,449 @@
+//! [`Balancer`]: one cluster's run-time state and its picker. The router, the naming service and
+//! the client library each hold one per cluster (behind whatever lock they like) and drive it
+//! with the same calls: [`Balancer::pick`], [`Balancer::begin_request`] /
+//! [`Balancer::end_request`], session open/close, health, admin and agent updates.
+//!
+//! A pick runs in three stages, the same for every algorithm:
+//! 1. **eligibility** ([`candidates`]): active, healthy members; the caller's locality group
+//!    while it has one; every active member in panic mode. Cached until something changes.
+//! 2. **choice** ([`pickers`]): the cluster's algorithm over the candidates.
+//! 3. **exclusion and slow start**: a member already tried for this request, or held back by its
+//!    slow-start ramp, gives way to the next eligible member.
+
+mod candidates;
+mod hashing;
+mod pickers;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::explain::{CandidateInfo, Decision, Explanation, Scope, Why};
+use crate::load::AgentReport;
+use crate::member::{Ejection, FailureKind, MemberState, Outcome};
+use crate::model::{Actor, AdminState, Algorithm, ClusterSpec};
+use crate::rng::Entropy;
+use crate::time::Instant;
+
+use candidates::Candidates;
+use pickers::AlgoState;
+
+pub(crate) const NONE: u32 = u32::MAX;
+
+/// What the caller knows about the request being placed.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PickRequest<'a> {
+    /// Now, on the caller's monotonic clock.
+    pub now: Instant,
+    /// The caller's locality group (the router's, or the client's).
+    pub group: Option<&'a str>,
+    /// Hash of the request key for `hash` ([`crate::hash::hash_key`]).
+    pub hash: Option<u64>,
+    /// A `rotating` context from [`Balancer::new_context`]; `None` starts a new one per pick.
+    pub context: Option<u32>,
+    /// Members already tried for this request (retries go elsewhere).
+    pub exclude: &'a [usize],
+}
+
+/// Why no member could be picked.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PickError {
+    /// Nothing is eligible.
+    #[error(
+        "cluster {cluster}: no eligible member ({members} members: {active} active, {healthy} healthy)"
+    )]
+    NoEligible {
+        /// Cluster name.
+        cluster: String,
+        /// Members configured.
+        members: usize,
+        /// Active (not draining or disabled).
+        active: usize,
+        /// Healthy among the active.
+        healthy: usize,
+    },
+    /// Every eligible member was already tried.
+    #[error("cluster {cluster}: all {tried} eligible member(s) already tried")]
+    AllTried {
+        /// Cluster name.
+        cluster: String,
+        /// How many were excluded.
+        tried: usize,
+    },
+}
+
+/// One cluster's members, their run-time state, and the picker over them.
+#[derive(Debug)]
+pub struct Balancer {
+    spec: Arc<ClusterSpec>,
+    states: Vec<MemberState>,
+    /// Bumped by every change that can alter eligibility.
+    generation: u64,
+    cands: Candidates,
+    algo: AlgoState,
+    /// Picks made so far.
+    seq: u64,
+    /// Sum of every member's sessions + in-flight (for bounded-load caps).
+    total_active: u64,
+    /// Rotating: next context.
+    next_context: u32,
+}
+
+impl Balancer {
+    /// A balancer for a cluster coming up with the process: members start healthy at full
+    /// weight (no slow start at boot, as in HAProxy).
+    pub fn new(spec: Arc<ClusterSpec>, now: Instant) -> Self {
+        let states = spec
+            .members
+            .iter()
+            .map(|m| MemberState::new(m.admin, &spec.policy, now))
+            .collect();
+        Self::with_states(spec, states)
+    }
+
+    /// A balancer for a new version of a cluster that keeps the state of every member surviving
+    /// from `old` (matched by name): health, load, EWMA, sessions, admin changes by operators.
+    /// New members join with slow start; members whose configured admin state changed take it.
+    pub fn carry_over(spec: Arc<ClusterSpec>, old: &Balancer, now: Instant) -> Self {
+        let states = spec
+            .members
+            .iter()
+            .map(|m| {
+                let previous = old.spec.members.iter().position(|o| o.name == m.name);
+                match previous {
+                    Some(i) => {
+                        let mut st = old.states[i].clone();
+                        if old.spec.members[i].admin != m.admin {
+                            st.admin = m.admin;
+                            st.admin_by = Actor::Config;
+                        }
+                        st
+                    }
+                    None => {
+                        let mut st = MemberState::new(m.admin, &spec.policy, now);
+                        st.up_since = Some(now);
+                        st
+                    }
+                }
+            })
+            .collect();
+        let mut b = Self::with_states(spec, states);
+        b.seq = old.seq;
+        b.next_context = old.next_context;
+        b
+    }
+
+    fn with_states(spec: Arc<ClusterSpec>, states: Vec<MemberState>) -> Self {
+        let total_active = states.iter().map(|s| s.load.active()).sum();
+        let algo = AlgoState::new(spec.policy.algorithm);
+        Balancer {
+            spec,
+            states,
+            generation: 1,
+            cands: Candidates::default(),
+            algo,
+            seq: 0,
+            total_active,
+            next_context: 0,
+        }
+    }
+
+    /// The cluster this balancer serves.
+    pub fn spec(&self) -> &Arc<ClusterSpec> {
+        &self.spec
+    }
+
+    /// Every member's state, parallel to `spec().members`.
+    pub fn states(&self) -> &[MemberState] {
+        &self.states
+    }
+
+    /// A member's index by name.
+    pub fn member_index(&self, name: &str) -> Option<usize> {
+        self.spec.members.iter().position(|m| m.name == name)
+    }
+
+    /// Picks a member for a new request or session.
+    pub fn pick(
+        &mut self,
+        req: &PickRequest<'_>,
+        rng: &mut dyn Entropy,
+    ) -> Result<Decision, PickError> {
+        self.refresh(req.now, req.group);
+        if self.cands.slots.is_empty() {
+            return Err(self.no_eligible(req.now));
+        }
+        let context = match req.context {
+            Some(c) => c,
+            None if self.spec.policy.algorithm == Algorithm::Rotating => self.new_context(),
+            None => 0,
+        };
+        let (slot, why) = self.algo.pick(
+            &self.cands,
+            &self.states,
+            &self.spec.policy,
+            self.total_active,
+            req,
+            context,
+            rng,
+        );
+        let member = self.cands.slots[slot as usize] as usize;
+        let excluded = req.exclude.contains(&member);
+        let held_back = !excluded && self.slow_start_holds_back(member, req.now, rng);
+        let (member, why) = if excluded || held_back {
+            match self.algo.next_after(&self.cands, &self.states, slot, context, req.exclude) {
+                Some(other) => (other, Why::Failover { from: member, slow_start: held_back }),
+                None if held_back => (member, why),
+                None => {
+                    return Err(PickError::AllTried {
+                        cluster: self.spec.name.clone(),
+                        tried: req.exclude.len(),
+                    });
+                }
+            }
+        } else {
+            (member, why)
+        };
+        self.seq += 1;
+        self.states[member].last_pick = self.seq;
+        self.algo.picked(&self.cands, &self.states, member);
+        Ok(Decision {
+            member,
+            algorithm: self.spec.policy.algorithm,
+            scope: self.cands.scope.clone(),
+            why,
+        })
+    }
+
+    /// Starts a new `rotating` context (GlassFish: each new InitialContext rotates the list).
+    pub fn new_context(&mut self) -> u32 {
+        let c = self.next_context;
+        self.next_context = self.next_context.wrapping_add(1);
+        c
+    }
+
+    /// Whether a sticky session may stay on `member`.
+    pub fn can_keep_session(&self, member: usize, now: Instant) -> bool {
+        self.states
+            .get(member)
+            .is_some_and(|s| s.can_keep_session(now, &self.spec.policy))
+    }
+
+    /// Only algorithms that ignore weights are gated; weight-aware ones ramp the weight itself.
+    fn slow_start_holds_back(&self, member: usize, now: Instant, rng: &mut dyn Entropy) -> bool {
+        let gated = matches!(
+            self.spec.policy.algorithm,
+            Algorithm::RoundRobin | Algorithm::Random | Algorithm::Rotating | Algorithm::ResponseTime
+        );
+        if !gated {
+            return false;
+        }
+        let (factor, _) = self.states[member].ramp(now, &self.spec.policy);
+        factor < 1.0 && rng.unit() >= factor
+    }
+
+    fn no_eligible(&self, now: Instant) -> PickError {
+        let policy = &self.spec.policy;
+        let active: Vec<&MemberState> =
+            self.states.iter().filter(|s| s.admin == AdminState::Active).collect();
+        PickError::NoEligible {
+            cluster: self.spec.name.clone(),
+            members: self.states.len(),
+            active: active.len(),
+            healthy: active.iter().filter(|s| s.is_healthy(now, policy)).count(),
+        }
+    }
+
+    fn refresh(&mut self, now: Instant, group: Option<&str>) {
+        if self.cands.is_current(self.generation, now, group) {
+            return;
+        }
+        let fresh = Candidates::build(&self.spec, &self.states, self.generation, now, group);
+        let same_members =
+            fresh.slots == self.cands.slots && fresh.eff_weight == self.cands.eff_weight;
+        self.cands = fresh;
+        if !same_members || !self.algo.is_built() {
+            self.algo.rebuild(&self.spec, &self.cands, &self.states);
+        }
+    }
+
+    fn invalidate(&mut self) {
+        self.generation += 1;
+    }
+
+    /// A request was sent to `member`.
+    pub fn begin_request(&mut self, member: usize) {
+        self.states[member].load.in_flight += 1;
+        self.total_active += 1;
+        self.algo.load_changed(&self.cands, &self.states, member);
+    }
+
+    /// A request to `member` ended. Returns an ejection when passive outlier detection just
+    /// ejected the member.
+    pub fn end_request(&mut self, member: usize, now: Instant, outcome: Outcome) -> Option<Ejection> {
+        let policy = &self.spec.policy;
+        let st = &mut self.states[member];
+        st.load.in_flight = st.load.in_flight.saturating_sub(1);
+        self.total_active = self.total_active.saturating_sub(1);
+        st.load.completed += 1;
+        let mut ejection = None;
+        match outcome {
+            Outcome::Success { latency } => {
+                st.load.ewma.observe(latency, now, policy.ewma.decay);
+                st.load.consecutive_failures = 0;
+                if st.ejected_until.is_some_and(|u| now >= u) {
+                    st.ejected_until = None;
+                    st.ejections = 0;
+                }
+            }
+            Outcome::Failure { kind, .. } => {
+                st.load.ewma.observe_failure(now, policy.ewma.decay, policy.ewma.failure_penalty);
+                let counts = kind != FailureKind::Status5xx || policy.outlier.count_5xx;
+                if counts {
+                    st.load.consecutive_failures += 1;
+                }
+                let od = &policy.outlier;
+                if counts
+                    && od.consecutive_failures > 0
+                    && st.load.consecutive_failures >= od.consecutive_failures
+                    && st.ejected_until.is_none_or(|u| now >= u)
+                {
+                    ejection = self.try_eject(member, now);
+                }
+            }
+            Outcome::Cancelled => {}
+        }
+        self.algo.load_changed(&self.cands, &self.states, member);
+        ejection
+    }
+
+    /// Ejects `member` unless that would push the ejected share over the cap.
+    fn try_eject(&mut self, member: usize, now: Instant) -> Option<Ejection> {
+        let od = &self.spec.policy.outlier;
+        let ejected = self
+            .states
+            .iter()
+            .filter(|s| s.ejected_until.is_some_and(|u| now < u))
+            .count();
+        if (ejected + 1) * 100 > usize::from(od.max_ejected_percent) * self.states.len() {
+            return None;
+        }
+        let st = &mut self.states[member];
+        st.ejections += 1;
+        let time = od.base_ejection.saturating_mul(st.ejections).min(od.max_ejection);
+        let until = now + time;
+        st.ejected_until = Some(until);
+        st.up_since = Some(until);
+        st.load.consecutive_failures = 0;
+        let count = st.ejections;
+        self.invalidate();
+        Some(Ejection { member, until, count })
+    }
+
+    /// A session (sticky HTTP session, TCP connection) was pinned to `member`.
+    pub fn open_session(&mut self, member: usize) {
+        self.states[member].load.sessions += 1;
+        self.total_active += 1;
+        self.algo.load_changed(&self.cands, &self.states, member);
+    }
+
+    /// A session on `member` ended.
+    pub fn close_session(&mut self, member: usize) {
+        let s = &mut self.states[member].load.sessions;
+        *s = s.saturating_sub(1);
+        self.total_active = self.total_active.saturating_sub(1);
+        self.algo.load_changed(&self.cands, &self.states, member);
+    }
+
+    /// Health checks (or the registry) say `member` is up or down. Returns whether it changed.
+    pub fn set_health(&mut self, member: usize, healthy: bool, by: Actor, now: Instant) -> bool {
+        let st = &mut self.states[member];
+        if st.healthy == healthy {
+            return false;
+        }
+        st.healthy = healthy;
+        st.health_by = by;
+        st.health_changed = now;
+        if healthy {
+            st.up_since = Some(now);
+        }
+        self.generation += 1;
+        true
+    }
+
+    /// The operator (or config) changes a member's admin state.
+    pub fn set_admin(&mut self, member: usize, admin: AdminState, by: Actor) {
+        let st = &mut self.states[member];
+        st.admin_by = by;
+        if st.admin != admin {
+            st.admin = admin;
+            self.invalidate();
+        }
+    }
+
+    /// A load agent's heartbeat arrived.
+    pub fn report_agent(&mut self, member: usize, report: AgentReport) {
+        let timeout = self.spec.policy.agent.timeout;
+        let st = &mut self.states[member];
+        let was_fresh = st.load.agent.is_some_and(|r| r.is_fresh(report.at, timeout));
+        st.load.agent = Some(report);
+        if !was_fresh {
+            st.up_since = Some(report.at);
+            self.generation += 1;
+        }
+    }
+
+    /// A completed probe round (CLB): each member's round trip, `None` for a failed probe. The
+    /// response-time table is re-ranked fastest first and the next pick starts at its top.
+    pub fn record_probe_round(&mut self, results: &[(usize, Option<Duration>)]) {
+        for &(member, rtt) in results {
+            if let Some(st) = self.states.get_mut(member) {
+                st.load.probe_rtt = rtt;
+            }
+        }
+        self.algo.rerank(&self.states);
+    }
+
+    /// Expands a decision with every current candidate's numbers.
+    pub fn explain(&mut self, decision: &Decision, now: Instant, group: Option<&str>) -> Explanation {
+        self.refresh(now, group);
+        let policy = &self.spec.policy;
+        let candidates = self
+            .cands
+            .slots
+            .iter()
+            .zip(&self.cands.eff_weight)
+            .map(|(&m, &w)| {
+                let st = &self.states[m as usize];
+                let fresh = st.load.agent.filter(|r| r.is_fresh(now, policy.agent.timeout));
+                CandidateInfo {
+                    name: self.spec.members[m as usize].name.clone(),
+                    weight: self.spec.members[m as usize].weight,
+                    effective_weight: w,
+                    in_flight: st.load.in_flight,
+                    sessions: st.load.sessions,
+                    ewma_us: (st.load.ewma.get_at(now, policy.ewma.decay) / 1000.0) as u64,
+                    probe_rtt_us: st.load.probe_rtt.map(|d| d.as_micros() as u64),
+                    cpu_percent: fresh.map(|r| r.cpu_used * 100.0),
+                    free_mib: fresh.map(|r| r.mem_free >> 20),
+                }
+            })
+            .collect();
+        let chosen = self
+            .spec
+            .members
+            .get(decision.member)
+            .map(|m| m.name.clone())
+            .unwrap_or_default();
+        let summary = format!(
+            "{} chose {chosen} among {}: {}",
+            decision.algorithm, decision.scope, decision.why
+        );
+        Explanation { decision: decision.clone(), chosen, candidates, summary }
+    }
+
+    /// The scope of the current candidate set (for status pages).
+    pub fn scope(&mut self, now: Instant, group: Option<&str>) -> Scope {
+        self.refresh(now, group);
+        self.cands.scope.clone()
+    }
+}

@@ -1,0 +1,221 @@
+//! Why a pick went the way it did: each [`Decision`] carries the deciding numbers in a small
+//! fixed-size [`Why`] (no allocation on the hot path), and [`crate::Balancer::explain`] expands it
+//! with the whole candidate table for the admin API.
+
+use std::fmt;
+
+use crate::model::Algorithm;
+
+/// Which members a pick chose among.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Scope {
+    /// Healthy active members of the caller's locality group.
+    Local(String),
+    /// Healthy active members of every group (no group given, none preferred, or the local group
+    /// has no healthy member: spill).
+    All,
+    /// Panic mode: too few healthy members, so every active member regardless of health.
+    Panic {
+        /// Healthy active members.
+        healthy: usize,
+        /// Active members.
+        active: usize,
+    },
+}
+
+impl fmt::Display for Scope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Scope::Local(g) => write!(f, "local group {g}"),
+            Scope::All => f.write_str("all groups"),
+            Scope::Panic { healthy, active } => {
+                write!(f, "panic: {healthy} of {active} active members healthy, balancing over all")
+            }
+        }
+    }
+}
+
+/// The deciding numbers of one pick.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Why {
+    /// `round-robin`: position in the candidate list.
+    RoundRobin {
+        /// Slot chosen.
+        position: usize,
+        /// Candidates.
+        of: usize,
+    },
+    /// `random`: uniform among `of`.
+    Random {
+        /// Candidates.
+        of: usize,
+    },
+    /// `weighted`: the member's effective weight and how many picks it has had this cycle.
+    Weighted {
+        /// Effective weight (after slow start).
+        weight: u64,
+        /// Total effective weight.
+        total: u64,
+    },
+    /// `rotating`: the context's start in the randomized list and how far down it went.
+    Rotating {
+        /// Context (rotation) number.
+        context: u32,
+        /// Entries skipped because they were not eligible.
+        skipped: usize,
+    },
+    /// `response-time`: rank in the latest probe round.
+    ResponseTime {
+        /// 0 = fastest.
+        rank: usize,
+        /// Probe round trip, microseconds.
+        rtt_us: u64,
+    },
+    /// `response-time` before the first probe round: round robin.
+    ResponseTimeUnranked,
+    /// `least-sessions`: fewest active per weight.
+    LeastSessions {
+        /// Sessions + in-flight of the winner.
+        active: u64,
+        /// Its effective weight.
+        weight: u64,
+    },
+    /// `least-cpu`: lowest reported CPU use.
+    LeastCpu {
+        /// Reported CPU use, percent.
+        cpu_percent: f32,
+    },
+    /// `most-free-memory`: most reported free memory.
+    MostFreeMemory {
+        /// Reported free memory, MiB.
+        free_mib: u64,
+    },
+    /// `least-cpu` / `most-free-memory` without fresh reports from every candidate.
+    AgentFallback {
+        /// Candidates lacking a fresh report.
+        missing: usize,
+        /// Sessions + in-flight of the winner.
+        active: u64,
+    },
+    /// `p2c-ewma`: the two sampled members' costs (EWMA ns x (in-flight + 1) / weight).
+    P2c {
+        /// The winner's cost.
+        chosen_cost: f64,
+        /// The loser's member index.
+        other: usize,
+        /// The loser's cost.
+        other_cost: f64,
+    },
+    /// `p2c-ewma` exploration pick (uniform), so no member is starved forever.
+    P2cExplore,
+    /// `p2c-ewma` with a single candidate.
+    Only,
+    /// `hash`: the key, and how many members the bounded-load walk passed over.
+    Hash {
+        /// The request's key hash.
+        key: u64,
+        /// Members skipped for being at their load cap.
+        skipped: usize,
+    },
+    /// `hash` without a key: random.
+    HashNoKey,
+    /// The algorithm's choice was excluded (already tried) or held back by slow start, so the
+    /// next eligible member after it was taken.
+    Failover {
+        /// The member first chosen.
+        from: usize,
+        /// Whether slow start (rather than exclusion) moved the pick.
+        slow_start: bool,
+    },
+}
+
+/// One pick's result.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decision {
+    /// Member index in the cluster's member list.
+    pub member: usize,
+    /// The algorithm that chose.
+    pub algorithm: Algorithm,
+    /// Among whom.
+    pub scope: Scope,
+    /// The deciding numbers.
+    pub why: Why,
+}
+
+/// A decision expanded with every candidate's numbers.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Explanation {
+    /// The decision.
+    pub decision: Decision,
+    /// The chosen member's name.
+    pub chosen: String,
+    /// Every candidate at the time of the explanation.
+    pub candidates: Vec<CandidateInfo>,
+    /// A sentence a person can read.
+    pub summary: String,
+}
+
+/// One candidate's numbers.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CandidateInfo {
+    /// Member name.
+    pub name: String,
+    /// Configured weight.
+    pub weight: u32,
+    /// Effective weight after slow start.
+    pub effective_weight: u64,
+    /// In-flight requests.
+    pub in_flight: u32,
+    /// Sessions.
+    pub sessions: u32,
+    /// Peak-EWMA latency, microseconds.
+    pub ewma_us: u64,
+    /// Latest probe round trip, microseconds.
+    pub probe_rtt_us: Option<u64>,
+    /// Reported CPU use, percent, if fresh.
+    pub cpu_percent: Option<f32>,
+    /// Reported free memory, MiB, if fresh.
+    pub free_mib: Option<u64>,
+}
+
+impl fmt::Display for Why {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Why::RoundRobin { position, of } => write!(f, "next in order: position {position} of {of}"),
+            Why::Random { of } => write!(f, "uniform random among {of}"),
+            Why::Weighted { weight, total } => write!(f, "smooth weighted turn: weight {weight} of {total}"),
+            Why::Rotating { context, skipped } => {
+                write!(f, "context {context}: first live member of the rotated list ({skipped} skipped)")
+            }
+            Why::ResponseTime { rank, rtt_us } => {
+                write!(f, "rank {rank} in the response-time table (probe {rtt_us} us)")
+            }
+            Why::ResponseTimeUnranked => f.write_str("no probe round yet: round robin"),
+            Why::LeastSessions { active, weight } => {
+                write!(f, "fewest active per weight: {active} active, weight {weight}")
+            }
+            Why::LeastCpu { cpu_percent } => write!(f, "lowest reported cpu: {cpu_percent:.1}%"),
+            Why::MostFreeMemory { free_mib } => write!(f, "most reported free memory: {free_mib} MiB"),
+            Why::AgentFallback { missing, active } => write!(
+                f,
+                "{missing} candidate(s) without a fresh agent report: fell back to least-sessions ({active} active)"
+            ),
+            Why::P2c { chosen_cost, other, other_cost } => write!(
+                f,
+                "two choices: cost {chosen_cost:.0} beat member {other} at {other_cost:.0}"
+            ),
+            Why::P2cExplore => f.write_str("exploration pick (uniform) so no member starves"),
+            Why::Only => f.write_str("only candidate"),
+            Why::Hash { key, skipped } => {
+                write!(f, "consistent hash of key {key:#018x}, {skipped} member(s) at load cap skipped")
+            }
+            Why::HashNoKey => f.write_str("no hash key in the request: random"),
+            Why::Failover { from, slow_start: true } => {
+                write!(f, "member {from} held back by slow start: next eligible member")
+            }
+            Why::Failover { from, slow_start: false } => {
+                write!(f, "member {from} already tried: next eligible member")
+            }
+        }
+    }
+}

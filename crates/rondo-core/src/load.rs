@@ -1,0 +1,161 @@
+//! Load estimators: how loaded is a member? They measure; the pickers in [`crate::balancer`]
+//! choose. Each estimator takes the time as an argument (linkerd's `get_at` style), so it can be
+//! driven by a test clock.
+
+use std::time::Duration;
+
+use crate::time::Instant;
+
+/// Finagle's peak-EWMA latency estimate (also linkerd2's and tower's `PeakEwma`).
+///
+/// A sample above the estimate replaces it at once (the peak), so a member that turns slow is
+/// avoided immediately; samples below it pull it down gradually with weight
+/// `1 - exp(-elapsed / decay)`. Reading the estimate also decays it by the time since the last
+/// sample, so a member that was briefly slow and then got no traffic drifts back toward zero and
+/// is tried again: the exploration floor that stops power-of-two-choices starving it forever.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PeakEwma {
+    estimate_ns: f64,
+    stamp: Instant,
+}
+
+impl PeakEwma {
+    /// An estimate that starts at `initial`.
+    pub fn new(initial: Duration, now: Instant) -> Self {
+        PeakEwma { estimate_ns: initial.as_nanos() as f64, stamp: now }
+    }
+
+    /// Folds in one observed round trip.
+    pub fn observe(&mut self, rtt: Duration, now: Instant, decay: Duration) {
+        let rtt_ns = rtt.as_nanos() as f64;
+        let current = self.get_at(now, decay);
+        self.estimate_ns = if rtt_ns > current {
+            rtt_ns
+        } else {
+            let w = weight(now.since(self.stamp), decay);
+            current * w + rtt_ns * (1.0 - w)
+        };
+        self.stamp = now;
+    }
+
+    /// Folds in a failure, counted as a round trip of at least `penalty` (and at least twice the
+    /// current estimate), so failing members lose power-of-two comparisons.
+    pub fn observe_failure(&mut self, now: Instant, decay: Duration, penalty: Duration) {
+        let current = Duration::from_nanos(self.get_at(now, decay) as u64);
+        self.observe(penalty.max(current * 2), now, decay);
+    }
+
+    /// The estimate at `now` in nanoseconds, decayed by the time since the last sample.
+    pub fn get_at(&self, now: Instant, decay: Duration) -> f64 {
+        self.estimate_ns * weight(now.since(self.stamp), decay)
+    }
+}
+
+fn weight(elapsed: Duration, decay: Duration) -> f64 {
+    if decay.is_zero() {
+        return 0.0;
+    }
+    (-(elapsed.as_nanos() as f64) / decay.as_nanos() as f64).exp()
+}
+
+/// What a member's load agent last said (SGD Advanced Load Management).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AgentReport {
+    /// CPU in use, 0.0..=1.0.
+    pub cpu_used: f32,
+    /// Free memory in bytes.
+    pub mem_free: u64,
+    /// Sessions the member counts itself.
+    pub sessions: u32,
+    /// The heartbeat's sequence number.
+    pub seq: u64,
+    /// When the router received it.
+    pub at: Instant,
+}
+
+impl AgentReport {
+    /// Whether the report is still current under `timeout`.
+    pub fn is_fresh(&self, now: Instant, timeout: Duration) -> bool {
+        now.since(self.at) <= timeout
+    }
+}
+
+/// Counters the data plane keeps per member.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Load {
+    /// Requests sent and not yet finished.
+    pub in_flight: u32,
+    /// Sessions (sticky HTTP sessions, TCP connections) pinned to the member.
+    pub sessions: u32,
+    /// Latency estimate.
+    pub ewma: PeakEwma,
+    /// Latest agent report.
+    pub agent: Option<AgentReport>,
+    /// Round trip of the member's probe in the latest probe round (CLB's response-time table).
+    pub probe_rtt: Option<Duration>,
+    /// Requests completed in total (for status and explain).
+    pub completed: u64,
+    /// Failures in a row (passive outlier detection reads this).
+    pub consecutive_failures: u32,
+}
+
+impl Load {
+    /// Fresh counters with the EWMA at `initial`.
+    pub fn new(initial: Duration, now: Instant) -> Self {
+        Load {
+            in_flight: 0,
+            sessions: 0,
+            ewma: PeakEwma::new(initial, now),
+            agent: None,
+            probe_rtt: None,
+            completed: 0,
+            consecutive_failures: 0,
+        }
+    }
+
+    /// Sessions plus in-flight requests: what `least-sessions` minimises.
+    pub fn active(&self) -> u64 {
+        u64::from(self.in_flight) + u64::from(self.sessions)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DECAY: Duration = Duration::from_secs(10);
+
+    #[test]
+    fn peak_is_taken_at_once_and_decays_gradually() {
+        let mut e = PeakEwma::new(Duration::from_millis(10), Instant::ZERO);
+        e.observe(Duration::from_millis(100), Instant::from_millis(1), DECAY);
+        let peak = e.get_at(Instant::from_millis(1), DECAY);
+        assert!((peak - 100e6).abs() < 1.0, "peak {peak}");
+        // A fast sample one second later only pulls the estimate part of the way down.
+        e.observe(Duration::from_millis(10), Instant::from_millis(1001), DECAY);
+        let after = e.get_at(Instant::from_millis(1001), DECAY);
+        assert!(after > 10e6 && after < 100e6, "after {after}");
+    }
+
+    #[test]
+    fn idle_estimate_decays_toward_zero() {
+        let mut e = PeakEwma::new(Duration::from_millis(10), Instant::ZERO);
+        e.observe(Duration::from_secs(1), Instant::ZERO, DECAY);
+        let later = e.get_at(Instant::from_millis(60_000), DECAY);
+        assert!(later < 1e9 * 0.01, "later {later}");
+    }
+
+    #[test]
+    fn failure_counts_as_at_least_the_penalty() {
+        let mut e = PeakEwma::new(Duration::from_millis(10), Instant::ZERO);
+        e.observe_failure(Instant::ZERO, DECAY, Duration::from_secs(1));
+        assert!(e.get_at(Instant::ZERO, DECAY) >= 1e9);
+    }
+
+    #[test]
+    fn agent_report_expires() {
+        let r = AgentReport { cpu_used: 0.5, mem_free: 1, sessions: 0, seq: 1, at: Instant::ZERO };
+        assert!(r.is_fresh(Instant::from_millis(600), Duration::from_millis(600)));
+        assert!(!r.is_fresh(Instant::from_millis(601), Duration::from_millis(600)));
+    }
+}

@@ -1,0 +1,129 @@
+//! The run-time state of one member: the operator's admin state and who set it, health from
+//! probes, passive ejection, slow-start origin and load. Kept by [`crate::Balancer`] and carried
+//! across view swaps by member name, so nothing resets because a neighbour changed.
+
+use std::time::Duration;
+
+use crate::load::Load;
+use crate::model::{Actor, AdminState, Policy};
+use crate::time::Instant;
+
+/// Everything that changes about a member while rondo runs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MemberState {
+    /// The operator's word.
+    pub admin: AdminState,
+    /// Who set `admin`.
+    pub admin_by: Actor,
+    /// Whether active health checks (or the registry) consider it up.
+    pub healthy: bool,
+    /// Who set `healthy` last.
+    pub health_by: Actor,
+    /// When `healthy` last changed.
+    pub health_changed: Instant,
+    /// Passively ejected until this instant.
+    pub ejected_until: Option<Instant>,
+    /// Consecutive ejections (each lasts longer); reset by a success after returning.
+    pub ejections: u32,
+    /// Start of the slow-start ramp; `None` means full weight.
+    pub up_since: Option<Instant>,
+    /// Counters and estimates.
+    pub load: Load,
+    /// Sequence number of the last pick that chose it (tie-breaker: least recently picked).
+    pub last_pick: u64,
+}
+
+impl MemberState {
+    /// A member as configured, healthy, at full weight.
+    pub fn new(admin: AdminState, policy: &Policy, now: Instant) -> Self {
+        MemberState {
+            admin,
+            admin_by: Actor::Config,
+            healthy: true,
+            health_by: Actor::Config,
+            health_changed: now,
+            ejected_until: None,
+            ejections: 0,
+            up_since: None,
+            load: Load::new(policy.ewma.default_rtt, now),
+            last_pick: 0,
+        }
+    }
+
+    /// Up by every measure at `now`: probes, passive ejection, and agent heartbeats (a member
+    /// whose agent has reported once and then fell silent past the timeout is unavailable).
+    pub fn is_healthy(&self, now: Instant, policy: &Policy) -> bool {
+        self.healthy
+            && self.ejected_until.is_none_or(|until| now >= until)
+            && self.load.agent.is_none_or(|r| r.is_fresh(now, policy.agent.timeout))
+    }
+
+    /// Whether an existing (sticky) session may stay on this member: draining members keep their
+    /// sessions, disabled or unhealthy ones lose them.
+    pub fn can_keep_session(&self, now: Instant, policy: &Policy) -> bool {
+        self.admin != AdminState::Disabled && self.is_healthy(now, policy)
+    }
+
+    /// Share of full weight under slow start, quantised to tenths of the ramp so that weight
+    /// indexes are rebuilt at most ten times per ramp; returns the factor and when it next changes.
+    pub fn ramp(&self, now: Instant, policy: &Policy) -> (f64, Option<Instant>) {
+        let ss = policy.slow_start;
+        let Some(since) = self.up_since else { return (1.0, None) };
+        if ss.duration.is_zero() || now >= since + ss.duration {
+            return (1.0, None);
+        }
+        if now < since {
+            // Ejected members ramp from the moment they return.
+            return (f64::from(ss.initial_percent) / 100.0, Some(since));
+        }
+        let progress = now.since(since).as_secs_f64() / ss.duration.as_secs_f64();
+        let step = (progress * 10.0).floor().min(9.0);
+        let initial = f64::from(ss.initial_percent.clamp(1, 100)) / 100.0;
+        let factor = initial + (1.0 - initial) * step / 10.0;
+        let next = since + ss.duration.mul_f64((step + 1.0) / 10.0);
+        (factor, Some(next))
+    }
+}
+
+/// How a request to a member ended, reported to [`crate::Balancer::end_request`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// A response arrived; `latency` to its head.
+    Success {
+        /// Time to response head.
+        latency: Duration,
+    },
+    /// The member failed the request.
+    Failure {
+        /// How it failed.
+        kind: FailureKind,
+        /// Time until the failure was seen.
+        latency: Duration,
+    },
+    /// The caller gave up or the request was abandoned for reasons not the member's fault.
+    Cancelled,
+}
+
+/// What went wrong with a member.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FailureKind {
+    /// Connection refused or unreachable.
+    Connect,
+    /// Reset or closed before a response.
+    Reset,
+    /// No answer in time.
+    Timeout,
+    /// Answered with a 5xx.
+    Status5xx,
+}
+
+/// A passive ejection that just happened, for logs and metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ejection {
+    /// The member.
+    pub member: usize,
+    /// Ejected until.
+    pub until: Instant,
+    /// Consecutive ejections including this one.
+    pub count: u32,
+}
