@@ -39,7 +39,9 @@ enum Kind {
     Weighted { tree: MinTree, picks: Vec<u64>, phase: Vec<u64> },
     Rotating { order: Vec<u32> },
     ResponseTime { ranked: Vec<u32>, cursor: usize, rr: usize },
-    LeastSessions { tree: MinTree },
+    /// Fewest active per unit of weight; among equals, a weighted turn (`(picks + 1) / weight`)
+    /// so that sequential traffic (everyone at zero) still follows the weights.
+    LeastSessions { tree: MinTree, picks: Vec<u64> },
     LeastCpu,
     MostFreeMemory,
     P2c,
@@ -58,7 +60,9 @@ impl AlgoState {
             Algorithm::ResponseTime => {
                 Kind::ResponseTime { ranked: Vec::new(), cursor: 0, rr: 0 }
             }
-            Algorithm::LeastSessions => Kind::LeastSessions { tree: MinTree::default() },
+            Algorithm::LeastSessions => {
+                Kind::LeastSessions { tree: MinTree::default(), picks: Vec::new() }
+            }
             Algorithm::LeastCpu => Kind::LeastCpu,
             Algorithm::MostFreeMemory => Kind::MostFreeMemory,
             Algorithm::P2cEwma => Kind::P2c,
@@ -85,8 +89,9 @@ impl AlgoState {
                     .collect();
                 *tree = MinTree::build(n, |a, b| weighted_less(cands, picks, phase, a, b));
             }
-            Kind::LeastSessions { tree } => {
-                *tree = MinTree::build(n, |a, b| least_less(cands, states, a, b));
+            Kind::LeastSessions { tree, picks } => {
+                *picks = vec![0; n];
+                *tree = MinTree::build(n, |a, b| least_less(cands, states, picks, a, b));
             }
             Kind::Hash { table } => *table = Some(Table::build(spec, cands)),
             _ => {}
@@ -148,7 +153,7 @@ impl AlgoState {
                     None => (round_robin(rr, n).0, Why::ResponseTimeUnranked),
                 }
             }
-            Kind::LeastSessions { tree } => {
+            Kind::LeastSessions { tree, .. } => {
                 let slot = tree.min().unwrap_or(0);
                 let st = &states[cands.slots[slot as usize] as usize];
                 let why = Why::LeastSessions {
@@ -227,19 +232,23 @@ impl AlgoState {
                 let (picks, phase) = (&*picks, &*phase);
                 tree.update(slot, |a, b| weighted_less(cands, picks, phase, a, b));
             }
-            Kind::LeastSessions { tree } => tree.update(slot, |a, b| least_less(cands, states, a, b)),
+            Kind::LeastSessions { tree, picks } => {
+                picks[slot as usize] += 1;
+                let picks = &*picks;
+                tree.update(slot, |a, b| least_less(cands, states, picks, a, b));
+            }
             _ => {}
         }
     }
 
     /// `member`'s sessions or in-flight count changed.
     pub(crate) fn load_changed(&mut self, cands: &Candidates, states: &[MemberState], member: usize) {
-        if let Kind::LeastSessions { tree } = &mut self.kind
+        if let Kind::LeastSessions { tree, picks } = &mut self.kind
             && let Some(&slot) = cands.slot_of.get(member)
             && slot != NONE
             && self.built
         {
-            tree.update(slot, |a, b| least_less(cands, states, a, b));
+            tree.update(slot, |a, b| least_less(cands, states, picks, a, b));
         }
     }
 
@@ -282,19 +291,23 @@ fn weighted_less(cands: &Candidates, picks: &[u64], phase: &[u64], a: u32, b: u3
     lhs < rhs || (lhs == rhs && a < b)
 }
 
-/// `(active + 1) / weight`, exactly, by cross-multiplication.
+/// `active / weight`, exactly, by cross-multiplication.
 fn load_cmp(cands: &Candidates, states: &[MemberState], a: usize, b: usize) -> Ordering {
-    let la = states[cands.slots[a] as usize].load.active() + 1;
-    let lb = states[cands.slots[b] as usize].load.active() + 1;
-    (u128::from(la) * u128::from(cands.eff_weight[b]))
-        .cmp(&(u128::from(lb) * u128::from(cands.eff_weight[a])))
+    let la = states[cands.slots[a] as usize].load.active();
+    let lb = states[cands.slots[b] as usize].load.active();
+    ratio_cmp(la, cands.eff_weight[a], lb, cands.eff_weight[b])
 }
 
-/// Least loaded first; among equals the least recently picked, so equal members take turns.
-fn least_less(cands: &Candidates, states: &[MemberState], a: u32, b: u32) -> bool {
+/// `na / da` against `nb / db`, exactly.
+fn ratio_cmp(na: u64, da: u64, nb: u64, db: u64) -> Ordering {
+    (u128::from(na) * u128::from(db)).cmp(&(u128::from(nb) * u128::from(da)))
+}
+
+/// Least loaded first; among equals the one whose weighted turn comes first.
+fn least_less(cands: &Candidates, states: &[MemberState], picks: &[u64], a: u32, b: u32) -> bool {
     let (a, b) = (a as usize, b as usize);
-    let last = |s: usize| states[cands.slots[s] as usize].last_pick;
-    load_cmp(cands, states, a, b).then(last(a).cmp(&last(b))).then(a.cmp(&b)) == Ordering::Less
+    let turn = ratio_cmp(picks[a] + 1, cands.eff_weight[a], picks[b] + 1, cands.eff_weight[b]);
+    load_cmp(cands, states, a, b).then(turn).then(a.cmp(&b)) == Ordering::Less
 }
 
 fn least_loaded(cands: &Candidates, states: &[MemberState], usable: impl Fn(u32) -> bool) -> Option<u32> {

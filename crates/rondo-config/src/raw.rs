@@ -1,0 +1,237 @@
+//! The file's schema exactly as written: serde structs that reject unknown fields and leave
+//! every default and every spelling (algorithm, protocol, state...) to the compiler, which checks
+//! them all and reports every problem at once. Numbers are wide (`u64`) here so a value out of
+//! range is a semantic error that names the allowed range, not a serde type error.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::Deserialize;
+use serde::de::{self, Deserializer, SeqAccess, Visitor};
+
+/// The whole file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawConfig {
+    pub router: Option<RawRouter>,
+    pub admin: Option<RawAdmin>,
+    pub naming: Option<RawNaming>,
+    #[serde(default)]
+    pub listener: Vec<RawListener>,
+    #[serde(default)]
+    pub route: Vec<RawRoute>,
+    #[serde(default)]
+    pub cluster: BTreeMap<String, RawCluster>,
+}
+
+/// `[router]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawRouter {
+    pub group: Option<String>,
+}
+
+/// `[admin]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawAdmin {
+    pub listen: Option<String>,
+    pub token: Option<String>,
+    pub token_file: Option<String>,
+}
+
+/// `[naming]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawNaming {
+    pub listen: Option<String>,
+    pub registry: Option<String>,
+    pub snapshot: Option<String>,
+    pub etcd_endpoints: Option<Vec<String>>,
+    pub etcd_prefix: Option<String>,
+}
+
+/// `[[listener]]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawListener {
+    pub name: String,
+    pub listen: String,
+    pub protocol: Option<String>,
+    pub max_connections: Option<u64>,
+    pub header_read_timeout_ms: Option<u64>,
+    pub max_header_bytes: Option<u64>,
+    pub max_headers: Option<u64>,
+    pub trust_forwarded_for: Option<bool>,
+}
+
+/// `[[route]]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawRoute {
+    pub name: Option<String>,
+    pub listener: String,
+    #[serde(rename = "match")]
+    pub matcher: Option<RawMatch>,
+    pub cluster: String,
+    #[serde(default)]
+    pub backups: Vec<String>,
+    pub idle_timeout_ms: Option<u64>,
+    pub request_timeout_ms: Option<u64>,
+}
+
+/// A route's `match`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawMatch {
+    pub host: Option<String>,
+    pub path_prefix: Option<String>,
+    pub method: Option<OneOrMany>,
+    pub headers: Option<BTreeMap<String, String>>,
+}
+
+/// A string or an array of strings (`method = "GET"` or `method = ["GET", "POST"]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct OneOrMany(pub Vec<String>);
+
+impl<'de> Deserialize<'de> for OneOrMany {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = OneOrMany;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string or an array of strings")
+            }
+
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<OneOrMany, E> {
+                Ok(OneOrMany(vec![v.to_owned()]))
+            }
+
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<OneOrMany, A::Error> {
+                let mut out = Vec::new();
+                while let Some(s) = seq.next_element::<String>()? {
+                    out.push(s);
+                }
+                Ok(OneOrMany(out))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// `[cluster.NAME]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawCluster {
+    pub algorithm: Option<String>,
+    pub granularity: Option<String>,
+    pub upstream_protocol: Option<String>,
+    pub panic_threshold_percent: Option<u64>,
+    #[serde(default)]
+    pub members: Vec<RawMember>,
+    pub health: Option<RawHealth>,
+    pub outlier: Option<RawOutlier>,
+    pub retry: Option<RawRetry>,
+    pub slow_start: Option<RawSlowStart>,
+    pub locality: Option<RawLocality>,
+    pub hash: Option<RawHash>,
+    pub agent: Option<RawAgent>,
+    pub ewma: Option<RawEwma>,
+    pub session: Option<RawSession>,
+}
+
+/// One of a cluster's `members`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawMember {
+    pub name: String,
+    pub address: String,
+    pub weight: Option<u64>,
+    pub group: Option<String>,
+    pub state: Option<String>,
+}
+
+/// A cluster's `health`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawHealth {
+    pub kind: Option<String>,
+    pub path: Option<String>,
+    pub expect_status: Option<String>,
+    pub interval_ms: Option<u64>,
+    pub timeout_ms: Option<u64>,
+    pub rise: Option<u64>,
+    pub fall: Option<u64>,
+}
+
+/// A cluster's `outlier`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawOutlier {
+    pub consecutive_failures: Option<u64>,
+    pub count_5xx: Option<bool>,
+    pub base_ejection_ms: Option<u64>,
+    pub max_ejection_ms: Option<u64>,
+    pub max_ejected_percent: Option<u64>,
+}
+
+/// A cluster's `retry`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawRetry {
+    pub attempts: Option<u64>,
+    pub per_try_timeout_ms: Option<u64>,
+    pub budget_percent: Option<u64>,
+    pub budget_min_per_sec: Option<u64>,
+}
+
+/// A cluster's `slow_start`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawSlowStart {
+    pub duration_ms: Option<u64>,
+    pub initial_percent: Option<u64>,
+}
+
+/// A cluster's `locality`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawLocality {
+    pub prefer_local: Option<bool>,
+}
+
+/// A cluster's `hash`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawHash {
+    pub table: Option<String>,
+    pub key: Option<String>,
+    pub bounded_load: Option<f64>,
+    pub ring_vnodes: Option<u64>,
+}
+
+/// A cluster's `agent`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawAgent {
+    pub timeout_ms: Option<u64>,
+}
+
+/// A cluster's `ewma`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawEwma {
+    pub decay_ms: Option<u64>,
+    pub default_rtt_ms: Option<u64>,
+    pub failure_penalty_ms: Option<u64>,
+}
+
+/// A cluster's `session`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawSession {
+    pub cookie: Option<String>,
+    pub header: Option<String>,
+    pub idle_timeout_ms: Option<u64>,
+}

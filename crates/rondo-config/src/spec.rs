@@ -1,0 +1,131 @@
+//! The compiled, validated settings that are not part of the balancing model in `rondo-core`:
+//! listeners, this router's identity, the admin API and the naming service.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// What a listener speaks to its clients.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum ListenerProtocol {
+    /// HTTP/1.1; routes may match on host, path, method and headers.
+    #[default]
+    Http,
+    /// Raw TCP; one route, no match conditions.
+    Tcp,
+}
+
+impl ListenerProtocol {
+    /// Every protocol.
+    pub const ALL: [ListenerProtocol; 2] = [ListenerProtocol::Http, ListenerProtocol::Tcp];
+
+    /// The configuration spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ListenerProtocol::Http => "http",
+            ListenerProtocol::Tcp => "tcp",
+        }
+    }
+
+    /// Parses the configuration spelling.
+    pub fn parse(s: &str) -> Option<Self> {
+        ListenerProtocol::ALL.into_iter().find(|p| p.as_str() == s)
+    }
+}
+
+/// A `[[listener]]`: where the router accepts clients.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListenerSpec {
+    /// Unique name; routes refer to it.
+    pub name: String,
+    /// Address to bind.
+    pub listen: SocketAddr,
+    /// What clients speak.
+    pub protocol: ListenerProtocol,
+    /// Connections accepted at once; more wait in the backlog.
+    pub max_connections: u32,
+    /// Time allowed for a request's header to arrive (HTTP only).
+    pub header_read_timeout: Duration,
+    /// Largest request header accepted, bytes (HTTP only).
+    pub max_header_bytes: u32,
+    /// Most header fields accepted (HTTP only).
+    pub max_headers: u32,
+    /// Whether an incoming `X-Forwarded-For` is kept and appended to rather than replaced.
+    pub trust_forwarded_for: bool,
+}
+
+impl ListenerSpec {
+    /// Default `max_connections`.
+    pub const DEFAULT_MAX_CONNECTIONS: u32 = 10_000;
+    /// Default `header_read_timeout_ms`.
+    pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+    /// Default `max_header_bytes`.
+    pub const DEFAULT_MAX_HEADER_BYTES: u32 = 64 * 1024;
+    /// Default `max_headers`.
+    pub const DEFAULT_MAX_HEADERS: u32 = 100;
+}
+
+/// `[router]`: this router's identity.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RouterSpec {
+    /// This router's locality group; `prefer_local` clusters prefer members of this group.
+    pub group: Option<String>,
+}
+
+/// How admin API callers authenticate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AdminToken {
+    /// The bearer token itself (`token`).
+    Inline(String),
+    /// A file holding the token (`token_file`), relative paths resolved against the
+    /// configuration file's directory.
+    File(PathBuf),
+}
+
+/// `[admin]`: the admin HTTP API.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdminSpec {
+    /// Address to bind.
+    pub listen: SocketAddr,
+    /// Required bearer token; `None` when neither `token` nor `token_file` is set.
+    pub token: Option<AdminToken>,
+}
+
+impl AdminSpec {
+    /// Default `listen`.
+    pub const DEFAULT_LISTEN: &str = "127.0.0.1:9900";
+}
+
+/// Where the naming service keeps its registrations.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RegistrySpec {
+    /// In-process, optionally persisted to a snapshot file (relative paths resolved against the
+    /// configuration file's directory).
+    Embedded {
+        /// Snapshot file.
+        snapshot: Option<PathBuf>,
+    },
+    /// An etcd cluster.
+    Etcd {
+        /// `host:port` of each etcd member.
+        endpoints: Vec<String>,
+        /// Key prefix under which rondo keeps its data.
+        prefix: String,
+    },
+}
+
+/// `[naming]`: the naming service.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NamingSpec {
+    /// Address to bind.
+    pub listen: SocketAddr,
+    /// Where registrations live.
+    pub registry: RegistrySpec,
+}
+
+impl NamingSpec {
+    /// Default `listen`.
+    pub const DEFAULT_LISTEN: &str = "127.0.0.1:9901";
+    /// Default `etcd_prefix`.
+    pub const DEFAULT_ETCD_PREFIX: &str = "/rondo";
+}

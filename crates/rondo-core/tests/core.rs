@@ -1,0 +1,11 @@
+//! Integration tests of the pure core: one test binary, one module per concern.
+
+mod core {
+    pub(crate) mod support;
+
+    mod eligibility;
+    mod hashing;
+    mod load_aware;
+    mod orderly;
+    mod state;
+}

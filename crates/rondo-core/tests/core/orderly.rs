@@ -1,0 +1,149 @@
+//! The order-based algorithms: round-robin, random, weighted, rotating, response-time.
+
+use std::time::Duration;
+
+use proptest::prelude::*;
+use rondo_core::{Algorithm, Balancer, Instant, PickRequest, Why};
+
+use super::support::*;
+
+#[test]
+fn round_robin_walks_members_in_order() {
+    let mut b = balancer(Algorithm::RoundRobin, 3);
+    let p = picks(&mut b, 7, Instant::ZERO, &mut rng(1));
+    assert_eq!(p, vec![0, 1, 2, 0, 1, 2, 0]);
+}
+
+#[test]
+fn random_is_uniform_and_replayable() {
+    let mut a = balancer(Algorithm::Random, 4);
+    let mut b = balancer(Algorithm::Random, 4);
+    let pa = picks(&mut a, 4000, Instant::ZERO, &mut rng(7));
+    let pb = picks(&mut b, 4000, Instant::ZERO, &mut rng(7));
+    assert_eq!(pa, pb, "same seed, same decisions");
+    for c in histogram(&pa, 4) {
+        assert!((850..1150).contains(&c), "uniform share, got {c}");
+    }
+}
+
+fn weighted(weights: &[u32]) -> Balancer {
+    let members = weights
+        .iter()
+        .enumerate()
+        .map(|(i, &w)| member(&format!("m{i}"), w, None))
+        .collect();
+    Balancer::new(cluster(Algorithm::Weighted, members), Instant::ZERO)
+}
+
+proptest! {
+    /// Every cycle of sum(weights) picks gives each member exactly its weight, and within a cycle
+    /// no member runs ahead of or behind its ideal share by two picks or more (no bursts).
+    #[test]
+    fn weighted_is_exact_per_cycle_and_smooth(weights in proptest::collection::vec(1u32..=12, 1..10)) {
+        let mut b = weighted(&weights);
+        let total: u32 = weights.iter().sum();
+        let mut r = rng(3);
+        for _cycle in 0..3 {
+            let p = picks(&mut b, total as usize, Instant::ZERO, &mut r);
+            prop_assert_eq!(histogram(&p, weights.len()), weights.iter().map(|&w| w as usize).collect::<Vec<_>>());
+            let mut counts = vec![0f64; weights.len()];
+            for (t, &m) in p.iter().enumerate() {
+                counts[m] += 1.0;
+                for (i, &w) in weights.iter().enumerate() {
+                    let ideal = (t + 1) as f64 * f64::from(w) / f64::from(total);
+                    prop_assert!((counts[i] - ideal).abs() < 2.0,
+                        "member {} at pick {}: {} picks, ideal {:.2}", i, t, counts[i], ideal);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn weighted_glassfish_example_100_200_300() {
+    let mut b = weighted(&[100, 200, 300]);
+    let p = picks(&mut b, 600, Instant::ZERO, &mut rng(1));
+    assert_eq!(histogram(&p, 3), vec![100, 200, 300]);
+    // Smooth: the heaviest member never takes more than two turns in a row.
+    let longest = p.chunk_by(|a, b| a == b).map(<[usize]>::len).max();
+    assert!(longest <= Some(2), "longest run {longest:?}");
+}
+
+#[test]
+fn rotating_randomizes_once_then_rotates_per_context() {
+    let n = 5;
+    let mut b = balancer(Algorithm::Rotating, n);
+    let mut r = rng(11);
+    // Each new context starts one further down the same randomized list: over n contexts every
+    // member is first exactly once.
+    let firsts: Vec<usize> = (0..n)
+        .map(|_| {
+            let c = b.new_context();
+            b.pick(&PickRequest { context: Some(c), ..at(Instant::ZERO) }, &mut r).unwrap().member
+        })
+        .collect();
+    let mut sorted = firsts.clone();
+    sorted.sort_unstable();
+    assert_eq!(sorted, (0..n).collect::<Vec<_>>());
+    // The next n contexts repeat the same rotation: the list was randomized once.
+    let again: Vec<usize> = (0..n)
+        .map(|_| {
+            let c = b.new_context();
+            b.pick(&PickRequest { context: Some(c), ..at(Instant::ZERO) }, &mut r).unwrap().member
+        })
+        .collect();
+    assert_eq!(firsts, again);
+    // A context sticks to its first live member...
+    let ctx = 2;
+    let req = PickRequest { context: Some(ctx), ..at(Instant::ZERO) };
+    let first = b.pick(&req, &mut r).unwrap().member;
+    assert_eq!(b.pick(&req, &mut r).unwrap().member, first);
+    // ...and when it goes down, fails over down the list: to the member the next context starts at.
+    b.set_health(first, false, rondo_core::Actor::HealthCheck, Instant::ZERO);
+    let d = b.pick(&req, &mut r).unwrap();
+    assert_eq!(d.member, firsts[(ctx as usize + 1) % n]);
+    assert!(matches!(d.why, Why::Rotating { skipped: 1, .. }), "{:?}", d.why);
+}
+
+#[test]
+fn rotating_clients_randomize_differently() {
+    let order = |seed| {
+        let mut b = balancer(Algorithm::Rotating, 8);
+        let mut r = rng(seed);
+        (0..8)
+            .map(|_| {
+                let c = b.new_context();
+                b.pick(&PickRequest { context: Some(c), ..at(Instant::ZERO) }, &mut r).unwrap().member
+            })
+            .collect::<Vec<_>>()
+    };
+    let orders: std::collections::HashSet<Vec<usize>> = (0..5).map(order).collect();
+    assert!(orders.len() >= 4, "five clients should not share one order: {orders:?}");
+}
+
+#[test]
+fn response_time_ranks_fastest_first_and_restarts_after_refresh() {
+    let mut b = balancer(Algorithm::ResponseTime, 4);
+    let mut r = rng(1);
+    // Before any probe round: plain round robin.
+    assert_eq!(picks(&mut b, 4, Instant::ZERO, &mut r), vec![0, 1, 2, 3]);
+    let ms = Duration::from_millis;
+    b.record_probe_round(&[(0, Some(ms(30))), (1, Some(ms(10))), (2, None), (3, Some(ms(20)))]);
+    // Fastest first, round robin down the table, back to the top when exhausted; member 2's
+    // probe failed, so it has no place in the table.
+    assert_eq!(picks(&mut b, 7, Instant::ZERO, &mut r), vec![1, 3, 0, 1, 3, 0, 1]);
+    // A new round re-ranks and activation restarts at the top, wherever the cursor was.
+    b.record_probe_round(&[(0, Some(ms(5))), (1, Some(ms(50))), (2, Some(ms(7))), (3, Some(ms(6)))]);
+    assert_eq!(picks(&mut b, 5, Instant::ZERO, &mut r), vec![0, 3, 2, 1, 0]);
+    let d = b.pick(&at(Instant::ZERO), &mut r).unwrap();
+    assert_eq!(d.why, Why::ResponseTime { rank: 1, rtt_us: 6000 });
+}
+
+#[test]
+fn response_time_skips_members_that_are_not_eligible() {
+    let mut b = balancer(Algorithm::ResponseTime, 3);
+    let ms = Duration::from_millis;
+    b.record_probe_round(&[(0, Some(ms(1))), (1, Some(ms(2))), (2, Some(ms(3)))]);
+    b.set_admin(0, rondo_core::AdminState::Draining, rondo_core::Actor::Operator("ops".into()));
+    assert_eq!(picks(&mut b, 4, Instant::ZERO, &mut rng(1)), vec![1, 2, 1, 2]);
+}

@@ -1,0 +1,109 @@
+//! Member state over time: passive ejection, view swaps that keep state, explanations.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rondo_core::{
+    Actor, AdminState, Algorithm, Balancer, ClusterSpec, FailureKind, Instant, Outcome, Policy,
+};
+
+use super::support::*;
+
+fn fail(b: &mut Balancer, m: usize, now: Instant) -> Option<rondo_core::Ejection> {
+    b.begin_request(m);
+    b.end_request(m, now, Outcome::Failure { kind: FailureKind::Connect, latency: Duration::ZERO })
+}
+
+#[test]
+fn consecutive_failures_eject_for_a_growing_time() {
+    let mut b = balancer(Algorithm::RoundRobin, 4);
+    let mut r = rng(1);
+    let t0 = Instant::from_millis(1000);
+    for _ in 0..4 {
+        assert!(fail(&mut b, 2, t0).is_none());
+    }
+    let e = fail(&mut b, 2, t0).expect("fifth failure ejects");
+    assert_eq!((e.member, e.count, e.until), (2, 1, t0 + Duration::from_secs(30)));
+    assert!(!picks(&mut b, 12, t0, &mut r).contains(&2));
+    // Back after the ejection time...
+    let back = t0 + Duration::from_secs(30);
+    assert!(picks(&mut b, 12, back, &mut r).contains(&2));
+    // ...and failing again right away ejects it for twice as long.
+    let e = (0..5).find_map(|_| fail(&mut b, 2, back)).expect("ejected again");
+    assert_eq!((e.count, e.until), (2, back + Duration::from_secs(60)));
+}
+
+#[test]
+fn ejection_respects_the_maximum_ejected_share() {
+    let mut b = balancer(Algorithm::RoundRobin, 4);
+    let t = Instant::from_millis(5);
+    assert!((0..5).find_map(|_| fail(&mut b, 0, t)).is_some());
+    assert!((0..5).find_map(|_| fail(&mut b, 1, t)).is_some());
+    // A third would be 75 % of the cluster, over the 50 % cap.
+    assert!((0..10).find_map(|_| fail(&mut b, 2, t)).is_none());
+}
+
+#[test]
+fn a_successful_answer_resets_the_failure_count() {
+    let mut b = balancer(Algorithm::RoundRobin, 2);
+    for _ in 0..4 {
+        fail(&mut b, 0, Instant::ZERO);
+    }
+    b.begin_request(0);
+    b.end_request(0, Instant::ZERO, Outcome::Success { latency: Duration::from_millis(1) });
+    for _ in 0..4 {
+        assert!(fail(&mut b, 0, Instant::ZERO).is_none());
+    }
+}
+
+#[test]
+fn carry_over_keeps_surviving_members_state_and_slow_starts_newcomers() {
+    let policy = Policy {
+        algorithm: Algorithm::LeastSessions,
+        slow_start: rondo_core::SlowStart { duration: Duration::from_secs(10), initial_percent: 10 },
+        ..Policy::default()
+    };
+    let spec = cluster_with(policy.clone(), named(3));
+    let mut old = Balancer::new(spec, Instant::ZERO);
+    old.open_session(1);
+    old.open_session(1);
+    old.set_health(2, false, Actor::HealthCheck, Instant::ZERO);
+    old.set_admin(0, AdminState::Draining, Actor::Operator("bob".into()));
+
+    // New view: m0 removed, m1 and m2 kept (reordered), m3 added.
+    let mut members = named(4);
+    members.remove(0);
+    members.reverse();
+    let spec = Arc::new(ClusterSpec { members, ..(**old.spec()).clone() });
+    let now = Instant::from_millis(500);
+    let new = Balancer::carry_over(spec, &old, now);
+    let by_name = |n: &str| &new.states()[new.member_index(n).unwrap()];
+    assert_eq!(by_name("m1").load.sessions, 2);
+    assert!(!by_name("m2").healthy);
+    assert_eq!(by_name("m3").up_since, Some(now), "newcomers slow-start");
+    assert_eq!(by_name("m1").up_since, None);
+}
+
+#[test]
+fn explain_lists_candidates_and_the_deciding_numbers() {
+    let mut b = balancer(Algorithm::LeastSessions, 3);
+    b.open_session(0);
+    b.open_session(2);
+    let d = b.pick(&at(Instant::ZERO), &mut rng(1)).unwrap();
+    let e = b.explain(&d, Instant::ZERO, None);
+    assert_eq!(e.chosen, "m1");
+    assert_eq!(e.candidates.len(), 3);
+    assert_eq!(e.candidates[0].sessions, 1);
+    assert_eq!(
+        e.summary,
+        "least-sessions chose m1 among all groups: fewest active per weight: 0 active, weight 100"
+    );
+}
+
+#[test]
+fn no_member_is_a_clear_error() {
+    let spec = cluster(Algorithm::Random, vec![]);
+    let mut b = Balancer::new(spec, Instant::ZERO);
+    let e = b.pick(&at(Instant::ZERO), &mut rng(1)).unwrap_err();
+    assert_eq!(e.to_string(), "cluster c: no eligible member (0 members: 0 active, 0 healthy)");
+}
