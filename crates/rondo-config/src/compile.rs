@@ -47,25 +47,16 @@ const UPSTREAM_PROTOCOLS: [(&str, UpstreamProtocol); 3] = [
 ];
 const HASH_TABLES: [(&str, HashTable); 2] =
     [("ring", HashTable::Ring), ("maglev", HashTable::Maglev)];
-const GRANULARITIES: [Granularity; 3] = [
-    Granularity::Request,
-    Granularity::Session,
-    Granularity::Lookup,
-];
-const ADMIN_STATES: [AdminState; 3] = [
-    AdminState::Active,
-    AdminState::Draining,
-    AdminState::Disabled,
-];
+const GRANULARITIES: [Granularity; 3] =
+    [Granularity::Request, Granularity::Session, Granularity::Lookup];
+const ADMIN_STATES: [AdminState; 3] =
+    [AdminState::Active, AdminState::Draining, AdminState::Disabled];
 const HEALTH_KINDS: [&str; 2] = ["http", "tcp"];
 const REGISTRIES: [&str; 2] = ["embedded", "etcd"];
 
 /// The configuration spelling of an upstream protocol.
 pub fn upstream_protocol_str(p: UpstreamProtocol) -> &'static str {
-    UPSTREAM_PROTOCOLS
-        .iter()
-        .find(|(_, q)| *q == p)
-        .map_or("?", |(s, _)| s)
+    UPSTREAM_PROTOCOLS.iter().find(|(_, q)| *q == p).map_or("?", |(s, _)| s)
 }
 
 /// One semantic problem: where and what.
@@ -87,9 +78,7 @@ fn one_of<'a>(items: impl IntoIterator<Item = &'a str>) -> String {
 
 /// RFC 9110 `token` (header names, methods, cookie names).
 fn is_token(s: &str) -> bool {
-    !s.is_empty()
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+    !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
 }
 
 /// Checks a `host:port` address (host a DNS name, an IPv4 address or a bracketed IPv6 address).
@@ -101,31 +90,21 @@ fn check_host_port(addr: &str) -> Result<(), String> {
         return Err(format!("`{addr}` has no host"));
     }
     if let Some(inner) = host.strip_prefix('[') {
-        let ok = inner
-            .strip_suffix(']')
-            .is_some_and(|ip| ip.parse::<Ipv6Addr>().is_ok());
+        let ok = inner.strip_suffix(']').is_some_and(|ip| ip.parse::<Ipv6Addr>().is_ok());
         if !ok {
-            return Err(format!(
-                "`{host}` in `{addr}` is not a bracketed IPv6 address"
-            ));
+            return Err(format!("`{host}` in `{addr}` is not a bracketed IPv6 address"));
         }
     } else if host.contains(':') {
-        return Err(format!(
-            "IPv6 address in `{addr}` must be in brackets, like `[::1]:80`"
-        ));
+        return Err(format!("an IPv6 address in `{addr}` must be in brackets, like `[::1]:80`"));
     } else if !host
         .bytes()
         .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.' || b == b'_')
     {
-        return Err(format!(
-            "`{host}` in `{addr}` is not a host name or IP address"
-        ));
+        return Err(format!("`{host}` in `{addr}` is not a host name or IP address"));
     }
     match port.parse::<u16>() {
         Ok(p) if p > 0 => Ok(()),
-        _ => Err(format!(
-            "`{port}` in `{addr}` is not a port, expected 1 to 65535"
-        )),
+        _ => Err(format!("`{port}` in `{addr}` is not a port, expected 1 to 65535")),
     }
 }
 
@@ -137,10 +116,7 @@ struct Compiler<'a> {
 
 impl Compiler<'_> {
     fn err(&mut self, path: FieldPath, message: impl Into<String>) {
-        self.problems.push(Problem {
-            path,
-            message: message.into(),
-        });
+        self.problems.push(Problem { path, message: message.into() });
     }
 
     /// An integer field in `min..=max`, else the default.
@@ -203,10 +179,7 @@ impl Compiler<'_> {
         } else if s.chars().any(|c| c.is_whitespace() || c.is_control()) {
             self.err(
                 path,
-                format!(
-                    "{what} name `{}` must not contain white space",
-                    s.escape_debug()
-                ),
+                format!("{what} name `{}` must not contain white space", s.escape_debug()),
             );
         }
     }
@@ -241,10 +214,7 @@ pub(crate) fn compile(
     base_dir: &Path,
     view_id: u64,
 ) -> Result<Config, Vec<Problem>> {
-    let mut c = Compiler {
-        problems: Vec::new(),
-        base_dir,
-    };
+    let mut c = Compiler { problems: Vec::new(), base_dir };
     let root = FieldPath::root();
 
     let router = match &raw.router {
@@ -255,20 +225,14 @@ pub(crate) fn compile(
             {
                 c.err(root.key("router").key("group"), "group must not be empty");
             }
-            RouterSpec {
-                group: r.group.clone(),
-            }
+            RouterSpec { group: r.group.clone() }
         }
     };
     let admin = raw.admin.as_ref().map(|a| compile_admin(&mut c, a));
     let naming = raw.naming.as_ref().map(|n| compile_naming(&mut c, n));
 
-    let listeners: Vec<Option<ListenerSpec>> = raw
-        .listener
-        .iter()
-        .enumerate()
-        .map(|(i, l)| compile_listener(&mut c, i, l))
-        .collect();
+    let listeners: Vec<Option<ListenerSpec>> =
+        raw.listener.iter().enumerate().map(|(i, l)| compile_listener(&mut c, i, l)).collect();
     check_unique_listeners(&mut c, &raw, &listeners, admin.as_ref(), naming.as_ref());
 
     let mut clusters = BTreeMap::new();
@@ -277,12 +241,17 @@ pub(crate) fn compile(
         clusters.insert(name.clone(), Arc::new(spec));
     }
 
-    let protocols: HashMap<&str, ListenerProtocol> = raw
-        .listener
-        .iter()
-        .zip(&listeners)
-        .filter_map(|(r, l)| l.as_ref().map(|l| (r.name.as_str(), l.protocol)))
-        .collect();
+    // Each listener name's protocol (the first listener of a name; duplicates are errors).
+    let mut protocols: HashMap<&str, ListenerProtocol> = HashMap::new();
+    for l in &raw.listener {
+        let proto = match l.protocol.as_deref() {
+            None => Some(ListenerProtocol::default()),
+            Some(s) => ListenerProtocol::parse(s),
+        };
+        if let Some(proto) = proto {
+            protocols.entry(l.name.as_str()).or_insert(proto);
+        }
+    }
     let known_listeners: BTreeSet<&str> = raw.listener.iter().map(|l| l.name.as_str()).collect();
     let mut routes = Vec::with_capacity(raw.route.len());
     let mut route_names: HashMap<String, usize> = HashMap::new();
@@ -292,15 +261,8 @@ pub(crate) fn compile(
         let route = compile_route(&mut c, &path, i, r, &clusters);
         match route_names.get(&route.name) {
             Some(first) => {
-                let p = if r.name.is_some() {
-                    path.key("name")
-                } else {
-                    path.clone()
-                };
-                c.err(
-                    p,
-                    format!("route name `{}` already used by route[{first}]", route.name),
-                );
+                let p = if r.name.is_some() { path.key("name") } else { path.clone() };
+                c.err(p, format!("route name `{}` already used by route[{first}]", route.name));
             }
             None => {
                 route_names.insert(route.name.clone(), i);
@@ -341,11 +303,7 @@ pub(crate) fn compile(
         return Err(c.problems);
     }
     Ok(Config {
-        view: View {
-            id: view_id,
-            routes,
-            clusters,
-        },
+        view: View { id: view_id, routes, clusters },
         listeners: listeners.into_iter().flatten().collect(),
         router,
         admin,
@@ -361,10 +319,7 @@ fn compile_admin(c: &mut Compiler<'_>, a: &RawAdmin) -> AdminSpec {
         .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)));
     let token = match (&a.token, &a.token_file) {
         (Some(_), Some(_)) => {
-            c.err(
-                path.key("token_file"),
-                "set `token` or `token_file`, not both",
-            );
+            c.err(path.key("token_file"), "set `token` or `token_file`, not both");
             None
         }
         (Some(t), None) => {
@@ -388,18 +343,12 @@ fn compile_naming(c: &mut Compiler<'_>, n: &RawNaming) -> NamingSpec {
     let registry = match n.registry.as_deref().unwrap_or("embedded") {
         "embedded" => {
             if n.etcd_endpoints.is_some() {
-                c.err(
-                    path.key("etcd_endpoints"),
-                    "only applies to registry `etcd`",
-                );
+                c.err(path.key("etcd_endpoints"), "only applies to registry `etcd`");
             }
             if n.etcd_prefix.is_some() {
                 c.err(path.key("etcd_prefix"), "only applies to registry `etcd`");
             }
-            let snapshot = n
-                .snapshot
-                .as_deref()
-                .and_then(|s| c.file_path(path.key("snapshot"), s));
+            let snapshot = n.snapshot.as_deref().and_then(|s| c.file_path(path.key("snapshot"), s));
             RegistrySpec::Embedded { snapshot }
         }
         "etcd" => {
@@ -408,35 +357,24 @@ fn compile_naming(c: &mut Compiler<'_>, n: &RawNaming) -> NamingSpec {
             }
             let endpoints = n.etcd_endpoints.clone().unwrap_or_default();
             if endpoints.is_empty() {
-                c.err(
-                    path.key("registry"),
-                    "registry `etcd` needs `etcd_endpoints`",
-                );
+                c.err(path.key("registry"), "registry `etcd` needs `etcd_endpoints`");
             }
             for (i, e) in endpoints.iter().enumerate() {
                 if let Err(msg) = check_host_port(e) {
                     c.err(path.key("etcd_endpoints").index(i), msg);
                 }
             }
-            let prefix = n
-                .etcd_prefix
-                .clone()
-                .unwrap_or_else(|| NamingSpec::DEFAULT_ETCD_PREFIX.to_owned());
+            let prefix =
+                n.etcd_prefix.clone().unwrap_or_else(|| NamingSpec::DEFAULT_ETCD_PREFIX.to_owned());
             if !prefix.starts_with('/') {
-                c.err(
-                    path.key("etcd_prefix"),
-                    format!("`{prefix}` must start with `/`"),
-                );
+                c.err(path.key("etcd_prefix"), format!("`{prefix}` must start with `/`"));
             }
             RegistrySpec::Etcd { endpoints, prefix }
         }
         other => {
             c.err(
                 path.key("registry"),
-                format!(
-                    "unknown registry `{other}`, expected {}",
-                    one_of(REGISTRIES)
-                ),
+                format!("unknown registry `{other}`, expected {}", one_of(REGISTRIES)),
             );
             RegistrySpec::Embedded { snapshot: None }
         }
@@ -477,12 +415,8 @@ fn compile_listener(c: &mut Compiler<'_>, i: usize, l: &RawListener) -> Option<L
         ListenerSpec::DEFAULT_MAX_HEADER_BYTES,
         1,
     );
-    let max_headers = c.u32(
-        path.key("max_headers"),
-        l.max_headers,
-        ListenerSpec::DEFAULT_MAX_HEADERS,
-        1,
-    );
+    let max_headers =
+        c.u32(path.key("max_headers"), l.max_headers, ListenerSpec::DEFAULT_MAX_HEADERS, 1);
     Some(ListenerSpec {
         name: l.name.clone(),
         listen: listen?,
@@ -506,15 +440,16 @@ fn check_unique_listeners(
     let root = FieldPath::root();
     let mut names: HashMap<&str, usize> = HashMap::new();
     for (i, l) in raw.listener.iter().enumerate() {
-        if let Some(first) = names.insert(&l.name, i).filter(|_| !l.name.is_empty()) {
-            names.insert(&l.name, first);
+        if l.name.is_empty() {
+            continue;
+        }
+        if let Some(&first) = names.get(l.name.as_str()) {
             c.err(
                 root.key("listener").index(i).key("name"),
-                format!(
-                    "duplicate listener name `{}`, first used by listener[{first}]",
-                    l.name
-                ),
+                format!("duplicate listener name `{}`, first used by listener[{first}]", l.name),
             );
+        } else {
+            names.insert(&l.name, i);
         }
     }
     let mut addrs: HashMap<SocketAddr, String> = HashMap::new();
@@ -609,10 +544,7 @@ fn compile_match(c: &mut Compiler<'_>, path: &FieldPath, m: Option<&RawMatch>) -
     if let Some(h) = &m.host {
         let bare = h.strip_prefix("*.").unwrap_or(h);
         if bare.is_empty() || bare.contains('*') {
-            c.err(
-                path.key("host"),
-                format!("`{h}` is not a host name or `*.` wildcard"),
-            );
+            c.err(path.key("host"), format!("`{h}` is not a host name or `*.` wildcard"));
         } else if bare.contains(':') && !bare.starts_with('[') {
             c.err(path.key("host"), format!("`{h}` must not include a port"));
         }
@@ -620,10 +552,7 @@ fn compile_match(c: &mut Compiler<'_>, path: &FieldPath, m: Option<&RawMatch>) -
     if let Some(p) = &m.path_prefix
         && !p.starts_with('/')
     {
-        c.err(
-            path.key("path_prefix"),
-            format!("`{p}` must start with `/`"),
-        );
+        c.err(path.key("path_prefix"), format!("`{p}` must start with `/`"));
     }
     let mut methods: Vec<String> = Vec::new();
     if let Some(list) = &m.method {
@@ -655,19 +584,11 @@ fn compile_match(c: &mut Compiler<'_>, path: &FieldPath, m: Option<&RawMatch>) -
         if !is_token(name) {
             c.err(p, format!("`{name}` is not a header name"));
         } else if headers.iter().any(|(n, _)| *n == lower) {
-            c.err(
-                p,
-                format!("header `{lower}` is listed twice (names are case-insensitive)"),
-            );
+            c.err(p, format!("header `{lower}` is listed twice (names are case-insensitive)"));
         }
         headers.push((lower, value.clone()));
     }
-    RouteMatch {
-        host: m.host.clone(),
-        path_prefix: m.path_prefix.clone(),
-        methods,
-        headers,
-    }
+    RouteMatch { host: m.host.clone(), path_prefix: m.path_prefix.clone(), methods, headers }
 }
 
 /// What a route may do given its listener's protocol.
@@ -706,13 +627,8 @@ fn check_route_protocol(
             );
         }
     }
-    let targets = std::iter::once((path.key("cluster"), &route.cluster)).chain(
-        route
-            .backups
-            .iter()
-            .enumerate()
-            .map(|(j, b)| (path.key("backups").index(j), b)),
-    );
+    let targets = std::iter::once((path.key("cluster"), &route.cluster))
+        .chain(route.backups.iter().enumerate().map(|(j, b)| (path.key("backups").index(j), b)));
     for (p, name) in targets {
         let Some(cluster) = clusters.get(name) else {
             continue;
@@ -768,18 +684,16 @@ fn compile_cluster(c: &mut Compiler<'_>, name: &str, rc: &RawCluster) -> Cluster
     };
     let upstream_protocol = match rc.upstream_protocol.as_deref() {
         None => UpstreamProtocol::default(),
-        Some(s) => UPSTREAM_PROTOCOLS
-            .iter()
-            .find(|(n, _)| *n == s)
-            .map(|(_, p)| *p)
-            .unwrap_or_else(|| {
+        Some(s) => {
+            UPSTREAM_PROTOCOLS.iter().find(|(n, _)| *n == s).map(|(_, p)| *p).unwrap_or_else(|| {
                 let all = UPSTREAM_PROTOCOLS.map(|(n, _)| n);
                 c.err(
                     path.key("upstream_protocol"),
                     format!("unknown upstream_protocol `{s}`, expected {}", one_of(all)),
                 );
                 UpstreamProtocol::default()
-            }),
+            })
+        }
     };
     let panic_threshold_percent = c.percent(
         path.key("panic_threshold_percent"),
@@ -789,28 +703,15 @@ fn compile_cluster(c: &mut Compiler<'_>, name: &str, rc: &RawCluster) -> Cluster
     );
 
     let members = compile_members(c, &path.key("members"), &rc.members);
-    let health = rc
-        .health
-        .as_ref()
-        .map(|h| compile_health(c, &path.key("health"), h));
+    let health = rc.health.as_ref().map(|h| compile_health(c, &path.key("health"), h));
 
     let outlier = match &rc.outlier {
         None => d.outlier.clone(),
         Some(o) => {
             let p = path.key("outlier");
             let od = OutlierDetection::default();
-            let base = c.ms(
-                p.key("base_ejection_ms"),
-                o.base_ejection_ms,
-                od.base_ejection,
-                false,
-            );
-            let max = c.ms(
-                p.key("max_ejection_ms"),
-                o.max_ejection_ms,
-                od.max_ejection,
-                false,
-            );
+            let base = c.ms(p.key("base_ejection_ms"), o.base_ejection_ms, od.base_ejection, false);
+            let max = c.ms(p.key("max_ejection_ms"), o.max_ejection_ms, od.max_ejection, false);
             if max < base {
                 let at = if o.max_ejection_ms.is_some() {
                     "max_ejection_ms"
@@ -892,9 +793,9 @@ fn compile_cluster(c: &mut Compiler<'_>, name: &str, rc: &RawCluster) -> Cluster
 
     let locality = match &rc.locality {
         None => d.locality,
-        Some(l) => Locality {
-            prefer_local: l.prefer_local.unwrap_or(Locality::default().prefer_local),
-        },
+        Some(l) => {
+            Locality { prefer_local: l.prefer_local.unwrap_or(Locality::default().prefer_local) }
+        }
     };
 
     let hash = match &rc.hash {
@@ -907,12 +808,7 @@ fn compile_cluster(c: &mut Compiler<'_>, name: &str, rc: &RawCluster) -> Cluster
         Some(a) => {
             let ad = AgentPolicy::default();
             AgentPolicy {
-                timeout: c.ms(
-                    path.key("agent").key("timeout_ms"),
-                    a.timeout_ms,
-                    ad.timeout,
-                    false,
-                ),
+                timeout: c.ms(path.key("agent").key("timeout_ms"), a.timeout_ms, ad.timeout, false),
             }
         }
     };
@@ -924,12 +820,7 @@ fn compile_cluster(c: &mut Compiler<'_>, name: &str, rc: &RawCluster) -> Cluster
             let ed = EwmaPolicy::default();
             EwmaPolicy {
                 decay: c.ms(p.key("decay_ms"), e.decay_ms, ed.decay, false),
-                default_rtt: c.ms(
-                    p.key("default_rtt_ms"),
-                    e.default_rtt_ms,
-                    ed.default_rtt,
-                    true,
-                ),
+                default_rtt: c.ms(p.key("default_rtt_ms"), e.default_rtt_ms, ed.default_rtt, true),
                 failure_penalty: c.ms(
                     p.key("failure_penalty_ms"),
                     e.failure_penalty_ms,
@@ -1000,10 +891,7 @@ fn compile_members(c: &mut Compiler<'_>, path: &FieldPath, raw: &[RawMember]) ->
             Some(first) if !m.name.is_empty() => {
                 c.err(
                     p.key("name"),
-                    format!(
-                        "duplicate member name `{}`, first used by members[{first}]",
-                        m.name
-                    ),
+                    format!("duplicate member name `{}`, first used by members[{first}]", m.name),
                 );
             }
             _ => {
@@ -1038,10 +926,7 @@ fn compile_members(c: &mut Compiler<'_>, path: &FieldPath, raw: &[RawMember]) ->
             None => AdminState::default(),
             Some(s) => AdminState::parse(s).unwrap_or_else(|| {
                 let all = ADMIN_STATES.map(AdminState::as_str);
-                c.err(
-                    p.key("state"),
-                    format!("unknown state `{s}`, expected {}", one_of(all)),
-                );
+                c.err(p.key("state"), format!("unknown state `{s}`, expected {}", one_of(all)));
                 AdminState::default()
             }),
         };
@@ -1072,9 +957,7 @@ fn parse_status_range(s: &str) -> Result<(u16, u16), String> {
         }
     };
     if lo > hi {
-        return Err(format!(
-            "`{s}` is an empty range: {lo} is greater than {hi}"
-        ));
+        return Err(format!("`{s}` is an empty range: {lo} is greater than {hi}"));
     }
     Ok((lo, hi))
 }
@@ -1086,15 +969,11 @@ fn compile_health(c: &mut Compiler<'_>, path: &FieldPath, h: &RawHealth) -> Heal
         None => http_fields,
         Some("http") => true,
         Some("tcp") => {
-            for (field, set) in [
-                ("path", h.path.is_some()),
-                ("expect_status", h.expect_status.is_some()),
-            ] {
+            for (field, set) in
+                [("path", h.path.is_some()), ("expect_status", h.expect_status.is_some())]
+            {
                 if set {
-                    c.err(
-                        path.key(field),
-                        "only applies to health checks of kind `http`",
-                    );
+                    c.err(path.key(field), "only applies to health checks of kind `http`");
                 }
             }
             false
@@ -1102,19 +981,13 @@ fn compile_health(c: &mut Compiler<'_>, path: &FieldPath, h: &RawHealth) -> Heal
         Some(other) => {
             c.err(
                 path.key("kind"),
-                format!(
-                    "unknown health check kind `{other}`, expected {}",
-                    one_of(HEALTH_KINDS)
-                ),
+                format!("unknown health check kind `{other}`, expected {}", one_of(HEALTH_KINDS)),
             );
             http_fields
         }
     };
     let kind = if is_http {
-        let p = h
-            .path
-            .clone()
-            .unwrap_or_else(|| DEFAULT_HEALTH_PATH.to_owned());
+        let p = h.path.clone().unwrap_or_else(|| DEFAULT_HEALTH_PATH.to_owned());
         if !p.starts_with('/') {
             c.err(path.key("path"), format!("`{p}` must start with `/`"));
         }
@@ -1126,11 +999,7 @@ fn compile_health(c: &mut Compiler<'_>, path: &FieldPath, h: &RawHealth) -> Heal
                 DEFAULT_EXPECT_STATUS
             }
         };
-        HealthCheckKind::Http {
-            path: p,
-            expect_min,
-            expect_max,
-        }
+        HealthCheckKind::Http { path: p, expect_min, expect_max }
     } else {
         HealthCheckKind::Tcp
     };
@@ -1152,18 +1021,16 @@ fn compile_hash(
     let hd = HashPolicy::default();
     let table = match h.table.as_deref() {
         None => hd.table,
-        Some(s) => HASH_TABLES
-            .iter()
-            .find(|(n, _)| *n == s)
-            .map(|(_, t)| *t)
-            .unwrap_or_else(|| {
+        Some(s) => {
+            HASH_TABLES.iter().find(|(n, _)| *n == s).map(|(_, t)| *t).unwrap_or_else(|| {
                 let all = HASH_TABLES.map(|(n, _)| n);
                 c.err(
                     path.key("table"),
                     format!("unknown hash table `{s}`, expected {}", one_of(all)),
                 );
                 hd.table
-            }),
+            })
+        }
     };
     let key = match h.key.as_deref() {
         None => hd.key.clone(),
@@ -1203,13 +1070,10 @@ fn compile_hash(
     };
     let bounded_load = match h.bounded_load {
         None => hd.bounded_load,
-        Some(x) if x == 0.0 => None,
+        Some(0.0) => None,
         Some(x) if x.is_finite() && x >= 1.0 => Some(x),
         Some(x) => {
-            c.err(
-                path.key("bounded_load"),
-                format!("must be 0 (off) or at least 1.0, got {x}"),
-            );
+            c.err(path.key("bounded_load"), format!("must be 0 (off) or at least 1.0, got {x}"));
             hd.bounded_load
         }
     };

@@ -145,10 +145,7 @@ mod tests {
             field: "route[0].cluster".into(),
             message: "unknown cluster `x`".into(),
         };
-        assert_eq!(
-            e.to_string(),
-            "rondo.toml:3:7: field `route[0].cluster`: unknown cluster `x`"
-        );
+        assert_eq!(e.to_string(), "rondo.toml:3:7: field `route[0].cluster`: unknown cluster `x`");
         e.field.clear();
         assert_eq!(e.to_string(), "rondo.toml:3:7: unknown cluster `x`");
     }

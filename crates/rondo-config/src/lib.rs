@@ -51,11 +51,7 @@ impl Config {
     /// One line, e.g. `2 listeners, 3 routes, 4 clusters, 12 members, view 1`.
     pub fn summary(&self) -> String {
         fn count(n: usize, one: &str) -> String {
-            if n == 1 {
-                format!("1 {one}")
-            } else {
-                format!("{n} {one}s")
-            }
+            if n == 1 { format!("1 {one}") } else { format!("{n} {one}s") }
         }
         let members: usize = self.view.clusters.values().map(|c| c.members.len()).sum();
         format!(
@@ -75,10 +71,7 @@ impl Config {
 pub fn load_file(path: &Path, view_id: u64) -> Result<Config, ConfigErrors> {
     match std::fs::read_to_string(path) {
         Ok(text) => parse_str(&text, path, view_id),
-        Err(e) => Err(ConfigErrors::whole_file(
-            path,
-            format!("cannot read config file: {e}"),
-        )),
+        Err(e) => Err(ConfigErrors::whole_file(path, format!("cannot read config file: {e}"))),
     }
 }
 
@@ -90,13 +83,7 @@ pub fn parse_str(text: &str, file: &Path, view_id: u64) -> Result<Config, Config
     let table = doc.as_ref().map(|d| d.as_table());
     let error_at = |span: Option<std::ops::Range<usize>>, field: String, message: String| {
         let (line, column) = span.map_or((1, 1), |s| line_column(text, s.start));
-        ConfigError {
-            file: file.to_path_buf(),
-            line,
-            column,
-            field,
-            message,
-        }
+        ConfigError { file: file.to_path_buf(), line, column, field, message }
     };
 
     let raw: raw::RawConfig = match toml::from_str(text) {
@@ -108,9 +95,8 @@ pub fn parse_str(text: &str, file: &Path, view_id: u64) -> Result<Config, Config
                 (Some(t), Some(s)) => path_at(t, s.start),
                 _ => None,
             };
-            if let Some(missing) = message
-                .strip_prefix("missing field `")
-                .and_then(|m| m.strip_suffix('`'))
+            if let Some(missing) =
+                message.strip_prefix("missing field `").and_then(|m| m.strip_suffix('`'))
             {
                 path = Some(path.unwrap_or_else(FieldPath::root).key(missing));
             }
@@ -121,9 +107,7 @@ pub fn parse_str(text: &str, file: &Path, view_id: u64) -> Result<Config, Config
                 message = format!("duplicate key `{key}`");
             }
             let field = path.map(|p| p.to_string()).unwrap_or_default();
-            return Err(ConfigErrors {
-                errors: vec![error_at(span, field, message)],
-            });
+            return Err(ConfigErrors { errors: vec![error_at(span, field, message)] });
         }
     };
 

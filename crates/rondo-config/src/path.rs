@@ -44,10 +44,7 @@ impl FieldPath {
 }
 
 fn is_bare(key: &str) -> bool {
-    !key.is_empty()
-        && key
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    !key.is_empty() && key.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
 impl fmt::Display for FieldPath {
@@ -109,21 +106,17 @@ impl<'a> Node<'a> {
                 .filter_map(|(k, _)| t.get_key_value(k))
                 .map(|(key, item)| (Seg::Key(key.get().to_owned()), key.span(), Node::Item(item)))
                 .collect(),
-            Node::Item(Item::ArrayOfTables(a)) => a
-                .iter()
-                .enumerate()
-                .map(|(i, t)| (Seg::Index(i), None, Node::Table(t)))
-                .collect(),
+            Node::Item(Item::ArrayOfTables(a)) => {
+                a.iter().enumerate().map(|(i, t)| (Seg::Index(i), None, Node::Table(t))).collect()
+            }
             Node::Value(Value::InlineTable(t)) => t
                 .iter()
                 .filter_map(|(k, _)| t.get_key_value(k))
                 .map(|(key, item)| (Seg::Key(key.get().to_owned()), key.span(), Node::Item(item)))
                 .collect(),
-            Node::Value(Value::Array(a)) => a
-                .iter()
-                .enumerate()
-                .map(|(i, v)| (Seg::Index(i), None, Node::Value(v)))
-                .collect(),
+            Node::Value(Value::Array(a)) => {
+                a.iter().enumerate().map(|(i, v)| (Seg::Index(i), None, Node::Value(v))).collect()
+            }
             _ => Vec::new(),
         }
     }
@@ -131,15 +124,15 @@ impl<'a> Node<'a> {
     /// The child under `seg` and the span of its key, if any.
     fn child(self, seg: &Seg) -> Option<(Node<'a>, Option<Range<usize>>)> {
         match (self.normalize(), seg) {
-            (Node::Table(t), Seg::Key(k)) => t
-                .get_key_value(k)
-                .map(|(key, item)| (Node::Item(item), key.span())),
+            (Node::Table(t), Seg::Key(k)) => {
+                t.get_key_value(k).map(|(key, item)| (Node::Item(item), key.span()))
+            }
             (Node::Item(Item::ArrayOfTables(a)), Seg::Index(i)) => {
                 a.get(*i).map(|t| (Node::Table(t), None))
             }
-            (Node::Value(Value::InlineTable(t)), Seg::Key(k)) => t
-                .get_key_value(k)
-                .map(|(key, item)| (Node::Item(item), key.span())),
+            (Node::Value(Value::InlineTable(t)), Seg::Key(k)) => {
+                t.get_key_value(k).map(|(key, item)| (Node::Item(item), key.span()))
+            }
             (Node::Value(Value::Array(a)), Seg::Index(i)) => {
                 a.get(*i).map(|v| (Node::Value(v), None))
             }
@@ -165,19 +158,31 @@ pub(crate) fn span_of(doc: &Table, path: &FieldPath) -> Option<Range<usize>> {
     best
 }
 
-/// The deepest field path whose own text (key, value, or table header) contains byte `offset`.
+/// The field path whose own text (key, value, or table header) most narrowly contains byte
+/// `offset`; among equally narrow ones the deepest (an `[[x]]` header is both `x` and `x[N]`).
 pub(crate) fn path_at(doc: &Table, offset: usize) -> Option<FieldPath> {
-    fn contains(span: &Option<Range<usize>>, offset: usize) -> bool {
-        span.as_ref()
-            .is_some_and(|s| s.start <= offset && (offset < s.end || s.start == s.end))
+    /// Length of `span` when it contains `offset`.
+    fn within(span: Option<Range<usize>>, offset: usize) -> Option<usize> {
+        span.filter(|s| s.start <= offset && (offset < s.end || s.start == s.end)).map(|s| s.len())
     }
-    fn walk(node: Node<'_>, path: &mut FieldPath, offset: usize, best: &mut Option<FieldPath>) {
+    fn walk(
+        node: Node<'_>,
+        path: &mut FieldPath,
+        offset: usize,
+        best: &mut Option<(usize, FieldPath)>,
+    ) {
         for (seg, key_span, child) in node.children() {
             path.0.push(seg);
-            if (contains(&key_span, offset) || contains(&child.span(), offset))
-                && best.as_ref().is_none_or(|b| b.0.len() < path.0.len())
+            let narrowest = [within(key_span, offset), within(child.span(), offset)]
+                .into_iter()
+                .flatten()
+                .min();
+            if let Some(len) = narrowest
+                && best
+                    .as_ref()
+                    .is_none_or(|(l, b)| len < *l || (len == *l && b.0.len() < path.0.len()))
             {
-                *best = Some(path.clone());
+                *best = Some((len, path.clone()));
             }
             walk(child, path, offset, best);
             path.0.pop();
@@ -185,7 +190,7 @@ pub(crate) fn path_at(doc: &Table, offset: usize) -> Option<FieldPath> {
     }
     let mut best = None;
     walk(Node::Table(doc), &mut FieldPath::root(), offset, &mut best);
-    best
+    best.map(|(_, p)| p)
 }
 
 #[cfg(test)]
@@ -202,19 +207,10 @@ mod tests {
 
     #[test]
     fn display() {
-        let p = FieldPath::root()
-            .key("cluster")
-            .key("a.b")
-            .key("members")
-            .index(1)
-            .key("weight");
+        let p = FieldPath::root().key("cluster").key("a.b").key("members").index(1).key("weight");
         assert_eq!(p.to_string(), r#"cluster."a.b".members[1].weight"#);
         assert_eq!(
-            FieldPath::root()
-                .key("route")
-                .index(0)
-                .key("cluster")
-                .to_string(),
+            FieldPath::root().key("route").index(0).key("cluster").to_string(),
             "route[0].cluster"
         );
     }
@@ -229,24 +225,14 @@ mod tests {
         assert_eq!(&text[s], "\"x\"");
         let s = span_of(
             t,
-            &FieldPath::root()
-                .key("cluster")
-                .key("c")
-                .key("members")
-                .index(0)
-                .key("weight"),
+            &FieldPath::root().key("cluster").key("c").key("members").index(0).key("weight"),
         )
         .unwrap();
         assert_eq!(&text[s], "0");
         // Absent field: the nearest present ancestor (the inline table).
         let s = span_of(
             t,
-            &FieldPath::root()
-                .key("cluster")
-                .key("c")
-                .key("members")
-                .index(0)
-                .key("group"),
+            &FieldPath::root().key("cluster").key("c").key("members").index(0).key("group"),
         )
         .unwrap();
         assert_eq!(&text[s], "{ name = \"m\", weight = 0 }");
@@ -261,22 +247,14 @@ mod tests {
         let d = doc(text);
         let t = d.as_table();
         let at = |needle: &str| path_at(t, text.find(needle).unwrap());
-        assert_eq!(
-            at("[[route]]"),
-            Some(path(&[Seg::Key("route".into()), Seg::Index(0)]))
-        );
+        assert_eq!(at("[[route]]"), Some(path(&[Seg::Key("route".into()), Seg::Index(0)])));
         assert_eq!(
             at("\"x\""),
-            Some(path(&[
-                Seg::Key("route".into()),
-                Seg::Index(0),
-                Seg::Key("cluster".into())
-            ]))
+            Some(path(&[Seg::Key("route".into()), Seg::Index(0), Seg::Key("cluster".into())]))
         );
-        assert_eq!(
-            at("wieght").unwrap().to_string(),
-            "cluster.c.members[0].wieght"
-        );
+        assert_eq!(at("wieght").unwrap().to_string(), "cluster.c.members[0].wieght");
         assert_eq!(at("[cluster.c]").unwrap().to_string(), "cluster.c");
+        // The key itself is narrower than the header it sits in.
+        assert_eq!(at("cluster.c]").unwrap().to_string(), "cluster");
     }
 }

@@ -7,12 +7,13 @@ use std::fmt;
 use crate::model::Algorithm;
 
 /// Which members a pick chose among.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum Scope {
     /// Healthy active members of the caller's locality group.
-    Local(String),
+    Local,
     /// Healthy active members of every group (no group given, none preferred, or the local group
     /// has no healthy member: spill).
+    #[default]
     All,
     /// Panic mode: too few healthy members, so every active member regardless of health.
     Panic {
@@ -26,7 +27,7 @@ pub enum Scope {
 impl fmt::Display for Scope {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Scope::Local(g) => write!(f, "local group {g}"),
+            Scope::Local => f.write_str("the local group"),
             Scope::All => f.write_str("all groups"),
             Scope::Panic { healthy, active } => {
                 write!(f, "panic: {healthy} of {active} active members healthy, balancing over all")
@@ -181,11 +182,18 @@ pub struct CandidateInfo {
 impl fmt::Display for Why {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match *self {
-            Why::RoundRobin { position, of } => write!(f, "next in order: position {position} of {of}"),
+            Why::RoundRobin { position, of } => {
+                write!(f, "next in order: position {position} of {of}")
+            }
             Why::Random { of } => write!(f, "uniform random among {of}"),
-            Why::Weighted { weight, total } => write!(f, "smooth weighted turn: weight {weight} of {total}"),
+            Why::Weighted { weight, total } => {
+                write!(f, "smooth weighted turn: weight {weight} of {total}")
+            }
             Why::Rotating { context, skipped } => {
-                write!(f, "context {context}: first live member of the rotated list ({skipped} skipped)")
+                write!(
+                    f,
+                    "context {context}: first live member of the rotated list ({skipped} skipped)"
+                )
             }
             Why::ResponseTime { rank, rtt_us } => {
                 write!(f, "rank {rank} in the response-time table (probe {rtt_us} us)")
@@ -195,7 +203,9 @@ impl fmt::Display for Why {
                 write!(f, "fewest active per weight: {active} active, weight {weight}")
             }
             Why::LeastCpu { cpu_percent } => write!(f, "lowest reported cpu: {cpu_percent:.1}%"),
-            Why::MostFreeMemory { free_mib } => write!(f, "most reported free memory: {free_mib} MiB"),
+            Why::MostFreeMemory { free_mib } => {
+                write!(f, "most reported free memory: {free_mib} MiB")
+            }
             Why::AgentFallback { missing, active } => write!(
                 f,
                 "{missing} candidate(s) without a fresh agent report: fell back to least-sessions ({active} active)"
@@ -207,7 +217,10 @@ impl fmt::Display for Why {
             Why::P2cExplore => f.write_str("exploration pick (uniform) so no member starves"),
             Why::Only => f.write_str("only candidate"),
             Why::Hash { key, skipped } => {
-                write!(f, "consistent hash of key {key:#018x}, {skipped} member(s) at load cap skipped")
+                write!(
+                    f,
+                    "consistent hash of key {key:#018x}, {skipped} member(s) at load cap skipped"
+                )
             }
             Why::HashNoKey => f.write_str("no hash key in the request: random"),
             Why::Failover { from, slow_start: true } => {

@@ -37,12 +37,6 @@ pub(crate) struct Candidates {
     pub(crate) total_weight: u64,
 }
 
-impl Default for Scope {
-    fn default() -> Self {
-        Scope::All
-    }
-}
-
 impl Candidates {
     pub(crate) fn is_current(&self, generation: u64, now: Instant, group: Option<&str>) -> bool {
         self.generation == generation && now < self.valid_until && self.group.as_deref() == group
@@ -69,7 +63,8 @@ impl Candidates {
             if let Some(r) = st.load.agent
                 && r.is_fresh(now, policy.agent.timeout)
             {
-                valid_until = valid_until.min(r.at + policy.agent.timeout + std::time::Duration::from_nanos(1));
+                valid_until = valid_until
+                    .min(r.at + policy.agent.timeout + std::time::Duration::from_nanos(1));
             }
             if st.admin != AdminState::Active {
                 continue;
@@ -88,7 +83,7 @@ impl Candidates {
         let scope = if panic {
             Scope::Panic { healthy: healthy_active, active }
         } else if local {
-            Scope::Local(group.unwrap_or_default().to_owned())
+            Scope::Local
         } else {
             Scope::All
         };

@@ -92,11 +92,8 @@ impl Balancer {
     /// A balancer for a cluster coming up with the process: members start healthy at full
     /// weight (no slow start at boot, as in HAProxy).
     pub fn new(spec: Arc<ClusterSpec>, now: Instant) -> Self {
-        let states = spec
-            .members
-            .iter()
-            .map(|m| MemberState::new(m.admin, &spec.policy, now))
-            .collect();
+        let states =
+            spec.members.iter().map(|m| MemberState::new(m.admin, &spec.policy, now)).collect();
         Self::with_states(spec, states)
     }
 
@@ -205,7 +202,7 @@ impl Balancer {
         };
         self.seq += 1;
         self.states[member].last_pick = self.seq;
-        self.algo.picked(&self.cands, &self.states, member);
+        self.algo.picked(&self.cands, member);
         Ok(Decision {
             member,
             algorithm: self.spec.policy.algorithm,
@@ -223,16 +220,17 @@ impl Balancer {
 
     /// Whether a sticky session may stay on `member`.
     pub fn can_keep_session(&self, member: usize, now: Instant) -> bool {
-        self.states
-            .get(member)
-            .is_some_and(|s| s.can_keep_session(now, &self.spec.policy))
+        self.states.get(member).is_some_and(|s| s.can_keep_session(now, &self.spec.policy))
     }
 
     /// Only algorithms that ignore weights are gated; weight-aware ones ramp the weight itself.
     fn slow_start_holds_back(&self, member: usize, now: Instant, rng: &mut dyn Entropy) -> bool {
         let gated = matches!(
             self.spec.policy.algorithm,
-            Algorithm::RoundRobin | Algorithm::Random | Algorithm::Rotating | Algorithm::ResponseTime
+            Algorithm::RoundRobin
+                | Algorithm::Random
+                | Algorithm::Rotating
+                | Algorithm::ResponseTime
         );
         if !gated {
             return false;
@@ -279,7 +277,12 @@ impl Balancer {
 
     /// A request to `member` ended. Returns an ejection when passive outlier detection just
     /// ejected the member.
-    pub fn end_request(&mut self, member: usize, now: Instant, outcome: Outcome) -> Option<Ejection> {
+    pub fn end_request(
+        &mut self,
+        member: usize,
+        now: Instant,
+        outcome: Outcome,
+    ) -> Option<Ejection> {
         let policy = &self.spec.policy;
         let st = &mut self.states[member];
         st.load.in_flight = st.load.in_flight.saturating_sub(1);
@@ -319,11 +322,8 @@ impl Balancer {
     /// Ejects `member` unless that would push the ejected share over the cap.
     fn try_eject(&mut self, member: usize, now: Instant) -> Option<Ejection> {
         let od = &self.spec.policy.outlier;
-        let ejected = self
-            .states
-            .iter()
-            .filter(|s| s.ejected_until.is_some_and(|u| now < u))
-            .count();
+        let ejected =
+            self.states.iter().filter(|s| s.ejected_until.is_some_and(|u| now < u)).count();
         if (ejected + 1) * 100 > usize::from(od.max_ejected_percent) * self.states.len() {
             return None;
         }
@@ -404,7 +404,12 @@ impl Balancer {
     }
 
     /// Expands a decision with every current candidate's numbers.
-    pub fn explain(&mut self, decision: &Decision, now: Instant, group: Option<&str>) -> Explanation {
+    pub fn explain(
+        &mut self,
+        decision: &Decision,
+        now: Instant,
+        group: Option<&str>,
+    ) -> Explanation {
         self.refresh(now, group);
         let policy = &self.spec.policy;
         let candidates = self
@@ -428,12 +433,8 @@ impl Balancer {
                 }
             })
             .collect();
-        let chosen = self
-            .spec
-            .members
-            .get(decision.member)
-            .map(|m| m.name.clone())
-            .unwrap_or_default();
+        let chosen =
+            self.spec.members.get(decision.member).map(|m| m.name.clone()).unwrap_or_default();
         let summary = format!(
             "{} chose {chosen} among {}: {}",
             decision.algorithm, decision.scope, decision.why

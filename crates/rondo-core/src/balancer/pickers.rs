@@ -5,6 +5,7 @@
 use std::cmp::Ordering;
 
 use crate::explain::Why;
+use crate::load::inverse_nanos;
 use crate::member::MemberState;
 use crate::model::{Algorithm, ClusterSpec, Policy};
 use crate::rng::Entropy;
@@ -16,6 +17,9 @@ use super::{NONE, PickRequest};
 
 /// Fixed-point scale of the smooth-weighted phases.
 const PHASE_SCALE: u64 = 1 << 16;
+/// `weighted` precomputes its whole cycle when the gcd-reduced weights sum to at most this many
+/// picks (4 MiB of schedule); beyond it, it walks the tree live.
+const SCHEDULE_MAX: u64 = 1 << 20;
 /// One pick in this many is uniform in `p2c-ewma`: the exploration floor.
 const P2C_EXPLORE_ONE_IN: usize = 100;
 
@@ -27,7 +31,9 @@ pub(crate) struct AlgoState {
 
 #[derive(Debug)]
 enum Kind {
-    RoundRobin { cursor: usize },
+    RoundRobin {
+        cursor: usize,
+    },
     Random,
     /// Smooth weighted round robin as a priority order: slot `s`'s next turn falls at virtual
     /// time `(picks_s + phase_s) / weight_s` with `phase_s` in `(0, 1]`. In every unit of virtual
@@ -35,17 +41,33 @@ enum Kind {
     /// honours the weights exactly, and turns are spread evenly within the cycle (no bursts):
     /// nginx's smooth WRR property, but O(log n) per pick instead of nginx's O(n) scan.
     /// Phases differ per member (golden-ratio spacing) so equal-weight members interleave
-    /// instead of all falling due at once.
-    Weighted { tree: MinTree, picks: Vec<u64>, phase: Vec<u64> },
-    Rotating { order: Vec<u32> },
-    ResponseTime { ranked: Vec<u32>, cursor: usize, rr: usize },
+    /// instead of all falling due at once. The cycle is precomputed into `schedule` when it is
+    /// short enough, making a pick one array read.
+    Weighted {
+        tree: MinTree<WeightedKey>,
+        schedule: Vec<u32>,
+        cursor: usize,
+    },
+    Rotating {
+        order: Vec<u32>,
+    },
+    ResponseTime {
+        ranked: Vec<u32>,
+        cursor: usize,
+        rr: usize,
+    },
     /// Fewest active per unit of weight; among equals, a weighted turn (`(picks + 1) / weight`)
     /// so that sequential traffic (everyone at zero) still follows the weights.
-    LeastSessions { tree: MinTree, picks: Vec<u64> },
+    LeastSessions {
+        tree: MinTree<u128>,
+        meta: Vec<LeastKey>,
+    },
     LeastCpu,
     MostFreeMemory,
     P2c,
-    Hash { table: Option<Table> },
+    Hash {
+        table: Option<Table>,
+    },
 }
 
 impl AlgoState {
@@ -54,14 +76,12 @@ impl AlgoState {
             Algorithm::RoundRobin => Kind::RoundRobin { cursor: 0 },
             Algorithm::Random => Kind::Random,
             Algorithm::Weighted => {
-                Kind::Weighted { tree: MinTree::default(), picks: Vec::new(), phase: Vec::new() }
+                Kind::Weighted { tree: MinTree::default(), schedule: Vec::new(), cursor: 0 }
             }
             Algorithm::Rotating => Kind::Rotating { order: Vec::new() },
-            Algorithm::ResponseTime => {
-                Kind::ResponseTime { ranked: Vec::new(), cursor: 0, rr: 0 }
-            }
+            Algorithm::ResponseTime => Kind::ResponseTime { ranked: Vec::new(), cursor: 0, rr: 0 },
             Algorithm::LeastSessions => {
-                Kind::LeastSessions { tree: MinTree::default(), picks: Vec::new() }
+                Kind::LeastSessions { tree: MinTree::default(), meta: Vec::new() }
             }
             Algorithm::LeastCpu => Kind::LeastCpu,
             Algorithm::MostFreeMemory => Kind::MostFreeMemory,
@@ -76,22 +96,52 @@ impl AlgoState {
     }
 
     /// Rebuilds indexes over a changed candidate set.
-    pub(crate) fn rebuild(&mut self, spec: &ClusterSpec, cands: &Candidates, states: &[MemberState]) {
+    pub(crate) fn rebuild(
+        &mut self,
+        spec: &ClusterSpec,
+        cands: &Candidates,
+        states: &[MemberState],
+    ) {
         self.built = true;
-        let n = cands.slots.len();
         match &mut self.kind {
-            Kind::Weighted { tree, picks, phase } => {
-                *picks = vec![0; n];
-                *phase = cands
+            Kind::Weighted { tree, schedule, cursor } => {
+                let divisor = cands.eff_weight.iter().copied().fold(0, gcd).max(1);
+                let keys = cands
                     .slots
                     .iter()
-                    .map(|&m| (u64::from(m) + 1).wrapping_mul(40_503) % PHASE_SCALE + 1)
+                    .zip(&cands.eff_weight)
+                    .map(|(&m, &w)| WeightedKey {
+                        // Golden-ratio spacing of the phases over (0, 1].
+                        next: (u64::from(m) + 1).wrapping_mul(40_503) % PHASE_SCALE + 1,
+                        weight: w / divisor,
+                    })
                     .collect();
-                *tree = MinTree::build(n, |a, b| weighted_less(cands, picks, phase, a, b));
+                *tree = MinTree::build(keys, WeightedKey::less);
+                *cursor = 0;
+                schedule.clear();
+                let cycle = cands.total_weight / divisor;
+                if cycle <= SCHEDULE_MAX {
+                    schedule.reserve(cycle as usize);
+                    for _ in 0..cycle {
+                        let slot = tree.min().unwrap_or(0);
+                        schedule.push(slot);
+                        weighted_advance(tree, slot);
+                    }
+                }
             }
-            Kind::LeastSessions { tree, picks } => {
-                *picks = vec![0; n];
-                *tree = MinTree::build(n, |a, b| least_less(cands, states, picks, a, b));
+            Kind::LeastSessions { tree, meta } => {
+                let scales = load_scales(&cands.eff_weight);
+                *meta = cands
+                    .slots
+                    .iter()
+                    .zip(scales)
+                    .map(|(&m, scale)| LeastKey {
+                        active: states[m as usize].load.active(),
+                        turn: 1,
+                        scale,
+                    })
+                    .collect();
+                *tree = MinTree::build(meta.iter().map(LeastKey::packed).collect(), u128_less);
             }
             Kind::Hash { table } => *table = Some(Table::build(spec, cands)),
             _ => {}
@@ -114,8 +164,14 @@ impl AlgoState {
         match &mut self.kind {
             Kind::RoundRobin { cursor } => round_robin(cursor, n),
             Kind::Random => (rng.below(n) as u32, Why::Random { of: n }),
-            Kind::Weighted { tree, .. } => {
-                let slot = tree.min().unwrap_or(0);
+            Kind::Weighted { tree, schedule, cursor } => {
+                let slot = if schedule.is_empty() {
+                    tree.min().unwrap_or(0)
+                } else {
+                    let s = schedule[*cursor];
+                    *cursor = (*cursor + 1) % schedule.len();
+                    s
+                };
                 let why = Why::Weighted {
                     weight: cands.eff_weight[slot as usize],
                     total: cands.total_weight,
@@ -153,14 +209,10 @@ impl AlgoState {
                     None => (round_robin(rr, n).0, Why::ResponseTimeUnranked),
                 }
             }
-            Kind::LeastSessions { tree, .. } => {
+            Kind::LeastSessions { tree, meta } => {
                 let slot = tree.min().unwrap_or(0);
-                let st = &states[cands.slots[slot as usize] as usize];
-                let why = Why::LeastSessions {
-                    active: st.load.active(),
-                    weight: cands.eff_weight[slot as usize],
-                };
-                (slot, why)
+                let active = meta[slot as usize].active;
+                (slot, Why::LeastSessions { active, weight: cands.eff_weight[slot as usize] })
             }
             Kind::LeastCpu => agent_pick(cands, states, policy, req, true),
             Kind::MostFreeMemory => agent_pick(cands, states, policy, req, false),
@@ -196,7 +248,9 @@ impl AlgoState {
         exclude: &[usize],
     ) -> Option<usize> {
         let chosen = cands.slots[slot as usize];
-        let usable = |m: u32| cands.slot_of[m as usize] != NONE && m != chosen && !exclude.contains(&(m as usize));
+        let usable = |m: u32| {
+            cands.slot_of[m as usize] != NONE && m != chosen && !exclude.contains(&(m as usize))
+        };
         match &self.kind {
             Kind::Rotating { order } if !order.is_empty() => {
                 let len = order.len();
@@ -208,7 +262,7 @@ impl AlgoState {
                     .map(|m| m as usize)
             }
             Kind::LeastSessions { .. } | Kind::LeastCpu | Kind::MostFreeMemory | Kind::P2c => {
-                least_loaded(cands, states, |m| usable(m)).map(|s| cands.slots[s as usize] as usize)
+                least_loaded(cands, states, usable).map(|s| cands.slots[s as usize] as usize)
             }
             _ => {
                 let n = cands.slots.len();
@@ -221,34 +275,39 @@ impl AlgoState {
     }
 
     /// `member` was chosen: advance per-member order state.
-    pub(crate) fn picked(&mut self, cands: &Candidates, states: &[MemberState], member: usize) {
+    pub(crate) fn picked(&mut self, cands: &Candidates, member: usize) {
         let slot = cands.slot_of[member];
         if slot == NONE {
             return;
         }
         match &mut self.kind {
-            Kind::Weighted { tree, picks, phase } => {
-                picks[slot as usize] += 1;
-                let (picks, phase) = (&*picks, &*phase);
-                tree.update(slot, |a, b| weighted_less(cands, picks, phase, a, b));
+            Kind::Weighted { tree, schedule, .. } if schedule.is_empty() => {
+                weighted_advance(tree, slot);
             }
-            Kind::LeastSessions { tree, picks } => {
-                picks[slot as usize] += 1;
-                let picks = &*picks;
-                tree.update(slot, |a, b| least_less(cands, states, picks, a, b));
+            Kind::LeastSessions { tree, meta } => {
+                let key = &mut meta[slot as usize];
+                key.turn += 1;
+                tree.set(slot, key.packed(), u128_less);
             }
             _ => {}
         }
     }
 
     /// `member`'s sessions or in-flight count changed.
-    pub(crate) fn load_changed(&mut self, cands: &Candidates, states: &[MemberState], member: usize) {
-        if let Kind::LeastSessions { tree, picks } = &mut self.kind
+    pub(crate) fn load_changed(
+        &mut self,
+        cands: &Candidates,
+        states: &[MemberState],
+        member: usize,
+    ) {
+        if let Kind::LeastSessions { tree, meta } = &mut self.kind
             && let Some(&slot) = cands.slot_of.get(member)
             && slot != NONE
             && self.built
         {
-            tree.update(slot, |a, b| least_less(cands, states, picks, a, b));
+            let key = &mut meta[slot as usize];
+            key.active = states[member].load.active();
+            tree.set(slot, key.packed(), u128_less);
         }
     }
 
@@ -282,13 +341,70 @@ fn shuffled(n: usize, rng: &mut dyn Entropy) -> Vec<u32> {
     v
 }
 
-fn weighted_less(cands: &Candidates, picks: &[u64], phase: &[u64], a: u32, b: u32) -> bool {
-    let (a, b) = (a as usize, b as usize);
-    let na = u128::from(picks[a] * PHASE_SCALE + phase[a]);
-    let nb = u128::from(picks[b] * PHASE_SCALE + phase[b]);
-    let lhs = na * u128::from(cands.eff_weight[b]);
-    let rhs = nb * u128::from(cands.eff_weight[a]);
-    lhs < rhs || (lhs == rhs && a < b)
+/// A member's next turn in `weighted`: virtual time `next / (weight * PHASE_SCALE)`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct WeightedKey {
+    next: u64,
+    weight: u64,
+}
+
+impl WeightedKey {
+    fn less(a: &WeightedKey, b: &WeightedKey) -> bool {
+        ratio_cmp(a.next, a.weight, b.next, b.weight) == Ordering::Less
+    }
+}
+
+fn weighted_advance(tree: &mut MinTree<WeightedKey>, slot: u32) {
+    let key = WeightedKey { next: tree.key(slot).next + PHASE_SCALE, ..*tree.key(slot) };
+    tree.set(slot, key, WeightedKey::less);
+}
+
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 { a } else { gcd(b, a % b) }
+}
+
+/// `least-sessions` order: fewest active per unit of weight; among equals the one whose
+/// weighted turn (`turn / weight`) comes first, so sequential traffic (everyone at zero) still
+/// follows the weights; then the lower slot. Both ratios are kept as integers scaled by
+/// `scale = L / weight` (see [`load_scales`]) and packed into one `u128`, so the tree compares
+/// a single integer per level.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LeastKey {
+    active: u64,
+    turn: u64,
+    scale: u64,
+}
+
+impl LeastKey {
+    fn packed(&self) -> u128 {
+        let load = self.active.saturating_mul(self.scale);
+        let turn = self.turn.saturating_mul(self.scale);
+        (u128::from(load) << 64) | u128::from(turn)
+    }
+}
+
+fn u128_less(a: &u128, b: &u128) -> bool {
+    a < b
+}
+
+/// Per-slot multipliers that turn `x / weight` into an integer `x * scale` with the same order.
+/// With `L` the least common multiple of the weights (when it stays under 2^24, as it does for
+/// any sane weighting such as 100/200/300), `scale = L / weight` is exact, ties included; past
+/// that, `scale = round(2^24 * max_weight / weight)` orders loads to one part in 2^24.
+fn load_scales(weights: &[u64]) -> Vec<u64> {
+    const LIMIT: u64 = 1 << 24;
+    let mut lcm = 1u64;
+    for &w in weights {
+        lcm = lcm / gcd(lcm, w) * w;
+        if lcm > LIMIT {
+            let max = weights.iter().copied().max().unwrap_or(1) as f64;
+            return weights
+                .iter()
+                .map(|&w| (LIMIT as f64 * max / w as f64).round() as u64)
+                .collect();
+        }
+    }
+    weights.iter().map(|&w| lcm / w).collect()
 }
 
 /// `active / weight`, exactly, by cross-multiplication.
@@ -303,14 +419,11 @@ fn ratio_cmp(na: u64, da: u64, nb: u64, db: u64) -> Ordering {
     (u128::from(na) * u128::from(db)).cmp(&(u128::from(nb) * u128::from(da)))
 }
 
-/// Least loaded first; among equals the one whose weighted turn comes first.
-fn least_less(cands: &Candidates, states: &[MemberState], picks: &[u64], a: u32, b: u32) -> bool {
-    let (a, b) = (a as usize, b as usize);
-    let turn = ratio_cmp(picks[a] + 1, cands.eff_weight[a], picks[b] + 1, cands.eff_weight[b]);
-    load_cmp(cands, states, a, b).then(turn).then(a.cmp(&b)) == Ordering::Less
-}
-
-fn least_loaded(cands: &Candidates, states: &[MemberState], usable: impl Fn(u32) -> bool) -> Option<u32> {
+fn least_loaded(
+    cands: &Candidates,
+    states: &[MemberState],
+    usable: impl Fn(u32) -> bool,
+) -> Option<u32> {
     (0..cands.slots.len())
         .filter(|&s| usable(cands.slots[s]))
         .min_by(|&a, &b| {
@@ -330,38 +443,53 @@ fn agent_pick(
     req: &PickRequest<'_>,
     cpu: bool,
 ) -> (u32, Why) {
-    let report = |s: usize| {
-        states[cands.slots[s] as usize]
-            .load
-            .agent
-            .filter(|r| r.is_fresh(req.now, policy.agent.timeout))
-    };
-    let missing = (0..cands.slots.len()).filter(|&s| report(s).is_none()).count();
-    if missing > 0 {
-        let slot = least_loaded(cands, states, |_| true).unwrap_or(0);
-        let active = states[cands.slots[slot as usize] as usize].load.active();
-        return (slot, Why::AgentFallback { missing, active });
+    // One pass: the best by report, and whether anyone lacks a fresh one.
+    let mut missing = 0usize;
+    let mut best: Option<(u64, usize)> = None;
+    for (s, &m) in cands.slots.iter().enumerate() {
+        let st = &states[m as usize];
+        let Some(r) = st.load.agent.filter(|r| r.is_fresh(req.now, policy.agent.timeout)) else {
+            missing += 1;
+            continue;
+        };
+        let score = if cpu {
+            (r.cpu_used.clamp(0.0, 1.0) * 100.0).round() as u64
+        } else {
+            u64::MAX - (r.mem_free >> 20)
+        };
+        let better = match best {
+            None => true,
+            Some((bs, b)) => {
+                score
+                    .cmp(&bs)
+                    .then_with(|| load_cmp(cands, states, s, b))
+                    .then_with(|| st.last_pick.cmp(&states[cands.slots[b] as usize].last_pick))
+                    == Ordering::Less
+            }
+        };
+        if better {
+            best = Some((score, s));
+        }
     }
-    let score = |s: usize| {
-        let r = report(s).map_or((0.0, 0), |r| (r.cpu_used, r.mem_free));
-        if cpu { (r.0.clamp(0.0, 1.0) * 100.0).round() as u64 } else { u64::MAX - (r.1 >> 20) }
-    };
-    let last = |s: usize| states[cands.slots[s] as usize].last_pick;
-    let slot = (0..cands.slots.len())
-        .min_by(|&a, &b| {
-            score(a)
-                .cmp(&score(b))
-                .then(load_cmp(cands, states, a, b))
-                .then(last(a).cmp(&last(b)))
-        })
-        .unwrap_or(0);
-    let r = report(slot).map_or((0.0, 0), |r| (r.cpu_used, r.mem_free));
-    let why = if cpu {
-        Why::LeastCpu { cpu_percent: r.0 * 100.0 }
-    } else {
-        Why::MostFreeMemory { free_mib: r.1 >> 20 }
-    };
-    (slot as u32, why)
+    match best {
+        Some((_, slot)) if missing == 0 => {
+            let r = states[cands.slots[slot] as usize]
+                .load
+                .agent
+                .map_or((0.0, 0), |r| (r.cpu_used, r.mem_free));
+            let why = if cpu {
+                Why::LeastCpu { cpu_percent: r.0 * 100.0 }
+            } else {
+                Why::MostFreeMemory { free_mib: r.1 >> 20 }
+            };
+            (slot as u32, why)
+        }
+        _ => {
+            let slot = least_loaded(cands, states, |_| true).unwrap_or(0);
+            let active = states[cands.slots[slot as usize] as usize].load.active();
+            (slot, Why::AgentFallback { missing, active })
+        }
+    }
 }
 
 /// Power of two choices (Mitzenmacher, "The Power of Two Choices in Randomized Load
@@ -378,21 +506,30 @@ fn p2c(
     if n == 1 {
         return (0, Why::Only);
     }
-    if rng.below(P2C_EXPLORE_ONE_IN) == 0 {
+    // Two draws of 64 bits give the exploration coin and both samples (32-bit multiply-shift;
+    // clusters are far below 2^32 members).
+    let r = rng.next_u64();
+    let below = |bits: u64, m: usize| (((bits & 0xFFFF_FFFF) * m as u64) >> 32) as usize;
+    if below(r, P2C_EXPLORE_ONE_IN) == 0 {
         return (rng.below(n) as u32, Why::P2cExplore);
     }
-    let a = rng.below(n);
-    let mut b = rng.below(n - 1);
+    let a = below(r >> 32, n);
+    let mut b = below(rng.next_u64(), n - 1);
     if b >= a {
         b += 1;
     }
-    let cost = |s: usize| {
+    // Compare cost_a = ewma_a * (in_flight_a + 1) / w_a with cost_b by cross-multiplying the
+    // weights: no division on the hot path.
+    let inv_decay = inverse_nanos(policy.ewma.decay);
+    let raw = |s: usize| {
         let load = &states[cands.slots[s] as usize].load;
-        load.ewma.get_at(req.now, policy.ewma.decay) * f64::from(load.in_flight + 1)
-            / cands.eff_weight[s] as f64
+        load.ewma.get_at_inv(req.now, inv_decay) * f64::from(load.in_flight + 1)
     };
-    let (ca, cb) = (cost(a), cost(b));
-    let (win, lose, cw, cl) = if cb < ca { (b, a, cb, ca) } else { (a, b, ca, cb) };
+    let (ra, rb) = (raw(a), raw(b));
+    let (wa, wb) = (cands.eff_weight[a] as f64, cands.eff_weight[b] as f64);
+    let (win, lose) = if rb * wa < ra * wb { (b, a) } else { (a, b) };
+    let cost = |s: usize, r: f64| r / cands.eff_weight[s] as f64;
+    let (cw, cl) = if win == a { (cost(a, ra), cost(b, rb)) } else { (cost(b, rb), cost(a, ra)) };
     let why = Why::P2c { chosen_cost: cw, other: cands.slots[lose] as usize, other_cost: cl };
     (win as u32, why)
 }

@@ -22,7 +22,10 @@ fn mapping(b: &mut Balancer, keys: u64) -> Vec<String> {
     let mut r = rng(1);
     (0..keys)
         .map(|k| {
-            let req = PickRequest { hash: Some(hash_key(format!("key-{k}").as_bytes())), ..at(Instant::ZERO) };
+            let req = PickRequest {
+                hash: Some(hash_key(format!("key-{k}").as_bytes())),
+                ..at(Instant::ZERO)
+            };
             let m = b.pick(&req, &mut r).unwrap().member;
             b.spec().members[m].name.clone()
         })
@@ -55,7 +58,10 @@ fn check_join_and_leave(table: HashTable, n: usize, slack: f64) {
     more.push("member-new".to_owned());
     let after = mapping(&mut hashed(table, &more, None), keys);
     let share = moved(&before, &after);
-    assert!(share <= slack / (n + 1) as f64, "{table:?} join moved {share:.4} of keys with {n} members");
+    assert!(
+        share <= slack / (n + 1) as f64,
+        "{table:?} join moved {share:.4} of keys with {n} members"
+    );
     assert!(share > 0.3 / (n + 1) as f64, "{table:?} the newcomer must take some keys: {share:.4}");
     for (x, y) in before.iter().zip(&after) {
         if x != y && table == HashTable::Ring {
@@ -106,15 +112,14 @@ proptest! {
         let names: Vec<String> = (0..n).map(|i| format!("m{i}")).collect();
         let mut b = hashed(table, &names, Some(c));
         let mut r = rng(seed);
-        let mut total = 0u64;
         for k in 0..(n as u64 * 20) {
+            let total = k;
             let key = if hot { 7 } else { hash_key(&k.to_le_bytes()) };
             let d = b.pick(&PickRequest { hash: Some(key), ..at(Instant::ZERO) }, &mut r).unwrap();
             let load = b.states()[d.member].load.active();
             let cap = (c * (total + 1) as f64 / n as f64).ceil() as u64;
             prop_assert!(load < cap, "member {} at {} of cap {} (total {})", d.member, load, cap, total);
             b.begin_request(d.member);
-            total += 1;
         }
     }
 }

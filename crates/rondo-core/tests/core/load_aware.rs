@@ -25,8 +25,10 @@ fn max_load(algo: Algorithm, n: usize, seed: u64) -> u32 {
 fn two_choices_beat_one_like_mitzenmacher() {
     let mut rows = Vec::new();
     for n in [100usize, 1_000, 10_000] {
-        let one: f64 = (0..5).map(|s| f64::from(max_load(Algorithm::Random, n, s))).sum::<f64>() / 5.0;
-        let two: f64 = (0..5).map(|s| f64::from(max_load(Algorithm::P2cEwma, n, s))).sum::<f64>() / 5.0;
+        let one: f64 =
+            (0..5).map(|s| f64::from(max_load(Algorithm::Random, n, s))).sum::<f64>() / 5.0;
+        let two: f64 =
+            (0..5).map(|s| f64::from(max_load(Algorithm::P2cEwma, n, s))).sum::<f64>() / 5.0;
         rows.push((n, one, two));
     }
     for &(n, one, two) in &rows {

@@ -27,11 +27,8 @@ fn random_is_uniform_and_replayable() {
 }
 
 fn weighted(weights: &[u32]) -> Balancer {
-    let members = weights
-        .iter()
-        .enumerate()
-        .map(|(i, &w)| member(&format!("m{i}"), w, None))
-        .collect();
+    let members =
+        weights.iter().enumerate().map(|(i, &w)| member(&format!("m{i}"), w, None)).collect();
     Balancer::new(cluster(Algorithm::Weighted, members), Instant::ZERO)
 }
 
@@ -56,6 +53,23 @@ proptest! {
                 }
             }
         }
+    }
+}
+
+#[test]
+fn weighted_without_a_precomputed_schedule_is_still_exact() {
+    // The gcd-reduced cycle (2,000,007 picks) is too long to precompute: picks walk the tree.
+    let weights = [1_000_000, 999_983, 24];
+    let mut b = weighted(&weights);
+    let total: u32 = weights.iter().sum();
+    let p = picks(&mut b, total as usize, Instant::ZERO, &mut rng(1));
+    assert_eq!(histogram(&p, 3), weights.iter().map(|&w| w as usize).collect::<Vec<_>>());
+    // The light member's 24 turns are spread across the cycle, not bunched.
+    let turns: Vec<usize> =
+        p.iter().enumerate().filter(|(_, m)| **m == 2).map(|(i, _)| i).collect();
+    let gap = total as usize / 24;
+    for w in turns.windows(2) {
+        assert!((w[1] - w[0]).abs_diff(gap) <= 2, "gap {} vs ideal {gap}", w[1] - w[0]);
     }
 }
 
@@ -113,7 +127,9 @@ fn rotating_clients_randomize_differently() {
         (0..8)
             .map(|_| {
                 let c = b.new_context();
-                b.pick(&PickRequest { context: Some(c), ..at(Instant::ZERO) }, &mut r).unwrap().member
+                b.pick(&PickRequest { context: Some(c), ..at(Instant::ZERO) }, &mut r)
+                    .unwrap()
+                    .member
             })
             .collect::<Vec<_>>()
     };
@@ -133,7 +149,12 @@ fn response_time_ranks_fastest_first_and_restarts_after_refresh() {
     // probe failed, so it has no place in the table.
     assert_eq!(picks(&mut b, 7, Instant::ZERO, &mut r), vec![1, 3, 0, 1, 3, 0, 1]);
     // A new round re-ranks and activation restarts at the top, wherever the cursor was.
-    b.record_probe_round(&[(0, Some(ms(5))), (1, Some(ms(50))), (2, Some(ms(7))), (3, Some(ms(6)))]);
+    b.record_probe_round(&[
+        (0, Some(ms(5))),
+        (1, Some(ms(50))),
+        (2, Some(ms(7))),
+        (3, Some(ms(6))),
+    ]);
     assert_eq!(picks(&mut b, 5, Instant::ZERO, &mut r), vec![0, 3, 2, 1, 0]);
     let d = b.pick(&at(Instant::ZERO), &mut r).unwrap();
     assert_eq!(d.why, Why::ResponseTime { rank: 1, rtt_us: 6000 });

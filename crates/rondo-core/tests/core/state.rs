@@ -60,7 +60,10 @@ fn a_successful_answer_resets_the_failure_count() {
 fn carry_over_keeps_surviving_members_state_and_slow_starts_newcomers() {
     let policy = Policy {
         algorithm: Algorithm::LeastSessions,
-        slow_start: rondo_core::SlowStart { duration: Duration::from_secs(10), initial_percent: 10 },
+        slow_start: rondo_core::SlowStart {
+            duration: Duration::from_secs(10),
+            initial_percent: 10,
+        },
         ..Policy::default()
     };
     let spec = cluster_with(policy.clone(), named(3));

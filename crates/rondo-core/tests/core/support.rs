@@ -45,10 +45,13 @@ pub(crate) fn at(now: Instant) -> PickRequest<'static> {
 }
 
 /// Picks `count` times at `now`, returning member indexes.
-pub(crate) fn picks(b: &mut Balancer, count: usize, now: Instant, rng: &mut dyn Entropy) -> Vec<usize> {
-    (0..count)
-        .map(|_| b.pick(&at(now), rng).expect("a member").member)
-        .collect()
+pub(crate) fn picks(
+    b: &mut Balancer,
+    count: usize,
+    now: Instant,
+    rng: &mut dyn Entropy,
+) -> Vec<usize> {
+    (0..count).map(|_| b.pick(&at(now), rng).expect("a member").member).collect()
 }
 
 pub(crate) fn rng(seed: u64) -> SplitMix64 {

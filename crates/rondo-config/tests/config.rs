@@ -1,0 +1,1084 @@
+//! End-to-end tests of `rondo-config`: a full config compiles into the expected view, defaults
+//! come from `rondo-core`, and every check reports the right field at the right line and column.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rondo_config::{
+    AdminSpec, AdminToken, Config, ConfigError, ListenerProtocol, ListenerSpec, NamingSpec,
+    RegistrySpec, load_file, parse_str,
+};
+use rondo_core::{
+    AdminState, AgentPolicy, Algorithm, EwmaPolicy, Granularity, HashKeySource, HashPolicy,
+    HashTable, HealthCheck, HealthCheckKind, Locality, OutlierDetection, Policy, RetryPolicy,
+    RouteMatch, SlowStart, StickySession, UpstreamProtocol,
+};
+
+const FILE: &str = "conf/rondo.toml";
+
+fn parse(text: &str) -> Result<Config, Vec<ConfigError>> {
+    parse_str(text, Path::new(FILE), 7).map_err(|e| e.errors)
+}
+
+fn ok(text: &str) -> Config {
+    match parse(text) {
+        Ok(c) => c,
+        Err(errors) => panic!("unexpected errors:\n{}", render(&errors)),
+    }
+}
+
+fn errors(text: &str) -> Vec<ConfigError> {
+    match parse(text) {
+        Ok(_) => panic!("expected errors, the config was accepted:\n{text}"),
+        Err(e) => e,
+    }
+}
+
+fn render(errors: &[ConfigError]) -> String {
+    errors.iter().map(|e| format!("{e}\n")).collect()
+}
+
+/// 1-based line and column of the first occurrence of `needle` in `text`, or of the last one
+/// when `needle` starts with `$`.
+fn pos(text: &str, needle: &str) -> (usize, usize) {
+    let at = match needle.strip_prefix('$') {
+        Some(n) => text.rfind(n),
+        None => text.find(needle),
+    };
+    let at = at.unwrap_or_else(|| panic!("`{needle}` not in the text"));
+    let before = &text[..at];
+    let line = before.matches('\n').count() + 1;
+    let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+    (line, column)
+}
+
+/// Asserts the config fails with exactly one error, on `field`, at `needle`, whose message
+/// contains `message`.
+#[track_caller]
+fn fails_once(text: &str, field: &str, needle: &str, message: &str) {
+    let errs = errors(text);
+    assert_eq!(errs.len(), 1, "expected one error, got:\n{}", render(&errs));
+    assert_error(&errs[0], text, field, needle, message);
+}
+
+/// Asserts some error is on `field`, at `needle`, with `message` in its text.
+#[track_caller]
+fn fails_with(text: &str, field: &str, needle: &str, message: &str) {
+    let errs = errors(text);
+    let Some(e) = errs.iter().find(|e| e.field == field) else {
+        panic!("no error on `{field}`, got:\n{}", render(&errs));
+    };
+    assert_error(e, text, field, needle, message);
+}
+
+#[track_caller]
+fn assert_error(e: &ConfigError, text: &str, field: &str, needle: &str, message: &str) {
+    assert_eq!(e.file, PathBuf::from(FILE));
+    assert_eq!(e.field, field, "{e}");
+    assert_eq!((e.line, e.column), pos(text, needle), "{e}");
+    assert!(e.message.contains(message), "message of `{e}` lacks `{message}`");
+    assert!(!e.message.ends_with('.'), "trailing period: {e}");
+    assert!(!e.message.starts_with(|c: char| c.is_uppercase()), "upper case: {e}");
+}
+
+/// A small valid config other tests append to or edit.
+const BASE: &str = r#"
+[[listener]]
+name = "web"
+listen = "127.0.0.1:8080"
+
+[[route]]
+listener = "web"
+cluster = "app"
+
+[cluster.app]
+members = [{ name = "a1", address = "127.0.0.1:9001" }]
+"#;
+
+fn with(extra: &str) -> String {
+    format!("{BASE}{extra}")
+}
+
+const FULL: &str = r#"
+[router]
+group = "east"
+
+[admin]
+listen = "127.0.0.1:9950"
+token_file = "secrets/admin.token"
+
+[naming]
+listen = "127.0.0.1:9951"
+registry = "etcd"
+etcd_endpoints = ["10.0.0.1:2379", "etcd.local:2379"]
+etcd_prefix = "/lb"
+
+[[listener]]
+name = "web"
+listen = "127.0.0.1:8080"
+protocol = "http"
+max_connections = 500
+header_read_timeout_ms = 2500
+max_header_bytes = 8192
+max_headers = 50
+trust_forwarded_for = true
+
+[[listener]]
+name = "db"
+listen = "[::1]:5433"
+protocol = "tcp"
+
+[[route]]
+name = "api"
+listener = "web"
+match = { host = "example.com", path_prefix = "/api", method = ["get", "Post"], headers = { "X-Tenant" = "a" } }
+cluster = "components"
+backups = ["components-dr"]
+idle_timeout_ms = 1000
+request_timeout_ms = 2000
+
+[[route]]
+listener = "web"
+match = { method = "delete" }
+cluster = "components-dr"
+
+[[route]]
+listener = "db"
+cluster = "db"
+
+[cluster.components]
+algorithm = "hash"
+granularity = "session"
+upstream_protocol = "http2"
+panic_threshold_percent = 30
+members = [
+  { name = "m1", address = "127.0.0.1:9001", weight = 7, group = "east", state = "draining" },
+  { name = "m2", address = "backend.local:9002" },
+]
+health = { kind = "http", path = "/health", expect_status = "200-299", interval_ms = 250, timeout_ms = 900, rise = 3, fall = 4 }
+outlier = { consecutive_failures = 6, count_5xx = false, base_ejection_ms = 1000, max_ejection_ms = 9000, max_ejected_percent = 40 }
+retry = { attempts = 2, per_try_timeout_ms = 700, budget_percent = 15, budget_min_per_sec = 3 }
+slow_start = { duration_ms = 5000, initial_percent = 25 }
+locality = { prefer_local = false }
+hash = { table = "maglev", key = "header:X-User", bounded_load = 0, ring_vnodes = 64 }
+agent = { timeout_ms = 900 }
+ewma = { decay_ms = 5000, default_rtt_ms = 12, failure_penalty_ms = 800 }
+session = { cookie = "sid", header = "X-Session", idle_timeout_ms = 1234 }
+
+[cluster.components-dr]
+algorithm = "p2c-ewma"
+members = [{ name = "dr1", address = "[::1]:9003", state = "disabled" }]
+health = { path = "/ok", expect_status = "204" }
+hash = { key = "cookie:Cart", bounded_load = 2.5 }
+
+[cluster.db]
+algorithm = "least-sessions"
+upstream_protocol = "tcp"
+members = [{ name = "d1", address = "127.0.0.1:9004" }]
+health = { kind = "tcp" }
+"#;
+
+#[test]
+fn full_config_compiles_into_the_expected_view() {
+    let c = ok(FULL);
+    assert_eq!(c.summary(), "2 listeners, 3 routes, 3 clusters, 4 members, view 7");
+    assert_eq!(c.view.id, 7);
+    assert_eq!(c.router.group.as_deref(), Some("east"));
+    assert_eq!(
+        c.admin,
+        Some(AdminSpec {
+            listen: "127.0.0.1:9950".parse().unwrap(),
+            token: Some(AdminToken::File(Path::new("conf").join("secrets/admin.token"))),
+        })
+    );
+    assert_eq!(
+        c.naming,
+        Some(NamingSpec {
+            listen: "127.0.0.1:9951".parse().unwrap(),
+            registry: RegistrySpec::Etcd {
+                endpoints: vec!["10.0.0.1:2379".into(), "etcd.local:2379".into()],
+                prefix: "/lb".into(),
+            },
+        })
+    );
+    assert_eq!(
+        c.listeners,
+        vec![
+            ListenerSpec {
+                name: "web".into(),
+                listen: "127.0.0.1:8080".parse().unwrap(),
+                protocol: ListenerProtocol::Http,
+                max_connections: 500,
+                header_read_timeout: Duration::from_millis(2500),
+                max_header_bytes: 8192,
+                max_headers: 50,
+                trust_forwarded_for: true,
+            },
+            ListenerSpec {
+                name: "db".into(),
+                listen: "[::1]:5433".parse().unwrap(),
+                protocol: ListenerProtocol::Tcp,
+                max_connections: ListenerSpec::DEFAULT_MAX_CONNECTIONS,
+                header_read_timeout: ListenerSpec::DEFAULT_HEADER_READ_TIMEOUT,
+                max_header_bytes: ListenerSpec::DEFAULT_MAX_HEADER_BYTES,
+                max_headers: ListenerSpec::DEFAULT_MAX_HEADERS,
+                trust_forwarded_for: false,
+            },
+        ]
+    );
+
+    let names: Vec<&str> = c.view.routes.iter().map(|r| r.name.as_str()).collect();
+    assert_eq!(names, ["api", "route-2", "route-3"]);
+    let api = &c.view.routes[0];
+    assert_eq!(api.listener, "web");
+    assert_eq!(api.cluster, "components");
+    assert_eq!(api.backups, ["components-dr"]);
+    assert_eq!(api.idle_timeout, Duration::from_millis(1000));
+    assert_eq!(api.request_timeout, Duration::from_millis(2000));
+    assert_eq!(
+        api.matcher,
+        RouteMatch {
+            host: Some("example.com".into()),
+            path_prefix: Some("/api".into()),
+            methods: vec!["GET".into(), "POST".into()],
+            headers: vec![("x-tenant".into(), "a".into())],
+        }
+    );
+    let r2 = &c.view.routes[1];
+    assert_eq!(r2.matcher, RouteMatch { methods: vec!["DELETE".into()], ..RouteMatch::default() });
+    assert_eq!(r2.idle_timeout, rondo_config::DEFAULT_ROUTE_IDLE_TIMEOUT);
+    assert_eq!(r2.request_timeout, rondo_config::DEFAULT_ROUTE_REQUEST_TIMEOUT);
+    assert_eq!(c.view.routes[2].matcher, RouteMatch::default());
+
+    let keys: Vec<&str> = c.view.clusters.keys().map(String::as_str).collect();
+    assert_eq!(keys, ["components", "components-dr", "db"]);
+
+    let comp = c.view.cluster("components").unwrap();
+    assert_eq!(comp.name, "components");
+    assert_eq!(comp.upstream_protocol, UpstreamProtocol::Http2);
+    assert_eq!(comp.members.len(), 2);
+    let m1 = &comp.members[0];
+    assert_eq!((m1.name.as_str(), m1.address.as_str(), m1.weight), ("m1", "127.0.0.1:9001", 7));
+    assert_eq!((m1.group.as_deref(), m1.admin), (Some("east"), AdminState::Draining));
+    let m2 = &comp.members[1];
+    assert_eq!((m2.weight, m2.group.as_deref(), m2.admin), (100, None, AdminState::Active));
+    let p = &comp.policy;
+    assert_eq!(p.algorithm, Algorithm::Hash);
+    assert_eq!(p.granularity, Granularity::Session);
+    assert_eq!(p.panic_threshold_percent, 30);
+    assert_eq!(
+        p.health,
+        Some(HealthCheck {
+            kind: HealthCheckKind::Http {
+                path: "/health".into(),
+                expect_min: 200,
+                expect_max: 299
+            },
+            interval: Duration::from_millis(250),
+            timeout: Duration::from_millis(900),
+            rise: 3,
+            fall: 4,
+        })
+    );
+    assert_eq!(
+        p.outlier,
+        OutlierDetection {
+            consecutive_failures: 6,
+            count_5xx: false,
+            base_ejection: Duration::from_secs(1),
+            max_ejection: Duration::from_secs(9),
+            max_ejected_percent: 40,
+        }
+    );
+    assert_eq!(
+        p.retry,
+        RetryPolicy {
+            attempts: 2,
+            per_try_timeout: Some(Duration::from_millis(700)),
+            budget_percent: 15,
+            budget_min_per_sec: 3,
+        }
+    );
+    assert_eq!(p.slow_start, SlowStart { duration: Duration::from_secs(5), initial_percent: 25 });
+    assert_eq!(p.locality, Locality { prefer_local: false });
+    assert_eq!(
+        p.hash,
+        HashPolicy {
+            table: HashTable::Maglev,
+            key: HashKeySource::Header("x-user".into()),
+            bounded_load: None,
+            ring_vnodes: 64,
+        }
+    );
+    assert_eq!(p.agent, AgentPolicy { timeout: Duration::from_millis(900) });
+    assert_eq!(
+        p.ewma,
+        EwmaPolicy {
+            decay: Duration::from_secs(5),
+            default_rtt: Duration::from_millis(12),
+            failure_penalty: Duration::from_millis(800),
+        }
+    );
+    assert_eq!(
+        comp.sticky,
+        StickySession {
+            cookie: "sid".into(),
+            header: Some("x-session".into()),
+            idle_timeout: Duration::from_millis(1234),
+        }
+    );
+
+    let dr = c.view.cluster("components-dr").unwrap();
+    assert_eq!(dr.policy.algorithm, Algorithm::P2cEwma);
+    assert_eq!(dr.members[0].admin, AdminState::Disabled);
+    assert_eq!(
+        dr.policy.health.as_ref().map(|h| h.kind.clone()),
+        Some(HealthCheckKind::Http { path: "/ok".into(), expect_min: 204, expect_max: 204 })
+    );
+    assert_eq!(dr.policy.hash.table, HashTable::Ring);
+    assert_eq!(dr.policy.hash.key, HashKeySource::Cookie("Cart".into()));
+    assert_eq!(dr.policy.hash.bounded_load, Some(2.5));
+
+    let db = c.view.cluster("db").unwrap();
+    assert_eq!(db.upstream_protocol, UpstreamProtocol::Tcp);
+    assert_eq!(db.policy.health.as_ref().map(|h| h.kind.clone()), Some(HealthCheckKind::Tcp));
+}
+
+#[test]
+fn defaults_come_from_the_core_model() {
+    let c = ok(&with(
+        "\n[cluster.checked]\nhealth = {}\noutlier = {}\nretry = {}\nslow_start = {}\nlocality = {}\nhash = {}\nagent = {}\newma = {}\nsession = {}\n",
+    ));
+    assert_eq!(c.summary(), "1 listener, 1 route, 2 clusters, 1 member, view 7");
+    assert_eq!(c.router.group, None);
+    assert_eq!((c.admin.as_ref(), c.naming.as_ref()), (None, None));
+    let app = c.view.cluster("app").unwrap();
+    assert_eq!(app.policy, Policy::default());
+    assert_eq!(app.upstream_protocol, UpstreamProtocol::default());
+    assert_eq!(app.sticky, StickySession::default());
+    assert_eq!(app.members[0].weight, 100);
+    // Empty sub-tables are the defaults too; an empty `health` is a default TCP check.
+    let checked = c.view.cluster("checked").unwrap();
+    let expected = Policy { health: Some(HealthCheck::default()), ..Policy::default() };
+    assert_eq!(checked.policy, expected);
+    assert_eq!(checked.sticky, StickySession::default());
+    assert!(checked.members.is_empty());
+    let l = &c.listeners[0];
+    assert_eq!(l.protocol, ListenerProtocol::Http);
+    assert_eq!(l.max_connections, 10_000);
+    assert_eq!(l.header_read_timeout, Duration::from_secs(10));
+    assert_eq!((l.max_header_bytes, l.max_headers, l.trust_forwarded_for), (65_536, 100, false));
+    let r = &c.view.routes[0];
+    assert_eq!(r.name, "route-1");
+    assert_eq!(
+        (r.idle_timeout, r.request_timeout),
+        (Duration::from_secs(60), Duration::from_secs(30))
+    );
+
+    let c = ok(&with("[admin]\n[naming]\n"));
+    let admin = c.admin.unwrap();
+    assert_eq!(admin.listen, AdminSpec::DEFAULT_LISTEN.parse::<SocketAddr>().unwrap());
+    assert_eq!(admin.token, None);
+    let naming = c.naming.unwrap();
+    assert_eq!(naming.listen, NamingSpec::DEFAULT_LISTEN.parse::<SocketAddr>().unwrap());
+    assert_eq!(naming.registry, RegistrySpec::Embedded { snapshot: None });
+
+    let c = ok(&with("[naming]\nregistry = \"etcd\"\netcd_endpoints = [\"127.0.0.1:2379\"]\n"));
+    assert_eq!(
+        c.naming.unwrap().registry,
+        RegistrySpec::Etcd { endpoints: vec!["127.0.0.1:2379".into()], prefix: "/rondo".into() }
+    );
+    let c = ok(&with("[naming]\nsnapshot = \"reg.snap\"\n[admin]\ntoken = \"s3cret\"\n"));
+    assert_eq!(
+        c.naming.unwrap().registry,
+        RegistrySpec::Embedded { snapshot: Some(Path::new("conf").join("reg.snap")) }
+    );
+    assert_eq!(c.admin.unwrap().token, Some(AdminToken::Inline("s3cret".into())));
+}
+
+#[test]
+fn health_kind_defaults_to_http_when_a_path_is_given() {
+    let c = ok(&BASE.replace("}]\n", "}]\nhealth = { path = \"/h\" }\n"));
+    let h = c.view.cluster("app").unwrap().policy.health.clone().unwrap();
+    assert_eq!(
+        h.kind,
+        HealthCheckKind::Http {
+            path: "/h".into(),
+            expect_min: rondo_config::DEFAULT_EXPECT_STATUS.0,
+            expect_max: rondo_config::DEFAULT_EXPECT_STATUS.1,
+        }
+    );
+    let c = ok(&BASE.replace("}]\n", "}]\nhealth = { kind = \"http\" }\n"));
+    let h = c.view.cluster("app").unwrap().policy.health.clone().unwrap();
+    assert_eq!(
+        h.kind,
+        HealthCheckKind::Http { path: "/".into(), expect_min: 200, expect_max: 399 }
+    );
+}
+
+#[test]
+fn the_example_config_passes() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/rondo.toml");
+    let c = load_file(&path, 1).unwrap_or_else(|e| panic!("{e}"));
+    // One cluster per algorithm at least, both hash tables, and both listener kinds.
+    for a in Algorithm::ALL {
+        assert!(c.view.clusters.values().any(|cl| cl.policy.algorithm == a), "no {a} cluster");
+    }
+    let hashes: Vec<HashTable> = c
+        .view
+        .clusters
+        .values()
+        .filter(|cl| cl.policy.algorithm == Algorithm::Hash)
+        .map(|cl| cl.policy.hash.table)
+        .collect();
+    assert!(hashes.contains(&HashTable::Ring) && hashes.contains(&HashTable::Maglev));
+    assert!(c.listeners.iter().any(|l| l.protocol == ListenerProtocol::Tcp));
+    assert!(c.listeners.iter().any(|l| l.protocol == ListenerProtocol::Http));
+    assert!(c.view.clusters.values().any(|cl| cl.policy.granularity == Granularity::Session));
+}
+
+#[test]
+fn load_file_reports_a_missing_file() {
+    let path = Path::new("/nonexistent/dir/rondo.toml");
+    let errs = load_file(path, 1).unwrap_err();
+    assert_eq!(errs.len(), 1);
+    let e = &errs.errors[0];
+    assert_eq!((e.file.as_path(), e.line, e.column, e.field.as_str()), (path, 1, 1, ""));
+    let shown = errs.to_string();
+    assert!(
+        shown.starts_with("/nonexistent/dir/rondo.toml:1:1: cannot read config file: "),
+        "{shown}"
+    );
+}
+
+// ---- syntax and type errors ----
+
+#[test]
+fn a_typo_in_a_cluster_field_names_the_field_and_its_position() {
+    let text = with("\n[cluster.other]\nalgoritm = \"random\"\n");
+    let errs = errors(&text);
+    assert_eq!(errs.len(), 1);
+    let e = &errs[0];
+    assert_eq!((e.line, e.column), pos(&text, "algoritm"));
+    assert_eq!(e.field, "cluster.other.algoritm");
+    assert!(
+        e.message.starts_with("unknown field `algoritm`, expected one of `algorithm`, "),
+        "{e}"
+    );
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "{FILE}:{}:1: field `cluster.other.algoritm`: {}",
+            pos(&text, "algoritm").0,
+            e.message
+        )
+    );
+}
+
+#[test]
+fn a_typo_in_an_inline_member_is_located() {
+    let text =
+        BASE.replace("address = \"127.0.0.1:9001\"", "address = \"127.0.0.1:9001\", wieght = 3");
+    fails_once(&text, "cluster.app.members[0].wieght", "wieght", "unknown field `wieght`");
+}
+
+#[test]
+fn an_unknown_top_level_table_is_located() {
+    let text = with("\n[clusters.x]\nmembers = []\n");
+    fails_once(&text, "clusters", "clusters", "unknown field `clusters`, expected one of");
+}
+
+#[test]
+fn a_missing_required_field_names_it() {
+    let text = with("\n[[listener]]\nname = \"two\"\n");
+    let errs = errors(&text);
+    assert_eq!(errs.len(), 1);
+    assert_eq!(errs[0].field, "listener[1].listen");
+    assert_eq!(errs[0].message, "missing field `listen`");
+    assert_eq!((errs[0].line, errs[0].column), pos(&text, "[[listener]]\nname = \"two\""));
+}
+
+#[test]
+fn a_wrong_type_is_located_at_the_value() {
+    let text = BASE.replace("name = \"a1\"", "name = \"a1\", weight = \"heavy\"");
+    fails_once(
+        &text,
+        "cluster.app.members[0].weight",
+        "\"heavy\"",
+        "invalid type: string \"heavy\"",
+    );
+    let text = BASE.replace("name = \"a1\"", "name = \"a1\", weight = -4");
+    fails_once(&text, "cluster.app.members[0].weight", "-4", "invalid value: integer `-4`");
+    let text = with(
+        "[[route]]\nlistener = \"web\"\ncluster = \"app\"\nmatch = { method = [\"GET\", 3] }\n",
+    );
+    fails_once(&text, "route[1].match.method[1]", "3]", "invalid type: integer `3`");
+}
+
+#[test]
+fn a_syntax_error_has_a_position_but_no_field() {
+    let text = with("\n[cluster.x\n");
+    let errs = errors(&text);
+    assert_eq!(errs.len(), 1);
+    assert_eq!(errs[0].field, "");
+    assert_eq!(errs[0].line, pos(&text, "[cluster.x").0);
+    assert!(!errs[0].to_string().contains("field"), "{}", errs[0]);
+    let text = with("\n[cluster.x]\nalgorithm = \"random\"\nalgorithm = \"hash\"\n");
+    let errs = errors(&text);
+    assert_eq!(errs.len(), 1);
+    assert_eq!(errs[0].message, "duplicate key `algorithm`");
+    assert_eq!(errs[0].line, pos(&text, "algorithm = \"hash\"").0);
+}
+
+// ---- semantic errors ----
+
+#[test]
+fn a_route_to_a_missing_cluster_points_at_the_cluster_value() {
+    let text = BASE.replace("cluster = \"app\"", "cluster = \"ap\"");
+    fails_once(&text, "route[0].cluster", "\"ap\"", "unknown cluster `ap`, expected one of `app`");
+    let errs = errors(&text);
+    let (line, column) = pos(&text, "\"ap\"");
+    assert_eq!(
+        errs[0].to_string(),
+        format!(
+            "{FILE}:{line}:{column}: field `route[0].cluster`: unknown cluster `ap`, expected one of `app`"
+        )
+    );
+}
+
+#[test]
+fn every_semantic_error_is_reported_in_file_order() {
+    let text = r#"
+[[listener]]
+name = "web"
+listen = "nowhere"
+
+[[route]]
+listener = "wbe"
+cluster = "nope"
+
+[cluster.app]
+algorithm = "fastest"
+members = [
+  { name = "a", address = "127.0.0.1:9001", weight = 0 },
+  { name = "a", address = "127.0.0.1:9001" },
+]
+"#;
+    let errs = errors(text);
+    let fields: Vec<&str> = errs.iter().map(|e| e.field.as_str()).collect();
+    assert_eq!(
+        fields,
+        [
+            "listener[0].listen",
+            "route[0].listener",
+            "route[0].cluster",
+            "cluster.app.algorithm",
+            "cluster.app.members[0].weight",
+            "cluster.app.members[1].name",
+            "cluster.app.members[1].address",
+        ],
+        "{}",
+        render(&errs)
+    );
+    let shown = rondo_config::ConfigErrors { errors: errs.clone() }.to_string();
+    assert_eq!(shown.lines().count(), errs.len());
+}
+
+#[test]
+fn duplicate_listener_names() {
+    let text = with("[[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:8081\"\n");
+    fails_once(
+        &text,
+        "listener[1].name",
+        "\"web\"\nlisten = \"127.0.0.1:8081\"",
+        "duplicate listener name `web`",
+    );
+}
+
+#[test]
+fn listen_addresses_must_parse_and_differ() {
+    let text = BASE.replace("127.0.0.1:8080", "localhost:8080");
+    fails_once(&text, "listener[0].listen", "\"localhost:8080\"", "not a socket address");
+    let text = with("[[listener]]\nname = \"two\"\nlisten = \"127.0.0.1:8080\"\n");
+    // The second occurrence of the address is the duplicate.
+    fails_once(
+        &text,
+        "listener[1].listen",
+        "$\"127.0.0.1:8080\"",
+        "already used by listener[0].listen",
+    );
+    let text = with("[admin]\nlisten = \"127.0.0.1:99999\"\n");
+    fails_once(&text, "admin.listen", "\"127.0.0.1:99999\"", "not a socket address");
+    let text = with("[naming]\nlisten = \"127.0.0.1:8080\"\n");
+    fails_once(&text, "naming.listen", "$\"127.0.0.1:8080\"", "already used by listener[0].listen");
+}
+
+#[test]
+fn routes_must_name_a_known_listener() {
+    let text = BASE.replace("listener = \"web\"", "listener = \"webb\"");
+    fails_once(
+        &text,
+        "route[0].listener",
+        "\"webb\"",
+        "unknown listener `webb`, expected one of `web`",
+    );
+}
+
+#[test]
+fn backups_must_exist_differ_from_the_primary_and_not_repeat() {
+    let text = with("\n[cluster.dr]\nmembers = []\n").replace(
+        "cluster = \"app\"\n",
+        "cluster = \"app\"\nbackups = [\"dr\", \"gone\", \"app\", \"dr\"]\n",
+    );
+    let errs = errors(&text);
+    assert_eq!(errs.len(), 3, "{}", render(&errs));
+    fails_with(
+        &text,
+        "route[0].backups[1]",
+        "\"gone\"",
+        "unknown cluster `gone`, expected one of `app` or `dr`",
+    );
+    fails_with(
+        &text,
+        "route[0].backups[2]",
+        "\"app\", \"dr\"]",
+        "backup `app` is the route's primary cluster",
+    );
+    fails_with(&text, "route[0].backups[3]", "\"dr\"]", "backup `dr` is listed twice");
+}
+
+#[test]
+fn duplicate_route_names() {
+    let text = with("[[route]]\nname = \"route-1\"\nlistener = \"web\"\ncluster = \"app\"\n");
+    fails_once(
+        &text,
+        "route[1].name",
+        "\"route-1\"",
+        "route name `route-1` already used by route[0]",
+    );
+}
+
+#[test]
+fn member_names_and_addresses_are_unique_within_a_cluster() {
+    let text = BASE.replace(
+        "members = [{ name = \"a1\", address = \"127.0.0.1:9001\" }]",
+        "members = [{ name = \"a1\", address = \"127.0.0.1:9001\" }, { name = \"a1\", address = \"127.0.0.1:9002\" }, { name = \"a3\", address = \"127.0.0.1:9001\" }]",
+    );
+    let errs = errors(&text);
+    assert_eq!(errs.len(), 2, "{}", render(&errs));
+    fails_with(
+        &text,
+        "cluster.app.members[1].name",
+        "\"a1\", address = \"127.0.0.1:9002\"",
+        "duplicate member name `a1`",
+    );
+    fails_with(
+        &text,
+        "cluster.app.members[2].address",
+        "\"127.0.0.1:9001\" }]",
+        "duplicate member address `127.0.0.1:9001`, first used by members[0]",
+    );
+    // The same address in two clusters is fine.
+    ok(&with("[cluster.b]\nmembers = [{ name = \"a1\", address = \"127.0.0.1:9001\" }]\n"));
+}
+
+#[test]
+fn member_addresses_must_be_host_and_port() {
+    for (bad, msg) in [
+        ("127.0.0.1", "is not host:port"),
+        (":80", "has no host"),
+        ("host:0", "is not a port"),
+        ("host:65536", "is not a port"),
+        ("host:http", "is not a port"),
+        ("::1:80", "must be in brackets"),
+        ("[::zz]:80", "not a bracketed IPv6 address"),
+        ("bad host:80", "not a host name or IP address"),
+    ] {
+        let text = BASE.replace("127.0.0.1:9001", bad);
+        fails_once(&text, "cluster.app.members[0].address", &format!("\"{bad}\""), msg);
+    }
+    ok(&BASE.replace("127.0.0.1:9001", "[::1]:9001"));
+    ok(&BASE.replace("127.0.0.1:9001", "app-1.internal.example:65535"));
+}
+
+#[test]
+fn weights_are_between_one_and_a_million() {
+    for (w, ok_) in [(0, false), (1, true), (1_000_000, true), (1_000_001, false)] {
+        let text = BASE.replace("name = \"a1\"", &format!("name = \"a1\", weight = {w}"));
+        if ok_ {
+            ok(&text);
+        } else {
+            fails_once(
+                &text,
+                "cluster.app.members[0].weight",
+                &format!("{w}, address"),
+                &format!("must be between 1 and 1000000, got {w}"),
+            );
+        }
+    }
+}
+
+/// Inserts `line` into `[cluster.app]`.
+fn cluster_line(line: &str) -> String {
+    BASE.replace("[cluster.app]\n", &format!("[cluster.app]\n{line}\n"))
+}
+
+#[test]
+fn unknown_spellings_list_the_valid_ones() {
+    let cases = [
+        (
+            "algorithm = \"round_robin\"",
+            "cluster.app.algorithm",
+            "\"round_robin\"",
+            "unknown algorithm `round_robin`, expected `round-robin`, `random`, `weighted`, `rotating`, `response-time`, `least-sessions`, `least-cpu`, `most-free-memory`, `p2c-ewma` or `hash`",
+        ),
+        (
+            "granularity = \"call\"",
+            "cluster.app.granularity",
+            "\"call\"",
+            "unknown granularity `call`, expected `request`, `session` or `lookup`",
+        ),
+        (
+            "upstream_protocol = \"h2\"",
+            "cluster.app.upstream_protocol",
+            "\"h2\"",
+            "unknown upstream_protocol `h2`, expected `http1`, `http2` or `tcp`",
+        ),
+        (
+            "hash = { table = \"jump\" }",
+            "cluster.app.hash.table",
+            "\"jump\"",
+            "unknown hash table `jump`, expected `ring` or `maglev`",
+        ),
+        (
+            "hash = { key = \"ip\" }",
+            "cluster.app.hash.key",
+            "\"ip\"",
+            "unknown hash key `ip`, expected `client-address`, `header:NAME` or `cookie:NAME`",
+        ),
+        (
+            "hash = { key = \"header:\" }",
+            "cluster.app.hash.key",
+            "\"header:\"",
+            "is not a header name",
+        ),
+        (
+            "hash = { key = \"cookie:a b\" }",
+            "cluster.app.hash.key",
+            "\"cookie:a b\"",
+            "is not a cookie name",
+        ),
+        (
+            "health = { kind = \"icmp\" }",
+            "cluster.app.health.kind",
+            "\"icmp\"",
+            "unknown health check kind `icmp`, expected `http` or `tcp`",
+        ),
+    ];
+    for (line, field, needle, msg) in cases {
+        fails_once(&cluster_line(line), field, needle, msg);
+    }
+    let text = BASE.replace("\"127.0.0.1:9001\" }", "\"127.0.0.1:9001\", state = \"off\" }");
+    fails_once(
+        &text,
+        "cluster.app.members[0].state",
+        "\"off\"",
+        "unknown state `off`, expected `active`, `draining` or `disabled`",
+    );
+    let text = BASE
+        .replace("listen = \"127.0.0.1:8080\"", "listen = \"127.0.0.1:8080\"\nprotocol = \"udp\"");
+    fails_once(
+        &text,
+        "listener[0].protocol",
+        "\"udp\"",
+        "unknown protocol `udp`, expected `http` or `tcp`",
+    );
+    let text = with("[naming]\nregistry = \"zookeeper\"\n");
+    fails_once(
+        &text,
+        "naming.registry",
+        "\"zookeeper\"",
+        "unknown registry `zookeeper`, expected `embedded` or `etcd`",
+    );
+}
+
+#[test]
+fn percents_are_at_most_100() {
+    for (line, field) in [
+        ("panic_threshold_percent = 101", "cluster.app.panic_threshold_percent"),
+        ("outlier = { max_ejected_percent = 200 }", "cluster.app.outlier.max_ejected_percent"),
+        ("retry = { budget_percent = 101 }", "cluster.app.retry.budget_percent"),
+        ("slow_start = { initial_percent = 101 }", "cluster.app.slow_start.initial_percent"),
+    ] {
+        let needle = line.rsplit(" = ").next().unwrap().trim_end_matches(" }");
+        fails_once(&cluster_line(line), field, needle, "got");
+    }
+    fails_once(
+        &cluster_line("panic_threshold_percent = 101"),
+        "cluster.app.panic_threshold_percent",
+        "101",
+        "must be at most 100, got 101",
+    );
+    fails_once(
+        &cluster_line("slow_start = { initial_percent = 0 }"),
+        "cluster.app.slow_start.initial_percent",
+        "0 }",
+        "must be between 1 and 100, got 0",
+    );
+    ok(&cluster_line("panic_threshold_percent = 0\noutlier = { max_ejected_percent = 100 }"));
+}
+
+#[test]
+fn health_counts_and_durations_must_be_positive() {
+    for field in ["interval_ms", "timeout_ms", "rise", "fall"] {
+        let text = cluster_line(&format!("health = {{ {field} = 0 }}"));
+        fails_once(&text, &format!("cluster.app.health.{field}"), "0 }", "must be greater than 0");
+    }
+    for (line, field) in [
+        ("retry = { attempts = 0 }", "cluster.app.retry.attempts"),
+        ("retry = { per_try_timeout_ms = 0 }", "cluster.app.retry.per_try_timeout_ms"),
+        ("agent = { timeout_ms = 0 }", "cluster.app.agent.timeout_ms"),
+        ("ewma = { decay_ms = 0 }", "cluster.app.ewma.decay_ms"),
+        ("session = { idle_timeout_ms = 0 }", "cluster.app.session.idle_timeout_ms"),
+        ("hash = { ring_vnodes = 0 }", "cluster.app.hash.ring_vnodes"),
+    ] {
+        fails_once(&cluster_line(line), field, "0 }", "");
+    }
+    let text = BASE.replace("cluster = \"app\"", "cluster = \"app\"\nrequest_timeout_ms = 0");
+    fails_once(&text, "route[0].request_timeout_ms", "0\n", "must be greater than 0");
+    let text = BASE
+        .replace("listen = \"127.0.0.1:8080\"", "listen = \"127.0.0.1:8080\"\nmax_connections = 0");
+    fails_once(&text, "listener[0].max_connections", "0\n", "must be greater than 0");
+    let text = cluster_line("outlier = { base_ejection_ms = 5000, max_ejection_ms = 1000 }");
+    fails_once(
+        &text,
+        "cluster.app.outlier.max_ejection_ms",
+        "1000 }",
+        "must be at least base_ejection_ms",
+    );
+}
+
+#[test]
+fn bounded_load_is_zero_or_at_least_one() {
+    for bad in ["0.5", "0.99", "-1.0", "nan", "inf"] {
+        let text = cluster_line(&format!("hash = {{ bounded_load = {bad} }}"));
+        fails_once(
+            &text,
+            "cluster.app.hash.bounded_load",
+            &format!("{bad} }}"),
+            "must be 0 (off) or at least 1.0",
+        );
+    }
+    for (good, want) in
+        [("0", None), ("0.0", None), ("1", Some(1.0)), ("1.0", Some(1.0)), ("3.5", Some(3.5))]
+    {
+        let c = ok(&cluster_line(&format!("hash = {{ bounded_load = {good} }}")));
+        assert_eq!(c.view.cluster("app").unwrap().policy.hash.bounded_load, want, "{good}");
+    }
+}
+
+#[test]
+fn expect_status_must_be_a_status_or_range() {
+    for bad in ["2xx", "99", "600", "200-", "-200", "200-600", "300-200", ""] {
+        let text = cluster_line(&format!("health = {{ path = \"/\", expect_status = \"{bad}\" }}"));
+        fails_once(
+            &text,
+            "cluster.app.health.expect_status",
+            &format!("\"{bad}\" }}"),
+            &format!("`{bad}`"),
+        );
+    }
+    let text = cluster_line("health = { path = \"/\", expect_status = \"300-200\" }");
+    fails_once(
+        &text,
+        "cluster.app.health.expect_status",
+        "\"300-200\"",
+        "empty range: 300 is greater than 200",
+    );
+    let c = ok(&cluster_line("health = { path = \"/\", expect_status = \"100-599\" }"));
+    let kind = c.view.cluster("app").unwrap().policy.health.clone().unwrap().kind;
+    assert_eq!(kind, HealthCheckKind::Http { path: "/".into(), expect_min: 100, expect_max: 599 });
+    let text = cluster_line("health = { kind = \"tcp\", path = \"/x\" }");
+    fails_once(
+        &text,
+        "cluster.app.health.path",
+        "\"/x\"",
+        "only applies to health checks of kind `http`",
+    );
+    let text = cluster_line("health = { path = \"health\" }");
+    fails_once(&text, "cluster.app.health.path", "\"health\"", "must start with `/`");
+}
+
+#[test]
+fn admin_token_and_token_file_are_exclusive() {
+    let text = with("[admin]\ntoken = \"a\"\ntoken_file = \"b\"\n");
+    fails_once(&text, "admin.token_file", "\"b\"", "set `token` or `token_file`, not both");
+    let text = with("[admin]\ntoken = \"\"\n");
+    fails_once(&text, "admin.token", "\"\"", "token must not be empty");
+}
+
+#[test]
+fn etcd_needs_endpoints() {
+    let text = with("[naming]\nregistry = \"etcd\"\n");
+    fails_once(&text, "naming.registry", "\"etcd\"", "registry `etcd` needs `etcd_endpoints`");
+    let text = with("[naming]\nregistry = \"etcd\"\netcd_endpoints = []\n");
+    fails_once(&text, "naming.registry", "\"etcd\"", "needs `etcd_endpoints`");
+    let text = with("[naming]\nregistry = \"etcd\"\netcd_endpoints = [\"etcd\"]\n");
+    fails_once(&text, "naming.etcd_endpoints[0]", "\"etcd\"]", "is not host:port");
+    let text = with("[naming]\netcd_endpoints = [\"etcd:2379\"]\n");
+    fails_once(
+        &text,
+        "naming.etcd_endpoints",
+        "[\"etcd:2379\"]",
+        "only applies to registry `etcd`",
+    );
+    let text =
+        with("[naming]\nregistry = \"etcd\"\netcd_endpoints = [\"e:1\"]\nsnapshot = \"s\"\n");
+    fails_once(&text, "naming.snapshot", "\"s\"", "only applies to registry `embedded`");
+}
+
+/// BASE plus a tcp listener `db`, a tcp cluster `db` and `route_extra` on the tcp route.
+fn tcp_config(route_extra: &str) -> String {
+    with(&format!(
+        "[[listener]]\nname = \"db\"\nlisten = \"127.0.0.1:5433\"\nprotocol = \"tcp\"\n\
+         [[route]]\nlistener = \"db\"\ncluster = \"db\"\n{route_extra}\n\
+         [cluster.db]\nupstream_protocol = \"tcp\"\nmembers = [{{ name = \"d\", address = \"127.0.0.1:9100\" }}]\n"
+    ))
+}
+
+#[test]
+fn tcp_routes_cannot_match_on_http_facts() {
+    ok(&tcp_config(""));
+    ok(&tcp_config("match = {}"));
+    let text = tcp_config("match = { host = \"a.example\", headers = { x = \"1\" } }");
+    fails_once(&text, "route[1].match", "{ host", "cannot match on `host` or `headers`");
+    let text = tcp_config("match = { method = \"GET\" }");
+    fails_once(
+        &text,
+        "route[1].match",
+        "{ method",
+        "route on tcp listener `db` cannot match on `method`",
+    );
+}
+
+#[test]
+fn listener_and_upstream_protocols_must_agree() {
+    let text = tcp_config("").replace("cluster = \"db\"\n", "cluster = \"app\"\n");
+    fails_once(
+        &text,
+        "route[1].cluster",
+        "$\"app\"\n\n[cluster.db]",
+        "tcp listener `db` cannot route to cluster `app` with upstream_protocol `http1`, it needs `tcp`",
+    );
+    let text = tcp_config("backups = [\"app\"]");
+    fails_once(&text, "route[1].backups[0]", "\"app\"]", "it needs `tcp`");
+    let text = tcp_config("").replacen("cluster = \"app\"\n", "cluster = \"db\"\n", 1);
+    fails_once(
+        &text,
+        "route[0].cluster",
+        "\"db\"",
+        "http listener `web` cannot route to cluster `db` with upstream_protocol `tcp`, it needs `http1` or `http2`",
+    );
+}
+
+#[test]
+fn a_tcp_listener_takes_one_route() {
+    let text =
+        tcp_config("") + "[[route]]\nname = \"second\"\nlistener = \"db\"\ncluster = \"db\"\n";
+    fails_once(
+        &text,
+        "route[2].listener",
+        "$\"db\"\ncluster = \"db\"",
+        "tcp listener `db` already has route `route-2`; a tcp listener takes exactly one route",
+    );
+}
+
+#[test]
+fn a_tcp_cluster_hashes_only_on_the_client_address() {
+    let text = tcp_config("").replace(
+        "upstream_protocol = \"tcp\"\n",
+        "upstream_protocol = \"tcp\"\nalgorithm = \"hash\"\nhash = { key = \"header:x\" }\n",
+    );
+    fails_once(&text, "cluster.db.hash.key", "\"header:x\"", "can only hash on `client-address`");
+}
+
+#[test]
+fn route_match_values_are_checked() {
+    let m = |m: &str| BASE.replace("cluster = \"app\"", &format!("cluster = \"app\"\nmatch = {m}"));
+    fails_once(
+        &m("{ path_prefix = \"api\" }"),
+        "route[0].match.path_prefix",
+        "\"api\"",
+        "must start with `/`",
+    );
+    fails_once(&m("{ method = [] }"), "route[0].match.method", "[]", "at least one method");
+    fails_once(
+        &m("{ method = \"GE T\" }"),
+        "route[0].match.method",
+        "\"GE T\"",
+        "not an HTTP method",
+    );
+    fails_once(
+        &m("{ method = [\"GET\", \"P UT\"] }"),
+        "route[0].match.method[1]",
+        "\"P UT\"",
+        "not an HTTP method",
+    );
+    fails_once(
+        &m("{ host = \"a.example:80\" }"),
+        "route[0].match.host",
+        "\"a.example:80\"",
+        "must not include a port",
+    );
+    fails_once(
+        &m("{ host = \"*\" }"),
+        "route[0].match.host",
+        "\"*\"",
+        "not a host name or `*.` wildcard",
+    );
+    fails_once(
+        &m("{ headers = { \"bad name\" = \"v\" } }"),
+        "route[0].match.headers.\"bad name\"",
+        "\"v\"",
+        "not a header name",
+    );
+    let errs = errors(&m("{ headers = { \"X-A\" = \"1\", \"x-a\" = \"2\" } }"));
+    assert_eq!(errs.len(), 1, "{}", render(&errs));
+    assert!(errs[0].message.contains("listed twice"), "{}", errs[0]);
+}
+
+#[test]
+fn names_must_be_non_empty() {
+    let text = BASE.replace("name = \"a1\"", "name = \"\"");
+    fails_once(&text, "cluster.app.members[0].name", "\"\"", "member name must not be empty");
+    let text = BASE.replace("name = \"web\"", "name = \"my web\"");
+    let errs = errors(&text);
+    assert!(
+        errs.iter().any(|e| e.field == "listener[0].name" && e.message.contains("white space")),
+        "{}",
+        render(&errs)
+    );
+    let text = with("[router]\ngroup = \"\"\n");
+    fails_once(&text, "router.group", "\"\"", "group must not be empty");
+}
+
+#[test]
+fn errors_display_one_per_line() {
+    let text = BASE
+        .replace("cluster = \"app\"", "cluster = \"x\"")
+        .replace("weight", "w")
+        .replace("address = \"127.0.0.1:9001\"", "address = \"127.0.0.1:9001\", weight = 0");
+    let errs = parse_str(&text, Path::new(FILE), 1).unwrap_err();
+    assert_eq!(errs.len(), 2);
+    let shown = errs.to_string();
+    let lines: Vec<&str> = shown.lines().collect();
+    assert_eq!(lines.len(), 2);
+    assert!(
+        lines[0].starts_with("conf/rondo.toml:8:11: field `route[0].cluster`: unknown cluster `x`"),
+        "{shown}"
+    );
+    assert!(lines[1].starts_with("conf/rondo.toml:11:"), "{shown}");
+    let as_error: &dyn std::error::Error = &errs;
+    assert_eq!(as_error.to_string(), shown);
+}
