@@ -413,8 +413,9 @@ fn compile_listener(c: &mut Compiler<'_>, i: usize, l: &RawListener) -> Option<L
         path.key("max_header_bytes"),
         l.max_header_bytes,
         ListenerSpec::DEFAULT_MAX_HEADER_BYTES,
-        1,
+        ListenerSpec::MIN_MAX_HEADER_BYTES,
     );
+    let max_body_bytes = c.int(path.key("max_body_bytes"), l.max_body_bytes, 0, 0, u64::MAX);
     let max_headers =
         c.u32(path.key("max_headers"), l.max_headers, ListenerSpec::DEFAULT_MAX_HEADERS, 1);
     Some(ListenerSpec {
@@ -425,6 +426,7 @@ fn compile_listener(c: &mut Compiler<'_>, i: usize, l: &RawListener) -> Option<L
         header_read_timeout,
         max_header_bytes,
         max_headers,
+        max_body_bytes,
         trust_forwarded_for: l.trust_forwarded_for.unwrap_or(false),
     })
 }

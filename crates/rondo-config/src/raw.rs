@@ -62,6 +62,7 @@ pub(crate) struct RawListener {
     pub header_read_timeout_ms: Option<u64>,
     pub max_header_bytes: Option<u64>,
     pub max_headers: Option<u64>,
+    pub max_body_bytes: Option<u64>,
     pub trust_forwarded_for: Option<bool>,
 }
 

@@ -50,6 +50,8 @@ pub struct ListenerSpec {
     pub max_header_bytes: u32,
     /// Most header fields accepted (HTTP only).
     pub max_headers: u32,
+    /// Largest request body accepted, bytes; 0 means no limit (HTTP only).
+    pub max_body_bytes: u64,
     /// Whether an incoming `X-Forwarded-For` is kept and appended to rather than replaced.
     pub trust_forwarded_for: bool,
 }
@@ -61,6 +63,8 @@ impl ListenerSpec {
     pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
     /// Default `max_header_bytes`.
     pub const DEFAULT_MAX_HEADER_BYTES: u32 = 64 * 1024;
+    /// Smallest `max_header_bytes` (hyper's smallest read buffer).
+    pub const MIN_MAX_HEADER_BYTES: u64 = 8192;
     /// Default `max_headers`.
     pub const DEFAULT_MAX_HEADERS: u32 = 100;
 }

@@ -121,6 +121,7 @@ protocol = "http"
 max_connections = 500
 header_read_timeout_ms = 2500
 max_header_bytes = 8192
+max_body_bytes = 1048576
 max_headers = 50
 trust_forwarded_for = true
 
@@ -213,6 +214,7 @@ fn full_config_compiles_into_the_expected_view() {
                 header_read_timeout: Duration::from_millis(2500),
                 max_header_bytes: 8192,
                 max_headers: 50,
+                max_body_bytes: 1_048_576,
                 trust_forwarded_for: true,
             },
             ListenerSpec {
@@ -223,6 +225,7 @@ fn full_config_compiles_into_the_expected_view() {
                 header_read_timeout: ListenerSpec::DEFAULT_HEADER_READ_TIMEOUT,
                 max_header_bytes: ListenerSpec::DEFAULT_MAX_HEADER_BYTES,
                 max_headers: ListenerSpec::DEFAULT_MAX_HEADERS,
+                max_body_bytes: 0,
                 trust_forwarded_for: false,
             },
         ]

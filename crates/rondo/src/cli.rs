@@ -1,6 +1,7 @@
 //! The command line: the commands and options `rondo` accepts. Only commands that work are
 //! listed here, so `rondo --help` never offers one that does not.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
@@ -17,8 +18,23 @@ pub struct Cli {
 /// The commands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Run the router (listeners, routes, clusters) from a configuration file.
+    Serve(ServeArgs),
     /// Check a configuration file and print a one-line summary of it.
     Check(CheckArgs),
+    /// Run a demo member that answers every request with its name (for trying rondo out).
+    Member(MemberArgs),
+}
+
+/// Options of `rondo serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// The configuration file (TOML).
+    #[arg(long, short = 'c', value_name = "FILE")]
+    pub config: PathBuf,
+    /// Worker threads (default: one per core).
+    #[arg(long, value_name = "N")]
+    pub workers: Option<usize>,
 }
 
 /// Options of `rondo check`.
@@ -27,4 +43,18 @@ pub struct CheckArgs {
     /// The configuration file (TOML).
     #[arg(long, short = 'c', value_name = "FILE")]
     pub config: PathBuf,
+}
+
+/// Options of `rondo member`.
+#[derive(Debug, Args)]
+pub struct MemberArgs {
+    /// The name it answers with.
+    #[arg(long)]
+    pub name: String,
+    /// Where to listen.
+    #[arg(long, value_name = "ADDR")]
+    pub listen: SocketAddr,
+    /// Wait this long before every answer, milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 0)]
+    pub delay_ms: u64,
 }

@@ -1,31 +1,62 @@
 //! rondo's command-line front end: this crate owns the `rondo` binary's commands ([`cli`]) and
-//! what each one does ([`check`]); `main.rs` only parses arguments and calls [`run`].
+//! what each one does ([`check`], [`serve`], [`member`]); `main.rs` only parses arguments and
+//! calls [`run`].
 
 pub mod check;
 pub mod cli;
+pub mod member;
+pub mod serve;
 
 use std::io::{self, Write};
 use std::process::ExitCode;
+use std::time::Duration;
 
 use cli::{Cli, Command};
 
 /// Runs a parsed command line, printing to stdout and stderr; returns the process exit code.
 pub fn run(cli: Cli) -> ExitCode {
+    init_tracing();
     let stdout = io::stdout();
     let stderr = io::stderr();
     match run_with(cli, &mut stdout.lock(), &mut stderr.lock()) {
         Ok(code) => code,
         Err(e) => {
-            // Output itself failed (a closed pipe); there is nowhere better to say so.
             let _ = writeln!(io::stderr(), "error: {e:#}");
             ExitCode::FAILURE
         }
     }
 }
 
+/// Logs to stderr, filtered by `RONDO_LOG` (default `warn`).
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("RONDO_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(io::stderr).try_init();
+}
+
 /// Runs a parsed command line with the given outputs; an `Err` means writing output failed.
 pub fn run_with(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Check(args) => check::check(&args.config, out, err),
+        Command::Serve(args) => serve::serve(&args.config, args.workers, out, err),
+        Command::Member(args) => {
+            let rt = serve::runtime(Some(1))?;
+            rt.block_on(async {
+                let m =
+                    member::spawn(&args.name, args.listen, Duration::from_millis(args.delay_ms))
+                        .await
+                        .map_err(|e| {
+                            anyhow::anyhow!(
+                                "member {}: cannot listen on {}: {e}",
+                                args.name,
+                                args.listen
+                            )
+                        })?;
+                writeln!(out, "rondo member {} on {}", m.name, m.addr)?;
+                out.flush()?;
+                let _ = tokio::signal::ctrl_c().await;
+                Ok(ExitCode::SUCCESS)
+            })
+        }
     }
 }

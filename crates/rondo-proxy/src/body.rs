@@ -1,0 +1,218 @@
+//! Bodies. Requests and responses stream through without being buffered: [`UpstreamBody`]
+//! forwards the client's body frame by frame (enforcing the size limit), and [`ProxyBody`]
+//! forwards the member's response frame by frame, trailers included (gRPC's status lives there),
+//! ending the member's in-flight count when the last frame has passed.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use pin_project_lite::pin_project;
+use rondo_core::{FailureKind, Outcome};
+use rondo_runtime::ClusterRt;
+
+use crate::conn::ConnState;
+
+/// Boxed error used by bodies.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The request body was over the listener's limit.
+#[derive(Debug, thiserror::Error)]
+#[error("request body over the limit of {0} bytes")]
+pub struct TooLarge(pub u64);
+
+pin_project! {
+    /// The body sent to a member.
+    #[project = UpstreamProj]
+    pub enum UpstreamBody {
+        /// The client's body, streamed.
+        Stream { #[pin] inner: Incoming, limit: u64, seen: u64 },
+        /// No body.
+        Empty,
+    }
+}
+
+impl UpstreamBody {
+    /// Streams `inner`, failing once more than `limit` bytes (0 = no limit) have passed.
+    pub fn stream(inner: Incoming, limit: u64) -> Self {
+        UpstreamBody::Stream { inner, limit, seen: 0 }
+    }
+}
+
+impl Body for UpstreamBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        match self.project() {
+            UpstreamProj::Empty => Poll::Ready(None),
+            UpstreamProj::Stream { inner, limit, seen } => {
+                match std::task::ready!(inner.poll_frame(cx)) {
+                    Some(Ok(frame)) => {
+                        if let Some(data) = frame.data_ref() {
+                            *seen += data.len() as u64;
+                            if *limit > 0 && *seen > *limit {
+                                return Poll::Ready(Some(Err(Box::new(TooLarge(*limit)))));
+                            }
+                        }
+                        Poll::Ready(Some(Ok(frame)))
+                    }
+                    Some(Err(e)) => Poll::Ready(Some(Err(Box::new(e)))),
+                    None => Poll::Ready(None),
+                }
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            UpstreamBody::Stream { inner, .. } => inner.is_end_stream(),
+            UpstreamBody::Empty => true,
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            UpstreamBody::Stream { inner, .. } => inner.size_hint(),
+            UpstreamBody::Empty => SizeHint::with_exact(0),
+        }
+    }
+}
+
+/// What happens when a response is over (its last frame passed, or it was dropped): the
+/// member's in-flight request ends with its outcome, and the client connection goes back to
+/// waiting for its next request under the route's idle timeout.
+#[derive(Default)]
+pub struct Finish {
+    request: Option<(Arc<ClusterRt>, usize, Outcome)>,
+    conn: Option<(Arc<ConnState>, Duration)>,
+}
+
+impl Finish {
+    /// Ends `member`'s request on `cluster` with `outcome` (unless the body then fails).
+    pub fn request(mut self, cluster: Arc<ClusterRt>, member: usize, outcome: Outcome) -> Self {
+        self.request = Some((cluster, member, outcome));
+        self
+    }
+
+    /// Re-arms the client connection's idle timer.
+    pub fn conn(mut self, conn: Arc<ConnState>, idle: Duration) -> Self {
+        self.conn = Some((conn, idle));
+        self
+    }
+
+    fn failed(&mut self) {
+        if let Some((_, _, outcome)) = &mut self.request {
+            *outcome = Outcome::Failure { kind: FailureKind::Reset, latency: Duration::ZERO };
+        }
+    }
+}
+
+impl Drop for Finish {
+    fn drop(&mut self) {
+        if let Some((cluster, member, outcome)) = self.request.take() {
+            cluster.end_request(member, outcome);
+        }
+        if let Some((conn, idle)) = self.conn.take() {
+            conn.response_finished(idle);
+        }
+    }
+}
+
+impl std::fmt::Debug for Finish {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Finish")
+            .field("member", &self.request.as_ref().map(|r| (&r.0.spec.name, r.1, r.2)))
+            .finish_non_exhaustive()
+    }
+}
+
+pin_project! {
+    /// The body sent to the client.
+    #[project = ProxyProj]
+    pub enum ProxyBody {
+        /// A member's response, streamed.
+        Upstream { #[pin] inner: Incoming, finish: Option<Finish> },
+        /// A response rondo made.
+        Local { #[pin] inner: Full<Bytes>, finish: Option<Finish> },
+    }
+}
+
+impl ProxyBody {
+    /// A body rondo made.
+    pub fn local(bytes: Bytes) -> Self {
+        ProxyBody::Local { inner: Full::new(bytes), finish: None }
+    }
+
+    /// A member's body; `finish` runs when it is done.
+    pub fn upstream(inner: Incoming, finish: Finish) -> Self {
+        ProxyBody::Upstream { inner, finish: Some(finish) }
+    }
+
+    /// Runs `f` when the body is done (replacing nothing already set for a member's body).
+    pub fn set_finish(&mut self, f: Finish) {
+        match self {
+            ProxyBody::Upstream { finish, .. } | ProxyBody::Local { finish, .. } => {
+                *finish = Some(f)
+            }
+        }
+    }
+}
+
+impl Body for ProxyBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        match self.project() {
+            ProxyProj::Local { inner, finish } => {
+                let r = std::task::ready!(inner.poll_frame(cx));
+                if r.is_none() {
+                    finish.take();
+                }
+                Poll::Ready(r.map(|f| f.map_err(|e| match e {})))
+            }
+            ProxyProj::Upstream { inner, finish } => {
+                let r = std::task::ready!(inner.poll_frame(cx));
+                match &r {
+                    None => {
+                        finish.take();
+                    }
+                    Some(Err(_)) => {
+                        if let Some(f) = finish.as_mut() {
+                            f.failed();
+                        }
+                        finish.take();
+                    }
+                    Some(Ok(_)) => {}
+                }
+                Poll::Ready(r.map(|f| f.map_err(|e| Box::new(e) as BoxError)))
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            ProxyBody::Upstream { inner, .. } => inner.is_end_stream(),
+            ProxyBody::Local { inner, .. } => inner.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            ProxyBody::Upstream { inner, .. } => inner.size_hint(),
+            ProxyBody::Local { inner, .. } => inner.size_hint(),
+        }
+    }
+}

@@ -1,0 +1,145 @@
+//! Header hygiene (RFC 9110 section 7.6): hop-by-hop headers and every header named in
+//! `Connection` are removed in both directions; `X-Forwarded-For`, `-Proto` and `-Host` and
+//! `Via` are added on the way in, `Via` on the way out. `Host` is kept. A client-sent
+//! `X-Forwarded-For` is replaced unless the listener trusts it, in which case the client's
+//! address is appended.
+
+use std::net::IpAddr;
+
+use http::Version;
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+
+static HOP_BY_HOP: [HeaderName; 7] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    header::TE,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
+    header::PROXY_AUTHORIZATION,
+];
+
+static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+static X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+
+/// Whether the request asks to switch protocols (WebSocket and friends).
+pub fn is_upgrade(headers: &HeaderMap) -> bool {
+    headers.contains_key(header::UPGRADE)
+        && headers
+            .get_all(header::CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .any(|t| t.trim().eq_ignore_ascii_case("upgrade"))
+}
+
+/// Removes hop-by-hop headers and those named in `Connection`. With `keep_upgrade` the
+/// `Upgrade` header and a `Connection: upgrade` survive (they must reach the member for a
+/// protocol switch). `TE: trailers` is kept: gRPC needs it end to end.
+pub fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
+    let named: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
+        .collect();
+    for name in named {
+        if keep_upgrade && name == header::UPGRADE {
+            continue;
+        }
+        headers.remove(&name);
+    }
+    let te_trailers = headers
+        .get(header::TE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case("trailers")));
+    for name in &HOP_BY_HOP {
+        if keep_upgrade && (name == header::UPGRADE || name == header::CONNECTION) {
+            continue;
+        }
+        headers.remove(name);
+    }
+    if keep_upgrade {
+        headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+    }
+    if te_trailers {
+        headers.insert(header::TE, HeaderValue::from_static("trailers"));
+    }
+}
+
+/// Adds the forwarding headers to a request on its way to a member.
+pub fn add_forwarded(
+    headers: &mut HeaderMap,
+    client: IpAddr,
+    host: Option<&str>,
+    version: Version,
+    trust_forwarded_for: bool,
+) {
+    let ip = client.to_string();
+    let xff = match headers.get(&X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
+        Some(prior) if trust_forwarded_for => format!("{prior}, {ip}"),
+        _ => ip,
+    };
+    if let Ok(v) = HeaderValue::from_str(&xff) {
+        headers.insert(X_FORWARDED_FOR.clone(), v);
+    }
+    headers.insert(X_FORWARDED_PROTO.clone(), HeaderValue::from_static("http"));
+    if let Some(host) = host.and_then(|h| HeaderValue::from_str(h).ok()) {
+        headers.insert(X_FORWARDED_HOST.clone(), host);
+    }
+    append_via(headers, version);
+}
+
+/// Appends this hop to `Via`.
+pub fn append_via(headers: &mut HeaderMap, version: Version) {
+    let hop = match version {
+        Version::HTTP_2 => "2 rondo",
+        Version::HTTP_10 => "1.0 rondo",
+        _ => "1.1 rondo",
+    };
+    let value = match headers.get(header::VIA).and_then(|v| v.to_str().ok()) {
+        Some(prior) => HeaderValue::from_str(&format!("{prior}, {hop}")).ok(),
+        None => Some(HeaderValue::from_static(hop)),
+    };
+    if let Some(v) = value {
+        headers.insert(header::VIA, v);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strips_hop_by_hop_and_connection_named_headers() {
+        let mut h = HeaderMap::new();
+        h.insert(header::CONNECTION, HeaderValue::from_static("keep-alive, x-secret"));
+        h.insert("keep-alive", HeaderValue::from_static("timeout=5"));
+        h.insert("x-secret", HeaderValue::from_static("1"));
+        h.insert(header::TE, HeaderValue::from_static("trailers, deflate"));
+        h.insert(header::HOST, HeaderValue::from_static("example.com"));
+        strip_hop_by_hop(&mut h, false);
+        assert!(h.get("x-secret").is_none());
+        assert!(h.get("keep-alive").is_none());
+        assert!(h.get(header::CONNECTION).is_none());
+        assert_eq!(h.get(header::TE).unwrap(), "trailers");
+        assert_eq!(h.get(header::HOST).unwrap(), "example.com");
+    }
+
+    #[test]
+    fn forwarded_for_is_replaced_unless_trusted() {
+        let ip: IpAddr = "127.0.0.9".parse().unwrap();
+        let mut h = HeaderMap::new();
+        h.insert("x-forwarded-for", HeaderValue::from_static("6.6.6.6"));
+        add_forwarded(&mut h, ip, Some("a.test"), Version::HTTP_11, false);
+        assert_eq!(h.get("x-forwarded-for").unwrap(), "127.0.0.9");
+        let mut h = HeaderMap::new();
+        h.insert("x-forwarded-for", HeaderValue::from_static("10.0.0.1"));
+        add_forwarded(&mut h, ip, Some("a.test"), Version::HTTP_11, true);
+        assert_eq!(h.get("x-forwarded-for").unwrap(), "10.0.0.1, 127.0.0.9");
+        assert_eq!(h.get("x-forwarded-host").unwrap(), "a.test");
+        assert_eq!(h.get("via").unwrap(), "1.1 rondo");
+    }
+}

@@ -1,0 +1,397 @@
+//! The HTTP request path, top to bottom: route → (for the route's cluster, then each backup
+//! cluster in order) pick a member (sticky session, hash key or the cluster's algorithm) → send
+//! with a per-try timeout → on a failure that is safe to retry, the next member → the member's
+//! response streamed back with header hygiene, or an error that explains itself.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use http::header::{self, HeaderValue};
+use http::request::Parts;
+use http::{Method, Request, Response, StatusCode, Uri, Version};
+use http_body::Body as _;
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use rondo_config::ListenerSpec;
+use rondo_core::{
+    FailureKind, Granularity, HashKeySource, Outcome, PickError, PickRequest, RequestFacts,
+};
+use rondo_runtime::{ClusterRt, Live, Snapshot, clock};
+
+use crate::body::{Finish, ProxyBody, TooLarge, UpstreamBody};
+use crate::conn::ConnState;
+use crate::error::{Attempt, Kind, ProxyError};
+use crate::headers::{add_forwarded, append_via, is_upgrade, strip_hop_by_hop};
+use crate::sticky::{self, Sessions};
+use crate::upstream::Clients;
+
+/// Idle timeout after a response that matched no route.
+const DEFAULT_IDLE: Duration = Duration::from_secs(60);
+
+/// Everything a listener's requests share.
+#[derive(Debug)]
+pub struct HttpCtx {
+    /// The listener's settings.
+    pub listener: ListenerSpec,
+    /// Live views and balancers.
+    pub live: Arc<Live>,
+    /// Upstream pools.
+    pub clients: Clients,
+    /// Header-identified sessions.
+    pub sessions: Sessions,
+}
+
+/// Serves one request.
+pub async fn handle(
+    ctx: Arc<HttpCtx>,
+    conn: Arc<ConnState>,
+    peer: SocketAddr,
+    req: Request<Incoming>,
+) -> Result<Response<ProxyBody>, Infallible> {
+    conn.request_started();
+    let snapshot = ctx.live.load();
+    let version = req.version();
+    let mut resp = match proxy(&ctx, &snapshot, &conn, peer, req).await {
+        Ok(resp) => resp,
+        Err((e, idle)) => {
+            tracing::debug!(listener = %ctx.listener.name, error = %e, "request failed");
+            let mut resp = e.into_response();
+            resp.body_mut().set_finish(Finish::default().conn(conn, idle));
+            resp
+        }
+    };
+    *resp.version_mut() =
+        if version == Version::HTTP_2 { Version::HTTP_2 } else { Version::HTTP_11 };
+    Ok(resp)
+}
+
+fn host_of(req: &Request<Incoming>) -> Option<&str> {
+    let full = req
+        .headers()
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .or_else(|| req.uri().authority().map(|a| a.as_str()))?;
+    // Strip the port, minding IPv6 literals.
+    Some(match full.rfind(':') {
+        Some(i) if !full[i..].contains(']') => &full[..i],
+        _ => full,
+    })
+}
+
+type Failure = (ProxyError, Duration);
+
+async fn proxy(
+    ctx: &HttpCtx,
+    snapshot: &Snapshot,
+    conn: &Arc<ConnState>,
+    peer: SocketAddr,
+    mut req: Request<Incoming>,
+) -> Result<Response<ProxyBody>, Failure> {
+    let host = host_of(&req).map(str::to_owned);
+    let route_index = {
+        let headers = req.headers();
+        let lookup = |n: &str| headers.get(n).and_then(|v| v.to_str().ok());
+        let facts = RequestFacts {
+            host: host.as_deref(),
+            path: req.uri().path(),
+            method: req.method().as_str(),
+            header: &lookup,
+        };
+        snapshot
+            .view
+            .routes
+            .iter()
+            .position(|r| r.listener == ctx.listener.name && r.matcher.matches(&facts))
+    };
+    let Some(route_index) = route_index else {
+        let detail = format!(
+            "no route on listener {} matches {} {}{}",
+            ctx.listener.name,
+            req.method(),
+            host.as_deref().unwrap_or(""),
+            req.uri().path()
+        );
+        return Err((ProxyError::new(Kind::NoRoute, None, detail), DEFAULT_IDLE));
+    };
+    let route = &snapshot.view.routes[route_index];
+    let fail = |kind, detail: String| {
+        (ProxyError::new(kind, Some(route.name.clone()), detail), route.idle_timeout)
+    };
+
+    let limit = ctx.listener.max_body_bytes;
+    if limit > 0 && req.body().size_hint().lower() > limit {
+        return Err(fail(
+            Kind::BodyTooLarge,
+            format!("request body over the limit of {limit} bytes"),
+        ));
+    }
+
+    let upgrade = req.version() == Version::HTTP_11 && is_upgrade(req.headers());
+    let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
+    let client_version = req.version();
+    let (mut parts, body) = req.into_parts();
+    strip_hop_by_hop(&mut parts.headers, upgrade);
+    add_forwarded(
+        &mut parts.headers,
+        peer.ip(),
+        host.as_deref(),
+        client_version,
+        ctx.listener.trust_forwarded_for,
+    );
+    if !parts.headers.contains_key(header::HOST)
+        && let Some(v) = parts.uri.authority().and_then(|a| HeaderValue::from_str(a.as_str()).ok())
+    {
+        parts.headers.insert(header::HOST, v);
+    }
+    let path_and_query =
+        parts.uri.path_and_query().map_or_else(|| "/".to_owned(), |p| p.as_str().to_owned());
+    let bodyless = body.is_end_stream();
+    let mut body = if bodyless { None } else { Some(UpstreamBody::stream(body, limit)) };
+    let resendable = bodyless && is_idempotent(&parts.method);
+
+    let deadline = Instant::now() + route.request_timeout;
+    let mut attempts: Vec<Attempt> = Vec::new();
+    let clusters = std::iter::once(&route.cluster).chain(route.backups.iter());
+    'clusters: for cluster in clusters {
+        let Some(rt) = snapshot.clusters.get(cluster) else { continue };
+        let mut tried: Vec<usize> = Vec::new();
+        for _ in 0..rt.spec.policy.retry.attempts.max(1) {
+            let choice = match choose(ctx, rt, &parts, peer, &tried) {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::debug!(route = %route.name, error = %e, "no member");
+                    attempts.push(Attempt {
+                        cluster: cluster.clone(),
+                        member: None,
+                        outcome: Kind::NoEligible,
+                    });
+                    continue 'clusters;
+                }
+            };
+            let member = choice.member;
+            tried.push(member);
+            let name = rt.spec.members[member].name.clone();
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            let per_try =
+                rt.spec.policy.retry.per_try_timeout.map_or(remaining, |t| t.min(remaining));
+            let upstream_body = if bodyless {
+                UpstreamBody::Empty
+            } else {
+                match body.take() {
+                    Some(b) => b,
+                    None => {
+                        rt.end_request(member, Outcome::Cancelled);
+                        break 'clusters;
+                    }
+                }
+            };
+            let request = upstream_request(&parts, rt, member, &path_and_query, upstream_body);
+            let started = Instant::now();
+            let client = ctx.clients.for_protocol(rt.spec.upstream_protocol);
+            let kind = match tokio::time::timeout(per_try, client.request(request)).await {
+                Ok(Ok(mut resp)) => {
+                    let latency = started.elapsed();
+                    let outcome = if resp.status().is_server_error() {
+                        Outcome::Failure { kind: FailureKind::Status5xx, latency }
+                    } else {
+                        Outcome::Success { latency }
+                    };
+                    let member_upgrade = (resp.status() == StatusCode::SWITCHING_PROTOCOLS)
+                        .then(|| hyper::upgrade::on(&mut resp));
+                    let (mut rparts, rbody) = resp.into_parts();
+                    match (client_upgrade, member_upgrade) {
+                        (Some(c), Some(m)) => {
+                            conn.upgraded();
+                            tunnel(rt.clone(), member, c, m);
+                        }
+                        _ => strip_hop_by_hop(&mut rparts.headers, false),
+                    }
+                    append_via(&mut rparts.headers, rparts.version);
+                    if let Some(cookie) = choice.set_cookie {
+                        rparts.headers.append(header::SET_COOKIE, cookie);
+                    }
+                    let finish = Finish::default()
+                        .request(rt.clone(), member, outcome)
+                        .conn(conn.clone(), route.idle_timeout);
+                    return Ok(Response::from_parts(rparts, ProxyBody::upstream(rbody, finish)));
+                }
+                Ok(Err(e)) => {
+                    if caused_by_too_large(&e) {
+                        rt.end_request(member, Outcome::Cancelled);
+                        return Err(fail(
+                            Kind::BodyTooLarge,
+                            format!("request body over the limit of {limit} bytes"),
+                        ));
+                    }
+                    let (kind, failure) = if e.is_connect() {
+                        (Kind::Connect, FailureKind::Connect)
+                    } else {
+                        (Kind::Reset, FailureKind::Reset)
+                    };
+                    rt.end_request(
+                        member,
+                        Outcome::Failure { kind: failure, latency: started.elapsed() },
+                    );
+                    kind
+                }
+                Err(_elapsed) => {
+                    let latency = started.elapsed();
+                    rt.end_request(
+                        member,
+                        Outcome::Failure { kind: FailureKind::Timeout, latency },
+                    );
+                    Kind::Timeout
+                }
+            };
+            tracing::debug!(route = %route.name, cluster = %cluster, member = %name, ?kind, "attempt failed");
+            attempts.push(Attempt { cluster: cluster.clone(), member: Some(name), outcome: kind });
+            // A connect failure sent nothing, so any request may go elsewhere if its body is
+            // still ours; otherwise only idempotent requests without a body are sent again.
+            let may_retry = if kind == Kind::Connect { bodyless } else { resendable };
+            if !may_retry || Instant::now() >= deadline {
+                break 'clusters;
+            }
+        }
+    }
+    let kind = [Kind::Timeout, Kind::Reset, Kind::Connect]
+        .into_iter()
+        .find(|k| attempts.iter().any(|a| a.outcome == *k))
+        .unwrap_or(Kind::NoEligible);
+    let detail = match kind {
+        Kind::Timeout => "member too slow: no response in time".to_owned(),
+        Kind::NoEligible => "no eligible member to serve the request".to_owned(),
+        _ => "bad gateway: no member answered".to_owned(),
+    };
+    let mut e = ProxyError::new(kind, Some(route.name.clone()), detail);
+    e.attempts = attempts;
+    Err((e, route.idle_timeout))
+}
+
+fn is_idempotent(m: &Method) -> bool {
+    matches!(
+        *m,
+        Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE
+    )
+}
+
+fn caused_by_too_large(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur = Some(e);
+    while let Some(err) = cur {
+        if err.is::<TooLarge>() {
+            return true;
+        }
+        cur = err.source();
+    }
+    false
+}
+
+fn upstream_request(
+    parts: &Parts,
+    rt: &ClusterRt,
+    member: usize,
+    path_and_query: &str,
+    body: UpstreamBody,
+) -> Request<UpstreamBody> {
+    let address = &rt.spec.members[member].address;
+    let uri: Uri = format!("http://{address}{path_and_query}").parse().unwrap_or_default();
+    let mut req = Request::new(body);
+    *req.method_mut() = parts.method.clone();
+    *req.uri_mut() = uri;
+    *req.headers_mut() = parts.headers.clone();
+    *req.version_mut() = match rt.spec.upstream_protocol {
+        rondo_core::UpstreamProtocol::Http2 => Version::HTTP_2,
+        _ => Version::HTTP_11,
+    };
+    req
+}
+
+struct Choice {
+    member: usize,
+    set_cookie: Option<HeaderValue>,
+}
+
+/// Places a request: on its session's member when it has one that can keep it, else through
+/// the cluster's picker (which also counts the request as begun).
+fn choose(
+    ctx: &HttpCtx,
+    rt: &Arc<ClusterRt>,
+    parts: &Parts,
+    peer: SocketAddr,
+    tried: &[usize],
+) -> Result<Choice, PickError> {
+    let spec = &rt.spec;
+    let now = clock::now();
+    let session = spec.policy.granularity == Granularity::Session;
+    let mut header_session = None;
+    if session {
+        let held = match &spec.sticky.header {
+            Some(h) => {
+                let id = parts.headers.get(h.as_str()).and_then(|v| v.to_str().ok());
+                header_session = id;
+                id.and_then(|id| ctx.sessions.get(rt, id))
+            }
+            None => sticky::cookie(&parts.headers, &spec.sticky.cookie)
+                .and_then(|t| sticky::member_by_token(spec, t)),
+        };
+        if let Some(m) = held
+            && !tried.contains(&m)
+            && rt.keep_and_begin(m, now)
+        {
+            return Ok(Choice { member: m, set_cookie: None });
+        }
+        ctx.sessions.sweep();
+    }
+    let hash = (spec.policy.algorithm == rondo_core::Algorithm::Hash)
+        .then(|| hash_key(&spec.policy.hash.key, parts, peer))
+        .flatten();
+    let group = ctx.live.group.as_deref();
+    let d = rt.pick_and_begin(&PickRequest { now, group, hash, context: None, exclude: tried })?;
+    let mut set_cookie = None;
+    if session {
+        match header_session {
+            Some(id) => ctx.sessions.pin(rt, id, d.member),
+            None if spec.sticky.header.is_none() => {
+                let token = sticky::token(&spec.members[d.member].name);
+                let cookie =
+                    format!("{}={token}; Path=/; HttpOnly; SameSite=Lax", spec.sticky.cookie);
+                set_cookie = HeaderValue::from_str(&cookie).ok();
+            }
+            None => {}
+        }
+    }
+    Ok(Choice { member: d.member, set_cookie })
+}
+
+fn hash_key(source: &HashKeySource, parts: &Parts, peer: SocketAddr) -> Option<u64> {
+    use rondo_core::hash::hash_key;
+    match source {
+        HashKeySource::ClientAddress => Some(match peer.ip() {
+            std::net::IpAddr::V4(ip) => hash_key(&ip.octets()),
+            std::net::IpAddr::V6(ip) => hash_key(&ip.octets()),
+        }),
+        HashKeySource::Header(h) => parts.headers.get(h.as_str()).map(|v| hash_key(v.as_bytes())),
+        HashKeySource::Cookie(c) => {
+            sticky::cookie(&parts.headers, c).map(|v| hash_key(v.as_bytes()))
+        }
+    }
+}
+
+/// Joins the client's and the member's upgraded connections (WebSocket and other protocol
+/// switches) and copies bytes both ways until either side closes; counted as a session.
+fn tunnel(
+    rt: Arc<ClusterRt>,
+    member: usize,
+    client: hyper::upgrade::OnUpgrade,
+    upstream: hyper::upgrade::OnUpgrade,
+) {
+    rt.open_session(member);
+    tokio::spawn(async move {
+        if let (Ok(c), Ok(m)) = tokio::join!(client, upstream) {
+            let (mut c, mut m) = (TokioIo::new(c), TokioIo::new(m));
+            let _ = tokio::io::copy_bidirectional(&mut c, &mut m).await;
+        }
+        rt.close_session(member);
+    });
+}

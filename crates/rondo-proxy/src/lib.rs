@@ -1,0 +1,179 @@
+//! rondo's router data plane (`rondo serve`): HTTP/1.1 and HTTP/2 (h2c, prior knowledge) on
+//! the same port, and TCP, balanced through `rondo-core` via the live state of
+//! `rondo-runtime`.
+//!
+//! A request's path reads top to bottom in [`http`]: route, pick (sticky, hash or algorithm),
+//! send with a per-try timeout, fail over to the next member and then to backup clusters,
+//! stream the response back. Around it, [`conn`] enforces the connection limit and the HTTP/1
+//! header and idle timers, [`headers`] the header hygiene, [`body`] the streaming bodies and
+//! in-flight accounting, [`error`] the explained errors.
+
+pub mod body;
+pub mod conn;
+pub mod error;
+pub mod headers;
+pub mod http;
+pub mod sticky;
+pub mod tcp;
+pub mod upstream;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use rondo_config::{ListenerProtocol, ListenerSpec};
+use rondo_runtime::Live;
+use tokio::net::TcpListener;
+use tokio::sync::{Semaphore, watch};
+
+use crate::conn::{ConnState, TimedIo};
+use crate::http::HttpCtx;
+use crate::upstream::Clients;
+
+/// A running router: its bound listeners and a way to stop it.
+#[derive(Debug)]
+pub struct Router {
+    /// Each listener's name and the address it is bound to (useful with port 0).
+    pub listeners: Vec<(String, SocketAddr)>,
+    stop: watch::Sender<bool>,
+}
+
+impl Router {
+    /// The bound address of listener `name`.
+    pub fn addr(&self, name: &str) -> Option<SocketAddr> {
+        self.listeners.iter().find(|(n, _)| n == name).map(|(_, a)| *a)
+    }
+
+    /// Stops accepting connections (connections in progress finish on their own).
+    pub fn stop(&self) {
+        let _ = self.stop.send(true);
+    }
+}
+
+impl Drop for Router {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Binds every listener and starts serving. Errors name the listener and address that failed.
+pub async fn start(listeners: &[ListenerSpec], live: Arc<Live>) -> std::io::Result<Router> {
+    let (stop, stopped) = watch::channel(false);
+    let clients = Clients::new(Duration::from_secs(5));
+    let mut bound = Vec::new();
+    for spec in listeners {
+        let socket = TcpListener::bind(spec.listen).await.map_err(|e| {
+            std::io::Error::new(
+                e.kind(),
+                format!("cannot bind listener {} to {}: {e}", spec.name, spec.listen),
+            )
+        })?;
+        let addr = socket.local_addr()?;
+        bound.push((spec.name.clone(), addr));
+        let limit = Arc::new(Semaphore::new(spec.max_connections as usize));
+        match spec.protocol {
+            ListenerProtocol::Http => {
+                let ctx = Arc::new(HttpCtx {
+                    listener: spec.clone(),
+                    live: live.clone(),
+                    clients: clients.clone(),
+                    sessions: Default::default(),
+                });
+                tokio::spawn(accept_http(socket, ctx, limit, stopped.clone()));
+            }
+            ListenerProtocol::Tcp => {
+                tokio::spawn(accept_tcp(
+                    socket,
+                    live.clone(),
+                    spec.name.as_str().into(),
+                    limit,
+                    stopped.clone(),
+                ));
+            }
+        }
+        tracing::info!(listener = %spec.name, %addr, protocol = spec.protocol.as_str(), "listening");
+    }
+    Ok(Router { listeners: bound, stop })
+}
+
+fn http_builder(spec: &ListenerSpec) -> auto::Builder<TokioExecutor> {
+    let mut b = auto::Builder::new(TokioExecutor::new());
+    b.http1()
+        .keep_alive(true)
+        .max_buf_size(spec.max_header_bytes.max(8192) as usize)
+        .max_headers(spec.max_headers as usize);
+    b.http2().max_header_list_size(spec.max_header_bytes);
+    b
+}
+
+async fn accept_http(
+    socket: TcpListener,
+    ctx: Arc<HttpCtx>,
+    limit: Arc<Semaphore>,
+    mut stopped: watch::Receiver<bool>,
+) {
+    let builder = Arc::new(http_builder(&ctx.listener));
+    loop {
+        let (stream, peer) = tokio::select! {
+            r = socket.accept() => match r {
+                Ok(x) => x,
+                Err(e) => {
+                    tracing::warn!(listener = %ctx.listener.name, error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                }
+            },
+            _ = stopped.changed() => return,
+        };
+        let Ok(permit) = limit.clone().try_acquire_owned() else {
+            let (name, max) = (ctx.listener.name.clone(), ctx.listener.max_connections);
+            tokio::spawn(async move { conn::reject_over_limit(stream, &name, max).await });
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let ctx = ctx.clone();
+        let builder = builder.clone();
+        tokio::spawn(async move {
+            let state = ConnState::new(ctx.listener.header_read_timeout);
+            let io = TimedIo::new(stream, state.clone(), ctx.listener.header_read_timeout);
+            let service =
+                service_fn(move |req| http::handle(ctx.clone(), state.clone(), peer, req));
+            let _ = builder.serve_connection_with_upgrades(TokioIo::new(io), service).await;
+            drop(permit);
+        });
+    }
+}
+
+async fn accept_tcp(
+    socket: TcpListener,
+    live: Arc<Live>,
+    name: Arc<str>,
+    limit: Arc<Semaphore>,
+    mut stopped: watch::Receiver<bool>,
+) {
+    loop {
+        let (stream, peer) = tokio::select! {
+            r = socket.accept() => match r {
+                Ok(x) => x,
+                Err(_) => {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                }
+            },
+            _ = stopped.changed() => return,
+        };
+        let Ok(permit) = limit.clone().try_acquire_owned() else {
+            drop(stream);
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let (live, name) = (live.clone(), name.clone());
+        tokio::spawn(async move {
+            tcp::handle(live, name, stream, peer).await;
+            drop(permit);
+        });
+    }
+}

@@ -1,0 +1,12 @@
+//! rondo's live state, shared by the router, the naming service and (later) the admin API:
+//! the current view and one balancer per cluster ([`live`]), the clock mapping ([`clock`]), and
+//! active probes that feed health and the response-time table ([`probe`]).
+//!
+//! This crate is where time and randomness enter: it reads the clock and seeds generators, then
+//! calls the pure `rondo-core` with them as arguments.
+
+pub mod clock;
+pub mod live;
+pub mod probe;
+
+pub use live::{ClusterRt, Live, Snapshot};

@@ -1,0 +1,83 @@
+//! `rondo serve`: loads the configuration, starts the live state, the probes and the router,
+//! and runs until interrupted.
+
+use std::io::Write;
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context;
+use rondo_runtime::{Live, probe};
+
+/// The first view's id.
+const FIRST_VIEW: u64 = 1;
+
+/// Runs the router from the configuration at `path` on `workers` threads (default: one per
+/// core) until SIGINT or SIGTERM.
+pub fn serve(
+    path: &Path,
+    workers: Option<usize>,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> anyhow::Result<ExitCode> {
+    let config = match rondo_config::load_file(path, FIRST_VIEW) {
+        Ok(c) => c,
+        Err(errors) => {
+            for e in &errors {
+                writeln!(err, "{e}")?;
+            }
+            return Ok(ExitCode::FAILURE);
+        }
+    };
+    let runtime = runtime(workers)?;
+    runtime.block_on(async {
+        let live = Arc::new(Live::new(config.view.clone(), config.router.group.clone()));
+        probe::spawn(&live.load());
+        let router = match rondo_proxy::start(&config.listeners, live.clone()).await {
+            Ok(r) => r,
+            Err(e) => {
+                writeln!(err, "rondo serve: {e}")?;
+                return Ok(ExitCode::FAILURE);
+            }
+        };
+        for (name, addr) in &router.listeners {
+            writeln!(out, "rondo: listener {name} on {addr}")?;
+        }
+        out.flush()?;
+        shutdown_signal().await;
+        writeln!(out, "rondo: shutting down")?;
+        router.stop();
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+/// A tokio runtime with `workers` threads (at least one).
+pub fn runtime(workers: Option<usize>) -> anyhow::Result<tokio::runtime::Runtime> {
+    let mut b = tokio::runtime::Builder::new_multi_thread();
+    if let Some(n) = workers {
+        b.worker_threads(n.max(1));
+    }
+    b.enable_all().build().context("starting the async runtime")
+}
+
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}

@@ -1,0 +1,12 @@
+//! Integration tests of the router: real sockets on 127.0.0.1, real members (in-process servers
+//! or `rondo member` processes), the router started from a configuration text.
+
+mod router {
+    pub(crate) mod support;
+
+    mod balancing;
+    mod errors;
+    mod limits;
+    mod protocols;
+    mod serve;
+}
