@@ -9,9 +9,9 @@
 
 use std::io;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
-use std::task::{Context, Poll};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use pin_project_lite::pin_project;
@@ -33,6 +33,9 @@ pub struct ConnState {
     phase: AtomicU8,
     epoch: AtomicU64,
     idle_ms: AtomicU64,
+    /// The reader parked while a request was in progress: when its response ends, hyper does
+    /// not poll the socket again by itself, so the idle timer would never start unless we wake it.
+    reader: Mutex<Option<Waker>>,
 }
 
 impl ConnState {
@@ -41,6 +44,7 @@ impl ConnState {
             phase: AtomicU8::new(WAITING),
             epoch: AtomicU64::new(0),
             idle_ms: AtomicU64::new(idle.as_millis() as u64),
+            reader: Mutex::new(None),
         })
     }
 
@@ -58,6 +62,17 @@ impl ConnState {
             self.idle_ms.store(idle.as_millis() as u64, Ordering::Relaxed);
             self.phase.store(WAITING, Ordering::Relaxed);
             self.epoch.fetch_add(1, Ordering::Release);
+            let parked = self.reader.lock().unwrap_or_else(|e| e.into_inner()).take();
+            if let Some(w) = parked {
+                w.wake();
+            }
+        }
+    }
+
+    fn park_reader(&self, waker: &Waker) {
+        let mut slot = self.reader.lock().unwrap_or_else(|e| e.into_inner());
+        if !slot.as_ref().is_some_and(|w| w.will_wake(waker)) {
+            *slot = Some(waker.clone());
         }
     }
 
@@ -130,8 +145,8 @@ impl AsyncRead for TimedIo {
             }
         }
         if *this.armed && *this.h2 != Some(true) && this.sleep.as_mut().poll(cx).is_ready() {
-            *this.armed = false;
             if *this.received > 0 {
+                *this.armed = false;
                 // A request was started and stalled: say so, then fail the read so hyper closes.
                 let _ = this.inner.as_mut().poll_write(cx, RESPONSE_408);
                 let _ = this.inner.as_mut().poll_flush(cx);
@@ -140,11 +155,22 @@ impl AsyncRead for TimedIo {
                     "request header read timed out",
                 )));
             }
-            // Idle keep-alive connection: a quiet end of stream.
+            // Idle keep-alive connection: a quiet end of stream, and it stays ended (the timer
+            // stays armed and expired): hyper-util's protocol sniffing consumes the first EOF.
             return Poll::Ready(Ok(()));
         }
         let before = buf.filled().len();
-        std::task::ready!(this.inner.poll_read(cx, buf))?;
+        if this.inner.as_mut().poll_read(cx, buf)?.is_pending() {
+            if this.state.phase.load(Ordering::Relaxed) == IN_REQUEST {
+                this.state.park_reader(cx.waker());
+                // The response may have finished between the phase check and parking: then
+                // nobody will wake us, so poll again now.
+                if this.state.epoch.load(Ordering::Acquire) != *this.seen_epoch {
+                    cx.waker().wake_by_ref();
+                }
+            }
+            return Poll::Pending;
+        }
         let new = &buf.filled()[before..];
         if !new.is_empty() {
             if this.h2.is_none() {

@@ -55,6 +55,8 @@ pub struct ProxyError {
     pub kind: Kind,
     /// The route, when one matched.
     pub route: Option<String>,
+    /// The route's primary cluster, when a route matched.
+    pub cluster: Option<String>,
     /// A sentence for the client.
     pub detail: String,
     /// Every try, in order.
@@ -104,8 +106,8 @@ impl fmt::Display for ProxyError {
         write!(f, "rondo: {} {}", self.kind.status().as_u16(), self.detail)?;
         if let Some(route) = &self.route {
             write!(f, " (route {route}")?;
-            if let Some(first) = self.attempts.first() {
-                write!(f, ", cluster {}", first.cluster)?;
+            if let Some(cluster) = &self.cluster {
+                write!(f, ", cluster {cluster}")?;
             }
             f.write_str(")")?;
         }
@@ -123,9 +125,20 @@ impl fmt::Display for ProxyError {
 }
 
 impl ProxyError {
-    /// A failure with no attempts.
-    pub fn new(kind: Kind, route: Option<String>, detail: impl Into<String>) -> Self {
-        ProxyError { kind, route, detail: detail.into(), attempts: Vec::new() }
+    /// A failure with no attempts, outside any route.
+    pub fn new(kind: Kind, detail: impl Into<String>) -> Self {
+        ProxyError { kind, route: None, cluster: None, detail: detail.into(), attempts: Vec::new() }
+    }
+
+    /// A failure on `route`, whose primary cluster is `cluster`.
+    pub fn on_route(kind: Kind, route: &str, cluster: &str, detail: impl Into<String>) -> Self {
+        ProxyError {
+            kind,
+            route: Some(route.to_owned()),
+            cluster: Some(cluster.to_owned()),
+            detail: detail.into(),
+            attempts: Vec::new(),
+        }
     }
 
     /// The response the client gets.

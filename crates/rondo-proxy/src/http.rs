@@ -113,11 +113,11 @@ async fn proxy(
             host.as_deref().unwrap_or(""),
             req.uri().path()
         );
-        return Err((ProxyError::new(Kind::NoRoute, None, detail), DEFAULT_IDLE));
+        return Err((ProxyError::new(Kind::NoRoute, detail), DEFAULT_IDLE));
     };
     let route = &snapshot.view.routes[route_index];
     let fail = |kind, detail: String| {
-        (ProxyError::new(kind, Some(route.name.clone()), detail), route.idle_timeout)
+        (ProxyError::on_route(kind, &route.name, &route.cluster, detail), route.idle_timeout)
     };
 
     let limit = ctx.listener.max_body_bytes;
@@ -264,7 +264,7 @@ async fn proxy(
         Kind::NoEligible => "no eligible member to serve the request".to_owned(),
         _ => "bad gateway: no member answered".to_owned(),
     };
-    let mut e = ProxyError::new(kind, Some(route.name.clone()), detail);
+    let mut e = ProxyError::on_route(kind, &route.name, &route.cluster, detail);
     e.attempts = attempts;
     Err((e, route.idle_timeout))
 }

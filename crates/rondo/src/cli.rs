@@ -24,6 +24,8 @@ pub enum Command {
     Check(CheckArgs),
     /// Run a demo member that answers every request with its name (for trying rondo out).
     Member(MemberArgs),
+    /// Try rondo out: three local members and a router, calls through three algorithms.
+    Demo(DemoArgs),
 }
 
 /// Options of `rondo serve`.
@@ -57,4 +59,16 @@ pub struct MemberArgs {
     /// Wait this long before every answer, milliseconds.
     #[arg(long, value_name = "MS", default_value_t = 0)]
     pub delay_ms: u64,
+}
+
+/// Options of `rondo demo`.
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// Calls sent through each algorithm.
+    #[arg(long, value_name = "N", default_value_t = 300)]
+    #[arg(value_parser = clap::value_parser!(u32).range(1..))]
+    pub calls: u32,
+    /// Keep the members and the router running after the summary, until Ctrl-C.
+    #[arg(long)]
+    pub serve: bool,
 }

@@ -1,9 +1,10 @@
 //! rondo's command-line front end: this crate owns the `rondo` binary's commands ([`cli`]) and
-//! what each one does ([`check`], [`serve`], [`member`]); `main.rs` only parses arguments and
-//! calls [`run`].
+//! what each one does ([`check`], [`serve`], [`member`], [`demo`]); `main.rs` only parses
+//! arguments and calls [`run`].
 
 pub mod check;
 pub mod cli;
+pub mod demo;
 pub mod member;
 pub mod serve;
 
@@ -39,6 +40,7 @@ pub fn run_with(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> anyhow::R
     match cli.command {
         Command::Check(args) => check::check(&args.config, out, err),
         Command::Serve(args) => serve::serve(&args.config, args.workers, out, err),
+        Command::Demo(args) => demo::demo(args.calls as usize, args.serve, out, err),
         Command::Member(args) => {
             let rt = serve::runtime(Some(1))?;
             rt.block_on(async {

@@ -1,1 +1,370 @@
-//! Placeholder: written next.
+//! Listener and route limits: each gives the right status, ends that connection, and the router
+//! keeps serving everyone else (after each, a normal GET on a fresh connection succeeds).
+
+use std::time::Duration;
+
+use http::StatusCode;
+use rondo::member::Member;
+use tokio::io::AsyncWriteExt;
+use tokio::task::JoinSet;
+
+use super::support::{self, RawConn, TestRouter};
+
+/// Upper bound for waiting on the router to close a connection.
+const CLOSE_WAIT: Duration = Duration::from_secs(5);
+
+const GET: &str = "GET / HTTP/1.1\r\nHost: limits.test\r\n\r\n";
+
+/// One listener `web` with `listener` settings, one route with `route` settings, members `ms`.
+fn config(listener: &str, route: &str, ms: &[Member]) -> String {
+    format!(
+        r#"
+[[listener]]
+name = "web"
+listen = "127.0.0.1:0"
+{listener}
+
+[[route]]
+name = "main"
+listener = "web"
+cluster = "main"
+{route}
+
+[cluster.main]
+{}
+"#,
+        support::member_list(ms)
+    )
+}
+
+/// A router over one member `m1`.
+async fn setup(listener: &str, route: &str) -> (TestRouter, Vec<Member>) {
+    let ms = support::members(1, Duration::ZERO).await;
+    let r = support::router(&config(listener, route, &ms)).await;
+    (r, ms)
+}
+
+/// A normal GET on a fresh connection is served.
+async fn still_serves(r: &TestRouter) {
+    let reply = support::get(&support::client(), &r.url("web", "/")).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
+    assert_eq!(reply.body.trim(), "m1");
+}
+
+/// Sends `bytes` on a new connection and reads until the router closes it (at most
+/// `CLOSE_WAIT`); a failed write (the router already closed) is not an error.
+async fn send_and_wait_close(r: &TestRouter, bytes: &[u8]) -> (String, bool) {
+    let mut conn = support::raw_connect(r.addr("web")).await;
+    let _ = conn.get_mut().write_all(bytes).await;
+    let (out, closed) = support::read_until_closed(&mut conn, CLOSE_WAIT).await;
+    (String::from_utf8_lossy(&out).into_owned(), closed)
+}
+
+fn has_header(text: &str, name: &str, value: &str) -> bool {
+    let head = text.split("\r\n\r\n").next().unwrap_or("");
+    head.lines().skip(1).any(|l| {
+        l.split_once(':').is_some_and(|(k, v)| {
+            k.trim().eq_ignore_ascii_case(name) && v.trim().eq_ignore_ascii_case(value)
+        })
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalled_request_head_gets_408_and_is_closed() {
+    let (r, _ms) = setup("header_read_timeout_ms = 300", "").await;
+    let (reply, closed) = send_and_wait_close(&r, b"GET / HTTP/1.1\r\nHost: x\r\n").await;
+    assert!(reply.starts_with("HTTP/1.1 408"), "{reply:?}");
+    assert!(closed, "the connection stays open after the 408");
+    still_serves(&r).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trickling_header_bytes_does_not_extend_the_header_timeout() {
+    let (r, _ms) = setup("header_read_timeout_ms = 300", "").await;
+    let conn = tokio::net::TcpStream::connect(r.addr("web")).await.expect("connect");
+    let (read, mut write) = conn.into_split();
+    // One header line every 100 ms for 3 s, then the end of the head: a router that restarted
+    // its timer on every byte would answer that request 200 instead of 408.
+    let writer = tokio::spawn(async move {
+        if write.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n").await.is_err() {
+            return;
+        }
+        for i in 0..30 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            if write.write_all(format!("x-pad-{i}: y\r\n").as_bytes()).await.is_err() {
+                return;
+            }
+        }
+        let _ = write.write_all(b"\r\n").await;
+    });
+    let mut read = tokio::io::BufReader::new(read);
+    let mut out = Vec::new();
+    let closed = tokio::time::timeout(Duration::from_secs(8), async {
+        use tokio::io::AsyncReadExt;
+        let mut buf = [0u8; 4096];
+        loop {
+            match read.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => out.extend_from_slice(&buf[..n]),
+            }
+        }
+    })
+    .await
+    .is_ok();
+    writer.abort();
+    let reply = String::from_utf8_lossy(&out);
+    assert!(reply.starts_with("HTTP/1.1 408"), "{reply:?}");
+    assert!(closed, "the connection stays open after the 408");
+    still_serves(&r).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_new_connection_is_closed_quietly_after_the_header_timeout() {
+    let (r, _ms) = setup("header_read_timeout_ms = 300", "").await;
+    let (reply, closed) = send_and_wait_close(&r, b"").await;
+    assert!(closed, "a connection that never sent a byte is kept past the header timeout");
+    assert_eq!(reply, "", "nothing was asked, so nothing should be answered");
+    still_serves(&r).await;
+}
+
+// Regression: the idle timer was never armed after a response (hyper does not poll a blocked
+// reader again by itself), so idle keep-alive connections held a max_connections slot forever.
+// `response_finished` now wakes the parked reader.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_keep_alive_connection_is_closed_quietly_after_the_route_idle_timeout() {
+    // The header timer is long, so a close within CLOSE_WAIT can only be the idle timer.
+    let (r, _ms) = setup("header_read_timeout_ms = 30000", "idle_timeout_ms = 1000").await;
+    let mut conn = support::raw_connect(r.addr("web")).await;
+    for _ in 0..2 {
+        // Keep-alive works while requests follow each other.
+        support::raw_send(&mut conn, GET.as_bytes()).await;
+        let resp = support::read_response(&mut conn).await.expect("response");
+        assert_eq!((resp.status, resp.text().trim()), (200, "m1"));
+    }
+    let (rest, closed) = support::read_until_closed(&mut conn, CLOSE_WAIT).await;
+    assert!(closed, "idle keep-alive connection not closed by the route's idle timeout");
+    assert!(rest.is_empty(), "idle close sent bytes: {:?}", String::from_utf8_lossy(&rest));
+    still_serves(&r).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversized_request_head_gets_431() {
+    let (r, _ms) = setup("max_header_bytes = 8192", "").await;
+    let big = "a".repeat(20 * 1024);
+    let req = format!("GET / HTTP/1.1\r\nHost: x\r\nx-big: {big}\r\n\r\n");
+    let (reply, closed) = send_and_wait_close(&r, req.as_bytes()).await;
+    assert!(reply.starts_with("HTTP/1.1 431"), "{reply:?}");
+    assert!(closed, "the connection stays open after the 431");
+    // Just under the limit is fine.
+    let mut conn = support::raw_connect(r.addr("web")).await;
+    let ok = format!("GET / HTTP/1.1\r\nHost: x\r\nx-big: {}\r\n\r\n", "a".repeat(7 * 1024));
+    support::raw_send(&mut conn, ok.as_bytes()).await;
+    assert_eq!(support::read_response(&mut conn).await.expect("response").status, 200);
+    still_serves(&r).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn too_many_header_fields_get_431() {
+    let (r, _ms) = setup("max_headers = 10", "").await;
+    let fields = |n: usize| (0..n).map(|i| format!("x-h{i}: {i}\r\n")).collect::<String>();
+    let req = format!("GET / HTTP/1.1\r\nHost: x\r\n{}\r\n", fields(30));
+    let (reply, closed) = send_and_wait_close(&r, req.as_bytes()).await;
+    assert!(reply.starts_with("HTTP/1.1 431"), "{reply:?}");
+    assert!(closed, "the connection stays open after the 431");
+    // Host plus 9 more is exactly the limit.
+    let mut conn = support::raw_connect(r.addr("web")).await;
+    support::raw_send(
+        &mut conn,
+        format!("GET / HTTP/1.1\r\nHost: x\r\n{}\r\n", fields(9)).as_bytes(),
+    )
+    .await;
+    assert_eq!(support::read_response(&mut conn).await.expect("response").status, 200);
+    still_serves(&r).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn declared_body_over_the_limit_gets_413_and_close() {
+    let (r, _ms) = setup("max_body_bytes = 1000", "").await;
+    // Only the head is sent: the router answers from Content-Length alone, without reading
+    // (or waiting for) the body.
+    let mut conn = support::raw_connect(r.addr("web")).await;
+    support::raw_send(&mut conn, b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n\r\n")
+        .await;
+    let resp = support::read_response(&mut conn).await.expect("response");
+    assert_eq!(resp.status, 413, "{}", resp.text());
+    assert_eq!(resp.header("connection").map(str::to_ascii_lowercase).as_deref(), Some("close"));
+    let (_, closed) = support::read_until_closed(&mut conn, CLOSE_WAIT).await;
+    assert!(closed, "the connection stays open after the 413");
+
+    // Exactly the limit passes (echoed back).
+    let body = "b".repeat(1000);
+    let mut conn = support::raw_connect(r.addr("web")).await;
+    let req = format!("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{body}");
+    support::raw_send(&mut conn, req.as_bytes()).await;
+    let resp = support::read_response(&mut conn).await.expect("response");
+    assert_eq!((resp.status, resp.text()), (200, body));
+    still_serves(&r).await;
+}
+
+/// `data` as one chunk of a chunked body.
+fn chunk(data: &[u8]) -> Vec<u8> {
+    let mut v = format!("{:x}\r\n", data.len()).into_bytes();
+    v.extend_from_slice(data);
+    v.extend_from_slice(b"\r\n");
+    v
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chunked_body_over_the_limit_before_the_answer_gets_413() {
+    let (r, _ms) = setup("max_body_bytes = 1000", "").await;
+    // The whole body (one 2000-byte chunk) arrives with the head: the limit trips on the
+    // first frame, before anything reached the member, so the client gets a clean 413.
+    let mut req = b"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+    req.extend(chunk(&[b'c'; 2000]));
+    req.extend_from_slice(b"0\r\n\r\n");
+    let mut conn = support::raw_connect(r.addr("web")).await;
+    support::raw_send(&mut conn, &req).await;
+    let resp = support::read_response(&mut conn).await.expect("response");
+    assert_eq!(resp.status, 413, "{}", resp.text());
+    assert_eq!(resp.header("connection").map(str::to_ascii_lowercase).as_deref(), Some("close"));
+    let (_, closed) = support::read_until_closed(&mut conn, CLOSE_WAIT).await;
+    assert!(closed, "the connection stays open after the 413");
+    still_serves(&r).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chunked_body_over_the_limit_after_the_answer_started_is_cut() {
+    let (r, _ms) = setup("max_body_bytes = 1000", "").await;
+    let mut conn: RawConn = support::raw_connect(r.addr("web")).await;
+    let mut req = b"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+    req.extend(chunk(&[b'1'; 500]));
+    support::raw_send(&mut conn, &req).await;
+    // /echo answers at once: the 200 is out before the body is over the limit.
+    let (status, headers) = support::read_head(&mut conn).await.expect("response head");
+    assert_eq!(status, 200, "{headers:?}");
+    let mut echoed = Vec::new();
+    for _ in 0..500 {
+        if echoed.len() >= 500 {
+            break;
+        }
+        match support::read_chunk(&mut conn).await.expect("echoed chunk") {
+            Some(data) => echoed.extend(data),
+            None => panic!("response ended after {} bytes", echoed.len()),
+        }
+    }
+    assert_eq!(echoed, [b'1'; 500]);
+    // Now past the limit: the status can no longer change, so the response is cut off
+    // (no last chunk) and the connection closed; nothing past the limit reaches the member.
+    support::raw_send(&mut conn, &chunk(&[b'2'; 600])).await;
+    let mut after = Vec::new();
+    let mut ended_cleanly = false;
+    for _ in 0..1000 {
+        match support::read_chunk(&mut conn).await {
+            Ok(Some(data)) => after.extend(data),
+            Ok(None) => {
+                ended_cleanly = true;
+                break;
+            }
+            Err(_) => break,
+        }
+    }
+    assert!(!ended_cleanly, "a body over the limit looked complete to the client");
+    assert!(after.is_empty(), "{} bytes past the limit were echoed", after.len());
+    let (_, closed) = support::read_until_closed(&mut conn, CLOSE_WAIT).await;
+    assert!(closed, "the connection stays open after the cut response");
+    still_serves(&r).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_member_gets_504_after_the_request_timeout() {
+    let (r, _ms) = setup("", "request_timeout_ms = 200").await;
+    let client = support::client();
+    let reply = support::get(&client, &r.url("web", "/slow/1500")).await;
+    assert_eq!(reply.status, StatusCode::GATEWAY_TIMEOUT, "{}", reply.body);
+    assert!(reply.body.contains("route main"), "{}", reply.body);
+    // A 504 is the member's fault, not the client's: the client's connection may stay (hyper's
+    // pool reuses it here), and everyone else is served.
+    let reply = support::get(&client, &r.url("web", "/")).await;
+    assert_eq!((reply.status, reply.body.trim()), (StatusCode::OK, "m1"));
+    still_serves(&r).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connection_over_max_connections_gets_503_then_recovers() {
+    // A long header timer so the idle connections are not closed under the test.
+    let (r, _ms) = setup("max_connections = 2\nheader_read_timeout_ms = 30000", "").await;
+    let addr = r.addr("web");
+    // Two connections take both slots: one idle from the start, one after a request. The
+    // router accepts in arrival order, so the first is counted before the second.
+    let first = support::raw_connect(addr).await;
+    let mut second = support::raw_connect(addr).await;
+    support::raw_send(&mut second, GET.as_bytes()).await;
+    let resp = support::read_response(&mut second).await.expect("second is served");
+    assert_eq!(resp.status, 200);
+
+    // The third is turned away with 503 and Retry-After, and closed.
+    let (reply, closed) = send_and_wait_close(&r, GET.as_bytes()).await;
+    assert!(reply.starts_with("HTTP/1.1 503"), "{reply:?}");
+    assert!(has_header(&reply, "retry-after", "1"), "{reply:?}");
+    assert!(closed, "the rejected connection stays open");
+
+    // Once the idle one goes, its slot frees (as soon as the router sees the close): a new
+    // connection is served. Bounded polling, since the close is noticed asynchronously.
+    drop(first);
+    let mut served = false;
+    for _ in 0..50 {
+        let mut conn = support::raw_connect(addr).await;
+        let _ = conn.get_mut().write_all(GET.as_bytes()).await;
+        match support::read_response(&mut conn).await {
+            Ok(resp) if resp.status == 200 => {
+                served = true;
+                break;
+            }
+            Ok(resp) => assert_eq!(resp.status, 503, "{}", resp.text()),
+            Err(_) => {}
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(served, "no slot freed after a connection closed");
+    // The connection that held its slot all along is still served.
+    support::raw_send(&mut second, GET.as_bytes()).await;
+    let resp = support::read_response(&mut second).await.expect("second still served");
+    assert_eq!((resp.status, resp.text().trim()), (200, "m1"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flood_of_malformed_requests_does_not_stop_the_router() {
+    let (r, _ms) = setup("header_read_timeout_ms = 2000", "").await;
+    let malformed: [&[u8]; 5] = [
+        b"GARBAGE\r\n\r\n",
+        b"GET / HTTP/1.1\r\nHost: x\r\nno colon here\r\n\r\n",
+        b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n",
+        b"\x00\x01\x02\xff\xfe\xfd\r\n\r\n",
+        b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nxx",
+    ];
+    let addr = r.addr("web");
+    let mut replies = Vec::new();
+    // 200 connections, 20 at a time.
+    for batch in 0..10 {
+        let mut set = JoinSet::new();
+        for i in 0..20 {
+            let bytes = malformed[(batch * 20 + i) % malformed.len()];
+            set.spawn(async move {
+                let mut conn = support::raw_connect(addr).await;
+                let _ = conn.get_mut().write_all(bytes).await;
+                let (out, closed) = support::read_until_closed(&mut conn, CLOSE_WAIT).await;
+                (bytes, String::from_utf8_lossy(&out).into_owned(), closed)
+            });
+        }
+        while let Some(done) = set.join_next().await {
+            replies.push(done.expect("task"));
+        }
+    }
+    assert_eq!(replies.len(), 200);
+    for (sent, reply, closed) in &replies {
+        let sent = String::from_utf8_lossy(sent);
+        assert!(reply.starts_with("HTTP/1.1 400"), "{sent:?} got {reply:?}");
+        assert!(closed, "{sent:?}: connection left open");
+    }
+    still_serves(&r).await;
+}

@@ -135,3 +135,158 @@ pub(crate) async fn raw(addr: SocketAddr, bytes: &[u8], wait: Duration) -> Strin
     let _ = tokio::time::timeout(wait, s.read_to_end(&mut out)).await;
     String::from_utf8_lossy(&out).into_owned()
 }
+
+// Raw HTTP/1.1 on a socket, for tests that must see exactly what goes over the wire (status
+// lines, hop-by-hop headers, chunk boundaries, whether and when the router closes).
+
+/// A raw client connection (buffered for reading; write through `get_mut()`).
+pub(crate) type RawConn = tokio::io::BufReader<tokio::net::TcpStream>;
+
+/// A response read off a raw connection.
+#[derive(Debug)]
+pub(crate) struct RawResponse {
+    pub(crate) status: u16,
+    pub(crate) headers: Vec<(String, String)>,
+    pub(crate) body: Vec<u8>,
+}
+
+impl RawResponse {
+    /// The first value of header `name` (case-insensitive).
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+    }
+
+    /// The body as text.
+    pub(crate) fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+/// Connects a raw client.
+pub(crate) async fn raw_connect(addr: SocketAddr) -> RawConn {
+    let s = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    tokio::io::BufReader::new(s)
+}
+
+/// Writes `bytes` on a raw connection.
+pub(crate) async fn raw_send(conn: &mut RawConn, bytes: &[u8]) {
+    use tokio::io::AsyncWriteExt;
+    conn.get_mut().write_all(bytes).await.expect("write");
+}
+
+async fn guarded<T>(
+    fut: impl std::future::Future<Output = std::io::Result<T>>,
+) -> std::io::Result<T> {
+    tokio::time::timeout(Duration::from_secs(10), fut).await.unwrap_or_else(|_| {
+        Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "nothing within 10 s"))
+    })
+}
+
+async fn read_line(conn: &mut RawConn) -> std::io::Result<String> {
+    use tokio::io::AsyncBufReadExt;
+    let mut line = Vec::new();
+    if conn.read_until(b'\n', &mut line).await? == 0 {
+        return Err(std::io::ErrorKind::UnexpectedEof.into());
+    }
+    Ok(String::from_utf8_lossy(&line).trim_end_matches(['\r', '\n']).to_owned())
+}
+
+/// Reads a response head: the status and the headers (10 s guard).
+pub(crate) async fn read_head(conn: &mut RawConn) -> std::io::Result<(u16, Vec<(String, String)>)> {
+    guarded(async {
+        let status_line = read_line(conn).await?;
+        let status = status_line
+            .strip_prefix("HTTP/1.1 ")
+            .and_then(|s| s.get(..3))
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| std::io::Error::other(format!("bad status line {status_line:?}")))?;
+        let mut headers = Vec::new();
+        for _ in 0..1000 {
+            let line = read_line(conn).await?;
+            if line.is_empty() {
+                return Ok((status, headers));
+            }
+            let (k, v) = line.split_once(':').unwrap_or((&line, ""));
+            headers.push((k.trim().to_owned(), v.trim().to_owned()));
+        }
+        Err(std::io::Error::other("over 1000 header lines"))
+    })
+    .await
+}
+
+/// Reads one chunk of a chunked body: `Some(data)`, or `None` for the last chunk (trailers
+/// skipped). The connection ending first is an error (10 s guard).
+pub(crate) async fn read_chunk(conn: &mut RawConn) -> std::io::Result<Option<Vec<u8>>> {
+    use tokio::io::AsyncReadExt;
+    guarded(async {
+        let size_line = read_line(conn).await?;
+        let hex = size_line.split(';').next().unwrap_or("").trim();
+        let size = usize::from_str_radix(hex, 16)
+            .map_err(|_| std::io::Error::other(format!("bad chunk size {size_line:?}")))?;
+        if size == 0 {
+            for _ in 0..1000 {
+                if read_line(conn).await?.is_empty() {
+                    return Ok(None);
+                }
+            }
+            return Err(std::io::Error::other("over 1000 trailer lines"));
+        }
+        let mut data = vec![0; size];
+        conn.read_exact(&mut data).await?;
+        if !read_line(conn).await?.is_empty() {
+            return Err(std::io::Error::other("chunk not followed by CRLF"));
+        }
+        Ok(Some(data))
+    })
+    .await
+}
+
+/// Reads one whole response: by Content-Length, chunked, or up to the close (10 s guard per
+/// step; at most 100,000 chunks).
+pub(crate) async fn read_response(conn: &mut RawConn) -> std::io::Result<RawResponse> {
+    use tokio::io::AsyncReadExt;
+    let (status, headers) = read_head(conn).await?;
+    let mut resp = RawResponse { status, headers, body: Vec::new() };
+    if status < 200 || status == 204 || status == 304 {
+        return Ok(resp);
+    }
+    let chunked = resp
+        .header("transfer-encoding")
+        .is_some_and(|v| v.to_ascii_lowercase().contains("chunked"));
+    if chunked {
+        for _ in 0..100_000 {
+            match read_chunk(conn).await? {
+                Some(data) => resp.body.extend_from_slice(&data),
+                None => return Ok(resp),
+            }
+        }
+        return Err(std::io::Error::other("over 100000 chunks"));
+    }
+    if let Some(len) = resp.header("content-length") {
+        let len: usize = len.parse().map_err(|_| std::io::Error::other("bad content-length"))?;
+        resp.body = vec![0; len];
+        guarded(conn.read_exact(&mut resp.body)).await?;
+        return Ok(resp);
+    }
+    guarded(conn.read_to_end(&mut resp.body)).await?;
+    Ok(resp)
+}
+
+/// Reads until the peer closes or `wait` passes: the bytes read and whether it closed (a reset
+/// counts as closed; the bytes before it are kept).
+pub(crate) async fn read_until_closed(conn: &mut RawConn, wait: Duration) -> (Vec<u8>, bool) {
+    use tokio::io::AsyncReadExt;
+    let mut out = Vec::new();
+    let closed = tokio::time::timeout(wait, async {
+        let mut buf = [0u8; 8192];
+        loop {
+            match conn.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => out.extend_from_slice(&buf[..n]),
+            }
+        }
+    })
+    .await
+    .is_ok();
+    (out, closed)
+}
