@@ -66,8 +66,7 @@ pub fn demo(
 ) -> anyhow::Result<ExitCode> {
     let runtime = serve::runtime(None)?;
     let result = runtime.block_on(run(calls, keep_serving, out, err));
-    eprintln!("DBG after block_on {:?}", std::time::SystemTime::now());
-    runtime.shutdown_timeout(Duration::from_secs(4));
+    runtime.shutdown_timeout(Duration::from_secs(1));
     result
 }
 
@@ -147,7 +146,6 @@ async fn run(
         }
         out.flush()?;
         let _ = tokio::signal::ctrl_c().await;
-        eprintln!("DBG got ctrl-c {:?}", std::time::SystemTime::now());
     }
     router.stop();
     drop(members);
@@ -420,8 +418,9 @@ fn report(
     writeln!(out, "{line}")?;
 
     let (slow, slow_ms) = MEMBERS[SLOW];
+    let first = SHOWN.min(calls);
     let explanation = format!(
-        "The first {SHOWN} calls go one at a time, the rest {CONCURRENCY} at a time. round-robin \
+        "The first {first} calls go one at a time, the rest {CONCURRENCY} at a time. round-robin \
          deals calls in turn: {slow} serves a third, and each of those waits {slow_ms} ms. \
          response-time ranks the members by their 200 ms health probes, fastest first, and \
          deals calls down that table, back to the top after each probe round (CLB): {slow} \
