@@ -1,55 +1,61 @@
 //! The distribution of every algorithm through the real router: real members on 127.0.0.1, a
 //! router started from a config text, requests counted by the member name in each answer.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use http::StatusCode;
 use http::header::SET_COOKIE;
-use rondo::member::{self, Member};
+use rondo::member::Member;
 
-use super::support::{self, count, get, get_with, member_list, members, router, served_by};
+use super::support::{
+    self, Killable, TestRouter, count, entry, get, get_with, member_list, members, members_of,
+    one_cluster, router, served_by, served_name, served_name_with, spawn_member,
+};
 
-/// One listener `web`, one route `main` to cluster `c` whose body is `cluster`.
-fn one_cluster(cluster: &str) -> String {
-    format!(
-        r#"
-[[listener]]
-name = "web"
-listen = "127.0.0.1:0"
-
-[[route]]
-name = "main"
-listener = "web"
-cluster = "c"
-
-[cluster.c]
-{cluster}
-"#
-    )
+/// A router whose cluster `c` uses `algorithm` and has the rest of its body in `rest`.
+async fn router_with(algorithm: &str, rest: &str) -> TestRouter {
+    router(&one_cluster(&format!("algorithm = \"{algorithm}\"\n{rest}"))).await
 }
 
-fn any_port() -> SocketAddr {
-    "127.0.0.1:0".parse().unwrap()
+/// The member names that served `n` sequential GETs through [`router_with`]`(algorithm, rest)`.
+async fn served_with(algorithm: &str, rest: &str, n: usize) -> Vec<String> {
+    let r = router_with(algorithm, rest).await;
+    served_by(&r.url("web", "/"), n).await
 }
 
-/// An address nobody listens on (bound once, then released).
-fn dead_addr() -> SocketAddr {
-    let l = std::net::TcpListener::bind(any_port()).expect("bind");
-    l.local_addr().expect("local addr")
+/// Members `m1..m3` and a router over them whose cluster `c` uses `algorithm`, with other
+/// cluster `keys`.
+async fn over_three(algorithm: &str, keys: &str) -> (TestRouter, Vec<Member>) {
+    let ms = members(3, Duration::ZERO).await;
+    let r = router_with(algorithm, &format!("{keys}\n{}", member_list(&ms))).await;
+    (r, ms)
 }
 
-/// Member `name` with its own `delay`.
-async fn spawn_member(name: &str, delay_ms: u64) -> Member {
-    member::spawn(name, any_port(), Duration::from_millis(delay_ms)).await.expect("member starts")
+/// The member names that served `n` sequential GETs through [`over_three`]`(algorithm, keys)`.
+async fn served_by_three(algorithm: &str, keys: &str, n: usize) -> Vec<String> {
+    let (r, _ms) = over_three(algorithm, keys).await;
+    served_by(&r.url("web", "/"), n).await
 }
 
-/// `{ name = .., address = .. }` for one running member, with extra keys.
-fn entry(m: &Member, extra: &str) -> String {
-    let extra = if extra.is_empty() { String::new() } else { format!(", {extra}") };
-    format!("{{ name = \"{}\", address = \"{}\"{extra} }}", m.name, m.addr)
+/// How many requests `m1`, `m2` and `m3` served.
+fn counts(names: &[String]) -> (usize, usize, usize) {
+    (count(names, "m1"), count(names, "m2"), count(names, "m3"))
+}
+
+/// Each of `m1`, `m2` and `m3` served exactly `n` of `names`.
+fn assert_each_served(names: &[String], n: usize) {
+    for m in ["m1", "m2", "m3"] {
+        assert_eq!(count(names, m), n, "{names:?}");
+    }
+}
+
+/// The distinct names in `names`, sorted.
+fn distinct(mut names: Vec<String>) -> Vec<String> {
+    names.sort();
+    names.dedup();
+    names
 }
 
 /// The value of cookie `name` in the response's `Set-Cookie` headers.
@@ -61,71 +67,18 @@ fn set_cookie(r: &support::Reply, name: &str) -> Option<String> {
     })
 }
 
-/// A member running on a runtime of its own, so that killing it closes its open connections
-/// too (like a member process that dies), not only its listener.
-struct Killable {
-    name: String,
-    addr: SocketAddr,
-    parts: Option<(tokio::runtime::Runtime, Member)>,
-}
-
-impl Killable {
-    fn spawn(name: &str) -> Killable {
-        let owned = name.to_owned();
-        let (runtime, member) = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(1)
-                .enable_all()
-                .build()
-                .expect("member runtime");
-            let m = runtime
-                .block_on(member::spawn(&owned, any_port(), Duration::ZERO))
-                .expect("member starts");
-            (runtime, m)
-        })
-        .join()
-        .expect("member thread");
-        Killable { name: member.name.clone(), addr: member.addr, parts: Some((runtime, member)) }
-    }
-
-    /// Stops the member and closes every connection it has (waits until they are closed).
-    async fn kill(&mut self) {
-        if let Some((runtime, member)) = self.parts.take() {
-            member.stop();
-            drop(member);
-            tokio::task::spawn_blocking(move || drop(runtime)).await.expect("runtime dropped");
-        }
-    }
-}
-
-impl Drop for Killable {
-    fn drop(&mut self) {
-        if let Some((runtime, member)) = self.parts.take() {
-            drop(member);
-            runtime.shutdown_background();
-        }
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn round_robin_takes_members_in_order() {
-    let ms = members(3, Duration::ZERO).await;
-    let r =
-        router(&one_cluster(&format!("algorithm = \"round-robin\"\n{}", member_list(&ms)))).await;
-    let names = served_by(&r.url("web", "/"), 30).await;
+    let names = served_by_three("round-robin", "", 30).await;
     for (i, name) in names.iter().enumerate() {
         assert_eq!(name, &format!("m{}", i % 3 + 1), "request {i} in {names:?}");
     }
-    for m in ["m1", "m2", "m3"] {
-        assert_eq!(count(&names, m), 10, "{names:?}");
-    }
+    assert_each_served(&names, 10);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn random_spreads_over_every_member() {
-    let ms = members(3, Duration::ZERO).await;
-    let r = router(&one_cluster(&format!("algorithm = \"random\"\n{}", member_list(&ms)))).await;
-    let names = served_by(&r.url("web", "/"), 300).await;
+    let names = served_by_three("random", "", 300).await;
     for m in ["m1", "m2", "m3"] {
         let n = count(&names, m);
         assert!((60..=140).contains(&n), "{m} served {n} of 300");
@@ -135,14 +88,12 @@ async fn random_spreads_over_every_member() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn weighted_follows_the_weights_exactly() {
     let ms = members(3, Duration::ZERO).await;
-    let list = format!(
-        "members = [{}, {}, {}]",
+    let list = members_of([
         entry(&ms[0], "weight = 1"),
         entry(&ms[1], "weight = 2"),
-        entry(&ms[2], "weight = 3")
-    );
-    let r = router(&one_cluster(&format!("algorithm = \"weighted\"\n{list}"))).await;
-    let names = served_by(&r.url("web", "/"), 60).await;
+        entry(&ms[2], "weight = 3"),
+    ]);
+    let names = served_with("weighted", &list, 60).await;
     assert_eq!(count(&names, "m1"), 10, "{names:?}");
     assert_eq!(count(&names, "m2"), 20, "{names:?}");
     assert_eq!(count(&names, "m3"), 30, "{names:?}");
@@ -155,16 +106,8 @@ async fn weighted_follows_the_weights_exactly() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rotating_rotates_per_request() {
-    let ms = members(3, Duration::ZERO).await;
-    let r = router(&one_cluster(&format!(
-        "algorithm = \"rotating\"\ngranularity = \"request\"\n{}",
-        member_list(&ms)
-    )))
-    .await;
-    let names = served_by(&r.url("web", "/"), 30).await;
-    for m in ["m1", "m2", "m3"] {
-        assert_eq!(count(&names, m), 10, "{names:?}");
-    }
+    let names = served_by_three("rotating", "granularity = \"request\"", 30).await;
+    assert_each_served(&names, 10);
     // Each request starts one further down the (once shuffled) list: no member twice in a row.
     for w in names.windows(2) {
         assert_ne!(w[0], w[1], "{names:?}");
@@ -174,15 +117,10 @@ async fn rotating_rotates_per_request() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn response_time_prefers_the_fastest_probe() {
     // HTTP probes include each member's delay: m2 is fastest, then m3, then m1.
-    let m1 = spawn_member("m1", 80).await;
-    let m2 = spawn_member("m2", 0).await;
-    let m3 = spawn_member("m3", 30).await;
-    let list = format!("members = [{}, {}, {}]", entry(&m1, ""), entry(&m2, ""), entry(&m3, ""));
-    let r = router(&one_cluster(&format!(
-        "algorithm = \"response-time\"\n{list}\n\
-         health = {{ path = \"/health\", interval_ms = 50, timeout_ms = 2000, fall = 5 }}"
-    )))
-    .await;
+    let ms =
+        [spawn_member("m1", 80).await, spawn_member("m2", 0).await, spawn_member("m3", 30).await];
+    let health = "health = { path = \"/health\", interval_ms = 50, timeout_ms = 2000, fall = 5 }";
+    let r = router_with("response-time", &format!("{}\n{health}", member_list(&ms))).await;
 
     // Wait (bounded) for a completed probe round that measured every member.
     let rt = r.live.load().clusters.get("c").expect("cluster c").clone();
@@ -202,17 +140,16 @@ async fn response_time_prefers_the_fastest_probe() {
     let mut names = Vec::new();
     for i in 0..3 {
         tokio::time::sleep(Duration::from_millis(300)).await;
-        let reply = get(&c, &url).await;
-        assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
-        assert_eq!(reply.body.trim(), "m2", "first request after quiet spell {i}");
-        names.push(reply.body.trim().to_owned());
+        let name = served_name(&c, &url).await;
+        assert_eq!(name, "m2", "first request after quiet spell {i}");
+        names.push(name);
     }
 
     // Within each table cycle the order is fastest first (m2, m3, m1); probe rounds restart it
     // at any time, so over a run that starts at the top the counts are ordered fastest to
     // slowest.
     names.extend(served_by(&url, 15).await);
-    let (n1, n2, n3) = (count(&names, "m1"), count(&names, "m2"), count(&names, "m3"));
+    let (n1, n2, n3) = counts(&names);
     assert!(n2 >= n3 && n3 >= n1, "m1 {n1}, m2 {n2}, m3 {n3}: {names:?}");
     assert!(n2 > n1, "m1 {n1}, m2 {n2}, m3 {n3}: {names:?}");
     for w in names.windows(2) {
@@ -227,12 +164,9 @@ async fn response_time_prefers_the_fastest_probe() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn least_sessions_avoids_the_slow_member() {
-    let slow = spawn_member("m1", 300).await;
-    let fast2 = spawn_member("m2", 0).await;
-    let fast3 = spawn_member("m3", 0).await;
-    let list =
-        format!("members = [{}, {}, {}]", entry(&slow, ""), entry(&fast2, ""), entry(&fast3, ""));
-    let r = router(&one_cluster(&format!("algorithm = \"least-sessions\"\n{list}"))).await;
+    let ms =
+        [spawn_member("m1", 300).await, spawn_member("m2", 0).await, spawn_member("m3", 0).await];
+    let r = router_with("least-sessions", &member_list(&ms)).await;
 
     // 30 requests taken from one pool by 6 concurrent clients: whoever is free takes the next.
     const TOTAL: usize = 30;
@@ -246,9 +180,7 @@ async fn least_sessions_avoids_the_slow_member() {
             let c = support::client();
             let mut names = Vec::new();
             while next.fetch_add(1, Ordering::Relaxed) < TOTAL {
-                let reply = get(&c, &url).await;
-                assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
-                names.push(reply.body.trim().to_owned());
+                names.push(served_name(&c, &url).await);
             }
             names
         });
@@ -261,15 +193,12 @@ async fn least_sessions_avoids_the_slow_member() {
     };
     tokio::time::timeout(Duration::from_secs(20), all).await.expect("load run finishes");
     assert_eq!(names.len(), TOTAL);
-    let (n1, n2, n3) = (count(&names, "m1"), count(&names, "m2"), count(&names, "m3"));
+    let (n1, n2, n3) = counts(&names);
     assert!(n1 < n2 && n1 < n3, "slow m1 {n1}, m2 {n2}, m3 {n3}");
 }
 
 async fn agent_algorithm_falls_back(algorithm: &str) {
-    let ms = members(3, Duration::ZERO).await;
-    let r =
-        router(&one_cluster(&format!("algorithm = \"{algorithm}\"\n{}", member_list(&ms)))).await;
-    let names = served_by(&r.url("web", "/"), 30).await;
+    let names = served_by_three(algorithm, "", 30).await;
     for m in ["m1", "m2", "m3"] {
         // Without reports this is least-sessions: sequential traffic goes round the members.
         assert!(count(&names, m) >= 5, "{algorithm}: {m} in {names:?}");
@@ -288,14 +217,10 @@ async fn most_free_memory_without_agents_falls_back_to_least_sessions() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn p2c_ewma_shuns_the_slow_member() {
-    let slow = spawn_member("m1", 100).await;
-    let fast2 = spawn_member("m2", 0).await;
-    let fast3 = spawn_member("m3", 0).await;
-    let list =
-        format!("members = [{}, {}, {}]", entry(&slow, ""), entry(&fast2, ""), entry(&fast3, ""));
-    let r = router(&one_cluster(&format!("algorithm = \"p2c-ewma\"\n{list}"))).await;
-    let names = served_by(&r.url("web", "/"), 60).await;
-    let (n1, n2, n3) = (count(&names, "m1"), count(&names, "m2"), count(&names, "m3"));
+    let ms =
+        [spawn_member("m1", 100).await, spawn_member("m2", 0).await, spawn_member("m3", 0).await];
+    let names = served_with("p2c-ewma", &member_list(&ms), 60).await;
+    let (n1, n2, n3) = counts(&names);
     // Uniform choice would give the slow member about 20.
     assert!(n1 <= 10, "slow m1 {n1}, m2 {n2}, m3 {n3}");
     assert!(n2 > 0 && n3 > 0, "slow m1 {n1}, m2 {n2}, m3 {n3}");
@@ -303,56 +228,38 @@ async fn p2c_ewma_shuns_the_slow_member() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hash_on_a_header_keeps_each_key_on_one_member() {
-    let ms = members(3, Duration::ZERO).await;
-    let r = router(&one_cluster(&format!(
-        "algorithm = \"hash\"\nhash = {{ key = \"header:x-user\" }}\n{}",
-        member_list(&ms)
-    )))
-    .await;
+    let (r, _ms) = over_three("hash", "hash = { key = \"header:x-user\" }").await;
     let c = support::client();
     let url = r.url("web", "/");
     let mut homes = Vec::new();
     for user in ["alice", "bob", "carol", "dave", "erin"] {
         let mut seen = Vec::new();
         for _ in 0..20 {
-            let reply = get_with(&c, &url, &[("x-user", user)]).await;
-            assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
-            seen.push(reply.body.trim().to_owned());
+            seen.push(served_name_with(&c, &url, &[("x-user", user)]).await);
         }
         assert!(seen.iter().all(|s| *s == seen[0]), "user {user} moved: {seen:?}");
         homes.push(seen[0].clone());
     }
-    homes.sort();
-    homes.dedup();
+    let homes = distinct(homes);
     assert!(homes.len() > 1, "every user on {homes:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hash_on_the_client_address_keeps_a_client_on_one_member() {
-    let ms = members(3, Duration::ZERO).await;
-    let r = router(&one_cluster(&format!(
-        "algorithm = \"hash\"\nhash = {{ key = \"client-address\" }}\n{}",
-        member_list(&ms)
-    )))
-    .await;
-    let names = served_by(&r.url("web", "/"), 30).await;
+    let names = served_by_three("hash", "hash = { key = \"client-address\" }", 30).await;
     assert!(names.iter().all(|n| *n == names[0]), "{names:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sticky_cookie_session_keeps_its_member_and_moves_when_it_dies() {
     let mut ms: Vec<Killable> = ["m1", "m2", "m3"].iter().map(|n| Killable::spawn(n)).collect();
-    let list: Vec<String> = ms
-        .iter()
-        .map(|m| format!("{{ name = \"{}\", address = \"{}\" }}", m.name, m.addr))
-        .collect();
-    let r = router(&one_cluster(&format!(
-        "algorithm = \"round-robin\"\ngranularity = \"session\"\nmembers = [{}]",
-        list.join(", ")
-    )))
-    .await;
+    let list = members_of(ms.iter().map(|m| support::member_entry(&m.name, m.addr, "")));
+    let r = router_with("round-robin", &format!("granularity = \"session\"\n{list}")).await;
     let c = support::client();
     let url = r.url("web", "/");
+    let with_cookie = async |token: &str| {
+        get_with(&c, &url, &[("cookie", &format!("rondo-member={token}"))]).await
+    };
 
     let first = get(&c, &url).await;
     assert_eq!(first.status, StatusCode::OK, "{}", first.body);
@@ -361,7 +268,7 @@ async fn sticky_cookie_session_keeps_its_member_and_moves_when_it_dies() {
     // The token is opaque: neither the member's name nor its address.
     assert!(!token.contains(&home) && !token.contains("127.0.0.1"), "token {token}");
     for i in 0..10 {
-        let reply = get_with(&c, &url, &[("cookie", &format!("rondo-member={token}"))]).await;
+        let reply = with_cookie(&token).await;
         assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
         assert_eq!(reply.body.trim(), home, "request {i} with the cookie");
         assert!(set_cookie(&reply, "rondo-member").is_none(), "cookie reset on request {i}");
@@ -370,14 +277,14 @@ async fn sticky_cookie_session_keeps_its_member_and_moves_when_it_dies() {
     // The session's member dies (listener and connections): the session moves.
     let victim = ms.iter_mut().find(|m| m.name == home).expect("home member");
     victim.kill().await;
-    let moved = get_with(&c, &url, &[("cookie", &format!("rondo-member={token}"))]).await;
+    let moved = with_cookie(&token).await;
     assert_eq!(moved.status, StatusCode::OK, "{}", moved.body);
     let new_home = moved.body.trim().to_owned();
     assert_ne!(new_home, home, "served by the dead member");
     let new_token = set_cookie(&moved, "rondo-member").expect("moved session gets a new cookie");
     assert_ne!(new_token, token);
     for i in 0..10 {
-        let reply = get_with(&c, &url, &[("cookie", &format!("rondo-member={new_token}"))]).await;
+        let reply = with_cookie(&new_token).await;
         assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
         assert_eq!(reply.body.trim(), new_home, "request {i} with the new cookie");
     }
@@ -385,13 +292,8 @@ async fn sticky_cookie_session_keeps_its_member_and_moves_when_it_dies() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sticky_header_session_keeps_its_member() {
-    let ms = members(3, Duration::ZERO).await;
-    let r = router(&one_cluster(&format!(
-        "algorithm = \"round-robin\"\ngranularity = \"session\"\n\
-         session = {{ header = \"x-session-id\" }}\n{}",
-        member_list(&ms)
-    )))
-    .await;
+    let session = "granularity = \"session\"\nsession = { header = \"x-session-id\" }";
+    let (r, _ms) = over_three("round-robin", session).await;
     let c = support::client();
     let url = r.url("web", "/");
     let mut homes = Vec::new();
@@ -406,22 +308,16 @@ async fn sticky_header_session_keeps_its_member() {
         }
         homes.push(home);
     }
-    homes.sort();
-    homes.dedup();
+    let homes = distinct(homes);
     assert!(homes.len() > 1, "every session on {homes:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn draining_member_gets_no_requests() {
     let ms = members(3, Duration::ZERO).await;
-    let list = format!(
-        "members = [{}, {}, {}]",
-        entry(&ms[0], ""),
-        entry(&ms[1], "state = \"draining\""),
-        entry(&ms[2], "")
-    );
-    let r = router(&one_cluster(&format!("algorithm = \"round-robin\"\n{list}"))).await;
-    let names = served_by(&r.url("web", "/"), 30).await;
+    let list =
+        members_of([entry(&ms[0], ""), entry(&ms[1], "state = \"draining\""), entry(&ms[2], "")]);
+    let names = served_with("round-robin", &list, 30).await;
     assert_eq!(count(&names, "m2"), 0, "{names:?}");
     assert_eq!(count(&names, "m1"), 15, "{names:?}");
     assert_eq!(count(&names, "m3"), 15, "{names:?}");
@@ -429,31 +325,9 @@ async fn draining_member_gets_no_requests() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn backup_cluster_serves_when_the_primary_cannot() {
-    let b1 = spawn_member("b1", 0).await;
-    let b2 = spawn_member("b2", 0).await;
-    let config = format!(
-        r#"
-[[listener]]
-name = "web"
-listen = "127.0.0.1:0"
-
-[[route]]
-name = "main"
-listener = "web"
-cluster = "a"
-backups = ["b"]
-
-[cluster.a]
-members = [{{ name = "a1", address = "{}" }}, {{ name = "a2", address = "{}" }}]
-
-[cluster.b]
-members = [{}, {}]
-"#,
-        dead_addr(),
-        dead_addr(),
-        entry(&b1, ""),
-        entry(&b2, "")
-    );
+    let bs = [spawn_member("b1", 0).await, spawn_member("b2", 0).await];
+    let config = support::web_config("", "backups = [\"b\"]", &support::dead_members("a", 2))
+        + &support::cluster_table("b", &member_list(&bs));
     let r = router(&config).await;
     let names = served_by(&r.url("web", "/"), 10).await;
     assert_eq!(count(&names, "b1") + count(&names, "b2"), 10, "{names:?}");
@@ -465,22 +339,15 @@ async fn locality_prefers_the_local_group_and_spills_when_it_is_down() {
     let east = spawn_member("e1", 0).await;
     let west1 = spawn_member("w1", 0).await;
     let west2 = spawn_member("w2", 0).await;
-    let config = format!(
-        r#"
-[router]
-group = "east"
-
-{}
-algorithm = "round-robin"
-members = [{}, {}, {}]
-health = {{ interval_ms = 50, fall = 1, rise = 1 }}
-"#,
-        one_cluster(""),
-        entry(&west1, "group = \"west\""),
-        entry(&east, "group = \"east\""),
-        entry(&west2, "group = \"west\""),
+    let cluster = format!(
+        "algorithm = \"round-robin\"\n{}\nhealth = {{ interval_ms = 50, fall = 1, rise = 1 }}",
+        members_of([
+            entry(&west1, "group = \"west\""),
+            entry(&east, "group = \"east\""),
+            entry(&west2, "group = \"west\""),
+        ])
     );
-    let r = router(&config).await;
+    let r = router(&format!("[router]\ngroup = \"east\"\n{}", one_cluster(&cluster))).await;
     let url = r.url("web", "/");
     let names = served_by(&url, 20).await;
     assert_eq!(count(&names, "e1"), 20, "{names:?}");
@@ -488,16 +355,9 @@ health = {{ interval_ms = 50, fall = 1, rise = 1 }}
     east.stop();
     drop(east);
     // The next probe round takes e1 down; from then on requests spill to the west.
-    let c = support::client();
-    let start = Instant::now();
-    loop {
-        let reply = get(&c, &url).await;
-        if reply.status == StatusCode::OK && reply.body.trim() != "e1" {
-            break;
-        }
-        assert!(start.elapsed() < Duration::from_secs(5), "no spill: {reply:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let spilled =
+        |reply: &support::Reply| reply.status == StatusCode::OK && reply.body.trim() != "e1";
+    support::get_until(&support::client(), &url, spilled, "no spill").await;
     let names = served_by(&url, 10).await;
     assert_eq!(count(&names, "w1") + count(&names, "w2"), 10, "{names:?}");
     assert!(count(&names, "w1") > 0 && count(&names, "w2") > 0, "{names:?}");

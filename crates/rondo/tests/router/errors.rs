@@ -1,54 +1,19 @@
 //! Every error the router answers itself, its status and its body; and the failures it hides
 //! by trying another member.
 
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use http::StatusCode;
 use http::header::RETRY_AFTER;
-use rondo::member::{self, Member};
 
-use super::support::{self, count, get, member_list, members, router, served_by};
+use super::support::{
+    self, count, dead_members, entry, get, member_list, members, members_of, router, served_by,
+    spawn_member, web_config,
+};
 
 /// One listener `web`, one route `main` (with `route` extra keys) to cluster `c`.
 fn config(route: &str, cluster: &str) -> String {
-    format!(
-        r#"
-[[listener]]
-name = "web"
-listen = "127.0.0.1:0"
-
-[[route]]
-name = "main"
-listener = "web"
-cluster = "c"
-{route}
-
-[cluster.c]
-{cluster}
-"#
-    )
-}
-
-fn any_port() -> SocketAddr {
-    "127.0.0.1:0".parse().unwrap()
-}
-
-/// An address nobody listens on (bound once, then released).
-fn dead_addr() -> SocketAddr {
-    let l = std::net::TcpListener::bind(any_port()).expect("bind");
-    l.local_addr().expect("local addr")
-}
-
-async fn spawn_member(name: &str, delay_ms: u64) -> Member {
-    member::spawn(name, any_port(), Duration::from_millis(delay_ms)).await.expect("member starts")
-}
-
-fn dead_members(n: usize, extra: &str) -> String {
-    let items: Vec<String> = (1..=n)
-        .map(|i| format!("{{ name = \"d{i}\", address = \"{}\"{extra} }}", dead_addr()))
-        .collect();
-    format!("members = [{}]", items.join(", "))
+    web_config("", route, cluster)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -67,7 +32,7 @@ async fn no_route_is_404_naming_the_listener() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_member_refusing_is_502_without_addresses() {
-    let r = router(&config("", &dead_members(2, ""))).await;
+    let r = router(&config("", &dead_members("d", 2))).await;
     let reply = get(&support::client(), &r.url("web", "/")).await;
     assert_eq!(reply.status, StatusCode::BAD_GATEWAY, "{}", reply.body);
     for word in ["route main", "cluster c", "attempts", "d1", "d2"] {
@@ -79,13 +44,7 @@ async fn every_member_refusing_is_502_without_addresses() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn all_members_disabled_is_503_with_retry_after() {
     let ms = members(2, Duration::ZERO).await;
-    let list: Vec<String> = ms
-        .iter()
-        .map(|m| {
-            format!("{{ name = \"{}\", address = \"{}\", state = \"disabled\" }}", m.name, m.addr)
-        })
-        .collect();
-    let r = router(&config("", &format!("members = [{}]", list.join(", ")))).await;
+    let r = router(&config("", &support::member_list_with(&ms, "state = \"disabled\""))).await;
     let reply = get(&support::client(), &r.url("web", "/")).await;
     assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE, "{}", reply.body);
     assert!(reply.headers.contains_key(RETRY_AFTER), "{:?}", reply.headers);
@@ -103,21 +62,15 @@ async fn all_members_down_by_health_check_is_503_with_retry_after() {
     // Panic mode off, or a cluster with no healthy member would be tried anyway (502).
     let cluster = format!(
         "panic_threshold_percent = 0\nhealth = {{ interval_ms = 50, fall = 1 }}\n{}",
-        dead_members(2, "")
+        dead_members("d", 2)
     );
     let r = router(&config("", &cluster)).await;
     let c = support::client();
     let url = r.url("web", "/");
     // Members start healthy: until the first probe round they are tried (and refuse).
-    let start = Instant::now();
-    let reply = loop {
-        let reply = get(&c, &url).await;
-        if reply.status != StatusCode::BAD_GATEWAY {
-            break reply;
-        }
-        assert!(start.elapsed() < Duration::from_secs(5), "still 502: {}", reply.body);
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let reply =
+        support::get_until(&c, &url, |reply| reply.status != StatusCode::BAD_GATEWAY, "still 502")
+            .await;
     assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE, "{}", reply.body);
     assert_eq!(reply.headers.get(RETRY_AFTER).map(|v| v.as_bytes()), Some(&b"1"[..]));
     assert!(reply.body.contains("route main"), "{}", reply.body);
@@ -165,23 +118,12 @@ async fn member_5xx_is_passed_through_unchanged() {
     assert_eq!(ms[0].served.load(std::sync::atomic::Ordering::Relaxed), 1, "not retried");
 }
 
-/// Sends `bytes` on a new connection; returns what came back and whether the router closed the
-/// connection within `wait`.
-async fn raw_until_closed(addr: SocketAddr, bytes: &[u8], wait: Duration) -> (String, bool) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    s.write_all(bytes).await.expect("write");
-    let mut out = Vec::new();
-    let closed = matches!(tokio::time::timeout(wait, s.read_to_end(&mut out)).await, Ok(Ok(_)));
-    (String::from_utf8_lossy(&out).into_owned(), closed)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_request_is_400_and_closes_the_connection() {
     let ms = members(1, Duration::ZERO).await;
     let r = router(&config("", &member_list(&ms))).await;
     let (answer, closed) =
-        raw_until_closed(r.addr("web"), b"GARBAGE\r\n\r\n", Duration::from_secs(3)).await;
+        support::raw_until_closed(r.addr("web"), b"GARBAGE\r\n\r\n", Duration::from_secs(3)).await;
     assert!(answer.starts_with("HTTP/1.1 400"), "{answer:?}");
     assert!(closed, "connection left open after {answer:?}");
     let names = served_by(&r.url("web", "/"), 3).await;
@@ -193,13 +135,11 @@ async fn malformed_request_is_400_and_closes_the_connection() {
 async fn connect_failure_is_retried_on_another_member() {
     let m1 = spawn_member("m1", 0).await;
     let m3 = spawn_member("m3", 0).await;
-    let list = format!(
-        "members = [{{ name = \"m1\", address = \"{}\" }}, {{ name = \"m2\", address = \"{}\" }}, \
-         {{ name = \"m3\", address = \"{}\" }}]",
-        m1.addr,
-        dead_addr(),
-        m3.addr
-    );
+    let list = members_of([
+        entry(&m1, ""),
+        support::member_entry("m2", support::dead_addr(), ""),
+        entry(&m3, ""),
+    ]);
     let r = router(&config("", &format!("algorithm = \"round-robin\"\n{list}"))).await;
     // `served_by` fails on any status but 200.
     let names = served_by(&r.url("web", "/"), 30).await;

@@ -1,6 +1,7 @@
 //! Listener and route limits: each gives the right status, ends that connection, and the router
 //! keeps serving everyone else (after each, a normal GET on a fresh connection succeeds).
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use http::StatusCode;
@@ -15,32 +16,11 @@ const CLOSE_WAIT: Duration = Duration::from_secs(5);
 
 const GET: &str = "GET / HTTP/1.1\r\nHost: limits.test\r\n\r\n";
 
-/// One listener `web` with `listener` settings, one route with `route` settings, members `ms`.
-fn config(listener: &str, route: &str, ms: &[Member]) -> String {
-    format!(
-        r#"
-[[listener]]
-name = "web"
-listen = "127.0.0.1:0"
-{listener}
-
-[[route]]
-name = "main"
-listener = "web"
-cluster = "main"
-{route}
-
-[cluster.main]
-{}
-"#,
-        support::member_list(ms)
-    )
-}
-
 /// A router over one member `m1`.
 async fn setup(listener: &str, route: &str) -> (TestRouter, Vec<Member>) {
     let ms = support::members(1, Duration::ZERO).await;
-    let r = support::router(&config(listener, route, &ms)).await;
+    let r =
+        support::router(&support::web_config(listener, route, &support::member_list(&ms))).await;
     (r, ms)
 }
 
@@ -53,11 +33,32 @@ async fn still_serves(r: &TestRouter) {
 
 /// Sends `bytes` on a new connection and reads until the router closes it (at most
 /// `CLOSE_WAIT`); a failed write (the router already closed) is not an error.
-async fn send_and_wait_close(r: &TestRouter, bytes: &[u8]) -> (String, bool) {
-    let mut conn = support::raw_connect(r.addr("web")).await;
+async fn send_and_wait_close(addr: SocketAddr, bytes: &[u8]) -> (String, bool) {
+    let mut conn = support::raw_connect(addr).await;
     let _ = conn.get_mut().write_all(bytes).await;
     let (out, closed) = support::read_until_closed(&mut conn, CLOSE_WAIT).await;
     (String::from_utf8_lossy(&out).into_owned(), closed)
+}
+
+/// The router answered `reply` with `status` and closed the connection.
+fn assert_refused(reply: &str, closed: bool, status: u16) {
+    assert!(reply.starts_with(&format!("HTTP/1.1 {status}")), "{reply:?}");
+    assert!(closed, "the connection stays open after the {status}");
+}
+
+/// The next response on `conn` is a 413 with `Connection: close`, and the router closes.
+async fn assert_413_and_closed(conn: &mut RawConn) {
+    let resp = support::read_response(conn).await.expect("response");
+    assert_eq!(resp.status, 413, "{}", resp.text());
+    assert_eq!(resp.header("connection").map(str::to_ascii_lowercase).as_deref(), Some("close"));
+    let (_, closed) = support::read_until_closed(conn, CLOSE_WAIT).await;
+    assert!(closed, "the connection stays open after the 413");
+}
+
+/// A fresh connection sending `request` is answered with `status`.
+async fn assert_served_fresh(r: &TestRouter, request: &str, status: u16) {
+    let mut conn = support::raw_connect(r.addr("web")).await;
+    assert_eq!(support::raw_request(&mut conn, request).await.status, status);
 }
 
 fn has_header(text: &str, name: &str, value: &str) -> bool {
@@ -72,9 +73,9 @@ fn has_header(text: &str, name: &str, value: &str) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stalled_request_head_gets_408_and_is_closed() {
     let (r, _ms) = setup("header_read_timeout_ms = 300", "").await;
-    let (reply, closed) = send_and_wait_close(&r, b"GET / HTTP/1.1\r\nHost: x\r\n").await;
-    assert!(reply.starts_with("HTTP/1.1 408"), "{reply:?}");
-    assert!(closed, "the connection stays open after the 408");
+    let (reply, closed) =
+        send_and_wait_close(r.addr("web"), b"GET / HTTP/1.1\r\nHost: x\r\n").await;
+    assert_refused(&reply, closed, 408);
     still_serves(&r).await;
 }
 
@@ -82,7 +83,7 @@ async fn stalled_request_head_gets_408_and_is_closed() {
 async fn trickling_header_bytes_does_not_extend_the_header_timeout() {
     let (r, _ms) = setup("header_read_timeout_ms = 300", "").await;
     let conn = tokio::net::TcpStream::connect(r.addr("web")).await.expect("connect");
-    let (read, mut write) = conn.into_split();
+    let (mut read, mut write) = conn.into_split();
     // One header line every 100 ms for 3 s, then the end of the head: a router that restarted
     // its timer on every byte would answer that request 200 instead of 408.
     let writer = tokio::spawn(async move {
@@ -97,31 +98,16 @@ async fn trickling_header_bytes_does_not_extend_the_header_timeout() {
         }
         let _ = write.write_all(b"\r\n").await;
     });
-    let mut read = tokio::io::BufReader::new(read);
-    let mut out = Vec::new();
-    let closed = tokio::time::timeout(Duration::from_secs(8), async {
-        use tokio::io::AsyncReadExt;
-        let mut buf = [0u8; 4096];
-        loop {
-            match read.read(&mut buf).await {
-                Ok(0) | Err(_) => return,
-                Ok(n) => out.extend_from_slice(&buf[..n]),
-            }
-        }
-    })
-    .await
-    .is_ok();
+    let (out, closed) = support::read_until_closed(&mut read, Duration::from_secs(8)).await;
     writer.abort();
-    let reply = String::from_utf8_lossy(&out);
-    assert!(reply.starts_with("HTTP/1.1 408"), "{reply:?}");
-    assert!(closed, "the connection stays open after the 408");
+    assert_refused(&String::from_utf8_lossy(&out), closed, 408);
     still_serves(&r).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn silent_new_connection_is_closed_quietly_after_the_header_timeout() {
     let (r, _ms) = setup("header_read_timeout_ms = 300", "").await;
-    let (reply, closed) = send_and_wait_close(&r, b"").await;
+    let (reply, closed) = send_and_wait_close(r.addr("web"), b"").await;
     assert!(closed, "a connection that never sent a byte is kept past the header timeout");
     assert_eq!(reply, "", "nothing was asked, so nothing should be answered");
     still_serves(&r).await;
@@ -137,8 +123,7 @@ async fn idle_keep_alive_connection_is_closed_quietly_after_the_route_idle_timeo
     let mut conn = support::raw_connect(r.addr("web")).await;
     for _ in 0..2 {
         // Keep-alive works while requests follow each other.
-        support::raw_send(&mut conn, GET.as_bytes()).await;
-        let resp = support::read_response(&mut conn).await.expect("response");
+        let resp = support::raw_request(&mut conn, GET).await;
         assert_eq!((resp.status, resp.text().trim()), (200, "m1"));
     }
     let (rest, closed) = support::read_until_closed(&mut conn, CLOSE_WAIT).await;
@@ -152,14 +137,11 @@ async fn oversized_request_head_gets_431() {
     let (r, _ms) = setup("max_header_bytes = 8192", "").await;
     let big = "a".repeat(20 * 1024);
     let req = format!("GET / HTTP/1.1\r\nHost: x\r\nx-big: {big}\r\n\r\n");
-    let (reply, closed) = send_and_wait_close(&r, req.as_bytes()).await;
-    assert!(reply.starts_with("HTTP/1.1 431"), "{reply:?}");
-    assert!(closed, "the connection stays open after the 431");
+    let (reply, closed) = send_and_wait_close(r.addr("web"), req.as_bytes()).await;
+    assert_refused(&reply, closed, 431);
     // Just under the limit is fine.
-    let mut conn = support::raw_connect(r.addr("web")).await;
     let ok = format!("GET / HTTP/1.1\r\nHost: x\r\nx-big: {}\r\n\r\n", "a".repeat(7 * 1024));
-    support::raw_send(&mut conn, ok.as_bytes()).await;
-    assert_eq!(support::read_response(&mut conn).await.expect("response").status, 200);
+    assert_served_fresh(&r, &ok, 200).await;
     still_serves(&r).await;
 }
 
@@ -168,17 +150,10 @@ async fn too_many_header_fields_get_431() {
     let (r, _ms) = setup("max_headers = 10", "").await;
     let fields = |n: usize| (0..n).map(|i| format!("x-h{i}: {i}\r\n")).collect::<String>();
     let req = format!("GET / HTTP/1.1\r\nHost: x\r\n{}\r\n", fields(30));
-    let (reply, closed) = send_and_wait_close(&r, req.as_bytes()).await;
-    assert!(reply.starts_with("HTTP/1.1 431"), "{reply:?}");
-    assert!(closed, "the connection stays open after the 431");
+    let (reply, closed) = send_and_wait_close(r.addr("web"), req.as_bytes()).await;
+    assert_refused(&reply, closed, 431);
     // Host plus 9 more is exactly the limit.
-    let mut conn = support::raw_connect(r.addr("web")).await;
-    support::raw_send(
-        &mut conn,
-        format!("GET / HTTP/1.1\r\nHost: x\r\n{}\r\n", fields(9)).as_bytes(),
-    )
-    .await;
-    assert_eq!(support::read_response(&mut conn).await.expect("response").status, 200);
+    assert_served_fresh(&r, &format!("GET / HTTP/1.1\r\nHost: x\r\n{}\r\n", fields(9)), 200).await;
     still_serves(&r).await;
 }
 
@@ -190,18 +165,13 @@ async fn declared_body_over_the_limit_gets_413_and_close() {
     let mut conn = support::raw_connect(r.addr("web")).await;
     support::raw_send(&mut conn, b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n\r\n")
         .await;
-    let resp = support::read_response(&mut conn).await.expect("response");
-    assert_eq!(resp.status, 413, "{}", resp.text());
-    assert_eq!(resp.header("connection").map(str::to_ascii_lowercase).as_deref(), Some("close"));
-    let (_, closed) = support::read_until_closed(&mut conn, CLOSE_WAIT).await;
-    assert!(closed, "the connection stays open after the 413");
+    assert_413_and_closed(&mut conn).await;
 
     // Exactly the limit passes (echoed back).
     let body = "b".repeat(1000);
     let mut conn = support::raw_connect(r.addr("web")).await;
     let req = format!("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{body}");
-    support::raw_send(&mut conn, req.as_bytes()).await;
-    let resp = support::read_response(&mut conn).await.expect("response");
+    let resp = support::raw_request(&mut conn, req).await;
     assert_eq!((resp.status, resp.text()), (200, body));
     still_serves(&r).await;
 }
@@ -224,11 +194,7 @@ async fn chunked_body_over_the_limit_before_the_answer_gets_413() {
     req.extend_from_slice(b"0\r\n\r\n");
     let mut conn = support::raw_connect(r.addr("web")).await;
     support::raw_send(&mut conn, &req).await;
-    let resp = support::read_response(&mut conn).await.expect("response");
-    assert_eq!(resp.status, 413, "{}", resp.text());
-    assert_eq!(resp.header("connection").map(str::to_ascii_lowercase).as_deref(), Some("close"));
-    let (_, closed) = support::read_until_closed(&mut conn, CLOSE_WAIT).await;
-    assert!(closed, "the connection stays open after the 413");
+    assert_413_and_closed(&mut conn).await;
     still_serves(&r).await;
 }
 
@@ -303,7 +269,7 @@ async fn connection_over_max_connections_gets_503_then_recovers() {
     assert_eq!(resp.status, 200);
 
     // The third is turned away with 503 and Retry-After, and closed.
-    let (reply, closed) = send_and_wait_close(&r, GET.as_bytes()).await;
+    let (reply, closed) = send_and_wait_close(r.addr("web"), GET.as_bytes()).await;
     assert!(reply.starts_with("HTTP/1.1 503"), "{reply:?}");
     assert!(has_header(&reply, "retry-after", "1"), "{reply:?}");
     assert!(closed, "the rejected connection stays open");
@@ -350,10 +316,8 @@ async fn flood_of_malformed_requests_does_not_stop_the_router() {
         for i in 0..20 {
             let bytes = malformed[(batch * 20 + i) % malformed.len()];
             set.spawn(async move {
-                let mut conn = support::raw_connect(addr).await;
-                let _ = conn.get_mut().write_all(bytes).await;
-                let (out, closed) = support::read_until_closed(&mut conn, CLOSE_WAIT).await;
-                (bytes, String::from_utf8_lossy(&out).into_owned(), closed)
+                let (reply, closed) = send_and_wait_close(addr, bytes).await;
+                (bytes, reply, closed)
             });
         }
         while let Some(done) = set.join_next().await {

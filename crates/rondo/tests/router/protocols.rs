@@ -11,12 +11,13 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, Version};
 use http_body_util::combinators::{BoxBody, UnsyncBoxBody};
 use http_body_util::{BodyExt, Empty, Full, StreamBody};
-use hyper::body::{Frame, Incoming};
+use hyper::body::{Body, Frame, Incoming};
 use hyper::service::service_fn;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
+use rondo::member::Member;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -43,7 +44,7 @@ where
 
 /// `{ name = "NAME", address = "ADDR" }`.
 fn member(name: &str, addr: SocketAddr) -> String {
-    format!("{{ name = \"{name}\", address = \"{addr}\" }}")
+    support::member_entry(name, addr, "")
 }
 
 fn text_body(s: impl Into<Bytes>) -> Full<Bytes> {
@@ -72,19 +73,13 @@ async fn fetch(
     client: &Client<HttpConnector, Empty<Bytes>>,
     url: &str,
 ) -> (Version, StatusCode, String, String) {
-    let fut = async {
-        let req = Request::get(url).body(Empty::new()).expect("request builds");
-        let resp = client.request(req).await.expect("request succeeds");
-        let (version, status) = (resp.version(), resp.status());
-        let via = resp
-            .headers()
-            .get(http::header::VIA)
-            .map(|v| v.to_str().unwrap_or("?").to_owned())
-            .unwrap_or_default();
-        let body = resp.into_body().collect().await.expect("body").to_bytes();
-        (version, status, via, String::from_utf8_lossy(&body).trim().to_owned())
-    };
-    tokio::time::timeout(GUARD, fut).await.expect("reply within 10 s")
+    let reply = support::get(client, url).await;
+    let via = reply
+        .headers
+        .get(http::header::VIA)
+        .map(|v| v.to_str().unwrap_or("?").to_owned())
+        .unwrap_or_default();
+    (reply.version, reply.status, via, reply.body.trim().to_owned())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -95,55 +90,20 @@ async fn http2_end_to_end_and_across_versions() {
     let vm = member("v", v);
     // Listener `to-h2` speaks HTTP/2 to its members, `to-h1` HTTP/1.1; `/version` on either
     // reaches a member that says which version it was spoken to in.
-    let config = format!(
-        r#"
-[[listener]]
-name = "to-h2"
-listen = "127.0.0.1:0"
-
-[[listener]]
-name = "to-h1"
-listen = "127.0.0.1:0"
-
-[[route]]
-name = "h2-version"
-listener = "to-h2"
-match = {{ path_prefix = "/version" }}
-cluster = "v2"
-
-[[route]]
-name = "h2"
-listener = "to-h2"
-cluster = "m2"
-
-[[route]]
-name = "h1-version"
-listener = "to-h1"
-match = {{ path_prefix = "/version" }}
-cluster = "v1"
-
-[[route]]
-name = "h1"
-listener = "to-h1"
-cluster = "m1"
-
-[cluster.m2]
-upstream_protocol = "http2"
-members = [{m1}]
-
-[cluster.v2]
-upstream_protocol = "http2"
-members = [{vm}]
-
-[cluster.m1]
-upstream_protocol = "http1"
-members = [{m1}]
-
-[cluster.v1]
-upstream_protocol = "http1"
-members = [{vm}]
-"#
-    );
+    let version = "match = { path_prefix = \"/version\" }";
+    let mut config = String::new();
+    for (v, protocol) in [("2", "http2"), ("1", "http1")] {
+        let listener = format!("to-h{v}");
+        let upstream = format!("upstream_protocol = \"{protocol}\"");
+        config += &support::listener_table(&listener, "");
+        config +=
+            &support::route_table(&format!("h{v}-version"), &listener, &format!("v{v}"), version);
+        config += &support::route_table(&format!("h{v}"), &listener, &format!("m{v}"), "");
+        config +=
+            &support::cluster_table(&format!("m{v}"), &format!("{upstream}\nmembers = [{m1}]"));
+        config +=
+            &support::cluster_table(&format!("v{v}"), &format!("{upstream}\nmembers = [{vm}]"));
+    }
     let r = support::router(&config).await;
     let (h1, h2) = (support::client(), support::h2_client());
 
@@ -269,8 +229,18 @@ async fn grpc_call(
     tokio::time::timeout(GUARD, fut).await.expect("call within 10 s")
 }
 
-/// An h2c prior-knowledge connection whose requests carry `Full` bodies.
-async fn h2_conn(addr: SocketAddr) -> hyper::client::conn::http2::SendRequest<Full<Bytes>> {
+/// Trailer `name` of a gRPC response, as bytes.
+fn trailer<'a>(trailers: &'a HeaderMap, name: &str) -> Option<&'a [u8]> {
+    trailers.get(name).map(|v| v.as_bytes())
+}
+
+/// An h2c prior-knowledge connection whose requests carry `B` bodies.
+async fn h2_conn<B>(addr: SocketAddr) -> hyper::client::conn::http2::SendRequest<B>
+where
+    B: Body + Send + Unpin + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     let stream = TcpStream::connect(addr).await.expect("connect");
     let (sender, conn) =
         hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
@@ -283,25 +253,9 @@ async fn h2_conn(addr: SocketAddr) -> hyper::client::conn::http2::SendRequest<Fu
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grpc_trailers_pass_through_intact() {
     let g = grpc_member().await;
-    let config = format!(
-        r#"
-[[listener]]
-name = "grpc"
-listen = "127.0.0.1:0"
-
-[[route]]
-name = "grpc"
-listener = "grpc"
-match = {{ headers = {{ "content-type" = "application/grpc" }} }}
-cluster = "grpc"
-
-[cluster.grpc]
-upstream_protocol = "http2"
-members = [{}]
-"#,
-        member("g1", g)
-    );
-    let r = support::router(&config).await;
+    let grpc_only = "match = { headers = { \"content-type\" = \"application/grpc\" } }";
+    let cluster = format!("upstream_protocol = \"http2\"\nmembers = [{}]", member("g1", g));
+    let r = support::router(&support::pipeline("grpc", "", grpc_only, &cluster)).await;
     let addr = r.addr("grpc");
     let mut sender = h2_conn(addr).await;
 
@@ -309,9 +263,9 @@ members = [{}]
     assert_eq!(status, StatusCode::OK);
     assert_eq!(content_type.as_ref().map(|v| v.as_bytes()), Some(&b"application/grpc"[..]));
     let trailers = trailers.expect("the response has trailers");
-    assert_eq!(trailers.get("grpc-status").map(|v| v.as_bytes()), Some(&b"0"[..]), "{trailers:?}");
-    assert_eq!(trailers.get("grpc-message").map(|v| v.as_bytes()), Some(&b"ok"[..]));
-    assert_eq!(trailers.get("x-trailer-custom").map(|v| v.as_bytes()), Some(&b"kept"[..]));
+    assert_eq!(trailer(&trailers, "grpc-status"), Some(&b"0"[..]), "{trailers:?}");
+    assert_eq!(trailer(&trailers, "grpc-message"), Some(&b"ok"[..]));
+    assert_eq!(trailer(&trailers, "x-trailer-custom"), Some(&b"kept"[..]));
     assert_eq!(grpc_unframe(&data), Some(&b"hello, rondo"[..]), "reply frame {data:?}");
 
     // An error status travels in the trailers unchanged (and with no message at all).
@@ -319,9 +273,9 @@ members = [{}]
     assert_eq!(status, StatusCode::OK);
     assert!(data.is_empty(), "{data:?}");
     let trailers = trailers.expect("the error response has trailers");
-    assert_eq!(trailers.get("grpc-status").map(|v| v.as_bytes()), Some(&b"5"[..]), "{trailers:?}");
-    assert_eq!(trailers.get("grpc-message").map(|v| v.as_bytes()), Some(&b"no such thing"[..]));
-    assert_eq!(trailers.get("x-trailer-custom").map(|v| v.as_bytes()), Some(&b"kept"[..]));
+    assert_eq!(trailer(&trailers, "grpc-status"), Some(&b"5"[..]), "{trailers:?}");
+    assert_eq!(trailer(&trailers, "grpc-message"), Some(&b"no such thing"[..]));
+    assert_eq!(trailer(&trailers, "x-trailer-custom"), Some(&b"kept"[..]));
 
     // Concurrent calls on one connection each keep their own message and trailers.
     let calls: Vec<_> = (0..6)
@@ -337,7 +291,7 @@ members = [{}]
         assert_eq!(status, StatusCode::OK);
         assert_eq!(grpc_unframe(&data), Some(format!("hello, call {i}").as_bytes()));
         let trailers = trailers.expect("trailers");
-        assert_eq!(trailers.get("grpc-status").map(|v| v.as_bytes()), Some(&b"0"[..]));
+        assert_eq!(trailer(&trailers, "grpc-status"), Some(&b"0"[..]));
     }
 }
 
@@ -367,45 +321,23 @@ fn chunked_body(data: &[u8], chunk: usize) -> ReqBody {
     StreamBody::new(futures_util::stream::iter(frames)).boxed_unsync()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn large_streamed_body_round_trips_through_echo() {
+/// A router over one member `m1`: listener `h1` reaches it over HTTP/1.1, listener `h2` over
+/// HTTP/2.
+async fn echo_router() -> (support::TestRouter, Vec<Member>) {
     let ms = support::members(1, Duration::ZERO).await;
     let m1 = member("m1", ms[0].addr);
-    let config = format!(
-        r#"
-[[listener]]
-name = "h1"
-listen = "127.0.0.1:0"
+    let h1 = format!("members = [{m1}]");
+    let h2 = format!("upstream_protocol = \"http2\"\n{h1}");
+    let config = support::pipeline("h1", "", "", &h1) + &support::pipeline("h2", "", "", &h2);
+    (support::router(&config).await, ms)
+}
 
-[[listener]]
-name = "h2"
-listen = "127.0.0.1:0"
-
-[[route]]
-name = "h1"
-listener = "h1"
-cluster = "h1"
-
-[[route]]
-name = "h2"
-listener = "h2"
-cluster = "h2"
-
-[cluster.h1]
-members = [{m1}]
-
-[cluster.h2]
-upstream_protocol = "http2"
-members = [{m1}]
-"#
-    );
-    let r = support::router(&config).await;
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_streamed_body_round_trips_through_echo() {
+    let (r, _ms) = echo_router().await;
     // 1.5 MiB and 7 bytes, in 64 KiB chunks with no Content-Length (chunked on HTTP/1.1).
     let data = pattern(3 * 512 * 1024 + 7);
-    let h1: Client<HttpConnector, ReqBody> =
-        Client::builder(TokioExecutor::new()).build(HttpConnector::new());
-    let h2: Client<HttpConnector, ReqBody> =
-        Client::builder(TokioExecutor::new()).http2_only(true).build(HttpConnector::new());
+    let (h1, h2) = (support::client_of::<ReqBody>(false), support::client_of::<ReqBody>(true));
     for (what, client, listener) in [("h1 → h1", &h1, "h1"), ("h2 → h2", &h2, "h2")] {
         let req = Request::post(r.url(listener, "/echo"))
             .body(chunked_body(&data, 64 * 1024))
@@ -453,52 +385,17 @@ async fn read_exactly(body: &mut Incoming, want: usize) -> Vec<u8> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn echo_streams_each_chunk_before_the_request_ends() {
-    let ms = support::members(1, Duration::ZERO).await;
-    let m1 = member("m1", ms[0].addr);
-    let config = format!(
-        r#"
-[[listener]]
-name = "h1"
-listen = "127.0.0.1:0"
-
-[[listener]]
-name = "h2"
-listen = "127.0.0.1:0"
-
-[[route]]
-name = "h1"
-listener = "h1"
-cluster = "h1"
-
-[[route]]
-name = "h2"
-listener = "h2"
-cluster = "h2"
-
-[cluster.h1]
-members = [{m1}]
-
-[cluster.h2]
-upstream_protocol = "http2"
-members = [{m1}]
-"#
-    );
-    let r = support::router(&config).await;
+    let (r, _ms) = echo_router().await;
     let data = pattern(20 * 64 * 1024);
     for h2 in [false, true] {
         let what = if h2 { "h2 → h2" } else { "h1 → h1" };
-        let stream =
-            TcpStream::connect(r.addr(if h2 { "h2" } else { "h1" })).await.expect("connect");
         let (tx, body) = channel_body();
         let send = if h2 {
-            let (mut s, conn) =
-                hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
-                    .await
-                    .expect("h2 handshake");
-            tokio::spawn(conn);
+            let mut s = h2_conn(r.addr("h2")).await;
             let req = Request::post(format!("http://{}/echo", r.addr("h2"))).body(body).unwrap();
             tokio::spawn(async move { s.send_request(req).await })
         } else {
+            let stream = TcpStream::connect(r.addr("h1")).await.expect("connect");
             let (mut s, conn) =
                 hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.expect("h1");
             tokio::spawn(conn);
@@ -558,7 +455,7 @@ async fn tcp_echo(name: &'static str) -> SocketAddr {
 }
 
 /// Sends `line` (newline added) and reads the member's answer line.
-async fn tcp_exchange(conn: &mut BufReader<TcpStream>, line: &str) -> String {
+async fn tcp_exchange(conn: &mut RawConn, line: &str) -> String {
     let fut = async {
         conn.get_mut().write_all(format!("{line}\n").as_bytes()).await.expect("write");
         let mut reply = String::new();
@@ -568,60 +465,26 @@ async fn tcp_exchange(conn: &mut BufReader<TcpStream>, line: &str) -> String {
     tokio::time::timeout(GUARD, fut).await.expect("reply within 10 s")
 }
 
-/// A port on which nothing listens (connections are refused).
-async fn refusing_port() -> SocketAddr {
-    let l = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    l.local_addr().expect("addr")
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tcp_proxying_round_robin_and_skips_a_refusing_member() {
     let (t1, t2) = (tcp_echo("t1").await, tcp_echo("t2").await);
-    let dead = refusing_port().await;
-    let config = format!(
-        r#"
-[[listener]]
-name = "tcp"
-listen = "127.0.0.1:0"
-protocol = "tcp"
-
-[[listener]]
-name = "tcp-dead"
-listen = "127.0.0.1:0"
-protocol = "tcp"
-
-[[route]]
-name = "tcp"
-listener = "tcp"
-cluster = "echo"
-
-[[route]]
-name = "tcp-dead"
-listener = "tcp-dead"
-cluster = "half-dead"
-
-[cluster.echo]
-algorithm = "round-robin"
-upstream_protocol = "tcp"
-members = [{}, {}]
-
-[cluster.half-dead]
-algorithm = "round-robin"
-upstream_protocol = "tcp"
-members = [{}, {}]
-"#,
-        member("t1", t1),
-        member("t2", t2),
-        member("dead", dead),
-        member("t1", t1)
-    );
+    let dead = support::dead_addr();
+    // Cluster `tcp`: two echo members; cluster `tcp-dead`: one that refuses, one echo member.
+    let tcp = |name: &str, a: String, b: String| {
+        let cluster = format!(
+            "algorithm = \"round-robin\"\nupstream_protocol = \"tcp\"\nmembers = [{a}, {b}]"
+        );
+        support::pipeline(name, "protocol = \"tcp\"", "", &cluster)
+    };
+    let config = tcp("tcp", member("t1", t1), member("t2", t2))
+        + &tcp("tcp-dead", member("dead", dead), member("t1", t1));
     let r = support::router(&config).await;
 
     // Two connections open at once land on different members; bytes round-trip on each,
     // several times, including a line far larger than a socket buffer.
-    let mut a = BufReader::new(TcpStream::connect(r.addr("tcp")).await.expect("connect"));
+    let mut a = support::raw_connect(r.addr("tcp")).await;
     let first = tcp_exchange(&mut a, "hello a").await;
-    let mut b = BufReader::new(TcpStream::connect(r.addr("tcp")).await.expect("connect"));
+    let mut b = support::raw_connect(r.addr("tcp")).await;
     let second = tcp_exchange(&mut b, "hello b").await;
     let (name_a, rest_a) = first.split_once(": ").expect("named reply");
     let (name_b, rest_b) = second.split_once(": ").expect("named reply");
@@ -638,7 +501,7 @@ members = [{}, {}]
 
     // A member that refuses is skipped: every connection still reaches the live one.
     for i in 0..4 {
-        let mut c = BufReader::new(TcpStream::connect(r.addr("tcp-dead")).await.expect("connect"));
+        let mut c = support::raw_connect(r.addr("tcp-dead")).await;
         assert_eq!(tcp_exchange(&mut c, &format!("try {i}")).await, format!("t1: try {i}\n"));
     }
 }
@@ -838,25 +701,9 @@ async fn websocket_member() -> SocketAddr {
 async fn websocket_upgrade_and_echo_through_the_router() {
     let ws = websocket_member().await;
     // A short route idle timeout: the upgraded connection must not be subject to it.
-    let config = format!(
-        r#"
-[[listener]]
-name = "web"
-listen = "127.0.0.1:0"
-header_read_timeout_ms = 300
-
-[[route]]
-name = "ws"
-listener = "web"
-cluster = "ws"
-idle_timeout_ms = 300
-
-[cluster.ws]
-members = [{}]
-"#,
-        member("ws1", ws)
-    );
-    let r = support::router(&config).await;
+    let (listener, route) = ("header_read_timeout_ms = 300", "idle_timeout_ms = 300");
+    let members = support::members_of([member("ws1", ws)]);
+    let r = support::router(&support::web_config(listener, route, &members)).await;
     let mut conn = support::raw_connect(r.addr("web")).await;
     let key = "dGhlIHNhbXBsZSBub25jZQ==";
     support::raw_send(
@@ -940,57 +787,26 @@ fn values<'a>(headers: &'a [(String, String)], name: &str) -> Vec<&'a str> {
     headers.iter().filter(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str()).collect()
 }
 
-async fn raw_get(conn: &mut RawConn, head: &str) -> support::RawResponse {
-    support::raw_send(conn, head.as_bytes()).await;
-    support::read_response(conn).await.expect("response")
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn header_hygiene_in_both_directions() {
     let ms = support::members(1, Duration::ZERO).await;
     let leaky = leaky_member().await;
-    let config = format!(
-        r#"
-[[listener]]
-name = "web"
-listen = "127.0.0.1:0"
-
-[[listener]]
-name = "trusted"
-listen = "127.0.0.1:0"
-trust_forwarded_for = true
-
-[[route]]
-name = "leaky"
-listener = "web"
-match = {{ path_prefix = "/leaky" }}
-cluster = "leaky"
-
-[[route]]
-name = "web"
-listener = "web"
-cluster = "m"
-
-[[route]]
-name = "trusted"
-listener = "trusted"
-cluster = "m"
-
-[cluster.m]
-members = [{}]
-
-[cluster.leaky]
-members = [{}]
-"#,
-        member("m1", ms[0].addr),
-        member("leaky", leaky)
-    );
+    let config = [
+        support::listener_table("web", ""),
+        support::listener_table("trusted", "trust_forwarded_for = true"),
+        support::route_table("leaky", "web", "leaky", "match = { path_prefix = \"/leaky\" }"),
+        support::route_table("web", "web", "m", ""),
+        support::route_table("trusted", "trusted", "m", ""),
+        support::cluster_table("m", &support::members_of([member("m1", ms[0].addr)])),
+        support::cluster_table("leaky", &support::members_of([member("leaky", leaky)])),
+    ]
+    .concat();
     let r = support::router(&config).await;
     let mut conn = support::raw_connect(r.addr("web")).await;
 
     // Request direction: hop-by-hop headers and those named in Connection go; Host stays;
     // a client's X-Forwarded-For is replaced; the forwarding headers and Via are added.
-    let resp = raw_get(
+    let resp = support::raw_request(
         &mut conn,
         "GET /headers HTTP/1.1\r\nHost: app.test\r\nConnection: keep-alive, x-private\r\n\
          Keep-Alive: timeout=5\r\nProxy-Connection: keep-alive\r\nTE: deflate\r\n\
@@ -1013,15 +829,17 @@ members = [{}]
 
     // TE: only `trailers` survives; an Upgrade without `Connection: upgrade` is dropped (and
     // the connection stays plain HTTP).
-    let resp = raw_get(
+    let resp = support::raw_request(
         &mut conn,
         "GET /headers HTTP/1.1\r\nHost: app.test\r\nTE: trailers, deflate\r\n\r\n",
     )
     .await;
     assert_eq!(values(&header_lines(&resp.text()), "te"), ["trailers"], "{}", resp.text());
-    let resp =
-        raw_get(&mut conn, "GET /headers HTTP/1.1\r\nHost: app.test\r\nUpgrade: websocket\r\n\r\n")
-            .await;
+    let resp = support::raw_request(
+        &mut conn,
+        "GET /headers HTTP/1.1\r\nHost: app.test\r\nUpgrade: websocket\r\n\r\n",
+    )
+    .await;
     assert_eq!(resp.status, 200, "{}", resp.text());
     let seen = header_lines(&resp.text());
     assert!(values(&seen, "upgrade").is_empty(), "upgrade reached the member: {seen:?}");
@@ -1029,7 +847,8 @@ members = [{}]
 
     // Response direction: what the member marked hop-by-hop does not reach the client.
     let mut conn = support::raw_connect(r.addr("web")).await;
-    let resp = raw_get(&mut conn, "GET /leaky HTTP/1.1\r\nHost: app.test\r\n\r\n").await;
+    let resp =
+        support::raw_request(&mut conn, "GET /leaky HTTP/1.1\r\nHost: app.test\r\n\r\n").await;
     assert_eq!((resp.status, resp.text().as_str()), (200, "leaky\n"));
     for gone in ["x-secret", "keep-alive", "proxy-connection"] {
         assert!(resp.header(gone).is_none(), "{gone} reached the client: {:?}", resp.headers);
@@ -1045,7 +864,7 @@ members = [{}]
 
     // A listener that trusts X-Forwarded-For appends the client to it.
     let mut conn = support::raw_connect(r.addr("trusted")).await;
-    let resp = raw_get(
+    let resp = support::raw_request(
         &mut conn,
         "GET /headers HTTP/1.1\r\nHost: app.test\r\nX-Forwarded-For: 6.6.6.6\r\n\r\n",
     )
@@ -1053,6 +872,7 @@ members = [{}]
     let seen = header_lines(&resp.text());
     assert_eq!(values(&seen, "x-forwarded-for"), ["6.6.6.6, 127.0.0.1"], "{seen:?}");
     // And without one, it is just the client.
-    let resp = raw_get(&mut conn, "GET /headers HTTP/1.1\r\nHost: app.test\r\n\r\n").await;
+    let resp =
+        support::raw_request(&mut conn, "GET /headers HTTP/1.1\r\nHost: app.test\r\n\r\n").await;
     assert_eq!(values(&header_lines(&resp.text()), "x-forwarded-for"), ["127.0.0.1"]);
 }

@@ -9,9 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use http::StatusCode;
-
-use super::support::{self, count, get};
+use super::support::{self, count};
 
 const BIN: &str = env!("CARGO_BIN_EXE_rondo");
 
@@ -89,12 +87,6 @@ impl Drop for Proc {
     }
 }
 
-/// A port free right now (bound, then released).
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    l.local_addr().expect("local addr").port()
-}
-
 /// Starts `rondo member --name NAME` on a port of its choosing and returns it with its address.
 fn start_member(name: &str) -> (Proc, SocketAddr) {
     let mut p = Proc::start(&["member", "--name", name, "--listen", "127.0.0.1:0"]);
@@ -108,7 +100,8 @@ async fn serve_balances_over_member_processes() {
     let dir = TempDir::new();
     let (_m1, a1) = start_member("m1");
     let (_m2, a2) = start_member("m2");
-    let port = free_port();
+    // A port free right now (bound, then released).
+    let port = support::dead_addr().port();
     let path = dir.0.join("rondo.toml");
     std::fs::write(
         &path,
@@ -134,14 +127,7 @@ members = [{{ name = "m1", address = "{a1}" }}, {{ name = "m2", address = "{a2}"
     let line = router.line_with("listener web on", Duration::from_secs(10));
     assert!(line.ends_with(&format!("127.0.0.1:{port}")), "{line}");
 
-    let c = support::client();
-    let url = format!("http://127.0.0.1:{port}/");
-    let mut names = Vec::new();
-    for _ in 0..20 {
-        let reply = get(&c, &url).await;
-        assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
-        names.push(reply.body.trim().to_owned());
-    }
+    let names = support::served_by(&format!("http://127.0.0.1:{port}/"), 20).await;
     assert_eq!(count(&names, "m1"), 10, "{names:?}");
     assert_eq!(count(&names, "m2"), 10, "{names:?}");
 }

@@ -2,18 +2,21 @@
 
 #![allow(dead_code)]
 
+use std::fmt::Display;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http::{HeaderMap, Request, StatusCode};
+use http::{HeaderMap, Request, StatusCode, Version};
 use http_body_util::{BodyExt, Empty};
+use hyper::body::Body;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use rondo::member::{self, Member};
 use rondo_runtime::{Live, probe};
+use tokio::io::AsyncRead;
 
 /// A running router and its live state.
 pub(crate) struct TestRouter {
@@ -33,26 +36,145 @@ impl TestRouter {
     }
 }
 
+/// `127.0.0.1:0`: any free port.
+pub(crate) fn any_port() -> SocketAddr {
+    "127.0.0.1:0".parse().unwrap()
+}
+
+/// An address nobody listens on (bound once, then released).
+pub(crate) fn dead_addr() -> SocketAddr {
+    let l = std::net::TcpListener::bind(any_port()).expect("bind");
+    l.local_addr().expect("local addr")
+}
+
+/// Starts in-process member `name` on a free port, waiting `delay_ms` before each answer.
+pub(crate) async fn spawn_member(name: &str, delay_ms: u64) -> Member {
+    member::spawn(name, any_port(), Duration::from_millis(delay_ms)).await.expect("member starts")
+}
+
 /// Starts `n` in-process members called `m1..mn` on free ports, each waiting `delay`.
 pub(crate) async fn members(n: usize, delay: Duration) -> Vec<Member> {
     let mut v = Vec::new();
     for i in 1..=n {
-        v.push(
-            member::spawn(&format!("m{i}"), "127.0.0.1:0".parse().unwrap(), delay)
-                .await
-                .expect("member starts"),
-        );
+        v.push(member::spawn(&format!("m{i}"), any_port(), delay).await.expect("member starts"));
     }
     v
 }
 
+/// `{ name = "NAME", address = "ADDR" }` for a cluster's member list, with `extra` keys.
+pub(crate) fn member_entry(name: &str, addr: impl Display, extra: &str) -> String {
+    let extra = if extra.is_empty() { String::new() } else { format!(", {extra}") };
+    format!("{{ name = \"{name}\", address = \"{addr}\"{extra} }}")
+}
+
+/// [`member_entry`] for one running member.
+pub(crate) fn entry(m: &Member, extra: &str) -> String {
+    member_entry(&m.name, m.addr, extra)
+}
+
+/// `members = [...]` from member entries.
+pub(crate) fn members_of(entries: impl IntoIterator<Item = String>) -> String {
+    format!("members = [{}]", entries.into_iter().collect::<Vec<_>>().join(", "))
+}
+
+/// `members = [...]` for a cluster table, from running members, each with `extra` keys.
+pub(crate) fn member_list_with(ms: &[Member], extra: &str) -> String {
+    members_of(ms.iter().map(|m| entry(m, extra)))
+}
+
 /// `members = [...]` for a cluster table, from running members.
 pub(crate) fn member_list(ms: &[Member]) -> String {
-    let items: Vec<String> = ms
-        .iter()
-        .map(|m| format!("{{ name = \"{}\", address = \"{}\" }}", m.name, m.addr))
-        .collect();
-    format!("members = [{}]", items.join(", "))
+    member_list_with(ms, "")
+}
+
+/// `members = [...]` of `n` members `PREFIX1..PREFIXn` on addresses nobody listens on.
+pub(crate) fn dead_members(prefix: &str, n: usize) -> String {
+    members_of((1..=n).map(|i| member_entry(&format!("{prefix}{i}"), dead_addr(), "")))
+}
+
+/// A member running on a runtime of its own, so that killing it closes its open connections
+/// too (like a member process that dies), not only its listener.
+pub(crate) struct Killable {
+    pub(crate) name: String,
+    pub(crate) addr: SocketAddr,
+    parts: Option<(tokio::runtime::Runtime, Member)>,
+}
+
+impl Killable {
+    pub(crate) fn spawn(name: &str) -> Killable {
+        let owned = name.to_owned();
+        let (runtime, member) = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .enable_all()
+                .build()
+                .expect("member runtime");
+            let m = runtime
+                .block_on(member::spawn(&owned, any_port(), Duration::ZERO))
+                .expect("member starts");
+            (runtime, m)
+        })
+        .join()
+        .expect("member thread");
+        Killable { name: member.name.clone(), addr: member.addr, parts: Some((runtime, member)) }
+    }
+
+    /// Stops the member and closes every connection it has (waits until they are closed).
+    pub(crate) async fn kill(&mut self) {
+        if let Some((runtime, member)) = self.parts.take() {
+            member.stop();
+            drop(member);
+            tokio::task::spawn_blocking(move || drop(runtime)).await.expect("runtime dropped");
+        }
+    }
+}
+
+impl Drop for Killable {
+    fn drop(&mut self) {
+        if let Some((runtime, member)) = self.parts.take() {
+            drop(member);
+            runtime.shutdown_background();
+        }
+    }
+}
+
+/// A `[[listener]]` table: `name` on a free port, with `extra` keys.
+pub(crate) fn listener_table(name: &str, extra: &str) -> String {
+    format!("[[listener]]\nname = \"{name}\"\nlisten = \"127.0.0.1:0\"\n{extra}\n\n")
+}
+
+/// A `[[route]]` table `name` from `listener` to `cluster`, with `extra` keys.
+pub(crate) fn route_table(name: &str, listener: &str, cluster: &str, extra: &str) -> String {
+    format!(
+        "[[route]]\nname = \"{name}\"\nlistener = \"{listener}\"\ncluster = \"{cluster}\"\n{extra}\n\n"
+    )
+}
+
+/// A `[cluster.NAME]` table whose body is `body`.
+pub(crate) fn cluster_table(name: &str, body: &str) -> String {
+    format!("[cluster.{name}]\n{body}\n\n")
+}
+
+/// A listener, a route and a cluster, all called `name`: the listener (with `listener` extra
+/// keys) on a free port, its one route (with `route` extra keys) to the cluster, whose body is
+/// `cluster`.
+pub(crate) fn pipeline(name: &str, listener: &str, route: &str, cluster: &str) -> String {
+    listener_table(name, listener)
+        + &route_table(name, name, name, route)
+        + &cluster_table(name, cluster)
+}
+
+/// One listener `web` (with `listener` extra keys), one route `main` (with `route` extra keys)
+/// to cluster `c` whose body is `cluster`.
+pub(crate) fn web_config(listener: &str, route: &str, cluster: &str) -> String {
+    listener_table("web", listener)
+        + &route_table("main", "web", "c", route)
+        + &cluster_table("c", cluster)
+}
+
+/// [`web_config`] with no extra listener or route keys.
+pub(crate) fn one_cluster(cluster: &str) -> String {
+    web_config("", "", cluster)
 }
 
 /// Starts a router from a config text (listeners should listen on `127.0.0.1:0`), with probes.
@@ -65,19 +187,30 @@ pub(crate) async fn router(config: &str) -> TestRouter {
     TestRouter { router, live }
 }
 
+/// A keep-alive client whose requests carry `B` bodies: HTTP/1.1, or HTTP/2 prior knowledge
+/// when `http2_only`.
+pub(crate) fn client_of<B>(http2_only: bool) -> Client<HttpConnector, B>
+where
+    B: Body + Send,
+    B::Data: Send,
+{
+    Client::builder(TokioExecutor::new()).http2_only(http2_only).build(HttpConnector::new())
+}
+
 /// One HTTP/1.1 keep-alive client.
 pub(crate) fn client() -> Client<HttpConnector, Empty<Bytes>> {
-    Client::builder(TokioExecutor::new()).build(HttpConnector::new())
+    client_of(false)
 }
 
 /// An HTTP/2 prior-knowledge client.
 pub(crate) fn h2_client() -> Client<HttpConnector, Empty<Bytes>> {
-    Client::builder(TokioExecutor::new()).http2_only(true).build(HttpConnector::new())
+    client_of(true)
 }
 
 /// A response, collected.
 #[derive(Debug)]
 pub(crate) struct Reply {
+    pub(crate) version: Version,
     pub(crate) status: StatusCode,
     pub(crate) headers: HeaderMap,
     pub(crate) body: String,
@@ -96,10 +229,10 @@ pub(crate) async fn get_with(
     let req = req.body(Empty::new()).expect("request builds");
     let fut = async {
         let resp = client.request(req).await.expect("request succeeds");
-        let status = resp.status();
+        let (version, status) = (resp.version(), resp.status());
         let headers = resp.headers().clone();
         let body = resp.into_body().collect().await.expect("body").to_bytes();
-        Reply { status, headers, body: String::from_utf8_lossy(&body).into_owned() }
+        Reply { version, status, headers, body: String::from_utf8_lossy(&body).into_owned() }
     };
     tokio::time::timeout(Duration::from_secs(10), fut).await.expect("reply within 10 s")
 }
@@ -109,16 +242,50 @@ pub(crate) async fn get(client: &Client<HttpConnector, Empty<Bytes>>, url: &str)
     get_with(client, url, &[]).await
 }
 
-/// The member names that served `count` sequential GETs of `url`.
+/// GET `url` with extra headers through `client`, which must answer 200: the name of the
+/// member that served it.
+pub(crate) async fn served_name_with(
+    client: &Client<HttpConnector, Empty<Bytes>>,
+    url: &str,
+    headers: &[(&str, &str)],
+) -> String {
+    let r = get_with(client, url, headers).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    r.body.trim().to_owned()
+}
+
+/// GET `url`, which must answer 200: the name of the member that served it.
+pub(crate) async fn served_name(client: &Client<HttpConnector, Empty<Bytes>>, url: &str) -> String {
+    served_name_with(client, url, &[]).await
+}
+
+/// The member names that served `count` sequential GETs of `url` (each must answer 200).
 pub(crate) async fn served_by(url: &str, count: usize) -> Vec<String> {
     let c = client();
     let mut v = Vec::with_capacity(count);
     for _ in 0..count {
-        let r = get(&c, url).await;
-        assert_eq!(r.status, StatusCode::OK, "{}", r.body);
-        v.push(r.body.trim().to_owned());
+        v.push(served_name(&c, url).await);
     }
     v
+}
+
+/// GETs `url` every 20 ms until `done` holds for the reply (at most 5 s, else the test fails
+/// saying `what`): that reply.
+pub(crate) async fn get_until(
+    client: &Client<HttpConnector, Empty<Bytes>>,
+    url: &str,
+    done: impl Fn(&Reply) -> bool,
+    what: &str,
+) -> Reply {
+    let start = Instant::now();
+    loop {
+        let reply = get(client, url).await;
+        if done(&reply) {
+            return reply;
+        }
+        assert!(start.elapsed() < Duration::from_secs(5), "{what}: {reply:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// How many of `names` equal `name`.
@@ -126,14 +293,19 @@ pub(crate) fn count(names: &[String], name: &str) -> usize {
     names.iter().filter(|n| *n == name).count()
 }
 
-/// Sends raw bytes on a new connection and reads until the server closes or `wait` passes.
-pub(crate) async fn raw(addr: SocketAddr, bytes: &[u8], wait: Duration) -> String {
+/// Sends `bytes` on a new connection; returns what came back and whether the peer closed the
+/// connection cleanly (a reset does not count) within `wait`.
+pub(crate) async fn raw_until_closed(
+    addr: SocketAddr,
+    bytes: &[u8],
+    wait: Duration,
+) -> (String, bool) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
     s.write_all(bytes).await.expect("write");
     let mut out = Vec::new();
-    let _ = tokio::time::timeout(wait, s.read_to_end(&mut out)).await;
-    String::from_utf8_lossy(&out).into_owned()
+    let closed = matches!(tokio::time::timeout(wait, s.read_to_end(&mut out)).await, Ok(Ok(_)));
+    (String::from_utf8_lossy(&out).into_owned(), closed)
 }
 
 // Raw HTTP/1.1 on a socket, for tests that must see exactly what goes over the wire (status
@@ -172,6 +344,12 @@ pub(crate) async fn raw_connect(addr: SocketAddr) -> RawConn {
 pub(crate) async fn raw_send(conn: &mut RawConn, bytes: &[u8]) {
     use tokio::io::AsyncWriteExt;
     conn.get_mut().write_all(bytes).await.expect("write");
+}
+
+/// Writes a request on a raw connection and reads the whole response.
+pub(crate) async fn raw_request(conn: &mut RawConn, request: impl AsRef<[u8]>) -> RawResponse {
+    raw_send(conn, request.as_ref()).await;
+    read_response(conn).await.expect("response")
 }
 
 async fn guarded<T>(
@@ -274,7 +452,10 @@ pub(crate) async fn read_response(conn: &mut RawConn) -> std::io::Result<RawResp
 
 /// Reads until the peer closes or `wait` passes: the bytes read and whether it closed (a reset
 /// counts as closed; the bytes before it are kept).
-pub(crate) async fn read_until_closed(conn: &mut RawConn, wait: Duration) -> (Vec<u8>, bool) {
+pub(crate) async fn read_until_closed<R: AsyncRead + Unpin>(
+    conn: &mut R,
+    wait: Duration,
+) -> (Vec<u8>, bool) {
     use tokio::io::AsyncReadExt;
     let mut out = Vec::new();
     let closed = tokio::time::timeout(wait, async {
