@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use http::header::{self, HeaderValue};
 use http::request::Parts;
+use http::uri::{self, Authority, PathAndQuery, Scheme};
 use http::{Method, Request, Response, StatusCode, Uri, Version};
 use http_body::Body as _;
 use hyper::body::Incoming;
@@ -146,7 +147,7 @@ async fn proxy(
         parts.headers.insert(header::HOST, v);
     }
     let path_and_query =
-        parts.uri.path_and_query().map_or_else(|| "/".to_owned(), |p| p.as_str().to_owned());
+        parts.uri.path_and_query().cloned().unwrap_or_else(|| PathAndQuery::from_static("/"));
     let bodyless = body.is_end_stream();
     let mut body = if bodyless { None } else { Some(UpstreamBody::stream(body, limit)) };
     let resendable = bodyless && is_idempotent(&parts.method);
@@ -291,11 +292,14 @@ fn upstream_request(
     parts: &Parts,
     rt: &ClusterRt,
     member: usize,
-    path_and_query: &str,
+    path_and_query: &PathAndQuery,
     body: UpstreamBody,
 ) -> Request<UpstreamBody> {
-    let address = &rt.spec.members[member].address;
-    let uri: Uri = format!("http://{address}{path_and_query}").parse().unwrap_or_default();
+    let mut uri = uri::Parts::default();
+    uri.scheme = Some(Scheme::HTTP);
+    uri.authority = Authority::try_from(rt.spec.members[member].address.as_str()).ok();
+    uri.path_and_query = Some(path_and_query.clone());
+    let uri = Uri::from_parts(uri).unwrap_or_default();
     let mut req = Request::new(body);
     *req.method_mut() = parts.method.clone();
     *req.uri_mut() = uri;

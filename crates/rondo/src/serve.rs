@@ -51,12 +51,19 @@ pub fn serve(
     })
 }
 
-/// A tokio runtime with `workers` threads (at least one).
+/// A tokio runtime with `workers` threads (default: one per core). One worker gets a
+/// current-thread runtime: everything runs on the calling thread, with no work-stealing queues
+/// and no cross-thread wake-ups (the HAProxy / nginx single-thread shape).
 pub fn runtime(workers: Option<usize>) -> anyhow::Result<tokio::runtime::Runtime> {
-    let mut b = tokio::runtime::Builder::new_multi_thread();
-    if let Some(n) = workers {
-        b.worker_threads(n.max(1));
-    }
+    let mut b = match workers {
+        Some(1) => tokio::runtime::Builder::new_current_thread(),
+        Some(n) => {
+            let mut b = tokio::runtime::Builder::new_multi_thread();
+            b.worker_threads(n.max(1));
+            b
+        }
+        None => tokio::runtime::Builder::new_multi_thread(),
+    };
     b.enable_all().build().context("starting the async runtime")
 }
 

@@ -1,0 +1,16 @@
+//! Benchmark tools for rondo. `rondo-loadgen` (the binary) drives the loopback benchmark in
+//! `bench/run.sh`:
+//!
+//! - [`rate`]: an open-loop generator. A pacer thread releases requests at fixed intervals;
+//!   keep-alive connections take them in order; latency runs from the moment a request was
+//!   released, so a slow response delays the requests queued behind it *and is charged for
+//!   it* (no coordinated omission).
+//! - [`hold`]: opens many keep-alive connections, does one request on each and holds them open
+//!   so the proxy's memory can be read while they are held.
+//!
+//! Everything is bounded: request counts, durations, per-request timeouts and reconnects.
+
+pub mod client;
+pub mod hold;
+pub mod rate;
+pub mod stats;
