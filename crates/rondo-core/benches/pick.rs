@@ -13,12 +13,13 @@ use rondo_core::{
     SplitMix64, UpstreamProtocol,
 };
 
-fn balancer(algorithm: Algorithm, n: usize) -> Balancer {
+/// Members weighted 100/200/300 in turn when `weighted`, else all 100.
+fn balancer_with(algorithm: Algorithm, n: usize, weighted: bool) -> Balancer {
     let members = (0..n)
         .map(|i| MemberSpec {
             name: format!("member-{i}"),
             address: format!("127.0.0.1:{}", 10_000 + i),
-            weight: 100 + (i as u32 % 3) * 100,
+            weight: if weighted { 100 + (i as u32 % 3) * 100 } else { 100 },
             group: None,
             admin: Default::default(),
         })
@@ -57,6 +58,11 @@ fn balancer(algorithm: Algorithm, n: usize) -> Balancer {
     b
 }
 
+/// Weights 100/200/300 for `weighted` (which needs them to mean anything), equal otherwise.
+fn balancer(algorithm: Algorithm, n: usize) -> Balancer {
+    balancer_with(algorithm, n, algorithm == Algorithm::Weighted)
+}
+
 fn picks(c: &mut Criterion) {
     let now = Instant::from_millis(20);
     let keys: Vec<u64> =
@@ -81,7 +87,22 @@ fn picks(c: &mut Criterion) {
         }
         group.finish();
     }
-    // A whole request's bookkeeping for least-sessions: pick, begin, end (two index updates).
+    // least-sessions over unequal weights uses the tournament tree instead of the buckets.
+    let mut group = c.benchmark_group("pick/least-sessions-weighted");
+    group.warm_up_time(Duration::from_millis(300));
+    group.measurement_time(Duration::from_millis(800));
+    for n in [10usize, 1_000, 10_000] {
+        let mut b = balancer_with(Algorithm::LeastSessions, n, true);
+        let mut rng = SplitMix64::new(42);
+        group.bench_with_input(BenchmarkId::from_parameter(n), &n, |bench, _| {
+            bench.iter(|| {
+                let req = PickRequest { now, ..PickRequest::default() };
+                black_box(b.pick(black_box(&req), &mut rng).map(|d| d.member))
+            })
+        });
+    }
+    group.finish();
+    // A whole request's bookkeeping for least-sessions: pick, begin, end (index updates).
     let mut group = c.benchmark_group("cycle/least-sessions");
     group.warm_up_time(Duration::from_millis(300));
     group.measurement_time(Duration::from_millis(800));

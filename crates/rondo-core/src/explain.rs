@@ -98,7 +98,9 @@ pub enum Why {
         /// Sessions + in-flight of the winner.
         active: u64,
     },
-    /// `p2c-ewma`: the two sampled members' costs (EWMA ns x (in-flight + 1) / weight).
+    /// `p2c-ewma`: the two sampled members' costs (EWMA ns x (in-flight + 1) / weight), both
+    /// decayed to the later of the two members' last samples (the same factor to now applies to
+    /// both, so it does not change the comparison and is not computed on the hot path).
     P2c {
         /// The winner's cost.
         chosen_cost: f64,

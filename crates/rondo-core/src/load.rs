@@ -50,6 +50,12 @@ impl PeakEwma {
         self.get_at_inv(now, inverse_nanos(decay))
     }
 
+    /// The estimate (nanoseconds) as of its last sample, and when that was.
+    #[inline]
+    pub fn last(&self) -> (f64, Instant) {
+        (self.estimate_ns, self.stamp)
+    }
+
     /// [`PeakEwma::get_at`] with `1 / decay_ns` computed once by the caller (saves a division
     /// per read on the `p2c-ewma` hot path).
     #[inline]

@@ -12,6 +12,7 @@
 
 mod candidates;
 mod hashing;
+mod least;
 mod pickers;
 
 use std::sync::Arc;

@@ -5,7 +5,7 @@
 use std::cmp::Ordering;
 
 use crate::explain::Why;
-use crate::load::inverse_nanos;
+use crate::load::{exp_neg, inverse_nanos};
 use crate::member::MemberState;
 use crate::model::{Algorithm, ClusterSpec, Policy};
 use crate::rng::Entropy;
@@ -13,6 +13,7 @@ use crate::tree::MinTree;
 
 use super::candidates::Candidates;
 use super::hashing::Table;
+use super::least::LeastIndex;
 use super::{NONE, PickRequest};
 
 /// Fixed-point scale of the smooth-weighted phases.
@@ -59,8 +60,7 @@ enum Kind {
     /// Fewest active per unit of weight; among equals, a weighted turn (`(picks + 1) / weight`)
     /// so that sequential traffic (everyone at zero) still follows the weights.
     LeastSessions {
-        tree: MinTree<u128>,
-        meta: Vec<LeastKey>,
+        index: LeastIndex,
     },
     LeastCpu,
     MostFreeMemory,
@@ -80,9 +80,7 @@ impl AlgoState {
             }
             Algorithm::Rotating => Kind::Rotating { order: Vec::new() },
             Algorithm::ResponseTime => Kind::ResponseTime { ranked: Vec::new(), cursor: 0, rr: 0 },
-            Algorithm::LeastSessions => {
-                Kind::LeastSessions { tree: MinTree::default(), meta: Vec::new() }
-            }
+            Algorithm::LeastSessions => Kind::LeastSessions { index: LeastIndex::default() },
             Algorithm::LeastCpu => Kind::LeastCpu,
             Algorithm::MostFreeMemory => Kind::MostFreeMemory,
             Algorithm::P2cEwma => Kind::P2c,
@@ -129,20 +127,7 @@ impl AlgoState {
                     }
                 }
             }
-            Kind::LeastSessions { tree, meta } => {
-                let scales = load_scales(&cands.eff_weight);
-                *meta = cands
-                    .slots
-                    .iter()
-                    .zip(scales)
-                    .map(|(&m, scale)| LeastKey {
-                        active: states[m as usize].load.active(),
-                        turn: 1,
-                        scale,
-                    })
-                    .collect();
-                *tree = MinTree::build(meta.iter().map(LeastKey::packed).collect(), u128_less);
-            }
+            Kind::LeastSessions { index } => *index = LeastIndex::build(cands, states),
             Kind::Hash { table } => *table = Some(Table::build(spec, cands)),
             _ => {}
         }
@@ -209,14 +194,14 @@ impl AlgoState {
                     None => (round_robin(rr, n).0, Why::ResponseTimeUnranked),
                 }
             }
-            Kind::LeastSessions { tree, meta } => {
-                let slot = tree.min().unwrap_or(0);
-                let active = meta[slot as usize].active;
+            Kind::LeastSessions { index } => {
+                let slot = index.min().unwrap_or(0);
+                let active = index.active(slot);
                 (slot, Why::LeastSessions { active, weight: cands.eff_weight[slot as usize] })
             }
             Kind::LeastCpu => agent_pick(cands, states, policy, req, true),
             Kind::MostFreeMemory => agent_pick(cands, states, policy, req, false),
-            Kind::P2c => p2c(cands, states, policy, req, rng),
+            Kind::P2c => p2c(cands, states, policy, rng),
             Kind::Hash { table } => {
                 let Some(key) = req.hash else {
                     return (rng.below(n) as u32, Why::HashNoKey);
@@ -284,11 +269,7 @@ impl AlgoState {
             Kind::Weighted { tree, schedule, .. } if schedule.is_empty() => {
                 weighted_advance(tree, slot);
             }
-            Kind::LeastSessions { tree, meta } => {
-                let key = &mut meta[slot as usize];
-                key.turn += 1;
-                tree.set(slot, key.packed(), u128_less);
-            }
+            Kind::LeastSessions { index } => index.picked(slot),
             _ => {}
         }
     }
@@ -300,14 +281,12 @@ impl AlgoState {
         states: &[MemberState],
         member: usize,
     ) {
-        if let Kind::LeastSessions { tree, meta } = &mut self.kind
+        if let Kind::LeastSessions { index } = &mut self.kind
             && let Some(&slot) = cands.slot_of.get(member)
             && slot != NONE
             && self.built
         {
-            let key = &mut meta[slot as usize];
-            key.active = states[member].load.active();
-            tree.set(slot, key.packed(), u128_less);
+            index.set_active(slot, states[member].load.active());
         }
     }
 
@@ -359,52 +338,8 @@ fn weighted_advance(tree: &mut MinTree<WeightedKey>, slot: u32) {
     tree.set(slot, key, WeightedKey::less);
 }
 
-fn gcd(a: u64, b: u64) -> u64 {
+pub(super) fn gcd(a: u64, b: u64) -> u64 {
     if b == 0 { a } else { gcd(b, a % b) }
-}
-
-/// `least-sessions` order: fewest active per unit of weight; among equals the one whose
-/// weighted turn (`turn / weight`) comes first, so sequential traffic (everyone at zero) still
-/// follows the weights; then the lower slot. Both ratios are kept as integers scaled by
-/// `scale = L / weight` (see [`load_scales`]) and packed into one `u128`, so the tree compares
-/// a single integer per level.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct LeastKey {
-    active: u64,
-    turn: u64,
-    scale: u64,
-}
-
-impl LeastKey {
-    fn packed(&self) -> u128 {
-        let load = self.active.saturating_mul(self.scale);
-        let turn = self.turn.saturating_mul(self.scale);
-        (u128::from(load) << 64) | u128::from(turn)
-    }
-}
-
-fn u128_less(a: &u128, b: &u128) -> bool {
-    a < b
-}
-
-/// Per-slot multipliers that turn `x / weight` into an integer `x * scale` with the same order.
-/// With `L` the least common multiple of the weights (when it stays under 2^24, as it does for
-/// any sane weighting such as 100/200/300), `scale = L / weight` is exact, ties included; past
-/// that, `scale = round(2^24 * max_weight / weight)` orders loads to one part in 2^24.
-fn load_scales(weights: &[u64]) -> Vec<u64> {
-    const LIMIT: u64 = 1 << 24;
-    let mut lcm = 1u64;
-    for &w in weights {
-        lcm = lcm / gcd(lcm, w) * w;
-        if lcm > LIMIT {
-            let max = weights.iter().copied().max().unwrap_or(1) as f64;
-            return weights
-                .iter()
-                .map(|&w| (LIMIT as f64 * max / w as f64).round() as u64)
-                .collect();
-        }
-    }
-    weights.iter().map(|&w| lcm / w).collect()
 }
 
 /// `active / weight`, exactly, by cross-multiplication.
@@ -499,7 +434,6 @@ fn p2c(
     cands: &Candidates,
     states: &[MemberState],
     policy: &Policy,
-    req: &PickRequest<'_>,
     rng: &mut dyn Entropy,
 ) -> (u32, Why) {
     let n = cands.slots.len();
@@ -520,12 +454,15 @@ fn p2c(
     }
     // Compare cost_a = ewma_a * (in_flight_a + 1) / w_a with cost_b by cross-multiplying the
     // weights: no division on the hot path.
+    // Both estimates decay by the same factor from the later of their two samples to now, so
+    // only the older one needs decaying (to the later sample): one exponential per pick.
+    let (la, lb) = (&states[cands.slots[a] as usize].load, &states[cands.slots[b] as usize].load);
+    let ((ea, sa), (eb, sb)) = (la.ewma.last(), lb.ewma.last());
     let inv_decay = inverse_nanos(policy.ewma.decay);
-    let raw = |s: usize| {
-        let load = &states[cands.slots[s] as usize].load;
-        load.ewma.get_at_inv(req.now, inv_decay) * f64::from(load.in_flight + 1)
-    };
-    let (ra, rb) = (raw(a), raw(b));
+    let gap = exp_neg(sa.0.abs_diff(sb.0) as f64 * inv_decay);
+    let (ea, eb) = if sa < sb { (ea * gap, eb) } else { (ea, eb * gap) };
+    let ra = ea * f64::from(la.in_flight + 1);
+    let rb = eb * f64::from(lb.in_flight + 1);
     let (wa, wb) = (cands.eff_weight[a] as f64, cands.eff_weight[b] as f64);
     let (win, lose) = if rb * wa < ra * wb { (b, a) } else { (a, b) };
     let cost = |s: usize, r: f64| r / cands.eff_weight[s] as f64;

@@ -81,9 +81,13 @@ proptest! {
         panic_pct in prop_oneof![Just(0u8), Just(50u8), Just(80u8)],
         seed in any::<u64>(),
         load in proptest::collection::vec(0usize..12, 0..20),
+        equal_weights in any::<bool>(),
     ) {
         let members = cases.iter().enumerate()
-            .map(|(i, c)| member(&format!("m{i}"), c.weight, Some(["a", "b", "c"][c.group as usize])))
+            .map(|(i, c)| {
+                let weight = if equal_weights { 100 } else { c.weight };
+                member(&format!("m{i}"), weight, Some(["a", "b", "c"][c.group as usize]))
+            })
             .collect();
         let policy = Policy { algorithm: algo, panic_threshold_percent: panic_pct, ..Policy::default() };
         let timeout = policy.agent.timeout;

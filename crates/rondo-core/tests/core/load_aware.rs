@@ -105,6 +105,46 @@ fn least_sessions_sends_to_the_least_loaded_and_honours_weights() {
     assert_eq!(h, vec![100, 300]);
 }
 
+#[test]
+fn least_sessions_with_equal_weights_fills_the_emptiest_member_first() {
+    let mut b = balancer(Algorithm::LeastSessions, 4);
+    let mut r = rng(1);
+    for _ in 0..40 {
+        let d = b.pick(&at(Instant::ZERO), &mut r).unwrap();
+        b.open_session(d.member);
+    }
+    let s: Vec<u32> = b.states().iter().map(|s| s.load.sessions).collect();
+    assert_eq!(s, vec![10, 10, 10, 10]);
+    for _ in 0..3 {
+        b.close_session(2);
+    }
+    b.close_session(0);
+    // Member 2 (7 sessions) fills up to 9 before anyone else gets one; then 0 and 2 tie at 9 and
+    // take turns.
+    let mut p = Vec::new();
+    for _ in 0..4 {
+        let d = b.pick(&at(Instant::ZERO), &mut r).unwrap();
+        b.open_session(d.member);
+        p.push(d.member);
+    }
+    assert_eq!(&p[..2], &[2, 2]);
+    assert_eq!(histogram(&p[2..], 4), vec![1, 0, 1, 0]);
+    // Sequential requests (begun and ended at once) go round the members in turn.
+    let mut b = balancer(Algorithm::LeastSessions, 3);
+    let mut seq = Vec::new();
+    for _ in 0..6 {
+        let d = b.pick(&at(Instant::ZERO), &mut r).unwrap();
+        b.begin_request(d.member);
+        b.end_request(
+            d.member,
+            Instant::ZERO,
+            Outcome::Success { latency: Duration::from_millis(1) },
+        );
+        seq.push(d.member);
+    }
+    assert_eq!(seq, vec![0, 1, 2, 0, 1, 2]);
+}
+
 fn report(cpu: f32, free_mib: u64, at: Instant) -> AgentReport {
     AgentReport { cpu_used: cpu, mem_free: free_mib << 20, sessions: 0, seq: 1, at }
 }
