@@ -98,16 +98,21 @@ pub enum Why {
         /// Sessions + in-flight of the winner.
         active: u64,
     },
-    /// `p2c-ewma`: the two sampled members' costs (EWMA ns x (in-flight + 1) / weight), both
-    /// decayed to the later of the two members' last samples (the same factor to now applies to
-    /// both, so it does not change the comparison and is not computed on the hot path).
+    /// `p2c-ewma`: the two sampled members' loads (EWMA ns x (in-flight + 1)) and weights; the
+    /// cost compared is load / weight. Both EWMAs are decayed to the later of the two members'
+    /// last samples (the same factor to now applies to both, so it does not change the comparison
+    /// and is not computed on the hot path).
     P2c {
-        /// The winner's cost.
-        chosen_cost: f64,
+        /// The winner's load.
+        chosen_load: f64,
+        /// The winner's effective weight.
+        chosen_weight: u64,
         /// The loser's member index.
         other: usize,
-        /// The loser's cost.
-        other_cost: f64,
+        /// The loser's load.
+        other_load: f64,
+        /// The loser's effective weight.
+        other_weight: u64,
     },
     /// `p2c-ewma` exploration pick (uniform), so no member is starved forever.
     P2cExplore,
@@ -212,9 +217,11 @@ impl fmt::Display for Why {
                 f,
                 "{missing} candidate(s) without a fresh agent report: fell back to least-sessions ({active} active)"
             ),
-            Why::P2c { chosen_cost, other, other_cost } => write!(
+            Why::P2c { chosen_load, chosen_weight, other, other_load, other_weight } => write!(
                 f,
-                "two choices: cost {chosen_cost:.0} beat member {other} at {other_cost:.0}"
+                "two choices: cost {:.0} beat member {other} at {:.0}",
+                chosen_load / chosen_weight.max(1) as f64,
+                other_load / other_weight.max(1) as f64
             ),
             Why::P2cExplore => f.write_str("exploration pick (uniform) so no member starves"),
             Why::Only => f.write_str("only candidate"),

@@ -64,7 +64,9 @@ enum Kind {
     },
     LeastCpu,
     MostFreeMemory,
-    P2c,
+    P2c {
+        inv_decay: f64,
+    },
     Hash {
         table: Option<Table>,
     },
@@ -83,7 +85,7 @@ impl AlgoState {
             Algorithm::LeastSessions => Kind::LeastSessions { index: LeastIndex::default() },
             Algorithm::LeastCpu => Kind::LeastCpu,
             Algorithm::MostFreeMemory => Kind::MostFreeMemory,
-            Algorithm::P2cEwma => Kind::P2c,
+            Algorithm::P2cEwma => Kind::P2c { inv_decay: 0.0 },
             Algorithm::Hash => Kind::Hash { table: None },
         };
         AlgoState { built: false, kind }
@@ -129,6 +131,7 @@ impl AlgoState {
             }
             Kind::LeastSessions { index } => *index = LeastIndex::build(cands, states),
             Kind::Hash { table } => *table = Some(Table::build(spec, cands)),
+            Kind::P2c { inv_decay } => *inv_decay = inverse_nanos(spec.policy.ewma.decay),
             _ => {}
         }
     }
@@ -201,7 +204,7 @@ impl AlgoState {
             }
             Kind::LeastCpu => agent_pick(cands, states, policy, req, true),
             Kind::MostFreeMemory => agent_pick(cands, states, policy, req, false),
-            Kind::P2c => p2c(cands, states, policy, rng),
+            Kind::P2c { inv_decay } => p2c(cands, states, *inv_decay, rng),
             Kind::Hash { table } => {
                 let Some(key) = req.hash else {
                     return (rng.below(n) as u32, Why::HashNoKey);
@@ -246,7 +249,10 @@ impl AlgoState {
                     .find(|&m| usable(m))
                     .map(|m| m as usize)
             }
-            Kind::LeastSessions { .. } | Kind::LeastCpu | Kind::MostFreeMemory | Kind::P2c => {
+            Kind::LeastSessions { .. }
+            | Kind::LeastCpu
+            | Kind::MostFreeMemory
+            | Kind::P2c { .. } => {
                 least_loaded(cands, states, usable).map(|s| cands.slots[s as usize] as usize)
             }
             _ => {
@@ -433,7 +439,7 @@ fn agent_pick(
 fn p2c(
     cands: &Candidates,
     states: &[MemberState],
-    policy: &Policy,
+    inv_decay: f64,
     rng: &mut dyn Entropy,
 ) -> (u32, Why) {
     let n = cands.slots.len();
@@ -458,15 +464,23 @@ fn p2c(
     // only the older one needs decaying (to the later sample): one exponential per pick.
     let (la, lb) = (&states[cands.slots[a] as usize].load, &states[cands.slots[b] as usize].load);
     let ((ea, sa), (eb, sb)) = (la.ewma.last(), lb.ewma.last());
-    let inv_decay = inverse_nanos(policy.ewma.decay);
-    let gap = exp_neg(sa.0.abs_diff(sb.0) as f64 * inv_decay);
+    // Through i64: a signed conversion is one instruction, an unsigned one a sequence.
+    let gap = exp_neg(sa.0.abs_diff(sb.0).min(i64::MAX as u64) as i64 as f64 * inv_decay);
     let (ea, eb) = if sa < sb { (ea * gap, eb) } else { (ea, eb * gap) };
     let ra = ea * f64::from(la.in_flight + 1);
     let rb = eb * f64::from(lb.in_flight + 1);
-    let (wa, wb) = (cands.eff_weight[a] as f64, cands.eff_weight[b] as f64);
-    let (win, lose) = if rb * wa < ra * wb { (b, a) } else { (a, b) };
-    let cost = |s: usize, r: f64| r / cands.eff_weight[s] as f64;
-    let (cw, cl) = if win == a { (cost(a, ra), cost(b, rb)) } else { (cost(b, rb), cost(a, ra)) };
-    let why = Why::P2c { chosen_cost: cw, other: cands.slots[lose] as usize, other_cost: cl };
+    let (wa, wb) = (cands.eff_weight[a], cands.eff_weight[b]);
+    let ((win, rw, ww), (lose, rl, wl)) = if rb * (wa as i64 as f64) < ra * (wb as i64 as f64) {
+        ((b, rb, wb), (a, ra, wa))
+    } else {
+        ((a, ra, wa), (b, rb, wb))
+    };
+    let why = Why::P2c {
+        chosen_load: rw,
+        chosen_weight: ww,
+        other: cands.slots[lose] as usize,
+        other_load: rl,
+        other_weight: wl,
+    };
     (win as u32, why)
 }
