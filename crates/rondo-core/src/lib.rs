@@ -19,11 +19,13 @@ pub use rng::{Entropy, SplitMix64};
 pub use time::Instant;
 
 pub mod balancer;
+pub mod budget;
 pub mod explain;
 pub mod load;
 pub mod member;
 mod tree;
 
 pub use balancer::{Balancer, PickError, PickRequest};
+pub use budget::RetryBudget;
 pub use explain::{CandidateInfo, Decision, Explanation, Scope, Why};
 pub use member::{Ejection, FailureKind, MemberState, Outcome};

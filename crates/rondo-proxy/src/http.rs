@@ -155,10 +155,29 @@ async fn proxy(
     let deadline = Instant::now() + route.request_timeout;
     let mut attempts: Vec<Attempt> = Vec::new();
     let clusters = std::iter::once(&route.cluster).chain(route.backups.iter());
+    // Whether the request already reached a member and failed there: later tries are retries
+    // and must fit the retry budget of the cluster they go to. A refused connection sent
+    // nothing and loaded nobody, so trying elsewhere after it is free.
+    let mut sent = false;
+    let mut budget_exhausted = false;
     'clusters: for cluster in clusters {
         let Some(rt) = snapshot.clusters.get(cluster) else { continue };
         let mut tried: Vec<usize> = Vec::new();
         for _ in 0..rt.spec.policy.retry.attempts.max(1) {
+            let now = clock::now();
+            let allowed = rt.with(|b| {
+                if sent {
+                    b.retry_allowed(now)
+                } else {
+                    b.note_request(now);
+                    true
+                }
+            });
+            if !allowed {
+                tracing::warn!(route = %route.name, cluster = %cluster, "retry budget exhausted");
+                budget_exhausted = true;
+                break 'clusters;
+            }
             let choice = match choose(ctx, rt, &parts, peer, &tried) {
                 Ok(c) => c,
                 Err(e) => {
@@ -248,6 +267,7 @@ async fn proxy(
             };
             tracing::debug!(route = %route.name, cluster = %cluster, member = %name, ?kind, "attempt failed");
             attempts.push(Attempt { cluster: cluster.clone(), member: Some(name), outcome: kind });
+            sent |= kind != Kind::Connect;
             // A connect failure sent nothing, so any request may go elsewhere if its body is
             // still ours; otherwise only idempotent requests without a body are sent again.
             let may_retry = if kind == Kind::Connect { bodyless } else { resendable };
@@ -260,11 +280,14 @@ async fn proxy(
         .into_iter()
         .find(|k| attempts.iter().any(|a| a.outcome == *k))
         .unwrap_or(Kind::NoEligible);
-    let detail = match kind {
+    let mut detail = match kind {
         Kind::Timeout => "member too slow: no response in time".to_owned(),
         Kind::NoEligible => "no eligible member to serve the request".to_owned(),
         _ => "bad gateway: no member answered".to_owned(),
     };
+    if budget_exhausted {
+        detail.push_str(" (retry budget exhausted)");
+    }
     let mut e = ProxyError::on_route(kind, &route.name, &route.cluster, detail);
     e.attempts = attempts;
     Err((e, route.idle_timeout))

@@ -18,6 +18,7 @@ mod pickers;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::budget::RetryBudget;
 use crate::explain::{CandidateInfo, Decision, Explanation, Scope, Why};
 use crate::load::AgentReport;
 use crate::member::{Ejection, FailureKind, MemberState, Outcome};
@@ -87,6 +88,8 @@ pub struct Balancer {
     total_active: u64,
     /// Rotating: next context.
     next_context: u32,
+    /// Retries allowed on this cluster.
+    budget: RetryBudget,
 }
 
 impl Balancer {
@@ -127,13 +130,20 @@ impl Balancer {
         let mut b = Self::with_states(spec, states);
         b.seq = old.seq;
         b.next_context = old.next_context;
+        if old.spec.policy.retry == b.spec.policy.retry {
+            b.budget = old.budget.clone();
+        }
         b
     }
 
     fn with_states(spec: Arc<ClusterSpec>, states: Vec<MemberState>) -> Self {
         let total_active = states.iter().map(|s| s.load.active()).sum();
         let algo = AlgoState::new(spec.policy.algorithm);
+        let retry = &spec.policy.retry;
+        let budget =
+            RetryBudget::new(retry.budget_percent, retry.budget_min_per_sec, Instant::ZERO);
         Balancer {
+            budget,
             spec,
             states,
             generation: 1,
@@ -210,6 +220,16 @@ impl Balancer {
             scope: self.cands.scope.clone(),
             why,
         })
+    }
+
+    /// A request (not a retry) is being placed on this cluster: it adds to the retry budget.
+    pub fn note_request(&mut self, now: Instant) {
+        self.budget.deposit(now);
+    }
+
+    /// Whether the retry budget allows one more retry now (and takes it if so).
+    pub fn retry_allowed(&mut self, now: Instant) -> bool {
+        self.budget.try_withdraw(now)
     }
 
     /// Starts a new `rotating` context (GlassFish: each new InitialContext rotates the list).

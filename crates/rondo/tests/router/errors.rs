@@ -146,3 +146,53 @@ async fn connect_failure_is_retried_on_another_member() {
     assert_eq!(count(&names, "m1") + count(&names, "m3"), 30, "{names:?}");
     assert!(count(&names, "m1") > 0 && count(&names, "m3") > 0, "{names:?}");
 }
+
+/// Members that accept a connection and close it at once: every try fails after sending.
+async fn closing_members(
+    n: usize,
+) -> (Vec<std::net::SocketAddr>, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let mut addrs = Vec::new();
+    for _ in 0..n {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        addrs.push(l.local_addr().expect("addr"));
+        let accepted = accepted.clone();
+        tokio::spawn(async move {
+            while let Ok((s, _)) = l.accept().await {
+                accepted.fetch_add(1, Ordering::SeqCst);
+                drop(s);
+            }
+        });
+    }
+    (addrs, accepted)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retries_on_a_failing_cluster_stay_within_the_retry_budget() {
+    let (addrs, accepted) = closing_members(3).await;
+    let entries =
+        addrs.iter().enumerate().map(|(i, a)| support::member_entry(&format!("x{i}"), a, ""));
+    // Up to 3 tries per request, but retries may add only 20 % plus 1 per second.
+    let cluster = format!(
+        "{}\nretry = {{ attempts = 3, budget_percent = 20, budget_min_per_sec = 1 }}\noutlier = {{ consecutive_failures = 0 }}",
+        members_of(entries)
+    );
+    let r = router(&config("", &cluster)).await;
+    let c = support::client();
+    let requests = 200;
+    let started = Instant::now();
+    for _ in 0..requests {
+        let reply = get(&c, &r.url("web", "/")).await;
+        assert_eq!(reply.status, StatusCode::BAD_GATEWAY, "{}", reply.body);
+    }
+    let seconds = started.elapsed().as_secs_f64().ceil() as usize;
+    let tries = accepted.load(std::sync::atomic::Ordering::SeqCst);
+    // Without a budget this would be 600 tries.
+    let allowed = requests + requests / 5 + seconds + 1;
+    assert!(tries <= allowed, "{tries} tries for {requests} requests (allowed {allowed})");
+    assert!(tries > requests, "some retries are allowed: {tries}");
+    let reply = get(&c, &r.url("web", "/")).await;
+    assert!(reply.body.contains("retry budget exhausted"), "{}", reply.body);
+}
