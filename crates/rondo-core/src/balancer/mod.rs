@@ -376,6 +376,7 @@ impl Balancer {
     }
 
     /// Health checks (or the registry) say `member` is up or down. Returns whether it changed.
+    /// Coming back up lifts a passive ejection.
     pub fn set_health(&mut self, member: usize, healthy: bool, by: Actor, now: Instant) -> bool {
         let st = &mut self.states[member];
         if st.healthy == healthy {
@@ -386,6 +387,12 @@ impl Balancer {
         st.health_changed = now;
         if healthy {
             st.up_since = Some(now);
+            // The member went down and came back (a restart): a passive ejection from before
+            // it went down is stale. Steady passing probes do not lift an ejection, though: a
+            // member can pass `/health` while failing real requests.
+            st.ejected_until = None;
+            st.ejections = 0;
+            st.load.consecutive_failures = 0;
         }
         self.generation += 1;
         true

@@ -34,6 +34,21 @@ fn consecutive_failures_eject_for_a_growing_time() {
 }
 
 #[test]
+fn coming_back_up_lifts_an_ejection_but_passing_probes_alone_do_not() {
+    let mut b = balancer(Algorithm::RoundRobin, 3);
+    let t = Instant::from_millis(5);
+    assert!((0..5).find_map(|_| fail(&mut b, 0, t)).is_some());
+    // Still up by health checks: the ejection stands.
+    assert!(!b.set_health(0, true, Actor::HealthCheck, t));
+    assert!(!picks(&mut b, 6, t, &mut rng(1)).contains(&0));
+    // Down, then back (a restart): the stale ejection is lifted at once.
+    b.set_health(0, false, Actor::HealthCheck, t);
+    b.set_health(0, true, Actor::HealthCheck, t);
+    assert!(picks(&mut b, 6, t, &mut rng(1)).contains(&0));
+    assert_eq!(b.states()[0].ejections, 0);
+}
+
+#[test]
 fn ejection_respects_the_maximum_ejected_share() {
     let mut b = balancer(Algorithm::RoundRobin, 4);
     let t = Instant::from_millis(5);
