@@ -18,11 +18,12 @@ use rondo_core::{
 use crate::Config;
 use crate::path::FieldPath;
 use crate::raw::{
-    RawAdmin, RawCluster, RawConfig, RawHash, RawHealth, RawListener, RawMatch, RawMember,
-    RawNaming, RawRoute,
+    RawAdmin, RawAgentReceiver, RawCluster, RawConfig, RawHash, RawHealth, RawListener, RawMatch,
+    RawMember, RawNaming, RawRoute,
 };
 use crate::spec::{
-    AdminSpec, AdminToken, ListenerProtocol, ListenerSpec, NamingSpec, RegistrySpec, RouterSpec,
+    AdminSpec, AdminToken, AgentKey, AgentSpec, ListenerProtocol, ListenerSpec, NamingSpec,
+    RegistrySpec, RouterSpec,
 };
 
 /// Default idle timeout of a route's client connections (`idle_timeout_ms`).
@@ -230,14 +231,23 @@ pub(crate) fn compile(
     };
     let admin = raw.admin.as_ref().map(|a| compile_admin(&mut c, a));
     let naming = raw.naming.as_ref().map(|n| compile_naming(&mut c, n));
+    let agent = raw.agent.as_ref().map(|a| compile_agent(&mut c, a));
 
     let listeners: Vec<Option<ListenerSpec>> =
         raw.listener.iter().enumerate().map(|(i, l)| compile_listener(&mut c, i, l)).collect();
-    check_unique_listeners(&mut c, &raw, &listeners, admin.as_ref(), naming.as_ref());
+    check_unique_listeners(
+        &mut c,
+        &raw,
+        &listeners,
+        admin.as_ref(),
+        naming.as_ref(),
+        agent.as_ref(),
+    );
 
     let mut clusters = BTreeMap::new();
     for (name, rc) in &raw.cluster {
-        let spec = compile_cluster(&mut c, name, rc);
+        let interval = agent.as_ref().map_or(AgentSpec::DEFAULT_INTERVAL, |a| a.interval);
+        let spec = compile_cluster(&mut c, name, rc, interval);
         clusters.insert(name.clone(), Arc::new(spec));
     }
 
@@ -308,7 +318,40 @@ pub(crate) fn compile(
         router,
         admin,
         naming,
+        agent,
     })
+}
+
+fn compile_agent(c: &mut Compiler<'_>, a: &RawAgentReceiver) -> AgentSpec {
+    let path = FieldPath::root().key("agent");
+    let listen = a.listen.as_deref().unwrap_or(AgentSpec::DEFAULT_LISTEN);
+    let listen = c
+        .socket_addr(path.key("listen"), listen)
+        .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)));
+    let key = match (&a.key, &a.key_file) {
+        (Some(_), Some(_)) => {
+            c.err(path.key("key_file"), "set `key` or `key_file`, not both");
+            AgentKey::Inline(String::new())
+        }
+        (Some(k), None) => {
+            if k.is_empty() {
+                c.err(path.key("key"), "key must not be empty");
+            }
+            AgentKey::Inline(k.clone())
+        }
+        (None, Some(f)) => c
+            .file_path(path.key("key_file"), f)
+            .map_or(AgentKey::Inline(String::new()), AgentKey::File),
+        (None, None) => {
+            c.err(path.clone(), "[agent] needs `key` or `key_file` (the agents' shared HMAC key)");
+            AgentKey::Inline(String::new())
+        }
+    };
+    let default_ms = AgentSpec::DEFAULT_INTERVAL.as_millis() as u64;
+    let ms =
+        c.int(path.key("interval_ms"), a.interval_ms, default_ms, 1, AgentSpec::MAX_INTERVAL_MS);
+    let interval = Duration::from_millis(ms);
+    AgentSpec { listen, key, interval }
 }
 
 fn compile_admin(c: &mut Compiler<'_>, a: &RawAdmin) -> AdminSpec {
@@ -438,6 +481,7 @@ fn check_unique_listeners(
     listeners: &[Option<ListenerSpec>],
     admin: Option<&AdminSpec>,
     naming: Option<&NamingSpec>,
+    agent: Option<&AgentSpec>,
 ) {
     let root = FieldPath::root();
     let mut names: HashMap<&str, usize> = HashMap::new();
@@ -476,6 +520,9 @@ fn check_unique_listeners(
     }
     if let Some(n) = naming {
         bind(c, n.listen, root.key("naming").key("listen"));
+    }
+    if let Some(a) = agent {
+        bind(c, a.listen, root.key("agent").key("listen"));
     }
 }
 
@@ -657,7 +704,12 @@ fn check_route_protocol(
     }
 }
 
-fn compile_cluster(c: &mut Compiler<'_>, name: &str, rc: &RawCluster) -> ClusterSpec {
+fn compile_cluster(
+    c: &mut Compiler<'_>,
+    name: &str,
+    rc: &RawCluster,
+    agent_interval: Duration,
+) -> ClusterSpec {
     let path = FieldPath::root().key("cluster").key(name);
     c.name(path.clone(), "cluster", name);
     let d = Policy::default();
@@ -805,13 +857,25 @@ fn compile_cluster(c: &mut Compiler<'_>, name: &str, rc: &RawCluster) -> Cluster
         Some(h) => compile_hash(c, &path.key("hash"), h, upstream_protocol),
     };
 
+    // Silence allowed: `timeout_ms` if given, else `misses` (default 3) heartbeat intervals of
+    // `[agent] interval_ms` (default 200 ms, so 600 ms, the core's default).
+    let default_timeout = agent_interval * AgentSpec::DEFAULT_MISSES;
     let agent = match &rc.agent {
-        None => d.agent,
+        None => AgentPolicy { timeout: default_timeout },
         Some(a) => {
-            let ad = AgentPolicy::default();
-            AgentPolicy {
-                timeout: c.ms(path.key("agent").key("timeout_ms"), a.timeout_ms, ad.timeout, false),
+            let p = path.key("agent");
+            if a.timeout_ms.is_some() && a.misses.is_some() {
+                c.err(p.key("misses"), "set `misses` or `timeout_ms`, not both");
             }
+            let misses = c.int(
+                p.key("misses"),
+                a.misses,
+                u64::from(AgentSpec::DEFAULT_MISSES),
+                1,
+                AgentSpec::MAX_MISSES,
+            );
+            let by_misses = agent_interval * u32::try_from(misses).unwrap_or(1);
+            AgentPolicy { timeout: c.ms(p.key("timeout_ms"), a.timeout_ms, by_misses, false) }
         }
     };
 

@@ -1,6 +1,7 @@
 //! rondo's configuration file: this crate owns parsing a TOML config ([`parse_str`],
 //! [`load_file`]), checking it, and compiling it into a [`Config`]: a `rondo_core::View` (routes
-//! and clusters) plus the listeners, router identity, admin API and naming service settings.
+//! and clusters) plus the listeners, router identity, admin API, naming service and load-agent
+//! receiver settings.
 //!
 //! Every problem is reported with its file, 1-based line and column, and field path
 //! ([`ConfigError`]); semantic problems are all collected, not just the first. Field paths look
@@ -26,7 +27,8 @@ pub use compile::{
 };
 pub use error::{ConfigError, ConfigErrors};
 pub use spec::{
-    AdminSpec, AdminToken, ListenerProtocol, ListenerSpec, NamingSpec, RegistrySpec, RouterSpec,
+    AdminSpec, AdminToken, AgentKey, AgentSpec, ListenerProtocol, ListenerSpec, NamingSpec,
+    RegistrySpec, RouterSpec,
 };
 
 use crate::error::line_column;
@@ -45,6 +47,8 @@ pub struct Config {
     pub admin: Option<AdminSpec>,
     /// The naming service, when `[naming]` is present.
     pub naming: Option<NamingSpec>,
+    /// The load-agent receiver, when `[agent]` is present.
+    pub agent: Option<AgentSpec>,
 }
 
 impl Config {

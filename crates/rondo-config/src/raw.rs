@@ -16,6 +16,7 @@ pub(crate) struct RawConfig {
     pub router: Option<RawRouter>,
     pub admin: Option<RawAdmin>,
     pub naming: Option<RawNaming>,
+    pub agent: Option<RawAgentReceiver>,
     #[serde(default)]
     pub listener: Vec<RawListener>,
     #[serde(default)]
@@ -49,6 +50,16 @@ pub(crate) struct RawNaming {
     pub snapshot: Option<String>,
     pub etcd_endpoints: Option<Vec<String>>,
     pub etcd_prefix: Option<String>,
+}
+
+/// `[agent]`: the router's receiver of load-agent heartbeats.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawAgentReceiver {
+    pub listen: Option<String>,
+    pub key: Option<String>,
+    pub key_file: Option<String>,
+    pub interval_ms: Option<u64>,
 }
 
 /// `[[listener]]`.
@@ -217,6 +228,7 @@ pub(crate) struct RawHash {
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawAgent {
     pub timeout_ms: Option<u64>,
+    pub misses: Option<u64>,
 }
 
 /// A cluster's `ewma`.

@@ -1,5 +1,6 @@
 //! The compiled, validated settings that are not part of the balancing model in `rondo-core`:
-//! listeners, this router's identity, the admin API and the naming service.
+//! listeners, this router's identity, the admin API, the naming service and the load-agent
+//! receiver.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -132,4 +133,47 @@ impl NamingSpec {
     pub const DEFAULT_LISTEN: &str = "127.0.0.1:9901";
     /// Default `etcd_prefix`.
     pub const DEFAULT_ETCD_PREFIX: &str = "/rondo";
+}
+
+/// The shared key of load agents and this router.
+#[derive(Clone, PartialEq, Eq)]
+pub enum AgentKey {
+    /// The key itself (`key`).
+    Inline(String),
+    /// A file holding the key (`key_file`; relative paths resolved against the configuration
+    /// file's directory; one trailing newline is ignored).
+    File(PathBuf),
+}
+
+impl std::fmt::Debug for AgentKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AgentKey::Inline(_) => f.write_str("Inline(..)"),
+            AgentKey::File(p) => f.debug_tuple("File").field(p).finish(),
+        }
+    }
+}
+
+/// `[agent]`: where this router receives load-agent heartbeats.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentSpec {
+    /// Address for first contact (TCP) and heartbeats (UDP), one port number for both.
+    pub listen: SocketAddr,
+    /// The shared HMAC key.
+    pub key: AgentKey,
+    /// The heartbeat interval agents are told to use.
+    pub interval: Duration,
+}
+
+impl AgentSpec {
+    /// Default `listen`.
+    pub const DEFAULT_LISTEN: &str = "127.0.0.1:9902";
+    /// Default `interval_ms`.
+    pub const DEFAULT_INTERVAL: Duration = Duration::from_millis(200);
+    /// Largest `interval_ms` (one minute).
+    pub const MAX_INTERVAL_MS: u64 = 60_000;
+    /// Default `cluster.NAME.agent.misses`: heartbeats missed before a member is unavailable.
+    pub const DEFAULT_MISSES: u32 = 3;
+    /// Largest `misses`.
+    pub const MAX_MISSES: u64 = 1000;
 }

@@ -1085,3 +1085,88 @@ fn errors_display_one_per_line() {
     let as_error: &dyn std::error::Error = &errs;
     assert_eq!(as_error.to_string(), shown);
 }
+
+#[test]
+fn agent_receiver_and_misses() {
+    use rondo_config::{AgentKey, AgentSpec};
+    let timeout = |c: &Config| c.view.cluster("app").unwrap().policy.agent.timeout;
+    // No [agent]: the core's default, three 200 ms heartbeats.
+    let c = ok(BASE);
+    assert_eq!(c.agent, None);
+    assert_eq!(timeout(&c), AgentPolicy::default().timeout);
+
+    let c = ok(&with("[agent]\nkey = \"k\"\n"));
+    assert_eq!(
+        c.agent,
+        Some(AgentSpec {
+            listen: AgentSpec::DEFAULT_LISTEN.parse().unwrap(),
+            key: AgentKey::Inline("k".into()),
+            interval: Duration::from_millis(200),
+        })
+    );
+    assert_eq!(timeout(&c), Duration::from_millis(600));
+
+    // timeout = interval x misses; misses defaults to 3; timeout_ms still works.
+    let text = cluster_line("agent = { misses = 5 }")
+        + "[agent]\nlisten = \"127.0.0.1:9990\"\nkey_file = \"agent.key\"\ninterval_ms = 100\n";
+    let c = ok(&text);
+    let a = c.agent.as_ref().unwrap();
+    assert_eq!(a.key, AgentKey::File(Path::new("conf").join("agent.key")));
+    assert_eq!(a.interval, Duration::from_millis(100));
+    assert_eq!(timeout(&c), Duration::from_millis(500));
+    let c = ok(&(cluster_line("agent = {}") + "[agent]\nkey = \"k\"\ninterval_ms = 100\n"));
+    assert_eq!(timeout(&c), Duration::from_millis(300));
+    let c = ok(&(cluster_line("agent = { timeout_ms = 900 }") + "[agent]\nkey = \"k\"\n"));
+    assert_eq!(timeout(&c), Duration::from_millis(900));
+
+    fails_once(
+        &cluster_line("agent = { misses = 0 }"),
+        "cluster.app.agent.misses",
+        "0 }",
+        "must be between 1 and 1000, got 0",
+    );
+    fails_once(
+        &cluster_line("agent = { misses = 2, timeout_ms = 500 }"),
+        "cluster.app.agent.misses",
+        "2,",
+        "set `misses` or `timeout_ms`, not both",
+    );
+    fails_once(&with("[agent]\n"), "agent", "[agent]", "needs `key` or `key_file`");
+    fails_once(
+        &with("[agent]\nkey = \"k\"\nkey_file = \"f\"\n"),
+        "agent.key_file",
+        "\"f\"",
+        "set `key` or `key_file`, not both",
+    );
+    fails_once(&with("[agent]\nkey = \"\"\n"), "agent.key", "\"\"", "must not be empty");
+    fails_once(
+        &with("[agent]\nkey = \"k\"\ninterval_ms = 0\n"),
+        "agent.interval_ms",
+        "0\n",
+        "must be between 1 and 60000, got 0",
+    );
+    fails_once(
+        &with("[agent]\nkey = \"k\"\ninterval_ms = 9223372036854775807\n"),
+        "agent.interval_ms",
+        "9223372036854775807",
+        "must be between 1 and 60000",
+    );
+    let c = ok(&(cluster_line("agent = { misses = 1000 }")
+        + "[agent]\nkey = \"k\"\ninterval_ms = 60000\n"));
+    assert_eq!(timeout(&c), Duration::from_secs(60_000));
+    fails_once(
+        &with("[agent]\nkey = \"k\"\nlisten = \"nowhere\"\n"),
+        "agent.listen",
+        "\"nowhere\"",
+        "is not a socket address",
+    );
+    fails_once(
+        &with("[agent]\nkey = \"k\"\nlisten = \"127.0.0.1:8080\"\n"),
+        "agent.listen",
+        "$\"127.0.0.1:8080\"",
+        "already used by listener[0].listen",
+    );
+    // The key never shows in debug output.
+    let c = ok(&with("[agent]\nkey = \"s3cret\"\n"));
+    assert!(!format!("{c:?}").contains("s3cret"));
+}

@@ -4,7 +4,7 @@
 //! ending the member's in-flight count when the last frame has passed.
 
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -26,21 +26,46 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 #[error("request body over the limit of {0} bytes")]
 pub struct TooLarge(pub u64);
 
-pin_project! {
-    /// The body sent to a member.
-    #[project = UpstreamProj]
-    pub enum UpstreamBody {
-        /// The client's body, streamed.
-        Stream { #[pin] inner: Incoming, limit: u64, seen: u64 },
-        /// No body.
-        Empty,
+/// The client's body, held where a failed try can take it back: a try that never read from it
+/// (the connection to the member failed first) leaves it in the slot, so the request can go to
+/// another member whatever its method, since nothing was sent.
+#[derive(Debug, Clone)]
+pub struct BodySlot(Arc<Mutex<Option<Incoming>>>);
+
+impl BodySlot {
+    /// A slot holding `body`.
+    pub fn new(body: Incoming) -> Self {
+        BodySlot(Arc::new(Mutex::new(Some(body))))
+    }
+
+    /// Whether the body is still untouched in the slot.
+    pub fn is_untouched(&self) -> bool {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).is_some()
     }
 }
 
+/// The body sent to a member.
+#[derive(Debug)]
+pub enum UpstreamBody {
+    /// The client's body, streamed; taken out of its slot on the first read.
+    Stream {
+        /// Where the body waits until read.
+        slot: BodySlot,
+        /// The body once taken.
+        inner: Option<Incoming>,
+        /// Most bytes allowed (0: no limit).
+        limit: u64,
+        /// Bytes passed so far.
+        seen: u64,
+    },
+    /// No body.
+    Empty,
+}
+
 impl UpstreamBody {
-    /// Streams `inner`, failing once more than `limit` bytes (0 = no limit) have passed.
-    pub fn stream(inner: Incoming, limit: u64) -> Self {
-        UpstreamBody::Stream { inner, limit, seen: 0 }
+    /// Streams the body in `slot`, failing once more than `limit` bytes (0 = no limit) passed.
+    pub fn stream(slot: BodySlot, limit: u64) -> Self {
+        UpstreamBody::Stream { slot, inner: None, limit, seen: 0 }
     }
 }
 
@@ -52,10 +77,14 @@ impl Body for UpstreamBody {
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        match self.project() {
-            UpstreamProj::Empty => Poll::Ready(None),
-            UpstreamProj::Stream { inner, limit, seen } => {
-                match std::task::ready!(inner.poll_frame(cx)) {
+        match self.get_mut() {
+            UpstreamBody::Empty => Poll::Ready(None),
+            UpstreamBody::Stream { slot, inner, limit, seen } => {
+                if inner.is_none() {
+                    *inner = slot.0.lock().unwrap_or_else(|e| e.into_inner()).take();
+                }
+                let Some(body) = inner.as_mut() else { return Poll::Ready(None) };
+                match std::task::ready!(Pin::new(body).poll_frame(cx)) {
                     Some(Ok(frame)) => {
                         if let Some(data) = frame.data_ref() {
                             *seen += data.len() as u64;
@@ -74,14 +103,30 @@ impl Body for UpstreamBody {
 
     fn is_end_stream(&self) -> bool {
         match self {
-            UpstreamBody::Stream { inner, .. } => inner.is_end_stream(),
+            UpstreamBody::Stream { slot, inner, .. } => match inner {
+                Some(b) => b.is_end_stream(),
+                None => slot
+                    .0
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .as_ref()
+                    .is_none_or(Incoming::is_end_stream),
+            },
             UpstreamBody::Empty => true,
         }
     }
 
     fn size_hint(&self) -> SizeHint {
         match self {
-            UpstreamBody::Stream { inner, .. } => inner.size_hint(),
+            UpstreamBody::Stream { slot, inner, .. } => match inner {
+                Some(b) => b.size_hint(),
+                None => slot
+                    .0
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .as_ref()
+                    .map_or_else(|| SizeHint::with_exact(0), Incoming::size_hint),
+            },
             UpstreamBody::Empty => SizeHint::with_exact(0),
         }
     }

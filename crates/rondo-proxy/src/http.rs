@@ -21,7 +21,7 @@ use rondo_core::{
 };
 use rondo_runtime::{ClusterRt, Live, Snapshot, clock};
 
-use crate::body::{Finish, ProxyBody, TooLarge, UpstreamBody};
+use crate::body::{BodySlot, Finish, ProxyBody, TooLarge, UpstreamBody};
 use crate::conn::ConnState;
 use crate::error::{Attempt, Kind, ProxyError};
 use crate::headers::{add_forwarded, append_via, is_upgrade, strip_hop_by_hop};
@@ -149,8 +149,8 @@ async fn proxy(
     let path_and_query =
         parts.uri.path_and_query().cloned().unwrap_or_else(|| PathAndQuery::from_static("/"));
     let bodyless = body.is_end_stream();
-    let mut body = if bodyless { None } else { Some(UpstreamBody::stream(body, limit)) };
-    let resendable = bodyless && is_idempotent(&parts.method);
+    let slot = (!bodyless).then(|| BodySlot::new(body));
+    let idempotent = is_idempotent(&parts.method);
 
     let deadline = Instant::now() + route.request_timeout;
     let mut attempts: Vec<Attempt> = Vec::new();
@@ -196,16 +196,9 @@ async fn proxy(
             let remaining = deadline.saturating_duration_since(Instant::now());
             let per_try =
                 rt.spec.policy.retry.per_try_timeout.map_or(remaining, |t| t.min(remaining));
-            let upstream_body = if bodyless {
-                UpstreamBody::Empty
-            } else {
-                match body.take() {
-                    Some(b) => b,
-                    None => {
-                        rt.end_request(member, Outcome::Cancelled);
-                        break 'clusters;
-                    }
-                }
+            let upstream_body = match &slot {
+                None => UpstreamBody::Empty,
+                Some(slot) => UpstreamBody::stream(slot.clone(), limit),
             };
             let request = upstream_request(&parts, rt, member, &path_and_query, upstream_body);
             let started = Instant::now();
@@ -268,9 +261,11 @@ async fn proxy(
             tracing::debug!(route = %route.name, cluster = %cluster, member = %name, ?kind, "attempt failed");
             attempts.push(Attempt { cluster: cluster.clone(), member: Some(name), outcome: kind });
             sent |= kind != Kind::Connect;
-            // A connect failure sent nothing, so any request may go elsewhere if its body is
-            // still ours; otherwise only idempotent requests without a body are sent again.
-            let may_retry = if kind == Kind::Connect { bodyless } else { resendable };
+            // The body can be sent again only if no try has read from it. Then a connect failure
+            // sent nothing, so any request may go elsewhere; after a reset or a timeout the
+            // member may have acted on the head, so only idempotent requests go again.
+            let untouched = slot.as_ref().is_none_or(BodySlot::is_untouched);
+            let may_retry = untouched && (kind == Kind::Connect || idempotent);
             if !may_retry || Instant::now() >= deadline {
                 break 'clusters;
             }

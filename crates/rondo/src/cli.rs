@@ -26,6 +26,49 @@ pub enum Command {
     Member(MemberArgs),
     /// Try rondo out: three local members and a router, calls through three algorithms.
     Demo(DemoArgs),
+    /// Run a load agent beside a member: reports its CPU, free memory and sessions to routers.
+    Agent(AgentArgs),
+}
+
+/// Options of `rondo agent`.
+#[derive(Debug, Args)]
+pub struct AgentArgs {
+    /// A router's `[agent] listen` address (repeat for several routers).
+    #[arg(long, value_name = "HOST:PORT", required = true)]
+    pub report_to: Vec<String>,
+    /// The member's cluster.
+    #[arg(long)]
+    pub cluster: String,
+    /// The member's name in that cluster.
+    #[arg(long)]
+    pub member: String,
+    /// The shared key (prefer --key-file: command lines are visible to other users).
+    #[arg(
+        long,
+        value_name = "KEY",
+        conflicts_with = "key_file",
+        required_unless_present = "key_file"
+    )]
+    pub key: Option<String>,
+    /// A file holding the shared key (one trailing newline ignored).
+    #[arg(long, value_name = "FILE")]
+    pub key_file: Option<PathBuf>,
+    /// Heartbeat interval, milliseconds (default: the router's `interval_ms`; the shorter wins).
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..=60_000))]
+    pub interval_ms: Option<u64>,
+    /// Sessions to report (static).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub sessions: u32,
+    /// Report this CPU use (0 to 1) instead of measuring it.
+    #[arg(long, value_name = "FRACTION")]
+    pub fixed_cpu: Option<f32>,
+    /// Report this much free memory (MiB) instead of measuring it.
+    #[arg(long, value_name = "MIB")]
+    pub fixed_mem_mib: Option<u64>,
+    /// Fault injection for tests: skip this percentage of heartbeats at random.
+    #[arg(long, value_name = "PERCENT", default_value_t = 0, hide = true)]
+    #[arg(value_parser = clap::value_parser!(u8).range(0..=100))]
+    pub drop_percent: u8,
 }
 
 /// Options of `rondo serve`.

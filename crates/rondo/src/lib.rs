@@ -1,5 +1,6 @@
 //! rondo's command-line front end: this crate owns the `rondo` binary's commands ([`cli`]) and
-//! what each one does ([`check`], [`serve`], [`member`], [`demo`]); `main.rs` only parses
+//! what each one does ([`check`], [`serve`], [`member`], [`demo`], and `agent`, which runs
+//! `rondo_agent::agent`); `main.rs` only parses
 //! arguments and calls [`run`].
 
 pub mod check;
@@ -35,12 +36,53 @@ fn init_tracing() {
     let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(io::stderr).try_init();
 }
 
+/// `rondo agent`: builds the options and runs the agent until interrupted.
+fn agent(args: cli::AgentArgs, err: &mut dyn Write) -> anyhow::Result<ExitCode> {
+    let key = match (&args.key, &args.key_file) {
+        (Some(k), _) => rondo_config::AgentKey::Inline(k.clone()),
+        (None, Some(f)) => rondo_config::AgentKey::File(f.clone()),
+        (None, None) => anyhow::bail!("--key or --key-file is required"),
+    };
+    let key = match serve::read_key(&key) {
+        Ok(k) => k,
+        Err(e) => {
+            writeln!(err, "rondo agent: {e:#}")?;
+            return Ok(ExitCode::FAILURE);
+        }
+    };
+    let opts = rondo_agent::AgentOpts {
+        report_to: args.report_to,
+        cluster: args.cluster,
+        member: args.member,
+        key: rondo_agent::Key::new(&key),
+        interval: args.interval_ms.map(Duration::from_millis),
+        sessions: args.sessions,
+        fixed_cpu: args.fixed_cpu,
+        fixed_mem: args.fixed_mem_mib.map(|m| m.saturating_mul(1 << 20)),
+        drop_percent: args.drop_percent,
+    };
+    let rt = serve::runtime(Some(1))?;
+    rt.block_on(async {
+        tokio::select! {
+            r = rondo_agent::agent::run(opts) => match r {
+                Ok(()) => Ok(ExitCode::SUCCESS),
+                Err(e) => {
+                    writeln!(err, "rondo agent: {e}")?;
+                    Ok(ExitCode::FAILURE)
+                }
+            },
+            _ = tokio::signal::ctrl_c() => Ok(ExitCode::SUCCESS),
+        }
+    })
+}
+
 /// Runs a parsed command line with the given outputs; an `Err` means writing output failed.
 pub fn run_with(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Check(args) => check::check(&args.config, out, err),
         Command::Serve(args) => serve::serve(&args.config, args.workers, out, err),
         Command::Demo(args) => demo::demo(args.calls as usize, args.serve, out, err),
+        Command::Agent(args) => agent(args, err),
         Command::Member(args) => {
             let rt = serve::runtime(Some(1))?;
             rt.block_on(async {

@@ -43,12 +43,59 @@ pub fn serve(
         for (name, addr) in &router.listeners {
             writeln!(out, "rondo: listener {name} on {addr}")?;
         }
+        let mut _receiver = None;
+        if let Some(spec) = &config.agent {
+            let key = match read_key(&spec.key) {
+                Ok(k) => k,
+                Err(e) => {
+                    writeln!(err, "rondo serve: {e}")?;
+                    router.stop();
+                    return Ok(ExitCode::FAILURE);
+                }
+            };
+            let opts = rondo_agent::ReceiverOpts {
+                listen: spec.listen,
+                key: rondo_agent::Key::new(&key),
+                interval: spec.interval,
+            };
+            match rondo_agent::receiver::start(opts, live.clone()).await {
+                Ok(r) => {
+                    writeln!(out, "rondo: agent receiver on {} (tcp and udp)", r.addr)?;
+                    _receiver = Some(r);
+                }
+                Err(e) => {
+                    writeln!(err, "rondo serve: agent receiver on {}: {e}", spec.listen)?;
+                    router.stop();
+                    return Ok(ExitCode::FAILURE);
+                }
+            }
+        }
         out.flush()?;
         shutdown_signal().await;
         writeln!(out, "rondo: shutting down")?;
         router.stop();
         Ok(ExitCode::SUCCESS)
     })
+}
+
+/// The agents' shared key: inline, or a file's content without its trailing newline.
+pub fn read_key(key: &rondo_config::AgentKey) -> anyhow::Result<Vec<u8>> {
+    let bytes = match key {
+        rondo_config::AgentKey::Inline(k) => k.as_bytes().to_vec(),
+        rondo_config::AgentKey::File(path) => {
+            let mut b = std::fs::read(path)
+                .with_context(|| format!("cannot read agent key file {}", path.display()))?;
+            if b.last() == Some(&b'\n') {
+                b.pop();
+                if b.last() == Some(&b'\r') {
+                    b.pop();
+                }
+            }
+            b
+        }
+    };
+    anyhow::ensure!(!bytes.is_empty(), "the agent key is empty");
+    Ok(bytes)
 }
 
 /// A tokio runtime with `workers` threads (default: one per core). One worker gets a

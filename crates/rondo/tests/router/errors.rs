@@ -196,3 +196,30 @@ async fn retries_on_a_failing_cluster_stay_within_the_retry_budget() {
     let reply = get(&c, &r.url("web", "/")).await;
     assert!(reply.body.contains("retry budget exhausted"), "{}", reply.body);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_post_whose_member_refuses_the_connection_goes_to_another_member() {
+    use http_body_util::{BodyExt, Full};
+    let m1 = spawn_member("m1", 0).await;
+    let list = members_of([support::member_entry("m0", support::dead_addr(), ""), entry(&m1, "")]);
+    // Round robin: every other POST first meets the dead member; nothing was sent, so its body
+    // (still untouched) goes to m1 instead, whatever the method. Outlier ejection off, so the
+    // dead member keeps being tried.
+    let cluster =
+        format!("algorithm = \"round-robin\"\n{list}\noutlier = {{ consecutive_failures = 0 }}");
+    let r = router(&config("", &cluster)).await;
+    let c = support::client_of::<Full<bytes::Bytes>>(false);
+    for i in 0..10 {
+        let body = format!("order-{i}");
+        let req = http::Request::post(r.url("web", "/echo"))
+            .body(Full::new(bytes::Bytes::from(body.clone())))
+            .expect("request");
+        let resp = tokio::time::timeout(Duration::from_secs(10), c.request(req))
+            .await
+            .expect("in time")
+            .expect("response");
+        assert_eq!(resp.status(), StatusCode::OK, "post {i}");
+        let got = resp.into_body().collect().await.expect("body").to_bytes();
+        assert_eq!(got, body.as_bytes(), "post {i} echoed by m1");
+    }
+}

@@ -1,0 +1,452 @@
+//! Load agents end to end: an in-process router with an `[agent]` receiver, in-process members,
+//! and real `rondo agent` processes on 127.0.0.1 (stopped and continued with SIGSTOP/SIGCONT).
+
+#[path = "router/support.rs"]
+mod support;
+
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rondo::member::Member;
+use rondo_agent::wire::{self, Heartbeat, Key};
+use rondo_agent::{Receiver, ReceiverOpts, ReceiverStats};
+use rondo_runtime::{Live, clock, probe};
+use support::{any_port, count, member_list, members, served_by};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+const BIN: &str = env!("CARGO_BIN_EXE_rondo");
+const KEY: &str = "test-agent-key";
+
+/// A child process killed (and reaped) when dropped, stopped or not.
+struct Proc(Child);
+
+impl Proc {
+    fn signal(&self, sig: &str) {
+        let ok = Command::new("kill")
+            .args([sig, &self.0.id().to_string()])
+            .status()
+            .expect("run kill")
+            .success();
+        assert!(ok, "kill {sig} failed");
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `rondo agent` reporting to `to` for member `member` of cluster `app`.
+fn agent(to: SocketAddr, member: &str, key: &str, extra: &[&str]) -> Proc {
+    let child = Command::new(BIN)
+        .args(["agent", "--report-to", &to.to_string(), "--cluster", "app", "--member", member])
+        .args(["--key", key])
+        .args(extra)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start rondo agent");
+    Proc(child)
+}
+
+struct Setup {
+    router: rondo_proxy::Router,
+    live: Arc<Live>,
+    receiver: Receiver,
+    members: Vec<Member>,
+}
+
+impl Setup {
+    fn url(&self) -> String {
+        format!("http://{}/", self.router.addr("web").expect("listener"))
+    }
+
+    fn stats(&self) -> ReceiverStats {
+        self.receiver.stats()
+    }
+
+    /// Whether member `name` of `app` is up (probes, ejection, agent freshness) now.
+    fn healthy(&self, name: &str) -> bool {
+        let snap = self.live.load();
+        snap.clusters["app"].with(|b| {
+            let i = b.member_index(name).expect("member");
+            b.states()[i].is_healthy(clock::now(), &b.spec().policy)
+        })
+    }
+
+    /// Whether member `name` has a report at all.
+    fn reported(&self, name: &str) -> bool {
+        let snap = self.live.load();
+        snap.clusters["app"].with(|b| {
+            let i = b.member_index(name).expect("member");
+            b.states()[i].load.agent.is_some()
+        })
+    }
+}
+
+/// A router with listener `web` -> cluster `app` (`algorithm`, two members m1 and m2, no panic
+/// mode, `misses` heartbeats), and an agent receiver at `interval_ms`.
+async fn setup(algorithm: &str, interval_ms: u64, misses: u32) -> Setup {
+    let ms = members(2, Duration::ZERO).await;
+    let text = format!(
+        "[[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:0\"\n\n\
+         [[route]]\nlistener = \"web\"\ncluster = \"app\"\n\n\
+         [cluster.app]\nalgorithm = \"{algorithm}\"\npanic_threshold_percent = 0\n\
+         agent = {{ misses = {misses} }}\n{}\n\n\
+         [agent]\nlisten = \"127.0.0.1:0\"\nkey = \"{KEY}\"\ninterval_ms = {interval_ms}\n",
+        member_list(&ms)
+    );
+    let config = rondo_config::parse_str(&text, std::path::Path::new("agent-test.toml"), 1)
+        .unwrap_or_else(|e| panic!("test config is invalid:\n{e}"));
+    let spec = config.agent.clone().expect("[agent]");
+    assert_eq!(
+        config.view.clusters["app"].policy.agent.timeout,
+        Duration::from_millis(interval_ms * u64::from(misses))
+    );
+    let live = Arc::new(Live::new(config.view.clone(), None));
+    probe::spawn(&live.load());
+    let router = rondo_proxy::start(&config.listeners, live.clone()).await.expect("router starts");
+    let opts = ReceiverOpts {
+        listen: spec.listen,
+        key: Key::new(KEY.as_bytes()),
+        interval: spec.interval,
+    };
+    let receiver = rondo_agent::receiver::start(opts, live.clone()).await.expect("receiver starts");
+    Setup { router, live, receiver, members: ms }
+}
+
+/// Polls `cond` every 10 ms for at most `limit`; the time it took, or `None`.
+async fn within(limit: Duration, mut cond: impl FnMut() -> bool) -> Option<Duration> {
+    let start = Instant::now();
+    while start.elapsed() <= limit {
+        if cond() {
+            return Some(start.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    None
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn least_cpu_follows_the_agents_and_a_stopped_agent_takes_its_member_out() {
+    let (interval, misses) = (100, 3);
+    let s = setup("least-cpu", interval, misses).await;
+    let to = s.receiver.addr;
+    let a1 = agent(to, "m1", KEY, &["--fixed-cpu", "0.1", "--fixed-mem-mib", "512"]);
+    let _a2 = agent(to, "m2", KEY, &["--fixed-cpu", "0.9", "--fixed-mem-mib", "512"]);
+    within(Duration::from_secs(10), || s.reported("m1") && s.reported("m2"))
+        .await
+        .expect("both agents report within 10 s");
+    assert_eq!(s.stats().hellos, 2);
+
+    let names = served_by(&s.url(), 20).await;
+    assert_eq!(count(&names, "m1"), 20, "least-cpu goes to the 10 % member: {names:?}");
+    let report = s.live.load().clusters["app"].with(|b| b.states()[0].load.agent.unwrap());
+    assert_eq!((report.cpu_used, report.mem_free), (0.1, 512 << 20));
+
+    // Stopped agent: m1 is out within (misses + 1) x interval.
+    a1.signal("-STOP");
+    let stopped = Instant::now();
+    let limit = Duration::from_millis(interval * u64::from(misses + 1));
+    let took = within(limit, || !s.healthy("m1")).await;
+    assert!(took.is_some(), "m1 still up {limit:?} after its agent stopped");
+    eprintln!("m1 down {:?} after SIGSTOP", stopped.elapsed());
+    let names = served_by(&s.url(), 20).await;
+    assert_eq!(count(&names, "m2"), 20, "nothing to the silent member: {names:?}");
+
+    // Continued: heartbeats resume and m1 takes the traffic again.
+    a1.signal("-CONT");
+    let took = within(Duration::from_secs(2), || s.healthy("m1")).await;
+    let took = took.expect("m1 back within 2 s of SIGCONT");
+    eprintln!("m1 up {took:?} after SIGCONT");
+    let names = served_by(&s.url(), 20).await;
+    assert_eq!(count(&names, "m1"), 20, "back on the 10 % member: {names:?}");
+    let st = s.stats();
+    assert_eq!((st.bad_mac, st.truncated, st.replayed, st.unknown_member), (0, 0, 0, 0), "{st:?}");
+    assert_eq!(s.members.len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn most_free_memory_falls_back_to_least_sessions_without_reports() {
+    let s = setup("most-free-memory", 100, 3).await;
+    // No agent at all: the pick falls back to least-sessions, which spreads sequential requests.
+    let names = served_by(&s.url(), 20).await;
+    assert!(count(&names, "m1") > 0 && count(&names, "m2") > 0, "{names:?}");
+    let to = s.receiver.addr;
+    let _a1 = agent(to, "m1", KEY, &["--fixed-cpu", "0.5", "--fixed-mem-mib", "100"]);
+    let _a2 = agent(to, "m2", KEY, &["--fixed-cpu", "0.5", "--fixed-mem-mib", "900"]);
+    within(Duration::from_secs(10), || s.reported("m1") && s.reported("m2"))
+        .await
+        .expect("both agents report");
+    let names = served_by(&s.url(), 20).await;
+    assert_eq!(count(&names, "m2"), 20, "most free memory: {names:?}");
+}
+
+/// Sends `d` to the receiver from a fresh socket.
+async fn send(to: SocketAddr, d: &[u8]) {
+    let sock = tokio::net::UdpSocket::bind(any_port()).await.expect("bind");
+    sock.send_to(d, to).await.expect("send");
+}
+
+/// One hello on a new connection; the answer line.
+async fn hello(to: SocketAddr, line: &str) -> String {
+    let mut conn = tokio::net::TcpStream::connect(to).await.expect("connect");
+    conn.write_all(line.as_bytes()).await.expect("send hello");
+    let mut answer = String::new();
+    BufReader::new(conn).read_line(&mut answer).await.expect("answer");
+    answer
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_keys_bad_datagrams_and_unknown_members_are_refused_and_counted() {
+    let s = setup("least-cpu", 100, 3).await;
+    let to = s.receiver.addr;
+    // An agent with the wrong key is refused at hello (and keeps retrying with backoff).
+    let _bad = agent(to, "m1", "not-the-key", &["--fixed-cpu", "0.1"]);
+    within(Duration::from_secs(5), || s.stats().hellos_refused >= 1)
+        .await
+        .expect("the wrong key is refused");
+    assert_eq!(s.stats().hellos, 0);
+    assert!(!s.reported("m1"));
+
+    let key = Key::new(KEY.as_bytes());
+    let wrong = Key::new(b"not-the-key");
+    assert_eq!(hello(to, &wire::hello_line("app", "m1", &wrong)).await, "ERR bad key\n");
+    assert_eq!(
+        hello(to, &wire::hello_line("app", "ghost", &key)).await,
+        "ERR unknown member app/ghost\n"
+    );
+    assert_eq!(
+        hello(to, &wire::hello_line("nope", "m1", &key)).await,
+        "ERR unknown member nope/m1\n"
+    );
+    assert_eq!(hello(to, "GET / HTTP/1.1\r\n").await, "ERR malformed hello\n");
+    assert_eq!(hello(to, &wire::hello_line("app", "m2", &key)).await, "OK 100 0\n");
+
+    let hb = |member: &str, seq: u64| Heartbeat {
+        cluster: "app".into(),
+        member: member.into(),
+        seq,
+        cpu_used: 0.2,
+        mem_free: 1 << 30,
+        sessions: 3,
+    };
+    let good = wire::encode(&hb("m2", 10), &key).unwrap();
+    // The wrong key's datagrams.
+    send(to, &wire::encode(&hb("m1", 1), &wrong).unwrap()).await;
+    send(to, &wire::encode(&hb("m1", 2), &wrong).unwrap()).await;
+    // Truncated, not a heartbeat, another version.
+    send(to, &good[..good.len() - 1]).await;
+    send(to, b"GET / HTTP/1.1\r\n\r\n").await;
+    let mut v2 = good.clone();
+    v2[4] = 2;
+    send(to, &v2).await;
+    // Unknown member, unknown cluster (both correctly signed).
+    send(to, &wire::encode(&hb("ghost", 1), &key).unwrap()).await;
+    let other = Heartbeat { cluster: "nope".into(), ..hb("m1", 1) };
+    send(to, &wire::encode(&other, &key).unwrap()).await;
+    // Accepted once, then replayed, then an older one.
+    send(to, &good).await;
+    within(Duration::from_secs(2), || s.stats().accepted == 1).await.expect("accepted");
+    send(to, &good).await;
+    send(to, &wire::encode(&hb("m2", 9), &key).unwrap()).await;
+    let want = ReceiverStats {
+        accepted: 1,
+        bad_mac: 2,
+        truncated: 1,
+        bad_version: 2,
+        malformed: 0,
+        replayed: 2,
+        unknown_member: 2,
+        hellos: 1,
+        hellos_refused: 0,
+    };
+    let done = within(Duration::from_secs(2), || {
+        let st = s.stats();
+        st.replayed == 2 && st.bad_mac >= 2 && st.unknown_member == 2
+    })
+    .await;
+    let st = s.stats();
+    assert!(done.is_some(), "{st:?}");
+    // The refused agent keeps retrying, so its count grows; everything else is exact.
+    assert!(st.hellos_refused >= 4, "{st:?}");
+    assert_eq!(ReceiverStats { hellos_refused: 0, ..st }, want);
+    // After a hello, the router tells where the sequence continues.
+    assert_eq!(hello(to, &wire::hello_line("app", "m2", &key)).await, "OK 100 11\n");
+    assert!(s.reported("m2") && !s.reported("m1"));
+    // The router still serves.
+    assert_eq!(served_by(&s.url(), 4).await.len(), 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_percent_loss_and_five_misses_make_no_false_downs_in_30_s() {
+    let (interval, misses) = (100, 5);
+    let s = setup("least-cpu", interval, misses).await;
+    let to = s.receiver.addr;
+    let drop = ["--drop-percent", "10"];
+    let _a1 = agent(to, "m1", KEY, &[&["--fixed-cpu", "0.3"][..], &drop].concat());
+    let _a2 = agent(to, "m2", KEY, &[&["--fixed-cpu", "0.6"][..], &drop].concat());
+    within(Duration::from_secs(10), || s.reported("m1") && s.reported("m2"))
+        .await
+        .expect("both agents report");
+    let start = Instant::now();
+    let mut checks = 0;
+    let mut downs = Vec::new();
+    while start.elapsed() < Duration::from_secs(30) {
+        for m in ["m1", "m2"] {
+            if !s.healthy(m) {
+                downs.push((m, start.elapsed()));
+            }
+        }
+        checks += 1;
+        tokio::time::sleep(Duration::from_millis(interval)).await;
+    }
+    let st = s.stats();
+    eprintln!("{checks} checks, {st:?}");
+    assert!(downs.is_empty(), "false downs: {downs:?}");
+    assert!(checks >= 200, "only {checks} checks in 30 s");
+    // About 10 % of about 2 x 300 heartbeats were not sent.
+    let expected = 2 * 30_000 / interval;
+    assert!(
+        st.accepted > expected * 80 / 100 && st.accepted < expected * 97 / 100,
+        "accepted {} of about {expected} heartbeats",
+        st.accepted
+    );
+}
+
+/// Lines a child writes to one of its pipes, collected by a thread.
+struct Lines(Arc<std::sync::Mutex<Vec<String>>>);
+
+impl Lines {
+    fn collect(pipe: impl std::io::Read + Send + 'static) -> Lines {
+        let lines = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sink = lines.clone();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(pipe).lines().map_while(Result::ok) {
+                sink.lock().unwrap().push(line);
+            }
+        });
+        Lines(lines)
+    }
+
+    /// Waits (at most `limit`) for a line containing every one of `parts`.
+    async fn wait_for(&self, parts: &[&str], limit: Duration) -> String {
+        let mut found = None;
+        within(limit, || {
+            found = self
+                .0
+                .lock()
+                .unwrap()
+                .iter()
+                .find(|l| parts.iter().all(|p| l.contains(p)))
+                .cloned();
+            found.is_some()
+        })
+        .await;
+        found.unwrap_or_else(|| {
+            panic!(
+                "no line with {parts:?} within {limit:?}:\n{}",
+                self.0.lock().unwrap().join("\n")
+            )
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_process_with_agent_processes_logs_fallback_and_availability() {
+    let ms = members(2, Duration::ZERO).await;
+    let dir = std::env::temp_dir().join(format!("rondo-agent-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let key_file = dir.join("agent.key");
+    std::fs::write(&key_file, format!("{KEY}\n")).unwrap();
+    let web = support::dead_addr();
+    let agent_addr = support::dead_addr();
+    let path = dir.join("rondo.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[[listener]]\nname = \"web\"\nlisten = \"{web}\"\n\n\
+             [[route]]\nlistener = \"web\"\ncluster = \"app\"\n\n\
+             [cluster.app]\nalgorithm = \"least-cpu\"\npanic_threshold_percent = 0\n\
+             agent = {{ misses = 3 }}\n{}\n\n\
+             [agent]\nlisten = \"{agent_addr}\"\nkey_file = \"agent.key\"\ninterval_ms = 100\n",
+            member_list(&ms)
+        ),
+    )
+    .unwrap();
+    let mut child = Command::new(BIN)
+        .args(["serve", "--config", path.to_str().unwrap(), "--workers", "1"])
+        .env("RONDO_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start rondo serve");
+    let out = Lines::collect(child.stdout.take().unwrap());
+    let err = Lines::collect(child.stderr.take().unwrap());
+    let _serve = Proc(child);
+    let line = out.wait_for(&["agent receiver on"], Duration::from_secs(10)).await;
+    assert!(line.contains(&agent_addr.to_string()), "{line}");
+    // No reports yet: least-cpu says it falls back.
+    err.wait_for(&["falling back to least-sessions", "app", "m1, m2"], Duration::from_secs(5))
+        .await;
+
+    let key = ["--key-file", key_file.to_str().unwrap()];
+    let spawn = |member: &str, cpu: &str| {
+        let child = Command::new(BIN)
+            .args(["agent", "--report-to", &agent_addr.to_string(), "--cluster", "app"])
+            .args(["--member", member, "--fixed-cpu", cpu])
+            .args(key)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start rondo agent");
+        Proc(child)
+    };
+    let a1 = spawn("m1", "0.1");
+    let _a2 = spawn("m2", "0.9");
+    err.wait_for(&["no longer falling back", "app"], Duration::from_secs(10)).await;
+    let names = served_by(&format!("http://{web}/"), 20).await;
+    assert_eq!(count(&names, "m1"), 20, "{names:?}");
+
+    a1.signal("-STOP");
+    err.wait_for(&["member unavailable", "m1"], Duration::from_secs(5)).await;
+    let names = served_by(&format!("http://{web}/"), 20).await;
+    assert_eq!(count(&names, "m2"), 20, "{names:?}");
+    a1.signal("-CONT");
+    err.wait_for(&["member available again", "m1"], Duration::from_secs(5)).await;
+    let names = served_by(&format!("http://{web}/"), 20).await;
+    assert_eq!(count(&names, "m1"), 20, "{names:?}");
+    eprintln!("router log:\n{}", err.0.lock().unwrap().join("\n"));
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn agent_command_refuses_bad_options() {
+    let run = |args: &[&str]| {
+        let out = Command::new(BIN)
+            .args(["agent", "--report-to", "127.0.0.1:1", "--cluster", "app", "--member", "m1"])
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run rondo agent");
+        (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let (code, err) = run(&[]);
+    assert_eq!(code, Some(2), "no key is a usage error: {err}");
+    assert!(err.contains("--key <KEY>"), "{err}");
+    let (code, err) = run(&["--key", "k", "--key-file", "f"]);
+    assert_eq!(code, Some(2), "{err}");
+    let (code, err) = run(&["--key-file", "/nonexistent/agent.key"]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("cannot read agent key file /nonexistent/agent.key"), "{err}");
+    let (code, err) = run(&["--key", "k", "--fixed-cpu", "1.5"]);
+    assert_eq!((code, err.trim_end()), (Some(1), "rondo agent: fixed cpu 1.5 is outside 0..=1"));
+}
