@@ -4,6 +4,7 @@
 //! beside it, carrying every surviving member's state over, and swapped in whole.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use arc_swap::ArcSwap;
@@ -33,6 +34,17 @@ pub struct ClusterRt {
     /// The runtime that replaced this one in a newer view; requests that started on this one
     /// report their end there, so counts stay right across swaps.
     successor: OnceLock<Arc<ClusterRt>>,
+    /// Event counters (for status and metrics).
+    pub counters: Counters,
+}
+
+/// A cluster's event counters since its runtime was created.
+#[derive(Debug, Default)]
+pub struct Counters {
+    /// Passive ejections.
+    pub ejections: AtomicU64,
+    /// Members back from an ejection (first success after it ended).
+    pub returns: AtomicU64,
 }
 
 #[derive(Debug)]
@@ -48,6 +60,7 @@ impl ClusterRt {
             spec: balancer.spec().clone(),
             inner: Mutex::new(Inner { balancer, rng: SplitMix64::new(seed) }),
             successor: OnceLock::new(),
+            counters: Counters::default(),
         }
     }
 
@@ -115,8 +128,21 @@ impl ClusterRt {
     pub fn end_request(self: &Arc<Self>, member: usize, outcome: Outcome) -> Option<Ejection> {
         let (rt, idx) = self.resolve(member)?;
         let now = clock::now();
-        let ejection = rt.with(|b| b.end_request(idx, now, outcome));
+        let (ejection, returned) = rt.with(|b| {
+            let was_out = b.states()[idx].ejected_until.is_some_and(|u| now >= u);
+            let ejection = b.end_request(idx, now, outcome);
+            (ejection, was_out && b.states()[idx].ejected_until.is_none())
+        });
+        if returned {
+            rt.counters.returns.fetch_add(1, Ordering::Relaxed);
+            tracing::info!(
+                cluster = %rt.spec.name,
+                member = %rt.spec.members[idx].name,
+                "member back from ejection: first success after its ejection time"
+            );
+        }
         if let Some(e) = ejection {
+            rt.counters.ejections.fetch_add(1, Ordering::Relaxed);
             tracing::warn!(
                 cluster = %rt.spec.name,
                 member = %rt.spec.members[idx].name,
@@ -198,5 +224,81 @@ impl Live {
         let snapshot = Arc::new(Snapshot { view: Arc::new(view), clusters });
         self.current.store(snapshot.clone());
         snapshot
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use rondo_core::{
+        ClusterSpec, FailureKind, MemberSpec, OutlierDetection, PickRequest, Policy,
+        UpstreamProtocol,
+    };
+
+    use super::*;
+
+    fn live() -> Live {
+        let policy = Policy {
+            outlier: OutlierDetection {
+                consecutive_failures: 2,
+                base_ejection: Duration::from_millis(5),
+                max_ejection: Duration::from_millis(5),
+                ..OutlierDetection::default()
+            },
+            ..Policy::default()
+        };
+        let member = |n: &str| MemberSpec {
+            name: n.into(),
+            address: "127.0.0.1:1".into(),
+            weight: 100,
+            group: None,
+            admin: Default::default(),
+        };
+        let spec = ClusterSpec {
+            name: "c".into(),
+            members: vec![member("a"), member("b")],
+            policy,
+            upstream_protocol: UpstreamProtocol::Http1,
+            sticky: Default::default(),
+        };
+        let view = View {
+            id: 1,
+            routes: vec![],
+            clusters: [("c".to_owned(), Arc::new(spec))].into_iter().collect(),
+        };
+        Live::new(view, None)
+    }
+
+    #[test]
+    fn ejections_and_returns_are_counted() {
+        let live = live();
+        let rt = live.load().clusters["c"].clone();
+        let fail = Outcome::Failure { kind: FailureKind::Connect, latency: Duration::ZERO };
+        for _ in 0..2 {
+            let req = PickRequest { now: clock::now(), exclude: &[1], ..PickRequest::default() };
+            let d = rt.pick_and_begin(&req).expect("a member");
+            assert_eq!(d.member, 0);
+            rt.end_request(0, fail);
+        }
+        assert_eq!(rt.counters.ejections.load(Ordering::Relaxed), 1);
+        std::thread::sleep(Duration::from_millis(10));
+        let req = PickRequest { now: clock::now(), exclude: &[1], ..PickRequest::default() };
+        let d = rt.pick_and_begin(&req).expect("back after the ejection time");
+        rt.end_request(d.member, Outcome::Success { latency: Duration::from_millis(1) });
+        assert_eq!(rt.counters.returns.load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn requests_begun_before_a_swap_end_on_the_successor() {
+        let live = live();
+        let old = live.load().clusters["c"].clone();
+        let req = PickRequest { now: clock::now(), ..PickRequest::default() };
+        let d = old.pick_and_begin(&req).expect("a member");
+        let view = (*live.load().view).clone();
+        let new = live.apply(View { id: 2, ..view }).clusters["c"].clone();
+        assert_eq!(new.with(|b| b.states()[d.member].load.in_flight), 1, "carried over");
+        old.end_request(d.member, Outcome::Success { latency: Duration::from_millis(1) });
+        assert_eq!(new.with(|b| b.states()[d.member].load.in_flight), 0, "ended on the successor");
     }
 }
