@@ -1,6 +1,7 @@
 //! rondo's live state, shared by the router, the naming service and (later) the admin API:
-//! the current view and one balancer per cluster ([`live`]), the clock mapping ([`clock`]), and
-//! active probes that feed health and the response-time table ([`probe`]).
+//! the current view and one balancer per cluster ([`live`]), the clock mapping ([`clock`]),
+//! active probes that feed health and the response-time table ([`probe`]), and live
+//! reconfiguration from the config file ([`reload`]: file watcher, SIGHUP).
 //!
 //! This crate is where time and randomness enter: it reads the clock and seeds generators, then
 //! calls the pure `rondo-core` with them as arguments.
@@ -8,5 +9,7 @@
 pub mod clock;
 pub mod live;
 pub mod probe;
+pub mod reload;
 
 pub use live::{ClusterRt, Live, Snapshot};
+pub use reload::Reloader;

@@ -36,6 +36,8 @@ pub struct ClusterRt {
     successor: OnceLock<Arc<ClusterRt>>,
     /// Event counters (for status and metrics).
     pub counters: Counters,
+    /// The latest picks (unix milliseconds, decision), newest last, for the admin API's explain.
+    recent: Mutex<std::collections::VecDeque<(u64, Decision)>>,
 }
 
 /// A cluster's event counters since its runtime was created.
@@ -61,6 +63,7 @@ impl ClusterRt {
             inner: Mutex::new(Inner { balancer, rng: SplitMix64::new(seed) }),
             successor: OnceLock::new(),
             counters: Counters::default(),
+            recent: Mutex::new(std::collections::VecDeque::with_capacity(RECENT_DECISIONS)),
         }
     }
 
@@ -86,7 +89,24 @@ impl ClusterRt {
         let Inner { balancer, rng } = &mut *g;
         let d = balancer.pick(req, rng)?;
         balancer.begin_request(d.member);
+        drop(g);
+        let unix_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |t| t.as_millis() as u64);
+        let mut recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
+        if recent.len() == RECENT_DECISIONS {
+            recent.pop_front();
+        }
+        recent.push_back((unix_ms, d.clone()));
+        drop(recent);
         Ok(d)
+    }
+
+    /// The latest `n` picks made by [`ClusterRt::pick_and_begin`] (unix milliseconds and the
+    /// decision), oldest first; at most the last 256 are kept.
+    pub fn recent_decisions(&self, n: usize) -> Vec<(u64, Decision)> {
+        let recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
+        recent.iter().skip(recent.len().saturating_sub(n)).cloned().collect()
     }
 
     /// Counts a request as begun on `member` if it may still keep a session (sticky requests).
@@ -169,6 +189,9 @@ impl ClusterRt {
     }
 }
 
+/// Picks kept per cluster runtime for [`ClusterRt::recent_decisions`].
+const RECENT_DECISIONS: usize = 256;
+
 /// The current snapshot and how to replace it.
 #[derive(Debug)]
 pub struct Live {
@@ -200,10 +223,13 @@ impl Live {
     }
 
     /// Replaces the view, keeping the state of every cluster and member that survives.
-    /// Returns the new snapshot.
-    pub fn apply(&self, view: View) -> Arc<Snapshot> {
+    /// The new view's id is raised above the current one if needed. Returns the new snapshot.
+    pub fn apply(&self, mut view: View) -> Arc<Snapshot> {
         let _serial = self.apply.lock().unwrap_or_else(|e| e.into_inner());
         let old = self.current.load_full();
+        // View ids only ever grow, whoever built the view (file reload, admin API) and whatever
+        // id it guessed: two changes computed from the same view get distinct, ordered ids.
+        view.id = view.id.max(old.view.id + 1);
         let now = clock::now();
         let clusters: HashMap<String, Arc<ClusterRt>> = view
             .clusters
@@ -300,5 +326,15 @@ mod tests {
         assert_eq!(new.with(|b| b.states()[d.member].load.in_flight), 1, "carried over");
         old.end_request(d.member, Outcome::Success { latency: Duration::from_millis(1) });
         assert_eq!(new.with(|b| b.states()[d.member].load.in_flight), 0, "ended on the successor");
+    }
+
+    #[test]
+    fn view_ids_only_grow_even_when_two_changes_guess_the_same_id() {
+        let live = live();
+        let base = (*live.load().view).clone();
+        let a = live.apply(View { id: 2, ..base.clone() }).view.id;
+        let b = live.apply(View { id: 2, ..base.clone() }).view.id;
+        let c = live.apply(View { id: 1, ..base }).view.id;
+        assert_eq!((a, b, c), (2, 3, 4));
     }
 }

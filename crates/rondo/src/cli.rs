@@ -28,6 +28,79 @@ pub enum Command {
     Demo(DemoArgs),
     /// Run a load agent beside a member: reports its CPU, free memory and sessions to routers.
     Agent(AgentArgs),
+    /// Control a running router through its admin API: status, drain, weights, algorithm, apply.
+    Ctl(CtlArgs),
+}
+
+/// Options of `rondo ctl`.
+#[derive(Debug, Args)]
+pub struct CtlArgs {
+    /// The router's `[admin] listen` address.
+    #[arg(long, value_name = "HOST:PORT", default_value = "127.0.0.1:9900")]
+    pub admin: String,
+    /// The admin token (prefer --token-file: command lines are visible to other users).
+    #[arg(
+        long,
+        value_name = "TOKEN",
+        conflicts_with = "token_file",
+        required_unless_present = "token_file"
+    )]
+    pub token: Option<String>,
+    /// A file holding the admin token (trailing newline ignored).
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+    /// Recorded as `operator:NAME` on state changes (default: `admin-api`).
+    #[arg(long, value_name = "NAME")]
+    pub operator: Option<String>,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: CtlCommand,
+}
+
+/// The commands of `rondo ctl`.
+#[derive(Debug, Subcommand)]
+pub enum CtlCommand {
+    /// Print every cluster's members: state, health, load, rank, agent reports.
+    Status,
+    /// Stop sending new requests and sessions to a member (sticky sessions finish).
+    Drain(MemberRef),
+    /// Make a draining member active again.
+    Undrain(MemberRef),
+    /// Take a member out entirely (not even panic mode uses it).
+    Disable(MemberRef),
+    /// Make a disabled member active again.
+    Enable(MemberRef),
+    /// Change a member's weight (a new view).
+    Weight {
+        /// The cluster.
+        cluster: String,
+        /// The member.
+        member: String,
+        /// The new weight, 1 to 1000000.
+        #[arg(value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+        weight: u64,
+    },
+    /// Change a cluster's algorithm (a new view).
+    Algorithm {
+        /// The cluster.
+        cluster: String,
+        /// The algorithm, e.g. `least-sessions`.
+        name: String,
+    },
+    /// Check a configuration file and apply it (a new view; nothing changes if it is invalid).
+    Apply {
+        /// The configuration file (TOML).
+        file: PathBuf,
+    },
+}
+
+/// A cluster and one of its members.
+#[derive(Debug, Args)]
+pub struct MemberRef {
+    /// The cluster.
+    pub cluster: String,
+    /// The member.
+    pub member: String,
 }
 
 /// Options of `rondo agent`.

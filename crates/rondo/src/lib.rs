@@ -1,6 +1,6 @@
 //! rondo's command-line front end: this crate owns the `rondo` binary's commands ([`cli`]) and
-//! what each one does ([`check`], [`serve`], [`member`], [`demo`], and `agent`, which runs
-//! `rondo_agent::agent`); `main.rs` only parses
+//! what each one does ([`check`], [`serve`], [`member`], [`demo`], `agent`, which runs
+//! `rondo_agent::agent`, and `ctl`, which runs `rondo_admin::client`); `main.rs` only parses
 //! arguments and calls [`run`].
 
 pub mod check;
@@ -76,6 +76,55 @@ fn agent(args: cli::AgentArgs, err: &mut dyn Write) -> anyhow::Result<ExitCode> 
     })
 }
 
+/// `rondo ctl`: one call to a router's admin API (implemented in `rondo_admin::client`).
+fn ctl(args: cli::CtlArgs, out: &mut dyn Write, err: &mut dyn Write) -> anyhow::Result<ExitCode> {
+    use rondo_admin::client::{self, CtlCommand as C};
+    let token = match (&args.token, &args.token_file) {
+        (Some(t), _) => rondo_config::AdminToken::Inline(t.clone()),
+        (None, Some(f)) => rondo_config::AdminToken::File(f.clone()),
+        (None, None) => anyhow::bail!("--token or --token-file is required"),
+    };
+    let token = match rondo_admin::read_token(&token) {
+        Ok(t) => String::from_utf8_lossy(&t).into_owned(),
+        Err(e) => {
+            writeln!(err, "rondo ctl: {e}")?;
+            return Ok(ExitCode::FAILURE);
+        }
+    };
+    let admin =
+        |action, m: cli::MemberRef| C::Admin { action, cluster: m.cluster, member: m.member };
+    let cmd = match args.command {
+        cli::CtlCommand::Status => C::Status,
+        cli::CtlCommand::Drain(m) => admin("drain", m),
+        cli::CtlCommand::Undrain(m) => admin("undrain", m),
+        cli::CtlCommand::Disable(m) => admin("disable", m),
+        cli::CtlCommand::Enable(m) => admin("enable", m),
+        cli::CtlCommand::Weight { cluster, member, weight } => {
+            C::Weight { cluster, member, weight }
+        }
+        cli::CtlCommand::Algorithm { cluster, name } => C::Algorithm { cluster, name },
+        cli::CtlCommand::Apply { file } => match std::fs::read_to_string(&file) {
+            Ok(text) => C::Apply { file: file.display().to_string(), text },
+            Err(e) => {
+                writeln!(err, "rondo ctl: cannot read {}: {e}", file.display())?;
+                return Ok(ExitCode::FAILURE);
+            }
+        },
+    };
+    let target = client::CtlTarget { addr: args.admin, token, operator: args.operator };
+    let rt = serve::runtime(Some(1))?;
+    match rt.block_on(client::run(&target, cmd)) {
+        Ok(text) => {
+            write!(out, "{text}")?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            writeln!(err, "rondo ctl: {e}")?;
+            Ok(ExitCode::FAILURE)
+        }
+    }
+}
+
 /// Runs a parsed command line with the given outputs; an `Err` means writing output failed.
 pub fn run_with(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> anyhow::Result<ExitCode> {
     match cli.command {
@@ -83,6 +132,7 @@ pub fn run_with(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> anyhow::R
         Command::Serve(args) => serve::serve(&args.config, args.workers, out, err),
         Command::Demo(args) => demo::demo(args.calls as usize, args.serve, out, err),
         Command::Agent(args) => agent(args, err),
+        Command::Ctl(args) => ctl(args, out, err),
         Command::Member(args) => {
             let rt = serve::runtime(Some(1))?;
             rt.block_on(async {

@@ -1,5 +1,6 @@
 //! `rondo serve`: loads the configuration, starts the live state, the probes and the router,
-//! and runs until interrupted.
+//! reloads routes, clusters and members when the config file changes or on SIGHUP, and runs
+//! until interrupted.
 
 use std::io::Write;
 use std::path::Path;
@@ -7,6 +8,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context;
+use rondo_runtime::reload::{self, Reloader};
 use rondo_runtime::{Live, probe};
 
 /// The first view's id.
@@ -70,8 +72,41 @@ pub fn serve(
                 }
             }
         }
+        // The admin API (`[admin]`), stopped when the server returns.
+        let mut _admin = None;
+        if let Some(spec) = &config.admin {
+            match rondo_admin::start(spec, live.clone()).await {
+                Ok(a) => {
+                    writeln!(out, "rondo: admin API on {}", a.addr)?;
+                    _admin = Some(a);
+                }
+                Err(e) => {
+                    writeln!(err, "rondo serve: admin API on {}: {e}", spec.listen)?;
+                    router.stop();
+                    return Ok(ExitCode::FAILURE);
+                }
+            }
+        }
+        // Live reconfiguration: the config file's changes (polled, debounced) and SIGHUP.
+        let reloader = Arc::new(Reloader::new(path, live.clone(), &config));
+        let watcher =
+            reload::watch_file(reloader.clone(), reload::DEFAULT_POLL, reload::DEFAULT_SETTLE);
+        #[cfg(unix)]
+        let hup = match reload::on_sighup(reloader.clone()) {
+            Ok(h) => Some(h),
+            Err(e) => {
+                tracing::warn!("cannot handle SIGHUP, reload by saving the config file: {e}");
+                None
+            }
+        };
+        writeln!(out, "rondo: reloading on changes to {} and on SIGHUP", path.display())?;
         out.flush()?;
         shutdown_signal().await;
+        watcher.abort();
+        #[cfg(unix)]
+        if let Some(h) = hup {
+            h.abort();
+        }
         writeln!(out, "rondo: shutting down")?;
         router.stop();
         Ok(ExitCode::SUCCESS)

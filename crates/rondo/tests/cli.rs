@@ -150,7 +150,7 @@ fn version_and_help() {
         .take_while(|l| !l.is_empty())
         .filter_map(|l| l.split_whitespace().next())
         .collect();
-    assert_eq!(commands, ["serve", "check", "member", "demo", "agent", "help"], "{help}");
+    assert_eq!(commands, ["serve", "check", "member", "demo", "agent", "ctl", "help"], "{help}");
 
     let out = rondo(&["check"]);
     assert_eq!(out.status.code(), Some(2), "a missing --config is a usage error");

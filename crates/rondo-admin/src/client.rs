@@ -1,0 +1,249 @@
+//! The client side of `rondo ctl`: one call to the admin API per command, answers printed as
+//! text (the status table, or one line).
+
+use std::fmt::Write as _;
+
+use bytes::Bytes;
+use http::{Method, Request, StatusCode, header};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use serde_json::{Value, json};
+
+/// A `rondo ctl` command.
+#[derive(Debug, Clone)]
+pub enum CtlCommand {
+    /// Print the status table.
+    Status,
+    /// Set a member's admin state: `drain`, `undrain`, `disable` or `enable`.
+    Admin {
+        /// `drain`, `undrain`, `disable` or `enable`.
+        action: &'static str,
+        /// Cluster name.
+        cluster: String,
+        /// Member name.
+        member: String,
+    },
+    /// Change a member's weight.
+    Weight {
+        /// Cluster name.
+        cluster: String,
+        /// Member name.
+        member: String,
+        /// New weight.
+        weight: u64,
+    },
+    /// Change a cluster's algorithm.
+    Algorithm {
+        /// Cluster name.
+        cluster: String,
+        /// Algorithm name.
+        name: String,
+    },
+    /// Validate and apply a configuration file's text.
+    Apply {
+        /// The file's name (for messages).
+        file: String,
+        /// Its content.
+        text: String,
+    },
+}
+
+/// Why a `rondo ctl` command failed; the display is the message to print.
+#[derive(Debug, thiserror::Error)]
+pub enum CtlError {
+    /// No connection.
+    #[error("cannot reach the admin API at {addr}: {reason}")]
+    Unreachable {
+        /// The address tried.
+        addr: String,
+        /// Why, lower case.
+        reason: String,
+    },
+    /// 401.
+    #[error("the admin API refused the token (401)")]
+    Unauthorized,
+    /// Any other non-success answer.
+    #[error("the admin API answered {status}: {message}")]
+    Refused {
+        /// The status.
+        status: StatusCode,
+        /// The error text (and a config's error list).
+        message: String,
+    },
+    /// The answer was not JSON.
+    #[error("the admin API's answer is not JSON: {0}")]
+    BadAnswer(String),
+}
+
+/// Where and as whom `rondo ctl` calls.
+#[derive(Debug, Clone)]
+pub struct CtlTarget {
+    /// `HOST:PORT` of the admin API.
+    pub addr: String,
+    /// The bearer token.
+    pub token: String,
+    /// Recorded as `operator:NAME` on state changes (`X-Rondo-Operator`).
+    pub operator: Option<String>,
+}
+
+/// Runs `cmd` against `target`; returns the text to print.
+pub async fn run(target: &CtlTarget, cmd: CtlCommand) -> Result<String, CtlError> {
+    let member_path = |c: &str, m: &str| format!("/api/v1/clusters/{c}/members/{m}");
+    match cmd {
+        CtlCommand::Status => {
+            let v = call(target, Method::GET, "/api/v1/status", None).await?;
+            Ok(status_table(&v))
+        }
+        CtlCommand::Admin { action, cluster, member } => {
+            let path = format!("{}/{action}", member_path(&cluster, &member));
+            let v = call(target, Method::POST, &path, None).await?;
+            Ok(format!(
+                "{cluster}/{member}: {} (by {})\n",
+                v["admin"].as_str().unwrap_or("?"),
+                v["admin_by"].as_str().unwrap_or("?")
+            ))
+        }
+        CtlCommand::Weight { cluster, member, weight } => {
+            let path = format!("{}/weight", member_path(&cluster, &member));
+            let body = json!({ "weight": weight }).to_string();
+            let v = call(target, Method::PUT, &path, Some(body)).await?;
+            Ok(format!("{cluster}/{member}: weight {weight}, view {}\n", v["view"]))
+        }
+        CtlCommand::Algorithm { cluster, name } => {
+            let path = format!("/api/v1/clusters/{cluster}/algorithm");
+            let body = json!({ "algorithm": name }).to_string();
+            let v = call(target, Method::PUT, &path, Some(body)).await?;
+            Ok(format!("{cluster}: algorithm {name}, view {}\n", v["view"]))
+        }
+        CtlCommand::Apply { file, text } => {
+            let v = call(target, Method::POST, "/api/v1/config", Some(text)).await?;
+            Ok(format!("applied {file}: view {}\n", v["view"]))
+        }
+    }
+}
+
+/// One call; the JSON answer of a 2xx, or the error.
+pub async fn call(
+    target: &CtlTarget,
+    method: Method,
+    path: &str,
+    body: Option<String>,
+) -> Result<Value, CtlError> {
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let mut req = Request::builder()
+        .method(method)
+        .uri(format!("http://{}{}", target.addr, path))
+        .header(header::AUTHORIZATION, format!("Bearer {}", target.token));
+    if let Some(op) = &target.operator {
+        req = req.header(crate::server::OPERATOR_HEADER, op);
+    }
+    if body.is_some() {
+        req = req.header(header::CONTENT_TYPE, "application/json");
+    }
+    let req = req
+        .body(Full::new(Bytes::from(body.unwrap_or_default())))
+        .map_err(|e| CtlError::Unreachable { addr: target.addr.clone(), reason: e.to_string() })?;
+    let resp = client
+        .request(req)
+        .await
+        .map_err(|e| CtlError::Unreachable { addr: target.addr.clone(), reason: io_reason(&e) })?;
+    let status = resp.status();
+    let bytes = resp
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| CtlError::Unreachable { addr: target.addr.clone(), reason: e.to_string() })?
+        .to_bytes();
+    if status == StatusCode::UNAUTHORIZED {
+        return Err(CtlError::Unauthorized);
+    }
+    let v: Value =
+        serde_json::from_slice(&bytes).map_err(|e| CtlError::BadAnswer(e.to_string()))?;
+    if !status.is_success() {
+        let mut message = v["error"].as_str().unwrap_or("no error text").to_owned();
+        if let Some(list) = v["errors"].as_array() {
+            for e in list {
+                let _ = write!(message, "\n  {}", e["text"].as_str().unwrap_or(""));
+            }
+        }
+        return Err(CtlError::Refused { status, message });
+    }
+    Ok(v)
+}
+
+/// The innermost I/O error's kind in words ("connection refused"), else the error's text.
+fn io_reason(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    let mut last = e.to_string();
+    while let Some(err) = cur {
+        if let Some(io) = err.downcast_ref::<std::io::Error>() {
+            return io.kind().to_string();
+        }
+        last = err.to_string();
+        cur = err.source();
+    }
+    last
+}
+
+/// The status answer as an aligned table, one row per member.
+pub fn status_table(v: &Value) -> String {
+    let head = [
+        "CLUSTER",
+        "MEMBER",
+        "ADDRESS",
+        "WEIGHT",
+        "GROUP",
+        "STATE(BY)",
+        "HEALTH",
+        "IN-FLIGHT",
+        "SESSIONS",
+        "EWMA-MS",
+        "RANK",
+        "CPU",
+        "MEM-MIB",
+    ];
+    let mut rows: Vec<Vec<String>> = vec![head.iter().map(|s| s.to_string()).collect()];
+    let text = |x: &Value| match x {
+        Value::Null => "-".to_owned(),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    for c in v["clusters"].as_array().into_iter().flatten() {
+        for m in c["members"].as_array().into_iter().flatten() {
+            let health = if m["ejected_until_ms"].is_u64() {
+                format!("ejected {}ms", m["ejected_until_ms"])
+            } else if m["healthy"].as_bool() == Some(true) {
+                "up".to_owned()
+            } else {
+                format!("down({})", text(&m["health_by"]))
+            };
+            let agent = &m["agent"];
+            rows.push(vec![
+                text(&c["name"]),
+                text(&m["name"]),
+                text(&m["address"]),
+                text(&m["weight"]),
+                text(&m["group"]),
+                format!("{}({})", text(&m["admin"]), text(&m["admin_by"])),
+                health,
+                text(&m["in_flight"]),
+                text(&m["sessions"]),
+                m["ewma_us"].as_u64().map_or("-".into(), |us| format!("{:.1}", us as f64 / 1000.0)),
+                text(&m["rank"]),
+                agent["cpu_percent"].as_f64().map_or("-".into(), |p| format!("{p:.0}%")),
+                text(&agent["free_mib"]),
+            ]);
+        }
+    }
+    let widths: Vec<usize> = (0..head.len())
+        .map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0))
+        .collect();
+    let mut out = format!("view {}\n", v["view"]);
+    for r in &rows {
+        let line: Vec<String> =
+            r.iter().zip(&widths).map(|(cell, w)| format!("{cell:<w$}")).collect();
+        let _ = writeln!(out, "{}", line.join("  ").trim_end());
+    }
+    out
+}

@@ -1,0 +1,437 @@
+//! The admin API's routes and handlers.
+
+// Handlers return a ready error response as `Err`; they are not on the data path.
+#![allow(clippy::result_large_err)]
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Path as UrlPath, Query, Request, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post, put};
+use rondo_config::AdminSpec;
+use rondo_core::{Actor, AdminState, Algorithm, View};
+use rondo_runtime::{ClusterRt, Live, Snapshot, clock, probe};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+/// The header naming the operator behind a mutation (default `admin-api`).
+pub const OPERATOR_HEADER: &str = "x-rondo-operator";
+
+/// A running admin API.
+#[derive(Debug)]
+pub struct AdminServer {
+    /// The bound address.
+    pub addr: SocketAddr,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl AdminServer {
+    /// Stops accepting connections.
+    pub fn stop(&self) {
+        self.task.abort();
+    }
+}
+
+impl Drop for AdminServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+#[derive(Clone)]
+struct AppState {
+    live: Arc<Live>,
+    token: Option<Arc<Vec<u8>>>,
+}
+
+/// Binds `[admin] listen` and serves the API on the current tokio runtime.
+pub async fn start(spec: &AdminSpec, live: Arc<Live>) -> std::io::Result<AdminServer> {
+    let token = match &spec.token {
+        Some(t) => Some(crate::read_token(t)?),
+        None => None,
+    };
+    if token.is_none() {
+        tracing::warn!(
+            listen = %spec.listen,
+            "admin API has no token configured: every call will be refused with 403"
+        );
+    }
+    let listener = tokio::net::TcpListener::bind(spec.listen).await?;
+    let addr = listener.local_addr()?;
+    let app = router(live, token);
+    let task = tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, app).await {
+            tracing::error!(error = %e, "admin API stopped");
+        }
+    });
+    Ok(AdminServer { addr, task })
+}
+
+/// The API as an axum router (for embedding); `token: None` refuses every call with 403.
+pub fn router(live: Arc<Live>, token: Option<Vec<u8>>) -> Router {
+    let state = AppState { live, token: token.map(Arc::new) };
+    let member = "/api/v1/clusters/{cluster}/members/{member}";
+    Router::new()
+        .route("/api/v1/status", get(status))
+        .route(&format!("{member}/drain"), post(drain))
+        .route(&format!("{member}/undrain"), post(activate))
+        .route(&format!("{member}/disable"), post(disable))
+        .route(&format!("{member}/enable"), post(activate))
+        .route(&format!("{member}/weight"), put(weight))
+        .route("/api/v1/clusters/{cluster}/algorithm", put(algorithm))
+        .route("/api/v1/clusters/{cluster}/explain", get(explain))
+        .route("/api/v1/config", post(config))
+        .fallback(|| async { error(StatusCode::NOT_FOUND, "no such endpoint") })
+        .method_not_allowed_fallback(|| async {
+            error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed: mutations are POST or PUT")
+        })
+        .layer(middleware::from_fn_with_state(state.clone(), auth))
+        .with_state(state)
+}
+
+/// `{"error": message}` with `status`.
+fn error(status: StatusCode, message: impl Into<String>) -> Response {
+    (status, axum::Json(json!({ "error": message.into() }))).into_response()
+}
+
+async fn auth(State(st): State<AppState>, req: Request, next: Next) -> Response {
+    let Some(token) = &st.token else {
+        return error(StatusCode::FORBIDDEN, "admin API has no token configured");
+    };
+    let given = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "))
+        .unwrap_or_default();
+    if given.is_empty() || !crate::constant_time_eq(given, token) {
+        let mut r = error(
+            StatusCode::UNAUTHORIZED,
+            "missing or wrong admin token: send `Authorization: Bearer <token>`",
+        );
+        r.headers_mut().insert(header::WWW_AUTHENTICATE, "Bearer".parse().expect("valid header"));
+        return r;
+    }
+    next.run(req).await
+}
+
+fn ms(d: std::time::Duration) -> u64 {
+    d.as_millis() as u64
+}
+
+async fn status(State(st): State<AppState>) -> Response {
+    let snap = st.live.load();
+    let now = clock::now();
+    let routes: Vec<Value> = snap
+        .view
+        .routes
+        .iter()
+        .map(|r| {
+            json!({ "name": r.name, "listener": r.listener, "cluster": r.cluster,
+                    "backups": r.backups })
+        })
+        .collect();
+    let clusters: Vec<Value> = snap
+        .view
+        .clusters
+        .keys()
+        .filter_map(|name| snap.clusters.get(name))
+        .map(|rt| cluster_status(rt, now))
+        .collect();
+    axum::Json(json!({ "view": snap.view.id, "routes": routes, "clusters": clusters }))
+        .into_response()
+}
+
+fn cluster_status(rt: &ClusterRt, now: rondo_core::Instant) -> Value {
+    let spec = &rt.spec;
+    let policy = &spec.policy;
+    rt.with(|b| {
+        let states = b.states();
+        let mut ranked: Vec<(std::time::Duration, usize)> =
+            states.iter().enumerate().filter_map(|(i, s)| s.load.probe_rtt.map(|r| (r, i))).collect();
+        ranked.sort();
+        let members: Vec<Value> = spec
+            .members
+            .iter()
+            .zip(states)
+            .enumerate()
+            .map(|(i, (m, s))| {
+                let agent = s.load.agent.map(|r| {
+                    json!({ "cpu_percent": r.cpu_used * 100.0,
+                            "free_mib": r.mem_free >> 20,
+                            "age_ms": ms(now.since(r.at)) })
+                });
+                json!({
+                    "name": m.name,
+                    "address": m.address,
+                    "weight": m.weight,
+                    "group": m.group,
+                    "admin": s.admin.as_str(),
+                    "admin_by": s.admin_by.to_string(),
+                    "healthy": s.healthy,
+                    "health_by": s.health_by.to_string(),
+                    "ejected_until_ms": s.ejected_until.filter(|u| *u > now).map(|u| ms(u.since(now))),
+                    "in_flight": s.load.in_flight,
+                    "sessions": s.load.sessions,
+                    "ewma_us": (s.load.ewma.get_at(now, policy.ewma.decay) / 1000.0) as u64,
+                    "rank": ranked.iter().position(|&(_, j)| j == i),
+                    "agent": agent,
+                })
+            })
+            .collect();
+        json!({
+            "name": spec.name,
+            "algorithm": policy.algorithm.as_str(),
+            "granularity": policy.granularity.as_str(),
+            "members": members,
+        })
+    })
+}
+
+/// The cluster runtime and member index named in the URL, or a 404 naming what is unknown.
+fn find(
+    snap: &Snapshot,
+    cluster: &str,
+    member: Option<&str>,
+) -> Result<(Arc<ClusterRt>, usize), Response> {
+    let Some(rt) = snap.clusters.get(cluster) else {
+        return Err(error(StatusCode::NOT_FOUND, format!("unknown cluster `{cluster}`")));
+    };
+    let Some(member) = member else { return Ok((rt.clone(), 0)) };
+    match rt.spec.members.iter().position(|m| m.name == member) {
+        Some(i) => Ok((rt.clone(), i)),
+        None => Err(error(
+            StatusCode::NOT_FOUND,
+            format!("unknown member `{member}` in cluster `{cluster}`"),
+        )),
+    }
+}
+
+fn operator(headers: &HeaderMap) -> String {
+    headers
+        .get(OPERATOR_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .unwrap_or("admin-api")
+        .to_owned()
+}
+
+fn set_admin(
+    st: &AppState,
+    headers: &HeaderMap,
+    cluster: &str,
+    member: &str,
+    to: AdminState,
+) -> Response {
+    let snap = st.live.load();
+    let (rt, idx) = match find(&snap, cluster, Some(member)) {
+        Ok(x) => x,
+        Err(r) => return r,
+    };
+    let by = Actor::Operator(operator(headers));
+    let by_text = by.to_string();
+    rt.with(|b| b.set_admin(idx, to, by));
+    tracing::info!(cluster, member, state = to.as_str(), by = %by_text, "admin state set");
+    axum::Json(json!({ "cluster": cluster, "member": member, "admin": to.as_str(),
+                        "admin_by": by_text }))
+    .into_response()
+}
+
+async fn drain(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    UrlPath((c, m)): UrlPath<(String, String)>,
+) -> Response {
+    set_admin(&st, &headers, &c, &m, AdminState::Draining)
+}
+
+async fn disable(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    UrlPath((c, m)): UrlPath<(String, String)>,
+) -> Response {
+    set_admin(&st, &headers, &c, &m, AdminState::Disabled)
+}
+
+async fn activate(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    UrlPath((c, m)): UrlPath<(String, String)>,
+) -> Response {
+    set_admin(&st, &headers, &c, &m, AdminState::Active)
+}
+
+/// A JSON body, or a 400 saying what is wrong with it.
+fn body<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, Response> {
+    serde_json::from_slice(bytes)
+        .map_err(|e| error(StatusCode::BAD_REQUEST, format!("invalid JSON body: {e}")))
+}
+
+/// Applies a copy of the current view with `cluster` changed by `change`, id + 1; responds with
+/// the new view id.
+fn change_cluster(
+    st: &AppState,
+    cluster: &str,
+    change: impl FnOnce(&mut rondo_core::ClusterSpec) -> Result<(), Response>,
+) -> Response {
+    let snap = st.live.load();
+    let Some(spec) = snap.view.clusters.get(cluster) else {
+        return error(StatusCode::NOT_FOUND, format!("unknown cluster `{cluster}`"));
+    };
+    let mut spec = (**spec).clone();
+    if let Err(r) = change(&mut spec) {
+        return r;
+    }
+    let mut view: View = (*snap.view).clone();
+    view.clusters.insert(cluster.to_owned(), Arc::new(spec));
+    view.id += 1;
+    apply(st, view)
+}
+
+fn apply(st: &AppState, view: View) -> Response {
+    let id = view.id;
+    let snap = st.live.apply(view);
+    probe::spawn(&snap);
+    tracing::info!(view = id, "view applied through the admin API");
+    axum::Json(json!({ "view": id })).into_response()
+}
+
+#[derive(Deserialize)]
+struct WeightBody {
+    weight: u64,
+}
+
+async fn weight(
+    State(st): State<AppState>,
+    UrlPath((c, m)): UrlPath<(String, String)>,
+    bytes: Bytes,
+) -> Response {
+    let w: WeightBody = match body(&bytes) {
+        Ok(w) => w,
+        Err(r) => return r,
+    };
+    if !(1..=1_000_000).contains(&w.weight) {
+        return error(
+            StatusCode::BAD_REQUEST,
+            format!("weight {} is out of range 1..=1000000", w.weight),
+        );
+    }
+    change_cluster(&st, &c, |spec| {
+        let Some(member) = spec.members.iter_mut().find(|x| x.name == m) else {
+            return Err(error(
+                StatusCode::NOT_FOUND,
+                format!("unknown member `{m}` in cluster `{c}`"),
+            ));
+        };
+        member.weight = w.weight as u32;
+        Ok(())
+    })
+}
+
+#[derive(Deserialize)]
+struct AlgorithmBody {
+    algorithm: String,
+}
+
+async fn algorithm(
+    State(st): State<AppState>,
+    UrlPath(c): UrlPath<String>,
+    bytes: Bytes,
+) -> Response {
+    let a: AlgorithmBody = match body(&bytes) {
+        Ok(a) => a,
+        Err(r) => return r,
+    };
+    let Some(algorithm) = Algorithm::parse(&a.algorithm) else {
+        let valid: Vec<&str> = Algorithm::ALL.iter().map(|a| a.as_str()).collect();
+        return error(
+            StatusCode::BAD_REQUEST,
+            format!("unknown algorithm `{}`; valid: {}", a.algorithm, valid.join(", ")),
+        );
+    };
+    change_cluster(&st, &c, |spec| {
+        spec.policy.algorithm = algorithm;
+        Ok(())
+    })
+}
+
+#[derive(Deserialize)]
+struct ExplainQuery {
+    n: Option<usize>,
+}
+
+async fn explain(
+    State(st): State<AppState>,
+    UrlPath(c): UrlPath<String>,
+    Query(q): Query<ExplainQuery>,
+) -> Response {
+    let snap = st.live.load();
+    let (rt, _) = match find(&snap, &c, None) {
+        Ok(x) => x,
+        Err(r) => return r,
+    };
+    let n = q.n.unwrap_or(20).min(256);
+    let now = clock::now();
+    let group = st.live.group.as_deref();
+    let picks: Vec<Value> = rt
+        .recent_decisions(n)
+        .into_iter()
+        .map(|(at, d)| {
+            let e = rt.with(|b| b.explain(&d, now, group));
+            let candidates: Vec<Value> = e
+                .candidates
+                .iter()
+                .map(|c| {
+                    json!({
+                        "name": c.name, "weight": c.weight,
+                        "effective_weight": c.effective_weight, "in_flight": c.in_flight,
+                        "sessions": c.sessions, "ewma_us": c.ewma_us,
+                        "probe_rtt_us": c.probe_rtt_us, "cpu_percent": c.cpu_percent,
+                        "free_mib": c.free_mib,
+                    })
+                })
+                .collect();
+            json!({
+                "at_unix_ms": at,
+                "member": e.chosen,
+                "algorithm": d.algorithm.as_str(),
+                "scope": d.scope.to_string(),
+                "why": d.why.to_string(),
+                "summary": e.summary,
+                "candidates": candidates,
+            })
+        })
+        .collect();
+    axum::Json(json!({ "cluster": c, "view": snap.view.id, "picks": picks })).into_response()
+}
+
+async fn config(State(st): State<AppState>, bytes: Bytes) -> Response {
+    let Ok(text) = std::str::from_utf8(&bytes) else {
+        return error(StatusCode::BAD_REQUEST, "the configuration is not UTF-8");
+    };
+    let next = st.live.load().view.id + 1;
+    match rondo_config::parse_str(text, Path::new("admin-api"), next) {
+        Ok(config) => apply(&st, config.view),
+        Err(errors) => {
+            let list: Vec<Value> = errors
+                .iter()
+                .map(|e| {
+                    json!({ "file": e.file.display().to_string(), "line": e.line,
+                            "column": e.column, "field": e.field, "message": e.message,
+                            "text": e.to_string() })
+                })
+                .collect();
+            (
+                StatusCode::BAD_REQUEST,
+                axum::Json(json!({ "error": "the configuration is invalid", "errors": list })),
+            )
+                .into_response()
+        }
+    }
+}

@@ -1,0 +1,178 @@
+use std::sync::atomic::AtomicUsize;
+
+use rondo_core::{Actor, PickRequest};
+
+use super::*;
+use crate::clock;
+
+/// A fresh directory, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new() -> TempDir {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "rondo-reload-test-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).expect("create temp dir");
+        TempDir(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A config with listener `web` on `listen`, one route to cluster `c` of `members` (names; the
+/// addresses are never dialled: no health checks).
+fn config(listen: &str, members: &[&str]) -> String {
+    let entries: Vec<String> = members
+        .iter()
+        .enumerate()
+        .map(|(i, m)| format!("{{ name = \"{m}\", address = \"127.0.0.1:{}\" }}", 1 + i))
+        .collect();
+    format!(
+        "[[listener]]\nname = \"web\"\nlisten = \"{listen}\"\n\n\
+         [[route]]\nname = \"main\"\nlistener = \"web\"\ncluster = \"c\"\n\n\
+         [cluster.c]\nalgorithm = \"least-sessions\"\nmembers = [{}]\n",
+        entries.join(", ")
+    )
+}
+
+/// A reloader of `dir/rondo.toml` holding `text`, started from it at view 1.
+fn start(dir: &TempDir, text: &str) -> Arc<Reloader> {
+    let path = dir.0.join("rondo.toml");
+    std::fs::write(&path, text).expect("write config");
+    let config = rondo_config::load_file(&path, 1).expect("valid start config");
+    let live = Arc::new(Live::new(config.view.clone(), None));
+    Arc::new(Reloader::new(path, live, &config))
+}
+
+fn names(r: &Reloader) -> Vec<String> {
+    r.live().load().view.clusters["c"].members.iter().map(|m| m.name.clone()).collect()
+}
+
+/// The members picked in `n` picks of cluster `c`.
+fn picked(r: &Reloader, n: usize) -> std::collections::BTreeSet<String> {
+    let snap = r.live().load();
+    let rt = &snap.clusters["c"];
+    (0..n)
+        .map(|_| {
+            let d = rt.pick(&PickRequest { now: clock::now(), ..PickRequest::default() }).unwrap();
+            rt.spec.members[d.member].name.clone()
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_valid_change_applies_a_newer_view() {
+    let dir = TempDir::new();
+    let r = start(&dir, &config("127.0.0.1:0", &["a", "b"]));
+    std::fs::write(r.path(), config("127.0.0.1:0", &["a", "b", "c"])).unwrap();
+    let id = r.reload("test").expect("valid");
+    assert_eq!(id, 2);
+    assert_eq!(r.live().load().view.id, 2);
+    assert_eq!(names(&r), ["a", "b", "c"]);
+    assert_eq!(picked(&r, 300).len(), 3, "the new member is picked");
+    assert_eq!(r.reload("test").expect("valid"), 3, "ids only grow");
+    assert_eq!(r.accepted.load(Ordering::Relaxed), 2);
+    assert_eq!(r.rejected.load(Ordering::Relaxed), 0);
+}
+
+#[tokio::test]
+async fn an_invalid_change_is_rejected_and_the_view_stays() {
+    let dir = TempDir::new();
+    let r = start(&dir, &config("127.0.0.1:0", &["a", "b"]));
+    let before = r.live().load();
+    let bad = config("127.0.0.1:0", &["a", "b", "c"]).replace("algorithm", "algoritm");
+    std::fs::write(r.path(), bad).unwrap();
+    let errors = r.reload("test").expect_err("a typo'd field is rejected");
+    let text = errors.to_string();
+    let file = r.path().display().to_string();
+    assert!(text.contains(&format!("{file}:11:1:")), "names file:line:column: {text}");
+    assert!(text.contains("algoritm"), "{text}");
+    let after = r.live().load();
+    assert!(Arc::ptr_eq(&before, &after), "the running view is untouched");
+    assert_eq!(after.view.id, 1);
+    assert_eq!(names(&r), ["a", "b"]);
+    assert_eq!(r.rejected.load(Ordering::Relaxed), 1);
+    // A later valid file still gets the next id.
+    std::fs::write(r.path(), config("127.0.0.1:0", &["a"])).unwrap();
+    assert_eq!(r.reload("test").expect("valid"), 2);
+}
+
+#[tokio::test]
+async fn survivors_keep_their_state_and_removed_members_go() {
+    let dir = TempDir::new();
+    let r = start(&dir, &config("127.0.0.1:0", &["a", "b", "c"]));
+    let old = r.live().load().clusters["c"].clone();
+    let now = clock::now();
+    old.with(|b| {
+        b.set_health(1, false, Actor::Operator("test".into()), now);
+        b.begin_request(0);
+        b.begin_request(0);
+    });
+    old.open_session(0);
+    // b and a survive (reordered, reweighted), c is removed, d is added.
+    let text = config("127.0.0.1:0", &["d", "b", "a"]).replace(
+        "name = \"a\", address = \"127.0.0.1:3\"",
+        "name = \"a\", address = \"127.0.0.1:3\", weight = 300",
+    );
+    std::fs::write(r.path(), text).unwrap();
+    r.reload("test").expect("valid");
+    let snap = r.live().load();
+    let new = &snap.clusters["c"];
+    new.with(|b| {
+        let a = b.member_index("a").unwrap();
+        let bb = b.member_index("b").unwrap();
+        assert_eq!(b.states()[a].load.in_flight, 2, "in-flight carried over");
+        assert_eq!(b.states()[a].load.sessions, 1, "sessions carried over");
+        assert!(!b.states()[bb].healthy, "health set down stays down");
+        assert!(b.member_index("c").is_none());
+    });
+    let seen = picked(&r, 300);
+    assert!(!seen.contains("c"), "a removed member is never picked: {seen:?}");
+    assert!(!seen.contains("b"), "a member set down stays out: {seen:?}");
+    // Requests that began on the old view end on the new one.
+    old.end_request(0, rondo_core::Outcome::Success { latency: Duration::from_millis(1) });
+    let a = new.with(|b| b.member_index("a").unwrap());
+    assert_eq!(new.with(|b| b.states()[a].load.in_flight), 1);
+}
+
+#[tokio::test]
+async fn listener_changes_are_not_applied_but_do_not_fail_the_reload() {
+    let dir = TempDir::new();
+    let r = start(&dir, &config("127.0.0.1:0", &["a"]));
+    std::fs::write(r.path(), config("127.0.0.1:1", &["a", "b"])).unwrap();
+    let new = Fixed::of(&rondo_config::load_file(r.path(), 9).unwrap());
+    assert_eq!(r.fixed.changed(&new), ["listener web"]);
+    let mut renamed = new.clone();
+    renamed.listeners[0].name = "api".into();
+    assert_eq!(r.fixed.changed(&renamed), ["listener web (removed)", "listener api (added)"]);
+    assert_eq!(r.reload("test").expect("applied"), 2);
+    assert_eq!(names(&r), ["a", "b"]);
+}
+
+#[tokio::test]
+async fn the_watcher_reloads_after_a_save_by_rename() {
+    let dir = TempDir::new();
+    let r = start(&dir, &config("127.0.0.1:0", &["a"]));
+    let watcher = watch_file(r.clone(), Duration::from_millis(20), Duration::from_millis(40));
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let tmp = dir.0.join(".rondo.toml.swp");
+    std::fs::write(&tmp, config("127.0.0.1:0", &["a", "b"])).unwrap();
+    std::fs::rename(&tmp, r.path()).unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while r.live().load().view.id < 2 {
+        assert!(tokio::time::Instant::now() < deadline, "no reload after the rename");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(names(&r), ["a", "b"]);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(r.live().load().view.id, 2, "one reload per change");
+    watcher.abort();
+}

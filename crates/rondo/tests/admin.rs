@@ -1,0 +1,412 @@
+//! The admin API and `rondo ctl` over real sockets: an in-process router plus the admin API on
+//! a free port, and `rondo ctl` against a `rondo serve` process.
+
+#[path = "router/support.rs"]
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Method, Request, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use rondo_config::{AdminSpec, AdminToken};
+use serde_json::Value;
+use support::*;
+
+const TOKEN: &str = "s3cret-token";
+const BIN: &str = env!("CARGO_BIN_EXE_rondo");
+
+/// A router over `cluster` (the body of cluster `c`, listener `web`) and its admin API.
+struct Setup {
+    router: TestRouter,
+    admin: rondo_admin::AdminServer,
+}
+
+impl Setup {
+    async fn new(cluster: &str) -> Setup {
+        Setup::with_token(cluster, Some(TOKEN)).await
+    }
+
+    async fn with_token(cluster: &str, token: Option<&str>) -> Setup {
+        let router = router(&one_cluster(cluster)).await;
+        let spec = AdminSpec {
+            listen: any_port(),
+            token: token.map(|t| AdminToken::Inline(t.to_owned())),
+        };
+        let admin = rondo_admin::start(&spec, router.live.clone()).await.expect("admin starts");
+        Setup { router, admin }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.admin.addr, path)
+    }
+
+    /// A call with the right token.
+    async fn call(&self, method: Method, path: &str, body: Option<&str>) -> (StatusCode, Value) {
+        api(method, &self.url(path), Some(TOKEN), &[], body).await
+    }
+
+    fn view_id(&self) -> u64 {
+        self.router.live.load().view.id
+    }
+
+    async fn served(&self, n: usize) -> Vec<String> {
+        served_by(&self.router.url("web", "/"), n).await
+    }
+}
+
+/// One call to the admin API: status and JSON answer.
+async fn api(
+    method: Method,
+    url: &str,
+    token: Option<&str>,
+    headers: &[(&str, &str)],
+    body: Option<&str>,
+) -> (StatusCode, Value) {
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let mut req = Request::builder().method(method).uri(url);
+    if let Some(t) = token {
+        req = req.header("authorization", format!("Bearer {t}"));
+    }
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let req = req.body(Full::new(Bytes::from(body.unwrap_or_default().to_owned()))).unwrap();
+    let resp = tokio::time::timeout(Duration::from_secs(10), client.request(req))
+        .await
+        .expect("answer within 10 s")
+        .expect("admin API answers");
+    let status = resp.status();
+    let bytes = resp.into_body().collect().await.expect("body").to_bytes();
+    let v = serde_json::from_slice(&bytes)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&bytes)));
+    (status, v)
+}
+
+fn member<'a>(status: &'a Value, cluster: &str, name: &str) -> &'a Value {
+    let c = status["clusters"].as_array().unwrap().iter().find(|c| c["name"] == cluster).unwrap();
+    c["members"].as_array().unwrap().iter().find(|m| m["name"] == name).unwrap()
+}
+
+/// Every endpoint, with a body where one is needed.
+const ENDPOINTS: [(&str, &str, Option<&str>); 9] = [
+    ("GET", "/api/v1/status", None),
+    ("POST", "/api/v1/clusters/c/members/m1/drain", None),
+    ("POST", "/api/v1/clusters/c/members/m1/undrain", None),
+    ("POST", "/api/v1/clusters/c/members/m1/disable", None),
+    ("POST", "/api/v1/clusters/c/members/m1/enable", None),
+    ("PUT", "/api/v1/clusters/c/members/m1/weight", Some(r#"{"weight": 5}"#)),
+    ("PUT", "/api/v1/clusters/c/algorithm", Some(r#"{"algorithm": "random"}"#)),
+    ("GET", "/api/v1/clusters/c/explain?n=5", None),
+    ("POST", "/api/v1/config", Some("")),
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_lists_every_member_with_its_numbers() {
+    let ms = members(2, Duration::ZERO).await;
+    let s = Setup::new(&format!("algorithm = \"round-robin\"\n{}", member_list(&ms))).await;
+    s.served(4).await;
+    let (code, v) = s.call(Method::GET, "/api/v1/status", None).await;
+    assert_eq!(code, StatusCode::OK, "{v}");
+    assert_eq!(v["view"], 1);
+    assert_eq!(v["routes"][0]["name"], "main");
+    assert_eq!(v["routes"][0]["listener"], "web");
+    assert_eq!(v["routes"][0]["cluster"], "c");
+    assert_eq!(v["clusters"][0]["algorithm"], "round-robin");
+    assert_eq!(v["clusters"][0]["granularity"], "request");
+    let m1 = member(&v, "c", "m1");
+    assert_eq!(m1["address"], ms[0].addr.to_string());
+    assert_eq!(m1["weight"], 100);
+    assert_eq!(m1["admin"], "active");
+    assert_eq!(m1["admin_by"], "config");
+    assert_eq!(m1["healthy"], true);
+    assert_eq!(m1["in_flight"], 0);
+    assert_eq!(m1["sessions"], 0);
+    assert!(m1["ewma_us"].is_u64(), "{m1}");
+    for key in ["group", "ejected_until_ms", "rank", "agent", "health_by"] {
+        assert!(m1.get(key).is_some(), "{key} missing: {m1}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_endpoint_needs_the_token() {
+    let ms = members(1, Duration::ZERO).await;
+    let s = Setup::new(&member_list(&ms)).await;
+    for (method, path, body) in ENDPOINTS {
+        let method: Method = method.parse().unwrap();
+        for token in [None, Some("wrong"), Some("s3cret-tokeN"), Some("")] {
+            let (code, v) = api(method.clone(), &s.url(path), token, &[], body).await;
+            assert_eq!(code, StatusCode::UNAUTHORIZED, "{method} {path} {token:?}: {v}");
+            assert!(v["error"].as_str().unwrap().contains("token"), "{v}");
+        }
+    }
+    let (_, v) = s.call(Method::GET, "/api/v1/status", None).await;
+    assert_eq!(v["view"], 1, "nothing changed");
+    assert_eq!(member(&v, "c", "m1")["admin"], "active");
+    assert_eq!(member(&v, "c", "m1")["weight"], 100);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_configured_token_refuses_everything() {
+    let ms = members(1, Duration::ZERO).await;
+    let s = Setup::with_token(&member_list(&ms), None).await;
+    for (method, path, body) in ENDPOINTS {
+        let (code, v) = api(method.parse().unwrap(), &s.url(path), Some(TOKEN), &[], body).await;
+        assert_eq!(code, StatusCode::FORBIDDEN, "{method} {path}: {v}");
+        assert_eq!(v["error"], "admin API has no token configured");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gets_never_change_anything() {
+    let ms = members(2, Duration::ZERO).await;
+    let s = Setup::new(&member_list(&ms)).await;
+    s.served(4).await;
+    let (_, before) = s.call(Method::GET, "/api/v1/status", None).await;
+    for _ in 0..3 {
+        s.call(Method::GET, "/api/v1/status", None).await;
+        s.call(Method::GET, "/api/v1/clusters/c/explain?n=10", None).await;
+        // A GET on a mutation's path is not a mutation.
+        let (code, _) = s.call(Method::GET, "/api/v1/clusters/c/members/m1/drain", None).await;
+        assert_eq!(code, StatusCode::METHOD_NOT_ALLOWED);
+    }
+    let (_, after) = s.call(Method::GET, "/api/v1/status", None).await;
+    assert_eq!(without_ewma(before), without_ewma(after));
+    assert_eq!(s.router.live.load().clusters["c"].recent_decisions(256).len(), 4, "no picks");
+}
+
+/// A status answer without the latency estimates (they decay with time).
+fn without_ewma(mut v: Value) -> Value {
+    for c in v["clusters"].as_array_mut().unwrap() {
+        for m in c["members"].as_array_mut().unwrap() {
+            m.as_object_mut().unwrap().remove("ewma_us");
+        }
+    }
+    v
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drain_stops_new_requests_and_undrain_brings_them_back() {
+    let ms = members(2, Duration::ZERO).await;
+    let s = Setup::new(&member_list(&ms)).await;
+    let headers = [("x-rondo-operator", "alice")];
+    let url = s.url("/api/v1/clusters/c/members/m1/drain");
+    let (code, v) = api(Method::POST, &url, Some(TOKEN), &headers, None).await;
+    assert_eq!(code, StatusCode::OK, "{v}");
+    assert_eq!(v["admin_by"], "operator:alice");
+    let names = s.served(10).await;
+    assert_eq!(count(&names, "m1"), 0, "{names:?}");
+    let (_, st) = s.call(Method::GET, "/api/v1/status", None).await;
+    assert_eq!(member(&st, "c", "m1")["admin"], "draining");
+    assert_eq!(member(&st, "c", "m1")["admin_by"], "operator:alice");
+
+    let (code, _) = s.call(Method::POST, "/api/v1/clusters/c/members/m1/undrain", None).await;
+    assert_eq!(code, StatusCode::OK);
+    let names = s.served(10).await;
+    assert_eq!(count(&names, "m1"), 5, "{names:?}");
+    let (_, st) = s.call(Method::GET, "/api/v1/status", None).await;
+    assert_eq!(member(&st, "c", "m1")["admin"], "active");
+    assert_eq!(member(&st, "c", "m1")["admin_by"], "operator:admin-api");
+
+    let (code, _) = s.call(Method::POST, "/api/v1/clusters/c/members/m1/disable", None).await;
+    assert_eq!(code, StatusCode::OK);
+    assert_eq!(count(&s.served(6).await, "m1"), 0);
+    let (code, _) = s.call(Method::POST, "/api/v1/clusters/c/members/m1/enable", None).await;
+    assert_eq!(code, StatusCode::OK);
+    assert_eq!(count(&s.served(6).await, "m1"), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_names_and_bad_bodies_are_explained() {
+    let ms = members(1, Duration::ZERO).await;
+    let s = Setup::new(&member_list(&ms)).await;
+    let (code, v) = s.call(Method::POST, "/api/v1/clusters/nope/members/m1/drain", None).await;
+    assert_eq!(code, StatusCode::NOT_FOUND);
+    assert!(v["error"].as_str().unwrap().contains("cluster `nope`"), "{v}");
+    let (code, v) = s.call(Method::POST, "/api/v1/clusters/c/members/zz/drain", None).await;
+    assert_eq!(code, StatusCode::NOT_FOUND);
+    assert!(v["error"].as_str().unwrap().contains("member `zz`"), "{v}");
+    let weight = "/api/v1/clusters/c/members/m1/weight";
+    let (code, v) = s.call(Method::PUT, weight, Some(r#"{"weight": 0}"#)).await;
+    assert_eq!(code, StatusCode::BAD_REQUEST, "{v}");
+    let (code, _) = s.call(Method::PUT, weight, Some("not json")).await;
+    assert_eq!(code, StatusCode::BAD_REQUEST);
+    let alg = "/api/v1/clusters/c/algorithm";
+    let (code, v) = s.call(Method::PUT, alg, Some(r#"{"algorithm": "fastest"}"#)).await;
+    assert_eq!(code, StatusCode::BAD_REQUEST);
+    assert!(v["error"].as_str().unwrap().contains("least-sessions"), "{v}");
+    assert_eq!(s.view_id(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_weight_change_is_a_new_view_and_traffic_follows_it() {
+    let ms = members(2, Duration::ZERO).await;
+    let s = Setup::new(&format!("algorithm = \"weighted\"\n{}", member_list(&ms))).await;
+    assert_eq!(count(&s.served(8).await, "m1"), 4);
+    let path = "/api/v1/clusters/c/members/m2/weight";
+    let (code, v) = s.call(Method::PUT, path, Some(r#"{"weight": 300}"#)).await;
+    assert_eq!(code, StatusCode::OK, "{v}");
+    assert_eq!(v["view"], 2);
+    assert_eq!(s.view_id(), 2);
+    let names = s.served(40).await;
+    assert_eq!(count(&names, "m1"), 10, "{names:?}");
+    assert_eq!(count(&names, "m2"), 30, "{names:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_algorithm_change_is_a_new_view_and_traffic_follows_it() {
+    let ms = members(2, Duration::ZERO).await;
+    let list = members_of([entry(&ms[0], "weight = 1"), entry(&ms[1], "weight = 3")]);
+    let s = Setup::new(&format!("algorithm = \"round-robin\"\n{list}")).await;
+    assert_eq!(count(&s.served(8).await, "m1"), 4, "round robin ignores weights");
+    let path = "/api/v1/clusters/c/algorithm";
+    let (code, v) = s.call(Method::PUT, path, Some(r#"{"algorithm": "weighted"}"#)).await;
+    assert_eq!(code, StatusCode::OK, "{v}");
+    assert_eq!(v["view"], 2);
+    let names = s.served(40).await;
+    assert_eq!(count(&names, "m1"), 10, "{names:?}");
+    let (_, st) = s.call(Method::GET, "/api/v1/status", None).await;
+    assert_eq!(st["clusters"][0]["algorithm"], "weighted");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_config_with_a_typo_is_refused_with_every_position() {
+    let ms = members(2, Duration::ZERO).await;
+    let s = Setup::new(&member_list(&ms)).await;
+    let good = one_cluster(&format!("algorithm = \"weighted\"\n{}", member_list(&ms)));
+    let bad = good.replace("algorithm = \"weighted\"", "algoritm = \"weighted\"");
+    let (code, v) = s.call(Method::POST, "/api/v1/config", Some(&bad)).await;
+    assert_eq!(code, StatusCode::BAD_REQUEST, "{v}");
+    let e = &v["errors"][0];
+    assert_eq!(e["file"], "admin-api");
+    assert!(e["line"].as_u64().unwrap() > 1 && e["column"].as_u64().unwrap() >= 1, "{v}");
+    assert!(e["text"].as_str().unwrap().starts_with("admin-api:"), "{v}");
+    assert_eq!(s.view_id(), 1, "the running view is untouched");
+
+    let (code, v) = s.call(Method::POST, "/api/v1/config", Some(&good)).await;
+    assert_eq!(code, StatusCode::OK, "{v}");
+    assert_eq!(v["view"], 2);
+    let (_, st) = s.call(Method::GET, "/api/v1/status", None).await;
+    assert_eq!(st["clusters"][0]["algorithm"], "weighted");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_returns_the_latest_picks_and_why() {
+    let ms = members(2, Duration::ZERO).await;
+    let s = Setup::new(&format!("algorithm = \"round-robin\"\n{}", member_list(&ms))).await;
+    let names = s.served(5).await;
+    let (code, v) = s.call(Method::GET, "/api/v1/clusters/c/explain?n=3", None).await;
+    assert_eq!(code, StatusCode::OK, "{v}");
+    let picks = v["picks"].as_array().unwrap();
+    assert_eq!(picks.len(), 3, "{v}");
+    for (p, name) in picks.iter().zip(&names[2..]) {
+        assert_eq!(&p["member"], name, "{v}");
+        assert_eq!(p["algorithm"], "round-robin");
+        assert!(p["why"].as_str().unwrap().contains("position"), "{p}");
+        assert!(p["at_unix_ms"].as_u64().unwrap() > 0);
+        assert_eq!(p["candidates"].as_array().unwrap().len(), 2, "{p}");
+    }
+}
+
+/// A `rondo serve` process with an admin API; killed on drop.
+struct Serve {
+    child: Child,
+    admin: SocketAddr,
+    dir: std::path::PathBuf,
+}
+
+impl Serve {
+    fn start() -> Serve {
+        let dir = std::env::temp_dir().join(format!("rondo-admin-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let config = format!(
+            "[admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"{TOKEN}\"\n\n{}",
+            one_cluster(&member_list_of_dead())
+        );
+        let path = dir.join("rondo.toml");
+        std::fs::write(&path, config).unwrap();
+        let mut child = Command::new(BIN)
+            .args(["serve", "--workers", "1", "--config", path.to_str().unwrap()])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("rondo serve starts");
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let admin = loop {
+            let line = lines.next().expect("serve prints its admin address").unwrap();
+            if let Some(a) = line.strip_prefix("rondo: admin API on ") {
+                break a.parse().unwrap();
+            }
+        };
+        std::thread::spawn(move || for _ in lines {});
+        Serve { child, admin, dir }
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn member_list_of_dead() -> String {
+    members_of([member_entry("a", dead_addr(), "weight = 2"), member_entry("b", dead_addr(), "")])
+}
+
+fn ctl(admin: &str, token: &str, args: &[&str]) -> std::process::Output {
+    Command::new(BIN)
+        .args(["ctl", "--admin", admin, "--token", token])
+        .args(args)
+        .output()
+        .expect("rondo ctl runs")
+}
+
+#[test]
+fn ctl_prints_status_changes_members_and_explains_failures() {
+    let serve = Serve::start();
+    let admin = serve.admin.to_string();
+    let out = ctl(&admin, TOKEN, &["status"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines[0], "view 1", "{stdout}");
+    assert!(lines[1].starts_with("CLUSTER  MEMBER  ADDRESS"), "{stdout}");
+    assert!(lines[1].contains("STATE(BY)") && lines[1].contains("RANK"), "{stdout}");
+    assert!(lines[2].starts_with("c        a       127.0.0.1:"), "{stdout}");
+    assert!(lines[2].contains("active(config)"), "{stdout}");
+    assert_eq!(lines.len(), 4, "{stdout}");
+
+    let out = Command::new(BIN)
+        .args(["ctl", "--admin", &admin, "--token", TOKEN, "--operator", "bob"])
+        .args(["drain", "c", "b"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "c/b: draining (by operator:bob)\n");
+    let out = ctl(&admin, TOKEN, &["weight", "c", "a", "7"]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "c/a: weight 7, view 2\n");
+    let stdout = String::from_utf8_lossy(&ctl(&admin, TOKEN, &["status"]).stdout).into_owned();
+    assert!(stdout.contains("draining(operator:bob)"), "{stdout}");
+
+    let out = ctl(&admin, "wrong", &["status"]);
+    assert!(!out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "rondo ctl: the admin API refused the token (401)\n"
+    );
+
+    let dead = dead_addr().to_string();
+    let out = ctl(&dead, TOKEN, &["status"]);
+    assert!(!out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        format!("rondo ctl: cannot reach the admin API at {dead}: connection refused\n")
+    );
+}

@@ -1,0 +1,369 @@
+//! Live reconfiguration: a real `rondo serve` process picking up config file changes (saved by
+//! rename, edited in place with SIGHUP, invalid), and 100 view swaps under steady load with no
+//! failed request, no reset connection and view ids that only grow.
+
+use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{Request, StatusCode};
+use http_body_util::{BodyExt, Empty};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use rondo::member::{self, Member};
+use rondo_runtime::Live;
+
+const BIN: &str = env!("CARGO_BIN_EXE_rondo");
+
+/// A fresh directory of this test process, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new() -> TempDir {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "rondo-reload-test-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).expect("create temp dir");
+        TempDir(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// `rondo serve` as a child process, killed (and reaped) on drop, with its stdout lines on a
+/// channel and its stderr lines collected.
+struct Serve {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+    stderr: Arc<Mutex<Vec<String>>>,
+}
+
+impl Serve {
+    fn start(config: &Path) -> Serve {
+        let mut child = Command::new(BIN)
+            .args(["serve", "--config", config.to_str().expect("utf-8 path"), "--workers", "1"])
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start rondo");
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { return };
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        let stderr = Arc::new(Mutex::new(Vec::new()));
+        let (err, sink) = (child.stderr.take().expect("stderr"), stderr.clone());
+        std::thread::spawn(move || {
+            for line in BufReader::new(err).lines() {
+                let Ok(line) = line else { return };
+                sink.lock().unwrap().push(line);
+            }
+        });
+        Serve { child, lines, stderr }
+    }
+
+    /// The first stdout line containing `needle`, waiting at most `wait` in all.
+    fn line_with(&mut self, needle: &str, wait: Duration) -> String {
+        let deadline = Instant::now() + wait;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) if line.contains(needle) => return line,
+                Ok(_) => {}
+                Err(e) => {
+                    let status = self.child.try_wait().ok().flatten();
+                    panic!("no line with {needle:?} ({e}); exit status {status:?}");
+                }
+            }
+        }
+    }
+
+    /// Waits at most `wait` for a stderr line containing every one of `needles`.
+    async fn stderr_with(&self, needles: &[&str], wait: Duration) -> String {
+        let deadline = Instant::now() + wait;
+        loop {
+            if let Some(l) =
+                self.stderr.lock().unwrap().iter().find(|l| needles.iter().all(|n| l.contains(n)))
+            {
+                return l.clone();
+            }
+            if Instant::now() > deadline {
+                panic!("no stderr line with {needles:?}: {:#?}", self.stderr.lock().unwrap());
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    fn signal_hup(&self) {
+        // The shell's built-in kill: no extra package, no libc binding.
+        let ok = Command::new("sh")
+            .args(["-c", &format!("kill -HUP {}", self.child.id())])
+            .status()
+            .expect("run kill")
+            .success();
+        assert!(ok, "kill -HUP failed");
+    }
+
+    fn assert_running(&mut self) {
+        assert_eq!(self.child.try_wait().expect("try_wait"), None, "rondo serve exited");
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn any_port() -> SocketAddr {
+    "127.0.0.1:0".parse().unwrap()
+}
+
+async fn members(n: usize, delay: Duration) -> Vec<Member> {
+    let mut v = Vec::new();
+    for i in 1..=n {
+        v.push(member::spawn(&format!("m{i}"), any_port(), delay).await.expect("member starts"));
+    }
+    v
+}
+
+/// One listener `web` on a free port, one route to cluster `c` (`algorithm`) over `members`
+/// (name, address, weight), padded with a comment to `pad` bytes when `pad` is set.
+fn config(algorithm: &str, members: &[(&str, SocketAddr, u32)], pad: usize) -> String {
+    let entries: Vec<String> = members
+        .iter()
+        .map(|(n, a, w)| format!("{{ name = \"{n}\", address = \"{a}\", weight = {w} }}"))
+        .collect();
+    let mut text = format!(
+        "[[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:0\"\n\n\
+         [[route]]\nname = \"main\"\nlistener = \"web\"\ncluster = \"c\"\n\n\
+         [cluster.c]\nalgorithm = \"{algorithm}\"\nmembers = [{}]\n",
+        entries.join(", ")
+    );
+    if pad > 0 {
+        assert!(text.len() < pad, "config longer than its padding");
+        text.push('#');
+        while text.len() < pad - 1 {
+            text.push('-');
+        }
+        text.push('\n');
+    }
+    text
+}
+
+/// Writes `text` to a temporary file beside `path` and renames it over `path`, as editors do.
+fn save_by_rename(path: &Path, text: &str) {
+    let tmp = path.with_extension("toml.tmp");
+    std::fs::write(&tmp, text).expect("write temp file");
+    std::fs::rename(&tmp, path).expect("rename over the config");
+}
+
+fn client() -> Client<HttpConnector, Empty<Bytes>> {
+    Client::builder(TokioExecutor::new()).build(HttpConnector::new())
+}
+
+/// GETs `url`, which must answer 200 within 10 s: the serving member's name.
+async fn served(client: &Client<HttpConnector, Empty<Bytes>>, url: &str) -> String {
+    let fut = async {
+        let resp = client
+            .request(Request::get(url).body(Empty::new()).unwrap())
+            .await
+            .expect("request succeeds");
+        let status = resp.status();
+        let body = resp.into_body().collect().await.expect("body").to_bytes();
+        let body = String::from_utf8_lossy(&body).trim().to_owned();
+        assert_eq!(status, StatusCode::OK, "{body}");
+        body
+    };
+    tokio::time::timeout(Duration::from_secs(10), fut).await.expect("reply within 10 s")
+}
+
+/// The members that served `n` requests.
+async fn served_set(
+    client: &Client<HttpConnector, Empty<Bytes>>,
+    url: &str,
+    n: usize,
+) -> BTreeSet<String> {
+    let mut set = BTreeSet::new();
+    for _ in 0..n {
+        set.insert(served(client, url).await);
+    }
+    set
+}
+
+/// Waits at most `wait` until `n` requests are served by exactly the members `want`; returns
+/// how long it took.
+async fn until_served_by(
+    client: &Client<HttpConnector, Empty<Bytes>>,
+    url: &str,
+    want: &[&str],
+    wait: Duration,
+) -> Duration {
+    let start = Instant::now();
+    let want: BTreeSet<String> = want.iter().map(|s| s.to_string()).collect();
+    loop {
+        let got = served_set(client, url, 30).await;
+        if got == want {
+            return start.elapsed();
+        }
+        assert!(start.elapsed() < wait, "after {wait:?} still served by {got:?}, want {want:?}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_reloads_on_rename_sighup_and_keeps_the_old_view_on_errors() {
+    let dir = TempDir::new();
+    let ms = members(3, Duration::ZERO).await;
+    let m = |i: usize| (ms[i].name.as_str(), ms[i].addr, 100);
+    const PAD: usize = 1024;
+    let path = dir.0.join("rondo.toml");
+    std::fs::write(&path, config("round-robin", &[m(0), m(1)], PAD)).expect("write config");
+    let mut serve = Serve::start(&path);
+    let line = serve.line_with("listener web on", Duration::from_secs(10));
+    let addr: SocketAddr = line.rsplit(' ').next().and_then(|a| a.parse().ok()).expect("address");
+    serve.line_with("rondo: reloading on changes", Duration::from_secs(10));
+    let url = format!("http://{addr}/");
+    let c = client();
+    assert_eq!(served_set(&c, &url, 20).await, ["m1", "m2"].map(String::from).into());
+
+    // An editor-style save (new file renamed over the old one) adding m3.
+    save_by_rename(&path, &config("round-robin", &[m(0), m(1), m(2)], PAD));
+    let took = until_served_by(&c, &url, &["m1", "m2", "m3"], Duration::from_secs(3)).await;
+    assert!(took < Duration::from_secs(2), "the new member served after {took:?}");
+
+    // An in-place edit the watcher cannot see (same length, inode and modification time):
+    // only SIGHUP applies it.
+    let before = std::fs::metadata(&path).unwrap().modified().unwrap();
+    std::fs::write(&path, config("round-robin", &[m(2)], PAD)).unwrap();
+    std::fs::File::options().write(true).open(&path).unwrap().set_modified(before).unwrap();
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert_eq!(
+        served_set(&c, &url, 20).await.len(),
+        3,
+        "an unseen edit is not applied without SIGHUP"
+    );
+    serve.signal_hup();
+    until_served_by(&c, &url, &["m3"], Duration::from_secs(2)).await;
+    serve.assert_running();
+
+    // An invalid config (a typo'd field): logged with file:line:column, the old view stays.
+    let bad = config("round-robin", &[m(0)], PAD).replace("algorithm", "algoritm");
+    save_by_rename(&path, &bad);
+    let logged = serve
+        .stderr_with(&[&format!("{}:11:1", path.display()), "algoritm"], Duration::from_secs(3))
+        .await;
+    assert!(logged.contains("file change"), "names the source: {logged}");
+    assert_eq!(served_set(&c, &url, 20).await, ["m3"].map(String::from).into());
+    serve.signal_hup();
+    serve.stderr_with(&["SIGHUP", "algoritm"], Duration::from_secs(3)).await;
+    assert_eq!(served_set(&c, &url, 20).await, ["m3"].map(String::from).into());
+    serve.assert_running();
+
+    // Fixed, it applies again.
+    save_by_rename(&path, &config("round-robin", &[m(0), m(2)], PAD));
+    until_served_by(&c, &url, &["m1", "m3"], Duration::from_secs(3)).await;
+}
+
+/// One keep-alive HTTP/1.1 connection to `addr` sending GETs until `stop`, alternating a quick
+/// path and a slow one (so requests are in flight on members being removed); asserts every
+/// reply is 200 and that the view ids it sees never go back. Returns the requests sent.
+async fn steady_client(addr: SocketAddr, live: Arc<Live>, stop: Arc<AtomicU64>) -> u64 {
+    let stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let (mut send, conn) =
+        hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.expect("handshake");
+    let conn = tokio::spawn(conn);
+    let mut sent = 0u64;
+    let mut last_view = 0;
+    while stop.load(Ordering::Relaxed) == 0 {
+        let view = live.load().view.id;
+        assert!(view >= last_view, "view id went back from {last_view} to {view}");
+        last_view = view;
+        let path = if sent.is_multiple_of(2) { "/" } else { "/slow/5" };
+        let req = Request::get(path).header("host", "test").body(Empty::<Bytes>::new()).unwrap();
+        send.ready().await.expect("connection stays usable");
+        let resp = tokio::time::timeout(Duration::from_secs(10), send.send_request(req))
+            .await
+            .expect("reply within 10 s")
+            .expect("no connection error");
+        let status = resp.status();
+        let body = resp.into_body().collect().await.expect("whole body").to_bytes();
+        assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+        sent += 1;
+    }
+    drop(send);
+    conn.await.expect("connection task").expect("connection closed cleanly");
+    sent
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hundred_swaps_under_load_fail_no_request() {
+    let ms = members(4, Duration::from_millis(1)).await;
+    let entry = |i: usize, w: u32| (ms[i].name.as_str(), ms[i].addr, w);
+    let all: Vec<_> = (0..4).map(|i| entry(i, 100)).collect();
+    let first = rondo_config::parse_str(&config("weighted", &all, 0), Path::new("t.toml"), 1)
+        .expect("valid config");
+    let live = Arc::new(Live::new(first.view.clone(), None));
+    let router = rondo_proxy::start(&first.listeners, live.clone()).await.expect("router starts");
+    let addr = router.addr("web").expect("listener");
+
+    let stop = Arc::new(AtomicU64::new(0));
+    let clients: Vec<_> =
+        (0..4).map(|_| tokio::spawn(steady_client(addr, live.clone(), stop.clone()))).collect();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+
+    let algorithms = ["weighted", "round-robin", "least-sessions", "p2c-ewma"];
+    let mut last = live.load().view.id;
+    for i in 0..100usize {
+        // A non-empty subset of the 4 members (rotating through all 15), reweighted.
+        let subset = i % 15 + 1;
+        let chosen: Vec<_> = (0..4)
+            .filter(|j| subset & (1 << j) != 0)
+            .map(|j| entry(j, 1 + ((i * 7 + j * 13) % 10) as u32 * 50))
+            .collect();
+        let text = config(algorithms[i / 15 % algorithms.len()], &chosen, 0);
+        let next = live.load().view.id + 1;
+        let cfg = rondo_config::parse_str(&text, Path::new("t.toml"), next).expect("valid");
+        let id = live.apply(cfg.view).view.id;
+        assert!(id > last, "view id {id} after {last}");
+        last = id;
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    stop.store(1, Ordering::Relaxed);
+    let mut total = 0;
+    for c in clients {
+        total += c.await.expect("client task (no failed request, no reset connection)");
+    }
+    assert_eq!(live.load().view.id, 101);
+    assert!(total > 100, "steady load: {total} requests");
+    // Every request that began on a retired view ended on its successor: nothing in flight.
+    let snap = live.load();
+    snap.clusters["c"].with(|b| {
+        for s in b.states() {
+            assert_eq!(s.load.in_flight, 0, "{s:?}");
+        }
+    });
+    router.stop();
+}
