@@ -103,6 +103,27 @@ fn carry_over_keeps_surviving_members_state_and_slow_starts_newcomers() {
 }
 
 #[test]
+fn ewma_and_ejection_survive_an_unrelated_change() {
+    let mut old = balancer(Algorithm::P2cEwma, 3);
+    let t = Instant::from_millis(10);
+    old.begin_request(0);
+    old.end_request(0, t, Outcome::Success { latency: Duration::from_millis(250) });
+    let ejection = (0..5).find_map(|_| fail(&mut old, 1, t)).expect("ejected");
+    // Unrelated change: m2 reweighted, m3 added.
+    let mut members = named(4);
+    members[2].weight = 300;
+    let spec = Arc::new(ClusterSpec { members, ..(**old.spec()).clone() });
+    let new = Balancer::carry_over(spec, &old, t);
+    let decay = new.spec().policy.ewma.decay;
+    assert_eq!(
+        new.states()[0].load.ewma.get_at(t, decay),
+        old.states()[0].load.ewma.get_at(t, decay)
+    );
+    assert_eq!(new.states()[1].ejected_until, Some(ejection.until));
+    assert_eq!(new.states()[1].ejections, 1);
+}
+
+#[test]
 fn explain_lists_candidates_and_the_deciding_numbers() {
     let mut b = balancer(Algorithm::LeastSessions, 3);
     b.open_session(0);
