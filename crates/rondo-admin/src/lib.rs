@@ -2,9 +2,12 @@
 //!
 //! Every call needs `Authorization: Bearer <token>` (compared in constant time); with no token
 //! configured every call is refused with 403. GETs never change anything; mutations are POST and
-//! PUT, JSON in and out. See `docs/admin.md`.
+//! PUT, JSON in and out. The dashboard page (`GET /`, `dashboard.rs`) is the one thing served
+//! without the token: it holds no data and asks for the token itself. See `docs/admin.md`.
 
 pub mod client;
+mod dashboard;
+mod metrics;
 mod server;
 
 pub use server::{AdminServer, router, start};

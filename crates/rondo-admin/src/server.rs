@@ -87,11 +87,13 @@ pub fn router(live: Arc<Live>, token: Option<Vec<u8>>) -> Router {
         .route("/api/v1/clusters/{cluster}/algorithm", put(algorithm))
         .route("/api/v1/clusters/{cluster}/explain", get(explain))
         .route("/api/v1/config", post(config))
+        .merge(crate::metrics::routes(state.live.clone()))
         .fallback(|| async { error(StatusCode::NOT_FOUND, "no such endpoint") })
         .method_not_allowed_fallback(|| async {
             error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed: mutations are POST or PUT")
         })
         .layer(middleware::from_fn_with_state(state.clone(), auth))
+        .merge(crate::dashboard::routes()) // after the auth layer: the page needs no token
         .with_state(state)
 }
 
@@ -178,6 +180,7 @@ fn cluster_status(rt: &ClusterRt, now: rondo_core::Instant) -> Value {
                     "ejected_until_ms": s.ejected_until.filter(|u| *u > now).map(|u| ms(u.since(now))),
                     "in_flight": s.load.in_flight,
                     "sessions": s.load.sessions,
+                    "served": s.load.completed,
                     "ewma_us": (s.load.ewma.get_at(now, policy.ewma.decay) / 1000.0) as u64,
                     "rank": ranked.iter().position(|&(_, j)| j == i),
                     "agent": agent,

@@ -160,6 +160,8 @@ async fn proxy(
     // nothing and loaded nobody, so trying elsewhere after it is free.
     let mut sent = false;
     let mut budget_exhausted = false;
+    let mut tries = 0u32;
+    let metrics = &ctx.live.metrics;
     'clusters: for cluster in clusters {
         let Some(rt) = snapshot.clusters.get(cluster) else { continue };
         let mut tried: Vec<usize> = Vec::new();
@@ -176,6 +178,7 @@ async fn proxy(
             if !allowed {
                 tracing::warn!(route = %route.name, cluster = %cluster, "retry budget exhausted");
                 budget_exhausted = true;
+                metrics.budget_exhausted(&route.name, cluster);
                 break 'clusters;
             }
             let choice = match choose(ctx, rt, &parts, peer, &tried) {
@@ -192,6 +195,10 @@ async fn proxy(
             };
             let member = choice.member;
             tried.push(member);
+            tries += 1;
+            if tries > 1 {
+                metrics.retry(&route.name, cluster);
+            }
             let name = rt.spec.members[member].name.clone();
             let remaining = deadline.saturating_duration_since(Instant::now());
             let per_try =
@@ -206,6 +213,13 @@ async fn proxy(
             let kind = match tokio::time::timeout(per_try, client.request(request)).await {
                 Ok(Ok(mut resp)) => {
                     let latency = started.elapsed();
+                    metrics.response(
+                        &route.name,
+                        cluster,
+                        &name,
+                        resp.status().as_u16(),
+                        latency.as_secs_f64(),
+                    );
                     let outcome = if resp.status().is_server_error() {
                         Outcome::Failure { kind: FailureKind::Status5xx, latency }
                     } else {

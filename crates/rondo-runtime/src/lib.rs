@@ -1,13 +1,15 @@
 //! rondo's live state, shared by the router, the naming service and (later) the admin API:
 //! the current view and one balancer per cluster ([`live`]), the clock mapping ([`clock`]),
 //! active probes that feed health and the response-time table ([`probe`]), and live
-//! reconfiguration from the config file ([`reload`]: file watcher, SIGHUP).
+//! reconfiguration from the config file ([`reload`]: file watcher, SIGHUP), and the Prometheus
+//! metrics ([`metrics`]: counted on the request path, state read at scrape time).
 //!
 //! This crate is where time and randomness enter: it reads the clock and seeds generators, then
 //! calls the pure `rondo-core` with them as arguments.
 
 pub mod clock;
 pub mod live;
+pub mod metrics;
 pub mod probe;
 pub mod reload;
 

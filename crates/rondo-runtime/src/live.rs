@@ -14,6 +14,7 @@ use rondo_core::{
 };
 
 use crate::clock;
+use crate::metrics::{ClusterLabels, Metrics};
 
 /// One view and the run-time state of each of its clusters.
 #[derive(Debug)]
@@ -38,6 +39,8 @@ pub struct ClusterRt {
     pub counters: Counters,
     /// The latest picks (unix milliseconds, decision), newest last, for the admin API's explain.
     recent: Mutex<std::collections::VecDeque<(u64, Decision)>>,
+    /// The process's metrics (ejections are counted there too).
+    metrics: Arc<Metrics>,
 }
 
 /// A cluster's event counters since its runtime was created.
@@ -56,7 +59,7 @@ struct Inner {
 }
 
 impl ClusterRt {
-    fn new(balancer: Balancer) -> Self {
+    fn new(balancer: Balancer, metrics: Arc<Metrics>) -> Self {
         let seed = clock::now().0 ^ rondo_core::hash::hash_key(balancer.spec().name.as_bytes());
         ClusterRt {
             spec: balancer.spec().clone(),
@@ -64,6 +67,7 @@ impl ClusterRt {
             successor: OnceLock::new(),
             counters: Counters::default(),
             recent: Mutex::new(std::collections::VecDeque::with_capacity(RECENT_DECISIONS)),
+            metrics,
         }
     }
 
@@ -155,6 +159,10 @@ impl ClusterRt {
         });
         if returned {
             rt.counters.returns.fetch_add(1, Ordering::Relaxed);
+            rt.metrics
+                .returns
+                .get_or_create(&ClusterLabels { cluster: rt.spec.name.clone() })
+                .inc();
             tracing::info!(
                 cluster = %rt.spec.name,
                 member = %rt.spec.members[idx].name,
@@ -163,6 +171,10 @@ impl ClusterRt {
         }
         if let Some(e) = ejection {
             rt.counters.ejections.fetch_add(1, Ordering::Relaxed);
+            rt.metrics
+                .ejections
+                .get_or_create(&ClusterLabels { cluster: rt.spec.name.clone() })
+                .inc();
             tracing::warn!(
                 cluster = %rt.spec.name,
                 member = %rt.spec.members[idx].name,
@@ -200,21 +212,25 @@ pub struct Live {
     apply: Mutex<()>,
     /// This router's locality group.
     pub group: Option<String>,
+    /// The process's Prometheus metrics.
+    pub metrics: Arc<Metrics>,
 }
 
 impl Live {
     /// Live state starting at `view`.
     pub fn new(view: View, group: Option<String>) -> Self {
         let now = clock::now();
+        let metrics = Arc::new(Metrics::new());
         let clusters = view
             .clusters
             .iter()
             .map(|(name, spec)| {
-                (name.clone(), Arc::new(ClusterRt::new(Balancer::new(spec.clone(), now))))
+                let balancer = Balancer::new(spec.clone(), now);
+                (name.clone(), Arc::new(ClusterRt::new(balancer, metrics.clone())))
             })
             .collect();
         let snapshot = Snapshot { view: Arc::new(view), clusters };
-        Live { current: ArcSwap::from_pointee(snapshot), apply: Mutex::new(()), group }
+        Live { current: ArcSwap::from_pointee(snapshot), apply: Mutex::new(()), group, metrics }
     }
 
     /// The current snapshot; hold it for the whole request.
@@ -239,7 +255,7 @@ impl Live {
                     Some(prev) => prev.with(|b| Balancer::carry_over(spec.clone(), b, now)),
                     None => Balancer::new(spec.clone(), now),
                 };
-                (name.clone(), Arc::new(ClusterRt::new(balancer)))
+                (name.clone(), Arc::new(ClusterRt::new(balancer, self.metrics.clone())))
             })
             .collect();
         for (name, rt) in &clusters {
@@ -313,6 +329,9 @@ mod tests {
         let d = rt.pick_and_begin(&req).expect("back after the ejection time");
         rt.end_request(d.member, Outcome::Success { latency: Duration::from_millis(1) });
         assert_eq!(rt.counters.returns.load(Ordering::Relaxed), 1);
+        let c = ClusterLabels { cluster: "c".into() };
+        assert_eq!(live.metrics.ejections.get_or_create(&c).get(), 1);
+        assert_eq!(live.metrics.returns.get_or_create(&c).get(), 1);
     }
 
     #[test]

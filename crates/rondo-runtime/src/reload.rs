@@ -127,6 +127,7 @@ impl Reloader {
             Ok(c) => c,
             Err(errors) => {
                 self.rejected.fetch_add(1, Ordering::Relaxed);
+                self.live.metrics.reload(false);
                 for e in errors.iter() {
                     tracing::warn!("config reload ({source}) rejected: {e}");
                 }
@@ -149,6 +150,7 @@ impl Reloader {
         let snapshot = self.live.apply(config.view);
         probe::spawn(&snapshot);
         self.accepted.fetch_add(1, Ordering::Relaxed);
+        self.live.metrics.reload(true);
         tracing::info!(
             "config reload ({source}): view {} applied from {}",
             snapshot.view.id,

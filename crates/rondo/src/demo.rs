@@ -90,6 +90,20 @@ async fn run(
     let live = Arc::new(Live::new(config.view.clone(), config.router.group.clone()));
     probe::spawn(&live.load());
     let router = rondo_proxy::start(&config.listeners, live.clone()).await?;
+    // With `--serve`, the admin API and its dashboard too, on a free port with a fresh token.
+    let admin = if keep_serving {
+        let token = random_token();
+        let spec = rondo_config::AdminSpec {
+            listen: loopback,
+            token: Some(rondo_config::AdminToken::Inline(token.clone())),
+        };
+        let server = rondo_admin::start(&spec, live.clone())
+            .await
+            .with_context(|| format!("admin API: cannot listen on {loopback}"))?;
+        Some((server, token))
+    } else {
+        None
+    };
     let listeners: Vec<SocketAddr> = ALGORITHMS
         .iter()
         .map(|a| router.addr(a).with_context(|| format!("listener {a} is not bound")))
@@ -144,12 +158,34 @@ async fn run(
             let slow = if m.name == slow_name { " (slow)" } else { "" };
             writeln!(out, "  {:<16}http://{}/{slow}", m.name, m.addr)?;
         }
+        if let Some((server, token)) = &admin {
+            writeln!(out, "  dashboard: http://{}/ (token: {token})", server.addr)?;
+        }
         out.flush()?;
         let _ = tokio::signal::ctrl_c().await;
     }
     router.stop();
+    drop(admin);
     drop(members);
     Ok(if failed == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+/// 128 random bits as hex, for the demo's admin token (std's hasher keys come from the OS).
+fn random_token() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hex = String::with_capacity(32);
+    for i in 0..2u8 {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u8(i);
+        h.write_u128(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_nanos(),
+        );
+        hex.push_str(&format!("{:016x}", h.finish()));
+    }
+    hex
 }
 
 fn names() -> Vec<&'static str> {

@@ -1,0 +1,309 @@
+//! The router's Prometheus metrics (`/metrics` on the admin listener, `docs/admin.md`).
+//!
+//! Events are counted where they happen: responses and their latency, retries and retry-budget
+//! exhaustion on the request path (`rondo-proxy`), ejections in [`crate::ClusterRt`], reloads in
+//! [`crate::Reloader`]. State (view id, in-flight, sessions, health, ejection, agent heartbeat
+//! age) is read from the live snapshot when scraped, by [`Metrics::render`].
+
+use std::sync::Mutex;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+use crate::{Snapshot, clock};
+
+/// The `Content-Type` of [`Metrics::render`]'s output (Prometheus text format 0.0.4).
+pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
+
+/// Labels of a response from a member.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct ResponseLabels {
+    /// Route name.
+    pub route: String,
+    /// Cluster name.
+    pub cluster: String,
+    /// Member name.
+    pub member: String,
+    /// `1xx` to `5xx`.
+    pub class: &'static str,
+}
+
+/// Labels of a response's latency.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct MemberRouteLabels {
+    /// Route name.
+    pub route: String,
+    /// Cluster name.
+    pub cluster: String,
+    /// Member name.
+    pub member: String,
+}
+
+/// Labels of a route's tries on a cluster.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct RouteClusterLabels {
+    /// Route name.
+    pub route: String,
+    /// Cluster name.
+    pub cluster: String,
+}
+
+/// Labels of a cluster event.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct ClusterLabels {
+    /// Cluster name.
+    pub cluster: String,
+}
+
+/// Labels of a member's state.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct MemberLabels {
+    /// Cluster name.
+    pub cluster: String,
+    /// Member name.
+    pub member: String,
+}
+
+/// Labels of a reload.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct ReloadLabels {
+    /// `accepted` or `rejected`.
+    pub result: &'static str,
+}
+
+type F64Gauge = Gauge<f64, std::sync::atomic::AtomicU64>;
+type Histograms = Family<MemberRouteLabels, Histogram, fn() -> Histogram>;
+
+/// The latency buckets: 0.5 ms doubling to about 16 s.
+fn latency_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.0005, 2.0, 16))
+}
+
+/// Every metric, registered once; shared by [`crate::Live`] and its cluster runtimes.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    /// Responses from members by status class (`rondo_requests_total`).
+    pub requests: Family<ResponseLabels, Counter>,
+    /// Time from sending a try to the member's response head (`rondo_request_duration_seconds`).
+    pub latency: Histograms,
+    /// Tries after a request's first (`rondo_retries_total`), by the cluster tried.
+    pub retries: Family<RouteClusterLabels, Counter>,
+    /// Retries refused by the cluster's retry budget (`rondo_retry_budget_exhausted_total`).
+    pub budget_exhausted: Family<RouteClusterLabels, Counter>,
+    /// Passive ejections by outlier detection (`rondo_ejections_total`).
+    pub ejections: Family<ClusterLabels, Counter>,
+    /// Members back from an ejection (`rondo_ejection_returns_total`).
+    pub returns: Family<ClusterLabels, Counter>,
+    /// Config file reloads by result (`rondo_config_reloads_total`).
+    pub reloads: Family<ReloadLabels, Counter>,
+    view: Gauge,
+    in_flight: Family<MemberLabels, Gauge>,
+    sessions: Family<MemberLabels, Gauge>,
+    healthy: Family<MemberLabels, Gauge>,
+    ejected: Family<MemberLabels, Gauge>,
+    agent_age: Family<MemberLabels, F64Gauge>,
+    /// Serialises scrapes (each refills the state gauges).
+    scrape: Mutex<()>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    /// Every metric registered, at zero.
+    pub fn new() -> Metrics {
+        let mut m = Metrics {
+            registry: Registry::with_prefix("rondo"),
+            requests: Family::default(),
+            latency: Family::new_with_constructor(latency_histogram),
+            retries: Family::default(),
+            budget_exhausted: Family::default(),
+            ejections: Family::default(),
+            returns: Family::default(),
+            reloads: Family::default(),
+            view: Gauge::default(),
+            in_flight: Family::default(),
+            sessions: Family::default(),
+            healthy: Family::default(),
+            ejected: Family::default(),
+            agent_age: Family::default(),
+            scrape: Mutex::new(()),
+        };
+        for result in ["accepted", "rejected"] {
+            m.reloads.get_or_create(&ReloadLabels { result }).inc_by(0);
+        }
+        let r = &mut m.registry;
+        r.register(
+            "requests",
+            "Responses from members, by route, cluster, member and status class",
+            m.requests.clone(),
+        );
+        r.register(
+            "request_duration_seconds",
+            "Time from sending a try to the member's response head, by route, cluster and member",
+            m.latency.clone(),
+        );
+        r.register(
+            "retries",
+            "Tries after a request's first, by route and the cluster tried",
+            m.retries.clone(),
+        );
+        r.register(
+            "retry_budget_exhausted",
+            "Retries refused because the cluster's retry budget was spent",
+            m.budget_exhausted.clone(),
+        );
+        r.register("ejections", "Members ejected by outlier detection", m.ejections.clone());
+        r.register(
+            "ejection_returns",
+            "Members back from an ejection (first success after it ended)",
+            m.returns.clone(),
+        );
+        r.register(
+            "config_reloads",
+            "Reloads of the config file (file change or SIGHUP), by result",
+            m.reloads.clone(),
+        );
+        r.register("view_id", "Id of the live view", m.view.clone());
+        r.register("member_in_flight", "Requests in flight on a member", m.in_flight.clone());
+        r.register("member_sessions", "Sessions pinned to a member", m.sessions.clone());
+        r.register(
+            "member_healthy",
+            "1 when the member is healthy (health checks, agent, registry), else 0",
+            m.healthy.clone(),
+        );
+        r.register(
+            "member_ejected",
+            "1 while outlier detection keeps the member ejected, else 0",
+            m.ejected.clone(),
+        );
+        r.register(
+            "member_agent_heartbeat_age_seconds",
+            "Age of the member's latest load-agent report (absent before the first)",
+            m.agent_age.clone(),
+        );
+        m
+    }
+
+    /// Counts a member's response (its head arrived after `latency`).
+    pub fn response(&self, route: &str, cluster: &str, member: &str, status: u16, latency: f64) {
+        let class = match status {
+            100..=199 => "1xx",
+            200..=299 => "2xx",
+            300..=399 => "3xx",
+            400..=499 => "4xx",
+            _ => "5xx",
+        };
+        let labels = MemberRouteLabels {
+            route: route.to_owned(),
+            cluster: cluster.to_owned(),
+            member: member.to_owned(),
+        };
+        self.latency.get_or_create(&labels).observe(latency);
+        let MemberRouteLabels { route, cluster, member } = labels;
+        self.requests.get_or_create(&ResponseLabels { route, cluster, member, class }).inc();
+    }
+
+    /// Counts a try after a request's first, on `cluster`.
+    pub fn retry(&self, route: &str, cluster: &str) {
+        let labels = RouteClusterLabels { route: route.to_owned(), cluster: cluster.to_owned() };
+        self.retries.get_or_create(&labels).inc();
+    }
+
+    /// Counts a retry refused by `cluster`'s retry budget.
+    pub fn budget_exhausted(&self, route: &str, cluster: &str) {
+        let labels = RouteClusterLabels { route: route.to_owned(), cluster: cluster.to_owned() };
+        self.budget_exhausted.get_or_create(&labels).inc();
+    }
+
+    /// Counts a config file reload.
+    pub fn reload(&self, accepted: bool) {
+        let result = if accepted { "accepted" } else { "rejected" };
+        self.reloads.get_or_create(&ReloadLabels { result }).inc();
+    }
+
+    /// Every metric in the Prometheus text format, the state gauges read from `snap` now.
+    pub fn render(&self, snap: &Snapshot) -> String {
+        let _serial = self.scrape.lock().unwrap_or_else(|e| e.into_inner());
+        let now = clock::now();
+        self.view.set(snap.view.id as i64);
+        for f in [&self.in_flight, &self.sessions, &self.healthy, &self.ejected] {
+            f.clear();
+        }
+        self.agent_age.clear();
+        for name in snap.view.clusters.keys() {
+            let Some(rt) = snap.clusters.get(name) else { continue };
+            // Event counters of every cluster are shown from zero on.
+            let cl = ClusterLabels { cluster: name.clone() };
+            self.ejections.get_or_create(&cl).inc_by(0);
+            self.returns.get_or_create(&cl).inc_by(0);
+            rt.with(|b| {
+                for (m, s) in rt.spec.members.iter().zip(b.states()) {
+                    let l = MemberLabels { cluster: name.clone(), member: m.name.clone() };
+                    self.in_flight.get_or_create(&l).set(s.load.in_flight as i64);
+                    self.sessions.get_or_create(&l).set(s.load.sessions as i64);
+                    self.healthy.get_or_create(&l).set(i64::from(s.healthy));
+                    let ejected = s.ejected_until.is_some_and(|u| u > now);
+                    self.ejected.get_or_create(&l).set(i64::from(ejected));
+                    if let Some(r) = s.load.agent {
+                        self.agent_age.get_or_create(&l).set(now.since(r.at).as_secs_f64());
+                    }
+                }
+            });
+        }
+        let mut out = String::new();
+        // Writing to a String cannot fail.
+        let _ = prometheus_client::encoding::prometheus_text::encode(&mut out, &self.registry);
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+
+    #[test]
+    fn responses_are_counted_by_status_class() {
+        let m = Metrics::new();
+        for status in [200, 204, 302, 404, 500, 503, 101] {
+            m.response("r", "c", "m", status, 0.001);
+        }
+        let n = |class| {
+            let l = ResponseLabels {
+                route: "r".into(),
+                cluster: "c".into(),
+                member: "m".into(),
+                class,
+            };
+            m.requests.get_or_create(&l).get()
+        };
+        assert_eq!((n("1xx"), n("2xx"), n("3xx"), n("4xx"), n("5xx")), (1, 2, 1, 1, 2));
+        let snap = Snapshot {
+            view: Arc::new(rondo_core::View {
+                id: 7,
+                routes: vec![],
+                clusters: Default::default(),
+            }),
+            clusters: Default::default(),
+        };
+        let text = m.render(&snap);
+        assert!(text.contains("rondo_view_id 7\n"), "{text}");
+        assert!(
+            text.contains(
+                "rondo_request_duration_seconds_count{route=\"r\",cluster=\"c\",member=\"m\"} 7\n"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("rondo_config_reloads_total{result=\"rejected\"} 0\n"), "{text}");
+    }
+}

@@ -1,0 +1,99 @@
+// Drives the dashboard in headless Chromium (playwright-core), run by tests/dashboard.rs.
+// Environment: DASHBOARD_URL, TOKEN, CLUSTER, MEMBERS (comma-separated), DRAIN (a member),
+// SCREENSHOT (a .png path), CHROMIUM (the browser), PLAYWRIGHT_DIR (where
+// node_modules/playwright-core is). Prints "ok" and exits 0 when every check passes.
+import { createRequire } from "node:module";
+import path from "node:path";
+
+const env = (k) => {
+  const v = process.env[k];
+  if (!v) throw new Error(`${k} is not set`);
+  return v;
+};
+const url = env("DASHBOARD_URL");
+const token = env("TOKEN");
+const cluster = env("CLUSTER");
+const members = env("MEMBERS").split(",");
+const drained = env("DRAIN");
+const require = createRequire(path.join(env("PLAYWRIGHT_DIR"), "package.json"));
+const { chromium } = require("playwright-core");
+
+// Every wait below is bounded; this bounds the whole run.
+const overall = setTimeout(() => {
+  console.error("dashboard test: no result within 90 s");
+  process.exit(2);
+}, 90_000);
+
+function check(cond, what) {
+  if (!cond) throw new Error(`check failed: ${what}`);
+}
+
+const browser = await chromium.launch({
+  executablePath: env("CHROMIUM"),
+  timeout: 30_000,
+  args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         "--disable-dev-shm-usage"],
+});
+let failed = false;
+try {
+  const page = await browser.newPage({ viewport: { width: 1400, height: 700 } });
+  page.setDefaultTimeout(15_000);
+  const pageErrors = [];
+  page.on("pageerror", (e) => pageErrors.push(String(e)));
+  page.on("console", (m) => m.type() === "error" && pageErrors.push(m.text()));
+
+  const resp = await page.goto(url, { waitUntil: "load" });
+  check(resp.ok(), `GET ${url} answered ${resp.status()}`);
+  check((await page.title()) === "rondo dashboard", "page title");
+
+  // A wrong token is refused, and the page says so.
+  await page.fill("#token", "not-the-token");
+  await page.click("#connect");
+  await page.waitForFunction(() => document.querySelector("#error").textContent.includes("token refused"));
+  pageErrors.length = 0; // the browser logs the 401 itself
+
+  await page.fill("#token", token);
+  await page.click("#connect");
+  const table = `section[data-cluster="${cluster}"]`;
+  for (const m of members) {
+    await page.waitForSelector(`${table} tr[data-member="${m}"] td.state`);
+  }
+  await page.waitForFunction(() => document.querySelector("#error").textContent === "");
+  const shown = await page.$$eval(`${table} tbody tr`, (rows) => rows.map((r) => r.dataset.member));
+  check(JSON.stringify(shown) === JSON.stringify(members), `rows ${shown} are ${members}`);
+  const state = `${table} tr[data-member="${drained}"] td.state`;
+  check((await page.textContent(state)).startsWith("active"), "member starts active");
+
+  // Let the chart gather a few seconds of traffic, then drain.
+  await page.waitForTimeout(4_000);
+  await page.click(`${table} tr[data-member="${drained}"] button.drain`);
+  await page.waitForFunction(
+    (sel) => document.querySelector(sel).textContent.startsWith("draining"), state);
+  const text = await page.textContent(state);
+  check(text.includes("operator:dashboard"), `state cell names the dashboard: ${text}`);
+  for (const m of members.filter((m) => m !== drained)) {
+    const t = await page.textContent(`${table} tr[data-member="${m}"] td.state`);
+    check(t.startsWith("active"), `${m} stays active: ${t}`);
+  }
+
+  // The API agrees.
+  const status = await (await fetch(new URL("/api/v1/status", url), {
+    headers: { Authorization: `Bearer ${token}` }, signal: AbortSignal.timeout(10_000),
+  })).json();
+  const m = status.clusters.find((c) => c.name === cluster).members.find((x) => x.name === drained);
+  check(m.admin === "draining" && m.admin_by === "operator:dashboard",
+        `status says ${m.admin} by ${m.admin_by}`);
+
+  await page.waitForTimeout(1_500);
+  await page.screenshot({ path: env("SCREENSHOT"), fullPage: true });
+  check(pageErrors.length === 0, `no errors in the page: ${pageErrors.join("; ")}`);
+  console.log("ok");
+} catch (e) {
+  failed = true;
+  console.error(`dashboard test: ${e.stack || e}`);
+} finally {
+  await browser.close().catch(() => {});
+  clearTimeout(overall);
+}
+process.exit(failed ? 1 : 0);
