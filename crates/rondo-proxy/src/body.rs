@@ -21,6 +21,12 @@ use crate::conn::ConnState;
 /// Boxed error used by bodies.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
+/// The client's request body failed while being forwarded (the client aborted or sent
+/// garbage): the client's fault, not the member's.
+#[derive(Debug, thiserror::Error)]
+#[error("the client's request body failed: {0}")]
+pub struct ClientBodyError(#[source] pub hyper::Error);
+
 /// The request body was over the listener's limit.
 #[derive(Debug, thiserror::Error)]
 #[error("request body over the limit of {0} bytes")]
@@ -94,7 +100,7 @@ impl Body for UpstreamBody {
                         }
                         Poll::Ready(Some(Ok(frame)))
                     }
-                    Some(Err(e)) => Poll::Ready(Some(Err(Box::new(e)))),
+                    Some(Err(e)) => Poll::Ready(Some(Err(Box::new(ClientBodyError(e))))),
                     None => Poll::Ready(None),
                 }
             }

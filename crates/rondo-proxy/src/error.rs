@@ -35,6 +35,8 @@ pub enum Kind {
     Timeout,
     /// The request body is over the listener's limit.
     BodyTooLarge,
+    /// The client's request body broke off.
+    ClientBody,
 }
 
 /// One try at one member.
@@ -67,7 +69,7 @@ impl Kind {
     /// The side a failure of this kind is on.
     pub fn side(self) -> Side {
         match self {
-            Kind::NoRoute | Kind::BodyTooLarge => Side::Client,
+            Kind::NoRoute | Kind::BodyTooLarge | Kind::ClientBody => Side::Client,
             Kind::NoEligible => Side::Internal,
             Kind::Connect | Kind::Reset | Kind::Timeout => Side::Member,
         }
@@ -86,6 +88,7 @@ impl Kind {
             Kind::Connect | Kind::Reset => StatusCode::BAD_GATEWAY,
             Kind::Timeout => StatusCode::GATEWAY_TIMEOUT,
             Kind::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            Kind::ClientBody => StatusCode::BAD_REQUEST,
         }
     }
 
@@ -97,6 +100,7 @@ impl Kind {
             Kind::Reset => "connection reset before a response",
             Kind::Timeout => "timed out",
             Kind::BodyTooLarge => "request body too large",
+            Kind::ClientBody => "request body broke off",
         }
     }
 }
@@ -150,7 +154,7 @@ impl ProxyError {
         if self.kind == Kind::NoEligible {
             resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         }
-        if self.kind == Kind::BodyTooLarge {
+        if matches!(self.kind, Kind::BodyTooLarge | Kind::ClientBody) {
             resp.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
         }
         resp

@@ -21,7 +21,7 @@ use rondo_core::{
 };
 use rondo_runtime::{ClusterRt, Live, Snapshot, clock};
 
-use crate::body::{BodySlot, Finish, ProxyBody, TooLarge, UpstreamBody};
+use crate::body::{BodySlot, ClientBodyError, Finish, ProxyBody, TooLarge, UpstreamBody};
 use crate::conn::ConnState;
 use crate::error::{Attempt, Kind, ProxyError};
 use crate::headers::{add_forwarded, append_via, is_upgrade, strip_hop_by_hop};
@@ -195,6 +195,9 @@ async fn proxy(
             };
             let member = choice.member;
             tried.push(member);
+            // Ends the request on the member as cancelled if this future is dropped (the
+            // client went away) before an outcome is recorded.
+            let begun = Begun { rt: rt.clone(), member, armed: true };
             tries += 1;
             if tries > 1 {
                 metrics.retry(&route.name, cluster);
@@ -239,17 +242,27 @@ async fn proxy(
                     if let Some(cookie) = choice.set_cookie {
                         rparts.headers.append(header::SET_COOKIE, cookie);
                     }
+                    // From here the response body's end reports the outcome.
+                    begun.disarm();
                     let finish = Finish::default()
                         .request(rt.clone(), member, outcome)
                         .conn(conn.clone(), route.idle_timeout);
                     return Ok(Response::from_parts(rparts, ProxyBody::upstream(rbody, finish)));
                 }
                 Ok(Err(e)) => {
-                    if caused_by_too_large(&e) {
-                        rt.end_request(member, Outcome::Cancelled);
+                    if caused_by::<TooLarge>(&e) {
+                        begun.end(Outcome::Cancelled);
                         return Err(fail(
                             Kind::BodyTooLarge,
                             format!("request body over the limit of {limit} bytes"),
+                        ));
+                    }
+                    if caused_by::<ClientBodyError>(&e) {
+                        // The client's body failed (aborted mid-way): not the member's fault.
+                        begun.end(Outcome::Cancelled);
+                        return Err(fail(
+                            Kind::ClientBody,
+                            "the request body broke off before it was complete".to_owned(),
                         ));
                     }
                     let (kind, failure) = if e.is_connect() {
@@ -257,18 +270,12 @@ async fn proxy(
                     } else {
                         (Kind::Reset, FailureKind::Reset)
                     };
-                    rt.end_request(
-                        member,
-                        Outcome::Failure { kind: failure, latency: started.elapsed() },
-                    );
+                    begun.end(Outcome::Failure { kind: failure, latency: started.elapsed() });
                     kind
                 }
                 Err(_elapsed) => {
                     let latency = started.elapsed();
-                    rt.end_request(
-                        member,
-                        Outcome::Failure { kind: FailureKind::Timeout, latency },
-                    );
+                    begun.end(Outcome::Failure { kind: FailureKind::Timeout, latency });
                     Kind::Timeout
                 }
             };
@@ -309,15 +316,42 @@ fn is_idempotent(m: &Method) -> bool {
     )
 }
 
-fn caused_by_too_large(e: &(dyn std::error::Error + 'static)) -> bool {
+fn caused_by<T: std::error::Error + 'static>(e: &(dyn std::error::Error + 'static)) -> bool {
     let mut cur = Some(e);
     while let Some(err) = cur {
-        if err.is::<TooLarge>() {
+        if err.is::<T>() {
             return true;
         }
         cur = err.source();
     }
     false
+}
+
+/// A request counted as begun on a member; ends it as cancelled when dropped unless an outcome
+/// was recorded or the response body took over.
+struct Begun {
+    rt: Arc<ClusterRt>,
+    member: usize,
+    armed: bool,
+}
+
+impl Begun {
+    fn end(mut self, outcome: Outcome) {
+        self.armed = false;
+        self.rt.end_request(self.member, outcome);
+    }
+
+    fn disarm(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for Begun {
+    fn drop(&mut self) {
+        if self.armed {
+            self.rt.end_request(self.member, Outcome::Cancelled);
+        }
+    }
 }
 
 fn upstream_request(

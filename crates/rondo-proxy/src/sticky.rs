@@ -41,6 +41,13 @@ pub fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
         })
 }
 
+/// Session ids longer than this are ignored (the request is placed without a session): ids are
+/// client-chosen, so neither their size nor their number may grow the table without bound.
+pub const MAX_SESSION_ID: usize = 128;
+/// At most this many header sessions are tracked per router; past it, new sessions are placed
+/// without being pinned until idle ones are forgotten.
+pub const MAX_SESSIONS: usize = 100_000;
+
 struct Entry {
     rt: Arc<ClusterRt>,
     member: usize,
@@ -63,6 +70,9 @@ impl std::fmt::Debug for Sessions {
 impl Sessions {
     /// The member that holds session `id` of `cluster`, if it is still there (by name).
     pub fn get(&self, cluster: &Arc<ClusterRt>, id: &str) -> Option<usize> {
+        if id.len() > MAX_SESSION_ID {
+            return None;
+        }
         let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
         let e = map.get_mut(&(cluster.spec.name.clone(), id.to_owned()))?;
         e.last = Instant::now();
@@ -72,13 +82,19 @@ impl Sessions {
 
     /// Pins session `id` to `member`, counting it there and un-counting a previous pin.
     pub fn pin(&self, cluster: &Arc<ClusterRt>, id: &str, member: usize) {
-        cluster.open_session(member);
-        let entry = Entry { rt: cluster.clone(), member, last: Instant::now() };
-        let old = self
-            .map
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert((cluster.spec.name.clone(), id.to_owned()), entry);
+        if id.len() > MAX_SESSION_ID {
+            return;
+        }
+        let key = (cluster.spec.name.clone(), id.to_owned());
+        let old = {
+            let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+            if map.len() >= MAX_SESSIONS && !map.contains_key(&key) {
+                return;
+            }
+            cluster.open_session(member);
+            let entry = Entry { rt: cluster.clone(), member, last: Instant::now() };
+            map.insert(key, entry)
+        };
         if let Some(old) = old {
             old.rt.close_session(old.member);
         }

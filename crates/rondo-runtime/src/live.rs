@@ -148,15 +148,32 @@ impl ClusterRt {
         Some((rt, idx))
     }
 
+    /// Runs `f` on the newest runtime's balancer for `member` (by name), under that runtime's
+    /// lock, so that a swap cannot slip in between finding the runtime and updating it: the
+    /// successor is linked under the old runtime's lock, and a runtime found retired once locked
+    /// is left for its successor.
+    fn on_newest<R>(
+        self: &Arc<Self>,
+        member: usize,
+        f: impl Fn(&mut Balancer, usize) -> R,
+    ) -> Option<(Arc<ClusterRt>, usize, R)> {
+        loop {
+            let (rt, idx) = self.resolve(member)?;
+            let done = rt.with(|b| (!rt.is_retired()).then(|| f(b, idx)));
+            if let Some(r) = done {
+                return Some((rt, idx, r));
+            }
+        }
+    }
+
     /// A request begun with [`ClusterRt::pick_and_begin`] ended.
     pub fn end_request(self: &Arc<Self>, member: usize, outcome: Outcome) -> Option<Ejection> {
-        let (rt, idx) = self.resolve(member)?;
         let now = clock::now();
-        let (ejection, returned) = rt.with(|b| {
+        let (rt, idx, (ejection, returned)) = self.on_newest(member, |b, idx| {
             let was_out = b.states()[idx].ejected_until.is_some_and(|u| now >= u);
             let ejection = b.end_request(idx, now, outcome);
             (ejection, was_out && b.states()[idx].ejected_until.is_none())
-        });
+        })?;
         if returned {
             rt.counters.returns.fetch_add(1, Ordering::Relaxed);
             rt.metrics
@@ -188,16 +205,12 @@ impl ClusterRt {
 
     /// A session was pinned to `member`.
     pub fn open_session(self: &Arc<Self>, member: usize) {
-        if let Some((rt, idx)) = self.resolve(member) {
-            rt.with(|b| b.open_session(idx));
-        }
+        self.on_newest(member, |b, idx| b.open_session(idx));
     }
 
     /// A session on `member` ended.
     pub fn close_session(self: &Arc<Self>, member: usize) {
-        if let Some((rt, idx)) = self.resolve(member) {
-            rt.with(|b| b.close_session(idx));
-        }
+        self.on_newest(member, |b, idx| b.close_session(idx));
     }
 }
 
@@ -251,18 +264,23 @@ impl Live {
             .clusters
             .iter()
             .map(|(name, spec)| {
-                let balancer = match old.clusters.get(name) {
-                    Some(prev) => prev.with(|b| Balancer::carry_over(spec.clone(), b, now)),
-                    None => Balancer::new(spec.clone(), now),
+                let rt = match old.clusters.get(name) {
+                    // Copy the state and link the successor under the old runtime's lock, so
+                    // no request can end on the old runtime after its counts were copied.
+                    Some(prev) => prev.with(|b| {
+                        let balancer = Balancer::carry_over(spec.clone(), b, now);
+                        let rt = Arc::new(ClusterRt::new(balancer, self.metrics.clone()));
+                        let _ = prev.successor.set(rt.clone());
+                        rt
+                    }),
+                    None => {
+                        let balancer = Balancer::new(spec.clone(), now);
+                        Arc::new(ClusterRt::new(balancer, self.metrics.clone()))
+                    }
                 };
-                (name.clone(), Arc::new(ClusterRt::new(balancer, self.metrics.clone())))
+                (name.clone(), rt)
             })
             .collect();
-        for (name, rt) in &clusters {
-            if let Some(prev) = old.clusters.get(name) {
-                let _ = prev.successor.set(rt.clone());
-            }
-        }
         let snapshot = Arc::new(Snapshot { view: Arc::new(view), clusters });
         self.current.store(snapshot.clone());
         snapshot

@@ -223,3 +223,21 @@ async fn a_post_whose_member_refuses_the_connection_goes_to_another_member() {
         assert_eq!(got, body.as_bytes(), "post {i} echoed by m1");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_gives_up_does_not_leave_a_request_counted_in_flight() {
+    let m1 = spawn_member("m1", 0).await;
+    let r = router(&config("", &member_list(std::slice::from_ref(&m1)))).await;
+    let in_flight = || r.live.load().clusters["c"].with(|b| b.states()[0].load.in_flight);
+    let c = support::client();
+    // The member takes 10 s; the client gives up after 200 ms and drops its connection.
+    let url = r.url("web", "/slow/10000");
+    let gave_up = tokio::time::timeout(Duration::from_millis(200), get(&c, &url)).await;
+    assert!(gave_up.is_err(), "the client should have given up");
+    drop(c);
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while in_flight() != 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(in_flight(), 0, "the abandoned request must not stay counted");
+}
