@@ -159,6 +159,7 @@ async fn proxy(
     // and must fit the retry budget of the cluster they go to. A refused connection sent
     // nothing and loaded nobody, so trying elsewhere after it is free.
     let mut sent = false;
+    let mut deposited = false;
     let mut budget_exhausted = false;
     let mut tries = 0u32;
     let metrics = &ctx.live.metrics;
@@ -171,10 +172,14 @@ async fn proxy(
                 if sent {
                     b.retry_allowed(now)
                 } else {
-                    b.note_request(now);
+                    // One deposit per request (not per try after a refused connection).
+                    if !deposited {
+                        b.note_request(now);
+                    }
                     true
                 }
             });
+            deposited = true;
             if !allowed {
                 tracing::warn!(route = %route.name, cluster = %cluster, "retry budget exhausted");
                 budget_exhausted = true;
