@@ -1,15 +1,16 @@
 //! The admin API and `rondo ctl` over real sockets: an in-process router plus the admin API on
 //! a free port, and `rondo ctl` against a `rondo serve` process.
 
+mod common;
 #[path = "router/support.rs"]
 mod support;
 
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use bytes::Bytes;
+use common::{BIN, Proc, TempDir};
 use http::{Method, Request, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
@@ -19,7 +20,6 @@ use serde_json::Value;
 use support::*;
 
 const TOKEN: &str = "s3cret-token";
-const BIN: &str = env!("CARGO_BIN_EXE_rondo");
 
 /// A router over `cluster` (the body of cluster `c`, listener `web`) and its admin API.
 struct Setup {
@@ -315,44 +315,25 @@ async fn explain_returns_the_latest_picks_and_why() {
 
 /// A `rondo serve` process with an admin API; killed on drop.
 struct Serve {
-    child: Child,
+    // Dropped in this order: the process, then its directory.
+    _proc: Proc,
+    _dir: TempDir,
     admin: SocketAddr,
-    dir: std::path::PathBuf,
 }
 
 impl Serve {
     fn start() -> Serve {
-        let dir = std::env::temp_dir().join(format!("rondo-admin-test-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = TempDir::new("admin");
         let config = format!(
             "[admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"{TOKEN}\"\n\n{}",
             one_cluster(&member_list_of_dead())
         );
-        let path = dir.join("rondo.toml");
+        let path = dir.0.join("rondo.toml");
         std::fs::write(&path, config).unwrap();
-        let mut child = Command::new(BIN)
-            .args(["serve", "--workers", "1", "--config", path.to_str().unwrap()])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("rondo serve starts");
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let admin = loop {
-            let line = lines.next().expect("serve prints its admin address").unwrap();
-            if let Some(a) = line.strip_prefix("rondo: admin API on ") {
-                break a.parse().unwrap();
-            }
-        };
-        std::thread::spawn(move || for _ in lines {});
-        Serve { child, admin, dir }
-    }
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
+        let mut proc =
+            Proc::start(&["serve", "--workers", "1", "--config", path.to_str().unwrap()]);
+        let admin = proc.addr_after("rondo: admin API on ");
+        Serve { _proc: proc, _dir: dir, admin }
     }
 }
 

@@ -1,14 +1,16 @@
 //! Load agents end to end: an in-process router with an `[agent]` receiver, in-process members,
 //! and real `rondo agent` processes on 127.0.0.1 (stopped and continued with SIGSTOP/SIGCONT).
 
+mod common;
 #[path = "router/support.rs"]
 mod support;
 
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::{BIN, ChildGuard as Proc};
 use rondo::member::Member;
 use rondo_agent::wire::{self, Heartbeat, Key};
 use rondo_agent::{Receiver, ReceiverOpts, ReceiverStats};
@@ -16,29 +18,7 @@ use rondo_runtime::{Live, clock, probe};
 use support::{any_port, count, member_list, members, served_by};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
-const BIN: &str = env!("CARGO_BIN_EXE_rondo");
 const KEY: &str = "test-agent-key";
-
-/// A child process killed (and reaped) when dropped, stopped or not.
-struct Proc(Child);
-
-impl Proc {
-    fn signal(&self, sig: &str) {
-        let ok = Command::new("kill")
-            .args([sig, &self.0.id().to_string()])
-            .status()
-            .expect("run kill")
-            .success();
-        assert!(ok, "kill {sig} failed");
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// `rondo agent` reporting to `to` for member `member` of cluster `app`.
 fn agent(to: SocketAddr, member: &str, key: &str, extra: &[&str]) -> Proc {
@@ -324,15 +304,7 @@ struct Lines(Arc<std::sync::Mutex<Vec<String>>>);
 
 impl Lines {
     fn collect(pipe: impl std::io::Read + Send + 'static) -> Lines {
-        let lines = Arc::new(std::sync::Mutex::new(Vec::new()));
-        let sink = lines.clone();
-        std::thread::spawn(move || {
-            use std::io::BufRead;
-            for line in std::io::BufReader::new(pipe).lines().map_while(Result::ok) {
-                sink.lock().unwrap().push(line);
-            }
-        });
-        Lines(lines)
+        Lines(common::collect_lines(pipe))
     }
 
     /// Waits (at most `limit`) for a line containing every one of `parts`.

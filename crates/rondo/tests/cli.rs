@@ -1,11 +1,12 @@
 //! Runs the real `rondo` binary: `rondo check` on the example config, on broken configs and on
 //! a missing file; `--version` and `--help`.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::atomic::{AtomicUsize, Ordering};
 
-const BIN: &str = env!("CARGO_BIN_EXE_rondo");
+use common::{BIN, TempDir};
 
 fn example() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/rondo.toml")
@@ -19,25 +20,13 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
-/// A fresh directory of this test process.
-fn temp_dir() -> PathBuf {
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    let dir = std::env::temp_dir().join(format!(
-        "rondo-cli-test-{}-{}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    ));
-    std::fs::create_dir_all(&dir).expect("create temp dir");
-    dir
-}
-
 /// Writes `contents` to a fresh `rondo.toml` and runs `rondo check` on it.
 fn check_text(contents: &str) -> (PathBuf, Output) {
-    let dir = temp_dir();
-    let path = dir.join("rondo.toml");
+    let dir = TempDir::new("cli");
+    let path = dir.0.join("rondo.toml");
     std::fs::write(&path, contents).expect("write config");
     let out = rondo(&["check", "--config", path.to_str().unwrap()]);
-    std::fs::remove_dir_all(&dir).ok();
+    drop(dir);
     (path, out)
 }
 
@@ -120,7 +109,8 @@ fn check_reports_every_error_one_per_line() {
 
 #[test]
 fn check_reports_a_missing_file() {
-    let path = temp_dir().join("does-not-exist.toml");
+    let dir = TempDir::new("cli");
+    let path = dir.0.join("does-not-exist.toml");
     let out = rondo(&["check", "--config", path.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(1));
     assert!(out.stdout.is_empty());
@@ -129,7 +119,6 @@ fn check_reports_a_missing_file() {
         stderr.starts_with(&format!("{}:1:1: cannot read config file: ", path.display())),
         "stderr: {stderr}"
     );
-    std::fs::remove_dir_all(path.parent().unwrap()).ok();
 }
 
 #[test]

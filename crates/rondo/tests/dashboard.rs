@@ -7,16 +7,18 @@
 //! `target/ui-test` (or `RONDO_UI_TEST_DIR`); `.ci/run` installs them. Without them the test
 //! says so and passes, unless `CI` is set: then it fails.
 
-use std::io::{BufRead, BufReader, Read, Write};
+mod common;
+
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_rondo");
+use common::{Proc, TempDir};
+
 const TOKEN: &str = "dashboard-test-token";
 const MEMBERS: [&str; 3] = ["m1", "m2", "m3"];
 const DRAINED: &str = "m2";
@@ -58,66 +60,6 @@ fn tools() -> Result<Tools, String> {
 /// `CI` set to anything but empty, `0` or `false`.
 fn in_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false")
-}
-
-/// A child process, killed with SIGKILL and reaped on drop, with its stdout lines on a channel.
-struct Proc {
-    child: Child,
-    lines: mpsc::Receiver<String>,
-}
-
-impl Proc {
-    fn start(args: &[&str]) -> Proc {
-        let mut child = Command::new(BIN)
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start rondo");
-        let stdout = child.stdout.take().expect("stdout");
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { return };
-                if tx.send(line).is_err() {
-                    return;
-                }
-            }
-        });
-        Proc { child, lines }
-    }
-
-    /// The address at the end of the first stdout line containing `needle` (10 s at most).
-    fn addr_after(&mut self, needle: &str) -> SocketAddr {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.lines.recv_timeout(left) {
-                Ok(line) if line.contains(needle) => {
-                    return line.rsplit(' ').next().and_then(|a| a.parse().ok()).expect("address");
-                }
-                Ok(_) => {}
-                Err(e) => panic!("no line with {needle:?} ({e})"),
-            }
-        }
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// A fresh directory, removed on drop.
-struct TempDir(PathBuf);
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 /// One HTTP/1.1 request with `Connection: close`; status line and body (5 s limit).
@@ -270,7 +212,6 @@ struct Stack {
 
 impl Stack {
     fn start() -> Stack {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
         let mut members = Vec::new();
         let mut entries = Vec::new();
         for name in MEMBERS {
@@ -279,12 +220,7 @@ impl Stack {
             entries.push(format!("{{ name = \"{name}\", address = \"{addr}\" }}"));
             members.push(p);
         }
-        let dir = TempDir(std::env::temp_dir().join(format!(
-            "rondo-dashboard-test-{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        )));
-        std::fs::create_dir_all(&dir.0).unwrap();
+        let dir = TempDir::new("dashboard");
         let config = format!(
             "[admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"{TOKEN}\"\n\n\
                  [[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:0\"\n\n\
@@ -305,15 +241,8 @@ impl Stack {
 
 #[test]
 fn demo_serve_prints_the_dashboard_address_and_token() {
-    let demo = Proc::start(&["demo", "--serve", "--calls", "12"]);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let line = loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let line = demo.lines.recv_timeout(left).expect("the demo prints its dashboard address");
-        if line.contains("dashboard: ") {
-            break line;
-        }
-    };
+    let mut demo = Proc::start(&["demo", "--serve", "--calls", "12"]);
+    let line = demo.line_with("dashboard: ", Duration::from_secs(60));
     // `  dashboard: http://127.0.0.1:PORT/ (token: HEX)`
     let rest = line.trim().strip_prefix("dashboard: http://").expect("dashboard line");
     let (addr, token) = rest.split_once("/ (token: ").expect("token");

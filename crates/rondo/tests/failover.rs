@@ -8,15 +8,14 @@
 //! asserts speed. The tests run one at a time: they measure detection windows (health checks
 //! every 100 ms, `fall = rise = 2`) and the machine may have only two cores.
 
+mod common;
+
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future;
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, mpsc};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -31,7 +30,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::io::AsyncReadExt;
 use tokio::task::{JoinHandle, JoinSet};
 
-const BIN: &str = env!("CARGO_BIN_EXE_rondo");
+use common::{Proc, TempDir, free_port, start_member};
 
 /// Probes every 100 ms; two results in a row take a member down or bring it back.
 const HEALTH: &str =
@@ -64,100 +63,6 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// A fresh directory of this test process, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new() -> TempDir {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "rondo-failover-test-{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir_all(&dir).expect("create temp dir");
-        TempDir(dir)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// A child process, killed with SIGKILL and reaped on drop (or by [`Proc::kill`]), with its
-/// stdout lines on a channel.
-struct Proc {
-    child: Child,
-    lines: mpsc::Receiver<String>,
-}
-
-impl Proc {
-    fn start(args: &[&str]) -> Proc {
-        let mut child = Command::new(BIN)
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start rondo");
-        let stdout = child.stdout.take().expect("stdout");
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { return };
-                if tx.send(line).is_err() {
-                    return;
-                }
-            }
-        });
-        Proc { child, lines }
-    }
-
-    /// The first stdout line containing `needle`, waiting at most `wait` in all.
-    fn line_with(&mut self, needle: &str, wait: Duration) -> String {
-        let deadline = Instant::now() + wait;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.lines.recv_timeout(left) {
-                Ok(line) if line.contains(needle) => return line,
-                Ok(_) => {}
-                Err(e) => {
-                    let status = self.child.try_wait().ok().flatten();
-                    panic!("no line with {needle:?} ({e}); exit status {status:?}");
-                }
-            }
-        }
-    }
-
-    /// `kill -9`, then reap.
-    fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-/// A port free right now (bound, then released).
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    l.local_addr().expect("local addr").port()
-}
-
-/// Starts `rondo member --name NAME --listen LISTEN` and returns it with its address.
-fn start_member(name: &str, listen: &str) -> (Proc, SocketAddr) {
-    let mut p = Proc::start(&["member", "--name", name, "--listen", listen]);
-    let line = p.line_with(&format!("rondo member {name} on "), Duration::from_secs(10));
-    let addr = line.rsplit(' ').next().and_then(|a| a.parse().ok()).expect("member address");
-    (p, addr)
-}
-
 /// `{ name = "NAME", address = "ADDR" }` with `extra` keys.
 fn entry(name: &str, addr: SocketAddr, extra: &str) -> String {
     let extra = if extra.is_empty() { String::new() } else { format!(", {extra}") };
@@ -179,7 +84,7 @@ struct RouterProc {
 
 /// Starts the router with listener `web` on a free port and `rest` (routes and clusters).
 fn start_router(rest: &str) -> RouterProc {
-    let dir = TempDir::new();
+    let dir = TempDir::new("failover");
     let port = free_port();
     let text = format!("[[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:{port}\"\n\n{rest}");
     let path = dir.0.join("rondo.toml");

@@ -2,13 +2,14 @@
 //! rename, edited in place with SIGHUP, invalid), and 100 view swaps under steady load with no
 //! failed request, no reset connection and view ids that only grow.
 
+mod common;
+
 use std::collections::BTreeSet;
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, mpsc};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -20,35 +21,12 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use rondo::member::{self, Member};
 use rondo_runtime::Live;
 
-const BIN: &str = env!("CARGO_BIN_EXE_rondo");
-
-/// A fresh directory of this test process, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new() -> TempDir {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "rondo-reload-test-{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir_all(&dir).expect("create temp dir");
-        TempDir(dir)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+use common::{BIN, Proc, TempDir, collect_lines};
 
 /// `rondo serve` as a child process, killed (and reaped) on drop, with its stdout lines on a
 /// channel and its stderr lines collected.
 struct Serve {
-    child: Child,
-    lines: mpsc::Receiver<String>,
+    proc: Proc,
     stderr: Arc<Mutex<Vec<String>>>,
 }
 
@@ -62,41 +40,13 @@ impl Serve {
             .stderr(Stdio::piped())
             .spawn()
             .expect("start rondo");
-        let stdout = child.stdout.take().expect("stdout");
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { return };
-                if tx.send(line).is_err() {
-                    return;
-                }
-            }
-        });
-        let stderr = Arc::new(Mutex::new(Vec::new()));
-        let (err, sink) = (child.stderr.take().expect("stderr"), stderr.clone());
-        std::thread::spawn(move || {
-            for line in BufReader::new(err).lines() {
-                let Ok(line) = line else { return };
-                sink.lock().unwrap().push(line);
-            }
-        });
-        Serve { child, lines, stderr }
+        let stderr = collect_lines(child.stderr.take().expect("stderr"));
+        Serve { proc: Proc::from_child(child), stderr }
     }
 
     /// The first stdout line containing `needle`, waiting at most `wait` in all.
     fn line_with(&mut self, needle: &str, wait: Duration) -> String {
-        let deadline = Instant::now() + wait;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.lines.recv_timeout(left) {
-                Ok(line) if line.contains(needle) => return line,
-                Ok(_) => {}
-                Err(e) => {
-                    let status = self.child.try_wait().ok().flatten();
-                    panic!("no line with {needle:?} ({e}); exit status {status:?}");
-                }
-            }
-        }
+        self.proc.line_with(needle, wait)
     }
 
     /// Waits at most `wait` for a stderr line containing every one of `needles`.
@@ -118,7 +68,7 @@ impl Serve {
     fn signal_hup(&self) {
         // The shell's built-in kill: no extra package, no libc binding.
         let ok = Command::new("sh")
-            .args(["-c", &format!("kill -HUP {}", self.child.id())])
+            .args(["-c", &format!("kill -HUP {}", self.proc.child.id())])
             .status()
             .expect("run kill")
             .success();
@@ -126,14 +76,7 @@ impl Serve {
     }
 
     fn assert_running(&mut self) {
-        assert_eq!(self.child.try_wait().expect("try_wait"), None, "rondo serve exited");
-    }
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        assert_eq!(self.proc.child.try_wait().expect("try_wait"), None, "rondo serve exited");
     }
 }
 
@@ -235,7 +178,7 @@ async fn until_served_by(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_reloads_on_rename_sighup_and_keeps_the_old_view_on_errors() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("reload");
     let ms = members(3, Duration::ZERO).await;
     let m = |i: usize| (ms[i].name.as_str(), ms[i].addr, 100);
     const PAD: usize = 1024;

@@ -1,6 +1,8 @@
 //! Integration tests of the router: real sockets on 127.0.0.1, real members (in-process servers
 //! or `rondo member` processes), the router started from a configuration text.
 
+mod common;
+
 mod router {
     pub(crate) mod support;
 

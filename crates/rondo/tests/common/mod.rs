@@ -1,0 +1,159 @@
+//! Process helpers shared by the integration-test binaries: a temporary directory removed on
+//! drop, `rondo` child processes killed and reaped on drop, free ports and `rondo member`
+//! processes. Each test binary compiles this module on its own and uses only part of it.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::{Duration, Instant};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_rondo");
+
+/// A fresh directory of this test process, removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    /// `rondo-{kind}-test-PID-N` under the system temporary directory.
+    pub fn new(kind: &str) -> TempDir {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "rondo-{kind}-test-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).expect("create temp dir");
+        TempDir(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A `rondo` child process, killed with SIGKILL and reaped on drop (or by [`Proc::kill`]), with
+/// its stdout lines on a channel.
+pub struct Proc {
+    pub child: Child,
+    pub lines: mpsc::Receiver<String>,
+}
+
+impl Proc {
+    pub fn start(args: &[&str]) -> Proc {
+        let child = Command::new(BIN)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start rondo");
+        Proc::from_child(child)
+    }
+
+    /// Takes over `child`, whose stdout must be piped.
+    pub fn from_child(mut child: Child) -> Proc {
+        let lines = send_lines(child.stdout.take().expect("stdout"));
+        Proc { child, lines }
+    }
+
+    /// The first stdout line containing `needle`, waiting at most `wait` in all.
+    pub fn line_with(&mut self, needle: &str, wait: Duration) -> String {
+        let deadline = Instant::now() + wait;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) if line.contains(needle) => return line,
+                Ok(_) => {}
+                Err(e) => {
+                    let status = self.child.try_wait().ok().flatten();
+                    panic!("no line with {needle:?} ({e}); exit status {status:?}");
+                }
+            }
+        }
+    }
+
+    /// The address at the end of the first stdout line containing `needle` (10 s at most).
+    pub fn addr_after(&mut self, needle: &str) -> SocketAddr {
+        let line = self.line_with(needle, Duration::from_secs(10));
+        line.rsplit(' ').next().and_then(|a| a.parse().ok()).expect("address")
+    }
+
+    /// `kill -9`, then reap.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// The lines of `pipe` on a channel, read by a thread of their own.
+pub fn send_lines(pipe: impl Read + Send + 'static) -> mpsc::Receiver<String> {
+    let (tx, lines) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(pipe).lines() {
+            let Ok(line) = line else { return };
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    lines
+}
+
+/// The lines of `pipe`, collected by a thread of their own.
+pub fn collect_lines(pipe: impl Read + Send + 'static) -> Arc<Mutex<Vec<String>>> {
+    let lines = Arc::new(Mutex::new(Vec::new()));
+    let sink = lines.clone();
+    std::thread::spawn(move || {
+        for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+            sink.lock().unwrap_or_else(|e| e.into_inner()).push(line);
+        }
+    });
+    lines
+}
+
+/// A port free right now (bound, then released).
+pub fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().expect("local addr").port()
+}
+
+/// Starts `rondo member --name NAME --listen LISTEN` and returns it with its address.
+pub fn start_member(name: &str, listen: &str) -> (Proc, SocketAddr) {
+    let mut p = Proc::start(&["member", "--name", name, "--listen", listen]);
+    let line = p.line_with(&format!("rondo member {name} on "), Duration::from_secs(10));
+    let addr = line.rsplit(' ').next().and_then(|a| a.parse().ok()).expect("member address");
+    (p, addr)
+}
+
+/// A child process killed with SIGKILL and reaped on drop, stopped or not.
+pub struct ChildGuard(pub Child);
+
+impl ChildGuard {
+    /// Sends `sig` (e.g. `-STOP`) with `kill`.
+    pub fn signal(&self, sig: &str) {
+        let ok = Command::new("kill")
+            .args([sig, &self.0.id().to_string()])
+            .status()
+            .expect("run kill")
+            .success();
+        assert!(ok, "kill {sig} failed");
+    }
+}
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
