@@ -283,24 +283,29 @@ fn change_cluster(
     cluster: &str,
     change: impl FnOnce(&mut rondo_core::ClusterSpec) -> Result<(), Response>,
 ) -> Response {
-    let snap = st.live.load();
-    let Some(spec) = snap.view.clusters.get(cluster) else {
+    // Built on the configuration in effect, not the composed view, so registered members stay
+    // the registry's.
+    let mut view = st.live.configured();
+    let Some(spec) = view.clusters.get(cluster) else {
         return error(StatusCode::NOT_FOUND, format!("unknown cluster `{cluster}`"));
     };
     let mut spec = (**spec).clone();
     if let Err(r) = change(&mut spec) {
         return r;
     }
-    let mut view: View = (*snap.view).clone();
     view.clusters.insert(cluster.to_owned(), Arc::new(spec));
     view.id += 1;
-    apply(st, view)
+    let snap = st.live.apply_configured(view);
+    probe::spawn(&snap);
+    let id = snap.view.id;
+    tracing::info!(view = id, "view applied through the admin API");
+    axum::Json(json!({ "view": id })).into_response()
 }
 
 fn apply(st: &AppState, view: View) -> Response {
-    let id = view.id;
     let snap = st.live.apply(view);
     probe::spawn(&snap);
+    let id = snap.view.id;
     tracing::info!(view = id, "view applied through the admin API");
     axum::Json(json!({ "view": id })).into_response()
 }

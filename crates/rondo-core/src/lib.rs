@@ -13,6 +13,8 @@ pub mod hash;
 pub mod model;
 pub mod rng;
 pub mod time;
+#[cfg(feature = "serde")]
+pub mod wire;
 
 pub use model::*;
 pub use rng::{Entropy, SplitMix64};

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 /// One server instance as configured or registered.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct MemberSpec {
     /// Unique within its cluster; state survives view swaps by name.
     pub name: String,
@@ -24,6 +25,8 @@ pub struct MemberSpec {
 
 /// The operator's word on a member.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "kebab-case"))]
 pub enum AdminState {
     /// Takes new sessions and requests.
     #[default]
@@ -88,6 +91,8 @@ impl fmt::Display for Actor {
 
 /// How a cluster chooses a member. See `docs/algorithms.md` for each one's source.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "kebab-case"))]
 pub enum Algorithm {
     /// Next member in order.
     #[default]
@@ -157,6 +162,8 @@ impl fmt::Display for Algorithm {
 
 /// When a balancing decision is made (PKUAS's three granularities).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "kebab-case"))]
 pub enum Granularity {
     /// Every call is balanced.
     #[default]
@@ -190,6 +197,8 @@ impl Granularity {
 
 /// Which consistent-hashing table `hash` uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "kebab-case"))]
 pub enum HashTable {
     /// Karger et al.'s ring with virtual nodes (ketama).
     #[default]
@@ -200,6 +209,8 @@ pub enum HashTable {
 
 /// Where `hash` takes its key from (used by the data plane; the core hashes bytes).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "kebab-case"))]
 pub enum HashKeySource {
     /// The client's IP address.
     #[default]
@@ -212,6 +223,8 @@ pub enum HashKeySource {
 
 /// Consistent-hashing settings.
 #[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default))]
 pub struct HashPolicy {
     /// Ring or Maglev.
     pub table: HashTable,
@@ -238,8 +251,11 @@ impl Default for HashPolicy {
 
 /// Ramp-up of members that just joined or recovered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default))]
 pub struct SlowStart {
     /// How long the ramp lasts; zero disables slow start.
+    #[cfg_attr(feature = "serde", serde(rename = "duration_ms", with = "crate::wire::millis"))]
     pub duration: Duration,
     /// Share of the full weight at the start of the ramp, 1..=100 percent.
     pub initial_percent: u8,
@@ -253,6 +269,8 @@ impl Default for SlowStart {
 
 /// Locality preference (SGD load-balancing groups).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default))]
 pub struct Locality {
     /// Prefer members of the caller's group while that group has a healthy member.
     pub prefer_local: bool,
@@ -266,12 +284,16 @@ impl Default for Locality {
 
 /// Active health checking (CLB's 200 ms poll).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default))]
 pub struct HealthCheck {
     /// What a probe does.
     pub kind: HealthCheckKind,
     /// Between probe rounds.
+    #[cfg_attr(feature = "serde", serde(rename = "interval_ms", with = "crate::wire::millis"))]
     pub interval: Duration,
     /// A probe slower than this fails.
+    #[cfg_attr(feature = "serde", serde(rename = "timeout_ms", with = "crate::wire::millis"))]
     pub timeout: Duration,
     /// Consecutive successes that bring a down member up.
     pub rise: u32,
@@ -281,6 +303,8 @@ pub struct HealthCheck {
 
 /// The probe.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "kebab-case"))]
 pub enum HealthCheckKind {
     /// A TCP connect.
     Tcp,
@@ -309,14 +333,18 @@ impl Default for HealthCheck {
 
 /// Passive outlier detection (Envoy's consecutive-failure ejection).
 #[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default))]
 pub struct OutlierDetection {
     /// Consecutive connect failures, resets or counted 5xx that eject a member; 0 disables.
     pub consecutive_failures: u32,
     /// Whether 5xx answers count as failures (connect failures and resets always count).
     pub count_5xx: bool,
     /// Ejection time for the first ejection; the n-th consecutive ejection lasts n times this.
+    #[cfg_attr(feature = "serde", serde(rename = "base_ejection_ms", with = "crate::wire::millis"))]
     pub base_ejection: Duration,
     /// Upper bound on one ejection.
+    #[cfg_attr(feature = "serde", serde(rename = "max_ejection_ms", with = "crate::wire::millis"))]
     pub max_ejection: Duration,
     /// At most this share of a cluster's members is ejected at once, percent.
     pub max_ejected_percent: u8,
@@ -336,10 +364,13 @@ impl Default for OutlierDetection {
 
 /// Retries and failover.
 #[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default))]
 pub struct RetryPolicy {
     /// Total tries per request across members of one cluster (1 = no retry).
     pub attempts: u32,
     /// Timeout of one try; `None` leaves only the route's request timeout.
+    #[cfg_attr(feature = "serde", serde(rename = "per_try_timeout_ms", with = "crate::wire::millis_opt"))]
     pub per_try_timeout: Option<Duration>,
     /// Retries may add at most this share of extra load, percent (Finagle retry budget).
     pub budget_percent: u8,
@@ -360,9 +391,12 @@ impl Default for RetryPolicy {
 
 /// Load-agent expectations (SGD Advanced Load Management).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default))]
 pub struct AgentPolicy {
     /// A member that has reported once and then stays silent this long is unavailable, and its
     /// report no longer counts for `least-cpu` / `most-free-memory`.
+    #[cfg_attr(feature = "serde", serde(rename = "timeout_ms", with = "crate::wire::millis"))]
     pub timeout: Duration,
 }
 
@@ -375,12 +409,17 @@ impl Default for AgentPolicy {
 
 /// Peak-EWMA parameters for `p2c-ewma`.
 #[derive(Debug, Clone, Copy, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default))]
 pub struct EwmaPolicy {
     /// Decay time constant: how fast old observations fade (Finagle default 10 s).
+    #[cfg_attr(feature = "serde", serde(rename = "decay_ms", with = "crate::wire::millis"))]
     pub decay: Duration,
     /// Estimate for members never observed.
+    #[cfg_attr(feature = "serde", serde(rename = "default_rtt_ms", with = "crate::wire::millis"))]
     pub default_rtt: Duration,
     /// A failed request counts as a latency of at least this much.
+    #[cfg_attr(feature = "serde", serde(rename = "failure_penalty_ms", with = "crate::wire::millis"))]
     pub failure_penalty: Duration,
 }
 
@@ -396,6 +435,8 @@ impl Default for EwmaPolicy {
 
 /// Everything that governs how one cluster is balanced (PKUAS's reference policy).
 #[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default))]
 pub struct Policy {
     /// The picker.
     pub algorithm: Algorithm,
@@ -442,6 +483,8 @@ impl Default for Policy {
 
 /// Upstream protocol for a cluster's members.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "kebab-case"))]
 pub enum UpstreamProtocol {
     /// HTTP/1.1 with keep-alive.
     #[default]
@@ -469,12 +512,15 @@ pub struct ClusterSpec {
 
 /// How the data plane recognises a session (granularity `session`).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default))]
 pub struct StickySession {
     /// Cookie carrying the session's member; set by the router on the first response.
     pub cookie: String,
     /// Alternatively a request header whose value identifies the session (hashed to pin it).
     pub header: Option<String>,
     /// A session unused this long is forgotten.
+    #[cfg_attr(feature = "serde", serde(rename = "idle_timeout_ms", with = "crate::wire::millis"))]
     pub idle_timeout: Duration,
 }
 

@@ -3,14 +3,14 @@
 //! "messages in flight finish on the configuration they started with"); a new view is built
 //! beside it, carrying every surviving member's state over, and swapped in whole.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use arc_swap::ArcSwap;
 use rondo_core::{
-    Balancer, ClusterSpec, Decision, Ejection, Entropy, Outcome, PickError, PickRequest,
-    SplitMix64, View,
+    Balancer, ClusterSpec, Decision, Ejection, Entropy, MemberSpec, Outcome, PickError,
+    PickRequest, SplitMix64, View,
 };
 
 use crate::clock;
@@ -23,6 +23,15 @@ pub struct Snapshot {
     pub view: Arc<View>,
     /// Cluster state by name.
     pub clusters: HashMap<String, Arc<ClusterRt>>,
+    /// The names of registered (not configured) members, by cluster.
+    pub registered: BTreeMap<String, BTreeSet<String>>,
+}
+
+impl Snapshot {
+    /// Whether `member` of `cluster` came from the registry rather than the configuration.
+    pub fn is_registered(&self, cluster: &str, member: &str) -> bool {
+        self.registered.get(cluster).is_some_and(|m| m.contains(member))
+    }
 }
 
 /// A cluster's balancer and random generator, behind one lock (held for nanoseconds: a pick or
@@ -218,15 +227,66 @@ impl ClusterRt {
 const RECENT_DECISIONS: usize = 256;
 
 /// The current snapshot and how to replace it.
+///
+/// The view in effect is composed from layers: the configuration (the config file and admin
+/// API changes), replaced by the tier's shared configuration when one is set (etcd), plus the
+/// members registered with the naming service, appended to their clusters. Changing any layer
+/// swaps in a new snapshot with a higher view id.
 #[derive(Debug)]
 pub struct Live {
     current: ArcSwap<Snapshot>,
-    /// Serialises replacements (readers never wait).
-    apply: Mutex<()>,
+    /// The layers, and the lock that serialises replacements (readers never wait).
+    layers: Mutex<Layers>,
+    /// The current view id, for watchers.
+    view_id: tokio::sync::watch::Sender<u64>,
     /// This router's locality group.
     pub group: Option<String>,
     /// The process's Prometheus metrics.
     pub metrics: Arc<Metrics>,
+}
+
+/// Members registered with the naming service, by cluster.
+pub type Registered = BTreeMap<String, Vec<MemberSpec>>;
+
+#[derive(Debug)]
+struct Layers {
+    /// The config file's view, with admin API changes.
+    file: View,
+    /// The tier's shared configuration (etcd), which replaces `file` while set.
+    shared: Option<View>,
+    /// Registered members by cluster.
+    registered: Registered,
+}
+
+impl Layers {
+    fn configured(&self) -> &View {
+        self.shared.as_ref().unwrap_or(&self.file)
+    }
+
+    /// The view in effect: the configuration with registered members appended to their
+    /// clusters (a registered name that a configured member already has is left out).
+    fn compose(&self) -> (View, BTreeMap<String, BTreeSet<String>>) {
+        let mut view = self.configured().clone();
+        let mut names = BTreeMap::new();
+        for (cluster, members) in &self.registered {
+            let Some(spec) = view.clusters.get_mut(cluster) else { continue };
+            let mut added: BTreeSet<String> = BTreeSet::new();
+            let mut with = (**spec).clone();
+            for m in members {
+                if with.members.iter().any(|c| c.name == m.name) {
+                    tracing::debug!(cluster, member = m.name, "registered name is configured");
+                    continue;
+                }
+                added.insert(m.name.clone());
+                with.members.push(m.clone());
+            }
+            if !added.is_empty() {
+                *spec = Arc::new(with);
+                names.insert(cluster.clone(), added);
+            }
+        }
+        (view, names)
+    }
 }
 
 impl Live {
@@ -242,8 +302,16 @@ impl Live {
                 (name.clone(), Arc::new(ClusterRt::new(balancer, metrics.clone())))
             })
             .collect();
-        let snapshot = Snapshot { view: Arc::new(view), clusters };
-        Live { current: ArcSwap::from_pointee(snapshot), apply: Mutex::new(()), group, metrics }
+        let (view_id, _) = tokio::sync::watch::channel(view.id);
+        let snapshot =
+            Snapshot { view: Arc::new(view.clone()), clusters, registered: BTreeMap::new() };
+        Live {
+            current: ArcSwap::from_pointee(snapshot),
+            layers: Mutex::new(Layers { file: view, shared: None, registered: BTreeMap::new() }),
+            view_id,
+            group,
+            metrics,
+        }
     }
 
     /// The current snapshot; hold it for the whole request.
@@ -251,14 +319,67 @@ impl Live {
         self.current.load_full()
     }
 
-    /// Replaces the view, keeping the state of every cluster and member that survives.
-    /// The new view's id is raised above the current one if needed. Returns the new snapshot.
-    pub fn apply(&self, mut view: View) -> Arc<Snapshot> {
-        let _serial = self.apply.lock().unwrap_or_else(|e| e.into_inner());
+    /// A receiver of the current view id, updated at every swap (for the naming service's
+    /// watch).
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.view_id.subscribe()
+    }
+
+    fn layers(&self) -> MutexGuard<'_, Layers> {
+        self.layers.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Replaces the config file's view (a reload, or a config applied through the admin API),
+    /// keeping the state of every cluster and member that survives. The new view's id is raised
+    /// above the current one if needed. Returns the new snapshot.
+    pub fn apply(&self, view: View) -> Arc<Snapshot> {
+        let mut layers = self.layers();
+        let id = view.id;
+        layers.file = view;
+        self.swap(&layers, id)
+    }
+
+    /// The configuration in effect (the shared one when set, else the file's), without
+    /// registered members: the base for a change such as a new weight.
+    pub fn configured(&self) -> View {
+        self.layers().configured().clone()
+    }
+
+    /// Replaces the configuration in effect (the shared one when set, else the file's): an
+    /// admin API change built on [`Live::configured`].
+    pub fn apply_configured(&self, view: View) -> Arc<Snapshot> {
+        let mut layers = self.layers();
+        let id = view.id;
+        match &mut layers.shared {
+            Some(shared) => *shared = view,
+            None => layers.file = view,
+        }
+        self.swap(&layers, id)
+    }
+
+    /// Sets or clears the tier's shared configuration; `None` goes back to the file's.
+    pub fn set_shared(&self, view: Option<View>) -> Arc<Snapshot> {
+        let mut layers = self.layers();
+        let id = view.as_ref().map_or(0, |v| v.id);
+        layers.shared = view;
+        self.swap(&layers, id)
+    }
+
+    /// Replaces the registered members (the registry's whole state).
+    pub fn set_registered(&self, registered: Registered) -> Arc<Snapshot> {
+        let mut layers = self.layers();
+        layers.registered = registered;
+        self.swap(&layers, 0)
+    }
+
+    /// Composes the layers and swaps the result in, with an id above the current one.
+    fn swap(&self, layers: &Layers, id: u64) -> Arc<Snapshot> {
+        let (mut view, registered) = layers.compose();
         let old = self.current.load_full();
-        // View ids only ever grow, whoever built the view (file reload, admin API) and whatever
-        // id it guessed: two changes computed from the same view get distinct, ordered ids.
-        view.id = view.id.max(old.view.id + 1);
+        // View ids only ever grow, whoever built the view (file reload, admin API, registry)
+        // and whatever id it guessed: two changes computed from the same view get distinct,
+        // ordered ids.
+        view.id = id.max(old.view.id + 1);
         let now = clock::now();
         let clusters: HashMap<String, Arc<ClusterRt>> = view
             .clusters
@@ -281,8 +402,10 @@ impl Live {
                 (name.clone(), rt)
             })
             .collect();
-        let snapshot = Arc::new(Snapshot { view: Arc::new(view), clusters });
+        let id = view.id;
+        let snapshot = Arc::new(Snapshot { view: Arc::new(view), clusters, registered });
         self.current.store(snapshot.clone());
+        self.view_id.send_replace(id);
         snapshot
     }
 }

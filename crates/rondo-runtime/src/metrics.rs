@@ -101,6 +101,13 @@ pub struct Metrics {
     pub returns: Family<ClusterLabels, Counter>,
     /// Config file reloads by result (`rondo_config_reloads_total`).
     pub reloads: Family<ReloadLabels, Counter>,
+    /// 1 while the registry backend is reachable (`rondo_registry_connected`; the embedded one
+    /// always is), 0 while a router serves its last view without it.
+    pub registry_connected: Gauge,
+    /// Full resynchronisations with the registry (`rondo_registry_resyncs_total`).
+    pub registry_resyncs: Counter,
+    /// Registered members known (`rondo_registry_registrations`).
+    pub registrations: Gauge,
     view: Gauge,
     in_flight: Family<MemberLabels, Gauge>,
     sessions: Family<MemberLabels, Gauge>,
@@ -129,6 +136,9 @@ impl Metrics {
             ejections: Family::default(),
             returns: Family::default(),
             reloads: Family::default(),
+            registry_connected: Gauge::default(),
+            registry_resyncs: Counter::default(),
+            registrations: Gauge::default(),
             view: Gauge::default(),
             in_flight: Family::default(),
             sessions: Family::default(),
@@ -173,6 +183,21 @@ impl Metrics {
             m.reloads.clone(),
         );
         r.register("view_id", "Id of the live view", m.view.clone());
+        r.register(
+            "registry_connected",
+            "1 while the naming registry backend is reachable, 0 while serving the last view without it",
+            m.registry_connected.clone(),
+        );
+        r.register(
+            "registry_resyncs",
+            "Full resynchronisations with the naming registry (start, reconnect, compacted watch)",
+            m.registry_resyncs.clone(),
+        );
+        r.register(
+            "registry_registrations",
+            "Members registered with the naming service",
+            m.registrations.clone(),
+        );
         r.register("member_in_flight", "Requests in flight on a member", m.in_flight.clone());
         r.register("member_sessions", "Sessions pinned to a member", m.sessions.clone());
         r.register(

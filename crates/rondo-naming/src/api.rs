@@ -1,0 +1,1 @@
+//! The naming HTTP API (placeholder while being written).

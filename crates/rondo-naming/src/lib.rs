@@ -1,0 +1,25 @@
+//! rondo's naming service (PKUAS's balancing at the naming service, CLB's shared routing list).
+//!
+//! - [`answer`]: what a lookup returns, computed from the live snapshot with the same core
+//!   pickers the router uses: one member chosen by the cluster's policy ([`answer::lookup`]), or
+//!   every eligible member with the policy and the view id ([`answer::answer`]).
+//! - [`registry`]: registrations with TTL leases, fed into the live view as registered members;
+//!   an embedded backend ([`embedded`], optionally snapshotted to a file) and an etcd backend
+//!   (`etcd`, feature `etcd`) that a tier of routers shares.
+//! - [`api`]: the HTTP API on the naming listener (lookup, full answer, register, keepalive,
+//!   deregister, watch).
+//! - `dns` (feature `dns`): A and SRV answers for clients that only speak DNS.
+//!
+//! The wire format is `rondo_core::wire`, shared with the client library.
+
+pub mod answer;
+pub mod api;
+pub mod embedded;
+pub mod registry;
+
+#[cfg(feature = "dns")]
+pub mod dns;
+#[cfg(feature = "etcd")]
+pub mod etcd;
+
+pub use registry::{Registration, Registry, RegistryError, RegistryStatus};
