@@ -22,8 +22,8 @@ use crate::raw::{
     RawMember, RawNaming, RawRoute,
 };
 use crate::spec::{
-    AdminSpec, AdminToken, AgentKey, AgentSpec, ListenerProtocol, ListenerSpec, NamingSpec,
-    RegistrySpec, RouterSpec,
+    AdminSpec, AdminToken, AgentKey, AgentSpec, DnsSpec, ListenerProtocol, ListenerSpec,
+    NamingSpec, RegistrySpec, RouterSpec,
 };
 
 /// Default idle timeout of a route's client connections (`idle_timeout_ms`).
@@ -422,7 +422,42 @@ fn compile_naming(c: &mut Compiler<'_>, n: &RawNaming) -> NamingSpec {
             RegistrySpec::Embedded { snapshot: None }
         }
     };
-    NamingSpec { listen, registry }
+    let dns = n.dns_listen.as_deref().map(|l| {
+        let listen = c
+            .socket_addr(path.key("dns_listen"), l)
+            .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)));
+        let zone = n.dns_zone.as_deref().unwrap_or(NamingSpec::DEFAULT_DNS_ZONE);
+        let zone = match dns_zone(zone) {
+            Ok(z) => z,
+            Err(msg) => {
+                c.err(path.key("dns_zone"), msg);
+                NamingSpec::DEFAULT_DNS_ZONE.to_owned()
+            }
+        };
+        DnsSpec { listen, zone }
+    });
+    if dns.is_none() && n.dns_zone.is_some() {
+        c.err(path.key("dns_zone"), "only applies with `dns_listen`");
+    }
+    NamingSpec { listen, registry, dns }
+}
+
+/// A DNS zone name, lower-cased, with its final dot.
+fn dns_zone(zone: &str) -> Result<String, String> {
+    let z = zone.trim_end_matches('.').to_ascii_lowercase();
+    let ok_label = |l: &str| {
+        !l.is_empty()
+            && l.len() <= 63
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+            && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+    };
+    if z.is_empty() || z.len() > 253 || !z.split('.').all(ok_label) {
+        return Err(format!(
+            "`{zone}` is not a DNS zone name (labels of letters, digits and `-`, e.g. `rondo.`)"
+        ));
+    }
+    Ok(format!("{z}."))
 }
 
 fn compile_listener(c: &mut Compiler<'_>, i: usize, l: &RawListener) -> Option<ListenerSpec> {
@@ -520,6 +555,10 @@ fn check_unique_listeners(
     }
     if let Some(n) = naming {
         bind(c, n.listen, root.key("naming").key("listen"));
+        // DNS is UDP and TCP on its own port; a clash with a TCP listener is still a clash.
+        if let Some(d) = &n.dns {
+            bind(c, d.listen, root.key("naming").key("dns_listen"));
+        }
     }
     if let Some(a) = agent {
         bind(c, a.listen, root.key("agent").key("listen"));

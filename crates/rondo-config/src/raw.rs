@@ -50,6 +50,8 @@ pub(crate) struct RawNaming {
     pub snapshot: Option<String>,
     pub etcd_endpoints: Option<Vec<String>>,
     pub etcd_prefix: Option<String>,
+    pub dns_listen: Option<String>,
+    pub dns_zone: Option<String>,
 }
 
 /// `[agent]`: the router's receiver of load-agent heartbeats.

@@ -126,6 +126,17 @@ pub struct NamingSpec {
     pub listen: SocketAddr,
     /// Where registrations live.
     pub registry: RegistrySpec,
+    /// DNS answers (A and SRV), when `dns_listen` is set.
+    pub dns: Option<DnsSpec>,
+}
+
+/// The naming service's DNS answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DnsSpec {
+    /// Address for UDP and TCP.
+    pub listen: SocketAddr,
+    /// The zone services are named under, lower case, ending in `.` (e.g. `rondo.`).
+    pub zone: String,
 }
 
 impl NamingSpec {
@@ -133,6 +144,8 @@ impl NamingSpec {
     pub const DEFAULT_LISTEN: &str = "127.0.0.1:9901";
     /// Default `etcd_prefix`.
     pub const DEFAULT_ETCD_PREFIX: &str = "/rondo";
+    /// Default `dns_zone`.
+    pub const DEFAULT_DNS_ZONE: &str = "rondo.";
 }
 
 /// The shared key of load agents and this router.

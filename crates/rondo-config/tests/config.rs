@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use rondo_config::{
-    AdminSpec, AdminToken, Config, ConfigError, ListenerProtocol, ListenerSpec, NamingSpec,
+    AdminSpec, AdminToken, Config, ConfigError, DnsSpec, ListenerProtocol, ListenerSpec, NamingSpec,
     RegistrySpec, load_file, parse_str,
 };
 use rondo_core::{
@@ -113,6 +113,8 @@ listen = "127.0.0.1:9951"
 registry = "etcd"
 etcd_endpoints = ["10.0.0.1:2379", "etcd.local:2379"]
 etcd_prefix = "/lb"
+dns_listen = "127.0.0.1:9953"
+dns_zone = "Svc.Example"
 
 [[listener]]
 name = "web"
@@ -201,6 +203,10 @@ fn full_config_compiles_into_the_expected_view() {
                 endpoints: vec!["10.0.0.1:2379".into(), "etcd.local:2379".into()],
                 prefix: "/lb".into(),
             },
+            dns: Some(DnsSpec {
+                listen: "127.0.0.1:9953".parse().unwrap(),
+                zone: "svc.example.".into(),
+            }),
         })
     );
     assert_eq!(
@@ -386,6 +392,9 @@ fn defaults_come_from_the_core_model() {
     let naming = c.naming.unwrap();
     assert_eq!(naming.listen, NamingSpec::DEFAULT_LISTEN.parse::<SocketAddr>().unwrap());
     assert_eq!(naming.registry, RegistrySpec::Embedded { snapshot: None });
+    assert_eq!(naming.dns, None);
+    let c = ok(&with("[naming]\ndns_listen = \"127.0.0.1:0\"\n"));
+    assert_eq!(c.naming.unwrap().dns.unwrap().zone, NamingSpec::DEFAULT_DNS_ZONE);
 
     let c = ok(&with("[naming]\nregistry = \"etcd\"\netcd_endpoints = [\"127.0.0.1:2379\"]\n"));
     assert_eq!(
@@ -919,6 +928,16 @@ fn admin_token_and_token_file_are_exclusive() {
     fails_once(&text, "admin.token_file", "\"b\"", "set `token` or `token_file`, not both");
     let text = with("[admin]\ntoken = \"\"\n");
     fails_once(&text, "admin.token", "\"\"", "token must not be empty");
+}
+
+#[test]
+fn dns_settings_are_checked() {
+    let text = with("[naming]\ndns_listen = \"127.0.0.1:0\"\ndns_zone = \"bad_zone.\"\n");
+    fails_once(&text, "naming.dns_zone", "\"bad_zone.\"", "is not a DNS zone name");
+    let text = with("[naming]\ndns_zone = \"rondo.\"\n");
+    fails_once(&text, "naming.dns_zone", "\"rondo.\"", "only applies with `dns_listen`");
+    let text = with("[naming]\ndns_listen = \"127.0.0.1:8080\"\n");
+    fails_once(&text, "naming.dns_listen", "$\"127.0.0.1:8080\"", "already used by listener[0]");
 }
 
 #[test]

@@ -23,3 +23,26 @@ pub mod dns;
 pub mod etcd;
 
 pub use registry::{Registration, Registry, RegistryError, RegistryStatus};
+
+use std::sync::Arc;
+
+use rondo_config::RegistrySpec;
+use rondo_runtime::Live;
+
+/// Starts the configured registry backend feeding `live` (inside a tokio runtime). Fails with a
+/// message naming what failed: an unreadable snapshot file, or a backend this build leaves out.
+pub fn start_registry(spec: &RegistrySpec, live: Arc<Live>) -> Result<Registry, String> {
+    match spec {
+        RegistrySpec::Embedded { snapshot } => {
+            embedded::Embedded::start(live, snapshot.clone()).map(Registry::Embedded)
+        }
+        #[cfg(feature = "etcd")]
+        RegistrySpec::Etcd { endpoints, prefix } => {
+            Ok(Registry::Etcd(etcd::EtcdRegistry::start(endpoints.clone(), prefix.clone(), live)))
+        }
+        #[cfg(not(feature = "etcd"))]
+        RegistrySpec::Etcd { .. } => Err("[naming] registry = \"etcd\": this rondo was built \
+                                          without the `etcd` feature (cargo build --features etcd)"
+            .to_owned()),
+    }
+}

@@ -87,6 +87,18 @@ pub fn serve(
                 }
             }
         }
+        // The naming service (`[naming]`): registry, HTTP API, DNS; stopped when serve returns.
+        let mut _naming = None;
+        if let Some(spec) = &config.naming {
+            match start_naming(spec, live.clone(), out).await {
+                Ok(n) => _naming = Some(n),
+                Err(e) => {
+                    writeln!(err, "rondo serve: {e}")?;
+                    router.stop();
+                    return Ok(ExitCode::FAILURE);
+                }
+            }
+        }
         // Live reconfiguration: the config file's changes (polled, debounced) and SIGHUP.
         let reloader = Arc::new(Reloader::new(path, live.clone(), &config));
         let watcher =
@@ -110,6 +122,58 @@ pub fn serve(
         writeln!(out, "rondo: shutting down")?;
         router.stop();
         Ok(ExitCode::SUCCESS)
+    })
+}
+
+/// What the naming service runs; dropping it stops all of it.
+#[derive(Debug)]
+struct Naming {
+    registry: rondo_naming::Registry,
+    _api: rondo_naming::api::NamingServer,
+    #[cfg(feature = "dns")]
+    _dns: Option<rondo_naming::dns::DnsServer>,
+}
+
+impl Drop for Naming {
+    fn drop(&mut self) {
+        self.registry.stop();
+    }
+}
+
+async fn start_naming(
+    spec: &rondo_config::NamingSpec,
+    live: Arc<Live>,
+    out: &mut dyn Write,
+) -> anyhow::Result<Naming> {
+    let registry = rondo_naming::start_registry(&spec.registry, live.clone())
+        .map_err(|e| anyhow::anyhow!("naming registry: {e}"))?;
+    let api = rondo_naming::api::start(spec.listen, live.clone(), registry.clone())
+        .await
+        .with_context(|| format!("naming API on {}", spec.listen))?;
+    writeln!(out, "rondo: naming API (registry {}) on {}", registry.status().backend, api.addr)?;
+    #[cfg(feature = "dns")]
+    let dns = match &spec.dns {
+        Some(d) => {
+            let server = rondo_naming::dns::start(d.listen, &d.zone, live)
+                .await
+                .with_context(|| format!("naming DNS on {}", d.listen))?;
+            writeln!(out, "rondo: naming DNS (udp and tcp, zone {}) on {}", d.zone, server.addr)?;
+            Some(server)
+        }
+        None => None,
+    };
+    #[cfg(not(feature = "dns"))]
+    if spec.dns.is_some() {
+        anyhow::bail!(
+            "[naming] dns_listen: this rondo was built without the `dns` feature \
+             (cargo build --features dns)"
+        );
+    }
+    Ok(Naming {
+        registry,
+        _api: api,
+        #[cfg(feature = "dns")]
+        _dns: dns,
     })
 }
 

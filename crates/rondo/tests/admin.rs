@@ -9,12 +9,8 @@ use std::net::SocketAddr;
 use std::process::Command;
 use std::time::Duration;
 
-use bytes::Bytes;
 use common::{BIN, Proc, TempDir};
-use http::{Method, Request, StatusCode};
-use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
+use http::{Method, StatusCode};
 use rondo_config::{AdminSpec, AdminToken};
 use serde_json::Value;
 use support::*;
@@ -68,23 +64,12 @@ async fn api(
     headers: &[(&str, &str)],
     body: Option<&str>,
 ) -> (StatusCode, Value) {
-    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
-    let mut req = Request::builder().method(method).uri(url);
-    if let Some(t) = token {
-        req = req.header("authorization", format!("Bearer {t}"));
+    let auth = token.map(|t| format!("Bearer {t}"));
+    let mut all: Vec<(&str, &str)> = headers.to_vec();
+    if let Some(a) = &auth {
+        all.push(("authorization", a));
     }
-    for (k, v) in headers {
-        req = req.header(*k, *v);
-    }
-    let req = req.body(Full::new(Bytes::from(body.unwrap_or_default().to_owned()))).unwrap();
-    let resp = tokio::time::timeout(Duration::from_secs(10), client.request(req))
-        .await
-        .expect("answer within 10 s")
-        .expect("admin API answers");
-    let status = resp.status();
-    let bytes = resp.into_body().collect().await.expect("body").to_bytes();
-    let v = serde_json::from_slice(&bytes)
-        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&bytes)));
+    let (status, _, v) = json_call(method, url, &all, body).await;
     (status, v)
 }
 

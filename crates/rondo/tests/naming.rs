@@ -1,0 +1,342 @@
+//! The naming service over real sockets with the embedded registry: an in-process router with
+//! the naming API on a free port (same code `rondo serve` runs), plus `rondo serve` processes
+//! for the snapshot and the command line.
+
+mod common;
+#[path = "router/support.rs"]
+mod support;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::{Proc, TempDir};
+use http::{HeaderMap, Method, StatusCode};
+use rondo::member::Member;
+use rondo_core::{Actor, AdminState};
+use rondo_naming::Registry;
+use rondo_naming::api::NamingServer;
+use serde_json::{Value, json};
+use support::*;
+
+/// A router over cluster `c` (listener `web`) with the naming API and an embedded registry.
+struct Setup {
+    router: TestRouter,
+    api: NamingServer,
+    _registry: Registry,
+}
+
+impl Setup {
+    async fn new(cluster: &str) -> Setup {
+        let router = router(&one_cluster(cluster)).await;
+        let spec = rondo_config::RegistrySpec::Embedded { snapshot: None };
+        let registry = rondo_naming::start_registry(&spec, router.live.clone()).expect("registry");
+        let api = rondo_naming::api::start(any_port(), router.live.clone(), registry.clone())
+            .await
+            .expect("naming API starts");
+        Setup { router, api, _registry: registry }
+    }
+
+    async fn call(&self, method: Method, path: &str, body: Option<&str>) -> Call {
+        let url = format!("http://{}{}", self.api.addr, path);
+        let (status, headers, body) = json_call(method, &url, &[], body).await;
+        Call { status, headers, body }
+    }
+
+    async fn get(&self, path: &str) -> Call {
+        self.call(Method::GET, path, None).await
+    }
+
+    async fn register(&self, member: &Member, ttl_ms: u64) -> String {
+        let body = json!({ "address": member.addr.to_string(), "ttl_ms": ttl_ms }).to_string();
+        let path = format!("/v1/services/c/members/{}", member.name);
+        let r = self.call(Method::PUT, &path, Some(&body)).await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+        r.body["lease"].as_str().expect("lease id").to_owned()
+    }
+
+    /// Member names in the full answer for `c`.
+    async fn listed(&self) -> Vec<String> {
+        let r = self.get("/v1/services/c").await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+        r.body["members"].as_array().unwrap().iter().map(|m| name(m).to_owned()).collect()
+    }
+
+    /// Polls (every 20 ms, at most `wait`) until `c`'s answer lists `want`.
+    async fn until_listed(&self, want: &[&str], wait: Duration) -> Duration {
+        let start = Instant::now();
+        loop {
+            let got = self.listed().await;
+            if got == want {
+                return start.elapsed();
+            }
+            assert!(start.elapsed() < wait, "still {got:?} after {wait:?}, want {want:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Call {
+    status: StatusCode,
+    headers: HeaderMap,
+    body: Value,
+}
+
+impl Call {
+    fn view_header(&self) -> u64 {
+        let h = self.headers.get("rondo-view-id").expect("rondo-view-id header");
+        h.to_str().unwrap().parse().unwrap()
+    }
+
+    fn error(&self) -> &str {
+        self.body["error"].as_str().unwrap_or_else(|| panic!("no error in {}", self.body))
+    }
+}
+
+fn name(v: &Value) -> &str {
+    v["name"].as_str().expect("member name")
+}
+
+#[tokio::test]
+async fn per_lookup_round_robin_gives_each_member_a_third() {
+    let ms = members(3, Duration::ZERO).await;
+    let s = Setup::new(&member_list(&ms)).await;
+    let mut counts: HashMap<String, usize> = HashMap::new();
+    for _ in 0..300 {
+        let r = s.get("/v1/lookup/c").await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+        assert_eq!(r.body["view_id"].as_u64(), Some(r.view_header()));
+        assert!(r.body["why"].as_str().unwrap().starts_with("round-robin: "), "{}", r.body);
+        *counts.entry(name(&r.body["member"]).to_owned()).or_default() += 1;
+    }
+    let want: HashMap<String, usize> = ["m1", "m2", "m3"].map(|n| (n.to_owned(), 100)).into();
+    assert_eq!(counts, want);
+}
+
+#[tokio::test]
+async fn weighted_lookups_follow_the_weights_and_hash_keys_stick() {
+    let ms = members(2, Duration::ZERO).await;
+    let list = members_of([entry(&ms[0], "weight = 300"), entry(&ms[1], "weight = 100")]);
+    let s = Setup::new(&format!("algorithm = \"weighted\"\n{list}")).await;
+    let mut m1 = 0;
+    for _ in 0..400 {
+        if name(&s.get("/v1/lookup/c").await.body["member"]) == "m1" {
+            m1 += 1;
+        }
+    }
+    assert_eq!(m1, 300, "smooth weighted round robin is exact per cycle");
+
+    let hashed = Setup::new(&format!("algorithm = \"hash\"\n{}", member_list(&ms))).await;
+    let first = name(&hashed.get("/v1/lookup/c?key=user-7").await.body["member"]).to_owned();
+    for _ in 0..20 {
+        let r = hashed.get("/v1/lookup/c?key=user-7").await;
+        assert_eq!(name(&r.body["member"]), first);
+    }
+}
+
+#[tokio::test]
+async fn the_full_answer_lists_eligible_members_with_policy_and_view_id() {
+    let ms = members(3, Duration::ZERO).await;
+    let s = Setup::new(&format!("algorithm = \"p2c-ewma\"\n{}", member_list(&ms))).await;
+    let r = s.get("/v1/services/c").await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(r.body["service"], "c");
+    assert_eq!(r.body["policy"]["algorithm"], "p2c-ewma");
+    assert_eq!(r.body["policy"]["granularity"], "request");
+    assert_eq!(r.body["view_id"].as_u64(), Some(r.view_header()));
+    let m = &r.body["members"][0];
+    assert_eq!((m["weight"].as_u64(), m["state"].as_str()), (Some(100), Some("active")));
+    assert_eq!(m["source"], "config");
+    assert_eq!(m["address"], ms[0].addr.to_string());
+
+    // Draining members stay listed (their sessions may continue) as draining; disabled and
+    // down members are left out.
+    let rt = s.router.live.load().clusters["c"].clone();
+    rt.with(|b| {
+        b.set_admin(0, AdminState::Draining, Actor::Operator("t".into()));
+        b.set_admin(1, AdminState::Disabled, Actor::Operator("t".into()));
+    });
+    let r = s.get("/v1/services/c").await;
+    let states: Vec<(&str, &str)> = r.body["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| (name(m), m["state"].as_str().unwrap()))
+        .collect();
+    assert_eq!(states, [("m1", "draining"), ("m3", "active")]);
+    // A lookup never returns the draining or the disabled member.
+    for _ in 0..10 {
+        assert_eq!(name(&s.get("/v1/lookup/c").await.body["member"]), "m3");
+    }
+    rt.with(|b| b.set_health(2, false, Actor::HealthCheck, rondo_runtime::clock::now()));
+    assert_eq!(s.listed().await, ["m1"]);
+    rt.with(|b| b.set_admin(2, AdminState::Disabled, Actor::Operator("t".into())));
+    let r = s.get("/v1/lookup/c").await;
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{}", r.body);
+    assert!(r.error().contains("no eligible member"), "{}", r.body);
+}
+
+#[tokio::test]
+async fn registered_members_are_routable_and_leave_on_deregistration_or_lease_expiry() {
+    let ms = members(3, Duration::ZERO).await;
+    let s = Setup::new(&member_list(&ms[..1])).await;
+    let url = s.router.url("web", "/");
+    let before = s.get("/v1/services/c").await.view_header();
+
+    let lease2 = s.register(&ms[1], 60_000).await;
+    assert!(!lease2.is_empty());
+    s.register(&ms[2], 1_000).await;
+    assert_eq!(s.listed().await, ["m1", "m2", "m3"]);
+    let r = s.get("/v1/services/c").await;
+    assert!(r.view_header() >= before + 2, "each registration is a new view");
+    assert_eq!(r.body["members"][1]["source"], "registry");
+    let mut served = served_by(&url, 30).await;
+    served.sort();
+    served.dedup();
+    assert_eq!(served, ["m1", "m2", "m3"], "registered members take requests through the router");
+
+    // m3's lease lapses without keepalives; m2's is kept alive.
+    let waited = s.until_listed(&["m1", "m2"], Duration::from_secs(3)).await;
+    assert!(waited <= Duration::from_millis(1500), "lease of 1 s lapsed after {waited:?}");
+    let r = s.call(Method::POST, &format!("/v1/leases/{lease2}/keepalive"), None).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_eq!(r.body["ttl_ms"], 60_000);
+
+    let r = s.call(Method::DELETE, "/v1/services/c/members/m2", None).await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT);
+    assert_eq!(s.listed().await, ["m1"]);
+    let r = s.call(Method::POST, &format!("/v1/leases/{lease2}/keepalive"), None).await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND, "{}", r.body);
+    assert!(r.error().contains(&lease2), "{}", r.body);
+    assert_eq!(served_by(&url, 5).await, ["m1"; 5]);
+}
+
+#[tokio::test]
+async fn a_lease_kept_alive_outlives_its_ttl() {
+    let ms = members(2, Duration::ZERO).await;
+    let s = Setup::new(&member_list(&ms[..1])).await;
+    let lease = s.register(&ms[1], 1_000).await;
+    for _ in 0..8 {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let r = s.call(Method::POST, &format!("/v1/leases/{lease}/keepalive"), None).await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    }
+    assert_eq!(s.listed().await, ["m1", "m2"], "alive after 2 s on a 1 s lease");
+}
+
+#[tokio::test]
+async fn a_watch_returns_on_change_and_times_out_cleanly_otherwise() {
+    let ms = members(2, Duration::ZERO).await;
+    let s = Arc::new(Setup::new(&member_list(&ms[..1])).await);
+    let now = s.get("/v1/services/c").await.view_header();
+
+    let started = Instant::now();
+    let r = s.get(&format!("/v1/watch?after={now}&timeout_ms=300")).await;
+    let took = started.elapsed();
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_eq!(r.body, json!({ "view_id": now, "changed": false }));
+    assert!(took >= Duration::from_millis(300), "returned early: {took:?}");
+
+    // A past view id answers at once.
+    let r = s.get(&format!("/v1/watch?after={}&timeout_ms=5000", now - 1)).await;
+    assert_eq!(r.body["changed"], true);
+
+    let watcher = {
+        let s = s.clone();
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let r = s.get(&format!("/v1/watch?after={now}&timeout_ms=10000")).await;
+            (r, started.elapsed())
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    s.register(&ms[1], 60_000).await;
+    let (r, took) = watcher.await.unwrap();
+    assert_eq!(r.body["changed"], true);
+    assert!(r.body["view_id"].as_u64().unwrap() > now);
+    assert!(took < Duration::from_secs(5), "watch returned after {took:?}");
+    // The id grows with each change.
+    let after_register = r.body["view_id"].as_u64().unwrap();
+    s.call(Method::DELETE, "/v1/services/c/members/m2", None).await;
+    assert!(s.get("/v1/services/c").await.view_header() > after_register);
+}
+
+#[tokio::test]
+async fn bad_requests_get_clear_errors_and_change_nothing() {
+    let ms = members(1, Duration::ZERO).await;
+    let s = Setup::new(&member_list(&ms)).await;
+    let view = s.get("/v1/services/c").await.view_header();
+    let put = |path: &'static str, body: &'static str| {
+        let s = &s;
+        async move { s.call(Method::PUT, path, Some(body)).await }
+    };
+    let cases = [
+        (put("/v1/services/nope/members/x", r#"{"address":"127.0.0.1:1"}"#).await, 404, "unknown service `nope`"),
+        (put("/v1/services/c/members/m1", r#"{"address":"127.0.0.1:1"}"#).await, 409, "is configured"),
+        (put("/v1/services/c/members/x", "{not json").await, 400, "invalid registration body"),
+        (put("/v1/services/c/members/x", r#"{"weight":3}"#).await, 400, "missing field `address`"),
+        (put("/v1/services/c/members/x", r#"{"address":"nohost"}"#).await, 400, "field `address`"),
+        (put("/v1/services/c/members/x", r#"{"address":"h:1","weight":0}"#).await, 400, "field `weight`"),
+        (put("/v1/services/c/members/x", r#"{"address":"h:1","ttl_ms":5}"#).await, 400, "field `ttl_ms`"),
+        (put("/v1/services/c/members/a%20b", r#"{"address":"h:1"}"#).await, 400, "member `a b`"),
+        (put("/v1/config", "[cluster.x]").await, 501, "embedded registry has no shared configuration"),
+        (s.get("/v1/services/nope").await, 404, "unknown service `nope`"),
+        (s.get("/v1/lookup/nope").await, 404, "unknown service `nope`"),
+        (s.get("/v1/watch?after=x").await, 400, "`after`: `x` is not a whole number"),
+        (s.get("/v1/watch?timeout_ms=999999999").await, 400, "above the maximum"),
+        (s.call(Method::POST, "/v1/leases/12/keepalive", None).await, 404, "no lease `12`"),
+        (s.call(Method::POST, "/v1/leases/abc/keepalive", None).await, 400, "not a decimal"),
+        (s.call(Method::DELETE, "/v1/services/c/members/ghost", None).await, 404, "no registered member `ghost`"),
+        (s.call(Method::POST, "/v1/services/c", None).await, 405, "method not allowed"),
+        (s.get("/v2/anything").await, 404, "no such endpoint"),
+    ];
+    for (r, status, needle) in &cases {
+        assert_eq!(r.status.as_u16(), *status, "{needle}: {}", r.body);
+        assert!(r.error().contains(needle), "want {needle:?} in {}", r.body);
+        r.view_header();
+    }
+    assert_eq!(s.get("/v1/services/c").await.view_header(), view, "nothing changed");
+    assert_eq!(s.listed().await, ["m1"]);
+}
+
+#[test]
+fn rondo_serve_runs_the_naming_service_and_its_snapshot_brings_registrations_back() {
+    let dir = TempDir::new("naming");
+    let member = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let member_addr = member.local_addr().unwrap();
+    let config = dir.0.join("rondo.toml");
+    std::fs::write(
+        &config,
+        "[[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:0\"\n\n\
+         [[route]]\nname = \"main\"\nlistener = \"web\"\ncluster = \"c\"\n\n\
+         [cluster.c]\nmembers = [{ name = \"m1\", address = \"127.0.0.1:1\" }]\n\n\
+         [naming]\nlisten = \"127.0.0.1:0\"\nsnapshot = \"registry.json\"\n",
+    )
+    .unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let serve = || {
+        let mut p = Proc::start(&["serve", "--config", config.to_str().unwrap()]);
+        let addr = p.addr_after("rondo: naming API (registry embedded) on").to_string();
+        (p, addr)
+    };
+    let listed = |addr: &str| {
+        let url = format!("http://{addr}/v1/services/c");
+        rt.block_on(async {
+            let (status, _, v) = json_call(Method::GET, &url, &[], None).await;
+            assert_eq!(status, StatusCode::OK, "{v}");
+            v["members"].as_array().unwrap().iter().map(|m| name(m).to_owned()).collect::<Vec<_>>()
+        })
+    };
+    let (mut first, addr) = serve();
+    let url = format!("http://{addr}/v1/services/c/members/late");
+    let body = json!({ "address": member_addr.to_string(), "ttl_ms": 30_000 }).to_string();
+    let (status, _, v) = rt.block_on(json_call(Method::PUT, &url, &[], Some(&body)));
+    assert_eq!(status, StatusCode::OK, "{v}");
+    assert_eq!(listed(&addr), ["m1", "late"]);
+    assert!(dir.0.join("registry.json").exists(), "snapshot written");
+    first.kill();
+
+    let (_second, addr) = serve();
+    assert_eq!(listed(&addr), ["m1", "late"], "the registration came back from the snapshot");
+}
