@@ -71,19 +71,30 @@ pub fn lookup(
     service: &str,
     facts: LookupFacts<'_>,
 ) -> Result<Lookup, AnswerError> {
+    lookup_at(snapshot, service, facts, clock::now())
+}
+
+/// [`lookup`] at a given instant (replays of recorded scenarios).
+pub fn lookup_at(
+    snapshot: &Snapshot,
+    service: &str,
+    facts: LookupFacts<'_>,
+    now: rondo_core::Instant,
+) -> Result<Lookup, AnswerError> {
     let rt = snapshot.clusters.get(service).ok_or_else(|| AnswerError::UnknownService {
         service: service.to_owned(),
         view_id: snapshot.view.id,
     })?;
     let req = PickRequest {
-        now: clock::now(),
+        now,
         group: facts.group,
         hash: facts.key.map(|k| rondo_core::hash::hash_key(k.as_bytes())),
         context: None,
         exclude: &[],
     };
     let d = rt.pick(&req)?;
-    let (spec, admin) = rt.with(|b| (b.spec().members[d.member].clone(), b.states()[d.member].admin));
+    let (spec, admin) =
+        rt.with(|b| (b.spec().members[d.member].clone(), b.states()[d.member].admin));
     let why = format!("{}: {}", d.algorithm, d.why);
     Ok(Lookup {
         service: service.to_owned(),

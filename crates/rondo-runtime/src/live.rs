@@ -139,6 +139,12 @@ impl ClusterRt {
         balancer.pick(req, rng)
     }
 
+    /// Restarts this cluster's generator from `seed`, so that a recorded sequence of picks can
+    /// be replayed exactly (the golden vectors); the router seeds from the clock.
+    pub fn reseed(&self, seed: u64) {
+        self.lock().rng = SplitMix64::new(seed);
+    }
+
     /// A random draw from this cluster's generator.
     pub fn random(&self) -> u64 {
         self.lock().rng.next_u64()

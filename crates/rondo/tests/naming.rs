@@ -272,22 +272,46 @@ async fn bad_requests_get_clear_errors_and_change_nothing() {
         async move { s.call(Method::PUT, path, Some(body)).await }
     };
     let cases = [
-        (put("/v1/services/nope/members/x", r#"{"address":"127.0.0.1:1"}"#).await, 404, "unknown service `nope`"),
-        (put("/v1/services/c/members/m1", r#"{"address":"127.0.0.1:1"}"#).await, 409, "is configured"),
+        (
+            put("/v1/services/nope/members/x", r#"{"address":"127.0.0.1:1"}"#).await,
+            404,
+            "unknown service `nope`",
+        ),
+        (
+            put("/v1/services/c/members/m1", r#"{"address":"127.0.0.1:1"}"#).await,
+            409,
+            "is configured",
+        ),
         (put("/v1/services/c/members/x", "{not json").await, 400, "invalid registration body"),
         (put("/v1/services/c/members/x", r#"{"weight":3}"#).await, 400, "missing field `address`"),
         (put("/v1/services/c/members/x", r#"{"address":"nohost"}"#).await, 400, "field `address`"),
-        (put("/v1/services/c/members/x", r#"{"address":"h:1","weight":0}"#).await, 400, "field `weight`"),
-        (put("/v1/services/c/members/x", r#"{"address":"h:1","ttl_ms":5}"#).await, 400, "field `ttl_ms`"),
+        (
+            put("/v1/services/c/members/x", r#"{"address":"h:1","weight":0}"#).await,
+            400,
+            "field `weight`",
+        ),
+        (
+            put("/v1/services/c/members/x", r#"{"address":"h:1","ttl_ms":5}"#).await,
+            400,
+            "field `ttl_ms`",
+        ),
         (put("/v1/services/c/members/a%20b", r#"{"address":"h:1"}"#).await, 400, "member `a b`"),
-        (put("/v1/config", "[cluster.x]").await, 501, "embedded registry has no shared configuration"),
+        (
+            put("/v1/config", "[cluster.x]").await,
+            501,
+            "embedded registry has no shared configuration",
+        ),
         (s.get("/v1/services/nope").await, 404, "unknown service `nope`"),
         (s.get("/v1/lookup/nope").await, 404, "unknown service `nope`"),
         (s.get("/v1/watch?after=x").await, 400, "`after`: `x` is not a whole number"),
         (s.get("/v1/watch?timeout_ms=999999999").await, 400, "above the maximum"),
         (s.call(Method::POST, "/v1/leases/12/keepalive", None).await, 404, "no lease `12`"),
         (s.call(Method::POST, "/v1/leases/abc/keepalive", None).await, 400, "not a decimal"),
-        (s.call(Method::DELETE, "/v1/services/c/members/ghost", None).await, 404, "no registered member `ghost`"),
+        (
+            s.call(Method::DELETE, "/v1/services/c/members/ghost", None).await,
+            404,
+            "no registered member `ghost`",
+        ),
         (s.call(Method::POST, "/v1/services/c", None).await, 405, "method not allowed"),
         (s.get("/v2/anything").await, 404, "no such endpoint"),
     ];

@@ -1,0 +1,302 @@
+//! Golden vectors: recorded scenarios (a cluster as configured, member states and loads, a
+//! seed, a sequence of picks with their outcomes) that the core, the router's pick path, the
+//! naming service's lookup and the client library all replay and must pick identically.
+//!
+//! Scenarios live in `testdata/golden/*.toml` at the repository root. Each has:
+//!
+//! ```toml
+//! description = "what it exercises"
+//! seed = 7                 # every point seeds its generator with this
+//! group = "east"           # optional: the caller's locality group
+//! config = """             # one cluster `c`, in the config file's schema
+//! [cluster.c]
+//! algorithm = "weighted"
+//! members = [...]
+//! """
+//! expect = ["m1", "m2"]    # the recorded picks, one per [[pick]]
+//!
+//! [[setup]]                # applied in order before the picks, at time 0
+//! member = "m2"
+//! admin = "draining"       # optional: active | draining | disabled
+//! healthy = false          # optional
+//! in_flight = 3            # optional: requests begun and left open
+//! sessions = 1             # optional
+//! cpu_percent = 40.0       # optional agent report, with free_mib
+//! free_mib = 512
+//! probe_rtt_ms = 12        # optional: one probe round's result (response-time)
+//! latencies_ms = [5, 9]    # optional: successful requests with these latencies
+//!
+//! [[pick]]
+//! at_ms = 10               # time since the start
+//! key = "user-1"           # optional: the request's hash key
+//! latency_ms = 3           # outcome reported after the pick (default 1)
+//! failed = false           # or a connect failure after latency_ms
+//! hold = false             # true: the request stays in flight
+//! ```
+//!
+//! `RONDO_BLESS=1 cargo test -p rondo-golden --test points` rewrites each file's `expect` from
+//! the core's replay (review the diff: a change is a behaviour change).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rondo_core::load::AgentReport;
+use rondo_core::{
+    Actor, AdminState, Balancer, ClusterSpec, FailureKind, Instant, Outcome, PickRequest,
+    SplitMix64,
+};
+use serde::Deserialize;
+
+/// The cluster every scenario configures.
+pub const CLUSTER: &str = "c";
+
+/// One recorded scenario.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Scenario {
+    /// What it exercises.
+    pub description: String,
+    /// The generator seed.
+    pub seed: u64,
+    /// The caller's locality group.
+    #[serde(default)]
+    pub group: Option<String>,
+    /// The configuration (cluster `c`).
+    pub config: String,
+    /// State applied before the picks.
+    #[serde(default)]
+    pub setup: Vec<Setup>,
+    /// The picks.
+    pub pick: Vec<Pick>,
+    /// The recorded member names, one per pick.
+    #[serde(default)]
+    pub expect: Vec<String>,
+}
+
+/// One member's state before the picks.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Setup {
+    /// The member's name.
+    pub member: String,
+    /// Admin state.
+    pub admin: Option<String>,
+    /// Health.
+    pub healthy: Option<bool>,
+    /// Requests left open.
+    #[serde(default)]
+    pub in_flight: u32,
+    /// Sessions opened.
+    #[serde(default)]
+    pub sessions: u32,
+    /// Agent-reported CPU use, percent.
+    pub cpu_percent: Option<f32>,
+    /// Agent-reported free memory, MiB.
+    pub free_mib: Option<u64>,
+    /// One probe round trip, ms.
+    pub probe_rtt_ms: Option<u64>,
+    /// Completed requests' latencies, ms.
+    #[serde(default)]
+    pub latencies_ms: Vec<u64>,
+}
+
+/// One pick and what happens after it.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Pick {
+    /// Time since the start, ms.
+    #[serde(default)]
+    pub at_ms: u64,
+    /// The request's hash key.
+    pub key: Option<String>,
+    /// The outcome's latency, ms (default 1).
+    pub latency_ms: Option<u64>,
+    /// A connect failure instead of a success.
+    #[serde(default)]
+    pub failed: bool,
+    /// Leave the request in flight.
+    #[serde(default)]
+    pub hold: bool,
+}
+
+impl Pick {
+    /// The outcome reported after the pick, or `None` when the request is held.
+    pub fn outcome(&self) -> Option<Outcome> {
+        if self.hold {
+            return None;
+        }
+        let latency = Duration::from_millis(self.latency_ms.unwrap_or(1));
+        Some(if self.failed {
+            Outcome::Failure { kind: FailureKind::Connect, latency }
+        } else {
+            Outcome::Success { latency }
+        })
+    }
+}
+
+/// A balancing point under replay.
+pub trait Point {
+    /// Runs `f` on the point's balancer for cluster `c` (to apply the setup).
+    fn with(&mut self, f: &mut dyn FnMut(&mut Balancer));
+    /// Picks through the point's own path at `now`; the chosen member's name.
+    fn pick(&mut self, now: Instant, key: Option<&str>) -> Result<String, String>;
+    /// Reports `outcome` for a pick of `member` through the point's own path.
+    fn end(&mut self, member: &str, outcome: Outcome);
+}
+
+/// The scenarios in `testdata/golden`, by file, sorted.
+pub fn load_all() -> Vec<(PathBuf, Scenario)> {
+    let dir = dir();
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.expect("dir entry").path())
+        .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+        .collect();
+    files.sort();
+    files
+        .into_iter()
+        .map(|p| {
+            let text = std::fs::read_to_string(&p).expect("read scenario");
+            let s: Scenario =
+                toml::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+            (p, s)
+        })
+        .collect()
+}
+
+/// `testdata/golden` at the repository root.
+pub fn dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/golden")
+}
+
+impl Scenario {
+    /// The compiled configuration's view (id 1).
+    pub fn view(&self, file: &Path) -> rondo_core::View {
+        rondo_config::parse_str(&self.config, file, 1)
+            .unwrap_or_else(|e| panic!("{}: config: {e}", file.display()))
+            .view
+    }
+
+    /// Cluster `c` as compiled.
+    pub fn cluster(&self, file: &Path) -> Arc<ClusterSpec> {
+        self.view(file).clusters.get(CLUSTER).cloned().expect("scenario configures cluster `c`")
+    }
+}
+
+/// Replays `s` on `point`, whose clock reads `base` at the start: applies the setup, then makes
+/// every pick and reports its outcome; returns the picked names (`!error` for a failed pick).
+pub fn replay(s: &Scenario, point: &mut dyn Point, base: Instant) -> Vec<String> {
+    for st in &s.setup {
+        apply(st, point, base);
+    }
+    let mut picked = Vec::new();
+    for p in &s.pick {
+        let now = base + Duration::from_millis(p.at_ms);
+        match point.pick(now, p.key.as_deref()) {
+            Ok(name) => {
+                if let Some(outcome) = p.outcome() {
+                    point.end(&name, outcome);
+                }
+                picked.push(name);
+            }
+            Err(e) => picked.push(format!("!{e}")),
+        }
+    }
+    picked
+}
+
+fn apply(st: &Setup, point: &mut dyn Point, base: Instant) {
+    let mut f = |b: &mut Balancer| {
+        let m = b.member_index(&st.member).unwrap_or_else(|| panic!("no member {}", st.member));
+        if let Some(a) = &st.admin {
+            let admin = AdminState::parse(a).unwrap_or_else(|| panic!("admin state {a}"));
+            b.set_admin(m, admin, Actor::Operator("golden".into()));
+        }
+        if let Some(h) = st.healthy {
+            b.set_health(m, h, Actor::HealthCheck, base);
+        }
+        for _ in 0..st.in_flight {
+            b.begin_request(m);
+        }
+        for _ in 0..st.sessions {
+            b.open_session(m);
+        }
+        if st.cpu_percent.is_some() || st.free_mib.is_some() {
+            let report = AgentReport {
+                cpu_used: st.cpu_percent.unwrap_or(0.0) / 100.0,
+                mem_free: st.free_mib.unwrap_or(0) << 20,
+                sessions: 0,
+                seq: 1,
+                at: base,
+            };
+            b.report_agent(m, report);
+        }
+        if let Some(rtt) = st.probe_rtt_ms {
+            b.record_probe_round(&[(m, Some(Duration::from_millis(rtt)))]);
+        }
+        for &l in &st.latencies_ms {
+            b.begin_request(m);
+            b.end_request(m, base, Outcome::Success { latency: Duration::from_millis(l) });
+        }
+    };
+    point.with(&mut f);
+}
+
+/// The reference point: the core's balancer alone, seeded with the scenario's seed.
+#[derive(Debug)]
+pub struct Core {
+    balancer: Balancer,
+    rng: SplitMix64,
+    group: Option<String>,
+    now: Instant,
+}
+
+impl Core {
+    /// The core's balancer for `s` at `base`.
+    pub fn new(s: &Scenario, file: &Path, base: Instant) -> Core {
+        Core {
+            balancer: Balancer::new(s.cluster(file), base),
+            rng: SplitMix64::new(s.seed),
+            group: s.group.clone(),
+            now: base,
+        }
+    }
+}
+
+impl Point for Core {
+    fn with(&mut self, f: &mut dyn FnMut(&mut Balancer)) {
+        f(&mut self.balancer);
+    }
+
+    fn pick(&mut self, now: Instant, key: Option<&str>) -> Result<String, String> {
+        self.now = now;
+        let req = PickRequest {
+            now,
+            group: self.group.as_deref(),
+            hash: key.map(|k| rondo_core::hash::hash_key(k.as_bytes())),
+            context: None,
+            exclude: &[],
+        };
+        let d = self.balancer.pick(&req, &mut self.rng).map_err(|e| e.to_string())?;
+        self.balancer.begin_request(d.member);
+        Ok(self.balancer.spec().members[d.member].name.clone())
+    }
+
+    fn end(&mut self, member: &str, outcome: Outcome) {
+        let m = self.balancer.member_index(member).expect("picked member");
+        self.balancer.end_request(m, self.now, outcome);
+    }
+}
+
+/// Rewrites `file`'s `expect` with `picked` (keeping the rest of the file as written).
+pub fn bless(file: &Path, picked: &[String]) {
+    let text = std::fs::read_to_string(file).expect("read scenario");
+    let mut doc: toml_edit::DocumentMut = text.parse().expect("scenario parses");
+    let mut arr = toml_edit::Array::new();
+    for p in picked {
+        arr.push(p.as_str());
+    }
+    doc["expect"] = toml_edit::value(arr);
+    std::fs::write(file, doc.to_string()).expect("write scenario");
+}

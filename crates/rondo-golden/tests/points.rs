@@ -1,0 +1,126 @@
+//! Every golden vector replayed at every balancing point: the core alone (the reference that
+//! records `expect`), the router's pick path (`ClusterRt::pick_and_begin`, what the proxy calls,
+//! on a live view compiled from the scenario's config), and the naming service's lookup
+//! (`answer::lookup_at` on the same kind of live view). The client library's point is in
+//! `client.rs`.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use rondo_core::{Balancer, Instant, Outcome, PickRequest};
+use rondo_golden::{CLUSTER, Core, Point, Scenario, bless, load_all, replay};
+use rondo_naming::answer::{LookupFacts, lookup_at};
+use rondo_runtime::{ClusterRt, Live, clock};
+
+/// The reference replay's clock at the start.
+const BASE: Instant = Instant(1_000_000_000_000);
+
+#[test]
+fn the_vectors_are_recorded_and_the_core_replays_them() {
+    let bless_mode = std::env::var_os("RONDO_BLESS").is_some();
+    let all = load_all();
+    assert!(all.len() >= 10, "scenarios in {}", rondo_golden::dir().display());
+    for (file, s) in &all {
+        let picked = replay(s, &mut Core::new(s, file, BASE), BASE);
+        if bless_mode {
+            bless(file, &picked);
+            continue;
+        }
+        assert_eq!(s.expect.len(), s.pick.len(), "{}: one expect per pick", file.display());
+        assert_eq!(picked, s.expect, "{}: {}", file.display(), s.description);
+        assert!(!picked.iter().any(|p| p.starts_with('!')), "{}: a pick failed", file.display());
+    }
+}
+
+/// A live view of the scenario, as `rondo serve` builds it, with cluster `c`'s generator
+/// seeded; the clock reading just after.
+fn live(s: &Scenario, file: &Path) -> (Arc<Live>, Arc<ClusterRt>, Instant) {
+    let live = Arc::new(Live::new(s.view(file), s.group.clone()));
+    let rt = live.load().clusters[CLUSTER].clone();
+    rt.reseed(s.seed);
+    (live, rt, clock::now())
+}
+
+/// Outcomes reach the balancer at the scenario's time (the runtime would stamp them with the
+/// wall clock, which a replay cannot repeat).
+fn end_at(rt: &ClusterRt, now: Instant, member: &str, outcome: Outcome) {
+    rt.with(|b| {
+        let m = b.member_index(member).expect("picked member");
+        b.end_request(m, now, outcome);
+    });
+}
+
+struct RouterPoint {
+    live: Arc<Live>,
+    rt: Arc<ClusterRt>,
+    now: Instant,
+}
+
+impl Point for RouterPoint {
+    fn with(&mut self, f: &mut dyn FnMut(&mut Balancer)) {
+        self.rt.with(|b| f(b));
+    }
+
+    fn pick(&mut self, now: Instant, key: Option<&str>) -> Result<String, String> {
+        self.now = now;
+        // What the proxy does for a request on this cluster (http.rs `choose`).
+        let req = PickRequest {
+            now,
+            group: self.live.group.as_deref(),
+            hash: key.map(|k| rondo_core::hash::hash_key(k.as_bytes())),
+            context: None,
+            exclude: &[],
+        };
+        let d = self.rt.pick_and_begin(&req).map_err(|e| e.to_string())?;
+        Ok(self.rt.spec.members[d.member].name.clone())
+    }
+
+    fn end(&mut self, member: &str, outcome: Outcome) {
+        end_at(&self.rt, self.now, member, outcome);
+    }
+}
+
+struct NamingPoint {
+    live: Arc<Live>,
+    rt: Arc<ClusterRt>,
+    group: Option<String>,
+    now: Instant,
+}
+
+impl Point for NamingPoint {
+    fn with(&mut self, f: &mut dyn FnMut(&mut Balancer)) {
+        self.rt.with(|b| f(b));
+    }
+
+    fn pick(&mut self, now: Instant, key: Option<&str>) -> Result<String, String> {
+        self.now = now;
+        let facts = LookupFacts { group: self.group.as_deref(), key };
+        let l = lookup_at(&self.live.load(), CLUSTER, facts, now).map_err(|e| e.to_string())?;
+        // A lookup counts nothing by itself; the caller's call is counted as the router counts
+        // its requests, so that load-based scenarios see the same load at every point.
+        self.rt.with(|b| b.begin_request(b.member_index(&l.member.name).expect("member")));
+        Ok(l.member.name)
+    }
+
+    fn end(&mut self, member: &str, outcome: Outcome) {
+        end_at(&self.rt, self.now, member, outcome);
+    }
+}
+
+#[test]
+fn the_router_pick_path_replays_every_vector() {
+    for (file, s) in &load_all() {
+        let (live, rt, base) = live(s, file);
+        let mut point = RouterPoint { live, rt, now: base };
+        assert_eq!(replay(s, &mut point, base), s.expect, "{}: {}", file.display(), s.description);
+    }
+}
+
+#[test]
+fn the_naming_lookup_replays_every_vector() {
+    for (file, s) in &load_all() {
+        let (live, rt, base) = live(s, file);
+        let mut point = NamingPoint { live, rt, group: s.group.clone(), now: base };
+        assert_eq!(replay(s, &mut point, base), s.expect, "{}: {}", file.display(), s.description);
+    }
+}
