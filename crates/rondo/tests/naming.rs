@@ -364,3 +364,39 @@ fn rondo_serve_runs_the_naming_service_and_its_snapshot_brings_registrations_bac
     let (_second, addr) = serve();
     assert_eq!(listed(&addr), ["m1", "late"], "the registration came back from the snapshot");
 }
+
+#[cfg(feature = "dns")]
+#[test]
+fn rondo_serve_answers_dns_for_configured_and_registered_members() {
+    let dir = TempDir::new("naming-dns");
+    let config = dir.0.join("rondo.toml");
+    std::fs::write(
+        &config,
+        "[cluster.c]\nmembers = [{ name = \"m1\", address = \"127.0.0.11:8001\" }]\n\n\
+         [naming]\nlisten = \"127.0.0.1:0\"\ndns_listen = \"127.0.0.1:0\"\ndns_zone = \"svc.test\"\n",
+    )
+    .unwrap();
+    let mut p = Proc::start(&["serve", "--config", config.to_str().unwrap()]);
+    let api = p.addr_after("rondo: naming API (registry embedded) on");
+    let dns = p.addr_after("rondo: naming DNS (udp and tcp, zone svc.test.) on");
+    let dig = |qtype: &str| {
+        let out = std::process::Command::new("dig")
+            .args([&format!("@{}", dns.ip()), "-p", &dns.port().to_string()])
+            .args(["c.svc.test.", qtype, "+short", "+tries=1", "+time=2"])
+            .output()
+            .expect("run dig");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let mut lines: Vec<String> =
+            String::from_utf8_lossy(&out.stdout).lines().map(str::to_owned).collect();
+        lines.sort();
+        lines
+    };
+    assert_eq!(dig("A"), ["127.0.0.11"]);
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let url = format!("http://{api}/v1/services/c/members/late");
+    let body = json!({ "address": "127.0.0.12:8002", "weight": 300 }).to_string();
+    let (status, _, v) = rt.block_on(json_call(Method::PUT, &url, &[], Some(&body)));
+    assert_eq!(status, StatusCode::OK, "{v}");
+    assert_eq!(dig("A"), ["127.0.0.11", "127.0.0.12"]);
+    assert_eq!(dig("SRV"), ["0 100 8001 m1.c.svc.test.", "0 300 8002 late.c.svc.test."]);
+}
