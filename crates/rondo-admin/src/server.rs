@@ -106,12 +106,8 @@ async fn auth(State(st): State<AppState>, req: Request, next: Next) -> Response 
     let Some(token) = &st.token else {
         return error(StatusCode::FORBIDDEN, "admin API has no token configured");
     };
-    let given = req
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "))
-        .unwrap_or_default();
-    if given.is_empty() || !crate::constant_time_eq(given, token) {
+    let given = req.headers().get(header::AUTHORIZATION).map(|v| v.as_bytes());
+    if !rondo_runtime::secret::bearer_matches(given, token) {
         let mut r = error(
             StatusCode::UNAUTHORIZED,
             "missing or wrong admin token: send `Authorization: Bearer <token>`",

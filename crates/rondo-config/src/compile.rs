@@ -360,7 +360,18 @@ fn compile_admin(c: &mut Compiler<'_>, a: &RawAdmin) -> AdminSpec {
     let listen = c
         .socket_addr(path.key("listen"), listen)
         .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)));
-    let token = match (&a.token, &a.token_file) {
+    let token = compile_token(c, &path, a.token.as_ref(), a.token_file.as_ref());
+    AdminSpec { listen, token }
+}
+
+/// `token` or `token_file` (not both, not empty) of the table at `path`.
+fn compile_token(
+    c: &mut Compiler<'_>,
+    path: &FieldPath,
+    token: Option<&String>,
+    token_file: Option<&String>,
+) -> Option<AdminToken> {
+    match (token, token_file) {
         (Some(_), Some(_)) => {
             c.err(path.key("token_file"), "set `token` or `token_file`, not both");
             None
@@ -373,8 +384,7 @@ fn compile_admin(c: &mut Compiler<'_>, a: &RawAdmin) -> AdminSpec {
         }
         (None, Some(f)) => c.file_path(path.key("token_file"), f).map(AdminToken::File),
         (None, None) => None,
-    };
-    AdminSpec { listen, token }
+    }
 }
 
 fn compile_naming(c: &mut Compiler<'_>, n: &RawNaming) -> NamingSpec {
@@ -439,7 +449,8 @@ fn compile_naming(c: &mut Compiler<'_>, n: &RawNaming) -> NamingSpec {
     if dns.is_none() && n.dns_zone.is_some() {
         c.err(path.key("dns_zone"), "only applies with `dns_listen`");
     }
-    NamingSpec { listen, registry, dns }
+    let token = compile_token(c, &path, n.token.as_ref(), n.token_file.as_ref());
+    NamingSpec { listen, registry, dns, token }
 }
 
 /// A DNS zone name, lower-cased, with its final dot.

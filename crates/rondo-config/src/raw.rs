@@ -52,6 +52,8 @@ pub(crate) struct RawNaming {
     pub etcd_prefix: Option<String>,
     pub dns_listen: Option<String>,
     pub dns_zone: Option<String>,
+    pub token: Option<String>,
+    pub token_file: Option<String>,
 }
 
 /// `[agent]`: the router's receiver of load-agent heartbeats.

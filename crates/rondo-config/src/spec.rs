@@ -128,6 +128,9 @@ pub struct NamingSpec {
     pub registry: RegistrySpec,
     /// DNS answers (A and SRV), when `dns_listen` is set.
     pub dns: Option<DnsSpec>,
+    /// Bearer token required by registrations, keepalives, deregistrations and config changes
+    /// (lookups stay open); `None` leaves the API open, for loopback use.
+    pub token: Option<AdminToken>,
 }
 
 /// The naming service's DNS answers.

@@ -115,6 +115,7 @@ etcd_endpoints = ["10.0.0.1:2379", "etcd.local:2379"]
 etcd_prefix = "/lb"
 dns_listen = "127.0.0.1:9953"
 dns_zone = "Svc.Example"
+token = "naming-secret"
 
 [[listener]]
 name = "web"
@@ -207,6 +208,7 @@ fn full_config_compiles_into_the_expected_view() {
                 listen: "127.0.0.1:9953".parse().unwrap(),
                 zone: "svc.example.".into(),
             }),
+            token: Some(AdminToken::Inline("naming-secret".into())),
         })
     );
     assert_eq!(
@@ -936,6 +938,8 @@ fn dns_settings_are_checked() {
     fails_once(&text, "naming.dns_zone", "\"bad_zone.\"", "is not a DNS zone name");
     let text = with("[naming]\ndns_zone = \"rondo.\"\n");
     fails_once(&text, "naming.dns_zone", "\"rondo.\"", "only applies with `dns_listen`");
+    let text = with("[naming]\ntoken = \"\"\n");
+    fails_once(&text, "naming.token", "\"\"", "token must not be empty");
     let text = with("[naming]\ndns_listen = \"127.0.0.1:8080\"\n");
     fails_once(&text, "naming.dns_listen", "$\"127.0.0.1:8080\"", "already used by listener[0]");
 }

@@ -13,6 +13,10 @@
 //! | `GET /v1/watch?after=N&timeout_ms=T` | [`Watch`], as soon as the view id passes N |
 //! | `PUT /v1/config` | the tier's shared config (TOML; etcd registry only) |
 //! | `GET /v1/status` | registry backend, connection, counts, view id |
+//!
+//! With `[naming] token` set, every call that changes something (PUT, POST, DELETE) needs
+//! `Authorization: Bearer <token>` (401 otherwise); lookups, answers, watches and status stay
+//! open so that any caller can balance.
 
 // Handlers return a ready error response as `Err`; they are not on the data path.
 #![allow(clippy::result_large_err)]
@@ -69,17 +73,20 @@ impl Drop for NamingServer {
 struct AppState {
     live: Arc<Live>,
     registry: Registry,
+    token: Option<Arc<Vec<u8>>>,
 }
 
-/// Binds `listen` and serves the naming API on the current tokio runtime.
+/// Binds `listen` and serves the naming API on the current tokio runtime; `token`, when set,
+/// guards the calls that change something.
 pub async fn start(
     listen: SocketAddr,
     live: Arc<Live>,
     registry: Registry,
+    token: Option<Vec<u8>>,
 ) -> std::io::Result<NamingServer> {
     let listener = tokio::net::TcpListener::bind(listen).await?;
     let addr = listener.local_addr()?;
-    let app = router(live, registry);
+    let app = router(live, registry, token);
     let task = tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, app).await {
             tracing::error!(error = %e, "naming API stopped");
@@ -89,8 +96,8 @@ pub async fn start(
 }
 
 /// The API as an axum router (for embedding).
-pub fn router(live: Arc<Live>, registry: Registry) -> Router {
-    let state = AppState { live, registry };
+pub fn router(live: Arc<Live>, registry: Registry, token: Option<Vec<u8>>) -> Router {
+    let state = AppState { live, registry, token: token.map(Arc::new) };
     Router::new()
         .route("/v1/services", get(services))
         .route("/v1/services/{service}", get(full_answer))
@@ -104,6 +111,7 @@ pub fn router(live: Arc<Live>, registry: Registry) -> Router {
         .method_not_allowed_fallback(|| async {
             error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed on this endpoint")
         })
+        .layer(middleware::from_fn_with_state(state.clone(), auth))
         .layer(middleware::from_fn_with_state(state.clone(), view_id_header))
         .with_state(state)
 }
@@ -128,6 +136,25 @@ fn answer_error(e: AnswerError) -> Response {
         AnswerError::UnknownService { .. } => error(StatusCode::NOT_FOUND, e.to_string()),
         AnswerError::NoMember(_) => error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
     }
+}
+
+/// With a token configured, calls other than GET need it.
+async fn auth(State(st): State<AppState>, req: Request, next: Next) -> Response {
+    if let Some(token) = &st.token
+        && req.method() != axum::http::Method::GET
+    {
+        let given = req.headers().get(axum::http::header::AUTHORIZATION).map(|v| v.as_bytes());
+        if !rondo_runtime::secret::bearer_matches(given, token) {
+            let mut r = error(
+                StatusCode::UNAUTHORIZED,
+                "missing or wrong naming token: send `Authorization: Bearer <token>`",
+            );
+            r.headers_mut()
+                .insert(axum::http::header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            return r;
+        }
+    }
+    next.run(req).await
 }
 
 /// Sets `rondo-view-id` on every response that did not set it (to the current view).

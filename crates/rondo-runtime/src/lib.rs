@@ -12,6 +12,7 @@ pub mod live;
 pub mod metrics;
 pub mod probe;
 pub mod reload;
+pub mod secret;
 
 pub use live::{ClusterRt, Live, Snapshot};
 pub use reload::Reloader;

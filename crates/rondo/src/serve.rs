@@ -147,7 +147,11 @@ async fn start_naming(
 ) -> anyhow::Result<Naming> {
     let registry = rondo_naming::start_registry(&spec.registry, live.clone())
         .map_err(|e| anyhow::anyhow!("naming registry: {e}"))?;
-    let api = rondo_naming::api::start(spec.listen, live.clone(), registry.clone())
+    let token = match &spec.token {
+        Some(t) => Some(rondo_runtime::secret::read_token(t).context("[naming] token")?),
+        None => None,
+    };
+    let api = rondo_naming::api::start(spec.listen, live.clone(), registry.clone(), token)
         .await
         .with_context(|| format!("naming API on {}", spec.listen))?;
     writeln!(out, "rondo: naming API (registry {}) on {}", registry.status().backend, api.addr)?;

@@ -28,12 +28,18 @@ struct Setup {
 
 impl Setup {
     async fn new(cluster: &str) -> Setup {
+        Setup::with_token(cluster, None).await
+    }
+
+    async fn with_token(cluster: &str, token: Option<&str>) -> Setup {
         let router = router(&one_cluster(cluster)).await;
         let spec = rondo_config::RegistrySpec::Embedded { snapshot: None };
         let registry = rondo_naming::start_registry(&spec, router.live.clone()).expect("registry");
-        let api = rondo_naming::api::start(any_port(), router.live.clone(), registry.clone())
-            .await
-            .expect("naming API starts");
+        let token = token.map(|t| t.as_bytes().to_vec());
+        let api =
+            rondo_naming::api::start(any_port(), router.live.clone(), registry.clone(), token)
+                .await
+                .expect("naming API starts");
         Setup { router, api, _registry: registry }
     }
 
@@ -322,6 +328,29 @@ async fn bad_requests_get_clear_errors_and_change_nothing() {
     }
     assert_eq!(s.get("/v1/services/c").await.view_header(), view, "nothing changed");
     assert_eq!(s.listed().await, ["m1"]);
+}
+
+#[tokio::test]
+async fn with_a_token_changes_need_it_and_lookups_do_not() {
+    let ms = members(2, Duration::ZERO).await;
+    let s = Setup::with_token(&member_list(&ms[..1]), Some("n-secret")).await;
+    let url = format!("http://{}/v1/services/c/members/m2", s.api.addr);
+    let body = json!({ "address": ms[1].addr.to_string() }).to_string();
+    for auth in [None, Some("Bearer wrong"), Some("n-secret")] {
+        let headers: Vec<(&str, &str)> = auth.map(|a| ("authorization", a)).into_iter().collect();
+        let (status, headers, v) = json_call(Method::PUT, &url, &headers, Some(&body)).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{auth:?}: {v}");
+        assert_eq!(headers["www-authenticate"], "Bearer");
+        assert!(v["error"].as_str().unwrap().contains("naming token"), "{v}");
+    }
+    let r = s.call(Method::DELETE, "/v1/services/c/members/m1", None).await;
+    assert_eq!(r.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(s.get("/v1/lookup/c").await.status, StatusCode::OK, "lookups stay open");
+    assert_eq!(s.listed().await, ["m1"]);
+    let auth = [("authorization", "Bearer n-secret")];
+    let (status, _, v) = json_call(Method::PUT, &url, &auth, Some(&body)).await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    assert_eq!(s.listed().await, ["m1", "m2"]);
 }
 
 #[test]

@@ -1,0 +1,68 @@
+//! Shared secrets: bearer tokens read from the configuration (the admin API's and the naming
+//! service's) and a comparison whose time does not depend on the secret.
+
+use rondo_config::AdminToken;
+
+/// The token bytes from a token setting (`token` inline, or `token_file`'s content without its
+/// trailing newline); the error names the file or says the token is empty.
+pub fn read_token(token: &AdminToken) -> std::io::Result<Vec<u8>> {
+    let bytes = match token {
+        AdminToken::Inline(t) => t.as_bytes().to_vec(),
+        AdminToken::File(path) => {
+            let mut b = std::fs::read(path).map_err(|e| {
+                std::io::Error::new(
+                    e.kind(),
+                    format!("cannot read token file {}: {e}", path.display()),
+                )
+            })?;
+            while matches!(b.last(), Some(b'\n' | b'\r')) {
+                b.pop();
+            }
+            b
+        }
+    };
+    if bytes.is_empty() {
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, "the token is empty"));
+    }
+    Ok(bytes)
+}
+
+/// Whether `a` equals `b`, in time that does not depend on where they differ nor on their
+/// lengths: both are hashed to SHA-256 digests of equal size first, and the digests are
+/// compared byte by byte with the differences OR-ed together and read once at the end.
+pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    let (da, db) = (
+        ring::digest::digest(&ring::digest::SHA256, a),
+        ring::digest::digest(&ring::digest::SHA256, b),
+    );
+    let diff = da.as_ref().iter().zip(db.as_ref()).fold(0u8, |acc, (x, y)| acc | (x ^ y));
+    std::hint::black_box(diff) == 0
+}
+
+/// Whether `Authorization: Bearer <token>` in `authorization` (the header's bytes) carries
+/// `token`.
+pub fn bearer_matches(authorization: Option<&[u8]>, token: &[u8]) -> bool {
+    let given = authorization.and_then(|v| v.strip_prefix(b"Bearer ")).unwrap_or_default();
+    !given.is_empty() && constant_time_eq(given, token)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn compares_tokens() {
+        assert!(constant_time_eq(b"secret", b"secret"));
+        assert!(!constant_time_eq(b"secret", b"secreT"));
+        assert!(!constant_time_eq(b"secret", b"secret2"));
+        assert!(!constant_time_eq(b"", b"x"));
+    }
+
+    #[test]
+    fn bearer_needs_the_scheme_and_the_token() {
+        assert!(bearer_matches(Some(b"Bearer s3"), b"s3"));
+        assert!(!bearer_matches(Some(b"Bearer "), b"s3"));
+        assert!(!bearer_matches(Some(b"s3"), b"s3"));
+        assert!(!bearer_matches(None, b"s3"));
+    }
+}
