@@ -320,6 +320,7 @@ mod tests {
                 clusters: Default::default(),
             }),
             clusters: Default::default(),
+            registered: Default::default(),
         };
         let text = m.render(&snap);
         assert!(text.contains("rondo_view_id 7\n"), "{text}");
