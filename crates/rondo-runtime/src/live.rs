@@ -503,4 +503,66 @@ mod tests {
         let c = live.apply(View { id: 1, ..base }).view.id;
         assert_eq!((a, b, c), (2, 3, 4));
     }
+
+    fn member(name: &str) -> MemberSpec {
+        MemberSpec {
+            name: name.into(),
+            address: "127.0.0.1:1".into(),
+            weight: 100,
+            group: None,
+            admin: Default::default(),
+        }
+    }
+
+    fn names(snap: &Snapshot) -> Vec<String> {
+        snap.view.clusters["c"].members.iter().map(|m| m.name.clone()).collect()
+    }
+
+    #[test]
+    fn registered_members_join_their_clusters_and_survive_config_changes() {
+        let live = live();
+        let mut rx = live.subscribe();
+        let regs: Registered = [
+            ("c".to_owned(), vec![member("r1"), member("a")]),
+            ("unknown".to_owned(), vec![member("r2")]),
+        ]
+        .into_iter()
+        .collect();
+        let snap = live.set_registered(regs);
+        // `a` is configured, so its registration is left out; `unknown` is no cluster.
+        assert_eq!(names(&snap), ["a", "b", "r1"]);
+        assert!(snap.is_registered("c", "r1") && !snap.is_registered("c", "a"));
+        assert_eq!(*rx.borrow_and_update(), snap.view.id);
+
+        // A config change keeps the registrations; the base excludes them.
+        let mut base = live.configured();
+        assert_eq!(base.clusters["c"].members.len(), 2);
+        base.id = 1;
+        let snap = live.apply(base);
+        assert_eq!(names(&snap), ["a", "b", "r1"]);
+        assert!(rx.has_changed().unwrap());
+    }
+
+    #[test]
+    fn a_shared_config_replaces_the_file_until_cleared() {
+        let live = live();
+        let file = live.configured();
+        let mut shared = file.clone();
+        let mut c = (*shared.clusters["c"]).clone();
+        c.members.truncate(1);
+        shared.clusters.insert("c".into(), Arc::new(c));
+        let id1 = live.set_shared(Some(shared)).view.id;
+        assert_eq!(names(&live.load()), ["a"]);
+        // An admin change edits the configuration in effect: the shared one.
+        let mut edited = live.configured();
+        assert_eq!(edited.clusters["c"].members.len(), 1);
+        edited.id = 0;
+        let id2 = live.apply_configured(edited).view.id;
+        // A file reload while the shared config is set changes the file layer only.
+        let id3 = live.apply(file).view.id;
+        assert_eq!(names(&live.load()), ["a"]);
+        let id4 = live.set_shared(None).view.id;
+        assert_eq!(names(&live.load()), ["a", "b"], "back to the file's");
+        assert!(id1 < id2 && id2 < id3 && id3 < id4, "{id1} {id2} {id3} {id4}");
+    }
 }
