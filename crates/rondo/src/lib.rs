@@ -18,9 +18,10 @@ use cli::{Cli, Command};
 /// Runs a parsed command line, printing to stdout and stderr; returns the process exit code.
 pub fn run(cli: Cli) -> ExitCode {
     init_tracing();
-    let stdout = io::stdout();
-    let stderr = io::stderr();
-    match run_with(cli, &mut stdout.lock(), &mut stderr.lock()) {
+    // Unlocked handles: each write takes the lock for itself. Holding `stderr().lock()` for
+    // the whole run would block every log line written from another thread (a worker of
+    // `rondo serve`) forever, and with it whatever that thread held.
+    match run_with(cli, &mut io::stdout(), &mut io::stderr()) {
         Ok(code) => code,
         Err(e) => {
             let _ = writeln!(io::stderr(), "error: {e:#}");

@@ -394,6 +394,44 @@ fn rondo_serve_runs_the_naming_service_and_its_snapshot_brings_registrations_bac
     assert_eq!(listed(&addr), ["m1", "late"], "the registration came back from the snapshot");
 }
 
+/// Regression: `rondo serve` held the stderr lock on its main thread for its whole life, so the
+/// first log line written by a worker thread (here "member registered", at info) blocked that
+/// worker forever, holding the registry's lock; the next call never answered.
+#[test]
+fn log_lines_from_worker_threads_do_not_stall_rondo_serve() {
+    let dir = TempDir::new("naming-log");
+    let config = dir.0.join("rondo.toml");
+    std::fs::write(
+        &config,
+        "[cluster.c]\nmembers = [{ name = \"m1\", address = \"127.0.0.1:1\" }]\n\n\
+         [naming]\nlisten = \"127.0.0.1:0\"\n",
+    )
+    .unwrap();
+    let child = std::process::Command::new(common::BIN)
+        .args(["serve", "--workers", "2", "--config", config.to_str().unwrap()])
+        .env("RONDO_LOG", "info")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start rondo serve");
+    let mut p = Proc::from_child(child);
+    let log = common::collect_lines(p.child.stderr.take().unwrap());
+    let api = p.addr_after("rondo: naming API (registry embedded) on");
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    for name in ["r1", "r2", "r3", "r4"] {
+        let url = format!("http://{api}/v1/services/c/members/{name}");
+        let body = json!({ "address": "127.0.0.1:2" }).to_string();
+        let (status, _, v) = rt.block_on(json_call(Method::PUT, &url, &[], Some(&body)));
+        assert_eq!(status, StatusCode::OK, "{v}");
+    }
+    let (status, _, v) =
+        rt.block_on(json_call(Method::GET, &format!("http://{api}/v1/status"), &[], None));
+    assert_eq!((status, &v["registry"]["registrations"]), (StatusCode::OK, &json!(4)), "{v}");
+    let lines = log.lock().unwrap().clone();
+    assert!(lines.iter().any(|l| l.contains("member registered")), "{lines:?}");
+}
+
 #[cfg(feature = "dns")]
 #[test]
 fn rondo_serve_answers_dns_for_configured_and_registered_members() {
