@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use rondo_config::{
-    AdminSpec, AdminToken, Config, ConfigError, DnsSpec, ListenerProtocol, ListenerSpec, NamingSpec,
-    RegistrySpec, load_file, parse_str,
+    AdminSpec, AdminToken, Config, ConfigError, DnsSpec, ListenerProtocol, ListenerSpec,
+    NamingSpec, RegistrySpec, load_file, parse_str,
 };
 use rondo_core::{
     AdminState, AgentPolicy, Algorithm, EwmaPolicy, Granularity, HashKeySource, HashPolicy,

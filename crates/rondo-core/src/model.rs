@@ -341,7 +341,10 @@ pub struct OutlierDetection {
     /// Whether 5xx answers count as failures (connect failures and resets always count).
     pub count_5xx: bool,
     /// Ejection time for the first ejection; the n-th consecutive ejection lasts n times this.
-    #[cfg_attr(feature = "serde", serde(rename = "base_ejection_ms", with = "crate::wire::millis"))]
+    #[cfg_attr(
+        feature = "serde",
+        serde(rename = "base_ejection_ms", with = "crate::wire::millis")
+    )]
     pub base_ejection: Duration,
     /// Upper bound on one ejection.
     #[cfg_attr(feature = "serde", serde(rename = "max_ejection_ms", with = "crate::wire::millis"))]
@@ -370,7 +373,10 @@ pub struct RetryPolicy {
     /// Total tries per request across members of one cluster (1 = no retry).
     pub attempts: u32,
     /// Timeout of one try; `None` leaves only the route's request timeout.
-    #[cfg_attr(feature = "serde", serde(rename = "per_try_timeout_ms", with = "crate::wire::millis_opt"))]
+    #[cfg_attr(
+        feature = "serde",
+        serde(rename = "per_try_timeout_ms", with = "crate::wire::millis_opt")
+    )]
     pub per_try_timeout: Option<Duration>,
     /// Retries may add at most this share of extra load, percent (Finagle retry budget).
     pub budget_percent: u8,
@@ -419,7 +425,10 @@ pub struct EwmaPolicy {
     #[cfg_attr(feature = "serde", serde(rename = "default_rtt_ms", with = "crate::wire::millis"))]
     pub default_rtt: Duration,
     /// A failed request counts as a latency of at least this much.
-    #[cfg_attr(feature = "serde", serde(rename = "failure_penalty_ms", with = "crate::wire::millis"))]
+    #[cfg_attr(
+        feature = "serde",
+        serde(rename = "failure_penalty_ms", with = "crate::wire::millis")
+    )]
     pub failure_penalty: Duration,
 }
 

@@ -154,9 +154,11 @@ mod tests {
 
     #[test]
     fn a_policy_survives_the_wire() {
-        let mut policy = Policy::default();
-        policy.algorithm = Algorithm::P2cEwma;
-        policy.granularity = Granularity::Session;
+        let mut policy = Policy {
+            algorithm: Algorithm::P2cEwma,
+            granularity: Granularity::Session,
+            ..Policy::default()
+        };
         policy.retry.per_try_timeout = Some(Duration::from_millis(250));
         policy.hash.key = HashKeySource::Header("x-user".into());
         policy.slow_start.duration = Duration::from_secs(3);

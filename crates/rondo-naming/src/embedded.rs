@@ -130,7 +130,8 @@ impl Embedded {
             "member registered"
         );
         st.leases.insert(lease, key.clone());
-        st.regs.insert(key, Entry { member, lease, ttl: reg.ttl, expires: Instant::now() + reg.ttl });
+        st.regs
+            .insert(key, Entry { member, lease, ttl: reg.ttl, expires: Instant::now() + reg.ttl });
         self.changed(&mut st);
         Ok(Lease { lease: lease.to_string(), ttl_ms: reg.ttl.as_millis() as u64 })
     }
@@ -228,9 +229,9 @@ impl Drop for Embedded {
 }
 
 fn parse_lease(lease: &str) -> Result<u64, RegistryError> {
-    lease.parse().map_err(|_| {
-        RegistryError::Invalid(format!("lease id `{lease}` is not a decimal number"))
-    })
+    lease
+        .parse()
+        .map_err(|_| RegistryError::Invalid(format!("lease id `{lease}` is not a decimal number")))
 }
 
 fn unknown_lease(lease: &str) -> RegistryError {

@@ -479,17 +479,17 @@ pub(crate) async fn json_call(
     headers: &[(&str, &str)],
     body: Option<&str>,
 ) -> (StatusCode, HeaderMap, serde_json::Value) {
-    let client = Client::builder(TokioExecutor::new())
-        .build_http::<http_body_util::Full<Bytes>>();
+    let client = Client::builder(TokioExecutor::new()).build_http::<http_body_util::Full<Bytes>>();
     let mut req = Request::builder().method(method).uri(url);
     for (k, v) in headers {
         req = req.header(*k, *v);
     }
     let body = http_body_util::Full::new(Bytes::from(body.unwrap_or_default().to_owned()));
-    let resp = tokio::time::timeout(Duration::from_secs(10), client.request(req.body(body).unwrap()))
-        .await
-        .expect("answer within 10 s")
-        .expect("the API answers");
+    let resp =
+        tokio::time::timeout(Duration::from_secs(10), client.request(req.body(body).unwrap()))
+            .await
+            .expect("answer within 10 s")
+            .expect("the API answers");
     let (status, headers) = (resp.status(), resp.headers().clone());
     let bytes = resp.into_body().collect().await.expect("body").to_bytes();
     let v = if bytes.is_empty() {

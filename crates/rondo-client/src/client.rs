@@ -1,0 +1,793 @@
+//! [`Client`]: one service's members and policy, kept current from the naming service, and the
+//! call loop shared by [`Client::call`], [`Session::call`] and the tower layer: pick with the
+//! core, try with a per-try timeout, report the outcome to the core's estimators, fail over to
+//! the next member under the same retry rules and budget as the router.
+
+use std::collections::hash_map::RandomState;
+use std::future::Future;
+use std::hash::BuildHasher;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use rondo_core::wire::{Answer, Member};
+use rondo_core::{Algorithm, Granularity, Outcome, PickRequest, Policy};
+use tokio::sync::{Notify, watch};
+
+use crate::clock;
+use crate::error::{Attempt, AttemptError, BootstrapError, CallError, Failed, GaveUp};
+use crate::naming::{NamingClient, is_not_found};
+use crate::state::State;
+use crate::tower::BalanceLayer;
+
+/// Settings of a [`Client`]; see [`Client::builder`].
+#[derive(Debug, Clone)]
+pub struct Builder {
+    service: String,
+    endpoints: Vec<String>,
+    group: Option<String>,
+    seed: Option<u64>,
+    naming_timeout: Duration,
+    watch_wait: Duration,
+    backoff_min: Duration,
+    backoff_max: Duration,
+    call_timeout: Duration,
+}
+
+impl Builder {
+    /// Adds a naming endpoint (`host:port` or `http://host:port`). Give two or more: any of them
+    /// may be down; the client uses the first that answers and moves on when it fails.
+    pub fn endpoint(mut self, endpoint: impl Into<String>) -> Self {
+        self.endpoints.push(endpoint.into());
+        self
+    }
+
+    /// Adds several naming endpoints.
+    pub fn endpoints<I: IntoIterator<Item = S>, S: Into<String>>(mut self, endpoints: I) -> Self {
+        self.endpoints.extend(endpoints.into_iter().map(Into::into));
+        self
+    }
+
+    /// The caller's locality group: members of this group are preferred while the policy says
+    /// `prefer_local` and the group has a healthy member.
+    pub fn group(mut self, group: impl Into<String>) -> Self {
+        self.group = Some(group.into());
+        self
+    }
+
+    /// Seeds the client's random generator (randomized pickers, `rotating`'s order); by default
+    /// a random seed, so that clients spread differently.
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = Some(seed);
+        self
+    }
+
+    /// Timeout of a naming request (and of connecting to an endpoint); default 2 s.
+    pub fn naming_timeout(mut self, timeout: Duration) -> Self {
+        self.naming_timeout = timeout;
+        self
+    }
+
+    /// How long one watch request waits for a change; default 30 s.
+    pub fn watch_wait(mut self, wait: Duration) -> Self {
+        self.watch_wait = wait;
+        self
+    }
+
+    /// Backoff between failed naming requests, doubling from `min` up to `max`; default 100 ms
+    /// to 5 s.
+    pub fn backoff(mut self, min: Duration, max: Duration) -> Self {
+        self.backoff_min = min;
+        self.backoff_max = max.max(min);
+        self
+    }
+
+    /// The most a call may take over all its tries (each try is also bounded by the policy's
+    /// per-try timeout); default 30 s.
+    pub fn call_timeout(mut self, timeout: Duration) -> Self {
+        self.call_timeout = timeout;
+        self
+    }
+
+    /// Fetches the service's answer from the first endpoint that gives it and starts keeping it
+    /// current in a background task (which ends when the last clone of the client is dropped).
+    /// Must run inside a tokio runtime.
+    pub async fn connect(self) -> Result<Client, BootstrapError> {
+        if self.endpoints.is_empty() {
+            return Err(BootstrapError::NoEndpoint);
+        }
+        let naming = self
+            .endpoints
+            .iter()
+            .map(|e| {
+                NamingClient::new(e, self.naming_timeout)
+                    .ok_or_else(|| BootstrapError::BadEndpoint(e.clone()))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut failures = Vec::new();
+        let mut first = None;
+        for (i, n) in naming.iter().enumerate() {
+            match n.answer(&self.service).await {
+                Ok(a) => {
+                    first = Some((i, a));
+                    break;
+                }
+                Err(e) => {
+                    tracing::debug!(service = %self.service, error = %e, "bootstrap endpoint failed");
+                    failures.push(e);
+                }
+            }
+        }
+        let Some((at, answer)) = first else {
+            return Err(BootstrapError::NoAnswer { service: self.service, failures });
+        };
+        let timing = Timing {
+            wait: self.watch_wait,
+            backoff_min: self.backoff_min,
+            backoff_max: self.backoff_max,
+        };
+        let inner = self.assemble(naming, at, answer);
+        let task = tokio::spawn(keep_current(inner.clone(), at, timing));
+        Ok(Client { inner, _task: Arc::new(AbortOnDrop(Some(task))) })
+    }
+
+    fn assemble(self, naming: Vec<NamingClient>, at: usize, answer: Answer) -> Arc<Inner> {
+        let seed = self.seed.unwrap_or_else(|| RandomState::new().hash_one(std::process::id()));
+        let (view, _) = watch::channel(answer.view_id);
+        Arc::new(Inner {
+            service: self.service,
+            group: self.group,
+            state: Mutex::new(State::new(answer, seed, clock::now())),
+            view,
+            wanted: AtomicU64::new(0),
+            wake: Notify::new(),
+            endpoint: AtomicU64::new(at as u64),
+            naming,
+            call_timeout: self.call_timeout,
+            own: Mutex::new(SessionState::default()),
+        })
+    }
+
+    /// A client held at `answer`, with no naming endpoint and no background task (tests).
+    #[cfg(test)]
+    pub(crate) fn offline(self, answer: Answer) -> Client {
+        let naming =
+            vec![NamingClient::new("127.0.0.1:9", Duration::from_secs(1)).expect("endpoint")];
+        Client { inner: self.assemble(naming, 0, answer), _task: Arc::new(AbortOnDrop(None)) }
+    }
+}
+
+/// A service's members and policy, kept current from the naming service, balancing calls with
+/// the same core as the router. Cheap to clone; clones share everything.
+#[derive(Debug, Clone)]
+pub struct Client {
+    pub(crate) inner: Arc<Inner>,
+    _task: Arc<AbortOnDrop>,
+}
+
+#[derive(Debug)]
+struct AbortOnDrop(Option<tokio::task::JoinHandle<()>>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        if let Some(task) = &self.0 {
+            task.abort();
+        }
+    }
+}
+
+/// Shared by every clone of a client and its background task.
+#[derive(Debug)]
+pub(crate) struct Inner {
+    pub(crate) service: String,
+    group: Option<String>,
+    state: Mutex<State>,
+    /// The view id of the answer held.
+    view: watch::Sender<u64>,
+    /// The newest view id seen in a response, when newer than the one held (0: none).
+    pub(crate) wanted: AtomicU64,
+    /// Wakes the background task to refetch.
+    wake: Notify,
+    /// Index of the endpoint in use.
+    endpoint: AtomicU64,
+    naming: Vec<NamingClient>,
+    call_timeout: Duration,
+    /// The client's own session when the policy's granularity is `session` or `lookup`.
+    own: Mutex<SessionState>,
+}
+
+/// What to do with a call.
+#[derive(Debug, Clone, Default)]
+pub struct CallOptions {
+    /// Whether the call may be sent again after a member failed it once sent (a reset, a
+    /// timeout). Connect failures always go elsewhere. Default: idempotent (`Client::call`).
+    pub not_idempotent: bool,
+    /// The key for `hash` services (a user id, a session id): equal keys go to the same
+    /// member while it is up.
+    pub hash_key: Option<String>,
+}
+
+impl CallOptions {
+    /// Options for a call that must not be sent twice once a member may have acted on it.
+    pub fn not_idempotent() -> Self {
+        CallOptions { not_idempotent: true, hash_key: None }
+    }
+
+    /// Sets the key for `hash` services.
+    pub fn hash_key(mut self, key: impl Into<String>) -> Self {
+        self.hash_key = Some(key.into());
+        self
+    }
+}
+
+/// The member a try goes to, handed to the caller's closure.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    /// The member's name.
+    pub name: String,
+    /// Its `host:port` as the naming service gave it.
+    pub address: String,
+    /// Its socket address (resolved when the address is a host name).
+    pub addr: SocketAddr,
+}
+
+impl Client {
+    /// Settings for a client of `service`; add endpoints and [`Builder::connect`].
+    pub fn builder(service: impl Into<String>) -> Builder {
+        Builder {
+            service: service.into(),
+            endpoints: Vec::new(),
+            group: None,
+            seed: None,
+            naming_timeout: Duration::from_secs(2),
+            watch_wait: Duration::from_secs(30),
+            backoff_min: Duration::from_millis(100),
+            backoff_max: Duration::from_secs(5),
+            call_timeout: Duration::from_secs(30),
+        }
+    }
+
+    /// The service this client balances.
+    pub fn service(&self) -> &str {
+        &self.inner.service
+    }
+
+    /// The view id of the answer held.
+    pub fn view_id(&self) -> u64 {
+        *self.inner.view.borrow()
+    }
+
+    /// The answer held: members, policy, view id.
+    pub fn answer(&self) -> Arc<Answer> {
+        self.inner.lock().answer.clone()
+    }
+
+    /// The members held, in the answer's order.
+    pub fn members(&self) -> Vec<Member> {
+        self.answer().members.clone()
+    }
+
+    /// The policy held.
+    pub fn policy(&self) -> Policy {
+        self.answer().policy.clone()
+    }
+
+    /// The naming endpoint in use, as `http://host:port`.
+    pub fn endpoint(&self) -> &str {
+        let i = self.inner.endpoint.load(Ordering::Relaxed) as usize;
+        self.inner.naming[i.min(self.inner.naming.len() - 1)].endpoint()
+    }
+
+    /// Tells the client that a response carried view id `view_id` (the `rondo-view-id`
+    /// header): when it is newer than the one held, the answer is fetched again now instead of
+    /// waiting for the watch. The tower layer does this for every response by itself.
+    pub fn observe_view_id(&self, view_id: u64) {
+        if view_id > self.view_id() {
+            self.inner.wanted.fetch_max(view_id, Ordering::Relaxed);
+            self.inner.wake.notify_one();
+        }
+    }
+
+    /// Waits until the answer held is from view `view_id` or later.
+    pub async fn wait_for_view(&self, view_id: u64) {
+        let mut rx = self.inner.view.subscribe();
+        let _ = rx.wait_for(|v| *v >= view_id).await;
+    }
+
+    /// Waits until the answer held changes (a newer view).
+    pub async fn changed(&self) {
+        let mut rx = self.inner.view.subscribe();
+        rx.borrow_and_update();
+        let _ = rx.changed().await;
+    }
+
+    /// Runs `call` against a member picked by the service's policy, failing over to other
+    /// members as the policy's retry rules allow; see [`Client::call_with`]. The call is taken
+    /// as idempotent.
+    ///
+    /// With granularity `session` (or `lookup`) the whole client is one session: calls stay on
+    /// the member picked first while it can keep them. Use [`Client::session`] for sessions of
+    /// your own.
+    pub async fn call<T, E, F, Fut>(&self, call: F) -> Result<T, CallError<E>>
+    where
+        F: FnMut(Target) -> Fut,
+        Fut: Future<Output = Result<T, Failed<E>>>,
+    {
+        self.call_with(CallOptions::default(), call).await
+    }
+
+    /// Runs `call` against a member picked by the service's policy: each try is bounded by the
+    /// policy's per-try timeout, its outcome (latency, failure) goes into the core's estimators,
+    /// and a failed try goes to another member when it is safe (see [`Failed`] and
+    /// [`CallOptions::not_idempotent`]) and the retry budget allows. The error, when every
+    /// option failed, lists every attempt.
+    pub async fn call_with<T, E, F, Fut>(
+        &self,
+        options: CallOptions,
+        call: F,
+    ) -> Result<T, CallError<E>>
+    where
+        F: FnMut(Target) -> Fut,
+        Fut: Future<Output = Result<T, Failed<E>>>,
+    {
+        let plan = Plan {
+            idempotent: !options.not_idempotent,
+            hash: options.hash_key.as_deref().map(|k| rondo_core::hash::hash_key(k.as_bytes())),
+            session: None,
+            untouched: &|| true,
+        };
+        let (value, mut ticket) = self.run(plan, call).await?;
+        ticket.succeeded();
+        Ok(value)
+    }
+
+    /// A session: its calls stay on one member while that member can keep them (draining
+    /// members keep their sessions), and move down the failover order when it cannot. With the
+    /// `rotating` algorithm each session is a new context (GlassFish: the client's list is
+    /// randomized once, each context starts one further down it). The member's session count
+    /// (`least-sessions`) holds until the session is dropped.
+    pub fn session(&self) -> Session {
+        Session {
+            client: self.clone(),
+            cell: Arc::new(SessionCell { inner: self.inner.clone(), state: Mutex::default() }),
+        }
+    }
+
+    /// A tower layer balancing HTTP requests (hyper, tonic) over the service's members; see
+    /// [`BalanceLayer`].
+    pub fn layer(&self) -> BalanceLayer {
+        BalanceLayer::new(self.clone(), None)
+    }
+
+    /// The call loop shared by closures, sessions and the tower layer. On success the ticket
+    /// still holds the member's in-flight request: the caller ends it.
+    pub(crate) async fn run<T, E, F, Fut>(
+        &self,
+        plan: Plan<'_>,
+        mut call: F,
+    ) -> Result<(T, Ticket), CallError<E>>
+    where
+        F: FnMut(Target) -> Fut,
+        Fut: Future<Output = Result<T, Failed<E>>>,
+    {
+        let inner = &self.inner;
+        let started = tokio::time::Instant::now();
+        let deadline = started + inner.call_timeout;
+        let mut attempts: Vec<Attempt<E>> = Vec::new();
+        let mut tried: Vec<String> = Vec::new();
+        // Retries after a member failed a sent call must fit the retry budget; a refused
+        // connection sent nothing and loaded nobody, so trying elsewhere after it is free.
+        let mut sent = false;
+        let mut context = None;
+        let (max_tries, per_try) = {
+            let st = inner.lock();
+            let retry = &st.balancer.spec().policy.retry;
+            (retry.attempts.max(1), retry.per_try_timeout)
+        };
+        let fail =
+            |reason, attempts| CallError { service: inner.service.clone(), reason, attempts };
+        for n in 0..max_tries {
+            let picked = inner.pick(&plan, &tried, sent, n == 0, &mut context);
+            let (name, address, mut ticket) = match picked {
+                Ok(p) => p,
+                Err(Refused::Budget) => {
+                    tracing::warn!(service = %inner.service, "retry budget exhausted");
+                    return Err(fail(GaveUp::BudgetExhausted, attempts));
+                }
+                Err(Refused::Pick(e)) => {
+                    let reason =
+                        if tried.is_empty() { GaveUp::NoMember } else { GaveUp::AllFailed };
+                    attempts.push(Attempt {
+                        member: None,
+                        address: None,
+                        error: AttemptError::NoMember(e),
+                    });
+                    return Err(fail(reason, attempts));
+                }
+            };
+            tried.push(name.clone());
+            let addr = match resolve(&address).await {
+                Ok(addr) => addr,
+                Err(error) => {
+                    // Nothing was sent: charged like a refused connection.
+                    ticket.failed(rondo_core::FailureKind::Connect);
+                    drop(ticket);
+                    let error = AttemptError::Resolve(error);
+                    attempts.push(Attempt { member: Some(name), address: Some(address), error });
+                    continue;
+                }
+            };
+            let target = Target { name: name.clone(), address: address.clone(), addr };
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let limit = per_try.map_or(left, |t| t.min(left));
+            let result = tokio::time::timeout(limit, call(target)).await;
+            let (error, connect) = match result {
+                Ok(Ok(value)) => return Ok((value, ticket)),
+                Ok(Err(Failed::Connect(e))) => {
+                    ticket.failed(rondo_core::FailureKind::Connect);
+                    (AttemptError::Connect(e), true)
+                }
+                Ok(Err(Failed::Member(e))) => {
+                    ticket.failed(rondo_core::FailureKind::Reset);
+                    (AttemptError::Member(e), false)
+                }
+                Ok(Err(Failed::Fatal(e))) => {
+                    ticket.end(Outcome::Cancelled);
+                    attempts.push(Attempt {
+                        member: Some(name),
+                        address: Some(address),
+                        error: AttemptError::Fatal(e),
+                    });
+                    return Err(fail(GaveUp::Fatal, attempts));
+                }
+                Err(_elapsed) => {
+                    ticket.failed(rondo_core::FailureKind::Timeout);
+                    (AttemptError::Timeout(limit), false)
+                }
+            };
+            tracing::debug!(service = %inner.service, member = %name, error = %DisplayKind(&error), "attempt failed");
+            attempts.push(Attempt { member: Some(name), address: Some(address), error });
+            sent |= !connect;
+            // The call can be sent again only if nothing of it was consumed; then a connect
+            // failure sent nothing, so any call may go elsewhere; after a reset or a timeout
+            // the member may have acted on it, so only idempotent calls go again.
+            if !(plan.untouched)() || !(connect || plan.idempotent) {
+                return Err(fail(GaveUp::NotRetryable, attempts));
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(fail(GaveUp::Deadline, attempts));
+            }
+        }
+        Err(fail(GaveUp::AllFailed, attempts))
+    }
+}
+
+/// Names an attempt error's kind for logs without requiring `E: Display`.
+struct DisplayKind<'a, E>(&'a AttemptError<E>);
+
+impl<E> std::fmt::Display for DisplayKind<'_, E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self.0 {
+            AttemptError::Connect(_) => "connect",
+            AttemptError::Member(_) => "member",
+            AttemptError::Fatal(_) => "fatal",
+            AttemptError::Timeout(_) => "timeout",
+            AttemptError::Resolve(_) => "resolve",
+            AttemptError::NoMember(_) => "no member",
+        })
+    }
+}
+
+/// How the call loop treats one call.
+pub(crate) struct Plan<'a> {
+    pub(crate) idempotent: bool,
+    pub(crate) hash: Option<u64>,
+    /// The session the call belongs to (`None`: the client's own when the granularity asks).
+    pub(crate) session: Option<&'a Mutex<SessionState>>,
+    /// Whether the call's body is still whole (nothing consumed it).
+    pub(crate) untouched: &'a (dyn Fn() -> bool + Send + Sync),
+}
+
+enum Refused {
+    Budget,
+    Pick(rondo_core::PickError),
+}
+
+/// A session's pinned member and `rotating` context.
+#[derive(Debug, Default)]
+pub(crate) struct SessionState {
+    context: Option<u32>,
+    member: Option<String>,
+}
+
+impl Inner {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Takes the budget, picks a member (the session's while it can keep it) and begins a
+    /// request on it, all under one lock hold.
+    fn pick(
+        self: &Arc<Self>,
+        plan: &Plan<'_>,
+        tried: &[String],
+        sent: bool,
+        first: bool,
+        context: &mut Option<u32>,
+    ) -> Result<(String, String, Ticket), Refused> {
+        let now = clock::now();
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        let b = &mut st.balancer;
+        if sent {
+            if !b.retry_allowed(now) {
+                return Err(Refused::Budget);
+            }
+        } else if first {
+            b.note_request(now);
+        }
+        let exclude: Vec<usize> = tried.iter().filter_map(|n| b.member_index(n)).collect();
+        let policy = &b.spec().policy;
+        let sessions = policy.granularity != Granularity::Request;
+        let rotating = policy.algorithm == Algorithm::Rotating;
+        let session = plan.session.or(sessions.then_some(&self.own));
+        let mut session = session.map(|s| s.lock().unwrap_or_else(|e| e.into_inner()));
+        let member = 'pick: {
+            if let Some(s) = session.as_deref_mut() {
+                if rotating && s.context.is_none() {
+                    s.context = Some(b.new_context());
+                }
+                *context = s.context;
+                if let Some(i) = s.member.as_deref().and_then(|n| b.member_index(n))
+                    && !exclude.contains(&i)
+                    && b.can_keep_session(i, now)
+                {
+                    break 'pick i;
+                }
+            } else if rotating && context.is_none() {
+                // One context for all tries of the call: failover goes down the list.
+                *context = Some(b.new_context());
+            }
+            let req = PickRequest {
+                now,
+                group: self.group.as_deref(),
+                hash: plan.hash,
+                context: *context,
+                exclude: &exclude,
+            };
+            let d = b.pick(&req, &mut st.rng).map_err(Refused::Pick)?;
+            if let Some(s) = session.as_deref_mut() {
+                let old = s.member.as_deref().and_then(|n| b.member_index(n));
+                if old != Some(d.member) {
+                    if let Some(o) = old {
+                        b.close_session(o);
+                    }
+                    b.open_session(d.member);
+                    s.member = Some(b.spec().members[d.member].name.clone());
+                }
+            }
+            d.member
+        };
+        let spec = &b.spec().members[member];
+        let (name, address) = (spec.name.clone(), spec.address.clone());
+        b.begin_request(member);
+        let ticket = Ticket {
+            inner: self.clone(),
+            name: name.clone(),
+            index: member,
+            epoch: st.epoch,
+            started: std::time::Instant::now(),
+            outcome: None,
+        };
+        Ok((name, address, ticket))
+    }
+
+    /// Ends a request begun on a member (found by name if the answer changed since).
+    fn end_request(&self, name: &str, index: usize, epoch: u64, outcome: Outcome) {
+        let now = clock::now();
+        if let Some(e) = self.lock().end_request(name, index, epoch, now, outcome) {
+            tracing::info!(service = %self.service, member = %name, count = e.count, "member ejected");
+        }
+    }
+
+    /// Drops a session's pin.
+    fn close_session(&self, s: &mut SessionState) {
+        if let Some(name) = s.member.take() {
+            let mut st = self.lock();
+            if let Some(i) = st.balancer.member_index(&name) {
+                st.balancer.close_session(i);
+            }
+        }
+    }
+
+    /// Takes a new answer.
+    fn apply(&self, answer: Answer) {
+        let id = answer.view_id;
+        let members = answer.members.len();
+        self.lock().apply(answer, clock::now());
+        self.view.send_replace(id);
+        tracing::debug!(service = %self.service, view_id = id, members, "answer applied");
+    }
+}
+
+/// Resolves `host:port`: literal socket addresses directly, host names through tokio's
+/// resolver (the first address wins).
+async fn resolve(address: &str) -> Result<SocketAddr, String> {
+    if let Ok(a) = address.parse() {
+        return Ok(a);
+    }
+    match tokio::net::lookup_host(address).await {
+        Ok(mut it) => it.next().ok_or_else(|| format!("{address}: no address")),
+        Err(e) => Err(format!("{address}: {e}")),
+    }
+}
+
+/// A request begun on a member; ends it with its outcome when dropped (cancelled when no
+/// outcome was recorded: the caller went away).
+#[derive(Debug)]
+pub(crate) struct Ticket {
+    inner: Arc<Inner>,
+    name: String,
+    index: usize,
+    epoch: u64,
+    started: std::time::Instant,
+    outcome: Option<Outcome>,
+}
+
+impl Ticket {
+    /// Records success with the latency so far.
+    pub(crate) fn succeeded(&mut self) {
+        self.outcome = Some(Outcome::Success { latency: self.started.elapsed() });
+    }
+
+    /// Records a failure with the latency so far.
+    pub(crate) fn failed(&mut self, kind: rondo_core::FailureKind) {
+        self.outcome = Some(Outcome::Failure { kind, latency: self.started.elapsed() });
+    }
+
+    /// Ends the request now with `outcome`.
+    pub(crate) fn end(mut self, outcome: Outcome) {
+        self.outcome = Some(outcome);
+    }
+
+    /// The member's name.
+    pub(crate) fn member(&self) -> &str {
+        &self.name
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        let outcome = self.outcome.take().unwrap_or(Outcome::Cancelled);
+        self.inner.end_request(&self.name, self.index, self.epoch, outcome);
+    }
+}
+
+/// A session of calls that stay on one member while it can keep them; see [`Client::session`].
+#[derive(Debug, Clone)]
+pub struct Session {
+    client: Client,
+    pub(crate) cell: Arc<SessionCell>,
+}
+
+/// The shared part of a session: closes the member's session count when the last holder goes.
+#[derive(Debug)]
+pub(crate) struct SessionCell {
+    inner: Arc<Inner>,
+    pub(crate) state: Mutex<SessionState>,
+}
+
+impl Drop for SessionCell {
+    fn drop(&mut self) {
+        let state = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
+        self.inner.close_session(state);
+    }
+}
+
+impl Session {
+    /// The member the session is on, once a call placed it.
+    pub fn member(&self) -> Option<String> {
+        self.cell.state.lock().unwrap_or_else(|e| e.into_inner()).member.clone()
+    }
+
+    /// The session's `rotating` context, once a call started it.
+    pub fn context(&self) -> Option<u32> {
+        self.cell.state.lock().unwrap_or_else(|e| e.into_inner()).context
+    }
+
+    /// Like [`Client::call`], on the session's member (or the next one in the failover order
+    /// when it cannot take the call; the session then moves there).
+    pub async fn call<T, E, F, Fut>(&self, call: F) -> Result<T, CallError<E>>
+    where
+        F: FnMut(Target) -> Fut,
+        Fut: Future<Output = Result<T, Failed<E>>>,
+    {
+        self.call_with(CallOptions::default(), call).await
+    }
+
+    /// Like [`Client::call_with`], in the session.
+    pub async fn call_with<T, E, F, Fut>(
+        &self,
+        options: CallOptions,
+        call: F,
+    ) -> Result<T, CallError<E>>
+    where
+        F: FnMut(Target) -> Fut,
+        Fut: Future<Output = Result<T, Failed<E>>>,
+    {
+        let plan = Plan {
+            idempotent: !options.not_idempotent,
+            hash: options.hash_key.as_deref().map(|k| rondo_core::hash::hash_key(k.as_bytes())),
+            session: Some(&self.cell.state),
+            untouched: &|| true,
+        };
+        let (value, mut ticket) = self.client.run(plan, call).await?;
+        ticket.succeeded();
+        Ok(value)
+    }
+
+    /// A tower layer whose requests all belong to this session.
+    pub fn layer(&self) -> BalanceLayer {
+        BalanceLayer::new(self.client.clone(), Some(self.cell.clone()))
+    }
+}
+
+#[cfg(test)]
+mod tests;
+
+struct Timing {
+    wait: Duration,
+    backoff_min: Duration,
+    backoff_max: Duration,
+}
+
+/// The background task: long-polls `watch` on the endpoint in use, refetches the answer when
+/// the view id moved (or a response showed a newer one), and moves to the next endpoint with a
+/// doubling backoff when one fails.
+async fn keep_current(inner: Arc<Inner>, mut at: usize, timing: Timing) {
+    let n = inner.naming.len();
+    let mut backoff = timing.backoff_min;
+    let mut fetch = false;
+    loop {
+        let held = *inner.view.borrow();
+        let wanted = inner.wanted.swap(0, Ordering::Relaxed);
+        if fetch || wanted > held {
+            match inner.naming[at].answer(&inner.service).await {
+                Ok(answer) => {
+                    inner.apply(answer);
+                    fetch = false;
+                    backoff = timing.backoff_min;
+                }
+                Err(e) => {
+                    let level_404 = is_not_found(&e);
+                    tracing::warn!(service = %inner.service, error = %e, unknown = level_404, "naming answer failed");
+                    at = (at + 1) % n;
+                    inner.endpoint.store(at as u64, Ordering::Relaxed);
+                    fetch = true;
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(timing.backoff_max);
+                }
+            }
+            continue;
+        }
+        tokio::select! {
+            r = inner.naming[at].watch(held, timing.wait) => match r {
+                Ok(w) => {
+                    backoff = timing.backoff_min;
+                    fetch = w.changed || w.view_id != held;
+                }
+                Err(e) => {
+                    tracing::warn!(service = %inner.service, error = %e, "naming watch failed");
+                    at = (at + 1) % n;
+                    inner.endpoint.store(at as u64, Ordering::Relaxed);
+                    // Another endpoint counts views its own way: start from its answer.
+                    fetch = true;
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(timing.backoff_max);
+                }
+            },
+            () = inner.wake.notified() => {}
+        }
+    }
+}

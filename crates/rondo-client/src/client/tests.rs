@@ -1,0 +1,320 @@
+//! The call loop without a network: an offline client held at a fixed answer, and closures
+//! that fail or succeed as each test says.
+
+use std::sync::atomic::AtomicUsize;
+
+use rondo_core::wire::{Member, Source};
+use rondo_core::{AdminState, Algorithm, Granularity, Policy};
+
+use super::*;
+
+fn member(name: &str, port: u16) -> Member {
+    Member {
+        name: name.into(),
+        address: format!("127.0.0.1:{port}"),
+        weight: 100,
+        group: None,
+        state: AdminState::Active,
+        source: Source::Config,
+    }
+}
+
+fn offline(policy: Policy, names: &[&str]) -> Client {
+    let members = names.iter().zip(1u16..).map(|(n, p)| member(n, p)).collect();
+    let answer = Answer { service: "web".into(), view_id: 1, policy, members };
+    Client::builder("web").seed(42).offline(answer)
+}
+
+fn refused() -> std::io::Error {
+    std::io::ErrorKind::ConnectionRefused.into()
+}
+
+fn in_flight(client: &Client) -> u32 {
+    client.inner.lock().balancer.states().iter().map(|s| s.load.in_flight).sum()
+}
+
+fn sessions(client: &Client, name: &str) -> u32 {
+    let st = client.inner.lock();
+    let i = st.balancer.member_index(name).expect("member");
+    st.balancer.states()[i].load.sessions
+}
+
+#[tokio::test]
+async fn a_refused_connection_goes_to_the_next_member() {
+    let client = offline(Policy::default(), &["a", "b", "c"]);
+    let tried = Mutex::new(Vec::new());
+    let got = client
+        .call(|t| {
+            tried.lock().unwrap().push(t.name.clone());
+            let first = tried.lock().unwrap().len() == 1;
+            async move { if first { Err(Failed::Connect(refused())) } else { Ok(t.name) } }
+        })
+        .await
+        .expect("the second member answers");
+    let tried = tried.into_inner().unwrap();
+    assert_eq!(tried.len(), 2);
+    assert_ne!(tried[0], tried[1]);
+    assert_eq!(got, tried[1]);
+    assert_eq!(in_flight(&client), 0, "every try ended");
+}
+
+#[tokio::test]
+async fn when_every_member_fails_the_error_lists_every_attempt() {
+    let client = offline(Policy::default(), &["a", "b"]);
+    let err = client
+        .call(|_t| async { Err::<(), _>(Failed::Connect(refused())) })
+        .await
+        .expect_err("nothing answers");
+    assert_eq!(err.reason, GaveUp::AllFailed);
+    // Two members tried, then nothing left to pick (policy attempts: 3).
+    assert_eq!(err.attempts.len(), 3, "{err}");
+    let names: Vec<_> = err.attempts.iter().map(|a| a.member.clone()).collect();
+    assert!(names.contains(&Some("a".into())) && names.contains(&Some("b".into())), "{err}");
+    assert!(matches!(err.attempts[2].error, AttemptError::NoMember(_)), "{err}");
+    let text = err.to_string();
+    assert!(text.starts_with("call to web: every member tried failed (3 attempts: "), "{text}");
+    assert!(text.contains("a at 127.0.0.1:1: connect failed: connection refused"), "{text}");
+    assert_eq!(in_flight(&client), 0);
+}
+
+#[tokio::test]
+async fn a_service_without_members_says_so() {
+    let client = offline(Policy::default(), &[]);
+    let err = client.call(|t| async move { Ok::<_, Failed<std::io::Error>>(t.name) }).await;
+    let err = err.expect_err("nobody to call");
+    assert_eq!(err.reason, GaveUp::NoMember);
+    assert!(err.to_string().contains("no eligible member"), "{err}");
+}
+
+#[tokio::test]
+async fn a_member_failure_is_retried_only_for_idempotent_calls() {
+    let client = offline(Policy::default(), &["a", "b", "c"]);
+    let calls = AtomicUsize::new(0);
+    let fail_first = |t: Target| {
+        let n = calls.fetch_add(1, Ordering::Relaxed);
+        async move { if n == 0 { Err(Failed::Member(refused())) } else { Ok(t.name) } }
+    };
+    client.call(fail_first).await.expect("idempotent: retried elsewhere");
+    assert_eq!(calls.swap(0, Ordering::Relaxed), 2);
+
+    let fail_first = |t: Target| {
+        let n = calls.fetch_add(1, Ordering::Relaxed);
+        async move { if n == 0 { Err(Failed::Member(refused())) } else { Ok(t.name) } }
+    };
+    let err = client
+        .call_with(CallOptions::not_idempotent(), fail_first)
+        .await
+        .expect_err("not sent twice");
+    assert_eq!(err.reason, GaveUp::NotRetryable);
+    assert_eq!(err.attempts.len(), 1);
+    assert_eq!(calls.load(Ordering::Relaxed), 1);
+}
+
+#[tokio::test]
+async fn a_fatal_failure_returns_at_once() {
+    let client = offline(Policy::default(), &["a", "b"]);
+    let err = client
+        .call(|_t| async { Err::<(), _>(Failed::Fatal("bad request")) })
+        .await
+        .expect_err("fatal");
+    assert_eq!(err.reason, GaveUp::Fatal);
+    assert_eq!(err.attempts.len(), 1);
+    assert_eq!(err.last_error(), Some(&"bad request"));
+    assert_eq!(in_flight(&client), 0);
+}
+
+#[tokio::test]
+async fn a_try_slower_than_the_per_try_timeout_goes_elsewhere() {
+    let mut policy = Policy::default();
+    policy.retry.per_try_timeout = Some(Duration::from_millis(30));
+    let client = offline(policy, &["a", "b"]);
+    let calls = AtomicUsize::new(0);
+    let got = client
+        .call(|t| {
+            let n = calls.fetch_add(1, Ordering::Relaxed);
+            async move {
+                if n == 0 {
+                    tokio::time::sleep(Duration::from_secs(10)).await;
+                }
+                Ok::<_, Failed<std::io::Error>>(t.name)
+            }
+        })
+        .await
+        .expect("the second try answers");
+    assert_eq!(calls.load(Ordering::Relaxed), 2);
+    let st = client.inner.lock();
+    let slow = st.balancer.spec().members.iter().position(|m| m.name != got).unwrap();
+    assert_eq!(st.balancer.states()[slow].load.consecutive_failures, 1, "the timeout was counted");
+}
+
+#[tokio::test]
+async fn an_empty_retry_budget_stops_retries_after_a_member_failure_but_not_failover() {
+    let mut policy = Policy::default();
+    policy.retry.budget_percent = 0;
+    policy.retry.budget_min_per_sec = 0;
+    let client = offline(policy, &["a", "b", "c"]);
+    let err = client
+        .call(|_t| async { Err::<(), _>(Failed::Member(refused())) })
+        .await
+        .expect_err("no budget");
+    assert_eq!(err.reason, GaveUp::BudgetExhausted);
+    assert_eq!(err.attempts.len(), 1);
+    // A refused connection sent nothing: failing over after it is free.
+    let calls = AtomicUsize::new(0);
+    client
+        .call(|t| {
+            let n = calls.fetch_add(1, Ordering::Relaxed);
+            async move { if n < 2 { Err(Failed::Connect(refused())) } else { Ok(t.name) } }
+        })
+        .await
+        .expect("the third member answers");
+}
+
+#[tokio::test]
+async fn a_session_stays_on_its_member_and_moves_when_it_fails() {
+    let client = offline(Policy::default(), &["a", "b", "c"]);
+    let session = client.session();
+    let name = |t: Target| async move { Ok::<_, Failed<std::io::Error>>(t.name) };
+    let first = session.call(name).await.unwrap();
+    for _ in 0..5 {
+        assert_eq!(session.call(name).await.unwrap(), first);
+    }
+    assert_eq!(session.member().as_deref(), Some(first.as_str()));
+    assert_eq!(sessions(&client, &first), 1);
+
+    // Its member refuses: the session moves to the next one and stays there.
+    let moved = session
+        .call(|t| {
+            let down = t.name == first;
+            async move { if down { Err(Failed::Connect(refused())) } else { Ok(t.name) } }
+        })
+        .await
+        .unwrap();
+    assert_ne!(moved, first);
+    for _ in 0..3 {
+        assert_eq!(session.call(name).await.unwrap(), moved);
+    }
+    assert_eq!(sessions(&client, &first), 0);
+    assert_eq!(sessions(&client, &moved), 1);
+    drop(session);
+    assert_eq!(sessions(&client, &moved), 0, "the session count ends with the session");
+}
+
+#[tokio::test]
+async fn rotating_contexts_start_one_further_down_the_list() {
+    let policy = Policy { algorithm: Algorithm::Rotating, ..Policy::default() };
+    let client = offline(policy, &["a", "b", "c"]);
+    let name = |t: Target| async move { Ok::<_, Failed<std::io::Error>>(t.name) };
+    let mut firsts = Vec::new();
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        let s = client.session();
+        firsts.push(s.call(name).await.unwrap());
+        assert_eq!(s.call(name).await.unwrap(), *firsts.last().unwrap(), "sticky");
+        held.push(s);
+    }
+    firsts.sort();
+    assert_eq!(firsts, ["a", "b", "c"], "three contexts, three starting points");
+    let contexts: Vec<_> = held.iter().map(|s| s.context().unwrap()).collect();
+    assert_eq!(contexts, [0, 1, 2]);
+}
+
+#[tokio::test]
+async fn with_session_granularity_the_client_is_one_session() {
+    let policy = Policy { granularity: Granularity::Session, ..Policy::default() };
+    let client = offline(policy, &["a", "b", "c"]);
+    let name = |t: Target| async move { Ok::<_, Failed<std::io::Error>>(t.name) };
+    let first = client.call(name).await.unwrap();
+    for _ in 0..5 {
+        assert_eq!(client.call(name).await.unwrap(), first);
+    }
+}
+
+#[tokio::test]
+async fn in_flight_and_latency_reach_the_estimators() {
+    let mut policy = Policy { algorithm: Algorithm::P2cEwma, ..Policy::default() };
+    // Unobserved members look fast, so both get tried first.
+    policy.ewma.default_rtt = Duration::from_micros(100);
+    let client = offline(policy, &["fast", "slow"]);
+    let probe = client.clone();
+    let mut slow = 0;
+    for _ in 0..60 {
+        let name = client
+            .call(|t| {
+                assert_eq!(in_flight(&probe), 1, "the try is in flight");
+                async move {
+                    if t.name == "slow" {
+                        tokio::time::sleep(Duration::from_millis(15)).await;
+                    }
+                    Ok::<_, Failed<std::io::Error>>(t.name)
+                }
+            })
+            .await
+            .unwrap();
+        slow += usize::from(name == "slow");
+    }
+    assert_eq!(in_flight(&client), 0);
+    assert!(slow < 20, "p2c-ewma steers away from the slow member: {slow} of 60");
+    let st = client.inner.lock();
+    let i = st.balancer.member_index("slow").unwrap();
+    assert!(st.balancer.states()[i].load.completed >= 1);
+}
+
+#[tokio::test]
+async fn a_newer_answer_keeps_state_and_a_newer_view_id_asks_for_a_refetch() {
+    let client = offline(Policy::default(), &["a", "b"]);
+    client.observe_view_id(1);
+    assert_eq!(client.inner.wanted.load(Ordering::Relaxed), 0, "not newer");
+    client.observe_view_id(5);
+    assert_eq!(client.inner.wanted.load(Ordering::Relaxed), 5);
+
+    let session = client.session();
+    let first =
+        session.call(|t| async move { Ok::<_, Failed<std::io::Error>>(t.name) }).await.unwrap();
+    let mut answer = (*client.answer()).clone();
+    answer.view_id = 5;
+    answer.members.insert(0, member("z", 9));
+    client.inner.apply(answer);
+    assert_eq!(client.view_id(), 5);
+    assert_eq!(client.members().len(), 3);
+    assert_eq!(sessions(&client, &first), 1, "the session count survived the new answer");
+    let again =
+        session.call(|t| async move { Ok::<_, Failed<std::io::Error>>(t.name) }).await.unwrap();
+    assert_eq!(again, first, "the session kept its member across the answer");
+}
+
+#[tokio::test]
+async fn least_sessions_sees_the_calls_in_flight() {
+    let policy = Policy { algorithm: Algorithm::LeastSessions, ..Policy::default() };
+    let client = offline(policy, &["a", "b"]);
+    let release = Arc::new(Notify::new());
+    let (held_tx, held_rx) = tokio::sync::oneshot::channel();
+    let long = {
+        let (client, release) = (client.clone(), release.clone());
+        tokio::spawn(async move {
+            let mut held_tx = Some(held_tx);
+            client
+                .call(|t| {
+                    let release = release.clone();
+                    let tx = held_tx.take();
+                    async move {
+                        if let Some(tx) = tx {
+                            let _ = tx.send(t.name.clone());
+                        }
+                        release.notified().await;
+                        Ok::<_, Failed<std::io::Error>>(t.name)
+                    }
+                })
+                .await
+        })
+    };
+    let busy = held_rx.await.expect("the long call started");
+    for _ in 0..3 {
+        let name =
+            client.call(|t| async move { Ok::<_, Failed<std::io::Error>>(t.name) }).await.unwrap();
+        assert_ne!(name, busy, "the member with a call in flight is passed over");
+    }
+    release.notify_one();
+    assert_eq!(long.await.unwrap().unwrap(), busy);
+    assert_eq!(in_flight(&client), 0);
+}

@@ -1,0 +1,212 @@
+//! The pure part of the client: a naming [`Answer`] turned into a core [`ClusterSpec`], and the
+//! balancer held across answers (rebuilt with [`Balancer::carry_over`], so load, EWMA, sessions
+//! and passive ejections of surviving members outlive every change). No I/O here: time is an
+//! argument, like in the core.
+
+use std::sync::Arc;
+
+use rondo_core::wire::{Answer, Member};
+use rondo_core::{
+    Balancer, ClusterSpec, Ejection, Instant, MemberSpec, Outcome, SplitMix64, StickySession,
+    UpstreamProtocol,
+};
+
+/// The core cluster an answer describes: the answer's policy and its members with their weight,
+/// locality group and admin state (`active` or `draining`), in the answer's order.
+///
+/// The upstream protocol is left at its default: the client's transport (a hyper client, a
+/// tonic channel, the caller's closure) decides how to talk to members.
+pub fn cluster_spec(answer: &Answer) -> ClusterSpec {
+    ClusterSpec {
+        name: answer.service.clone(),
+        members: answer.members.iter().map(member_spec).collect(),
+        policy: answer.policy.clone(),
+        upstream_protocol: UpstreamProtocol::default(),
+        sticky: StickySession::default(),
+    }
+}
+
+fn member_spec(m: &Member) -> MemberSpec {
+    MemberSpec {
+        name: m.name.clone(),
+        address: m.address.clone(),
+        weight: m.weight.max(1),
+        group: m.group.clone(),
+        admin: m.state,
+    }
+}
+
+/// One service's balancing state: the latest answer, its balancer and the client's generator.
+#[derive(Debug)]
+pub(crate) struct State {
+    /// The answer the balancer was built from.
+    pub(crate) answer: Arc<Answer>,
+    /// Members, run-time state, picker, retry budget.
+    pub(crate) balancer: Balancer,
+    /// The client's seeded generator (randomized pickers, `rotating`'s shuffle).
+    pub(crate) rng: SplitMix64,
+    /// Bumped by every applied answer: member indexes of an older epoch are looked up again by
+    /// name.
+    pub(crate) epoch: u64,
+}
+
+impl State {
+    /// The state for a first answer.
+    pub(crate) fn new(answer: Answer, seed: u64, now: Instant) -> State {
+        let balancer = Balancer::new(Arc::new(cluster_spec(&answer)), now);
+        State { answer: Arc::new(answer), balancer, rng: SplitMix64::new(seed), epoch: 0 }
+    }
+
+    /// Takes a newer answer, carrying every surviving member's state over by name.
+    pub(crate) fn apply(&mut self, answer: Answer, now: Instant) {
+        let spec = Arc::new(cluster_spec(&answer));
+        self.balancer = Balancer::carry_over(spec, &self.balancer, now);
+        self.answer = Arc::new(answer);
+        self.epoch += 1;
+    }
+
+    /// The index now of a member seen as `index` in `epoch` under `name`.
+    pub(crate) fn resolve(&self, name: &str, index: usize, epoch: u64) -> Option<usize> {
+        if epoch == self.epoch { Some(index) } else { self.balancer.member_index(name) }
+    }
+
+    /// Ends a request begun in `epoch` on the member `name` (index `index` then).
+    pub(crate) fn end_request(
+        &mut self,
+        name: &str,
+        index: usize,
+        epoch: u64,
+        now: Instant,
+        outcome: Outcome,
+    ) -> Option<Ejection> {
+        let i = self.resolve(name, index, epoch)?;
+        self.balancer.end_request(i, now, outcome)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use rondo_core::wire::Source;
+    use rondo_core::{AdminState, Algorithm, FailureKind, Granularity, PickRequest, Policy};
+
+    use super::*;
+
+    fn member(name: &str, port: u16, weight: u32, group: Option<&str>) -> Member {
+        Member {
+            name: name.into(),
+            address: format!("127.0.0.1:{port}"),
+            weight,
+            group: group.map(Into::into),
+            state: AdminState::Active,
+            source: Source::Config,
+        }
+    }
+
+    fn answer(view_id: u64, policy: Policy, members: Vec<Member>) -> Answer {
+        Answer { service: "web".into(), view_id, policy, members }
+    }
+
+    #[test]
+    fn an_answer_becomes_a_cluster_with_its_policy_and_members() {
+        let mut policy = Policy {
+            algorithm: Algorithm::P2cEwma,
+            granularity: Granularity::Session,
+            ..Policy::default()
+        };
+        policy.retry.attempts = 4;
+        let mut drained = member("b", 2, 50, Some("eu"));
+        drained.state = AdminState::Draining;
+        let a = answer(9, policy.clone(), vec![member("a", 1, 100, None), drained]);
+        let spec = cluster_spec(&a);
+        assert_eq!(spec.name, "web");
+        assert_eq!(spec.policy, policy);
+        assert_eq!(
+            spec.members,
+            vec![
+                MemberSpec {
+                    name: "a".into(),
+                    address: "127.0.0.1:1".into(),
+                    weight: 100,
+                    group: None,
+                    admin: AdminState::Active,
+                },
+                MemberSpec {
+                    name: "b".into(),
+                    address: "127.0.0.1:2".into(),
+                    weight: 50,
+                    group: Some("eu".into()),
+                    admin: AdminState::Draining,
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn a_zero_weight_on_the_wire_is_taken_as_one() {
+        let a = answer(1, Policy::default(), vec![member("a", 1, 0, None)]);
+        assert_eq!(cluster_spec(&a).members[0].weight, 1);
+    }
+
+    #[test]
+    fn load_ewma_and_ejections_survive_a_new_answer() {
+        let mut policy = Policy { algorithm: Algorithm::LeastSessions, ..Policy::default() };
+        policy.outlier.consecutive_failures = 2;
+        let first =
+            answer(1, policy.clone(), vec![member("a", 1, 100, None), member("b", 2, 100, None)]);
+        let t0 = Instant::from_millis(1_000);
+        let mut st = State::new(first, 7, t0);
+        // `a` gets two requests in flight; `b` fails twice and is ejected.
+        st.balancer.begin_request(0);
+        st.balancer.begin_request(0);
+        st.balancer.begin_request(1);
+        st.balancer.begin_request(1);
+        let fail = Outcome::Failure { kind: FailureKind::Connect, latency: Duration::ZERO };
+        assert!(st.end_request("b", 1, 0, t0, fail).is_none());
+        let ejected = st.end_request("b", 1, 0, t0, fail).expect("b ejected");
+        assert_eq!(ejected.member, 1);
+
+        // A new answer puts `c` first and keeps `a` and `b` (in another order).
+        let second = answer(
+            2,
+            policy,
+            vec![member("c", 3, 100, None), member("b", 2, 100, None), member("a", 1, 100, None)],
+        );
+        let t1 = t0 + Duration::from_millis(10);
+        st.apply(second, t1);
+        assert_eq!(st.epoch, 1);
+        assert_eq!(st.answer.view_id, 2);
+        let a = st.balancer.member_index("a").expect("a");
+        let b = st.balancer.member_index("b").expect("b");
+        assert_eq!(st.balancer.states()[a].load.in_flight, 2, "a's load carried over");
+        assert!(st.balancer.states()[b].ejected_until.is_some_and(|u| u > t1), "b still ejected");
+
+        // A request begun before the swap ends on `a` by name, not by its old index (0 = `c`).
+        let ok = Outcome::Success { latency: Duration::from_millis(3) };
+        st.end_request("a", 0, 0, t1, ok);
+        assert_eq!(st.balancer.states()[a].load.in_flight, 1);
+        assert_eq!(st.balancer.states()[0].load.in_flight, 0, "c untouched");
+
+        // Least-sessions now prefers `c` (idle, fresh) over `a` (one in flight); `b` is out.
+        let mut rng = SplitMix64::new(1);
+        let req = PickRequest { now: t1, ..PickRequest::default() };
+        let d = st.balancer.pick(&req, &mut rng).expect("pick");
+        assert_eq!(st.balancer.spec().members[d.member].name, "c");
+    }
+
+    #[test]
+    fn a_member_gone_from_the_answer_ends_nothing() {
+        let first = answer(
+            1,
+            Policy::default(),
+            vec![member("a", 1, 100, None), member("b", 2, 100, None)],
+        );
+        let mut st = State::new(first, 7, Instant::ZERO);
+        st.balancer.begin_request(1);
+        st.apply(answer(2, Policy::default(), vec![member("a", 1, 100, None)]), Instant::ZERO);
+        let ok = Outcome::Success { latency: Duration::ZERO };
+        assert!(st.end_request("b", 1, 0, Instant::ZERO, ok).is_none());
+        assert_eq!(st.balancer.states()[0].load.in_flight, 0);
+    }
+}

@@ -1,0 +1,553 @@
+//! The tower layer: [`BalanceLayer`] wraps an HTTP service (a hyper-util client, the transport
+//! under `tonic::client::Grpc`) into [`Balanced`], which sends each request to a member picked
+//! by the service's policy by rewriting the request's URI authority, and fails over like the
+//! router does:
+//!
+//! - a connect failure goes to the next member, whatever the method, as long as the request's
+//!   body is still in its [`SlotBody`] (the inner service takes it out on its first read, so a
+//!   connection that failed first leaves it there);
+//! - a reset or a per-try timeout goes to the next member only for idempotent methods (`GET`,
+//!   `HEAD`, `OPTIONS`, `TRACE`, `PUT`, `DELETE`) whose body was not consumed;
+//! - a response, whatever its status, goes back to the caller (a 5xx counts as a failure of
+//!   the member for its estimators and outlier detection).
+//!
+//! The member's in-flight count ends when the response body's last frame passes (a body error
+//! counts as a reset). A response carrying a `rondo-view-id` header newer than the answer held
+//! makes the client refetch.
+
+use std::fmt;
+use std::future::{Future, poll_fn};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+
+use http::request::Parts;
+use http::uri::{self, Authority, PathAndQuery, Scheme};
+use http::{Method, Request, Response, Uri};
+use http_body::{Body, Frame, SizeHint};
+use rondo_core::wire::VIEW_ID_HEADER;
+use rondo_core::{FailureKind, HashKeySource};
+use tower::{Layer, Service};
+
+use crate::client::{Client, Plan, SessionCell, Target, Ticket};
+use crate::error::{CallError, Failed, is_connect_error};
+
+/// The boxed error of the tower service.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A transport error from the inner service, inside a [`CallError`] of [`Balanced`].
+#[derive(Debug)]
+pub struct HttpError(pub BoxError);
+
+impl fmt::Display for HttpError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut cur = self.0.source();
+        while let Some(s) = cur {
+            write!(f, ": {s}")?;
+            cur = s.source();
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for HttpError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(self.0.as_ref())
+    }
+}
+
+/// Wraps an HTTP service into a [`Balanced`] one; from [`Client::layer`] (per request, or per
+/// session when the policy's granularity is `session`) or [`crate::Session::layer`] (every
+/// request in that session).
+#[derive(Debug, Clone)]
+pub struct BalanceLayer {
+    client: Client,
+    session: Option<Arc<SessionCell>>,
+}
+
+impl BalanceLayer {
+    pub(crate) fn new(client: Client, session: Option<Arc<SessionCell>>) -> Self {
+        BalanceLayer { client, session }
+    }
+}
+
+impl<S> Layer<S> for BalanceLayer {
+    type Service = Balanced<S>;
+
+    fn layer(&self, inner: S) -> Balanced<S> {
+        Balanced { client: self.client.clone(), session: self.session.clone(), inner }
+    }
+}
+
+/// An HTTP service balanced over a rondo service's members: each request goes to a member
+/// picked by the service's policy (its URI authority rewritten to the member's address), and
+/// fails over like the router:
+///
+/// - a connect failure goes to the next member, whatever the method, as long as the request's
+///   body is still in its [`SlotBody`] (the inner service takes it out on its first read, so a
+///   connection that failed first leaves it there);
+/// - a reset or a per-try timeout goes to the next member only for idempotent methods (`GET`,
+///   `HEAD`, `OPTIONS`, `TRACE`, `PUT`, `DELETE`) whose body was not consumed;
+/// - a response, whatever its status, goes back to the caller (a 5xx counts as a failure of
+///   the member for its estimators and outlier detection);
+/// - when every option failed, the error is a boxed [`BalancedError`] listing every attempt.
+///
+/// The member's in-flight request ends when the response body's last frame passes (a body
+/// error counts as a reset). A response whose `rondo-view-id` header is newer than the answer
+/// held makes the client refetch ([`Client::observe_view_id`]).
+///
+/// The inner service receives requests whose URI is `scheme://member-address/path` and whose
+/// body is a [`SlotBody`] around the caller's body; it must be cheap to clone (a hyper-util
+/// client is).
+#[derive(Debug, Clone)]
+pub struct Balanced<S> {
+    client: Client,
+    session: Option<Arc<SessionCell>>,
+    inner: S,
+}
+
+impl<S> Balanced<S> {
+    /// `inner` balanced by `client` (the same as `client.layer().layer(inner)`).
+    pub fn new(client: &Client, inner: S) -> Self {
+        client.layer().layer(inner)
+    }
+
+    /// The client balancing the requests.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+}
+
+impl<S, B, RB> Service<Request<B>> for Balanced<S>
+where
+    S: Service<Request<SlotBody<B>>, Response = Response<RB>> + Clone + Send + 'static,
+    S::Future: Send,
+    S::Error: Into<BoxError>,
+    B: Body + Send + 'static,
+    RB: Body + Send + 'static,
+{
+    type Response = Response<Tracked<RB>>;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        // Readiness is the inner service's, per member; each try waits for it.
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request<B>) -> Self::Future {
+        let client = self.client.clone();
+        let session = self.session.clone();
+        let inner = self.inner.clone();
+        Box::pin(async move {
+            let (parts, body) = req.into_parts();
+            let hash = hash_of(&client, &parts);
+            let slot = (!body.is_end_stream()).then(|| Slot(Arc::new(Mutex::new(Some(body)))));
+            let watched = slot.clone();
+            let untouched = move || watched.as_ref().is_none_or(Slot::is_full);
+            let plan = Plan {
+                idempotent: is_idempotent(&parts.method),
+                hash,
+                session: session.as_ref().map(|c| &c.state),
+                untouched: &untouched,
+            };
+            let result = client
+                .run(plan, move |target| {
+                    let mut svc = inner.clone();
+                    let req = rebuild(&parts, &target, slot.clone());
+                    async move {
+                        let req = req.map_err(|e| Failed::Fatal(HttpError(e.into())))?;
+                        poll_fn(|cx| svc.poll_ready(cx)).await.map_err(classify)?;
+                        svc.call(req).await.map_err(classify)
+                    }
+                })
+                .await;
+            match result {
+                Ok((resp, mut ticket)) => {
+                    if resp.status().is_server_error() {
+                        ticket.failed(FailureKind::Status5xx);
+                    } else {
+                        ticket.succeeded();
+                    }
+                    let seen = resp
+                        .headers()
+                        .get(VIEW_ID_HEADER)
+                        .and_then(|v| v.to_str().ok())
+                        .and_then(|v| v.trim().parse::<u64>().ok());
+                    if let Some(v) = seen {
+                        client.observe_view_id(v);
+                    }
+                    Ok(resp.map(|body| Tracked { inner: Box::pin(body), ticket: Some(ticket) }))
+                }
+                Err(e) => Err(Box::new(e) as BoxError),
+            }
+        })
+    }
+}
+
+/// The error of a [`Balanced`] service when every option failed (boxed as [`BoxError`];
+/// downcast to read the attempts).
+pub type BalancedError = CallError<HttpError>;
+
+fn classify<E: Into<BoxError>>(e: E) -> Failed<HttpError> {
+    let e: BoxError = e.into();
+    if is_connect_error(e.as_ref()) {
+        Failed::Connect(HttpError(e))
+    } else {
+        Failed::Member(HttpError(e))
+    }
+}
+
+fn is_idempotent(m: &Method) -> bool {
+    matches!(
+        *m,
+        Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE
+    )
+}
+
+/// The hash key of a `hash` service from the request (a header or a cookie; the client's own
+/// address means nothing here, so such services pick without a key).
+fn hash_of(client: &Client, parts: &Parts) -> Option<u64> {
+    let source = {
+        let st = client.inner.lock();
+        let policy = &st.balancer.spec().policy;
+        if policy.algorithm != rondo_core::Algorithm::Hash {
+            return None;
+        }
+        policy.hash.key.clone()
+    };
+    let key = match &source {
+        HashKeySource::ClientAddress => None,
+        HashKeySource::Header(h) => parts.headers.get(h.as_str()).map(|v| v.as_bytes().to_vec()),
+        HashKeySource::Cookie(name) => parts
+            .headers
+            .get_all(http::header::COOKIE)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(';'))
+            .filter_map(|kv| kv.trim().split_once('='))
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_bytes().to_vec()),
+    };
+    key.map(|k| rondo_core::hash::hash_key(&k))
+}
+
+/// The request for one try: the caller's, with the member's address as URI authority.
+fn rebuild<B>(
+    parts: &Parts,
+    target: &Target,
+    slot: Option<Slot<B>>,
+) -> Result<Request<SlotBody<B>>, http::Error> {
+    let mut uri = uri::Parts::default();
+    uri.scheme = Some(parts.uri.scheme().cloned().unwrap_or(Scheme::HTTP));
+    uri.authority = Some(Authority::try_from(target.address.as_str())?);
+    uri.path_and_query =
+        Some(parts.uri.path_and_query().cloned().unwrap_or_else(|| PathAndQuery::from_static("/")));
+    let uri = Uri::from_parts(uri)?;
+    let body = match slot {
+        Some(slot) => SlotBody { state: SlotState::Waiting(slot) },
+        None => SlotBody { state: SlotState::Done },
+    };
+    let mut req = Request::new(body);
+    *req.method_mut() = parts.method.clone();
+    *req.uri_mut() = uri;
+    *req.version_mut() = parts.version;
+    *req.headers_mut() = parts.headers.clone();
+    *req.extensions_mut() = parts.extensions.clone();
+    Ok(req)
+}
+
+/// Where the caller's body waits until a try reads it.
+struct Slot<B>(Arc<Mutex<Option<B>>>);
+
+impl<B> Clone for Slot<B> {
+    fn clone(&self) -> Self {
+        Slot(self.0.clone())
+    }
+}
+
+impl<B> Slot<B> {
+    fn is_full(&self) -> bool {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).is_some()
+    }
+}
+
+/// The request body a [`Balanced`] service hands its inner service: the caller's body, taken
+/// out of a slot shared by every try on the first read. A try that never read it (its
+/// connection failed first) leaves it for the next member.
+pub struct SlotBody<B> {
+    state: SlotState<B>,
+}
+
+enum SlotState<B> {
+    Waiting(Slot<B>),
+    Reading(Pin<Box<B>>),
+    Done,
+}
+
+impl<B> fmt::Debug for SlotBody<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = match self.state {
+            SlotState::Waiting(_) => "waiting",
+            SlotState::Reading(_) => "reading",
+            SlotState::Done => "done",
+        };
+        f.debug_struct("SlotBody").field("state", &state).finish()
+    }
+}
+
+impl<B: Body> Body for SlotBody<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<B::Data>, B::Error>>> {
+        let this = self.get_mut();
+        if let SlotState::Waiting(slot) = &this.state {
+            let taken = slot.0.lock().unwrap_or_else(|e| e.into_inner()).take();
+            this.state = match taken {
+                Some(b) => SlotState::Reading(Box::pin(b)),
+                None => SlotState::Done,
+            };
+        }
+        match &mut this.state {
+            SlotState::Reading(b) => b.as_mut().poll_frame(cx),
+            _ => Poll::Ready(None),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match &self.state {
+            SlotState::Waiting(slot) => slot
+                .0
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .as_ref()
+                .is_none_or(Body::is_end_stream),
+            SlotState::Reading(b) => b.is_end_stream(),
+            SlotState::Done => true,
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match &self.state {
+            SlotState::Waiting(slot) => slot
+                .0
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .as_ref()
+                .map_or_else(|| SizeHint::with_exact(0), Body::size_hint),
+            SlotState::Reading(b) => b.size_hint(),
+            SlotState::Done => SizeHint::with_exact(0),
+        }
+    }
+}
+
+/// A member's response body; the member's in-flight request ends when its last frame passes
+/// (or it is dropped), a body error counting as a reset.
+pub struct Tracked<B> {
+    inner: Pin<Box<B>>,
+    ticket: Option<Ticket>,
+}
+
+impl<B> fmt::Debug for Tracked<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Tracked").field("open", &self.ticket.is_some()).finish_non_exhaustive()
+    }
+}
+
+impl<B> Tracked<B> {
+    /// The member that answered, while the body is still open.
+    pub fn member(&self) -> Option<&str> {
+        self.ticket.as_ref().map(Ticket::member)
+    }
+}
+
+impl<B: Body> Body for Tracked<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<B::Data>, B::Error>>> {
+        let this = self.get_mut();
+        let r = std::task::ready!(this.inner.as_mut().poll_frame(cx));
+        match &r {
+            None => {
+                this.ticket.take();
+            }
+            Some(Err(_)) => {
+                if let Some(mut t) = this.ticket.take() {
+                    t.failed(FailureKind::Reset);
+                }
+            }
+            Some(Ok(_)) => {}
+        }
+        Poll::Ready(r)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use bytes::Bytes;
+    use http_body_util::{BodyExt, Full};
+    use rondo_core::wire::{Answer, Member, Source};
+    use rondo_core::{AdminState, Policy};
+
+    use super::*;
+
+    fn offline(names: &[&str]) -> Client {
+        let members = names
+            .iter()
+            .zip(1u16..)
+            .map(|(n, p)| Member {
+                name: (*n).into(),
+                address: format!("127.0.0.1:{p}"),
+                weight: 100,
+                group: None,
+                state: AdminState::Active,
+                source: Source::Config,
+            })
+            .collect();
+        let answer =
+            Answer { service: "web".into(), view_id: 3, policy: Policy::default(), members };
+        Client::builder("web").seed(7).offline(answer)
+    }
+
+    /// An inner service from a closure.
+    #[derive(Clone)]
+    struct Fake<F>(F);
+
+    impl<F, Fut> Service<Request<SlotBody<Full<Bytes>>>> for Fake<F>
+    where
+        F: FnMut(Request<SlotBody<Full<Bytes>>>) -> Fut,
+        Fut: Future<Output = Result<Response<Full<Bytes>>, BoxError>> + Send + 'static,
+    {
+        type Response = Response<Full<Bytes>>;
+        type Error = BoxError;
+        type Future = Pin<Box<dyn Future<Output = Result<Response<Full<Bytes>>, BoxError>> + Send>>;
+
+        fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn call(&mut self, req: Request<SlotBody<Full<Bytes>>>) -> Self::Future {
+            Box::pin((self.0)(req))
+        }
+    }
+
+    fn refused() -> BoxError {
+        Box::new(std::io::Error::from(std::io::ErrorKind::ConnectionRefused))
+    }
+
+    fn reset() -> BoxError {
+        Box::new(std::io::Error::from(std::io::ErrorKind::ConnectionReset))
+    }
+
+    fn post(body: &'static str) -> Request<Full<Bytes>> {
+        Request::post("http://web/orders?x=1").body(Full::new(Bytes::from(body))).unwrap()
+    }
+
+    #[tokio::test]
+    async fn the_authority_is_the_members_and_an_unread_body_goes_to_the_next_member() {
+        let client = offline(&["a", "b"]);
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let log = seen.clone();
+        let inner = Fake(move |req: Request<SlotBody<Full<Bytes>>>| {
+            let log = log.clone();
+            async move {
+                let first = {
+                    let mut log = log.lock().unwrap();
+                    log.push(req.uri().to_string());
+                    log.len() == 1
+                };
+                if first {
+                    // Failed to connect: the body was never read.
+                    return Err(refused());
+                }
+                let body = req.into_body().collect().await.map_err(|e| match e {})?.to_bytes();
+                Ok(Response::builder().header(VIEW_ID_HEADER, "9").body(Full::new(body)).unwrap())
+            }
+        });
+        let mut svc = client.layer().layer(inner);
+        let resp = svc.call(post("order 1")).await.expect("second member answers");
+        assert!(resp.body().member().is_some(), "open until the body ends");
+        let body = resp.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(body, "order 1", "the same body reached the second member");
+        let seen = seen.lock().unwrap().clone();
+        assert_eq!(seen.len(), 2);
+        assert_ne!(seen[0], seen[1]);
+        for uri in &seen {
+            assert!(
+                uri == "http://127.0.0.1:1/orders?x=1" || uri == "http://127.0.0.1:2/orders?x=1",
+                "{uri}"
+            );
+        }
+        assert_eq!(client.inner.wanted.load(Ordering::Relaxed), 9, "newer view id observed");
+        let st = client.inner.lock();
+        assert!(st.balancer.states().iter().all(|s| s.load.in_flight == 0), "body done");
+    }
+
+    #[tokio::test]
+    async fn a_post_whose_body_was_read_is_not_sent_again_after_a_reset() {
+        let client = offline(&["a", "b"]);
+        let calls = Arc::new(AtomicUsize::new(0));
+        let n = calls.clone();
+        let inner = Fake(move |req: Request<SlotBody<Full<Bytes>>>| {
+            n.fetch_add(1, Ordering::Relaxed);
+            async move {
+                let _ = req.into_body().collect().await;
+                Err::<Response<Full<Bytes>>, _>(reset())
+            }
+        });
+        let mut svc = client.layer().layer(inner.clone());
+        let err = svc.call(post("order 2")).await.expect_err("reset");
+        let err = err.downcast::<BalancedError>().expect("a call error");
+        assert_eq!(err.reason, crate::GaveUp::NotRetryable);
+        assert_eq!(err.attempts.len(), 1);
+        assert_eq!(calls.swap(0, Ordering::Relaxed), 1);
+
+        // A GET after a reset goes elsewhere (3 attempts; 2 members).
+        let get = Request::get("http://web/").body(Full::new(Bytes::new())).unwrap();
+        let err = svc.call(get).await.expect_err("every member resets");
+        let err = err.downcast::<BalancedError>().expect("a call error");
+        assert_eq!(err.reason, crate::GaveUp::AllFailed, "{err}");
+        assert_eq!(calls.load(Ordering::Relaxed), 2);
+        assert!(err.to_string().contains("connection reset"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_5xx_goes_back_to_the_caller_and_counts_against_the_member() {
+        let client = offline(&["a"]);
+        let inner = Fake(|_req: Request<SlotBody<Full<Bytes>>>| async {
+            Ok(Response::builder().status(503).body(Full::new(Bytes::from("busy"))).unwrap())
+        });
+        let mut svc = client.layer().layer(inner);
+        let get = Request::get("http://web/").body(Full::new(Bytes::new())).unwrap();
+        let resp = svc.call(get).await.expect("a response");
+        assert_eq!(resp.status(), 503);
+        drop(resp);
+        let st = client.inner.lock();
+        assert_eq!(st.balancer.states()[0].load.consecutive_failures, 1);
+        assert_eq!(st.balancer.states()[0].load.in_flight, 0);
+    }
+}

@@ -1,0 +1,612 @@
+//! The etcd registry: registrations and the tier's shared configuration kept in etcd, so that
+//! every router of a tier sees the same members and the same routes and clusters.
+//!
+//! Layout under the prefix `P` (default `/rondo`):
+//!
+//! - `P/config`: the shared configuration, TOML in the config file's schema. It replaces each
+//!   router's own routes and clusters while present; an invalid one is logged (every error with
+//!   its `etcd:P/config:line:column` and field) and the last good one stays in effect.
+//! - `P/members/{cluster}/{member}`: one registered member, JSON
+//!   `{"address":"127.0.0.1:8001","weight":100,"group":null}`, put with the registration's etcd
+//!   lease, so that a lapsed lease removes it from etcd and, through every router's watch, from
+//!   every router.
+//!
+//! Static stability: a background task reads the whole prefix, publishes it into the live view,
+//! then watches the prefix and applies each change. When etcd cannot be reached (down, stopped,
+//! partitioned: HTTP/2 keep-alive pings notice a silent server within about
+//! [`KEEPALIVE_INTERVAL`] + [`KEEPALIVE_TIMEOUT`]) the last view stays in effect, the registry
+//! reports itself disconnected, and the task retries with a backoff from [`BACKOFF_MIN`] to
+//! [`BACKOFF_MAX`]; after reconnecting (or after a watch that fell behind a compaction) it reads
+//! the whole prefix again so changes made meanwhile are picked up. Registry requests from the API
+//! are bounded by [`REQUEST_TIMEOUT`] and answer `Unavailable` rather than wait.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::future::Future;
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use etcd_client::{
+    Client, ConnectOptions, DeleteOptions, EventType, GetOptions, KeyValue, PutOptions,
+    WatchOptions,
+};
+use rondo_core::wire::Lease;
+use rondo_core::{AdminState, MemberSpec};
+use rondo_runtime::live::Registered;
+use rondo_runtime::{Live, probe};
+use serde::{Deserialize, Serialize};
+
+use crate::registry::{Registration, RegistryError, RegistryStatus};
+
+/// Longest wait for a TCP connection to an etcd endpoint.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// Longest wait for one etcd request (the sync task's reads and every API request).
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+/// HTTP/2 keep-alive ping interval (also while idle, so a stopped etcd is noticed).
+pub const KEEPALIVE_INTERVAL: Duration = Duration::from_millis(500);
+/// How long a keep-alive ping may go unanswered before the connection is dropped.
+pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(1);
+/// First retry delay after etcd could not be reached.
+pub const BACKOFF_MIN: Duration = Duration::from_millis(100);
+/// Longest retry delay (the delay doubles from [`BACKOFF_MIN`] up to this).
+pub const BACKOFF_MAX: Duration = Duration::from_secs(2);
+
+/// The registry backed by etcd, shared by a tier of routers.
+pub struct EtcdRegistry {
+    inner: Arc<Inner>,
+    task: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+/// What the background task and the API requests share.
+struct Inner {
+    endpoints: Vec<String>,
+    /// The prefix without a trailing `/`.
+    prefix: String,
+    live: Arc<Live>,
+    /// The current connection (cheap to clone); `None` until one was made.
+    client: Mutex<Option<Client>>,
+    state: Mutex<State>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// Registered members by (cluster, member), as last read from etcd.
+    members: BTreeMap<(String, String), MemberSpec>,
+    /// The raw `P/config` value last seen (applied or rejected), to skip identical ones.
+    config: Option<Vec<u8>>,
+    connected: bool,
+    /// Whether the current outage was logged (once per outage, not per retry).
+    outage_logged: bool,
+    /// Why etcd could not be reached, while it cannot.
+    conn_error: Option<String>,
+    /// Why the shared configuration in etcd was rejected, while it is.
+    config_error: Option<String>,
+    resyncs: u64,
+}
+
+/// A member's value under `P/members/{cluster}/{member}`.
+#[derive(Debug, Serialize, Deserialize)]
+struct MemberValue {
+    address: String,
+    weight: u32,
+    group: Option<String>,
+}
+
+/// Why a sync session ended.
+enum SessionEnd {
+    /// The watch fell behind a compaction (or was cancelled): read everything again.
+    Resync(String),
+    /// etcd could not be reached or the stream broke.
+    Failed(String),
+}
+
+impl fmt::Debug for EtcdRegistry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EtcdRegistry")
+            .field("endpoints", &self.inner.endpoints)
+            .field("prefix", &self.inner.prefix)
+            .field("state", &*self.inner.lock())
+            .finish_non_exhaustive()
+    }
+}
+
+impl EtcdRegistry {
+    /// Starts the registry on etcd `endpoints` (`host:port` or URLs) under `prefix` (e.g.
+    /// `/rondo`) and its background sync task, then returns at once: it neither fails nor waits
+    /// when etcd is down (the task keeps trying, and the configured view stays in effect until
+    /// it succeeds). Must run inside a tokio runtime.
+    pub fn start(endpoints: Vec<String>, prefix: String, live: Arc<Live>) -> Arc<EtcdRegistry> {
+        let prefix = prefix.trim_end_matches('/').to_owned();
+        live.metrics.registry_connected.set(0);
+        let inner = Arc::new(Inner {
+            endpoints,
+            prefix,
+            live,
+            client: Mutex::new(None),
+            state: Mutex::new(State::default()),
+        });
+        let task = tokio::spawn(inner.clone().sync_loop());
+        Arc::new(EtcdRegistry { inner, task: Mutex::new(Some(task)) })
+    }
+
+    /// See [`crate::Registry::register`]: grants an etcd lease of the registration's time to
+    /// live (rounded up to whole seconds) and puts the member's key with it; a member registered
+    /// again gets the new lease and its old lease is revoked.
+    pub async fn register(&self, reg: Registration) -> Result<Lease, RegistryError> {
+        let key = self.inner.member_key(&reg.cluster, &reg.member.name)?;
+        let value = serde_json::to_vec(&MemberValue {
+            address: reg.member.address.clone(),
+            weight: reg.member.weight,
+            group: reg.member.group.clone(),
+        })
+        .map_err(|e| RegistryError::Invalid(format!("cannot encode the registration: {e}")))?;
+        let ttl = (reg.ttl.as_millis().div_ceil(1000) as i64).max(1);
+        let inner = &self.inner;
+        let (id, granted, old_lease) = inner
+            .request("register", |mut c| async move {
+                let grant = c.lease_grant(ttl, None).await?;
+                let opts = PutOptions::new().with_lease(grant.id()).with_prev_key();
+                let put = c.put(key, value, Some(opts)).await?;
+                let old = put.prev_key().map(KeyValue::lease).filter(|&l| l != 0);
+                Ok((grant.id(), grant.ttl(), old.filter(|&l| l != grant.id())))
+            })
+            .await?;
+        if let Some(old) = old_lease {
+            // The replaced registration's lease would otherwise linger until it lapses.
+            let _ = inner.request("revoke", |mut c| async move { c.lease_revoke(old).await }).await;
+        }
+        tracing::info!(
+            cluster = reg.cluster,
+            member = reg.member.name,
+            address = reg.member.address,
+            lease = id,
+            ttl_s = granted,
+            "member registered in etcd"
+        );
+        Ok(Lease { lease: id.to_string(), ttl_ms: granted.max(0) as u64 * 1000 })
+    }
+
+    /// See [`crate::Registry::keepalive`]: one keep-alive request on the etcd lease (granted
+    /// through any router of the tier).
+    pub async fn keepalive(&self, lease: &str) -> Result<Lease, RegistryError> {
+        let id = match lease.parse::<i64>() {
+            Ok(id) if id > 0 => id,
+            _ => {
+                return Err(RegistryError::Invalid(format!(
+                    "lease id `{lease}` is not a decimal number"
+                )));
+            }
+        };
+        let gone = || {
+            RegistryError::NotFound(format!("no lease `{lease}` (it lapsed or was never granted)"))
+        };
+        let result = self
+            .inner
+            .request("keepalive", |mut c| async move {
+                // Sends one keep-alive request and reads its answer (a time to live of 0, the
+                // lease being gone, is an error there).
+                let (_keeper, _stream) = c.lease_keep_alive(id).await?;
+                let ttl = c.lease_time_to_live(id, None).await?;
+                Ok(ttl.granted_ttl().max(ttl.ttl()))
+            })
+            .await;
+        match result {
+            Ok(ttl) if ttl > 0 => Ok(Lease { lease: lease.to_owned(), ttl_ms: ttl as u64 * 1000 }),
+            Ok(_) => Err(gone()),
+            Err(RegistryError::NotFound(_)) => Err(gone()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// See [`crate::Registry::deregister`]: deletes the member's key (and revokes its lease).
+    pub async fn deregister(&self, cluster: &str, member: &str) -> Result<(), RegistryError> {
+        let key = self.inner.member_key(cluster, member)?;
+        let lease = self
+            .inner
+            .request("deregister", |mut c| async move {
+                let del = c.delete(key, Some(DeleteOptions::new().with_prev_key())).await?;
+                Ok((del.deleted() > 0).then(|| del.prev_kvs().first().map_or(0, KeyValue::lease)))
+            })
+            .await?;
+        let Some(lease) = lease else {
+            return Err(RegistryError::NotFound(format!(
+                "no registered member `{member}` in service `{cluster}`"
+            )));
+        };
+        if lease != 0 {
+            let _ = self
+                .inner
+                .request("revoke", |mut c| async move { c.lease_revoke(lease).await })
+                .await;
+        }
+        tracing::info!(cluster, member, "member deregistered from etcd");
+        Ok(())
+    }
+
+    /// See [`crate::Registry::put_config`]: checks `text` as a configuration (every error, with
+    /// line, column and field, joined by newlines, in `Invalid`), then stores it under
+    /// `P/config`, from where every router of the tier applies it.
+    pub async fn put_config(&self, text: String) -> Result<(), RegistryError> {
+        let key = self.inner.config_key();
+        let name = format!("etcd:{key}");
+        rondo_config::parse_str(&text, Path::new(&name), 0)
+            .map_err(|e| RegistryError::Invalid(e.to_string()))?;
+        self.inner
+            .request("put config", |mut c| async move { c.put(key, text, None).await })
+            .await?;
+        tracing::info!(key = self.inner.config_key(), "shared configuration stored in etcd");
+        Ok(())
+    }
+
+    /// See [`crate::Registry::status`] (backend `etcd`).
+    pub fn status(&self) -> RegistryStatus {
+        let st = self.inner.lock();
+        RegistryStatus {
+            backend: "etcd",
+            connected: st.connected,
+            detail: format!(
+                "etcd {} prefix {}",
+                self.inner.endpoints.join(","),
+                if self.inner.prefix.is_empty() { "/" } else { &self.inner.prefix }
+            ),
+            last_error: st.conn_error.clone().or_else(|| st.config_error.clone()),
+            registrations: st.members.len(),
+            resyncs: st.resyncs,
+        }
+    }
+
+    /// Stops the background sync task (also done on drop); the last view stays.
+    pub fn stop(&self) {
+        if let Some(t) = self.task.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            t.abort();
+        }
+    }
+}
+
+impl Drop for EtcdRegistry {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+impl Inner {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn config_key(&self) -> String {
+        format!("{}/config", self.prefix)
+    }
+
+    fn members_prefix(&self) -> String {
+        format!("{}/members/", self.prefix)
+    }
+
+    fn member_key(&self, cluster: &str, member: &str) -> Result<String, RegistryError> {
+        if cluster.is_empty() || cluster.contains('/') {
+            return Err(RegistryError::Invalid(format!(
+                "service name `{cluster}` must be non-empty and contain no `/`"
+            )));
+        }
+        if member.is_empty() {
+            return Err(RegistryError::Invalid("member name must be non-empty".to_owned()));
+        }
+        Ok(format!("{}{cluster}/{member}", self.members_prefix()))
+    }
+
+    fn endpoints_text(&self) -> String {
+        self.endpoints.join(",")
+    }
+
+    fn options() -> ConnectOptions {
+        ConnectOptions::new()
+            .with_connect_timeout(CONNECT_TIMEOUT)
+            .with_timeout(REQUEST_TIMEOUT)
+            .with_keep_alive(KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT)
+            .with_keep_alive_while_idle(true)
+    }
+
+    /// A new connection (no I/O happens yet: the channel connects on first use).
+    async fn connect(&self) -> Result<Client, String> {
+        match tokio::time::timeout(
+            REQUEST_TIMEOUT,
+            Client::connect(&self.endpoints, Some(Self::options())),
+        )
+        .await
+        {
+            Ok(Ok(c)) => Ok(c),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err(format!("no connection within {} ms", REQUEST_TIMEOUT.as_millis())),
+        }
+    }
+
+    /// The shared connection, made now if there is none.
+    async fn client(&self) -> Result<Client, String> {
+        if let Some(c) = self.client.lock().unwrap_or_else(|e| e.into_inner()).clone() {
+            return Ok(c);
+        }
+        let c = self.connect().await?;
+        let mut slot = self.client.lock().unwrap_or_else(|e| e.into_inner());
+        Ok(slot.get_or_insert(c).clone())
+    }
+
+    /// Runs one API request on the shared connection, bounded by [`REQUEST_TIMEOUT`]; etcd
+    /// being unreachable or slow maps to `Unavailable` naming the endpoints and the error.
+    async fn request<T, F, Fut>(&self, what: &str, f: F) -> Result<T, RegistryError>
+    where
+        F: FnOnce(Client) -> Fut,
+        Fut: Future<Output = Result<T, etcd_client::Error>>,
+    {
+        let unavailable = |e: &dyn fmt::Display| {
+            RegistryError::Unavailable(format!("etcd {}: {what}: {e}", self.endpoints_text()))
+        };
+        let attempt = async {
+            let client = self.client().await.map_err(|e| unavailable(&e))?;
+            f(client).await.map_err(|e| match &e {
+                etcd_client::Error::LeaseKeepAliveError(m) if m.contains("not found") => {
+                    RegistryError::NotFound(m.clone())
+                }
+                etcd_client::Error::GRpcStatus(s) if s.message().contains("lease not found") => {
+                    RegistryError::NotFound(s.message().to_owned())
+                }
+                _ => unavailable(&e),
+            })
+        };
+        match tokio::time::timeout(REQUEST_TIMEOUT, attempt).await {
+            Ok(r) => r,
+            Err(_) => Err(unavailable(&format_args!(
+                "no answer within {} ms",
+                REQUEST_TIMEOUT.as_millis()
+            ))),
+        }
+    }
+
+    /// The background task: connect, read everything, watch; on failure keep the view and
+    /// retry with a backoff.
+    async fn sync_loop(self: Arc<Self>) {
+        let mut backoff = BACKOFF_MIN;
+        // The connection in use; a resynchronisation after a compacted watch keeps it, a
+        // failure drops it (a fresh one is made for the next attempt).
+        let mut current: Option<Client> = None;
+        loop {
+            let client = match current.clone() {
+                Some(c) => Ok(c),
+                None => self.connect().await.inspect(|c| {
+                    *self.client.lock().unwrap_or_else(|e| e.into_inner()) = Some(c.clone());
+                    current = Some(c.clone());
+                }),
+            };
+            let end = match client {
+                Ok(client) => self.session(client, &mut backoff).await,
+                Err(e) => SessionEnd::Failed(e),
+            };
+            match end {
+                SessionEnd::Resync(why) => {
+                    tracing::info!(prefix = self.prefix, "etcd watch {why}: resynchronising");
+                    // Not at once: a watch that etcd keeps cancelling must not spin.
+                    tokio::time::sleep(BACKOFF_MIN).await;
+                }
+                SessionEnd::Failed(e) => {
+                    current = None;
+                    self.disconnected(&e);
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(BACKOFF_MAX);
+                }
+            }
+        }
+    }
+
+    /// One connection's life: a full read, then the watch until it fails or falls behind.
+    async fn session(&self, mut client: Client, backoff: &mut Duration) -> SessionEnd {
+        let root = format!("{}/", self.prefix);
+        let get = tokio::time::timeout(
+            REQUEST_TIMEOUT,
+            client.get(root.clone(), Some(GetOptions::new().with_prefix())),
+        )
+        .await;
+        let resp = match get {
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) => return SessionEnd::Failed(e.to_string()),
+            Err(_) => {
+                return SessionEnd::Failed(format!(
+                    "no answer within {} ms",
+                    REQUEST_TIMEOUT.as_millis()
+                ));
+            }
+        };
+        let revision = resp.header().map_or(0, |h| h.revision());
+        self.full_resync(resp.kvs(), revision);
+        *backoff = BACKOFF_MIN;
+
+        let opts = WatchOptions::new().with_prefix().with_start_revision(revision + 1);
+        let watch = tokio::time::timeout(REQUEST_TIMEOUT, client.watch(root, Some(opts))).await;
+        let mut stream = match watch {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => return SessionEnd::Failed(format!("watch: {e}")),
+            Err(_) => {
+                return SessionEnd::Failed(format!(
+                    "watch: no answer within {} ms",
+                    REQUEST_TIMEOUT.as_millis()
+                ));
+            }
+        };
+        loop {
+            let resp = match stream.message().await {
+                Ok(Some(r)) => r,
+                Ok(None) => return SessionEnd::Failed("watch stream ended".to_owned()),
+                Err(e) => return SessionEnd::Failed(format!("watch: {e}")),
+            };
+            if resp.compact_revision() > 0 {
+                return SessionEnd::Resync(format!(
+                    "fell behind compaction at revision {}",
+                    resp.compact_revision()
+                ));
+            }
+            if resp.canceled() {
+                let reason = resp.cancel_reason();
+                return SessionEnd::Resync(if reason.is_empty() {
+                    "cancelled".to_owned()
+                } else {
+                    format!("cancelled ({reason})")
+                });
+            }
+            if resp.events().is_empty() {
+                continue;
+            }
+            let mut st = self.lock();
+            let mut members_changed = false;
+            for ev in resp.events() {
+                let Some(kv) = ev.kv() else { continue };
+                let put = ev.event_type() == EventType::Put;
+                members_changed |= self.apply(&mut st, kv, put);
+            }
+            if members_changed {
+                self.publish_members(&st);
+            }
+        }
+    }
+
+    /// Replaces everything known with `kvs`, the whole prefix at `revision`.
+    fn full_resync(&self, kvs: &[KeyValue], revision: i64) {
+        let mut st = self.lock();
+        st.resyncs += 1;
+        self.live.metrics.registry_resyncs.inc();
+        let old = std::mem::take(&mut st.members);
+        let mut config_seen = false;
+        for kv in kvs {
+            config_seen |= kv.key() == self.config_key().as_bytes();
+            self.apply(&mut st, kv, true);
+        }
+        if !config_seen && st.config.is_some() {
+            self.apply_config(&mut st, None);
+        }
+        let changed = old != st.members;
+        if changed || st.resyncs == 1 {
+            self.publish_members(&st);
+        }
+        st.conn_error = None;
+        if !st.connected {
+            st.connected = true;
+            self.live.metrics.registry_connected.set(1);
+            if st.outage_logged {
+                tracing::info!(
+                    endpoints = self.endpoints_text(),
+                    revision,
+                    registrations = st.members.len(),
+                    "etcd reachable again: resynchronised"
+                );
+            } else {
+                tracing::info!(
+                    endpoints = self.endpoints_text(),
+                    revision,
+                    registrations = st.members.len(),
+                    "etcd registry connected"
+                );
+            }
+        }
+        st.outage_logged = false;
+        tracing::debug!(revision, registrations = st.members.len(), "etcd full resync");
+    }
+
+    /// Applies one key's put (`put`) or deletion; returns whether the members changed (a
+    /// configuration change is published on its own).
+    fn apply(&self, st: &mut State, kv: &KeyValue, put: bool) -> bool {
+        let key = String::from_utf8_lossy(kv.key());
+        if *key == self.config_key() {
+            self.apply_config(st, put.then(|| kv.value()));
+            return false;
+        }
+        let Some(rest) = key.strip_prefix(&self.members_prefix()) else { return false };
+        let Some((cluster, name)) = rest.split_once('/') else {
+            tracing::warn!(key = %key, "etcd key is not {{prefix}}/members/{{cluster}}/{{member}}: ignored");
+            return false;
+        };
+        let id = (cluster.to_owned(), name.to_owned());
+        if !put {
+            return st.members.remove(&id).is_some();
+        }
+        let value: MemberValue = match serde_json::from_slice(kv.value()) {
+            Ok(v) => v,
+            Err(e) => {
+                tracing::warn!(key = %key, "etcd member value is not valid JSON ({e}): ignored");
+                return st.members.remove(&id).is_some();
+            }
+        };
+        let member = MemberSpec {
+            name: name.to_owned(),
+            address: value.address,
+            weight: value.weight,
+            group: value.group,
+            admin: AdminState::Active,
+        };
+        if st.members.get(&id) == Some(&member) {
+            return false;
+        }
+        st.members.insert(id, member);
+        true
+    }
+
+    /// Applies the shared configuration's new text (`None`: the key is gone).
+    fn apply_config(&self, st: &mut State, value: Option<&[u8]>) {
+        let key = self.config_key();
+        let Some(value) = value else {
+            if st.config.take().is_some() {
+                st.config_error = None;
+                tracing::info!(key, "shared configuration removed from etcd: using the file's");
+                let snapshot = self.live.set_shared(None);
+                probe::spawn(&snapshot);
+            }
+            return;
+        };
+        if st.config.as_deref() == Some(value) {
+            return;
+        }
+        st.config = Some(value.to_vec());
+        let name = format!("etcd:{key}");
+        let text = String::from_utf8_lossy(value);
+        match rondo_config::parse_str(&text, Path::new(&name), 0) {
+            Ok(config) => {
+                st.config_error = None;
+                tracing::info!(key, summary = config.summary(), "shared configuration applied");
+                let snapshot = self.live.set_shared(Some(config.view));
+                probe::spawn(&snapshot);
+            }
+            Err(errors) => {
+                for e in errors.iter() {
+                    tracing::error!("{e}");
+                }
+                tracing::error!(key, "shared configuration rejected: keeping the last one");
+                st.config_error = Some(errors.to_string());
+            }
+        }
+    }
+
+    fn publish_members(&self, st: &State) {
+        let mut registered = Registered::new();
+        for ((cluster, _), m) in &st.members {
+            registered.entry(cluster.clone()).or_default().push(m.clone());
+        }
+        self.live.metrics.registrations.set(st.members.len() as i64);
+        let snapshot = self.live.set_registered(registered);
+        probe::spawn(&snapshot);
+    }
+
+    /// Marks etcd unreachable (the view stays); logs once per outage.
+    fn disconnected(&self, error: &str) {
+        let mut st = self.lock();
+        let message = format!("etcd {}: {error}", self.endpoints_text());
+        if !st.outage_logged {
+            tracing::warn!(
+                "{message}; keeping the last view ({} registrations), retrying",
+                st.members.len()
+            );
+            st.outage_logged = true;
+        } else {
+            tracing::debug!("{message}; retrying");
+        }
+        st.connected = false;
+        st.conn_error = Some(message);
+        self.live.metrics.registry_connected.set(0);
+    }
+}
