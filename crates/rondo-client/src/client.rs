@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use rondo_core::wire::{Answer, Member};
-use rondo_core::{Algorithm, Granularity, Outcome, PickRequest, Policy};
+use rondo_core::{Algorithm, Granularity, Outcome, Policy};
 use tokio::sync::{Notify, watch};
 
 use crate::clock;
@@ -333,7 +333,7 @@ impl Client {
     {
         let plan = Plan {
             idempotent: !options.not_idempotent,
-            hash: options.hash_key.as_deref().map(|k| rondo_core::hash::hash_key(k.as_bytes())),
+            hash: options.hash_key.as_deref().map(|k| crate::state::key_hash(k.as_bytes())),
             session: None,
             untouched: &|| true,
         };
@@ -545,30 +545,23 @@ impl Inner {
                 {
                     break 'pick i;
                 }
-            } else if rotating && context.is_none() {
-                // One context for all tries of the call: failover goes down the list.
-                *context = Some(b.new_context());
             }
-            let req = PickRequest {
-                now,
-                group: self.group.as_deref(),
-                hash: plan.hash,
-                context: *context,
-                exclude: &exclude,
-            };
-            let d = b.pick(&req, &mut st.rng).map_err(Refused::Pick)?;
+            let picked = st.pick_member(now, self.group.as_deref(), plan.hash, context, &exclude);
+            let member = picked.map_err(Refused::Pick)?;
+            let b = &mut st.balancer;
             if let Some(s) = session.as_deref_mut() {
                 let old = s.member.as_deref().and_then(|n| b.member_index(n));
-                if old != Some(d.member) {
+                if old != Some(member) {
                     if let Some(o) = old {
                         b.close_session(o);
                     }
-                    b.open_session(d.member);
-                    s.member = Some(b.spec().members[d.member].name.clone());
+                    b.open_session(member);
+                    s.member = Some(b.spec().members[member].name.clone());
                 }
             }
-            d.member
+            member
         };
+        let b = &mut st.balancer;
         let spec = &b.spec().members[member];
         let (name, address) = (spec.name.clone(), spec.address.clone());
         b.begin_request(member);
@@ -718,7 +711,7 @@ impl Session {
     {
         let plan = Plan {
             idempotent: !options.not_idempotent,
-            hash: options.hash_key.as_deref().map(|k| rondo_core::hash::hash_key(k.as_bytes())),
+            hash: options.hash_key.as_deref().map(|k| crate::state::key_hash(k.as_bytes())),
             session: Some(&self.cell.state),
             untouched: &|| true,
         };

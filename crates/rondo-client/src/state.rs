@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use rondo_core::wire::{Answer, Member};
 use rondo_core::{
-    Balancer, ClusterSpec, Ejection, Instant, MemberSpec, Outcome, SplitMix64, StickySession,
-    UpstreamProtocol,
+    Algorithm, Balancer, ClusterSpec, Ejection, Instant, MemberSpec, Outcome, PickError,
+    PickRequest, SplitMix64, StickySession, UpstreamProtocol,
 };
 
 /// The core cluster an answer describes: the answer's policy and its members with their weight,
@@ -34,6 +34,12 @@ fn member_spec(m: &Member) -> MemberSpec {
         group: m.group.clone(),
         admin: m.state,
     }
+}
+
+/// A call's hash key as the core's `hash` algorithm takes it: the same stable hash the router
+/// applies to a header or cookie value.
+pub(crate) fn key_hash(key: &[u8]) -> u64 {
+    rondo_core::hash::hash_key(key)
 }
 
 /// One service's balancing state: the latest answer, its balancer and the client's generator.
@@ -65,6 +71,25 @@ impl State {
         self.epoch += 1;
     }
 
+    /// The core pick for one try of a call, the one every call path makes (and the golden
+    /// vectors replay): the client's locality group, the call's hash key, the call's `rotating`
+    /// context (a new one on the first try, kept for the failover tries so they go down the
+    /// same list), members already tried excluded. Counts nothing.
+    pub(crate) fn pick_member(
+        &mut self,
+        now: Instant,
+        group: Option<&str>,
+        hash: Option<u64>,
+        context: &mut Option<u32>,
+        exclude: &[usize],
+    ) -> Result<usize, PickError> {
+        if self.balancer.spec().policy.algorithm == Algorithm::Rotating && context.is_none() {
+            *context = Some(self.balancer.new_context());
+        }
+        let req = PickRequest { now, group, hash, context: *context, exclude };
+        Ok(self.balancer.pick(&req, &mut self.rng)?.member)
+    }
+
     /// The index now of a member seen as `index` in `epoch` under `name`.
     pub(crate) fn resolve(&self, name: &str, index: usize, epoch: u64) -> Option<usize> {
         if epoch == self.epoch { Some(index) } else { self.balancer.member_index(name) }
@@ -81,6 +106,45 @@ impl State {
     ) -> Option<Ejection> {
         let i = self.resolve(name, index, epoch)?;
         self.balancer.end_request(i, now, outcome)
+    }
+}
+
+/// The client's balancing state driven by hand, for the golden vectors that every balancing
+/// point replays (`crates/rondo-golden`); applications use [`crate::Client`].
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct Replay {
+    state: State,
+    group: Option<String>,
+}
+
+impl Replay {
+    /// The state a client builds from its first answer, with generator seed `seed`, in
+    /// locality group `group`, at `now`.
+    pub fn new(answer: Answer, seed: u64, group: Option<String>, now: Instant) -> Replay {
+        Replay { state: State::new(answer, seed, now), group }
+    }
+
+    /// The balancer (to set member states before a replay).
+    pub fn balancer(&mut self) -> &mut Balancer {
+        &mut self.state.balancer
+    }
+
+    /// One call's first pick at `now` with hash key `key`, through the path every call takes;
+    /// the request is begun on the member, whose name is returned.
+    pub fn pick(&mut self, now: Instant, key: Option<&str>) -> Result<String, PickError> {
+        let hash = key.map(|k| key_hash(k.as_bytes()));
+        let mut context = None;
+        let m = self.state.pick_member(now, self.group.as_deref(), hash, &mut context, &[])?;
+        self.state.balancer.begin_request(m);
+        Ok(self.state.balancer.spec().members[m].name.clone())
+    }
+
+    /// Ends a request on `member` at `now`, as a call's end does.
+    pub fn end(&mut self, member: &str, now: Instant, outcome: Outcome) {
+        let index = self.state.balancer.member_index(member).unwrap_or(usize::MAX);
+        let epoch = self.state.epoch;
+        self.state.end_request(member, index, epoch, now, outcome);
     }
 }
 

@@ -235,7 +235,7 @@ fn hash_of(client: &Client, parts: &Parts) -> Option<u64> {
             .find(|(k, _)| k == name)
             .map(|(_, v)| v.as_bytes().to_vec()),
     };
-    key.map(|k| rondo_core::hash::hash_key(&k))
+    key.map(|k| crate::state::key_hash(&k))
 }
 
 /// The request for one try: the caller's, with the member's address as URI authority.

@@ -1,8 +1,9 @@
 //! Every golden vector replayed at every balancing point: the core alone (the reference that
 //! records `expect`), the router's pick path (`ClusterRt::pick_and_begin`, what the proxy calls,
 //! on a live view compiled from the scenario's config), and the naming service's lookup
-//! (`answer::lookup_at` on the same kind of live view). The client library's point is in
-//! `client.rs`.
+//! (`answer::lookup_at` on the same kind of live view), and the client library (its call path's
+//! pick, on a balancer built from the naming service's full answer for the scenario's config,
+//! sent through JSON as on the wire).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -122,5 +123,39 @@ fn the_naming_lookup_replays_every_vector() {
         let (live, rt, base) = live(s, file);
         let mut point = NamingPoint { live, rt, group: s.group.clone(), now: base };
         assert_eq!(replay(s, &mut point, base), s.expect, "{}: {}", file.display(), s.description);
+    }
+}
+
+struct ClientPoint {
+    replay: rondo_client::Replay,
+    now: Instant,
+}
+
+impl Point for ClientPoint {
+    fn with(&mut self, f: &mut dyn FnMut(&mut Balancer)) {
+        f(self.replay.balancer());
+    }
+
+    fn pick(&mut self, now: Instant, key: Option<&str>) -> Result<String, String> {
+        self.now = now;
+        self.replay.pick(now, key).map_err(|e| e.to_string())
+    }
+
+    fn end(&mut self, member: &str, outcome: Outcome) {
+        self.replay.end(member, self.now, outcome);
+    }
+}
+
+#[test]
+fn the_client_library_replays_every_vector_from_the_naming_answer() {
+    for (file, s) in &load_all() {
+        // The naming service's full answer for the scenario's config, through JSON.
+        let live = Live::new(s.view(file), None);
+        let answer = rondo_naming::answer::answer(&live.load(), CLUSTER).expect("an answer");
+        let json = serde_json::to_string(&answer).expect("serialises");
+        let answer: rondo_core::wire::Answer = serde_json::from_str(&json).expect("parses");
+        let client = rondo_client::Replay::new(answer, s.seed, s.group.clone(), BASE);
+        let mut point = ClientPoint { replay: client, now: BASE };
+        assert_eq!(replay(s, &mut point, BASE), s.expect, "{}: {}", file.display(), s.description);
     }
 }
