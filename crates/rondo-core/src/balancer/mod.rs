@@ -15,6 +15,7 @@ mod hashing;
 mod least;
 mod pickers;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -105,29 +106,41 @@ impl Balancer {
     /// from `old` (matched by name): health, load, EWMA, sessions, admin changes by operators.
     /// New members join with slow start; members whose configured admin state changed take it.
     pub fn carry_over(spec: Arc<ClusterSpec>, old: &Balancer, now: Instant) -> Self {
+        // By name, in one pass each way (a view swap of a 10,000-member cluster stays linear).
+        let previous: HashMap<&str, usize> =
+            old.spec.members.iter().enumerate().map(|(i, m)| (m.name.as_str(), i)).collect();
         let states = spec
             .members
             .iter()
-            .map(|m| {
-                let previous = old.spec.members.iter().position(|o| o.name == m.name);
-                match previous {
-                    Some(i) => {
-                        let mut st = old.states[i].clone();
-                        if old.spec.members[i].admin != m.admin {
-                            st.admin = m.admin;
-                            st.admin_by = Actor::Config;
-                        }
-                        st
+            .map(|m| match previous.get(m.name.as_str()) {
+                Some(&i) => {
+                    let mut st = old.states[i].clone();
+                    if old.spec.members[i].admin != m.admin {
+                        st.admin = m.admin;
+                        st.admin_by = Actor::Config;
                     }
-                    None => {
-                        let mut st = MemberState::new(m.admin, &spec.policy, now);
-                        st.up_since = Some(now);
-                        st
-                    }
+                    st
+                }
+                None => {
+                    let mut st = MemberState::new(m.admin, &spec.policy, now);
+                    st.up_since = Some(now);
+                    st
                 }
             })
             .collect();
         let mut b = Self::with_states(spec, states);
+        if b.spec.policy.algorithm == Algorithm::Rotating {
+            let index: HashMap<&str, u32> = b
+                .spec
+                .members
+                .iter()
+                .enumerate()
+                .map(|(i, m)| (m.name.as_str(), i as u32))
+                .collect();
+            b.algo = AlgoState::carry_over(b.spec.policy.algorithm, &old.algo, |m| {
+                index.get(old.spec.members[m as usize].name.as_str()).copied()
+            });
+        }
         b.seq = old.seq;
         b.next_context = old.next_context;
         if old.spec.policy.retry == b.spec.policy.retry {

@@ -168,7 +168,7 @@ impl AlgoState {
             }
             Kind::Rotating { order } => {
                 if order.len() != states.len() {
-                    *order = shuffled(states.len(), rng);
+                    complete_rotation(order, states.len(), rng);
                 }
                 let len = order.len();
                 let start = context as usize % len;
@@ -318,6 +318,45 @@ fn round_robin(cursor: &mut usize, n: usize) -> (u32, Why) {
 }
 
 /// Fisher-Yates over `0..n`.
+/// Makes `order` a rotation list of members `0..n`: shuffled whole when empty (GlassFish: the
+/// list is randomized once per client); otherwise the members it lacks (joined since) are
+/// inserted at random places, so survivors keep their order across view changes.
+fn complete_rotation(order: &mut Vec<u32>, n: usize, rng: &mut dyn Entropy) {
+    if order.is_empty() {
+        *order = shuffled(n, rng);
+        return;
+    }
+    let mut present = vec![false; n];
+    for &m in order.iter() {
+        present[m as usize] = true;
+    }
+    for m in 0..n as u32 {
+        if !present[m as usize] {
+            let at = rng.below(order.len() + 1);
+            order.insert(at, m);
+        }
+    }
+}
+
+impl AlgoState {
+    /// The state for a new version of the cluster: `rotating` keeps its list (survivors mapped
+    /// to their new indexes by `new_index`, departed members dropped); every other algorithm
+    /// starts afresh (its indexes are rebuilt from the new candidates anyway).
+    pub(crate) fn carry_over(
+        algorithm: Algorithm,
+        old: &AlgoState,
+        new_index: impl Fn(u32) -> Option<u32>,
+    ) -> AlgoState {
+        let mut st = AlgoState::new(algorithm);
+        if let (Kind::Rotating { order }, Kind::Rotating { order: old_order }) =
+            (&mut st.kind, &old.kind)
+        {
+            *order = old_order.iter().filter_map(|&m| new_index(m)).collect();
+        }
+        st
+    }
+}
+
 fn shuffled(n: usize, rng: &mut dyn Entropy) -> Vec<u32> {
     let mut v: Vec<u32> = (0..n as u32).collect();
     for i in (1..n).rev() {

@@ -119,6 +119,41 @@ fn rotating_randomizes_once_then_rotates_per_context() {
     assert!(matches!(d.why, Why::Rotating { skipped: 1, .. }), "{:?}", d.why);
 }
 
+/// The rotation list as a sequence of member names: the first member of contexts 0..n.
+fn rotation(b: &mut Balancer, r: &mut rondo_core::SplitMix64) -> Vec<String> {
+    let n = b.spec().members.len();
+    (0..n as u32)
+        .map(|c| {
+            let m = b.pick(&PickRequest { context: Some(c), ..at(Instant::ZERO) }, r).unwrap();
+            b.spec().members[m.member].name.clone()
+        })
+        .collect()
+}
+
+/// `a` and `b` are the same cyclic order.
+fn same_cycle(a: &[String], b: &[String]) -> bool {
+    a.len() == b.len() && (0..a.len()).any(|k| a.iter().cycle().skip(k).take(a.len()).eq(b.iter()))
+}
+
+#[test]
+fn rotating_keeps_its_list_across_view_changes() {
+    let mut b = balancer(Algorithm::Rotating, 6);
+    let mut r = rng(5);
+    let before = rotation(&mut b, &mut r);
+    // A member joins and another leaves: survivors keep their cyclic order (GlassFish randomizes
+    // the list once per client), the newcomer is inserted somewhere.
+    let mut spec = (**b.spec()).clone();
+    spec.members.remove(2);
+    spec.members.push(member("new", 100, None));
+    let gone = b.spec().members[2].name.clone();
+    let mut b = Balancer::carry_over(std::sync::Arc::new(spec), &b, Instant::ZERO);
+    let after = rotation(&mut b, &mut r);
+    assert!(after.contains(&"new".to_owned()), "{after:?}");
+    let survivors: Vec<String> = after.into_iter().filter(|n| n != "new").collect();
+    let expected: Vec<String> = before.into_iter().filter(|n| *n != gone).collect();
+    assert!(same_cycle(&survivors, &expected), "{survivors:?} vs {expected:?}");
+}
+
 #[test]
 fn rotating_clients_randomize_differently() {
     let order = |seed| {
