@@ -331,15 +331,7 @@ impl Client {
         F: FnMut(Target) -> Fut,
         Fut: Future<Output = Result<T, Failed<E>>>,
     {
-        let plan = Plan {
-            idempotent: !options.not_idempotent,
-            hash: options.hash_key.as_deref().map(|k| crate::state::key_hash(k.as_bytes())),
-            session: None,
-            untouched: &|| true,
-        };
-        let (value, mut ticket) = self.run(plan, call).await?;
-        ticket.succeeded();
-        Ok(value)
+        self.call_in(options, None, call).await
     }
 
     /// A session: its calls stay on one member while that member can keep them (draining
@@ -358,6 +350,29 @@ impl Client {
     /// [`BalanceLayer`].
     pub fn layer(&self) -> BalanceLayer {
         BalanceLayer::new(self.clone(), None)
+    }
+
+    /// A closure call with `options`, in `session` (or the client's own session when the
+    /// granularity asks for one).
+    async fn call_in<T, E, F, Fut>(
+        &self,
+        options: CallOptions,
+        session: Option<&Mutex<SessionState>>,
+        call: F,
+    ) -> Result<T, CallError<E>>
+    where
+        F: FnMut(Target) -> Fut,
+        Fut: Future<Output = Result<T, Failed<E>>>,
+    {
+        let plan = Plan {
+            idempotent: !options.not_idempotent,
+            hash: options.hash_key.as_deref().map(|k| crate::state::key_hash(k.as_bytes())),
+            session,
+            untouched: &|| true,
+        };
+        let (value, mut ticket) = self.run(plan, call).await?;
+        ticket.succeeded();
+        Ok(value)
     }
 
     /// The call loop shared by closures, sessions and the tower layer. On success the ticket
@@ -709,15 +724,7 @@ impl Session {
         F: FnMut(Target) -> Fut,
         Fut: Future<Output = Result<T, Failed<E>>>,
     {
-        let plan = Plan {
-            idempotent: !options.not_idempotent,
-            hash: options.hash_key.as_deref().map(|k| crate::state::key_hash(k.as_bytes())),
-            session: Some(&self.cell.state),
-            untouched: &|| true,
-        };
-        let (value, mut ticket) = self.client.run(plan, call).await?;
-        ticket.succeeded();
-        Ok(value)
+        self.client.call_in(options, Some(&self.cell.state), call).await
     }
 
     /// A tower layer whose requests all belong to this session.
