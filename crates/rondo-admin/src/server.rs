@@ -280,18 +280,20 @@ fn change_cluster(
     change: impl FnOnce(&mut rondo_core::ClusterSpec) -> Result<(), Response>,
 ) -> Response {
     // Built on the configuration in effect, not the composed view, so registered members stay
-    // the registry's.
-    let mut view = st.live.configured();
-    let Some(spec) = view.clusters.get(cluster) else {
-        return error(StatusCode::NOT_FOUND, format!("unknown cluster `{cluster}`"));
+    // the registry's; read, changed and swapped under one lock, so concurrent changes all land.
+    let updated = st.live.update_configured(|view| {
+        let Some(spec) = view.clusters.get(cluster) else {
+            return Err(error(StatusCode::NOT_FOUND, format!("unknown cluster `{cluster}`")));
+        };
+        let mut spec = (**spec).clone();
+        change(&mut spec)?;
+        view.clusters.insert(cluster.to_owned(), Arc::new(spec));
+        Ok(())
+    });
+    let snap = match updated {
+        Ok(s) => s,
+        Err(r) => return r,
     };
-    let mut spec = (**spec).clone();
-    if let Err(r) = change(&mut spec) {
-        return r;
-    }
-    view.clusters.insert(cluster.to_owned(), Arc::new(spec));
-    view.id += 1;
-    let snap = st.live.apply_configured(view);
     probe::spawn(&snap);
     let id = snap.view.id;
     tracing::info!(view = id, "view applied through the admin API");

@@ -351,16 +351,22 @@ impl Live {
         self.layers().configured().clone()
     }
 
-    /// Replaces the configuration in effect (the shared one when set, else the file's): an
-    /// admin API change built on [`Live::configured`].
-    pub fn apply_configured(&self, view: View) -> Arc<Snapshot> {
+    /// Changes the configuration in effect (the shared one when set, else the file's) with
+    /// `change`, read, modified and swapped in under one lock, so that two concurrent changes
+    /// (two admin calls, or one racing a registration) both land. An `Err` from `change` leaves
+    /// everything as it was.
+    pub fn update_configured<E>(
+        &self,
+        change: impl FnOnce(&mut View) -> Result<(), E>,
+    ) -> Result<Arc<Snapshot>, E> {
         let mut layers = self.layers();
-        let id = view.id;
+        let mut view = layers.configured().clone();
+        change(&mut view)?;
         match &mut layers.shared {
             Some(shared) => *shared = view,
             None => layers.file = view,
         }
-        self.swap(&layers, id)
+        Ok(self.swap(&layers, 0))
     }
 
     /// Sets or clears the tier's shared configuration; `None` goes back to the file's.
@@ -554,15 +560,57 @@ mod tests {
         let id1 = live.set_shared(Some(shared)).view.id;
         assert_eq!(names(&live.load()), ["a"]);
         // An admin change edits the configuration in effect: the shared one.
-        let mut edited = live.configured();
-        assert_eq!(edited.clusters["c"].members.len(), 1);
-        edited.id = 0;
-        let id2 = live.apply_configured(edited).view.id;
+        let id2 = live
+            .update_configured(|v| {
+                assert_eq!(v.clusters["c"].members.len(), 1);
+                Ok::<(), ()>(())
+            })
+            .unwrap()
+            .view
+            .id;
         // A file reload while the shared config is set changes the file layer only.
         let id3 = live.apply(file).view.id;
         assert_eq!(names(&live.load()), ["a"]);
         let id4 = live.set_shared(None).view.id;
         assert_eq!(names(&live.load()), ["a", "b"], "back to the file's");
         assert!(id1 < id2 && id2 < id3 && id3 < id4, "{id1} {id2} {id3} {id4}");
+    }
+
+    /// Regression: the admin API read the configuration, changed it and applied it in separate
+    /// steps, so of two concurrent changes the later silently undid the earlier. Here one change
+    /// is held open while a second is made: the second waits, and both land.
+    #[test]
+    fn concurrent_changes_to_the_configuration_both_land() {
+        let live = Arc::new(live());
+        let (inside_tx, inside_rx) = std::sync::mpsc::channel();
+        let first = {
+            let live = live.clone();
+            std::thread::spawn(move || {
+                live.update_configured(|v| {
+                    inside_tx.send(()).unwrap();
+                    std::thread::sleep(Duration::from_millis(100));
+                    let mut c = (*v.clusters["c"]).clone();
+                    c.members[0].weight = 7;
+                    v.clusters.insert("c".into(), Arc::new(c));
+                    Ok::<(), ()>(())
+                })
+            })
+        };
+        inside_rx.recv().unwrap();
+        live.update_configured(|v| {
+            let mut c = (*v.clusters["c"]).clone();
+            c.members[1].weight = 9;
+            v.clusters.insert("c".into(), Arc::new(c));
+            Ok::<(), ()>(())
+        })
+        .unwrap();
+        first.join().unwrap().unwrap();
+        let weights: Vec<u32> =
+            live.load().view.clusters["c"].members.iter().map(|m| m.weight).collect();
+        assert_eq!(weights, [7, 9]);
+        // A refused change leaves everything as it was.
+        let id = live.load().view.id;
+        assert_eq!(live.update_configured(|_| Err("no")).unwrap_err(), "no");
+        assert_eq!(live.load().view.id, id);
     }
 }

@@ -228,6 +228,33 @@ async fn unknown_names_and_bad_bodies_are_explained() {
     assert_eq!(s.view_id(), 1);
 }
 
+/// Concurrent changes to different members all land (`Live::update_configured` makes each one
+/// read-change-swap under one lock; its own test holds one change open to show the other waits).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_weight_changes_all_land() {
+    let n = 12;
+    let entries = (0..n).map(|i| member_entry(&format!("w{i}"), dead_addr(), ""));
+    let s = std::sync::Arc::new(Setup::new(&members_of(entries)).await);
+    let calls: Vec<_> = (0..n)
+        .map(|i| {
+            let s = s.clone();
+            tokio::spawn(async move {
+                let path = format!("/api/v1/clusters/c/members/w{i}/weight");
+                let body = format!(r#"{{"weight": {}}}"#, 200 + i);
+                s.call(Method::PUT, &path, Some(&body)).await
+            })
+        })
+        .collect();
+    for c in calls {
+        let (code, v) = c.await.unwrap();
+        assert_eq!(code, StatusCode::OK, "{v}");
+    }
+    let (_, st) = s.call(Method::GET, "/api/v1/status", None).await;
+    for i in 0..n {
+        assert_eq!(member(&st, "c", &format!("w{i}"))["weight"], 200 + i, "w{i}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_weight_change_is_a_new_view_and_traffic_follows_it() {
     let ms = members(2, Duration::ZERO).await;
