@@ -5,12 +5,12 @@
 //! | method and path | answer |
 //! |---|---|
 //! | `GET /v1/services` | `{"view_id", "services": [names]}` |
-//! | `GET /v1/services/{service}` | [`Answer`]: eligible members, policy, view id |
-//! | `GET /v1/lookup/{service}?key=&group=` | [`Lookup`]: one member picked by the policy |
-//! | `PUT /v1/services/{service}/members/{member}` | [`Register`] in, [`Lease`] out |
-//! | `POST /v1/leases/{lease}/keepalive` | [`Lease`] |
+//! | `GET /v1/services/{service}` | [`Answer`](rondo_core::wire::Answer): eligible members, policy, view id |
+//! | `GET /v1/lookup/{service}?key=&group=` | [`Lookup`](rondo_core::wire::Lookup): one member picked by the policy |
+//! | `PUT /v1/services/{service}/members/{member}` | [`Register`] in, [`Lease`](rondo_core::wire::Lease) out |
+//! | `POST /v1/leases/{lease}/keepalive` | [`Lease`](rondo_core::wire::Lease) |
 //! | `DELETE /v1/services/{service}/members/{member}` | 204 |
-//! | `GET /v1/watch?after=N&timeout_ms=T` | [`Watch`], as soon as the view id passes N |
+//! | `GET /v1/watch?after=N&timeout_ms=T` | [`Watch`](rondo_core::wire::Watch), as soon as the view id passes N |
 //! | `PUT /v1/config` | the tier's shared config (TOML; etcd registry only) |
 //! | `GET /v1/status` | registry backend, connection, counts, view id |
 //!

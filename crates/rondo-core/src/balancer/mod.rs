@@ -4,9 +4,9 @@
 //! [`Balancer::end_request`], session open/close, health, admin and agent updates.
 //!
 //! A pick runs in three stages, the same for every algorithm:
-//! 1. **eligibility** ([`candidates`]): active, healthy members; the caller's locality group
+//! 1. **eligibility** (`candidates.rs`): active, healthy members; the caller's locality group
 //!    while it has one; every active member in panic mode. Cached until something changes.
-//! 2. **choice** ([`pickers`]): the cluster's algorithm over the candidates.
+//! 2. **choice** (`pickers.rs`): the cluster's algorithm over the candidates.
 //! 3. **exclusion and slow start**: a member already tried for this request, or held back by its
 //!    slow-start ramp, gives way to the next eligible member.
 
