@@ -1,5 +1,8 @@
 //! Client connections: the accept loop with its connection limit, and [`TimedIo`], which
-//! enforces the header read timeout and the keep-alive idle timeout on HTTP/1 connections.
+//! enforces the header read timeout and the keep-alive idle timeout on HTTP/1 connections, and
+//! the idle timeout on HTTP/2 connections (no open stream for the route's idle timeout, or for
+//! the header read timeout before the first request: [`ConnState::idle`] fires and the accept
+//! loop shuts the connection down gracefully, with GOAWAY).
 //!
 //! hyper's own `header_read_timeout` closes the connection silently (and is off unless a timer
 //! is configured); a demanding client deserves `408 Request Timeout` when it started a request
@@ -9,7 +12,7 @@
 
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
@@ -33,6 +36,11 @@ pub struct ConnState {
     phase: AtomicU8,
     epoch: AtomicU64,
     idle_ms: AtomicU64,
+    /// Requests (HTTP/2: streams) begun and not finished.
+    open: AtomicU32,
+    /// Signalled when an HTTP/2 connection has had no stream for its idle timeout: the accept
+    /// loop then shuts it down gracefully (GOAWAY).
+    idle: tokio::sync::Notify,
     /// The reader parked while a request was in progress: when its response ends, hyper does
     /// not poll the socket again by itself, so the idle timer would never start unless we wake it.
     reader: Mutex<Option<Waker>>,
@@ -44,12 +52,15 @@ impl ConnState {
             phase: AtomicU8::new(WAITING),
             epoch: AtomicU64::new(0),
             idle_ms: AtomicU64::new(idle.as_millis() as u64),
+            open: AtomicU32::new(0),
+            idle: tokio::sync::Notify::new(),
             reader: Mutex::new(None),
         })
     }
 
     /// A request head was parsed: no header timer until its response is over.
     pub fn request_started(&self) {
+        self.open.fetch_add(1, Ordering::Relaxed);
         if self.phase.load(Ordering::Relaxed) != UPGRADED {
             self.phase.store(IN_REQUEST, Ordering::Relaxed);
             self.epoch.fetch_add(1, Ordering::Release);
@@ -58,6 +69,7 @@ impl ConnState {
 
     /// The response is over: wait for the next request for at most `idle`.
     pub fn response_finished(&self, idle: Duration) {
+        let _ = self.open.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
         if self.phase.load(Ordering::Relaxed) != UPGRADED {
             self.idle_ms.store(idle.as_millis() as u64, Ordering::Relaxed);
             self.phase.store(WAITING, Ordering::Relaxed);
@@ -74,6 +86,12 @@ impl ConnState {
         if !slot.as_ref().is_some_and(|w| w.will_wake(waker)) {
             *slot = Some(waker.clone());
         }
+    }
+
+    /// Resolves when an HTTP/2 connection has been idle (no stream) for its idle timeout, or
+    /// for the header read timeout before its first request.
+    pub async fn idle(&self) {
+        self.idle.notified().await;
     }
 
     /// The connection switched protocols: no more HTTP timers.
@@ -135,13 +153,21 @@ impl AsyncRead for TimedIo {
         if epoch != *this.seen_epoch {
             *this.seen_epoch = epoch;
             *this.received = 0;
+            let h2_busy = *this.h2 == Some(true) && this.state.open.load(Ordering::Relaxed) > 0;
             match this.state.phase.load(Ordering::Relaxed) {
-                WAITING => {
+                WAITING if !h2_busy => {
                     let idle = Duration::from_millis(this.state.idle_ms.load(Ordering::Relaxed));
                     *this.armed = !idle.is_zero();
                     this.sleep.as_mut().reset(Instant::now() + idle);
                 }
                 _ => *this.armed = false,
+            }
+        }
+        if *this.armed && *this.h2 == Some(true) && this.sleep.as_mut().poll(cx).is_ready() {
+            *this.armed = false;
+            if this.state.open.load(Ordering::Relaxed) == 0 {
+                // No stream for the idle timeout: the accept loop sends GOAWAY and closes.
+                this.state.idle.notify_one();
             }
         }
         if *this.armed && *this.h2 != Some(true) && this.sleep.as_mut().poll(cx).is_ready() {

@@ -139,9 +139,19 @@ async fn accept_http(
         tokio::spawn(async move {
             let state = ConnState::new(ctx.listener.header_read_timeout);
             let io = TimedIo::new(stream, state.clone(), ctx.listener.header_read_timeout);
+            let handler = state.clone();
             let service =
-                service_fn(move |req| http::handle(ctx.clone(), state.clone(), peer, req));
-            let _ = builder.serve_connection_with_upgrades(TokioIo::new(io), service).await;
+                service_fn(move |req| http::handle(ctx.clone(), handler.clone(), peer, req));
+            let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
+            tokio::pin!(conn);
+            tokio::select! {
+                _ = conn.as_mut() => {}
+                () = state.idle() => {
+                    // An idle HTTP/2 connection: GOAWAY, then wait for it to close.
+                    conn.as_mut().graceful_shutdown();
+                    let _ = conn.await;
+                }
+            }
             drop(permit);
         });
     }

@@ -132,6 +132,75 @@ async fn idle_keep_alive_connection_is_closed_quietly_after_the_route_idle_timeo
     still_serves(&r).await;
 }
 
+/// An h2c connection and its connection task (which ends when the router closes it).
+async fn h2(
+    addr: SocketAddr,
+) -> (
+    hyper::client::conn::http2::SendRequest<http_body_util::Empty<bytes::Bytes>>,
+    tokio::task::JoinHandle<Result<(), hyper::Error>>,
+) {
+    let stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let io = hyper_util::rt::TokioIo::new(stream);
+    let (sender, conn) =
+        hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), io)
+            .await
+            .expect("h2 handshake");
+    (sender, tokio::spawn(conn))
+}
+
+// Regression: HTTP/2 connections had no idle timeout, so idle h2c connections held
+// max_connections slots forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_http2_connection_gets_goaway_after_the_route_idle_timeout() {
+    let (r, _ms) =
+        setup("header_read_timeout_ms = 30000\nmax_connections = 1", "idle_timeout_ms = 500").await;
+    let (mut sender, conn) = h2(r.addr("web")).await;
+    for _ in 0..3 {
+        let req = http::Request::get(r.url("web", "/")).body(Default::default()).unwrap();
+        let resp = sender.send_request(req).await.expect("served over h2");
+        assert_eq!(resp.status(), StatusCode::OK);
+        let _ = http_body_util::BodyExt::collect(resp.into_body()).await;
+    }
+    let started = std::time::Instant::now();
+    let ended = tokio::time::timeout(CLOSE_WAIT, conn).await;
+    assert!(ended.is_ok(), "idle h2 connection still open after {CLOSE_WAIT:?}");
+    let after = started.elapsed();
+    assert!(after >= Duration::from_millis(400), "closed before the idle timeout: {after:?}");
+    // Its slot frees as soon as the router has closed its side (bounded polling).
+    assert!(served_within(r.addr("web"), 50).await, "the idle h2 connection's slot stayed taken");
+}
+
+/// Whether a fresh connection is served (200) within `tries` attempts 100 ms apart; 503s from
+/// the connection limit are retried.
+async fn served_within(addr: SocketAddr, tries: usize) -> bool {
+    for _ in 0..tries {
+        let mut conn = support::raw_connect(addr).await;
+        let _ = conn.get_mut().write_all(GET.as_bytes()).await;
+        match support::read_response(&mut conn).await {
+            Ok(resp) if resp.status == 200 => return true,
+            Ok(resp) => assert_eq!(resp.status, 503, "{}", resp.text()),
+            Err(_) => {}
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    false
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_http2_connection_is_not_closed_as_idle() {
+    let (r, _ms) = setup("header_read_timeout_ms = 30000", "idle_timeout_ms = 300").await;
+    let (mut sender, conn) = h2(r.addr("web")).await;
+    // Requests keep coming more often than the idle timeout, for three times its length.
+    for _ in 0..9 {
+        let req = http::Request::get(r.url("web", "/")).body(Default::default()).unwrap();
+        let resp = sender.send_request(req).await.expect("served over h2");
+        assert_eq!(resp.status(), StatusCode::OK);
+        let _ = http_body_util::BodyExt::collect(resp.into_body()).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(!conn.is_finished(), "a busy h2 connection was closed");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn oversized_request_head_gets_431() {
     let (r, _ms) = setup("max_header_bytes = 8192", "").await;
@@ -277,20 +346,7 @@ async fn connection_over_max_connections_gets_503_then_recovers() {
     // Once the idle one goes, its slot frees (as soon as the router sees the close): a new
     // connection is served. Bounded polling, since the close is noticed asynchronously.
     drop(first);
-    let mut served = false;
-    for _ in 0..50 {
-        let mut conn = support::raw_connect(addr).await;
-        let _ = conn.get_mut().write_all(GET.as_bytes()).await;
-        match support::read_response(&mut conn).await {
-            Ok(resp) if resp.status == 200 => {
-                served = true;
-                break;
-            }
-            Ok(resp) => assert_eq!(resp.status, 503, "{}", resp.text()),
-            Err(_) => {}
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let served = served_within(addr, 50).await;
     assert!(served, "no slot freed after a connection closed");
     // The connection that held its slot all along is still served.
     support::raw_send(&mut second, GET.as_bytes()).await;
