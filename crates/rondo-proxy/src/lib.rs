@@ -99,6 +99,9 @@ pub async fn start(listeners: &[ListenerSpec], live: Arc<Live>) -> std::io::Resu
     Ok(Router { listeners: bound, stop })
 }
 
+/// Connections over `max_connections` answered with a 503 at the same time, per listener.
+const MAX_REJECTING: usize = 256;
+
 fn http_builder(spec: &ListenerSpec) -> auto::Builder<TokioExecutor> {
     let mut b = auto::Builder::new(TokioExecutor::new());
     b.http1()
@@ -116,6 +119,9 @@ async fn accept_http(
     mut stopped: watch::Receiver<bool>,
 ) {
     let builder = Arc::new(http_builder(&ctx.listener));
+    // Connections over the limit get a 503 from a task of their own (at most 1 s each); under a
+    // flood, at most this many at once: the rest are closed at once without a word.
+    let rejecting = Arc::new(Semaphore::new(MAX_REJECTING));
     loop {
         let (stream, peer) = tokio::select! {
             r = socket.accept() => match r {
@@ -129,8 +135,15 @@ async fn accept_http(
             _ = stopped.changed() => return,
         };
         let Ok(permit) = limit.clone().try_acquire_owned() else {
+            let Ok(rejecting) = rejecting.clone().try_acquire_owned() else {
+                drop(stream);
+                continue;
+            };
             let (name, max) = (ctx.listener.name.clone(), ctx.listener.max_connections);
-            tokio::spawn(async move { conn::reject_over_limit(stream, &name, max).await });
+            tokio::spawn(async move {
+                conn::reject_over_limit(stream, &name, max).await;
+                drop(rejecting);
+            });
             continue;
         };
         let _ = stream.set_nodelay(true);
