@@ -4,6 +4,7 @@
 //! ending the member's in-flight count when the last frame has passed.
 
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -36,17 +37,44 @@ pub struct TooLarge(pub u64);
 /// (the connection to the member failed first) leaves it in the slot, so the request can go to
 /// another member whatever its method, since nothing was sent.
 #[derive(Debug, Clone)]
-pub struct BodySlot(Arc<Mutex<Option<Incoming>>>);
+pub struct BodySlot(Arc<SlotInner>);
+
+#[derive(Debug)]
+struct SlotInner {
+    body: Mutex<Option<Incoming>>,
+    /// The whole body was passed on.
+    complete: AtomicBool,
+    /// The last read of the client's body found nothing yet: the forwarding waits on the
+    /// client, not on the member.
+    waiting_on_client: AtomicBool,
+}
 
 impl BodySlot {
     /// A slot holding `body`.
     pub fn new(body: Incoming) -> Self {
-        BodySlot(Arc::new(Mutex::new(Some(body))))
+        BodySlot(Arc::new(SlotInner {
+            body: Mutex::new(Some(body)),
+            complete: AtomicBool::new(false),
+            waiting_on_client: AtomicBool::new(false),
+        }))
     }
 
     /// Whether the body is still untouched in the slot.
     pub fn is_untouched(&self) -> bool {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).is_some()
+        self.0.body.lock().unwrap_or_else(|e| e.into_inner()).is_some()
+    }
+
+    /// Whether a try that timed out was waiting for the client's body rather than for the
+    /// member: part of the body was passed on, not all of it, and the last read of the client's
+    /// body found nothing (a member that stops reading is not this).
+    pub fn stalled_by_client(&self) -> bool {
+        !self.0.complete.load(Ordering::Relaxed)
+            && !self.is_untouched()
+            && self.0.waiting_on_client.load(Ordering::Relaxed)
+    }
+
+    fn take(&self) -> Option<Incoming> {
+        self.0.body.lock().unwrap_or_else(|e| e.into_inner()).take()
     }
 }
 
@@ -87,10 +115,12 @@ impl Body for UpstreamBody {
             UpstreamBody::Empty => Poll::Ready(None),
             UpstreamBody::Stream { slot, inner, limit, seen } => {
                 if inner.is_none() {
-                    *inner = slot.0.lock().unwrap_or_else(|e| e.into_inner()).take();
+                    *inner = slot.take();
                 }
                 let Some(body) = inner.as_mut() else { return Poll::Ready(None) };
-                match std::task::ready!(Pin::new(body).poll_frame(cx)) {
+                let polled = Pin::new(body).poll_frame(cx);
+                slot.0.waiting_on_client.store(polled.is_pending(), Ordering::Relaxed);
+                match std::task::ready!(polled) {
                     Some(Ok(frame)) => {
                         if let Some(data) = frame.data_ref() {
                             *seen += data.len() as u64;
@@ -101,7 +131,10 @@ impl Body for UpstreamBody {
                         Poll::Ready(Some(Ok(frame)))
                     }
                     Some(Err(e)) => Poll::Ready(Some(Err(Box::new(ClientBodyError(e))))),
-                    None => Poll::Ready(None),
+                    None => {
+                        slot.0.complete.store(true, Ordering::Relaxed);
+                        Poll::Ready(None)
+                    }
                 }
             }
         }
@@ -113,6 +146,7 @@ impl Body for UpstreamBody {
                 Some(b) => b.is_end_stream(),
                 None => slot
                     .0
+                    .body
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .as_ref()
@@ -128,6 +162,7 @@ impl Body for UpstreamBody {
                 Some(b) => b.size_hint(),
                 None => slot
                     .0
+                    .body
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .as_ref()

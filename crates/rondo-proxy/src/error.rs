@@ -37,6 +37,8 @@ pub enum Kind {
     BodyTooLarge,
     /// The client's request body broke off.
     ClientBody,
+    /// The client's request body stalled: the try timed out waiting for it, not for the member.
+    ClientBodyTimeout,
 }
 
 /// One try at one member.
@@ -69,7 +71,9 @@ impl Kind {
     /// The side a failure of this kind is on.
     pub fn side(self) -> Side {
         match self {
-            Kind::NoRoute | Kind::BodyTooLarge | Kind::ClientBody => Side::Client,
+            Kind::NoRoute | Kind::BodyTooLarge | Kind::ClientBody | Kind::ClientBodyTimeout => {
+                Side::Client
+            }
             Kind::NoEligible => Side::Internal,
             Kind::Connect | Kind::Reset | Kind::Timeout => Side::Member,
         }
@@ -89,6 +93,7 @@ impl Kind {
             Kind::Timeout => StatusCode::GATEWAY_TIMEOUT,
             Kind::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             Kind::ClientBody => StatusCode::BAD_REQUEST,
+            Kind::ClientBodyTimeout => StatusCode::REQUEST_TIMEOUT,
         }
     }
 
@@ -101,6 +106,7 @@ impl Kind {
             Kind::Timeout => "timed out",
             Kind::BodyTooLarge => "request body too large",
             Kind::ClientBody => "request body broke off",
+            Kind::ClientBodyTimeout => "request body did not arrive in time",
         }
     }
 }
@@ -154,7 +160,7 @@ impl ProxyError {
         if self.kind == Kind::NoEligible {
             resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         }
-        if matches!(self.kind, Kind::BodyTooLarge | Kind::ClientBody) {
+        if matches!(self.kind, Kind::BodyTooLarge | Kind::ClientBody | Kind::ClientBodyTimeout) {
             resp.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
         }
         resp

@@ -279,6 +279,15 @@ async fn proxy(
                     kind
                 }
                 Err(_elapsed) => {
+                    if slot.as_ref().is_some_and(BodySlot::stalled_by_client) {
+                        // The try waited on the client's body, not on the member: 408, and the
+                        // member is not charged.
+                        begun.end(Outcome::Cancelled);
+                        return Err(fail(
+                            Kind::ClientBodyTimeout,
+                            "the request body did not arrive in time".to_owned(),
+                        ));
+                    }
                     let latency = started.elapsed();
                     begun.end(Outcome::Failure { kind: FailureKind::Timeout, latency });
                     Kind::Timeout

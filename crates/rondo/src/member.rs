@@ -5,7 +5,8 @@
 //!
 //! Paths: `/health` answers 200 `ok`; `/headers` answers the request's headers, one
 //! `name: value` per line; `/status/N` answers status N; `/slow/MS` waits MS milliseconds
-//! first; `/echo` streams the request body back; anything else answers `NAME\n`. Every answer
+//! first; `/echo` streams the request body back; `/collect` reads the whole body, then answers
+//! `NAME got N bytes`; anything else answers `NAME\n`. Every answer
 //! carries `x-member: NAME`.
 
 use std::convert::Infallible;
@@ -114,6 +115,15 @@ async fn answer(
         full(format!("{name}\n"))
     } else if path == "/echo" {
         req.into_body().boxed()
+    } else if path == "/collect" {
+        // Reads the whole request body before answering, as most applications do.
+        match req.into_body().collect().await {
+            Ok(b) => full(format!("{name} got {} bytes\n", b.to_bytes().len())),
+            Err(_) => {
+                status = StatusCode::BAD_REQUEST;
+                full("request body failed\n")
+            }
+        }
     } else {
         full(format!("{name}\n"))
     };

@@ -201,6 +201,45 @@ async fn a_busy_http2_connection_is_not_closed_as_idle() {
     assert!(!conn.is_finished(), "a busy h2 connection was closed");
 }
 
+// Regression: a client that declared a body and stalled made the try time out against the
+// member, which was charged a timeout (and ejected, with a low outlier threshold) for the
+// client's slowness; the client got a 504.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_request_body_gets_408_and_does_not_charge_the_member() {
+    let ms = support::members(2, Duration::ZERO).await;
+    let cluster =
+        format!("outlier = {{ consecutive_failures = 1 }}\n{}", support::member_list(&ms));
+    let r = support::router(&support::web_config(
+        "header_read_timeout_ms = 30000",
+        "request_timeout_ms = 400",
+        &cluster,
+    ))
+    .await;
+    for _ in 0..3 {
+        let mut conn = support::raw_connect(r.addr("web")).await;
+        let head = "POST /collect HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n0123456789";
+        support::raw_send(&mut conn, head.as_bytes()).await;
+        let (out, closed) = support::read_until_closed(&mut conn, CLOSE_WAIT).await;
+        let text = String::from_utf8_lossy(&out);
+        assert!(text.starts_with("HTTP/1.1 408"), "{text}");
+        assert!(text.contains("request body did not arrive in time"), "{text}");
+        assert!(closed, "connection kept after a stalled body");
+    }
+    let rt = r.live.load().clusters["c"].clone();
+    rt.with(|b| {
+        for (i, st) in b.states().iter().enumerate() {
+            assert_eq!(st.ejected_until, None, "member {i} charged for the client's stall");
+            assert_eq!(st.load.in_flight, 0, "member {i}");
+        }
+    });
+    // A member that reads slowly is still the member's fault: a whole body, a slow answer.
+    let mut conn = support::raw_connect(r.addr("web")).await;
+    let req = "POST /slow/2000 HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc";
+    let resp = support::raw_request(&mut conn, req).await;
+    assert_eq!(resp.status, 504, "{}", resp.text());
+    still_serves(&r).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn oversized_request_head_gets_431() {
     let (r, _ms) = setup("max_header_bytes = 8192", "").await;
