@@ -236,6 +236,7 @@ fn set_admin(
     let by = Actor::Operator(operator(headers));
     let by_text = by.to_string();
     rt.with(|b| b.set_admin(idx, to, by));
+    rt.state_changed();
     tracing::info!(cluster, member, state = to.as_str(), by = %by_text, "admin state set");
     axum::Json(json!({ "cluster": cluster, "member": member, "admin": to.as_str(),
                         "admin_by": by_text }))
@@ -418,6 +419,14 @@ async fn explain(
 }
 
 async fn config(State(st): State<AppState>, bytes: Bytes) -> Response {
+    if st.live.has_shared() {
+        // It would replace the file's layer, which the shared one hides: a silent no-op.
+        return error(
+            StatusCode::CONFLICT,
+            "the tier's shared configuration (etcd) is in effect: put the new one with \
+             `PUT /v1/config` on the naming API",
+        );
+    }
     let Ok(text) = std::str::from_utf8(&bytes) else {
         return error(StatusCode::BAD_REQUEST, "the configuration is not UTF-8");
     };

@@ -318,6 +318,9 @@ async fn watch_loop(shared: Arc<Shared>) {
                 }
                 (changes, missing)
             });
+            if !changes.is_empty() {
+                rt.state_changed();
+            }
             for (member, up) in changes {
                 if up {
                     tracing::warn!(cluster = %cname, %member, "member available again: agent heartbeats resumed");

@@ -69,17 +69,18 @@ impl Builder {
         self
     }
 
-    /// How long one watch request waits for a change; default 30 s.
+    /// How long one watch request waits for a change; default 30 s, kept within 10 ms to
+    /// 300 s (the naming service's limit; a shorter wait would poll it in a tight loop).
     pub fn watch_wait(mut self, wait: Duration) -> Self {
-        self.watch_wait = wait;
+        self.watch_wait = wait.clamp(Duration::from_millis(10), Duration::from_secs(300));
         self
     }
 
     /// Backoff between failed naming requests, doubling from `min` up to `max`; default 100 ms
-    /// to 5 s.
+    /// to 5 s; `min` is at least 1 ms (a zero backoff would spin on a dead endpoint).
     pub fn backoff(mut self, min: Duration, max: Duration) -> Self {
-        self.backoff_min = min;
-        self.backoff_max = max.max(min);
+        self.backoff_min = min.max(Duration::from_millis(1));
+        self.backoff_max = max.max(self.backoff_min);
         self
     }
 
@@ -422,7 +423,13 @@ impl Client {
                 }
             };
             tried.push(name.clone());
-            let addr = match resolve(&address).await {
+            // Resolving a host name counts against the try's time, like connecting does.
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let limit = per_try.map_or(left, |t| t.min(left));
+            let resolved = tokio::time::timeout(limit, resolve(&address))
+                .await
+                .unwrap_or_else(|_| Err(format!("{address}: not resolved in time")));
+            let addr = match resolved {
                 Ok(addr) => addr,
                 Err(error) => {
                     // Nothing was sent: charged like a refused connection.

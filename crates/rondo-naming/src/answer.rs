@@ -20,8 +20,9 @@ pub enum AnswerError {
     NoMember(#[from] PickError),
 }
 
-/// Every member of `service` that may take work now (up by probes, agents and passive
-/// ejection; not disabled), with its admin state (`draining` members are listed so clients can
+/// Every member of `service` that may take work now (up by health checks and agents; not
+/// disabled; passively ejected members stay listed, since ejection is this router's own
+/// observation of its traffic), with its admin state (`draining` members are listed so clients can
 /// keep their sessions), in configuration order, with the policy and the view id.
 pub fn answer(snapshot: &Snapshot, service: &str) -> Result<Answer, AnswerError> {
     let rt = snapshot.clusters.get(service).ok_or_else(|| AnswerError::UnknownService {
@@ -35,7 +36,14 @@ pub fn answer(snapshot: &Snapshot, service: &str) -> Result<Answer, AnswerError>
             .members
             .iter()
             .zip(b.states())
-            .filter(|(_, s)| s.admin != AdminState::Disabled && s.is_healthy(now, policy))
+            // Health checks and agents speak for every caller; passive ejection is this
+            // router's own observation of its own traffic (a client ejects on its own), so an
+            // ejected member stays listed.
+            .filter(|(_, s)| {
+                s.admin != AdminState::Disabled
+                    && s.healthy
+                    && s.load.agent.is_none_or(|r| r.is_fresh(now, policy.agent.timeout))
+            })
             .map(|(m, s)| Member {
                 name: m.name.clone(),
                 address: m.address.clone(),

@@ -54,18 +54,20 @@ pub struct NamingServer {
     /// The bound address.
     pub addr: SocketAddr,
     task: tokio::task::JoinHandle<()>,
+    touch: tokio::task::JoinHandle<()>,
 }
 
 impl NamingServer {
     /// Stops accepting connections.
     pub fn stop(&self) {
         self.task.abort();
+        self.touch.abort();
     }
 }
 
 impl Drop for NamingServer {
     fn drop(&mut self) {
-        self.task.abort();
+        self.stop();
     }
 }
 
@@ -86,13 +88,16 @@ pub async fn start(
 ) -> std::io::Result<NamingServer> {
     let listener = tokio::net::TcpListener::bind(listen).await?;
     let addr = listener.local_addr()?;
+    // Member state changes (drain, health, agent availability) become new view ids, so that
+    // watchers refetch answers that changed.
+    let touch = Live::spawn_touch(&live);
     let app = router(live, registry, token);
     let task = tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, app).await {
             tracing::error!(error = %e, "naming API stopped");
         }
     });
-    Ok(NamingServer { addr, task })
+    Ok(NamingServer { addr, task, touch })
 }
 
 /// The API as an axum router (for embedding).
@@ -112,6 +117,7 @@ pub fn router(live: Arc<Live>, registry: Registry, token: Option<Vec<u8>>) -> Ro
             error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed on this endpoint")
         })
         .layer(middleware::from_fn_with_state(state.clone(), auth))
+        .layer(middleware::from_fn(json_errors))
         .layer(middleware::from_fn_with_state(state.clone(), view_id_header))
         .with_state(state)
 }
@@ -141,7 +147,7 @@ fn answer_error(e: AnswerError) -> Response {
 /// With a token configured, calls other than GET need it.
 async fn auth(State(st): State<AppState>, req: Request, next: Next) -> Response {
     if let Some(token) = &st.token
-        && req.method() != axum::http::Method::GET
+        && !matches!(*req.method(), axum::http::Method::GET | axum::http::Method::HEAD)
     {
         let given = req.headers().get(axum::http::header::AUTHORIZATION).map(|v| v.as_bytes());
         if !rondo_runtime::secret::bearer_matches(given, token) {
@@ -155,6 +161,25 @@ async fn auth(State(st): State<AppState>, req: Request, next: Next) -> Response 
         }
     }
     next.run(req).await
+}
+
+/// Errors produced by axum itself (a path that is not UTF-8, a body over the 2 MiB limit) come
+/// as plain text: reshaped into `{"error": ...}` like every other error.
+async fn json_errors(req: Request, next: Next) -> Response {
+    let resp = next.run(req).await;
+    let is_json = resp
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    if is_json || !(resp.status().is_client_error() || resp.status().is_server_error()) {
+        return resp;
+    }
+    let status = resp.status();
+    let text = match axum::body::to_bytes(resp.into_body(), 64 * 1024).await {
+        Ok(b) if !b.is_empty() => String::from_utf8_lossy(&b).trim().to_owned(),
+        _ => status.canonical_reason().unwrap_or("error").to_lowercase(),
+    };
+    error(status, text)
 }
 
 /// Sets `rondo-view-id` on every response that did not set it (to the current view).

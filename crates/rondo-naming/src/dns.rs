@@ -278,7 +278,8 @@ impl Handler {
         if !(wants_srv || wants_v4 || wants_v6) {
             return Reply::nodata();
         }
-        let Some(members) = eligible(snapshot, service) else { return Reply::nxdomain() };
+        let group = self.live.group.as_deref();
+        let Some(members) = eligible(snapshot, service, group) else { return Reply::nxdomain() };
         let mut reply = Reply::nodata();
         for m in &members {
             let Some((host, port)) = parse_address(&m.address) else {
@@ -314,9 +315,10 @@ impl Handler {
     }
 }
 
-/// The members of `service` that may take new work, the one its policy picks now first, the
-/// rest in configuration order; `None` for an unknown service.
-fn eligible(snapshot: &Snapshot, service: &str) -> Option<Vec<Member>> {
+/// The members of `service` that may take new work, the one its policy picks now (for this
+/// router's locality `group`, as a lookup without `?group=` does) first, the rest in
+/// configuration order; `None` for an unknown service.
+fn eligible(snapshot: &Snapshot, service: &str, group: Option<&str>) -> Option<Vec<Member>> {
     let mut members = match answer::answer(snapshot, service) {
         Ok(a) => a.members,
         Err(AnswerError::UnknownService { .. }) => return None,
@@ -324,7 +326,7 @@ fn eligible(snapshot: &Snapshot, service: &str) -> Option<Vec<Member>> {
     };
     members.retain(|m| m.state != AdminState::Draining);
     if members.len() > 1
-        && let Ok(pick) = answer::lookup(snapshot, service, LookupFacts::default())
+        && let Ok(pick) = answer::lookup(snapshot, service, LookupFacts { group, key: None })
         && let Some(at) = members.iter().position(|m| m.name == pick.member.name)
     {
         // The pick first, the rest in configuration order.

@@ -1,7 +1,9 @@
 //! The embedded registry: registrations in process memory, each with its own lease, removed
 //! when the lease lapses (checked every [`EXPIRY_TICK`]); optionally written to a snapshot file
-//! after every change (write to a temporary file, then rename) so that a restarted router comes
-//! back with its registrations, each with a fresh lease.
+//! after every registration change (not keepalives: a temporary file, synced, renamed, and the
+//! directory synced) so that a restarted router comes back with its registrations, each with a
+//! fresh lease. The write happens under the registry's lock: registrations are rare next to
+//! lookups, which never take it.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -283,8 +285,19 @@ fn save_snapshot(path: &Path, st: &State) -> Result<(), String> {
             .collect(),
     };
     let text = serde_json::to_string_pretty(&file).map_err(|e| e.to_string())?;
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, text)
-        .and_then(|()| std::fs::rename(&tmp, path))
-        .map_err(|e| format!("naming snapshot {}: cannot write: {e}", path.display()))
+    // Durable and atomic: a temporary file of this process, synced, renamed over the snapshot,
+    // and the directory synced, so a crash leaves the old snapshot or the new one, whole.
+    let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
+    let write = || -> std::io::Result<()> {
+        use std::io::Write;
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(text.as_bytes())?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)?;
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::File::open(dir)?.sync_all()?;
+        }
+        Ok(())
+    };
+    write().map_err(|e| format!("naming snapshot {}: cannot write: {e}", path.display()))
 }

@@ -187,12 +187,17 @@ impl EtcdRegistry {
                 // Sends one keep-alive request and reads its answer (a time to live of 0, the
                 // lease being gone, is an error there).
                 let (_keeper, _stream) = c.lease_keep_alive(id).await?;
-                let ttl = c.lease_time_to_live(id, None).await?;
-                Ok(ttl.granted_ttl().max(ttl.ttl()))
+                let opts = etcd_client::LeaseTimeToLiveOptions::new().with_keys();
+                let ttl = c.lease_time_to_live(id, Some(opts)).await?;
+                Ok((ttl.granted_ttl().max(ttl.ttl()), !ttl.keys().is_empty()))
             })
             .await;
         match result {
-            Ok(ttl) if ttl > 0 => Ok(Lease { lease: lease.to_owned(), ttl_ms: ttl as u64 * 1000 }),
+            // A lease with no key left (its registration was replaced or deleted while a revoke
+            // failed) keeps nobody registered: the member must register again.
+            Ok((ttl, true)) if ttl > 0 => {
+                Ok(Lease { lease: lease.to_owned(), ttl_ms: ttl as u64 * 1000 })
+            }
             Ok(_) => Err(gone()),
             Err(RegistryError::NotFound(_)) => Err(gone()),
             Err(e) => Err(e),
@@ -305,6 +310,9 @@ impl Inner {
             .with_timeout(REQUEST_TIMEOUT)
             .with_keep_alive(KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT)
             .with_keep_alive_while_idle(true)
+            // A member cut off from its quorum answers nothing new; with this, etcd cancels
+            // watches there (and the sync loop resyncs elsewhere) instead of a silent stall.
+            .with_require_leader(true)
     }
 
     /// A new connection (no I/O happens yet: the channel connects on first use).
@@ -417,7 +425,6 @@ impl Inner {
         };
         let revision = resp.header().map_or(0, |h| h.revision());
         self.full_resync(resp.kvs(), revision);
-        *backoff = BACKOFF_MIN;
 
         let opts = WatchOptions::new().with_prefix().with_start_revision(revision + 1);
         let watch = tokio::time::timeout(REQUEST_TIMEOUT, client.watch(root, Some(opts))).await;
@@ -431,6 +438,11 @@ impl Inner {
                 ));
             }
         };
+        // Up only once the watch is: a connection whose reads work but whose watches fail
+        // (a role without watch permission, a proxy killing streams) keeps backing off and logs
+        // its outage once.
+        *backoff = BACKOFF_MIN;
+        self.watching(revision);
         loop {
             let resp = match stream.message().await {
                 Ok(Some(r)) => r,
@@ -489,24 +501,26 @@ impl Inner {
         if !st.connected {
             st.connected = true;
             self.live.metrics.registry_connected.set(1);
-            if st.outage_logged {
-                tracing::info!(
-                    endpoints = self.endpoints_text(),
-                    revision,
-                    registrations = st.members.len(),
-                    "etcd reachable again: resynchronised"
-                );
-            } else {
-                tracing::info!(
-                    endpoints = self.endpoints_text(),
-                    revision,
-                    registrations = st.members.len(),
-                    "etcd registry connected"
-                );
-            }
         }
-        st.outage_logged = false;
         tracing::debug!(revision, registrations = st.members.len(), "etcd full resync");
+    }
+
+    /// The watch is up after a full read at `revision`: logs the (re)connection once.
+    fn watching(&self, revision: i64) {
+        let mut st = self.lock();
+        let again = std::mem::take(&mut st.outage_logged);
+        let (endpoints, registrations) = (self.endpoints_text(), st.members.len());
+        drop(st);
+        if again {
+            tracing::info!(
+                endpoints,
+                revision,
+                registrations,
+                "etcd reachable again: resynchronised"
+            );
+        } else {
+            tracing::info!(endpoints, revision, registrations, "etcd registry watching");
+        }
     }
 
     /// Applies one key's put (`put`) or deletion; returns whether the members changed (a

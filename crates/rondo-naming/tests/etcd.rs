@@ -489,3 +489,23 @@ async fn starting_without_etcd_neither_fails_nor_blocks() {
     ));
     reg.stop();
 }
+
+// Regression: a lease whose key was deleted behind the registry's back (or whose revoke failed
+// after a re-registration) still answered keepalives, so its member never registered again and
+// stayed invisible.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keepalive_on_a_lease_without_its_key_is_not_found() {
+    let etcd = Etcd::start();
+    let a = Router::start(&etcd.endpoint());
+    a.wait_connected().await;
+    let lease = a.reg.register(registration("app", "r1", 8001, TTL)).await.expect("registered");
+    wait_for("r1 registered", LIMIT, || a.has("app", "r1")).await;
+    a.reg.keepalive(&lease.lease).await.expect("kept alive while its key exists");
+    let mut c = etcd_client::Client::connect([etcd.endpoint()], None).await.expect("etcd client");
+    c.delete("/rondo/members/app/r1", None).await.expect("delete the key");
+    wait_for("r1 gone", LIMIT, || !a.has("app", "r1")).await;
+    match a.reg.keepalive(&lease.lease).await {
+        Err(RegistryError::NotFound(m)) => assert!(m.contains(&lease.lease), "{m}"),
+        other => panic!("keepalive on a keyless lease: {other:?}"),
+    }
+}

@@ -50,6 +50,25 @@ pub struct ClusterRt {
     recent: Mutex<std::collections::VecDeque<(u64, Decision)>>,
     /// The process's metrics (ejections are counted there too).
     metrics: Arc<Metrics>,
+    /// Raised when a member's state changes in a way the naming answer shows.
+    signal: Arc<StateSignal>,
+}
+
+/// Member state changes that a naming answer shows (an operator's drain, a health check or an
+/// agent taking a member out or back), raised by whoever made the change once its lock is
+/// released; [`Live::spawn_touch`] turns them into a new view id, so that naming watchers see
+/// them.
+#[derive(Debug, Default)]
+pub struct StateSignal {
+    pending: std::sync::atomic::AtomicBool,
+    notify: tokio::sync::Notify,
+}
+
+impl StateSignal {
+    fn raise(&self) {
+        self.pending.store(true, Ordering::Release);
+        self.notify.notify_one();
+    }
 }
 
 /// A cluster's event counters since its runtime was created.
@@ -68,7 +87,7 @@ struct Inner {
 }
 
 impl ClusterRt {
-    fn new(balancer: Balancer, metrics: Arc<Metrics>) -> Self {
+    fn new(balancer: Balancer, metrics: Arc<Metrics>, signal: Arc<StateSignal>) -> Self {
         let seed = clock::now().0 ^ rondo_core::hash::hash_key(balancer.spec().name.as_bytes());
         ClusterRt {
             spec: balancer.spec().clone(),
@@ -77,7 +96,14 @@ impl ClusterRt {
             counters: Counters::default(),
             recent: Mutex::new(std::collections::VecDeque::with_capacity(RECENT_DECISIONS)),
             metrics,
+            signal,
         }
+    }
+
+    /// Says that a member's admin state, health or availability changed (call it after the
+    /// change, with no lock held): the view id moves on so that naming watchers refetch.
+    pub fn state_changed(&self) {
+        self.signal.raise();
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -249,6 +275,8 @@ pub struct Live {
     pub group: Option<String>,
     /// The process's Prometheus metrics.
     pub metrics: Arc<Metrics>,
+    /// Member state changes waiting to become a new view id.
+    signal: Arc<StateSignal>,
 }
 
 /// Members registered with the naming service, by cluster.
@@ -300,12 +328,14 @@ impl Live {
     pub fn new(view: View, group: Option<String>) -> Self {
         let now = clock::now();
         let metrics = Arc::new(Metrics::new());
+        let signal = Arc::new(StateSignal::default());
         let clusters = view
             .clusters
             .iter()
             .map(|(name, spec)| {
                 let balancer = Balancer::new(spec.clone(), now);
-                (name.clone(), Arc::new(ClusterRt::new(balancer, metrics.clone())))
+                let rt = ClusterRt::new(balancer, metrics.clone(), signal.clone());
+                (name.clone(), Arc::new(rt))
             })
             .collect();
         let (view_id, _) = tokio::sync::watch::channel(view.id);
@@ -317,7 +347,44 @@ impl Live {
             view_id,
             group,
             metrics,
+            signal,
         }
+    }
+
+    /// A new view id for the same view and the same cluster runtimes (a new `View` value equal
+    /// but for its id): member state changed in a way a naming answer shows.
+    pub fn touch(&self) -> Arc<Snapshot> {
+        let _serial = self.layers();
+        let old = self.current.load_full();
+        let view = View { id: old.view.id + 1, ..(*old.view).clone() };
+        let id = view.id;
+        let snapshot = Arc::new(Snapshot {
+            view: Arc::new(view),
+            clusters: old.clusters.clone(),
+            registered: old.registered.clone(),
+        });
+        self.current.store(snapshot.clone());
+        self.view_id.send_replace(id);
+        snapshot
+    }
+
+    /// Turns member state changes ([`ClusterRt::state_changed`]) into new view ids
+    /// ([`Live::touch`]), at most one per 20 ms; stops when `live` is dropped. Started by the
+    /// naming service, whose watchers need them.
+    pub fn spawn_touch(live: &Arc<Live>) -> tokio::task::JoinHandle<()> {
+        let weak = Arc::downgrade(live);
+        let signal = live.signal.clone();
+        tokio::spawn(async move {
+            loop {
+                signal.notify.notified().await;
+                // Coalesce a burst (a probe round taking several members out).
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                let Some(live) = weak.upgrade() else { return };
+                if signal.pending.swap(false, Ordering::AcqRel) {
+                    live.touch();
+                }
+            }
+        })
     }
 
     /// The current snapshot; hold it for the whole request.
@@ -369,6 +436,11 @@ impl Live {
         Ok(self.swap(&layers, 0))
     }
 
+    /// Whether the tier's shared configuration (etcd) is in effect, replacing the file's.
+    pub fn has_shared(&self) -> bool {
+        self.layers().shared.is_some()
+    }
+
     /// Sets or clears the tier's shared configuration; `None` goes back to the file's.
     pub fn set_shared(&self, view: Option<View>) -> Arc<Snapshot> {
         let mut layers = self.layers();
@@ -402,13 +474,19 @@ impl Live {
                     // no request can end on the old runtime after its counts were copied.
                     Some(prev) => prev.with(|b| {
                         let balancer = Balancer::carry_over(spec.clone(), b, now);
-                        let rt = Arc::new(ClusterRt::new(balancer, self.metrics.clone()));
+                        let rt =
+                            ClusterRt::new(balancer, self.metrics.clone(), self.signal.clone());
+                        let rt = Arc::new(rt);
                         let _ = prev.successor.set(rt.clone());
                         rt
                     }),
                     None => {
                         let balancer = Balancer::new(spec.clone(), now);
-                        Arc::new(ClusterRt::new(balancer, self.metrics.clone()))
+                        Arc::new(ClusterRt::new(
+                            balancer,
+                            self.metrics.clone(),
+                            self.signal.clone(),
+                        ))
                     }
                 };
                 (name.clone(), rt)

@@ -72,10 +72,11 @@ async fn run(rt: Weak<ClusterRt>, check: HealthCheck, judge: bool) {
         }
         let Some(cluster) = rt.upgrade() else { return };
         let now = crate::clock::now();
-        cluster.with(|b| {
+        let changed = cluster.with(|b| {
             b.record_probe_round(&results);
+            let mut changed = false;
             if !judge {
-                return;
+                return changed;
             }
             for &(i, rtt) in &results {
                 let name = &members[i].1;
@@ -89,14 +90,20 @@ async fn run(rt: Weak<ClusterRt>, check: HealthCheck, judge: bool) {
                 }
                 let healthy = b.states().get(i).map(|st| st.healthy);
                 if healthy == Some(false) && s.ok >= check.rise {
+                    changed = true;
                     b.set_health(i, true, Actor::HealthCheck, now);
                     tracing::info!(cluster = %b.spec().name, member = %name, "member up (health check)");
                 } else if healthy == Some(true) && s.failed >= check.fall {
+                    changed = true;
                     b.set_health(i, false, Actor::HealthCheck, now);
                     tracing::warn!(cluster = %b.spec().name, member = %name, "member down (health check)");
                 }
             }
+            changed
         });
+        if changed {
+            cluster.state_changed();
+        }
     }
 }
 

@@ -228,6 +228,19 @@ async fn unknown_names_and_bad_bodies_are_explained() {
     assert_eq!(s.view_id(), 1);
 }
 
+#[tokio::test]
+async fn applying_a_config_while_the_shared_one_is_in_effect_is_refused() {
+    let ms = members(1, Duration::ZERO).await;
+    let s = Setup::new(&member_list(&ms)).await;
+    let shared = s.router.live.configured();
+    let id = s.router.live.set_shared(Some(shared)).view.id;
+    let (code, v) =
+        s.call(Method::POST, "/api/v1/config", Some(&one_cluster(&member_list(&ms)))).await;
+    assert_eq!(code, StatusCode::CONFLICT, "{v}");
+    assert!(v["error"].as_str().unwrap().contains("shared configuration"), "{v}");
+    assert_eq!(s.view_id(), id, "nothing applied");
+}
+
 /// Concurrent changes to different members all land (`Live::update_configured` makes each one
 /// read-change-swap under one lock; its own test holds one change open to show the other waits).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

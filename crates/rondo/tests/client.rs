@@ -263,6 +263,55 @@ async fn a_member_registered_later_gets_calls_once_the_watch_fires() {
     }
 }
 
+/// Polls (every 50 ms, at most `limit`) until the client's member list is `want`.
+async fn until_members(client: &Client, want: &[&str], limit: Duration) {
+    let start = std::time::Instant::now();
+    loop {
+        let mut got: Vec<String> = client.members().into_iter().map(|m| m.name).collect();
+        got.sort();
+        if got == want {
+            return;
+        }
+        assert!(start.elapsed() < limit, "client lists {got:?} after {limit:?}, want {want:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+// Regression: health, drain and agent changes did not move the view id, so a client never
+// learned that a member went down, nor that it came back (it stayed out of the client's list
+// until some unrelated change).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_down_by_health_checks_leaves_the_client_and_comes_back() {
+    let dir = TempDir::new("client");
+    let (_m1, a1) = start_member("m1", "127.0.0.1:0");
+    let (mut m2, a2) = start_member("m2", "127.0.0.1:0");
+    let health =
+        "health = { kind = \"tcp\", interval_ms = 100, timeout_ms = 200, rise = 1, fall = 1 }";
+    let (_naming, naming) =
+        start_naming(&dir, &[("m1", a1.to_string()), ("m2", a2.to_string())], health);
+    let client = Client::builder("c")
+        .endpoint(naming.to_string())
+        .watch_wait(Duration::from_secs(60))
+        .connect()
+        .await
+        .expect("connect");
+    until_members(&client, &["m1", "m2"], Duration::from_secs(5)).await;
+    m2.kill();
+    until_members(&client, &["m1"], Duration::from_secs(5)).await;
+    let mut svc = client.layer().layer(http1());
+    for _ in 0..4 {
+        assert_eq!(get_name(&mut svc).await.expect("call"), "m1");
+    }
+    // Back on the same address: the health check brings it up, the client learns it.
+    let (_m2, _) = start_member("m2", &a2.to_string());
+    until_members(&client, &["m1", "m2"], Duration::from_secs(5)).await;
+    let mut names = Vec::new();
+    for _ in 0..6 {
+        names.push(get_name(&mut svc).await.expect("call"));
+    }
+    assert_eq!(count(&names, "m2"), 3, "{names:?}");
+}
+
 // ---- gRPC -----------------------------------------------------------------------------------
 
 #[derive(Clone, PartialEq, prost::Message)]

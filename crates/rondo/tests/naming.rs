@@ -268,6 +268,28 @@ async fn a_watch_returns_on_change_and_times_out_cleanly_otherwise() {
     assert!(s.get("/v1/services/c").await.view_header() > after_register);
 }
 
+// Regression: a drain (or a health or agent change) changed the answer but not the view id, so
+// watchers never learned of it.
+#[tokio::test]
+async fn a_drain_is_a_new_view_id_and_wakes_watchers() {
+    let ms = members(2, Duration::ZERO).await;
+    let s = Arc::new(Setup::new(&member_list(&ms)).await);
+    let now = s.get("/v1/services/c").await.view_header();
+    let watcher = {
+        let s = s.clone();
+        tokio::spawn(async move { s.get(&format!("/v1/watch?after={now}&timeout_ms=5000")).await })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let rt = s.router.live.load().clusters["c"].clone();
+    rt.with(|b| b.set_admin(0, AdminState::Draining, Actor::Operator("t".into())));
+    rt.state_changed();
+    let r = watcher.await.unwrap();
+    assert_eq!(r.body["changed"], true, "{}", r.body);
+    let answer = s.get("/v1/services/c").await;
+    assert!(answer.view_header() > now);
+    assert_eq!(answer.body["members"][0]["state"], "draining");
+}
+
 #[tokio::test]
 async fn bad_requests_get_clear_errors_and_change_nothing() {
     let ms = members(1, Duration::ZERO).await;
@@ -320,12 +342,18 @@ async fn bad_requests_get_clear_errors_and_change_nothing() {
         ),
         (s.call(Method::POST, "/v1/services/c", None).await, 405, "method not allowed"),
         (s.get("/v2/anything").await, 404, "no such endpoint"),
+        (s.get("/v1/services/%FF").await, 400, "UTF-8"),
     ];
     for (r, status, needle) in &cases {
         assert_eq!(r.status.as_u16(), *status, "{needle}: {}", r.body);
         assert!(r.error().contains(needle), "want {needle:?} in {}", r.body);
         r.view_header();
     }
+    // A body over axum's 2 MiB limit: JSON too.
+    let big = format!(r#"{{"address":"h:1","group":"{}"}}"#, "g".repeat(3 << 20));
+    let r = s.call(Method::PUT, "/v1/services/c/members/x", Some(&big)).await;
+    assert_eq!(r.status, StatusCode::PAYLOAD_TOO_LARGE, "{}", r.body);
+    assert!(!r.error().is_empty());
     assert_eq!(s.get("/v1/services/c").await.view_header(), view, "nothing changed");
     assert_eq!(s.listed().await, ["m1"]);
 }
@@ -346,6 +374,7 @@ async fn with_a_token_changes_need_it_and_lookups_do_not() {
     let r = s.call(Method::DELETE, "/v1/services/c/members/m1", None).await;
     assert_eq!(r.status, StatusCode::UNAUTHORIZED);
     assert_eq!(s.get("/v1/lookup/c").await.status, StatusCode::OK, "lookups stay open");
+    assert_eq!(s.call(Method::HEAD, "/v1/services/c", None).await.status, StatusCode::OK);
     assert_eq!(s.listed().await, ["m1"]);
     let auth = [("authorization", "Bearer n-secret")];
     let (status, _, v) = json_call(Method::PUT, &url, &auth, Some(&body)).await;

@@ -318,3 +318,16 @@ async fn least_sessions_sees_the_calls_in_flight() {
     assert_eq!(long.await.unwrap().unwrap(), busy);
     assert_eq!(in_flight(&client), 0);
 }
+
+#[test]
+fn timings_that_would_spin_are_clamped() {
+    let b =
+        Client::builder("web").watch_wait(Duration::ZERO).backoff(Duration::ZERO, Duration::ZERO);
+    assert_eq!(b.watch_wait, Duration::from_millis(10));
+    assert_eq!(
+        (b.backoff_min, b.backoff_max),
+        (Duration::from_millis(1), Duration::from_millis(1))
+    );
+    let b = Client::builder("web").watch_wait(Duration::from_secs(3600));
+    assert_eq!(b.watch_wait, Duration::from_secs(300), "the naming service refuses longer waits");
+}
