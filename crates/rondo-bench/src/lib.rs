@@ -9,6 +9,10 @@
 //!   so the proxy's memory can be read while they are held.
 //!
 //! Everything is bounded: request counts, durations, per-request timeouts and reconnects.
+//!
+//! A second binary, `rondo-overhead` (`bench/overhead.sh`), measures the PKUAS overhead table:
+//! call latency over loopback direct, with a per-lookup pick from the naming service, and with
+//! the client library picking every call (see `docs/benchmarks.md`).
 
 pub mod client;
 pub mod hold;
