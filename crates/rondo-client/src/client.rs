@@ -7,18 +7,18 @@ use std::collections::hash_map::RandomState;
 use std::future::Future;
 use std::hash::BuildHasher;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use rondo_core::wire::{Answer, Member};
-use rondo_core::{Algorithm, Granularity, Outcome, Policy};
+use rondo_core::{Algorithm, Granularity, Outcome, Policy, RetryPolicy};
 use tokio::sync::{Notify, watch};
 
 use crate::clock;
 use crate::error::{Attempt, AttemptError, BootstrapError, CallError, Failed, GaveUp};
 use crate::naming::{NamingClient, is_not_found};
-use crate::state::State;
+use crate::state::{MemberRef, State};
 use crate::tower::BalanceLayer;
 
 /// Settings of a [`Client`]; see [`Client::builder`].
@@ -136,8 +136,10 @@ impl Builder {
     fn assemble(self, naming: Vec<NamingClient>, at: usize, answer: Answer) -> Arc<Inner> {
         let seed = self.seed.unwrap_or_else(|| RandomState::new().hash_one(std::process::id()));
         let (view, _) = watch::channel(answer.view_id);
+        let hash = answer.policy.algorithm == Algorithm::Hash;
         Arc::new(Inner {
             service: self.service,
+            hash_policy: AtomicBool::new(hash),
             group: self.group,
             state: Mutex::new(State::new(answer, seed, clock::now())),
             view,
@@ -182,6 +184,9 @@ impl Drop for AbortOnDrop {
 #[derive(Debug)]
 pub(crate) struct Inner {
     pub(crate) service: String,
+    /// Whether the policy held is `hash` (read without the lock by the tower layer, which
+    /// looks for a key only then); set with every answer, under the state's lock.
+    pub(crate) hash_policy: AtomicBool,
     group: Option<String>,
     state: Mutex<State>,
     /// The view id of the answer held.
@@ -284,10 +289,7 @@ impl Client {
     /// header): when it is newer than the one held, the answer is fetched again now instead of
     /// waiting for the watch. The tower layer does this for every response by itself.
     pub fn observe_view_id(&self, view_id: u64) {
-        if view_id > self.view_id() {
-            self.inner.wanted.fetch_max(view_id, Ordering::Relaxed);
-            self.inner.wake.notify_one();
-        }
+        self.inner.observe_view_id(view_id);
     }
 
     /// Waits until the answer held is from view `view_id` or later.
@@ -371,44 +373,67 @@ impl Client {
             session,
             untouched: &|| true,
         };
-        let (value, mut ticket) = self.run(plan, call).await?;
+        let (value, mut ticket) = self.inner.run(plan, targeted(call)).await?;
         ticket.succeeded();
         Ok(value)
     }
+}
 
+/// A caller's closure over [`Target`]s as the call loop takes it (the member's strings copied
+/// into the `Target` the closure owns).
+fn targeted<T, E, F, Fut>(mut call: F) -> impl FnMut(&MemberRef, SocketAddr) -> Fut
+where
+    F: FnMut(Target) -> Fut,
+    Fut: Future<Output = Result<T, Failed<E>>>,
+{
+    move |m: &MemberRef, addr| {
+        call(Target { name: String::from(&*m.name), address: String::from(&*m.address), addr })
+    }
+}
+
+impl Inner {
     /// The call loop shared by closures, sessions and the tower layer. On success the ticket
     /// still holds the member's in-flight request: the caller ends it.
+    ///
+    /// The clock is read once at the start of each try: that reading is the pick's time, the
+    /// ticket's start and the base of the try's deadline (the call's deadline for the first).
     pub(crate) async fn run<T, E, F, Fut>(
-        &self,
+        self: &Arc<Self>,
         plan: Plan<'_>,
         mut call: F,
     ) -> Result<(T, Ticket), CallError<E>>
     where
-        F: FnMut(Target) -> Fut,
+        F: FnMut(&MemberRef, SocketAddr) -> Fut,
         Fut: Future<Output = Result<T, Failed<E>>>,
     {
-        let inner = &self.inner;
-        let started = tokio::time::Instant::now();
-        let deadline = started + inner.call_timeout;
+        let mut try_start = tokio::time::Instant::now();
+        let deadline = try_start + self.call_timeout;
         let mut attempts: Vec<Attempt<E>> = Vec::new();
-        let mut tried: Vec<String> = Vec::new();
+        // Members whose try failed (filled only then: the common call never allocates it).
+        let mut tried: Vec<Arc<str>> = Vec::new();
         // Retries after a member failed a sent call must fit the retry budget; a refused
         // connection sent nothing and loaded nobody, so trying elsewhere after it is free.
         let mut sent = false;
         let mut context = None;
-        let (max_tries, per_try) = {
-            let st = inner.lock();
-            let retry = &st.balancer.spec().policy.retry;
-            (retry.attempts.max(1), retry.per_try_timeout)
-        };
-        let fail =
-            |reason, attempts| CallError { service: inner.service.clone(), reason, attempts };
-        for n in 0..max_tries {
-            let picked = inner.pick(&plan, &tried, sent, n == 0, &mut context);
-            let (name, address, mut ticket) = match picked {
-                Ok(p) => p,
+        // The retry policy, read under the first pick's lock and kept for the whole call.
+        let (mut max_tries, mut per_try) = (1, None);
+        let fail = |reason, attempts| CallError { service: self.service.clone(), reason, attempts };
+        let mut n = 0;
+        while n < max_tries {
+            if n > 0 {
+                try_start = tokio::time::Instant::now();
+            }
+            let picked = self.pick(&plan, &tried, sent, n == 0, &mut context, try_start.into_std());
+            let mut ticket = match picked {
+                Ok((ticket, retry)) => {
+                    if n == 0 {
+                        max_tries = retry.attempts.max(1);
+                        per_try = retry.per_try_timeout;
+                    }
+                    ticket
+                }
                 Err(Refused::Budget) => {
-                    tracing::warn!(service = %inner.service, "retry budget exhausted");
+                    tracing::warn!(service = %self.service, "retry budget exhausted");
                     return Err(fail(GaveUp::BudgetExhausted, attempts));
                 }
                 Err(Refused::Pick(e)) => {
@@ -422,28 +447,36 @@ impl Client {
                     return Err(fail(reason, attempts));
                 }
             };
-            tried.push(name.clone());
-            // Resolving a host name counts against the try's time, like connecting does.
-            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-            let limit = per_try.map_or(left, |t| t.min(left));
-            let resolved = tokio::time::timeout(limit, resolve(&address))
-                .await
-                .unwrap_or_else(|_| Err(format!("{address}: not resolved in time")));
-            let addr = match resolved {
-                Ok(addr) => addr,
-                Err(error) => {
-                    // Nothing was sent: charged like a refused connection.
-                    ticket.failed(rondo_core::FailureKind::Connect);
-                    drop(ticket);
-                    let error = AttemptError::Resolve(error);
-                    attempts.push(Attempt { member: Some(name), address: Some(address), error });
-                    continue;
+            n += 1;
+            // Resolving a host name counts against the try's time, like connecting does; a
+            // literal address was parsed once per answer and needs nothing.
+            let try_deadline = per_try.map_or(deadline, |t| (try_start + t).min(deadline));
+            let addr = match ticket.member.addr {
+                Some(addr) => addr,
+                None => {
+                    let address = &ticket.member.address;
+                    let resolved = tokio::time::timeout_at(try_deadline, resolve(address))
+                        .await
+                        .unwrap_or_else(|_| Err(format!("{address}: not resolved in time")));
+                    match resolved {
+                        Ok(addr) => addr,
+                        Err(error) => {
+                            // Nothing was sent: charged like a refused connection.
+                            ticket.failed(rondo_core::FailureKind::Connect);
+                            let m = ticket.member.clone();
+                            drop(ticket);
+                            attempts.push(Attempt {
+                                member: Some(String::from(&*m.name)),
+                                address: Some(String::from(&*m.address)),
+                                error: AttemptError::Resolve(error),
+                            });
+                            tried.push(m.name.clone());
+                            continue;
+                        }
+                    }
                 }
             };
-            let target = Target { name: name.clone(), address: address.clone(), addr };
-            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-            let limit = per_try.map_or(left, |t| t.min(left));
-            let result = tokio::time::timeout(limit, call(target)).await;
+            let result = tokio::time::timeout_at(try_deadline, call(&ticket.member, addr)).await;
             let (error, connect) = match result {
                 Ok(Ok(value)) => return Ok((value, ticket)),
                 Ok(Err(Failed::Connect(e))) => {
@@ -455,21 +488,28 @@ impl Client {
                     (AttemptError::Member(e), false)
                 }
                 Ok(Err(Failed::Fatal(e))) => {
-                    ticket.end(Outcome::Cancelled);
                     attempts.push(Attempt {
-                        member: Some(name),
-                        address: Some(address),
+                        member: Some(String::from(&*ticket.member.name)),
+                        address: Some(String::from(&*ticket.member.address)),
                         error: AttemptError::Fatal(e),
                     });
+                    ticket.end(Outcome::Cancelled);
                     return Err(fail(GaveUp::Fatal, attempts));
                 }
                 Err(_elapsed) => {
                     ticket.failed(rondo_core::FailureKind::Timeout);
+                    let limit = try_deadline.saturating_duration_since(try_start);
                     (AttemptError::Timeout(limit), false)
                 }
             };
-            tracing::debug!(service = %inner.service, member = %name, error = %DisplayKind(&error), "attempt failed");
-            attempts.push(Attempt { member: Some(name), address: Some(address), error });
+            let m = &ticket.member;
+            tracing::debug!(service = %self.service, member = %m.name, error = %DisplayKind(&error), "attempt failed");
+            attempts.push(Attempt {
+                member: Some(String::from(&*m.name)),
+                address: Some(String::from(&*m.address)),
+                error,
+            });
+            tried.push(m.name.clone());
             sent |= !connect;
             // The call can be sent again only if nothing of it was consumed; then a connect
             // failure sent nothing, so any call may go elsewhere; after a reset or a timeout
@@ -533,12 +573,13 @@ impl Inner {
     fn pick(
         self: &Arc<Self>,
         plan: &Plan<'_>,
-        tried: &[String],
+        tried: &[Arc<str>],
         sent: bool,
         first: bool,
         context: &mut Option<u32>,
-    ) -> Result<(String, String, Ticket), Refused> {
-        let now = clock::now();
+        started: std::time::Instant,
+    ) -> Result<(Ticket, RetryPolicy), Refused> {
+        let now = clock::from_std(started);
         let mut guard = self.lock();
         let st = &mut *guard;
         let b = &mut st.balancer;
@@ -583,26 +624,40 @@ impl Inner {
             }
             member
         };
-        let b = &mut st.balancer;
-        let spec = &b.spec().members[member];
-        let (name, address) = (spec.name.clone(), spec.address.clone());
-        b.begin_request(member);
+        st.balancer.begin_request(member);
         let ticket = Ticket {
             inner: self.clone(),
-            name: name.clone(),
+            member: st.refs[member].clone(),
             index: member,
             epoch: st.epoch,
-            started: std::time::Instant::now(),
+            started,
+            ended: None,
             outcome: None,
         };
-        Ok((name, address, ticket))
+        Ok((ticket, st.balancer.spec().policy.retry.clone()))
     }
 
-    /// Ends a request begun on a member (found by name if the answer changed since).
-    fn end_request(&self, name: &str, index: usize, epoch: u64, outcome: Outcome) {
-        let now = clock::now();
+    /// Ends a request begun on a member (found by name if the answer changed since), at `ended`
+    /// (now when `None`).
+    fn end_request(
+        &self,
+        name: &str,
+        index: usize,
+        epoch: u64,
+        ended: Option<std::time::Instant>,
+        outcome: Outcome,
+    ) {
+        let now = ended.map_or_else(clock::now, clock::from_std);
         if let Some(e) = self.lock().end_request(name, index, epoch, now, outcome) {
             tracing::info!(service = %self.service, member = %name, count = e.count, "member ejected");
+        }
+    }
+
+    /// See [`Client::observe_view_id`].
+    pub(crate) fn observe_view_id(&self, view_id: u64) {
+        if view_id > *self.view.borrow() {
+            self.wanted.fetch_max(view_id, Ordering::Relaxed);
+            self.wake.notify_one();
         }
     }
 
@@ -620,7 +675,12 @@ impl Inner {
     fn apply(&self, answer: Answer) {
         let id = answer.view_id;
         let members = answer.members.len();
-        self.lock().apply(answer, clock::now());
+        let hash = answer.policy.algorithm == Algorithm::Hash;
+        {
+            let mut st = self.lock();
+            st.apply(answer, clock::now());
+            self.hash_policy.store(hash, Ordering::Relaxed);
+        }
         self.view.send_replace(id);
         tracing::debug!(service = %self.service, view_id = id, members, "answer applied");
     }
@@ -643,39 +703,55 @@ async fn resolve(address: &str) -> Result<SocketAddr, String> {
 #[derive(Debug)]
 pub(crate) struct Ticket {
     inner: Arc<Inner>,
-    name: String,
+    member: Arc<MemberRef>,
     index: usize,
     epoch: u64,
     started: std::time::Instant,
+    /// When the outcome was recorded: the request ends in the core at that time (one clock
+    /// reading for both).
+    ended: Option<std::time::Instant>,
     outcome: Option<Outcome>,
 }
 
 impl Ticket {
     /// Records success with the latency so far.
     pub(crate) fn succeeded(&mut self) {
-        self.outcome = Some(Outcome::Success { latency: self.started.elapsed() });
+        let now = clock::instant();
+        self.ended = Some(now);
+        self.outcome =
+            Some(Outcome::Success { latency: now.saturating_duration_since(self.started) });
     }
 
     /// Records a failure with the latency so far.
     pub(crate) fn failed(&mut self, kind: rondo_core::FailureKind) {
-        self.outcome = Some(Outcome::Failure { kind, latency: self.started.elapsed() });
+        let now = clock::instant();
+        self.ended = Some(now);
+        let latency = now.saturating_duration_since(self.started);
+        self.outcome = Some(Outcome::Failure { kind, latency });
+    }
+
+    /// Keeps the outcome recorded but ends the request in the core only when the ticket is
+    /// dropped, at that time (the tower layer: the request lasts as long as the response body).
+    pub(crate) fn end_when_dropped(&mut self) {
+        self.ended = None;
     }
 
     /// Ends the request now with `outcome`.
     pub(crate) fn end(mut self, outcome: Outcome) {
+        self.ended = None;
         self.outcome = Some(outcome);
     }
 
     /// The member's name.
     pub(crate) fn member(&self) -> &str {
-        &self.name
+        &self.member.name
     }
 }
 
 impl Drop for Ticket {
     fn drop(&mut self) {
         let outcome = self.outcome.take().unwrap_or(Outcome::Cancelled);
-        self.inner.end_request(&self.name, self.index, self.epoch, outcome);
+        self.inner.end_request(&self.member.name, self.index, self.epoch, self.ended, outcome);
     }
 }
 

@@ -3,8 +3,10 @@
 //! and passive ejections of surviving members outlive every change). No I/O here: time is an
 //! argument, like in the core.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 
+use http::uri::Authority;
 use rondo_core::wire::{Answer, Member};
 use rondo_core::{
     Algorithm, Balancer, ClusterSpec, Ejection, Instant, MemberSpec, Outcome, PickError,
@@ -42,6 +44,35 @@ pub(crate) fn key_hash(key: &[u8]) -> u64 {
     rondo_core::hash::hash_key(key)
 }
 
+/// What a try needs of a member, built once per answer and shared without copying: its name and
+/// address, the address parsed when it is a literal socket address (no resolution needed) and as
+/// a URI authority (the tower layer's requests).
+#[derive(Debug)]
+pub(crate) struct MemberRef {
+    pub(crate) name: Arc<str>,
+    pub(crate) address: Arc<str>,
+    /// The address as a socket address, when it is a literal one (`None`: a host name).
+    pub(crate) addr: Option<SocketAddr>,
+    /// The address as a URI authority, when it is a valid one.
+    pub(crate) authority: Option<Authority>,
+}
+
+impl MemberRef {
+    fn new(m: &MemberSpec) -> MemberRef {
+        MemberRef {
+            name: m.name.as_str().into(),
+            address: m.address.as_str().into(),
+            addr: m.address.parse().ok(),
+            authority: Authority::try_from(m.address.as_str()).ok(),
+        }
+    }
+}
+
+/// The members of `b`'s cluster as tries take them, in the balancer's order.
+fn member_refs(b: &Balancer) -> Vec<Arc<MemberRef>> {
+    b.spec().members.iter().map(|m| Arc::new(MemberRef::new(m))).collect()
+}
+
 /// One service's balancing state: the latest answer, its balancer and the client's generator.
 #[derive(Debug)]
 pub(crate) struct State {
@@ -54,19 +85,23 @@ pub(crate) struct State {
     /// Bumped by every applied answer: member indexes of an older epoch are looked up again by
     /// name.
     pub(crate) epoch: u64,
+    /// Per member, in the balancer's order: what a try needs (see [`MemberRef`]).
+    pub(crate) refs: Vec<Arc<MemberRef>>,
 }
 
 impl State {
     /// The state for a first answer.
     pub(crate) fn new(answer: Answer, seed: u64, now: Instant) -> State {
         let balancer = Balancer::new(Arc::new(cluster_spec(&answer)), now);
-        State { answer: Arc::new(answer), balancer, rng: SplitMix64::new(seed), epoch: 0 }
+        let refs = member_refs(&balancer);
+        State { answer: Arc::new(answer), balancer, rng: SplitMix64::new(seed), epoch: 0, refs }
     }
 
     /// Takes a newer answer, carrying every surviving member's state over by name.
     pub(crate) fn apply(&mut self, answer: Answer, now: Instant) {
         let spec = Arc::new(cluster_spec(&answer));
         self.balancer = Balancer::carry_over(spec, &self.balancer, now);
+        self.refs = member_refs(&self.balancer);
         self.answer = Arc::new(answer);
         self.epoch += 1;
     }

@@ -18,8 +18,9 @@
 use std::fmt;
 use std::future::{Future, poll_fn};
 use std::pin::Pin;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 
 use http::request::Parts;
 use http::uri::{self, Authority, PathAndQuery, Scheme};
@@ -29,8 +30,9 @@ use rondo_core::wire::VIEW_ID_HEADER;
 use rondo_core::{FailureKind, HashKeySource};
 use tower::{Layer, Service};
 
-use crate::client::{Client, Plan, SessionCell, Target, Ticket};
+use crate::client::{Client, Inner, Plan, SessionCell, Ticket};
 use crate::error::{CallError, Failed, is_connect_error};
+use crate::state::MemberRef;
 
 /// The boxed error of the tower service.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -142,15 +144,18 @@ where
     }
 
     fn call(&mut self, req: Request<B>) -> Self::Future {
-        let client = self.client.clone();
+        let client = self.client.inner.clone();
         let session = self.session.clone();
-        let inner = self.inner.clone();
+        let mut inner = self.inner.clone();
         Box::pin(async move {
             let (parts, body) = req.into_parts();
-            let hash = hash_of(&client, &parts);
+            let hash = if client.hash_policy.load(Ordering::Relaxed) {
+                hash_of(&client, &parts)
+            } else {
+                None
+            };
             let slot = (!body.is_end_stream()).then(|| Slot(Arc::new(Mutex::new(Some(body)))));
-            let watched = slot.clone();
-            let untouched = move || watched.as_ref().is_none_or(Slot::is_full);
+            let untouched = || slot.as_ref().is_none_or(Slot::is_full);
             let plan = Plan {
                 idempotent: is_idempotent(&parts.method),
                 hash,
@@ -158,13 +163,32 @@ where
                 untouched: &untouched,
             };
             let result = client
-                .run(plan, move |target| {
-                    let mut svc = inner.clone();
-                    let req = rebuild(&parts, &target, slot.clone());
+                .run(plan, |member: &MemberRef, _addr| {
+                    let attempt = match rebuild(&parts, member, slot.as_ref()) {
+                        Err(e) => Try::Failed(Failed::Fatal(HttpError(e.into()))),
+                        // Readiness asked without a waker first: a ready service (a hyper
+                        // client always is) is called in place, with no clone per try; one
+                        // that is not goes with the try, which waits for it, and a clone stays.
+                        Ok(req) => {
+                            match inner.poll_ready(&mut Context::from_waker(Waker::noop())) {
+                                Poll::Ready(Ok(())) => Try::Called(inner.call(req)),
+                                Poll::Ready(Err(e)) => Try::Failed(classify(e)),
+                                Poll::Pending => {
+                                    let fresh = inner.clone();
+                                    Try::Wait(std::mem::replace(&mut inner, fresh), req)
+                                }
+                            }
+                        }
+                    };
                     async move {
-                        let req = req.map_err(|e| Failed::Fatal(HttpError(e.into())))?;
-                        poll_fn(|cx| svc.poll_ready(cx)).await.map_err(classify)?;
-                        svc.call(req).await.map_err(classify)
+                        match attempt {
+                            Try::Called(call) => call.await.map_err(classify),
+                            Try::Wait(mut svc, req) => {
+                                poll_fn(|cx| svc.poll_ready(cx)).await.map_err(classify)?;
+                                svc.call(req).await.map_err(classify)
+                            }
+                            Try::Failed(failed) => Err(failed),
+                        }
                     }
                 })
                 .await;
@@ -175,6 +199,8 @@ where
                     } else {
                         ticket.succeeded();
                     }
+                    // The member's request lasts until the body's last frame passes.
+                    ticket.end_when_dropped();
                     let seen = resp
                         .headers()
                         .get(VIEW_ID_HEADER)
@@ -189,6 +215,16 @@ where
             }
         })
     }
+}
+
+/// One try of a [`Balanced`] request as its closure sets it up.
+enum Try<S, F, R> {
+    /// The inner service was ready and called: its response future.
+    Called(F),
+    /// The inner service was not ready: it waits for readiness, then takes the request.
+    Wait(S, R),
+    /// Failed before anything was sent.
+    Failed(Failed<HttpError>),
 }
 
 /// The error of a [`Balanced`] service when every option failed (boxed as [`BoxError`];
@@ -213,9 +249,9 @@ fn is_idempotent(m: &Method) -> bool {
 
 /// The hash key of a `hash` service from the request (a header or a cookie; the client's own
 /// address means nothing here, so such services pick without a key).
-fn hash_of(client: &Client, parts: &Parts) -> Option<u64> {
+fn hash_of(client: &Inner, parts: &Parts) -> Option<u64> {
     let source = {
-        let st = client.inner.lock();
+        let st = client.lock();
         let policy = &st.balancer.spec().policy;
         if policy.algorithm != rondo_core::Algorithm::Hash {
             return None;
@@ -241,17 +277,21 @@ fn hash_of(client: &Client, parts: &Parts) -> Option<u64> {
 /// The request for one try: the caller's, with the member's address as URI authority.
 fn rebuild<B>(
     parts: &Parts,
-    target: &Target,
-    slot: Option<Slot<B>>,
+    member: &MemberRef,
+    slot: Option<&Slot<B>>,
 ) -> Result<Request<SlotBody<B>>, http::Error> {
     let mut uri = uri::Parts::default();
     uri.scheme = Some(parts.uri.scheme().cloned().unwrap_or(Scheme::HTTP));
-    uri.authority = Some(Authority::try_from(target.address.as_str())?);
+    // Parsed once per answer; an address that is no authority fails here as it always did.
+    uri.authority = Some(match &member.authority {
+        Some(a) => a.clone(),
+        None => Authority::try_from(&*member.address)?,
+    });
     uri.path_and_query =
         Some(parts.uri.path_and_query().cloned().unwrap_or_else(|| PathAndQuery::from_static("/")));
     let uri = Uri::from_parts(uri)?;
     let body = match slot {
-        Some(slot) => SlotBody { state: SlotState::Waiting(slot) },
+        Some(slot) => SlotBody { state: SlotState::Waiting(slot.clone()) },
         None => SlotBody { state: SlotState::Done },
     };
     let mut req = Request::new(body);
@@ -549,5 +589,48 @@ mod tests {
         let st = client.inner.lock();
         assert_eq!(st.balancer.states()[0].load.consecutive_failures, 1);
         assert_eq!(st.balancer.states()[0].load.in_flight, 0);
+    }
+
+    /// An inner service that is not ready on its first poll (and wakes its caller), then is.
+    #[derive(Clone)]
+    struct Slow {
+        polls: Arc<AtomicUsize>,
+        calls: Arc<AtomicUsize>,
+    }
+
+    impl Service<Request<SlotBody<Full<Bytes>>>> for Slow {
+        type Response = Response<Full<Bytes>>;
+        type Error = BoxError;
+        type Future = Pin<Box<dyn Future<Output = Result<Response<Full<Bytes>>, BoxError>> + Send>>;
+
+        fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+            if self.polls.fetch_add(1, Ordering::Relaxed) == 0 {
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
+            }
+            Poll::Ready(Ok(()))
+        }
+
+        fn call(&mut self, req: Request<SlotBody<Full<Bytes>>>) -> Self::Future {
+            self.calls.fetch_add(1, Ordering::Relaxed);
+            Box::pin(async move {
+                let body = req.into_body().collect().await.map_err(|e| match e {})?.to_bytes();
+                Ok(Response::new(Full::new(body)))
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn a_try_waits_for_an_inner_service_that_is_not_ready() {
+        let client = offline(&["a", "b"]);
+        let slow = Slow { polls: Arc::default(), calls: Arc::default() };
+        let mut svc = client.layer().layer(slow.clone());
+        let resp = svc.call(post("order 3")).await.expect("answered once ready");
+        let body = resp.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(body, "order 3");
+        assert_eq!(slow.calls.load(Ordering::Relaxed), 1, "one try, after readiness");
+        assert!(slow.polls.load(Ordering::Relaxed) >= 2);
+        let st = client.inner.lock();
+        assert!(st.balancer.states().iter().all(|s| s.load.in_flight == 0), "body done");
     }
 }
