@@ -87,6 +87,8 @@ pub(crate) struct State {
     pub(crate) epoch: u64,
     /// Per member, in the balancer's order: what a try needs (see [`MemberRef`]).
     pub(crate) refs: Vec<Arc<MemberRef>>,
+    /// Per member, in the balancer's order: the epoch since which it has been in every answer.
+    joined: Vec<u64>,
 }
 
 impl State {
@@ -94,16 +96,25 @@ impl State {
     pub(crate) fn new(answer: Answer, seed: u64, now: Instant) -> State {
         let balancer = Balancer::new(Arc::new(cluster_spec(&answer)), now);
         let refs = member_refs(&balancer);
-        State { answer: Arc::new(answer), balancer, rng: SplitMix64::new(seed), epoch: 0, refs }
+        let joined = vec![0; refs.len()];
+        let rng = SplitMix64::new(seed);
+        State { answer: Arc::new(answer), balancer, rng, epoch: 0, refs, joined }
     }
 
     /// Takes a newer answer, carrying every surviving member's state over by name.
     pub(crate) fn apply(&mut self, answer: Answer, now: Instant) {
         let spec = Arc::new(cluster_spec(&answer));
+        let epoch = self.epoch + 1;
+        let joined = spec
+            .members
+            .iter()
+            .map(|m| self.balancer.member_index(&m.name).map_or(epoch, |i| self.joined[i]))
+            .collect();
         self.balancer = Balancer::carry_over(spec, &self.balancer, now);
         self.refs = member_refs(&self.balancer);
+        self.joined = joined;
         self.answer = Arc::new(answer);
-        self.epoch += 1;
+        self.epoch = epoch;
     }
 
     /// The core pick for one try of a call, the one every call path makes (and the golden
@@ -125,9 +136,13 @@ impl State {
         Ok(self.balancer.pick(&req, &mut self.rng)?.member)
     }
 
-    /// The index now of a member seen as `index` in `epoch` under `name`.
+    /// The index now of a member seen as `index` in `epoch` under `name`; `None` when it is
+    /// gone, or left and came back since (a fresh state that the old request never counted on).
     pub(crate) fn resolve(&self, name: &str, index: usize, epoch: u64) -> Option<usize> {
-        if epoch == self.epoch { Some(index) } else { self.balancer.member_index(name) }
+        if epoch == self.epoch {
+            return Some(index);
+        }
+        self.balancer.member_index(name).filter(|&i| self.joined[i] <= epoch)
     }
 
     /// Ends a request begun in `epoch` on the member `name` (index `index` then).
@@ -307,5 +322,24 @@ mod tests {
         let ok = Outcome::Success { latency: Duration::ZERO };
         assert!(st.end_request("b", 1, 0, Instant::ZERO, ok).is_none());
         assert_eq!(st.balancer.states()[0].load.in_flight, 0);
+    }
+
+    // Regression: a request begun on a member that then left the answers and came back ended
+    // on the returned member's fresh state, undercounting its load.
+    #[test]
+    fn a_request_from_before_a_member_left_does_not_end_on_its_return() {
+        let policy = Policy { algorithm: Algorithm::LeastSessions, ..Policy::default() };
+        let both = vec![member("a", 1, 100, None), member("b", 2, 100, None)];
+        let mut st = State::new(answer(1, policy.clone(), both.clone()), 1, Instant::ZERO);
+        let b = st.balancer.member_index("b").unwrap();
+        st.balancer.begin_request(b);
+        let old_epoch = st.epoch;
+        st.apply(answer(2, policy.clone(), vec![member("a", 1, 100, None)]), Instant::ZERO);
+        st.apply(answer(3, policy, both), Instant::ZERO);
+        let b = st.balancer.member_index("b").unwrap();
+        st.balancer.begin_request(b);
+        let latency = Duration::from_millis(1);
+        st.end_request("b", 1, old_epoch, Instant::ZERO, Outcome::Success { latency });
+        assert_eq!(st.balancer.states()[b].load.in_flight, 1, "the new request is still counted");
     }
 }
