@@ -259,7 +259,9 @@ impl Client {
         &self.inner.service
     }
 
-    /// The view id of the answer held.
+    /// The view id of the answer held. View ids are counted by each naming endpoint (each
+    /// router) on its own: compare ids from the endpoint in use ([`Client::endpoint`]); after
+    /// the client moves to another endpoint it starts again from that endpoint's answer.
     pub fn view_id(&self) -> u64 {
         *self.inner.view.borrow()
     }
@@ -286,13 +288,16 @@ impl Client {
     }
 
     /// Tells the client that a response carried view id `view_id` (the `rondo-view-id`
-    /// header): when it is newer than the one held, the answer is fetched again now instead of
-    /// waiting for the watch. The tower layer does this for every response by itself.
+    /// header, which the naming service sets; a member behind a rondo router may pass it on):
+    /// when it is newer than the one held, the answer is fetched again now instead of waiting
+    /// for the watch. The tower layer does this for every response by itself. Ids from another
+    /// naming endpoint than the one in use can only cause an early refetch, never a missed one.
     pub fn observe_view_id(&self, view_id: u64) {
         self.inner.observe_view_id(view_id);
     }
 
-    /// Waits until the answer held is from view `view_id` or later.
+    /// Waits until the answer held is from view `view_id` or later (of the endpoint in use; see
+    /// [`Client::view_id`]).
     pub async fn wait_for_view(&self, view_id: u64) {
         let mut rx = self.inner.view.subscribe();
         let _ = rx.wait_for(|v| *v >= view_id).await;
