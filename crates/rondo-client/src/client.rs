@@ -566,6 +566,8 @@ enum Refused {
 pub(crate) struct SessionState {
     context: Option<u32>,
     member: Option<String>,
+    /// The answer epoch in which the session was counted on its member.
+    opened: u64,
 }
 
 impl Inner {
@@ -611,20 +613,26 @@ impl Inner {
                     && !exclude.contains(&i)
                     && b.can_keep_session(i, now)
                 {
+                    if st.counted_since(i, s.opened).is_none() {
+                        // The member left the answers and came back: its fresh state does not
+                        // count this session yet.
+                        st.balancer.open_session(i);
+                        s.opened = st.epoch;
+                    }
                     break 'pick i;
                 }
             }
             let picked = st.pick_member(now, self.group.as_deref(), plan.hash, context, &exclude);
             let member = picked.map_err(Refused::Pick)?;
-            let b = &mut st.balancer;
             if let Some(s) = session.as_deref_mut() {
-                let old = s.member.as_deref().and_then(|n| b.member_index(n));
+                let old = s.member.as_deref().and_then(|n| st.balancer.member_index(n));
                 if old != Some(member) {
-                    if let Some(o) = old {
-                        b.close_session(o);
+                    if let Some(o) = old.and_then(|o| st.counted_since(o, s.opened)) {
+                        st.balancer.close_session(o);
                     }
-                    b.open_session(member);
-                    s.member = Some(b.spec().members[member].name.clone());
+                    st.balancer.open_session(member);
+                    s.member = Some(st.balancer.spec().members[member].name.clone());
+                    s.opened = st.epoch;
                 }
             }
             member
@@ -670,7 +678,9 @@ impl Inner {
     fn close_session(&self, s: &mut SessionState) {
         if let Some(name) = s.member.take() {
             let mut st = self.lock();
-            if let Some(i) = st.balancer.member_index(&name) {
+            let counted =
+                st.balancer.member_index(&name).and_then(|i| st.counted_since(i, s.opened));
+            if let Some(i) = counted {
                 st.balancer.close_session(i);
             }
         }

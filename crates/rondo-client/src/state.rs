@@ -136,13 +136,19 @@ impl State {
         Ok(self.balancer.pick(&req, &mut self.rng)?.member)
     }
 
+    /// `member` (an index now) if it has been in every answer since `epoch`, so that what was
+    /// counted on it then is still in its state.
+    pub(crate) fn counted_since(&self, member: usize, epoch: u64) -> Option<usize> {
+        (self.joined[member] <= epoch).then_some(member)
+    }
+
     /// The index now of a member seen as `index` in `epoch` under `name`; `None` when it is
     /// gone, or left and came back since (a fresh state that the old request never counted on).
     pub(crate) fn resolve(&self, name: &str, index: usize, epoch: u64) -> Option<usize> {
         if epoch == self.epoch {
             return Some(index);
         }
-        self.balancer.member_index(name).filter(|&i| self.joined[i] <= epoch)
+        self.balancer.member_index(name).and_then(|i| self.counted_since(i, epoch))
     }
 
     /// Ends a request begun in `epoch` on the member `name` (index `index` then).

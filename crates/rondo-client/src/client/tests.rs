@@ -331,3 +331,28 @@ fn timings_that_would_spin_are_clamped() {
     let b = Client::builder("web").watch_wait(Duration::from_secs(3600));
     assert_eq!(b.watch_wait, Duration::from_secs(300), "the naming service refuses longer waits");
 }
+
+// Regression: a session pinned to a member that left the answers and came back kept the member
+// without being counted on its fresh state (and its close later took a count it never added).
+#[tokio::test]
+async fn a_session_on_a_member_that_came_back_is_counted_again() {
+    let client = offline(Policy::default(), &["a", "b"]);
+    let session = client.session();
+    let name = |t: Target| async move { Ok::<_, Failed<std::io::Error>>(t.name) };
+    let pinned = session.call(name).await.unwrap();
+    let other = if pinned == "a" { "b" } else { "a" };
+    assert_eq!(sessions(&client, &pinned), 1);
+    let answer = |view_id, names: &[&str]| Answer {
+        service: "web".into(),
+        view_id,
+        policy: Policy::default(),
+        members: names.iter().map(|n| member(n, if *n == "a" { 1 } else { 2 })).collect(),
+    };
+    client.inner.apply(answer(2, &[other]));
+    client.inner.apply(answer(3, &["a", "b"]));
+    assert_eq!(sessions(&client, &pinned), 0, "a fresh state after coming back");
+    assert_eq!(session.call(name).await.unwrap(), pinned, "the session keeps its member");
+    assert_eq!(sessions(&client, &pinned), 1, "and is counted on it again");
+    drop(session);
+    assert_eq!(sessions(&client, &pinned), 0);
+}
