@@ -61,7 +61,7 @@ impl BodySlot {
 
     /// Whether the body is still untouched in the slot.
     pub fn is_untouched(&self) -> bool {
-        self.0.body.lock().unwrap_or_else(|e| e.into_inner()).is_some()
+        self.peek(|b| b.is_some())
     }
 
     /// Whether a try that timed out was waiting for the client's body rather than for the
@@ -75,6 +75,11 @@ impl BodySlot {
 
     fn take(&self) -> Option<Incoming> {
         self.0.body.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+
+    /// `f` of the body still waiting in the slot (`None` once a try took it).
+    fn peek<R>(&self, f: impl FnOnce(Option<&Incoming>) -> R) -> R {
+        f(self.0.body.lock().unwrap_or_else(|e| e.into_inner()).as_ref())
     }
 }
 
@@ -144,13 +149,7 @@ impl Body for UpstreamBody {
         match self {
             UpstreamBody::Stream { slot, inner, .. } => match inner {
                 Some(b) => b.is_end_stream(),
-                None => slot
-                    .0
-                    .body
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .as_ref()
-                    .is_none_or(Incoming::is_end_stream),
+                None => slot.peek(|b| b.is_none_or(Incoming::is_end_stream)),
             },
             UpstreamBody::Empty => true,
         }
@@ -160,13 +159,9 @@ impl Body for UpstreamBody {
         match self {
             UpstreamBody::Stream { slot, inner, .. } => match inner {
                 Some(b) => b.size_hint(),
-                None => slot
-                    .0
-                    .body
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .as_ref()
-                    .map_or_else(|| SizeHint::with_exact(0), Incoming::size_hint),
+                None => {
+                    slot.peek(|b| b.map_or_else(|| SizeHint::with_exact(0), Incoming::size_hint))
+                }
             },
             UpstreamBody::Empty => SizeHint::with_exact(0),
         }
