@@ -58,7 +58,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
             .call(|member| {
                 let plain = plain.clone();
                 async move {
-                    let uri = format!("http://{}/", member.addr).parse().expect("uri");
+                    let uri = format!("http://{}/", member.addr()).parse().expect("uri");
                     let resp = plain
                         .get(uri)
                         .await
@@ -70,7 +70,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
                         .map_err(|e| Failed::Member(e.to_string()))?;
                     Ok(format!(
                         "{} says {}",
-                        member.name,
+                        member.name(),
                         String::from_utf8_lossy(&body.to_bytes()).trim()
                     ))
                 }

@@ -3,6 +3,7 @@
 //! core, try with a per-try timeout, report the outcome to the core's estimators, fail over to
 //! the next member under the same retry rules and budget as the router.
 
+use std::borrow::Borrow;
 use std::collections::hash_map::RandomState;
 use std::future::Future;
 use std::hash::BuildHasher;
@@ -11,6 +12,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use http::uri::Authority;
 use rondo_core::wire::{Answer, Member};
 use rondo_core::{Algorithm, Granularity, Outcome, Policy, RetryPolicy};
 use tokio::sync::{Notify, watch};
@@ -227,16 +229,54 @@ impl CallOptions {
     }
 }
 
-/// The member a try goes to, handed to the caller's closure.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The member a try goes to, handed to the caller's closure. Cheap to clone: it shares the
+/// member's name and address with the client (built once per answer, not per call).
+#[derive(Clone)]
 pub struct Target {
-    /// The member's name.
-    pub name: String,
-    /// Its `host:port` as the naming service gave it.
-    pub address: String,
-    /// Its socket address (resolved when the address is a host name).
-    pub addr: SocketAddr,
+    member: Arc<MemberRef>,
+    addr: SocketAddr,
 }
+
+impl Target {
+    /// The member's name.
+    pub fn name(&self) -> &str {
+        &self.member.name
+    }
+
+    /// Its `host:port` as the naming service gave it.
+    pub fn address(&self) -> &str {
+        &self.member.address
+    }
+
+    /// Its socket address (resolved when the address is a host name).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Its address as a URI authority (parsed once per answer), to build a request's URI
+    /// without parsing the address again; `None` when the address is not a valid authority.
+    pub fn authority(&self) -> Option<&Authority> {
+        self.member.authority.as_ref()
+    }
+}
+
+impl std::fmt::Debug for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Target")
+            .field("name", &self.name())
+            .field("address", &self.address())
+            .field("addr", &self.addr)
+            .finish()
+    }
+}
+
+impl PartialEq for Target {
+    fn eq(&self, other: &Target) -> bool {
+        self.name() == other.name() && self.address() == other.address() && self.addr == other.addr
+    }
+}
+
+impl Eq for Target {}
 
 impl Client {
     /// Settings for a client of `service`; add endpoints and [`Builder::connect`].
@@ -317,12 +357,12 @@ impl Client {
     /// With granularity `session` (or `lookup`) the whole client is one session: calls stay on
     /// the member picked first while it can keep them. Use [`Client::session`] for sessions of
     /// your own.
-    pub async fn call<T, E, F, Fut>(&self, call: F) -> Result<T, CallError<E>>
+    pub fn call<T, E, F, Fut>(&self, call: F) -> impl Future<Output = Result<T, CallError<E>>>
     where
         F: FnMut(Target) -> Fut,
         Fut: Future<Output = Result<T, Failed<E>>>,
     {
-        self.call_with(CallOptions::default(), call).await
+        self.call_with(CallOptions::default(), call)
     }
 
     /// Runs `call` against a member picked by the service's policy: each try is bounded by the
@@ -330,16 +370,16 @@ impl Client {
     /// and a failed try goes to another member when it is safe (see [`Failed`] and
     /// [`CallOptions::not_idempotent`]) and the retry budget allows. The error, when every
     /// option failed, lists every attempt.
-    pub async fn call_with<T, E, F, Fut>(
+    pub fn call_with<T, E, F, Fut>(
         &self,
         options: CallOptions,
         call: F,
-    ) -> Result<T, CallError<E>>
+    ) -> impl Future<Output = Result<T, CallError<E>>>
     where
         F: FnMut(Target) -> Fut,
         Fut: Future<Output = Result<T, Failed<E>>>,
     {
-        self.call_in(options, None, call).await
+        self.call_in(options, None, call)
     }
 
     /// A session: its calls stay on one member while that member can keep them (draining
@@ -361,13 +401,14 @@ impl Client {
     }
 
     /// A closure call with `options`, in `session` (or the client's own session when the
-    /// granularity asks for one).
-    async fn call_in<T, E, F, Fut>(
+    /// granularity asks for one). The call loop's future is the whole call's: no async layer
+    /// of its own around it.
+    fn call_in<T, E, F, Fut>(
         &self,
         options: CallOptions,
-        session: Option<&Mutex<SessionState>>,
+        session: Option<Arc<SessionCell>>,
         call: F,
-    ) -> Result<T, CallError<E>>
+    ) -> impl Future<Output = Result<T, CallError<E>>>
     where
         F: FnMut(Target) -> Fut,
         Fut: Future<Output = Result<T, Failed<E>>>,
@@ -376,157 +417,207 @@ impl Client {
             idempotent: !options.not_idempotent,
             hash: options.hash_key.as_deref().map(|k| crate::state::key_hash(k.as_bytes())),
             session,
-            untouched: &|| true,
         };
-        let (value, mut ticket) = self.inner.run(plan, targeted(call)).await?;
-        ticket.succeeded();
-        Ok(value)
+        Inner::run(&self.inner, plan, Targeted(call))
     }
 }
 
-/// A caller's closure over [`Target`]s as the call loop takes it (the member's strings copied
-/// into the `Target` the closure owns).
-fn targeted<T, E, F, Fut>(mut call: F) -> impl FnMut(&MemberRef, SocketAddr) -> Fut
+/// A caller's closure over [`Target`]s as the call loop takes it.
+struct Targeted<F>(F);
+
+impl<T, E, F, Fut> Tries for Targeted<F>
 where
     F: FnMut(Target) -> Fut,
     Fut: Future<Output = Result<T, Failed<E>>>,
 {
-    move |m: &MemberRef, addr| {
-        call(Target { name: String::from(&*m.name), address: String::from(&*m.address), addr })
+    type Value = T;
+    type Error = E;
+    type Try = Fut;
+    type Output = T;
+
+    fn start(&mut self, member: &Arc<MemberRef>, addr: SocketAddr) -> Fut {
+        (self.0)(Target { member: member.clone(), addr })
+    }
+
+    fn untouched(&self) -> bool {
+        true
+    }
+
+    fn finish(self, _inner: &Inner, value: T, mut ticket: Ticket) -> T {
+        ticket.succeeded();
+        value
     }
 }
 
+/// One call as the call loop drives it: how a try starts on a member, whether the call is
+/// still whole, and what the caller gets from the try that answered.
+pub(crate) trait Tries {
+    /// What a try gives when the member answered.
+    type Value;
+    /// The transport's error.
+    type Error;
+    /// One try.
+    type Try: Future<Output = Result<Self::Value, Failed<Self::Error>>>;
+    /// What the caller gets.
+    type Output;
+
+    /// Starts a try on `member`, at `addr`.
+    fn start(&mut self, member: &Arc<MemberRef>, addr: SocketAddr) -> Self::Try;
+
+    /// Whether nothing of the call was consumed, so that it can still go to another member.
+    fn untouched(&self) -> bool;
+
+    /// What the caller gets from the try that answered; `ticket` is the member's in-flight
+    /// request, ended when it is dropped.
+    fn finish(self, inner: &Inner, value: Self::Value, ticket: Ticket) -> Self::Output;
+}
+
 impl Inner {
-    /// The call loop shared by closures, sessions and the tower layer. On success the ticket
-    /// still holds the member's in-flight request: the caller ends it.
+    /// The call loop shared by closures, sessions and the tower layer. The try that answers
+    /// goes to [`Tries::finish`] with its ticket, which still holds the member's in-flight
+    /// request (the tower layer keeps it until the response body ends).
     ///
     /// The clock is read once at the start of each try: that reading is the pick's time, the
     /// ticket's start and the base of the try's deadline (the call's deadline for the first).
-    pub(crate) async fn run<T, E, F, Fut>(
-        self: &Arc<Self>,
-        plan: Plan<'_>,
-        mut call: F,
-    ) -> Result<(T, Ticket), CallError<E>>
+    #[expect(clippy::manual_async_fn, reason = "an async fn doubles its arguments' size")]
+    pub(crate) fn run<I, C>(
+        inner: I,
+        plan: Plan,
+        mut call: C,
+    ) -> impl Future<Output = Result<C::Output, CallError<C::Error>>>
     where
-        F: FnMut(&MemberRef, SocketAddr) -> Fut,
-        Fut: Future<Output = Result<T, Failed<E>>>,
+        I: Borrow<Arc<Inner>>,
+        C: Tries,
     {
-        let mut try_start = tokio::time::Instant::now();
-        let deadline = try_start + self.call_timeout;
-        let mut attempts: Vec<Attempt<E>> = Vec::new();
-        // Members whose try failed (filled only then: the common call never allocates it).
-        let mut tried: Vec<Arc<str>> = Vec::new();
-        // Retries after a member failed a sent call must fit the retry budget; a refused
-        // connection sent nothing and loaded nobody, so trying elsewhere after it is free.
-        let mut sent = false;
-        let mut context = None;
-        // The retry policy, read under the first pick's lock and kept for the whole call.
-        let (mut max_tries, mut per_try) = (1, None);
-        let fail = |reason, attempts| CallError { service: self.service.clone(), reason, attempts };
-        let mut n = 0;
-        while n < max_tries {
-            if n > 0 {
-                try_start = tokio::time::Instant::now();
-            }
-            let picked = self.pick(&plan, &tried, sent, n == 0, &mut context, try_start.into_std());
-            let mut ticket = match picked {
-                Ok((ticket, retry)) => {
-                    if n == 0 {
-                        max_tries = retry.attempts.max(1);
-                        per_try = retry.per_try_timeout;
+        // An `async` block, not an `async fn`: an `async fn` keeps a second copy of each
+        // argument in its future (rust-lang/rust#62958), and this future is every call's.
+        async move {
+            let this: &Arc<Inner> = inner.borrow();
+            let mut try_start = tokio::time::Instant::now();
+            let deadline = try_start + this.call_timeout;
+            let mut attempts: Vec<Attempt<C::Error>> = Vec::new();
+            // Members whose try failed (filled only then: the common call never allocates it).
+            let mut tried: Vec<Arc<str>> = Vec::new();
+            // Retries after a member failed a sent call must fit the retry budget; a refused
+            // connection sent nothing and loaded nobody, so trying elsewhere after it is free.
+            let mut sent = false;
+            let mut context = None;
+            // The retry policy, read under the first pick's lock and kept for the whole call.
+            let (mut max_tries, mut per_try) = (1, None);
+            let fail =
+                |reason, attempts| CallError { service: this.service.clone(), reason, attempts };
+            let mut n = 0;
+            while n < max_tries {
+                if n > 0 {
+                    try_start = tokio::time::Instant::now();
+                }
+                let picked =
+                    this.pick(&plan, &tried, sent, n == 0, &mut context, try_start.into_std());
+                let mut ticket = match picked {
+                    Ok((ticket, retry)) => {
+                        if n == 0 {
+                            max_tries = retry.attempts.max(1);
+                            per_try = retry.per_try_timeout;
+                        }
+                        ticket
                     }
-                    ticket
-                }
-                Err(Refused::Budget) => {
-                    tracing::warn!(service = %self.service, "retry budget exhausted");
-                    return Err(fail(GaveUp::BudgetExhausted, attempts));
-                }
-                Err(Refused::Pick(e)) => {
-                    let reason =
-                        if tried.is_empty() { GaveUp::NoMember } else { GaveUp::AllFailed };
-                    attempts.push(Attempt {
-                        member: None,
-                        address: None,
-                        error: AttemptError::NoMember(e),
-                    });
-                    return Err(fail(reason, attempts));
-                }
-            };
-            n += 1;
-            // Resolving a host name counts against the try's time, like connecting does; a
-            // literal address was parsed once per answer and needs nothing.
-            let try_deadline = per_try.map_or(deadline, |t| (try_start + t).min(deadline));
-            let addr = match ticket.member.addr {
-                Some(addr) => addr,
-                None => {
-                    let address = &ticket.member.address;
-                    let resolved = tokio::time::timeout_at(try_deadline, resolve(address))
-                        .await
-                        .unwrap_or_else(|_| Err(format!("{address}: not resolved in time")));
-                    match resolved {
-                        Ok(addr) => addr,
-                        Err(error) => {
-                            // Nothing was sent: charged like a refused connection.
-                            ticket.failed(rondo_core::FailureKind::Connect);
-                            let m = ticket.member.clone();
-                            drop(ticket);
-                            attempts.push(Attempt {
-                                member: Some(String::from(&*m.name)),
-                                address: Some(String::from(&*m.address)),
-                                error: AttemptError::Resolve(error),
-                            });
-                            tried.push(m.name.clone());
-                            continue;
+                    Err(Refused::Budget) => {
+                        tracing::warn!(service = %this.service, "retry budget exhausted");
+                        return Err(fail(GaveUp::BudgetExhausted, attempts));
+                    }
+                    Err(Refused::Pick(e)) => {
+                        let reason =
+                            if tried.is_empty() { GaveUp::NoMember } else { GaveUp::AllFailed };
+                        attempts.push(Attempt {
+                            member: None,
+                            address: None,
+                            error: AttemptError::NoMember(e),
+                        });
+                        return Err(fail(reason, attempts));
+                    }
+                };
+                n += 1;
+                // Resolving a host name counts against the try's time, like connecting does; a
+                // literal address was parsed once per answer and needs nothing.
+                let try_deadline = per_try.map_or(deadline, |t| (try_start + t).min(deadline));
+                let addr = match ticket.member.addr {
+                    Some(addr) => addr,
+                    None => {
+                        let address = &ticket.member.address;
+                        // Boxed: a rare path whose future would otherwise make every call's
+                        // future larger.
+                        let resolved =
+                            Box::pin(tokio::time::timeout_at(try_deadline, resolve(address)))
+                                .await
+                                .unwrap_or_else(|_| {
+                                    Err(format!("{address}: not resolved in time"))
+                                });
+                        match resolved {
+                            Ok(addr) => addr,
+                            Err(error) => {
+                                // Nothing was sent: charged like a refused connection.
+                                ticket.failed(rondo_core::FailureKind::Connect);
+                                let m = ticket.member.clone();
+                                drop(ticket);
+                                attempts.push(Attempt {
+                                    member: Some(String::from(&*m.name)),
+                                    address: Some(String::from(&*m.address)),
+                                    error: AttemptError::Resolve(error),
+                                });
+                                tried.push(m.name.clone());
+                                continue;
+                            }
                         }
                     }
+                };
+                let result =
+                    tokio::time::timeout_at(try_deadline, call.start(&ticket.member, addr)).await;
+                let (error, connect) = match result {
+                    Ok(Ok(value)) => return Ok(call.finish(this, value, ticket)),
+                    Ok(Err(Failed::Connect(e))) => {
+                        ticket.failed(rondo_core::FailureKind::Connect);
+                        (AttemptError::Connect(e), true)
+                    }
+                    Ok(Err(Failed::Member(e))) => {
+                        ticket.failed(rondo_core::FailureKind::Reset);
+                        (AttemptError::Member(e), false)
+                    }
+                    Ok(Err(Failed::Fatal(e))) => {
+                        attempts.push(Attempt {
+                            member: Some(String::from(&*ticket.member.name)),
+                            address: Some(String::from(&*ticket.member.address)),
+                            error: AttemptError::Fatal(e),
+                        });
+                        ticket.end(Outcome::Cancelled);
+                        return Err(fail(GaveUp::Fatal, attempts));
+                    }
+                    Err(_elapsed) => {
+                        ticket.failed(rondo_core::FailureKind::Timeout);
+                        let limit = try_deadline.saturating_duration_since(try_start);
+                        (AttemptError::Timeout(limit), false)
+                    }
+                };
+                let m = &ticket.member;
+                tracing::debug!(service = %this.service, member = %m.name, error = %DisplayKind(&error), "attempt failed");
+                attempts.push(Attempt {
+                    member: Some(String::from(&*m.name)),
+                    address: Some(String::from(&*m.address)),
+                    error,
+                });
+                tried.push(m.name.clone());
+                sent |= !connect;
+                // The call can be sent again only if nothing of it was consumed; then a connect
+                // failure sent nothing, so any call may go elsewhere; after a reset or a timeout
+                // the member may have acted on it, so only idempotent calls go again.
+                if !call.untouched() || !(connect || plan.idempotent) {
+                    return Err(fail(GaveUp::NotRetryable, attempts));
                 }
-            };
-            let result = tokio::time::timeout_at(try_deadline, call(&ticket.member, addr)).await;
-            let (error, connect) = match result {
-                Ok(Ok(value)) => return Ok((value, ticket)),
-                Ok(Err(Failed::Connect(e))) => {
-                    ticket.failed(rondo_core::FailureKind::Connect);
-                    (AttemptError::Connect(e), true)
+                if tokio::time::Instant::now() >= deadline {
+                    return Err(fail(GaveUp::Deadline, attempts));
                 }
-                Ok(Err(Failed::Member(e))) => {
-                    ticket.failed(rondo_core::FailureKind::Reset);
-                    (AttemptError::Member(e), false)
-                }
-                Ok(Err(Failed::Fatal(e))) => {
-                    attempts.push(Attempt {
-                        member: Some(String::from(&*ticket.member.name)),
-                        address: Some(String::from(&*ticket.member.address)),
-                        error: AttemptError::Fatal(e),
-                    });
-                    ticket.end(Outcome::Cancelled);
-                    return Err(fail(GaveUp::Fatal, attempts));
-                }
-                Err(_elapsed) => {
-                    ticket.failed(rondo_core::FailureKind::Timeout);
-                    let limit = try_deadline.saturating_duration_since(try_start);
-                    (AttemptError::Timeout(limit), false)
-                }
-            };
-            let m = &ticket.member;
-            tracing::debug!(service = %self.service, member = %m.name, error = %DisplayKind(&error), "attempt failed");
-            attempts.push(Attempt {
-                member: Some(String::from(&*m.name)),
-                address: Some(String::from(&*m.address)),
-                error,
-            });
-            tried.push(m.name.clone());
-            sent |= !connect;
-            // The call can be sent again only if nothing of it was consumed; then a connect
-            // failure sent nothing, so any call may go elsewhere; after a reset or a timeout
-            // the member may have acted on it, so only idempotent calls go again.
-            if !(plan.untouched)() || !(connect || plan.idempotent) {
-                return Err(fail(GaveUp::NotRetryable, attempts));
             }
-            if tokio::time::Instant::now() >= deadline {
-                return Err(fail(GaveUp::Deadline, attempts));
-            }
+            Err(fail(GaveUp::AllFailed, attempts))
         }
-        Err(fail(GaveUp::AllFailed, attempts))
     }
 }
 
@@ -547,13 +638,11 @@ impl<E> std::fmt::Display for DisplayKind<'_, E> {
 }
 
 /// How the call loop treats one call.
-pub(crate) struct Plan<'a> {
+pub(crate) struct Plan {
     pub(crate) idempotent: bool,
     pub(crate) hash: Option<u64>,
     /// The session the call belongs to (`None`: the client's own when the granularity asks).
-    pub(crate) session: Option<&'a Mutex<SessionState>>,
-    /// Whether the call's body is still whole (nothing consumed it).
-    pub(crate) untouched: &'a (dyn Fn() -> bool + Send + Sync),
+    pub(crate) session: Option<Arc<SessionCell>>,
 }
 
 enum Refused {
@@ -579,7 +668,7 @@ impl Inner {
     /// request on it, all under one lock hold.
     fn pick(
         self: &Arc<Self>,
-        plan: &Plan<'_>,
+        plan: &Plan,
         tried: &[Arc<str>],
         sent: bool,
         first: bool,
@@ -601,7 +690,7 @@ impl Inner {
         let policy = &b.spec().policy;
         let sessions = policy.granularity != Granularity::Request;
         let rotating = policy.algorithm == Algorithm::Rotating;
-        let session = plan.session.or(sessions.then_some(&self.own));
+        let session = plan.session.as_deref().map(|c| &c.state).or(sessions.then_some(&self.own));
         let mut session = session.map(|s| s.lock().unwrap_or_else(|e| e.into_inner()));
         let member = 'pick: {
             if let Some(s) = session.as_deref_mut() {
@@ -723,7 +812,8 @@ pub(crate) struct Ticket {
     epoch: u64,
     started: std::time::Instant,
     /// When the outcome was recorded: the request ends in the core at that time (one clock
-    /// reading for both).
+    /// reading for both), even when the ticket is dropped later (the tower layer's response
+    /// body).
     ended: Option<std::time::Instant>,
     outcome: Option<Outcome>,
 }
@@ -743,12 +833,6 @@ impl Ticket {
         self.ended = Some(now);
         let latency = now.saturating_duration_since(self.started);
         self.outcome = Some(Outcome::Failure { kind, latency });
-    }
-
-    /// Keeps the outcome recorded but ends the request in the core only when the ticket is
-    /// dropped, at that time (the tower layer: the request lasts as long as the response body).
-    pub(crate) fn end_when_dropped(&mut self) {
-        self.ended = None;
     }
 
     /// Ends the request now with `outcome`.
@@ -804,25 +888,25 @@ impl Session {
 
     /// Like [`Client::call`], on the session's member (or the next one in the failover order
     /// when it cannot take the call; the session then moves there).
-    pub async fn call<T, E, F, Fut>(&self, call: F) -> Result<T, CallError<E>>
+    pub fn call<T, E, F, Fut>(&self, call: F) -> impl Future<Output = Result<T, CallError<E>>>
     where
         F: FnMut(Target) -> Fut,
         Fut: Future<Output = Result<T, Failed<E>>>,
     {
-        self.call_with(CallOptions::default(), call).await
+        self.call_with(CallOptions::default(), call)
     }
 
     /// Like [`Client::call_with`], in the session.
-    pub async fn call_with<T, E, F, Fut>(
+    pub fn call_with<T, E, F, Fut>(
         &self,
         options: CallOptions,
         call: F,
-    ) -> Result<T, CallError<E>>
+    ) -> impl Future<Output = Result<T, CallError<E>>>
     where
         F: FnMut(Target) -> Fut,
         Fut: Future<Output = Result<T, Failed<E>>>,
     {
-        self.client.call_in(options, Some(&self.cell.state), call).await
+        self.client.call_in(options, Some(self.cell.clone()), call)
     }
 
     /// A tower layer whose requests all belong to this session.

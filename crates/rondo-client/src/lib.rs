@@ -35,7 +35,7 @@
 //! let reply = client
 //!     .call(|member| async move {
 //!         let mut conn =
-//!             tokio::net::TcpStream::connect(member.addr).await.map_err(Failed::classify)?;
+//!             tokio::net::TcpStream::connect(member.addr()).await.map_err(Failed::classify)?;
 //!         conn.write_all(b"GET / HTTP/1.0\r\n\r\n").await.map_err(Failed::Member)?;
 //!         let mut reply = String::new();
 //!         conn.read_to_string(&mut reply).await.map_err(Failed::Member)?;

@@ -17,22 +17,28 @@
 
 use std::fmt;
 use std::future::{Future, poll_fn};
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 
+use http::header::HeaderName;
 use http::request::Parts;
 use http::uri::{self, Authority, PathAndQuery, Scheme};
 use http::{Method, Request, Response, Uri};
 use http_body::{Body, Frame, SizeHint};
+use pin_project_lite::pin_project;
 use rondo_core::wire::VIEW_ID_HEADER;
 use rondo_core::{FailureKind, HashKeySource};
 use tower::{Layer, Service};
 
-use crate::client::{Client, Inner, Plan, SessionCell, Ticket};
+use crate::client::{Client, Inner, Plan, SessionCell, Ticket, Tries};
 use crate::error::{CallError, Failed, is_connect_error};
 use crate::state::MemberRef;
+
+/// The view id header as a name (no parsing per response).
+static VIEW_ID: HeaderName = HeaderName::from_static(VIEW_ID_HEADER);
 
 /// The boxed error of the tower service.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -78,7 +84,11 @@ impl<S> Layer<S> for BalanceLayer {
     type Service = Balanced<S>;
 
     fn layer(&self, inner: S) -> Balanced<S> {
-        Balanced { client: self.client.clone(), session: self.session.clone(), inner }
+        Balanced {
+            client: self.client.clone(),
+            session: self.session.clone(),
+            inner: Arc::new(Mutex::new(inner)),
+        }
     }
 }
 
@@ -100,13 +110,26 @@ impl<S> Layer<S> for BalanceLayer {
 /// held makes the client refetch ([`Client::observe_view_id`]).
 ///
 /// The inner service receives requests whose URI is `scheme://member-address/path` and whose
-/// body is a [`SlotBody`] around the caller's body; it must be cheap to clone (a hyper-util
-/// client is).
-#[derive(Debug, Clone)]
+/// body is a [`SlotBody`] around the caller's body. Requests (and clones of the `Balanced`
+/// service) share one inner service: a try calls it in place, under a lock held only while
+/// it takes the request, instead of carrying a clone of its own (a hyper-util client is 300
+/// bytes and takes about 80 ns to clone and drop). It is cloned only for a try that must wait
+/// for its readiness.
+#[derive(Debug)]
 pub struct Balanced<S> {
     client: Client,
     session: Option<Arc<SessionCell>>,
-    inner: S,
+    inner: Arc<Mutex<S>>,
+}
+
+impl<S> Clone for Balanced<S> {
+    fn clone(&self) -> Self {
+        Balanced {
+            client: self.client.clone(),
+            session: self.session.clone(),
+            inner: self.inner.clone(),
+        }
+    }
 }
 
 impl<S> Balanced<S> {
@@ -118,11 +141,6 @@ impl<S> Balanced<S> {
     /// The client balancing the requests.
     pub fn client(&self) -> &Client {
         &self.client
-    }
-
-    /// The inner service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
     }
 }
 
@@ -145,86 +163,162 @@ where
 
     fn call(&mut self, req: Request<B>) -> Self::Future {
         let client = self.client.inner.clone();
-        let session = self.session.clone();
-        let mut inner = self.inner.clone();
-        Box::pin(async move {
-            let (parts, body) = req.into_parts();
-            let hash = if client.hash_policy.load(Ordering::Relaxed) {
-                hash_of(&client, &parts)
-            } else {
-                None
-            };
-            let slot = (!body.is_end_stream()).then(|| Slot(Arc::new(Mutex::new(Some(body)))));
-            let untouched = || slot.as_ref().is_none_or(Slot::is_full);
-            let plan = Plan {
-                idempotent: is_idempotent(&parts.method),
-                hash,
-                session: session.as_ref().map(|c| &c.state),
-                untouched: &untouched,
-            };
-            let result = client
-                .run(plan, |member: &MemberRef, _addr| {
-                    let attempt = match rebuild(&parts, member, slot.as_ref()) {
-                        Err(e) => Try::Failed(Failed::Fatal(HttpError(e.into()))),
-                        // Readiness asked without a waker first: a ready service (a hyper
-                        // client always is) is called in place, with no clone per try; one
-                        // that is not goes with the try, which waits for it, and a clone stays.
-                        Ok(req) => {
-                            match inner.poll_ready(&mut Context::from_waker(Waker::noop())) {
-                                Poll::Ready(Ok(())) => Try::Called(inner.call(req)),
-                                Poll::Ready(Err(e)) => Try::Failed(classify(e)),
-                                Poll::Pending => {
-                                    let fresh = inner.clone();
-                                    Try::Wait(std::mem::replace(&mut inner, fresh), req)
-                                }
-                            }
-                        }
-                    };
-                    async move {
-                        match attempt {
-                            Try::Called(call) => call.await.map_err(classify),
-                            Try::Wait(mut svc, req) => {
-                                poll_fn(|cx| svc.poll_ready(cx)).await.map_err(classify)?;
-                                svc.call(req).await.map_err(classify)
-                            }
-                            Try::Failed(failed) => Err(failed),
-                        }
-                    }
-                })
-                .await;
-            match result {
-                Ok((resp, mut ticket)) => {
-                    if resp.status().is_server_error() {
-                        ticket.failed(FailureKind::Status5xx);
-                    } else {
-                        ticket.succeeded();
-                    }
-                    // The member's request lasts until the body's last frame passes.
-                    ticket.end_when_dropped();
-                    let seen = resp
-                        .headers()
-                        .get(VIEW_ID_HEADER)
-                        .and_then(|v| v.to_str().ok())
-                        .and_then(|v| v.trim().parse::<u64>().ok());
-                    if let Some(v) = seen {
-                        client.observe_view_id(v);
-                    }
-                    Ok(resp.map(|body| Tracked { inner: Box::pin(body), ticket: Some(ticket) }))
-                }
-                Err(e) => Err(Box::new(e) as BoxError),
-            }
-        })
+        let (parts, body) = req.into_parts();
+        let hash = if client.hash_policy.load(Ordering::Relaxed) {
+            hash_of(&client, &parts)
+        } else {
+            None
+        };
+        let plan =
+            Plan { idempotent: is_idempotent(&parts.method), hash, session: self.session.clone() };
+        let has_body = !body.is_end_stream();
+        let shared = Arc::new(Shared { parts, body: Mutex::new(has_body.then_some(body)) });
+        // The call loop's future is the whole request's: everything it needs moves in.
+        let tries = HttpTries { shared, has_body, inner: self.inner.clone() };
+        Box::pin(ErrBoxed { call: Inner::run(client, plan, tries) })
     }
 }
 
-/// One try of a [`Balanced`] request as its closure sets it up.
-enum Try<S, F, R> {
-    /// The inner service was ready and called: its response future.
-    Called(F),
-    /// The inner service was not ready: it waits for readiness, then takes the request.
-    Wait(S, R),
-    /// Failed before anything was sent.
-    Failed(Failed<HttpError>),
+pin_project! {
+    /// A [`Balanced`] request's call loop, its error boxed.
+    struct ErrBoxed<F> {
+        #[pin]
+        call: F,
+    }
+}
+
+impl<F, T> Future for ErrBoxed<F>
+where
+    F: Future<Output = Result<T, BalancedError>>,
+{
+    type Output = Result<T, BoxError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<T, BoxError>> {
+        self.project().call.poll(cx).map_err(|e| Box::new(e) as BoxError)
+    }
+}
+
+/// A [`Balanced`] request as the call loop drives it.
+struct HttpTries<S, B> {
+    shared: Arc<Shared<B>>,
+    /// Whether the caller's request has a body (in `shared` until a try reads it).
+    has_body: bool,
+    inner: Arc<Mutex<S>>,
+}
+
+/// What the tries of one request share (one allocation): the caller's request parts, each
+/// try's request rebuilt from them, and the caller's body, waiting until a try reads it.
+struct Shared<B> {
+    parts: Parts,
+    body: Mutex<Option<B>>,
+}
+
+impl<B> Shared<B> {
+    fn body(&self) -> std::sync::MutexGuard<'_, Option<B>> {
+        self.body.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl<S, B, RB> Tries for HttpTries<S, B>
+where
+    S: Service<Request<SlotBody<B>>, Response = Response<RB>> + Clone + Send + 'static,
+    S::Future: Send,
+    S::Error: Into<BoxError>,
+    B: Body + Send + 'static,
+    RB: Body + Send + 'static,
+{
+    type Value = Response<RB>;
+    type Error = HttpError;
+    type Try = TryFuture<S::Future, Response<RB>>;
+    type Output = Response<Tracked<RB>>;
+
+    fn start(&mut self, member: &Arc<MemberRef>, _addr: SocketAddr) -> Self::Try {
+        let body = self.has_body.then(|| self.shared.clone());
+        let req = match rebuild(&self.shared.parts, member, body) {
+            Ok(req) => req,
+            Err(e) => return TryFuture::failed(Failed::Fatal(HttpError(e.into()))),
+        };
+        // Readiness asked without a waker first: a ready service (a hyper client always is) is
+        // called in place, with no clone per try; for one that is not, a clone goes with the
+        // try (boxed: a rare path), which waits for its readiness.
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        match inner.poll_ready(&mut Context::from_waker(Waker::noop())) {
+            Poll::Ready(Ok(())) => TryFuture::Called { call: inner.call(req) },
+            Poll::Ready(Err(e)) => TryFuture::failed(classify(e)),
+            Poll::Pending => {
+                let mut svc = inner.clone();
+                drop(inner);
+                TryFuture::Boxed {
+                    wait: Box::pin(async move {
+                        poll_fn(|cx| svc.poll_ready(cx)).await.map_err(classify)?;
+                        svc.call(req).await.map_err(classify)
+                    }),
+                }
+            }
+        }
+    }
+
+    fn untouched(&self) -> bool {
+        !self.has_body || self.shared.body().is_some()
+    }
+
+    fn finish(self, inner: &Inner, resp: Response<RB>, mut ticket: Ticket) -> Self::Output {
+        if resp.status().is_server_error() {
+            ticket.failed(FailureKind::Status5xx);
+        } else {
+            ticket.succeeded();
+        }
+        let seen = resp
+            .headers()
+            .get(&VIEW_ID)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok());
+        if let Some(v) = seen {
+            inner.observe_view_id(v);
+        }
+        // The member's request lasts until the body's last frame passes.
+        resp.map(|body| Tracked { inner: body, ticket: Some(ticket) })
+    }
+}
+
+/// The result of one try of a [`Balanced`] request.
+type TryResult<R> = Result<R, Failed<HttpError>>;
+
+pin_project! {
+    /// One try of a [`Balanced`] request.
+    #[project = TryProj]
+    pub(crate) enum TryFuture<F, R> {
+        /// The inner service was ready and called: its response future.
+        Called { #[pin] call: F },
+        /// The inner service was not ready: it waits for readiness, then takes the request.
+        Boxed { wait: Pin<Box<dyn Future<Output = TryResult<R>> + Send>> },
+        /// Failed before anything was sent.
+        Failed { failed: Option<Failed<HttpError>> },
+    }
+}
+
+impl<F, R> TryFuture<F, R> {
+    fn failed(failed: Failed<HttpError>) -> Self {
+        TryFuture::Failed { failed: Some(failed) }
+    }
+}
+
+impl<F, R, E> Future for TryFuture<F, R>
+where
+    F: Future<Output = Result<R, E>>,
+    E: Into<BoxError>,
+{
+    type Output = TryResult<R>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<TryResult<R>> {
+        match self.project() {
+            TryProj::Called { call } => call.poll(cx).map_err(classify),
+            TryProj::Boxed { wait } => wait.as_mut().poll(cx),
+            TryProj::Failed { failed } => {
+                Poll::Ready(Err(failed.take().expect("TryFuture polled after completion")))
+            }
+        }
+    }
 }
 
 /// The error of a [`Balanced`] service when every option failed (boxed as [`BoxError`];
@@ -278,7 +372,7 @@ fn hash_of(client: &Inner, parts: &Parts) -> Option<u64> {
 fn rebuild<B>(
     parts: &Parts,
     member: &MemberRef,
-    slot: Option<&Slot<B>>,
+    body: Option<Arc<Shared<B>>>,
 ) -> Result<Request<SlotBody<B>>, http::Error> {
     let mut uri = uri::Parts::default();
     uri.scheme = Some(parts.uri.scheme().cloned().unwrap_or(Scheme::HTTP));
@@ -290,8 +384,8 @@ fn rebuild<B>(
     uri.path_and_query =
         Some(parts.uri.path_and_query().cloned().unwrap_or_else(|| PathAndQuery::from_static("/")));
     let uri = Uri::from_parts(uri)?;
-    let body = match slot {
-        Some(slot) => SlotBody { state: SlotState::Waiting(slot.clone()) },
+    let body = match body {
+        Some(shared) => SlotBody { state: SlotState::Waiting { shared } },
         None => SlotBody { state: SlotState::Done },
     };
     let mut req = Request::new(body);
@@ -303,39 +397,34 @@ fn rebuild<B>(
     Ok(req)
 }
 
-/// Where the caller's body waits until a try reads it.
-struct Slot<B>(Arc<Mutex<Option<B>>>);
-
-impl<B> Clone for Slot<B> {
-    fn clone(&self) -> Self {
-        Slot(self.0.clone())
+pin_project! {
+    /// The request body a [`Balanced`] service hands its inner service: the caller's body, taken
+    /// out of a slot shared by every try on the first read. A try that never read it (its
+    /// connection failed first) leaves it for the next member.
+    ///
+    /// It holds the caller's body in place (no box), so it is `Unpin` when that body is; hyper's
+    /// client asks for `Unpin` request bodies (wrap one that is not in `Box::pin` or
+    /// `http_body_util::combinators::BoxBody` first).
+    pub struct SlotBody<B> {
+        #[pin]
+        state: SlotState<B>,
     }
 }
 
-impl<B> Slot<B> {
-    fn is_full(&self) -> bool {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).is_some()
+pin_project! {
+    #[project = SlotProj]
+    enum SlotState<B> {
+        Waiting { shared: Arc<Shared<B>> },
+        Reading { #[pin] body: B },
+        Done,
     }
-}
-
-/// The request body a [`Balanced`] service hands its inner service: the caller's body, taken
-/// out of a slot shared by every try on the first read. A try that never read it (its
-/// connection failed first) leaves it for the next member.
-pub struct SlotBody<B> {
-    state: SlotState<B>,
-}
-
-enum SlotState<B> {
-    Waiting(Slot<B>),
-    Reading(Pin<Box<B>>),
-    Done,
 }
 
 impl<B> fmt::Debug for SlotBody<B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let state = match self.state {
-            SlotState::Waiting(_) => "waiting",
-            SlotState::Reading(_) => "reading",
+            SlotState::Waiting { .. } => "waiting",
+            SlotState::Reading { .. } => "reading",
             SlotState::Done => "done",
         };
         f.debug_struct("SlotBody").field("state", &state).finish()
@@ -350,52 +439,48 @@ impl<B: Body> Body for SlotBody<B> {
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<B::Data>, B::Error>>> {
-        let this = self.get_mut();
-        if let SlotState::Waiting(slot) = &this.state {
-            let taken = slot.0.lock().unwrap_or_else(|e| e.into_inner()).take();
-            this.state = match taken {
-                Some(b) => SlotState::Reading(Box::pin(b)),
+        let mut state = self.project().state;
+        if let SlotProj::Waiting { shared } = state.as_mut().project() {
+            let taken = shared.body().take();
+            state.set(match taken {
+                Some(body) => SlotState::Reading { body },
                 None => SlotState::Done,
-            };
+            });
         }
-        match &mut this.state {
-            SlotState::Reading(b) => b.as_mut().poll_frame(cx),
+        match state.project() {
+            SlotProj::Reading { body } => body.poll_frame(cx),
             _ => Poll::Ready(None),
         }
     }
 
     fn is_end_stream(&self) -> bool {
         match &self.state {
-            SlotState::Waiting(slot) => slot
-                .0
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .as_ref()
-                .is_none_or(Body::is_end_stream),
-            SlotState::Reading(b) => b.is_end_stream(),
+            SlotState::Waiting { shared } => shared.body().as_ref().is_none_or(Body::is_end_stream),
+            SlotState::Reading { body } => body.is_end_stream(),
             SlotState::Done => true,
         }
     }
 
     fn size_hint(&self) -> SizeHint {
         match &self.state {
-            SlotState::Waiting(slot) => slot
-                .0
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .as_ref()
-                .map_or_else(|| SizeHint::with_exact(0), Body::size_hint),
-            SlotState::Reading(b) => b.size_hint(),
+            SlotState::Waiting { shared } => {
+                shared.body().as_ref().map_or_else(|| SizeHint::with_exact(0), Body::size_hint)
+            }
+            SlotState::Reading { body } => body.size_hint(),
             SlotState::Done => SizeHint::with_exact(0),
         }
     }
 }
 
-/// A member's response body; the member's in-flight request ends when its last frame passes
-/// (or it is dropped), a body error counting as a reset.
-pub struct Tracked<B> {
-    inner: Pin<Box<B>>,
-    ticket: Option<Ticket>,
+pin_project! {
+    /// A member's response body; the member's in-flight request ends when its last frame passes
+    /// (or it is dropped), a body error counting as a reset. It holds the member's body in
+    /// place (no box): `Unpin` when that body is.
+    pub struct Tracked<B> {
+        #[pin]
+        inner: B,
+        ticket: Option<Ticket>,
+    }
 }
 
 impl<B> fmt::Debug for Tracked<B> {
@@ -419,8 +504,8 @@ impl<B: Body> Body for Tracked<B> {
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<B::Data>, B::Error>>> {
-        let this = self.get_mut();
-        let r = std::task::ready!(this.inner.as_mut().poll_frame(cx));
+        let this = self.project();
+        let r = std::task::ready!(this.inner.poll_frame(cx));
         match &r {
             None => {
                 this.ticket.take();

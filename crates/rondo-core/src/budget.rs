@@ -14,6 +14,8 @@ use crate::time::Instant;
 
 /// How long deposits last (as an exponential time constant).
 const MEMORY: Duration = Duration::from_secs(10);
+/// `1 / MEMORY` in 1/s.
+const INV_MEMORY_S: f64 = 1.0 / MEMORY.as_secs_f64();
 
 /// A retry budget; see the module docs.
 #[derive(Debug, Clone, PartialEq)]
@@ -38,13 +40,16 @@ impl RetryBudget {
     }
 
     fn advance(&mut self, now: Instant) {
-        let elapsed = now.since(self.stamp);
-        if elapsed.is_zero() {
+        // Nanoseconds as a float and multiplications by constants: no integer division into a
+        // `Duration` and no float division on every request.
+        let elapsed_ns = now.0.saturating_sub(self.stamp.0);
+        if elapsed_ns == 0 {
             return;
         }
         self.stamp = now;
-        self.balance *= exp_neg(elapsed.as_secs_f64() / MEMORY.as_secs_f64());
-        self.floor = (self.floor + self.min_per_sec * elapsed.as_secs_f64()).min(self.min_per_sec);
+        let elapsed_s = elapsed_ns as f64 * 1e-9;
+        self.balance *= exp_neg(elapsed_s * INV_MEMORY_S);
+        self.floor = (self.floor + self.min_per_sec * elapsed_s).min(self.min_per_sec);
     }
 
     /// A request (not a retry) was made.

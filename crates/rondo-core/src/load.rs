@@ -28,13 +28,11 @@ impl PeakEwma {
     /// Folds in one observed round trip.
     pub fn observe(&mut self, rtt: Duration, now: Instant, decay: Duration) {
         let rtt_ns = rtt.as_nanos() as f64;
-        let current = self.get_at(now, decay);
-        self.estimate_ns = if rtt_ns > current {
-            rtt_ns
-        } else {
-            let w = exp_neg(now.0.saturating_sub(self.stamp.0) as f64 * inverse_nanos(decay));
-            current * w + rtt_ns * (1.0 - w)
-        };
+        // One decay factor serves both the read of the current estimate and the new sample's
+        // weight (the same value `get_at` computes).
+        let w = exp_neg(now.0.saturating_sub(self.stamp.0) as f64 * inverse_nanos(decay));
+        let current = self.estimate_ns * w;
+        self.estimate_ns = if rtt_ns > current { rtt_ns } else { current * w + rtt_ns * (1.0 - w) };
         self.stamp = now;
     }
 

@@ -94,7 +94,7 @@ async fn call_name(
         .call(|member| {
             let http = http.clone();
             async move {
-                let uri = format!("http://{}/", member.addr);
+                let uri = format!("http://{}/", member.addr());
                 let resp = http
                     .get(uri.parse().expect("uri"))
                     .await

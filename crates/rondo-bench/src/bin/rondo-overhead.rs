@@ -45,6 +45,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, anyhow, bail};
 use bytes::Bytes;
 use clap::Parser;
+use http::uri::{self, PathAndQuery, Scheme};
 use http::{Request, Response, StatusCode, Uri};
 use http_body_util::{BodyExt, Empty, Full};
 use hyper::body::Incoming;
@@ -385,11 +386,13 @@ impl Caller {
                             .call(|target: Target| {
                                 let body = Full::new(payload.clone());
                                 async move {
-                                    let uri = Uri::builder()
-                                        .scheme("http")
-                                        .authority(target.address.as_str())
-                                        .path_and_query("/echo")
-                                        .build()
+                                    // The member's authority was parsed once per answer;
+                                    // the rest of the URI is static.
+                                    let mut uri = uri::Parts::default();
+                                    uri.scheme = Some(Scheme::HTTP);
+                                    uri.authority = target.authority().cloned();
+                                    uri.path_and_query = Some(PathAndQuery::from_static("/echo"));
+                                    let uri = Uri::from_parts(uri)
                                         .map_err(|e| Failed::Fatal(std::io::Error::other(e)))?;
                                     let req = Request::post(uri)
                                         .body(body)
@@ -404,13 +407,13 @@ impl Caller {
                                         .await
                                         .map_err(|e| Failed::Member(std::io::Error::other(e)))?
                                         .to_bytes();
-                                    Ok((target.name, status, body))
+                                    Ok((target, status, body))
                                 }
                             })
                             .await?;
                     out.push(nanos(t.elapsed()));
                     check(status, &body, payload)?;
-                    *self.spread.entry(member).or_default() += 1;
+                    *self.spread.entry(member.name().to_owned()).or_default() += 1;
                 }
             }
         }
@@ -655,7 +658,7 @@ async fn cpu_cost(cli: &Cli, client: &Client) -> anyhow::Result<()> {
 
     let call = per_call(n, || async {
         client
-            .call(|target: Target| async move { Ok::<_, Failed<std::io::Error>>(target.addr) })
+            .call(|target: Target| async move { Ok::<_, Failed<std::io::Error>>(target.addr()) })
             .await?;
         Ok(())
     })

@@ -43,14 +43,17 @@ fn sessions(client: &Client, name: &str) -> u32 {
 async fn a_refused_connection_goes_to_the_next_member() {
     let client = offline(Policy::default(), &["a", "b", "c"]);
     let tried = Mutex::new(Vec::new());
-    let got = client
-        .call(|t| {
-            tried.lock().unwrap().push(t.name.clone());
-            let first = tried.lock().unwrap().len() == 1;
-            async move { if first { Err(Failed::Connect(refused())) } else { Ok(t.name) } }
-        })
-        .await
-        .expect("the second member answers");
+    let got =
+        client
+            .call(|t| {
+                tried.lock().unwrap().push(t.name().to_owned());
+                let first = tried.lock().unwrap().len() == 1;
+                async move {
+                    if first { Err(Failed::Connect(refused())) } else { Ok(t.name().to_owned()) }
+                }
+            })
+            .await
+            .expect("the second member answers");
     let tried = tried.into_inner().unwrap();
     assert_eq!(tried.len(), 2);
     assert_ne!(tried[0], tried[1]);
@@ -80,7 +83,8 @@ async fn when_every_member_fails_the_error_lists_every_attempt() {
 #[tokio::test]
 async fn a_service_without_members_says_so() {
     let client = offline(Policy::default(), &[]);
-    let err = client.call(|t| async move { Ok::<_, Failed<std::io::Error>>(t.name) }).await;
+    let err =
+        client.call(|t| async move { Ok::<_, Failed<std::io::Error>>(t.name().to_owned()) }).await;
     let err = err.expect_err("nobody to call");
     assert_eq!(err.reason, GaveUp::NoMember);
     assert!(err.to_string().contains("no eligible member"), "{err}");
@@ -92,14 +96,14 @@ async fn a_member_failure_is_retried_only_for_idempotent_calls() {
     let calls = AtomicUsize::new(0);
     let fail_first = |t: Target| {
         let n = calls.fetch_add(1, Ordering::Relaxed);
-        async move { if n == 0 { Err(Failed::Member(refused())) } else { Ok(t.name) } }
+        async move { if n == 0 { Err(Failed::Member(refused())) } else { Ok(t.name().to_owned()) } }
     };
     client.call(fail_first).await.expect("idempotent: retried elsewhere");
     assert_eq!(calls.swap(0, Ordering::Relaxed), 2);
 
     let fail_first = |t: Target| {
         let n = calls.fetch_add(1, Ordering::Relaxed);
-        async move { if n == 0 { Err(Failed::Member(refused())) } else { Ok(t.name) } }
+        async move { if n == 0 { Err(Failed::Member(refused())) } else { Ok(t.name().to_owned()) } }
     };
     let err = client
         .call_with(CallOptions::not_idempotent(), fail_first)
@@ -136,7 +140,7 @@ async fn a_try_slower_than_the_per_try_timeout_goes_elsewhere() {
                 if n == 0 {
                     tokio::time::sleep(Duration::from_secs(10)).await;
                 }
-                Ok::<_, Failed<std::io::Error>>(t.name)
+                Ok::<_, Failed<std::io::Error>>(t.name().to_owned())
             }
         })
         .await
@@ -164,7 +168,7 @@ async fn an_empty_retry_budget_stops_retries_after_a_member_failure_but_not_fail
     client
         .call(|t| {
             let n = calls.fetch_add(1, Ordering::Relaxed);
-            async move { if n < 2 { Err(Failed::Connect(refused())) } else { Ok(t.name) } }
+            async move { if n < 2 { Err(Failed::Connect(refused())) } else { Ok(t.name().to_owned()) } }
         })
         .await
         .expect("the third member answers");
@@ -174,7 +178,7 @@ async fn an_empty_retry_budget_stops_retries_after_a_member_failure_but_not_fail
 async fn a_session_stays_on_its_member_and_moves_when_it_fails() {
     let client = offline(Policy::default(), &["a", "b", "c"]);
     let session = client.session();
-    let name = |t: Target| async move { Ok::<_, Failed<std::io::Error>>(t.name) };
+    let name = |t: Target| async move { Ok::<_, Failed<std::io::Error>>(t.name().to_owned()) };
     let first = session.call(name).await.unwrap();
     for _ in 0..5 {
         assert_eq!(session.call(name).await.unwrap(), first);
@@ -183,13 +187,16 @@ async fn a_session_stays_on_its_member_and_moves_when_it_fails() {
     assert_eq!(sessions(&client, &first), 1);
 
     // Its member refuses: the session moves to the next one and stays there.
-    let moved = session
-        .call(|t| {
-            let down = t.name == first;
-            async move { if down { Err(Failed::Connect(refused())) } else { Ok(t.name) } }
-        })
-        .await
-        .unwrap();
+    let moved =
+        session
+            .call(|t| {
+                let down = t.name() == first;
+                async move {
+                    if down { Err(Failed::Connect(refused())) } else { Ok(t.name().to_owned()) }
+                }
+            })
+            .await
+            .unwrap();
     assert_ne!(moved, first);
     for _ in 0..3 {
         assert_eq!(session.call(name).await.unwrap(), moved);
@@ -204,7 +211,7 @@ async fn a_session_stays_on_its_member_and_moves_when_it_fails() {
 async fn rotating_contexts_start_one_further_down_the_list() {
     let policy = Policy { algorithm: Algorithm::Rotating, ..Policy::default() };
     let client = offline(policy, &["a", "b", "c"]);
-    let name = |t: Target| async move { Ok::<_, Failed<std::io::Error>>(t.name) };
+    let name = |t: Target| async move { Ok::<_, Failed<std::io::Error>>(t.name().to_owned()) };
     let mut firsts = Vec::new();
     let mut held = Vec::new();
     for _ in 0..3 {
@@ -223,7 +230,7 @@ async fn rotating_contexts_start_one_further_down_the_list() {
 async fn with_session_granularity_the_client_is_one_session() {
     let policy = Policy { granularity: Granularity::Session, ..Policy::default() };
     let client = offline(policy, &["a", "b", "c"]);
-    let name = |t: Target| async move { Ok::<_, Failed<std::io::Error>>(t.name) };
+    let name = |t: Target| async move { Ok::<_, Failed<std::io::Error>>(t.name().to_owned()) };
     let first = client.call(name).await.unwrap();
     for _ in 0..5 {
         assert_eq!(client.call(name).await.unwrap(), first);
@@ -243,10 +250,10 @@ async fn in_flight_and_latency_reach_the_estimators() {
             .call(|t| {
                 assert_eq!(in_flight(&probe), 1, "the try is in flight");
                 async move {
-                    if t.name == "slow" {
+                    if t.name() == "slow" {
                         tokio::time::sleep(Duration::from_millis(15)).await;
                     }
-                    Ok::<_, Failed<std::io::Error>>(t.name)
+                    Ok::<_, Failed<std::io::Error>>(t.name().to_owned())
                 }
             })
             .await
@@ -269,8 +276,10 @@ async fn a_newer_answer_keeps_state_and_a_newer_view_id_asks_for_a_refetch() {
     assert_eq!(client.inner.wanted.load(Ordering::Relaxed), 5);
 
     let session = client.session();
-    let first =
-        session.call(|t| async move { Ok::<_, Failed<std::io::Error>>(t.name) }).await.unwrap();
+    let first = session
+        .call(|t| async move { Ok::<_, Failed<std::io::Error>>(t.name().to_owned()) })
+        .await
+        .unwrap();
     let mut answer = (*client.answer()).clone();
     answer.view_id = 5;
     answer.members.insert(0, member("z", 9));
@@ -278,8 +287,10 @@ async fn a_newer_answer_keeps_state_and_a_newer_view_id_asks_for_a_refetch() {
     assert_eq!(client.view_id(), 5);
     assert_eq!(client.members().len(), 3);
     assert_eq!(sessions(&client, &first), 1, "the session count survived the new answer");
-    let again =
-        session.call(|t| async move { Ok::<_, Failed<std::io::Error>>(t.name) }).await.unwrap();
+    let again = session
+        .call(|t| async move { Ok::<_, Failed<std::io::Error>>(t.name().to_owned()) })
+        .await
+        .unwrap();
     assert_eq!(again, first, "the session kept its member across the answer");
 }
 
@@ -299,10 +310,10 @@ async fn least_sessions_sees_the_calls_in_flight() {
                     let tx = held_tx.take();
                     async move {
                         if let Some(tx) = tx {
-                            let _ = tx.send(t.name.clone());
+                            let _ = tx.send(t.name().to_owned());
                         }
                         release.notified().await;
-                        Ok::<_, Failed<std::io::Error>>(t.name)
+                        Ok::<_, Failed<std::io::Error>>(t.name().to_owned())
                     }
                 })
                 .await
@@ -310,8 +321,10 @@ async fn least_sessions_sees_the_calls_in_flight() {
     };
     let busy = held_rx.await.expect("the long call started");
     for _ in 0..3 {
-        let name =
-            client.call(|t| async move { Ok::<_, Failed<std::io::Error>>(t.name) }).await.unwrap();
+        let name = client
+            .call(|t| async move { Ok::<_, Failed<std::io::Error>>(t.name().to_owned()) })
+            .await
+            .unwrap();
         assert_ne!(name, busy, "the member with a call in flight is passed over");
     }
     release.notify_one();
@@ -338,7 +351,7 @@ fn timings_that_would_spin_are_clamped() {
 async fn a_session_on_a_member_that_came_back_is_counted_again() {
     let client = offline(Policy::default(), &["a", "b"]);
     let session = client.session();
-    let name = |t: Target| async move { Ok::<_, Failed<std::io::Error>>(t.name) };
+    let name = |t: Target| async move { Ok::<_, Failed<std::io::Error>>(t.name().to_owned()) };
     let pinned = session.call(name).await.unwrap();
     let other = if pinned == "a" { "b" } else { "a" };
     assert_eq!(sessions(&client, &pinned), 1);
