@@ -172,7 +172,8 @@ where
         let plan =
             Plan { idempotent: is_idempotent(&parts.method), hash, session: self.session.clone() };
         let has_body = !body.is_end_stream();
-        let shared = Arc::new(Shared { parts, body: Mutex::new(has_body.then_some(body)) });
+        let hint = body.size_hint();
+        let shared = Arc::new(Shared { parts, hint, body: Mutex::new(has_body.then_some(body)) });
         // The call loop's future is the whole request's: everything it needs moves in.
         let tries = HttpTries { shared, has_body, inner: self.inner.clone() };
         Box::pin(ErrBoxed { call: Inner::run(client, plan, tries) })
@@ -210,6 +211,8 @@ struct HttpTries<S, B> {
 /// try's request rebuilt from them, and the caller's body, waiting until a try reads it.
 struct Shared<B> {
     parts: Parts,
+    /// The body's size hint before any try read it.
+    hint: SizeHint,
     body: Mutex<Option<B>>,
 }
 
@@ -455,7 +458,10 @@ impl<B: Body> Body for SlotBody<B> {
 
     fn is_end_stream(&self) -> bool {
         match &self.state {
-            SlotState::Waiting { shared } => shared.body().as_ref().is_none_or(Body::is_end_stream),
+            // A try starts only while the body is whole (`Tries::untouched`), so a waiting body
+            // is the caller's as it came: not at its end (bodies at their end never wait in a
+            // slot), with the hint it had. No lock needed.
+            SlotState::Waiting { .. } => false,
             SlotState::Reading { body } => body.is_end_stream(),
             SlotState::Done => true,
         }
@@ -463,9 +469,7 @@ impl<B: Body> Body for SlotBody<B> {
 
     fn size_hint(&self) -> SizeHint {
         match &self.state {
-            SlotState::Waiting { shared } => {
-                shared.body().as_ref().map_or_else(|| SizeHint::with_exact(0), Body::size_hint)
-            }
+            SlotState::Waiting { shared } => shared.hint.clone(),
             SlotState::Reading { body } => body.size_hint(),
             SlotState::Done => SizeHint::with_exact(0),
         }
