@@ -469,7 +469,7 @@ impl<B: Body> Body for SlotBody<B> {
 
     fn size_hint(&self) -> SizeHint {
         match &self.state {
-            SlotState::Waiting { shared } => shared.hint.clone(),
+            SlotState::Waiting { shared } => shared.hint,
             SlotState::Reading { body } => body.size_hint(),
             SlotState::Done => SizeHint::with_exact(0),
         }
