@@ -3,7 +3,6 @@
 //! core, try with a per-try timeout, report the outcome to the core's estimators, fail over to
 //! the next member under the same retry rules and budget as the router.
 
-use std::borrow::Borrow;
 use std::collections::hash_map::RandomState;
 use std::future::Future;
 use std::hash::BuildHasher;
@@ -18,8 +17,9 @@ use rondo_core::{Algorithm, Granularity, Outcome, Policy, RetryPolicy};
 use tokio::sync::{Notify, watch};
 
 use crate::clock;
-use crate::error::{Attempt, AttemptError, BootstrapError, CallError, Failed, GaveUp};
+use crate::error::{BootstrapError, CallError, Failed};
 use crate::naming::{NamingClient, is_not_found};
+use crate::run::Run;
 use crate::state::{MemberRef, State};
 use crate::tower::BalanceLayer;
 
@@ -200,7 +200,7 @@ pub(crate) struct Inner {
     /// Index of the endpoint in use.
     endpoint: AtomicU64,
     naming: Vec<NamingClient>,
-    call_timeout: Duration,
+    pub(crate) call_timeout: Duration,
     /// The client's own session when the policy's granularity is `session` or `lookup`.
     own: Mutex<SessionState>,
 }
@@ -418,7 +418,7 @@ impl Client {
             hash: options.hash_key.as_deref().map(|k| crate::state::key_hash(k.as_bytes())),
             session,
         };
-        Inner::run(&self.inner, plan, Targeted(call))
+        Run::new(&self.inner, plan, Targeted(call))
     }
 }
 
@@ -472,171 +472,6 @@ pub(crate) trait Tries {
     fn finish(self, inner: &Inner, value: Self::Value, ticket: Ticket) -> Self::Output;
 }
 
-impl Inner {
-    /// The call loop shared by closures, sessions and the tower layer. The try that answers
-    /// goes to [`Tries::finish`] with its ticket, which still holds the member's in-flight
-    /// request (the tower layer keeps it until the response body ends).
-    ///
-    /// The clock is read once at the start of each try: that reading is the pick's time, the
-    /// ticket's start and the base of the try's deadline (the call's deadline for the first).
-    #[expect(clippy::manual_async_fn, reason = "an async fn doubles its arguments' size")]
-    pub(crate) fn run<I, C>(
-        inner: I,
-        plan: Plan,
-        mut call: C,
-    ) -> impl Future<Output = Result<C::Output, CallError<C::Error>>>
-    where
-        I: Borrow<Arc<Inner>>,
-        C: Tries,
-    {
-        // An `async` block, not an `async fn`: an `async fn` keeps a second copy of each
-        // argument in its future (rust-lang/rust#62958), and this future is every call's.
-        async move {
-            let this: &Arc<Inner> = inner.borrow();
-            let mut try_start = tokio::time::Instant::now();
-            let deadline = try_start + this.call_timeout;
-            let mut attempts: Vec<Attempt<C::Error>> = Vec::new();
-            // Members whose try failed (filled only then: the common call never allocates it).
-            let mut tried: Vec<Arc<str>> = Vec::new();
-            // Retries after a member failed a sent call must fit the retry budget; a refused
-            // connection sent nothing and loaded nobody, so trying elsewhere after it is free.
-            let mut sent = false;
-            let mut context = None;
-            // The retry policy, read under the first pick's lock and kept for the whole call.
-            let (mut max_tries, mut per_try) = (1, None);
-            let fail =
-                |reason, attempts| CallError { service: this.service.clone(), reason, attempts };
-            let mut n = 0;
-            while n < max_tries {
-                if n > 0 {
-                    try_start = tokio::time::Instant::now();
-                }
-                let picked =
-                    this.pick(&plan, &tried, sent, n == 0, &mut context, try_start.into_std());
-                let mut ticket = match picked {
-                    Ok((ticket, retry)) => {
-                        if n == 0 {
-                            max_tries = retry.attempts.max(1);
-                            per_try = retry.per_try_timeout;
-                        }
-                        ticket
-                    }
-                    Err(Refused::Budget) => {
-                        tracing::warn!(service = %this.service, "retry budget exhausted");
-                        return Err(fail(GaveUp::BudgetExhausted, attempts));
-                    }
-                    Err(Refused::Pick(e)) => {
-                        let reason =
-                            if tried.is_empty() { GaveUp::NoMember } else { GaveUp::AllFailed };
-                        attempts.push(Attempt {
-                            member: None,
-                            address: None,
-                            error: AttemptError::NoMember(e),
-                        });
-                        return Err(fail(reason, attempts));
-                    }
-                };
-                n += 1;
-                // Resolving a host name counts against the try's time, like connecting does; a
-                // literal address was parsed once per answer and needs nothing.
-                let try_deadline = per_try.map_or(deadline, |t| (try_start + t).min(deadline));
-                let addr = match ticket.member.addr {
-                    Some(addr) => addr,
-                    None => {
-                        let address = &ticket.member.address;
-                        // Boxed: a rare path whose future would otherwise make every call's
-                        // future larger.
-                        let resolved =
-                            Box::pin(tokio::time::timeout_at(try_deadline, resolve(address)))
-                                .await
-                                .unwrap_or_else(|_| {
-                                    Err(format!("{address}: not resolved in time"))
-                                });
-                        match resolved {
-                            Ok(addr) => addr,
-                            Err(error) => {
-                                // Nothing was sent: charged like a refused connection.
-                                ticket.failed(rondo_core::FailureKind::Connect);
-                                let m = ticket.member.clone();
-                                drop(ticket);
-                                attempts.push(Attempt {
-                                    member: Some(String::from(&*m.name)),
-                                    address: Some(String::from(&*m.address)),
-                                    error: AttemptError::Resolve(error),
-                                });
-                                tried.push(m.name.clone());
-                                continue;
-                            }
-                        }
-                    }
-                };
-                let result =
-                    tokio::time::timeout_at(try_deadline, call.start(&ticket.member, addr)).await;
-                let (error, connect) = match result {
-                    Ok(Ok(value)) => return Ok(call.finish(this, value, ticket)),
-                    Ok(Err(Failed::Connect(e))) => {
-                        ticket.failed(rondo_core::FailureKind::Connect);
-                        (AttemptError::Connect(e), true)
-                    }
-                    Ok(Err(Failed::Member(e))) => {
-                        ticket.failed(rondo_core::FailureKind::Reset);
-                        (AttemptError::Member(e), false)
-                    }
-                    Ok(Err(Failed::Fatal(e))) => {
-                        attempts.push(Attempt {
-                            member: Some(String::from(&*ticket.member.name)),
-                            address: Some(String::from(&*ticket.member.address)),
-                            error: AttemptError::Fatal(e),
-                        });
-                        ticket.end(Outcome::Cancelled);
-                        return Err(fail(GaveUp::Fatal, attempts));
-                    }
-                    Err(_elapsed) => {
-                        ticket.failed(rondo_core::FailureKind::Timeout);
-                        let limit = try_deadline.saturating_duration_since(try_start);
-                        (AttemptError::Timeout(limit), false)
-                    }
-                };
-                let m = &ticket.member;
-                tracing::debug!(service = %this.service, member = %m.name, error = %DisplayKind(&error), "attempt failed");
-                attempts.push(Attempt {
-                    member: Some(String::from(&*m.name)),
-                    address: Some(String::from(&*m.address)),
-                    error,
-                });
-                tried.push(m.name.clone());
-                sent |= !connect;
-                // The call can be sent again only if nothing of it was consumed; then a connect
-                // failure sent nothing, so any call may go elsewhere; after a reset or a timeout
-                // the member may have acted on it, so only idempotent calls go again.
-                if !call.untouched() || !(connect || plan.idempotent) {
-                    return Err(fail(GaveUp::NotRetryable, attempts));
-                }
-                if tokio::time::Instant::now() >= deadline {
-                    return Err(fail(GaveUp::Deadline, attempts));
-                }
-            }
-            Err(fail(GaveUp::AllFailed, attempts))
-        }
-    }
-}
-
-/// Names an attempt error's kind for logs without requiring `E: Display`.
-struct DisplayKind<'a, E>(&'a AttemptError<E>);
-
-impl<E> std::fmt::Display for DisplayKind<'_, E> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self.0 {
-            AttemptError::Connect(_) => "connect",
-            AttemptError::Member(_) => "member",
-            AttemptError::Fatal(_) => "fatal",
-            AttemptError::Timeout(_) => "timeout",
-            AttemptError::Resolve(_) => "resolve",
-            AttemptError::NoMember(_) => "no member",
-        })
-    }
-}
-
 /// How the call loop treats one call.
 pub(crate) struct Plan {
     pub(crate) idempotent: bool,
@@ -645,7 +480,7 @@ pub(crate) struct Plan {
     pub(crate) session: Option<Arc<SessionCell>>,
 }
 
-enum Refused {
+pub(crate) enum Refused {
     Budget,
     Pick(rondo_core::PickError),
 }
@@ -666,7 +501,7 @@ impl Inner {
 
     /// Takes the budget, picks a member (the session's while it can keep it) and begins a
     /// request on it, all under one lock hold.
-    fn pick(
+    pub(crate) fn pick(
         self: &Arc<Self>,
         plan: &Plan,
         tried: &[Arc<str>],
@@ -790,18 +625,6 @@ impl Inner {
     }
 }
 
-/// Resolves `host:port`: literal socket addresses directly, host names through tokio's
-/// resolver (the first address wins).
-async fn resolve(address: &str) -> Result<SocketAddr, String> {
-    if let Ok(a) = address.parse() {
-        return Ok(a);
-    }
-    match tokio::net::lookup_host(address).await {
-        Ok(mut it) => it.next().ok_or_else(|| format!("{address}: no address")),
-        Err(e) => Err(format!("{address}: {e}")),
-    }
-}
-
 /// A request begun on a member; ends it with its outcome when dropped (cancelled when no
 /// outcome was recorded: the caller went away).
 #[derive(Debug)]
@@ -844,6 +667,11 @@ impl Ticket {
     /// The member's name.
     pub(crate) fn member(&self) -> &str {
         &self.member.name
+    }
+
+    /// The member.
+    pub(crate) fn member_ref(&self) -> &Arc<MemberRef> {
+        &self.member
     }
 }
 

@@ -75,6 +75,7 @@ mod client;
 mod clock;
 mod error;
 mod naming;
+mod run;
 mod state;
 mod tower;
 
@@ -84,7 +85,9 @@ pub use naming::NamingClient;
 #[doc(hidden)]
 pub use state::Replay;
 pub use state::cluster_spec;
-pub use tower::{BalanceLayer, Balanced, BalancedError, BoxError, HttpError, SlotBody, Tracked};
+pub use tower::{
+    BalanceLayer, Balanced, BalancedError, BoxError, HttpError, ResponseFuture, SlotBody, Tracked,
+};
 
 /// The naming service's wire format (re-exported from `rondo-core`).
 pub use rondo_core::wire;

@@ -35,6 +35,7 @@ use tower::{Layer, Service};
 
 use crate::client::{Client, Inner, Plan, SessionCell, Ticket, Tries};
 use crate::error::{CallError, Failed, is_connect_error};
+use crate::run::Run;
 use crate::state::MemberRef;
 
 /// The view id header as a name (no parsing per response).
@@ -154,7 +155,7 @@ where
 {
     type Response = Response<Tracked<RB>>;
     type Error = BoxError;
-    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, BoxError>> + Send>>;
+    type Future = ResponseFuture<S, B, RB>;
 
     fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
         // Readiness is the inner service's, per member; each try waits for it.
@@ -176,26 +177,58 @@ where
         let shared = Arc::new(Shared { parts, hint, body: Mutex::new(has_body.then_some(body)) });
         // The call loop's future is the whole request's: everything it needs moves in.
         let tries = HttpTries { shared, has_body, inner: self.inner.clone() };
-        Box::pin(ErrBoxed { call: Inner::run(client, plan, tries) })
+        ResponseFuture { run: Run::new(client, plan, tries) }
     }
 }
 
 pin_project! {
-    /// A [`Balanced`] request's call loop, its error boxed.
-    struct ErrBoxed<F> {
+    /// The future of a [`Balanced`] request: the client's call loop (no box per request). Its
+    /// error, when every option failed, is a boxed [`BalancedError`].
+    pub struct ResponseFuture<S, B, RB>
+    where
+        S: Service<Request<SlotBody<B>>, Response = Response<RB>>,
+        S: Clone,
+        S: Send,
+        S: 'static,
+        S::Future: Send,
+        S::Error: Into<BoxError>,
+        B: Body,
+        B: Send,
+        B: 'static,
+        RB: Body,
+        RB: Send,
+        RB: 'static,
+    {
         #[pin]
-        call: F,
+        run: Run<Arc<Inner>, HttpTries<S, B>>,
     }
 }
 
-impl<F, T> Future for ErrBoxed<F>
+impl<S, B, RB> fmt::Debug for ResponseFuture<S, B, RB>
 where
-    F: Future<Output = Result<T, BalancedError>>,
+    S: Service<Request<SlotBody<B>>, Response = Response<RB>> + Clone + Send + 'static,
+    S::Future: Send,
+    S::Error: Into<BoxError>,
+    B: Body + Send + 'static,
+    RB: Body + Send + 'static,
 {
-    type Output = Result<T, BoxError>;
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ResponseFuture").finish_non_exhaustive()
+    }
+}
 
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<T, BoxError>> {
-        self.project().call.poll(cx).map_err(|e| Box::new(e) as BoxError)
+impl<S, B, RB> Future for ResponseFuture<S, B, RB>
+where
+    S: Service<Request<SlotBody<B>>, Response = Response<RB>> + Clone + Send + 'static,
+    S::Future: Send,
+    S::Error: Into<BoxError>,
+    B: Body + Send + 'static,
+    RB: Body + Send + 'static,
+{
+    type Output = Result<Response<Tracked<RB>>, BoxError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.project().run.poll(cx).map_err(|e| Box::new(e) as BoxError)
     }
 }
 

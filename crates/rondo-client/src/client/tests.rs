@@ -7,6 +7,7 @@ use rondo_core::wire::{Member, Source};
 use rondo_core::{AdminState, Algorithm, Granularity, Policy};
 
 use super::*;
+use crate::{AttemptError, GaveUp};
 
 fn member(name: &str, port: u16) -> Member {
     Member {
