@@ -370,3 +370,79 @@ async fn a_session_on_a_member_that_came_back_is_counted_again() {
     drop(session);
     assert_eq!(sessions(&client, &pinned), 0);
 }
+
+/// A client of members at the given addresses (host names allowed).
+fn offline_at(policy: Policy, members: &[(&str, &str)]) -> Client {
+    let members =
+        members.iter().map(|(n, a)| Member { address: (*a).into(), ..member(n, 0) }).collect();
+    let answer = Answer { service: "web".into(), view_id: 1, policy, members };
+    Client::builder("web").seed(42).offline(answer)
+}
+
+#[tokio::test]
+async fn a_host_name_is_resolved_for_the_try_and_one_that_fails_goes_to_the_next_member() {
+    // `localhost:7` resolves (no DNS server involved); `no-port` cannot be resolved at all.
+    let policy = Policy { algorithm: Algorithm::Rotating, ..Policy::default() };
+    let client = offline_at(policy, &[("named", "localhost:7"), ("broken", "no-port")]);
+    let mut seen = Vec::new();
+    for _ in 0..4 {
+        let target = client
+            .call(|t| async move { Ok::<_, Failed<std::io::Error>>(t) })
+            .await
+            .expect("`named` answers every call");
+        seen.push(target);
+    }
+    for t in &seen {
+        assert_eq!(t.name(), "named");
+        assert_eq!(t.address(), "localhost:7");
+        assert!(t.addr().ip().is_loopback() && t.addr().port() == 7, "{t:?}");
+    }
+    // Calls that started on `broken` (every other one: `rotating`) failed over; the failed
+    // resolution was charged to it like a refused connection.
+    {
+        let st = client.inner.lock();
+        let broken = st.balancer.member_index("broken").expect("broken");
+        assert!(st.balancer.states()[broken].load.completed >= 1, "a try started on `broken`");
+        assert!(st.balancer.states()[broken].load.consecutive_failures >= 1);
+    }
+    // With only `broken`, the call gives up with the resolver's reason.
+    let broken_only = offline_at(Policy::default(), &[("broken", "no-port")]);
+    let err = broken_only
+        .call(|t| async move { Ok::<_, Failed<std::io::Error>>(t) })
+        .await
+        .expect_err("nothing resolves");
+    assert!(
+        matches!(&err.attempts[0].error, AttemptError::Resolve(m) if m.starts_with("no-port: ")),
+        "{err}"
+    );
+    assert_eq!(err.attempts[0].member.as_deref(), Some("broken"));
+    assert_eq!(in_flight(&client), 0);
+    assert_eq!(in_flight(&broken_only), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_stops_at_its_deadline_even_with_attempts_left() {
+    let client =
+        Client::builder("web").seed(42).call_timeout(Duration::from_millis(50)).offline(Answer {
+            service: "web".into(),
+            view_id: 1,
+            policy: Policy::default(),
+            members: vec![member("a", 1), member("b", 2), member("c", 3)],
+        });
+    let calls = AtomicUsize::new(0);
+    let err = client
+        .call(|_t| {
+            calls.fetch_add(1, Ordering::Relaxed);
+            async {
+                // Each member fails after 40 ms: the second try outlives the call's 50 ms.
+                tokio::time::sleep(Duration::from_millis(40)).await;
+                Err::<(), _>(Failed::Member(refused()))
+            }
+        })
+        .await
+        .expect_err("out of time");
+    assert_eq!(err.reason, GaveUp::Deadline, "{err}");
+    assert_eq!(calls.load(Ordering::Relaxed), 2, "no third try after the deadline");
+    assert!(matches!(err.attempts[1].error, AttemptError::Timeout(_)), "{err}");
+    assert_eq!(in_flight(&client), 0);
+}
