@@ -111,11 +111,12 @@ impl<S> Layer<S> for BalanceLayer {
 /// held makes the client refetch ([`Client::observe_view_id`]).
 ///
 /// The inner service receives requests whose URI is `scheme://member-address/path` and whose
-/// body is a [`SlotBody`] around the caller's body. Requests (and clones of the `Balanced`
-/// service) share one inner service: a try calls it in place, under a lock held only while
-/// it takes the request, instead of carrying a clone of its own (a hyper-util client is 300
-/// bytes and takes about 80 ns to clone and drop). It is cloned only for a try that must wait
-/// for its readiness.
+/// body is a [`SlotBody`] around the caller's body. The requests of one `Balanced` share its
+/// inner service: a try calls it in place, under a lock held only while it takes the request,
+/// instead of carrying a clone of its own (a hyper-util client is 300 bytes and takes about
+/// 80 ns to clone and drop). It is cloned only for a try that must wait for its readiness, and
+/// when the `Balanced` service is cloned (give each task its own clone, as usual with tower,
+/// and no two tasks wait for the same lock).
 #[derive(Debug)]
 pub struct Balanced<S> {
     client: Client,
@@ -123,12 +124,13 @@ pub struct Balanced<S> {
     inner: Arc<Mutex<S>>,
 }
 
-impl<S> Clone for Balanced<S> {
+impl<S: Clone> Clone for Balanced<S> {
     fn clone(&self) -> Self {
+        let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner()).clone();
         Balanced {
             client: self.client.clone(),
             session: self.session.clone(),
-            inner: self.inner.clone(),
+            inner: Arc::new(Mutex::new(inner)),
         }
     }
 }
