@@ -55,7 +55,7 @@ trap 'rm -f "$tmp"' EXIT
 {
   echo "# Balancing overhead (PKUAS table): raw output"
   echo
-  echo "Date: $(date -u '+%Y-%m-%d %H:%M UTC'); commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' plus working-tree changes')."
+  echo "Date: $(date -u '+%Y-%m-%d %H:%M UTC'); commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet -- . ':!bench/results' 2>/dev/null || echo ' plus working-tree changes')."
   echo "Machine: $(nproc) vCPUs, $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'), Linux $(uname -r)."
   echo "Command: \`bench/overhead.sh${extra[*]:+ -- ${extra[*]}}\`."
   echo
