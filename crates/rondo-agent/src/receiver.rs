@@ -5,12 +5,12 @@
 use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rondo_core::load::AgentReport;
 use rondo_core::{AdminState, Algorithm};
+use rondo_runtime::metrics::{Counter, Metrics};
 use rondo_runtime::{Live, clock};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
@@ -52,26 +52,43 @@ pub struct ReceiverStats {
     pub hellos_refused: u64,
 }
 
-#[derive(Debug, Default)]
+/// The receiver's counters: the process's `rondo_agent_messages_total` series, so `/metrics`
+/// shows them.
+#[derive(Debug)]
 struct Counters {
-    accepted: AtomicU64,
-    bad_mac: AtomicU64,
-    truncated: AtomicU64,
-    bad_version: AtomicU64,
-    malformed: AtomicU64,
-    replayed: AtomicU64,
-    unknown_member: AtomicU64,
-    hellos: AtomicU64,
-    hellos_refused: AtomicU64,
+    accepted: Counter,
+    bad_mac: Counter,
+    truncated: Counter,
+    bad_version: Counter,
+    malformed: Counter,
+    replayed: Counter,
+    unknown_member: Counter,
+    hellos: Counter,
+    hellos_refused: Counter,
 }
 
-fn bump(c: &AtomicU64) {
-    c.fetch_add(1, Ordering::Relaxed);
+fn bump(c: &Counter) {
+    c.inc();
 }
 
 impl Counters {
+    fn new(m: &Metrics) -> Counters {
+        let hb = |result| m.agent_counter("heartbeat", result);
+        Counters {
+            accepted: hb("accepted"),
+            bad_mac: hb("bad_mac"),
+            truncated: hb("truncated"),
+            bad_version: hb("bad_version"),
+            malformed: hb("malformed"),
+            replayed: hb("replayed"),
+            unknown_member: hb("unknown_member"),
+            hellos: m.agent_counter("hello", "accepted"),
+            hellos_refused: m.agent_counter("hello", "refused"),
+        }
+    }
+
     fn snapshot(&self) -> ReceiverStats {
-        let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let g = |c: &Counter| c.get();
         ReceiverStats {
             accepted: g(&self.accepted),
             bad_mac: g(&self.bad_mac),
@@ -132,11 +149,12 @@ pub async fn start(opts: ReceiverOpts, live: Arc<Live>) -> io::Result<Receiver> 
     let tcp = TcpListener::bind(opts.listen).await?;
     let addr = tcp.local_addr()?;
     let udp = UdpSocket::bind(addr).await?;
+    let counters = Counters::new(&live.metrics);
     let shared = Arc::new(Shared {
         live,
         key: opts.key,
         interval: opts.interval,
-        counters: Counters::default(),
+        counters,
         last_seq: Mutex::new(HashMap::new()),
     });
     let tasks = vec![

@@ -8,7 +8,7 @@
 use std::sync::Mutex;
 
 use prometheus_client::encoding::EncodeLabelSet;
-use prometheus_client::metrics::counter::Counter;
+pub use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
@@ -75,6 +75,16 @@ pub struct ReloadLabels {
     pub result: &'static str,
 }
 
+/// Labels of a message from a load agent.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct AgentLabels {
+    /// `heartbeat` (UDP) or `hello` (TCP).
+    pub kind: &'static str,
+    /// What became of it: for heartbeats `accepted`, `bad_mac`, `truncated`, `bad_version`,
+    /// `malformed`, `replayed` or `unknown_member`; for hellos `accepted` or `refused`.
+    pub result: &'static str,
+}
+
 type F64Gauge = Gauge<f64, std::sync::atomic::AtomicU64>;
 type Histograms = Family<MemberRouteLabels, Histogram, fn() -> Histogram>;
 
@@ -108,6 +118,9 @@ pub struct Metrics {
     pub registry_resyncs: Counter,
     /// Registered members known (`rondo_registry_registrations`).
     pub registrations: Gauge,
+    /// Messages from load agents by kind and result (`rondo_agent_messages_total`); the agent
+    /// receiver counts into them ([`Metrics::agent_counter`]).
+    pub agent_messages: Family<AgentLabels, Counter>,
     view: Gauge,
     in_flight: Family<MemberLabels, Gauge>,
     sessions: Family<MemberLabels, Gauge>,
@@ -139,6 +152,7 @@ impl Metrics {
             registry_connected: Gauge::default(),
             registry_resyncs: Counter::default(),
             registrations: Gauge::default(),
+            agent_messages: Family::default(),
             view: Gauge::default(),
             in_flight: Family::default(),
             sessions: Family::default(),
@@ -198,6 +212,11 @@ impl Metrics {
             "Members registered with the naming service",
             m.registrations.clone(),
         );
+        r.register(
+            "agent_messages",
+            "Messages from load agents received, by kind (heartbeat, hello) and result",
+            m.agent_messages.clone(),
+        );
         r.register("member_in_flight", "Requests in flight on a member", m.in_flight.clone());
         r.register("member_sessions", "Sessions pinned to a member", m.sessions.clone());
         r.register(
@@ -247,6 +266,12 @@ impl Metrics {
     pub fn budget_exhausted(&self, route: &str, cluster: &str) {
         let labels = RouteClusterLabels { route: route.to_owned(), cluster: cluster.to_owned() };
         self.budget_exhausted.get_or_create(&labels).inc();
+    }
+
+    /// The counter of agent messages of `kind` with `result` (shown from zero on once asked
+    /// for; a clone counts into the same metric).
+    pub fn agent_counter(&self, kind: &'static str, result: &'static str) -> Counter {
+        self.agent_messages.get_or_create(&AgentLabels { kind, result }).clone()
     }
 
     /// Counts a config file reload.

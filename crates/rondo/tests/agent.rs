@@ -256,6 +256,28 @@ async fn wrong_keys_bad_datagrams_and_unknown_members_are_refused_and_counted() 
     // The refused agent keeps retrying, so its count grows; everything else is exact.
     assert!(st.hellos_refused >= 4, "{st:?}");
     assert_eq!(ReceiverStats { hellos_refused: 0, ..st }, want);
+    // `/metrics` shows the same counts (the receiver counts into the process's metrics).
+    let text = s.live.metrics.render(&s.live.load());
+    let heartbeats = [
+        ("accepted", 1),
+        ("bad_mac", 2),
+        ("truncated", 1),
+        ("bad_version", 2),
+        ("malformed", 0),
+        ("replayed", 2),
+        ("unknown_member", 2),
+    ];
+    let lines =
+        heartbeats.iter().map(|(r, n)| ("heartbeat", *r, *n)).chain([("hello", "accepted", 1)]);
+    for (kind, result, n) in lines {
+        let line =
+            format!("rondo_agent_messages_total{{kind=\"{kind}\",result=\"{result}\"}} {n}\n");
+        assert!(text.contains(&line), "{line:?} missing from\n{text}");
+    }
+    assert!(
+        text.contains("rondo_agent_messages_total{kind=\"hello\",result=\"refused\"} "),
+        "{text}"
+    );
     // After a hello, the router tells where the sequence continues.
     assert_eq!(hello(to, &wire::hello_line("app", "m2", &key)).await, "OK 100 11\n");
     assert!(s.reported("m2") && !s.reported("m1"));
@@ -339,6 +361,7 @@ async fn serve_process_with_agent_processes_logs_fallback_and_availability() {
     std::fs::write(&key_file, format!("{KEY}\n")).unwrap();
     let web = support::dead_addr();
     let agent_addr = support::dead_addr();
+    let admin_addr = support::dead_addr();
     let path = dir.join("rondo.toml");
     std::fs::write(
         &path,
@@ -347,7 +370,8 @@ async fn serve_process_with_agent_processes_logs_fallback_and_availability() {
              [[route]]\nlistener = \"web\"\ncluster = \"app\"\n\n\
              [cluster.app]\nalgorithm = \"least-cpu\"\npanic_threshold_percent = 0\n\
              agent = {{ misses = 3 }}\n{}\n\n\
-             [agent]\nlisten = \"{agent_addr}\"\nkey_file = \"agent.key\"\ninterval_ms = 100\n",
+             [agent]\nlisten = \"{agent_addr}\"\nkey_file = \"agent.key\"\ninterval_ms = 100\n\n\
+             [admin]\nlisten = \"{admin_addr}\"\ntoken = \"{KEY}\"\n",
             member_list(&ms)
         ),
     )
@@ -396,6 +420,21 @@ async fn serve_process_with_agent_processes_logs_fallback_and_availability() {
     err.wait_for(&["member available again", "m1"], Duration::from_secs(5)).await;
     let names = served_by(&format!("http://{web}/"), 20).await;
     assert_eq!(count(&names, "m1"), 20, "{names:?}");
+    // The admin API's `/metrics` counts the agents' messages.
+    let url = format!("http://{admin_addr}/metrics");
+    let bearer = format!("Bearer {KEY}");
+    let metrics = support::get_with(&support::client(), &url, &[("authorization", &bearer)]).await;
+    assert_eq!(metrics.status, 200, "{}", metrics.body);
+    let count_of = |kind: &str, result: &str| -> u64 {
+        let prefix = format!("rondo_agent_messages_total{{kind=\"{kind}\",result=\"{result}\"}} ");
+        let line = metrics.body.lines().find_map(|l| l.strip_prefix(prefix.as_str()));
+        line.and_then(|n| n.trim().parse().ok())
+            .unwrap_or_else(|| panic!("{prefix}in\n{}", metrics.body))
+    };
+    assert!(count_of("hello", "accepted") >= 2, "{}", metrics.body);
+    // Both agents reported, m1 before its SIGSTOP and again after its SIGCONT.
+    assert!(count_of("heartbeat", "accepted") >= 3, "{}", metrics.body);
+    assert_eq!(count_of("heartbeat", "bad_mac"), 0);
     eprintln!("router log:\n{}", err.0.lock().unwrap().join("\n"));
     std::fs::remove_dir_all(&dir).ok();
 }
