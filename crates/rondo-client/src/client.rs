@@ -635,8 +635,7 @@ pub(crate) struct Ticket {
     epoch: u64,
     started: std::time::Instant,
     /// When the outcome was recorded: the request ends in the core at that time (one clock
-    /// reading for both), even when the ticket is dropped later (the tower layer's response
-    /// body).
+    /// reading for both); `None` ends it when the ticket is dropped.
     ended: Option<std::time::Instant>,
     outcome: Option<Outcome>,
 }
@@ -656,6 +655,12 @@ impl Ticket {
         self.ended = Some(now);
         let latency = now.saturating_duration_since(self.started);
         self.outcome = Some(Outcome::Failure { kind, latency });
+    }
+
+    /// Keeps the outcome recorded but ends the request in the core only when the ticket is
+    /// dropped, at that time (the tower layer: the request lasts as long as the response body).
+    pub(crate) fn end_when_dropped(&mut self) {
+        self.ended = None;
     }
 
     /// Ends the request now with `outcome`.

@@ -64,8 +64,9 @@ pin_project! {
         Pick,
         // A try waits for its member's host name.
         Resolve { ticket: Option<Ticket>, start: Instant, until: Instant, resolving: Resolving },
-        // A try is under way, until `until`.
-        Try { ticket: Option<Ticket>, start: Instant, until: Instant, #[pin] call: Timeout<F> },
+        // A try is under way, until `until`. (`call` before `ticket`: dropped mid-try, the
+        // try's future goes first, then its request ends in the core as cancelled.)
+        Try { #[pin] call: Timeout<F>, ticket: Option<Ticket>, start: Instant, until: Instant },
         // The call has its result.
         Done,
     }
@@ -175,7 +176,7 @@ where
                         Some(addr) => {
                             let call = this.call.as_mut().expect("a call before its answer");
                             let call = timeout_at(until, call.start(ticket.member_ref(), addr));
-                            this.step.set(Step::Try { ticket: Some(ticket), start, until, call });
+                            this.step.set(Step::Try { call, ticket: Some(ticket), start, until });
                         }
                         None => {
                             let address = ticket.member_ref().address.clone();
@@ -197,7 +198,7 @@ where
                         Ok(addr) => {
                             let call = this.call.as_mut().expect("a call before its answer");
                             let call = timeout_at(until, call.start(ticket.member_ref(), addr));
-                            this.step.set(Step::Try { ticket: Some(ticket), start, until, call });
+                            this.step.set(Step::Try { call, ticket: Some(ticket), start, until });
                         }
                         Err(error) => {
                             // Nothing was sent: charged like a refused connection.
@@ -209,7 +210,7 @@ where
                         }
                     }
                 }
-                StepProj::Try { ticket, start, until, call } => {
+                StepProj::Try { call, ticket, start, until } => {
                     let result = ready!(call.poll(cx));
                     let (start, until) = (*start, *until);
                     let mut ticket = ticket.take().expect("a try has its ticket");

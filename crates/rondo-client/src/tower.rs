@@ -277,14 +277,17 @@ where
             Err(e) => return TryFuture::failed(Failed::Fatal(HttpError(e.into()))),
         };
         // Readiness asked without a waker first: a ready service (a hyper client always is) is
-        // called in place, with no clone per try; for one that is not, a clone goes with the
-        // try (boxed: a rare path), which waits for its readiness.
+        // called in place, with no clone per try. One that is not goes with the try (boxed: a
+        // rare path), which waits for its readiness, and a clone takes its place: the polled
+        // one may hold a place in a queue (a concurrency limit's semaphore, a buffer's slot)
+        // that a fresh clone would only join at its end.
         let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         match inner.poll_ready(&mut Context::from_waker(Waker::noop())) {
             Poll::Ready(Ok(())) => TryFuture::Called { call: inner.call(req) },
             Poll::Ready(Err(e)) => TryFuture::failed(classify(e)),
             Poll::Pending => {
-                let mut svc = inner.clone();
+                let fresh = inner.clone();
+                let mut svc = std::mem::replace(&mut *inner, fresh);
                 drop(inner);
                 TryFuture::Boxed {
                     wait: Box::pin(async move {
@@ -314,7 +317,9 @@ where
         if let Some(v) = seen {
             inner.observe_view_id(v);
         }
-        // The member's request lasts until the body's last frame passes.
+        // The member's request lasts until the body's last frame passes, and ends in the core
+        // then (a stream may end long after its head: the core's time must not go back).
+        ticket.end_when_dropped();
         resp.map(|body| Tracked { inner: body, ticket: Some(ticket) })
     }
 }
@@ -495,7 +500,9 @@ impl<B: Body> Body for SlotBody<B> {
         match &self.state {
             // A try starts only while the body is whole (`Tries::untouched`), so a waiting body
             // is the caller's as it came: not at its end (bodies at their end never wait in a
-            // slot), with the hint it had. No lock needed.
+            // slot), with the hint it had. No lock needed. (Should a try that timed out still
+            // take the body later, this try sends less than it announced and hyper fails it,
+            // rather than sending an empty body.)
             SlotState::Waiting { .. } => false,
             SlotState::Reading { body } => body.is_end_stream(),
             SlotState::Done => true,
@@ -571,6 +578,7 @@ impl<B: Body> Body for Tracked<B> {
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
 
     use bytes::Bytes;
     use http_body_util::{BodyExt, Full};
@@ -756,5 +764,105 @@ mod tests {
         assert!(slow.polls.load(Ordering::Relaxed) >= 2);
         let st = client.inner.lock();
         assert!(st.balancer.states().iter().all(|s| s.load.in_flight == 0), "body done");
+    }
+
+    /// An inner service like tower's `ConcurrencyLimit`: readiness acquires a permit of a shared
+    /// semaphore (queued in order), a call holds it until its response is released by the test;
+    /// a clone starts with nothing acquired.
+    struct Limited {
+        sem: Arc<tokio::sync::Semaphore>,
+        acquiring: Option<Pin<Box<dyn Future<Output = tokio::sync::OwnedSemaphorePermit> + Send>>>,
+        permit: Option<tokio::sync::OwnedSemaphorePermit>,
+        release: tokio::sync::watch::Receiver<bool>,
+    }
+
+    impl Clone for Limited {
+        fn clone(&self) -> Self {
+            Limited {
+                sem: self.sem.clone(),
+                acquiring: None,
+                permit: None,
+                release: self.release.clone(),
+            }
+        }
+    }
+
+    impl Service<Request<SlotBody<Full<Bytes>>>> for Limited {
+        type Response = Response<Full<Bytes>>;
+        type Error = BoxError;
+        type Future = Pin<Box<dyn Future<Output = Result<Response<Full<Bytes>>, BoxError>> + Send>>;
+
+        fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+            if self.permit.is_none() {
+                let sem = self.sem.clone();
+                let acquiring = self.acquiring.get_or_insert_with(|| {
+                    Box::pin(async move { sem.acquire_owned().await.expect("open semaphore") })
+                });
+                self.permit = Some(std::task::ready!(acquiring.as_mut().poll(cx)));
+                self.acquiring = None;
+            }
+            Poll::Ready(Ok(()))
+        }
+
+        fn call(&mut self, _req: Request<SlotBody<Full<Bytes>>>) -> Self::Future {
+            let permit = self.permit.take().expect("called when ready");
+            let mut release = self.release.clone();
+            Box::pin(async move {
+                let _ = release.wait_for(|r| *r).await;
+                drop(permit);
+                Ok(Response::new(Full::new(Bytes::from("done"))))
+            })
+        }
+    }
+
+    // Regression: a try whose inner service was not ready went with a fresh clone and left
+    // the polled service, first in the semaphore's queue, behind: the permit went to it and the
+    // try waited until its deadline.
+    #[tokio::test]
+    async fn a_try_waiting_for_readiness_keeps_its_place_in_the_queue() {
+        let client = offline(&["a"]);
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        let sem = Arc::new(tokio::sync::Semaphore::new(1));
+        let limited = Limited { sem, acquiring: None, permit: None, release: rx };
+        let mut svc = client.layer().layer(limited);
+        let get = || Request::get("http://web/").body(Full::new(Bytes::new())).unwrap();
+        // A takes the only permit and holds it until released.
+        let first = tokio::spawn(svc.call(get()));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        // B queues for the permit.
+        let second = tokio::spawn(svc.call(get()));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        tx.send(true).expect("a receiver");
+        let a = tokio::time::timeout(Duration::from_secs(2), first).await.expect("A answers");
+        assert_eq!(a.unwrap().expect("A").status(), 200);
+        let b = tokio::time::timeout(Duration::from_secs(2), second)
+            .await
+            .expect("B gets the permit A released");
+        assert_eq!(b.unwrap().expect("B").status(), 200);
+    }
+
+    // Regression: a streamed response ended the member's request in the core at the time of its
+    // head, so the member's EWMA went back in time when a long body ended.
+    #[tokio::test(start_paused = true)]
+    async fn a_response_ends_in_the_core_when_its_body_ends() {
+        let client = offline(&["a"]);
+        let inner = Fake(|_req: Request<SlotBody<Full<Bytes>>>| async {
+            Ok(Response::new(Full::new(Bytes::from("streamed"))))
+        });
+        let mut svc = client.layer().layer(inner);
+        let get = Request::get("http://web/").body(Full::new(Bytes::new())).unwrap();
+        let resp = svc.call(get).await.expect("a response");
+        let head = crate::clock::now();
+        tokio::time::advance(Duration::from_secs(5)).await;
+        let body = resp.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(body, "streamed");
+        let st = client.inner.lock();
+        let (_, stamp) = st.balancer.states()[0].load.ewma.last();
+        assert!(
+            stamp.since(head) >= Duration::from_secs(5),
+            "ended {:?} after the head",
+            stamp.since(head)
+        );
+        assert_eq!(st.balancer.states()[0].load.in_flight, 0);
     }
 }

@@ -446,3 +446,20 @@ async fn a_call_stops_at_its_deadline_even_with_attempts_left() {
     assert!(matches!(err.attempts[1].error, AttemptError::Timeout(_)), "{err}");
     assert_eq!(in_flight(&client), 0);
 }
+
+#[tokio::test]
+async fn a_call_dropped_mid_try_ends_its_request_as_cancelled() {
+    let client = offline(Policy::default(), &["a", "b"]);
+    let started = AtomicUsize::new(0);
+    let call = client.call(|_t| {
+        started.fetch_add(1, Ordering::Relaxed);
+        std::future::pending::<Result<(), Failed<std::io::Error>>>()
+    });
+    // The caller gives up: the call's future is dropped while its try is under way.
+    let gave_up = tokio::time::timeout(Duration::from_millis(20), call).await;
+    assert!(gave_up.is_err());
+    assert_eq!(started.load(Ordering::Relaxed), 1);
+    assert_eq!(in_flight(&client), 0, "the request ended");
+    let st = client.inner.lock();
+    assert!(st.balancer.states().iter().all(|s| s.load.consecutive_failures == 0), "not charged");
+}
