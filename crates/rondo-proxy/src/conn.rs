@@ -44,10 +44,12 @@ pub struct ConnState {
     /// The reader parked while a request was in progress: when its response ends, hyper does
     /// not poll the socket again by itself, so the idle timer would never start unless we wake it.
     reader: Mutex<Option<Waker>>,
+    /// The client's address as `X-Forwarded-For` gives it, made once per connection.
+    pub(crate) client_ip: http::HeaderValue,
 }
 
 impl ConnState {
-    pub(crate) fn new(idle: Duration) -> Arc<Self> {
+    pub(crate) fn new(idle: Duration, client_ip: http::HeaderValue) -> Arc<Self> {
         Arc::new(ConnState {
             phase: AtomicU8::new(WAITING),
             epoch: AtomicU64::new(0),
@@ -55,6 +57,7 @@ impl ConnState {
             open: AtomicU32::new(0),
             idle: tokio::sync::Notify::new(),
             reader: Mutex::new(None),
+            client_ip,
         })
     }
 

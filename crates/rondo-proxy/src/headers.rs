@@ -38,6 +38,11 @@ pub fn is_upgrade(headers: &HeaderMap) -> bool {
 /// `Upgrade` header and a `Connection: upgrade` survive (they must reach the member for a
 /// protocol switch). `TE: trailers` is kept: gRPC needs it end to end.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
+    // The usual message has none of them (and without `Connection` none is named): one pass
+    // over its names instead of a lookup per hop-by-hop name.
+    if !keep_upgrade && !headers.keys().any(|k| HOP_BY_HOP.contains(k)) {
+        return;
+    }
     let named: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)
         .iter()
@@ -69,20 +74,29 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
     }
 }
 
-/// Adds the forwarding headers to a request on its way to a member.
+/// A client's address as the value of `X-Forwarded-For` (made once per connection).
+pub fn client_ip_value(client: IpAddr) -> HeaderValue {
+    // An IP address's text is always a valid header value.
+    HeaderValue::from_str(&client.to_string()).unwrap_or_else(|_| HeaderValue::from_static(""))
+}
+
+/// Adds the forwarding headers to a request on its way to a member; `client` is the client's
+/// address as [`client_ip_value`] gives it.
 pub fn add_forwarded(
     headers: &mut HeaderMap,
-    client: IpAddr,
+    client: &HeaderValue,
     host: Option<&str>,
     version: Version,
     trust_forwarded_for: bool,
 ) {
-    let ip = client.to_string();
-    let xff = match headers.get(&X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
-        Some(prior) if trust_forwarded_for => format!("{prior}, {ip}"),
-        _ => ip,
+    let prior = headers.get(&X_FORWARDED_FOR).and_then(|v| v.to_str().ok());
+    let xff = match (prior, client.to_str()) {
+        (Some(prior), Ok(ip)) if trust_forwarded_for => {
+            HeaderValue::from_str(&format!("{prior}, {ip}")).ok()
+        }
+        _ => Some(client.clone()),
     };
-    if let Ok(v) = HeaderValue::from_str(&xff) {
+    if let Some(v) = xff {
         headers.insert(X_FORWARDED_FOR.clone(), v);
     }
     headers.insert(X_FORWARDED_PROTO.clone(), HeaderValue::from_static("http"));
@@ -129,15 +143,33 @@ mod tests {
     }
 
     #[test]
+    fn a_message_without_hop_by_hop_headers_is_left_as_it_is() {
+        let mut h = HeaderMap::new();
+        h.insert(header::HOST, HeaderValue::from_static("example.com"));
+        h.append("x-a", HeaderValue::from_static("1"));
+        h.append("x-a", HeaderValue::from_static("2"));
+        let before = h.clone();
+        strip_hop_by_hop(&mut h, false);
+        assert_eq!(h, before);
+        // One hop-by-hop header anywhere takes the full path.
+        h.insert("proxy-connection", HeaderValue::from_static("keep-alive"));
+        strip_hop_by_hop(&mut h, false);
+        assert_eq!(h, before);
+        // An upgrade keeps (and sets) `Connection: upgrade` even when none was there.
+        strip_hop_by_hop(&mut h, true);
+        assert_eq!(h.get(header::CONNECTION).unwrap(), "upgrade");
+    }
+
+    #[test]
     fn forwarded_for_is_replaced_unless_trusted() {
         let ip: IpAddr = "127.0.0.9".parse().unwrap();
         let mut h = HeaderMap::new();
         h.insert("x-forwarded-for", HeaderValue::from_static("6.6.6.6"));
-        add_forwarded(&mut h, ip, Some("a.test"), Version::HTTP_11, false);
+        add_forwarded(&mut h, &client_ip_value(ip), Some("a.test"), Version::HTTP_11, false);
         assert_eq!(h.get("x-forwarded-for").unwrap(), "127.0.0.9");
         let mut h = HeaderMap::new();
         h.insert("x-forwarded-for", HeaderValue::from_static("10.0.0.1"));
-        add_forwarded(&mut h, ip, Some("a.test"), Version::HTTP_11, true);
+        add_forwarded(&mut h, &client_ip_value(ip), Some("a.test"), Version::HTTP_11, true);
         assert_eq!(h.get("x-forwarded-for").unwrap(), "10.0.0.1, 127.0.0.9");
         assert_eq!(h.get("x-forwarded-host").unwrap(), "a.test");
         assert_eq!(h.get("via").unwrap(), "1.1 rondo");

@@ -136,7 +136,7 @@ async fn proxy(
     strip_hop_by_hop(&mut parts.headers, upgrade);
     add_forwarded(
         &mut parts.headers,
-        peer.ip(),
+        &conn.client_ip,
         host.as_deref(),
         client_version,
         ctx.listener.trust_forwarded_for,
@@ -207,7 +207,6 @@ async fn proxy(
             if tries > 1 {
                 metrics.retry(&route.name, cluster);
             }
-            let name = rt.spec.members[member].name.clone();
             let remaining = deadline.saturating_duration_since(Instant::now());
             let per_try =
                 rt.spec.policy.retry.per_try_timeout.map_or(remaining, |t| t.min(remaining));
@@ -221,13 +220,8 @@ async fn proxy(
             let kind = match tokio::time::timeout(per_try, client.request(request)).await {
                 Ok(Ok(mut resp)) => {
                     let latency = started.elapsed();
-                    metrics.response(
-                        &route.name,
-                        cluster,
-                        &name,
-                        resp.status().as_u16(),
-                        latency.as_secs_f64(),
-                    );
+                    let status = resp.status().as_u16();
+                    rt.record_response(&route.name, member, status, latency.as_secs_f64());
                     let outcome = if resp.status().is_server_error() {
                         Outcome::Failure { kind: FailureKind::Status5xx, latency }
                     } else {
@@ -293,8 +287,10 @@ async fn proxy(
                     Kind::Timeout
                 }
             };
+            let name = &rt.spec.members[member].name;
             tracing::debug!(route = %route.name, cluster = %cluster, member = %name, ?kind, "attempt failed");
-            attempts.push(Attempt { cluster: cluster.clone(), member: Some(name), outcome: kind });
+            let member = Some(name.clone());
+            attempts.push(Attempt { cluster: cluster.clone(), member, outcome: kind });
             sent |= kind != Kind::Connect;
             // The body can be sent again only if no try has read from it. Then a connect failure
             // sent nothing, so any request may go elsewhere; after a reset or a timeout the

@@ -150,7 +150,8 @@ async fn accept_http(
         let ctx = ctx.clone();
         let builder = builder.clone();
         tokio::spawn(async move {
-            let state = ConnState::new(ctx.listener.header_read_timeout);
+            let client_ip = headers::client_ip_value(peer.ip());
+            let state = ConnState::new(ctx.listener.header_read_timeout, client_ip);
             let io = TimedIo::new(stream, state.clone(), ctx.listener.header_read_timeout);
             let handler = state.clone();
             let service =

@@ -3,9 +3,9 @@
 //! "messages in flight finish on the configuration they started with"); a new view is built
 //! beside it, carrying every surviving member's state over, and swapped in whole.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock};
 
 use arc_swap::ArcSwap;
 use rondo_core::{
@@ -14,7 +14,7 @@ use rondo_core::{
 };
 
 use crate::clock;
-use crate::metrics::{ClusterLabels, Metrics};
+use crate::metrics::{ClusterLabels, Metrics, ResponseHandles};
 
 /// One view and the run-time state of each of its clusters.
 #[derive(Debug)]
@@ -46,8 +46,8 @@ pub struct ClusterRt {
     successor: OnceLock<Arc<ClusterRt>>,
     /// Event counters (for status and metrics).
     pub counters: Counters,
-    /// The latest picks (unix milliseconds, decision), newest last, for the admin API's explain.
-    recent: Mutex<std::collections::VecDeque<(u64, Decision)>>,
+    /// Each route's response metrics per member, resolved once (see [`ClusterRt::responses`]).
+    responses: RwLock<Vec<(String, Arc<[OnceLock<ResponseHandles>]>)>>,
     /// The process's metrics (ejections are counted there too).
     metrics: Arc<Metrics>,
     /// Raised when a member's state changes in a way the naming answer shows.
@@ -84,6 +84,8 @@ pub struct Counters {
 struct Inner {
     balancer: Balancer,
     rng: SplitMix64,
+    /// The latest picks (when, decision), newest last, for the admin API's explain.
+    recent: VecDeque<(rondo_core::Instant, Decision)>,
 }
 
 impl ClusterRt {
@@ -91,10 +93,14 @@ impl ClusterRt {
         let seed = clock::now().0 ^ rondo_core::hash::hash_key(balancer.spec().name.as_bytes());
         ClusterRt {
             spec: balancer.spec().clone(),
-            inner: Mutex::new(Inner { balancer, rng: SplitMix64::new(seed) }),
+            inner: Mutex::new(Inner {
+                balancer,
+                rng: SplitMix64::new(seed),
+                recent: VecDeque::with_capacity(RECENT_DECISIONS),
+            }),
             successor: OnceLock::new(),
             counters: Counters::default(),
-            recent: Mutex::new(std::collections::VecDeque::with_capacity(RECENT_DECISIONS)),
+            responses: RwLock::new(Vec::new()),
             metrics,
             signal,
         }
@@ -125,27 +131,67 @@ impl ClusterRt {
     /// Picks a member and counts a request as begun on it, in one lock.
     pub fn pick_and_begin(&self, req: &PickRequest<'_>) -> Result<Decision, PickError> {
         let mut g = self.lock();
-        let Inner { balancer, rng } = &mut *g;
+        let Inner { balancer, rng, recent } = &mut *g;
         let d = balancer.pick(req, rng)?;
         balancer.begin_request(d.member);
-        drop(g);
-        let unix_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |t| t.as_millis() as u64);
-        let mut recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
+        // Kept under the same lock, stamped with the pick's own time (no clock reading here).
         if recent.len() == RECENT_DECISIONS {
             recent.pop_front();
         }
-        recent.push_back((unix_ms, d.clone()));
-        drop(recent);
+        recent.push_back((req.now, d.clone()));
         Ok(d)
     }
 
     /// The latest `n` picks made by [`ClusterRt::pick_and_begin`] (unix milliseconds and the
     /// decision), oldest first; at most the last 256 are kept.
     pub fn recent_decisions(&self, n: usize) -> Vec<(u64, Decision)> {
-        let recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
-        recent.iter().skip(recent.len().saturating_sub(n)).cloned().collect()
+        let g = self.lock();
+        let now = clock::now();
+        let unix_now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |t| t.as_millis() as u64);
+        let recent = &g.recent;
+        recent
+            .iter()
+            .skip(recent.len().saturating_sub(n))
+            .map(|(at, d)| {
+                let ago = now.since(*at).as_millis() as u64;
+                (unix_now.saturating_sub(ago), d.clone())
+            })
+            .collect()
+    }
+
+    /// Counts `member`'s response on `route` (status and latency in seconds) in the process's
+    /// metrics; the labels are built once per route and member, not per response.
+    pub fn record_response(&self, route: &str, member: usize, status: u16, latency: f64) {
+        let find = |list: &Vec<(String, Arc<[OnceLock<ResponseHandles>]>)>| {
+            list.iter().find(|(r, _)| r == route).map(|(_, per)| per.clone())
+        };
+        let found = find(&self.responses.read().unwrap_or_else(|e| e.into_inner()));
+        let per = match found {
+            Some(per) => per,
+            None => {
+                let mut list = self.responses.write().unwrap_or_else(|e| e.into_inner());
+                match find(&list) {
+                    Some(per) => per,
+                    None => {
+                        let per: Arc<[OnceLock<ResponseHandles>]> =
+                            self.spec.members.iter().map(|_| OnceLock::new()).collect();
+                        list.push((route.to_owned(), per.clone()));
+                        per
+                    }
+                }
+            }
+        };
+        per[member]
+            .get_or_init(|| {
+                self.metrics.response_handles(
+                    route,
+                    &self.spec.name,
+                    &self.spec.members[member].name,
+                )
+            })
+            .record(&self.metrics, status, latency);
     }
 
     /// Counts a request as begun on `member` if it may still keep a session (sticky requests).
@@ -161,7 +207,7 @@ impl ClusterRt {
     /// Picks a member without counting anything (sessions count themselves).
     pub fn pick(&self, req: &PickRequest<'_>) -> Result<Decision, PickError> {
         let mut g = self.lock();
-        let Inner { balancer, rng } = &mut *g;
+        let Inner { balancer, rng, .. } = &mut *g;
         balancer.pick(req, rng)
     }
 
@@ -541,6 +587,52 @@ mod tests {
             clusters: [("c".to_owned(), Arc::new(spec))].into_iter().collect(),
         };
         Live::new(view, None)
+    }
+
+    #[test]
+    fn responses_are_counted_per_route_member_and_class() {
+        let live = live();
+        let snap = live.load();
+        let rt = &snap.clusters["c"];
+        rt.record_response("r1", 0, 200, 0.001);
+        rt.record_response("r1", 0, 204, 0.002);
+        rt.record_response("r2", 0, 503, 0.003);
+        rt.record_response("r1", 1, 404, 0.004);
+        let text = live.metrics.render(&snap);
+        let line = |route: &str, member: &str, class: &str, n: u64| {
+            format!(
+                "rondo_requests_total{{route=\"{route}\",cluster=\"c\",member=\"{member}\",class=\"{class}\"}} {n}\n"
+            )
+        };
+        for l in [line("r1", "a", "2xx", 2), line("r2", "a", "5xx", 1), line("r1", "b", "4xx", 1)] {
+            assert!(text.contains(&l), "{l:?} missing from\n{text}");
+        }
+        // A class never seen is not shown.
+        assert!(!text.contains("class=\"3xx\""), "{text}");
+        let count =
+            "rondo_request_duration_seconds_count{route=\"r1\",cluster=\"c\",member=\"a\"} 2";
+        assert!(text.contains(count), "{text}");
+    }
+
+    #[test]
+    fn recent_decisions_carry_wall_clock_times() {
+        let live = live();
+        let rt = live.load().clusters["c"].clone();
+        let before =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis()
+                as u64;
+        for _ in 0..3 {
+            rt.pick_and_begin(&PickRequest { now: clock::now(), ..PickRequest::default() })
+                .expect("a member");
+        }
+        let recent = rt.recent_decisions(2);
+        assert_eq!(recent.len(), 2);
+        for (unix_ms, _) in &recent {
+            assert!(
+                *unix_ms + 1_000 >= before && *unix_ms <= before + 60_000,
+                "{unix_ms} vs {before}"
+            );
+        }
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //! [`crate::Reloader`]. State (view id, in-flight, sessions, health, ejection, agent heartbeat
 //! age) is read from the live snapshot when scraped, by [`Metrics::render`].
 
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 
 use prometheus_client::encoding::EncodeLabelSet;
 pub use prometheus_client::metrics::counter::Counter;
@@ -91,6 +91,40 @@ type Histograms = Family<MemberRouteLabels, Histogram, fn() -> Histogram>;
 /// The latency buckets: 0.5 ms doubling to about 16 s.
 fn latency_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.0005, 2.0, 16))
+}
+
+/// The status classes of `rondo_requests_total`.
+const CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
+
+/// A member's response metrics on one route: its latency histogram, and its response counter
+/// of each status class, created with the class's first response (a class never seen is not
+/// shown).
+#[derive(Debug)]
+pub struct ResponseHandles {
+    labels: MemberRouteLabels,
+    latency: Histogram,
+    classes: [OnceLock<Counter>; 5],
+}
+
+impl ResponseHandles {
+    /// Counts a response with `status` whose head arrived after `latency` seconds.
+    pub fn record(&self, metrics: &Metrics, status: u16, latency: f64) {
+        let class = match status {
+            100..=199 => 0,
+            200..=299 => 1,
+            300..=399 => 2,
+            400..=499 => 3,
+            _ => 4,
+        };
+        self.latency.observe(latency);
+        self.classes[class]
+            .get_or_init(|| {
+                let MemberRouteLabels { route, cluster, member } = self.labels.clone();
+                let labels = ResponseLabels { route, cluster, member, class: CLASSES[class] };
+                metrics.requests.get_or_create(&labels).clone()
+            })
+            .inc();
+    }
 }
 
 /// Every metric, registered once; shared by [`crate::Live`] and its cluster runtimes.
@@ -239,21 +273,19 @@ impl Metrics {
 
     /// Counts a member's response (its head arrived after `latency`).
     pub fn response(&self, route: &str, cluster: &str, member: &str, status: u16, latency: f64) {
-        let class = match status {
-            100..=199 => "1xx",
-            200..=299 => "2xx",
-            300..=399 => "3xx",
-            400..=499 => "4xx",
-            _ => "5xx",
-        };
+        self.response_handles(route, cluster, member).record(self, status, latency);
+    }
+
+    /// A member's response metrics on a route, to keep and count into without building labels
+    /// for every response ([`crate::ClusterRt::record_response`] keeps one per route and member).
+    pub fn response_handles(&self, route: &str, cluster: &str, member: &str) -> ResponseHandles {
         let labels = MemberRouteLabels {
             route: route.to_owned(),
             cluster: cluster.to_owned(),
             member: member.to_owned(),
         };
-        self.latency.get_or_create(&labels).observe(latency);
-        let MemberRouteLabels { route, cluster, member } = labels;
-        self.requests.get_or_create(&ResponseLabels { route, cluster, member, class }).inc();
+        let latency = self.latency.get_or_create(&labels).clone();
+        ResponseHandles { labels, latency, classes: Default::default() }
     }
 
     /// Counts a try after a request's first, on `cluster`.
