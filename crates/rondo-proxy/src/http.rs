@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use http::header::{self, HeaderValue};
 use http::request::Parts;
-use http::uri::{self, Authority, PathAndQuery, Scheme};
+use http::uri::{self, PathAndQuery, Scheme};
 use http::{Method, Request, Response, StatusCode, Uri, Version};
 use http_body::Body as _;
 use hyper::body::Incoming;
@@ -167,7 +167,10 @@ async fn proxy(
         let Some(rt) = snapshot.clusters.get(cluster) else { continue };
         let mut tried: Vec<usize> = Vec::new();
         for _ in 0..rt.spec.policy.retry.attempts.max(1) {
-            let now = clock::now();
+            // One clock reading per try: the core's time for the budget and the pick, the base
+            // of the try's timeout and the start of its latency.
+            let started = Instant::now();
+            let now = clock::from_std(started);
             let allowed = rt.with(|b| {
                 if sent {
                     b.retry_allowed(now)
@@ -186,7 +189,7 @@ async fn proxy(
                 metrics.budget_exhausted(&route.name, cluster);
                 break 'clusters;
             }
-            let choice = match choose(ctx, rt, &parts, peer, &tried) {
+            let choice = match choose(ctx, rt, &parts, peer, &tried, now) {
                 Ok(c) => c,
                 Err(e) => {
                     tracing::debug!(route = %route.name, error = %e, "no member");
@@ -207,7 +210,7 @@ async fn proxy(
             if tries > 1 {
                 metrics.retry(&route.name, cluster);
             }
-            let remaining = deadline.saturating_duration_since(Instant::now());
+            let remaining = deadline.saturating_duration_since(started);
             let per_try =
                 rt.spec.policy.retry.per_try_timeout.map_or(remaining, |t| t.min(remaining));
             let upstream_body = match &slot {
@@ -215,7 +218,6 @@ async fn proxy(
                 Some(slot) => UpstreamBody::stream(slot.clone(), limit),
             };
             let request = upstream_request(&parts, rt, member, &path_and_query, upstream_body);
-            let started = Instant::now();
             let client = ctx.clients.for_protocol(rt.spec.upstream_protocol);
             let kind = match tokio::time::timeout(per_try, client.request(request)).await {
                 Ok(Ok(mut resp)) => {
@@ -373,7 +375,8 @@ fn upstream_request(
 ) -> Request<UpstreamBody> {
     let mut uri = uri::Parts::default();
     uri.scheme = Some(Scheme::HTTP);
-    uri.authority = Authority::try_from(rt.spec.members[member].address.as_str()).ok();
+    // Parsed once per view (`ClusterRt::authorities`), not per request.
+    uri.authority = rt.authorities[member].clone();
     uri.path_and_query = Some(path_and_query.clone());
     let uri = Uri::from_parts(uri).unwrap_or_default();
     let mut req = Request::new(body);
@@ -400,9 +403,9 @@ fn choose(
     parts: &Parts,
     peer: SocketAddr,
     tried: &[usize],
+    now: rondo_core::Instant,
 ) -> Result<Choice, PickError> {
     let spec = &rt.spec;
-    let now = clock::now();
     let session = spec.policy.granularity == Granularity::Session;
     let mut header_session = None;
     if session {

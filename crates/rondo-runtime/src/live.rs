@@ -40,6 +40,8 @@ impl Snapshot {
 pub struct ClusterRt {
     /// The cluster as configured in this view.
     pub spec: Arc<ClusterSpec>,
+    /// Each member's address as a URI authority, parsed once (`None`: not a valid one).
+    pub authorities: Box<[Option<http::uri::Authority>]>,
     inner: Mutex<Inner>,
     /// The runtime that replaced this one in a newer view; requests that started on this one
     /// report their end there, so counts stay right across swaps.
@@ -91,8 +93,15 @@ struct Inner {
 impl ClusterRt {
     fn new(balancer: Balancer, metrics: Arc<Metrics>, signal: Arc<StateSignal>) -> Self {
         let seed = clock::now().0 ^ rondo_core::hash::hash_key(balancer.spec().name.as_bytes());
+        let authorities = balancer
+            .spec()
+            .members
+            .iter()
+            .map(|m| http::uri::Authority::try_from(m.address.as_str()).ok())
+            .collect();
         ClusterRt {
             spec: balancer.spec().clone(),
+            authorities,
             inner: Mutex::new(Inner {
                 balancer,
                 rng: SplitMix64::new(seed),
