@@ -49,12 +49,15 @@ pub struct ClusterRt {
     /// Event counters (for status and metrics).
     pub counters: Counters,
     /// Each route's response metrics per member, resolved once (see [`ClusterRt::responses`]).
-    responses: RwLock<Vec<(String, Arc<[OnceLock<ResponseHandles>]>)>>,
+    responses: RwLock<RouteResponses>,
     /// The process's metrics (ejections are counted there too).
     metrics: Arc<Metrics>,
     /// Raised when a member's state changes in a way the naming answer shows.
     signal: Arc<StateSignal>,
 }
+
+/// Per route (by name), each member's response metrics once resolved.
+type RouteResponses = Vec<(String, Arc<[OnceLock<ResponseHandles>]>)>;
 
 /// Member state changes that a naming answer shows (an operator's drain, a health check or an
 /// agent taking a member out or back), raised by whoever made the change once its lock is
@@ -173,7 +176,7 @@ impl ClusterRt {
     /// Counts `member`'s response on `route` (status and latency in seconds) in the process's
     /// metrics; the labels are built once per route and member, not per response.
     pub fn record_response(&self, route: &str, member: usize, status: u16, latency: f64) {
-        let find = |list: &Vec<(String, Arc<[OnceLock<ResponseHandles>]>)>| {
+        let find = |list: &RouteResponses| {
             list.iter().find(|(r, _)| r == route).map(|(_, per)| per.clone())
         };
         let found = find(&self.responses.read().unwrap_or_else(|e| e.into_inner()));
