@@ -17,8 +17,15 @@
 //!   at an IP literal, whatever its state, so a client following an SRV answer always finds it.
 //!
 //! Every record has TTL 0: the answer changes with every view and every pick, so resolvers
-//! must not cache it. Responses are authoritative (AA) and carry no SOA, so negative answers
-//! are not cached either.
+//! must not cache it. Responses are authoritative (AA).
+//!
+//! The zone's apex answers SOA (so that a resolver a parent zone delegates to this server
+//! finds the zone): `<zone> SOA <zone> hostmaster.<zone>`, serial the view id (its low 32
+//! bits), refresh and retry 60 s, expire 1 h, minimum 0. Every negative answer (NXDOMAIN,
+//! NODATA) carries that SOA in its authority section, as RFC 2308 asks of an authoritative
+//! server; its TTL and minimum of 0 make the negative-caching time 0, so a name that has no
+//! member now is asked again next time. The apex has no NS records (the delegation in the
+//! parent names the servers) and no addresses.
 //!
 //! Response codes: a name under the zone that is not one of the above (an unknown service, an
 //! unknown member) is NXDOMAIN; a known name asked for another record type, or a service with
@@ -37,7 +44,7 @@ use std::time::Duration;
 
 use hickory_server::net::runtime::Time;
 use hickory_server::proto::op::{Edns, Header, HeaderCounts, Metadata, OpCode, ResponseCode};
-use hickory_server::proto::rr::rdata::{A, AAAA, SRV};
+use hickory_server::proto::rr::rdata::{A, AAAA, SOA, SRV};
 use hickory_server::proto::rr::{DNSClass, Name, RData, Record, RecordType};
 use hickory_server::server::{Request, RequestHandler, ResponseHandler, ResponseInfo};
 use hickory_server::zone_handler::MessageResponseBuilder;
@@ -152,6 +159,14 @@ impl Reply {
         Reply { code, authoritative: false, answers: Vec::new(), additionals: Vec::new() }
     }
 
+    /// Whether this is an authoritative negative answer (NXDOMAIN or NODATA), which carries the
+    /// zone's SOA in its authority section.
+    fn negative(&self) -> bool {
+        self.authoritative
+            && self.answers.is_empty()
+            && matches!(self.code, ResponseCode::NXDomain | ResponseCode::NoError)
+    }
+
     fn authoritative(code: ResponseCode) -> Self {
         Reply { authoritative: true, ..Self::code(code) }
     }
@@ -198,11 +213,12 @@ impl Handler {
         let mut metadata = Metadata::response_from_request(&request.metadata);
         metadata.response_code = reply.code;
         metadata.authoritative = reply.authoritative;
+        let soa = reply.negative().then(|| self.soa(self.zone.clone(), self.live.load().view.id));
         let response = MessageResponseBuilder::new(&request.queries, edns.as_ref()).build(
             metadata,
             reply.answers.iter(),
             std::iter::empty(),
-            std::iter::empty(),
+            soa.iter(),
             reply.additionals.iter(),
         );
         match handle.send_response(response).await {
@@ -237,8 +253,15 @@ impl Handler {
         let snapshot = self.live.load();
         let qtype = query.query_type();
         match *prefix {
-            // The zone's apex: it exists, but holds no records.
-            [] => Reply::nodata(),
+            // The zone's apex: its SOA, and nothing else.
+            [] => {
+                let mut reply = Reply::nodata();
+                if matches!(qtype, RecordType::SOA | RecordType::ANY) {
+                    // Owned by the name as asked (its case too).
+                    reply.answers.push(self.soa(owner, snapshot.view.id));
+                }
+                reply
+            }
             [service] => match find_cluster(&snapshot, service) {
                 Some((service, _)) => self.service(&snapshot, service, owner, qtype, false),
                 None => Reply::nxdomain(),
@@ -260,6 +283,18 @@ impl Handler {
             }
             _ => Reply::nxdomain(),
         }
+    }
+
+    /// The zone's SOA record at view `view_id`, owned by `owner` (the apex; see the module
+    /// docs).
+    fn soa(&self, owner: Name, view_id: u64) -> Record {
+        let rname = Name::from_labels([b"hostmaster".as_slice()])
+            .and_then(|n| n.append_domain(&self.zone))
+            .unwrap_or_else(|_| self.zone.clone());
+        // The serial is the view id's low 32 bits (RFC 1982 arithmetic wraps anyway).
+        let serial = view_id as u32;
+        let soa = SOA::new(self.zone.clone(), rname, serial, 60, 60, 3600, 0);
+        Record::from_rdata(owner, TTL, RData::SOA(soa))
     }
 
     /// The answer for a service name: A, AAAA or SRV records as asked (ANY: the addresses),

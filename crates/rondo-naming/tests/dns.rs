@@ -328,12 +328,48 @@ async fn response_codes() {
     // Another class: REFUSED.
     let out = dig(&server, &["-c", "CH", "web.rondo.", "TXT"]).await;
     assert!(out.contains("status: REFUSED"), "{out}");
-    // Known name, other type; service with no member that may take work; the apex: NODATA.
-    for (name, rtype) in [("web.rondo.", "TXT"), ("idle.rondo.", "A"), ("rondo.", "SOA")] {
+    // Known name, other type; service with no member that may take work; the apex's other
+    // types: NODATA.
+    for (name, rtype) in [("web.rondo.", "TXT"), ("idle.rondo.", "A"), ("rondo.", "NS")] {
         let (code, out) = status(&server, name, rtype).await;
         assert_eq!(code, "NOERROR", "{name} {rtype}");
         assert_eq!(answer_count(&out), 0, "{name} {rtype}: {out}");
     }
+}
+
+/// The records of a dig output's authority section.
+fn authority(out: &str) -> Vec<String> {
+    out.split(";; AUTHORITY SECTION:")
+        .nth(1)
+        .map(|s| s.lines().skip(1).take_while(|l| !l.is_empty()).map(str::to_owned).collect())
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_apex_has_an_soa_that_negative_answers_carry_with_no_caching() {
+    let (live, server) = serve("rondo.").await;
+    let view = live.load().view.id as u32;
+    // The apex's SOA: serial the view id, TTL and minimum 0.
+    let soa = short(&server, "rondo.", "SOA").await;
+    assert_eq!(soa, [format!("rondo. hostmaster.rondo. {view} 60 60 3600 0")], "{soa:?}");
+    // NXDOMAIN and NODATA carry it in the authority section (RFC 2308), TTL 0; positive
+    // answers do not.
+    for (name, rtype, code) in [
+        ("nope.rondo.", "A", "NXDOMAIN"),
+        ("idle.rondo.", "A", "NOERROR"),
+        ("web.rondo.", "TXT", "NOERROR"),
+        ("rondo.", "A", "NOERROR"),
+    ] {
+        let (got, out) = status(&server, name, rtype).await;
+        assert_eq!(got, code, "{name} {rtype}");
+        let auth = authority(&out);
+        assert_eq!(auth.len(), 1, "{name} {rtype}: {out}");
+        let fields: Vec<&str> = auth[0].split_whitespace().collect();
+        assert_eq!(fields[..4], ["rondo.", "0", "IN", "SOA"], "{name} {rtype}: {out}");
+        assert_eq!(fields.last(), Some(&"0"), "minimum 0: {out}");
+    }
+    let (_, out) = status(&server, "web.rondo.", "A").await;
+    assert!(answer_count(&out) > 0 && authority(&out).is_empty(), "{out}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
