@@ -467,6 +467,14 @@ pub(crate) trait Tries {
     /// Whether nothing of the call was consumed, so that it can still go to another member.
     fn untouched(&self) -> bool;
 
+    /// Whether the latest try's request left for its member. A try whose time ran out while
+    /// its transport was still not ready to take it (a saturated concurrency limit in a tower
+    /// stack) sent nothing: its member is not charged, and the call may go elsewhere as after
+    /// a refused connection.
+    fn dispatched(&self) -> bool {
+        true
+    }
+
     /// What the caller gets from the try that answered; `ticket` is the member's in-flight
     /// request, ended when it is dropped.
     fn finish(self, inner: &Inner, value: Self::Value, ticket: Ticket) -> Self::Output;
@@ -661,6 +669,13 @@ impl Ticket {
     /// dropped, at that time (the tower layer: the request lasts as long as the response body).
     pub(crate) fn end_when_dropped(&mut self) {
         self.ended = None;
+    }
+
+    /// Records that the member had no part in the try's end (it never received the request):
+    /// the request ends in the core as cancelled, when the ticket is dropped.
+    pub(crate) fn not_charged(&mut self) {
+        self.ended = None;
+        self.outcome = Some(Outcome::Cancelled);
     }
 
     /// Ends the request now with `outcome`.

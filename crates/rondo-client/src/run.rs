@@ -235,9 +235,16 @@ where
                             return Poll::Ready(Err(give_up(inner, GaveUp::Fatal, this.attempts)));
                         }
                         Err(_elapsed) => {
-                            ticket.failed(FailureKind::Timeout);
                             let limit = until.saturating_duration_since(start);
-                            (AttemptError::Timeout(limit), false)
+                            let call = this.call.as_ref().expect("a call before its answer");
+                            if call.dispatched() {
+                                ticket.failed(FailureKind::Timeout);
+                                (AttemptError::Timeout(limit), false)
+                            } else {
+                                // Still waiting for the transport: the member never saw it.
+                                ticket.not_charged();
+                                (AttemptError::Timeout(limit), true)
+                            }
                         }
                     };
                     let name = ticket.member_ref().name.clone();

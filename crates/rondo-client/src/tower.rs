@@ -7,7 +7,9 @@
 //!   body is still in its [`SlotBody`] (the inner service takes it out on its first read, so a
 //!   connection that failed first leaves it there);
 //! - a reset or a per-try timeout goes to the next member only for idempotent methods (`GET`,
-//!   `HEAD`, `OPTIONS`, `TRACE`, `PUT`, `DELETE`) whose body was not consumed;
+//!   `HEAD`, `OPTIONS`, `TRACE`, `PUT`, `DELETE`) whose body was not consumed; a try whose time
+//!   ran out while the inner service was still not ready to take it (a saturated concurrency
+//!   limit) sent nothing: it goes on like a refused connection and its member is not charged;
 //! - a response, whatever its status, goes back to the caller (a 5xx counts as a failure of
 //!   the member for its estimators and outlier detection).
 //!
@@ -19,7 +21,7 @@ use std::fmt;
 use std::future::{Future, poll_fn};
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 
@@ -101,7 +103,9 @@ impl<S> Layer<S> for BalanceLayer {
 ///   body is still in its [`SlotBody`] (the inner service takes it out on its first read, so a
 ///   connection that failed first leaves it there);
 /// - a reset or a per-try timeout goes to the next member only for idempotent methods (`GET`,
-///   `HEAD`, `OPTIONS`, `TRACE`, `PUT`, `DELETE`) whose body was not consumed;
+///   `HEAD`, `OPTIONS`, `TRACE`, `PUT`, `DELETE`) whose body was not consumed; a try whose time
+///   ran out while the inner service was still not ready sent nothing: it goes on like a
+///   refused connection and its member is not charged;
 /// - a response, whatever its status, goes back to the caller (a 5xx counts as a failure of
 ///   the member for its estimators and outlier detection);
 /// - when every option failed, the error is a boxed [`BalancedError`] listing every attempt.
@@ -178,7 +182,7 @@ where
         let hint = body.size_hint();
         let shared = Arc::new(Shared { parts, hint, body: Mutex::new(has_body.then_some(body)) });
         // The call loop's future is the whole request's: everything it needs moves in.
-        let tries = HttpTries { shared, has_body, inner: self.inner.clone() };
+        let tries = HttpTries { shared, has_body, inner: self.inner.clone(), waiting: None };
         ResponseFuture { run: Run::new(client, plan, tries) }
     }
 }
@@ -240,6 +244,9 @@ struct HttpTries<S, B> {
     /// Whether the caller's request has a body (in `shared` until a try reads it).
     has_body: bool,
     inner: Arc<Mutex<S>>,
+    /// The latest try's "handed to the inner service" flag when it had to wait for readiness
+    /// (`None`: it was handed over at once).
+    waiting: Option<Arc<AtomicBool>>,
 }
 
 /// What the tries of one request share (one allocation): the caller's request parts, each
@@ -281,6 +288,7 @@ where
         // rare path), which waits for its readiness, and a clone takes its place: the polled
         // one may hold a place in a queue (a concurrency limit's semaphore, a buffer's slot)
         // that a fresh clone would only join at its end.
+        self.waiting = None;
         let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         match inner.poll_ready(&mut Context::from_waker(Waker::noop())) {
             Poll::Ready(Ok(())) => TryFuture::Called { call: inner.call(req) },
@@ -289,9 +297,12 @@ where
                 let fresh = inner.clone();
                 let mut svc = std::mem::replace(&mut *inner, fresh);
                 drop(inner);
+                let handed = Arc::new(AtomicBool::new(false));
+                self.waiting = Some(handed.clone());
                 TryFuture::Boxed {
                     wait: Box::pin(async move {
                         poll_fn(|cx| svc.poll_ready(cx)).await.map_err(classify)?;
+                        handed.store(true, Ordering::Relaxed);
                         svc.call(req).await.map_err(classify)
                     }),
                 }
@@ -301,6 +312,10 @@ where
 
     fn untouched(&self) -> bool {
         !self.has_body || self.shared.body().is_some()
+    }
+
+    fn dispatched(&self) -> bool {
+        self.waiting.as_ref().is_none_or(|handed| handed.load(Ordering::Relaxed))
     }
 
     fn finish(self, inner: &Inner, resp: Response<RB>, mut ticket: Ticket) -> Self::Output {
@@ -864,5 +879,62 @@ mod tests {
             stamp.since(head)
         );
         assert_eq!(st.balancer.states()[0].load.in_flight, 0);
+    }
+
+    /// An inner service that is never ready (a concurrency limit that stays saturated).
+    #[derive(Clone)]
+    struct NeverReady;
+
+    impl Service<Request<SlotBody<Full<Bytes>>>> for NeverReady {
+        type Response = Response<Full<Bytes>>;
+        type Error = BoxError;
+        type Future = Pin<Box<dyn Future<Output = Result<Response<Full<Bytes>>, BoxError>> + Send>>;
+
+        fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+            Poll::Pending
+        }
+
+        fn call(&mut self, _req: Request<SlotBody<Full<Bytes>>>) -> Self::Future {
+            unreachable!("never ready, never called")
+        }
+    }
+
+    // Regression: a try whose time ran out while the inner service was still not ready (so the
+    // member never saw the request) was charged to the member as a timeout, so a saturated local
+    // limit could eject healthy members.
+    #[tokio::test(start_paused = true)]
+    async fn a_try_that_never_left_is_not_charged_to_its_member() {
+        let mut policy = Policy::default();
+        policy.retry.per_try_timeout = Some(Duration::from_millis(50));
+        policy.outlier.consecutive_failures = 1;
+        let members = ["a", "b"]
+            .iter()
+            .zip(1u16..)
+            .map(|(n, p)| Member {
+                name: (*n).into(),
+                address: format!("127.0.0.1:{p}"),
+                weight: 100,
+                group: None,
+                state: AdminState::Active,
+                source: Source::Config,
+            })
+            .collect();
+        let answer = Answer { service: "web".into(), view_id: 1, policy, members };
+        let client = Client::builder("web").seed(7).offline(answer);
+        let mut svc = client.layer().layer(NeverReady);
+        // A POST: it may still go elsewhere, since nothing of it was sent.
+        let err = svc.call(post("order 4")).await.expect_err("never ready");
+        let err = err.downcast::<BalancedError>().expect("a call error");
+        assert_eq!(err.reason, crate::GaveUp::AllFailed, "{err}");
+        // Both members tried (each try timing out before it left), then nobody left to try.
+        let timeouts =
+            err.attempts.iter().filter(|a| matches!(a.error, crate::AttemptError::Timeout(_)));
+        assert_eq!(timeouts.count(), 2, "{err}");
+        let st = client.inner.lock();
+        for s in st.balancer.states() {
+            assert_eq!(s.load.consecutive_failures, 0, "not charged");
+            assert!(s.ejected_until.is_none(), "not ejected");
+            assert_eq!(s.load.in_flight, 0);
+        }
     }
 }
