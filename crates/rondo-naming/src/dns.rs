@@ -25,7 +25,9 @@
 //! NODATA) carries that SOA in its authority section, as RFC 2308 asks of an authoritative
 //! server; its TTL and minimum of 0 make the negative-caching time 0, so a name that has no
 //! member now is asked again next time. The apex has no NS records (the delegation in the
-//! parent names the servers) and no addresses.
+//! parent names the servers) and no addresses (the SOA's primary-server name is the apex
+//! itself, which is legal; nothing transfers the zone). Zone transfers (AXFR, IXFR) are
+//! REFUSED: the zone is made per query.
 //!
 //! Response codes: a name under the zone that is not one of the above (an unknown service, an
 //! unknown member) is NXDOMAIN; a known name asked for another record type, or a service with
@@ -152,11 +154,19 @@ struct Reply {
     authoritative: bool,
     answers: Vec<Record>,
     additionals: Vec<Record>,
+    /// The view the answer was made from (the SOA's serial).
+    view_id: u64,
 }
 
 impl Reply {
     fn code(code: ResponseCode) -> Self {
-        Reply { code, authoritative: false, answers: Vec::new(), additionals: Vec::new() }
+        Reply {
+            code,
+            authoritative: false,
+            answers: Vec::new(),
+            additionals: Vec::new(),
+            view_id: 0,
+        }
     }
 
     /// Whether this is an authoritative negative answer (NXDOMAIN or NODATA), which carries the
@@ -213,7 +223,7 @@ impl Handler {
         let mut metadata = Metadata::response_from_request(&request.metadata);
         metadata.response_code = reply.code;
         metadata.authoritative = reply.authoritative;
-        let soa = reply.negative().then(|| self.soa(self.zone.clone(), self.live.load().view.id));
+        let soa = reply.negative().then(|| self.soa(self.zone.clone(), reply.view_id));
         let response = MessageResponseBuilder::new(&request.queries, edns.as_ref()).build(
             metadata,
             reply.answers.iter(),
@@ -252,6 +262,23 @@ impl Handler {
         let owner = query.original().name().clone();
         let snapshot = self.live.load();
         let qtype = query.query_type();
+        // No zone transfers: the zone is made per query.
+        if matches!(qtype, RecordType::AXFR | RecordType::IXFR) {
+            return Reply::code(ResponseCode::Refused);
+        }
+        let mut reply = self.answer(&snapshot, prefix, owner, qtype);
+        reply.view_id = snapshot.view.id;
+        reply
+    }
+
+    /// The answer for a name under the zone (`prefix`: its labels above the zone's).
+    fn answer(
+        &self,
+        snapshot: &Snapshot,
+        prefix: &[&[u8]],
+        owner: Name,
+        qtype: RecordType,
+    ) -> Reply {
         match *prefix {
             // The zone's apex: its SOA, and nothing else.
             [] => {
@@ -262,22 +289,22 @@ impl Handler {
                 }
                 reply
             }
-            [service] => match find_cluster(&snapshot, service) {
-                Some((service, _)) => self.service(&snapshot, service, owner, qtype, false),
+            [service] => match find_cluster(snapshot, service) {
+                Some((service, _)) => self.service(snapshot, service, owner, qtype, false),
                 None => Reply::nxdomain(),
             },
             // `_tcp.<service>`: an empty non-terminal above the SRV names.
-            [b"_tcp", service] => match find_cluster(&snapshot, service) {
+            [b"_tcp", service] => match find_cluster(snapshot, service) {
                 Some(_) => Reply::nodata(),
                 None => Reply::nxdomain(),
             },
-            [member, service] => match find_cluster(&snapshot, service) {
+            [member, service] => match find_cluster(snapshot, service) {
                 Some((_, rt)) => member_host(rt, member, owner, qtype),
                 None => Reply::nxdomain(),
             },
             [srv_name, b"_tcp", service] if srv_name.first() == Some(&b'_') => {
-                match find_cluster(&snapshot, service) {
-                    Some((service, _)) => self.service(&snapshot, service, owner, qtype, true),
+                match find_cluster(snapshot, service) {
+                    Some((service, _)) => self.service(snapshot, service, owner, qtype, true),
                     None => Reply::nxdomain(),
                 }
             }

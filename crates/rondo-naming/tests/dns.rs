@@ -370,6 +370,10 @@ async fn the_apex_has_an_soa_that_negative_answers_carry_with_no_caching() {
     }
     let (_, out) = status(&server, "web.rondo.", "A").await;
     assert!(answer_count(&out) > 0 && authority(&out).is_empty(), "{out}");
+    // No zone transfer: the zone is made per query.
+    let out = dig(&server, &["rondo.", "AXFR"]).await;
+    assert!(out.contains("Transfer failed"), "{out}");
+    assert!(!out.contains("hostmaster"), "{out}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

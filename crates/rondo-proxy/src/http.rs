@@ -167,10 +167,8 @@ async fn proxy(
         let Some(rt) = snapshot.clusters.get(cluster) else { continue };
         let mut tried: Vec<usize> = Vec::new();
         for _ in 0..rt.spec.policy.retry.attempts.max(1) {
-            // One clock reading per try: the core's time for the budget and the pick, the base
-            // of the try's timeout and the start of its latency.
-            let started = Instant::now();
-            let now = clock::from_std(started);
+            // The core's time for the budget and the pick (one reading for both).
+            let now = clock::now();
             let allowed = rt.with(|b| {
                 if sent {
                     b.retry_allowed(now)
@@ -210,14 +208,17 @@ async fn proxy(
             if tries > 1 {
                 metrics.retry(&route.name, cluster);
             }
-            let remaining = deadline.saturating_duration_since(started);
-            let per_try =
-                rt.spec.policy.retry.per_try_timeout.map_or(remaining, |t| t.min(remaining));
             let upstream_body = match &slot {
                 None => UpstreamBody::Empty,
                 Some(slot) => UpstreamBody::stream(slot.clone(), limit),
             };
             let request = upstream_request(&parts, rt, member, &path_and_query, upstream_body);
+            // The try's time and its latency start as it is sent (the pick, a session sweep
+            // and a wait for the cluster's lock are not the member's).
+            let started = Instant::now();
+            let remaining = deadline.saturating_duration_since(started);
+            let per_try =
+                rt.spec.policy.retry.per_try_timeout.map_or(remaining, |t| t.min(remaining));
             let client = ctx.clients.for_protocol(rt.spec.upstream_protocol);
             let kind = match tokio::time::timeout(per_try, client.request(request)).await {
                 Ok(Ok(mut resp)) => {

@@ -157,11 +157,12 @@ impl ClusterRt {
     /// The latest `n` picks made by [`ClusterRt::pick_and_begin`] (unix milliseconds and the
     /// decision), oldest first; at most the last 256 are kept.
     pub fn recent_decisions(&self, n: usize) -> Vec<(u64, Decision)> {
-        let g = self.lock();
+        // Read before the lock (picks wait for it): a pick made meanwhile shows as "now".
         let now = clock::now();
         let unix_now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |t| t.as_millis() as u64);
+        let g = self.lock();
         let recent = &g.recent;
         recent
             .iter()
