@@ -603,6 +603,10 @@ mod tests {
     use super::*;
 
     fn offline(names: &[&str]) -> Client {
+        offline_with(Policy::default(), names)
+    }
+
+    fn offline_with(policy: Policy, names: &[&str]) -> Client {
         let members = names
             .iter()
             .zip(1u16..)
@@ -615,8 +619,7 @@ mod tests {
                 source: Source::Config,
             })
             .collect();
-        let answer =
-            Answer { service: "web".into(), view_id: 3, policy: Policy::default(), members };
+        let answer = Answer { service: "web".into(), view_id: 3, policy, members };
         Client::builder("web").seed(7).offline(answer)
     }
 
@@ -907,20 +910,7 @@ mod tests {
         let mut policy = Policy::default();
         policy.retry.per_try_timeout = Some(Duration::from_millis(50));
         policy.outlier.consecutive_failures = 1;
-        let members = ["a", "b"]
-            .iter()
-            .zip(1u16..)
-            .map(|(n, p)| Member {
-                name: (*n).into(),
-                address: format!("127.0.0.1:{p}"),
-                weight: 100,
-                group: None,
-                state: AdminState::Active,
-                source: Source::Config,
-            })
-            .collect();
-        let answer = Answer { service: "web".into(), view_id: 1, policy, members };
-        let client = Client::builder("web").seed(7).offline(answer);
+        let client = offline_with(policy, &["a", "b"]);
         let mut svc = client.layer().layer(NeverReady);
         // A POST: it may still go elsewhere, since nothing of it was sent.
         let err = svc.call(post("order 4")).await.expect_err("never ready");
