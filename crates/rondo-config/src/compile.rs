@@ -22,8 +22,8 @@ use crate::raw::{
     RawMember, RawNaming, RawRoute,
 };
 use crate::spec::{
-    AdminSpec, AdminToken, AgentKey, AgentSpec, DnsSpec, ListenerProtocol, ListenerSpec,
-    NamingSpec, RegistrySpec, RouterSpec,
+    AdminSpec, AdminToken, AgentKey, AgentSpec, DnsSpec, ErrorDetail, ListenerProtocol,
+    ListenerSpec, NamingSpec, RegistrySpec, RouterSpec,
 };
 
 /// Default idle timeout of a route's client connections (`idle_timeout_ms`).
@@ -507,9 +507,21 @@ fn compile_listener(c: &mut Compiler<'_>, i: usize, l: &RawListener) -> Option<L
     let max_body_bytes = c.int(path.key("max_body_bytes"), l.max_body_bytes, 0, 0, u64::MAX);
     let max_headers =
         c.u32(path.key("max_headers"), l.max_headers, ListenerSpec::DEFAULT_MAX_HEADERS, 1);
+    let error_detail = match l.error_detail.as_deref() {
+        None => None,
+        Some(s) => ErrorDetail::parse(s).or_else(|| {
+            let all = ErrorDetail::ALL.map(ErrorDetail::as_str);
+            c.err(
+                path.key("error_detail"),
+                format!("unknown error_detail `{s}`, expected {}", one_of(all)),
+            );
+            None
+        }),
+    };
+    let listen = listen?;
     Some(ListenerSpec {
         name: l.name.clone(),
-        listen: listen?,
+        listen,
         protocol,
         max_connections,
         header_read_timeout,
@@ -517,6 +529,7 @@ fn compile_listener(c: &mut Compiler<'_>, i: usize, l: &RawListener) -> Option<L
         max_headers,
         max_body_bytes,
         trust_forwarded_for: l.trust_forwarded_for.unwrap_or(false),
+        error_detail: error_detail.unwrap_or_else(|| ErrorDetail::default_for(listen)),
     })
 }
 

@@ -79,6 +79,7 @@ pub(crate) struct RawListener {
     pub max_headers: Option<u64>,
     pub max_body_bytes: Option<u64>,
     pub trust_forwarded_for: Option<bool>,
+    pub error_detail: Option<String>,
 }
 
 /// `[[route]]`.

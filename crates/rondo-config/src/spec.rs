@@ -34,6 +34,41 @@ impl ListenerProtocol {
     }
 }
 
+/// How much an error the router answers itself tells the client (`error_detail`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorDetail {
+    /// Status and reason only: no route, cluster or member names (the default on listeners
+    /// bound beyond loopback).
+    Brief,
+    /// Also the route, its cluster and every attempt by member name (the default on loopback
+    /// listeners; member addresses are never shown).
+    Full,
+}
+
+impl ErrorDetail {
+    /// Every setting.
+    pub const ALL: [ErrorDetail; 2] = [ErrorDetail::Brief, ErrorDetail::Full];
+
+    /// The configuration spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorDetail::Brief => "brief",
+            ErrorDetail::Full => "full",
+        }
+    }
+
+    /// Parses the configuration spelling.
+    pub fn parse(s: &str) -> Option<Self> {
+        ErrorDetail::ALL.into_iter().find(|p| p.as_str() == s)
+    }
+
+    /// The default for a listener bound to `listen`: full detail only where every client is
+    /// on this machine.
+    pub fn default_for(listen: SocketAddr) -> Self {
+        if listen.ip().is_loopback() { ErrorDetail::Full } else { ErrorDetail::Brief }
+    }
+}
+
 /// A `[[listener]]`: where the router accepts clients.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ListenerSpec {
@@ -55,6 +90,8 @@ pub struct ListenerSpec {
     pub max_body_bytes: u64,
     /// Whether an incoming `X-Forwarded-For` is kept and appended to rather than replaced.
     pub trust_forwarded_for: bool,
+    /// What the router's own error responses name.
+    pub error_detail: ErrorDetail,
 }
 
 impl ListenerSpec {

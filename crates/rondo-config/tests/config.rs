@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use rondo_config::{
-    AdminSpec, AdminToken, Config, ConfigError, DnsSpec, ListenerProtocol, ListenerSpec,
-    NamingSpec, RegistrySpec, load_file, parse_str,
+    AdminSpec, AdminToken, Config, ConfigError, DnsSpec, ErrorDetail, ListenerProtocol,
+    ListenerSpec, NamingSpec, RegistrySpec, load_file, parse_str,
 };
 use rondo_core::{
     AdminState, AgentPolicy, Algorithm, EwmaPolicy, Granularity, HashKeySource, HashPolicy,
@@ -224,6 +224,7 @@ fn full_config_compiles_into_the_expected_view() {
                 max_headers: 50,
                 max_body_bytes: 1_048_576,
                 trust_forwarded_for: true,
+                error_detail: ErrorDetail::Full,
             },
             ListenerSpec {
                 name: "db".into(),
@@ -235,6 +236,7 @@ fn full_config_compiles_into_the_expected_view() {
                 max_headers: ListenerSpec::DEFAULT_MAX_HEADERS,
                 max_body_bytes: 0,
                 trust_forwarded_for: false,
+                error_detail: ErrorDetail::Full,
             },
         ]
     );
@@ -380,6 +382,7 @@ fn defaults_come_from_the_core_model() {
     assert_eq!(l.max_connections, 10_000);
     assert_eq!(l.header_read_timeout, Duration::from_secs(10));
     assert_eq!((l.max_header_bytes, l.max_headers, l.trust_forwarded_for), (65_536, 100, false));
+    assert_eq!(l.error_detail, ErrorDetail::Full, "loopback listeners explain errors in full");
     let r = &c.view.routes[0];
     assert_eq!(r.name, "route-1");
     assert_eq!(
@@ -1192,4 +1195,21 @@ fn agent_receiver_and_misses() {
     // The key never shows in debug output.
     let c = ok(&with("[agent]\nkey = \"s3cret\"\n"));
     assert!(!format!("{c:?}").contains("s3cret"));
+}
+
+#[test]
+fn error_detail_is_brief_beyond_loopback_unless_set() {
+    let listener = |listen: &str, extra: &str| {
+        format!(
+            "[[listener]]\nname = \"web\"\nlisten = \"{listen}\"\n{extra}\n[[route]]\nlistener = \"web\"\ncluster = \"app\"\n[cluster.app]\nmembers = [{{ name = \"a\", address = \"127.0.0.1:9001\" }}]\n"
+        )
+    };
+    let detail = |text: &str| ok(text).listeners[0].error_detail;
+    assert_eq!(detail(&listener("0.0.0.0:8080", "")), ErrorDetail::Brief);
+    assert_eq!(detail(&listener("[::]:8080", "")), ErrorDetail::Brief);
+    assert_eq!(detail(&listener("[::1]:8080", "")), ErrorDetail::Full);
+    assert_eq!(detail(&listener("0.0.0.0:8080", "error_detail = \"full\"")), ErrorDetail::Full);
+    assert_eq!(detail(&listener("127.0.0.1:8080", "error_detail = \"brief\"")), ErrorDetail::Brief);
+    let text = render(&errors(&listener("127.0.0.1:8080", "error_detail = \"loud\"")));
+    assert!(text.contains("listener[0].error_detail") && text.contains("`brief`"), "{text}");
 }

@@ -1,11 +1,14 @@
 //! Proxy failures, each tagged with its side (client, member, internal) and whether another
-//! member may be tried, and rendered as a response that names the route and cluster but never an
-//! internal address.
+//! member may be tried, and rendered as a response that never shows an internal address: with
+//! the listener's `error_detail = "full"` it names the route, its cluster and every attempt by
+//! member name; with `"brief"` (the default beyond loopback) only the status and a sentence
+//! that says nothing of the routing inside.
 
 use std::fmt;
 
 use bytes::Bytes;
 use http::{HeaderValue, Response, StatusCode, header};
+use rondo_config::ErrorDetail;
 
 use crate::body::ProxyBody;
 
@@ -39,6 +42,14 @@ pub enum Kind {
     ClientBody,
     /// The client's request body stalled: the try timed out waiting for it, not for the member.
     ClientBodyTimeout,
+    /// The request is malformed in a way the HTTP parser lets through (no `Host`, two `Host`s).
+    BadRequest,
+    /// The request already passed through this router (its `Via` names this process).
+    Loop,
+    /// A member answered with a status outside 100-599.
+    BadStatus,
+    /// A member's host name did not resolve.
+    Resolve,
 }
 
 /// One try at one member.
@@ -71,17 +82,29 @@ impl Kind {
     /// The side a failure of this kind is on.
     pub fn side(self) -> Side {
         match self {
-            Kind::NoRoute | Kind::BodyTooLarge | Kind::ClientBody | Kind::ClientBodyTimeout => {
-                Side::Client
+            Kind::NoRoute
+            | Kind::BodyTooLarge
+            | Kind::ClientBody
+            | Kind::ClientBodyTimeout
+            | Kind::BadRequest => Side::Client,
+            Kind::NoEligible | Kind::Loop => Side::Internal,
+            Kind::Connect | Kind::Reset | Kind::Timeout | Kind::BadStatus | Kind::Resolve => {
+                Side::Member
             }
-            Kind::NoEligible => Side::Internal,
-            Kind::Connect | Kind::Reset | Kind::Timeout => Side::Member,
         }
     }
 
     /// Whether another member may be tried (given the request can be sent again).
     pub fn is_retryable(self) -> bool {
-        matches!(self, Kind::Connect | Kind::Reset | Kind::Timeout | Kind::NoEligible)
+        matches!(
+            self,
+            Kind::Connect
+                | Kind::Reset
+                | Kind::Timeout
+                | Kind::NoEligible
+                | Kind::BadStatus
+                | Kind::Resolve
+        )
     }
 
     /// The HTTP status.
@@ -89,11 +112,31 @@ impl Kind {
         match self {
             Kind::NoRoute => StatusCode::NOT_FOUND,
             Kind::NoEligible => StatusCode::SERVICE_UNAVAILABLE,
-            Kind::Connect | Kind::Reset => StatusCode::BAD_GATEWAY,
+            Kind::Connect | Kind::Reset | Kind::BadStatus | Kind::Resolve => {
+                StatusCode::BAD_GATEWAY
+            }
             Kind::Timeout => StatusCode::GATEWAY_TIMEOUT,
             Kind::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
-            Kind::ClientBody => StatusCode::BAD_REQUEST,
+            Kind::ClientBody | Kind::BadRequest => StatusCode::BAD_REQUEST,
             Kind::ClientBodyTimeout => StatusCode::REQUEST_TIMEOUT,
+            Kind::Loop => StatusCode::LOOP_DETECTED,
+        }
+    }
+
+    /// What a client of a `brief` listener is told: nothing of the routing inside.
+    fn brief(self) -> &'static str {
+        match self {
+            Kind::NoRoute => "no route matches the request",
+            Kind::NoEligible => "no server is available to serve the request",
+            Kind::Connect | Kind::Reset | Kind::BadStatus | Kind::Resolve => {
+                "bad gateway: no server answered"
+            }
+            Kind::Timeout => "gateway timeout: no response in time",
+            Kind::Loop => "request loop detected",
+            // About the client's own request: its detail is the client's to know.
+            Kind::BodyTooLarge | Kind::ClientBody | Kind::ClientBodyTimeout | Kind::BadRequest => {
+                ""
+            }
         }
     }
 
@@ -107,6 +150,10 @@ impl Kind {
             Kind::BodyTooLarge => "request body too large",
             Kind::ClientBody => "request body broke off",
             Kind::ClientBodyTimeout => "request body did not arrive in time",
+            Kind::BadRequest => "bad request",
+            Kind::Loop => "request loop",
+            Kind::BadStatus => "answered with a status outside 100-599",
+            Kind::Resolve => "host name did not resolve",
         }
     }
 }
@@ -121,13 +168,11 @@ impl fmt::Display for ProxyError {
             }
             f.write_str(")")?;
         }
-        if !self.attempts.is_empty() {
-            f.write_str("; attempts:")?;
-            for a in &self.attempts {
-                match &a.member {
-                    Some(m) => write!(f, " {}/{}: {};", a.cluster, m, a.outcome.describe())?,
-                    None => write!(f, " {}: {};", a.cluster, a.outcome.describe())?,
-                }
+        for (i, a) in self.attempts.iter().enumerate() {
+            f.write_str(if i == 0 { "; attempts: " } else { ", " })?;
+            match &a.member {
+                Some(m) => write!(f, "{}/{}: {}", a.cluster, m, a.outcome.describe())?,
+                None => write!(f, "{}: {}", a.cluster, a.outcome.describe())?,
             }
         }
         Ok(())
@@ -151,16 +196,28 @@ impl ProxyError {
         }
     }
 
-    /// The response the client gets.
-    pub fn into_response(self) -> Response<ProxyBody> {
+    /// The text a client gets with `detail` (the `Display` form is the full one, for logs).
+    pub fn render(&self, detail: ErrorDetail) -> String {
+        let status = self.kind.status().as_u16();
+        match (detail, self.kind.brief()) {
+            (ErrorDetail::Full, _) => format!("{self}\n"),
+            (ErrorDetail::Brief, "") => format!("rondo: {status} {}\n", self.detail),
+            (ErrorDetail::Brief, brief) => format!("rondo: {status} {brief}\n"),
+        }
+    }
+
+    /// The response the client gets, as much explained as the listener's `detail` allows.
+    pub fn into_response(self, detail: ErrorDetail) -> Response<ProxyBody> {
         let status = self.kind.status();
-        let mut body = self.to_string();
-        body.push('\n');
+        let body = self.render(detail);
         let mut resp = local(status, body);
         if self.kind == Kind::NoEligible {
             resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         }
-        if matches!(self.kind, Kind::BodyTooLarge | Kind::ClientBody | Kind::ClientBodyTimeout) {
+        if matches!(
+            self.kind,
+            Kind::BodyTooLarge | Kind::ClientBody | Kind::ClientBodyTimeout | Kind::BadRequest
+        ) {
             resp.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
         }
         resp
@@ -174,4 +231,40 @@ pub fn local(status: StatusCode, body: String) -> Response<ProxyBody> {
     resp.headers_mut()
         .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
     resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn failed() -> ProxyError {
+        let mut e =
+            ProxyError::on_route(Kind::Connect, "api", "app", "bad gateway: no member answered");
+        for m in ["m1", "m2"] {
+            e.attempts.push(Attempt {
+                cluster: "app".into(),
+                member: Some(m.into()),
+                outcome: Kind::Connect,
+            });
+        }
+        e
+    }
+
+    #[test]
+    fn full_detail_lists_attempts_without_a_stray_separator() {
+        assert_eq!(
+            failed().render(ErrorDetail::Full),
+            "rondo: 502 bad gateway: no member answered (route api, cluster app); attempts: \
+             app/m1: connection refused, app/m2: connection refused\n"
+        );
+    }
+
+    #[test]
+    fn brief_detail_names_no_route_cluster_or_member() {
+        let text = failed().render(ErrorDetail::Brief);
+        assert_eq!(text, "rondo: 502 bad gateway: no server answered\n");
+        // About the client's own request, the detail stays.
+        let e = ProxyError::on_route(Kind::BadRequest, "api", "app", "two Host headers");
+        assert_eq!(e.render(ErrorDetail::Brief), "rondo: 400 two Host headers\n");
+    }
 }

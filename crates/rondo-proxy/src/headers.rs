@@ -1,10 +1,16 @@
 //! Header hygiene (RFC 9110 section 7.6): hop-by-hop headers and every header named in
 //! `Connection` are removed in both directions; `X-Forwarded-For`, `-Proto` and `-Host` and
-//! `Via` are added on the way in, `Via` on the way out. `Host` is kept. A client-sent
-//! `X-Forwarded-For` is replaced unless the listener trusts it, in which case the client's
-//! address is appended.
+//! `Via` are added on the way in, `Via` on the way out. `Host` is kept (even when `Connection`
+//! names it). A client-sent `X-Forwarded-For` is replaced unless the listener trusts it, in which
+//! case the client's address is appended.
+//!
+//! `Via` carries this process's own pseudonym (`rondo-` and 8 hex digits, random per process,
+//! [`via_id`]): a request that arrives with it already in its `Via` has come back through this
+//! router (a member registered or configured at one of its own listeners, or a ring of routers)
+//! and is answered `508 Loop Detected` instead of nesting until descriptors run out.
 
 use std::net::IpAddr;
+use std::sync::OnceLock;
 
 use http::Version;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
@@ -51,7 +57,9 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
         .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
         .collect();
     for name in named {
-        if keep_upgrade && name == header::UPGRADE {
+        // `Connection: host` must not strip `Host` (RFC 9110 7.6.1: a proxy must not let
+        // `Connection` remove end-to-end fields the message cannot do without).
+        if (keep_upgrade && name == header::UPGRADE) || name == header::HOST {
             continue;
         }
         headers.remove(&name);
@@ -106,16 +114,57 @@ pub fn add_forwarded(
     append_via(headers, version);
 }
 
+/// This process's `Via` pseudonym: `rondo-` and 8 random hex digits, fixed for the process's
+/// life. Random rather than derived from the host name or listener address, so it tells a
+/// client nothing about the router.
+pub fn via_id() -> &'static str {
+    static ID: OnceLock<String> = OnceLock::new();
+    ID.get_or_init(|| {
+        use std::hash::{BuildHasher, Hasher};
+        // `RandomState` is seeded from the OS's randomness once per process.
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u32(std::process::id());
+        format!("rondo-{:08x}", h.finish() as u32)
+    })
+}
+
+/// This hop's `Via` element for `version`, made once per process.
+fn via_hop(version: Version) -> &'static HeaderValue {
+    static HOPS: OnceLock<[HeaderValue; 3]> = OnceLock::new();
+    let hops = HOPS.get_or_init(|| {
+        let id = via_id();
+        [format!("1.0 {id}"), format!("1.1 {id}"), format!("2 {id}")].map(|v| {
+            HeaderValue::from_str(&v).unwrap_or_else(|_| HeaderValue::from_static("1.1 rondo"))
+        })
+    });
+    match version {
+        Version::HTTP_10 => &hops[0],
+        Version::HTTP_2 => &hops[2],
+        _ => &hops[1],
+    }
+}
+
+/// Whether `Via` already names this process: the request went through this router before and
+/// came back (a forwarding loop).
+pub fn has_looped(headers: &HeaderMap) -> bool {
+    let id = via_id();
+    headers
+        .get_all(header::VIA)
+        .iter()
+        .flat_map(|v| v.as_bytes().split(|b| *b == b','))
+        // Each element is `protocol received-by [comment]`: the second word is the hop's name.
+        .filter_map(|e| e.split(|b| b.is_ascii_whitespace()).filter(|w| !w.is_empty()).nth(1))
+        .any(|by| by == id.as_bytes())
+}
+
 /// Appends this hop to `Via`.
 pub fn append_via(headers: &mut HeaderMap, version: Version) {
-    let hop = match version {
-        Version::HTTP_2 => "2 rondo",
-        Version::HTTP_10 => "1.0 rondo",
-        _ => "1.1 rondo",
-    };
+    let hop = via_hop(version);
     let value = match headers.get(header::VIA).and_then(|v| v.to_str().ok()) {
-        Some(prior) => HeaderValue::from_str(&format!("{prior}, {hop}")).ok(),
-        None => Some(HeaderValue::from_static(hop)),
+        Some(prior) => {
+            HeaderValue::from_str(&format!("{prior}, {}", hop.to_str().unwrap_or("rondo"))).ok()
+        }
+        None => Some(hop.clone()),
     };
     if let Some(v) = value {
         headers.insert(header::VIA, v);
@@ -172,6 +221,34 @@ mod tests {
         add_forwarded(&mut h, &client_ip_value(ip), Some("a.test"), Version::HTTP_11, true);
         assert_eq!(h.get("x-forwarded-for").unwrap(), "10.0.0.1, 127.0.0.9");
         assert_eq!(h.get("x-forwarded-host").unwrap(), "a.test");
-        assert_eq!(h.get("via").unwrap(), "1.1 rondo");
+        assert_eq!(h.get("via").unwrap().to_str().unwrap(), format!("1.1 {}", via_id()));
+    }
+
+    #[test]
+    fn connection_cannot_strip_host() {
+        let mut h = HeaderMap::new();
+        h.insert(header::CONNECTION, HeaderValue::from_static("host, x-a"));
+        h.insert(header::HOST, HeaderValue::from_static("example.com"));
+        h.insert("x-a", HeaderValue::from_static("1"));
+        strip_hop_by_hop(&mut h, false);
+        assert_eq!(h.get(header::HOST).unwrap(), "example.com");
+        assert!(h.get("x-a").is_none());
+    }
+
+    #[test]
+    fn a_via_naming_this_process_is_a_loop() {
+        let mut h = HeaderMap::new();
+        assert!(!has_looped(&h));
+        h.insert(header::VIA, HeaderValue::from_static("1.1 proxy-a, 1.1 rondo, 2 rondo-00000000"));
+        assert!(!has_looped(&h) || via_id() == "rondo-00000000");
+        append_via(&mut h, Version::HTTP_2);
+        assert!(has_looped(&h));
+        // In a second header line too, and with a comment after the name.
+        let mut h = HeaderMap::new();
+        h.append(header::VIA, HeaderValue::from_static("1.0 fred"));
+        let mine = format!("1.1 {} (rondo)", via_id());
+        h.append(header::VIA, HeaderValue::from_str(&mine).unwrap());
+        assert!(has_looped(&h));
+        assert!(via_id().starts_with("rondo-") && via_id().len() == 14);
     }
 }

@@ -24,7 +24,7 @@ use rondo_runtime::{ClusterRt, Live, Snapshot, clock};
 use crate::body::{BodySlot, ClientBodyError, Finish, ProxyBody, TooLarge, UpstreamBody};
 use crate::conn::ConnState;
 use crate::error::{Attempt, Kind, ProxyError};
-use crate::headers::{add_forwarded, append_via, is_upgrade, strip_hop_by_hop};
+use crate::headers::{add_forwarded, append_via, has_looped, is_upgrade, strip_hop_by_hop, via_id};
 use crate::sticky::{self, Sessions};
 use crate::upstream::Clients;
 
@@ -58,7 +58,7 @@ pub async fn handle(
         Ok(resp) => resp,
         Err((e, idle)) => {
             tracing::debug!(listener = %ctx.listener.name, error = %e, "request failed");
-            let mut resp = e.into_response();
+            let mut resp = e.into_response(ctx.listener.error_detail);
             resp.body_mut().set_finish(Finish::default().conn(conn, idle));
             resp
         }
@@ -68,17 +68,45 @@ pub async fn handle(
     Ok(resp)
 }
 
-fn host_of(req: &Request<Incoming>) -> Option<&str> {
-    let full = req
-        .headers()
-        .get(header::HOST)
-        .and_then(|v| v.to_str().ok())
-        .or_else(|| req.uri().authority().map(|a| a.as_str()))?;
+/// The host a request is for, without its port, as RFC 9112 section 3.2 has it: an
+/// absolute-form target's authority wins over `Host` (which is then replaced by it); an HTTP/1.1
+/// request must carry exactly one `Host`; HTTP/2's `:authority` (which hyper puts in the URI)
+/// wins over a `Host` header. Errors are the client's, answered 400.
+fn request_host(req: &mut Request<Incoming>) -> Result<Option<String>, String> {
+    let from_uri = req.uri().authority().map(|a| a.as_str().to_owned());
+    let full = if let Some(authority) = from_uri {
+        if req.version() != Version::HTTP_2 || !req.headers().contains_key(header::HOST) {
+            let v = HeaderValue::from_str(&authority).map_err(|_| {
+                format!("request target authority {authority:?} is not a valid Host")
+            })?;
+            req.headers_mut().insert(header::HOST, v);
+        }
+        authority
+    } else {
+        let mut hosts = req.headers().get_all(header::HOST).iter();
+        match (hosts.next(), hosts.next()) {
+            (Some(h), None) => h
+                .to_str()
+                .map_err(|_| "the Host header is not visible ASCII".to_owned())?
+                .to_owned(),
+            (Some(_), Some(_)) => {
+                let n = req.headers().get_all(header::HOST).iter().count();
+                return Err(format!("the request has {n} Host headers; exactly one is allowed"));
+            }
+            (None, _) if req.version() == Version::HTTP_10 => {
+                // HTTP/1.0 needs no Host, but the member is spoken to in HTTP/1.1, which does:
+                // an empty one (RFC 9112 3.2: no authority), never the member's own address.
+                req.headers_mut().insert(header::HOST, HeaderValue::from_static(""));
+                return Ok(None);
+            }
+            (None, _) => return Err("the request has no Host header".to_owned()),
+        }
+    };
     // Strip the port, minding IPv6 literals.
-    Some(match full.rfind(':') {
-        Some(i) if !full[i..].contains(']') => &full[..i],
+    Ok(Some(match full.rfind(':') {
+        Some(i) if !full[i..].contains(']') => full[..i].to_owned(),
         _ => full,
-    })
+    }))
 }
 
 type Failure = (ProxyError, Duration);
@@ -90,7 +118,17 @@ async fn proxy(
     peer: SocketAddr,
     mut req: Request<Incoming>,
 ) -> Result<Response<ProxyBody>, Failure> {
-    let host = host_of(&req).map(str::to_owned);
+    if has_looped(req.headers()) {
+        let detail = format!(
+            "request loop: it already passed through this router ({}) on its way here",
+            via_id()
+        );
+        return Err((ProxyError::new(Kind::Loop, detail), DEFAULT_IDLE));
+    }
+    let host = match request_host(&mut req) {
+        Ok(host) => host,
+        Err(detail) => return Err((ProxyError::new(Kind::BadRequest, detail), DEFAULT_IDLE)),
+    };
     let route_index = {
         let headers = req.headers();
         let lookup = |n: &str| headers.get(n).and_then(|v| v.to_str().ok());
@@ -141,11 +179,6 @@ async fn proxy(
         client_version,
         ctx.listener.trust_forwarded_for,
     );
-    if !parts.headers.contains_key(header::HOST)
-        && let Some(v) = parts.uri.authority().and_then(|a| HeaderValue::from_str(a.as_str()).ok())
-    {
-        parts.headers.insert(header::HOST, v);
-    }
     let path_and_query =
         parts.uri.path_and_query().cloned().unwrap_or_else(|| PathAndQuery::from_static("/"));
     let bodyless = body.is_end_stream();
@@ -221,6 +254,15 @@ async fn proxy(
                 rt.spec.policy.retry.per_try_timeout.map_or(remaining, |t| t.min(remaining));
             let client = ctx.clients.for_protocol(rt.spec.upstream_protocol);
             let kind = match tokio::time::timeout(per_try, client.request(request)).await {
+                Ok(Ok(resp)) if resp.status().as_u16() > 599 => {
+                    // hyper reads any three digits; RFC 9110 15 knows 100-599 only. A member
+                    // that says otherwise is broken: a failure, never passed on.
+                    begun.end(Outcome::Failure {
+                        kind: FailureKind::Reset,
+                        latency: started.elapsed(),
+                    });
+                    Kind::BadStatus
+                }
                 Ok(Ok(mut resp)) => {
                     let latency = started.elapsed();
                     let status = resp.status().as_u16();
@@ -233,6 +275,12 @@ async fn proxy(
                     let member_upgrade = (resp.status() == StatusCode::SWITCHING_PROTOCOLS)
                         .then(|| hyper::upgrade::on(&mut resp));
                     let (mut rparts, rbody) = resp.into_parts();
+                    if rparts.headers.contains_key(header::TRANSFER_ENCODING) {
+                        // RFC 9112 6.3: with both, the transfer coding frames the body and the
+                        // length is wrong. hyper decoded the chunks; the length must not reach
+                        // the client, or it would frame a truncated body with it.
+                        rparts.headers.remove(header::CONTENT_LENGTH);
+                    }
                     match (client_upgrade, member_upgrade) {
                         (Some(c), Some(m)) => {
                             conn.upgraded();
@@ -267,7 +315,9 @@ async fn proxy(
                             "the request body broke off before it was complete".to_owned(),
                         ));
                     }
-                    let (kind, failure) = if e.is_connect() {
+                    let (kind, failure) = if e.is_connect() && is_dns_failure(&e) {
+                        (Kind::Resolve, FailureKind::Connect)
+                    } else if e.is_connect() {
                         (Kind::Connect, FailureKind::Connect)
                     } else {
                         (Kind::Reset, FailureKind::Reset)
@@ -294,18 +344,20 @@ async fn proxy(
             tracing::debug!(route = %route.name, cluster = %cluster, member = %name, ?kind, "attempt failed");
             let member = Some(name.clone());
             attempts.push(Attempt { cluster: cluster.clone(), member, outcome: kind });
-            sent |= kind != Kind::Connect;
+            // A refused or unresolved connection sent nothing.
+            let nothing_sent = matches!(kind, Kind::Connect | Kind::Resolve);
+            sent |= !nothing_sent;
             // The body can be sent again only if no try has read from it. Then a connect failure
             // sent nothing, so any request may go elsewhere; after a reset or a timeout the
             // member may have acted on the head, so only idempotent requests go again.
             let untouched = slot.as_ref().is_none_or(BodySlot::is_untouched);
-            let may_retry = untouched && (kind == Kind::Connect || idempotent);
+            let may_retry = untouched && (nothing_sent || idempotent);
             if !may_retry || Instant::now() >= deadline {
                 break 'clusters;
             }
         }
     }
-    let kind = [Kind::Timeout, Kind::Reset, Kind::Connect]
+    let kind = [Kind::Timeout, Kind::Reset, Kind::BadStatus, Kind::Connect, Kind::Resolve]
         .into_iter()
         .find(|k| attempts.iter().any(|a| a.outcome == *k))
         .unwrap_or(Kind::NoEligible);
@@ -327,6 +379,19 @@ fn is_idempotent(m: &Method) -> bool {
         *m,
         Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE
     )
+}
+
+/// Whether a connect failure was the member's host name not resolving (hyper-util's connector
+/// says so only in its message).
+fn is_dns_failure(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur = Some(e);
+    while let Some(err) = cur {
+        if err.to_string().starts_with("dns error") {
+            return true;
+        }
+        cur = err.source();
+    }
+    false
 }
 
 fn caused_by<T: std::error::Error + 'static>(e: &(dyn std::error::Error + 'static)) -> bool {
