@@ -71,16 +71,24 @@ pub async fn handle(
 /// The host a request is for, without its port, as RFC 9112 section 3.2 has it: an
 /// absolute-form target's authority wins over `Host` (which is then replaced by it); an HTTP/1.1
 /// request must carry exactly one `Host`; HTTP/2's `:authority` (which hyper puts in the URI)
-/// wins over a `Host` header. Errors are the client's, answered 400.
+/// becomes the `Host`, and a `Host` header naming something else is refused. Errors are the
+/// client's, answered 400.
 fn request_host(req: &mut Request<Incoming>) -> Result<Option<String>, String> {
     let from_uri = req.uri().authority().map(|a| a.as_str().to_owned());
     let full = if let Some(authority) = from_uri {
-        if req.version() != Version::HTTP_2 || !req.headers().contains_key(header::HOST) {
-            let v = HeaderValue::from_str(&authority).map_err(|_| {
-                format!("request target authority {authority:?} is not a valid Host")
-            })?;
-            req.headers_mut().insert(header::HOST, v);
+        // RFC 9113 8.3.1: a Host naming another authority than `:authority` is malformed.
+        if req.version() == Version::HTTP_2
+            && req
+                .headers()
+                .get_all(header::HOST)
+                .iter()
+                .any(|h| !h.as_bytes().eq_ignore_ascii_case(authority.as_bytes()))
+        {
+            return Err("the Host header differs from the request's :authority".to_owned());
         }
+        let v = HeaderValue::from_str(&authority)
+            .map_err(|_| format!("request target authority {authority:?} is not a valid Host"))?;
+        req.headers_mut().insert(header::HOST, v);
         authority
     } else {
         let mut hosts = req.headers().get_all(header::HOST).iter();
