@@ -4,6 +4,7 @@ mod core {
     pub(crate) mod support;
 
     mod eligibility;
+    mod failover;
     mod hashing;
     mod load_aware;
     mod orderly;

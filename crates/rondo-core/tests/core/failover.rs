@@ -1,0 +1,139 @@
+//! Property tests of the failover engine driving real balancers: whatever the failures, no try
+//! goes to a member already tried in its cluster while another is eligible, a non-idempotent
+//! request whose bytes reached a member is never sent again, and the tries never exceed the
+//! policy's attempts per cluster nor the retry budget.
+
+use std::time::Duration;
+
+use proptest::prelude::*;
+use rondo_core::{
+    Algorithm, Balancer, Failover, Instant, PickRequest, Policy, RetryPolicy, Stop, TryFailure,
+};
+
+use super::support::{cluster_with, named, rng};
+
+/// What a try's member does, drawn by the test.
+#[derive(Debug, Clone, Copy)]
+enum Fate {
+    Answer,
+    Refuse,
+    Reset,
+    RequestOwn,
+}
+
+fn fate() -> impl Strategy<Value = Fate> {
+    prop_oneof![Just(Fate::Answer), Just(Fate::Refuse), Just(Fate::Reset), Just(Fate::RequestOwn)]
+}
+
+fn algorithm() -> impl Strategy<Value = Algorithm> {
+    prop_oneof![
+        Just(Algorithm::RoundRobin),
+        Just(Algorithm::Random),
+        Just(Algorithm::LeastSessions),
+        Just(Algorithm::P2cEwma),
+        Just(Algorithm::Weighted),
+    ]
+}
+
+struct Run {
+    /// (cluster, member) of every try, in order.
+    tries: Vec<(usize, usize)>,
+    /// Whether each try's request reached its member.
+    reached: Vec<bool>,
+    stop: Option<Stop>,
+    /// Retries admitted, per cluster (each cluster has its own budget).
+    retries_admitted: Vec<u32>,
+}
+
+fn drive(balancers: &mut [Balancer], idempotent: bool, fates: &[Fate], seed: u64) -> Run {
+    let mut r = rng(seed);
+    let now = Instant::from_millis(1);
+    let mut f = Failover::new(balancers.len(), idempotent, now, Duration::from_secs(10));
+    let mut run = Run {
+        tries: Vec::new(),
+        reached: Vec::new(),
+        stop: None,
+        retries_admitted: vec![0; balancers.len()],
+    };
+    // Bounded: at most one try per fate, and fates are finite.
+    for fate in fates {
+        let Some(c) = f.cluster() else { break };
+        let b = &mut balancers[c];
+        let retry = f.retrying();
+        if let Err(stop) = f.admit(b, now) {
+            run.stop = Some(stop);
+            return run;
+        }
+        if retry {
+            run.retries_admitted[c] += 1;
+        }
+        let req = PickRequest { now, exclude: f.tried(), ..PickRequest::default() };
+        let member = match b.pick(&req, &mut r) {
+            Ok(d) => d.member,
+            Err(_) => {
+                f.none_eligible();
+                continue;
+            }
+        };
+        f.began(member);
+        run.tries.push((c, member));
+        let failure = match fate {
+            Fate::Answer => return run,
+            Fate::Refuse => TryFailure::NOTHING_SENT,
+            Fate::Reset => TryFailure::after_sending(true),
+            Fate::RequestOwn => TryFailure { member_failed: false, ..TryFailure::NOTHING_SENT },
+        };
+        run.reached.push(failure.reached);
+        if let Err(stop) = f.failed(failure, now) {
+            run.stop = Some(stop);
+            return run;
+        }
+    }
+    run
+}
+
+proptest! {
+    #[test]
+    fn failover_keeps_its_rules(
+        algorithm in algorithm(),
+        sizes in proptest::collection::vec(1usize..5, 1..4),
+        attempts in 1u32..5,
+        budget_min in 0u32..3,
+        idempotent in any::<bool>(),
+        fates in proptest::collection::vec(fate(), 1..20),
+        seed in any::<u64>(),
+    ) {
+        let retry = RetryPolicy { attempts, budget_min_per_sec: budget_min, budget_percent: 0, ..RetryPolicy::default() };
+        let policy = Policy { algorithm, retry, ..Policy::default() };
+        let mut balancers: Vec<Balancer> = sizes
+            .iter()
+            .map(|&n| Balancer::new(cluster_with(policy.clone(), named(n)), Instant::ZERO))
+            .collect();
+        let run = drive(&mut balancers, idempotent, &fates, seed);
+
+        for (i, &(c, m)) in run.tries.iter().enumerate() {
+            // Never a member already tried in the same cluster (every member is eligible here).
+            let again = run.tries[..i].iter().any(|&(c2, m2)| c2 == c && m2 == m);
+            prop_assert!(!again, "member {m} of cluster {c} tried twice: {:?}", run.tries);
+            // Never more tries in a cluster than its attempts.
+            let here = run.tries[..=i].iter().filter(|&&(c2, _)| c2 == c).count();
+            prop_assert!(here as u32 <= attempts, "{here} tries in cluster {c}");
+        }
+        // A non-idempotent request that reached a member is never sent again.
+        if !idempotent
+            && let Some(first) = run.reached.iter().position(|r| *r)
+        {
+            prop_assert_eq!(run.tries.len(), first + 1, "sent again after reaching a member");
+        }
+        // Retries never exceed the budget: with no ratio, at most the floor per second in each
+        // cluster (all tries happen at one instant).
+        for (c, n) in run.retries_admitted.iter().enumerate() {
+            prop_assert!(*n <= budget_min, "{n} retries in cluster {c} over a floor of {budget_min}");
+        }
+        if run.stop == Some(Stop::Budget) {
+            prop_assert!(run.retries_admitted.iter().any(|n| *n == budget_min));
+        }
+        let total = sizes.len() as u32 * attempts;
+        prop_assert!(run.tries.len() as u32 <= total);
+    }
+}
