@@ -1,7 +1,13 @@
-//! The HTTP request path, top to bottom: route → (for the route's cluster, then each backup
-//! cluster in order) pick a member (sticky session, hash key or the cluster's algorithm) → send
-//! with a per-try timeout → on a failure that is safe to retry, the next member → the member's
-//! response streamed back with header hygiene, or an error that explains itself.
+//! The HTTP request path, top to bottom, in four stages ([`proxy`]):
+//!
+//! 1. [`route`]: refuse loops and malformed `Host`s, find the first matching route;
+//! 2. [`prepare`]: the body limit, the head as members get it, the body in a replay slot;
+//! 3. [`forward`]: the failover loop. The core's [`Failover`] engine says which cluster the next
+//!    try goes to and whether a failed try may go elsewhere; [`place`] puts the try on a member
+//!    (sticky session, hash key or the cluster's algorithm) in the same lock hold as the retry
+//!    budget; [`attempt`] sends it with its timeout and classifies a failure;
+//! 4. [`respond`]: the member's answer streamed back with header hygiene; or, when the tries ran
+//!    out, an error that explains itself ([`gave_up`]).
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -11,19 +17,21 @@ use std::time::{Duration, Instant};
 use http::header::{self, HeaderValue};
 use http::request::Parts;
 use http::uri::{self, PathAndQuery, Scheme};
-use http::{Method, Request, Response, StatusCode, Uri, Version};
+use http::{Request, Response, StatusCode, Uri, Version};
 use http_body::Body as _;
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use rondo_config::ListenerSpec;
+use rondo_core::failover::is_idempotent_method;
 use rondo_core::{
-    FailureKind, Granularity, HashKeySource, Outcome, PickError, PickRequest, RequestFacts,
+    Failover, FailureKind, Granularity, HashKeySource, Outcome, RequestFacts, Route, Stop,
+    TryFailure,
 };
-use rondo_runtime::{ClusterRt, Live, Snapshot, clock};
+use rondo_runtime::{ClusterRt, Live, Placed, Refused, Snapshot, clock};
 
 use crate::body::{BodySlot, ClientBodyError, Finish, ProxyBody, TooLarge, UpstreamBody};
 use crate::conn::ConnState;
-use crate::error::{Attempt, Kind, ProxyError};
+use crate::error::{Attempt, Kind, ProxyError, Side};
 use crate::headers::{add_forwarded, append_via, has_looped, is_upgrade, strip_hop_by_hop, via_id};
 use crate::sticky::{self, Sessions};
 use crate::upstream::Clients;
@@ -117,8 +125,12 @@ fn request_host(req: &mut Request<Incoming>) -> Result<Option<String>, String> {
     }))
 }
 
+/// A failure the client is answered with, and the idle timeout its connection keeps.
 type Failure = (ProxyError, Duration);
 
+/// The request path in four stages: [`route`] (the guards and the route), [`prepare`] (the
+/// request as members get it), the failover loop of [`forward`] over [`attempt`]s, and
+/// [`respond`] with the member's answer.
 async fn proxy(
     ctx: &HttpCtx,
     snapshot: &Snapshot,
@@ -126,6 +138,18 @@ async fn proxy(
     peer: SocketAddr,
     mut req: Request<Incoming>,
 ) -> Result<Response<ProxyBody>, Failure> {
+    let (route, host) = route(ctx, snapshot, &mut req)?;
+    let prepared = prepare(ctx, conn, route, req, host.as_deref())?;
+    forward(ctx, snapshot, conn, peer, route, prepared).await
+}
+
+/// Stage 1: refuse what must not be forwarded (a loop, a malformed `Host`), then the first route
+/// of this listener whose match holds. Returns the route and the request's host.
+fn route<'s>(
+    ctx: &HttpCtx,
+    snapshot: &'s Snapshot,
+    req: &mut Request<Incoming>,
+) -> Result<(&'s Route, Option<String>), Failure> {
     if has_looped(req.headers()) {
         let detail = format!(
             "request loop: it already passed through this router ({}) on its way here",
@@ -133,48 +157,68 @@ async fn proxy(
         );
         return Err((ProxyError::new(Kind::Loop, detail), DEFAULT_IDLE));
     }
-    let host = match request_host(&mut req) {
+    let host = match request_host(req) {
         Ok(host) => host,
         Err(detail) => return Err((ProxyError::new(Kind::BadRequest, detail), DEFAULT_IDLE)),
     };
-    let route_index = {
-        let headers = req.headers();
-        let lookup = |n: &str| headers.get(n).and_then(|v| v.to_str().ok());
-        let facts = RequestFacts {
-            host: host.as_deref(),
-            path: req.uri().path(),
-            method: req.method().as_str(),
-            header: &lookup,
-        };
-        snapshot
-            .view
-            .routes
-            .iter()
-            .position(|r| r.listener == ctx.listener.name && r.matcher.matches(&facts))
+    let headers = req.headers();
+    let lookup = |n: &str| headers.get(n).and_then(|v| v.to_str().ok());
+    let facts = RequestFacts {
+        host: host.as_deref(),
+        path: req.uri().path(),
+        method: req.method().as_str(),
+        header: &lookup,
     };
-    let Some(route_index) = route_index else {
-        let detail = format!(
-            "no route on listener {} matches {} {}{}",
-            ctx.listener.name,
-            req.method(),
-            host.as_deref().unwrap_or(""),
-            req.uri().path()
-        );
-        return Err((ProxyError::new(Kind::NoRoute, detail), DEFAULT_IDLE));
-    };
-    let route = &snapshot.view.routes[route_index];
-    let fail = |kind, detail: String| {
-        (ProxyError::on_route(kind, &route.name, &route.cluster, detail), route.idle_timeout)
-    };
+    let found = snapshot
+        .view
+        .routes
+        .iter()
+        .find(|r| r.listener == ctx.listener.name && r.matcher.matches(&facts));
+    match found {
+        Some(route) => Ok((route, host)),
+        None => {
+            let detail = format!(
+                "no route on listener {} matches {} {}{}",
+                ctx.listener.name,
+                req.method(),
+                host.as_deref().unwrap_or(""),
+                req.uri().path()
+            );
+            Err((ProxyError::new(Kind::NoRoute, detail), DEFAULT_IDLE))
+        }
+    }
+}
 
+/// A request as every try sends it: its head with hop-by-hop headers gone and forwarding
+/// headers added, and its body waiting in a slot until a try reads it.
+struct Prepared {
+    parts: Parts,
+    path_and_query: PathAndQuery,
+    slot: Option<BodySlot>,
+    client_upgrade: Option<hyper::upgrade::OnUpgrade>,
+    idempotent: bool,
+}
+
+impl Prepared {
+    /// Whether the request can still be sent again: no try has read from its body.
+    fn replayable(&self) -> bool {
+        self.slot.as_ref().is_none_or(BodySlot::is_untouched)
+    }
+}
+
+/// Stage 2: the body limit, then the head as members get it.
+fn prepare(
+    ctx: &HttpCtx,
+    conn: &ConnState,
+    route: &Route,
+    mut req: Request<Incoming>,
+    host: Option<&str>,
+) -> Result<Prepared, Failure> {
     let limit = ctx.listener.max_body_bytes;
     if limit > 0 && req.body().size_hint().lower() > limit {
-        return Err(fail(
-            Kind::BodyTooLarge,
-            format!("request body over the limit of {limit} bytes"),
-        ));
+        let detail = format!("request body over the limit of {limit} bytes");
+        return Err(on_route(route, Kind::BodyTooLarge, detail));
     }
-
     let upgrade = req.version() == Version::HTTP_11 && is_upgrade(req.headers());
     let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
     let client_version = req.version();
@@ -183,188 +227,93 @@ async fn proxy(
     add_forwarded(
         &mut parts.headers,
         &conn.client_ip,
-        host.as_deref(),
+        host,
         client_version,
         ctx.listener.trust_forwarded_for,
     );
     let path_and_query =
         parts.uri.path_and_query().cloned().unwrap_or_else(|| PathAndQuery::from_static("/"));
-    let bodyless = body.is_end_stream();
-    let slot = (!bodyless).then(|| BodySlot::new(body));
-    let idempotent = is_idempotent(&parts.method);
+    let slot = (!body.is_end_stream()).then(|| BodySlot::new(body));
+    let idempotent = is_idempotent_method(parts.method.as_str());
+    Ok(Prepared { parts, path_and_query, slot, client_upgrade, idempotent })
+}
 
-    let deadline = Instant::now() + route.request_timeout;
+/// Stage 3: the failover loop. The core's [`Failover`] decides where each try goes and whether
+/// a failed one may go elsewhere; this only carries its decisions out.
+async fn forward(
+    ctx: &HttpCtx,
+    snapshot: &Snapshot,
+    conn: &Arc<ConnState>,
+    peer: SocketAddr,
+    route: &Route,
+    mut req: Prepared,
+) -> Result<Response<ProxyBody>, Failure> {
+    let clusters = 1 + route.backups.len();
+    let mut failover = Failover::new(clusters, req.idempotent, clock::now(), route.request_timeout);
     let mut attempts: Vec<Attempt> = Vec::new();
-    let clusters = std::iter::once(&route.cluster).chain(route.backups.iter());
-    // Whether the request already reached a member and failed there: later tries are retries
-    // and must fit the retry budget of the cluster they go to. A refused connection sent
-    // nothing and loaded nobody, so trying elsewhere after it is free.
-    let mut sent = false;
-    let mut deposited = false;
-    let mut budget_exhausted = false;
-    let mut tries = 0u32;
     let metrics = &ctx.live.metrics;
-    'clusters: for cluster in clusters {
-        let Some(rt) = snapshot.clusters.get(cluster) else { continue };
-        let mut tried: Vec<usize> = Vec::new();
-        for _ in 0..rt.spec.policy.retry.attempts.max(1) {
-            // The core's time for the budget and the pick (one reading for both).
-            let now = clock::now();
-            let allowed = rt.with(|b| {
-                if sent {
-                    b.retry_allowed(now)
-                } else {
-                    // One deposit per request (not per try after a refused connection).
-                    if !deposited {
-                        b.note_request(now);
-                    }
-                    true
-                }
-            });
-            deposited = true;
-            if !allowed {
+    let stop = loop {
+        let Some(i) = failover.cluster() else { break Stop::Exhausted };
+        let cluster = if i == 0 { &route.cluster } else { &route.backups[i - 1] };
+        let Some(rt) = snapshot.clusters.get(cluster) else {
+            failover.none_eligible();
+            continue;
+        };
+        let choice = match place(ctx, rt, &mut failover, &req.parts, peer) {
+            Ok(choice) => choice,
+            Err(Refused::Stop(stop)) => {
                 tracing::warn!(route = %route.name, cluster = %cluster, "retry budget exhausted");
-                budget_exhausted = true;
                 metrics.budget_exhausted(&route.name, cluster);
-                break 'clusters;
+                break stop;
             }
-            let choice = match choose(ctx, rt, &parts, peer, &tried, now) {
-                Ok(c) => c,
-                Err(e) => {
-                    tracing::debug!(route = %route.name, error = %e, "no member");
-                    attempts.push(Attempt {
-                        cluster: cluster.clone(),
-                        member: None,
-                        outcome: Kind::NoEligible,
-                    });
-                    continue 'clusters;
-                }
-            };
-            let member = choice.member;
-            tried.push(member);
-            // Ends the request on the member as cancelled if this future is dropped (the
-            // client went away) before an outcome is recorded.
-            let begun = Begun { rt: rt.clone(), member, armed: true };
-            tries += 1;
-            if tries > 1 {
-                metrics.retry(&route.name, cluster);
+            Err(Refused::NoEligible(e)) => {
+                tracing::debug!(route = %route.name, error = %e, "no member");
+                let outcome = Kind::NoEligible;
+                attempts.push(Attempt { cluster: cluster.clone(), member: None, outcome });
+                failover.none_eligible();
+                continue;
             }
-            let upstream_body = match &slot {
-                None => UpstreamBody::Empty,
-                Some(slot) => UpstreamBody::stream(slot.clone(), limit),
-            };
-            let request = upstream_request(&parts, rt, member, &path_and_query, upstream_body);
-            // The try's time and its latency start as it is sent (the pick, a session sweep
-            // and a wait for the cluster's lock are not the member's).
-            let started = Instant::now();
-            let remaining = deadline.saturating_duration_since(started);
-            let per_try =
-                rt.spec.policy.retry.per_try_timeout.map_or(remaining, |t| t.min(remaining));
-            let client = ctx.clients.for_protocol(rt.spec.upstream_protocol);
-            let kind = match tokio::time::timeout(per_try, client.request(request)).await {
-                Ok(Ok(resp)) if resp.status().as_u16() > 599 => {
-                    // hyper reads any three digits; RFC 9110 15 knows 100-599 only. A member
-                    // that says otherwise is broken: a failure, never passed on.
-                    begun.end(Outcome::Failure {
-                        kind: FailureKind::Reset,
-                        latency: started.elapsed(),
-                    });
-                    Kind::BadStatus
-                }
-                Ok(Ok(mut resp)) => {
-                    let latency = started.elapsed();
-                    let status = resp.status().as_u16();
-                    rt.record_response(&route.name, member, status, latency.as_secs_f64());
-                    let outcome = if resp.status().is_server_error() {
-                        Outcome::Failure { kind: FailureKind::Status5xx, latency }
-                    } else {
-                        Outcome::Success { latency }
-                    };
-                    let member_upgrade = (resp.status() == StatusCode::SWITCHING_PROTOCOLS)
-                        .then(|| hyper::upgrade::on(&mut resp));
-                    let (mut rparts, rbody) = resp.into_parts();
-                    if rparts.headers.contains_key(header::TRANSFER_ENCODING) {
-                        // RFC 9112 6.3: with both, the transfer coding frames the body and the
-                        // length is wrong. hyper decoded the chunks; the length must not reach
-                        // the client, or it would frame a truncated body with it.
-                        rparts.headers.remove(header::CONTENT_LENGTH);
-                    }
-                    match (client_upgrade, member_upgrade) {
-                        (Some(c), Some(m)) => {
-                            conn.upgraded();
-                            tunnel(rt.clone(), member, c, m);
-                        }
-                        _ => strip_hop_by_hop(&mut rparts.headers, false),
-                    }
-                    append_via(&mut rparts.headers, rparts.version);
-                    if let Some(cookie) = choice.set_cookie {
-                        rparts.headers.append(header::SET_COOKIE, cookie);
-                    }
-                    // From here the response body's end reports the outcome.
-                    begun.disarm();
-                    let finish = Finish::default()
-                        .request(rt.clone(), member, outcome)
-                        .conn(conn.clone(), route.idle_timeout);
-                    return Ok(Response::from_parts(rparts, ProxyBody::upstream(rbody, finish)));
-                }
-                Ok(Err(e)) => {
-                    if caused_by::<TooLarge>(&e) {
-                        begun.end(Outcome::Cancelled);
-                        return Err(fail(
-                            Kind::BodyTooLarge,
-                            format!("request body over the limit of {limit} bytes"),
-                        ));
-                    }
-                    if caused_by::<ClientBodyError>(&e) {
-                        // The client's body failed (aborted mid-way): not the member's fault.
-                        begun.end(Outcome::Cancelled);
-                        return Err(fail(
-                            Kind::ClientBody,
-                            "the request body broke off before it was complete".to_owned(),
-                        ));
-                    }
-                    let (kind, failure) = if e.is_connect() && is_dns_failure(&e) {
-                        (Kind::Resolve, FailureKind::Connect)
-                    } else if e.is_connect() {
-                        (Kind::Connect, FailureKind::Connect)
-                    } else {
-                        (Kind::Reset, FailureKind::Reset)
-                    };
-                    begun.end(Outcome::Failure { kind: failure, latency: started.elapsed() });
-                    kind
-                }
-                Err(_elapsed) => {
-                    if slot.as_ref().is_some_and(BodySlot::stalled_by_client) {
-                        // The try waited on the client's body, not on the member: 408, and the
-                        // member is not charged.
-                        begun.end(Outcome::Cancelled);
-                        return Err(fail(
-                            Kind::ClientBodyTimeout,
-                            "the request body did not arrive in time".to_owned(),
-                        ));
-                    }
-                    let latency = started.elapsed();
-                    begun.end(Outcome::Failure { kind: FailureKind::Timeout, latency });
-                    Kind::Timeout
-                }
-            };
-            let name = &rt.spec.members[member].name;
-            tracing::debug!(route = %route.name, cluster = %cluster, member = %name, ?kind, "attempt failed");
-            let member = Some(name.clone());
-            attempts.push(Attempt { cluster: cluster.clone(), member, outcome: kind });
-            // A refused or unresolved connection sent nothing.
-            let nothing_sent = matches!(kind, Kind::Connect | Kind::Resolve);
-            sent |= !nothing_sent;
-            // The body can be sent again only if no try has read from it. Then a connect failure
-            // sent nothing, so any request may go elsewhere; after a reset or a timeout the
-            // member may have acted on the head, so only idempotent requests go again.
-            let untouched = slot.as_ref().is_none_or(BodySlot::is_untouched);
-            let may_retry = untouched && (nothing_sent || idempotent);
-            if !may_retry || Instant::now() >= deadline {
-                break 'clusters;
-            }
+        };
+        if failover.tries() > 1 {
+            metrics.retry(&route.name, cluster);
         }
-    }
+        let member = choice.member;
+        let kind = match attempt(ctx, conn, route, rt, choice, &mut req, &failover).await {
+            Ok(resp) => return Ok(resp),
+            Err(kind) => kind,
+        };
+        if kind.side() == Side::Client {
+            // The request's own failure: no member is to blame and none can do better.
+            let detail = match kind {
+                Kind::BodyTooLarge => {
+                    format!("request body over the limit of {} bytes", ctx.listener.max_body_bytes)
+                }
+                Kind::ClientBodyTimeout => "the request body did not arrive in time".to_owned(),
+                _ => "the request body broke off before it was complete".to_owned(),
+            };
+            return Err(on_route(route, kind, detail));
+        }
+        let name = &rt.spec.members[member].name;
+        tracing::debug!(route = %route.name, cluster = %cluster, member = %name, ?kind, "attempt failed");
+        attempts.push(Attempt {
+            cluster: cluster.clone(),
+            member: Some(name.clone()),
+            outcome: kind,
+        });
+        let failure = TryFailure {
+            reached: !matches!(kind, Kind::Connect | Kind::Resolve),
+            member_failed: kind.is_retryable(),
+            replayable: req.replayable(),
+        };
+        if let Err(stop) = failover.failed(failure, clock::now()) {
+            break stop;
+        }
+    };
+    Err(gave_up(route, attempts, stop))
+}
+
+/// The error of a request that ran out of tries: the most telling failure among its attempts.
+fn gave_up(route: &Route, attempts: Vec<Attempt>, stop: Stop) -> Failure {
     let kind = [Kind::Timeout, Kind::Reset, Kind::BadStatus, Kind::Connect, Kind::Resolve]
         .into_iter()
         .find(|k| attempts.iter().any(|a| a.outcome == *k))
@@ -374,19 +323,130 @@ async fn proxy(
         Kind::NoEligible => "no eligible member to serve the request".to_owned(),
         _ => "bad gateway: no member answered".to_owned(),
     };
-    if budget_exhausted {
+    if stop == Stop::Budget {
         detail.push_str(" (retry budget exhausted)");
     }
     let mut e = ProxyError::on_route(kind, &route.name, &route.cluster, detail);
     e.attempts = attempts;
-    Err((e, route.idle_timeout))
+    (e, route.idle_timeout)
 }
 
-fn is_idempotent(m: &Method) -> bool {
-    matches!(
-        *m,
-        Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE
-    )
+fn on_route(route: &Route, kind: Kind, detail: String) -> Failure {
+    (ProxyError::on_route(kind, &route.name, &route.cluster, detail), route.idle_timeout)
+}
+
+/// One try on the member `choice` placed it on: sent with the try's timeout, its outcome
+/// recorded on the member; the member's answer goes on to [`respond`], a failure comes back
+/// classified.
+async fn attempt(
+    ctx: &HttpCtx,
+    conn: &Arc<ConnState>,
+    route: &Route,
+    rt: &Arc<ClusterRt>,
+    choice: Choice,
+    req: &mut Prepared,
+    failover: &Failover,
+) -> Result<Response<ProxyBody>, Kind> {
+    let member = choice.member;
+    // Ends the request on the member as cancelled if this future is dropped (the client went
+    // away) before an outcome is recorded.
+    let begun = Begun { rt: rt.clone(), member, armed: true };
+    let body = match &req.slot {
+        None => UpstreamBody::Empty,
+        Some(slot) => UpstreamBody::stream(slot.clone(), ctx.listener.max_body_bytes),
+    };
+    let request = upstream_request(&req.parts, rt, member, &req.path_and_query, body);
+    // The try's time and its latency start as it is sent (the pick, a session sweep and a wait
+    // for the cluster's lock are not the member's), and the try ends by the request's deadline.
+    let started = Instant::now();
+    let per_try = failover.try_timeout(clock::from_std(started));
+    let client = ctx.clients.for_protocol(rt.spec.upstream_protocol);
+    let failed = |kind: FailureKind| Outcome::Failure { kind, latency: started.elapsed() };
+    match tokio::time::timeout(per_try, client.request(request)).await {
+        Ok(Ok(resp)) if resp.status().as_u16() > 599 => {
+            // hyper reads any three digits; RFC 9110 section 15 knows 100-599 only. A member
+            // that says otherwise is broken: a failure, never passed on.
+            begun.end(failed(FailureKind::Reset));
+            Err(Kind::BadStatus)
+        }
+        Ok(Ok(resp)) => {
+            let latency = started.elapsed();
+            rt.record_response(&route.name, member, resp.status().as_u16(), latency.as_secs_f64());
+            begun.disarm();
+            Ok(respond(conn, route, rt, choice, req.client_upgrade.take(), resp, latency))
+        }
+        Ok(Err(e)) if caused_by::<TooLarge>(&e) => {
+            begun.end(Outcome::Cancelled);
+            Err(Kind::BodyTooLarge)
+        }
+        Ok(Err(e)) if caused_by::<ClientBodyError>(&e) => {
+            // The client's body failed (aborted mid-way): not the member's fault.
+            begun.end(Outcome::Cancelled);
+            Err(Kind::ClientBody)
+        }
+        Ok(Err(e)) if e.is_connect() => {
+            begun.end(failed(FailureKind::Connect));
+            Err(if is_dns_failure(&e) { Kind::Resolve } else { Kind::Connect })
+        }
+        Ok(Err(_)) => {
+            begun.end(failed(FailureKind::Reset));
+            Err(Kind::Reset)
+        }
+        Err(_elapsed) if req.slot.as_ref().is_some_and(BodySlot::stalled_by_client) => {
+            // The try waited on the client's body, not on the member: 408, and the member is
+            // not charged.
+            begun.end(Outcome::Cancelled);
+            Err(Kind::ClientBodyTimeout)
+        }
+        Err(_elapsed) => {
+            begun.end(failed(FailureKind::Timeout));
+            Err(Kind::Timeout)
+        }
+    }
+}
+
+/// Stage 4: the member's answer on its way back: framing fixed, hop-by-hop headers gone (or a
+/// protocol switch joined), `Via` and a new session cookie added; the member's request ends
+/// (and its outcome is recorded) when the body's last frame has passed.
+fn respond(
+    conn: &Arc<ConnState>,
+    route: &Route,
+    rt: &Arc<ClusterRt>,
+    choice: Choice,
+    client_upgrade: Option<hyper::upgrade::OnUpgrade>,
+    mut resp: Response<Incoming>,
+    latency: Duration,
+) -> Response<ProxyBody> {
+    let member = choice.member;
+    let outcome = if resp.status().is_server_error() {
+        Outcome::Failure { kind: FailureKind::Status5xx, latency }
+    } else {
+        Outcome::Success { latency }
+    };
+    let member_upgrade =
+        (resp.status() == StatusCode::SWITCHING_PROTOCOLS).then(|| hyper::upgrade::on(&mut resp));
+    let (mut parts, body) = resp.into_parts();
+    if parts.headers.contains_key(header::TRANSFER_ENCODING) {
+        // RFC 9112 section 6.3: with both, the transfer coding frames the body and the length is
+        // wrong. hyper decoded the chunks; the length must not reach the client, or it would
+        // frame a truncated body with it.
+        parts.headers.remove(header::CONTENT_LENGTH);
+    }
+    match (client_upgrade, member_upgrade) {
+        (Some(c), Some(m)) => {
+            conn.upgraded();
+            tunnel(rt.clone(), member, c, m);
+        }
+        _ => strip_hop_by_hop(&mut parts.headers, false),
+    }
+    append_via(&mut parts.headers, parts.version);
+    if let Some(cookie) = choice.set_cookie {
+        parts.headers.append(header::SET_COOKIE, cookie);
+    }
+    let finish = Finish::default()
+        .request(rt.clone(), member, outcome)
+        .conn(conn.clone(), route.idle_timeout);
+    Response::from_parts(parts, ProxyBody::upstream(body, finish))
 }
 
 /// Whether a connect failure was the member's host name not resolving (hyper-util's connector
@@ -414,7 +474,7 @@ fn caused_by<T: std::error::Error + 'static>(e: &(dyn std::error::Error + 'stati
 }
 
 /// A request counted as begun on a member; ends it as cancelled when dropped unless an outcome
-/// was recorded or the response body took over.
+/// was recorded or the response body took over. The one guard of a try's accounting.
 struct Begun {
     rt: Arc<ClusterRt>,
     member: usize,
@@ -464,26 +524,28 @@ fn upstream_request(
     req
 }
 
+/// Where a try went, and the session cookie its response must carry.
 struct Choice {
     member: usize,
     set_cookie: Option<HeaderValue>,
 }
 
-/// Places a request: on its session's member when it has one that can keep it, else through
-/// the cluster's picker (which also counts the request as begun).
-fn choose(
+/// Places the next try (one lock hold, [`ClusterRt::place`]): on its session's member when it
+/// has one that can keep it, else through the cluster's picker; a new placement of a session is
+/// pinned (header sessions) or told to the client (cookie sessions).
+fn place(
     ctx: &HttpCtx,
     rt: &Arc<ClusterRt>,
+    failover: &mut Failover,
     parts: &Parts,
     peer: SocketAddr,
-    tried: &[usize],
-    now: rondo_core::Instant,
-) -> Result<Choice, PickError> {
+) -> Result<Choice, Refused> {
     let spec = &rt.spec;
     let session = spec.policy.granularity == Granularity::Session;
     let mut header_session = None;
+    let mut held = None;
     if session {
-        let held = match &spec.sticky.header {
+        held = match &spec.sticky.header {
             Some(h) => {
                 let id = parts.headers.get(h.as_str()).and_then(|v| v.to_str().ok());
                 header_session = id;
@@ -492,25 +554,22 @@ fn choose(
             None => sticky::cookie(&parts.headers, &spec.sticky.cookie)
                 .and_then(|t| sticky::member_by_token(spec, t)),
         };
-        if let Some(m) = held
-            && !tried.contains(&m)
-            && rt.keep_and_begin(m, now)
-        {
-            return Ok(Choice { member: m, set_cookie: None });
-        }
-        ctx.sessions.sweep();
     }
     let hash = (spec.policy.algorithm == rondo_core::Algorithm::Hash)
         .then(|| hash_key(&spec.policy.hash.key, parts, peer))
         .flatten();
     let group = ctx.live.group.as_deref();
-    let d = rt.pick_and_begin(&PickRequest { now, group, hash, context: None, exclude: tried })?;
+    let member = match rt.place(failover, clock::now(), group, hash, held)? {
+        Placed::Kept(m) => return Ok(Choice { member: m, set_cookie: None }),
+        Placed::Picked(m) => m,
+    };
     let mut set_cookie = None;
     if session {
+        ctx.sessions.sweep();
         match header_session {
-            Some(id) => ctx.sessions.pin(rt, id, d.member),
+            Some(id) => ctx.sessions.pin(rt, id, member),
             None if spec.sticky.header.is_none() => {
-                let token = sticky::token(&spec.members[d.member].name);
+                let token = sticky::token(&spec.members[member].name);
                 let cookie =
                     format!("{}={token}; Path=/; HttpOnly; SameSite=Lax", spec.sticky.cookie);
                 set_cookie = HeaderValue::from_str(&cookie).ok();
@@ -518,7 +577,7 @@ fn choose(
             None => {}
         }
     }
-    Ok(Choice { member: d.member, set_cookie })
+    Ok(Choice { member, set_cookie })
 }
 
 fn hash_key(source: &HashKeySource, parts: &Parts, peer: SocketAddr) -> Option<u64> {

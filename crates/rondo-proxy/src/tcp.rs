@@ -1,13 +1,15 @@
 //! TCP listeners: each connection is one session, placed once by the route's cluster (then its
-//! backups) and spliced to the member until either side closes. A member that refuses the
-//! connection is skipped for the next one, up to the cluster's retry attempts.
+//! backups) and spliced to the member until either side closes. Where a connection goes when a
+//! member does not take it is the core's [`Failover`] engine's decision, as for HTTP: a refused
+//! connection moves on for free; a connect that timed out (the member may be overloaded) moves on
+//! as a retry, within the cluster's retry budget; at most the cluster's retry attempts each.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rondo_core::{FailureKind, Outcome, PickRequest};
-use rondo_runtime::{Live, clock};
+use rondo_core::{Failover, FailureKind, Outcome, TryFailure};
+use rondo_runtime::{Live, Refused, clock};
 use tokio::net::TcpStream;
 
 /// Connect timeout when the cluster sets no per-try timeout.
@@ -24,38 +26,51 @@ pub async fn handle(live: Arc<Live>, listener: Arc<str>, mut client: TcpStream, 
         std::net::IpAddr::V4(ip) => rondo_core::hash::hash_key(&ip.octets()),
         std::net::IpAddr::V6(ip) => rondo_core::hash::hash_key(&ip.octets()),
     });
-    for cluster in std::iter::once(&route.cluster).chain(route.backups.iter()) {
-        let Some(rt) = snapshot.clusters.get(cluster) else { continue };
-        let mut tried = Vec::new();
-        for _ in 0..rt.spec.policy.retry.attempts.max(1) {
-            let req = PickRequest {
-                now: clock::now(),
-                group: live.group.as_deref(),
-                hash,
-                context: None,
-                exclude: &tried,
-            };
-            let Ok(d) = rt.pick_and_begin(&req) else { break };
-            tried.push(d.member);
-            let m = &rt.spec.members[d.member];
-            let timeout = rt.spec.policy.retry.per_try_timeout.unwrap_or(CONNECT_TIMEOUT);
-            let started = Instant::now();
+    // Nothing of the stream is sent before a member takes the connection: any member may take
+    // it, so it is "idempotent"; the route's request timeout bounds the placing, not the session.
+    let mut failover =
+        Failover::new(1 + route.backups.len(), true, clock::now(), route.request_timeout);
+    while let Some(i) = failover.cluster() {
+        let cluster = if i == 0 { &route.cluster } else { &route.backups[i - 1] };
+        let Some(rt) = snapshot.clusters.get(cluster) else {
+            failover.none_eligible();
+            continue;
+        };
+        let member = match rt.place(&mut failover, clock::now(), live.group.as_deref(), hash, None)
+        {
+            Ok(placed) => placed.member(),
+            Err(Refused::NoEligible(_)) => {
+                failover.none_eligible();
+                continue;
+            }
+            Err(Refused::Stop(_)) => {
+                tracing::warn!(%listener, route = %route.name, cluster = %cluster, "retry budget exhausted; closing the tcp connection");
+                return;
+            }
+        };
+        let m = &rt.spec.members[member];
+        let started = Instant::now();
+        let timeout = failover
+            .try_timeout(clock::from_std(started))
+            .min(rt.spec.policy.retry.per_try_timeout.unwrap_or(CONNECT_TIMEOUT));
+        let (kind, failure) =
             match tokio::time::timeout(timeout, TcpStream::connect(&m.address)).await {
                 Ok(Ok(mut upstream)) => {
                     let _ = upstream.set_nodelay(true);
-                    rt.end_request(d.member, Outcome::Success { latency: started.elapsed() });
-                    rt.open_session(d.member);
+                    rt.end_request(member, Outcome::Success { latency: started.elapsed() });
+                    rt.open_session(member);
                     let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
-                    rt.close_session(d.member);
+                    rt.close_session(member);
                     return;
                 }
-                Ok(Err(_)) | Err(_) => {
-                    let outcome =
-                        Outcome::Failure { kind: FailureKind::Connect, latency: started.elapsed() };
-                    rt.end_request(d.member, outcome);
-                    tracing::debug!(%listener, cluster = %cluster, member = %m.name, "tcp connect failed");
-                }
-            }
+                Ok(Err(_)) => (FailureKind::Connect, TryFailure::NOTHING_SENT),
+                // The member may be overloaded: moving on is a retry, paid from the budget.
+                Err(_) => (FailureKind::Timeout, TryFailure::after_sending(true)),
+            };
+        rt.end_request(member, Outcome::Failure { kind, latency: started.elapsed() });
+        tracing::debug!(%listener, cluster = %cluster, member = %m.name, ?kind, "tcp connect failed");
+        if failover.failed(failure, clock::now()).is_err() {
+            break;
         }
     }
     tracing::warn!(%listener, route = %route.name, "no member accepted the tcp connection; closing");

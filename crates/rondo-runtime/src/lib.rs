@@ -14,5 +14,5 @@ pub mod probe;
 pub mod reload;
 pub mod secret;
 
-pub use live::{ClusterRt, Live, Snapshot};
+pub use live::{ClusterRt, Live, Placed, Refused, Snapshot};
 pub use reload::Reloader;

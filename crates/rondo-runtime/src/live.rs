@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock};
 
 use arc_swap::ArcSwap;
 use rondo_core::{
-    Balancer, ClusterSpec, Decision, Ejection, Entropy, MemberSpec, Outcome, PickError,
-    PickRequest, SplitMix64, View,
+    Balancer, ClusterSpec, Decision, Ejection, Entropy, Failover, MemberSpec, Outcome, PickError,
+    PickRequest, SplitMix64, Stop, View,
 };
 
 use crate::clock;
@@ -32,6 +32,33 @@ impl Snapshot {
     pub fn is_registered(&self, cluster: &str, member: &str) -> bool {
         self.registered.get(cluster).is_some_and(|m| m.contains(member))
     }
+}
+
+/// Where [`ClusterRt::place`] put a try.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Placed {
+    /// On the sticky session's member.
+    Kept(usize),
+    /// On the member the cluster's picker chose.
+    Picked(usize),
+}
+
+impl Placed {
+    /// The member's index.
+    pub fn member(self) -> usize {
+        match self {
+            Placed::Kept(m) | Placed::Picked(m) => m,
+        }
+    }
+}
+
+/// Why [`ClusterRt::place`] placed no try.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Refused {
+    /// The failover engine stopped the request (the retry budget is spent).
+    Stop(Stop),
+    /// The cluster has no eligible member left for it.
+    NoEligible(PickError),
 }
 
 /// A cluster's balancer and random generator, behind one lock (held for nanoseconds: a pick or
@@ -154,7 +181,43 @@ impl ClusterRt {
         Ok(d)
     }
 
-    /// The latest `n` picks made by [`ClusterRt::pick_and_begin`] (unix milliseconds and the
+    /// Places a request's next try in one lock hold: the failover engine admits it (the
+    /// request's deposit into the retry budget, or a retry's withdrawal), then `keep` (a sticky
+    /// session's member) stays when it may and was not tried, else the cluster's picker chooses
+    /// among the members not yet tried; the request is counted as begun on the member and the
+    /// try recorded with `failover`. A pick is kept for the admin API's explain.
+    pub fn place(
+        &self,
+        failover: &mut Failover,
+        now: rondo_core::Instant,
+        group: Option<&str>,
+        hash: Option<u64>,
+        keep: Option<usize>,
+    ) -> Result<Placed, Refused> {
+        let mut g = self.lock();
+        let Inner { balancer, rng, recent } = &mut *g;
+        failover.admit(balancer, now).map_err(Refused::Stop)?;
+        if let Some(m) = keep
+            && !failover.tried().contains(&m)
+            && balancer.can_keep_session(m, now)
+        {
+            balancer.begin_request(m);
+            failover.began(m);
+            return Ok(Placed::Kept(m));
+        }
+        let req = PickRequest { now, group, hash, context: None, exclude: failover.tried() };
+        let d = balancer.pick(&req, rng).map_err(Refused::NoEligible)?;
+        balancer.begin_request(d.member);
+        failover.began(d.member);
+        if recent.len() == RECENT_DECISIONS {
+            recent.pop_front();
+        }
+        let member = d.member;
+        recent.push_back((now, d));
+        Ok(Placed::Picked(member))
+    }
+
+    /// The latest `n` picks made by [`ClusterRt::pick_and_begin`] and [`ClusterRt::place`] (unix milliseconds and the
     /// decision), oldest first; at most the last 256 are kept.
     pub fn recent_decisions(&self, n: usize) -> Vec<(u64, Decision)> {
         // Read before the lock (picks wait for it): a pick made meanwhile shows as "now".

@@ -131,7 +131,7 @@ proptest! {
             prop_assert!(*n <= budget_min, "{n} retries in cluster {c} over a floor of {budget_min}");
         }
         if run.stop == Some(Stop::Budget) {
-            prop_assert!(run.retries_admitted.iter().any(|n| *n == budget_min));
+            prop_assert!(run.retries_admitted.contains(&budget_min));
         }
         let total = sizes.len() as u32 * attempts;
         prop_assert!(run.tries.len() as u32 <= total);

@@ -876,3 +876,53 @@ async fn header_hygiene_in_both_directions() {
         support::raw_request(&mut conn, "GET /headers HTTP/1.1\r\nHost: app.test\r\n\r\n").await;
     assert_eq!(values(&header_lines(&resp.text()), "x-forwarded-for"), ["127.0.0.1"]);
 }
+
+/// A member whose accept queue is full: connects to it hang (SYNs dropped) until they time out.
+/// Returns its address, its listener (never accepted from) and the connections that fill it.
+async fn hanging_member() -> (SocketAddr, TcpListener, Vec<TcpStream>) {
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    socket.bind("127.0.0.1:0".parse().unwrap()).expect("bind");
+    let addr = socket.local_addr().expect("addr");
+    let listener = socket.listen(1).expect("listen");
+    let mut fillers = Vec::new();
+    for _ in 0..8 {
+        match tokio::time::timeout(Duration::from_millis(200), TcpStream::connect(addr)).await {
+            Ok(Ok(s)) => fillers.push(s),
+            _ => break,
+        }
+    }
+    (addr, listener, fillers)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tcp_retries_after_connect_timeouts_are_bounded_by_the_retry_budget() {
+    let mut keep = Vec::new();
+    let mut entries = Vec::new();
+    for i in 1..=3 {
+        let (addr, listener, fillers) = hanging_member().await;
+        keep.push((listener, fillers));
+        entries.push(member(&format!("h{i}"), addr));
+    }
+    // No ratio and a floor of one retry per second: across four connections placed within a
+    // second, at most one retry; without the budget each would make all three tries.
+    let cluster = format!(
+        "algorithm = \"round-robin\"\nupstream_protocol = \"tcp\"\n\
+         retry = {{ attempts = 3, per_try_timeout_ms = 100, budget_percent = 0, budget_min_per_sec = 1 }}\n\
+         outlier = {{ consecutive_failures = 1000 }}\nmembers = [{}]",
+        entries.join(", ")
+    );
+    let r = support::router(&support::pipeline("tcp", "protocol = \"tcp\"", "", &cluster)).await;
+    for _ in 0..4 {
+        let mut conn = support::raw_connect(r.addr("tcp")).await;
+        // The router closes the connection when no member takes it.
+        let (_, closed) = support::read_until_closed(&mut conn, GUARD).await;
+        assert!(closed, "the router kept a connection no member took");
+    }
+    let rt = r.live.load().clusters["tcp"].clone();
+    let tries: u32 = rt.with(|b| b.states().iter().map(|s| s.load.consecutive_failures).sum());
+    assert!(
+        (4..=5).contains(&tries),
+        "{tries} connect tries for 4 connections (12 without the budget)"
+    );
+    drop(keep);
+}
