@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use http::uri::Authority;
 use rondo_core::wire::{Answer, Member};
-use rondo_core::{Algorithm, Granularity, Outcome, Policy, RetryPolicy};
+use rondo_core::{Algorithm, Failover, Granularity, Outcome, Policy};
 use tokio::sync::{Notify, watch};
 
 use crate::clock;
@@ -513,22 +513,16 @@ impl Inner {
         self: &Arc<Self>,
         plan: &Plan,
         tried: &[Arc<str>],
-        sent: bool,
-        first: bool,
+        failover: &mut Failover,
         context: &mut Option<u32>,
         started: std::time::Instant,
-    ) -> Result<(Ticket, RetryPolicy), Refused> {
+    ) -> Result<Ticket, Refused> {
         let now = clock::from_std(started);
         let mut guard = self.lock();
         let st = &mut *guard;
         let b = &mut st.balancer;
-        if sent {
-            if !b.retry_allowed(now) {
-                return Err(Refused::Budget);
-            }
-        } else if first {
-            b.note_request(now);
-        }
+        // The retry budget in the same lock hold as the pick (the engine's one rule for it).
+        failover.admit(b, now).map_err(|_| Refused::Budget)?;
         let exclude: Vec<usize> = tried.iter().filter_map(|n| b.member_index(n)).collect();
         let policy = &b.spec().policy;
         let sessions = policy.granularity != Granularity::Request;
@@ -570,6 +564,7 @@ impl Inner {
             member
         };
         st.balancer.begin_request(member);
+        failover.began(member);
         let ticket = Ticket {
             inner: self.clone(),
             member: st.refs[member].clone(),
@@ -579,7 +574,7 @@ impl Inner {
             ended: None,
             outcome: None,
         };
-        Ok((ticket, st.balancer.spec().policy.retry.clone()))
+        Ok(ticket)
     }
 
     /// Ends a request begun on a member (found by name if the answer changed since), at `ended`

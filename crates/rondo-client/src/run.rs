@@ -1,6 +1,8 @@
 //! The call loop as a named future, [`Run`], shared by [`crate::Client::call`], sessions and
 //! the tower layer: pick with the core, try with a deadline, report the outcome to the core's
-//! estimators, fail over to the next member under the same retry rules and budget as the router.
+//! estimators, fail over to the next member. Where the next try may go, and whether it may go at
+//! all, is the core's failover engine's decision ([`Failover`]), the same as the router's: this
+//! loop only carries it out.
 //!
 //! It is written by hand rather than as an `async` block so that the tower layer can name its
 //! response future (no box per request) and every call moves one compact state machine instead
@@ -15,13 +17,13 @@ use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
-use std::time::Duration;
 
 use pin_project_lite::pin_project;
-use rondo_core::{FailureKind, Outcome};
+use rondo_core::{Failover, FailureKind, Outcome, Stop, TryFailure};
 use tokio::time::{Instant, Timeout, timeout_at};
 
 use crate::client::{Inner, Plan, Refused, Ticket, Tries};
+use crate::clock;
 use crate::error::{Attempt, AttemptError, CallError, Failed, GaveUp};
 
 /// A host name being resolved for a try (a rare path: literal addresses are parsed once per
@@ -38,20 +40,13 @@ pin_project! {
         plan: Plan,
         // Taken when a try answers (`Tries::finish` consumes it).
         call: Option<C>,
-        // The call's deadline, set by the first try's clock reading.
-        deadline: Option<Instant>,
+        // The call's tries, from the first try's clock reading (its deadline starts there).
+        failover: Option<Failover>,
         attempts: Vec<Attempt<C::Error>>,
-        // Members whose try failed (filled only then: the common call never allocates it).
+        // Members whose try failed, by name: an answer may change the member indexes between
+        // tries (filled only then: the common call never allocates it).
         tried: Vec<Arc<str>>,
-        // Retries after a member failed a sent call must fit the retry budget; a refused
-        // connection sent nothing and loaded nobody, so trying elsewhere after it is free.
-        sent: bool,
         context: Option<u32>,
-        // The retry policy, read under the first pick's lock and kept for the whole call.
-        max_tries: u32,
-        per_try: Option<Duration>,
-        // Tries begun.
-        n: u32,
         #[pin]
         step: Step<C::Try>,
     }
@@ -83,14 +78,10 @@ where
             inner,
             plan,
             call: Some(call),
-            deadline: None,
+            failover: None,
             attempts: Vec::new(),
             tried: Vec::new(),
-            sent: false,
             context: None,
-            max_tries: 1,
-            per_try: None,
-            n: 0,
             step: Step::Pick,
         }
     }
@@ -124,29 +115,15 @@ where
         loop {
             match this.step.as_mut().project() {
                 StepProj::Pick => {
-                    if *this.n >= *this.max_tries {
-                        this.step.set(Step::Done);
-                        return Poll::Ready(Err(give_up(inner, GaveUp::AllFailed, this.attempts)));
-                    }
                     let start = Instant::now();
-                    let first = *this.n == 0;
-                    let deadline = *this.deadline.get_or_insert(start + inner.call_timeout);
-                    let picked = inner.pick(
-                        this.plan,
-                        this.tried,
-                        *this.sent,
-                        first,
-                        this.context,
-                        start.into_std(),
-                    );
+                    let failover = this.failover.get_or_insert_with(|| {
+                        let now = clock::from_std(start.into_std());
+                        Failover::new(1, this.plan.idempotent, now, inner.call_timeout)
+                    });
+                    let picked =
+                        inner.pick(this.plan, this.tried, failover, this.context, start.into_std());
                     let ticket = match picked {
-                        Ok((ticket, retry)) => {
-                            if first {
-                                *this.max_tries = retry.attempts.max(1);
-                                *this.per_try = retry.per_try_timeout;
-                            }
-                            ticket
-                        }
+                        Ok(ticket) => ticket,
                         Err(Refused::Budget) => {
                             tracing::warn!(service = %inner.service, "retry budget exhausted");
                             this.step.set(Step::Done);
@@ -168,10 +145,9 @@ where
                             return Poll::Ready(Err(give_up(inner, reason, this.attempts)));
                         }
                     };
-                    *this.n += 1;
+                    let until = start + failover.try_timeout(clock::from_std(start.into_std()));
                     // Resolving a host name counts against the try's time, like connecting
                     // does; a literal address was parsed once per answer and needs nothing.
-                    let until = this.per_try.map_or(deadline, |t| (start + t).min(deadline));
                     match ticket.member_ref().addr {
                         Some(addr) => {
                             let call = this.call.as_mut().expect("a call before its answer");
@@ -206,6 +182,18 @@ where
                             this.attempts.push(attempt(&ticket, AttemptError::Resolve(error)));
                             this.tried.push(ticket.member_ref().name.clone());
                             drop(ticket);
+                            let failure = TryFailure::NOTHING_SENT;
+                            let call = this.call.as_ref().expect("a call before its answer");
+                            let failure = TryFailure { replayable: call.untouched(), ..failure };
+                            let failover = this.failover.as_mut().expect("set by the pick");
+                            if let Err(stop) = failover.failed(failure, clock::now()) {
+                                this.step.set(Step::Done);
+                                return Poll::Ready(Err(give_up(
+                                    inner,
+                                    gave_up(stop),
+                                    this.attempts,
+                                )));
+                            }
                             this.step.set(Step::Pick);
                         }
                     }
@@ -251,30 +239,34 @@ where
                     tracing::debug!(service = %inner.service, member = %name, error = %DisplayKind(&error), "attempt failed");
                     this.attempts.push(attempt(&ticket, error));
                     this.tried.push(name);
-                    *this.sent |= !connect;
                     // The member's request ends before the next pick.
                     drop(ticket);
-                    // The call can be sent again only if nothing of it was consumed; then a
-                    // connect failure sent nothing, so any call may go elsewhere; after a reset
-                    // or a timeout the member may have acted on it, so only idempotent calls go
-                    // again.
                     let call = this.call.as_ref().expect("a call before its answer");
-                    let reason = if !call.untouched() || !(connect || this.plan.idempotent) {
-                        Some(GaveUp::NotRetryable)
-                    } else if this.deadline.is_some_and(|d| Instant::now() >= d) {
-                        Some(GaveUp::Deadline)
-                    } else {
-                        None
+                    let failure = TryFailure {
+                        reached: !connect,
+                        member_failed: true,
+                        replayable: call.untouched(),
                     };
-                    if let Some(reason) = reason {
+                    let failover = this.failover.as_mut().expect("set by the pick");
+                    if let Err(stop) = failover.failed(failure, clock::now()) {
                         this.step.set(Step::Done);
-                        return Poll::Ready(Err(give_up(inner, reason, this.attempts)));
+                        return Poll::Ready(Err(give_up(inner, gave_up(stop), this.attempts)));
                     }
                     this.step.set(Step::Pick);
                 }
                 StepProj::Done => panic!("a call's future polled after it completed"),
             }
         }
+    }
+}
+
+/// Why the call gave up, from why its failover engine stopped.
+fn gave_up(stop: Stop) -> GaveUp {
+    match stop {
+        Stop::Exhausted => GaveUp::AllFailed,
+        Stop::NotRetryable => GaveUp::NotRetryable,
+        Stop::Deadline => GaveUp::Deadline,
+        Stop::Budget => GaveUp::BudgetExhausted,
     }
 }
 

@@ -28,9 +28,10 @@ use std::task::{Context, Poll, Waker};
 use http::header::HeaderName;
 use http::request::Parts;
 use http::uri::{self, Authority, PathAndQuery, Scheme};
-use http::{Method, Request, Response, Uri};
+use http::{Request, Response, Uri};
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
+use rondo_core::failover::is_idempotent_method;
 use rondo_core::wire::VIEW_ID_HEADER;
 use rondo_core::{FailureKind, HashKeySource};
 use tower::{Layer, Service};
@@ -176,8 +177,11 @@ where
         } else {
             None
         };
-        let plan =
-            Plan { idempotent: is_idempotent(&parts.method), hash, session: self.session.clone() };
+        let plan = Plan {
+            idempotent: is_idempotent_method(parts.method.as_str()),
+            hash,
+            session: self.session.clone(),
+        };
         let has_body = !body.is_end_stream();
         let hint = body.size_hint();
         let shared = Arc::new(Shared { parts, hint, body: Mutex::new(has_body.then_some(body)) });
@@ -390,13 +394,6 @@ fn classify<E: Into<BoxError>>(e: E) -> Failed<HttpError> {
     } else {
         Failed::Member(HttpError(e))
     }
-}
-
-fn is_idempotent(m: &Method) -> bool {
-    matches!(
-        *m,
-        Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE
-    )
 }
 
 /// The hash key of a `hash` service from the request (a header or a cookie; the client's own

@@ -179,6 +179,8 @@ impl fmt::Display for ProxyError {
     }
 }
 
+impl std::error::Error for ProxyError {}
+
 impl ProxyError {
     /// A failure with no attempts, outside any route.
     pub fn new(kind: Kind, detail: impl Into<String>) -> Self {
