@@ -1,6 +1,7 @@
 //! Every golden vector replayed at every balancing point: the core alone (the reference that
-//! records `expect`), the router's pick path (`ClusterRt::pick_and_begin`, what the proxy calls,
-//! on a live view compiled from the scenario's config), and the naming service's lookup
+//! records `expect`), the router's pick path (`ClusterRt::place` with a request's failover
+//! engine, the very function the proxy's HTTP and TCP paths call, on a live view compiled from
+//! the scenario's config), and the naming service's lookup
 //! (`answer::lookup_at` on the same kind of live view), and the client library (its call path's
 //! pick, on a balancer built from the naming service's full answer for the scenario's config,
 //! sent through JSON as on the wire).
@@ -8,10 +9,12 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use rondo_core::{Balancer, Instant, Outcome, PickRequest};
+use std::time::Duration;
+
+use rondo_core::{Balancer, Failover, Instant, Outcome};
 use rondo_golden::{CLUSTER, Core, Point, Scenario, bless, load_all, replay};
 use rondo_naming::answer::{LookupFacts, lookup_at};
-use rondo_runtime::{ClusterRt, Live, clock};
+use rondo_runtime::{ClusterRt, Live, Refused, clock};
 
 /// The reference replay's clock at the start.
 const BASE: Instant = Instant(1_000_000_000_000);
@@ -64,16 +67,16 @@ impl Point for RouterPoint {
 
     fn pick(&mut self, now: Instant, key: Option<&str>) -> Result<String, String> {
         self.now = now;
-        // What the proxy does for a request on this cluster (http.rs `choose`).
-        let req = PickRequest {
-            now,
-            group: self.live.group.as_deref(),
-            hash: key.map(|k| rondo_core::hash::hash_key(k.as_bytes())),
-            context: None,
-            exclude: &[],
-        };
-        let d = self.rt.pick_and_begin(&req).map_err(|e| e.to_string())?;
-        Ok(self.rt.spec.members[d.member].name.clone())
+        // What the proxy does for a request's first try on this cluster (http.rs `place`,
+        // tcp.rs): the request's failover engine admits it and the cluster places it.
+        let mut failover = Failover::new(1, true, now, Duration::from_secs(30));
+        let group = self.live.group.as_deref();
+        let hash = key.map(|k| rondo_core::hash::hash_key(k.as_bytes()));
+        let placed = self.rt.place(&mut failover, now, group, hash, None).map_err(|e| match e {
+            Refused::NoEligible(e) => e.to_string(),
+            Refused::Stop(stop) => format!("{stop:?}"),
+        })?;
+        Ok(self.rt.spec.members[placed.member()].name.clone())
     }
 
     fn end(&mut self, member: &str, outcome: Outcome) {

@@ -120,6 +120,20 @@ struct Inner {
     recent: VecDeque<(rondo_core::Instant, Decision)>,
 }
 
+impl Inner {
+    /// Picks, counts the request as begun, and keeps the decision for explain, stamped with the
+    /// pick's own time (no clock reading here); the caller holds the lock.
+    fn pick_and_begin(&mut self, req: &PickRequest<'_>) -> Result<&Decision, PickError> {
+        let d = self.balancer.pick(req, &mut self.rng)?;
+        self.balancer.begin_request(d.member);
+        if self.recent.len() == RECENT_DECISIONS {
+            self.recent.pop_front();
+        }
+        self.recent.push_back((req.now, d));
+        Ok(&self.recent.back().expect("just pushed").1)
+    }
+}
+
 impl ClusterRt {
     fn new(balancer: Balancer, metrics: Arc<Metrics>, signal: Arc<StateSignal>) -> Self {
         let seed = clock::now().0 ^ rondo_core::hash::hash_key(balancer.spec().name.as_bytes());
@@ -167,18 +181,10 @@ impl ClusterRt {
         f(&mut self.lock().balancer)
     }
 
-    /// Picks a member and counts a request as begun on it, in one lock.
+    /// Picks a member and counts a request as begun on it, in one lock (a single try with no
+    /// failover; requests go through [`ClusterRt::place`]).
     pub fn pick_and_begin(&self, req: &PickRequest<'_>) -> Result<Decision, PickError> {
-        let mut g = self.lock();
-        let Inner { balancer, rng, recent } = &mut *g;
-        let d = balancer.pick(req, rng)?;
-        balancer.begin_request(d.member);
-        // Kept under the same lock, stamped with the pick's own time (no clock reading here).
-        if recent.len() == RECENT_DECISIONS {
-            recent.pop_front();
-        }
-        recent.push_back((req.now, d.clone()));
-        Ok(d)
+        self.lock().pick_and_begin(req).cloned()
     }
 
     /// Places a request's next try in one lock hold: the failover engine admits it (the
@@ -195,29 +201,22 @@ impl ClusterRt {
         keep: Option<usize>,
     ) -> Result<Placed, Refused> {
         let mut g = self.lock();
-        let Inner { balancer, rng, recent } = &mut *g;
-        failover.admit(balancer, now).map_err(Refused::Stop)?;
+        failover.admit(&mut g.balancer, now).map_err(Refused::Stop)?;
         if let Some(m) = keep
             && !failover.tried().contains(&m)
-            && balancer.can_keep_session(m, now)
+            && g.balancer.can_keep_session(m, now)
         {
-            balancer.begin_request(m);
+            g.balancer.begin_request(m);
             failover.began(m);
             return Ok(Placed::Kept(m));
         }
         let req = PickRequest { now, group, hash, context: None, exclude: failover.tried() };
-        let d = balancer.pick(&req, rng).map_err(Refused::NoEligible)?;
-        balancer.begin_request(d.member);
-        failover.began(d.member);
-        if recent.len() == RECENT_DECISIONS {
-            recent.pop_front();
-        }
-        let member = d.member;
-        recent.push_back((now, d));
+        let member = g.pick_and_begin(&req).map_err(Refused::NoEligible)?.member;
+        failover.began(member);
         Ok(Placed::Picked(member))
     }
 
-    /// The latest `n` picks made by [`ClusterRt::pick_and_begin`] and [`ClusterRt::place`] (unix milliseconds and the
+    /// The latest `n` picks made by [`ClusterRt::place`] and [`ClusterRt::pick_and_begin`] (unix milliseconds and the
     /// decision), oldest first; at most the last 256 are kept.
     pub fn recent_decisions(&self, n: usize) -> Vec<(u64, Decision)> {
         // Read before the lock (picks wait for it): a pick made meanwhile shows as "now".
@@ -268,16 +267,6 @@ impl ClusterRt {
                 )
             })
             .record(&self.metrics, status, latency);
-    }
-
-    /// Counts a request as begun on `member` if it may still keep a session (sticky requests).
-    pub fn keep_and_begin(&self, member: usize, now: rondo_core::Instant) -> bool {
-        let mut g = self.lock();
-        let ok = g.balancer.can_keep_session(member, now);
-        if ok {
-            g.balancer.begin_request(member);
-        }
-        ok
     }
 
     /// Picks a member without counting anything (sessions count themselves).
