@@ -7,7 +7,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use common::{BIN, TempDir};
+use common::{BIN, Proc, TempDir, collect_lines};
 
 fn example() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/rondo.toml")
@@ -437,4 +437,47 @@ fn the_systemd_unit_runs_rondo_serve_and_verifies() {
         assert!(out.status.success(), "{}", text(&out.stderr));
         assert!(out.stderr.is_empty(), "{}", text(&out.stderr));
     }
+}
+
+#[test]
+fn serve_logs_the_warnings_at_start_and_on_reload() {
+    let dir = TempDir::new("cli");
+    let path = dir.0.join("rondo.toml");
+    std::fs::write(&path, WARNED).unwrap();
+    let child = Command::new(BIN)
+        .args(["serve", "--workers", "1", path.to_str().unwrap()])
+        .env_remove("RONDO_LOG")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start rondo serve");
+    let mut proc = Proc::from_child(child);
+    let stderr = collect_lines(proc.child.stderr.take().expect("stderr"));
+    proc.line_with("rondo: reloading on changes", std::time::Duration::from_secs(10));
+    let p = path.display().to_string();
+    let wait_for = |needle: &str| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let lines = stderr.lock().unwrap().clone();
+            if lines.iter().any(|l| l.contains(needle)) {
+                return;
+            }
+            assert!(std::time::Instant::now() < deadline, "no {needle:?} in stderr:\n{}", lines.join("\n"));
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    };
+    // At start, at the default log level.
+    let (l, c) = pos(WARNED, "[cluster.spare]");
+    wait_for(&format!("config: {p}:{l}:{c}: warning: field `cluster.spare`: no route"));
+    // On reload (the file watcher or SIGHUP, whichever comes first), the new file's warnings.
+    let changed = format!("{WARNED}\n[cluster.other]\nmembers = [{{ name = \"o\", address = \"127.0.0.1:9103\" }}]\n");
+    std::fs::write(&path, &changed).unwrap();
+    let ok = Command::new("sh")
+        .args(["-c", &format!("kill -HUP {}", proc.child.id())])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "kill -HUP failed");
+    let (l, c) = pos(&changed, "[cluster.other]");
+    wait_for(&format!("): {p}:{l}:{c}: warning: field `cluster.other`: no route"));
 }
