@@ -117,7 +117,8 @@ pub async fn run(target: &CtlTarget, cmd: CtlCommand) -> Result<String, CtlError
             Ok(format!("{cluster}: algorithm {name}, view {}\n", v["view"]))
         }
         CtlCommand::Apply { file, text } => {
-            let v = call_as(target, Method::POST, "/api/v1/config", Some(text), Some(&file)).await?;
+            let v =
+                call_as(target, Method::POST, "/api/v1/config", Some(text), Some(&file)).await?;
             Ok(format!("applied {file}: view {}\n", v["view"]))
         }
     }

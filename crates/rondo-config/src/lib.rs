@@ -32,11 +32,11 @@ pub use compile::{
     upstream_protocol_str,
 };
 pub use error::{ConfigError, ConfigErrors};
+pub use schema::fields as schema_fields;
 pub use spec::{
     AdminSpec, AdminToken, AgentKey, AgentSpec, DnsSpec, ListenerProtocol, ListenerSpec,
     NamingSpec, RegistrySpec, RouterSpec,
 };
-pub use schema::fields as schema_fields;
 pub use warnings::Features;
 
 use crate::error::line_column;

@@ -7,7 +7,9 @@
 //! without documentation fails a test.
 
 use serde::Deserialize;
-use serde::de::{self, DeserializeSeed, Deserializer, IntoDeserializer, MapAccess, SeqAccess, Visitor};
+use serde::de::{
+    self, DeserializeSeed, Deserializer, IntoDeserializer, MapAccess, SeqAccess, Visitor,
+};
 
 use crate::raw::RawConfig;
 
@@ -152,7 +154,10 @@ struct Entries<'a> {
 impl<'de> MapAccess<'de> for Entries<'_> {
     type Error = Never;
 
-    fn next_key_seed<K: DeserializeSeed<'de>>(&mut self, seed: K) -> Result<Option<K::Value>, Never> {
+    fn next_key_seed<K: DeserializeSeed<'de>>(
+        &mut self,
+        seed: K,
+    ) -> Result<Option<K::Value>, Never> {
         match self.keys.get(self.next) {
             Some(key) => seed.deserialize((*key).into_deserializer()).map(Some),
             None => Ok(None),

@@ -89,7 +89,8 @@ pub(crate) fn warnings(config: &Config) -> Vec<Problem> {
 
     for (name, cluster) in &config.view.clusters {
         let algorithm = cluster.policy.algorithm;
-        if config.agent.is_none() && matches!(algorithm, Algorithm::LeastCpu | Algorithm::MostFreeMemory)
+        if config.agent.is_none()
+            && matches!(algorithm, Algorithm::LeastCpu | Algorithm::MostFreeMemory)
         {
             out.push(Problem {
                 path: root.key("cluster").key(name).key("algorithm"),

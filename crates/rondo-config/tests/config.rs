@@ -461,10 +461,7 @@ fn load_file_reports_a_missing_file() {
     // No position: the file and the OS error, not a made-up `:1:1`.
     assert_eq!((e.file.as_path(), e.line, e.column, e.field.as_str()), (path, 0, 0, ""));
     let shown = errs.to_string();
-    assert!(
-        shown.starts_with("/nonexistent/dir/rondo.toml: cannot read config file: "),
-        "{shown}"
-    );
+    assert!(shown.starts_with("/nonexistent/dir/rondo.toml: cannot read config file: "), "{shown}");
     assert!(shown.contains("No such file or directory"), "{shown}");
 }
 
@@ -1227,7 +1224,12 @@ fn warns_once(text: &str, field: &str, needle: &str, message: &str) {
     assert_eq!(w.field, field, "{w}");
     assert_eq!((w.line, w.column), pos(text, needle), "{w}");
     assert!(w.message.contains(message), "{w}");
-    assert!(w.as_warning().starts_with(&format!("{FILE}:{}:{}: warning: field `{field}`: ", w.line, w.column)), "{}", w.as_warning());
+    assert!(
+        w.as_warning()
+            .starts_with(&format!("{FILE}:{}:{}: warning: field `{field}`: ", w.line, w.column)),
+        "{}",
+        w.as_warning()
+    );
 }
 
 #[test]
@@ -1249,7 +1251,8 @@ fn an_admin_api_without_a_token_warns() {
 #[test]
 fn an_agent_fed_algorithm_without_an_agent_table_warns() {
     for algorithm in ["least-cpu", "most-free-memory"] {
-        let text = QUIET.replace("[cluster.c]\n", &format!("[cluster.c]\nalgorithm = \"{algorithm}\"\n"));
+        let text =
+            QUIET.replace("[cluster.c]\n", &format!("[cluster.c]\nalgorithm = \"{algorithm}\"\n"));
         warns_once(&text, "cluster.c.algorithm", &format!("\"{algorithm}\""), "no [agent] table");
         assert_eq!(warnings(&format!("{text}\n[agent]\nkey = \"k\"\n")), vec![]);
     }
@@ -1262,7 +1265,12 @@ fn a_route_after_a_catch_all_on_the_same_listener_warns() {
     let text = format!(
         "{QUIET}\n[[route]]\nname = \"late\"\nlistener = \"web\"\nmatch = {{ path_prefix = \"/api\" }}\ncluster = \"c\"\n"
     );
-    warns_once(&text, "route[1]", "$[[route]]", "route `late` is never used: route `route-1` (route[0])");
+    warns_once(
+        &text,
+        "route[1]",
+        "$[[route]]",
+        "route `late` is never used: route `route-1` (route[0])",
+    );
     // The same route first, or on another listener, is fine.
     let first = format!(
         "[[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:8080\"\n\n[[route]]\nlistener = \"web\"\nmatch = {{ path_prefix = \"/api\" }}\ncluster = \"c\"\n{}",
@@ -1283,8 +1291,15 @@ fn a_route_after_a_catch_all_on_the_same_listener_warns() {
 
 #[test]
 fn a_cluster_no_route_refers_to_warns_unless_naming_serves_it() {
-    let text = format!("{QUIET}\n[cluster.spare]\nmembers = [{{ name = \"s\", address = \"127.0.0.1:9102\" }}]\n");
-    warns_once(&text, "cluster.spare", "[cluster.spare]", "no route or backup refers to cluster `spare`");
+    let text = format!(
+        "{QUIET}\n[cluster.spare]\nmembers = [{{ name = \"s\", address = \"127.0.0.1:9102\" }}]\n"
+    );
+    warns_once(
+        &text,
+        "cluster.spare",
+        "[cluster.spare]",
+        "no route or backup refers to cluster `spare`",
+    );
     // A backup counts.
     let backup = text.replace("cluster = \"c\"\n", "cluster = \"c\"\nbackups = [\"spare\"]\n");
     assert_eq!(warnings(&backup), vec![]);

@@ -82,7 +82,11 @@ pub fn serve(
             match rondo_admin::start(spec, live.clone()).await {
                 Ok(a) => {
                     writeln!(out, "rondo: admin API on {}", a.addr)?;
-                    writeln!(out, "rondo: dashboard on http://{}/ (it asks for the admin token)", a.addr)?;
+                    writeln!(
+                        out,
+                        "rondo: dashboard on http://{}/ (it asks for the admin token)",
+                        a.addr
+                    )?;
                     _admin = Some(a);
                 }
                 Err(e) => {

@@ -499,7 +499,11 @@ fn ctl_apply_reports_errors_at_the_files_own_name() {
     let admin = serve.admin.to_string();
     let dir = TempDir::new("admin");
     let file = dir.0.join("new.toml");
-    let text = one_cluster(&member_list_of_dead()).replacen("[cluster.c]\n", "[cluster.c]\nalgoritm = \"random\"\n", 1);
+    let text = one_cluster(&member_list_of_dead()).replacen(
+        "[cluster.c]\n",
+        "[cluster.c]\nalgoritm = \"random\"\n",
+        1,
+    );
     assert!(text.contains("algoritm"), "{text}");
     std::fs::write(&file, &text).unwrap();
     let out = ctl(&admin, TOKEN, &["apply", file.to_str().unwrap()]);

@@ -42,7 +42,9 @@ fn pos(text: &str, needle: &str) -> (usize, usize) {
 fn check_accepts_the_example() {
     let path = example();
     // The file as an argument or with --config.
-    for args in [vec!["check", path.to_str().unwrap()], vec!["check", "--config", path.to_str().unwrap()]] {
+    for args in
+        [vec!["check", path.to_str().unwrap()], vec!["check", "--config", path.to_str().unwrap()]]
+    {
         let out = rondo(&args);
         let stdout = text(&out.stdout);
         assert!(out.status.success(), "stderr: {}", text(&out.stderr));
@@ -87,12 +89,7 @@ fn check_accepts_every_example_without_warnings() {
         let contents = std::fs::read_to_string(&path).unwrap();
         let out = rondo(&["check", "--strict", path.to_str().unwrap()]);
         if has_features_for(&contents) {
-            assert!(
-                out.status.success(),
-                "{}: {}",
-                path.display(),
-                text(&out.stderr)
-            );
+            assert!(out.status.success(), "{}: {}", path.display(), text(&out.stderr));
             assert!(out.stderr.is_empty(), "{}: {}", path.display(), text(&out.stderr));
         } else {
             // Built without a feature it needs: refused, naming the feature.
@@ -173,7 +170,10 @@ fn check_prints_warnings_and_exits_0_or_1_with_strict() {
     let lines: Vec<&str> = stderr.lines().collect();
     assert_eq!(lines.len(), 2, "{stderr}");
     let (l, c) = pos(WARNED, "[admin]");
-    assert!(lines[0].starts_with(&format!("{p}:{l}:{c}: warning: field `admin`: no `token`")), "{stderr}");
+    assert!(
+        lines[0].starts_with(&format!("{p}:{l}:{c}: warning: field `admin`: no `token`")),
+        "{stderr}"
+    );
     let (l, c) = pos(WARNED, "[cluster.spare]");
     assert!(
         lines[1].starts_with(&format!("{p}:{l}:{c}: warning: field `cluster.spare`: no route")),
@@ -219,7 +219,10 @@ dns_listen = "127.0.0.1:0"
         let c = c + "dns_listen = ".len();
         let stderr = text(&out.stderr);
         assert!(
-            stderr.starts_with(&format!("{}:{l}:{c}: field `naming.dns_listen`: DNS needs the `dns` cargo feature", path.display())),
+            stderr.starts_with(&format!(
+                "{}:{l}:{c}: field `naming.dns_listen`: DNS needs the `dns` cargo feature",
+                path.display()
+            )),
             "{stderr}"
         );
         // `serve` refuses it the same way, before binding anything (no listener line).
@@ -298,7 +301,10 @@ fn check_reports_a_missing_file() {
     // The path and the OS error; no made-up position.
     assert_eq!(
         stderr,
-        format!("{}: cannot read config file: No such file or directory (os error 2)\n", path.display())
+        format!(
+            "{}: cannot read config file: No such file or directory (os error 2)\n",
+            path.display()
+        )
     );
     let out = rondo(&["check", path.to_str().unwrap()]);
     assert_eq!(text(&out.stderr), stderr);
@@ -427,8 +433,7 @@ fn the_systemd_unit_runs_rondo_serve_and_verifies() {
     }
     // systemd's own check, with this build's binary in place of /usr/local/bin/rondo (an
     // unknown key or a bad value is reported on stderr).
-    if Command::new("systemd-analyze").arg("--version").output().is_ok_and(|o| o.status.success())
-    {
+    if Command::new("systemd-analyze").arg("--version").output().is_ok_and(|o| o.status.success()) {
         let dir = TempDir::new("cli");
         let file = dir.0.join("rondo.service");
         std::fs::write(&file, unit.replace("/usr/local/bin/rondo", BIN)).unwrap();
@@ -466,7 +471,11 @@ fn serve_logs_the_warnings_at_start_and_on_reload() {
             if lines.iter().any(|l| l.contains(needle)) {
                 return;
             }
-            assert!(std::time::Instant::now() < deadline, "no {needle:?} in stderr:\n{}", lines.join("\n"));
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no {needle:?} in stderr:\n{}",
+                lines.join("\n")
+            );
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
     };
@@ -474,7 +483,9 @@ fn serve_logs_the_warnings_at_start_and_on_reload() {
     let (l, c) = pos(WARNED, "[cluster.spare]");
     wait_for(&format!("config: {p}:{l}:{c}: warning: field `cluster.spare`: no route"));
     // On reload (the file watcher or SIGHUP, whichever comes first), the new file's warnings.
-    let changed = format!("{WARNED}\n[cluster.other]\nmembers = [{{ name = \"o\", address = \"127.0.0.1:9103\" }}]\n");
+    let changed = format!(
+        "{WARNED}\n[cluster.other]\nmembers = [{{ name = \"o\", address = \"127.0.0.1:9103\" }}]\n"
+    );
     std::fs::write(&path, &changed).unwrap();
     let ok = Command::new("sh")
         .args(["-c", &format!("kill -HUP {}", proc.child.id())])
