@@ -44,8 +44,18 @@ pub enum Command {
     Ctl(CtlArgs),
     /// Print a shell completion script (e.g. `rondo completions bash > /etc/bash_completion.d/rondo`).
     Completions(CompletionsArgs),
-    /// Print rondo's man page in roff (e.g. `rondo man > rondo.1; man ./rondo.1`).
-    Man,
+    /// Print rondo's man page in roff (e.g. `rondo man > rondo.1; man ./rondo.1`), or write a
+    /// page per command with --dir.
+    Man(ManArgs),
+}
+
+/// Options of `rondo man`.
+#[derive(Debug, Args)]
+pub struct ManArgs {
+    /// Write rondo.1 and a page per command (rondo-serve.1, rondo-check.1, ...) into this
+    /// directory instead of printing rondo.1.
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
 }
 
 /// Options of `rondo completions`.

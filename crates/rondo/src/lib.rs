@@ -197,9 +197,18 @@ pub fn run_with(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> anyhow::R
             clap_complete::generate(args.shell, &mut cmd, "rondo", out);
             Ok(ExitCode::SUCCESS)
         }
-        Command::Man => {
+        Command::Man(args) => {
             let cmd = <Cli as clap::CommandFactory>::command();
-            clap_mangen::Man::new(cmd).render(out).context("writing the man page")?;
+            match args.dir {
+                None => clap_mangen::Man::new(cmd).render(out).context("writing the man page")?,
+                Some(dir) => {
+                    if let Err(e) = clap_mangen::generate_to(cmd, &dir) {
+                        writeln!(err, "rondo man: cannot write pages to {}: {e}", dir.display())?;
+                        return Ok(ExitCode::FAILURE);
+                    }
+                    writeln!(out, "rondo man: pages written to {}", dir.display())?;
+                }
+            }
             Ok(ExitCode::SUCCESS)
         }
         Command::Demo(args) => demo::demo(args.calls as usize, args.serve, out, err),

@@ -400,6 +400,24 @@ fn man_prints_a_roff_page_of_every_command() {
     for cmd in ["serve", "check", "ctl", "completions"] {
         assert!(page.contains(cmd), "{cmd} not in the man page");
     }
+    // --dir: a page per command, each with its own options.
+    let dir = TempDir::new("cli");
+    let out = rondo(&["man", "--dir", dir.0.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    for page in ["rondo.1", "rondo-serve.1", "rondo-check.1", "rondo-ctl.1", "rondo-ctl-apply.1"] {
+        assert!(dir.0.join(page).is_file(), "{page} not written");
+    }
+    let check = std::fs::read_to_string(dir.0.join("rondo-check.1")).unwrap();
+    assert!(check.contains("strict"), "{check}");
+    let missing = dir.0.join("no/such/dir");
+    let out = rondo(&["man", "--dir", missing.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr)
+            .starts_with(&format!("rondo man: cannot write pages to {}: ", missing.display())),
+        "{}",
+        text(&out.stderr)
+    );
     // man(1) renders it when it is installed (Debian's man-db).
     if Command::new("man").arg("--version").output().is_ok_and(|o| o.status.success()) {
         let dir = TempDir::new("cli");
