@@ -89,10 +89,18 @@ fn agent(args: cli::AgentArgs, err: &mut dyn Write) -> anyhow::Result<ExitCode> 
 fn ctl(args: cli::CtlArgs, out: &mut dyn Write, err: &mut dyn Write) -> anyhow::Result<ExitCode> {
     use rondo_admin::client::{self, CtlCommand as C};
     let env = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
+    let env_token = match env("RONDO_TOKEN").map(|v| v.into_string()) {
+        None => None,
+        Some(Ok(t)) => Some(t),
+        Some(Err(_)) => {
+            writeln!(err, "rondo ctl: RONDO_TOKEN is not valid UTF-8")?;
+            return Ok(ExitCode::FAILURE);
+        }
+    };
     let token = match ctl_token(
         args.token.as_deref(),
         args.token_file.as_deref(),
-        env("RONDO_TOKEN").and_then(|v| v.into_string().ok()),
+        env_token,
         default_token_file(env("XDG_CONFIG_HOME"), env("HOME")),
     ) {
         Ok(t) => t,
