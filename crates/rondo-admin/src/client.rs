@@ -117,7 +117,8 @@ pub async fn run(target: &CtlTarget, cmd: CtlCommand) -> Result<String, CtlError
             Ok(format!("{cluster}: algorithm {name}, view {}\n", v["view"]))
         }
         CtlCommand::Apply { file, text } => {
-            let v = call(target, Method::POST, "/api/v1/config", Some(text)).await?;
+            let v =
+                call_as(target, Method::POST, "/api/v1/config", Some(text), Some(&file)).await?;
             Ok(format!("applied {file}: view {}\n", v["view"]))
         }
     }
@@ -129,6 +130,18 @@ pub async fn call(
     method: Method,
     path: &str,
     body: Option<String>,
+) -> Result<Value, CtlError> {
+    call_as(target, method, path, body, None).await
+}
+
+/// [`call`] sending a configuration file's text: the server's errors about it are shown at
+/// `config_file` (the server only knows the text, and calls it `admin-api`).
+async fn call_as(
+    target: &CtlTarget,
+    method: Method,
+    path: &str,
+    body: Option<String>,
+    config_file: Option<&str>,
 ) -> Result<Value, CtlError> {
     let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
     let mut req = Request::builder()
@@ -164,12 +177,29 @@ pub async fn call(
         let mut message = v["error"].as_str().unwrap_or("no error text").to_owned();
         if let Some(list) = v["errors"].as_array() {
             for e in list {
-                let _ = write!(message, "\n  {}", e["text"].as_str().unwrap_or(""));
+                let _ = write!(message, "\n  {}", config_error_text(e, config_file));
             }
         }
         return Err(CtlError::Refused { status, message });
     }
     Ok(v)
+}
+
+/// One of a config answer's `errors` as `FILE:LINE:COLUMN: field `FIELD`: MESSAGE`, naming
+/// `file` when given (the file `rondo ctl apply` read), else the server's own text.
+fn config_error_text(e: &Value, file: Option<&str>) -> String {
+    let server_text = || e["text"].as_str().unwrap_or("").to_owned();
+    let (Some(file), Some(line), Some(column), Some(message)) =
+        (file, e["line"].as_u64(), e["column"].as_u64(), e["message"].as_str())
+    else {
+        return server_text();
+    };
+    let mut out = if line == 0 { format!("{file}: ") } else { format!("{file}:{line}:{column}: ") };
+    if let Some(field) = e["field"].as_str().filter(|f| !f.is_empty()) {
+        let _ = write!(out, "field `{field}`: ");
+    }
+    out.push_str(message);
+    out
 }
 
 /// The innermost I/O error's kind in words ("connection refused"), else the error's text.

@@ -319,6 +319,7 @@ pub(crate) fn compile(
         admin,
         naming,
         agent,
+        warnings: Vec::new(),
     })
 }
 

@@ -8,14 +8,16 @@ use std::path::{Path, PathBuf};
 /// One problem in a configuration file.
 ///
 /// Displayed as `FILE:LINE:COLUMN: field `FIELD`: MESSAGE`. When no field can be named (a TOML
-/// syntax error, an unreadable file) the `field` is empty and the `field ...: ` part is left out.
+/// syntax error, an unreadable file) the `field` is empty and the `field ...: ` part is left out;
+/// when no position can be named (an unreadable file) the line is 0 and the display is
+/// `FILE: MESSAGE`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigError {
     /// The configuration file.
     pub file: PathBuf,
-    /// 1-based line of the offending text (1 when the file could not be read).
+    /// 1-based line of the offending text; 0 when there is none (the file could not be read).
     pub line: usize,
-    /// 1-based column, in characters, of the offending text.
+    /// 1-based column, in characters, of the offending text (0 with line 0).
     pub column: usize,
     /// Field path such as `cluster.components.members[1].weight` or `route[0].cluster`; array
     /// indices are 0-based, in file order. Empty when no field can be named.
@@ -26,7 +28,11 @@ pub struct ConfigError {
 
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}:{}: ", self.file.display(), self.line, self.column)?;
+        if self.line == 0 {
+            write!(f, "{}: ", self.file.display())?;
+        } else {
+            write!(f, "{}:{}:{}: ", self.file.display(), self.line, self.column)?;
+        }
         if !self.field.is_empty() {
             write!(f, "field `{}`: ", self.field)?;
         }
@@ -35,6 +41,23 @@ impl fmt::Display for ConfigError {
 }
 
 impl std::error::Error for ConfigError {}
+
+impl ConfigError {
+    /// The display of this problem as a warning: `FILE:LINE:COLUMN: warning: field `FIELD`:
+    /// MESSAGE`.
+    pub fn as_warning(&self) -> String {
+        let text = self.to_string();
+        let prefix = if self.line == 0 {
+            format!("{}: ", self.file.display())
+        } else {
+            format!("{}:{}:{}: ", self.file.display(), self.line, self.column)
+        };
+        match text.strip_prefix(&prefix) {
+            Some(rest) => format!("{prefix}warning: {rest}"),
+            None => format!("warning: {text}"),
+        }
+    }
+}
 
 /// Every problem found in one configuration file, in file order where it could be established.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -59,13 +82,13 @@ impl ConfigErrors {
         self.errors.is_empty()
     }
 
-    /// A single problem not tied to any position (line 1, column 1).
+    /// A single problem not tied to any position (line 0: shown as `FILE: MESSAGE`).
     pub(crate) fn whole_file(file: &Path, message: String) -> Self {
         ConfigErrors {
             errors: vec![ConfigError {
                 file: file.to_path_buf(),
-                line: 1,
-                column: 1,
+                line: 0,
+                column: 0,
                 field: String::new(),
                 message,
             }],
@@ -146,7 +169,13 @@ mod tests {
             message: "unknown cluster `x`".into(),
         };
         assert_eq!(e.to_string(), "rondo.toml:3:7: field `route[0].cluster`: unknown cluster `x`");
+        assert_eq!(
+            e.as_warning(),
+            "rondo.toml:3:7: warning: field `route[0].cluster`: unknown cluster `x`"
+        );
         e.field.clear();
         assert_eq!(e.to_string(), "rondo.toml:3:7: unknown cluster `x`");
+        e.line = 0;
+        assert_eq!(e.to_string(), "rondo.toml: unknown cluster `x`");
     }
 }

@@ -9,6 +9,10 @@
 //! in file order, like TOML arrays. A TOML syntax or type error stops parsing, so it is reported
 //! alone.
 //!
+//! Beyond errors, a valid file may get warnings ([`Config::warnings`]: things that are probably
+//! not what was meant) and, for a build without some cargo features, errors for the settings that
+//! need them ([`Features`], [`load_file_with`]).
+//!
 //! Defaults come from the `Default` impls of `rondo-core`'s model; the few settings the model
 //! has no default for are the `DEFAULT_*` constants here and on the spec types.
 
@@ -16,7 +20,9 @@ mod compile;
 mod error;
 mod path;
 mod raw;
+mod schema;
 mod spec;
+mod warnings;
 
 use std::path::Path;
 
@@ -26,10 +32,12 @@ pub use compile::{
     upstream_protocol_str,
 };
 pub use error::{ConfigError, ConfigErrors};
+pub use schema::fields as schema_fields;
 pub use spec::{
     AdminSpec, AdminToken, AgentKey, AgentSpec, DnsSpec, ErrorDetail, ListenerProtocol,
     ListenerSpec, NamingSpec, RegistrySpec, RouterSpec,
 };
+pub use warnings::Features;
 
 use crate::error::line_column;
 use crate::path::{FieldPath, path_at, span_of};
@@ -49,6 +57,10 @@ pub struct Config {
     pub naming: Option<NamingSpec>,
     /// The load-agent receiver, when `[agent]` is present.
     pub agent: Option<AgentSpec>,
+    /// What is valid but probably not meant (an `[admin]` without a token, `least-cpu` without
+    /// `[agent]`, a route an earlier one always answers first, a cluster nothing sends requests
+    /// to), each with its file, line, column and field like an error; in file order.
+    pub warnings: Vec<ConfigError>,
 }
 
 impl Config {
@@ -69,19 +81,41 @@ impl Config {
     }
 }
 
-/// Reads and checks the configuration file at `path`; the view gets id `view_id`.
+/// Reads and checks the configuration file at `path`; the view gets id `view_id`. Every optional
+/// feature is taken as available ([`load_file_with`] checks against a build's).
 ///
-/// A file that cannot be read is one [`ConfigError`] (at 1:1) naming the file and the I/O error.
+/// A file that cannot be read is one [`ConfigError`] without a position (line 0) naming the file
+/// and the I/O error.
 pub fn load_file(path: &Path, view_id: u64) -> Result<Config, ConfigErrors> {
+    load_file_with(path, view_id, Features::ALL)
+}
+
+/// [`load_file`] for a build with `features`: settings that need a missing one are errors.
+pub fn load_file_with(
+    path: &Path,
+    view_id: u64,
+    features: Features,
+) -> Result<Config, ConfigErrors> {
     match std::fs::read_to_string(path) {
-        Ok(text) => parse_str(&text, path, view_id),
+        Ok(text) => parse_str_with(&text, path, view_id, features),
         Err(e) => Err(ConfigErrors::whole_file(path, format!("cannot read config file: {e}"))),
     }
 }
 
 /// Parses and checks configuration `text`; `file` names it in errors and anchors relative paths
-/// (`token_file`, `snapshot`) to its directory. The view gets id `view_id`.
+/// (`token_file`, `snapshot`) to its directory. The view gets id `view_id`. Every optional
+/// feature is taken as available ([`parse_str_with`] checks against a build's).
 pub fn parse_str(text: &str, file: &Path, view_id: u64) -> Result<Config, ConfigErrors> {
+    parse_str_with(text, file, view_id, Features::ALL)
+}
+
+/// [`parse_str`] for a build with `features`: settings that need a missing one are errors.
+pub fn parse_str_with(
+    text: &str,
+    file: &Path,
+    view_id: u64,
+    features: Features,
+) -> Result<Config, ConfigErrors> {
     // A span-keeping document to turn spans into field paths and field paths into spans.
     let doc = toml_edit::Document::parse(text).ok();
     let table = doc.as_ref().map(|d| d.as_table());
@@ -115,8 +149,7 @@ pub fn parse_str(text: &str, file: &Path, view_id: u64) -> Result<Config, Config
         }
     };
 
-    let base_dir = file.parent().unwrap_or(Path::new(""));
-    compile::compile(raw, base_dir, view_id).map_err(|problems| {
+    let located = |problems: Vec<compile::Problem>| {
         let mut errors: Vec<ConfigError> = problems
             .into_iter()
             .map(|p| {
@@ -125,6 +158,19 @@ pub fn parse_str(text: &str, file: &Path, view_id: u64) -> Result<Config, Config
             })
             .collect();
         errors.sort_by_key(|e| (e.line, e.column));
-        ConfigErrors { errors }
-    })
+        errors
+    };
+    let base_dir = file.parent().unwrap_or(Path::new(""));
+    let unsupported = warnings::unsupported(&raw, features);
+    match compile::compile(raw, base_dir, view_id) {
+        Ok(mut config) if unsupported.is_empty() => {
+            config.warnings = located(warnings::warnings(&config));
+            Ok(config)
+        }
+        Ok(_) => Err(ConfigErrors { errors: located(unsupported) }),
+        Err(mut problems) => {
+            problems.extend(unsupported);
+            Err(ConfigErrors { errors: located(problems) })
+        }
+    }
 }

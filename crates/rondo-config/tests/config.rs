@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use rondo_config::{
-    AdminSpec, AdminToken, Config, ConfigError, DnsSpec, ErrorDetail, ListenerProtocol,
-    ListenerSpec, NamingSpec, RegistrySpec, load_file, parse_str,
+    AdminSpec, AdminToken, Config, ConfigError, DnsSpec, ErrorDetail, Features, ListenerProtocol,
+    ListenerSpec, NamingSpec, RegistrySpec, load_file, parse_str, parse_str_with,
 };
 use rondo_core::{
     AdminState, AgentPolicy, Algorithm, EwmaPolicy, Granularity, HashKeySource, HashPolicy,
@@ -461,12 +461,11 @@ fn load_file_reports_a_missing_file() {
     let errs = load_file(path, 1).unwrap_err();
     assert_eq!(errs.len(), 1);
     let e = &errs.errors[0];
-    assert_eq!((e.file.as_path(), e.line, e.column, e.field.as_str()), (path, 1, 1, ""));
+    // No position: the file and the OS error, not a made-up `:1:1`.
+    assert_eq!((e.file.as_path(), e.line, e.column, e.field.as_str()), (path, 0, 0, ""));
     let shown = errs.to_string();
-    assert!(
-        shown.starts_with("/nonexistent/dir/rondo.toml:1:1: cannot read config file: "),
-        "{shown}"
-    );
+    assert!(shown.starts_with("/nonexistent/dir/rondo.toml: cannot read config file: "), "{shown}");
+    assert!(shown.contains("No such file or directory"), "{shown}");
 }
 
 // ---- syntax and type errors ----
@@ -1212,4 +1211,193 @@ fn error_detail_is_brief_beyond_loopback_unless_set() {
     assert_eq!(detail(&listener("127.0.0.1:8080", "error_detail = \"brief\"")), ErrorDetail::Brief);
     let text = render(&errors(&listener("127.0.0.1:8080", "error_detail = \"loud\"")));
     assert!(text.contains("listener[0].error_detail") && text.contains("`brief`"), "{text}");
+}
+
+// ---- warnings ----
+
+/// A valid config with one listener `web`, one route to cluster `c` and nothing to warn about.
+const QUIET: &str = r#"
+[[listener]]
+name = "web"
+listen = "127.0.0.1:8080"
+
+[[route]]
+listener = "web"
+cluster = "c"
+
+[cluster.c]
+members = [{ name = "a", address = "127.0.0.1:9101" }]
+"#;
+
+/// The warnings of `text` (which must be valid).
+fn warnings(text: &str) -> Vec<ConfigError> {
+    ok(text).warnings
+}
+
+/// Asserts `text` has exactly one warning, on `field`, at `needle`, containing `message`.
+#[track_caller]
+fn warns_once(text: &str, field: &str, needle: &str, message: &str) {
+    let w = warnings(text);
+    assert_eq!(w.len(), 1, "expected one warning:\n{}", render(&w));
+    let w = &w[0];
+    assert_eq!(w.file, PathBuf::from(FILE));
+    assert_eq!(w.field, field, "{w}");
+    assert_eq!((w.line, w.column), pos(text, needle), "{w}");
+    assert!(w.message.contains(message), "{w}");
+    assert!(
+        w.as_warning()
+            .starts_with(&format!("{FILE}:{}:{}: warning: field `{field}`: ", w.line, w.column)),
+        "{}",
+        w.as_warning()
+    );
+}
+
+#[test]
+fn a_plain_config_has_no_warnings() {
+    assert_eq!(warnings(QUIET), vec![]);
+    // The example is warning-free too.
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/rondo.toml");
+    let c = load_file(&example, 1).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(c.warnings, vec![], "{}", render(&c.warnings));
+}
+
+#[test]
+fn an_admin_api_without_a_token_warns() {
+    let text = format!("{QUIET}\n[admin]\nlisten = \"127.0.0.1:9900\"\n");
+    warns_once(&text, "admin", "[admin]", "refuses every call with 403");
+    assert_eq!(warnings(&format!("{QUIET}\n[admin]\ntoken = \"t\"\n")), vec![]);
+}
+
+#[test]
+fn an_agent_fed_algorithm_without_an_agent_table_warns() {
+    for algorithm in ["least-cpu", "most-free-memory"] {
+        let text =
+            QUIET.replace("[cluster.c]\n", &format!("[cluster.c]\nalgorithm = \"{algorithm}\"\n"));
+        warns_once(&text, "cluster.c.algorithm", &format!("\"{algorithm}\""), "no [agent] table");
+        assert_eq!(warnings(&format!("{text}\n[agent]\nkey = \"k\"\n")), vec![]);
+    }
+    let text = QUIET.replace("[cluster.c]\n", "[cluster.c]\nalgorithm = \"least-sessions\"\n");
+    assert_eq!(warnings(&text), vec![]);
+}
+
+#[test]
+fn a_route_after_a_catch_all_on_the_same_listener_warns() {
+    let text = format!(
+        "{QUIET}\n[[route]]\nname = \"late\"\nlistener = \"web\"\nmatch = {{ path_prefix = \"/api\" }}\ncluster = \"c\"\n"
+    );
+    warns_once(
+        &text,
+        "route[1]",
+        "$[[route]]",
+        "route `late` is never used: route `route-1` (route[0])",
+    );
+    // The same route first, or on another listener, is fine.
+    let first = format!(
+        "[[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:8080\"\n\n[[route]]\nlistener = \"web\"\nmatch = {{ path_prefix = \"/api\" }}\ncluster = \"c\"\n{}",
+        QUIET.split_once("listen = \"127.0.0.1:8080\"\n").unwrap().1
+    );
+    assert_eq!(warnings(&first), vec![], "{first}");
+    let other = format!(
+        "{QUIET}\n[[listener]]\nname = \"api\"\nlisten = \"127.0.0.1:8081\"\n\n[[route]]\nlistener = \"api\"\nmatch = {{ path_prefix = \"/api\" }}\ncluster = \"c\"\n"
+    );
+    assert_eq!(warnings(&other), vec![]);
+    // Not only catch-alls: a narrower route after a broader one that covers it.
+    let narrower = format!(
+        "{QUIET}\n[[route]]\nlistener = \"web\"\nmatch = {{ path_prefix = \"/a\" }}\ncluster = \"c\"\n\n[[route]]\nlistener = \"web\"\nmatch = {{ path_prefix = \"/ab\", method = \"GET\" }}\ncluster = \"c\"\n"
+    )
+    .replacen("[[route]]\nlistener = \"web\"\ncluster = \"c\"\n", "", 1);
+    warns_once(&narrower, "route[1]", "$[[route]]", "matches every request this one matches");
+}
+
+#[test]
+fn a_cluster_no_route_refers_to_warns_unless_naming_serves_it() {
+    let text = format!(
+        "{QUIET}\n[cluster.spare]\nmembers = [{{ name = \"s\", address = \"127.0.0.1:9102\" }}]\n"
+    );
+    warns_once(
+        &text,
+        "cluster.spare",
+        "[cluster.spare]",
+        "no route or backup refers to cluster `spare`",
+    );
+    // A backup counts.
+    let backup = text.replace("cluster = \"c\"\n", "cluster = \"c\"\nbackups = [\"spare\"]\n");
+    assert_eq!(warnings(&backup), vec![]);
+    // With a naming service, clients look it up by name.
+    assert_eq!(warnings(&format!("{text}\n[naming]\nlisten = \"127.0.0.1:9901\"\n")), vec![]);
+}
+
+// ---- features this build lacks ----
+
+#[test]
+fn settings_a_build_lacks_the_feature_for_are_errors_naming_the_feature() {
+    let dns = format!("{QUIET}\n[naming]\ndns_listen = \"127.0.0.1:5353\"\n");
+    let etcd =
+        format!("{QUIET}\n[naming]\nregistry = \"etcd\"\netcd_endpoints = [\"127.0.0.1:2379\"]\n");
+    let both = format!(
+        "{QUIET}\n[naming]\nregistry = \"etcd\"\netcd_endpoints = [\"127.0.0.1:2379\"]\ndns_listen = \"127.0.0.1:5353\"\n"
+    );
+    let with = |text: &str, features| {
+        parse_str_with(text, Path::new(FILE), 1, features).map_err(|e| e.errors)
+    };
+    for text in [&dns, &etcd, &both] {
+        assert!(with(text, Features::ALL).is_ok());
+    }
+    let errs = with(&dns, Features { dns: false, etcd: true }).unwrap_err();
+    assert_eq!(errs.len(), 1, "{}", render(&errs));
+    assert_eq!(errs[0].field, "naming.dns_listen");
+    assert_eq!((errs[0].line, errs[0].column), pos(&dns, "\"127.0.0.1:5353\""));
+    assert!(errs[0].message.contains("`dns` cargo feature"), "{}", errs[0]);
+    assert!(errs[0].message.contains("--features dns"), "{}", errs[0]);
+
+    let errs = with(&etcd, Features { dns: true, etcd: false }).unwrap_err();
+    assert_eq!(errs.len(), 1, "{}", render(&errs));
+    assert_eq!(errs[0].field, "naming.registry");
+    assert_eq!((errs[0].line, errs[0].column), pos(&etcd, "\"etcd\""));
+    assert!(errs[0].message.contains("`etcd` cargo feature"), "{}", errs[0]);
+
+    let errs = with(&both, Features::NONE).unwrap_err();
+    let fields: Vec<&str> = errs.iter().map(|e| e.field.as_str()).collect();
+    assert_eq!(fields, ["naming.registry", "naming.dns_listen"], "{}", render(&errs));
+    // Reported with the file's other errors, not instead of them.
+    let broken = both.replace("address = \"127.0.0.1:9101\"", "address = \"nowhere\"");
+    let errs = with(&broken, Features::NONE).unwrap_err();
+    assert_eq!(errs.len(), 3, "{}", render(&errs));
+    assert_eq!(Features { dns: true, etcd: false }.names(), ["dns"]);
+    assert_eq!(Features::ALL.names(), ["dns", "etcd"]);
+}
+
+// ---- the reference (docs/config.md) ----
+
+/// The reference's rows: the first cell's code span of every table row, e.g. `cluster.NAME.algorithm`.
+fn reference_rows() -> Vec<String> {
+    let doc = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/config.md");
+    let text = std::fs::read_to_string(&doc).expect("docs/config.md");
+    text.lines()
+        .filter_map(|l| l.strip_prefix("| `"))
+        .filter_map(|l| l.split_once("` |").map(|(f, _)| f.to_owned()))
+        .collect()
+}
+
+#[test]
+fn the_reference_documents_every_field_of_the_schema() {
+    let rows = reference_rows();
+    let fields = rondo_config::schema_fields();
+    assert!(fields.len() > 80, "the schema walk found only {fields:?}");
+    let missing: Vec<&String> = fields.iter().filter(|f| !rows.contains(f)).collect();
+    assert!(
+        missing.is_empty(),
+        "docs/config.md has no row (`| `FIELD` | type | default | meaning |`) for: {missing:?}"
+    );
+    let unknown: Vec<&String> = rows.iter().filter(|r| !fields.contains(r)).collect();
+    assert!(unknown.is_empty(), "docs/config.md documents fields the schema lacks: {unknown:?}");
+}
+
+#[test]
+fn the_example_writes_no_registry_snapshot_into_the_checkout() {
+    // Running `rondo serve examples/rondo.toml` from a checkout must not create files in it.
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/rondo.toml");
+    let c = load_file(&example, 1).unwrap_or_else(|e| panic!("{e}"));
+    let naming = c.naming.expect("the example has a naming service");
+    assert_eq!(naming.registry, RegistrySpec::Embedded { snapshot: None });
 }

@@ -139,6 +139,9 @@ impl Reloader {
                 return Err(errors);
             }
         };
+        for w in &config.warnings {
+            tracing::warn!("config reload ({source}): {}", w.as_warning());
+        }
         let changed = self.fixed.changed(&Fixed::of(&config));
         if !changed.is_empty() {
             tracing::warn!(

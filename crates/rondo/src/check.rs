@@ -1,5 +1,7 @@
-//! `rondo check`: loads and checks a configuration file, printing `ok: FILE: SUMMARY` on success
-//! or every problem, one per line, on failure.
+//! `rondo check`: loads and checks a configuration file against this build's features, printing
+//! every warning (`FILE:LINE:COLUMN: warning: field `FIELD`: MESSAGE`) and then
+//! `ok: FILE: SUMMARY` on success, or every problem, one per line, on failure. Exit status 0
+//! with warnings, 1 with errors (and with warnings under `--strict`).
 
 use std::io::Write;
 use std::path::Path;
@@ -10,12 +12,34 @@ use anyhow::Context;
 /// The view id a checked configuration gets (nothing runs it).
 const CHECK_VIEW_ID: u64 = 1;
 
-/// Checks the configuration at `path`: success goes to `out` and exits 0; every problem goes to
-/// `err`, one per line (`FILE:LINE:COLUMN: field `FIELD`: MESSAGE`), and exits 1.
-pub fn check(path: &Path, out: &mut dyn Write, err: &mut dyn Write) -> anyhow::Result<ExitCode> {
-    match rondo_config::load_file(path, CHECK_VIEW_ID) {
+/// Checks the configuration at `path` for this build ([`crate::features`]): warnings go to
+/// `err`, the summary to `out`, and it exits 0, or 1 under `strict` when there are warnings;
+/// every error goes to `err`, one per line (`FILE:LINE:COLUMN: field `FIELD`: MESSAGE`), and it
+/// exits 1.
+pub fn check(
+    path: &Path,
+    strict: bool,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> anyhow::Result<ExitCode> {
+    match rondo_config::load_file_with(path, CHECK_VIEW_ID, crate::features()) {
         Ok(config) => {
-            writeln!(out, "ok: {}: {}", path.display(), config.summary())
+            for w in &config.warnings {
+                writeln!(err, "{}", w.as_warning()).context("writing to stderr")?;
+            }
+            let n = config.warnings.len();
+            let warnings = match n {
+                0 => String::new(),
+                1 => " (1 warning)".to_owned(),
+                n => format!(" ({n} warnings)"),
+            };
+            if strict && n > 0 {
+                let what = if n == 1 { "1 warning".to_owned() } else { format!("{n} warnings") };
+                writeln!(err, "{}: {what}, refused by --strict", path.display())
+                    .context("writing to stderr")?;
+                return Ok(ExitCode::FAILURE);
+            }
+            writeln!(out, "ok: {}: {}{warnings}", path.display(), config.summary())
                 .context("writing to stdout")?;
             Ok(ExitCode::SUCCESS)
         }

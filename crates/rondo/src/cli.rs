@@ -4,11 +4,23 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{ArgGroup, Args, Parser, Subcommand};
+
+/// `rondo --version`: the version, the git commit built from and the enabled cargo features.
+pub const LONG_VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    "\ncommit: ",
+    env!("RONDO_GIT_COMMIT"),
+    "\nfeatures: ",
+    env!("RONDO_FEATURES"),
+);
 
 /// rondo, a load balancer.
+///
+/// Logs go to stderr, filtered by the RONDO_LOG environment variable (default `warn`; e.g.
+/// `RONDO_LOG=info`).
 #[derive(Debug, Parser)]
-#[command(name = "rondo", version, propagate_version = true)]
+#[command(name = "rondo", version, long_version = LONG_VERSION, propagate_version = true)]
 pub struct Cli {
     /// What to do.
     #[command(subcommand)]
@@ -20,7 +32,7 @@ pub struct Cli {
 pub enum Command {
     /// Run the router (listeners, routes, clusters) from a configuration file.
     Serve(ServeArgs),
-    /// Check a configuration file and print a one-line summary of it.
+    /// Check a configuration file: errors, warnings (exit 1 with errors), a one-line summary.
     Check(CheckArgs),
     /// Run a demo member that answers every request with its name (for trying rondo out).
     Member(MemberArgs),
@@ -30,6 +42,28 @@ pub enum Command {
     Agent(AgentArgs),
     /// Control a running router through its admin API: status, drain, weights, algorithm, apply.
     Ctl(CtlArgs),
+    /// Print a shell completion script (e.g. `rondo completions bash > /etc/bash_completion.d/rondo`).
+    Completions(CompletionsArgs),
+    /// Print rondo's man page in roff (e.g. `rondo man > rondo.1; man ./rondo.1`), or write a
+    /// page per command with --dir.
+    Man(ManArgs),
+}
+
+/// Options of `rondo man`.
+#[derive(Debug, Args)]
+pub struct ManArgs {
+    /// Write rondo.1 and a page per command (rondo-serve.1, rondo-check.1, ...) into this
+    /// directory instead of printing rondo.1.
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+}
+
+/// Options of `rondo completions`.
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
 }
 
 /// Options of `rondo ctl`.
@@ -38,13 +72,10 @@ pub struct CtlArgs {
     /// The router's `[admin] listen` address.
     #[arg(long, value_name = "HOST:PORT", default_value = "127.0.0.1:9900")]
     pub admin: String,
-    /// The admin token (prefer --token-file: command lines are visible to other users).
-    #[arg(
-        long,
-        value_name = "TOKEN",
-        conflicts_with = "token_file",
-        required_unless_present = "token_file"
-    )]
+    /// The admin token (prefer --token-file or RONDO_TOKEN: command lines are visible to other
+    /// users). Without --token and --token-file: the RONDO_TOKEN environment variable, else the
+    /// file $XDG_CONFIG_HOME/rondo/token (default ~/.config/rondo/token).
+    #[arg(long, value_name = "TOKEN", conflicts_with = "token_file")]
     pub token: Option<String>,
     /// A file holding the admin token (trailing newline ignored).
     #[arg(long, value_name = "FILE")]
@@ -146,10 +177,14 @@ pub struct AgentArgs {
 
 /// Options of `rondo serve`.
 #[derive(Debug, Args)]
+#[command(group(ArgGroup::new("input").required(true).args(["file", "config"])))]
 pub struct ServeArgs {
     /// The configuration file (TOML).
+    #[arg(value_name = "FILE")]
+    pub file: Option<PathBuf>,
+    /// The configuration file (TOML), as an option.
     #[arg(long, short = 'c', value_name = "FILE")]
-    pub config: PathBuf,
+    pub config: Option<PathBuf>,
     /// Worker threads (default: one per core).
     #[arg(long, value_name = "N")]
     pub workers: Option<usize>,
@@ -157,10 +192,31 @@ pub struct ServeArgs {
 
 /// Options of `rondo check`.
 #[derive(Debug, Args)]
+#[command(group(ArgGroup::new("input").required(true).args(["file", "config"])))]
 pub struct CheckArgs {
     /// The configuration file (TOML).
+    #[arg(value_name = "FILE")]
+    pub file: Option<PathBuf>,
+    /// The configuration file (TOML), as an option.
     #[arg(long, short = 'c', value_name = "FILE")]
-    pub config: PathBuf,
+    pub config: Option<PathBuf>,
+    /// Treat warnings as errors (exit status 1).
+    #[arg(long)]
+    pub strict: bool,
+}
+
+impl CheckArgs {
+    /// The file, positional or `--config` (clap requires exactly one).
+    pub fn path(&self) -> &std::path::Path {
+        self.file.as_deref().or(self.config.as_deref()).unwrap_or(std::path::Path::new(""))
+    }
+}
+
+impl ServeArgs {
+    /// The file, positional or `--config` (clap requires exactly one).
+    pub fn path(&self) -> &std::path::Path {
+        self.file.as_deref().or(self.config.as_deref()).unwrap_or(std::path::Path::new(""))
+    }
 }
 
 /// Options of `rondo member`.

@@ -146,6 +146,13 @@ async fn run(
     if let Some(e) = runs.iter().find_map(|r| r.first_error.as_ref()) {
         writeln!(out, "{failed} calls failed; the first: {e}")?;
     }
+    if !keep_serving {
+        writeln!(out)?;
+        writeln!(
+            out,
+            "to keep the members, the router and its live dashboard running: rondo demo --serve"
+        )?;
+    }
     out.flush()?;
 
     if keep_serving {

@@ -13,7 +13,15 @@ use std::io::{self, Write};
 use std::process::ExitCode;
 use std::time::Duration;
 
+use anyhow::Context;
+
 use cli::{Cli, Command};
+
+/// The optional parts this binary was built with (its cargo features): a configuration that
+/// needs another is refused by `rondo check` and by `rondo serve` before it binds anything.
+pub fn features() -> rondo_config::Features {
+    rondo_config::Features { dns: cfg!(feature = "dns"), etcd: cfg!(feature = "etcd") }
+}
 
 /// Runs a parsed command line, printing to stdout and stderr; returns the process exit code.
 pub fn run(cli: Cli) -> ExitCode {
@@ -80,10 +88,26 @@ fn agent(args: cli::AgentArgs, err: &mut dyn Write) -> anyhow::Result<ExitCode> 
 /// `rondo ctl`: one call to a router's admin API (implemented in `rondo_admin::client`).
 fn ctl(args: cli::CtlArgs, out: &mut dyn Write, err: &mut dyn Write) -> anyhow::Result<ExitCode> {
     use rondo_admin::client::{self, CtlCommand as C};
-    let token = match (&args.token, &args.token_file) {
-        (Some(t), _) => rondo_config::AdminToken::Inline(t.clone()),
-        (None, Some(f)) => rondo_config::AdminToken::File(f.clone()),
-        (None, None) => anyhow::bail!("--token or --token-file is required"),
+    let env = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
+    let env_token = match env("RONDO_TOKEN").map(|v| v.into_string()) {
+        None => None,
+        Some(Ok(t)) => Some(t),
+        Some(Err(_)) => {
+            writeln!(err, "rondo ctl: RONDO_TOKEN is not valid UTF-8")?;
+            return Ok(ExitCode::FAILURE);
+        }
+    };
+    let token = match ctl_token(
+        args.token.as_deref(),
+        args.token_file.as_deref(),
+        env_token,
+        default_token_file(env("XDG_CONFIG_HOME"), env("HOME")),
+    ) {
+        Ok(t) => t,
+        Err(e) => {
+            writeln!(err, "rondo ctl: {e}")?;
+            return Ok(ExitCode::FAILURE);
+        }
     };
     let token = match rondo_admin::read_token(&token) {
         Ok(t) => String::from_utf8_lossy(&t).into_owned(),
@@ -126,11 +150,75 @@ fn ctl(args: cli::CtlArgs, out: &mut dyn Write, err: &mut dyn Write) -> anyhow::
     }
 }
 
+/// Where `rondo ctl` looks for the admin token when given none: `$XDG_CONFIG_HOME/rondo/token`,
+/// else `$HOME/.config/rondo/token`.
+pub fn default_token_file(
+    xdg_config_home: Option<std::ffi::OsString>,
+    home: Option<std::ffi::OsString>,
+) -> Option<std::path::PathBuf> {
+    let base = match (xdg_config_home, home) {
+        (Some(x), _) => std::path::PathBuf::from(x),
+        (None, Some(h)) => std::path::PathBuf::from(h).join(".config"),
+        (None, None) => return None,
+    };
+    Some(base.join("rondo").join("token"))
+}
+
+/// The admin token `rondo ctl` sends, by precedence: `--token`, `--token-file`, the
+/// `RONDO_TOKEN` environment variable, then the default token file when it exists.
+fn ctl_token(
+    token: Option<&str>,
+    token_file: Option<&std::path::Path>,
+    env: Option<String>,
+    default_file: Option<std::path::PathBuf>,
+) -> anyhow::Result<rondo_config::AdminToken> {
+    use rondo_config::AdminToken;
+    if let Some(t) = token {
+        return Ok(AdminToken::Inline(t.to_owned()));
+    }
+    if let Some(f) = token_file {
+        return Ok(AdminToken::File(f.to_path_buf()));
+    }
+    if let Some(t) = env {
+        return Ok(AdminToken::Inline(t));
+    }
+    match default_file {
+        Some(f) if f.exists() => Ok(AdminToken::File(f)),
+        Some(f) => anyhow::bail!(
+            "no admin token: pass --token-file FILE or --token TOKEN, set RONDO_TOKEN, or put it \
+             in {}",
+            f.display()
+        ),
+        None => anyhow::bail!(
+            "no admin token: pass --token-file FILE or --token TOKEN, or set RONDO_TOKEN"
+        ),
+    }
+}
+
 /// Runs a parsed command line with the given outputs; an `Err` means writing output failed.
 pub fn run_with(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> anyhow::Result<ExitCode> {
     match cli.command {
-        Command::Check(args) => check::check(&args.config, out, err),
-        Command::Serve(args) => serve::serve(&args.config, args.workers, out, err),
+        Command::Check(args) => check::check(args.path(), args.strict, out, err),
+        Command::Serve(args) => serve::serve(args.path(), args.workers, out, err),
+        Command::Completions(args) => {
+            let mut cmd = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(args.shell, &mut cmd, "rondo", out);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Man(args) => {
+            let cmd = <Cli as clap::CommandFactory>::command();
+            match args.dir {
+                None => clap_mangen::Man::new(cmd).render(out).context("writing the man page")?,
+                Some(dir) => {
+                    if let Err(e) = clap_mangen::generate_to(cmd, &dir) {
+                        writeln!(err, "rondo man: cannot write pages to {}: {e}", dir.display())?;
+                        return Ok(ExitCode::FAILURE);
+                    }
+                    writeln!(out, "rondo man: pages written to {}", dir.display())?;
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Demo(args) => demo::demo(args.calls as usize, args.serve, out, err),
         Command::Agent(args) => agent(args, err),
         Command::Ctl(args) => ctl(args, out, err),

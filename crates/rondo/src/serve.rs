@@ -22,7 +22,8 @@ pub fn serve(
     out: &mut dyn Write,
     err: &mut dyn Write,
 ) -> anyhow::Result<ExitCode> {
-    let config = match rondo_config::load_file(path, FIRST_VIEW) {
+    // Checked against this build's features before anything is bound.
+    let config = match rondo_config::load_file_with(path, FIRST_VIEW, crate::features()) {
         Ok(c) => c,
         Err(errors) => {
             for e in &errors {
@@ -31,6 +32,9 @@ pub fn serve(
             return Ok(ExitCode::FAILURE);
         }
     };
+    for w in &config.warnings {
+        tracing::warn!("config: {}", w.as_warning());
+    }
     let runtime = runtime(workers)?;
     runtime.block_on(async {
         let live = Arc::new(Live::new(config.view.clone(), config.router.group.clone()));
@@ -78,6 +82,11 @@ pub fn serve(
             match rondo_admin::start(spec, live.clone()).await {
                 Ok(a) => {
                     writeln!(out, "rondo: admin API on {}", a.addr)?;
+                    writeln!(
+                        out,
+                        "rondo: dashboard on http://{}/ (it asks for the admin token)",
+                        a.addr
+                    )?;
                     _admin = Some(a);
                 }
                 Err(e) => {

@@ -344,6 +344,8 @@ struct Serve {
     _proc: Proc,
     _dir: TempDir,
     admin: SocketAddr,
+    /// The line `rondo serve` printed about the dashboard.
+    dashboard: String,
 }
 
 impl Serve {
@@ -358,7 +360,8 @@ impl Serve {
         let mut proc =
             Proc::start(&["serve", "--workers", "1", "--config", path.to_str().unwrap()]);
         let admin = proc.addr_after("rondo: admin API on ");
-        Serve { _proc: proc, _dir: dir, admin }
+        let dashboard = proc.line_with("rondo: dashboard on ", Duration::from_secs(10));
+        Serve { _proc: proc, _dir: dir, admin, dashboard }
     }
 }
 
@@ -415,4 +418,104 @@ fn ctl_prints_status_changes_members_and_explains_failures() {
         String::from_utf8_lossy(&out.stderr),
         format!("rondo ctl: cannot reach the admin API at {dead}: connection refused\n")
     );
+}
+
+#[test]
+fn serve_prints_the_dashboards_address() {
+    let serve = Serve::start();
+    assert_eq!(
+        serve.dashboard,
+        format!("rondo: dashboard on http://{}/ (it asks for the admin token)", serve.admin)
+    );
+}
+
+/// `rondo ctl --admin ADMIN ARGS status` with exactly the environment `env` (plus PATH).
+fn ctl_env(admin: &str, args: &[&str], env: &[(&str, &std::path::Path)]) -> std::process::Output {
+    let mut cmd = Command::new(BIN);
+    cmd.env_clear().args(["ctl", "--admin", admin]).args(args).arg("status");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().expect("rondo ctl runs")
+}
+
+#[test]
+fn ctl_finds_the_token_in_the_environment_a_file_or_the_default_file() {
+    let serve = Serve::start();
+    let admin = serve.admin.to_string();
+    let dir = TempDir::new("admin");
+    let empty = dir.0.join("empty-home");
+    std::fs::create_dir_all(&empty).unwrap();
+
+    // None anywhere: exit 1 naming every way, the default file at its XDG location.
+    let out = ctl_env(&admin, &[], &[("HOME", &empty)]);
+    assert_eq!(out.status.code(), Some(1));
+    let default_file = empty.join(".config/rondo/token");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        format!(
+            "rondo ctl: no admin token: pass --token-file FILE or --token TOKEN, set RONDO_TOKEN, \
+             or put it in {}\n",
+            default_file.display()
+        )
+    );
+
+    // RONDO_TOKEN.
+    let token = std::path::Path::new(TOKEN);
+    let out = ctl_env(&admin, &[], &[("HOME", &empty), ("RONDO_TOKEN", token)]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("view "));
+
+    // --token-file wins over a wrong RONDO_TOKEN.
+    let file = dir.0.join("token");
+    std::fs::write(&file, format!("{TOKEN}\n")).unwrap();
+    let wrong = std::path::Path::new("wrong");
+    let out = ctl_env(
+        &admin,
+        &["--token-file", file.to_str().unwrap()],
+        &[("HOME", &empty), ("RONDO_TOKEN", wrong)],
+    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+
+    // The default file: ~/.config/rondo/token, or $XDG_CONFIG_HOME/rondo/token.
+    std::fs::create_dir_all(default_file.parent().unwrap()).unwrap();
+    std::fs::write(&default_file, format!("{TOKEN}\n")).unwrap();
+    let out = ctl_env(&admin, &[], &[("HOME", &empty)]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let xdg = dir.0.join("xdg");
+    std::fs::create_dir_all(xdg.join("rondo")).unwrap();
+    std::fs::write(xdg.join("rondo/token"), "wrong\n").unwrap();
+    let out = ctl_env(&admin, &[], &[("HOME", &empty), ("XDG_CONFIG_HOME", &xdg)]);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "rondo ctl: the admin API refused the token (401)\n",
+        "XDG_CONFIG_HOME's file is the one read"
+    );
+}
+
+#[test]
+fn ctl_apply_reports_errors_at_the_files_own_name() {
+    let serve = Serve::start();
+    let admin = serve.admin.to_string();
+    let dir = TempDir::new("admin");
+    let file = dir.0.join("new.toml");
+    let text = one_cluster(&member_list_of_dead()).replacen(
+        "[cluster.c]\n",
+        "[cluster.c]\nalgoritm = \"random\"\n",
+        1,
+    );
+    assert!(text.contains("algoritm"), "{text}");
+    std::fs::write(&file, &text).unwrap();
+    let out = ctl(&admin, TOKEN, &["apply", file.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let at = text.find("algoritm").unwrap();
+    let line = text[..at].matches('\n').count() + 1;
+    let column = at - text[..at].rfind('\n').map_or(0, |i| i + 1) + 1;
+    let want = format!(
+        "\n  {}:{line}:{column}: field `cluster.c.algoritm`: unknown field `algoritm`",
+        file.display()
+    );
+    assert!(stderr.contains(&want), "{stderr}");
+    assert!(!stderr.contains("admin-api"), "{stderr}");
 }

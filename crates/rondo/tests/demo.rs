@@ -75,6 +75,11 @@ fn demo_runs_and_accounts_for_every_call() {
         assert!(stdout.contains(word), "stdout does not mention {word}:\n{stdout}");
     }
     assert!(stdout.lines().count() <= 40, "more than 40 lines:\n{stdout}");
+    // It tells how to keep it running with the dashboard.
+    assert!(
+        stdout.lines().last().is_some_and(|l| l.ends_with("rondo demo --serve")),
+        "the last line does not mention --serve:\n{stdout}"
+    );
 
     let rows = summary_counts(&stdout);
     let names: Vec<&str> = rows.iter().map(|(n, _)| n.as_str()).collect();

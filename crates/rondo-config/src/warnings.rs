@@ -1,0 +1,220 @@
+//! What a valid configuration may still get wrong, and what this build cannot serve: the
+//! warnings (`[admin]` without a token, agent-fed algorithms without `[agent]`, routes an
+//! earlier route on the same listener always answers first, clusters nothing sends requests to)
+//! and the feature errors (`dns_listen` without the `dns` cargo feature, `registry = "etcd"`
+//! without `etcd`). Both are [`Problem`]s with field paths, turned into file:line:column
+//! diagnostics by the caller like every other error, so `rondo check`, `rondo serve` at start
+//! and a reload report the same thing.
+
+use std::collections::BTreeSet;
+
+use rondo_core::{Algorithm, RouteMatch};
+
+use crate::Config;
+use crate::compile::Problem;
+use crate::path::FieldPath;
+use crate::raw::RawConfig;
+
+/// The optional parts of rondo a build has (its cargo features). A configuration that needs a
+/// part the build lacks is an error naming the feature, reported by `rondo check` and by
+/// `rondo serve` before it binds anything.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Features {
+    /// DNS answers from the naming service (`[naming] dns_listen`): cargo feature `dns`.
+    pub dns: bool,
+    /// The etcd registry (`[naming] registry = "etcd"`): cargo feature `etcd`.
+    pub etcd: bool,
+}
+
+impl Features {
+    /// Every optional part: what [`crate::parse_str`] and [`crate::load_file`] accept.
+    pub const ALL: Features = Features { dns: true, etcd: true };
+    /// None of them.
+    pub const NONE: Features = Features { dns: false, etcd: false };
+
+    /// The enabled features' cargo names, in alphabetical order (`["dns", "etcd"]`).
+    pub fn names(self) -> Vec<&'static str> {
+        let mut v = Vec::new();
+        if self.dns {
+            v.push("dns");
+        }
+        if self.etcd {
+            v.push("etcd");
+        }
+        v
+    }
+}
+
+/// The settings in `raw` that need a feature `features` lacks, each naming the cargo feature.
+pub(crate) fn unsupported(raw: &RawConfig, features: Features) -> Vec<Problem> {
+    let mut out = Vec::new();
+    let naming = FieldPath::root().key("naming");
+    let Some(n) = &raw.naming else { return out };
+    let lacks = |what: &str, feature: &str| {
+        format!(
+            "{what} needs the `{feature}` cargo feature, which this rondo was built without \
+             (cargo build --release --features {feature})"
+        )
+    };
+    if !features.dns && n.dns_listen.is_some() {
+        out.push(Problem { path: naming.key("dns_listen"), message: lacks("DNS", "dns") });
+    }
+    if !features.etcd && n.registry.as_deref() == Some("etcd") {
+        out.push(Problem {
+            path: naming.key("registry"),
+            message: lacks("the etcd registry", "etcd"),
+        });
+    }
+    out
+}
+
+/// What is valid but probably not what was meant, in `config` (compiled from the same file:
+/// route `i` of the view is `route[i]` of the file).
+pub(crate) fn warnings(config: &Config) -> Vec<Problem> {
+    let root = FieldPath::root();
+    let mut out = Vec::new();
+
+    if let Some(admin) = &config.admin
+        && admin.token.is_none()
+    {
+        out.push(Problem {
+            path: root.key("admin"),
+            message: format!(
+                "no `token` or `token_file`: the admin API on {} refuses every call with 403 \
+                 (`rondo ctl`, the dashboard's data and `/metrics` do not work)",
+                admin.listen
+            ),
+        });
+    }
+
+    for (name, cluster) in &config.view.clusters {
+        let algorithm = cluster.policy.algorithm;
+        if config.agent.is_none()
+            && matches!(algorithm, Algorithm::LeastCpu | Algorithm::MostFreeMemory)
+        {
+            out.push(Problem {
+                path: root.key("cluster").key(name).key("algorithm"),
+                message: format!(
+                    "`{algorithm}` ranks members by load-agent reports, but there is no [agent] \
+                     table to receive them: every pick falls back to least-sessions"
+                ),
+            });
+        }
+    }
+
+    let routes = &config.view.routes;
+    for (i, route) in routes.iter().enumerate() {
+        let earlier = routes[..i]
+            .iter()
+            .enumerate()
+            .find(|(_, r)| r.listener == route.listener && covers(&r.matcher, &route.matcher));
+        if let Some((j, first)) = earlier {
+            let what = if is_catch_all(&first.matcher) {
+                "matches every request".to_owned()
+            } else {
+                "matches every request this one matches".to_owned()
+            };
+            out.push(Problem {
+                path: root.key("route").index(i),
+                message: format!(
+                    "route `{}` is never used: route `{}` (route[{j}]) before it on listener \
+                     `{}` {what}",
+                    route.name, first.name, route.listener
+                ),
+            });
+        }
+    }
+
+    // With a naming service, clients and DNS look clusters up by name: no route is needed.
+    if config.naming.is_none() {
+        let used: BTreeSet<&str> = routes
+            .iter()
+            .flat_map(|r| std::iter::once(&r.cluster).chain(&r.backups))
+            .map(String::as_str)
+            .collect();
+        for name in config.view.clusters.keys() {
+            if !used.contains(name.as_str()) {
+                out.push(Problem {
+                    path: root.key("cluster").key(name),
+                    message: format!(
+                        "no route or backup refers to cluster `{name}` and there is no [naming] \
+                         to look it up: nothing sends it requests"
+                    ),
+                });
+            }
+        }
+    }
+    out
+}
+
+/// Whether `m` matches every request.
+fn is_catch_all(m: &RouteMatch) -> bool {
+    m.host.is_none()
+        && m.path_prefix.as_deref().is_none_or(str::is_empty)
+        && m.methods.is_empty()
+        && m.headers.is_empty()
+}
+
+/// Whether `a` matches every request `b` matches (each of `a`'s conditions is implied by
+/// `b`'s; see `RouteMatch::matches`). Sound, not complete: `false` may still overlap.
+fn covers(a: &RouteMatch, b: &RouteMatch) -> bool {
+    let host = match (&a.host, &b.host) {
+        (None, _) => true,
+        (Some(_), None) => false,
+        (Some(a), Some(b)) => {
+            a.eq_ignore_ascii_case(b)
+                || a.strip_prefix("*.").is_some_and(|suffix| {
+                    // `b` (a name or a `*.` pattern) only matches hosts ending in `.suffix`.
+                    let tail = format!(".{suffix}");
+                    b.len() > tail.len()
+                        && b.is_char_boundary(b.len() - tail.len())
+                        && b[b.len() - tail.len()..].eq_ignore_ascii_case(&tail)
+                })
+        }
+    };
+    let path = match (&a.path_prefix, &b.path_prefix) {
+        (None, _) => true,
+        (Some(a), None) => a.is_empty(),
+        (Some(a), Some(b)) => b.starts_with(a.as_str()),
+    };
+    let methods = a.methods.is_empty()
+        || (!b.methods.is_empty() && b.methods.iter().all(|m| a.methods.contains(m)));
+    let headers = a.headers.iter().all(|h| b.headers.contains(h));
+    host && path && methods && headers
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn m(host: Option<&str>, path: Option<&str>, methods: &[&str]) -> RouteMatch {
+        RouteMatch {
+            host: host.map(str::to_owned),
+            path_prefix: path.map(str::to_owned),
+            methods: methods.iter().map(|s| s.to_string()).collect(),
+            headers: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn covers_is_implication_of_every_condition() {
+        let all = m(None, None, &[]);
+        assert!(is_catch_all(&all));
+        assert!(covers(&all, &m(Some("a.com"), Some("/x"), &["GET"])));
+        assert!(covers(&m(None, Some("/a"), &[]), &m(None, Some("/ab"), &[])));
+        assert!(!covers(&m(None, Some("/ab"), &[]), &m(None, Some("/a"), &[])));
+        assert!(!covers(&m(None, Some("/a"), &[]), &all));
+        assert!(covers(&m(Some("*.x.com"), None, &[]), &m(Some("a.X.com"), None, &[])));
+        assert!(covers(&m(Some("*.x.com"), None, &[]), &m(Some("*.y.x.com"), None, &[])));
+        assert!(!covers(&m(Some("*.x.com"), None, &[]), &m(Some("x.com"), None, &[])));
+        assert!(!covers(&m(Some("*.x.com"), None, &[]), &m(Some("ax.com"), None, &[])));
+        assert!(covers(&m(None, None, &["GET", "PUT"]), &m(None, None, &["GET"])));
+        assert!(!covers(&m(None, None, &["GET"]), &m(None, None, &["GET", "PUT"])));
+        assert!(!covers(&m(None, None, &["GET"]), &all));
+        let mut h = all.clone();
+        h.headers.push(("x-a".into(), "1".into()));
+        assert!(!covers(&h, &all));
+        assert!(covers(&all, &h));
+        assert!(covers(&h, &h));
+    }
+}
