@@ -226,35 +226,6 @@ async fn a_member_whose_host_name_does_not_resolve_is_not_called_refused() {
 }
 
 #[tokio::test]
-async fn a_body_that_never_starts_is_the_clients_stall_not_the_members_timeout() {
-    // The head promises a body and not one byte of it follows (the partial-body case is in
-    // `limits`): 408 for the client, no timeout charged to any member.
-    let ms = support::members(2, Duration::ZERO).await;
-    let cluster =
-        format!("outlier = {{ consecutive_failures = 1 }}\n{}", support::member_list(&ms));
-    let r = support::router(&support::web_config(
-        "header_read_timeout_ms = 30000",
-        "request_timeout_ms = 400",
-        &cluster,
-    ))
-    .await;
-    for proto in ["HTTP/1.1", "HTTP/1.0"] {
-        let head = format!("POST /collect {proto}\r\nHost: x\r\nContent-Length: 1000\r\n\r\n");
-        let (out, closed) =
-            support::raw_until_closed(r.addr("web"), head.as_bytes(), CLOSE_WAIT).await;
-        assert!(out.contains(" 408 "), "{proto}: {out}");
-        assert!(closed, "{proto}: connection kept after a stalled body");
-    }
-    let rt = r.live.load().clusters["c"].clone();
-    rt.with(|b| {
-        for (i, st) in b.states().iter().enumerate() {
-            assert_eq!(st.ejected_until, None, "member {i} charged for the client's stall");
-            assert_eq!(st.load.in_flight, 0, "member {i}");
-        }
-    });
-}
-
-#[tokio::test]
 async fn an_http2_host_that_differs_from_the_authority_is_refused() {
     use http_body_util::{BodyExt, Empty};
     use hyper_util::rt::{TokioExecutor, TokioIo};
