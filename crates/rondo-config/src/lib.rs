@@ -27,7 +27,7 @@ pub use compile::{
 };
 pub use error::{ConfigError, ConfigErrors};
 pub use spec::{
-    AdminSpec, AdminToken, AgentKey, AgentSpec, DnsSpec, ListenerProtocol, ListenerSpec,
+    AdminSpec, AdminToken, AgentKey, AgentSpec, DnsSpec, Http2Limits, ListenerProtocol, ListenerSpec,
     NamingSpec, RegistrySpec, RouterSpec,
 };
 
