@@ -52,8 +52,17 @@ pub async fn handle(
     req: Request<Incoming>,
 ) -> Result<Response<ProxyBody>, Infallible> {
     conn.request_started();
-    let snapshot = ctx.live.load();
+    // Until the response exists, a drop of this future (an HTTP/2 stream the client reset)
+    // must still end the request on the connection, or its idle timer would never run again.
+    let open = Open(Some(conn.clone()));
     let version = req.version();
+    if version == Version::HTTP_2 {
+        // hyper drops a stream's handler when the client resets it, but only while the handler
+        // is waiting: yield once, so a stream reset right after it was opened never reaches
+        // the pick or a member connection.
+        tokio::task::yield_now().await;
+    }
+    let snapshot = ctx.live.load();
     let mut resp = match proxy(&ctx, &snapshot, &conn, peer, req).await {
         Ok(resp) => resp,
         Err((e, idle)) => {
@@ -65,7 +74,26 @@ pub async fn handle(
     };
     *resp.version_mut() =
         if version == Version::HTTP_2 { Version::HTTP_2 } else { Version::HTTP_11 };
+    // The response body's end now reports to the connection.
+    open.disarm();
     Ok(resp)
+}
+
+/// A request begun on its connection and not yet handed to a response body.
+struct Open(Option<Arc<ConnState>>);
+
+impl Open {
+    fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        if let Some(conn) = self.0.take() {
+            conn.request_abandoned();
+        }
+    }
 }
 
 fn host_of(req: &Request<Incoming>) -> Option<&str> {
