@@ -8,6 +8,7 @@ mod router {
 
     mod balancing;
     mod errors;
+    mod hardening_h2;
     mod limits;
     mod protocols;
     mod serve;
