@@ -101,6 +101,11 @@ impl ConnState {
         }
     }
 
+    /// The idle timeout that applies once the request in progress ends (its route's).
+    pub fn set_idle(&self, idle: Duration) {
+        self.idle_ms.store(idle.as_millis() as u64, Ordering::Relaxed);
+    }
+
     /// A request ended without a response (an HTTP/2 stream the client reset, or a request
     /// whose handling was dropped): it no longer holds the connection open, which goes back to
     /// waiting under its last idle timeout.

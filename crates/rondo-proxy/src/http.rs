@@ -145,6 +145,8 @@ async fn proxy(
         return Err((ProxyError::new(Kind::NoRoute, detail), DEFAULT_IDLE));
     };
     let route = &snapshot.view.routes[route_index];
+    // Should the client abandon the request, the connection then idles under this route's timeout.
+    conn.set_idle(route.idle_timeout);
     let fail = |kind, detail: String| {
         (ProxyError::on_route(kind, &route.name, &route.cluster, detail), route.idle_timeout)
     };

@@ -363,3 +363,29 @@ async fn malformed_ping_and_settings_ack_are_frame_size_errors() {
     .expect("PING answered");
     assert_eq!((pong.flags, pong.payload.as_slice()), (ACK, &b"12345678"[..]));
 }
+
+// Regression: a stream the client reset while the router waited on the member dropped the
+// request's handling without ending it on the connection, which then counted a stream open
+// forever: its idle timer never ran again and the connection kept its slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_reset_while_waiting_on_the_member_leaves_the_connection_idle() {
+    let (r, ms) = setup(
+        "header_read_timeout_ms = 30000",
+        "idle_timeout_ms = 500\nrequest_timeout_ms = 30000",
+    )
+    .await;
+    let (mut read, mut write) = open(r.addr("web")).await;
+    write.write_all(&request(1, false, "/slow/20000", None, true)).await.expect("request");
+    // Reset once the request is at the member.
+    for _ in 0..100 {
+        if ms[0].served.load(Ordering::Relaxed) > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(ms[0].served.load(Ordering::Relaxed), 1, "the request did not reach the member");
+    write.write_all(&frame(RST_STREAM, 0, 1, &CANCEL.to_be_bytes())).await.expect("reset");
+    // Nothing is open any more: GOAWAY after the route's 500 ms idle timeout, then the close.
+    let (codes, closed) = goaways_until_closed(&mut read, GUARD).await;
+    assert!(codes.contains(&0) && closed, "connection kept after its only stream was reset: {codes:?} {closed}");
+}
