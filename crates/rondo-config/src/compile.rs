@@ -541,9 +541,7 @@ fn compile_http2(c: &mut Compiler<'_>, path: &FieldPath, l: &RawListener) -> Htt
     if max_resets_per_address < max_resets {
         c.err(
             per_address_path,
-            format!(
-                "must be at least h2_max_resets ({max_resets}), got {max_resets_per_address}"
-            ),
+            format!("must be at least h2_max_resets ({max_resets}), got {max_resets_per_address}"),
         );
     }
     Http2Limits {

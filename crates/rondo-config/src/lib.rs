@@ -27,8 +27,8 @@ pub use compile::{
 };
 pub use error::{ConfigError, ConfigErrors};
 pub use spec::{
-    AdminSpec, AdminToken, AgentKey, AgentSpec, DnsSpec, Http2Limits, ListenerProtocol, ListenerSpec,
-    NamingSpec, RegistrySpec, RouterSpec,
+    AdminSpec, AdminToken, AgentKey, AgentSpec, DnsSpec, Http2Limits, ListenerProtocol,
+    ListenerSpec, NamingSpec, RegistrySpec, RouterSpec,
 };
 
 use crate::error::line_column;

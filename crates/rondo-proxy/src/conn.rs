@@ -138,7 +138,6 @@ impl ConnState {
     }
 }
 
-
 /// Where an HTTP/2 connection error stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Abort {
@@ -458,15 +457,15 @@ impl AsyncWrite for TimedIo {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        if this.side.abort != Abort::None || this.h2 != Some(true) {
-            if this.side.abort != Abort::None {
-                let first = bufs.iter().find(|b| !b.is_empty()).map_or(&[][..], |b| &b[..]);
-                return Pin::new(this).poll_write(cx, first);
-            }
-            return Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
+        if this.side.abort != Abort::None {
+            // One slice at a time while a GOAWAY waits for a frame boundary.
+            let first = bufs.iter().find(|b| !b.is_empty()).map_or(&[][..], |b| &b[..]);
+            return Pin::new(this).poll_write(cx, first);
         }
         let r = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
-        if let Poll::Ready(Ok(mut n)) = r {
+        if let Poll::Ready(Ok(mut n)) = r
+            && this.h2 == Some(true)
+        {
             for b in bufs {
                 if n == 0 {
                     break;
@@ -574,9 +573,11 @@ async fn answer_rejections(
     std::future::poll_fn(|cx| {
         while open {
             match queue.poll_recv(cx) {
-                Poll::Ready(Some(stream)) => {
-                    pending.push(Rejection { stream, written: 0, deadline: Instant::now() + REJECT_TIME })
-                }
+                Poll::Ready(Some(stream)) => pending.push(Rejection {
+                    stream,
+                    written: 0,
+                    deadline: Instant::now() + REJECT_TIME,
+                }),
                 Poll::Ready(None) => open = false,
                 Poll::Pending => break,
             }

@@ -146,7 +146,7 @@ impl Frames {
 pub fn frame_size_error(h: &Head) -> bool {
     match h.kind {
         PING => h.len != 8,
-        SETTINGS => (h.flags & ACK != 0 && h.len != 0) || h.len % 6 != 0,
+        SETTINGS => (h.flags & ACK != 0 && h.len != 0) || !h.len.is_multiple_of(6),
         RST_STREAM => h.len != 4,
         WINDOW_UPDATE => h.len != 4,
         GOAWAY => h.len < 8,
@@ -257,10 +257,13 @@ mod tests {
     fn all_seen(f: &mut Frames, chunks: &[&[u8]]) -> Vec<Seen> {
         let mut seen = Vec::new();
         for c in chunks {
-            assert_eq!(f.feed(c, true, |s| {
-                seen.push(s);
-                false
-            }), None);
+            assert_eq!(
+                f.feed(c, true, |s| {
+                    seen.push(s);
+                    false
+                }),
+                None
+            );
         }
         seen
     }
@@ -297,7 +300,8 @@ mod tests {
         let mut f = Frames::default();
         assert_eq!(f.feed(&wire[..bad_at + 4], false, |_| false), None);
         assert_eq!(f.to_boundary(), 5);
-        let stop = f.feed(&wire[bad_at + 4..], false, |s| matches!(s, Seen::Head(h) if h.kind == PING));
+        let stop =
+            f.feed(&wire[bad_at + 4..], false, |s| matches!(s, Seen::Head(h) if h.kind == PING));
         assert_eq!(stop, Some(0));
     }
 

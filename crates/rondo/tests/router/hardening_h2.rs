@@ -56,7 +56,13 @@ fn literal(s: &str) -> Vec<u8> {
 
 /// A HEADERS frame opening `stream` with `method` (2 = GET, 3 = POST: HPACK static indexes
 /// 0x82, 0x83) on `path`, with a `content-length` when given.
-fn request(stream: u32, post: bool, path: &str, content_length: Option<&str>, end: bool) -> Vec<u8> {
+fn request(
+    stream: u32,
+    post: bool,
+    path: &str,
+    content_length: Option<&str>,
+    end: bool,
+) -> Vec<u8> {
     // :method, :scheme http, then :path and :authority as literals without indexing.
     let mut block = vec![if post { 0x83 } else { 0x82 }, 0x86, 0x04];
     block.extend(literal(path));
@@ -153,9 +159,11 @@ async fn served_within(addr: SocketAddr, tries: usize) -> bool {
 // max_connections slots forever and everyone else got 503.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn never_reading_http2_clients_lose_their_slots_in_bounded_time() {
-    let (r, _ms) =
-        setup("max_connections = 3\nheader_read_timeout_ms = 300\nh2_shutdown_timeout_ms = 300", "")
-            .await;
+    let (r, _ms) = setup(
+        "max_connections = 3\nheader_read_timeout_ms = 300\nh2_shutdown_timeout_ms = 300",
+        "",
+    )
+    .await;
     let addr = r.addr("web");
     // Three clients take every slot: preface and SETTINGS, then they never read a byte.
     let mut hostile = Vec::new();
@@ -387,5 +395,8 @@ async fn a_stream_reset_while_waiting_on_the_member_leaves_the_connection_idle()
     write.write_all(&frame(RST_STREAM, 0, 1, &CANCEL.to_be_bytes())).await.expect("reset");
     // Nothing is open any more: GOAWAY after the route's 500 ms idle timeout, then the close.
     let (codes, closed) = goaways_until_closed(&mut read, GUARD).await;
-    assert!(codes.contains(&0) && closed, "connection kept after its only stream was reset: {codes:?} {closed}");
+    assert!(
+        codes.contains(&0) && closed,
+        "connection kept after its only stream was reset: {codes:?} {closed}"
+    );
 }
