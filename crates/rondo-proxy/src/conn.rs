@@ -394,8 +394,12 @@ impl AsyncRead for TimedIo {
                     let Seen::Head(h) = seen else { return false };
                     if frames::frame_size_error(&h) {
                         code = Some(frames::FRAME_SIZE_ERROR);
-                    } else if h.kind == frames::HEADERS && h.stream % 2 == 1 {
-                        *last_stream = (*last_stream).max(h.stream);
+                    } else if h.kind == frames::HEADERS
+                        && h.stream % 2 == 1
+                        && h.stream > *last_stream
+                    {
+                        *last_stream = h.stream;
+                        resets.stream_opened(std::time::Instant::now());
                     } else if h.kind == frames::RST_STREAM
                         && resets.note(budget, peer, std::time::Instant::now())
                     {

@@ -175,6 +175,35 @@ pub fn goaway(last_stream: u32, code: u32) -> [u8; 17] {
 /// addresses are not tracked until old windows expire (each connection keeps its own budget).
 const MAX_TRACKED_ADDRESSES: usize = 4096;
 
+/// Resets and streams counted over one window.
+#[derive(Debug, Clone, Copy)]
+struct Tally {
+    end: Instant,
+    resets: u32,
+    streams: u32,
+}
+
+impl Tally {
+    fn new(now: Instant) -> Self {
+        Tally { end: now + Http2Limits::RESET_WINDOW, resets: 0, streams: 0 }
+    }
+
+    /// Starts a new window if this one is over.
+    fn roll(&mut self, now: Instant) {
+        if now >= self.end {
+            *self = Tally::new(now);
+        }
+    }
+
+    /// Over `max` resets, and the resets are more than half the streams opened: a client that
+    /// resets a small share of many streams (cancelled RPCs) stays, a flood of resets does not
+    /// (its resets are bounded by the streams it lets finish, which its members answer at their
+    /// own pace).
+    fn over(&self, max: u32) -> bool {
+        self.resets > max && u64::from(self.resets) * 2 > u64::from(self.streams)
+    }
+}
+
 /// A listener's HTTP/2 reset budgets: per connection ([`ConnResets`]) and per client address.
 #[derive(Debug)]
 pub struct ResetBudget {
@@ -185,7 +214,7 @@ pub struct ResetBudget {
 
 #[derive(Debug, Default)]
 struct Addresses {
-    counts: HashMap<IpAddr, (Instant, u32)>,
+    tallies: HashMap<IpAddr, Tally>,
     last_sweep: Option<Instant>,
 }
 
@@ -195,49 +224,56 @@ impl ResetBudget {
         ResetBudget { limits, by_address: Mutex::default() }
     }
 
-    /// Counts one reset from `ip` at `now`: whether the address is over its budget.
-    fn note(&self, ip: IpAddr, now: Instant) -> bool {
-        let window = Http2Limits::RESET_WINDOW;
+    /// Counts one reset from `ip` at `now`, and `streams` streams it opened since its last
+    /// report: whether the address is over its budget. Locked once per reset, never per stream.
+    fn note(&self, ip: IpAddr, now: Instant, streams: u32) -> bool {
         let mut a = self.by_address.lock().unwrap_or_else(|e| e.into_inner());
-        if a.counts.len() >= MAX_TRACKED_ADDRESSES && !a.counts.contains_key(&ip) {
+        if a.tallies.len() >= MAX_TRACKED_ADDRESSES && !a.tallies.contains_key(&ip) {
             // Sweep expired windows at most once a second, so a crowd of addresses cannot make
             // every reset scan the table.
             if a.last_sweep.is_some_and(|t| now.duration_since(t) < Duration::from_secs(1)) {
                 return false;
             }
             a.last_sweep = Some(now);
-            a.counts.retain(|_, (end, _)| *end > now);
-            if a.counts.len() >= MAX_TRACKED_ADDRESSES {
+            a.tallies.retain(|_, t| t.end > now);
+            if a.tallies.len() >= MAX_TRACKED_ADDRESSES {
                 return false;
             }
         }
-        let entry = a.counts.entry(ip).or_insert((now + window, 0));
-        if now >= entry.0 {
-            *entry = (now + window, 0);
-        }
-        entry.1 = entry.1.saturating_add(1);
-        entry.1 > self.limits.max_resets_per_address
+        let t = a.tallies.entry(ip).or_insert_with(|| Tally::new(now));
+        t.roll(now);
+        t.resets = t.resets.saturating_add(1);
+        t.streams = t.streams.saturating_add(streams);
+        t.over(self.limits.max_resets_per_address)
     }
 }
 
-/// One connection's reset count over the current window.
+/// One connection's resets and streams over the current window.
 #[derive(Debug, Default)]
 pub struct ConnResets {
-    count: u32,
-    window_end: Option<Instant>,
+    tally: Option<Tally>,
+    /// Streams opened since the address's tally last heard from this connection.
+    unreported: u32,
 }
 
 impl ConnResets {
+    /// The client opened a stream.
+    pub fn stream_opened(&mut self, now: Instant) {
+        let t = self.tally.get_or_insert_with(|| Tally::new(now));
+        t.roll(now);
+        t.streams = t.streams.saturating_add(1);
+        self.unreported = self.unreported.saturating_add(1);
+    }
+
     /// Counts one reset on this connection from `ip`: whether the connection or its address
     /// is now over budget.
     pub fn note(&mut self, budget: &ResetBudget, ip: IpAddr, now: Instant) -> bool {
-        if self.window_end.is_none_or(|end| now >= end) {
-            self.window_end = Some(now + Http2Limits::RESET_WINDOW);
-            self.count = 0;
-        }
-        self.count = self.count.saturating_add(1);
-        let address_over = budget.note(ip, now);
-        self.count > budget.limits.max_resets || address_over
+        let t = self.tally.get_or_insert_with(|| Tally::new(now));
+        t.roll(now);
+        t.resets = t.resets.saturating_add(1);
+        let conn_over = t.over(budget.limits.max_resets);
+        let address_over = budget.note(ip, now, std::mem::take(&mut self.unreported));
+        conn_over || address_over
     }
 }
 
@@ -347,6 +383,38 @@ mod tests {
         assert!(!c.note(&budget, "192.0.2.2".parse().unwrap(), t0));
         let later = t0 + Http2Limits::RESET_WINDOW;
         assert!(!a.note(&budget, ip, later));
+    }
+
+    #[test]
+    fn resets_of_a_minority_of_streams_are_not_over() {
+        let limits = Http2Limits { max_resets: 3, max_resets_per_address: 5, ..Default::default() };
+        let budget = ResetBudget::new(limits);
+        let ip: IpAddr = "192.0.2.1".parse().unwrap();
+        let t0 = Instant::now();
+        let mut a = ConnResets::default();
+        // 10 resets of 30 streams: a third were cancelled.
+        for i in 0..30 {
+            a.stream_opened(t0);
+            if i % 3 == 0 {
+                assert!(!a.note(&budget, ip, t0), "reset {}", i / 3 + 1);
+            }
+        }
+        // Resets of the next streams tip the balance: 16 resets of 36 streams is not over yet,
+        // 19 of 39 neither, 20 of 40 neither, the 21st is.
+        let mut over_at = None;
+        for i in 0..20 {
+            a.stream_opened(t0);
+            if a.note(&budget, ip, t0) {
+                over_at = Some(i);
+                break;
+            }
+        }
+        assert_eq!(over_at, Some(10), "11 more resets: 21 of 41 streams");
+        // The streams expire with their window.
+        let later = t0 + Http2Limits::RESET_WINDOW;
+        let other: IpAddr = "192.0.2.9".parse().unwrap();
+        assert!((0..3).all(|_| !a.note(&budget, other, later)));
+        assert!(a.note(&budget, other, later));
     }
 
     #[test]

@@ -320,6 +320,45 @@ async fn streams_the_router_resets_for_client_errors_count_too() {
     assert!(served_within(r.addr("web"), 1).await);
 }
 
+/// Reads frames until stream `id` ends; a GOAWAY or the connection ending first fails.
+async fn read_to_end_of(r: &mut OwnedReadHalf, id: u32, what: &str) {
+    let ended = tokio::time::timeout(GUARD, async {
+        while let Some(f) = next_frame(r).await {
+            assert_eq!(f.goaway_code(), None, "{what}: GOAWAY");
+            if f.stream == id && f.flags & END_STREAM != 0 {
+                return true;
+            }
+        }
+        false
+    })
+    .await;
+    assert_eq!(ended.ok(), Some(true), "{what}: stream {id} did not end");
+}
+
+// The budget is for floods, not for clients that cancel some of their many requests (gRPC
+// deadlines, a browser navigating away): resets past the limit end the connection only when
+// they are over half of the streams the client opened in the window.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelling_a_minority_of_streams_is_not_a_flood() {
+    let (r, _ms) = setup("h2_max_resets = 5", "").await;
+    let (mut read, mut write) = open(r.addr("web")).await;
+    // 30 streams, every third reset while at the member: 10 resets, twice the budget.
+    for i in 0..30u32 {
+        let id = 2 * i + 1;
+        if i % 3 == 0 {
+            write.write_all(&request(id, false, "/slow/300", None, true)).await.expect("open");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            let rst = frame(RST_STREAM, 0, id, &CANCEL.to_be_bytes());
+            write.write_all(&rst).await.expect("reset");
+        } else {
+            write.write_all(&request(id, false, "/", None, true)).await.expect("open");
+            read_to_end_of(&mut read, id, &format!("stream {i}")).await;
+        }
+    }
+    write.write_all(&request(61, false, "/", None, true)).await.expect("open");
+    read_to_end_of(&mut read, 61, "after 10 resets of 30 streams").await;
+}
+
 // Connections that each stay under the per-connection budget are caught by the budget of their
 // client address.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
