@@ -70,7 +70,8 @@ pub struct Http2Limits {
     /// How long an idle connection told GOAWAY may take to finish before it is dropped.
     pub shutdown_timeout: Duration,
     /// Stream resets (by the client, or by the router for the client's protocol errors) one
-    /// connection may cause per window; one more gets GOAWAY `ENHANCE_YOUR_CALM`.
+    /// connection may cause per window; more, when they are also more than half of the
+    /// streams it opened in the window, get GOAWAY `ENHANCE_YOUR_CALM`.
     pub max_resets: u32,
     /// The same, summed over all connections from one client address.
     pub max_resets_per_address: u32,

@@ -1,4 +1,5 @@
-//! Client connections: the accept loop with its connection limit, and [`TimedIo`], which
+//! Client connections: `Rejecter`, which answers connections over a listener's limit with a
+//! 503 from one task per listener, and [`TimedIo`], which
 //! enforces the header read timeout and the keep-alive idle timeout on HTTP/1 connections, and
 //! the idle timeout on HTTP/2 connections (no open stream for the route's idle timeout, or for
 //! the header read timeout before the first request: [`ConnState::idle`] fires and the accept
@@ -564,7 +565,7 @@ impl Rejection {
     }
 }
 
-/// The task of a [`Rejecter`]: drives every queued 503 from one future, re-polling them all on
+/// The task of a `Rejecter`: drives every queued 503 from one future, re-polling them all on
 /// each wake (there are at most [`MAX_REJECTING`]), with one timer for the earliest deadline.
 async fn answer_rejections(
     mut queue: tokio::sync::mpsc::UnboundedReceiver<TcpStream>,
