@@ -1,7 +1,8 @@
 //! HTTP/2 (h2c) hardening against single hostile clients, with hand-written frames on raw
 //! sockets: idle and never-reading clients lose their connection slots in bounded time, stream
 //! reset floods (open-then-reset, "made you reset") end in GOAWAY `ENHANCE_YOUR_CALM` with a
-//! bounded cost to members, and malformed frame sizes are `FRAME_SIZE_ERROR`s.
+//! bounded cost to members, and malformed frame sizes are `FRAME_SIZE_ERROR`s. Also the
+//! refusal of connections over `max_connections`, which costs no task each.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -467,4 +468,45 @@ async fn a_stream_reset_while_waiting_on_the_member_leaves_the_connection_idle()
         codes.contains(&0) && closed,
         "connection kept after its only stream was reset: {codes:?} {closed}"
     );
+}
+
+// Refusals over max_connections are answered by one task per listener (no task each): a burst
+// of them is still answered (503 with Retry-After) or closed at once, every one is closed,
+// and the listener serves again as soon as a slot frees.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_refused_connections_is_answered_or_closed() {
+    let (r, _ms) = setup("max_connections = 1\nheader_read_timeout_ms = 30000", "").await;
+    let addr = r.addr("web");
+    let holder = TcpStream::connect(addr).await.expect("connect");
+    // The holder is accepted before the burst (accepts are in arrival order): give the router
+    // a moment to count it, then check that the slot is taken.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let (reply, closed) = support::raw_until_closed(addr, b"", GUARD).await;
+    assert!(reply.starts_with("HTTP/1.1 503") && closed, "{reply:?} {closed}");
+    // 400 refused connections at once, none of which reads until all are open.
+    let mut conns = Vec::new();
+    for _ in 0..400 {
+        conns.push(TcpStream::connect(addr).await.expect("connect"));
+    }
+    let mut set = tokio::task::JoinSet::new();
+    for mut c in conns {
+        set.spawn(async move {
+            let mut out = Vec::new();
+            let ended = tokio::time::timeout(GUARD, c.read_to_end(&mut out)).await;
+            (String::from_utf8_lossy(&out).into_owned(), ended.is_ok())
+        });
+    }
+    let mut answered = 0;
+    while let Some(done) = set.join_next().await {
+        let (reply, ended) = done.expect("reader");
+        assert!(ended, "a refused connection was left open");
+        if !reply.is_empty() {
+            assert!(reply.starts_with("HTTP/1.1 503"), "{reply:?}");
+            assert!(reply.contains("Retry-After: 1"), "{reply:?}");
+            answered += 1;
+        }
+    }
+    assert!(answered > 0, "no refused connection got its 503");
+    drop(holder);
+    assert!(served_within(addr, 50).await, "no slot freed after the holder left");
 }
