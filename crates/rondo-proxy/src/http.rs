@@ -57,9 +57,9 @@ pub async fn handle(
     let open = Open(Some(conn.clone()));
     let version = req.version();
     if version == Version::HTTP_2 {
-        // hyper drops a stream's handler when the client resets it, but only while the handler
-        // is waiting: yield once, so a stream reset right after it was opened never reaches
-        // the pick or a member connection.
+        // hyper drops a stream's handler when the client resets it, but only once the handler
+        // waits: yield once, so a stream already reset when its handler first runs (opened and
+        // reset at once) reaches neither the pick nor a member connection.
         tokio::task::yield_now().await;
     }
     let snapshot = ctx.live.load();
