@@ -73,7 +73,7 @@ pub struct Http2Limits {
     /// connection may cause per window; more, when they are also more than half of the
     /// streams it opened in the window, get GOAWAY `ENHANCE_YOUR_CALM`.
     pub max_resets: u32,
-    /// The same, summed over all connections from one client address.
+    /// The same, summed over all connections from one client address (IPv6: one /64).
     pub max_resets_per_address: u32,
 }
 

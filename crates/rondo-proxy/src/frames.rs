@@ -227,6 +227,7 @@ impl ResetBudget {
     /// Counts one reset from `ip` at `now`, and `streams` streams it opened since its last
     /// report: whether the address is over its budget. Locked once per reset, never per stream.
     fn note(&self, ip: IpAddr, now: Instant, streams: u32) -> bool {
+        let ip = client_key(ip);
         let mut a = self.by_address.lock().unwrap_or_else(|e| e.into_inner());
         if a.tallies.len() >= MAX_TRACKED_ADDRESSES && !a.tallies.contains_key(&ip) {
             // Sweep expired windows at most once a second, so a crowd of addresses cannot make
@@ -245,6 +246,18 @@ impl ResetBudget {
         t.resets = t.resets.saturating_add(1);
         t.streams = t.streams.saturating_add(streams);
         t.over(self.limits.max_resets_per_address)
+    }
+}
+
+/// The address a client's resets are counted under: IPv4 addresses as they are, IPv6 ones by
+/// their /64 prefix (one subscriber's or host's network: rotating through it is free).
+fn client_key(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6((u128::from(v6) & !((1u128 << 64) - 1)).into()),
+        },
+        v4 => v4,
     }
 }
 
@@ -415,6 +428,23 @@ mod tests {
         let other: IpAddr = "192.0.2.9".parse().unwrap();
         assert!((0..3).all(|_| !a.note(&budget, other, later)));
         assert!(a.note(&budget, other, later));
+    }
+
+    #[test]
+    fn ipv6_clients_count_by_their_64_prefix() {
+        let limits =
+            Http2Limits { max_resets: 100, max_resets_per_address: 2, ..Default::default() };
+        let budget = ResetBudget::new(limits);
+        let t0 = Instant::now();
+        let mut c = ConnResets::default();
+        assert!(!c.note(&budget, "2001:db8:1:2::1".parse().unwrap(), t0));
+        assert!(!c.note(&budget, "2001:db8:1:2:ffff::9".parse().unwrap(), t0));
+        assert!(c.note(&budget, "2001:db8:1:2:abcd::".parse().unwrap(), t0), "same /64");
+        assert!(!c.note(&budget, "2001:db8:1:3::1".parse().unwrap(), t0), "another /64");
+        // IPv4 clients on an IPv6 socket count as themselves.
+        assert!(!c.note(&budget, "::ffff:192.0.2.7".parse().unwrap(), t0));
+        assert!(!c.note(&budget, "192.0.2.7".parse().unwrap(), t0));
+        assert!(c.note(&budget, "::ffff:192.0.2.7".parse().unwrap(), t0));
     }
 
     #[test]
