@@ -22,8 +22,8 @@ use crate::raw::{
     RawMember, RawNaming, RawRoute,
 };
 use crate::spec::{
-    AdminSpec, AdminToken, AgentKey, AgentSpec, DnsSpec, ErrorDetail, ListenerProtocol,
-    ListenerSpec, NamingSpec, RegistrySpec, RouterSpec,
+    AdminSpec, AdminToken, AgentKey, AgentSpec, DnsSpec, ErrorDetail, Http2Limits,
+    ListenerProtocol, ListenerSpec, NamingSpec, RegistrySpec, RouterSpec,
 };
 
 /// Default idle timeout of a route's client connections (`idle_timeout_ms`).
@@ -531,7 +531,50 @@ fn compile_listener(c: &mut Compiler<'_>, i: usize, l: &RawListener) -> Option<L
         max_body_bytes,
         trust_forwarded_for: l.trust_forwarded_for.unwrap_or(false),
         error_detail: error_detail.unwrap_or_else(|| ErrorDetail::default_for(listen)),
+        http2: compile_http2(c, &path, l),
     })
+}
+
+fn compile_http2(c: &mut Compiler<'_>, path: &FieldPath, l: &RawListener) -> Http2Limits {
+    let d = Http2Limits::default();
+    let interval = c.ms(
+        path.key("h2_keepalive_interval_ms"),
+        l.h2_keepalive_interval_ms,
+        Http2Limits::DEFAULT_KEEPALIVE_INTERVAL,
+        true,
+    );
+    let max_resets =
+        c.u32(path.key("h2_max_resets"), l.h2_max_resets, Http2Limits::DEFAULT_MAX_RESETS, 1);
+    let per_address_path = path.key("h2_max_resets_per_address");
+    let max_resets_per_address = c.u32(
+        per_address_path.clone(),
+        l.h2_max_resets_per_address,
+        Http2Limits::DEFAULT_MAX_RESETS_PER_ADDRESS.max(max_resets),
+        1,
+    );
+    if max_resets_per_address < max_resets {
+        c.err(
+            per_address_path,
+            format!("must be at least h2_max_resets ({max_resets}), got {max_resets_per_address}"),
+        );
+    }
+    Http2Limits {
+        keepalive_interval: (!interval.is_zero()).then_some(interval),
+        keepalive_timeout: c.ms(
+            path.key("h2_keepalive_timeout_ms"),
+            l.h2_keepalive_timeout_ms,
+            d.keepalive_timeout,
+            false,
+        ),
+        shutdown_timeout: c.ms(
+            path.key("h2_shutdown_timeout_ms"),
+            l.h2_shutdown_timeout_ms,
+            d.shutdown_timeout,
+            false,
+        ),
+        max_resets,
+        max_resets_per_address,
+    }
 }
 
 /// Duplicate listener names, and two sockets bound to the same address.

@@ -34,8 +34,8 @@ pub use compile::{
 pub use error::{ConfigError, ConfigErrors};
 pub use schema::fields as schema_fields;
 pub use spec::{
-    AdminSpec, AdminToken, AgentKey, AgentSpec, DnsSpec, ErrorDetail, ListenerProtocol,
-    ListenerSpec, NamingSpec, RegistrySpec, RouterSpec,
+    AdminSpec, AdminToken, AgentKey, AgentSpec, DnsSpec, ErrorDetail, Http2Limits,
+    ListenerProtocol, ListenerSpec, NamingSpec, RegistrySpec, RouterSpec,
 };
 pub use warnings::Features;
 

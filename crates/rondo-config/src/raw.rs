@@ -80,6 +80,11 @@ pub(crate) struct RawListener {
     pub max_body_bytes: Option<u64>,
     pub trust_forwarded_for: Option<bool>,
     pub error_detail: Option<String>,
+    pub h2_keepalive_interval_ms: Option<u64>,
+    pub h2_keepalive_timeout_ms: Option<u64>,
+    pub h2_shutdown_timeout_ms: Option<u64>,
+    pub h2_max_resets: Option<u64>,
+    pub h2_max_resets_per_address: Option<u64>,
 }
 
 /// `[[route]]`.

@@ -92,6 +92,53 @@ pub struct ListenerSpec {
     pub trust_forwarded_for: bool,
     /// What the router's own error responses name.
     pub error_detail: ErrorDetail,
+    /// HTTP/2 (h2c) protections against single hostile clients (HTTP only).
+    pub http2: Http2Limits,
+}
+
+/// A listener's HTTP/2 protections: keepalive PINGs, a bounded wait after GOAWAY, and the stream
+/// reset budget (per connection and per client address, over [`Http2Limits::RESET_WINDOW`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Http2Limits {
+    /// How often a PING goes to a client; `None` (`h2_keepalive_interval_ms = 0`): never.
+    pub keepalive_interval: Option<Duration>,
+    /// How long a PING may go unanswered before the connection is closed.
+    pub keepalive_timeout: Duration,
+    /// How long an idle connection told GOAWAY may take to finish before it is dropped.
+    pub shutdown_timeout: Duration,
+    /// Stream resets (by the client, or by the router for the client's protocol errors) one
+    /// connection may cause per window; more, when they are also more than half of the
+    /// streams it opened in the window, get GOAWAY `ENHANCE_YOUR_CALM`.
+    pub max_resets: u32,
+    /// The same, summed over all connections from one client address (IPv6: one /64).
+    pub max_resets_per_address: u32,
+}
+
+impl Http2Limits {
+    /// The window the reset budgets are counted over.
+    pub const RESET_WINDOW: Duration = Duration::from_secs(10);
+    /// Default `h2_keepalive_interval_ms`.
+    pub const DEFAULT_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
+    /// Default `h2_keepalive_timeout_ms`.
+    pub const DEFAULT_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
+    /// Default `h2_shutdown_timeout_ms`.
+    pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
+    /// Default `h2_max_resets`.
+    pub const DEFAULT_MAX_RESETS: u32 = 200;
+    /// Default `h2_max_resets_per_address`.
+    pub const DEFAULT_MAX_RESETS_PER_ADDRESS: u32 = 1000;
+}
+
+impl Default for Http2Limits {
+    fn default() -> Self {
+        Http2Limits {
+            keepalive_interval: Some(Self::DEFAULT_KEEPALIVE_INTERVAL),
+            keepalive_timeout: Self::DEFAULT_KEEPALIVE_TIMEOUT,
+            shutdown_timeout: Self::DEFAULT_SHUTDOWN_TIMEOUT,
+            max_resets: Self::DEFAULT_MAX_RESETS,
+            max_resets_per_address: Self::DEFAULT_MAX_RESETS_PER_ADDRESS,
+        }
+    }
 }
 
 impl ListenerSpec {

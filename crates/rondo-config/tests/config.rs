@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use rondo_config::{
-    AdminSpec, AdminToken, Config, ConfigError, DnsSpec, ErrorDetail, Features, ListenerProtocol,
-    ListenerSpec, NamingSpec, RegistrySpec, load_file, parse_str, parse_str_with,
+    AdminSpec, AdminToken, Config, ConfigError, DnsSpec, ErrorDetail, Features, Http2Limits,
+    ListenerProtocol, ListenerSpec, NamingSpec, RegistrySpec, load_file, parse_str, parse_str_with,
 };
 use rondo_core::{
     AdminState, AgentPolicy, Algorithm, EwmaPolicy, Granularity, HashKeySource, HashPolicy,
@@ -127,6 +127,11 @@ max_header_bytes = 8192
 max_body_bytes = 1048576
 max_headers = 50
 trust_forwarded_for = true
+h2_keepalive_interval_ms = 0
+h2_keepalive_timeout_ms = 3000
+h2_shutdown_timeout_ms = 2000
+h2_max_resets = 50
+h2_max_resets_per_address = 400
 
 [[listener]]
 name = "db"
@@ -225,6 +230,13 @@ fn full_config_compiles_into_the_expected_view() {
                 max_body_bytes: 1_048_576,
                 trust_forwarded_for: true,
                 error_detail: ErrorDetail::Full,
+                http2: Http2Limits {
+                    keepalive_interval: None,
+                    keepalive_timeout: Duration::from_secs(3),
+                    shutdown_timeout: Duration::from_secs(2),
+                    max_resets: 50,
+                    max_resets_per_address: 400,
+                },
             },
             ListenerSpec {
                 name: "db".into(),
@@ -237,6 +249,7 @@ fn full_config_compiles_into_the_expected_view() {
                 max_body_bytes: 0,
                 trust_forwarded_for: false,
                 error_detail: ErrorDetail::Full,
+                http2: Http2Limits::default(),
             },
         ]
     );
@@ -383,6 +396,12 @@ fn defaults_come_from_the_core_model() {
     assert_eq!(l.header_read_timeout, Duration::from_secs(10));
     assert_eq!((l.max_header_bytes, l.max_headers, l.trust_forwarded_for), (65_536, 100, false));
     assert_eq!(l.error_detail, ErrorDetail::Full, "loopback listeners explain errors in full");
+    let h2 = l.http2;
+    assert_eq!(
+        (h2.keepalive_interval, h2.keepalive_timeout, h2.shutdown_timeout),
+        (Some(Duration::from_secs(30)), Duration::from_secs(10), Duration::from_secs(5))
+    );
+    assert_eq!((h2.max_resets, h2.max_resets_per_address), (200, 1000));
     let r = &c.view.routes[0];
     assert_eq!(r.name, "route-1");
     assert_eq!(
@@ -866,6 +885,25 @@ fn health_counts_and_durations_must_be_positive() {
     let text = BASE
         .replace("listen = \"127.0.0.1:8080\"", "listen = \"127.0.0.1:8080\"\nmax_connections = 0");
     fails_once(&text, "listener[0].max_connections", "0\n", "must be greater than 0");
+    let listener_line = |line: &str| {
+        BASE.replace("listen = \"127.0.0.1:8080\"", &format!("listen = \"127.0.0.1:8080\"\n{line}"))
+    };
+    for field in ["h2_keepalive_timeout_ms", "h2_shutdown_timeout_ms", "h2_max_resets"] {
+        let text = listener_line(&format!("{field} = 0"));
+        fails_once(&text, &format!("listener[0].{field}"), "0\n", "must be greater than 0");
+    }
+    // A keepalive interval of 0 turns the PINGs off; a per-address budget under the
+    // per-connection one is a mistake.
+    let c = ok(&listener_line("h2_keepalive_interval_ms = 0\nh2_max_resets = 5000"));
+    assert_eq!(c.listeners[0].http2.keepalive_interval, None);
+    assert_eq!(c.listeners[0].http2.max_resets_per_address, 5000);
+    let text = listener_line("h2_max_resets = 100\nh2_max_resets_per_address = 50");
+    fails_once(
+        &text,
+        "listener[0].h2_max_resets_per_address",
+        "50\n",
+        "must be at least h2_max_resets (100), got 50",
+    );
     let text = cluster_line("outlier = { base_ejection_ms = 5000, max_ejection_ms = 1000 }");
     fails_once(
         &text,

@@ -1,8 +1,16 @@
-//! Client connections: the accept loop with its connection limit, and [`TimedIo`], which
+//! Client connections: `Rejecter`, which answers connections over a listener's limit with a
+//! 503 from one task per listener, and [`TimedIo`], which
 //! enforces the header read timeout and the keep-alive idle timeout on HTTP/1 connections, and
 //! the idle timeout on HTTP/2 connections (no open stream for the route's idle timeout, or for
 //! the header read timeout before the first request: [`ConnState::idle`] fires and the accept
-//! loop shuts the connection down gracefully, with GOAWAY).
+//! loop shuts the connection down gracefully, with GOAWAY). Frames a client sends do not
+//! restart an HTTP/2 idle timer: only streams do.
+//!
+//! On HTTP/2 connections `TimedIo` also follows the frames both ways ([`crate::frames`]): a
+//! frame of a size RFC 9113 forbids, or more stream resets than the listener's budget (the
+//! client's `RST_STREAM`s and the router's resets for the client's protocol errors), ends the
+//! connection with a GOAWAY of the right code (`FRAME_SIZE_ERROR`, `ENHANCE_YOUR_CALM`), put
+//! between two of hyper's frames, then a lingering close.
 //!
 //! hyper's own `header_read_timeout` closes the connection silently (and is off unless a timer
 //! is configured); a demanding client deserves `408 Request Timeout` when it started a request
@@ -11,16 +19,18 @@
 //! 408 itself before failing the read.
 
 use std::io;
+use std::net::IpAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use pin_project_lite::pin_project;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::time::{Instant, Sleep};
+
+use crate::frames::{self, ConnResets, Frames, ResetBudget, Seen};
 
 const WAITING: u8 = 0;
 const IN_REQUEST: u8 = 1;
@@ -29,6 +39,10 @@ const UPGRADED: u8 = 2;
 const RESPONSE_408: &[u8] = b"HTTP/1.1 408 Request Timeout\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\nContent-Length: 53\r\n\r\nrondo: 408 the request header did not arrive in time\n";
 
 const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// After an HTTP/2 connection error's GOAWAY, at most this much of what the client still sends
+/// is read and dropped (so the close is a FIN, not a reset that could destroy the GOAWAY).
+const LINGER_BYTES: usize = 256 * 1024;
 
 /// What the request handler tells the connection about where it is.
 #[derive(Debug)]
@@ -41,6 +55,9 @@ pub struct ConnState {
     /// Signalled when an HTTP/2 connection has had no stream for its idle timeout: the accept
     /// loop then shuts it down gracefully (GOAWAY).
     idle: tokio::sync::Notify,
+    /// Signalled when an HTTP/2 connection error began (GOAWAY being sent): the accept loop
+    /// then bounds how long the connection may take to finish.
+    aborted: tokio::sync::Notify,
     /// The reader parked while a request was in progress: when its response ends, hyper does
     /// not poll the socket again by itself, so the idle timer would never start unless we wake it.
     reader: Mutex<Option<Waker>>,
@@ -56,6 +73,7 @@ impl ConnState {
             idle_ms: AtomicU64::new(idle.as_millis() as u64),
             open: AtomicU32::new(0),
             idle: tokio::sync::Notify::new(),
+            aborted: tokio::sync::Notify::new(),
             reader: Mutex::new(None),
             client_ip,
         })
@@ -84,6 +102,18 @@ impl ConnState {
         }
     }
 
+    /// The idle timeout that applies once the request in progress ends (its route's).
+    pub fn set_idle(&self, idle: Duration) {
+        self.idle_ms.store(idle.as_millis() as u64, Ordering::Relaxed);
+    }
+
+    /// A request ended without a response (an HTTP/2 stream the client reset, or a request
+    /// whose handling was dropped): it no longer holds the connection open, which goes back to
+    /// waiting under its last idle timeout.
+    pub fn request_abandoned(&self) {
+        self.response_finished(Duration::from_millis(self.idle_ms.load(Ordering::Relaxed)));
+    }
+
     fn park_reader(&self, waker: &Waker) {
         let mut slot = self.reader.lock().unwrap_or_else(|e| e.into_inner());
         if !slot.as_ref().is_some_and(|w| w.will_wake(waker)) {
@@ -97,6 +127,11 @@ impl ConnState {
         self.idle.notified().await;
     }
 
+    /// Resolves when an HTTP/2 connection error began (its GOAWAY is being sent).
+    pub async fn aborted(&self) {
+        self.aborted.notified().await;
+    }
+
     /// The connection switched protocols: no more HTTP timers.
     pub fn upgraded(&self) {
         self.phase.store(UPGRADED, Ordering::Relaxed);
@@ -104,22 +139,51 @@ impl ConnState {
     }
 }
 
-pin_project! {
-    /// A client TCP stream with HTTP/1 header and idle timers.
-    pub struct TimedIo {
-        #[pin]
-        inner: TcpStream,
-        sleep: Pin<Box<Sleep>>,
-        state: Arc<ConnState>,
-        seen_epoch: u64,
-        armed: bool,
-        header_timeout: Duration,
-        // Bytes of the current request head received so far.
-        received: u64,
-        // Unknown until the first bytes; HTTP/2 connections have no HTTP/1 timers.
-        h2: Option<bool>,
-        first: Vec<u8>,
-    }
+/// Where an HTTP/2 connection error stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Abort {
+    /// None.
+    None,
+    /// GOAWAY with this code to send at the next frame boundary of the write side.
+    Pending(u32),
+    /// The GOAWAY frame, of which `.1` bytes are out.
+    Writing([u8; 17], usize),
+    /// GOAWAY sent: shutting the write side down (FIN).
+    Closing,
+    /// Reading and dropping what the client still sends, at most this many more bytes.
+    Draining(usize),
+    /// Over: every read and write fails.
+    Done,
+}
+
+/// The HTTP/2 side of a client connection: frames both ways, resets, a connection error.
+#[derive(Debug)]
+struct H2Side {
+    rx: Frames,
+    tx: Frames,
+    /// Highest stream the client opened (the GOAWAY's last stream).
+    last_stream: u32,
+    resets: ConnResets,
+    budget: Arc<ResetBudget>,
+    peer: IpAddr,
+    abort: Abort,
+}
+
+/// A client TCP stream with HTTP/1 header and idle timers, and HTTP/2 frame checks.
+pub struct TimedIo {
+    inner: TcpStream,
+    sleep: Pin<Box<Sleep>>,
+    state: Arc<ConnState>,
+    seen_epoch: u64,
+    armed: bool,
+    header_timeout: Duration,
+    // Bytes of the current request head received so far.
+    received: u64,
+    // Unknown until the first bytes; HTTP/2 connections have no HTTP/1 timers.
+    h2: Option<bool>,
+    // Bytes of the HTTP/2 client preface seen so far.
+    preface: usize,
+    side: H2Side,
 }
 
 impl std::fmt::Debug for TimedIo {
@@ -129,8 +193,15 @@ impl std::fmt::Debug for TimedIo {
 }
 
 impl TimedIo {
-    /// Wraps `inner`; the first request head must arrive within `header_timeout`.
-    pub fn new(inner: TcpStream, state: Arc<ConnState>, header_timeout: Duration) -> Self {
+    /// Wraps `inner` from `peer`; the first request head must arrive within `header_timeout`;
+    /// HTTP/2 stream resets count against `budget`.
+    pub fn new(
+        inner: TcpStream,
+        state: Arc<ConnState>,
+        header_timeout: Duration,
+        budget: Arc<ResetBudget>,
+        peer: IpAddr,
+    ) -> Self {
         TimedIo {
             inner,
             sleep: Box::pin(tokio::time::sleep(header_timeout)),
@@ -140,7 +211,99 @@ impl TimedIo {
             header_timeout,
             received: 0,
             h2: None,
-            first: Vec::new(),
+            preface: 0,
+            side: H2Side {
+                rx: Frames::default(),
+                tx: Frames::default(),
+                last_stream: 0,
+                resets: ConnResets::default(),
+                budget,
+                peer,
+                abort: Abort::None,
+            },
+        }
+    }
+
+    /// Starts an HTTP/2 connection error with GOAWAY `code` (the first one wins).
+    fn start_abort(&mut self, code: u32) {
+        if self.side.abort == Abort::None {
+            tracing::debug!(peer = %self.side.peer, code, "http/2 connection error, sending GOAWAY");
+            self.side.abort = Abort::Pending(code);
+            self.state.aborted.notify_one();
+        }
+    }
+
+    /// Drives a connection error: GOAWAY at a frame boundary, FIN, a bounded lingering read;
+    /// then the error hyper gets from every read and write.
+    fn poll_abort(&mut self, cx: &mut Context<'_>) -> Poll<io::Error> {
+        loop {
+            match self.side.abort {
+                Abort::None | Abort::Done => break,
+                Abort::Pending(code) => {
+                    if !self.side.tx.at_boundary() {
+                        // hyper's write of a frame is unfinished: its next write completes the
+                        // frame (see `poll_write`), and that write's readiness wakes us.
+                        return Poll::Pending;
+                    }
+                    let frame = frames::goaway(self.side.last_stream, code);
+                    self.side.abort = Abort::Writing(frame, 0);
+                }
+                Abort::Writing(frame, done) => {
+                    match Pin::new(&mut self.inner).poll_write(cx, &frame[done..]) {
+                        Poll::Ready(Ok(n)) if n > 0 && done + n < frame.len() => {
+                            self.side.abort = Abort::Writing(frame, done + n);
+                        }
+                        Poll::Ready(Ok(n)) if n > 0 => self.side.abort = Abort::Closing,
+                        Poll::Ready(_) => self.side.abort = Abort::Done,
+                        Poll::Pending => return Poll::Pending,
+                    }
+                }
+                Abort::Closing => {
+                    if Pin::new(&mut self.inner).poll_shutdown(cx).is_pending() {
+                        return Poll::Pending;
+                    }
+                    self.side.abort = Abort::Draining(LINGER_BYTES);
+                }
+                Abort::Draining(left) => {
+                    let mut scratch = [0u8; 4096];
+                    let mut sink = ReadBuf::new(&mut scratch);
+                    match Pin::new(&mut self.inner).poll_read(cx, &mut sink) {
+                        Poll::Ready(Ok(())) if !sink.filled().is_empty() => {
+                            let n = sink.filled().len();
+                            self.side.abort =
+                                if n >= left { Abort::Done } else { Abort::Draining(left - n) };
+                        }
+                        Poll::Ready(_) => self.side.abort = Abort::Done,
+                        Poll::Pending => return Poll::Pending,
+                    }
+                }
+            }
+        }
+        Poll::Ready(io::Error::new(
+            io::ErrorKind::ConnectionAborted,
+            "http/2 connection closed with GOAWAY",
+        ))
+    }
+
+    /// Follows the frames the router wrote: resets of the client's streams for its own errors
+    /// count against its budget.
+    fn track_written(&mut self, written: &[u8], cx: &mut Context<'_>) {
+        let side = &mut self.side;
+        let mut over = false;
+        let (resets, budget, peer) = (&mut side.resets, &side.budget, side.peer);
+        side.tx.feed(written, true, |seen| {
+            if let Seen::ResetCode(code) = seen
+                && frames::counts_against_client(code)
+                && resets.note(budget, peer, std::time::Instant::now())
+            {
+                over = true;
+            }
+            false
+        });
+        if over {
+            self.start_abort(frames::ENHANCE_YOUR_CALM);
+            // Reads and writes go through the error path from now on; make sure one comes.
+            cx.waker().wake_by_ref();
         }
     }
 }
@@ -151,34 +314,37 @@ impl AsyncRead for TimedIo {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        let mut this = self.project();
+        let this = self.get_mut();
+        if this.side.abort != Abort::None {
+            return this.poll_abort(cx).map(Err);
+        }
         let epoch = this.state.epoch.load(Ordering::Acquire);
-        if epoch != *this.seen_epoch {
-            *this.seen_epoch = epoch;
-            *this.received = 0;
-            let h2_busy = *this.h2 == Some(true) && this.state.open.load(Ordering::Relaxed) > 0;
+        if epoch != this.seen_epoch {
+            this.seen_epoch = epoch;
+            this.received = 0;
+            let h2_busy = this.h2 == Some(true) && this.state.open.load(Ordering::Relaxed) > 0;
             match this.state.phase.load(Ordering::Relaxed) {
                 WAITING if !h2_busy => {
                     let idle = Duration::from_millis(this.state.idle_ms.load(Ordering::Relaxed));
-                    *this.armed = !idle.is_zero();
+                    this.armed = !idle.is_zero();
                     this.sleep.as_mut().reset(Instant::now() + idle);
                 }
-                _ => *this.armed = false,
+                _ => this.armed = false,
             }
         }
-        if *this.armed && *this.h2 == Some(true) && this.sleep.as_mut().poll(cx).is_ready() {
-            *this.armed = false;
+        if this.armed && this.h2 == Some(true) && this.sleep.as_mut().poll(cx).is_ready() {
+            this.armed = false;
             if this.state.open.load(Ordering::Relaxed) == 0 {
                 // No stream for the idle timeout: the accept loop sends GOAWAY and closes.
                 this.state.idle.notify_one();
             }
         }
-        if *this.armed && *this.h2 != Some(true) && this.sleep.as_mut().poll(cx).is_ready() {
-            if *this.received > 0 {
-                *this.armed = false;
+        if this.armed && this.h2 != Some(true) && this.sleep.as_mut().poll(cx).is_ready() {
+            if this.received > 0 {
+                this.armed = false;
                 // A request was started and stalled: say so, then fail the read so hyper closes.
-                let _ = this.inner.as_mut().poll_write(cx, RESPONSE_408);
-                let _ = this.inner.as_mut().poll_flush(cx);
+                let _ = Pin::new(&mut this.inner).poll_write(cx, RESPONSE_408);
+                let _ = Pin::new(&mut this.inner).poll_flush(cx);
                 return Poll::Ready(Err(io::Error::new(
                     io::ErrorKind::TimedOut,
                     "request header read timed out",
@@ -189,34 +355,76 @@ impl AsyncRead for TimedIo {
             return Poll::Ready(Ok(()));
         }
         let before = buf.filled().len();
-        if this.inner.as_mut().poll_read(cx, buf)?.is_pending() {
+        if Pin::new(&mut this.inner).poll_read(cx, buf)?.is_pending() {
             if this.state.phase.load(Ordering::Relaxed) == IN_REQUEST {
                 this.state.park_reader(cx.waker());
                 // The response may have finished between the phase check and parking: then
                 // nobody will wake us, so poll again now.
-                if this.state.epoch.load(Ordering::Acquire) != *this.seen_epoch {
+                if this.state.epoch.load(Ordering::Acquire) != this.seen_epoch {
                     cx.waker().wake_by_ref();
                 }
             }
             return Poll::Pending;
         }
         let new = &buf.filled()[before..];
-        if !new.is_empty() {
-            if this.h2.is_none() {
-                this.first.extend_from_slice(&new[..new.len().min(H2_PREFACE.len())]);
-                let n = this.first.len().min(H2_PREFACE.len());
-                if this.first[..n] != H2_PREFACE[..n] {
-                    *this.h2 = Some(false);
-                } else if n == H2_PREFACE.len() {
-                    *this.h2 = Some(true);
+        if new.is_empty() {
+            return Poll::Ready(Ok(()));
+        }
+        // Where the HTTP/2 frames start in `new` (after the preface).
+        let mut frames_from = 0;
+        if this.h2.is_none() {
+            let n = (H2_PREFACE.len() - this.preface).min(new.len());
+            if new[..n] != H2_PREFACE[this.preface..this.preface + n] {
+                this.h2 = Some(false);
+            } else {
+                this.preface += n;
+                frames_from = n;
+                if this.preface == H2_PREFACE.len() {
+                    this.h2 = Some(true);
                 }
             }
-            if this.state.phase.load(Ordering::Relaxed) == WAITING {
-                if *this.received == 0 && !this.header_timeout.is_zero() {
-                    *this.armed = true;
-                    this.sleep.as_mut().reset(Instant::now() + *this.header_timeout);
+        }
+        match this.h2 {
+            Some(true) => {
+                // An HTTP/2 idle timer is not restarted by frames, only by streams.
+                let side = &mut this.side;
+                let (resets, budget, peer) = (&mut side.resets, &side.budget, side.peer);
+                let last_stream = &mut side.last_stream;
+                let mut code = None;
+                let stop = side.rx.feed(&new[frames_from..], false, |seen| {
+                    let Seen::Head(h) = seen else { return false };
+                    if frames::frame_size_error(&h) {
+                        code = Some(frames::FRAME_SIZE_ERROR);
+                    } else if h.kind == frames::HEADERS
+                        && h.stream % 2 == 1
+                        && h.stream > *last_stream
+                    {
+                        *last_stream = h.stream;
+                        resets.stream_opened(std::time::Instant::now());
+                    } else if h.kind == frames::RST_STREAM
+                        && resets.note(budget, peer, std::time::Instant::now())
+                    {
+                        code = Some(frames::ENHANCE_YOUR_CALM);
+                    }
+                    code.is_some()
+                });
+                if let (Some(at), Some(code)) = (stop, code) {
+                    // hyper gets the frames before the offending one, not that one.
+                    buf.set_filled(before + frames_from + at);
+                    this.start_abort(code);
+                    if buf.filled().len() == before {
+                        return this.poll_abort(cx).map(Err);
+                    }
                 }
-                *this.received += new.len() as u64;
+            }
+            _ => {
+                if this.state.phase.load(Ordering::Relaxed) == WAITING {
+                    if this.received == 0 && !this.header_timeout.is_zero() {
+                        this.armed = true;
+                        this.sleep.as_mut().reset(Instant::now() + this.header_timeout);
+                    }
+                    this.received += new.len() as u64;
+                }
             }
         }
         Poll::Ready(Ok(()))
@@ -229,7 +437,23 @@ impl AsyncWrite for TimedIo {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        self.project().inner.poll_write(cx, buf)
+        let this = self.get_mut();
+        let mut len = buf.len();
+        match this.side.abort {
+            Abort::None => {}
+            // A GOAWAY waits for the frame being written to end: let that much through.
+            Abort::Pending(_) if !this.side.tx.at_boundary() => {
+                len = len.min(this.side.tx.to_boundary());
+            }
+            _ => return this.poll_abort(cx).map(Err),
+        }
+        let r = Pin::new(&mut this.inner).poll_write(cx, &buf[..len]);
+        if let Poll::Ready(Ok(n)) = r
+            && this.h2 == Some(true)
+        {
+            this.track_written(&buf[..n], cx);
+        }
+        r
     }
 
     fn poll_write_vectored(
@@ -237,7 +461,26 @@ impl AsyncWrite for TimedIo {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        self.project().inner.poll_write_vectored(cx, bufs)
+        let this = self.get_mut();
+        if this.side.abort != Abort::None {
+            // One slice at a time while a GOAWAY waits for a frame boundary.
+            let first = bufs.iter().find(|b| !b.is_empty()).map_or(&[][..], |b| &b[..]);
+            return Pin::new(this).poll_write(cx, first);
+        }
+        let r = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
+        if let Poll::Ready(Ok(mut n)) = r
+            && this.h2 == Some(true)
+        {
+            for b in bufs {
+                if n == 0 {
+                    break;
+                }
+                let k = n.min(b.len());
+                this.track_written(&b[..k], cx);
+                n -= k;
+            }
+        }
+        r
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -245,27 +488,197 @@ impl AsyncWrite for TimedIo {
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        self.project().inner.poll_flush(cx)
+        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        self.project().inner.poll_shutdown(cx)
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
     }
 }
 
-/// Answers a connection over the listener's limit with a 503 and closes it.
-pub(crate) async fn reject_over_limit(mut stream: TcpStream, listener: &str, limit: u32) {
-    use tokio::io::AsyncWriteExt;
-    let body = format!(
-        "rondo: 503 listener {listener} is at its limit of {limit} client connections; retry shortly\n"
-    );
-    let resp = format!(
-        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\nRetry-After: 1\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    );
-    let _ = tokio::time::timeout(Duration::from_secs(1), async {
-        let _ = stream.write_all(resp.as_bytes()).await;
-        let _ = stream.shutdown().await;
+/// Connections over the listener's limit answered with a 503 at the same time; beyond that, a
+/// flood's connections are closed at once without a word.
+pub const MAX_REJECTING: usize = 256;
+
+/// How long one 503 may take to write before its connection is closed anyway.
+const REJECT_TIME: Duration = Duration::from_secs(1);
+
+/// Answers connections over a listener's limit with a 503 (with `Retry-After`) and closes them,
+/// all from one task per listener: a flood of refused connections costs no task each, and at
+/// most [`MAX_REJECTING`] are being answered at once.
+#[derive(Debug)]
+pub(crate) struct Rejecter {
+    queue: tokio::sync::mpsc::UnboundedSender<TcpStream>,
+    /// Connections queued or being answered.
+    busy: Arc<AtomicUsize>,
+}
+
+impl Rejecter {
+    /// Starts the answering task of `listener`, whose limit is `limit` connections; it ends
+    /// when the `Rejecter` is dropped and the 503s under way are done.
+    pub(crate) fn spawn(listener: &str, limit: u32) -> Self {
+        let body = format!(
+            "rondo: 503 listener {listener} is at its limit of {limit} client connections; retry shortly\n"
+        );
+        let response = format!(
+            "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\nRetry-After: 1\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        let (queue, rx) = tokio::sync::mpsc::unbounded_channel();
+        let busy = Arc::new(AtomicUsize::new(0));
+        tokio::spawn(answer_rejections(rx, response.into_bytes(), busy.clone()));
+        Rejecter { queue, busy }
+    }
+
+    /// Answers `stream` with the 503, or closes it at once when [`MAX_REJECTING`] are under way.
+    pub(crate) fn reject(&self, stream: TcpStream) {
+        let taken = self.busy.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+            (n < MAX_REJECTING).then_some(n + 1)
+        });
+        if taken.is_ok() && self.queue.send(stream).is_err() {
+            self.busy.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// One 503 being written.
+struct Rejection {
+    stream: TcpStream,
+    written: usize,
+    deadline: Instant,
+}
+
+impl Rejection {
+    /// Ready when the connection is done with (answered and shut, failed, or out of time).
+    fn poll(&mut self, cx: &mut Context<'_>, response: &[u8], now: Instant) -> Poll<()> {
+        if now >= self.deadline {
+            return Poll::Ready(());
+        }
+        while self.written < response.len() {
+            match Pin::new(&mut self.stream).poll_write(cx, &response[self.written..]) {
+                Poll::Ready(Ok(n)) if n > 0 => self.written += n,
+                Poll::Ready(_) => return Poll::Ready(()),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+        Pin::new(&mut self.stream).poll_shutdown(cx).map(|_| ())
+    }
+}
+
+/// The task of a `Rejecter`: drives every queued 503 from one future, re-polling them all on
+/// each wake (there are at most [`MAX_REJECTING`]), with one timer for the earliest deadline.
+async fn answer_rejections(
+    mut queue: tokio::sync::mpsc::UnboundedReceiver<TcpStream>,
+    response: Vec<u8>,
+    busy: Arc<AtomicUsize>,
+) {
+    let mut pending: Vec<Rejection> = Vec::new();
+    let mut timer = Box::pin(tokio::time::sleep(Duration::ZERO));
+    let mut open = true;
+    std::future::poll_fn(|cx| {
+        while open {
+            match queue.poll_recv(cx) {
+                Poll::Ready(Some(stream)) => pending.push(Rejection {
+                    stream,
+                    written: 0,
+                    deadline: Instant::now() + REJECT_TIME,
+                }),
+                Poll::Ready(None) => open = false,
+                Poll::Pending => break,
+            }
+        }
+        let now = Instant::now();
+        let before = pending.len();
+        pending.retain_mut(|r| r.poll(cx, &response, now).is_pending());
+        busy.fetch_sub(before - pending.len(), Ordering::Relaxed);
+        if !open && pending.is_empty() {
+            return Poll::Ready(());
+        }
+        if let Some(first) = pending.iter().map(|r| r.deadline).min() {
+            timer.as_mut().reset(first);
+            if timer.as_mut().poll(cx).is_ready() {
+                cx.waker().wake_by_ref();
+            }
+        }
+        Poll::Pending
     })
     .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A TimedIo on the router's end of a loopback connection already known to speak HTTP/2,
+    /// and the client's end.
+    async fn pair() -> (TimedIo, TcpStream) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let client = TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
+        let (server, peer) = listener.accept().await.unwrap();
+        let state = ConnState::new(Duration::from_secs(30), http::HeaderValue::from_static("x"));
+        let budget = Arc::new(ResetBudget::new(rondo_config::Http2Limits::default()));
+        let mut io = TimedIo::new(server, state, Duration::from_secs(30), budget, peer.ip());
+        io.h2 = Some(true);
+        io.preface = H2_PREFACE.len();
+        (io, client)
+    }
+
+    fn data_frame(stream: u32, payload: &[u8]) -> Vec<u8> {
+        let mut f = (payload.len() as u32).to_be_bytes()[1..].to_vec();
+        f.extend([0, 0]);
+        f.extend(stream.to_be_bytes());
+        f.extend(payload);
+        f
+    }
+
+    // The GOAWAY of a connection error goes between two frames, never inside one: a write that
+    // ends mid-frame is finished first (and no further), then the GOAWAY, then the close.
+    #[tokio::test]
+    async fn goaway_waits_for_the_frame_being_written() {
+        let (mut io, mut client) = pair().await;
+        let first = data_frame(1, &[b'a'; 1000]);
+        let second = data_frame(3, &[b'b'; 50]);
+        // hyper got 100 bytes of the first frame out, then the connection error began.
+        io.write_all(&first[..100]).await.unwrap();
+        io.side.last_stream = 3;
+        io.start_abort(frames::ENHANCE_YOUR_CALM);
+        let mut rest = first[100..].to_vec();
+        rest.extend(&second);
+        let n = io.write(&rest).await.unwrap();
+        assert_eq!(n, first.len() - 100, "only the rest of the frame being written passes");
+        let server = tokio::spawn(async move { io.write(&second).await });
+        let mut got = Vec::new();
+        client.read_to_end(&mut got).await.unwrap();
+        assert_eq!(&got[..first.len()], &first[..]);
+        assert_eq!(&got[first.len()..], &frames::goaway(3, frames::ENHANCE_YOUR_CALM)[..]);
+        // The client closing ends the lingering read; hyper's write then fails.
+        drop(client);
+        let failed = tokio::time::timeout(Duration::from_secs(5), server).await.unwrap().unwrap();
+        assert_eq!(failed.unwrap_err().kind(), io::ErrorKind::ConnectionAborted);
+    }
+
+    // A frame the client may not send is not passed on: hyper reads the frames before it, then
+    // an error; the client reads GOAWAY FRAME_SIZE_ERROR naming its last stream.
+    #[tokio::test]
+    async fn a_bad_frame_is_cut_off_and_answered_with_frame_size_error() {
+        let (mut io, mut client) = pair().await;
+        let mut headers = data_frame(5, &[0x82]);
+        headers[3] = frames::HEADERS;
+        let mut wire = headers.clone();
+        let mut ping = data_frame(0, &[0; 6]);
+        ping[3] = frames::PING;
+        wire.extend(&ping);
+        client.write_all(&wire).await.unwrap();
+        let mut buf = vec![0u8; 100];
+        let n = io.read(&mut buf).await.unwrap();
+        assert_eq!(&buf[..n], &headers[..]);
+        let server = tokio::spawn(async move { io.read(&mut buf).await });
+        let mut got = Vec::new();
+        client.read_to_end(&mut got).await.unwrap();
+        assert_eq!(got, frames::goaway(5, frames::FRAME_SIZE_ERROR));
+        drop(client);
+        let failed = tokio::time::timeout(Duration::from_secs(5), server).await.unwrap().unwrap();
+        assert_eq!(failed.unwrap_err().kind(), io::ErrorKind::ConnectionAborted);
+    }
 }

@@ -60,8 +60,17 @@ pub async fn handle(
     req: Request<Incoming>,
 ) -> Result<Response<ProxyBody>, Infallible> {
     conn.request_started();
-    let snapshot = ctx.live.load();
+    // Until the response exists, a drop of this future (an HTTP/2 stream the client reset)
+    // must still end the request on the connection, or its idle timer would never run again.
+    let open = Open(Some(conn.clone()));
     let version = req.version();
+    if version == Version::HTTP_2 {
+        // hyper drops a stream's handler when the client resets it, but only once the handler
+        // waits: yield once, so a stream already reset when its handler first runs (opened and
+        // reset at once) reaches neither the pick nor a member connection.
+        tokio::task::yield_now().await;
+    }
+    let snapshot = ctx.live.load();
     let mut resp = match proxy(&ctx, &snapshot, &conn, peer, req).await {
         Ok(resp) => resp,
         Err((e, idle)) => {
@@ -73,7 +82,26 @@ pub async fn handle(
     };
     *resp.version_mut() =
         if version == Version::HTTP_2 { Version::HTTP_2 } else { Version::HTTP_11 };
+    // The response body's end now reports to the connection.
+    open.disarm();
     Ok(resp)
+}
+
+/// A request begun on its connection and not yet handed to a response body.
+struct Open(Option<Arc<ConnState>>);
+
+impl Open {
+    fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        if let Some(conn) = self.0.take() {
+            conn.request_abandoned();
+        }
+    }
 }
 
 /// The host a request is for, without its port, as RFC 9112 section 3.2 has it: an
@@ -139,6 +167,8 @@ async fn proxy(
     mut req: Request<Incoming>,
 ) -> Result<Response<ProxyBody>, Failure> {
     let (route, host) = route(ctx, snapshot, &mut req)?;
+    // Should the client abandon the request, the connection then idles under this route's timeout.
+    conn.set_idle(route.idle_timeout);
     let prepared = prepare(ctx, conn, route, req, host.as_deref())?;
     forward(ctx, snapshot, conn, peer, route, prepared).await
 }

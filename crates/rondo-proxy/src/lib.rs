@@ -4,13 +4,15 @@
 //!
 //! A request's path reads top to bottom in [`http`]: route, pick (sticky, hash or algorithm),
 //! send with a per-try timeout, fail over to the next member and then to backup clusters,
-//! stream the response back. Around it, [`conn`] enforces the connection limit and the HTTP/1
-//! header and idle timers, [`headers`] the header hygiene, [`body`] the streaming bodies and
-//! in-flight accounting, [`error`] the explained errors.
+//! stream the response back. Around it, [`conn`] enforces the connection limit, the HTTP/1
+//! header and idle timers and the HTTP/2 idle timer, and (with [`frames`]) the HTTP/2 frame
+//! checks and stream reset budgets; [`headers`] the header hygiene, [`body`] the streaming
+//! bodies and in-flight accounting, [`error`] the explained errors.
 
 pub mod body;
 pub mod conn;
 pub mod error;
+pub mod frames;
 pub mod headers;
 pub mod http;
 pub mod sticky;
@@ -22,14 +24,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use rondo_config::{ListenerProtocol, ListenerSpec};
 use rondo_runtime::Live;
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
 
-use crate::conn::{ConnState, TimedIo};
+use crate::conn::{ConnState, Rejecter, TimedIo};
+use crate::frames::ResetBudget;
 use crate::http::HttpCtx;
 use crate::upstream::Clients;
 
@@ -99,8 +102,19 @@ pub async fn start(listeners: &[ListenerSpec], live: Arc<Live>) -> std::io::Resu
     Ok(Router { listeners: bound, stop })
 }
 
-/// Connections over `max_connections` answered with a 503 at the same time, per listener.
-const MAX_REJECTING: usize = 256;
+/// Streams the client reset before the router accepted them, per HTTP/2 connection, past which
+/// h2 itself ends the connection with GOAWAY `ENHANCE_YOUR_CALM` (h2's own default, made
+/// explicit; resets of accepted streams are counted by [`frames::ResetBudget`]).
+const MAX_PENDING_ACCEPT_RESETS: usize = 20;
+
+/// Streams the router may reset for the client's protocol errors over an HTTP/2 connection's
+/// life before h2 ends it with `ENHANCE_YOUR_CALM` (hyper's default, made explicit; the
+/// listener's windowed `h2_max_resets` budget usually trips first).
+const MAX_LOCAL_ERROR_RESETS: usize = 1024;
+
+/// After an HTTP/2 connection error's GOAWAY, how long the connection may take to finish its
+/// lingering close before it is dropped.
+const ABORT_LINGER: Duration = Duration::from_secs(1);
 
 fn http_builder(spec: &ListenerSpec) -> auto::Builder<TokioExecutor> {
     let mut b = auto::Builder::new(TokioExecutor::new());
@@ -108,7 +122,15 @@ fn http_builder(spec: &ListenerSpec) -> auto::Builder<TokioExecutor> {
         .keep_alive(true)
         .max_buf_size(spec.max_header_bytes.max(8192) as usize)
         .max_headers(spec.max_headers as usize);
-    b.http2().max_header_list_size(spec.max_header_bytes);
+    // The timer drives the keepalive PINGs: one unanswered for `keepalive_timeout` closes the
+    // connection, which frees its slot even while a stream keeps the idle timer off.
+    b.http2()
+        .max_header_list_size(spec.max_header_bytes)
+        .timer(TokioTimer::new())
+        .keep_alive_interval(spec.http2.keepalive_interval)
+        .keep_alive_timeout(spec.http2.keepalive_timeout)
+        .max_pending_accept_reset_streams(MAX_PENDING_ACCEPT_RESETS)
+        .max_local_error_reset_streams(MAX_LOCAL_ERROR_RESETS);
     b
 }
 
@@ -119,9 +141,9 @@ async fn accept_http(
     mut stopped: watch::Receiver<bool>,
 ) {
     let builder = Arc::new(http_builder(&ctx.listener));
-    // Connections over the limit get a 503 from a task of their own (at most 1 s each); under a
-    // flood, at most this many at once: the rest are closed at once without a word.
-    let rejecting = Arc::new(Semaphore::new(MAX_REJECTING));
+    let budget = Arc::new(ResetBudget::new(ctx.listener.http2));
+    // Connections over the limit get a 503 from one task for the whole listener.
+    let rejecter = Rejecter::spawn(&ctx.listener.name, ctx.listener.max_connections);
     loop {
         let (stream, peer) = tokio::select! {
             r = socket.accept() => match r {
@@ -135,24 +157,19 @@ async fn accept_http(
             _ = stopped.changed() => return,
         };
         let Ok(permit) = limit.clone().try_acquire_owned() else {
-            let Ok(rejecting) = rejecting.clone().try_acquire_owned() else {
-                drop(stream);
-                continue;
-            };
-            let (name, max) = (ctx.listener.name.clone(), ctx.listener.max_connections);
-            tokio::spawn(async move {
-                conn::reject_over_limit(stream, &name, max).await;
-                drop(rejecting);
-            });
+            rejecter.reject(stream);
             continue;
         };
         let _ = stream.set_nodelay(true);
         let ctx = ctx.clone();
         let builder = builder.clone();
+        let budget = budget.clone();
         tokio::spawn(async move {
             let client_ip = headers::client_ip_value(peer.ip());
-            let state = ConnState::new(ctx.listener.header_read_timeout, client_ip);
-            let io = TimedIo::new(stream, state.clone(), ctx.listener.header_read_timeout);
+            let header_timeout = ctx.listener.header_read_timeout;
+            let shutdown_timeout = ctx.listener.http2.shutdown_timeout;
+            let state = ConnState::new(header_timeout, client_ip);
+            let io = TimedIo::new(stream, state.clone(), header_timeout, budget, peer.ip());
             let handler = state.clone();
             let service =
                 service_fn(move |req| http::handle(ctx.clone(), handler.clone(), peer, req));
@@ -161,9 +178,15 @@ async fn accept_http(
             tokio::select! {
                 _ = conn.as_mut() => {}
                 () = state.idle() => {
-                    // An idle HTTP/2 connection: GOAWAY, then wait for it to close.
+                    // An idle HTTP/2 connection: GOAWAY, then a bounded wait for it to close
+                    // (a client that never reads or never acknowledges keeps it no longer).
                     conn.as_mut().graceful_shutdown();
-                    let _ = conn.await;
+                    let _ = tokio::time::timeout(shutdown_timeout, conn).await;
+                }
+                () = state.aborted() => {
+                    // An HTTP/2 connection error: the GOAWAY and the lingering close are under
+                    // way in `TimedIo`; they get a bounded time.
+                    let _ = tokio::time::timeout(ABORT_LINGER, conn).await;
                 }
             }
             drop(permit);
