@@ -82,9 +82,9 @@ mod tower;
 pub use client::{Builder, CallOptions, Client, Session, Target};
 pub use error::{Attempt, AttemptError, BootstrapError, CallError, Failed, GaveUp, NamingError};
 pub use naming::NamingClient;
-#[doc(hidden)]
-pub use state::Replay;
 pub use state::cluster_spec;
+#[doc(hidden)]
+pub use state::{Replay, ReplayRefusal};
 pub use tower::{
     BalanceLayer, Balanced, BalancedError, BoxError, HttpError, ResponseFuture, SlotBody, Tracked,
 };

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use http::uri::Authority;
 use rondo_core::wire::{Answer, Member};
 use rondo_core::{
-    Algorithm, Balancer, ClusterSpec, Ejection, Instant, MemberSpec, Outcome, PickError,
+    Algorithm, Balancer, ClusterSpec, Ejection, Failover, Instant, MemberSpec, Outcome, PickError,
     PickRequest, SplitMix64, StickySession, UpstreamProtocol,
 };
 
@@ -165,6 +165,16 @@ impl State {
     }
 }
 
+/// Why [`Replay::place`] placed no try.
+#[doc(hidden)]
+#[derive(Debug, Clone, PartialEq)]
+pub enum ReplayRefusal {
+    /// The failover engine stopped the call.
+    Stop(rondo_core::Stop),
+    /// No eligible member.
+    Pick(PickError),
+}
+
 /// The client's balancing state driven by hand, for the golden vectors that every balancing
 /// point replays (`crates/rondo-golden`); applications use [`crate::Client`].
 #[doc(hidden)]
@@ -193,6 +203,28 @@ impl Replay {
         let mut context = None;
         let m = self.state.pick_member(now, self.group.as_deref(), hash, &mut context, &[])?;
         self.state.balancer.begin_request(m);
+        Ok(self.state.balancer.spec().members[m].name.clone())
+    }
+
+    /// A try of a call driven by `failover`, at `now` with hash key `key`, as the call loop
+    /// places it: the engine admits it (the retry budget) and the pick excludes the members
+    /// already tried; the request is begun on the member, whose name is returned.
+    pub fn place(
+        &mut self,
+        failover: &mut Failover,
+        now: Instant,
+        key: Option<&str>,
+    ) -> Result<String, ReplayRefusal> {
+        failover.admit(&mut self.state.balancer, now).map_err(ReplayRefusal::Stop)?;
+        let hash = key.map(|k| key_hash(k.as_bytes()));
+        let mut context = None;
+        let group = self.group.as_deref();
+        let m = self
+            .state
+            .pick_member(now, group, hash, &mut context, failover.tried())
+            .map_err(ReplayRefusal::Pick)?;
+        self.state.balancer.begin_request(m);
+        failover.began(m);
         Ok(self.state.balancer.spec().members[m].name.clone())
     }
 

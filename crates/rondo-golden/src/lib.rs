@@ -32,7 +32,16 @@
 //! latency_ms = 3           # outcome reported after the pick (default 1)
 //! failed = false           # or a connect failure after latency_ms
 //! hold = false             # true: the request stays in flight
+//! tries = ["reset", "ok"]  # optional: a whole request through the failover engine, one
+//!                          # outcome per try (ok, refused, reset, timeout); recorded as the
+//!                          # members tried, `m1>m2`, backups as `b/m3`, and why it stopped
+//!                          # when it did not succeed (`m1>m2!budget`)
+//! method = "POST"          # optional, with `tries`: the request's method (default GET)
 //! ```
+//!
+//! A scenario may name `backups = ["b"]`: further clusters of its config that requests with
+//! `tries` fail over to after `c`, as a route's backups (only the router has backups; the client
+//! library skips such scenarios).
 //!
 //! `RONDO_BLESS=1 cargo test -p rondo-golden --test points` rewrites each file's `expect` from
 //! the core's replay (review the diff: a change is a behaviour change).
@@ -41,10 +50,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use rondo_core::failover::is_idempotent_method;
 use rondo_core::load::AgentReport;
 use rondo_core::{
-    Actor, AdminState, Balancer, ClusterSpec, FailureKind, Instant, Outcome, PickRequest,
-    SplitMix64,
+    Actor, AdminState, Balancer, ClusterSpec, Failover, FailureKind, Instant, Outcome, PickRequest,
+    SplitMix64, Stop, TryFailure,
 };
 use serde::Deserialize;
 
@@ -72,6 +82,9 @@ pub struct Scenario {
     /// The recorded member names, one per pick.
     #[serde(default)]
     pub expect: Vec<String>,
+    /// Backup clusters of requests with `tries`, in order.
+    #[serde(default)]
+    pub backups: Vec<String>,
 }
 
 /// One member's state before the picks.
@@ -118,6 +131,79 @@ pub struct Pick {
     /// Leave the request in flight.
     #[serde(default)]
     pub hold: bool,
+    /// A whole request: one outcome per try, through the failover engine.
+    #[serde(default)]
+    pub tries: Vec<TryFate>,
+    /// The request's method (with `tries`).
+    pub method: Option<String>,
+}
+
+/// What a try's member does, in a request with `tries`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TryFate {
+    /// Answers.
+    Ok,
+    /// Refuses the connection (nothing sent).
+    Refused,
+    /// Resets it after the request went out.
+    Reset,
+    /// Does not answer in time.
+    Timeout,
+}
+
+impl TryFate {
+    /// The outcome the member's state records, and what the failover engine is told.
+    pub fn outcome(self, latency: Duration) -> (Outcome, Option<TryFailure>) {
+        match self {
+            TryFate::Ok => (Outcome::Success { latency }, None),
+            TryFate::Refused => (
+                Outcome::Failure { kind: FailureKind::Connect, latency },
+                Some(TryFailure::NOTHING_SENT),
+            ),
+            TryFate::Reset => (
+                Outcome::Failure { kind: FailureKind::Reset, latency },
+                Some(TryFailure::after_sending(true)),
+            ),
+            TryFate::Timeout => (
+                Outcome::Failure { kind: FailureKind::Timeout, latency },
+                Some(TryFailure::after_sending(true)),
+            ),
+        }
+    }
+}
+
+/// A request with `tries` as a point sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct Request<'a> {
+    /// When it starts.
+    pub now: Instant,
+    /// Its hash key.
+    pub key: Option<&'a str>,
+    /// Whether its method is idempotent.
+    pub idempotent: bool,
+    /// Its tries' fates, in order (the request ends at the first `ok`).
+    pub tries: &'a [TryFate],
+    /// Each try's latency.
+    pub latency: Duration,
+}
+
+/// One placed try, as [`Point::place`] reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Placement {
+    /// On this member (`cluster` is its index: 0 for `c`, then the backups).
+    Member { cluster: usize, name: String },
+    /// The engine or the cluster refused it.
+    Refused(Refusal),
+}
+
+/// Why a try was not placed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// The engine stopped the request.
+    Stop(Stop),
+    /// The cluster had no eligible member.
+    NoEligible,
 }
 
 impl Pick {
@@ -143,6 +229,49 @@ pub trait Point {
     fn pick(&mut self, now: Instant, key: Option<&str>) -> Result<String, String>;
     /// Reports `outcome` for a pick of `member` through the point's own path.
     fn end(&mut self, member: &str, outcome: Outcome);
+    /// Places the next try of a request driven by `failover` (in cluster `failover.cluster()`)
+    /// through the point's own path, with the request's hash key, at `now`.
+    fn place(&mut self, failover: &mut Failover, now: Instant, key: Option<&str>) -> Placement;
+    /// Reports `outcome` for a try placed on `member` of cluster index `cluster`.
+    fn end_try(&mut self, cluster: usize, member: &str, now: Instant, outcome: Outcome);
+}
+
+/// Runs one request with `tries` at `point` through a failover engine over `clusters` clusters
+/// (`c`, then the backups); the members tried, `m1>b/m2`, and `!why` when it failed.
+pub fn request(point: &mut dyn Point, clusters: &[String], r: Request<'_>) -> String {
+    let mut f = Failover::new(clusters.len(), r.idempotent, r.now, Duration::from_secs(30));
+    let mut tried = Vec::new();
+    let mut fates = r.tries.iter();
+    let stop = loop {
+        let Some(cluster) = f.cluster() else { break Stop::Exhausted };
+        let name = match point.place(&mut f, r.now, r.key) {
+            Placement::Member { name, .. } => name,
+            Placement::Refused(Refusal::NoEligible) => {
+                f.none_eligible();
+                continue;
+            }
+            Placement::Refused(Refusal::Stop(stop)) => break stop,
+        };
+        tried.push(if cluster == 0 {
+            name.clone()
+        } else {
+            format!("{}/{name}", clusters[cluster])
+        });
+        let fate = fates.next().copied().unwrap_or(TryFate::Ok);
+        let (outcome, failure) = fate.outcome(r.latency);
+        point.end_try(cluster, &name, r.now, outcome);
+        let Some(failure) = failure else { return tried.join(">") };
+        if let Err(stop) = f.failed(failure, r.now) {
+            break stop;
+        }
+    };
+    let why = match stop {
+        Stop::Exhausted => "exhausted",
+        Stop::NotRetryable => "not-retryable",
+        Stop::Deadline => "deadline",
+        Stop::Budget => "budget",
+    };
+    format!("{}!{why}", tried.join(">"))
 }
 
 /// The scenarios in `testdata/golden`, by file, sorted.
@@ -191,8 +320,17 @@ pub fn replay(s: &Scenario, point: &mut dyn Point, base: Instant) -> Vec<String>
         apply(st, point, base);
     }
     let mut picked = Vec::new();
+    let clusters: Vec<String> =
+        std::iter::once(CLUSTER.to_owned()).chain(s.backups.iter().cloned()).collect();
     for p in &s.pick {
         let now = base + Duration::from_millis(p.at_ms);
+        if !p.tries.is_empty() {
+            let idempotent = p.method.as_deref().is_none_or(is_idempotent_method);
+            let latency = Duration::from_millis(p.latency_ms.unwrap_or(1));
+            let r = Request { now, key: p.key.as_deref(), idempotent, tries: &p.tries, latency };
+            picked.push(request(point, &clusters, r));
+            continue;
+        }
         match point.pick(now, p.key.as_deref()) {
             Ok(name) => {
                 if let Some(outcome) = p.outcome() {
@@ -243,11 +381,13 @@ fn apply(st: &Setup, point: &mut dyn Point, base: Instant) {
     point.with(&mut f);
 }
 
-/// The reference point: the core's balancer alone, seeded with the scenario's seed.
+/// The reference point: the core's balancer alone, seeded with the scenario's seed (and one
+/// per backup cluster, each seeded alike).
 #[derive(Debug)]
 pub struct Core {
     balancer: Balancer,
     rng: SplitMix64,
+    backups: Vec<(Balancer, SplitMix64)>,
     group: Option<String>,
     now: Instant,
 }
@@ -255,11 +395,32 @@ pub struct Core {
 impl Core {
     /// The core's balancer for `s` at `base`.
     pub fn new(s: &Scenario, file: &Path, base: Instant) -> Core {
+        let view = s.view(file);
+        let backups = s
+            .backups
+            .iter()
+            .map(|b| {
+                let spec =
+                    view.clusters.get(b).cloned().unwrap_or_else(|| panic!("no cluster {b}"));
+                (Balancer::new(spec, base), SplitMix64::new(s.seed))
+            })
+            .collect();
         Core {
             balancer: Balancer::new(s.cluster(file), base),
             rng: SplitMix64::new(s.seed),
+            backups,
             group: s.group.clone(),
             now: base,
+        }
+    }
+
+    fn cluster(&mut self, i: usize) -> (&mut Balancer, &mut SplitMix64) {
+        match i {
+            0 => (&mut self.balancer, &mut self.rng),
+            _ => {
+                let (b, r) = &mut self.backups[i - 1];
+                (b, r)
+            }
         }
     }
 }
@@ -286,6 +447,36 @@ impl Point for Core {
     fn end(&mut self, member: &str, outcome: Outcome) {
         let m = self.balancer.member_index(member).expect("picked member");
         self.balancer.end_request(m, self.now, outcome);
+    }
+
+    fn place(&mut self, failover: &mut Failover, now: Instant, key: Option<&str>) -> Placement {
+        let group = self.group.clone();
+        let i = failover.cluster().expect("a cluster to place in");
+        let (b, rng) = self.cluster(i);
+        if let Err(stop) = failover.admit(b, now) {
+            return Placement::Refused(Refusal::Stop(stop));
+        }
+        let req = PickRequest {
+            now,
+            group: group.as_deref(),
+            hash: key.map(|k| rondo_core::hash::hash_key(k.as_bytes())),
+            context: None,
+            exclude: failover.tried(),
+        };
+        match b.pick(&req, rng) {
+            Ok(d) => {
+                b.begin_request(d.member);
+                failover.began(d.member);
+                Placement::Member { cluster: i, name: b.spec().members[d.member].name.clone() }
+            }
+            Err(_) => Placement::Refused(Refusal::NoEligible),
+        }
+    }
+
+    fn end_try(&mut self, cluster: usize, member: &str, now: Instant, outcome: Outcome) {
+        let (b, _) = self.cluster(cluster);
+        let m = b.member_index(member).expect("placed member");
+        b.end_request(m, now, outcome);
     }
 }
 

@@ -5,14 +5,20 @@
 //! (`answer::lookup_at` on the same kind of live view), and the client library (its call path's
 //! pick, on a balancer built from the naming service's full answer for the scenario's config,
 //! sent through JSON as on the wire).
+//!
+//! Requests with several tries (`tries = [...]`) go through the core's failover engine at each
+//! point: the router places every try with `ClusterRt::place` over the scenario's cluster and
+//! its backups, the client library with the engine's admission and its `State::pick_member`
+//! (what `Inner::pick` runs under its lock). A naming lookup is one pick, so scenarios with tries
+//! are not replayed there; the client library calls one service, so scenarios with backups are
+//! the router's alone.
 
 use std::path::Path;
 use std::sync::Arc;
-
 use std::time::Duration;
 
 use rondo_core::{Balancer, Failover, Instant, Outcome};
-use rondo_golden::{CLUSTER, Core, Point, Scenario, bless, load_all, replay};
+use rondo_golden::{CLUSTER, Core, Placement, Point, Refusal, Scenario, bless, load_all, replay};
 use rondo_naming::answer::{LookupFacts, lookup_at};
 use rondo_runtime::{ClusterRt, Live, Refused, clock};
 
@@ -57,6 +63,8 @@ fn end_at(rt: &ClusterRt, now: Instant, member: &str, outcome: Outcome) {
 struct RouterPoint {
     live: Arc<Live>,
     rt: Arc<ClusterRt>,
+    /// Cluster `c`, then the scenario's backups (seeded like `c`).
+    clusters: Vec<Arc<ClusterRt>>,
     now: Instant,
 }
 
@@ -81,6 +89,25 @@ impl Point for RouterPoint {
 
     fn end(&mut self, member: &str, outcome: Outcome) {
         end_at(&self.rt, self.now, member, outcome);
+    }
+
+    fn place(&mut self, failover: &mut Failover, now: Instant, key: Option<&str>) -> Placement {
+        // What http.rs `place` and tcp.rs do for each try of a request.
+        let i = failover.cluster().expect("a cluster to place in");
+        let rt = &self.clusters[i];
+        let group = self.live.group.as_deref();
+        let hash = key.map(|k| rondo_core::hash::hash_key(k.as_bytes()));
+        match rt.place(failover, now, group, hash, None) {
+            Ok(p) => {
+                Placement::Member { cluster: i, name: rt.spec.members[p.member()].name.clone() }
+            }
+            Err(Refused::Stop(stop)) => Placement::Refused(Refusal::Stop(stop)),
+            Err(Refused::NoEligible(_)) => Placement::Refused(Refusal::NoEligible),
+        }
+    }
+
+    fn end_try(&mut self, cluster: usize, member: &str, now: Instant, outcome: Outcome) {
+        end_at(&self.clusters[cluster], now, member, outcome);
     }
 }
 
@@ -109,20 +136,42 @@ impl Point for NamingPoint {
     fn end(&mut self, member: &str, outcome: Outcome) {
         end_at(&self.rt, self.now, member, outcome);
     }
+
+    fn place(&mut self, _: &mut Failover, _: Instant, _: Option<&str>) -> Placement {
+        unreachable!("lookups make single picks: scenarios with tries are not replayed here")
+    }
+
+    fn end_try(&mut self, _: usize, _: &str, _: Instant, _: Outcome) {
+        unreachable!("lookups make single picks")
+    }
+}
+
+/// Whether a scenario has requests with several tries (which a naming lookup cannot make).
+fn has_tries(s: &Scenario) -> bool {
+    s.pick.iter().any(|p| !p.tries.is_empty())
 }
 
 #[test]
 fn the_router_pick_path_replays_every_vector() {
     for (file, s) in &load_all() {
         let (live, rt, base) = live(s, file);
-        let mut point = RouterPoint { live, rt, now: base };
+        let snapshot = live.load();
+        let clusters = std::iter::once(rt.clone())
+            .chain(s.backups.iter().map(|b| {
+                let b = snapshot.clusters[b.as_str()].clone();
+                b.reseed(s.seed);
+                b
+            }))
+            .collect();
+        let mut point = RouterPoint { live, rt, clusters, now: base };
         assert_eq!(replay(s, &mut point, base), s.expect, "{}: {}", file.display(), s.description);
     }
 }
 
 #[test]
 fn the_naming_lookup_replays_every_vector() {
-    for (file, s) in &load_all() {
+    // A lookup is one pick; a caller's retries over lookups are the client library's.
+    for (file, s) in load_all().iter().filter(|(_, s)| !has_tries(s)) {
         let (live, rt, base) = live(s, file);
         let mut point = NamingPoint { live, rt, group: s.group.clone(), now: base };
         assert_eq!(replay(s, &mut point, base), s.expect, "{}: {}", file.display(), s.description);
@@ -147,11 +196,24 @@ impl Point for ClientPoint {
     fn end(&mut self, member: &str, outcome: Outcome) {
         self.replay.end(member, self.now, outcome);
     }
+
+    fn place(&mut self, failover: &mut Failover, now: Instant, key: Option<&str>) -> Placement {
+        match self.replay.place(failover, now, key) {
+            Ok(name) => Placement::Member { cluster: 0, name },
+            Err(rondo_client::ReplayRefusal::Stop(stop)) => Placement::Refused(Refusal::Stop(stop)),
+            Err(rondo_client::ReplayRefusal::Pick(_)) => Placement::Refused(Refusal::NoEligible),
+        }
+    }
+
+    fn end_try(&mut self, _: usize, member: &str, now: Instant, outcome: Outcome) {
+        self.replay.end(member, now, outcome);
+    }
 }
 
 #[test]
 fn the_client_library_replays_every_vector_from_the_naming_answer() {
-    for (file, s) in &load_all() {
+    // The client library calls one service: scenarios with backup clusters are the router's.
+    for (file, s) in load_all().iter().filter(|(_, s)| s.backups.is_empty()) {
         // The naming service's full answer for the scenario's config, through JSON.
         let live = Live::new(s.view(file), None);
         let answer = rondo_naming::answer::answer(&live.load(), CLUSTER).expect("an answer");
