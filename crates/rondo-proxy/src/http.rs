@@ -125,14 +125,17 @@ fn request_host(req: &mut Request<Incoming>) -> Result<Option<String>, String> {
         let v = HeaderValue::from_str(&authority)
             .map_err(|_| format!("request target authority {authority:?} is not a valid Host"))?;
         req.headers_mut().insert(header::HOST, v);
+        let mut authority = authority;
+        authority.truncate(without_port(&authority).len());
         authority
     } else {
         let mut hosts = req.headers().get_all(header::HOST).iter();
         match (hosts.next(), hosts.next()) {
-            (Some(h), None) => h
-                .to_str()
-                .map_err(|_| "the Host header is not visible ASCII".to_owned())?
-                .to_owned(),
+            (Some(h), None) => {
+                let h =
+                    h.to_str().map_err(|_| "the Host header is not visible ASCII".to_owned())?;
+                without_port(h).to_owned()
+            }
             (Some(_), Some(_)) => {
                 let n = req.headers().get_all(header::HOST).iter().count();
                 return Err(format!("the request has {n} Host headers; exactly one is allowed"));
@@ -146,11 +149,15 @@ fn request_host(req: &mut Request<Incoming>) -> Result<Option<String>, String> {
             (None, _) => return Err("the request has no Host header".to_owned()),
         }
     };
-    // Strip the port, minding IPv6 literals.
-    Ok(Some(match full.rfind(':') {
-        Some(i) if !full[i..].contains(']') => full[..i].to_owned(),
+    Ok(Some(full))
+}
+
+/// `host[:port]` without the port, minding IPv6 literals.
+fn without_port(full: &str) -> &str {
+    match full.rfind(':') {
+        Some(i) if !full[i..].contains(']') => &full[..i],
         _ => full,
-    }))
+    }
 }
 
 /// A failure the client is answered with, and the idle timeout its connection keeps.
