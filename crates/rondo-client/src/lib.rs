@@ -71,16 +71,20 @@
 
 #![warn(missing_docs)]
 
+mod call;
 mod client;
 mod clock;
 mod error;
+mod inner;
 mod naming;
-mod run;
 mod state;
 mod tower;
+mod watch;
 
 pub use client::{Builder, CallOptions, Client, Session, Target};
-pub use error::{Attempt, AttemptError, BootstrapError, CallError, Failed, GaveUp, NamingError};
+pub use error::{
+    Attempt, AttemptError, Attempts, BootstrapError, CallError, Failed, NamingError,
+};
 pub use naming::NamingClient;
 #[doc(hidden)]
 pub use state::Replay;
