@@ -404,9 +404,8 @@ mod tests {
         let boxed = e.map_err(|e| e.to_string());
         assert_eq!(boxed.attempts().len(), 3);
         assert!(boxed.is_all_failed());
-        assert!(
-            matches!(boxed.attempts().next().map(Attempt::error), Some(AttemptError::Connect(m)) if m == "connection refused")
-        );
+        let first = boxed.attempts().next().map(Attempt::error);
+        assert!(matches!(first, Some(AttemptError::Connect(m)) if m == "connection refused"));
     }
 
     #[test]

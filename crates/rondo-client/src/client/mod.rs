@@ -14,8 +14,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use http::uri::Authority;
-use rondo_core::{Algorithm, Policy};
 use rondo_core::wire::{Answer, Member};
+use rondo_core::{Algorithm, Policy};
 use tokio::sync::{Notify, watch};
 
 use crate::call::{Plan, Run, Ticket, Tries};

@@ -34,8 +34,9 @@ use crate::state::MemberRef;
 static VIEW_ID: HeaderName = HeaderName::from_static(VIEW_ID_HEADER);
 
 pin_project! {
-    /// The future of a [`Balanced`](super::Balanced) request: the client's call loop (no box per request). Its
-    /// error, when every option failed, is a boxed [`BalancedError`](super::BalancedError).
+    /// The future of a [`Balanced`](super::Balanced) request: the client's call loop (no box
+    /// per request). Its error, when every option failed, is a boxed
+    /// [`BalancedError`](super::BalancedError).
     pub struct ResponseFuture<S, B, RB>
     where
         S: Service<Request<SlotBody<B>>, Response = Response<RB>>,
@@ -52,20 +53,7 @@ pin_project! {
         RB: 'static,
     {
         #[pin]
-        run: Run<Arc<Inner>, HttpTries<S, B>>,
-    }
-}
-
-impl<S, B, RB> ResponseFuture<S, B, RB>
-where
-    S: Service<Request<SlotBody<B>>, Response = Response<RB>> + Clone + Send + 'static,
-    S::Future: Send,
-    S::Error: Into<BoxError>,
-    B: Body + Send + 'static,
-    RB: Body + Send + 'static,
-{
-    pub(crate) fn new(run: Run<Arc<Inner>, HttpTries<S, B>>) -> Self {
-        ResponseFuture { run }
+        pub(super) run: Run<Arc<Inner>, HttpTries<S, B>>,
     }
 }
 

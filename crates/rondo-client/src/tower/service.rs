@@ -114,7 +114,7 @@ where
         let shared = Arc::new(Shared { parts, hint, body: Mutex::new(has_body.then_some(body)) });
         // The call loop's future is the whole request's: everything it needs moves in.
         let tries = HttpTries::new(shared, has_body, self.inner.clone());
-        ResponseFuture::new(Run::new(client, plan, tries))
+        ResponseFuture { run: Run::new(client, plan, tries) }
     }
 }
 

@@ -332,8 +332,7 @@ async fn a_try_that_never_left_is_not_charged_to_its_member() {
     let err = err.downcast::<BalancedError>().expect("a call error");
     assert!(err.is_all_failed(), "{err}");
     // Both members tried (each try timing out before it left), then nobody left to try.
-    let timeouts =
-        err.attempts().filter(|a| matches!(a.error(), crate::AttemptError::Timeout(_)));
+    let timeouts = err.attempts().filter(|a| matches!(a.error(), crate::AttemptError::Timeout(_)));
     assert_eq!(timeouts.count(), 2, "{err}");
     let st = client.inner.lock();
     for s in st.balancer.states() {
