@@ -78,8 +78,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
             .await;
         match answer {
             Ok(text) => println!("closure #{i}: {text}"),
-            // Every option failed: the error lists each attempt.
-            Err(e) => println!("closure #{i}: {e}"),
+            // Every option failed: the error says why (`is_*`) and lists each attempt.
+            Err(e) => {
+                let budget = if e.is_budget_exhausted() { " (retry budget exhausted)" } else { "" };
+                println!("closure #{i}: call to {} failed{budget}", e.service());
+                for attempt in e.attempts() {
+                    println!("  {attempt}");
+                }
+            }
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }

@@ -106,12 +106,46 @@ impl<E: fmt::Display> fmt::Display for AttemptError<E> {
 /// One try of a call: which member and how it failed.
 #[derive(Debug)]
 pub struct Attempt<E> {
+    member: Option<String>,
+    address: Option<String>,
+    error: AttemptError<E>,
+}
+
+impl<E> Attempt<E> {
+    pub(crate) fn new(
+        member: Option<String>,
+        address: Option<String>,
+        error: AttemptError<E>,
+    ) -> Attempt<E> {
+        Attempt { member, address, error }
+    }
+
     /// The member's name (`None` when no member could be picked).
-    pub member: Option<String>,
-    /// The member's `host:port`.
-    pub address: Option<String>,
+    pub fn member(&self) -> Option<&str> {
+        self.member.as_deref()
+    }
+
+    /// The member's `host:port` (`None` when no member could be picked).
+    pub fn address(&self) -> Option<&str> {
+        self.address.as_deref()
+    }
+
     /// How it failed.
-    pub error: AttemptError<E>,
+    pub fn error(&self) -> &AttemptError<E> {
+        &self.error
+    }
+
+    fn map_err<F>(self, f: impl FnOnce(E) -> F) -> Attempt<F> {
+        let error = match self.error {
+            AttemptError::Connect(e) => AttemptError::Connect(f(e)),
+            AttemptError::Member(e) => AttemptError::Member(f(e)),
+            AttemptError::Fatal(e) => AttemptError::Fatal(f(e)),
+            AttemptError::Timeout(d) => AttemptError::Timeout(d),
+            AttemptError::Resolve(s) => AttemptError::Resolve(s),
+            AttemptError::NoMember(p) => AttemptError::NoMember(p),
+        };
+        Attempt { member: self.member, address: self.address, error }
+    }
 }
 
 impl<E: fmt::Display> fmt::Display for Attempt<E> {
@@ -124,9 +158,9 @@ impl<E: fmt::Display> fmt::Display for Attempt<E> {
     }
 }
 
-/// Why a call gave up.
+/// Why a call gave up (asked with [`CallError`]'s `is_*` methods).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum GaveUp {
+pub(crate) enum GaveUp {
     /// No member could take the call at all (none listed, none eligible).
     NoMember,
     /// Every member that could be tried failed, or the policy's attempts were used up.
@@ -155,18 +189,63 @@ impl fmt::Display for GaveUp {
     }
 }
 
-/// A call that failed on every option it had, with every attempt in order.
+/// A call that failed on every option it had: the service called, why the call stopped (ask
+/// with the `is_*` methods; exactly one of them is true) and every attempt in order
+/// ([`CallError::attempts`]).
 #[derive(Debug)]
 pub struct CallError<E> {
-    /// The service called.
-    pub service: String,
-    /// Why the call stopped.
-    pub reason: GaveUp,
-    /// Every try, in order.
-    pub attempts: Vec<Attempt<E>>,
+    service: String,
+    reason: GaveUp,
+    attempts: Vec<Attempt<E>>,
 }
 
 impl<E> CallError<E> {
+    pub(crate) fn new(service: String, reason: GaveUp, attempts: Vec<Attempt<E>>) -> Self {
+        CallError { service, reason, attempts }
+    }
+
+    /// The service called.
+    pub fn service(&self) -> &str {
+        &self.service
+    }
+
+    /// Whether no member could take the call at all (none listed, none eligible).
+    pub fn is_no_member(&self) -> bool {
+        self.reason == GaveUp::NoMember
+    }
+
+    /// Whether every member that could be tried failed, or the policy's attempts were used up.
+    pub fn is_all_failed(&self) -> bool {
+        self.reason == GaveUp::AllFailed
+    }
+
+    /// Whether the last failure happened after the call was sent and the call is not
+    /// idempotent (or its body was already consumed), so that it was not sent again.
+    pub fn is_not_retryable(&self) -> bool {
+        self.reason == GaveUp::NotRetryable
+    }
+
+    /// Whether the caller's closure (or the transport, for a request it could not even build)
+    /// said the failure was not worth another member ([`Failed::Fatal`]).
+    pub fn is_fatal(&self) -> bool {
+        self.reason == GaveUp::Fatal
+    }
+
+    /// Whether the service's retry budget was exhausted (a retry storm is being prevented).
+    pub fn is_budget_exhausted(&self) -> bool {
+        self.reason == GaveUp::BudgetExhausted
+    }
+
+    /// Whether the call's overall time ran out ([`crate::Builder::call_timeout`]).
+    pub fn is_deadline(&self) -> bool {
+        self.reason == GaveUp::Deadline
+    }
+
+    /// Every try, in order (the last one may be a pick that found no member).
+    pub fn attempts(&self) -> Attempts<'_, E> {
+        Attempts(self.attempts.iter())
+    }
+
     /// The last attempt's error from the caller's closure or transport, if any.
     pub fn last_error(&self) -> Option<&E> {
         self.attempts.iter().rev().find_map(|a| match &a.error {
@@ -177,25 +256,42 @@ impl<E> CallError<E> {
 
     /// Converts the closure's errors, e.g. into a boxed error.
     pub fn map_err<F>(self, mut f: impl FnMut(E) -> F) -> CallError<F> {
-        let attempts = self
-            .attempts
-            .into_iter()
-            .map(|a| Attempt {
-                member: a.member,
-                address: a.address,
-                error: match a.error {
-                    AttemptError::Connect(e) => AttemptError::Connect(f(e)),
-                    AttemptError::Member(e) => AttemptError::Member(f(e)),
-                    AttemptError::Fatal(e) => AttemptError::Fatal(f(e)),
-                    AttemptError::Timeout(d) => AttemptError::Timeout(d),
-                    AttemptError::Resolve(s) => AttemptError::Resolve(s),
-                    AttemptError::NoMember(p) => AttemptError::NoMember(p),
-                },
-            })
-            .collect();
+        let attempts = self.attempts.into_iter().map(|a| a.map_err(&mut f)).collect();
         CallError { service: self.service, reason: self.reason, attempts }
     }
 }
+
+/// The attempts of a [`CallError`], in order; see [`CallError::attempts`].
+#[derive(Debug)]
+pub struct Attempts<'a, E>(std::slice::Iter<'a, Attempt<E>>);
+
+impl<E> Clone for Attempts<'_, E> {
+    fn clone(&self) -> Self {
+        Attempts(self.0.clone())
+    }
+}
+
+impl<'a, E> Iterator for Attempts<'a, E> {
+    type Item = &'a Attempt<E>;
+
+    fn next(&mut self) -> Option<&'a Attempt<E>> {
+        self.0.next()
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.0.size_hint()
+    }
+}
+
+impl<E> DoubleEndedIterator for Attempts<'_, E> {
+    fn next_back(&mut self) -> Option<Self::Item> {
+        self.0.next_back()
+    }
+}
+
+impl<E> ExactSizeIterator for Attempts<'_, E> {}
+
+impl<E> std::iter::FusedIterator for Attempts<'_, E> {}
 
 impl<E: fmt::Display> fmt::Display for CallError<E> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -300,8 +396,16 @@ mod tests {
             e.last_error().map(std::io::Error::kind),
             Some(std::io::ErrorKind::ConnectionRefused)
         );
+        assert!(e.is_all_failed() && !e.is_no_member() && !e.is_deadline());
+        assert_eq!(e.service(), "web");
+        let members: Vec<_> = e.attempts().map(Attempt::member).collect();
+        assert_eq!(members, [Some("m1"), Some("m2"), None]);
+        assert_eq!(e.attempts().rev().nth(1).and_then(Attempt::address), Some("127.0.0.1:2"));
         let boxed = e.map_err(|e| e.to_string());
-        assert_eq!(boxed.attempts.len(), 3);
+        assert_eq!(boxed.attempts().len(), 3);
+        assert!(boxed.is_all_failed());
+        let first = boxed.attempts().next().map(Attempt::error);
+        assert!(matches!(first, Some(AttemptError::Connect(m)) if m == "connection refused"));
     }
 
     #[test]

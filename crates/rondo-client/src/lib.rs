@@ -7,7 +7,7 @@
 //! locality, slow start, passive outlier detection, retry attempts, per-try timeout and retry
 //! budget, with this client's own view of each member's load and latency. When a member fails,
 //! the call goes to the next one under the router's rules; an error reaches the caller only when
-//! every option failed, and it lists every attempt ([`CallError`]).
+//! every option failed ([`CallError`]).
 //!
 //! Three ways to call:
 //!
@@ -68,19 +68,54 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! # Errors
+//!
+//! A [`CallError`] is opaque, in the way of hyper's errors: it answers why the call stopped
+//! with `is_*` questions ([`is_no_member`](CallError::is_no_member),
+//! [`is_all_failed`](CallError::is_all_failed), [`is_not_retryable`](CallError::is_not_retryable),
+//! [`is_fatal`](CallError::is_fatal), [`is_budget_exhausted`](CallError::is_budget_exhausted),
+//! [`is_deadline`](CallError::is_deadline)), names the [`service`](CallError::service) and
+//! lists every try in order ([`attempts`](CallError::attempts): each [`Attempt`]'s member,
+//! address and [`AttemptError`]). The tower layer's error is a [`BoxError`] holding a
+//! [`BalancedError`] (downcast it to ask the same questions).
+//!
+//! ```
+//! # fn show(err: rondo_client::CallError<std::io::Error>) {
+//! if err.is_budget_exhausted() {
+//!     eprintln!("{}: backing off", err.service());
+//! }
+//! for attempt in err.attempts() {
+//!     eprintln!("{} failed: {}", attempt.member().unwrap_or("(no member)"), attempt.error());
+//! }
+//! # }
+//! ```
+//!
+//! # How it is built
+//!
+//! The public facade (`client/`: [`Builder`], [`Client`], [`Session`]) hands each call to the
+//! call internals (`call/`: the pick under one lock hold with the retry budget, the member's
+//! request as a ticket, and the call loop, one hand-written future driving `rondo-core`'s
+//! failover engine, the same as the router's), which work on the state every clone shares
+//! (`inner.rs`) and the pure balancing state (`state.rs`). The tower layer (`tower/`) is built
+//! on the facade and the call loop, laid out like tower's own middleware (layer, service,
+//! future, body, error); a background task keeps the answer current (`watch.rs`, over
+//! `naming.rs`). No module imports one above it.
 
 #![warn(missing_docs)]
 
+mod call;
 mod client;
 mod clock;
 mod error;
+mod inner;
 mod naming;
-mod run;
 mod state;
 mod tower;
+mod watch;
 
 pub use client::{Builder, CallOptions, Client, Session, Target};
-pub use error::{Attempt, AttemptError, BootstrapError, CallError, Failed, GaveUp, NamingError};
+pub use error::{Attempt, AttemptError, Attempts, BootstrapError, CallError, Failed, NamingError};
 pub use naming::NamingClient;
 pub use state::cluster_spec;
 #[doc(hidden)]

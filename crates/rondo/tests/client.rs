@@ -515,9 +515,10 @@ async fn a_reset_after_the_body_was_sent_retries_a_get_but_not_a_post() {
     procs.get_mut(pinned.as_str()).expect("pinned member").kill();
     let err = post.await.expect("task").expect_err("the POST is not sent twice");
     let err = err.downcast::<rondo_client::BalancedError>().expect("a call error");
-    assert_eq!(err.reason, rondo_client::GaveUp::NotRetryable, "{err}");
-    assert_eq!(err.attempts.len(), 1, "{err}");
-    assert_eq!(err.attempts[0].member.as_deref(), Some(pinned.as_str()), "{err}");
+    assert!(err.is_not_retryable(), "{err}");
+    assert_eq!(err.attempts().len(), 1, "{err}");
+    let attempt = err.attempts().next().expect("one attempt");
+    assert_eq!(attempt.member(), Some(pinned.as_str()), "{err}");
 
     // The same with a GET: it goes to another member and the caller never sees the reset.
     let session = client.session();

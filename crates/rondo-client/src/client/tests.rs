@@ -7,7 +7,7 @@ use rondo_core::wire::{Member, Source};
 use rondo_core::{AdminState, Algorithm, Granularity, Policy};
 
 use super::*;
-use crate::{AttemptError, GaveUp};
+use crate::AttemptError;
 
 fn member(name: &str, port: u16) -> Member {
     Member {
@@ -69,12 +69,13 @@ async fn when_every_member_fails_the_error_lists_every_attempt() {
         .call(|_t| async { Err::<(), _>(Failed::Connect(refused())) })
         .await
         .expect_err("nothing answers");
-    assert_eq!(err.reason, GaveUp::AllFailed);
+    assert!(err.is_all_failed(), "{err}");
     // Two members tried, then nothing left to pick (policy attempts: 3).
-    assert_eq!(err.attempts.len(), 3, "{err}");
-    let names: Vec<_> = err.attempts.iter().map(|a| a.member.clone()).collect();
-    assert!(names.contains(&Some("a".into())) && names.contains(&Some("b".into())), "{err}");
-    assert!(matches!(err.attempts[2].error, AttemptError::NoMember(_)), "{err}");
+    assert_eq!(err.attempts().len(), 3, "{err}");
+    let names: Vec<_> = err.attempts().map(|a| a.member()).collect();
+    assert!(names.contains(&Some("a")) && names.contains(&Some("b")), "{err}");
+    let last = err.attempts().nth(2).expect("a third attempt");
+    assert!(matches!(last.error(), AttemptError::NoMember(_)), "{err}");
     let text = err.to_string();
     assert!(text.starts_with("call to web: every member tried failed (3 attempts: "), "{text}");
     assert!(text.contains("a at 127.0.0.1:1: connect failed: connection refused"), "{text}");
@@ -87,7 +88,7 @@ async fn a_service_without_members_says_so() {
     let err =
         client.call(|t| async move { Ok::<_, Failed<std::io::Error>>(t.name().to_owned()) }).await;
     let err = err.expect_err("nobody to call");
-    assert_eq!(err.reason, GaveUp::NoMember);
+    assert!(err.is_no_member(), "{err}");
     assert!(err.to_string().contains("no eligible member"), "{err}");
 }
 
@@ -110,8 +111,8 @@ async fn a_member_failure_is_retried_only_for_idempotent_calls() {
         .call_with(CallOptions::not_idempotent(), fail_first)
         .await
         .expect_err("not sent twice");
-    assert_eq!(err.reason, GaveUp::NotRetryable);
-    assert_eq!(err.attempts.len(), 1);
+    assert!(err.is_not_retryable(), "{err}");
+    assert_eq!(err.attempts().len(), 1);
     assert_eq!(calls.load(Ordering::Relaxed), 1);
 }
 
@@ -122,8 +123,8 @@ async fn a_fatal_failure_returns_at_once() {
         .call(|_t| async { Err::<(), _>(Failed::Fatal("bad request")) })
         .await
         .expect_err("fatal");
-    assert_eq!(err.reason, GaveUp::Fatal);
-    assert_eq!(err.attempts.len(), 1);
+    assert!(err.is_fatal(), "{err}");
+    assert_eq!(err.attempts().len(), 1);
     assert_eq!(err.last_error(), Some(&"bad request"));
     assert_eq!(in_flight(&client), 0);
 }
@@ -162,8 +163,8 @@ async fn an_empty_retry_budget_stops_retries_after_a_member_failure_but_not_fail
         .call(|_t| async { Err::<(), _>(Failed::Member(refused())) })
         .await
         .expect_err("no budget");
-    assert_eq!(err.reason, GaveUp::BudgetExhausted);
-    assert_eq!(err.attempts.len(), 1);
+    assert!(err.is_budget_exhausted(), "{err}");
+    assert_eq!(err.attempts().len(), 1);
     // A refused connection sent nothing: failing over after it is free.
     let calls = AtomicUsize::new(0);
     client
@@ -411,11 +412,12 @@ async fn a_host_name_is_resolved_for_the_try_and_one_that_fails_goes_to_the_next
         .call(|t| async move { Ok::<_, Failed<std::io::Error>>(t) })
         .await
         .expect_err("nothing resolves");
+    let first = err.attempts().next().expect("an attempt");
     assert!(
-        matches!(&err.attempts[0].error, AttemptError::Resolve(m) if m.starts_with("no-port: ")),
+        matches!(first.error(), AttemptError::Resolve(m) if m.starts_with("no-port: ")),
         "{err}"
     );
-    assert_eq!(err.attempts[0].member.as_deref(), Some("broken"));
+    assert_eq!(first.member(), Some("broken"));
     assert_eq!(in_flight(&client), 0);
     assert_eq!(in_flight(&broken_only), 0);
 }
@@ -441,9 +443,10 @@ async fn a_call_stops_at_its_deadline_even_with_attempts_left() {
         })
         .await
         .expect_err("out of time");
-    assert_eq!(err.reason, GaveUp::Deadline, "{err}");
+    assert!(err.is_deadline(), "{err}");
     assert_eq!(calls.load(Ordering::Relaxed), 2, "no third try after the deadline");
-    assert!(matches!(err.attempts[1].error, AttemptError::Timeout(_)), "{err}");
+    let second = err.attempts().nth(1).expect("a second attempt");
+    assert!(matches!(second.error(), AttemptError::Timeout(_)), "{err}");
     assert_eq!(in_flight(&client), 0);
 }
 

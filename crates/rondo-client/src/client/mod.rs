@@ -1,27 +1,30 @@
-//! [`Client`]: one service's members and policy, kept current from the naming service, and the
-//! call loop shared by [`Client::call`], [`Session::call`] and the tower layer: pick with the
-//! core, try with a per-try timeout, report the outcome to the core's estimators, fail over to
-//! the next member under the same retry rules and budget as the router.
+//! The public facade: [`Builder`] (settings, bootstrap from the naming service), [`Client`]
+//! (one service's members and policy, kept current by a background task, `watch.rs`), its
+//! calls ([`Client::call`], [`CallOptions`], the picked member as a [`Target`]) and [`Session`]s.
+//! A call is handed to the call loop (`call/`) as [`Tries`] over the caller's closure; the call
+//! internals (pick, tickets, the loop) and the tower layer (`tower/`, which also adds
+//! [`Client::layer`] and [`Session::layer`]) are kept out of here.
 
 use std::collections::hash_map::RandomState;
 use std::future::Future;
 use std::hash::BuildHasher;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use http::uri::Authority;
 use rondo_core::wire::{Answer, Member};
-use rondo_core::{Algorithm, Failover, Granularity, Outcome, Policy};
+use rondo_core::{Algorithm, Policy};
 use tokio::sync::{Notify, watch};
 
+use crate::call::{Plan, Run, Ticket, Tries};
 use crate::clock;
 use crate::error::{BootstrapError, CallError, Failed};
-use crate::naming::{NamingClient, is_not_found};
-use crate::run::Run;
+use crate::inner::{Inner, SessionCell, SessionState};
+use crate::naming::NamingClient;
 use crate::state::{MemberRef, State};
-use crate::tower::BalanceLayer;
+use crate::watch::{Timing, keep_current};
 
 /// Settings of a [`Client`]; see [`Client::builder`].
 #[derive(Debug, Clone)]
@@ -180,29 +183,6 @@ impl Drop for AbortOnDrop {
             task.abort();
         }
     }
-}
-
-/// Shared by every clone of a client and its background task.
-#[derive(Debug)]
-pub(crate) struct Inner {
-    pub(crate) service: String,
-    /// Whether the policy held is `hash` (read without the lock by the tower layer, which
-    /// looks for a key only then); set with every answer, under the state's lock.
-    pub(crate) hash_policy: AtomicBool,
-    group: Option<String>,
-    state: Mutex<State>,
-    /// The view id of the answer held.
-    view: watch::Sender<u64>,
-    /// The newest view id seen in a response, when newer than the one held (0: none).
-    pub(crate) wanted: AtomicU64,
-    /// Wakes the background task to refetch.
-    wake: Notify,
-    /// Index of the endpoint in use.
-    endpoint: AtomicU64,
-    naming: Vec<NamingClient>,
-    pub(crate) call_timeout: Duration,
-    /// The client's own session when the policy's granularity is `session` or `lookup`.
-    own: Mutex<SessionState>,
 }
 
 /// What to do with a call.
@@ -394,12 +374,6 @@ impl Client {
         }
     }
 
-    /// A tower layer balancing HTTP requests (hyper, tonic) over the service's members; see
-    /// [`BalanceLayer`].
-    pub fn layer(&self) -> BalanceLayer {
-        BalanceLayer::new(self.clone(), None)
-    }
-
     /// A closure call with `options`, in `session` (or the client's own session when the
     /// granularity asks for one). The call loop's future is the whole call's: no async layer
     /// of its own around it.
@@ -449,273 +423,11 @@ where
     }
 }
 
-/// One call as the call loop drives it: how a try starts on a member, whether the call is
-/// still whole, and what the caller gets from the try that answered.
-pub(crate) trait Tries {
-    /// What a try gives when the member answered.
-    type Value;
-    /// The transport's error.
-    type Error;
-    /// One try.
-    type Try: Future<Output = Result<Self::Value, Failed<Self::Error>>>;
-    /// What the caller gets.
-    type Output;
-
-    /// Starts a try on `member`, at `addr`.
-    fn start(&mut self, member: &Arc<MemberRef>, addr: SocketAddr) -> Self::Try;
-
-    /// Whether nothing of the call was consumed, so that it can still go to another member.
-    fn untouched(&self) -> bool;
-
-    /// Whether the latest try's request left for its member. A try whose time ran out while
-    /// its transport was still not ready to take it (a saturated concurrency limit in a tower
-    /// stack) sent nothing: its member is not charged, and the call may go elsewhere as after
-    /// a refused connection.
-    fn dispatched(&self) -> bool {
-        true
-    }
-
-    /// What the caller gets from the try that answered; `ticket` is the member's in-flight
-    /// request, ended when it is dropped.
-    fn finish(self, inner: &Inner, value: Self::Value, ticket: Ticket) -> Self::Output;
-}
-
-/// How the call loop treats one call.
-pub(crate) struct Plan {
-    pub(crate) idempotent: bool,
-    pub(crate) hash: Option<u64>,
-    /// The session the call belongs to (`None`: the client's own when the granularity asks).
-    pub(crate) session: Option<Arc<SessionCell>>,
-}
-
-pub(crate) enum Refused {
-    Budget,
-    Pick(rondo_core::PickError),
-}
-
-/// A session's pinned member and `rotating` context.
-#[derive(Debug, Default)]
-pub(crate) struct SessionState {
-    context: Option<u32>,
-    member: Option<String>,
-    /// The answer epoch in which the session was counted on its member.
-    opened: u64,
-}
-
-impl Inner {
-    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Takes the budget, picks a member (the session's while it can keep it) and begins a
-    /// request on it, all under one lock hold.
-    pub(crate) fn pick(
-        self: &Arc<Self>,
-        plan: &Plan,
-        tried: &[Arc<str>],
-        failover: &mut Failover,
-        context: &mut Option<u32>,
-        started: std::time::Instant,
-    ) -> Result<Ticket, Refused> {
-        let now = clock::from_std(started);
-        let mut guard = self.lock();
-        let st = &mut *guard;
-        let b = &mut st.balancer;
-        // The retry budget in the same lock hold as the pick (the engine's one rule for it).
-        failover.admit(b, now).map_err(|_| Refused::Budget)?;
-        let exclude: Vec<usize> = tried.iter().filter_map(|n| b.member_index(n)).collect();
-        let policy = &b.spec().policy;
-        let sessions = policy.granularity != Granularity::Request;
-        let rotating = policy.algorithm == Algorithm::Rotating;
-        let session = plan.session.as_deref().map(|c| &c.state).or(sessions.then_some(&self.own));
-        let mut session = session.map(|s| s.lock().unwrap_or_else(|e| e.into_inner()));
-        let member = 'pick: {
-            if let Some(s) = session.as_deref_mut() {
-                if rotating && s.context.is_none() {
-                    s.context = Some(b.new_context());
-                }
-                *context = s.context;
-                if let Some(i) = s.member.as_deref().and_then(|n| b.member_index(n))
-                    && !exclude.contains(&i)
-                    && b.can_keep_session(i, now)
-                {
-                    if st.counted_since(i, s.opened).is_none() {
-                        // The member left the answers and came back: its fresh state does not
-                        // count this session yet.
-                        st.balancer.open_session(i);
-                        s.opened = st.epoch;
-                    }
-                    break 'pick i;
-                }
-            }
-            let picked = st.pick_member(now, self.group.as_deref(), plan.hash, context, &exclude);
-            let member = picked.map_err(Refused::Pick)?;
-            if let Some(s) = session.as_deref_mut() {
-                let old = s.member.as_deref().and_then(|n| st.balancer.member_index(n));
-                if old != Some(member) {
-                    if let Some(o) = old.and_then(|o| st.counted_since(o, s.opened)) {
-                        st.balancer.close_session(o);
-                    }
-                    st.balancer.open_session(member);
-                    s.member = Some(st.balancer.spec().members[member].name.clone());
-                    s.opened = st.epoch;
-                }
-            }
-            member
-        };
-        st.balancer.begin_request(member);
-        failover.began(member);
-        let ticket = Ticket {
-            inner: self.clone(),
-            member: st.refs[member].clone(),
-            index: member,
-            epoch: st.epoch,
-            started,
-            ended: None,
-            outcome: None,
-        };
-        Ok(ticket)
-    }
-
-    /// Ends a request begun on a member (found by name if the answer changed since), at `ended`
-    /// (now when `None`).
-    fn end_request(
-        &self,
-        name: &str,
-        index: usize,
-        epoch: u64,
-        ended: Option<std::time::Instant>,
-        outcome: Outcome,
-    ) {
-        let now = ended.map_or_else(clock::now, clock::from_std);
-        if let Some(e) = self.lock().end_request(name, index, epoch, now, outcome) {
-            tracing::info!(service = %self.service, member = %name, count = e.count, "member ejected");
-        }
-    }
-
-    /// See [`Client::observe_view_id`].
-    pub(crate) fn observe_view_id(&self, view_id: u64) {
-        if view_id > *self.view.borrow() {
-            self.wanted.fetch_max(view_id, Ordering::Relaxed);
-            self.wake.notify_one();
-        }
-    }
-
-    /// Drops a session's pin.
-    fn close_session(&self, s: &mut SessionState) {
-        if let Some(name) = s.member.take() {
-            let mut st = self.lock();
-            let counted =
-                st.balancer.member_index(&name).and_then(|i| st.counted_since(i, s.opened));
-            if let Some(i) = counted {
-                st.balancer.close_session(i);
-            }
-        }
-    }
-
-    /// Takes a new answer.
-    fn apply(&self, answer: Answer) {
-        let id = answer.view_id;
-        let members = answer.members.len();
-        let hash = answer.policy.algorithm == Algorithm::Hash;
-        {
-            let mut st = self.lock();
-            st.apply(answer, clock::now());
-            self.hash_policy.store(hash, Ordering::Relaxed);
-        }
-        self.view.send_replace(id);
-        tracing::debug!(service = %self.service, view_id = id, members, "answer applied");
-    }
-}
-
-/// A request begun on a member; ends it with its outcome when dropped (cancelled when no
-/// outcome was recorded: the caller went away).
-#[derive(Debug)]
-pub(crate) struct Ticket {
-    inner: Arc<Inner>,
-    member: Arc<MemberRef>,
-    index: usize,
-    epoch: u64,
-    started: std::time::Instant,
-    /// When the outcome was recorded: the request ends in the core at that time (one clock
-    /// reading for both); `None` ends it when the ticket is dropped.
-    ended: Option<std::time::Instant>,
-    outcome: Option<Outcome>,
-}
-
-impl Ticket {
-    /// Records success with the latency so far.
-    pub(crate) fn succeeded(&mut self) {
-        let now = clock::instant();
-        self.ended = Some(now);
-        self.outcome =
-            Some(Outcome::Success { latency: now.saturating_duration_since(self.started) });
-    }
-
-    /// Records a failure with the latency so far.
-    pub(crate) fn failed(&mut self, kind: rondo_core::FailureKind) {
-        let now = clock::instant();
-        self.ended = Some(now);
-        let latency = now.saturating_duration_since(self.started);
-        self.outcome = Some(Outcome::Failure { kind, latency });
-    }
-
-    /// Keeps the outcome recorded but ends the request in the core only when the ticket is
-    /// dropped, at that time (the tower layer: the request lasts as long as the response body).
-    pub(crate) fn end_when_dropped(&mut self) {
-        self.ended = None;
-    }
-
-    /// Records that the member had no part in the try's end (it never received the request):
-    /// the request ends in the core as cancelled, when the ticket is dropped.
-    pub(crate) fn not_charged(&mut self) {
-        self.ended = None;
-        self.outcome = Some(Outcome::Cancelled);
-    }
-
-    /// Ends the request now with `outcome`.
-    pub(crate) fn end(mut self, outcome: Outcome) {
-        self.ended = None;
-        self.outcome = Some(outcome);
-    }
-
-    /// The member's name.
-    pub(crate) fn member(&self) -> &str {
-        &self.member.name
-    }
-
-    /// The member.
-    pub(crate) fn member_ref(&self) -> &Arc<MemberRef> {
-        &self.member
-    }
-}
-
-impl Drop for Ticket {
-    fn drop(&mut self) {
-        let outcome = self.outcome.take().unwrap_or(Outcome::Cancelled);
-        self.inner.end_request(&self.member.name, self.index, self.epoch, self.ended, outcome);
-    }
-}
-
 /// A session of calls that stay on one member while it can keep them; see [`Client::session`].
 #[derive(Debug, Clone)]
 pub struct Session {
-    client: Client,
+    pub(crate) client: Client,
     pub(crate) cell: Arc<SessionCell>,
-}
-
-/// The shared part of a session: closes the member's session count when the last holder goes.
-#[derive(Debug)]
-pub(crate) struct SessionCell {
-    inner: Arc<Inner>,
-    pub(crate) state: Mutex<SessionState>,
-}
-
-impl Drop for SessionCell {
-    fn drop(&mut self) {
-        let state = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
-        self.inner.close_session(state);
-    }
 }
 
 impl Session {
@@ -751,68 +463,7 @@ impl Session {
     {
         self.client.call_in(options, Some(self.cell.clone()), call)
     }
-
-    /// A tower layer whose requests all belong to this session.
-    pub fn layer(&self) -> BalanceLayer {
-        BalanceLayer::new(self.client.clone(), Some(self.cell.clone()))
-    }
 }
 
 #[cfg(test)]
 mod tests;
-
-struct Timing {
-    wait: Duration,
-    backoff_min: Duration,
-    backoff_max: Duration,
-}
-
-/// The background task: long-polls `watch` on the endpoint in use, refetches the answer when
-/// the view id moved (or a response showed a newer one), and moves to the next endpoint with a
-/// doubling backoff when one fails.
-async fn keep_current(inner: Arc<Inner>, mut at: usize, timing: Timing) {
-    let n = inner.naming.len();
-    let mut backoff = timing.backoff_min;
-    let mut fetch = false;
-    loop {
-        let held = *inner.view.borrow();
-        let wanted = inner.wanted.swap(0, Ordering::Relaxed);
-        if fetch || wanted > held {
-            match inner.naming[at].answer(&inner.service).await {
-                Ok(answer) => {
-                    inner.apply(answer);
-                    fetch = false;
-                    backoff = timing.backoff_min;
-                }
-                Err(e) => {
-                    let level_404 = is_not_found(&e);
-                    tracing::warn!(service = %inner.service, error = %e, unknown = level_404, "naming answer failed");
-                    at = (at + 1) % n;
-                    inner.endpoint.store(at as u64, Ordering::Relaxed);
-                    fetch = true;
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(timing.backoff_max);
-                }
-            }
-            continue;
-        }
-        tokio::select! {
-            r = inner.naming[at].watch(held, timing.wait) => match r {
-                Ok(w) => {
-                    backoff = timing.backoff_min;
-                    fetch = w.changed || w.view_id != held;
-                }
-                Err(e) => {
-                    tracing::warn!(service = %inner.service, error = %e, "naming watch failed");
-                    at = (at + 1) % n;
-                    inner.endpoint.store(at as u64, Ordering::Relaxed);
-                    // Another endpoint counts views its own way: start from its answer.
-                    fetch = true;
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(timing.backoff_max);
-                }
-            },
-            () = inner.wake.notified() => {}
-        }
-    }
-}

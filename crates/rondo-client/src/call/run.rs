@@ -22,13 +22,46 @@ use pin_project_lite::pin_project;
 use rondo_core::{Failover, FailureKind, Outcome, Stop, TryFailure};
 use tokio::time::{Instant, Timeout, timeout_at};
 
-use crate::client::{Inner, Plan, Refused, Ticket, Tries};
+use super::pick::{Plan, Refused, Ticket};
 use crate::clock;
 use crate::error::{Attempt, AttemptError, CallError, Failed, GaveUp};
+use crate::inner::Inner;
+use crate::state::MemberRef;
 
 /// A host name being resolved for a try (a rare path: literal addresses are parsed once per
 /// answer).
 type Resolving = Pin<Box<dyn Future<Output = Result<SocketAddr, String>> + Send>>;
+
+/// One call as the call loop drives it: how a try starts on a member, whether the call is
+/// still whole, and what the caller gets from the try that answered.
+pub(crate) trait Tries {
+    /// What a try gives when the member answered.
+    type Value;
+    /// The transport's error.
+    type Error;
+    /// One try.
+    type Try: Future<Output = Result<Self::Value, Failed<Self::Error>>>;
+    /// What the caller gets.
+    type Output;
+
+    /// Starts a try on `member`, at `addr`.
+    fn start(&mut self, member: &Arc<MemberRef>, addr: SocketAddr) -> Self::Try;
+
+    /// Whether nothing of the call was consumed, so that it can still go to another member.
+    fn untouched(&self) -> bool;
+
+    /// Whether the latest try's request left for its member. A try whose time ran out while
+    /// its transport was still not ready to take it (a saturated concurrency limit in a tower
+    /// stack) sent nothing: its member is not charged, and the call may go elsewhere as after
+    /// a refused connection.
+    fn dispatched(&self) -> bool {
+        true
+    }
+
+    /// What the caller gets from the try that answered; `ticket` is the member's in-flight
+    /// request, ended when it is dropped.
+    fn finish(self, inner: &Inner, value: Self::Value, ticket: Ticket) -> Self::Output;
+}
 
 pin_project! {
     /// One call through the call loop; see the module docs.
@@ -89,17 +122,13 @@ where
 
 /// The call's error: every attempt so far, and why it stopped.
 fn give_up<E>(inner: &Inner, reason: GaveUp, attempts: &mut Vec<Attempt<E>>) -> CallError<E> {
-    CallError { service: inner.service.clone(), reason, attempts: std::mem::take(attempts) }
+    CallError::new(inner.service.clone(), reason, std::mem::take(attempts))
 }
 
 /// The attempt record of a try on `ticket`'s member.
 fn attempt<E>(ticket: &Ticket, error: AttemptError<E>) -> Attempt<E> {
     let m = ticket.member_ref();
-    Attempt {
-        member: Some(String::from(&*m.name)),
-        address: Some(String::from(&*m.address)),
-        error,
-    }
+    Attempt::new(Some(String::from(&*m.name)), Some(String::from(&*m.address)), error)
 }
 
 impl<I, C> Future for Run<I, C>
@@ -136,11 +165,8 @@ where
                             } else {
                                 GaveUp::AllFailed
                             };
-                            this.attempts.push(Attempt {
-                                member: None,
-                                address: None,
-                                error: AttemptError::NoMember(e),
-                            });
+                            let e = AttemptError::NoMember(e);
+                            this.attempts.push(Attempt::new(None, None, e));
                             this.step.set(Step::Done);
                             return Poll::Ready(Err(give_up(inner, reason, this.attempts)));
                         }
