@@ -8,6 +8,8 @@
 #   bench/instructions.sh                      target/release/rondo (built first)
 #   bench/instructions.sh --no-build BIN ...   the given rondo binaries, one line each
 #
+# With RONDO_KEEP_PROFILE=DIR each run's callgrind profile is kept as DIR/<binary name>.cg
+# (compare two with `callgrind_annotate --inclusive=yes`).
 # Each run: 3 s of unmeasured warm-up with instrumentation off, then instrumentation on for
 # 8 s of `wrk -t1 -c8`, dumped; prints the requests wrk completed in the measured part and
 # the instructions counted (Ir) per request. Needs valgrind, wrk and curl (apt-get install
@@ -91,5 +93,8 @@ for bin in "$@"; do
   requests=$(echo "$out" | awk '/requests in/ {print $1}')
   ir=$(callgrind_annotate "$tmp/cg.$vg.1" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')
   echo "$bin: $requests requests measured, $ir instructions, $((ir / requests)) per request"
+  if [ -n "${RONDO_KEEP_PROFILE:-}" ]; then
+    cp "$tmp/cg.$vg.1" "$RONDO_KEEP_PROFILE/$(basename "$bin").cg"
+  fi
   rm -f "$tmp"/cg.*
 done
