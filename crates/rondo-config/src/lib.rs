@@ -31,7 +31,7 @@ pub use spec::{
     NamingSpec, RegistrySpec, RouterSpec,
 };
 
-use crate::error::line_column;
+use crate::error::{escape_controls, line_column};
 use crate::path::{FieldPath, path_at, span_of};
 
 /// A checked configuration, compiled.
@@ -87,6 +87,10 @@ pub fn parse_str(text: &str, file: &Path, view_id: u64) -> Result<Config, Config
     let table = doc.as_ref().map(|d| d.as_table());
     let error_at = |span: Option<std::ops::Range<usize>>, field: String, message: String| {
         let (line, column) = span.map_or((1, 1), |s| line_column(text, s.start));
+        // Values are echoed in messages and keys in field paths: a control character in either
+        // (an escape sequence, a newline) must not reach a terminal or log as it is.
+        let field = escape_controls(&field).into_owned();
+        let message = escape_controls(&message).into_owned();
         ConfigError { file: file.to_path_buf(), line, column, field, message }
     };
 
