@@ -85,6 +85,9 @@ pub struct CtlTarget {
     pub token: String,
     /// Recorded as `operator:NAME` on state changes (`X-Rondo-Operator`).
     pub operator: Option<String>,
+    /// Sent as `If-Match` with every change: the change is made only while this view is in
+    /// effect (else 409 naming the current one).
+    pub if_match: Option<u64>,
 }
 
 /// Runs `cmd` against `target`; returns the text to print.
@@ -132,11 +135,16 @@ pub async fn call(
 ) -> Result<Value, CtlError> {
     let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
     let mut req = Request::builder()
-        .method(method)
+        .method(method.clone())
         .uri(format!("http://{}{}", target.addr, path))
         .header(header::AUTHORIZATION, format!("Bearer {}", target.token));
     if let Some(op) = &target.operator {
         req = req.header(crate::server::OPERATOR_HEADER, op);
+    }
+    if let Some(view) = target.if_match
+        && method != Method::GET
+    {
+        req = req.header(header::IF_MATCH, format!("\"{view}\""));
     }
     if body.is_some() {
         req = req.header(header::CONTENT_TYPE, "application/json");

@@ -1,4 +1,9 @@
 //! The admin API's routes and handlers.
+//!
+//! Every change (member state, weight, algorithm, config) may name the view it was decided on
+//! with `If-Match: "<view id>"` (the `ETag` of `GET /api/v1/status`): when the view in effect is
+//! another one, nothing changes and the answer is 409 naming the current view. The check and the
+//! change happen under the live state's replacement lock, so no view can slip in between.
 
 // Handlers return a ready error response as `Err`; they are not on the data path.
 #![allow(clippy::result_large_err)]
@@ -102,6 +107,58 @@ fn error(status: StatusCode, message: impl Into<String>) -> Response {
     (status, axum::Json(json!({ "error": message.into() }))).into_response()
 }
 
+/// `body` as JSON with the `ETag` of view `view`.
+fn with_etag(view: u64, body: Value) -> Response {
+    let mut r = axum::Json(body).into_response();
+    if let Ok(v) = format!("\"{view}\"").parse() {
+        r.headers_mut().insert(header::ETAG, v);
+    }
+    r
+}
+
+/// The view id a change's `If-Match` asks for: `None` without the header (or with `*`), a 400
+/// when it is not one view id. Quotes and a weak `W/` prefix are accepted, so the `ETag` of a
+/// status answer can be sent back as it is.
+fn if_match(headers: &HeaderMap) -> Result<Option<u64>, Response> {
+    let Some(value) = headers.get(header::IF_MATCH) else { return Ok(None) };
+    let bad = |shown: &str| {
+        error(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "If-Match must be one view id like \"7\" (the ETag of GET /api/v1/status), \
+                 got `{shown}`"
+            ),
+        )
+    };
+    let Ok(text) = value.to_str() else { return Err(bad("(not ASCII)")) };
+    let text = text.trim();
+    if text == "*" {
+        return Ok(None);
+    }
+    let id = text.strip_prefix("W/").unwrap_or(text);
+    let id = id.strip_prefix('"').and_then(|t| t.strip_suffix('"')).unwrap_or(id);
+    id.parse().map(Some).map_err(|_| bad(&text.escape_debug().to_string()))
+}
+
+/// The 409 of a change decided on view `expected` while `current` is in effect.
+fn conflict(current: u64, expected: u64) -> Response {
+    let mut r = (
+        StatusCode::CONFLICT,
+        axum::Json(json!({
+            "error": format!(
+                "the view is {current}, not {expected} (If-Match): it changed since you read \
+                 it; nothing was changed, read the status again and retry"
+            ),
+            "view": current,
+        })),
+    )
+        .into_response();
+    if let Ok(v) = format!("\"{current}\"").parse() {
+        r.headers_mut().insert(header::ETAG, v);
+    }
+    r
+}
+
 async fn auth(State(st): State<AppState>, req: Request, next: Next) -> Response {
     let Some(token) = &st.token else {
         return error(StatusCode::FORBIDDEN, "admin API has no token configured");
@@ -141,8 +198,7 @@ async fn status(State(st): State<AppState>) -> Response {
         .filter_map(|name| snap.clusters.get(name))
         .map(|rt| cluster_status(rt, now))
         .collect();
-    axum::Json(json!({ "view": snap.view.id, "routes": routes, "clusters": clusters }))
-        .into_response()
+    with_etag(snap.view.id, json!({ "view": snap.view.id, "routes": routes, "clusters": clusters }))
 }
 
 fn cluster_status(rt: &ClusterRt, now: rondo_core::Instant) -> Value {
@@ -228,19 +284,34 @@ fn set_admin(
     member: &str,
     to: AdminState,
 ) -> Response {
-    let snap = st.live.load();
-    let (rt, idx) = match find(&snap, cluster, Some(member)) {
-        Ok(x) => x,
+    let expected = match if_match(headers) {
+        Ok(e) => e,
         Err(r) => return r,
     };
     let by = Actor::Operator(operator(headers));
     let by_text = by.to_string();
-    rt.with(|b| b.set_admin(idx, to, by));
+    // Checked and set while no view can be swapped in.
+    let done = st.live.with_current(|snap| {
+        if let Some(e) = expected
+            && snap.view.id != e
+        {
+            return Err(conflict(snap.view.id, e));
+        }
+        let (rt, idx) = find(snap, cluster, Some(member))?;
+        rt.with(|b| b.set_admin(idx, to, by));
+        Ok((rt, snap.view.id))
+    });
+    let (rt, view) = match done {
+        Ok(x) => x,
+        Err(r) => return r,
+    };
     rt.state_changed();
     tracing::info!(cluster, member, state = to.as_str(), by = %by_text, "admin state set");
-    axum::Json(json!({ "cluster": cluster, "member": member, "admin": to.as_str(),
-                        "admin_by": by_text }))
-    .into_response()
+    with_etag(
+        view,
+        json!({ "cluster": cluster, "member": member, "admin": to.as_str(),
+                "admin_by": by_text, "view": view }),
+    )
 }
 
 async fn drain(
@@ -277,12 +348,24 @@ fn body<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, Response> {
 /// the new view id.
 fn change_cluster(
     st: &AppState,
+    headers: &HeaderMap,
     cluster: &str,
     change: impl FnOnce(&mut rondo_core::ClusterSpec) -> Result<(), Response>,
 ) -> Response {
+    let expected = match if_match(headers) {
+        Ok(e) => e,
+        Err(r) => return r,
+    };
     // Built on the configuration in effect, not the composed view, so registered members stay
-    // the registry's; read, changed and swapped under one lock, so concurrent changes all land.
+    // the registry's; read, changed and swapped under one lock, so concurrent changes all land
+    // (and an `If-Match` is checked against the view no other change can replace meanwhile).
     let updated = st.live.update_configured(|view| {
+        if let Some(e) = expected {
+            let current = st.live.load().view.id;
+            if current != e {
+                return Err(conflict(current, e));
+            }
+        }
         let Some(spec) = view.clusters.get(cluster) else {
             return Err(error(StatusCode::NOT_FOUND, format!("unknown cluster `{cluster}`")));
         };
@@ -295,18 +378,25 @@ fn change_cluster(
         Ok(s) => s,
         Err(r) => return r,
     };
-    probe::spawn(&snap);
-    let id = snap.view.id;
-    tracing::info!(view = id, "view applied through the admin API");
-    axum::Json(json!({ "view": id })).into_response()
+    applied(&snap)
 }
 
-fn apply(st: &AppState, view: View) -> Response {
-    let snap = st.live.apply(view);
-    probe::spawn(&snap);
+/// The answer to a change that made view `snap`.
+fn applied(snap: &Arc<Snapshot>) -> Response {
+    probe::spawn(snap);
     let id = snap.view.id;
     tracing::info!(view = id, "view applied through the admin API");
-    axum::Json(json!({ "view": id })).into_response()
+    with_etag(id, json!({ "view": id }))
+}
+
+fn apply(st: &AppState, view: View, expected: Option<u64>) -> Response {
+    match expected {
+        None => applied(&st.live.apply(view)),
+        Some(e) => match st.live.apply_if(view, e) {
+            Ok(snap) => applied(&snap),
+            Err(current) => conflict(current, e),
+        },
+    }
 }
 
 #[derive(Deserialize)]
@@ -316,6 +406,7 @@ struct WeightBody {
 
 async fn weight(
     State(st): State<AppState>,
+    headers: HeaderMap,
     UrlPath((c, m)): UrlPath<(String, String)>,
     bytes: Bytes,
 ) -> Response {
@@ -329,7 +420,7 @@ async fn weight(
             format!("weight {} is out of range 1..=1000000", w.weight),
         );
     }
-    change_cluster(&st, &c, |spec| {
+    change_cluster(&st, &headers, &c, |spec| {
         let Some(member) = spec.members.iter_mut().find(|x| x.name == m) else {
             return Err(error(
                 StatusCode::NOT_FOUND,
@@ -348,6 +439,7 @@ struct AlgorithmBody {
 
 async fn algorithm(
     State(st): State<AppState>,
+    headers: HeaderMap,
     UrlPath(c): UrlPath<String>,
     bytes: Bytes,
 ) -> Response {
@@ -362,7 +454,7 @@ async fn algorithm(
             format!("unknown algorithm `{}`; valid: {}", a.algorithm, valid.join(", ")),
         );
     };
-    change_cluster(&st, &c, |spec| {
+    change_cluster(&st, &headers, &c, |spec| {
         spec.policy.algorithm = algorithm;
         Ok(())
     })
@@ -418,7 +510,11 @@ async fn explain(
     axum::Json(json!({ "cluster": c, "view": snap.view.id, "picks": picks })).into_response()
 }
 
-async fn config(State(st): State<AppState>, bytes: Bytes) -> Response {
+async fn config(State(st): State<AppState>, headers: HeaderMap, bytes: Bytes) -> Response {
+    let expected = match if_match(&headers) {
+        Ok(e) => e,
+        Err(r) => return r,
+    };
     if st.live.has_shared() {
         // It would replace the file's layer, which the shared one hides: a silent no-op.
         return error(
@@ -432,7 +528,7 @@ async fn config(State(st): State<AppState>, bytes: Bytes) -> Response {
     };
     let next = st.live.load().view.id + 1;
     match rondo_config::parse_str(text, Path::new("admin-api"), next) {
-        Ok(config) => apply(&st, config.view),
+        Ok(config) => apply(&st, config.view, expected),
         Err(errors) => {
             let list: Vec<Value> = errors
                 .iter()

@@ -471,6 +471,27 @@ impl Live {
         self.swap(&layers, id)
     }
 
+    /// Like [`Live::apply`], only when the current view's id is `expected` (checked and swapped
+    /// under one lock); else the current id. For the admin API's `If-Match`.
+    pub fn apply_if(&self, view: View, expected: u64) -> Result<Arc<Snapshot>, u64> {
+        let mut layers = self.layers();
+        let current = self.current.load().view.id;
+        if current != expected {
+            return Err(current);
+        }
+        let id = view.id;
+        layers.file = view;
+        Ok(self.swap(&layers, id))
+    }
+
+    /// Runs `f` on the current snapshot while no view can be swapped in (the lock that
+    /// serialises replacements is held): a check of the view id and the change it guards happen
+    /// as one. `f` must not call back into this `Live`'s replacing methods.
+    pub fn with_current<R>(&self, f: impl FnOnce(&Arc<Snapshot>) -> R) -> R {
+        let _serial = self.layers();
+        f(&self.current.load_full())
+    }
+
     /// The configuration in effect (the shared one when set, else the file's), without
     /// registered members: the base for a change such as a new weight.
     pub fn configured(&self) -> View {

@@ -416,3 +416,102 @@ fn ctl_prints_status_changes_members_and_explains_failures() {
         format!("rondo ctl: cannot reach the admin API at {dead}: connection refused\n")
     );
 }
+
+/// A change with `If-Match: value`: status and JSON answer.
+async fn call_if(
+    s: &Setup,
+    method: Method,
+    path: &str,
+    value: &str,
+    body: Option<&str>,
+) -> (StatusCode, Value) {
+    api(method, &s.url(path), Some(TOKEN), &[("if-match", value)], body).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changes_with_a_stale_if_match_are_refused_with_the_current_view() {
+    let ms = members(2, Duration::ZERO).await;
+    let s = Setup::new(&format!("algorithm = \"round-robin\"\n{}", member_list(&ms))).await;
+    // The status's ETag is the view id.
+    let auth = format!("Bearer {TOKEN}");
+    let (code, headers, v) =
+        json_call(Method::GET, &s.url("/api/v1/status"), &[("authorization", &auth)], None).await;
+    assert_eq!(code, StatusCode::OK);
+    assert_eq!(v["view"], 1);
+    let etag = headers.get("etag").expect("an ETag").to_str().unwrap().to_owned();
+    assert_eq!(etag, "\"1\"");
+
+    // Two operators read view 1; the first change lands and makes view 2.
+    let weight = "/api/v1/clusters/c/members/m1/weight";
+    let (code, v) = call_if(&s, Method::PUT, weight, &etag, Some(r#"{"weight": 7}"#)).await;
+    assert_eq!(code, StatusCode::OK, "{v}");
+    assert_eq!(v["view"], 2);
+    // The second, decided on view 1, is refused and names view 2; nothing changes.
+    let stale = [
+        (Method::PUT, weight, Some(r#"{"weight": 9}"#)),
+        (Method::PUT, "/api/v1/clusters/c/algorithm", Some(r#"{"algorithm": "random"}"#)),
+        (Method::POST, "/api/v1/clusters/c/members/m2/drain", None),
+        (Method::POST, "/api/v1/clusters/c/members/m2/disable", None),
+    ];
+    for (method, path, body) in stale.clone() {
+        let (code, v) = call_if(&s, method, path, "\"1\"", body).await;
+        assert_eq!(code, StatusCode::CONFLICT, "{path}: {v}");
+        assert_eq!(v["view"], 2, "{v}");
+        let msg = v["error"].as_str().unwrap();
+        assert!(msg.starts_with("the view is 2, not 1 (If-Match)"), "{msg}");
+    }
+    let config = format!(
+        "[[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:1\"\n\n[[route]]\nlistener = \"web\"\n\
+         cluster = \"c\"\n\n[cluster.c]\nalgorithm = \"random\"\n{}",
+        member_list(&ms)
+    );
+    let (code, v) = call_if(&s, Method::POST, "/api/v1/config", "1", Some(&config)).await;
+    assert_eq!(code, StatusCode::CONFLICT, "{v}");
+    assert_eq!(s.view_id(), 2, "nothing applied");
+    let (_, st) = s.call(Method::GET, "/api/v1/status", None).await;
+    assert_eq!(member(&st, "c", "m1")["weight"], 7);
+    assert_eq!(member(&st, "c", "m2")["admin"], "active");
+    assert_eq!(st["clusters"][0]["algorithm"], "round-robin");
+
+    // With the current view (quoted or not, weak or not) every change lands.
+    let (code, v) =
+        call_if(&s, Method::POST, "/api/v1/clusters/c/members/m2/drain", "W/\"2\"", None).await;
+    assert_eq!(code, StatusCode::OK, "{v}");
+    let (code, v) = call_if(&s, Method::POST, "/api/v1/config", "2", Some(&config)).await;
+    assert_eq!(code, StatusCode::OK, "{v}");
+    assert_eq!(v["view"], 3);
+    // `*` and no header at all: no condition.
+    let (code, v) = call_if(&s, Method::PUT, weight, "*", Some(r#"{"weight": 3}"#)).await;
+    assert_eq!(code, StatusCode::OK, "{v}");
+    // Not a view id: 400 naming the header.
+    let (code, v) = call_if(&s, Method::PUT, weight, "\"abc\"", Some(r#"{"weight": 3}"#)).await;
+    assert_eq!(code, StatusCode::BAD_REQUEST, "{v}");
+    assert!(v["error"].as_str().unwrap().starts_with("If-Match must be one view id"), "{v}");
+}
+
+#[test]
+fn ctl_if_match_changes_only_the_view_it_names() {
+    let serve = Serve::start();
+    let admin = serve.admin.to_string();
+    let with_if = |view: &str, args: &[&str]| {
+        Command::new(BIN)
+            .args(["ctl", "--admin", &admin, "--token", TOKEN, "--if-match", view])
+            .args(args)
+            .output()
+            .expect("rondo ctl runs")
+    };
+    let out = with_if("1", &["weight", "c", "a", "5"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "c/a: weight 5, view 2\n");
+    let out = with_if("1", &["drain", "c", "b"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.starts_with("rondo ctl: the admin API answered 409 Conflict: the view is 2, not 1"),
+        "{err}"
+    );
+    let stdout = String::from_utf8_lossy(&ctl(&admin, TOKEN, &["status"]).stdout).into_owned();
+    assert!(stdout.contains("active(config)") && !stdout.contains("draining"), "{stdout}");
+    let out = with_if("2", &["drain", "c", "b"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
