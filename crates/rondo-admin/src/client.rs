@@ -194,6 +194,38 @@ fn io_reason(e: &(dyn std::error::Error + 'static)) -> String {
     last
 }
 
+/// The HEALTH cell: what the health checks say (`up`, `unchecked` when nothing checks the
+/// member, `down(<last probe failure>)`, or `down(<who>)` when the registry or an operator set it).
+fn health_cell(m: &Value) -> String {
+    match m["health"].as_str() {
+        Some("down") => match m["last_probe_failure"].as_str() {
+            Some(why) if m["health_by"] == "health-check" => format!("down({why})"),
+            _ => format!("down({})", m["health_by"].as_str().unwrap_or("?")),
+        },
+        Some(word) => word.to_owned(),
+        // An older router's answer.
+        None if m["healthy"].as_bool() == Some(true) => "up".to_owned(),
+        None => "down".to_owned(),
+    }
+}
+
+/// The TRAFFIC cell: `yes`, `no(<reason>)`, or `yes(panic:<reason>)` for an unhealthy member
+/// that panic mode keeps in rotation.
+fn traffic_cell(m: &Value) -> String {
+    let reason = m["reason"].as_str();
+    let reason = match (reason, m["ejected_until_ms"].as_u64()) {
+        (Some("ejected"), Some(ms)) => Some(format!("ejected {ms}ms")),
+        (r, _) => r.map(str::to_owned),
+    };
+    match (m["eligible"].as_bool(), reason) {
+        (Some(true), None) => "yes".to_owned(),
+        (Some(true), Some(r)) => format!("yes(panic:{r})"),
+        (Some(false), Some(r)) => format!("no({r})"),
+        (Some(false), None) => "no".to_owned(),
+        (None, _) => "-".to_owned(),
+    }
+}
+
 /// The status answer as an aligned table, one row per member.
 pub fn status_table(v: &Value) -> String {
     let head = [
@@ -204,6 +236,7 @@ pub fn status_table(v: &Value) -> String {
         "GROUP",
         "STATE(BY)",
         "HEALTH",
+        "TRAFFIC",
         "IN-FLIGHT",
         "SESSIONS",
         "EWMA-MS",
@@ -219,13 +252,8 @@ pub fn status_table(v: &Value) -> String {
     };
     for c in v["clusters"].as_array().into_iter().flatten() {
         for m in c["members"].as_array().into_iter().flatten() {
-            let health = if m["ejected_until_ms"].is_u64() {
-                format!("ejected {}ms", m["ejected_until_ms"])
-            } else if m["healthy"].as_bool() == Some(true) {
-                "up".to_owned()
-            } else {
-                format!("down({})", text(&m["health_by"]))
-            };
+            let health = health_cell(m);
+            let traffic = traffic_cell(m);
             let agent = &m["agent"];
             rows.push(vec![
                 text(&c["name"]),
@@ -235,6 +263,7 @@ pub fn status_table(v: &Value) -> String {
                 text(&m["group"]),
                 format!("{}({})", text(&m["admin"]), text(&m["admin_by"])),
                 health,
+                traffic,
                 text(&m["in_flight"]),
                 text(&m["sessions"]),
                 m["ewma_us"].as_u64().map_or("-".into(), |us| format!("{:.1}", us as f64 / 1000.0)),

@@ -196,15 +196,29 @@ async fn status(State(st): State<AppState>) -> Response {
         .clusters
         .keys()
         .filter_map(|name| snap.clusters.get(name))
-        .map(|rt| cluster_status(rt, now))
+        .map(|rt| cluster_status(rt, now, st.live.group.as_deref()))
         .collect();
     with_etag(snap.view.id, json!({ "view": snap.view.id, "routes": routes, "clusters": clusters }))
 }
 
-fn cluster_status(rt: &ClusterRt, now: rondo_core::Instant) -> Value {
+/// What the health checks say of a member: `up`, `down`, or `unchecked` when nothing checks it
+/// (no health checks configured and no registry verdict).
+fn health_word(s: &rondo_core::MemberState, checked: bool) -> &'static str {
+    if !s.healthy {
+        "down"
+    } else if checked || s.health_by != Actor::Config {
+        "up"
+    } else {
+        "unchecked"
+    }
+}
+
+fn cluster_status(rt: &ClusterRt, now: rondo_core::Instant, group: Option<&str>) -> Value {
     let spec = &rt.spec;
     let policy = &spec.policy;
     rt.with(|b| {
+        // The same rules and candidate set the next pick uses (rondo-core's candidates.rs).
+        let (eligibility, panic) = b.eligibility(now, group);
         let states = b.states();
         let mut ranked: Vec<(std::time::Duration, usize)> =
             states.iter().enumerate().filter_map(|(i, s)| s.load.probe_rtt.map(|r| (r, i))).collect();
@@ -213,8 +227,9 @@ fn cluster_status(rt: &ClusterRt, now: rondo_core::Instant) -> Value {
             .members
             .iter()
             .zip(states)
+            .zip(&eligibility)
             .enumerate()
-            .map(|(i, (m, s))| {
+            .map(|(i, ((m, s), e))| {
                 let agent = s.load.agent.map(|r| {
                     json!({ "cpu_percent": r.cpu_used * 100.0,
                             "free_mib": r.mem_free >> 20,
@@ -228,7 +243,12 @@ fn cluster_status(rt: &ClusterRt, now: rondo_core::Instant) -> Value {
                     "admin": s.admin.as_str(),
                     "admin_by": s.admin_by.to_string(),
                     "healthy": s.healthy,
+                    "health": health_word(s, policy.health.is_some()),
                     "health_by": s.health_by.to_string(),
+                    "last_probe_failure": s.last_probe_failure.map(|(f, _)| f.to_string()),
+                    "last_probe_failure_ago_ms": s.last_probe_failure.map(|(_, at)| ms(now.since(at))),
+                    "eligible": e.eligible,
+                    "reason": e.reason.map(|r| r.as_str()),
                     "ejected_until_ms": s.ejected_until.filter(|u| *u > now).map(|u| ms(u.since(now))),
                     "in_flight": s.load.in_flight,
                     "sessions": s.load.sessions,
@@ -243,6 +263,7 @@ fn cluster_status(rt: &ClusterRt, now: rondo_core::Instant) -> Value {
             "name": spec.name,
             "algorithm": policy.algorithm.as_str(),
             "granularity": policy.granularity.as_str(),
+            "panic": panic,
             "members": members,
         })
     })

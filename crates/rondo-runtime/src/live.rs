@@ -387,6 +387,7 @@ impl Live {
     pub fn new(view: View, group: Option<String>) -> Self {
         let now = clock::now();
         let metrics = Arc::new(Metrics::new());
+        let _ = metrics.group.set(group.clone());
         let signal = Arc::new(StateSignal::default());
         let clusters = view
             .clusters

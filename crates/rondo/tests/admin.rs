@@ -515,3 +515,96 @@ fn ctl_if_match_changes_only_the_view_it_names() {
     let out = with_if("2", &["drain", "c", "b"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_health_check_says_why_and_unchecked_members_are_not_called_up() {
+    let ms = members(1, Duration::ZERO).await;
+    let dir = TempDir::new("admin-health");
+    // `c`: health checks that fail, one member answering 503, one refusing connections.
+    // `u`: no health checks at all.
+    let config = format!(
+        "[admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"{TOKEN}\"\n\n\
+         [[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:0\"\n\n\
+         [[route]]\nlistener = \"web\"\ncluster = \"c\"\n\n\
+         [cluster.c]\npanic_threshold_percent = 0\n\
+         health = {{ path = \"/status/503\", interval_ms = 100, fall = 2, rise = 2 }}\n{}\n\n\
+         [cluster.u]\n{}\n",
+        members_of([entry(&ms[0], ""), member_entry("gone", dead_addr(), "")]),
+        members_of([entry(&ms[0], "")]),
+    );
+    let path = dir.0.join("rondo.toml");
+    std::fs::write(&path, config).unwrap();
+    let child = Command::new(BIN)
+        .args(["serve", "--workers", "1", "--config", path.to_str().unwrap()])
+        .env("RONDO_LOG", "warn")
+        .env("NO_COLOR", "1")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut child = child;
+    let log = common::collect_lines(child.stderr.take().unwrap());
+    let mut proc = Proc::from_child(child);
+    let admin = proc.addr_after("rondo: admin API on ").to_string();
+    let url = format!("http://{admin}/api/v1/status");
+    let start = std::time::Instant::now();
+    let mut st = Value::Null;
+    while start.elapsed() < Duration::from_secs(10) {
+        st = api(Method::GET, &url, Some(TOKEN), &[], None).await.1;
+        let down = |n: &str| member(&st, "c", n)["health"] == "down";
+        if down("m1") && down("gone") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let m1 = member(&st, "c", "m1");
+    assert_eq!(m1["health"], "down", "{st}");
+    assert_eq!(m1["last_probe_failure"], "status 503", "{m1}");
+    assert_eq!(
+        (&m1["eligible"], &m1["reason"]),
+        (&Value::Bool(false), &Value::from("health_check"))
+    );
+    let gone = member(&st, "c", "gone");
+    assert_eq!(gone["last_probe_failure"], "refused", "{gone}");
+    let u = member(&st, "u", "m1");
+    assert_eq!((&u["health"], &u["eligible"]), (&Value::from("unchecked"), &Value::Bool(true)));
+    assert_eq!(u["last_probe_failure"], Value::Null);
+
+    let out = ctl(&admin, TOKEN, &["status"]);
+    let table = String::from_utf8_lossy(&out.stdout).into_owned();
+    let row = |cluster: &str, name: &str| -> String {
+        table
+            .lines()
+            .find(|l| {
+                l.starts_with(&format!("{cluster} ")) && l.split_whitespace().nth(1) == Some(name)
+            })
+            .unwrap_or_else(|| panic!("no row {cluster}/{name}:\n{table}"))
+            .to_owned()
+    };
+    assert!(
+        row("c", "m1").contains(" down(status 503) ")
+            && row("c", "m1").contains(" no(health_check) "),
+        "{table}"
+    );
+    assert!(row("c", "gone").contains(" down(refused) "), "{table}");
+    assert!(row("u", "m1").contains(" unchecked ") && row("u", "m1").contains(" yes "), "{table}");
+    assert!(!table.contains(" up "), "nothing here is checked and up:\n{table}");
+
+    // The member-down log line says why.
+    let start = std::time::Instant::now();
+    let line = loop {
+        let found = log
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|l| l.contains("member down") && l.contains("m1"))
+            .cloned();
+        if let Some(l) = found {
+            break l;
+        }
+        assert!(start.elapsed() < Duration::from_secs(5), "no member down line");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(line.contains("status 503"), "{line}");
+    proc.kill();
+}

@@ -486,13 +486,14 @@ struct Serve {
 }
 
 /// Writes a config with listener `web` -> cluster `app` (least-cpu, members `ms`), `[agent]` on
-/// `agent_addr` (interval 100 ms) and `[admin]` on `admin_addr`, in `dir`; returns its path.
+/// `agent_addr` (interval 100 ms) and `[admin]` on `admin_addr`, in `dir`; returns its path
+/// and the listener's address.
 fn serve_config(
     dir: &common::TempDir,
     ms: &[Member],
     agent_addr: SocketAddr,
     admin_addr: SocketAddr,
-) -> std::path::PathBuf {
+) -> (std::path::PathBuf, SocketAddr) {
     let path = dir.0.join("rondo.toml");
     let web = support::dead_addr();
     std::fs::write(
@@ -508,7 +509,7 @@ fn serve_config(
         ),
     )
     .unwrap();
-    path
+    (path, web)
 }
 
 /// Starts `rondo serve` (log level info) and waits for its agent receiver.
@@ -637,7 +638,7 @@ async fn a_heartbeat_captured_before_a_router_restart_is_refused_after_it() {
     let ms = members(2, Duration::ZERO).await;
     let dir = common::TempDir::new("agent-epoch");
     let (agent_addr, admin_addr) = (support::dead_addr(), support::dead_addr());
-    let config = serve_config(&dir, &ms, agent_addr, admin_addr);
+    let (config, _) = serve_config(&dir, &ms, agent_addr, admin_addr);
     let first = start_serve(&config).await;
     let relay = relay(agent_addr).await;
     let (a1, a1_log) = logged_agent(relay.addr, "m1", KEY);
@@ -684,7 +685,7 @@ async fn a_wrong_key_backs_off_and_both_sides_say_who_and_why() {
     let ms = members(2, Duration::ZERO).await;
     let dir = common::TempDir::new("agent-key");
     let (agent_addr, admin_addr) = (support::dead_addr(), support::dead_addr());
-    let config = serve_config(&dir, &ms, agent_addr, admin_addr);
+    let (config, _) = serve_config(&dir, &ms, agent_addr, admin_addr);
     let serve = start_serve(&config).await;
     let started = Instant::now();
     let (_bad, bad_log) = logged_agent(agent_addr, "m1", "not-the-key");
@@ -730,4 +731,97 @@ async fn a_wrong_key_backs_off_and_both_sides_say_who_and_why() {
         (1..=rondo_agent::receiver::LOG_BURST as usize).contains(&logged),
         "{logged} log lines for 50 bad datagrams"
     );
+}
+
+/// `GET /api/v1/status` of the admin API at `admin`.
+async fn admin_status(admin: SocketAddr) -> serde_json::Value {
+    let url = format!("http://{admin}/api/v1/status");
+    let bearer = format!("Bearer {KEY}");
+    let got = support::get_with(&support::client(), &url, &[("authorization", &bearer)]).await;
+    assert_eq!(got.status, 200, "{}", got.body);
+    serde_json::from_str(&got.body).expect("status is JSON")
+}
+
+/// The status of member `name` of cluster `app`.
+fn app_member(status: &serde_json::Value, name: &str) -> serde_json::Value {
+    let c = status["clusters"].as_array().unwrap().iter().find(|c| c["name"] == "app").unwrap();
+    c["members"].as_array().unwrap().iter().find(|m| m["name"] == name).unwrap().clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_whose_agent_went_silent_is_reported_out_with_why_in_every_view() {
+    let ms = members(2, Duration::ZERO).await;
+    let dir = common::TempDir::new("agent-why");
+    let (agent_addr, admin_addr) = (support::dead_addr(), support::dead_addr());
+    let (config, web) = serve_config(&dir, &ms, agent_addr, admin_addr);
+    let _serve = start_serve(&config).await;
+    let (a1, _) = logged_agent(agent_addr, "m1", KEY);
+    let (_a2, _) = logged_agent(agent_addr, "m2", KEY);
+    let n =
+        agent_count_until(admin_addr, "heartbeat", "accepted", Duration::from_secs(10), |n| n >= 4)
+            .await;
+    assert!(n >= 4, "both agents report: {n}");
+    let st = admin_status(admin_addr).await;
+    for m in ["m1", "m2"] {
+        let m = app_member(&st, m);
+        assert_eq!((m["eligible"].as_bool(), &m["reason"]), (Some(true), &serde_json::Value::Null));
+        // Nobody checks these members: not "up".
+        assert_eq!(m["health"], "unchecked", "{m}");
+    }
+
+    // m1's agent falls silent: the router sends m1 nothing, and every view says so and why.
+    a1.signal("-STOP");
+    let start = Instant::now();
+    let mut m1 = app_member(&admin_status(admin_addr).await, "m1");
+    while m1["eligible"] != false && start.elapsed() < Duration::from_secs(5) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        m1 = app_member(&admin_status(admin_addr).await, "m1");
+    }
+    assert_eq!(m1["eligible"], false, "{m1}");
+    assert_eq!(m1["reason"], "agent_silent", "{m1}");
+    assert_eq!(m1["healthy"], true, "the health checks (none) did not take it down: {m1}");
+    assert_eq!(m1["health"], "unchecked", "{m1}");
+    let m2 = app_member(&admin_status(admin_addr).await, "m2");
+    assert_eq!((m2["eligible"].as_bool(), &m2["reason"]), (Some(true), &serde_json::Value::Null));
+
+    // Metrics: healthy keeps meaning the health checks; eligible and the reason say the rest.
+    let url = format!("http://{admin_addr}/metrics");
+    let bearer = format!("Bearer {KEY}");
+    let metrics = support::get_with(&support::client(), &url, &[("authorization", &bearer)]).await;
+    for line in [
+        "rondo_member_healthy{cluster=\"app\",member=\"m1\"} 1\n",
+        "rondo_member_eligible{cluster=\"app\",member=\"m1\"} 0\n",
+        "rondo_member_eligible{cluster=\"app\",member=\"m2\"} 1\n",
+        "rondo_member_ineligible{cluster=\"app\",member=\"m1\",reason=\"agent_silent\"} 1\n",
+    ] {
+        assert!(metrics.body.contains(line), "{line:?} missing from\n{}", metrics.body);
+    }
+    assert!(!metrics.body.contains("member=\"m2\",reason="), "{}", metrics.body);
+
+    // `rondo ctl status`.
+    let out = Command::new(BIN)
+        .args(["ctl", "--admin", &admin_addr.to_string(), "--token", KEY, "status"])
+        .output()
+        .expect("rondo ctl runs");
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let row = |name: &str| {
+        table
+            .lines()
+            .find(|l| l.split_whitespace().nth(1) == Some(name))
+            .unwrap_or_else(|| panic!("no row for {name}:\n{table}"))
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    let header: Vec<&str> = table.lines().nth(1).unwrap().split_whitespace().collect();
+    let col = |h: &str| header.iter().position(|x| *x == h).unwrap();
+    assert_eq!(row("m1")[col("HEALTH")], "unchecked", "{table}");
+    assert_eq!(row("m1")[col("TRAFFIC")], "no(agent_silent)", "{table}");
+    assert_eq!(row("m2")[col("TRAFFIC")], "yes", "{table}");
+
+    // And indeed nothing goes to m1.
+    let names = served_by(&format!("http://{web}/"), 10).await;
+    assert_eq!(count(&names, "m2"), 10, "{names:?}");
+    a1.signal("-CONT");
 }
