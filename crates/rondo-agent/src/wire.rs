@@ -330,6 +330,43 @@ pub fn parse_ok(line: &str, cluster: &str, member: &str, key: &Key) -> Result<He
     Ok(ok)
 }
 
+/// Every parser of this module on arbitrary bytes: the fuzz target `agent_wire` (`fuzz/`) and
+/// the tests replaying its corpus call this. Panics only when an invariant breaks: a datagram
+/// that decodes encodes back to the same bytes; the same bytes with a correct MAC (a fuzzer
+/// cannot forge one) are never refused for their MAC; a hello signed for the names a line
+/// claims parses back to those names.
+pub fn fuzz_input(data: &[u8]) {
+    let key = Key::new(b"fuzz-key");
+    if let Ok(hb) = decode(data, &key) {
+        assert!(encode(&hb, &key).is_ok_and(|d| d == data), "decode/encode round trip");
+    }
+    let _ = claimed_names(data);
+    // The same bytes, signed, to reach the checks behind the MAC.
+    if data.len() >= MAC_LEN {
+        let mut signed = data.to_vec();
+        let n = signed.len() - MAC_LEN;
+        let tag = key.sign(&signed[..n]);
+        signed[n..].copy_from_slice(tag.as_ref());
+        match decode(&signed, &key) {
+            Ok(hb) => {
+                assert!(encode(&hb, &key).is_ok_and(|d| d == signed), "signed round trip");
+                assert_eq!(claimed_names(&signed), Some((hb.cluster, hb.member)));
+            }
+            Err(e) => assert_ne!(e, WireError::BadMac, "a correctly signed datagram"),
+        }
+    }
+    let Ok(text) = std::str::from_utf8(data) else { return };
+    let _ = parse_hello(text, &key);
+    let _ = parse_ok(text, "c", "m", &key);
+    if let Some((cluster, member)) = claimed_hello(text) {
+        let line = hello_line(&cluster, &member, &key);
+        assert_eq!(parse_hello(&line, &key), Ok((cluster.clone(), member.clone())), "{line:?}");
+        let ok = HelloOk { interval_ms: 1 + data.len() as u64, next_seq: 7, epoch: 9 };
+        let line = ok_line(&cluster, &member, &ok, &key);
+        assert_eq!(parse_ok(&line, &cluster, &member, &key), Ok(ok), "{line:?}");
+    }
+}
+
 fn hex(bytes: &[u8]) -> String {
     use std::fmt::Write;
     bytes.iter().fold(String::with_capacity(bytes.len() * 2), |mut s, b| {

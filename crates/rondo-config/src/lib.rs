@@ -69,6 +69,33 @@ impl Config {
     }
 }
 
+/// [`parse_str`] on arbitrary bytes, the invariants of its answer asserted: the fuzz target
+/// `config` (`fuzz/`) and the tests replaying its corpus call this. Panics only when an
+/// invariant breaks: a valid config keeps the view id it was given; every error points inside
+/// the text (line and column), says something, and holds no control character (values and keys
+/// are echoed escaped).
+pub fn fuzz_input(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else { return };
+    match parse_str(text, Path::new("fuzz.toml"), 3) {
+        Ok(config) => {
+            assert_eq!(config.view.id, 3);
+            assert!(!config.summary().is_empty());
+        }
+        Err(errors) => {
+            assert!(!errors.is_empty(), "an error list with no error");
+            let lines = text.split('\n').count();
+            for e in &errors {
+                assert!(e.line >= 1 && e.line <= lines, "line out of range: {e}");
+                assert!(e.column >= 1, "column out of range: {e}");
+                assert!(!e.message.is_empty(), "empty message at {}:{}", e.line, e.column);
+                let shown = e.to_string();
+                assert!(shown.starts_with("fuzz.toml:"), "{shown}");
+                assert!(!shown.chars().any(char::is_control), "control character in {shown:?}");
+            }
+        }
+    }
+}
+
 /// Reads and checks the configuration file at `path`; the view gets id `view_id`.
 ///
 /// A file that cannot be read is one [`ConfigError`] (at 1:1) naming the file and the I/O error.
