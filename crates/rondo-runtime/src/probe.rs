@@ -215,3 +215,60 @@ async fn read_status(stream: &mut TcpStream) -> Result<u16, ProbeFailure> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::net::TcpListener;
+
+    /// A loopback server that answers every connection with `reply` (then closes), or holds it
+    /// open without a word when `reply` is `None`.
+    async fn server(reply: Option<&'static [u8]>) -> String {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((mut s, _)) = l.accept().await {
+                match reply {
+                    Some(r) => {
+                        let mut buf = [0u8; 1024];
+                        let _ = s.read(&mut buf).await;
+                        let _ = s.write_all(r).await;
+                    }
+                    None => held.push(s),
+                }
+            }
+        });
+        addr
+    }
+
+    fn http(path: &str) -> HealthCheckKind {
+        HealthCheckKind::Http { path: path.into(), expect_min: 200, expect_max: 399 }
+    }
+
+    #[tokio::test]
+    async fn every_failure_says_why() {
+        let t = Duration::from_secs(5);
+        let ok = server(Some(b"HTTP/1.1 204 No Content\r\n\r\n")).await;
+        assert!(check_once(&ok, &http("/"), t).await.is_ok());
+        let unavailable = server(Some(b"HTTP/1.1 503 Service Unavailable\r\n\r\n")).await;
+        assert_eq!(check_once(&unavailable, &http("/"), t).await, Err(ProbeFailure::Status(503)));
+        let closes = server(Some(b"")).await;
+        assert_eq!(check_once(&closes, &http("/"), t).await, Err(ProbeFailure::Reset));
+        let smtp = server(Some(b"220 mail ready\r\n")).await;
+        assert_eq!(check_once(&smtp, &http("/"), t).await, Err(ProbeFailure::NotHttp));
+        let silent = server(None).await;
+        let short = Duration::from_millis(200);
+        assert_eq!(check_once(&silent, &http("/"), short).await, Err(ProbeFailure::Timeout));
+        // Nobody listens: refused (a port just released).
+        let dead = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().to_string()
+        };
+        assert_eq!(check_once(&dead, &HealthCheckKind::Tcp, t).await, Err(ProbeFailure::Refused));
+        // `.invalid` never resolves (RFC 6761).
+        let nowhere = "no-such-member.invalid:80";
+        assert_eq!(check_once(nowhere, &HealthCheckKind::Tcp, t).await, Err(ProbeFailure::Dns));
+        assert_eq!(ProbeFailure::Status(503).to_string(), "status 503");
+    }
+}
