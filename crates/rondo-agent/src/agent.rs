@@ -212,12 +212,14 @@ async fn router_loop(router: String, opts: Arc<AgentOpts>, sample: Arc<Mutex<Sam
                 _ = tick.tick() => {}
                 got = sock.recv_from(&mut notice) => {
                     // Only the router's own address, and only the notice, count.
-                    if let Ok((n, from)) = got
-                        && from == addr
-                        && notice[..n] == wire::STALE_EPOCH[..]
-                    {
-                        tracing::info!(%router, "the router refused a heartbeat of an earlier epoch (it restarted): saying hello again");
-                        break;
+                    match got {
+                        Ok((n, from)) if from == addr && notice[..n] == wire::STALE_EPOCH[..] => {
+                            tracing::info!(%router, "the router refused a heartbeat of an earlier epoch (it restarted): saying hello again");
+                            break;
+                        }
+                        Ok(_) => {}
+                        // An error that repeats at once must not spin: heartbeats go on.
+                        Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
                     }
                     continue;
                 }
