@@ -726,6 +726,9 @@ async fn a_wrong_key_backs_off_and_both_sides_say_who_and_why() {
     })
     .await;
     assert_eq!(n, before + 50);
+    // The log is read by a thread of its own: wait for the first line, then a moment more.
+    serve.err.wait_for(&["bad mac", "m1", "peer=127.0.0.1:"], Duration::from_secs(5)).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
     let logged = serve.err.0.lock().unwrap().iter().filter(|l| l.contains("bad mac")).count();
     assert!(
         (1..=rondo_agent::receiver::LOG_BURST as usize).contains(&logged),
