@@ -659,7 +659,8 @@ async fn a_heartbeat_captured_before_a_router_restart_is_refused_after_it() {
             n >= 1
         })
         .await;
-    assert_eq!(stale, 1, "the replayed heartbeat is counted as another epoch");
+    // (At least: one sent just before the SIGSTOP may still have been under way.)
+    assert!(stale >= 1, "the replayed heartbeat is counted as another epoch");
     assert_eq!(
         agent_count(admin_addr, "heartbeat", "accepted").await,
         0,
