@@ -706,6 +706,19 @@ mod tests {
     }
 
     #[test]
+    fn apply_if_swaps_only_while_the_expected_view_is_in_effect() {
+        let live = live();
+        let base = (*live.load().view).clone();
+        assert_eq!(live.apply_if(View { id: 2, ..base.clone() }, 7).map(|s| s.view.id), Err(1));
+        assert_eq!(live.load().view.id, 1, "nothing swapped");
+        assert_eq!(live.apply_if(View { id: 2, ..base.clone() }, 1).map(|s| s.view.id), Ok(2));
+        // A touch (member state a naming answer shows) is a new id too.
+        live.touch();
+        assert_eq!(live.apply_if(View { id: 4, ..base }, 2).map(|s| s.view.id), Err(3));
+        assert_eq!(live.with_current(|s| s.view.id), 3);
+    }
+
+    #[test]
     fn view_ids_only_grow_even_when_two_changes_guess_the_same_id() {
         let live = live();
         let base = (*live.load().view).clone();
