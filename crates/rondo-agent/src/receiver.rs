@@ -532,3 +532,26 @@ async fn watch_loop(shared: Arc<Shared>) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_limiter_lets_a_burst_through_per_window_and_counts_the_rest() {
+        let l = Limiter::new(2, Duration::from_millis(50));
+        assert_eq!(
+            [l.allow("a"), l.allow("a"), l.allow("a"), l.allow("a")],
+            [Some(0), Some(0), None, None]
+        );
+        // Kinds are counted apart.
+        assert_eq!(l.allow("b"), Some(0));
+        std::thread::sleep(Duration::from_millis(60));
+        // The next window's first event says how many the last one held back.
+        assert_eq!(l.allow("a"), Some(2));
+        assert_eq!(l.allow("a"), Some(0));
+        assert_eq!(l.allow("a"), None);
+        assert_eq!(shown("a\u{1b}[2Jb\n"), "a\\u{1b}[2Jb\\n");
+        assert_eq!(shown(&"x".repeat(100)), format!("{}...", "x".repeat(64)));
+    }
+}
