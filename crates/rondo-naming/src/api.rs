@@ -432,7 +432,7 @@ pub fn check_registration(member: &str, body: &[u8]) -> Result<(MemberSpec, Dura
     if !(1..=rondo_config::MAX_WEIGHT).contains(&u64::from(weight)) {
         return Err(error(
             StatusCode::BAD_REQUEST,
-            format!("field `weight`: {weight} is out of range"),
+            format!("field `weight`: {weight} is out of range 1..={}", rondo_config::MAX_WEIGHT),
         ));
     }
     if let Some(g) = &body.group {
@@ -440,7 +440,15 @@ pub fn check_registration(member: &str, body: &[u8]) -> Result<(MemberSpec, Dura
     }
     let ttl = body.ttl_ms.map_or(DEFAULT_TTL, Duration::from_millis);
     if !(MIN_TTL..=MAX_TTL).contains(&ttl) {
-        return Err(error(StatusCode::BAD_REQUEST, "field `ttl_ms`: out of range"));
+        return Err(error(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "field `ttl_ms`: {} is out of range {}..={}",
+                ttl.as_millis(),
+                MIN_TTL.as_millis(),
+                MAX_TTL.as_millis()
+            ),
+        ));
     }
     let spec = MemberSpec {
         name: member.to_owned(),
