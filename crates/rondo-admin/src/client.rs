@@ -85,6 +85,9 @@ pub struct CtlTarget {
     pub token: String,
     /// Recorded as `operator:NAME` on state changes (`X-Rondo-Operator`).
     pub operator: Option<String>,
+    /// Sent as `If-Match` with every change: the change is made only while this view is in
+    /// effect (else 409 naming the current one).
+    pub if_match: Option<u64>,
 }
 
 /// Runs `cmd` against `target`; returns the text to print.
@@ -145,11 +148,16 @@ async fn call_as(
 ) -> Result<Value, CtlError> {
     let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
     let mut req = Request::builder()
-        .method(method)
+        .method(method.clone())
         .uri(format!("http://{}{}", target.addr, path))
         .header(header::AUTHORIZATION, format!("Bearer {}", target.token));
     if let Some(op) = &target.operator {
         req = req.header(crate::server::OPERATOR_HEADER, op);
+    }
+    if let Some(view) = target.if_match
+        && method != Method::GET
+    {
+        req = req.header(header::IF_MATCH, format!("\"{view}\""));
     }
     if body.is_some() {
         req = req.header(header::CONTENT_TYPE, "application/json");
@@ -216,6 +224,38 @@ fn io_reason(e: &(dyn std::error::Error + 'static)) -> String {
     last
 }
 
+/// The HEALTH cell: what the health checks say (`up`, `unchecked` when nothing checks the
+/// member, `down(<last probe failure>)`, or `down(<who>)` when the registry or an operator set it).
+fn health_cell(m: &Value) -> String {
+    match m["health"].as_str() {
+        Some("down") => match m["last_probe_failure"].as_str() {
+            Some(why) if m["health_by"] == "health-check" => format!("down({why})"),
+            _ => format!("down({})", m["health_by"].as_str().unwrap_or("?")),
+        },
+        Some(word) => word.to_owned(),
+        // An older router's answer.
+        None if m["healthy"].as_bool() == Some(true) => "up".to_owned(),
+        None => "down".to_owned(),
+    }
+}
+
+/// The TRAFFIC cell: `yes`, `no(<reason>)`, or `yes(panic:<reason>)` for an unhealthy member
+/// that panic mode keeps in rotation.
+fn traffic_cell(m: &Value) -> String {
+    let reason = m["reason"].as_str();
+    let reason = match (reason, m["ejected_until_ms"].as_u64()) {
+        (Some("ejected"), Some(ms)) => Some(format!("ejected {ms}ms")),
+        (r, _) => r.map(str::to_owned),
+    };
+    match (m["eligible"].as_bool(), reason) {
+        (Some(true), None) => "yes".to_owned(),
+        (Some(true), Some(r)) => format!("yes(panic:{r})"),
+        (Some(false), Some(r)) => format!("no({r})"),
+        (Some(false), None) => "no".to_owned(),
+        (None, _) => "-".to_owned(),
+    }
+}
+
 /// The status answer as an aligned table, one row per member.
 pub fn status_table(v: &Value) -> String {
     let head = [
@@ -226,6 +266,7 @@ pub fn status_table(v: &Value) -> String {
         "GROUP",
         "STATE(BY)",
         "HEALTH",
+        "TRAFFIC",
         "IN-FLIGHT",
         "SESSIONS",
         "EWMA-MS",
@@ -241,13 +282,8 @@ pub fn status_table(v: &Value) -> String {
     };
     for c in v["clusters"].as_array().into_iter().flatten() {
         for m in c["members"].as_array().into_iter().flatten() {
-            let health = if m["ejected_until_ms"].is_u64() {
-                format!("ejected {}ms", m["ejected_until_ms"])
-            } else if m["healthy"].as_bool() == Some(true) {
-                "up".to_owned()
-            } else {
-                format!("down({})", text(&m["health_by"]))
-            };
+            let health = health_cell(m);
+            let traffic = traffic_cell(m);
             let agent = &m["agent"];
             rows.push(vec![
                 text(&c["name"]),
@@ -257,6 +293,7 @@ pub fn status_table(v: &Value) -> String {
                 text(&m["group"]),
                 format!("{}({})", text(&m["admin"]), text(&m["admin_by"])),
                 health,
+                traffic,
                 text(&m["in_flight"]),
                 text(&m["sessions"]),
                 m["ewma_us"].as_u64().map_or("-".into(), |us| format!("{:.1}", us as f64 / 1000.0)),

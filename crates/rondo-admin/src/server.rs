@@ -1,4 +1,9 @@
 //! The admin API's routes and handlers.
+//!
+//! Every change (member state, weight, algorithm, config) may name the view it was decided on
+//! with `If-Match: "<view id>"` (the `ETag` of `GET /api/v1/status`): when the view in effect is
+//! another one, nothing changes and the answer is 409 naming the current view. The check and the
+//! change happen under the live state's replacement lock, so no view can slip in between.
 
 // Handlers return a ready error response as `Err`; they are not on the data path.
 #![allow(clippy::result_large_err)]
@@ -102,6 +107,58 @@ fn error(status: StatusCode, message: impl Into<String>) -> Response {
     (status, axum::Json(json!({ "error": message.into() }))).into_response()
 }
 
+/// `body` as JSON with the `ETag` of view `view`.
+fn with_etag(view: u64, body: Value) -> Response {
+    let mut r = axum::Json(body).into_response();
+    if let Ok(v) = format!("\"{view}\"").parse() {
+        r.headers_mut().insert(header::ETAG, v);
+    }
+    r
+}
+
+/// The view id a change's `If-Match` asks for: `None` without the header (or with `*`), a 400
+/// when it is not one view id. Quotes and a weak `W/` prefix are accepted, so the `ETag` of a
+/// status answer can be sent back as it is.
+fn if_match(headers: &HeaderMap) -> Result<Option<u64>, Response> {
+    let Some(value) = headers.get(header::IF_MATCH) else { return Ok(None) };
+    let bad = |shown: &str| {
+        error(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "If-Match must be one view id like \"7\" (the ETag of GET /api/v1/status), \
+                 got `{shown}`"
+            ),
+        )
+    };
+    let Ok(text) = value.to_str() else { return Err(bad("(not ASCII)")) };
+    let text = text.trim();
+    if text == "*" {
+        return Ok(None);
+    }
+    let id = text.strip_prefix("W/").unwrap_or(text);
+    let id = id.strip_prefix('"').and_then(|t| t.strip_suffix('"')).unwrap_or(id);
+    id.parse().map(Some).map_err(|_| bad(&text.escape_debug().to_string()))
+}
+
+/// The 409 of a change decided on view `expected` while `current` is in effect.
+fn conflict(current: u64, expected: u64) -> Response {
+    let mut r = (
+        StatusCode::CONFLICT,
+        axum::Json(json!({
+            "error": format!(
+                "the view is {current}, not {expected} (If-Match): it changed since you read \
+                 it; nothing was changed, read the status again and retry"
+            ),
+            "view": current,
+        })),
+    )
+        .into_response();
+    if let Ok(v) = format!("\"{current}\"").parse() {
+        r.headers_mut().insert(header::ETAG, v);
+    }
+    r
+}
+
 async fn auth(State(st): State<AppState>, req: Request, next: Next) -> Response {
     let Some(token) = &st.token else {
         return error(StatusCode::FORBIDDEN, "admin API has no token configured");
@@ -139,16 +196,29 @@ async fn status(State(st): State<AppState>) -> Response {
         .clusters
         .keys()
         .filter_map(|name| snap.clusters.get(name))
-        .map(|rt| cluster_status(rt, now))
+        .map(|rt| cluster_status(rt, now, st.live.group.as_deref()))
         .collect();
-    axum::Json(json!({ "view": snap.view.id, "routes": routes, "clusters": clusters }))
-        .into_response()
+    with_etag(snap.view.id, json!({ "view": snap.view.id, "routes": routes, "clusters": clusters }))
 }
 
-fn cluster_status(rt: &ClusterRt, now: rondo_core::Instant) -> Value {
+/// What the health checks say of a member: `up`, `down`, or `unchecked` when nothing checks it
+/// (no health checks configured and no registry verdict).
+fn health_word(s: &rondo_core::MemberState, checked: bool) -> &'static str {
+    if !s.healthy {
+        "down"
+    } else if checked || s.health_by != Actor::Config {
+        "up"
+    } else {
+        "unchecked"
+    }
+}
+
+fn cluster_status(rt: &ClusterRt, now: rondo_core::Instant, group: Option<&str>) -> Value {
     let spec = &rt.spec;
     let policy = &spec.policy;
     rt.with(|b| {
+        // The same rules and candidate set the next pick uses (rondo-core's candidates.rs).
+        let (eligibility, panic) = b.eligibility(now, group);
         let states = b.states();
         let mut ranked: Vec<(std::time::Duration, usize)> =
             states.iter().enumerate().filter_map(|(i, s)| s.load.probe_rtt.map(|r| (r, i))).collect();
@@ -157,8 +227,9 @@ fn cluster_status(rt: &ClusterRt, now: rondo_core::Instant) -> Value {
             .members
             .iter()
             .zip(states)
+            .zip(&eligibility)
             .enumerate()
-            .map(|(i, (m, s))| {
+            .map(|(i, ((m, s), e))| {
                 let agent = s.load.agent.map(|r| {
                     json!({ "cpu_percent": r.cpu_used * 100.0,
                             "free_mib": r.mem_free >> 20,
@@ -172,7 +243,12 @@ fn cluster_status(rt: &ClusterRt, now: rondo_core::Instant) -> Value {
                     "admin": s.admin.as_str(),
                     "admin_by": s.admin_by.to_string(),
                     "healthy": s.healthy,
+                    "health": health_word(s, policy.health.is_some()),
                     "health_by": s.health_by.to_string(),
+                    "last_probe_failure": s.last_probe_failure.map(|(f, _)| f.to_string()),
+                    "last_probe_failure_ago_ms": s.last_probe_failure.map(|(_, at)| ms(now.since(at))),
+                    "eligible": e.eligible,
+                    "reason": e.reason.map(|r| r.as_str()),
                     "ejected_until_ms": s.ejected_until.filter(|u| *u > now).map(|u| ms(u.since(now))),
                     "in_flight": s.load.in_flight,
                     "sessions": s.load.sessions,
@@ -187,6 +263,7 @@ fn cluster_status(rt: &ClusterRt, now: rondo_core::Instant) -> Value {
             "name": spec.name,
             "algorithm": policy.algorithm.as_str(),
             "granularity": policy.granularity.as_str(),
+            "panic": panic,
             "members": members,
         })
     })
@@ -228,19 +305,34 @@ fn set_admin(
     member: &str,
     to: AdminState,
 ) -> Response {
-    let snap = st.live.load();
-    let (rt, idx) = match find(&snap, cluster, Some(member)) {
-        Ok(x) => x,
+    let expected = match if_match(headers) {
+        Ok(e) => e,
         Err(r) => return r,
     };
     let by = Actor::Operator(operator(headers));
     let by_text = by.to_string();
-    rt.with(|b| b.set_admin(idx, to, by));
+    // Checked and set while no view can be swapped in.
+    let done = st.live.with_current(|snap| {
+        if let Some(e) = expected
+            && snap.view.id != e
+        {
+            return Err(conflict(snap.view.id, e));
+        }
+        let (rt, idx) = find(snap, cluster, Some(member))?;
+        rt.with(|b| b.set_admin(idx, to, by));
+        Ok((rt, snap.view.id))
+    });
+    let (rt, view) = match done {
+        Ok(x) => x,
+        Err(r) => return r,
+    };
     rt.state_changed();
     tracing::info!(cluster, member, state = to.as_str(), by = %by_text, "admin state set");
-    axum::Json(json!({ "cluster": cluster, "member": member, "admin": to.as_str(),
-                        "admin_by": by_text }))
-    .into_response()
+    with_etag(
+        view,
+        json!({ "cluster": cluster, "member": member, "admin": to.as_str(),
+                "admin_by": by_text, "view": view }),
+    )
 }
 
 async fn drain(
@@ -277,12 +369,24 @@ fn body<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, Response> {
 /// the new view id.
 fn change_cluster(
     st: &AppState,
+    headers: &HeaderMap,
     cluster: &str,
     change: impl FnOnce(&mut rondo_core::ClusterSpec) -> Result<(), Response>,
 ) -> Response {
+    let expected = match if_match(headers) {
+        Ok(e) => e,
+        Err(r) => return r,
+    };
     // Built on the configuration in effect, not the composed view, so registered members stay
-    // the registry's; read, changed and swapped under one lock, so concurrent changes all land.
+    // the registry's; read, changed and swapped under one lock, so concurrent changes all land
+    // (and an `If-Match` is checked against the view no other change can replace meanwhile).
     let updated = st.live.update_configured(|view| {
+        if let Some(e) = expected {
+            let current = st.live.load().view.id;
+            if current != e {
+                return Err(conflict(current, e));
+            }
+        }
         let Some(spec) = view.clusters.get(cluster) else {
             return Err(error(StatusCode::NOT_FOUND, format!("unknown cluster `{cluster}`")));
         };
@@ -295,18 +399,25 @@ fn change_cluster(
         Ok(s) => s,
         Err(r) => return r,
     };
-    probe::spawn(&snap);
-    let id = snap.view.id;
-    tracing::info!(view = id, "view applied through the admin API");
-    axum::Json(json!({ "view": id })).into_response()
+    applied(&snap)
 }
 
-fn apply(st: &AppState, view: View) -> Response {
-    let snap = st.live.apply(view);
-    probe::spawn(&snap);
+/// The answer to a change that made view `snap`.
+fn applied(snap: &Arc<Snapshot>) -> Response {
+    probe::spawn(snap);
     let id = snap.view.id;
     tracing::info!(view = id, "view applied through the admin API");
-    axum::Json(json!({ "view": id })).into_response()
+    with_etag(id, json!({ "view": id }))
+}
+
+fn apply(st: &AppState, view: View, expected: Option<u64>) -> Response {
+    match expected {
+        None => applied(&st.live.apply(view)),
+        Some(e) => match st.live.apply_if(view, e) {
+            Ok(snap) => applied(&snap),
+            Err(current) => conflict(current, e),
+        },
+    }
 }
 
 #[derive(Deserialize)]
@@ -316,6 +427,7 @@ struct WeightBody {
 
 async fn weight(
     State(st): State<AppState>,
+    headers: HeaderMap,
     UrlPath((c, m)): UrlPath<(String, String)>,
     bytes: Bytes,
 ) -> Response {
@@ -329,7 +441,7 @@ async fn weight(
             format!("weight {} is out of range 1..=1000000", w.weight),
         );
     }
-    change_cluster(&st, &c, |spec| {
+    change_cluster(&st, &headers, &c, |spec| {
         let Some(member) = spec.members.iter_mut().find(|x| x.name == m) else {
             return Err(error(
                 StatusCode::NOT_FOUND,
@@ -348,6 +460,7 @@ struct AlgorithmBody {
 
 async fn algorithm(
     State(st): State<AppState>,
+    headers: HeaderMap,
     UrlPath(c): UrlPath<String>,
     bytes: Bytes,
 ) -> Response {
@@ -362,7 +475,7 @@ async fn algorithm(
             format!("unknown algorithm `{}`; valid: {}", a.algorithm, valid.join(", ")),
         );
     };
-    change_cluster(&st, &c, |spec| {
+    change_cluster(&st, &headers, &c, |spec| {
         spec.policy.algorithm = algorithm;
         Ok(())
     })
@@ -418,7 +531,11 @@ async fn explain(
     axum::Json(json!({ "cluster": c, "view": snap.view.id, "picks": picks })).into_response()
 }
 
-async fn config(State(st): State<AppState>, bytes: Bytes) -> Response {
+async fn config(State(st): State<AppState>, headers: HeaderMap, bytes: Bytes) -> Response {
+    let expected = match if_match(&headers) {
+        Ok(e) => e,
+        Err(r) => return r,
+    };
     if st.live.has_shared() {
         // It would replace the file's layer, which the shared one hides: a silent no-op.
         return error(
@@ -432,7 +549,7 @@ async fn config(State(st): State<AppState>, bytes: Bytes) -> Response {
     };
     let next = st.live.load().view.id + 1;
     match rondo_config::parse_str(text, Path::new("admin-api"), next) {
-        Ok(config) => apply(&st, config.view),
+        Ok(config) => apply(&st, config.view, expected),
         Err(errors) => {
             let list: Vec<Value> = errors
                 .iter()

@@ -1,6 +1,12 @@
 //! The member's side (`rondo agent`): says hello to every router over TCP (retrying with
 //! backoff until it answers `OK`), then sends each one a UDP heartbeat every interval, even when
-//! nothing changed, with an increasing sequence number.
+//! nothing changed, with an increasing sequence number and the router's epoch from its `OK`.
+//! A router that restarted answers those heartbeats with [`wire::STALE_EPOCH`]; the agent then
+//! says hello again (at most once per [`REHELLO_PAUSE`]).
+//!
+//! A refused key is not a passing failure: the agent logs it at `error` naming the fix and
+//! backs off far longer (from [`KEY_BACKOFF_START`], doubling, at most [`MAX_KEY_BACKOFF`]) than
+//! for a router that is down or still starting.
 //!
 //! Measurements (Linux): CPU use from `/proc/stat` deltas between heartbeats, free memory from
 //! `/proc/meminfo`'s `MemAvailable`. Elsewhere, or when a file cannot be read, 0. Both can be
@@ -14,12 +20,20 @@ use rondo_core::{Entropy, SplitMix64};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpStream, UdpSocket};
 
-use crate::wire::{self, Heartbeat, Key};
+use crate::wire::{self, Heartbeat, HelloOk, Key};
 
 /// Interval when neither the command line nor a router says otherwise.
 pub const DEFAULT_INTERVAL: Duration = Duration::from_millis(200);
-/// Longest wait between two hello attempts.
+/// Longest wait between two hello attempts (router down, unknown member, ...).
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
+/// First wait after a router refused the key.
+pub const KEY_BACKOFF_START: Duration = Duration::from_secs(1);
+/// Longest wait between two hellos with a refused key: it will not fix itself, and every try
+/// is a warning in the router's log.
+pub const MAX_KEY_BACKOFF: Duration = Duration::from_secs(60);
+/// Shortest time between two hellos to one router after a stale-epoch notice (notices are not
+/// authenticated: a flood of them must not turn into a flood of hellos).
+pub const REHELLO_PAUSE: Duration = Duration::from_secs(1);
 
 /// What the agent does.
 #[derive(Debug, Clone)]
@@ -156,54 +170,80 @@ fn parse_mem_available(text: &str) -> Option<u64> {
     Some(kib * 1024)
 }
 
-/// Hello until `OK`, then heartbeats forever.
+/// Hello until `OK`, then heartbeats until the router says its epoch changed; again, forever.
 async fn router_loop(router: String, opts: Arc<AgentOpts>, sample: Arc<Mutex<Sample>>) {
-    let (addr, interval, next_seq) = hello_until_ok(&router, &opts).await;
-    let interval =
-        opts.interval.map_or(interval, |own| own.min(interval)).max(Duration::from_millis(1));
-    // Start above anything an earlier run of this agent sent (time in microseconds) and above
-    // what the router last accepted, so a restart never looks like a replay.
-    let mut seq = unix_micros().max(next_seq);
     // Drops (fault injection) follow a generator seeded by the names: the same pattern every
     // run, so a test that relies on it is reproducible.
     let names = format!("{}/{}", opts.cluster, opts.member);
     let mut rng = SplitMix64::new(rondo_core::hash::hash_key(names.as_bytes()));
-    let local: SocketAddr = if addr.is_ipv4() {
-        ([0, 0, 0, 0], 0).into()
-    } else {
-        (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
-    };
-    let sock = loop {
-        match UdpSocket::bind(local).await {
-            Ok(s) => break s,
-            Err(e) => {
-                tracing::warn!(%router, "cannot open a UDP socket: {e}");
-                tokio::time::sleep(MAX_BACKOFF).await;
-            }
-        }
-    };
-    let mut tick = tokio::time::interval(interval);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut seq = 0u64;
+    let mut last_hello: Option<tokio::time::Instant> = None;
     loop {
-        tick.tick().await;
-        seq += 1;
-        if opts.drop_percent > 0 && rng.next_u64() % 100 < u64::from(opts.drop_percent) {
-            continue;
+        if let Some(at) = last_hello {
+            tokio::time::sleep_until(at + REHELLO_PAUSE).await;
         }
-        let s = *sample.lock().unwrap_or_else(|e| e.into_inner());
-        let hb = Heartbeat {
-            cluster: opts.cluster.clone(),
-            member: opts.member.clone(),
-            seq,
-            cpu_used: s.cpu_used,
-            mem_free: s.mem_free,
-            sessions: opts.sessions,
+        last_hello = Some(tokio::time::Instant::now());
+        let (addr, ok) = hello_until_ok(&router, &opts).await;
+        let interval = Duration::from_millis(ok.interval_ms);
+        let interval =
+            opts.interval.map_or(interval, |own| own.min(interval)).max(Duration::from_millis(1));
+        // Start above anything an earlier run of this agent sent (time in microseconds) and
+        // above what the router last accepted, so a restart never looks like a replay.
+        seq = seq.max(unix_micros()).max(ok.next_seq);
+        let local: SocketAddr = if addr.is_ipv4() {
+            ([0, 0, 0, 0], 0).into()
+        } else {
+            (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
         };
-        let Ok(d) = wire::encode(&hb, &opts.key) else {
-            return; // names were checked in `run`
+        let sock = loop {
+            match UdpSocket::bind(local).await {
+                Ok(s) => break s,
+                Err(e) => {
+                    tracing::warn!(%router, "cannot open a UDP socket: {e}");
+                    tokio::time::sleep(MAX_BACKOFF).await;
+                }
+            }
         };
-        if let Err(e) = sock.send_to(&d, addr).await {
-            tracing::debug!(%router, "heartbeat not sent: {e}");
+        let mut tick = tokio::time::interval(interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut notice = [0u8; 16];
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                got = sock.recv_from(&mut notice) => {
+                    // Only the router's own address, and only the notice, count.
+                    match got {
+                        Ok((n, from)) if from == addr && notice[..n] == wire::STALE_EPOCH[..] => {
+                            tracing::info!(%router, "the router refused a heartbeat of an earlier epoch (it restarted): saying hello again");
+                            break;
+                        }
+                        Ok(_) => {}
+                        // An error that repeats at once must not spin: heartbeats go on.
+                        Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+                    }
+                    continue;
+                }
+            }
+            seq += 1;
+            if opts.drop_percent > 0 && rng.next_u64() % 100 < u64::from(opts.drop_percent) {
+                continue;
+            }
+            let s = *sample.lock().unwrap_or_else(|e| e.into_inner());
+            let hb = Heartbeat {
+                epoch: ok.epoch,
+                cluster: opts.cluster.clone(),
+                member: opts.member.clone(),
+                seq,
+                cpu_used: s.cpu_used,
+                mem_free: s.mem_free,
+                sessions: opts.sessions,
+            };
+            let Ok(d) = wire::encode(&hb, &opts.key) else {
+                return; // names were checked in `run`
+            };
+            if let Err(e) = sock.send_to(&d, addr).await {
+                tracing::debug!(%router, "heartbeat not sent: {e}");
+            }
         }
     }
 }
@@ -214,31 +254,56 @@ fn unix_micros() -> u64 {
         .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
 }
 
-/// Says hello to `router` until it answers `OK`; returns its address, interval and the next
-/// sequence number it expects.
-async fn hello_until_ok(router: &str, opts: &AgentOpts) -> (SocketAddr, Duration, u64) {
+/// Why one hello did not get an `OK`.
+#[derive(Debug)]
+enum HelloFailure {
+    /// The router answered `ERR bad key`.
+    KeyRefused,
+    /// Anything else: the router's `ERR`, no connection, no answer.
+    Other(String),
+}
+
+/// Says hello to `router` until it answers `OK`; returns its address and what it said.
+async fn hello_until_ok(router: &str, opts: &AgentOpts) -> (SocketAddr, HelloOk) {
     let mut backoff = Duration::from_millis(100);
+    let mut key_backoff = KEY_BACKOFF_START;
     loop {
-        match hello_once(router, opts).await {
-            Ok(ok) => {
-                tracing::info!(%router, interval_ms = ok.1.as_millis() as u64, "router accepted the agent");
-                return ok;
+        let wait = match hello_once(router, opts).await {
+            Ok((addr, ok)) => {
+                tracing::info!(%router, interval_ms = ok.interval_ms, "router accepted the agent");
+                return (addr, ok);
             }
-            Err(e) => {
-                tracing::warn!(%router, "hello refused or failed: {e}; retrying in {} ms", backoff.as_millis())
+            Err(HelloFailure::KeyRefused) => {
+                let wait = key_backoff;
+                tracing::error!(
+                    %router,
+                    cluster = %opts.cluster,
+                    member = %opts.member,
+                    "the router refused this agent's key (ERR bad key): --key or --key-file must \
+                     hold the router's [agent] key; trying again in {} s",
+                    wait.as_secs()
+                );
+                key_backoff = (key_backoff * 2).min(MAX_KEY_BACKOFF);
+                wait
             }
-        }
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(MAX_BACKOFF);
+            Err(HelloFailure::Other(e)) => {
+                let wait = backoff;
+                tracing::warn!(%router, "hello refused or failed: {e}; retrying in {} ms", wait.as_millis());
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+                wait
+            }
+        };
+        tokio::time::sleep(wait).await;
     }
 }
 
-async fn hello_once(router: &str, opts: &AgentOpts) -> Result<(SocketAddr, Duration, u64), String> {
+async fn hello_once(router: &str, opts: &AgentOpts) -> Result<(SocketAddr, HelloOk), HelloFailure> {
+    let other = HelloFailure::Other;
     let addr = tokio::net::lookup_host(router)
         .await
-        .map_err(|e| format!("cannot resolve {router}: {e}"))?
+        .map_err(|e| other(format!("cannot resolve {router}: {e}")))?
         .next()
-        .ok_or_else(|| format!("{router} has no address"))?;
+        .ok_or_else(|| other(format!("{router} has no address")))?;
     let exchange = async {
         let mut stream = TcpStream::connect(addr).await.map_err(|e| format!("connect: {e}"))?;
         let line = wire::hello_line(&opts.cluster, &opts.member, &opts.key);
@@ -252,28 +317,16 @@ async fn hello_once(router: &str, opts: &AgentOpts) -> Result<(SocketAddr, Durat
     };
     let answer = tokio::time::timeout(Duration::from_secs(5), exchange)
         .await
-        .map_err(|_| "no answer within 5 s".to_owned())??;
-    parse_ok(answer.trim_end()).map(|(i, s)| (addr, i, s)).ok_or_else(|| {
-        if answer.is_empty() {
-            "connection closed without an answer".to_owned()
-        } else {
-            answer.trim_end().to_owned()
-        }
-    })
-}
-
-/// `OK <interval_ms> [<next_seq>]`.
-fn parse_ok(line: &str) -> Option<(Duration, u64)> {
-    let mut parts = line.split(' ');
-    if parts.next()? != "OK" {
-        return None;
+        .map_err(|_| other("no answer within 5 s".to_owned()))?
+        .map_err(other)?;
+    if answer.is_empty() {
+        return Err(other("connection closed without an answer".to_owned()));
     }
-    let ms: u64 = parts.next()?.parse().ok()?;
-    let next = match parts.next() {
-        Some(s) => s.parse().ok()?,
-        None => 0,
-    };
-    (ms > 0).then_some((Duration::from_millis(ms), next))
+    match wire::parse_ok(&answer, &opts.cluster, &opts.member, &opts.key) {
+        Ok(ok) => Ok((addr, ok)),
+        Err(e) if e == "bad key" => Err(HelloFailure::KeyRefused),
+        Err(e) => Err(other(e)),
+    }
 }
 
 #[cfg(test)]
@@ -289,15 +342,6 @@ mod tests {
         let mem = "MemTotal:       16000000 kB\nMemFree:  100 kB\nMemAvailable:    8000000 kB\n";
         assert_eq!(parse_mem_available(mem), Some(8_000_000 * 1024));
         assert_eq!(parse_mem_available("MemFree: 1 kB"), None);
-    }
-
-    #[test]
-    fn parses_ok_answers() {
-        assert_eq!(parse_ok("OK 200 17"), Some((Duration::from_millis(200), 17)));
-        assert_eq!(parse_ok("OK 100"), Some((Duration::from_millis(100), 0)));
-        assert_eq!(parse_ok("OK 0 1"), None);
-        assert_eq!(parse_ok("ERR bad key"), None);
-        assert_eq!(parse_ok("OK x"), None);
     }
 
     #[tokio::test]

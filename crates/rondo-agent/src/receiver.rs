@@ -1,12 +1,19 @@
 //! The router's side: a TCP listener for first contact and a UDP socket (same address and port)
 //! for heartbeats, feeding `Balancer::report_agent`, plus a watcher that logs members becoming
 //! unavailable or available again and agent algorithms falling back to least-sessions.
+//!
+//! Every receiver draws a random epoch when it starts, names it in its `OK` answers and refuses
+//! heartbeats of another epoch (a restart forgets the last sequence numbers, the epoch makes
+//! the datagrams captured before it worthless). Every refusal is logged with the member the
+//! message claims to be from and its source address, at most [`LOG_BURST`] lines per kind of
+//! refusal per [`LOG_WINDOW`] (a flood of bad datagrams cannot fill the log; the next line says
+//! how many were left out).
 
 use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rondo_core::load::AgentReport;
 use rondo_core::{AdminState, Algorithm};
@@ -17,6 +24,14 @@ use tokio::net::{TcpListener, TcpStream, UdpSocket};
 use tokio::task::JoinHandle;
 
 use crate::wire::{self, HelloError, Key, WireError};
+
+/// Most log lines per kind of refusal in one [`LOG_WINDOW`].
+pub const LOG_BURST: u32 = 5;
+/// The window [`LOG_BURST`] counts in.
+pub const LOG_WINDOW: Duration = Duration::from_secs(10);
+/// Most [`wire::STALE_EPOCH`] answers per second, all agents together (they are answers to
+/// authenticated datagrams, but a captured one can be replayed from a spoofed address).
+const STALE_NOTICES_PER_SECOND: u32 = 100;
 
 /// How the receiver runs.
 #[derive(Debug, Clone)]
@@ -44,6 +59,8 @@ pub struct ReceiverStats {
     pub malformed: u64,
     /// Sequence numbers not above the member's last one.
     pub replayed: u64,
+    /// Authenticated heartbeats for another epoch (sent to an earlier run of this router).
+    pub stale_epoch: u64,
     /// Authenticated heartbeats for a cluster or member the current view does not have.
     pub unknown_member: u64,
     /// Hellos answered `OK`.
@@ -62,6 +79,7 @@ struct Counters {
     bad_version: Counter,
     malformed: Counter,
     replayed: Counter,
+    stale_epoch: Counter,
     unknown_member: Counter,
     hellos: Counter,
     hellos_refused: Counter,
@@ -81,6 +99,7 @@ impl Counters {
             bad_version: hb("bad_version"),
             malformed: hb("malformed"),
             replayed: hb("replayed"),
+            stale_epoch: hb("stale_epoch"),
             unknown_member: hb("unknown_member"),
             hellos: m.agent_counter("hello", "accepted"),
             hellos_refused: m.agent_counter("hello", "refused"),
@@ -96,9 +115,44 @@ impl Counters {
             bad_version: g(&self.bad_version),
             malformed: g(&self.malformed),
             replayed: g(&self.replayed),
+            stale_epoch: g(&self.stale_epoch),
             unknown_member: g(&self.unknown_member),
             hellos: g(&self.hellos),
             hellos_refused: g(&self.hellos_refused),
+        }
+    }
+}
+
+/// At most `burst` events per `window` and key; counts what it held back.
+#[derive(Debug)]
+struct Limiter {
+    burst: u32,
+    window: Duration,
+    /// Key -> (window start, events let through, events held back).
+    state: Mutex<HashMap<&'static str, (Instant, u32, u64)>>,
+}
+
+impl Limiter {
+    fn new(burst: u32, window: Duration) -> Limiter {
+        Limiter { burst, window, state: Mutex::new(HashMap::new()) }
+    }
+
+    /// `Some(held back in the previous window)` when this event may go through.
+    fn allow(&self, key: &'static str) -> Option<u64> {
+        let now = Instant::now();
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let (start, passed, held) = state.entry(key).or_insert((now, 0, 0));
+        if now.duration_since(*start) >= self.window {
+            let before = std::mem::take(held);
+            (*start, *passed) = (now, 1);
+            return Some(before);
+        }
+        if *passed < self.burst {
+            *passed += 1;
+            Some(0)
+        } else {
+            *held += 1;
+            None
         }
     }
 }
@@ -109,7 +163,13 @@ struct Shared {
     live: Arc<Live>,
     key: Key,
     interval: Duration,
+    /// This run's epoch (random): heartbeats must carry it.
+    epoch: u64,
     counters: Counters,
+    /// Refusal log lines, per kind.
+    log_limit: Limiter,
+    /// Stale-epoch answers, all together.
+    notice_limit: Limiter,
     /// Last accepted sequence number per (cluster, member); kept across view swaps.
     last_seq: Mutex<HashMap<(String, String), u64>>,
 }
@@ -127,6 +187,11 @@ impl Receiver {
     /// The counters so far.
     pub fn stats(&self) -> ReceiverStats {
         self.shared.counters.snapshot()
+    }
+
+    /// This run's epoch (named in every `OK`, required in every heartbeat).
+    pub fn epoch(&self) -> u64 {
+        self.shared.epoch
     }
 
     /// Stops every task.
@@ -154,15 +219,60 @@ pub async fn start(opts: ReceiverOpts, live: Arc<Live>) -> io::Result<Receiver> 
         live,
         key: opts.key,
         interval: opts.interval,
+        epoch: random_epoch()?,
         counters,
+        log_limit: Limiter::new(LOG_BURST, LOG_WINDOW),
+        notice_limit: Limiter::new(STALE_NOTICES_PER_SECOND, Duration::from_secs(1)),
         last_seq: Mutex::new(HashMap::new()),
     });
+    tracing::debug!(epoch = shared.epoch, "agent receiver epoch");
     let tasks = vec![
         tokio::spawn(accept_loop(tcp, shared.clone())),
-        tokio::spawn(udp_loop(udp, shared.clone())),
+        tokio::spawn(udp_loop(Arc::new(udp), shared.clone())),
         tokio::spawn(watch_loop(shared.clone())),
     ];
     Ok(Receiver { addr, shared, tasks })
+}
+
+/// A fresh epoch from the system's random source: two runs of a router never share one (a
+/// clock could repeat after a reset; 64 random bits do not in practice).
+fn random_epoch() -> io::Result<u64> {
+    use ring::rand::{SecureRandom, SystemRandom};
+    let mut bytes = [0u8; 8];
+    SystemRandom::new()
+        .fill(&mut bytes)
+        .map_err(|_| io::Error::other("no random source for the agent epoch"))?;
+    Ok(u64::from_be_bytes(bytes))
+}
+
+/// A claimed (unauthenticated) name as it may be logged: control characters escaped, at most
+/// 64 characters.
+fn shown(name: &str) -> String {
+    let mut out: String = name.chars().take(64).flat_map(char::escape_debug).collect();
+    if name.chars().count() > 64 {
+        out.push_str("...");
+    }
+    out
+}
+
+/// Logs a refusal at `warn` with who claimed to send it, unless this kind already logged
+/// [`LOG_BURST`] lines in the current window.
+fn log_refusal(
+    shared: &Shared,
+    kind: &'static str,
+    peer: SocketAddr,
+    names: Option<(&str, &str)>,
+    reason: &str,
+) {
+    let Some(held_back) = shared.log_limit.allow(kind) else { return };
+    let (cluster, member) = names.map_or(("?".into(), "?".into()), |(c, m)| (shown(c), shown(m)));
+    if held_back > 0 {
+        tracing::warn!(%peer, %cluster, %member, kind, suppressed = held_back,
+            "agent {reason} (and {held_back} more of this kind not logged in the last {} s)",
+            LOG_WINDOW.as_secs());
+    } else {
+        tracing::warn!(%peer, %cluster, %member, kind, "agent {reason}");
+    }
 }
 
 async fn accept_loop(tcp: TcpListener, shared: Arc<Shared>) {
@@ -172,7 +282,7 @@ async fn accept_loop(tcp: TcpListener, shared: Arc<Shared>) {
                 let shared = shared.clone();
                 tokio::spawn(async move {
                     let hello =
-                        tokio::time::timeout(Duration::from_secs(5), hello(stream, &shared));
+                        tokio::time::timeout(Duration::from_secs(5), hello(stream, peer, &shared));
                     if let Ok(Err(e)) = hello.await {
                         tracing::debug!(%peer, "agent hello: {e}");
                     }
@@ -187,15 +297,16 @@ async fn accept_loop(tcp: TcpListener, shared: Arc<Shared>) {
 }
 
 /// One first contact: read one line, answer one line, close.
-async fn hello(stream: TcpStream, shared: &Shared) -> io::Result<()> {
+async fn hello(stream: TcpStream, peer: SocketAddr, shared: &Shared) -> io::Result<()> {
     let (r, mut w) = stream.into_split();
     let mut line = String::new();
     // Bounded: a hello is short.
     let mut r = BufReader::new(r.take(1024));
     r.read_line(&mut line).await?;
+    let claimed = wire::claimed_hello(&line);
     let answer = match wire::parse_hello(&line, &shared.key) {
-        Err(HelloError::BadKey) => Err("ERR bad key\n".to_owned()),
-        Err(HelloError::Malformed) => Err("ERR malformed hello\n".to_owned()),
+        Err(HelloError::BadKey) => Err(("bad_key", "ERR bad key\n".to_owned())),
+        Err(HelloError::Malformed) => Err(("malformed_hello", "ERR malformed hello\n".to_owned())),
         Ok((cluster, member)) => {
             let snap = shared.live.load();
             let known = snap
@@ -209,10 +320,15 @@ async fn hello(stream: TcpStream, shared: &Shared) -> io::Result<()> {
                     .unwrap_or_else(|e| e.into_inner())
                     .get(&(cluster.clone(), member.clone()))
                     .map_or(0, |s| s.saturating_add(1));
-                tracing::info!(%cluster, %member, "agent said hello");
-                Ok(format!("OK {} {next}\n", shared.interval.as_millis()))
+                tracing::info!(%cluster, %member, %peer, "agent accepted");
+                let ok = wire::HelloOk {
+                    interval_ms: shared.interval.as_millis().max(1) as u64,
+                    next_seq: next,
+                    epoch: shared.epoch,
+                };
+                Ok(wire::ok_line(&cluster, &member, &ok, &shared.key))
             } else {
-                Err(format!("ERR unknown member {cluster}/{member}\n"))
+                Err(("unknown_member", format!("ERR unknown member {cluster}/{member}\n")))
             }
         }
     };
@@ -221,9 +337,15 @@ async fn hello(stream: TcpStream, shared: &Shared) -> io::Result<()> {
             bump(&shared.counters.hellos);
             ok
         }
-        Err(err) => {
+        Err((kind, err)) => {
             bump(&shared.counters.hellos_refused);
-            tracing::warn!("agent hello refused: {}", err.trim_end());
+            let names = claimed.as_ref().map(|(c, m)| (c.as_str(), m.as_str()));
+            let reason = match kind {
+                "bad_key" => "refused: wrong key (its hello's tag does not match [agent] key)",
+                "unknown_member" => "refused: no such cluster or member in the current view",
+                _ => "refused: malformed hello",
+            };
+            log_refusal(shared, kind, peer, names, reason);
             err
         }
     };
@@ -231,53 +353,90 @@ async fn hello(stream: TcpStream, shared: &Shared) -> io::Result<()> {
     w.shutdown().await
 }
 
-async fn udp_loop(udp: UdpSocket, shared: Arc<Shared>) {
+async fn udp_loop(udp: Arc<UdpSocket>, shared: Arc<Shared>) {
     let mut buf = vec![0u8; wire::MAX_DATAGRAM + 1];
     loop {
-        let n = match udp.recv_from(&mut buf).await {
-            Ok((n, _)) => n,
+        let (n, peer) = match udp.recv_from(&mut buf).await {
+            Ok(got) => got,
             Err(e) => {
                 // ICMP errors and the like: nothing to do but go on.
                 tracing::debug!("agent socket: {e}");
                 continue;
             }
         };
-        handle_datagram(&buf[..n], &shared);
+        if handle_datagram(&buf[..n], peer, &shared) == Verdict::StaleEpoch
+            && shared.notice_limit.allow("stale_epoch").is_some()
+        {
+            // Best effort: a lost notice is made up for by the next heartbeat's.
+            let _ = udp.try_send_to(wire::STALE_EPOCH, peer);
+        }
     }
 }
 
-fn handle_datagram(d: &[u8], shared: &Shared) {
+/// What became of one datagram (beyond the counters).
+#[derive(Debug, PartialEq, Eq)]
+enum Verdict {
+    Accepted,
+    StaleEpoch,
+    Refused,
+}
+
+fn handle_datagram(d: &[u8], peer: SocketAddr, shared: &Shared) -> Verdict {
     let c = &shared.counters;
     let hb = match wire::decode(d, &shared.key) {
         Ok(hb) => hb,
         Err(e) => {
-            bump(match e {
-                WireError::BadMac => &c.bad_mac,
-                WireError::Truncated { .. } | WireError::Trailing { .. } => &c.truncated,
-                WireError::BadMagic | WireError::UnsupportedVersion(_) => &c.bad_version,
-                WireError::Malformed(_) | WireError::NameTooLong(_) => &c.malformed,
-            });
-            tracing::debug!("heartbeat dropped: {e}");
-            return;
+            let (counter, kind) = match e {
+                WireError::BadMac => (&c.bad_mac, "bad_mac"),
+                WireError::Truncated { .. } | WireError::Trailing { .. } => {
+                    (&c.truncated, "truncated")
+                }
+                WireError::BadMagic | WireError::UnsupportedVersion(_) => {
+                    (&c.bad_version, "bad_version")
+                }
+                WireError::Malformed(_) | WireError::NameTooLong(_) => (&c.malformed, "malformed"),
+            };
+            bump(counter);
+            let names = wire::claimed_names(d);
+            let names = names.as_ref().map(|(c, m)| (c.as_str(), m.as_str()));
+            let reason = if e == WireError::BadMac {
+                "heartbeat refused: bad mac (wrong key or altered)".to_owned()
+            } else {
+                format!("heartbeat refused: {e}")
+            };
+            log_refusal(shared, kind, peer, names, &reason);
+            return Verdict::Refused;
         }
     };
+    let names = Some((hb.cluster.as_str(), hb.member.as_str()));
+    if hb.epoch != shared.epoch {
+        bump(&c.stale_epoch);
+        let reason = "heartbeat refused: another epoch (sent to an earlier run of this router, \
+                      or replayed); asking the agent to say hello again";
+        log_refusal(shared, "stale_epoch", peer, names, reason);
+        return Verdict::StaleEpoch;
+    }
     let snap = shared.live.load();
-    let Some(rt) = snap.clusters.get(&hb.cluster) else {
+    let found = snap
+        .clusters
+        .get(&hb.cluster)
+        .and_then(|rt| rt.with(|b| b.member_index(&hb.member)).map(|i| (rt, i)));
+    let Some((rt, idx)) = found else {
         bump(&c.unknown_member);
-        return;
-    };
-    let Some(idx) = rt.with(|b| b.member_index(&hb.member)) else {
-        bump(&c.unknown_member);
-        return;
+        let reason = "heartbeat refused: no such cluster or member in the current view";
+        log_refusal(shared, "unknown_member", peer, names, reason);
+        return Verdict::Refused;
     };
     {
         let mut last = shared.last_seq.lock().unwrap_or_else(|e| e.into_inner());
-        let key = (hb.cluster, hb.member);
+        let key = (hb.cluster.clone(), hb.member.clone());
         match last.get_mut(&key) {
             Some(s) if hb.seq <= *s => {
                 drop(last);
                 bump(&c.replayed);
-                return;
+                let reason = "heartbeat refused: sequence number not above the last (replayed)";
+                log_refusal(shared, "replayed", peer, names, reason);
+                return Verdict::Refused;
             }
             Some(s) => *s = hb.seq,
             None => {
@@ -294,6 +453,7 @@ fn handle_datagram(d: &[u8], shared: &Shared) {
     };
     rt.with(|b| b.report_agent(idx, report));
     bump(&c.accepted);
+    Verdict::Accepted
 }
 
 /// Every interval: logs each member whose agent falls silent past the timeout (unavailable) or
@@ -370,5 +530,28 @@ async fn watch_loop(shared: Arc<Shared>) {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_limiter_lets_a_burst_through_per_window_and_counts_the_rest() {
+        let l = Limiter::new(2, Duration::from_millis(50));
+        assert_eq!(
+            [l.allow("a"), l.allow("a"), l.allow("a"), l.allow("a")],
+            [Some(0), Some(0), None, None]
+        );
+        // Kinds are counted apart.
+        assert_eq!(l.allow("b"), Some(0));
+        std::thread::sleep(Duration::from_millis(60));
+        // The next window's first event says how many the last one held back.
+        assert_eq!(l.allow("a"), Some(2));
+        assert_eq!(l.allow("a"), Some(0));
+        assert_eq!(l.allow("a"), None);
+        assert_eq!(shown("a\u{1b}[2Jb\n"), "a\\u{1b}[2Jb\\n");
+        assert_eq!(shown(&"x".repeat(100)), format!("{}...", "x".repeat(64)));
     }
 }

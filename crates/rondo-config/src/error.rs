@@ -28,10 +28,12 @@ pub struct ConfigError {
 
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let file = self.file.display().to_string();
+        let file = escape_controls(&file);
         if self.line == 0 {
-            write!(f, "{}: ", self.file.display())?;
+            write!(f, "{file}: ")?;
         } else {
-            write!(f, "{}:{}:{}: ", self.file.display(), self.line, self.column)?;
+            write!(f, "{file}:{}:{}: ", self.line, self.column)?;
         }
         if !self.field.is_empty() {
             write!(f, "field `{}`: ", self.field)?;
@@ -90,7 +92,7 @@ impl ConfigErrors {
                 line: 0,
                 column: 0,
                 field: String::new(),
-                message,
+                message: escape_controls(&message).into_owned(),
             }],
         }
     }
@@ -128,6 +130,24 @@ impl IntoIterator for ConfigErrors {
     }
 }
 
+/// `s` with every control character (escape, newline, tab, DEL, C1 controls) written as its Rust
+/// escape (`\u{1b}`, `\n`): error messages echo values from the file, and a value must not be
+/// able to move the cursor, recolour a terminal or forge a second line in a log.
+pub(crate) fn escape_controls(s: &str) -> std::borrow::Cow<'_, str> {
+    if !s.chars().any(char::is_control) {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        if c.is_control() {
+            out.extend(c.escape_debug());
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 /// 1-based line and column (in characters) of byte `offset` in `text`. Offsets past the end or
 /// inside a multi-byte character are clamped to the nearest preceding character boundary.
 pub(crate) fn line_column(text: &str, offset: usize) -> (usize, usize) {
@@ -157,6 +177,15 @@ mod tests {
         assert_eq!(line_column(text, 6), (2, 3));
         assert_eq!(line_column(text, 8), (3, 1));
         assert_eq!(line_column(text, 100), (3, 2));
+    }
+
+    #[test]
+    fn control_characters_are_escaped() {
+        assert_eq!(escape_controls("plain `x` é"), "plain `x` é");
+        assert_eq!(
+            escape_controls("a\u{1b}[31mb\nc\td\u{7f}\u{85}"),
+            "a\\u{1b}[31mb\\nc\\td\\u{7f}\\u{85}"
+        );
     }
 
     #[test]

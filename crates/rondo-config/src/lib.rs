@@ -39,7 +39,7 @@ pub use spec::{
 };
 pub use warnings::Features;
 
-use crate::error::line_column;
+use crate::error::{escape_controls, line_column};
 use crate::path::{FieldPath, path_at, span_of};
 
 /// A checked configuration, compiled.
@@ -78,6 +78,33 @@ impl Config {
             count(members, "member"),
             self.view.id
         )
+    }
+}
+
+/// [`parse_str`] on arbitrary bytes, the invariants of its answer asserted: the fuzz target
+/// `config` (`fuzz/`) and the tests replaying its corpus call this. Panics only when an
+/// invariant breaks: a valid config keeps the view id it was given; every error points inside
+/// the text (line and column), says something, and holds no control character (values and keys
+/// are echoed escaped).
+pub fn fuzz_input(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else { return };
+    match parse_str(text, Path::new("fuzz.toml"), 3) {
+        Ok(config) => {
+            assert_eq!(config.view.id, 3);
+            assert!(!config.summary().is_empty());
+        }
+        Err(errors) => {
+            assert!(!errors.is_empty(), "an error list with no error");
+            let lines = text.split('\n').count();
+            for e in &errors {
+                assert!(e.line >= 1 && e.line <= lines, "line out of range: {e}");
+                assert!(e.column >= 1, "column out of range: {e}");
+                assert!(!e.message.is_empty(), "empty message at {}:{}", e.line, e.column);
+                let shown = e.to_string();
+                assert!(shown.starts_with("fuzz.toml:"), "{shown}");
+                assert!(!shown.chars().any(char::is_control), "control character in {shown:?}");
+            }
+        }
     }
 }
 
@@ -121,6 +148,10 @@ pub fn parse_str_with(
     let table = doc.as_ref().map(|d| d.as_table());
     let error_at = |span: Option<std::ops::Range<usize>>, field: String, message: String| {
         let (line, column) = span.map_or((1, 1), |s| line_column(text, s.start));
+        // Values are echoed in messages and keys in field paths: a control character in either
+        // (an escape sequence, a newline) must not reach a terminal or log as it is.
+        let field = escape_controls(&field).into_owned();
+        let message = escape_controls(&message).into_owned();
         ConfigError { file: file.to_path_buf(), line, column, field, message }
     };
 

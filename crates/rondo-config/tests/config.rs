@@ -1439,3 +1439,30 @@ fn the_example_writes_no_registry_snapshot_into_the_checkout() {
     let naming = c.naming.expect("the example has a naming service");
     assert_eq!(naming.registry, RegistrySpec::Embedded { snapshot: None });
 }
+
+#[test]
+fn control_characters_in_echoed_values_and_keys_are_escaped() {
+    // A value with an escape sequence and a newline, echoed by the compiler's message.
+    let text = with("[cluster.other]\nalgorithm = \"rr\\u001b[2J\\nforged: line\"\nmembers = []\n");
+    let errs = errors(&text);
+    let e = errs.iter().find(|e| e.field == "cluster.other.algorithm").expect("algorithm error");
+    assert!(
+        e.message.starts_with("unknown algorithm `rr\\u{1b}[2J\\nforged: line`, expected"),
+        "{e}"
+    );
+    // A key with a control character, echoed in the field path and in the parser's message.
+    let text = with("[cluster.\"x\\u0007y\"]\nalgorithm = \"random\"\nmembers = []\nbogus = 1\n");
+    let errs = errors(&text);
+    assert!(errs.iter().any(|e| e.field.contains("x\\u{7}y")), "{}", render(&errs));
+    // The file name too (a path can hold anything).
+    let errs = parse_str("[router]\nbogus = 1\n", Path::new("a\nb.toml"), 1).unwrap_err();
+    for e in errs.iter().chain(&errs.errors) {
+        let shown = e.to_string();
+        assert!(!shown.chars().any(char::is_control), "raw control character in {shown:?}");
+        assert!(!e.message.chars().any(char::is_control), "{:?}", e.message);
+        assert!(!e.field.chars().any(char::is_control), "{:?}", e.field);
+    }
+    for e in &errs {
+        assert!(e.to_string().starts_with("a\\nb.toml:"), "{e}");
+    }
+}

@@ -28,8 +28,8 @@ pub mod load;
 pub mod member;
 mod tree;
 
-pub use balancer::{Balancer, PickError, PickRequest};
+pub use balancer::{Balancer, Eligibility, Ineligible, PickError, PickRequest};
 pub use budget::RetryBudget;
 pub use explain::{CandidateInfo, Decision, Explanation, Scope, Why};
 pub use failover::{Failover, Stop, TryFailure};
-pub use member::{Ejection, FailureKind, MemberState, Outcome};
+pub use member::{Ejection, FailureKind, MemberState, Outcome, ProbeFailure};

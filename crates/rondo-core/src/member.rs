@@ -31,6 +31,41 @@ pub struct MemberState {
     pub load: Load,
     /// Sequence number of the last pick that chose it (tie-breaker: least recently picked).
     pub last_pick: u64,
+    /// Why its latest failed health check failed (kept after it passes again), and when.
+    pub last_probe_failure: Option<(ProbeFailure, Instant)>,
+}
+
+/// Why one health check failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProbeFailure {
+    /// The member answered with a status outside the expected range.
+    Status(u16),
+    /// No connection and answer within the check's timeout.
+    Timeout,
+    /// Connection refused.
+    Refused,
+    /// Connection reset, or closed before a status line.
+    Reset,
+    /// The member's host name did not resolve.
+    Dns,
+    /// No route to the member (host or network unreachable), or another connect error.
+    Unreachable,
+    /// Something that is not an HTTP/1 status line.
+    NotHttp,
+}
+
+impl std::fmt::Display for ProbeFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ProbeFailure::Status(s) => write!(f, "status {s}"),
+            ProbeFailure::Timeout => f.write_str("timeout"),
+            ProbeFailure::Refused => f.write_str("refused"),
+            ProbeFailure::Reset => f.write_str("reset"),
+            ProbeFailure::Dns => f.write_str("dns"),
+            ProbeFailure::Unreachable => f.write_str("unreachable"),
+            ProbeFailure::NotHttp => f.write_str("not http"),
+        }
+    }
 }
 
 impl MemberState {
@@ -47,15 +82,15 @@ impl MemberState {
             up_since: None,
             load: Load::new(policy.ewma.default_rtt, now),
             last_pick: 0,
+            last_probe_failure: None,
         }
     }
 
     /// Up by every measure at `now`: probes, passive ejection, and agent heartbeats (a member
     /// whose agent has reported once and then fell silent past the timeout is unavailable).
+    /// The rules are [`crate::balancer::health_reason`]'s.
     pub fn is_healthy(&self, now: Instant, policy: &Policy) -> bool {
-        self.healthy
-            && self.ejected_until.is_none_or(|until| now >= until)
-            && self.load.agent.is_none_or(|r| r.is_fresh(now, policy.agent.timeout))
+        crate::balancer::health_reason(self, now, policy).is_none()
     }
 
     /// Whether an existing (sticky) session may stay on this member: draining members keep their

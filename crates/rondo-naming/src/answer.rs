@@ -1,7 +1,8 @@
 //! Naming answers computed from the live snapshot: the same balancers, the same eligibility.
 
+use rondo_core::balancer::health_reason;
 use rondo_core::wire::{Answer, Lookup, Member, Source};
-use rondo_core::{AdminState, PickError, PickRequest};
+use rondo_core::{AdminState, Ineligible, PickError, PickRequest};
 use rondo_runtime::{Snapshot, clock};
 
 /// Why a service has no answer.
@@ -39,10 +40,10 @@ pub fn answer(snapshot: &Snapshot, service: &str) -> Result<Answer, AnswerError>
             // Health checks and agents speak for every caller; passive ejection is this
             // router's own observation of its own traffic (a client ejects on its own), so an
             // ejected member stays listed.
+            // The core's health rules (rondo-core's candidates.rs), less passive ejection.
             .filter(|(_, s)| {
                 s.admin != AdminState::Disabled
-                    && s.healthy
-                    && s.load.agent.is_none_or(|r| r.is_fresh(now, policy.agent.timeout))
+                    && matches!(health_reason(s, now, policy), None | Some(Ineligible::Ejected))
             })
             .map(|(m, s)| Member {
                 name: m.name.clone(),

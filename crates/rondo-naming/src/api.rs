@@ -417,3 +417,45 @@ async fn status(State(st): State<AppState>) -> Response {
         }),
     )
 }
+
+/// A registration body (`PUT /v1/services/{service}/members/{member}`) parsed and checked as
+/// that call does before it looks the service up: the member to register and its lease's time
+/// to live, or the 400 answer naming what is wrong. A plain function over bytes, for the fuzz
+/// target `naming_register` (`fuzz/`) and the tests that replay its corpus; never panics.
+pub fn check_registration(member: &str, body: &[u8]) -> Result<(MemberSpec, Duration), Response> {
+    let body: Register = serde_json::from_slice(body).map_err(|e| {
+        error(StatusCode::BAD_REQUEST, format!("invalid registration body (JSON): {e}"))
+    })?;
+    check_name("member", member)?;
+    check_address(&body.address)?;
+    let weight = body.weight.unwrap_or(DEFAULT_WEIGHT);
+    if !(1..=rondo_config::MAX_WEIGHT).contains(&u64::from(weight)) {
+        return Err(error(
+            StatusCode::BAD_REQUEST,
+            format!("field `weight`: {weight} is out of range 1..={}", rondo_config::MAX_WEIGHT),
+        ));
+    }
+    if let Some(g) = &body.group {
+        check_name("field `group`", g)?;
+    }
+    let ttl = body.ttl_ms.map_or(DEFAULT_TTL, Duration::from_millis);
+    if !(MIN_TTL..=MAX_TTL).contains(&ttl) {
+        return Err(error(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "field `ttl_ms`: {} is out of range {}..={}",
+                ttl.as_millis(),
+                MIN_TTL.as_millis(),
+                MAX_TTL.as_millis()
+            ),
+        ));
+    }
+    let spec = MemberSpec {
+        name: member.to_owned(),
+        address: body.address,
+        weight,
+        group: body.group,
+        admin: rondo_core::AdminState::Active,
+    };
+    Ok((spec, ttl))
+}

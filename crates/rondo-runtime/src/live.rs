@@ -439,6 +439,7 @@ impl Live {
     pub fn new(view: View, group: Option<String>) -> Self {
         let now = clock::now();
         let metrics = Arc::new(Metrics::new());
+        let _ = metrics.group.set(group.clone());
         let signal = Arc::new(StateSignal::default());
         let clusters = view
             .clusters
@@ -521,6 +522,27 @@ impl Live {
         let id = view.id;
         layers.file = view;
         self.swap(&layers, id)
+    }
+
+    /// Like [`Live::apply`], only when the current view's id is `expected` (checked and swapped
+    /// under one lock); else the current id. For the admin API's `If-Match`.
+    pub fn apply_if(&self, view: View, expected: u64) -> Result<Arc<Snapshot>, u64> {
+        let mut layers = self.layers();
+        let current = self.current.load().view.id;
+        if current != expected {
+            return Err(current);
+        }
+        let id = view.id;
+        layers.file = view;
+        Ok(self.swap(&layers, id))
+    }
+
+    /// Runs `f` on the current snapshot while no view can be swapped in (the lock that
+    /// serialises replacements is held): a check of the view id and the change it guards happen
+    /// as one. `f` must not call back into this `Live`'s replacing methods.
+    pub fn with_current<R>(&self, f: impl FnOnce(&Arc<Snapshot>) -> R) -> R {
+        let _serial = self.layers();
+        f(&self.current.load_full())
     }
 
     /// The configuration in effect (the shared one when set, else the file's), without
@@ -733,6 +755,19 @@ mod tests {
         assert_eq!(new.with(|b| b.states()[d.member].load.in_flight), 1, "carried over");
         old.end_request(d.member, Outcome::Success { latency: Duration::from_millis(1) });
         assert_eq!(new.with(|b| b.states()[d.member].load.in_flight), 0, "ended on the successor");
+    }
+
+    #[test]
+    fn apply_if_swaps_only_while_the_expected_view_is_in_effect() {
+        let live = live();
+        let base = (*live.load().view).clone();
+        assert_eq!(live.apply_if(View { id: 2, ..base.clone() }, 7).map(|s| s.view.id), Err(1));
+        assert_eq!(live.load().view.id, 1, "nothing swapped");
+        assert_eq!(live.apply_if(View { id: 2, ..base.clone() }, 1).map(|s| s.view.id), Ok(2));
+        // A touch (member state a naming answer shows) is a new id too.
+        live.touch();
+        assert_eq!(live.apply_if(View { id: 4, ..base }, 2).map(|s| s.view.id), Err(3));
+        assert_eq!(live.with_current(|s| s.view.id), 3);
     }
 
     #[test]

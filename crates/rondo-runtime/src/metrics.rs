@@ -68,6 +68,17 @@ pub struct MemberLabels {
     pub member: String,
 }
 
+/// Labels of the reason a member takes no new requests.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct MemberReasonLabels {
+    /// Cluster name.
+    pub cluster: String,
+    /// Member name.
+    pub member: String,
+    /// [`rondo_core::Ineligible::as_str`].
+    pub reason: &'static str,
+}
+
 /// Labels of a reload.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 pub struct ReloadLabels {
@@ -159,7 +170,11 @@ pub struct Metrics {
     in_flight: Family<MemberLabels, Gauge>,
     sessions: Family<MemberLabels, Gauge>,
     healthy: Family<MemberLabels, Gauge>,
+    eligible: Family<MemberLabels, Gauge>,
+    ineligible: Family<MemberReasonLabels, Gauge>,
     ejected: Family<MemberLabels, Gauge>,
+    /// The router's locality group, for eligibility (set once by [`crate::Live::new`]).
+    pub group: std::sync::OnceLock<Option<String>>,
     agent_age: Family<MemberLabels, F64Gauge>,
     /// Serialises scrapes (each refills the state gauges).
     scrape: Mutex<()>,
@@ -191,7 +206,10 @@ impl Metrics {
             in_flight: Family::default(),
             sessions: Family::default(),
             healthy: Family::default(),
+            eligible: Family::default(),
+            ineligible: Family::default(),
             ejected: Family::default(),
+            group: std::sync::OnceLock::new(),
             agent_age: Family::default(),
             scrape: Mutex::new(()),
         };
@@ -255,8 +273,18 @@ impl Metrics {
         r.register("member_sessions", "Sessions pinned to a member", m.sessions.clone());
         r.register(
             "member_healthy",
-            "1 when the member is healthy (health checks, agent, registry), else 0",
+            "1 when the member's health checks (or the registry) say it is up, else 0; see member_eligible for whether it gets traffic",
             m.healthy.clone(),
+        );
+        r.register(
+            "member_eligible",
+            "1 when the member is a candidate for new requests and sessions now (admin state, health checks, ejection, agent, locality, panic), else 0",
+            m.eligible.clone(),
+        );
+        r.register(
+            "member_ineligible",
+            "1 for the reason a member gets no new requests (disabled, draining, health_check, ejected, agent_silent, other_group); absent while it is eligible",
+            m.ineligible.clone(),
         );
         r.register(
             "member_ejected",
@@ -317,9 +345,11 @@ impl Metrics {
         let _serial = self.scrape.lock().unwrap_or_else(|e| e.into_inner());
         let now = clock::now();
         self.view.set(snap.view.id as i64);
-        for f in [&self.in_flight, &self.sessions, &self.healthy, &self.ejected] {
+        for f in [&self.in_flight, &self.sessions, &self.healthy, &self.eligible, &self.ejected] {
             f.clear();
         }
+        self.ineligible.clear();
+        let group = self.group.get().cloned().flatten();
         self.agent_age.clear();
         for name in snap.view.clusters.keys() {
             let Some(rt) = snap.clusters.get(name) else { continue };
@@ -328,11 +358,21 @@ impl Metrics {
             self.ejections.get_or_create(&cl).inc_by(0);
             self.returns.get_or_create(&cl).inc_by(0);
             rt.with(|b| {
-                for (m, s) in rt.spec.members.iter().zip(b.states()) {
+                let (eligibility, _) = b.eligibility(now, group.as_deref());
+                for ((m, s), e) in rt.spec.members.iter().zip(b.states()).zip(eligibility) {
                     let l = MemberLabels { cluster: name.clone(), member: m.name.clone() };
                     self.in_flight.get_or_create(&l).set(s.load.in_flight as i64);
                     self.sessions.get_or_create(&l).set(s.load.sessions as i64);
                     self.healthy.get_or_create(&l).set(i64::from(s.healthy));
+                    self.eligible.get_or_create(&l).set(i64::from(e.eligible));
+                    if let (false, Some(why)) = (e.eligible, e.reason) {
+                        let l = MemberReasonLabels {
+                            cluster: name.clone(),
+                            member: m.name.clone(),
+                            reason: why.as_str(),
+                        };
+                        self.ineligible.get_or_create(&l).set(1);
+                    }
                     let ejected = s.ejected_until.is_some_and(|u| u > now);
                     self.ejected.get_or_create(&l).set(i64::from(ejected));
                     if let Some(r) = s.load.agent {

@@ -4,6 +4,9 @@
 //! failures take it down. A cluster with `response-time` but no health check is still probed
 //! (TCP connect, default interval) for the ranking, without touching health.
 //!
+//! Every failed check records why ([`ProbeFailure`]: status NNN, timeout, refused, reset, dns,
+//! ...) on the member, for status pages and for the `member down` log line.
+//!
 //! One task per cluster and view; it stops when its view is replaced (the next view's task takes
 //! over with the member state carried across).
 
@@ -11,7 +14,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-use rondo_core::{Actor, Algorithm, HealthCheck, HealthCheckKind};
+use rondo_core::{Actor, Algorithm, HealthCheck, HealthCheckKind, ProbeFailure};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::task::JoinSet;
@@ -62,7 +65,7 @@ async fn run(rt: Weak<ClusterRt>, check: HealthCheck, judge: bool) {
         for (i, _, address) in &members {
             let (i, address, kind, timeout) =
                 (*i, address.clone(), check.kind.clone(), check.timeout);
-            round.spawn(async move { (i, probe(&address, &kind, timeout).await) });
+            round.spawn(async move { (i, check_once(&address, &kind, timeout).await) });
         }
         let mut results = Vec::with_capacity(members.len());
         while let Some(done) = round.join_next().await {
@@ -73,20 +76,26 @@ async fn run(rt: Weak<ClusterRt>, check: HealthCheck, judge: bool) {
         let Some(cluster) = rt.upgrade() else { return };
         let now = crate::clock::now();
         let changed = cluster.with(|b| {
-            b.record_probe_round(&results);
+            let rtts: Vec<(usize, Option<Duration>)> =
+                results.iter().map(|(i, r)| (*i, r.as_ref().ok().copied())).collect();
+            b.record_probe_round(&rtts);
             let mut changed = false;
             if !judge {
                 return changed;
             }
-            for &(i, rtt) in &results {
+            for &(i, result) in &results {
                 let name = &members[i].1;
                 let s = streaks.entry(name.clone()).or_default();
-                if rtt.is_some() {
-                    s.ok += 1;
-                    s.failed = 0;
-                } else {
-                    s.failed += 1;
-                    s.ok = 0;
+                match result {
+                    Ok(_) => {
+                        s.ok += 1;
+                        s.failed = 0;
+                    }
+                    Err(why) => {
+                        s.failed += 1;
+                        s.ok = 0;
+                        b.note_probe_failure(i, why, now);
+                    }
                 }
                 let healthy = b.states().get(i).map(|st| st.healthy);
                 if healthy == Some(false) && s.ok >= check.rise {
@@ -96,7 +105,14 @@ async fn run(rt: Weak<ClusterRt>, check: HealthCheck, judge: bool) {
                 } else if healthy == Some(true) && s.failed >= check.fall {
                     changed = true;
                     b.set_health(i, false, Actor::HealthCheck, now);
-                    tracing::warn!(cluster = %b.spec().name, member = %name, "member down (health check)");
+                    let why = result.err().map_or_else(String::new, |w| w.to_string());
+                    tracing::warn!(
+                        cluster = %b.spec().name,
+                        member = %name,
+                        reason = %why,
+                        fails = s.failed,
+                        "member down (health check: {why})"
+                    );
                 }
             }
             changed
@@ -109,49 +125,150 @@ async fn run(rt: Weak<ClusterRt>, check: HealthCheck, judge: bool) {
 
 /// One probe: its round trip, or `None` when it failed.
 pub async fn probe(address: &str, kind: &HealthCheckKind, timeout: Duration) -> Option<Duration> {
+    check_once(address, kind, timeout).await.ok()
+}
+
+/// One probe: its round trip, or why it failed.
+pub async fn check_once(
+    address: &str,
+    kind: &HealthCheckKind,
+    timeout: Duration,
+) -> Result<Duration, ProbeFailure> {
     let start = Instant::now();
     let attempt = async {
-        let mut stream = TcpStream::connect(address).await.ok()?;
+        let mut stream = connect(address).await?;
         match kind {
-            HealthCheckKind::Tcp => Some(()),
+            HealthCheckKind::Tcp => Ok(()),
             HealthCheckKind::Http { path, expect_min, expect_max } => {
                 let _ = stream.set_nodelay(true);
                 let req = format!(
                     "GET {path} HTTP/1.1\r\nHost: {address}\r\nUser-Agent: rondo-probe\r\nConnection: close\r\n\r\n"
                 );
-                stream.write_all(req.as_bytes()).await.ok()?;
+                stream.write_all(req.as_bytes()).await.map_err(|e| io_failure(&e))?;
                 let status = read_status(&mut stream).await?;
-                (*expect_min..=*expect_max).contains(&status).then_some(())
+                if (*expect_min..=*expect_max).contains(&status) {
+                    Ok(())
+                } else {
+                    Err(ProbeFailure::Status(status))
+                }
             }
         }
     };
     match tokio::time::timeout(timeout, attempt).await {
-        Ok(Some(())) => Some(start.elapsed()),
-        _ => None,
+        Ok(Ok(())) => Ok(start.elapsed()),
+        Ok(Err(why)) => Err(why),
+        Err(_) => Err(ProbeFailure::Timeout),
+    }
+}
+
+/// Resolves `address` (a failure there is `dns`) and connects to the first of its addresses
+/// that accepts.
+async fn connect(address: &str) -> Result<TcpStream, ProbeFailure> {
+    let addrs: Vec<std::net::SocketAddr> = match address.parse::<std::net::SocketAddr>() {
+        Ok(a) => vec![a],
+        Err(_) => tokio::net::lookup_host(address).await.map(Iterator::collect).unwrap_or_default(),
+    };
+    let mut last = ProbeFailure::Dns;
+    for addr in addrs {
+        match TcpStream::connect(addr).await {
+            Ok(s) => return Ok(s),
+            Err(e) => last = io_failure(&e),
+        }
+    }
+    Err(last)
+}
+
+fn io_failure(e: &std::io::Error) -> ProbeFailure {
+    use std::io::ErrorKind as K;
+    match e.kind() {
+        K::ConnectionRefused => ProbeFailure::Refused,
+        K::ConnectionReset | K::ConnectionAborted | K::BrokenPipe | K::UnexpectedEof => {
+            ProbeFailure::Reset
+        }
+        K::TimedOut => ProbeFailure::Timeout,
+        _ => ProbeFailure::Unreachable,
     }
 }
 
 /// Reads up to the end of the status line and returns the status code.
-async fn read_status(stream: &mut TcpStream) -> Option<u16> {
+async fn read_status(stream: &mut TcpStream) -> Result<u16, ProbeFailure> {
     let mut buf = [0u8; 256];
     let mut len = 0;
     loop {
-        let n = stream.read(&mut buf[len..]).await.ok()?;
+        let n = stream.read(&mut buf[len..]).await.map_err(|e| io_failure(&e))?;
         if n == 0 {
-            return None;
+            // Closed before a whole status line.
+            return Err(ProbeFailure::Reset);
         }
         len += n;
         if let Some(end) = buf[..len].windows(2).position(|w| w == b"\r\n") {
-            let line = std::str::from_utf8(&buf[..end]).ok()?;
+            let line = std::str::from_utf8(&buf[..end]).map_err(|_| ProbeFailure::NotHttp)?;
             let mut parts = line.split(' ');
-            let version = parts.next()?;
+            let version = parts.next().unwrap_or("");
             if !version.starts_with("HTTP/1.") {
-                return None;
+                return Err(ProbeFailure::NotHttp);
             }
-            return parts.next()?.parse().ok();
+            return parts.next().and_then(|s| s.parse().ok()).ok_or(ProbeFailure::NotHttp);
         }
         if len == buf.len() {
-            return None;
+            return Err(ProbeFailure::NotHttp);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::net::TcpListener;
+
+    /// A loopback server that answers every connection with `reply` (then closes), or holds it
+    /// open without a word when `reply` is `None`.
+    async fn server(reply: Option<&'static [u8]>) -> String {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((mut s, _)) = l.accept().await {
+                match reply {
+                    Some(r) => {
+                        let mut buf = [0u8; 1024];
+                        let _ = s.read(&mut buf).await;
+                        let _ = s.write_all(r).await;
+                    }
+                    None => held.push(s),
+                }
+            }
+        });
+        addr
+    }
+
+    fn http(path: &str) -> HealthCheckKind {
+        HealthCheckKind::Http { path: path.into(), expect_min: 200, expect_max: 399 }
+    }
+
+    #[tokio::test]
+    async fn every_failure_says_why() {
+        let t = Duration::from_secs(5);
+        let ok = server(Some(b"HTTP/1.1 204 No Content\r\n\r\n")).await;
+        assert!(check_once(&ok, &http("/"), t).await.is_ok());
+        let unavailable = server(Some(b"HTTP/1.1 503 Service Unavailable\r\n\r\n")).await;
+        assert_eq!(check_once(&unavailable, &http("/"), t).await, Err(ProbeFailure::Status(503)));
+        let closes = server(Some(b"")).await;
+        assert_eq!(check_once(&closes, &http("/"), t).await, Err(ProbeFailure::Reset));
+        let smtp = server(Some(b"220 mail ready\r\n")).await;
+        assert_eq!(check_once(&smtp, &http("/"), t).await, Err(ProbeFailure::NotHttp));
+        let silent = server(None).await;
+        let short = Duration::from_millis(200);
+        assert_eq!(check_once(&silent, &http("/"), short).await, Err(ProbeFailure::Timeout));
+        // Nobody listens: refused (a port just released).
+        let dead = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().to_string()
+        };
+        assert_eq!(check_once(&dead, &HealthCheckKind::Tcp, t).await, Err(ProbeFailure::Refused));
+        // `.invalid` never resolves (RFC 6761).
+        let nowhere = "no-such-member.invalid:80";
+        assert_eq!(check_once(nowhere, &HealthCheckKind::Tcp, t).await, Err(ProbeFailure::Dns));
+        assert_eq!(ProbeFailure::Status(503).to_string(), "status 503");
     }
 }

@@ -83,6 +83,10 @@ pub struct CtlArgs {
     /// Recorded as `operator:NAME` on state changes (default: `admin-api`).
     #[arg(long, value_name = "NAME")]
     pub operator: Option<String>,
+    /// Change only if the router's view is still VIEW (the `view N` line of `rondo ctl status`);
+    /// otherwise nothing changes and the command fails naming the current view.
+    #[arg(long, value_name = "VIEW")]
+    pub if_match: Option<u64>,
     /// What to do.
     #[command(subcommand)]
     pub command: CtlCommand,

@@ -136,7 +136,12 @@ fn ctl(args: cli::CtlArgs, out: &mut dyn Write, err: &mut dyn Write) -> anyhow::
             }
         },
     };
-    let target = client::CtlTarget { addr: args.admin, token, operator: args.operator };
+    let target = client::CtlTarget {
+        addr: args.admin,
+        token,
+        operator: args.operator,
+        if_match: args.if_match,
+    };
     let rt = serve::runtime(Some(1))?;
     match rt.block_on(client::run(&target, cmd)) {
         Ok(text) => {

@@ -519,3 +519,195 @@ fn ctl_apply_reports_errors_at_the_files_own_name() {
     assert!(stderr.contains(&want), "{stderr}");
     assert!(!stderr.contains("admin-api"), "{stderr}");
 }
+
+/// A change with `If-Match: value`: status and JSON answer.
+async fn call_if(
+    s: &Setup,
+    method: Method,
+    path: &str,
+    value: &str,
+    body: Option<&str>,
+) -> (StatusCode, Value) {
+    api(method, &s.url(path), Some(TOKEN), &[("if-match", value)], body).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changes_with_a_stale_if_match_are_refused_with_the_current_view() {
+    let ms = members(2, Duration::ZERO).await;
+    let s = Setup::new(&format!("algorithm = \"round-robin\"\n{}", member_list(&ms))).await;
+    // The status's ETag is the view id.
+    let auth = format!("Bearer {TOKEN}");
+    let (code, headers, v) =
+        json_call(Method::GET, &s.url("/api/v1/status"), &[("authorization", &auth)], None).await;
+    assert_eq!(code, StatusCode::OK);
+    assert_eq!(v["view"], 1);
+    let etag = headers.get("etag").expect("an ETag").to_str().unwrap().to_owned();
+    assert_eq!(etag, "\"1\"");
+
+    // Two operators read view 1; the first change lands and makes view 2.
+    let weight = "/api/v1/clusters/c/members/m1/weight";
+    let (code, v) = call_if(&s, Method::PUT, weight, &etag, Some(r#"{"weight": 7}"#)).await;
+    assert_eq!(code, StatusCode::OK, "{v}");
+    assert_eq!(v["view"], 2);
+    // The second, decided on view 1, is refused and names view 2; nothing changes.
+    let stale = [
+        (Method::PUT, weight, Some(r#"{"weight": 9}"#)),
+        (Method::PUT, "/api/v1/clusters/c/algorithm", Some(r#"{"algorithm": "random"}"#)),
+        (Method::POST, "/api/v1/clusters/c/members/m2/drain", None),
+        (Method::POST, "/api/v1/clusters/c/members/m2/disable", None),
+    ];
+    for (method, path, body) in stale.clone() {
+        let (code, v) = call_if(&s, method, path, "\"1\"", body).await;
+        assert_eq!(code, StatusCode::CONFLICT, "{path}: {v}");
+        assert_eq!(v["view"], 2, "{v}");
+        let msg = v["error"].as_str().unwrap();
+        assert!(msg.starts_with("the view is 2, not 1 (If-Match)"), "{msg}");
+    }
+    let config = format!(
+        "[[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:1\"\n\n[[route]]\nlistener = \"web\"\n\
+         cluster = \"c\"\n\n[cluster.c]\nalgorithm = \"random\"\n{}",
+        member_list(&ms)
+    );
+    let (code, v) = call_if(&s, Method::POST, "/api/v1/config", "1", Some(&config)).await;
+    assert_eq!(code, StatusCode::CONFLICT, "{v}");
+    assert_eq!(s.view_id(), 2, "nothing applied");
+    let (_, st) = s.call(Method::GET, "/api/v1/status", None).await;
+    assert_eq!(member(&st, "c", "m1")["weight"], 7);
+    assert_eq!(member(&st, "c", "m2")["admin"], "active");
+    assert_eq!(st["clusters"][0]["algorithm"], "round-robin");
+
+    // With the current view (quoted or not, weak or not) every change lands.
+    let (code, v) =
+        call_if(&s, Method::POST, "/api/v1/clusters/c/members/m2/drain", "W/\"2\"", None).await;
+    assert_eq!(code, StatusCode::OK, "{v}");
+    let (code, v) = call_if(&s, Method::POST, "/api/v1/config", "2", Some(&config)).await;
+    assert_eq!(code, StatusCode::OK, "{v}");
+    assert_eq!(v["view"], 3);
+    // `*` and no header at all: no condition.
+    let (code, v) = call_if(&s, Method::PUT, weight, "*", Some(r#"{"weight": 3}"#)).await;
+    assert_eq!(code, StatusCode::OK, "{v}");
+    // Not a view id: 400 naming the header.
+    let (code, v) = call_if(&s, Method::PUT, weight, "\"abc\"", Some(r#"{"weight": 3}"#)).await;
+    assert_eq!(code, StatusCode::BAD_REQUEST, "{v}");
+    assert!(v["error"].as_str().unwrap().starts_with("If-Match must be one view id"), "{v}");
+}
+
+#[test]
+fn ctl_if_match_changes_only_the_view_it_names() {
+    let serve = Serve::start();
+    let admin = serve.admin.to_string();
+    let with_if = |view: &str, args: &[&str]| {
+        Command::new(BIN)
+            .args(["ctl", "--admin", &admin, "--token", TOKEN, "--if-match", view])
+            .args(args)
+            .output()
+            .expect("rondo ctl runs")
+    };
+    let out = with_if("1", &["weight", "c", "a", "5"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "c/a: weight 5, view 2\n");
+    let out = with_if("1", &["drain", "c", "b"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.starts_with("rondo ctl: the admin API answered 409 Conflict: the view is 2, not 1"),
+        "{err}"
+    );
+    let stdout = String::from_utf8_lossy(&ctl(&admin, TOKEN, &["status"]).stdout).into_owned();
+    assert!(stdout.contains("active(config)") && !stdout.contains("draining"), "{stdout}");
+    let out = with_if("2", &["drain", "c", "b"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_health_check_says_why_and_unchecked_members_are_not_called_up() {
+    let ms = members(1, Duration::ZERO).await;
+    let dir = TempDir::new("admin-health");
+    // `c`: health checks that fail, one member answering 503, one refusing connections.
+    // `u`: no health checks at all.
+    let config = format!(
+        "[admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"{TOKEN}\"\n\n\
+         [[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:0\"\n\n\
+         [[route]]\nlistener = \"web\"\ncluster = \"c\"\n\n\
+         [cluster.c]\npanic_threshold_percent = 0\n\
+         health = {{ path = \"/status/503\", interval_ms = 100, fall = 2, rise = 2 }}\n{}\n\n\
+         [cluster.u]\n{}\n",
+        members_of([entry(&ms[0], ""), member_entry("gone", dead_addr(), "")]),
+        members_of([entry(&ms[0], "")]),
+    );
+    let path = dir.0.join("rondo.toml");
+    std::fs::write(&path, config).unwrap();
+    let child = Command::new(BIN)
+        .args(["serve", "--workers", "1", "--config", path.to_str().unwrap()])
+        .env("RONDO_LOG", "warn")
+        .env("NO_COLOR", "1")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut child = child;
+    let log = common::collect_lines(child.stderr.take().unwrap());
+    let mut proc = Proc::from_child(child);
+    let admin = proc.addr_after("rondo: admin API on ").to_string();
+    let url = format!("http://{admin}/api/v1/status");
+    let start = std::time::Instant::now();
+    let mut st = Value::Null;
+    while start.elapsed() < Duration::from_secs(10) {
+        st = api(Method::GET, &url, Some(TOKEN), &[], None).await.1;
+        let down = |n: &str| member(&st, "c", n)["health"] == "down";
+        if down("m1") && down("gone") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let m1 = member(&st, "c", "m1");
+    assert_eq!(m1["health"], "down", "{st}");
+    assert_eq!(m1["last_probe_failure"], "status 503", "{m1}");
+    assert_eq!(
+        (&m1["eligible"], &m1["reason"]),
+        (&Value::Bool(false), &Value::from("health_check"))
+    );
+    let gone = member(&st, "c", "gone");
+    assert_eq!(gone["last_probe_failure"], "refused", "{gone}");
+    let u = member(&st, "u", "m1");
+    assert_eq!((&u["health"], &u["eligible"]), (&Value::from("unchecked"), &Value::Bool(true)));
+    assert_eq!(u["last_probe_failure"], Value::Null);
+
+    let out = ctl(&admin, TOKEN, &["status"]);
+    let table = String::from_utf8_lossy(&out.stdout).into_owned();
+    let row = |cluster: &str, name: &str| -> String {
+        table
+            .lines()
+            .find(|l| {
+                l.starts_with(&format!("{cluster} ")) && l.split_whitespace().nth(1) == Some(name)
+            })
+            .unwrap_or_else(|| panic!("no row {cluster}/{name}:\n{table}"))
+            .to_owned()
+    };
+    assert!(
+        row("c", "m1").contains(" down(status 503) ")
+            && row("c", "m1").contains(" no(health_check) "),
+        "{table}"
+    );
+    assert!(row("c", "gone").contains(" down(refused) "), "{table}");
+    assert!(row("u", "m1").contains(" unchecked ") && row("u", "m1").contains(" yes "), "{table}");
+    assert!(!table.contains(" up "), "nothing here is checked and up:\n{table}");
+
+    // The member-down log line says why.
+    let start = std::time::Instant::now();
+    let line = loop {
+        let found = log
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|l| l.contains("member down") && l.contains("m1"))
+            .cloned();
+        if let Some(l) = found {
+            break l;
+        }
+        assert!(start.elapsed() < Duration::from_secs(5), "no member down line");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(line.contains("status 503"), "{line}");
+    proc.kill();
+}

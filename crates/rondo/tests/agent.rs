@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use common::{BIN, ChildGuard as Proc};
 use rondo::member::Member;
-use rondo_agent::wire::{self, Heartbeat, Key};
+use rondo_agent::wire::{self, Heartbeat, HelloOk, Key};
 use rondo_agent::{Receiver, ReceiverOpts, ReceiverStats};
 use rondo_runtime::{Live, clock, probe};
 use support::{any_port, count, member_list, members, served_by};
@@ -206,9 +206,17 @@ async fn wrong_keys_bad_datagrams_and_unknown_members_are_refused_and_counted() 
         "ERR unknown member nope/m1\n"
     );
     assert_eq!(hello(to, "GET / HTTP/1.1\r\n").await, "ERR malformed hello\n");
-    assert_eq!(hello(to, &wire::hello_line("app", "m2", &key)).await, "OK 100 0\n");
+    let epoch = s.receiver.epoch();
+    let ok = hello(to, &wire::hello_line("app", "m2", &key)).await;
+    assert_eq!(
+        wire::parse_ok(&ok, "app", "m2", &key),
+        Ok(HelloOk { interval_ms: 100, next_seq: 0, epoch })
+    );
+    // The answer is signed for the member that asked.
+    assert!(wire::parse_ok(&ok, "app", "m1", &key).is_err());
 
     let hb = |member: &str, seq: u64| Heartbeat {
+        epoch,
         cluster: "app".into(),
         member: member.into(),
         seq,
@@ -223,9 +231,12 @@ async fn wrong_keys_bad_datagrams_and_unknown_members_are_refused_and_counted() 
     // Truncated, not a heartbeat, another version.
     send(to, &good[..good.len() - 1]).await;
     send(to, b"GET / HTTP/1.1\r\n\r\n").await;
-    let mut v2 = good.clone();
-    v2[4] = 2;
-    send(to, &v2).await;
+    let mut v1 = good.clone();
+    v1[4] = 1;
+    send(to, &v1).await;
+    // Correctly signed, for another epoch (an earlier run of the router).
+    let stale = Heartbeat { epoch: epoch.wrapping_add(1), ..hb("m2", 20) };
+    send(to, &wire::encode(&stale, &key).unwrap()).await;
     // Unknown member, unknown cluster (both correctly signed).
     send(to, &wire::encode(&hb("ghost", 1), &key).unwrap()).await;
     let other = Heartbeat { cluster: "nope".into(), ..hb("m1", 1) };
@@ -242,13 +253,14 @@ async fn wrong_keys_bad_datagrams_and_unknown_members_are_refused_and_counted() 
         bad_version: 2,
         malformed: 0,
         replayed: 2,
+        stale_epoch: 1,
         unknown_member: 2,
         hellos: 1,
         hellos_refused: 0,
     };
     let done = within(Duration::from_secs(2), || {
         let st = s.stats();
-        st.replayed == 2 && st.bad_mac >= 2 && st.unknown_member == 2
+        st.replayed == 2 && st.bad_mac >= 2 && st.unknown_member == 2 && st.stale_epoch == 1
     })
     .await;
     let st = s.stats();
@@ -265,6 +277,7 @@ async fn wrong_keys_bad_datagrams_and_unknown_members_are_refused_and_counted() 
         ("bad_version", 2),
         ("malformed", 0),
         ("replayed", 2),
+        ("stale_epoch", 1),
         ("unknown_member", 2),
     ];
     let lines =
@@ -279,7 +292,11 @@ async fn wrong_keys_bad_datagrams_and_unknown_members_are_refused_and_counted() 
         "{text}"
     );
     // After a hello, the router tells where the sequence continues.
-    assert_eq!(hello(to, &wire::hello_line("app", "m2", &key)).await, "OK 100 11\n");
+    let ok = hello(to, &wire::hello_line("app", "m2", &key)).await;
+    assert_eq!(
+        wire::parse_ok(&ok, "app", "m2", &key),
+        Ok(HelloOk { interval_ms: 100, next_seq: 11, epoch })
+    );
     assert!(s.reported("m2") && !s.reported("m1"));
     // The router still serves.
     assert_eq!(served_by(&s.url(), 4).await.len(), 4);
@@ -460,4 +477,355 @@ fn agent_command_refuses_bad_options() {
     assert!(err.contains("cannot read agent key file /nonexistent/agent.key"), "{err}");
     let (code, err) = run(&["--key", "k", "--fixed-cpu", "1.5"]);
     assert_eq!((code, err.trim_end()), (Some(1), "rondo agent: fixed cpu 1.5 is outside 0..=1"));
+}
+
+/// A `rondo serve` process with its stdout and stderr lines.
+struct Serve {
+    err: Lines,
+    _proc: Proc,
+}
+
+/// Writes a config with listener `web` -> cluster `app` (least-cpu, members `ms`), `[agent]` on
+/// `agent_addr` (interval 100 ms) and `[admin]` on `admin_addr`, in `dir`; returns its path
+/// and the listener's address.
+fn serve_config(
+    dir: &common::TempDir,
+    ms: &[Member],
+    agent_addr: SocketAddr,
+    admin_addr: SocketAddr,
+) -> (std::path::PathBuf, SocketAddr) {
+    let path = dir.0.join("rondo.toml");
+    let web = support::dead_addr();
+    std::fs::write(
+        &path,
+        format!(
+            "[[listener]]\nname = \"web\"\nlisten = \"{web}\"\n\n\
+             [[route]]\nlistener = \"web\"\ncluster = \"app\"\n\n\
+             [cluster.app]\nalgorithm = \"least-cpu\"\npanic_threshold_percent = 0\n\
+             agent = {{ misses = 3 }}\n{}\n\n\
+             [agent]\nlisten = \"{agent_addr}\"\nkey = \"{KEY}\"\ninterval_ms = 100\n\n\
+             [admin]\nlisten = \"{admin_addr}\"\ntoken = \"{KEY}\"\n",
+            member_list(ms)
+        ),
+    )
+    .unwrap();
+    (path, web)
+}
+
+/// Starts `rondo serve` (log level info) and waits for its agent receiver.
+async fn start_serve(config: &std::path::Path) -> Serve {
+    let mut child = Command::new(BIN)
+        .args(["serve", "--config", config.to_str().unwrap(), "--workers", "1"])
+        .env("RONDO_LOG", "info")
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start rondo serve");
+    let out = Lines::collect(child.stdout.take().unwrap());
+    let err = Lines::collect(child.stderr.take().unwrap());
+    let proc = Proc(child);
+    out.wait_for(&["agent receiver on"], Duration::from_secs(10)).await;
+    Serve { err, _proc: proc }
+}
+
+/// `rondo agent` (log level info) for member `member` of `app`, with its stderr lines.
+fn logged_agent(to: SocketAddr, member: &str, key: &str) -> (Proc, Lines) {
+    let mut child = Command::new(BIN)
+        .args(["agent", "--report-to", &to.to_string(), "--cluster", "app", "--member", member])
+        .args(["--key", key, "--fixed-cpu", "0.2"])
+        .env("RONDO_LOG", "info")
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start rondo agent");
+    let err = Lines::collect(child.stderr.take().unwrap());
+    (Proc(child), err)
+}
+
+/// `rondo_agent_messages_total{kind, result}` from the admin API at `admin` (0 when absent).
+async fn agent_count(admin: SocketAddr, kind: &str, result: &str) -> u64 {
+    let url = format!("http://{admin}/metrics");
+    let bearer = format!("Bearer {KEY}");
+    let got = support::get_with(&support::client(), &url, &[("authorization", &bearer)]).await;
+    assert_eq!(got.status, 200, "{}", got.body);
+    let prefix = format!("rondo_agent_messages_total{{kind=\"{kind}\",result=\"{result}\"}} ");
+    got.body
+        .lines()
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Polls [`agent_count`] every 50 ms for at most `limit` until `cond` holds; the last count.
+async fn agent_count_until(
+    admin: SocketAddr,
+    kind: &str,
+    result: &str,
+    limit: Duration,
+    cond: impl Fn(u64) -> bool,
+) -> u64 {
+    let start = Instant::now();
+    loop {
+        let n = agent_count(admin, kind, result).await;
+        if cond(n) || start.elapsed() > limit {
+            return n;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A TCP and UDP relay on one loopback port in front of a router's agent address: hellos pass
+/// through, heartbeats are recorded and passed on, the router's datagrams go back to the agent.
+struct Relay {
+    addr: SocketAddr,
+    captured: Arc<std::sync::Mutex<Vec<Vec<u8>>>>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+async fn relay(to: SocketAddr) -> Relay {
+    let tcp = tokio::net::TcpListener::bind(any_port()).await.expect("bind relay");
+    let addr = tcp.local_addr().unwrap();
+    let facing = Arc::new(tokio::net::UdpSocket::bind(addr).await.expect("bind relay udp"));
+    let upstream = Arc::new(tokio::net::UdpSocket::bind(any_port()).await.expect("bind"));
+    let captured = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let agent_at = Arc::new(std::sync::Mutex::new(None::<SocketAddr>));
+    let hellos = tokio::spawn(async move {
+        while let Ok((mut conn, _)) = tcp.accept().await {
+            tokio::spawn(async move {
+                if let Ok(mut up) = tokio::net::TcpStream::connect(to).await {
+                    let _ = tokio::io::copy_bidirectional(&mut conn, &mut up).await;
+                }
+            });
+        }
+    });
+    let (f, u, c, a) = (facing.clone(), upstream.clone(), captured.clone(), agent_at.clone());
+    let out = tokio::spawn(async move {
+        let mut buf = vec![0u8; 2048];
+        loop {
+            let Ok((n, from)) = f.recv_from(&mut buf).await else { continue };
+            *a.lock().unwrap() = Some(from);
+            c.lock().unwrap().push(buf[..n].to_vec());
+            let _ = u.send_to(&buf[..n], to).await;
+        }
+    });
+    let back = tokio::spawn(async move {
+        let mut buf = vec![0u8; 2048];
+        loop {
+            let Ok((n, _)) = upstream.recv_from(&mut buf).await else { continue };
+            let agent = *agent_at.lock().unwrap();
+            if let Some(agent) = agent {
+                let _ = facing.send_to(&buf[..n], agent).await;
+            }
+        }
+    });
+    Relay { addr, captured, tasks: vec![hellos, out, back] }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_heartbeat_captured_before_a_router_restart_is_refused_after_it() {
+    let ms = members(2, Duration::ZERO).await;
+    let dir = common::TempDir::new("agent-epoch");
+    let (agent_addr, admin_addr) = (support::dead_addr(), support::dead_addr());
+    let (config, _) = serve_config(&dir, &ms, agent_addr, admin_addr);
+    let first = start_serve(&config).await;
+    let relay = relay(agent_addr).await;
+    let (a1, a1_log) = logged_agent(relay.addr, "m1", KEY);
+    let n =
+        agent_count_until(admin_addr, "heartbeat", "accepted", Duration::from_secs(10), |n| n >= 2)
+            .await;
+    assert!(n >= 2, "the agent's heartbeats reach the first router through the relay: {n}");
+    // Keep one valid heartbeat, then stop the agent so nothing else reaches the next router.
+    a1.signal("-STOP");
+    let old = relay.captured.lock().unwrap().first().cloned().expect("a captured heartbeat");
+    drop(first);
+
+    // The same router, restarted on the same addresses.
+    let second = start_serve(&config).await;
+    send(agent_addr, &old).await;
+    let stale =
+        agent_count_until(admin_addr, "heartbeat", "stale_epoch", Duration::from_secs(5), |n| {
+            n >= 1
+        })
+        .await;
+    // (At least: one sent just before the SIGSTOP may still have been under way.)
+    assert!(stale >= 1, "the replayed heartbeat is counted as another epoch");
+    assert_eq!(
+        agent_count(admin_addr, "heartbeat", "accepted").await,
+        0,
+        "the replayed heartbeat was applied"
+    );
+    let line = second.err.wait_for(&["another epoch", "m1"], Duration::from_secs(5)).await;
+    assert!(line.contains("peer=127.0.0.1:"), "the refusal names the sender: {line}");
+
+    // The agent continues: the new router refuses its heartbeats, tells it so, and the agent
+    // says hello again and is accepted.
+    a1.signal("-CONT");
+    a1_log.wait_for(&["saying hello again"], Duration::from_secs(10)).await;
+    let accepted =
+        agent_count_until(admin_addr, "heartbeat", "accepted", Duration::from_secs(10), |n| n >= 1)
+            .await;
+    assert!(accepted >= 1, "the agent's heartbeats are accepted after its new hello");
+    assert!(agent_count(admin_addr, "hello", "accepted").await >= 1);
+    second.err.wait_for(&["agent accepted", "m1", "peer=127.0.0.1:"], Duration::from_secs(5)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_key_backs_off_and_both_sides_say_who_and_why() {
+    let ms = members(2, Duration::ZERO).await;
+    let dir = common::TempDir::new("agent-key");
+    let (agent_addr, admin_addr) = (support::dead_addr(), support::dead_addr());
+    let (config, _) = serve_config(&dir, &ms, agent_addr, admin_addr);
+    let serve = start_serve(&config).await;
+    let started = Instant::now();
+    let (_bad, bad_log) = logged_agent(agent_addr, "m1", "not-the-key");
+    let (_good, _) = logged_agent(agent_addr, "m2", KEY);
+    // The agent says plainly that its key is refused and what to do.
+    bad_log.wait_for(&["refused this agent's key", "[agent] key"], Duration::from_secs(5)).await;
+    // The router names the member and where it came from.
+    let line = serve.err.wait_for(&["wrong key", "m1"], Duration::from_secs(5)).await;
+    assert!(line.contains("WARN") && line.contains("peer=127.0.0.1:"), "{line}");
+    serve
+        .err
+        .wait_for(&["INFO", "agent accepted", "m2", "peer=127.0.0.1:"], Duration::from_secs(5))
+        .await;
+    // Back off: tries at about 0, 1, 3 and 7 s, so at most 3 in the first 4.5 s (the 100 ms
+    // start of other failures would make 6).
+    let wait = Duration::from_millis(4500).saturating_sub(started.elapsed());
+    tokio::time::sleep(wait).await;
+    let refused = agent_count(admin_addr, "hello", "refused").await;
+    assert!((1..=3).contains(&refused), "{refused} refused hellos in 4.5 s");
+
+    // A flood of refused datagrams: every one counted, few logged.
+    let wrong = Key::new(b"not-the-key");
+    let before = agent_count(admin_addr, "heartbeat", "bad_mac").await;
+    for seq in 1..=50 {
+        let hb = Heartbeat {
+            epoch: 0,
+            cluster: "app".into(),
+            member: "m1".into(),
+            seq,
+            cpu_used: 0.1,
+            mem_free: 1,
+            sessions: 0,
+        };
+        send(agent_addr, &wire::encode(&hb, &wrong).unwrap()).await;
+    }
+    let n = agent_count_until(admin_addr, "heartbeat", "bad_mac", Duration::from_secs(5), |n| {
+        n >= before + 50
+    })
+    .await;
+    assert_eq!(n, before + 50);
+    // The log is read by a thread of its own: wait for the first line, then a moment more.
+    serve.err.wait_for(&["bad mac", "m1", "peer=127.0.0.1:"], Duration::from_secs(5)).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let logged = serve.err.0.lock().unwrap().iter().filter(|l| l.contains("bad mac")).count();
+    assert!(
+        (1..=rondo_agent::receiver::LOG_BURST as usize).contains(&logged),
+        "{logged} log lines for 50 bad datagrams"
+    );
+}
+
+/// `GET /api/v1/status` of the admin API at `admin`.
+async fn admin_status(admin: SocketAddr) -> serde_json::Value {
+    let url = format!("http://{admin}/api/v1/status");
+    let bearer = format!("Bearer {KEY}");
+    let got = support::get_with(&support::client(), &url, &[("authorization", &bearer)]).await;
+    assert_eq!(got.status, 200, "{}", got.body);
+    serde_json::from_str(&got.body).expect("status is JSON")
+}
+
+/// The status of member `name` of cluster `app`.
+fn app_member(status: &serde_json::Value, name: &str) -> serde_json::Value {
+    let c = status["clusters"].as_array().unwrap().iter().find(|c| c["name"] == "app").unwrap();
+    c["members"].as_array().unwrap().iter().find(|m| m["name"] == name).unwrap().clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_whose_agent_went_silent_is_reported_out_with_why_in_every_view() {
+    let ms = members(2, Duration::ZERO).await;
+    let dir = common::TempDir::new("agent-why");
+    let (agent_addr, admin_addr) = (support::dead_addr(), support::dead_addr());
+    let (config, web) = serve_config(&dir, &ms, agent_addr, admin_addr);
+    let _serve = start_serve(&config).await;
+    let (a1, _) = logged_agent(agent_addr, "m1", KEY);
+    let (_a2, _) = logged_agent(agent_addr, "m2", KEY);
+    let n =
+        agent_count_until(admin_addr, "heartbeat", "accepted", Duration::from_secs(10), |n| n >= 4)
+            .await;
+    assert!(n >= 4, "both agents report: {n}");
+    let st = admin_status(admin_addr).await;
+    for m in ["m1", "m2"] {
+        let m = app_member(&st, m);
+        assert_eq!((m["eligible"].as_bool(), &m["reason"]), (Some(true), &serde_json::Value::Null));
+        // Nobody checks these members: not "up".
+        assert_eq!(m["health"], "unchecked", "{m}");
+    }
+
+    // m1's agent falls silent: the router sends m1 nothing, and every view says so and why.
+    a1.signal("-STOP");
+    let start = Instant::now();
+    let mut m1 = app_member(&admin_status(admin_addr).await, "m1");
+    while m1["eligible"] != false && start.elapsed() < Duration::from_secs(5) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        m1 = app_member(&admin_status(admin_addr).await, "m1");
+    }
+    assert_eq!(m1["eligible"], false, "{m1}");
+    assert_eq!(m1["reason"], "agent_silent", "{m1}");
+    assert_eq!(m1["healthy"], true, "the health checks (none) did not take it down: {m1}");
+    assert_eq!(m1["health"], "unchecked", "{m1}");
+    let m2 = app_member(&admin_status(admin_addr).await, "m2");
+    assert_eq!((m2["eligible"].as_bool(), &m2["reason"]), (Some(true), &serde_json::Value::Null));
+
+    // Metrics: healthy keeps meaning the health checks; eligible and the reason say the rest.
+    let url = format!("http://{admin_addr}/metrics");
+    let bearer = format!("Bearer {KEY}");
+    let metrics = support::get_with(&support::client(), &url, &[("authorization", &bearer)]).await;
+    for line in [
+        "rondo_member_healthy{cluster=\"app\",member=\"m1\"} 1\n",
+        "rondo_member_eligible{cluster=\"app\",member=\"m1\"} 0\n",
+        "rondo_member_eligible{cluster=\"app\",member=\"m2\"} 1\n",
+        "rondo_member_ineligible{cluster=\"app\",member=\"m1\",reason=\"agent_silent\"} 1\n",
+    ] {
+        assert!(metrics.body.contains(line), "{line:?} missing from\n{}", metrics.body);
+    }
+    assert!(!metrics.body.contains("member=\"m2\",reason="), "{}", metrics.body);
+
+    // `rondo ctl status`.
+    let out = Command::new(BIN)
+        .args(["ctl", "--admin", &admin_addr.to_string(), "--token", KEY, "status"])
+        .output()
+        .expect("rondo ctl runs");
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let row = |name: &str| {
+        table
+            .lines()
+            .find(|l| l.split_whitespace().nth(1) == Some(name))
+            .unwrap_or_else(|| panic!("no row for {name}:\n{table}"))
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    let header: Vec<&str> = table.lines().nth(1).unwrap().split_whitespace().collect();
+    let col = |h: &str| header.iter().position(|x| *x == h).unwrap();
+    assert_eq!(row("m1")[col("HEALTH")], "unchecked", "{table}");
+    assert_eq!(row("m1")[col("TRAFFIC")], "no(agent_silent)", "{table}");
+    assert_eq!(row("m2")[col("TRAFFIC")], "yes", "{table}");
+
+    // And indeed nothing goes to m1.
+    let names = served_by(&format!("http://{web}/"), 10).await;
+    assert_eq!(count(&names, "m2"), 10, "{names:?}");
+    a1.signal("-CONT");
 }

@@ -13,13 +13,99 @@
 //!
 //! The result is cached and recomputed only when the balancer's generation changes or a
 //! time-based transition (ejection end, agent silence, slow-start step) comes due.
+//!
+//! [`Ineligible`] names the rule that keeps a member out, and [`Eligibility`] (from
+//! [`crate::Balancer::eligibility`]) says, per member, whether it is a candidate now and why
+//! not: status pages, `rondo ctl`, metrics and the naming service all read it from here, so no
+//! view can disagree with the picks about who gets traffic.
 
 use crate::explain::Scope;
 use crate::member::MemberState;
-use crate::model::{AdminState, ClusterSpec};
+use crate::model::{AdminState, ClusterSpec, Policy};
 use crate::time::Instant;
 
 use super::NONE;
+
+/// Why a member takes no new requests or sessions, in the order the rules are checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Ineligible {
+    /// The operator (or config) disabled it.
+    Disabled,
+    /// The operator (or config) is draining it: sticky sessions stay, nothing new.
+    Draining,
+    /// Its health checks (or the registry) say it is down.
+    HealthCheck,
+    /// Its load agent reported once and has been silent past the agent timeout.
+    AgentSilent,
+    /// Passive outlier detection ejected it for a while.
+    Ejected,
+    /// Up, but the cluster prefers the caller's locality group and this member is in another.
+    OtherGroup,
+}
+
+impl Ineligible {
+    /// The reason as status pages, metrics and logs show it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Ineligible::Disabled => "disabled",
+            Ineligible::Draining => "draining",
+            Ineligible::HealthCheck => "health_check",
+            Ineligible::Ejected => "ejected",
+            Ineligible::AgentSilent => "agent_silent",
+            Ineligible::OtherGroup => "other_group",
+        }
+    }
+
+    /// Whether the reason is the member's health (probes, ejection, agent), which panic mode
+    /// overrides, rather than the operator's word or locality.
+    pub fn is_health(self) -> bool {
+        matches!(self, Ineligible::HealthCheck | Ineligible::Ejected | Ineligible::AgentSilent)
+    }
+}
+
+impl std::fmt::Display for Ineligible {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Whether one member is a candidate for new requests now, and what keeps it out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Eligibility {
+    /// A candidate for the next pick (before per-request exclusions and slow start).
+    pub eligible: bool,
+    /// What is wrong with it: the reason it is not eligible, or, while the cluster is in panic
+    /// mode, the health reason it is eligible despite. `None` for a member with nothing wrong.
+    pub reason: Option<Ineligible>,
+}
+
+/// Why the member's health keeps it out at `now`, or `None` when it is up by every measure:
+/// probes (or the registry), passive ejection, and agent heartbeats (a member whose agent has
+/// reported once and then fell silent past the timeout is unavailable).
+/// [`MemberState::is_healthy`] is this returning `None`.
+pub fn health_reason(st: &MemberState, now: Instant, policy: &Policy) -> Option<Ineligible> {
+    if !st.healthy {
+        Some(Ineligible::HealthCheck)
+    } else if st.load.agent.is_some_and(|r| !r.is_fresh(now, policy.agent.timeout)) {
+        Some(Ineligible::AgentSilent)
+    } else if st.ejected_until.is_some_and(|until| now < until) {
+        // Last: passive ejection is this router's own observation, which the naming service
+        // leaves out of its answers; the reasons before it speak for every caller.
+        Some(Ineligible::Ejected)
+    } else {
+        None
+    }
+}
+
+/// The member's own reason to stay out at `now` (admin state first, then health), before the
+/// cluster-wide rules (panic, locality).
+pub fn own_reason(st: &MemberState, now: Instant, policy: &Policy) -> Option<Ineligible> {
+    match st.admin {
+        AdminState::Disabled => Some(Ineligible::Disabled),
+        AdminState::Draining => Some(Ineligible::Draining),
+        AdminState::Active => health_reason(st, now, policy),
+    }
+}
 
 #[derive(Debug, Default)]
 pub(crate) struct Candidates {
@@ -40,6 +126,27 @@ pub(crate) struct Candidates {
 impl Candidates {
     pub(crate) fn is_current(&self, generation: u64, now: Instant, group: Option<&str>) -> bool {
         self.generation == generation && now < self.valid_until && self.group.as_deref() == group
+    }
+
+    /// Each member's [`Eligibility`] under these candidates (built for `now`).
+    pub(crate) fn eligibility(
+        &self,
+        spec: &ClusterSpec,
+        states: &[MemberState],
+        now: Instant,
+    ) -> Vec<Eligibility> {
+        states
+            .iter()
+            .enumerate()
+            .map(|(i, st)| {
+                let eligible = self.slot_of.get(i).is_some_and(|&s| s != NONE);
+                let own = own_reason(st, now, &spec.policy);
+                // Out although nothing is wrong with it: only locality does that.
+                let reason =
+                    if eligible || own.is_some() { own } else { Some(Ineligible::OtherGroup) };
+                Eligibility { eligible, reason }
+            })
+            .collect()
     }
 
     pub(crate) fn build(
@@ -70,7 +177,7 @@ impl Candidates {
                 continue;
             }
             active += 1;
-            if st.is_healthy(now, policy) {
+            if health_reason(st, now, policy).is_none() {
                 healthy_active += 1;
                 if group.is_some() && m.group.as_deref() == group {
                     local_healthy += 1;
@@ -92,9 +199,10 @@ impl Candidates {
         let mut slot_of = vec![NONE; states.len()];
         let mut eff_weight = Vec::with_capacity(active);
         for (i, (m, st)) in spec.members.iter().zip(states).enumerate() {
-            let eligible = st.admin == AdminState::Active
-                && (panic || st.is_healthy(now, policy))
-                && (!local || m.group.as_deref() == group);
+            let eligible = match own_reason(st, now, policy) {
+                None => true,
+                Some(why) => panic && why.is_health(),
+            } && (!local || m.group.as_deref() == group);
             if !eligible {
                 continue;
             }

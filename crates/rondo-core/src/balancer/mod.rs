@@ -22,12 +22,13 @@ use std::time::Duration;
 use crate::budget::RetryBudget;
 use crate::explain::{CandidateInfo, Decision, Explanation, Scope, Why};
 use crate::load::AgentReport;
-use crate::member::{Ejection, FailureKind, MemberState, Outcome};
+use crate::member::{Ejection, FailureKind, MemberState, Outcome, ProbeFailure};
 use crate::model::{Actor, AdminState, Algorithm, ClusterSpec};
 use crate::rng::Entropy;
 use crate::time::Instant;
 
 use candidates::Candidates;
+pub use candidates::{Eligibility, Ineligible, health_reason, own_reason};
 use pickers::AlgoState;
 
 pub(crate) const NONE: u32 = u32::MAX;
@@ -430,6 +431,22 @@ impl Balancer {
         if !was_fresh {
             st.up_since = Some(report.at);
             self.generation += 1;
+        }
+    }
+
+    /// Each member's [`Eligibility`] at `now` for a caller in `group`: exactly the candidate set
+    /// the next pick would use (same rules, same cache), with the reason each other member is
+    /// out, and whether the cluster is in panic mode.
+    pub fn eligibility(&mut self, now: Instant, group: Option<&str>) -> (Vec<Eligibility>, bool) {
+        self.refresh(now, group);
+        let panic = matches!(self.cands.scope, Scope::Panic { .. });
+        (self.cands.eligibility(&self.spec, &self.states, now), panic)
+    }
+
+    /// A health check of `member` failed for `why` at `now` (shown by status pages).
+    pub fn note_probe_failure(&mut self, member: usize, why: ProbeFailure, now: Instant) {
+        if let Some(st) = self.states.get_mut(member) {
+            st.last_probe_failure = Some((why, now));
         }
     }
 

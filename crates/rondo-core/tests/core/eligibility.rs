@@ -6,8 +6,8 @@ use std::time::Duration;
 use proptest::prelude::*;
 use rondo_core::load::AgentReport;
 use rondo_core::{
-    Actor, AdminState, Algorithm, Balancer, Instant, Outcome, PickError, PickRequest, Policy,
-    Scope, SlowStart, hash::hash_key,
+    Actor, AdminState, Algorithm, Balancer, Eligibility, Ineligible, Instant, Outcome, PickError,
+    PickRequest, Policy, Scope, SlowStart, hash::hash_key,
 };
 
 use super::support::*;
@@ -115,6 +115,23 @@ proptest! {
         for &i in &load { if i < cases.len() { b.begin_request(i); } }
         let eligible = reference_eligible(&cases, group, panic_pct);
         let group_name = group.map(|g| ["a", "b", "c"][g as usize]);
+        // What status pages show is the same set, each other member with the rule that keeps
+        // it out (and, in panic, the health reason of the unhealthy ones let in).
+        let (shown, _) = b.eligibility(now, group_name);
+        let shown_eligible: Vec<usize> = (0..cases.len()).filter(|&i| shown[i].eligible).collect();
+        prop_assert_eq!(&shown_eligible, &eligible);
+        for (i, c) in cases.iter().enumerate() {
+            let want = match c.admin {
+                AdminState::Disabled => Some(Ineligible::Disabled),
+                AdminState::Draining => Some(Ineligible::Draining),
+                AdminState::Active if !c.healthy => Some(Ineligible::HealthCheck),
+                AdminState::Active if c.agent == Some(false) => Some(Ineligible::AgentSilent),
+                AdminState::Active if c.ejected => Some(Ineligible::Ejected),
+                AdminState::Active if !eligible.contains(&i) => Some(Ineligible::OtherGroup),
+                AdminState::Active => None,
+            };
+            prop_assert_eq!(shown[i].reason, want, "member {}: {:?}", i, c);
+        }
         let mut r = rng(seed);
         for k in 0..40u64 {
             let req = PickRequest { now, group: group_name, hash: Some(hash_key(&k.to_le_bytes())), ..PickRequest::default() };
@@ -182,6 +199,31 @@ fn panic_threshold_edges() {
     b.set_admin(0, AdminState::Disabled, Actor::Operator("ops".into()));
     let p = picks(&mut b, 6, Instant::ZERO, &mut r);
     assert!(!p.contains(&0), "{p:?}");
+}
+
+#[test]
+fn eligibility_names_the_rule_and_panic_lets_unhealthy_members_in() {
+    let mut b = balancer(Algorithm::RoundRobin, 4);
+    let now = Instant::ZERO;
+    b.set_admin(0, AdminState::Disabled, Actor::Operator("ops".into()));
+    b.set_admin(1, AdminState::Draining, Actor::Operator("ops".into()));
+    b.set_health(2, false, Actor::HealthCheck, now);
+    let (e, panic) = b.eligibility(now, None);
+    let yes = Eligibility { eligible: true, reason: None };
+    let no = |r| Eligibility { eligible: false, reason: Some(r) };
+    assert_eq!(
+        e,
+        vec![no(Ineligible::Disabled), no(Ineligible::Draining), no(Ineligible::HealthCheck), yes]
+    );
+    assert!(!panic, "1 of 2 active members healthy is 50 %");
+    // The last healthy one goes: panic, and the unhealthy active member is let in, its reason
+    // still shown; the operator's word still holds.
+    b.set_health(3, false, Actor::HealthCheck, now);
+    let (e, panic) = b.eligibility(now, None);
+    assert!(panic);
+    let panicked = Eligibility { eligible: true, reason: Some(Ineligible::HealthCheck) };
+    assert_eq!(e, vec![no(Ineligible::Disabled), no(Ineligible::Draining), panicked, panicked]);
+    assert_eq!(Ineligible::AgentSilent.to_string(), "agent_silent");
 }
 
 #[test]

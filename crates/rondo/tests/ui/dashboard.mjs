@@ -72,6 +72,15 @@ try {
     (sel) => document.querySelector(sel).textContent.startsWith("draining"), state);
   const text = await page.textContent(state);
   check(text.includes("operator:dashboard"), `state cell names the dashboard: ${text}`);
+  // The traffic cell says the drained member gets nothing new, and why; the others get traffic.
+  const traffic = (m) => page.textContent(`${table} tr[data-member="${m}"] td.traffic`);
+  await page.waitForFunction(
+    (sel) => document.querySelector(sel).textContent === "no: draining",
+    `${table} tr[data-member="${drained}"] td.traffic`);
+  for (const m of members.filter((m) => m !== drained)) {
+    const t = await traffic(m);
+    check(t === "yes", `${m} gets traffic: ${t}`);
+  }
   for (const m of members.filter((m) => m !== drained)) {
     const t = await page.textContent(`${table} tr[data-member="${m}"] td.state`);
     check(t.startsWith("active"), `${m} stays active: ${t}`);
