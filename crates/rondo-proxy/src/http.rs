@@ -1,13 +1,13 @@
-//! The HTTP request path, top to bottom, in four stages ([`proxy`]):
+//! The HTTP request path, top to bottom, in four stages (`proxy`):
 //!
-//! 1. [`route`]: refuse loops and malformed `Host`s, find the first matching route;
-//! 2. [`prepare`]: the body limit, the head as members get it, the body in a replay slot;
-//! 3. [`forward`]: the failover loop. The core's [`Failover`] engine says which cluster the next
-//!    try goes to and whether a failed try may go elsewhere; [`place`] puts the try on a member
+//! 1. `route`: refuse loops and malformed `Host`s, find the first matching route;
+//! 2. `prepare`: the body limit, the head as members get it, the body in a replay slot;
+//! 3. `forward`: the failover loop. The core's [`Failover`] engine says which cluster the next
+//!    try goes to and whether a failed try may go elsewhere; `place` puts the try on a member
 //!    (sticky session, hash key or the cluster's algorithm) in the same lock hold as the retry
-//!    budget; [`attempt`] sends it with its timeout and classifies a failure;
-//! 4. [`respond`]: the member's answer streamed back with header hygiene; or, when the tries ran
-//!    out, an error that explains itself ([`gave_up`]).
+//!    budget; `attempt` sends it with its timeout and classifies a failure;
+//! 4. `respond`: the member's answer streamed back with header hygiene; or, when the tries ran
+//!    out, an error that explains itself (`gave_up`).
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
