@@ -27,8 +27,8 @@ pub use compile::{
 };
 pub use error::{ConfigError, ConfigErrors};
 pub use spec::{
-    AdminSpec, AdminToken, AgentKey, AgentSpec, DnsSpec, ListenerProtocol, ListenerSpec,
-    NamingSpec, RegistrySpec, RouterSpec,
+    AccessLogSpec, AccessLogTarget, AdminSpec, AdminToken, AgentKey, AgentSpec, DnsSpec,
+    ListenerProtocol, ListenerSpec, LogFormat, LogSpec, NamingSpec, RegistrySpec, RouterSpec,
 };
 
 use crate::error::line_column;
@@ -49,6 +49,8 @@ pub struct Config {
     pub naming: Option<NamingSpec>,
     /// The load-agent receiver, when `[agent]` is present.
     pub agent: Option<AgentSpec>,
+    /// The process's log (`[log]`; defaults when absent).
+    pub log: LogSpec,
 }
 
 impl Config {

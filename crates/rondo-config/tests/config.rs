@@ -6,8 +6,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use rondo_config::{
-    AdminSpec, AdminToken, Config, ConfigError, DnsSpec, ListenerProtocol, ListenerSpec,
-    NamingSpec, RegistrySpec, load_file, parse_str,
+    AccessLogSpec, AccessLogTarget, AdminSpec, AdminToken, Config, ConfigError, DnsSpec,
+    ListenerProtocol, ListenerSpec, LogFormat, LogSpec, NamingSpec, RegistrySpec, load_file,
+    parse_str,
 };
 use rondo_core::{
     AdminState, AgentPolicy, Algorithm, EwmaPolicy, Granularity, HashKeySource, HashPolicy,
@@ -224,6 +225,7 @@ fn full_config_compiles_into_the_expected_view() {
                 max_headers: 50,
                 max_body_bytes: 1_048_576,
                 trust_forwarded_for: true,
+                access_log: None,
             },
             ListenerSpec {
                 name: "db".into(),
@@ -235,6 +237,7 @@ fn full_config_compiles_into_the_expected_view() {
                 max_headers: ListenerSpec::DEFAULT_MAX_HEADERS,
                 max_body_bytes: 0,
                 trust_forwarded_for: false,
+                access_log: None,
             },
         ]
     );
@@ -1192,4 +1195,52 @@ fn agent_receiver_and_misses() {
     // The key never shows in debug output.
     let c = ok(&with("[agent]\nkey = \"s3cret\"\n"));
     assert!(!format!("{c:?}").contains("s3cret"));
+}
+
+#[test]
+fn log_and_access_log_settings_compile() {
+    let c = ok(BASE);
+    assert_eq!(c.log, LogSpec { format: LogFormat::Text, level: None }, "defaults");
+    assert_eq!(c.listeners[0].access_log, None, "no access log by default");
+
+    let text = BASE.replace(
+        "listen = \"127.0.0.1:8080\"\n",
+        "listen = \"127.0.0.1:8080\"\naccess_log = { path = \"logs/access.log\", format = \"json\" }\n",
+    ) + "\n[log]\nformat = \"json\"\nlevel = \"debug\"\n";
+    let c = ok(&text);
+    assert_eq!(c.log, LogSpec { format: LogFormat::Json, level: Some("debug".into()) });
+    assert_eq!(
+        c.listeners[0].access_log,
+        Some(AccessLogSpec {
+            // Relative to the config file's directory.
+            target: AccessLogTarget::File(PathBuf::from("conf/logs/access.log")),
+            format: LogFormat::Json,
+        })
+    );
+    let stdout = BASE.replace(
+        "listen = \"127.0.0.1:8080\"\n",
+        "listen = \"127.0.0.1:8080\"\naccess_log = { path = \"-\" }\n",
+    );
+    assert_eq!(
+        ok(&stdout).listeners[0].access_log,
+        Some(AccessLogSpec { target: AccessLogTarget::Stdout, format: LogFormat::Text })
+    );
+}
+
+#[test]
+fn bad_log_settings_are_located() {
+    let text = with("\n[log]\nformat = \"xml\"\n");
+    fails_once(&text, "log.format", "\"xml\"", "unknown log format `xml`, expected");
+    let text = with("\n[log]\nlevel = \"loud\"\n");
+    fails_once(&text, "log.level", "\"loud\"", "unknown log level `loud`, expected");
+    let text = BASE.replace(
+        "listen = \"127.0.0.1:8080\"\n",
+        "listen = \"127.0.0.1:8080\"\naccess_log = { path = \"a.log\", format = \"csv\" }\n",
+    );
+    fails_once(&text, "listener[0].access_log.format", "\"csv\"", "unknown log format `csv`");
+    let text = BASE.replace(
+        "listen = \"127.0.0.1:8080\"\n",
+        "listen = \"127.0.0.1:8080\"\naccess_log = { path = \"\" }\n",
+    );
+    fails_once(&text, "listener[0].access_log.path", "\"\" }", "path must not be empty");
 }
