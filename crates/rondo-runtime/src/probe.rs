@@ -62,12 +62,16 @@ async fn run(rt: Weak<ClusterRt>, check: HealthCheck, judge: bool) {
         for (i, _, address) in &members {
             let (i, address, kind, timeout) =
                 (*i, address.clone(), check.kind.clone(), check.timeout);
-            round.spawn(async move { (i, probe(&address, &kind, timeout).await) });
+            round.spawn(async move { (i, probe_why(&address, &kind, timeout).await) });
         }
         let mut results = Vec::with_capacity(members.len());
+        let mut why: HashMap<usize, String> = HashMap::new();
         while let Some(done) = round.join_next().await {
-            if let Ok(r) = done {
-                results.push(r);
+            if let Ok((i, r)) = done {
+                if let Err(e) = &r {
+                    why.insert(i, e.clone());
+                }
+                results.push((i, r.ok()));
             }
         }
         let Some(cluster) = rt.upgrade() else { return };
@@ -92,11 +96,22 @@ async fn run(rt: Weak<ClusterRt>, check: HealthCheck, judge: bool) {
                 if healthy == Some(false) && s.ok >= check.rise {
                     changed = true;
                     b.set_health(i, true, Actor::HealthCheck, now);
-                    tracing::info!(cluster = %b.spec().name, member = %name, "member up (health check)");
+                    tracing::info!(
+                        cluster = %b.spec().name,
+                        member = %name,
+                        reason = %format!("{} health check(s) passed in a row", s.ok),
+                        "member up"
+                    );
                 } else if healthy == Some(true) && s.failed >= check.fall {
                     changed = true;
                     b.set_health(i, false, Actor::HealthCheck, now);
-                    tracing::warn!(cluster = %b.spec().name, member = %name, "member down (health check)");
+                    let last = why.get(&i).map_or("failed", String::as_str);
+                    tracing::warn!(
+                        cluster = %b.spec().name,
+                        member = %name,
+                        reason = %format!("{} health check(s) failed in a row, the last: {last}", s.failed),
+                        "member down"
+                    );
                 }
             }
             changed
@@ -109,25 +124,42 @@ async fn run(rt: Weak<ClusterRt>, check: HealthCheck, judge: bool) {
 
 /// One probe: its round trip, or `None` when it failed.
 pub async fn probe(address: &str, kind: &HealthCheckKind, timeout: Duration) -> Option<Duration> {
+    probe_why(address, kind, timeout).await.ok()
+}
+
+/// One probe: its round trip, or why it failed (for the log line of a member going down).
+async fn probe_why(
+    address: &str,
+    kind: &HealthCheckKind,
+    timeout: Duration,
+) -> Result<Duration, String> {
     let start = Instant::now();
     let attempt = async {
-        let mut stream = TcpStream::connect(address).await.ok()?;
+        let mut stream =
+            TcpStream::connect(address).await.map_err(|e| format!("cannot connect: {e}"))?;
         match kind {
-            HealthCheckKind::Tcp => Some(()),
+            HealthCheckKind::Tcp => Ok(()),
             HealthCheckKind::Http { path, expect_min, expect_max } => {
                 let _ = stream.set_nodelay(true);
                 let req = format!(
                     "GET {path} HTTP/1.1\r\nHost: {address}\r\nUser-Agent: rondo-probe\r\nConnection: close\r\n\r\n"
                 );
-                stream.write_all(req.as_bytes()).await.ok()?;
-                let status = read_status(&mut stream).await?;
-                (*expect_min..=*expect_max).contains(&status).then_some(())
+                stream.write_all(req.as_bytes()).await.map_err(|e| format!("cannot send: {e}"))?;
+                let status = read_status(&mut stream)
+                    .await
+                    .ok_or_else(|| "no HTTP status line in the answer".to_owned())?;
+                if (*expect_min..=*expect_max).contains(&status) {
+                    Ok(())
+                } else {
+                    Err(format!("status {status}, expected {expect_min} to {expect_max}"))
+                }
             }
         }
     };
     match tokio::time::timeout(timeout, attempt).await {
-        Ok(Some(())) => Some(start.elapsed()),
-        _ => None,
+        Ok(Ok(())) => Ok(start.elapsed()),
+        Ok(Err(e)) => Err(e),
+        Err(_) => Err(format!("no answer within {} ms", timeout.as_millis())),
     }
 }
 
