@@ -18,6 +18,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use pin_project_lite::pin_project;
+use rondo_runtime::metrics::ListenerMetrics;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::time::{Instant, Sleep};
@@ -46,10 +47,16 @@ pub struct ConnState {
     reader: Mutex<Option<Waker>>,
     /// The client's address as `X-Forwarded-For` gives it, made once per connection.
     pub(crate) client_ip: http::HeaderValue,
+    /// The listener's metrics (timeouts and the 408s written here are counted there).
+    pub(crate) metrics: Arc<ListenerMetrics>,
 }
 
 impl ConnState {
-    pub(crate) fn new(idle: Duration, client_ip: http::HeaderValue) -> Arc<Self> {
+    pub(crate) fn new(
+        idle: Duration,
+        client_ip: http::HeaderValue,
+        metrics: Arc<ListenerMetrics>,
+    ) -> Arc<Self> {
         Arc::new(ConnState {
             phase: AtomicU8::new(WAITING),
             epoch: AtomicU64::new(0),
@@ -58,6 +65,7 @@ impl ConnState {
             idle: tokio::sync::Notify::new(),
             reader: Mutex::new(None),
             client_ip,
+            metrics,
         })
     }
 
@@ -119,6 +127,8 @@ pin_project! {
         // Unknown until the first bytes; HTTP/2 connections have no HTTP/1 timers.
         h2: Option<bool>,
         first: Vec<u8>,
+        // The idle close was counted (its end of stream is returned again on every read).
+        idle_counted: bool,
     }
 }
 
@@ -141,6 +151,7 @@ impl TimedIo {
             received: 0,
             h2: None,
             first: Vec::new(),
+            idle_counted: false,
         }
     }
 }
@@ -177,6 +188,8 @@ impl AsyncRead for TimedIo {
             if *this.received > 0 {
                 *this.armed = false;
                 // A request was started and stalled: say so, then fail the read so hyper closes.
+                this.state.metrics.header_timeouts.inc();
+                this.state.metrics.router_response(408, None, None);
                 let _ = this.inner.as_mut().poll_write(cx, RESPONSE_408);
                 let _ = this.inner.as_mut().poll_flush(cx);
                 return Poll::Ready(Err(io::Error::new(
@@ -186,6 +199,10 @@ impl AsyncRead for TimedIo {
             }
             // Idle keep-alive connection: a quiet end of stream, and it stays ended (the timer
             // stays armed and expired): hyper-util's protocol sniffing consumes the first EOF.
+            if !*this.idle_counted {
+                *this.idle_counted = true;
+                this.state.metrics.idle_timeouts.inc();
+            }
             return Poll::Ready(Ok(()));
         }
         let before = buf.filled().len();

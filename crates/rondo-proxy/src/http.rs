@@ -19,8 +19,10 @@ use rondo_config::ListenerSpec;
 use rondo_core::{
     FailureKind, Granularity, HashKeySource, Outcome, PickError, PickRequest, RequestFacts,
 };
+use rondo_runtime::metrics::ListenerMetrics;
 use rondo_runtime::{ClusterRt, Live, Snapshot, clock};
 
+use crate::access::{self, AccessLog, Reason};
 use crate::body::{BodySlot, ClientBodyError, Finish, ProxyBody, TooLarge, UpstreamBody};
 use crate::conn::ConnState;
 use crate::error::{Attempt, Kind, ProxyError};
@@ -42,6 +44,10 @@ pub struct HttpCtx {
     pub clients: Clients,
     /// Header-identified sessions.
     pub sessions: Sessions,
+    /// The listener's connection and own-response metrics.
+    pub metrics: Arc<ListenerMetrics>,
+    /// The listener's access log, when configured.
+    pub access: Option<AccessLog>,
 }
 
 /// Serves one request.
@@ -54,12 +60,22 @@ pub async fn handle(
     conn.request_started();
     let snapshot = ctx.live.load();
     let version = req.version();
+    let start = ctx.access.as_ref().map(|_| access::Start::new(peer, &req));
     let mut resp = match proxy(&ctx, &snapshot, &conn, peer, req).await {
-        Ok(resp) => resp,
+        Ok(mut resp) => {
+            if let (Some(log), Some(start)) = (&ctx.access, start) {
+                let line = access::Pending::served(log, start, resp.status().as_u16());
+                resp.body_mut().log(line);
+            }
+            resp
+        }
         Err((e, idle)) => {
             tracing::debug!(listener = %ctx.listener.name, error = %e, "request failed");
+            let status = e.kind.status().as_u16();
+            ctx.metrics.router_response(status, e.route.as_deref(), e.cluster.as_deref());
+            let line = ctx.access.as_ref().zip(start).map(|(l, s)| access::Pending::failed(l, s, &e));
             let mut resp = e.into_response();
-            resp.body_mut().set_finish(Finish::default().conn(conn, idle));
+            resp.body_mut().set_finish(Finish::default().conn(conn, idle).log(line));
             resp
         }
     };
@@ -224,7 +240,8 @@ async fn proxy(
                 Ok(Ok(mut resp)) => {
                     let latency = started.elapsed();
                     let status = resp.status().as_u16();
-                    rt.record_response(&route.name, member, status, latency.as_secs_f64());
+                    let counted =
+                        rt.record_response(&route.name, member, status, latency.as_secs_f64());
                     let outcome = if resp.status().is_server_error() {
                         Outcome::Failure { kind: FailureKind::Status5xx, latency }
                     } else {
@@ -248,7 +265,8 @@ async fn proxy(
                     begun.disarm();
                     let finish = Finish::default()
                         .request(rt.clone(), member, outcome)
-                        .conn(conn.clone(), route.idle_timeout);
+                        .conn(conn.clone(), route.idle_timeout)
+                        .served(counted, slot.clone(), tries, choice.reason);
                     return Ok(Response::from_parts(rparts, ProxyBody::upstream(rbody, finish)));
                 }
                 Ok(Err(e)) => {
@@ -394,6 +412,8 @@ fn upstream_request(
 struct Choice {
     member: usize,
     set_cookie: Option<HeaderValue>,
+    /// Why this member (for the access log).
+    reason: Reason,
 }
 
 /// Places a request: on its session's member when it has one that can keep it, else through
@@ -423,7 +443,7 @@ fn choose(
             && !tried.contains(&m)
             && rt.keep_and_begin(m, now)
         {
-            return Ok(Choice { member: m, set_cookie: None });
+            return Ok(Choice { member: m, set_cookie: None, reason: Reason::Session });
         }
         ctx.sessions.sweep();
     }
@@ -445,7 +465,7 @@ fn choose(
             None => {}
         }
     }
-    Ok(Choice { member: d.member, set_cookie })
+    Ok(Choice { member: d.member, set_cookie, reason: Reason::Pick(d.algorithm, d.why) })
 }
 
 fn hash_key(source: &HashKeySource, parts: &Parts, peer: SocketAddr) -> Option<u64> {

@@ -6,8 +6,9 @@
 //! send with a per-try timeout, fail over to the next member and then to backup clusters,
 //! stream the response back. Around it, [`conn`] enforces the connection limit and the HTTP/1
 //! header and idle timers, [`headers`] the header hygiene, [`body`] the streaming bodies and
-//! in-flight accounting, [`error`] the explained errors.
+//! in-flight accounting, [`error`] the explained errors, [`access`] the access logs.
 
+pub mod access;
 pub mod body;
 pub mod conn;
 pub mod error;
@@ -26,9 +27,11 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use rondo_config::{ListenerProtocol, ListenerSpec};
 use rondo_runtime::Live;
+use rondo_runtime::metrics::ListenerMetrics;
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
 
+use crate::access::AccessLog;
 use crate::conn::{ConnState, TimedIo};
 use crate::http::HttpCtx;
 use crate::upstream::Clients;
@@ -74,13 +77,20 @@ pub async fn start(listeners: &[ListenerSpec], live: Arc<Live>) -> std::io::Resu
         let addr = socket.local_addr()?;
         bound.push((spec.name.clone(), addr));
         let limit = Arc::new(Semaphore::new(spec.max_connections as usize));
+        let metrics = live.metrics.listener(&spec.name);
         match spec.protocol {
             ListenerProtocol::Http => {
+                let access = match &spec.access_log {
+                    Some(a) => Some(AccessLog::open(&spec.name, a, metrics.access_dropped.clone())?),
+                    None => None,
+                };
                 let ctx = Arc::new(HttpCtx {
                     listener: spec.clone(),
                     live: live.clone(),
                     clients: clients.clone(),
                     sessions: Default::default(),
+                    metrics,
+                    access,
                 });
                 tokio::spawn(accept_http(socket, ctx, limit, stopped.clone()));
             }
@@ -89,7 +99,7 @@ pub async fn start(listeners: &[ListenerSpec], live: Arc<Live>) -> std::io::Resu
                     socket,
                     live.clone(),
                     spec.name.as_str().into(),
-                    limit,
+                    (limit, metrics),
                     stopped.clone(),
                 ));
             }
@@ -135,13 +145,16 @@ async fn accept_http(
             _ = stopped.changed() => return,
         };
         let Ok(permit) = limit.clone().try_acquire_owned() else {
+            ctx.metrics.refused.inc();
             let Ok(rejecting) = rejecting.clone().try_acquire_owned() else {
                 drop(stream);
                 continue;
             };
             let (name, max) = (ctx.listener.name.clone(), ctx.listener.max_connections);
+            let metrics = ctx.metrics.clone();
             tokio::spawn(async move {
                 conn::reject_over_limit(stream, &name, max).await;
+                metrics.router_response(503, None, None);
                 drop(rejecting);
             });
             continue;
@@ -149,9 +162,11 @@ async fn accept_http(
         let _ = stream.set_nodelay(true);
         let ctx = ctx.clone();
         let builder = builder.clone();
+        let open = ctx.metrics.opened();
         tokio::spawn(async move {
             let client_ip = headers::client_ip_value(peer.ip());
-            let state = ConnState::new(ctx.listener.header_read_timeout, client_ip);
+            let metrics = ctx.metrics.clone();
+            let state = ConnState::new(ctx.listener.header_read_timeout, client_ip, metrics);
             let io = TimedIo::new(stream, state.clone(), ctx.listener.header_read_timeout);
             let handler = state.clone();
             let service =
@@ -159,14 +174,24 @@ async fn accept_http(
             let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
             tokio::pin!(conn);
             tokio::select! {
-                _ = conn.as_mut() => {}
+                r = conn.as_mut() => {
+                    // hyper answered a request head over `max_header_bytes` or `max_headers`
+                    // with 431 itself, then ended the connection with this error.
+                    if let Err(e) = r
+                        && e.downcast_ref::<hyper::Error>().is_some_and(hyper::Error::is_parse_too_large)
+                    {
+                        state.metrics.router_response(431, None, None);
+                    }
+                }
                 () = state.idle() => {
                     // An idle HTTP/2 connection: GOAWAY, then wait for it to close.
+                    state.metrics.idle_timeouts.inc();
                     conn.as_mut().graceful_shutdown();
                     let _ = conn.await;
                 }
             }
             drop(permit);
+            drop(open);
         });
     }
 }
@@ -175,7 +200,7 @@ async fn accept_tcp(
     socket: TcpListener,
     live: Arc<Live>,
     name: Arc<str>,
-    limit: Arc<Semaphore>,
+    (limit, metrics): (Arc<Semaphore>, Arc<ListenerMetrics>),
     mut stopped: watch::Receiver<bool>,
 ) {
     loop {
@@ -190,14 +215,17 @@ async fn accept_tcp(
             _ = stopped.changed() => return,
         };
         let Ok(permit) = limit.clone().try_acquire_owned() else {
+            metrics.refused.inc();
             drop(stream);
             continue;
         };
         let _ = stream.set_nodelay(true);
         let (live, name) = (live.clone(), name.clone());
+        let open = metrics.opened();
         tokio::spawn(async move {
             tcp::handle(live, name, stream, peer).await;
             drop(permit);
+            drop(open);
         });
     }
 }
