@@ -15,22 +15,25 @@ use rondo_runtime::{Live, probe};
 const FIRST_VIEW: u64 = 1;
 
 /// Runs the router from the configuration at `path` on `workers` threads (default: one per
-/// core) until SIGINT or SIGTERM.
+/// core) until SIGINT or SIGTERM; the log starts from `log` and the config's `[log]`.
 pub fn serve(
     path: &Path,
     workers: Option<usize>,
+    log: &crate::cli::LogArgs,
     out: &mut dyn Write,
     err: &mut dyn Write,
 ) -> anyhow::Result<ExitCode> {
     let config = match rondo_config::load_file(path, FIRST_VIEW) {
         Ok(c) => c,
         Err(errors) => {
+            crate::init_tracing(log, None);
             for e in &errors {
                 writeln!(err, "{e}")?;
             }
             return Ok(ExitCode::FAILURE);
         }
     };
+    crate::init_tracing(log, Some(&config.log));
     let runtime = runtime(workers)?;
     runtime.block_on(async {
         let live = Arc::new(Live::new(config.view.clone(), config.router.group.clone()));
