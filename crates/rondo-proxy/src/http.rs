@@ -73,7 +73,8 @@ pub async fn handle(
             tracing::debug!(listener = %ctx.listener.name, error = %e, "request failed");
             let status = e.kind.status().as_u16();
             ctx.metrics.router_response(status, e.route.as_deref(), e.cluster.as_deref());
-            let line = ctx.access.as_ref().zip(start).map(|(l, s)| access::Pending::failed(l, s, &e));
+            let line =
+                ctx.access.as_ref().zip(start).map(|(l, s)| access::Pending::failed(l, s, &e));
             let mut resp = e.into_response();
             resp.body_mut().set_finish(Finish::default().conn(conn, idle).log(line));
             resp

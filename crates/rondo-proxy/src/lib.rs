@@ -81,7 +81,9 @@ pub async fn start(listeners: &[ListenerSpec], live: Arc<Live>) -> std::io::Resu
         match spec.protocol {
             ListenerProtocol::Http => {
                 let access = match &spec.access_log {
-                    Some(a) => Some(AccessLog::open(&spec.name, a, metrics.access_dropped.clone())?),
+                    Some(a) => {
+                        Some(AccessLog::open(&spec.name, a, metrics.access_dropped.clone())?)
+                    }
                     None => None,
                 };
                 let ctx = Arc::new(HttpCtx {

@@ -314,7 +314,7 @@ impl ClusterRt {
                 member = %rt.spec.members[idx].name,
                 count = e.count,
                 for_ms = e.until.since(now).as_millis() as u64,
-                %reason,
+                reason = reason.as_str(),
                 "member ejected by outlier detection"
             );
         }

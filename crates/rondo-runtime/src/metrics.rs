@@ -390,11 +390,7 @@ impl Metrics {
             m.bytes_out.clone(),
         );
         r.register("connections_active", "Client connections open", m.conn_active.clone());
-        r.register(
-            "connections_accepted",
-            "Client connections accepted",
-            m.conn_accepted.clone(),
-        );
+        r.register("connections_accepted", "Client connections accepted", m.conn_accepted.clone());
         r.register(
             "connections_refused",
             "Client connections refused over the listener's max_connections",
@@ -503,7 +499,8 @@ impl Metrics {
     pub fn listener(&self, name: &str) -> Arc<ListenerMetrics> {
         let l = ListenerLabels { listener: name.to_owned() };
         let closed = |reason| {
-            let c = self.conn_closed.get_or_create(&ClosedLabels { listener: name.to_owned(), reason });
+            let c =
+                self.conn_closed.get_or_create(&ClosedLabels { listener: name.to_owned(), reason });
             c.clone()
         };
         Arc::new(ListenerMetrics {

@@ -96,20 +96,24 @@ async fn run(rt: Weak<ClusterRt>, check: HealthCheck, judge: bool) {
                 if healthy == Some(false) && s.ok >= check.rise {
                     changed = true;
                     b.set_health(i, true, Actor::HealthCheck, now);
+                    let reason = format!("{} health check(s) passed in a row", s.ok);
+                    // A `&str` field: quoted in text lines, a plain string in JSON ones.
                     tracing::info!(
                         cluster = %b.spec().name,
                         member = %name,
-                        reason = %format!("{} health check(s) passed in a row", s.ok),
+                        reason = reason.as_str(),
                         "member up"
                     );
                 } else if healthy == Some(true) && s.failed >= check.fall {
                     changed = true;
                     b.set_health(i, false, Actor::HealthCheck, now);
                     let last = why.get(&i).map_or("failed", String::as_str);
+                    let reason =
+                        format!("{} health check(s) failed in a row, the last: {last}", s.failed);
                     tracing::warn!(
                         cluster = %b.spec().name,
                         member = %name,
-                        reason = %format!("{} health check(s) failed in a row, the last: {last}", s.failed),
+                        reason = reason.as_str(),
                         "member down"
                     );
                 }

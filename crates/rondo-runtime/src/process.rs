@@ -103,24 +103,40 @@ impl Collector for ProcessCollector {
         if let Some(v) = s.cpu_seconds {
             let c = ConstCounter::new(v);
             let help = "Total user and system CPU time spent in seconds";
-            c.encode(encoder.encode_descriptor("process_cpu_seconds", help, None, c.metric_type())?)?;
+            c.encode(encoder.encode_descriptor(
+                "process_cpu_seconds",
+                help,
+                None,
+                c.metric_type(),
+            )?)?;
         }
-        let gauges: [(&str, &str, Option<f64>); 6] = [
-            ("process_resident_memory_bytes", "Resident memory size in bytes", s.resident_bytes.map(|v| v as f64)),
-            ("process_virtual_memory_bytes", "Virtual memory size in bytes", s.virtual_bytes.map(|v| v as f64)),
-            ("process_open_fds", "Number of open file descriptors", s.open_fds.map(|v| v as f64)),
-            ("process_max_fds", "Maximum number of open file descriptors", s.max_fds.map(|v| v as f64)),
-            ("process_threads", "Number of OS threads in the process", s.threads.map(|v| v as f64)),
+        let int = |v: Option<u64>| v.map(|v| i64::try_from(v).unwrap_or(i64::MAX));
+        let gauges: [(&str, &str, Option<i64>); 5] = [
             (
-                "process_start_time_seconds",
-                "Start time of the process since unix epoch in seconds",
-                s.start_time_seconds,
+                "process_resident_memory_bytes",
+                "Resident memory size in bytes",
+                int(s.resident_bytes),
             ),
+            ("process_virtual_memory_bytes", "Virtual memory size in bytes", int(s.virtual_bytes)),
+            ("process_open_fds", "Number of open file descriptors", int(s.open_fds)),
+            ("process_max_fds", "Maximum number of open file descriptors", int(s.max_fds)),
+            ("process_threads", "Number of OS threads in the process", int(s.threads)),
         ];
         for (name, help, value) in gauges {
             let Some(v) = value else { continue };
             let g = ConstGauge::new(v);
             g.encode(encoder.encode_descriptor(name, help, None, g.metric_type())?)?;
+        }
+        if let Some(v) = s.start_time_seconds {
+            let g = ConstGauge::new(v);
+            let help = "Start time of the process since unix epoch in seconds";
+            let d = encoder.encode_descriptor(
+                "process_start_time_seconds",
+                help,
+                None,
+                g.metric_type(),
+            )?;
+            g.encode(d)?;
         }
         Ok(())
     }

@@ -29,8 +29,8 @@ Precedence: --log-level, then RONDO_LOG, then the config's [log] level, then inf
 /// The log's level and format, accepted by every command.
 #[derive(Debug, Clone, Default, Args)]
 pub struct LogArgs {
-    /// rondo's log level: error, warn, info (default), debug or trace; overrides RONDO_LOG and
-    /// the config's [log] level.
+    /// Log level of rondo's own lines: error, warn, info (default), debug or trace; overrides
+    /// RONDO_LOG and the config's [log] level.
     #[arg(long, global = true, value_name = "LEVEL")]
     #[arg(value_parser = ["error", "warn", "info", "debug", "trace"])]
     pub log_level: Option<String>,
