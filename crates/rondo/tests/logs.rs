@@ -5,31 +5,12 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{BIN, Proc, TempDir, free_port, start_member};
-
-/// One HTTP/1.1 request on a fresh connection (`Connection: close`): status and body.
-fn request(addr: SocketAddr, method: &str, path: &str, body: &[u8]) -> (u16, String) {
-    let mut s = TcpStream::connect(addr).expect("connect to the router");
-    s.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
-    let head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: test\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    s.write_all(head.as_bytes()).expect("send head");
-    s.write_all(body).expect("send body");
-    let mut answer = Vec::new();
-    s.read_to_end(&mut answer).expect("read the answer");
-    let text = String::from_utf8_lossy(&answer).into_owned();
-    let status = text.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
-    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
-    (status, body)
-}
+use common::{BIN, Proc, TempDir, free_port, request, start_member};
 
 /// `rondo serve --config PATH ARGS...` with stderr written to `stderr` (a file: not a terminal).
 fn serve(config: &Path, stderr: &Path, args: &[&str]) -> Proc {
@@ -55,7 +36,11 @@ fn wait_for_line(path: &Path, needles: &[&str]) -> String {
         if let Some(l) = text.lines().find(|l| needles.iter().all(|n| l.contains(n))) {
             return l.to_owned();
         }
-        assert!(Instant::now() < deadline, "no line with {needles:?} in {}:\n{text}", path.display());
+        assert!(
+            Instant::now() < deadline,
+            "no line with {needles:?} in {}:\n{text}",
+            path.display()
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
 }
