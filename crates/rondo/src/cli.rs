@@ -20,7 +20,8 @@ pub struct Cli {
 
 /// The log's environment, after `--help`'s options.
 const LOG_HELP: &str = "\
-Logging: rondo logs to stderr, at `info` by default (member up/down, ejections, drains, reloads).
+Logging: rondo logs to stderr, at `info` by default (member up/down, ejections, drains, reloads;
+`demo` at `warn`).
   --log-level LEVEL   rondo's own level: error, warn, info, debug or trace (libraries stay at warn)
   --log-format FMT    text (default; colour only on a terminal, never with NO_COLOR set) or json
   RONDO_LOG=FILTER    a tracing EnvFilter for full control, e.g. RONDO_LOG=rondo_proxy=debug,warn

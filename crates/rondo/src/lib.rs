@@ -17,9 +17,12 @@ use cli::{Cli, Command};
 
 /// Runs a parsed command line, printing to stdout and stderr; returns the process exit code.
 pub fn run(cli: Cli) -> ExitCode {
-    // `serve` starts its log once it has read the config's `[log]`.
-    if !matches!(cli.command, Command::Serve(_)) {
-        init_tracing(&cli.log, None);
+    // `serve` starts its log once it has read the config's `[log]`. `demo` prints a report
+    // of its own, which info lines about its in-process router would only clutter.
+    match cli.command {
+        Command::Serve(_) => {}
+        Command::Demo(_) => init_tracing(&cli.log, None, "warn"),
+        _ => init_tracing(&cli.log, None, "info"),
     }
     // Unlocked handles: each write takes the lock for itself. Holding `stderr().lock()` for
     // the whole run would block every log line written from another thread (a worker of
@@ -34,16 +37,21 @@ pub fn run(cli: Cli) -> ExitCode {
 }
 
 /// Starts the process's log on stderr: the level from `--log-level`, else `RONDO_LOG` (a
-/// tracing `EnvFilter`), else `config`'s `[log] level`, else `info`; the format from
+/// tracing `EnvFilter`), else `config`'s `[log] level`, else `default`; the format from
 /// `--log-format`, else `[log] format`, else text. Text has colour only on a terminal (and not
 /// with `NO_COLOR` set), so a file or a pipe gets no escape codes. Does nothing if a log was
 /// started already (in-process tests).
-pub fn init_tracing(args: &cli::LogArgs, config: Option<&rondo_config::LogSpec>) {
+pub fn init_tracing(
+    args: &cli::LogArgs,
+    config: Option<&rondo_config::LogSpec>,
+    default: &str,
+) {
     use std::io::IsTerminal;
     let filter = log_filter(
         args.log_level.as_deref(),
         std::env::var("RONDO_LOG").ok().as_deref(),
         config.and_then(|c| c.level.as_deref()),
+        default,
     );
     let json = match args.log_format.as_deref() {
         Some(f) => f == "json",
@@ -66,6 +74,7 @@ fn log_filter(
     cli: Option<&str>,
     env: Option<&str>,
     config: Option<&str>,
+    default: &str,
 ) -> tracing_subscriber::EnvFilter {
     use tracing_subscriber::EnvFilter;
     let for_level = |level: &str| {
@@ -83,7 +92,7 @@ fn log_filter(
             }
         }
     }
-    for_level(config.unwrap_or("info"))
+    for_level(config.unwrap_or(default))
 }
 
 /// `rondo agent`: builds the options and runs the agent until interrupted.

@@ -26,14 +26,14 @@ pub fn serve(
     let config = match rondo_config::load_file(path, FIRST_VIEW) {
         Ok(c) => c,
         Err(errors) => {
-            crate::init_tracing(log, None);
+            crate::init_tracing(log, None, "info");
             for e in &errors {
                 writeln!(err, "{e}")?;
             }
             return Ok(ExitCode::FAILURE);
         }
     };
-    crate::init_tracing(log, Some(&config.log));
+    crate::init_tracing(log, Some(&config.log), "info");
     let runtime = runtime(workers)?;
     runtime.block_on(async {
         let live = Arc::new(Live::new(config.view.clone(), config.router.group.clone()));
