@@ -213,3 +213,27 @@ pub fn run_with(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> anyhow::R
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::log_filter;
+
+    fn filter(cli: Option<&str>, env: Option<&str>, config: Option<&str>) -> String {
+        log_filter(cli, env, config, "info").to_string()
+    }
+
+    #[test]
+    fn the_log_level_comes_from_the_flag_then_rondo_log_then_the_config_then_the_default() {
+        let all = filter(Some("debug"), Some("hyper=trace"), Some("error"));
+        assert!(all.contains("rondo=debug") && !all.contains("hyper"), "{all}");
+        let env = filter(None, Some("hyper=trace"), Some("error"));
+        assert!(env.contains("hyper=trace") && !env.contains("rondo="), "{env}");
+        let config = filter(None, None, Some("error"));
+        assert!(config.contains("rondo=error") && !config.contains("warn"), "{config}");
+        let default = filter(None, Some("  "), None);
+        assert!(default.contains("rondo=info") && default.contains("warn"), "{default}");
+        // A RONDO_LOG that is no filter is ignored (with a note on stderr).
+        let bad = filter(None, Some("rondo=loud=x"), None);
+        assert!(bad.contains("rondo=info"), "{bad}");
+    }
+}
