@@ -258,23 +258,44 @@ impl Entry {
         let duration_ms = self.duration.as_secs_f64() * 1000.0;
         match format {
             LogFormat::Json => {
-                let v = serde_json::json!({
-                    "time": time,
-                    "client": self.start.client.to_string(),
-                    "method": self.start.method.as_str(),
-                    "path": self.path(),
-                    "status": self.status,
-                    "route": self.route(),
-                    "cluster": self.cluster(),
-                    "member": self.member(),
-                    "bytes_in": self.bytes_in,
-                    "bytes_out": self.bytes_out,
-                    "duration_ms": (duration_ms * 1000.0).round() / 1000.0,
-                    "tries": self.tries,
-                    "reason": self.reason(),
-                    "error": self.error(),
-                });
-                out.push_str(&v.to_string());
+                // A struct rather than a `json!` map: the keys stay in this order.
+                #[derive(serde::Serialize)]
+                struct Line<'a> {
+                    time: &'a str,
+                    client: String,
+                    method: &'a str,
+                    path: &'a str,
+                    status: u16,
+                    route: Option<&'a str>,
+                    cluster: Option<&'a str>,
+                    member: Option<&'a str>,
+                    bytes_in: u64,
+                    bytes_out: u64,
+                    duration_ms: f64,
+                    tries: u32,
+                    reason: Option<String>,
+                    error: Option<&'a str>,
+                }
+                let line = Line {
+                    time: &time,
+                    client: self.start.client.to_string(),
+                    method: self.start.method.as_str(),
+                    path: self.path(),
+                    status: self.status,
+                    route: self.route(),
+                    cluster: self.cluster(),
+                    member: self.member(),
+                    bytes_in: self.bytes_in,
+                    bytes_out: self.bytes_out,
+                    duration_ms: (duration_ms * 1000.0).round() / 1000.0,
+                    tries: self.tries,
+                    reason: self.reason(),
+                    error: self.error(),
+                };
+                // Serialising plain fields into a String cannot fail.
+                if let Ok(text) = serde_json::to_string(&line) {
+                    out.push_str(&text);
+                }
             }
             LogFormat::Text => {
                 let _ = write!(
@@ -464,6 +485,7 @@ mod tests {
         assert_eq!(v["error"], "connection refused");
         assert_eq!(v["duration_ms"], 1.5);
         assert!(!out.contains("secret"), "{out}");
+        assert!(out.starts_with("{\"time\":"), "keys in the documented order: {out}");
     }
 
     #[test]
