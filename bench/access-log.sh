@@ -138,7 +138,7 @@ for round in $(seq "$ROUNDS"); do
     after=$(cpu_ticks "${!pid_var}")
     ok=$(kv "$out" ok)
     errs=$(( $(kv "$out" errors) + $(kv "$out" bad_status) + $(kv "$out" timeouts) ))
-    cpu=$(awk -v d=$((after - before)) -v t="$TCK" -v n="$ok" 'BEGIN {printf "%.2f", n > 0 ? d / t * 1e6 / n : 0}')
+    cpu=$(awk -v d=$((after - before)) -v t="$TCK" -v n="$ok" 'BEGIN {printf "%.2f", (n > 0 ? d / t * 1e6 / n : 0)}')
     log "  round $round $v: $cpu us CPU/request, p50 $(kv "$out" p50_us) us, p99 $(kv "$out" p99_us) us, ok $ok, errors $errs"
     CPU[$v]+="$cpu "
     P50[$v]+="$(kv "$out" p50_us) "
@@ -161,7 +161,7 @@ cat <<EOF
 |---|---|---|---|---|
 | off | $off_cpu | $(m "${P50[off]}") | $(m "${P99[off]}") | ${ERR[off]} |
 | on | $on_cpu | $(m "${P50[on]}") | $(m "${P99[on]}") | ${ERR[on]} |
-| on − off | $(awk -v a="$on_cpu" -v b="$off_cpu" 'BEGIN {printf "%+.2f (%+.0f %%)", a - b, b > 0 ? 100 * (a - b) / b : 0}') | | | |
+| on − off | $(awk -v a="$on_cpu" -v b="$off_cpu" 'BEGIN {printf "%+.2f (%+.0f %%)", a - b, (b > 0 ? 100 * (a - b) / b : 0)}') | | | |
 
 $lines lines in the access log (every request, warm-ups included), ${dropped:-?} dropped.
 EOF
