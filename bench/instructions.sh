@@ -7,6 +7,9 @@
 #
 #   bench/instructions.sh                      target/release/rondo (built first)
 #   bench/instructions.sh --no-build BIN ...   the given rondo binaries, one line each
+#   bench/instructions.sh --access-log text|json [--no-build BIN ...]
+#                                              the same with the listener's access log on
+#                                              (written to the temporary directory)
 #
 # Each run: 3 s of unmeasured warm-up with instrumentation off, then instrumentation on for
 # 8 s of `wrk -t1 -c8`, dumped; prints the requests wrk completed in the measured part and
@@ -16,6 +19,12 @@ set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
+access_log=""
+if [ "${1:-}" = "--access-log" ]; then
+  access_log=${2:-}
+  case "$access_log" in text|json) ;; *) echo "bench/instructions.sh: --access-log is text or json" >&2; exit 2 ;; esac
+  shift 2
+fi
 build=1
 if [ "${1:-}" = "--no-build" ]; then
   build=0
@@ -60,6 +69,9 @@ members = [
   { name = "m3", address = "127.0.0.1:19103" },
 ]
 EOF
+if [ -n "$access_log" ]; then
+  sed -i "s|^listen = \"127.0.0.1:19100\"|&\naccess_log = { path = \"$tmp/access.log\", format = \"$access_log\" }|" "$tmp/rondo.toml"
+fi
 
 for bin in "$@"; do
   [ -x "$bin" ] || { echo "bench/instructions.sh: $bin is not executable" >&2; exit 1; }
@@ -91,5 +103,9 @@ for bin in "$@"; do
   requests=$(echo "$out" | awk '/requests in/ {print $1}')
   ir=$(callgrind_annotate "$tmp/cg.$vg.1" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')
   echo "$bin: $requests requests measured, $ir instructions, $((ir / requests)) per request"
+  if [ -n "$access_log" ]; then
+    echo "  access log ($access_log): $(wc -l <"$tmp/access.log") lines (warm-up included)"
+    rm -f "$tmp/access.log"
+  fi
   rm -f "$tmp"/cg.*
 done

@@ -240,29 +240,42 @@ impl Entry {
         }
     }
 
-    fn reason(&self) -> Option<String> {
+    /// The reason into `buf` (cleared first); `false` when there is none.
+    fn reason_into(&self, buf: &mut String) -> bool {
+        buf.clear();
         match self.reason {
-            Reason::None => None,
-            Reason::Session => Some("sticky session".to_owned()),
-            Reason::Pick(algorithm, why) => Some(format!("{}: {why}", algorithm.as_str())),
+            Reason::None => return false,
+            Reason::Session => buf.push_str("sticky session"),
+            Reason::Pick(algorithm, why) => {
+                let _ = write!(buf, "{}: {why}", algorithm.as_str());
+            }
         }
+        true
     }
 
     fn path(&self) -> &str {
         self.start.path.as_ref().map_or("/", PathAndQuery::path)
     }
 
-    /// The line in `format`, with its newline, appended to `out`.
-    pub fn format(&self, format: LogFormat, out: &mut String) {
-        let time = rfc3339_millis(self.start.time);
-        let duration_ms = self.duration.as_secs_f64() * 1000.0;
+    /// The line in `format`, with its newline, appended to `out`; `scratch` keeps buffers and
+    /// the current second's date between lines (formatting runs on the writer thread, but a
+    /// busy log formats a line per request, so it avoids `format!` and float formatting).
+    pub fn format(&self, format: LogFormat, out: &mut String, scratch: &mut Scratch) {
+        let Scratch { clock, reason, time, client } = scratch;
+        time.clear();
+        clock.push(time, self.start.time);
+        client.clear();
+        push_addr(client, self.start.client);
+        let has_reason = self.reason_into(reason);
+        let reason = has_reason.then_some(reason.as_str());
+        let micros = u64::try_from(self.duration.as_micros()).unwrap_or(u64::MAX);
         match format {
             LogFormat::Json => {
                 // A struct rather than a `json!` map: the keys stay in this order.
                 #[derive(serde::Serialize)]
                 struct Line<'a> {
                     time: &'a str,
-                    client: String,
+                    client: &'a str,
                     method: &'a str,
                     path: &'a str,
                     status: u16,
@@ -273,12 +286,12 @@ impl Entry {
                     bytes_out: u64,
                     duration_ms: f64,
                     tries: u32,
-                    reason: Option<String>,
+                    reason: Option<&'a str>,
                     error: Option<&'a str>,
                 }
                 let line = Line {
-                    time: &time,
-                    client: self.start.client.to_string(),
+                    time,
+                    client,
                     method: self.start.method.as_str(),
                     path: self.path(),
                     status: self.status,
@@ -287,41 +300,131 @@ impl Entry {
                     member: self.member(),
                     bytes_in: self.bytes_in,
                     bytes_out: self.bytes_out,
-                    duration_ms: (duration_ms * 1000.0).round() / 1000.0,
+                    duration_ms: micros as f64 / 1000.0,
                     tries: self.tries,
-                    reason: self.reason(),
+                    reason,
                     error: self.error(),
                 };
-                // Serialising plain fields into a String cannot fail.
+                // Serialising plain fields cannot fail.
                 if let Ok(text) = serde_json::to_string(&line) {
                     out.push_str(&text);
                 }
             }
             LogFormat::Text => {
-                let _ = write!(
-                    out,
-                    "time={time} client={} method={} path=",
-                    self.start.client, self.start.method
-                );
+                out.push_str("time=");
+                out.push_str(time);
+                out.push_str(" client=");
+                out.push_str(client);
+                out.push_str(" method=");
+                value(out, Some(self.start.method.as_str()));
+                out.push_str(" path=");
                 value(out, Some(self.path()));
-                let _ = write!(out, " status={} route=", self.status);
+                out.push_str(" status=");
+                push_u64(out, u64::from(self.status));
+                out.push_str(" route=");
                 value(out, self.route());
                 out.push_str(" cluster=");
                 value(out, self.cluster());
                 out.push_str(" member=");
                 value(out, self.member());
-                let _ = write!(
-                    out,
-                    " bytes_in={} bytes_out={} duration_ms={duration_ms:.3} tries={} reason=",
-                    self.bytes_in, self.bytes_out, self.tries
-                );
-                value(out, self.reason().as_deref());
+                out.push_str(" bytes_in=");
+                push_u64(out, self.bytes_in);
+                out.push_str(" bytes_out=");
+                push_u64(out, self.bytes_out);
+                out.push_str(" duration_ms=");
+                push_u64(out, micros / 1000);
+                out.push('.');
+                push_padded(out, micros % 1000, 3);
+                out.push_str(" tries=");
+                push_u64(out, u64::from(self.tries));
+                out.push_str(" reason=");
+                value(out, reason);
                 out.push_str(" error=");
                 value(out, self.error());
             }
         }
         out.push('\n');
     }
+}
+
+/// What [`Entry::format`] keeps between lines.
+#[derive(Debug, Default)]
+pub struct Scratch {
+    clock: DateCache,
+    reason: String,
+    time: String,
+    client: String,
+}
+
+/// The date and time of one second, `2026-12-01T06:40:00`, kept while lines of that second
+/// keep coming.
+#[derive(Debug, Default)]
+struct DateCache {
+    secs: Option<u64>,
+    text: String,
+}
+
+impl DateCache {
+    /// `t` as `2026-12-01T06:40:00.123Z` (UTC, milliseconds), appended to `out`.
+    fn push(&mut self, out: &mut String, t: SystemTime) {
+        let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
+        let secs = d.as_secs();
+        if self.secs != Some(secs) {
+            self.secs = Some(secs);
+            let (days, rem) = (secs / 86_400, secs % 86_400);
+            let (y, m, day) = civil_from_days(days as i64);
+            self.text.clear();
+            let _ = write!(
+                self.text,
+                "{y:04}-{m:02}-{day:02}T{:02}:{:02}:{:02}",
+                rem / 3600,
+                rem / 60 % 60,
+                rem % 60
+            );
+        }
+        out.push_str(&self.text);
+        out.push('.');
+        push_padded(out, u64::from(d.subsec_millis()), 3);
+        out.push('Z');
+    }
+}
+
+/// `n` in decimal (no formatting machinery: this runs for every field of every line).
+fn push_u64(out: &mut String, n: u64) {
+    push_padded(out, n, 1);
+}
+
+/// `n` in decimal, zero-padded to at least `width` digits (at most 20).
+fn push_padded(out: &mut String, mut n: u64, width: usize) {
+    let mut buf = [b'0'; 20];
+    let mut i = buf.len();
+    while n > 0 || buf.len() - i < width.clamp(1, 20) {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+    }
+    for &b in &buf[i..] {
+        out.push(char::from(b));
+    }
+}
+
+/// A client address: `a.b.c.d:port` by hand for IPv4, `[..]:port` for IPv6.
+fn push_addr(out: &mut String, a: SocketAddr) {
+    match a {
+        SocketAddr::V4(v4) => {
+            for (i, o) in v4.ip().octets().into_iter().enumerate() {
+                if i > 0 {
+                    out.push('.');
+                }
+                push_u64(out, u64::from(o));
+            }
+        }
+        SocketAddr::V6(v6) => {
+            let _ = write!(out, "[{}]", v6.ip());
+        }
+    }
+    out.push(':');
+    push_u64(out, u64::from(a.port()));
 }
 
 /// A text-format value: `-` when absent, bare when it is plain, else quoted with `"` and `\`
@@ -332,7 +435,7 @@ fn value(out: &mut String, v: Option<&str>) {
         return;
     };
     let plain = !v.is_empty()
-        && v.chars().all(|c| c.is_ascii_graphic() && c != '"' && c != '\\' && c != '=');
+        && v.bytes().all(|b| b.is_ascii_graphic() && b != b'"' && b != b'\\' && b != b'=');
     if plain {
         out.push_str(v);
         return;
@@ -353,21 +456,6 @@ fn value(out: &mut String, v: Option<&str>) {
     out.push('"');
 }
 
-/// `2026-12-01T06:40:00.123Z`: UTC, milliseconds.
-fn rfc3339_millis(t: SystemTime) -> String {
-    let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
-    let secs = d.as_secs();
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    let (y, m, day) = civil_from_days(days as i64);
-    format!(
-        "{y:04}-{m:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
-        rem / 3600,
-        rem / 60 % 60,
-        rem % 60,
-        d.subsec_millis()
-    )
-}
-
 /// The proleptic Gregorian date of `days` since 1970-01-01 (Howard Hinnant's algorithm).
 fn civil_from_days(days: i64) -> (i64, u32, u32) {
     let z = days + 719_468;
@@ -386,10 +474,11 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
 fn write_lines(rx: &Receiver<Entry>, out: Box<dyn Write + Send>, format: LogFormat, name: &str) {
     let mut out = BufWriter::with_capacity(64 * 1024, out);
     let mut line = String::with_capacity(512);
+    let mut scratch = Scratch::default();
     let mut failing = false;
     let mut write = |out: &mut BufWriter<Box<dyn Write + Send>>, e: &Entry| {
         line.clear();
-        e.format(format, &mut line);
+        e.format(format, &mut line, &mut scratch);
         if let Err(err) = out.write_all(line.as_bytes()) {
             if !failing {
                 tracing::warn!(listener = name, error = %err, "access log write failed; lines are lost until it works again");
@@ -458,10 +547,17 @@ mod tests {
         }
     }
 
+    /// `t` formatted as the lines do.
+    fn rfc3339_millis(t: SystemTime) -> String {
+        let mut out = String::new();
+        DateCache::default().push(&mut out, t);
+        out
+    }
+
     #[test]
     fn text_lines_are_key_value_pairs_with_quoted_values_where_needed() {
         let mut out = String::new();
-        failed_entry().format(LogFormat::Text, &mut out);
+        failed_entry().format(LogFormat::Text, &mut out, &mut Scratch::default());
         assert_eq!(
             out,
             "time=2026-12-01T06:40:00.123Z client=127.0.0.1:4242 method=POST path=/orders/7 \
@@ -473,7 +569,7 @@ mod tests {
     #[test]
     fn json_lines_parse_and_leave_the_query_out() {
         let mut out = String::new();
-        failed_entry().format(LogFormat::Json, &mut out);
+        failed_entry().format(LogFormat::Json, &mut out, &mut Scratch::default());
         assert!(out.ends_with('\n') && out.matches('\n').count() == 1, "{out}");
         let v: serde_json::Value = serde_json::from_str(&out).expect("json");
         assert_eq!(v["time"], "2026-12-01T06:40:00.123Z");
@@ -486,6 +582,21 @@ mod tests {
         assert_eq!(v["duration_ms"], 1.5);
         assert!(!out.contains("secret"), "{out}");
         assert!(out.starts_with("{\"time\":"), "keys in the documented order: {out}");
+    }
+
+    #[test]
+    fn numbers_and_addresses_are_written_by_hand_correctly() {
+        let mut out = String::new();
+        for (n, w) in [(0, 1), (7, 3), (1234, 3), (u64::MAX, 1), (5, 0)] {
+            push_padded(&mut out, n, w);
+            out.push(' ');
+        }
+        assert_eq!(out, "0 007 1234 18446744073709551615 5 ");
+        out.clear();
+        push_addr(&mut out, "10.0.255.1:80".parse().unwrap());
+        out.push(' ');
+        push_addr(&mut out, "[::1]:8080".parse().unwrap());
+        assert_eq!(out, "10.0.255.1:80 [::1]:8080");
     }
 
     #[test]
@@ -505,6 +616,17 @@ mod tests {
         assert_eq!(rfc3339_millis(leap), "2000-02-29T00:00:00.000Z");
         let t = UNIX_EPOCH + Duration::from_secs(4_102_444_799); // 2099-12-31T23:59:59
         assert_eq!(rfc3339_millis(t), "2099-12-31T23:59:59.000Z");
+        // The cached second is reused within the second and replaced after it.
+        let mut cache = DateCache::default();
+        let mut out = String::new();
+        for ms in [4_102_444_799_007, 4_102_444_799_999, 4_102_444_800_050] {
+            cache.push(&mut out, UNIX_EPOCH + Duration::from_millis(ms));
+            out.push(' ');
+        }
+        assert_eq!(
+            out,
+            "2099-12-31T23:59:59.007Z 2099-12-31T23:59:59.999Z 2100-01-01T00:00:00.050Z "
+        );
     }
 
     /// A full channel drops the line and counts it; it never waits.
