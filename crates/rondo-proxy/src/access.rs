@@ -403,9 +403,8 @@ fn push_padded(out: &mut String, mut n: u64, width: usize) {
         buf[i] = b'0' + (n % 10) as u8;
         n /= 10;
     }
-    for &b in &buf[i..] {
-        out.push(char::from(b));
-    }
+    // ASCII digits: always UTF-8.
+    out.push_str(std::str::from_utf8(&buf[i..]).unwrap_or("0"));
 }
 
 /// A client address: `a.b.c.d:port` by hand for IPv4, `[..]:port` for IPv6.
@@ -441,18 +440,23 @@ fn value(out: &mut String, v: Option<&str>) {
         return;
     }
     out.push('"');
-    for c in v.chars() {
+    // Runs of characters that need no escape are copied whole.
+    let mut rest = v;
+    while let Some(i) = rest.find(|c: char| c == '"' || c == '\\' || c.is_control()) {
+        out.push_str(&rest[..i]);
+        let c = rest[i..].chars().next().unwrap_or(' ');
         match c {
             '"' => out.push_str("\\\""),
             '\\' => out.push_str("\\\\"),
             '\n' => out.push_str("\\n"),
             '\t' => out.push_str("\\t"),
-            c if c.is_control() => {
+            c => {
                 let _ = write!(out, "\\u{{{:x}}}", c as u32);
             }
-            c => out.push(c),
         }
+        rest = &rest[i + c.len_utf8()..];
     }
+    out.push_str(rest);
     out.push('"');
 }
 
