@@ -41,11 +41,7 @@ pub fn run(cli: Cli) -> ExitCode {
 /// `--log-format`, else `[log] format`, else text. Text has colour only on a terminal (and not
 /// with `NO_COLOR` set), so a file or a pipe gets no escape codes. Does nothing if a log was
 /// started already (in-process tests).
-pub fn init_tracing(
-    args: &cli::LogArgs,
-    config: Option<&rondo_config::LogSpec>,
-    default: &str,
-) {
+pub fn init_tracing(args: &cli::LogArgs, config: Option<&rondo_config::LogSpec>, default: &str) {
     use std::io::IsTerminal;
     let filter = log_filter(
         args.log_level.as_deref(),
