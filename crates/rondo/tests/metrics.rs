@@ -250,6 +250,7 @@ fn a_real_router_counts_its_own_answers_connections_bytes_and_process_figures() 
     let dir = TempDir::new("metrics");
     let (_m1, a1) = start_member("m1", "127.0.0.1:0");
     let (admin, web, tiny, dead) = (free_port(), free_port(), free_port(), free_port());
+    let raw = free_port();
     let path = dir.0.join("rondo.toml");
     let text = format!(
         r#"
@@ -266,6 +267,20 @@ header_read_timeout_ms = 300
 name = "tiny"
 listen = "127.0.0.1:{tiny}"
 max_connections = 1
+
+[[listener]]
+name = "raw"
+listen = "127.0.0.1:{raw}"
+protocol = "tcp"
+
+[[route]]
+name = "spliced"
+listener = "raw"
+cluster = "ct"
+
+[cluster.ct]
+upstream_protocol = "tcp"
+members = [{{ name = "m1", address = "{a1}" }}]
 
 [[route]]
 name = "broken"
@@ -306,6 +321,11 @@ members = [{{ name = "d1", address = "127.0.0.1:{dead}" }}]
     let (status, echoed) = request(addr(web), "POST", "/echo", &[b'x'; 1000]);
     assert_eq!((status, echoed.len()), (200, 1000));
 
+    // Through the TCP listener: bytes both ways, counted when the connection ends.
+    let head = b"GET /spliced HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    let spliced_answer = exchange(addr(raw), head);
+    assert!(spliced_answer.starts_with("HTTP/1.1 200"), "{spliced_answer}");
+
     // A request head that stalls: 408 after the header read timeout.
     let answer = exchange(addr(web), b"GET /echo HTTP/1.1\r\nHost: x\r\n");
     assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
@@ -333,6 +353,7 @@ members = [{{ name = "d1", address = "127.0.0.1:{dead}" }}]
         sum(s, router_made, &[("status", "431")]) == 1.0
             && sum(s, "rondo_bytes_out_total", &[("route", "main")]) == 1000.0
             && sum(s, router_made, &[("status", "503")]) == 1.0
+            && sum(s, "rondo_bytes_out_total", &[("route", "spliced")]) > 0.0
     };
     // Some counts land just after the client has its answer: scrape until they are in.
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -370,6 +391,9 @@ members = [{{ name = "d1", address = "127.0.0.1:{dead}" }}]
     let main = [("route", "main"), ("cluster", "c")];
     assert_eq!(sum(&s, "rondo_bytes_in_total", &main), 1000.0, "{text}");
     assert_eq!(sum(&s, "rondo_bytes_out_total", &main), 1000.0, "{text}");
+    let spliced = [("route", "spliced"), ("cluster", "ct")];
+    assert_eq!(sum(&s, "rondo_bytes_in_total", &spliced), head.len() as f64, "{text}");
+    assert_eq!(sum(&s, "rondo_bytes_out_total", &spliced), spliced_answer.len() as f64, "{text}");
 
     // The process's figures, plausible.
     let one = |name: &str| {
