@@ -277,3 +277,57 @@ members = [{{ name = "d1", address = "127.0.0.1:{dead}" }}, {{ name = "d2", addr
     }
     assert!(line.starts_with("time=") && line.contains(" client=127.0.0.1:"), "{line}");
 }
+
+#[test]
+fn ejections_and_returns_are_logged_with_the_reason() {
+    let dir = TempDir::new("logs");
+    let (_m1, a1) = start_member("m1", "127.0.0.1:0");
+    let (_m2, a2) = start_member("m2", "127.0.0.1:0");
+    let port = free_port();
+    let path = dir.0.join("rondo.toml");
+    let text = format!(
+        r#"
+[[listener]]
+name = "web"
+listen = "127.0.0.1:{port}"
+
+[[route]]
+listener = "web"
+cluster = "c"
+
+[cluster.c]
+algorithm = "round-robin"
+outlier = {{ consecutive_failures = 2, base_ejection_ms = 200, max_ejection_ms = 200 }}
+members = [{{ name = "m1", address = "{a1}" }}, {{ name = "m2", address = "{a2}" }}]
+"#
+    );
+    std::fs::write(&path, text).expect("write config");
+    let log = dir.0.join("stderr.log");
+    let mut router = serve(&path, &log, &[]);
+    router.line_with("listener web on", Duration::from_secs(10));
+    let web: SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
+
+    // 500s from both members: one is ejected (the 50 % cap keeps the other).
+    for _ in 0..4 {
+        assert_eq!(request(web, "GET", "/status/500", b"").0, 500);
+    }
+    let ejected = wait_for_line(&log, &["member ejected by outlier detection"]);
+    assert!(ejected.contains("WARN"), "{ejected}");
+    assert!(
+        ejected.contains("reason=\"2 consecutive failure(s), the last a 5xx response\""),
+        "{ejected}"
+    );
+    // After its ejection time, its first success brings it back.
+    std::thread::sleep(Duration::from_millis(300));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        assert_eq!(request(web, "GET", "/", b"").0, 200);
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if let Some(l) = text.lines().find(|l| l.contains("member back from ejection")) {
+            assert!(l.contains("INFO"), "{l}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "no return logged:\n{text}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
