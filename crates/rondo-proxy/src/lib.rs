@@ -177,12 +177,8 @@ async fn accept_http(
             tokio::pin!(conn);
             tokio::select! {
                 r = conn.as_mut() => {
-                    // hyper answered a request head over `max_header_bytes` or `max_headers`
-                    // with 431 itself, then ended the connection with this error.
-                    if let Err(e) = r
-                        && e.downcast_ref::<hyper::Error>().is_some_and(hyper::Error::is_parse_too_large)
-                    {
-                        state.metrics.router_response(431, None, None);
+                    if let Some(status) = r.err().and_then(|e| answered_by_hyper(&*e)) {
+                        state.metrics.router_response(status, None, None);
                     }
                 }
                 () = state.idle() => {
@@ -196,6 +192,23 @@ async fn accept_http(
             drop(open);
         });
     }
+}
+
+/// The status hyper answered a request head it could not parse with, itself, before ending the
+/// connection with `e` (its HTTP/1 server's `on_error`): 431 for a head over `max_header_bytes`
+/// or `max_headers`, 414 for a URI too long, 400 for a malformed method, URI, header or version.
+fn answered_by_hyper(e: &(dyn std::error::Error + 'static)) -> Option<u16> {
+    let e = e.downcast_ref::<hyper::Error>()?;
+    if !e.is_parse() {
+        return None;
+    }
+    // hyper's error kinds are private; its messages (`Display`) tell them apart.
+    let text = e.to_string();
+    if e.is_parse_too_large() {
+        return Some(if text.contains("URI") { 414 } else { 431 });
+    }
+    let malformed = ["invalid HTTP method parsed", "invalid URI", "invalid HTTP version parsed"];
+    (malformed.contains(&text.as_str()) || text.starts_with("invalid HTTP header")).then_some(400)
 }
 
 async fn accept_tcp(

@@ -1,6 +1,6 @@
 //! `/metrics` on the admin API: an in-process router and admin API, some requests (answered,
 //! answered 500, retried after a member that refuses connections), then a scrape parsed line by
-//! line; and a real `rondo serve` answering a flood of 502s, a 404, a 408, a 431 and a refusal
+//! line; and a real `rondo serve` answering a flood of 502s, a 404, a 408, a 431, a 400 and a refusal
 //! over its connection limit, all of them seen in its `/metrics` with bytes and process figures.
 
 mod common;
@@ -334,6 +334,10 @@ members = [{{ name = "d1", address = "127.0.0.1:{dead}" }}]
     let answer = exchange(addr(web), big.as_bytes());
     assert!(answer.starts_with("HTTP/1.1 431"), "{answer}");
 
+    // A malformed request line: hyper answers 400 itself.
+    let answer = exchange(addr(web), b"GET /a b c HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+
     // `tiny` takes one connection: the second is refused with a 503.
     let held = std::net::TcpStream::connect(addr(tiny)).expect("connect");
     std::thread::sleep(Duration::from_millis(300));
@@ -351,6 +355,7 @@ members = [{{ name = "d1", address = "127.0.0.1:{dead}" }}]
     let router_made = "rondo_router_responses_total";
     let wanted = |s: &[Sample]| {
         sum(s, router_made, &[("status", "431")]) == 1.0
+            && sum(s, router_made, &[("status", "400")]) == 1.0
             && sum(s, "rondo_bytes_out_total", &[("route", "main")]) == 1000.0
             && sum(s, router_made, &[("status", "503")]) == 1.0
             && sum(s, "rondo_bytes_out_total", &[("route", "spliced")]) > 0.0
@@ -374,8 +379,9 @@ members = [{{ name = "d1", address = "127.0.0.1:{dead}" }}]
     assert_eq!(sum(&s, router_made, &[web_l, ("route", ""), ("status", "404")]), 1.0, "{text}");
     assert_eq!(sum(&s, router_made, &[web_l, ("status", "408")]), 1.0, "{text}");
     assert_eq!(sum(&s, router_made, &[web_l, ("status", "431")]), 1.0, "{text}");
+    assert_eq!(sum(&s, router_made, &[web_l, ("status", "400")]), 1.0, "{text}");
     assert_eq!(sum(&s, router_made, &[tiny_l, ("status", "503")]), 1.0, "{text}");
-    assert_eq!(sum(&s, router_made, &[]), 44.0, "nothing else: {text}");
+    assert_eq!(sum(&s, router_made, &[]), 45.0, "nothing else: {text}");
     // The member's own answers are not the router's: the 200 is in rondo_requests_total.
     assert_eq!(sum(&s, "rondo_requests_total", &[("route", "main"), ("class", "2xx")]), 1.0);
 
@@ -383,7 +389,7 @@ members = [{{ name = "d1", address = "127.0.0.1:{dead}" }}]
     assert_eq!(sum(&s, "rondo_connections_refused_total", &[tiny_l]), 1.0, "{text}");
     assert_eq!(sum(&s, "rondo_connections_refused_total", &[web_l]), 0.0, "{text}");
     assert_eq!(sum(&s, "rondo_connections_active", &[tiny_l]), 1.0, "the held one: {text}");
-    assert_eq!(sum(&s, "rondo_connections_accepted_total", &[web_l]), 44.0, "{text}");
+    assert_eq!(sum(&s, "rondo_connections_accepted_total", &[web_l]), 45.0, "{text}");
     let closed = "rondo_connections_closed_total";
     assert_eq!(sum(&s, closed, &[web_l, ("reason", "header_timeout")]), 1.0, "{text}");
 
