@@ -9,12 +9,15 @@
 //! writes them through a 64 KiB buffer, flushing whenever the channel is empty. While lines keep
 //! coming it naps [`BATCH_PAUSE`] between batches instead of blocking on the channel, so that
 //! senders do not have to wake it for every line: a line reaches the file within about that
-//! pause, and a burst costs one wake-up rather than one per request.
+//! pause, and a burst costs one wake-up rather than one per request. [`reopen_all`] (SIGHUP)
+//! makes every writer reopen its file before its next line, for log rotation.
 
 use std::fmt::Write as _;
 use std::io::{self, BufWriter, Write};
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender, TryRecvError, TrySendError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -43,10 +46,10 @@ impl AccessLog {
     /// Opens `spec`'s target (a file is created if missing and appended to) and starts its
     /// writer thread; lines dropped when it falls behind are counted in `dropped`.
     pub fn open(listener: &str, spec: &AccessLogSpec, dropped: Counter) -> io::Result<AccessLog> {
-        let out: Box<dyn Write + Send> = match &spec.target {
-            AccessLogTarget::Stdout => Box::new(io::stdout()),
-            AccessLogTarget::File(path) => Box::new(
-                std::fs::OpenOptions::new().create(true).append(true).open(path).map_err(|e| {
+        let out = match &spec.target {
+            AccessLogTarget::Stdout => Output { out: Box::new(io::stdout()), path: None },
+            AccessLogTarget::File(path) => {
+                let file = open_append(path).map_err(|e| {
                     io::Error::new(
                         e.kind(),
                         format!(
@@ -54,8 +57,9 @@ impl AccessLog {
                             path.display()
                         ),
                     )
-                })?,
-            ),
+                })?;
+                Output { out: Box::new(file), path: Some(path.clone()) }
+            }
         };
         let (log, rx) = AccessLog::channel(CAPACITY, dropped);
         let format = spec.format;
@@ -475,12 +479,32 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
 }
 
 /// The writer thread: formats and writes lines until every sender is gone.
-fn write_lines(rx: &Receiver<Entry>, out: Box<dyn Write + Send>, format: LogFormat, name: &str) {
+fn write_lines(rx: &Receiver<Entry>, out: Output, format: LogFormat, name: &str) {
+    let Output { out, path } = out;
     let mut out = BufWriter::with_capacity(64 * 1024, out);
     let mut line = String::with_capacity(512);
     let mut scratch = Scratch::default();
     let mut failing = false;
+    let mut seen = REOPEN.load(Ordering::Relaxed);
     let mut write = |out: &mut BufWriter<Box<dyn Write + Send>>, e: &Entry| {
+        // Asked to reopen (SIGHUP, after the file was rotated): later lines go to a new file
+        // at the same path.
+        let wanted = REOPEN.load(Ordering::Relaxed);
+        if wanted != seen {
+            seen = wanted;
+            if let Some(path) = &path {
+                let _ = out.flush();
+                match open_append(path) {
+                    Ok(f) => *out = BufWriter::with_capacity(64 * 1024, Box::new(f)),
+                    Err(err) => tracing::warn!(
+                        listener = name,
+                        error = %err,
+                        "cannot reopen access log {}; writing on to the old file",
+                        path.display()
+                    ),
+                }
+            }
+        }
         line.clear();
         e.format(format, &mut line, &mut scratch);
         if let Err(err) = out.write_all(line.as_bytes()) {
@@ -519,6 +543,26 @@ fn write_lines(rx: &Receiver<Entry>, out: Box<dyn Write + Send>, format: LogForm
         }
     }
     let _ = out.flush();
+}
+
+/// Bumped by [`reopen_all`]; each writer reopens its file when it sees a new value.
+static REOPEN: AtomicU64 = AtomicU64::new(0);
+
+/// Asks every access log writing to a file to reopen it before its next line (log rotation:
+/// rename the file, then signal; `rondo serve` calls this on SIGHUP).
+pub fn reopen_all() {
+    REOPEN.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Where a writer writes, and the file's path when it is one (to reopen it).
+struct Output {
+    out: Box<dyn Write + Send>,
+    path: Option<PathBuf>,
+}
+
+/// Opens `path` for appending, creating it if missing.
+fn open_append(path: &Path) -> io::Result<std::fs::File> {
+    std::fs::OpenOptions::new().create(true).append(true).open(path)
 }
 
 #[cfg(test)]

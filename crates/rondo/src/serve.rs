@@ -114,6 +114,9 @@ pub fn serve(
                 None
             }
         };
+        // SIGHUP also reopens access log files (after a rotation renamed them).
+        #[cfg(unix)]
+        let reopen = reopen_access_logs_on_sighup();
         writeln!(out, "rondo: reloading on changes to {} and on SIGHUP", path.display())?;
         out.flush()?;
         shutdown_signal().await;
@@ -122,6 +125,8 @@ pub fn serve(
         if let Some(h) = hup {
             h.abort();
         }
+        #[cfg(unix)]
+        reopen.abort();
         writeln!(out, "rondo: shutting down")?;
         router.stop();
         Ok(ExitCode::SUCCESS)
@@ -218,6 +223,20 @@ pub fn runtime(workers: Option<usize>) -> anyhow::Result<tokio::runtime::Runtime
         None => tokio::runtime::Builder::new_multi_thread(),
     };
     b.enable_all().build().context("starting the async runtime")
+}
+
+/// Reopens every access log file on each SIGHUP (one more listener of the signal, beside the
+/// reloader's).
+#[cfg(unix)]
+fn reopen_access_logs_on_sighup() -> tokio::task::JoinHandle<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let hup = signal(SignalKind::hangup());
+    tokio::spawn(async move {
+        let Ok(mut hup) = hup else { return };
+        while hup.recv().await.is_some() {
+            rondo_proxy::access::reopen_all();
+        }
+    })
 }
 
 async fn shutdown_signal() {

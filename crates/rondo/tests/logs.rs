@@ -331,3 +331,38 @@ members = [{{ name = "m1", address = "{a1}" }}, {{ name = "m2", address = "{a2}"
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// Log rotation: the file renamed, then SIGHUP; later lines go to a new file at the path.
+#[test]
+fn sighup_reopens_the_access_log_after_a_rotation() {
+    let dir = TempDir::new("logs");
+    let (_m1, a1) = start_member("m1", "127.0.0.1:0");
+    let port = free_port();
+    let path = dir.0.join("rondo.toml");
+    let members = format!("{{ name = \"m1\", address = \"{a1}\" }}");
+    let extra = "access_log = { path = \"access.log\" }\n";
+    std::fs::write(&path, config(port, &members, extra)).expect("write config");
+    let mut router = serve(&path, &dir.0.join("stderr.log"), &[]);
+    router.line_with("reloading on changes", Duration::from_secs(10));
+    let web: SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
+    let log = dir.0.join("access.log");
+
+    assert_eq!(request(web, "GET", "/before", b"").0, 200);
+    wait_for_line(&log, &["path=/before"]);
+    let rotated = dir.0.join("access.log.1");
+    std::fs::rename(&log, &rotated).expect("rotate");
+    let hup = Command::new("kill")
+        .args(["-HUP", &router.child.id().to_string()])
+        .status()
+        .expect("run kill");
+    assert!(hup.success());
+    // The signal is handled asynchronously: send until a line lands in the new file.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !std::fs::read_to_string(&log).unwrap_or_default().contains("path=/after") {
+        assert!(Instant::now() < deadline, "no new access.log after SIGHUP");
+        assert_eq!(request(web, "GET", "/after", b"").0, 200);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let old = std::fs::read_to_string(&rotated).expect("rotated file");
+    assert!(old.contains("path=/before"), "{old}");
+}
