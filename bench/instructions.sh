@@ -7,6 +7,9 @@
 #
 #   bench/instructions.sh                      target/release/rondo (built first)
 #   bench/instructions.sh --no-build BIN ...   the given rondo binaries, one line each
+#   bench/instructions.sh --access-log text|json [--no-build BIN ...]
+#                                              the same with the listener's access log on
+#                                              (written to the temporary directory)
 #
 # With RONDO_KEEP_PROFILE=DIR each run's callgrind profile is kept as DIR/<binary name>.cg
 # (compare two with `callgrind_annotate --inclusive=yes`).
@@ -18,6 +21,12 @@ set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
+access_log=""
+if [ "${1:-}" = "--access-log" ]; then
+  access_log=${2:-}
+  case "$access_log" in text|json) ;; *) echo "bench/instructions.sh: --access-log is text or json" >&2; exit 2 ;; esac
+  shift 2
+fi
 build=1
 if [ "${1:-}" = "--no-build" ]; then
   build=0
@@ -62,6 +71,9 @@ members = [
   { name = "m3", address = "127.0.0.1:19103" },
 ]
 EOF
+if [ -n "$access_log" ]; then
+  sed -i "s|^listen = \"127.0.0.1:19100\"|&\naccess_log = { path = \"$tmp/access.log\", format = \"$access_log\" }|" "$tmp/rondo.toml"
+fi
 
 for bin in "$@"; do
   [ -x "$bin" ] || { echo "bench/instructions.sh: $bin is not executable" >&2; exit 1; }
@@ -95,6 +107,10 @@ for bin in "$@"; do
   echo "$bin: $requests requests measured, $ir instructions, $((ir / requests)) per request"
   if [ -n "${RONDO_KEEP_PROFILE:-}" ]; then
     cp "$tmp/cg.$vg.1" "$RONDO_KEEP_PROFILE/$(basename "$bin").cg"
+  fi
+  if [ -n "$access_log" ]; then
+    echo "  access log ($access_log): $(wc -l <"$tmp/access.log") lines (warm-up included)"
+    rm -f "$tmp/access.log"
   fi
   rm -f "$tmp"/cg.*
 done

@@ -18,12 +18,13 @@ use rondo_core::{
 use crate::Config;
 use crate::path::FieldPath;
 use crate::raw::{
-    RawAdmin, RawAgentReceiver, RawCluster, RawConfig, RawHash, RawHealth, RawListener, RawMatch,
-    RawMember, RawNaming, RawRoute,
+    RawAccessLog, RawAdmin, RawAgentReceiver, RawCluster, RawConfig, RawHash, RawHealth,
+    RawListener, RawLog, RawMatch, RawMember, RawNaming, RawRoute,
 };
 use crate::spec::{
-    AdminSpec, AdminToken, AgentKey, AgentSpec, DnsSpec, ErrorDetail, Http2Limits,
-    ListenerProtocol, ListenerSpec, NamingSpec, RegistrySpec, RouterSpec,
+    AccessLogSpec, AccessLogTarget, AdminSpec, AdminToken, AgentKey, AgentSpec, DnsSpec,
+    ErrorDetail, Http2Limits, ListenerProtocol, ListenerSpec, LogFormat, LogSpec, NamingSpec,
+    RegistrySpec, RouterSpec,
 };
 
 /// Default idle timeout of a route's client connections (`idle_timeout_ms`).
@@ -232,6 +233,7 @@ pub(crate) fn compile(
     let admin = raw.admin.as_ref().map(|a| compile_admin(&mut c, a));
     let naming = raw.naming.as_ref().map(|n| compile_naming(&mut c, n));
     let agent = raw.agent.as_ref().map(|a| compile_agent(&mut c, a));
+    let log = raw.log.as_ref().map(|l| compile_log(&mut c, l)).unwrap_or_default();
 
     let listeners: Vec<Option<ListenerSpec>> =
         raw.listener.iter().enumerate().map(|(i, l)| compile_listener(&mut c, i, l)).collect();
@@ -320,7 +322,45 @@ pub(crate) fn compile(
         naming,
         agent,
         warnings: Vec::new(),
+        log,
     })
+}
+
+/// A `format` of `[log]` or of an access log.
+fn log_format(c: &mut Compiler<'_>, path: FieldPath, s: Option<&str>) -> LogFormat {
+    match s {
+        None => LogFormat::default(),
+        Some(s) => LogFormat::parse(s).unwrap_or_else(|| {
+            let all = LogFormat::ALL.map(LogFormat::as_str);
+            c.err(path, format!("unknown log format `{s}`, expected {}", one_of(all)));
+            LogFormat::default()
+        }),
+    }
+}
+
+fn compile_log(c: &mut Compiler<'_>, l: &RawLog) -> LogSpec {
+    let path = FieldPath::root().key("log");
+    let format = log_format(c, path.key("format"), l.format.as_deref());
+    if let Some(level) = &l.level
+        && !LogSpec::LEVELS.contains(&level.as_str())
+    {
+        c.err(
+            path.key("level"),
+            format!("unknown log level `{level}`, expected {}", one_of(LogSpec::LEVELS)),
+        );
+    }
+    LogSpec { format, level: l.level.clone() }
+}
+
+fn compile_access_log(c: &mut Compiler<'_>, path: FieldPath, a: &RawAccessLog) -> AccessLogSpec {
+    let format = log_format(c, path.key("format"), a.format.as_deref());
+    let target = if a.path == "-" {
+        AccessLogTarget::Stdout
+    } else {
+        // An empty path is reported by `file_path`; the target is then irrelevant.
+        AccessLogTarget::File(c.file_path(path.key("path"), &a.path).unwrap_or_default())
+    };
+    AccessLogSpec { target, format }
 }
 
 fn compile_agent(c: &mut Compiler<'_>, a: &RawAgentReceiver) -> AgentSpec {
@@ -520,6 +560,11 @@ fn compile_listener(c: &mut Compiler<'_>, i: usize, l: &RawListener) -> Option<L
         }),
     };
     let listen = listen?;
+    let access_log =
+        l.access_log.as_ref().map(|a| compile_access_log(c, path.key("access_log"), a));
+    if access_log.is_some() && protocol == ListenerProtocol::Tcp {
+        c.err(path.key("access_log"), "tcp listeners have no access log (it logs HTTP requests)");
+    }
     Some(ListenerSpec {
         name: l.name.clone(),
         listen,
@@ -532,6 +577,7 @@ fn compile_listener(c: &mut Compiler<'_>, i: usize, l: &RawListener) -> Option<L
         trust_forwarded_for: l.trust_forwarded_for.unwrap_or(false),
         error_detail: error_detail.unwrap_or_else(|| ErrorDetail::default_for(listen)),
         http2: compile_http2(c, &path, l),
+        access_log,
     })
 }
 

@@ -34,8 +34,9 @@ pub use compile::{
 pub use error::{ConfigError, ConfigErrors};
 pub use schema::fields as schema_fields;
 pub use spec::{
-    AdminSpec, AdminToken, AgentKey, AgentSpec, DnsSpec, ErrorDetail, Http2Limits,
-    ListenerProtocol, ListenerSpec, NamingSpec, RegistrySpec, RouterSpec,
+    AccessLogSpec, AccessLogTarget, AdminSpec, AdminToken, AgentKey, AgentSpec, DnsSpec,
+    ErrorDetail, Http2Limits, ListenerProtocol, ListenerSpec, LogFormat, LogSpec, NamingSpec,
+    RegistrySpec, RouterSpec,
 };
 pub use warnings::Features;
 
@@ -61,6 +62,8 @@ pub struct Config {
     /// `[agent]`, a route an earlier one always answers first, a cluster nothing sends requests
     /// to), each with its file, line, column and field like an error; in file order.
     pub warnings: Vec<ConfigError>,
+    /// The process's log (`[log]`; defaults when absent).
+    pub log: LogSpec,
 }
 
 impl Config {

@@ -17,6 +17,7 @@ pub(crate) struct RawConfig {
     pub admin: Option<RawAdmin>,
     pub naming: Option<RawNaming>,
     pub agent: Option<RawAgentReceiver>,
+    pub log: Option<RawLog>,
     #[serde(default)]
     pub listener: Vec<RawListener>,
     #[serde(default)]
@@ -66,6 +67,22 @@ pub(crate) struct RawAgentReceiver {
     pub interval_ms: Option<u64>,
 }
 
+/// `[log]`: the process's log (stderr).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawLog {
+    pub format: Option<String>,
+    pub level: Option<String>,
+}
+
+/// A listener's `access_log`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawAccessLog {
+    pub path: String,
+    pub format: Option<String>,
+}
+
 /// `[[listener]]`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -85,6 +102,7 @@ pub(crate) struct RawListener {
     pub h2_shutdown_timeout_ms: Option<u64>,
     pub h2_max_resets: Option<u64>,
     pub h2_max_resets_per_address: Option<u64>,
+    pub access_log: Option<RawAccessLog>,
 }
 
 /// `[[route]]`.

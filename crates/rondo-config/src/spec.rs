@@ -94,6 +94,9 @@ pub struct ListenerSpec {
     pub error_detail: ErrorDetail,
     /// HTTP/2 (h2c) protections against single hostile clients (HTTP only).
     pub http2: Http2Limits,
+    /// Where and how this listener logs each request (`access_log`); `None`: no access log
+    /// (the default).
+    pub access_log: Option<AccessLogSpec>,
 }
 
 /// A listener's HTTP/2 protections: keepalive PINGs, a bounded wait after GOAWAY, and the stream
@@ -139,6 +142,68 @@ impl Default for Http2Limits {
             max_resets_per_address: Self::DEFAULT_MAX_RESETS_PER_ADDRESS,
         }
     }
+}
+
+/// The format of log lines: the process's log (`[log] format`) and access logs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum LogFormat {
+    /// One line of text per event (`key=value` fields).
+    #[default]
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+impl LogFormat {
+    /// Every format.
+    pub const ALL: [LogFormat; 2] = [LogFormat::Text, LogFormat::Json];
+
+    /// The configuration spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LogFormat::Text => "text",
+            LogFormat::Json => "json",
+        }
+    }
+
+    /// Parses the configuration spelling.
+    pub fn parse(s: &str) -> Option<Self> {
+        LogFormat::ALL.into_iter().find(|f| f.as_str() == s)
+    }
+}
+
+/// Where an access log goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AccessLogTarget {
+    /// The process's standard output (`path = "-"`).
+    Stdout,
+    /// A file, appended to (created if missing); relative paths are resolved against the
+    /// configuration file's directory.
+    File(PathBuf),
+}
+
+/// A listener's `access_log = { path = "...", format = "text" | "json" }`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AccessLogSpec {
+    /// Where the lines go.
+    pub target: AccessLogTarget,
+    /// One `key=value` line or one JSON object per request.
+    pub format: LogFormat,
+}
+
+/// `[log]`: the process's own log, written to stderr.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct LogSpec {
+    /// Text or JSON lines (default text).
+    pub format: LogFormat,
+    /// The lowest level written: `error`, `warn`, `info`, `debug` or `trace`; `None` leaves the
+    /// default (`info`). `RONDO_LOG` and `--log-level` override it.
+    pub level: Option<String>,
+}
+
+impl LogSpec {
+    /// The levels `level` accepts.
+    pub const LEVELS: [&str; 5] = ["error", "warn", "info", "debug", "trace"];
 }
 
 impl ListenerSpec {

@@ -6,8 +6,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use rondo_config::{
-    AdminSpec, AdminToken, Config, ConfigError, DnsSpec, ErrorDetail, Features, Http2Limits,
-    ListenerProtocol, ListenerSpec, NamingSpec, RegistrySpec, load_file, parse_str, parse_str_with,
+    AccessLogSpec, AccessLogTarget, AdminSpec, AdminToken, Config, ConfigError, DnsSpec,
+    ErrorDetail, Features, Http2Limits, ListenerProtocol, ListenerSpec, LogFormat, LogSpec,
+    NamingSpec, RegistrySpec, load_file, parse_str, parse_str_with,
 };
 use rondo_core::{
     AdminState, AgentPolicy, Algorithm, EwmaPolicy, Granularity, HashKeySource, HashPolicy,
@@ -237,6 +238,7 @@ fn full_config_compiles_into_the_expected_view() {
                     max_resets: 50,
                     max_resets_per_address: 400,
                 },
+                access_log: None,
             },
             ListenerSpec {
                 name: "db".into(),
@@ -250,6 +252,7 @@ fn full_config_compiles_into_the_expected_view() {
                 trust_forwarded_for: false,
                 error_detail: ErrorDetail::Full,
                 http2: Http2Limits::default(),
+                access_log: None,
             },
         ]
     );
@@ -1465,4 +1468,52 @@ fn control_characters_in_echoed_values_and_keys_are_escaped() {
     for e in &errs {
         assert!(e.to_string().starts_with("a\\nb.toml:"), "{e}");
     }
+}
+
+#[test]
+fn log_and_access_log_settings_compile() {
+    let c = ok(BASE);
+    assert_eq!(c.log, LogSpec { format: LogFormat::Text, level: None }, "defaults");
+    assert_eq!(c.listeners[0].access_log, None, "no access log by default");
+
+    let text = BASE.replace(
+        "listen = \"127.0.0.1:8080\"\n",
+        "listen = \"127.0.0.1:8080\"\naccess_log = { path = \"logs/access.log\", format = \"json\" }\n",
+    ) + "\n[log]\nformat = \"json\"\nlevel = \"debug\"\n";
+    let c = ok(&text);
+    assert_eq!(c.log, LogSpec { format: LogFormat::Json, level: Some("debug".into()) });
+    assert_eq!(
+        c.listeners[0].access_log,
+        Some(AccessLogSpec {
+            // Relative to the config file's directory.
+            target: AccessLogTarget::File(PathBuf::from("conf/logs/access.log")),
+            format: LogFormat::Json,
+        })
+    );
+    let stdout = BASE.replace(
+        "listen = \"127.0.0.1:8080\"\n",
+        "listen = \"127.0.0.1:8080\"\naccess_log = { path = \"-\" }\n",
+    );
+    assert_eq!(
+        ok(&stdout).listeners[0].access_log,
+        Some(AccessLogSpec { target: AccessLogTarget::Stdout, format: LogFormat::Text })
+    );
+}
+
+#[test]
+fn bad_log_settings_are_located() {
+    let text = with("\n[log]\nformat = \"xml\"\n");
+    fails_once(&text, "log.format", "\"xml\"", "unknown log format `xml`, expected");
+    let text = with("\n[log]\nlevel = \"loud\"\n");
+    fails_once(&text, "log.level", "\"loud\"", "unknown log level `loud`, expected");
+    let text = BASE.replace(
+        "listen = \"127.0.0.1:8080\"\n",
+        "listen = \"127.0.0.1:8080\"\naccess_log = { path = \"a.log\", format = \"csv\" }\n",
+    );
+    fails_once(&text, "listener[0].access_log.format", "\"csv\"", "unknown log format `csv`");
+    let text = BASE.replace(
+        "listen = \"127.0.0.1:8080\"\n",
+        "listen = \"127.0.0.1:8080\"\naccess_log = { path = \"\" }\n",
+    );
+    fails_once(&text, "listener[0].access_log.path", "\"\" }", "path must not be empty");
 }

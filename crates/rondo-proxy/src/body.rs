@@ -1,10 +1,11 @@
 //! Bodies. Requests and responses stream through without being buffered: [`UpstreamBody`]
 //! forwards the client's body frame by frame (enforcing the size limit), and [`ProxyBody`]
 //! forwards the member's response frame by frame, trailers included (gRPC's status lives there),
-//! ending the member's in-flight count when the last frame has passed.
+//! ending the member's in-flight count when the last frame has passed; then [`Finish`] also
+//! counts the body bytes of the route and cluster and completes the access log line.
 
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -16,7 +17,9 @@ use hyper::body::Incoming;
 use pin_project_lite::pin_project;
 use rondo_core::{FailureKind, Outcome};
 use rondo_runtime::ClusterRt;
+use rondo_runtime::metrics::RouteMetrics;
 
+use crate::access::{Pending, Reason};
 use crate::conn::ConnState;
 
 /// Boxed error used by bodies.
@@ -47,6 +50,8 @@ struct SlotInner {
     /// The last read of the client's body found nothing yet: the forwarding waits on the
     /// client, not on the member.
     waiting_on_client: AtomicBool,
+    /// Body bytes passed on (whichever try read them; the body is read once).
+    received: AtomicU64,
 }
 
 impl BodySlot {
@@ -56,7 +61,13 @@ impl BodySlot {
             body: Mutex::new(Some(body)),
             complete: AtomicBool::new(false),
             waiting_on_client: AtomicBool::new(false),
+            received: AtomicU64::new(0),
         }))
+    }
+
+    /// Body bytes passed on so far.
+    pub fn received(&self) -> u64 {
+        self.0.received.load(Ordering::Relaxed)
     }
 
     /// Whether the body is still untouched in the slot.
@@ -129,6 +140,7 @@ impl Body for UpstreamBody {
                     Some(Ok(frame)) => {
                         if let Some(data) = frame.data_ref() {
                             *seen += data.len() as u64;
+                            slot.0.received.fetch_add(data.len() as u64, Ordering::Relaxed);
                             if *limit > 0 && *seen > *limit {
                                 return Poll::Ready(Some(Err(Box::new(TooLarge(*limit)))));
                             }
@@ -169,12 +181,25 @@ impl Body for UpstreamBody {
 }
 
 /// What happens when a response is over (its last frame passed, or it was dropped): the
-/// member's in-flight request ends with its outcome, and the client connection goes back to
-/// waiting for its next request under the route's idle timeout.
+/// member's in-flight request ends with its outcome, the route's body bytes are counted, the
+/// access log line (if any) is completed, and the client connection goes back to waiting for
+/// its next request under the route's idle timeout.
 #[derive(Default)]
 pub struct Finish {
     request: Option<(Arc<ClusterRt>, usize, Outcome)>,
     conn: Option<(Arc<ConnState>, Duration)>,
+    served: Option<Served>,
+    /// Response body bytes sent so far.
+    sent: u64,
+    log: Option<Box<Pending>>,
+}
+
+/// How a member's response was reached, for the metrics and the access log.
+struct Served {
+    route: Arc<RouteMetrics>,
+    body: Option<BodySlot>,
+    tries: u32,
+    reason: Reason,
 }
 
 impl Finish {
@@ -190,6 +215,25 @@ impl Finish {
         self
     }
 
+    /// Counts the body bytes into `route`'s metrics (request bytes from `body`); `tries` and
+    /// `reason` say how the member was reached, for the access log.
+    pub fn served(
+        mut self,
+        route: Arc<RouteMetrics>,
+        body: Option<BodySlot>,
+        tries: u32,
+        reason: Reason,
+    ) -> Self {
+        self.served = Some(Served { route, body, tries, reason });
+        self
+    }
+
+    /// Completes `line` of the access log when the response is over.
+    pub fn log(mut self, line: Option<Pending>) -> Self {
+        self.log = line.map(Box::new);
+        self
+    }
+
     fn failed(&mut self) {
         if let Some((_, _, outcome)) = &mut self.request {
             *outcome = Outcome::Failure { kind: FailureKind::Reset, latency: Duration::ZERO };
@@ -199,8 +243,26 @@ impl Finish {
 
 impl Drop for Finish {
     fn drop(&mut self) {
+        let log = self.log.take();
+        let member = match (&log, &self.request) {
+            (Some(_), Some((rt, member, _))) => Some((rt.spec.clone(), *member)),
+            _ => None,
+        };
         if let Some((cluster, member, outcome)) = self.request.take() {
             cluster.end_request(member, outcome);
+        }
+        let mut bytes_in = 0;
+        if let Some(s) = &self.served {
+            bytes_in = s.body.as_ref().map_or(0, BodySlot::received);
+            s.route.bytes_in.inc_by(bytes_in);
+            s.route.bytes_out.inc_by(self.sent);
+        }
+        if let Some(line) = log {
+            let (served, tries, reason) = match self.served.take() {
+                Some(s) => (member.map(|(spec, m)| (s.route, spec, m)), s.tries, s.reason),
+                None => (None, 0, Reason::None),
+            };
+            line.finish(served, tries, reason, bytes_in, self.sent);
         }
         if let Some((conn, idle)) = self.conn.take() {
             conn.response_finished(idle);
@@ -246,6 +308,25 @@ impl ProxyBody {
             }
         }
     }
+
+    /// Completes `line` of the access log when the body is done (a member's body: its finish
+    /// is set already).
+    pub fn log(&mut self, line: Pending) {
+        match self {
+            ProxyBody::Upstream { finish, .. } | ProxyBody::Local { finish, .. } => {
+                if let Some(f) = finish {
+                    f.log = Some(Box::new(line));
+                }
+            }
+        }
+    }
+}
+
+/// Adds a data frame's bytes to the response's count.
+fn count_sent(finish: &mut Option<Finish>, frame: &Frame<Bytes>) {
+    if let (Some(f), Some(data)) = (finish.as_mut(), frame.data_ref()) {
+        f.sent += data.len() as u64;
+    }
 }
 
 impl Body for ProxyBody {
@@ -259,8 +340,10 @@ impl Body for ProxyBody {
         match self.project() {
             ProxyProj::Local { inner, finish } => {
                 let r = std::task::ready!(inner.poll_frame(cx));
-                if r.is_none() {
-                    finish.take();
+                match &r {
+                    None => drop(finish.take()),
+                    Some(Ok(frame)) => count_sent(finish, frame),
+                    Some(Err(e)) => match *e {},
                 }
                 Poll::Ready(r.map(|f| f.map_err(|e| match e {})))
             }
@@ -270,13 +353,13 @@ impl Body for ProxyBody {
                     None => {
                         finish.take();
                     }
+                    Some(Ok(frame)) => count_sent(finish, frame),
                     Some(Err(_)) => {
                         if let Some(f) = finish.as_mut() {
                             f.failed();
                         }
                         finish.take();
                     }
-                    Some(Ok(_)) => {}
                 }
                 Poll::Ready(r.map(|f| f.map_err(|e| Box::new(e) as BoxError)))
             }

@@ -26,6 +26,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
+use rondo_runtime::metrics::ListenerMetrics;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::time::{Instant, Sleep};
@@ -63,10 +64,16 @@ pub struct ConnState {
     reader: Mutex<Option<Waker>>,
     /// The client's address as `X-Forwarded-For` gives it, made once per connection.
     pub(crate) client_ip: http::HeaderValue,
+    /// The listener's metrics (timeouts and the 408s written here are counted there).
+    pub(crate) metrics: Arc<ListenerMetrics>,
 }
 
 impl ConnState {
-    pub(crate) fn new(idle: Duration, client_ip: http::HeaderValue) -> Arc<Self> {
+    pub(crate) fn new(
+        idle: Duration,
+        client_ip: http::HeaderValue,
+        metrics: Arc<ListenerMetrics>,
+    ) -> Arc<Self> {
         Arc::new(ConnState {
             phase: AtomicU8::new(WAITING),
             epoch: AtomicU64::new(0),
@@ -76,6 +83,7 @@ impl ConnState {
             aborted: tokio::sync::Notify::new(),
             reader: Mutex::new(None),
             client_ip,
+            metrics,
         })
     }
 
@@ -184,6 +192,8 @@ pub struct TimedIo {
     // Bytes of the HTTP/2 client preface seen so far.
     preface: usize,
     side: H2Side,
+    // The idle close was counted (its end of stream is returned again on every read).
+    idle_counted: bool,
 }
 
 impl std::fmt::Debug for TimedIo {
@@ -221,6 +231,7 @@ impl TimedIo {
                 peer,
                 abort: Abort::None,
             },
+            idle_counted: false,
         }
     }
 
@@ -343,6 +354,8 @@ impl AsyncRead for TimedIo {
             if this.received > 0 {
                 this.armed = false;
                 // A request was started and stalled: say so, then fail the read so hyper closes.
+                this.state.metrics.header_timeouts.inc();
+                this.state.metrics.router_response(408, None, None);
                 let _ = Pin::new(&mut this.inner).poll_write(cx, RESPONSE_408);
                 let _ = Pin::new(&mut this.inner).poll_flush(cx);
                 return Poll::Ready(Err(io::Error::new(
@@ -352,6 +365,10 @@ impl AsyncRead for TimedIo {
             }
             // Idle keep-alive connection: a quiet end of stream, and it stays ended (the timer
             // stays armed and expired): hyper-util's protocol sniffing consumes the first EOF.
+            if !this.idle_counted {
+                this.idle_counted = true;
+                this.state.metrics.idle_timeouts.inc();
+            }
             return Poll::Ready(Ok(()));
         }
         let before = buf.filled().len();
@@ -530,14 +547,17 @@ impl Rejecter {
         Rejecter { queue, busy }
     }
 
-    /// Answers `stream` with the 503, or closes it at once when [`MAX_REJECTING`] are under way.
-    pub(crate) fn reject(&self, stream: TcpStream) {
+    /// Answers `stream` with the 503, or closes it at once when [`MAX_REJECTING`] are under way;
+    /// whether a 503 goes out.
+    pub(crate) fn reject(&self, stream: TcpStream) -> bool {
         let taken = self.busy.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
             (n < MAX_REJECTING).then_some(n + 1)
         });
         if taken.is_ok() && self.queue.send(stream).is_err() {
             self.busy.fetch_sub(1, Ordering::Relaxed);
+            return false;
         }
+        taken.is_ok()
     }
 }
 
@@ -616,7 +636,9 @@ mod tests {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let client = TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
         let (server, peer) = listener.accept().await.unwrap();
-        let state = ConnState::new(Duration::from_secs(30), http::HeaderValue::from_static("x"));
+        let metrics = rondo_runtime::metrics::Metrics::new().listener("test");
+        let state =
+            ConnState::new(Duration::from_secs(30), http::HeaderValue::from_static("x"), metrics);
         let budget = Arc::new(ResetBudget::new(rondo_config::Http2Limits::default()));
         let mut io = TimedIo::new(server, state, Duration::from_secs(30), budget, peer.ip());
         io.h2 = Some(true);

@@ -140,7 +140,8 @@ impl Kind {
         }
     }
 
-    fn describe(self) -> &'static str {
+    /// What went wrong, in a few words (`connection refused`).
+    pub fn describe(self) -> &'static str {
         match self {
             Kind::NoRoute => "no route",
             Kind::NoEligible => "no eligible member",

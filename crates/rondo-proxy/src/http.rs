@@ -27,7 +27,10 @@ use rondo_core::{
     Failover, FailureKind, Granularity, HashKeySource, Outcome, RequestFacts, Route, Stop,
     TryFailure,
 };
+use rondo_runtime::metrics::{ListenerMetrics, RouteMetrics};
 use rondo_runtime::{ClusterRt, Live, Placed, Refused, Snapshot, clock};
+
+use crate::access::{self, AccessLog, Reason};
 
 use crate::body::{BodySlot, ClientBodyError, Finish, ProxyBody, TooLarge, UpstreamBody};
 use crate::conn::ConnState;
@@ -50,6 +53,10 @@ pub struct HttpCtx {
     pub clients: Clients,
     /// Header-identified sessions.
     pub sessions: Sessions,
+    /// The listener's connection and own-response metrics.
+    pub metrics: Arc<ListenerMetrics>,
+    /// The listener's access log, when configured.
+    pub access: Option<AccessLog>,
 }
 
 /// Serves one request.
@@ -71,12 +78,23 @@ pub async fn handle(
         tokio::task::yield_now().await;
     }
     let snapshot = ctx.live.load();
+    let start = ctx.access.as_ref().map(|_| access::Start::new(peer, &req));
     let mut resp = match proxy(&ctx, &snapshot, &conn, peer, req).await {
-        Ok(resp) => resp,
+        Ok(mut resp) => {
+            if let (Some(log), Some(start)) = (&ctx.access, start) {
+                let line = access::Pending::served(log, start, resp.status().as_u16());
+                resp.body_mut().log(line);
+            }
+            resp
+        }
         Err((e, idle)) => {
             tracing::debug!(listener = %ctx.listener.name, error = %e, "request failed");
+            let status = e.kind.status().as_u16();
+            ctx.metrics.router_response(status, e.route.as_deref(), e.cluster.as_deref());
+            let line =
+                ctx.access.as_ref().zip(start).map(|(l, s)| access::Pending::failed(l, s, &e));
             let mut resp = e.into_response(ctx.listener.error_detail);
-            resp.body_mut().set_finish(Finish::default().conn(conn, idle));
+            resp.body_mut().set_finish(Finish::default().conn(conn, idle).log(line));
             resp
         }
     };
@@ -408,9 +426,12 @@ async fn attempt(
         }
         Ok(Ok(resp)) => {
             let latency = started.elapsed();
-            rt.record_response(&route.name, member, resp.status().as_u16(), latency.as_secs_f64());
+            let status = resp.status().as_u16();
+            let counted = rt.record_response(&route.name, member, status, latency.as_secs_f64());
             begun.disarm();
-            Ok(respond(conn, route, rt, choice, req.client_upgrade.take(), resp, latency))
+            let served = Served { counted, slot: req.slot.clone(), tries: failover.tries() };
+            let upgrade = req.client_upgrade.take();
+            Ok(respond(conn, route, rt, choice, upgrade, resp, latency, served))
         }
         Ok(Err(e)) if caused_by::<TooLarge>(&e) => {
             begun.end(Outcome::Cancelled);
@@ -445,6 +466,7 @@ async fn attempt(
 /// Stage 4: the member's answer on its way back: framing fixed, hop-by-hop headers gone (or a
 /// protocol switch joined), `Via` and a new session cookie added; the member's request ends
 /// (and its outcome is recorded) when the body's last frame has passed.
+#[allow(clippy::too_many_arguments)]
 fn respond(
     conn: &Arc<ConnState>,
     route: &Route,
@@ -453,6 +475,7 @@ fn respond(
     client_upgrade: Option<hyper::upgrade::OnUpgrade>,
     mut resp: Response<Incoming>,
     latency: Duration,
+    served: Served,
 ) -> Response<ProxyBody> {
     let member = choice.member;
     let outcome = if resp.status().is_server_error() {
@@ -482,7 +505,8 @@ fn respond(
     }
     let finish = Finish::default()
         .request(rt.clone(), member, outcome)
-        .conn(conn.clone(), route.idle_timeout);
+        .conn(conn.clone(), route.idle_timeout)
+        .served(served.counted, served.slot, served.tries, choice.reason);
     Response::from_parts(parts, ProxyBody::upstream(body, finish))
 }
 
@@ -565,6 +589,16 @@ fn upstream_request(
 struct Choice {
     member: usize,
     set_cookie: Option<HeaderValue>,
+    /// Why this member (for the access log).
+    reason: Reason,
+}
+
+/// What a served response's end reports besides its outcome: the route's byte counters, the
+/// request body (bytes in), the tries made.
+struct Served {
+    counted: Arc<RouteMetrics>,
+    slot: Option<BodySlot>,
+    tries: u32,
 }
 
 /// Places the next try (one lock hold, [`ClusterRt::place`]): on its session's member when it
@@ -596,9 +630,11 @@ fn place(
         .then(|| hash_key(&spec.policy.hash.key, parts, peer))
         .flatten();
     let group = ctx.live.group.as_deref();
-    let member = match rt.place(failover, clock::now(), group, hash, held)? {
-        Placed::Kept(m) => return Ok(Choice { member: m, set_cookie: None }),
-        Placed::Picked(m) => m,
+    let (member, reason) = match rt.place(failover, clock::now(), group, hash, held)? {
+        Placed::Kept(m) => {
+            return Ok(Choice { member: m, set_cookie: None, reason: Reason::Session });
+        }
+        Placed::Picked(m, algorithm, why) => (m, Reason::Pick(algorithm, why)),
     };
     let mut set_cookie = None;
     if session {
@@ -614,7 +650,7 @@ fn place(
             None => {}
         }
     }
-    Ok(Choice { member, set_cookie })
+    Ok(Choice { member, set_cookie, reason })
 }
 
 fn hash_key(source: &HashKeySource, parts: &Parts, peer: SocketAddr) -> Option<u64> {

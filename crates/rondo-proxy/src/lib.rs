@@ -7,8 +7,9 @@
 //! stream the response back. Around it, [`conn`] enforces the connection limit, the HTTP/1
 //! header and idle timers and the HTTP/2 idle timer, and (with [`frames`]) the HTTP/2 frame
 //! checks and stream reset budgets; [`headers`] the header hygiene, [`body`] the streaming
-//! bodies and in-flight accounting, [`error`] the explained errors.
+//! bodies and in-flight accounting, [`error`] the explained errors, [`access`] the access logs.
 
+pub mod access;
 pub mod body;
 pub mod conn;
 pub mod error;
@@ -28,9 +29,11 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use rondo_config::{ListenerProtocol, ListenerSpec};
 use rondo_runtime::Live;
+use rondo_runtime::metrics::ListenerMetrics;
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
 
+use crate::access::AccessLog;
 use crate::conn::{ConnState, Rejecter, TimedIo};
 use crate::frames::ResetBudget;
 use crate::http::HttpCtx;
@@ -77,13 +80,22 @@ pub async fn start(listeners: &[ListenerSpec], live: Arc<Live>) -> std::io::Resu
         let addr = socket.local_addr()?;
         bound.push((spec.name.clone(), addr));
         let limit = Arc::new(Semaphore::new(spec.max_connections as usize));
+        let metrics = live.metrics.listener(&spec.name);
         match spec.protocol {
             ListenerProtocol::Http => {
+                let access = match &spec.access_log {
+                    Some(a) => {
+                        Some(AccessLog::open(&spec.name, a, metrics.access_dropped.clone())?)
+                    }
+                    None => None,
+                };
                 let ctx = Arc::new(HttpCtx {
                     listener: spec.clone(),
                     live: live.clone(),
                     clients: clients.clone(),
                     sessions: Default::default(),
+                    metrics,
+                    access,
                 });
                 tokio::spawn(accept_http(socket, ctx, limit, stopped.clone()));
             }
@@ -92,7 +104,7 @@ pub async fn start(listeners: &[ListenerSpec], live: Arc<Live>) -> std::io::Resu
                     socket,
                     live.clone(),
                     spec.name.as_str().into(),
-                    limit,
+                    (limit, metrics),
                     stopped.clone(),
                 ));
             }
@@ -157,18 +169,22 @@ async fn accept_http(
             _ = stopped.changed() => return,
         };
         let Ok(permit) = limit.clone().try_acquire_owned() else {
-            rejecter.reject(stream);
+            ctx.metrics.refused.inc();
+            if rejecter.reject(stream) {
+                ctx.metrics.router_response(503, None, None);
+            }
             continue;
         };
         let _ = stream.set_nodelay(true);
         let ctx = ctx.clone();
         let builder = builder.clone();
         let budget = budget.clone();
+        let open = ctx.metrics.opened();
         tokio::spawn(async move {
             let client_ip = headers::client_ip_value(peer.ip());
             let header_timeout = ctx.listener.header_read_timeout;
             let shutdown_timeout = ctx.listener.http2.shutdown_timeout;
-            let state = ConnState::new(header_timeout, client_ip);
+            let state = ConnState::new(header_timeout, client_ip, ctx.metrics.clone());
             let io = TimedIo::new(stream, state.clone(), header_timeout, budget, peer.ip());
             let handler = state.clone();
             let service =
@@ -176,10 +192,15 @@ async fn accept_http(
             let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
             tokio::pin!(conn);
             tokio::select! {
-                _ = conn.as_mut() => {}
+                r = conn.as_mut() => {
+                    if let Some(status) = r.err().and_then(|e| answered_by_hyper(&*e)) {
+                        state.metrics.router_response(status, None, None);
+                    }
+                }
                 () = state.idle() => {
                     // An idle HTTP/2 connection: GOAWAY, then a bounded wait for it to close
                     // (a client that never reads or never acknowledges keeps it no longer).
+                    state.metrics.idle_timeouts.inc();
                     conn.as_mut().graceful_shutdown();
                     let _ = tokio::time::timeout(shutdown_timeout, conn).await;
                 }
@@ -190,15 +211,33 @@ async fn accept_http(
                 }
             }
             drop(permit);
+            drop(open);
         });
     }
+}
+
+/// The status hyper answered a request head it could not parse with, itself, before ending the
+/// connection with `e` (its HTTP/1 server's `on_error`): 431 for a head over `max_header_bytes`
+/// or `max_headers`, 414 for a URI too long, 400 for a malformed method, URI, header or version.
+fn answered_by_hyper(e: &(dyn std::error::Error + 'static)) -> Option<u16> {
+    let e = e.downcast_ref::<hyper::Error>()?;
+    if !e.is_parse() {
+        return None;
+    }
+    // hyper's error kinds are private; its messages (`Display`) tell them apart.
+    let text = e.to_string();
+    if e.is_parse_too_large() {
+        return Some(if text.contains("URI") { 414 } else { 431 });
+    }
+    let malformed = ["invalid HTTP method parsed", "invalid URI", "invalid HTTP version parsed"];
+    (malformed.contains(&text.as_str()) || text.starts_with("invalid HTTP header")).then_some(400)
 }
 
 async fn accept_tcp(
     socket: TcpListener,
     live: Arc<Live>,
     name: Arc<str>,
-    limit: Arc<Semaphore>,
+    (limit, metrics): (Arc<Semaphore>, Arc<ListenerMetrics>),
     mut stopped: watch::Receiver<bool>,
 ) {
     loop {
@@ -213,14 +252,17 @@ async fn accept_tcp(
             _ = stopped.changed() => return,
         };
         let Ok(permit) = limit.clone().try_acquire_owned() else {
+            metrics.refused.inc();
             drop(stream);
             continue;
         };
         let _ = stream.set_nodelay(true);
         let (live, name) = (live.clone(), name.clone());
+        let open = metrics.opened();
         tokio::spawn(async move {
             tcp::handle(live, name, stream, peer).await;
             drop(permit);
+            drop(open);
         });
     }
 }

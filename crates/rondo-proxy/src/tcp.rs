@@ -59,8 +59,14 @@ pub async fn handle(live: Arc<Live>, listener: Arc<str>, mut client: TcpStream, 
                     let _ = upstream.set_nodelay(true);
                     rt.end_request(member, Outcome::Success { latency: started.elapsed() });
                     rt.open_session(member);
-                    let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+                    let copied = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
                     rt.close_session(member);
+                    // Counted when the connection ends (an error loses its counts).
+                    if let Ok((to_member, to_client)) = copied {
+                        let counted = rt.route_metrics(&route.name);
+                        counted.bytes_in.inc_by(to_member);
+                        counted.bytes_out.inc_by(to_client);
+                    }
                     return;
                 }
                 Ok(Err(_)) => (FailureKind::Connect, TryFailure::NOTHING_SENT),

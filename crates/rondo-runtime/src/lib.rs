@@ -2,7 +2,8 @@
 //! the current view and one balancer per cluster ([`live`]), the clock mapping ([`clock`]),
 //! active probes that feed health and the response-time table ([`probe`]), and live
 //! reconfiguration from the config file ([`reload`]: file watcher, SIGHUP), and the Prometheus
-//! metrics ([`metrics`]: counted on the request path, state read at scrape time).
+//! metrics ([`metrics`]: counted on the request path, state read at scrape time; the process's
+//! own figures from `/proc/self` in [`process`]).
 //!
 //! This crate is where time and randomness enter: it reads the clock and seeds generators, then
 //! calls the pure `rondo-core` with them as arguments.
@@ -11,6 +12,7 @@ pub mod clock;
 pub mod live;
 pub mod metrics;
 pub mod probe;
+pub mod process;
 pub mod reload;
 pub mod secret;
 

@@ -9,12 +9,12 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock};
 
 use arc_swap::ArcSwap;
 use rondo_core::{
-    Balancer, ClusterSpec, Decision, Ejection, Entropy, Failover, MemberSpec, Outcome, PickError,
-    PickRequest, SplitMix64, Stop, View,
+    Algorithm, Balancer, ClusterSpec, Decision, Ejection, Entropy, Failover, MemberSpec, Outcome,
+    PickError, PickRequest, SplitMix64, Stop, View, Why,
 };
 
 use crate::clock;
-use crate::metrics::{ClusterLabels, Metrics, ResponseHandles};
+use crate::metrics::{ClusterLabels, Metrics, RouteMetrics};
 
 /// One view and the run-time state of each of its clusters.
 #[derive(Debug)]
@@ -35,19 +35,19 @@ impl Snapshot {
 }
 
 /// Where [`ClusterRt::place`] put a try.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Placed {
     /// On the sticky session's member.
     Kept(usize),
-    /// On the member the cluster's picker chose.
-    Picked(usize),
+    /// On the member the cluster's picker chose, with the algorithm and the deciding numbers.
+    Picked(usize, Algorithm, Why),
 }
 
 impl Placed {
     /// The member's index.
     pub fn member(self) -> usize {
         match self {
-            Placed::Kept(m) | Placed::Picked(m) => m,
+            Placed::Kept(m) | Placed::Picked(m, ..) => m,
         }
     }
 }
@@ -75,7 +75,7 @@ pub struct ClusterRt {
     successor: OnceLock<Arc<ClusterRt>>,
     /// Event counters (for status and metrics).
     pub counters: Counters,
-    /// Each route's response metrics per member, resolved once (see [`ClusterRt::responses`]).
+    /// Each route's metrics on this cluster, resolved once (see [`ClusterRt::record_response`]).
     responses: RwLock<RouteResponses>,
     /// The process's metrics (ejections are counted there too).
     metrics: Arc<Metrics>,
@@ -83,8 +83,8 @@ pub struct ClusterRt {
     signal: Arc<StateSignal>,
 }
 
-/// Per route (by name), each member's response metrics once resolved.
-type RouteResponses = Vec<(String, Arc<[OnceLock<ResponseHandles>]>)>;
+/// Per route (by name), its metrics on this cluster.
+type RouteResponses = Vec<(String, Arc<RouteMetrics>)>;
 
 /// Member state changes that a naming answer shows (an operator's drain, a health check or an
 /// agent taking a member out or back), raised by whoever made the change once its lock is
@@ -211,9 +211,10 @@ impl ClusterRt {
             return Ok(Placed::Kept(m));
         }
         let req = PickRequest { now, group, hash, context: None, exclude: failover.tried() };
-        let member = g.pick_and_begin(&req).map_err(Refused::NoEligible)?.member;
-        failover.began(member);
-        Ok(Placed::Picked(member))
+        let d = g.pick_and_begin(&req).map_err(Refused::NoEligible)?;
+        let placed = Placed::Picked(d.member, d.algorithm, d.why);
+        failover.began(d.member);
+        Ok(placed)
     }
 
     /// The latest `n` picks made by [`ClusterRt::place`] and [`ClusterRt::pick_and_begin`] (unix milliseconds and the
@@ -237,36 +238,45 @@ impl ClusterRt {
     }
 
     /// Counts `member`'s response on `route` (status and latency in seconds) in the process's
-    /// metrics; the labels are built once per route and member, not per response.
-    pub fn record_response(&self, route: &str, member: usize, status: u16, latency: f64) {
+    /// metrics and returns the route's metrics on this cluster (for its bytes); the labels are
+    /// built once per route and member, not per response.
+    pub fn record_response(
+        &self,
+        route: &str,
+        member: usize,
+        status: u16,
+        latency: f64,
+    ) -> Arc<RouteMetrics> {
+        let handles = self.route_metrics(route);
+        handles.record(&self.metrics, member, &self.spec.members[member].name, status, latency);
+        handles
+    }
+
+    /// `route`'s metrics on this cluster, created on first use.
+    pub fn route_metrics(&self, route: &str) -> Arc<RouteMetrics> {
         let find = |list: &RouteResponses| {
             list.iter().find(|(r, _)| r == route).map(|(_, per)| per.clone())
         };
         let found = find(&self.responses.read().unwrap_or_else(|e| e.into_inner()));
-        let per = match found {
+        match found {
             Some(per) => per,
             None => {
                 let mut list = self.responses.write().unwrap_or_else(|e| e.into_inner());
                 match find(&list) {
                     Some(per) => per,
                     None => {
-                        let per: Arc<[OnceLock<ResponseHandles>]> =
-                            self.spec.members.iter().map(|_| OnceLock::new()).collect();
+                        let per = Arc::new(RouteMetrics::new(
+                            &self.metrics,
+                            route,
+                            &self.spec.name,
+                            self.spec.members.len(),
+                        ));
                         list.push((route.to_owned(), per.clone()));
                         per
                     }
                 }
             }
-        };
-        per[member]
-            .get_or_init(|| {
-                self.metrics.response_handles(
-                    route,
-                    &self.spec.name,
-                    &self.spec.members[member].name,
-                )
-            })
-            .record(&self.metrics, status, latency);
+        }
     }
 
     /// Picks a member without counting anything (sessions count themselves).
@@ -344,11 +354,20 @@ impl ClusterRt {
                 .ejections
                 .get_or_create(&ClusterLabels { cluster: rt.spec.name.clone() })
                 .inc();
+            let reason = match outcome {
+                Outcome::Failure { kind, .. } => format!(
+                    "{} consecutive failure(s), the last {}",
+                    rt.spec.policy.outlier.consecutive_failures,
+                    failure_text(kind)
+                ),
+                _ => "consecutive failures".to_owned(),
+            };
             tracing::warn!(
                 cluster = %rt.spec.name,
                 member = %rt.spec.members[idx].name,
                 count = e.count,
                 for_ms = e.until.since(now).as_millis() as u64,
+                reason = reason.as_str(),
                 "member ejected by outlier detection"
             );
         }
@@ -363,6 +382,17 @@ impl ClusterRt {
     /// A session on `member` ended.
     pub fn close_session(self: &Arc<Self>, member: usize) {
         self.on_newest(member, |b, idx| b.close_session(idx));
+    }
+}
+
+/// A failure as the ejection log line names it.
+fn failure_text(kind: rondo_core::FailureKind) -> &'static str {
+    use rondo_core::FailureKind as K;
+    match kind {
+        K::Connect => "a refused or failed connection",
+        K::Reset => "a connection reset before a response",
+        K::Timeout => "a timeout",
+        K::Status5xx => "a 5xx response",
     }
 }
 

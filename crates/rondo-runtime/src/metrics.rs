@@ -1,11 +1,17 @@
 //! The router's Prometheus metrics (`/metrics` on the admin listener, `docs/admin.md`).
 //!
-//! Events are counted where they happen: responses and their latency, retries and retry-budget
-//! exhaustion on the request path (`rondo-proxy`), ejections in [`crate::ClusterRt`], reloads in
-//! [`crate::Reloader`]. State (view id, in-flight, sessions, health, ejection, agent heartbeat
-//! age) is read from the live snapshot when scraped, by [`Metrics::render`].
+//! Events are counted where they happen: responses and their latency, bytes, retries and
+//! retry-budget exhaustion on the request path (`rondo-proxy`), responses the router makes
+//! itself and connections per listener through the handles of [`ListenerMetrics`], ejections in
+//! [`crate::ClusterRt`], reloads in [`crate::Reloader`]. State (view id, in-flight, sessions,
+//! health, ejection, agent heartbeat age) is read from the live snapshot when scraped, by
+//! [`Metrics::render`], and the process's figures (CPU, memory, descriptors) from `/proc/self`
+//! at the same moment ([`crate::process`]).
+//!
+//! The request path never builds a label set: it counts into handles resolved once per
+//! listener ([`ListenerMetrics`]) or per route and cluster ([`RouteMetrics`]).
 
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use prometheus_client::encoding::EncodeLabelSet;
 pub use prometheus_client::metrics::counter::Counter;
@@ -96,6 +102,35 @@ pub struct AgentLabels {
     pub result: &'static str,
 }
 
+/// Labels of a listener's connections.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct ListenerLabels {
+    /// Listener name.
+    pub listener: String,
+}
+
+/// Labels of connections closed by a timeout.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct ClosedLabels {
+    /// Listener name.
+    pub listener: String,
+    /// `header_timeout` or `idle_timeout`.
+    pub reason: &'static str,
+}
+
+/// Labels of a response the router made itself.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct RouterResponseLabels {
+    /// Listener name.
+    pub listener: String,
+    /// Route name, empty when no route matched (or the response came before routing).
+    pub route: String,
+    /// The route's cluster, empty when no route matched.
+    pub cluster: String,
+    /// HTTP status.
+    pub status: u16,
+}
+
 type F64Gauge = Gauge<f64, std::sync::atomic::AtomicU64>;
 type Histograms = Family<MemberRouteLabels, Histogram, fn() -> Histogram>;
 
@@ -138,6 +173,122 @@ impl ResponseHandles {
     }
 }
 
+/// One route's metrics on one cluster, resolved once and kept by the cluster runtime
+/// ([`crate::ClusterRt::record_response`]): body bytes in and out, and each member's response
+/// metrics, created with the member's first response.
+#[derive(Debug)]
+pub struct RouteMetrics {
+    /// Route name.
+    pub route: String,
+    /// Cluster name.
+    pub cluster: String,
+    /// Request body bytes passed to the cluster's members (`rondo_bytes_in_total`).
+    pub bytes_in: Counter,
+    /// Response body bytes passed from the cluster's members to clients
+    /// (`rondo_bytes_out_total`).
+    pub bytes_out: Counter,
+    members: Box<[OnceLock<ResponseHandles>]>,
+}
+
+impl RouteMetrics {
+    /// The handles of `route` on `cluster`, whose members are `members` (by index).
+    pub fn new(metrics: &Metrics, route: &str, cluster: &str, members: usize) -> RouteMetrics {
+        let labels = RouteClusterLabels { route: route.to_owned(), cluster: cluster.to_owned() };
+        RouteMetrics {
+            route: route.to_owned(),
+            cluster: cluster.to_owned(),
+            bytes_in: metrics.bytes_in.get_or_create(&labels).clone(),
+            bytes_out: metrics.bytes_out.get_or_create(&labels).clone(),
+            members: (0..members).map(|_| OnceLock::new()).collect(),
+        }
+    }
+
+    /// Counts member `index` (called `name`)'s response with `status`, its head after
+    /// `latency` seconds.
+    pub fn record(&self, metrics: &Metrics, index: usize, name: &str, status: u16, latency: f64) {
+        let Some(slot) = self.members.get(index) else { return };
+        slot.get_or_init(|| metrics.response_handles(&self.route, &self.cluster, name))
+            .record(metrics, status, latency);
+    }
+}
+
+/// A listener's metrics, resolved once when it starts: connections and the responses the
+/// router makes itself (404, 408, 413, 431, 502, 503, 504...).
+#[derive(Debug)]
+pub struct ListenerMetrics {
+    /// Listener name.
+    pub listener: String,
+    /// Client connections open now (`rondo_connections_active`).
+    pub active: Gauge,
+    /// Client connections accepted (`rondo_connections_accepted_total`).
+    pub accepted: Counter,
+    /// Client connections refused over `max_connections` (`rondo_connections_refused_total`).
+    pub refused: Counter,
+    /// Connections closed because a request head did not arrive in time (answered 408).
+    pub header_timeouts: Counter,
+    /// Connections closed after waiting idle for their next request for the idle timeout.
+    pub idle_timeouts: Counter,
+    /// Access log lines dropped because the writer fell behind (`rondo_access_log_dropped_total`).
+    pub access_dropped: Counter,
+    responses: Family<RouterResponseLabels, Counter>,
+    /// The router's own responses seen so far by route, cluster and status, so that a flood of
+    /// them builds no label set after the first.
+    local: RwLock<Vec<(String, String, u16, Counter)>>,
+}
+
+/// A client connection counted as open; counted as closed when dropped.
+#[derive(Debug)]
+pub struct OpenConn(Arc<ListenerMetrics>);
+
+impl Drop for OpenConn {
+    fn drop(&mut self) {
+        self.0.active.dec();
+    }
+}
+
+impl ListenerMetrics {
+    /// Counts a connection accepted and open until the returned guard is dropped.
+    pub fn opened(self: &Arc<Self>) -> OpenConn {
+        self.accepted.inc();
+        self.active.inc();
+        OpenConn(self.clone())
+    }
+
+    /// Counts a response with `status` made by the router itself, on `route` of `cluster` when
+    /// a route matched.
+    pub fn router_response(&self, status: u16, route: Option<&str>, cluster: Option<&str>) {
+        let (route, cluster) = (route.unwrap_or(""), cluster.unwrap_or(""));
+        let find = |list: &[(String, String, u16, Counter)]| {
+            list.iter()
+                .find(|(r, c, s, _)| *s == status && r == route && c == cluster)
+                .map(|(_, _, _, counter)| counter.clone())
+        };
+        let found = find(&self.local.read().unwrap_or_else(|e| e.into_inner()));
+        let counter = match found {
+            Some(c) => c,
+            None => {
+                let mut list = self.local.write().unwrap_or_else(|e| e.into_inner());
+                match find(&list) {
+                    Some(c) => c,
+                    None => {
+                        let labels = RouterResponseLabels {
+                            listener: self.listener.clone(),
+                            route: route.to_owned(),
+                            cluster: cluster.to_owned(),
+                            status,
+                        };
+                        let c = self.responses.get_or_create(&labels).clone();
+                        // Bounded by routes x statuses (a route removed by a reload stays).
+                        list.push((route.to_owned(), cluster.to_owned(), status, c.clone()));
+                        c
+                    }
+                }
+            }
+        };
+        counter.inc();
+    }
+}
+
 /// Every metric, registered once; shared by [`crate::Live`] and its cluster runtimes.
 #[derive(Debug)]
 pub struct Metrics {
@@ -166,6 +317,20 @@ pub struct Metrics {
     /// Messages from load agents by kind and result (`rondo_agent_messages_total`); the agent
     /// receiver counts into them ([`Metrics::agent_counter`]).
     pub agent_messages: Family<AgentLabels, Counter>,
+    /// Responses the router made itself (`rondo_router_responses_total`), by listener, route,
+    /// cluster and status.
+    pub router_responses: Family<RouterResponseLabels, Counter>,
+    /// Request body bytes passed to members (`rondo_bytes_in_total`), by route and cluster.
+    pub bytes_in: Family<RouteClusterLabels, Counter>,
+    /// Response body bytes passed to clients (`rondo_bytes_out_total`), by route and cluster.
+    pub bytes_out: Family<RouteClusterLabels, Counter>,
+    conn_active: Family<ListenerLabels, Gauge>,
+    conn_accepted: Family<ListenerLabels, Counter>,
+    conn_refused: Family<ListenerLabels, Counter>,
+    conn_closed: Family<ClosedLabels, Counter>,
+    access_dropped: Family<ListenerLabels, Counter>,
+    /// The process's figures, without the `rondo_` prefix (the names every exporter uses).
+    process: Registry,
     view: Gauge,
     in_flight: Family<MemberLabels, Gauge>,
     sessions: Family<MemberLabels, Gauge>,
@@ -202,6 +367,15 @@ impl Metrics {
             registry_resyncs: Counter::default(),
             registrations: Gauge::default(),
             agent_messages: Family::default(),
+            router_responses: Family::default(),
+            bytes_in: Family::default(),
+            bytes_out: Family::default(),
+            conn_active: Family::default(),
+            conn_accepted: Family::default(),
+            conn_refused: Family::default(),
+            conn_closed: Family::default(),
+            access_dropped: Family::default(),
+            process: Registry::default(),
             view: Gauge::default(),
             in_flight: Family::default(),
             sessions: Family::default(),
@@ -216,7 +390,40 @@ impl Metrics {
         for result in ["accepted", "rejected"] {
             m.reloads.get_or_create(&ReloadLabels { result }).inc_by(0);
         }
+        m.process.register_collector(Box::new(crate::process::ProcessCollector));
         let r = &mut m.registry;
+        r.register(
+            "router_responses",
+            "Responses the router made itself (no route, timeouts, body too large, bad gateway, no member...), by listener, route, cluster and status",
+            m.router_responses.clone(),
+        );
+        r.register(
+            "bytes_in",
+            "Request body bytes passed to members, by route and cluster",
+            m.bytes_in.clone(),
+        );
+        r.register(
+            "bytes_out",
+            "Response body bytes passed from members to clients, by route and cluster",
+            m.bytes_out.clone(),
+        );
+        r.register("connections_active", "Client connections open", m.conn_active.clone());
+        r.register("connections_accepted", "Client connections accepted", m.conn_accepted.clone());
+        r.register(
+            "connections_refused",
+            "Client connections refused over the listener's max_connections",
+            m.conn_refused.clone(),
+        );
+        r.register(
+            "connections_closed",
+            "Client connections closed by a timeout: header_timeout (answered 408) or idle_timeout",
+            m.conn_closed.clone(),
+        );
+        r.register(
+            "access_log_dropped",
+            "Access log lines dropped because the writer fell behind",
+            m.access_dropped.clone(),
+        );
         r.register(
             "requests",
             "Responses from members, by route, cluster, member and status class",
@@ -316,6 +523,27 @@ impl Metrics {
         ResponseHandles { labels, latency, classes: Default::default() }
     }
 
+    /// The handles of listener `name`, its counters shown from zero on.
+    pub fn listener(&self, name: &str) -> Arc<ListenerMetrics> {
+        let l = ListenerLabels { listener: name.to_owned() };
+        let closed = |reason| {
+            let c =
+                self.conn_closed.get_or_create(&ClosedLabels { listener: name.to_owned(), reason });
+            c.clone()
+        };
+        Arc::new(ListenerMetrics {
+            listener: name.to_owned(),
+            active: self.conn_active.get_or_create(&l).clone(),
+            accepted: self.conn_accepted.get_or_create(&l).clone(),
+            refused: self.conn_refused.get_or_create(&l).clone(),
+            header_timeouts: closed("header_timeout"),
+            idle_timeouts: closed("idle_timeout"),
+            access_dropped: self.access_dropped.get_or_create(&l).clone(),
+            responses: self.router_responses.clone(),
+            local: RwLock::new(Vec::new()),
+        })
+    }
+
     /// Counts a try after a request's first, on `cluster`.
     pub fn retry(&self, route: &str, cluster: &str) {
         let labels = RouteClusterLabels { route: route.to_owned(), cluster: cluster.to_owned() };
@@ -382,8 +610,10 @@ impl Metrics {
             });
         }
         let mut out = String::new();
-        // Writing to a String cannot fail.
+        // Writing to a String cannot fail. The text format has no end marker, so the process's
+        // unprefixed registry follows the rest.
         let _ = prometheus_client::encoding::prometheus_text::encode(&mut out, &self.registry);
+        let _ = prometheus_client::encoding::prometheus_text::encode(&mut out, &self.process);
         out
     }
 }

@@ -101,17 +101,25 @@ async fn run(rt: Weak<ClusterRt>, check: HealthCheck, judge: bool) {
                 if healthy == Some(false) && s.ok >= check.rise {
                     changed = true;
                     b.set_health(i, true, Actor::HealthCheck, now);
-                    tracing::info!(cluster = %b.spec().name, member = %name, "member up (health check)");
+                    let reason = format!("{} health check(s) passed in a row", s.ok);
+                    // A `&str` field: quoted in text lines, a plain string in JSON ones.
+                    tracing::info!(
+                        cluster = %b.spec().name,
+                        member = %name,
+                        reason = reason.as_str(),
+                        "member up"
+                    );
                 } else if healthy == Some(true) && s.failed >= check.fall {
                     changed = true;
                     b.set_health(i, false, Actor::HealthCheck, now);
                     let why = result.err().map_or_else(String::new, |w| w.to_string());
+                    let reason =
+                        format!("{} health check(s) failed in a row, the last: {why}", s.failed);
                     tracing::warn!(
                         cluster = %b.spec().name,
                         member = %name,
-                        reason = %why,
-                        fails = s.failed,
-                        "member down (health check: {why})"
+                        reason = reason.as_str(),
+                        "member down"
                     );
                 }
             }

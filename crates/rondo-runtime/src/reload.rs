@@ -7,8 +7,8 @@
 //! The reloader lives here rather than in the binary so that the admin API can share it (and
 //! its counters); `rondo-config` depends only on `rondo-core`, so there is no cycle.
 //!
-//! Listeners (addresses, protocol, limits), the router's group and the agent, admin and naming
-//! settings are bound at start: a reload that changes them logs that a restart is needed and
+//! Listeners (addresses, protocol, limits, access logs), the router's group, the log settings
+//! and the agent, admin and naming settings are bound at start: a reload that changes them logs that a restart is needed and
 //! applies the rest (routes, clusters, members).
 
 use std::path::{Path, PathBuf};
@@ -48,6 +48,7 @@ struct Fixed {
     admin: Option<rondo_config::AdminSpec>,
     naming: Option<rondo_config::NamingSpec>,
     agent: Option<rondo_config::AgentSpec>,
+    log: rondo_config::LogSpec,
 }
 
 impl Fixed {
@@ -58,6 +59,7 @@ impl Fixed {
             admin: config.admin.clone(),
             naming: config.naming.clone(),
             agent: config.agent.clone(),
+            log: config.log.clone(),
         }
     }
 
@@ -87,6 +89,9 @@ impl Fixed {
         }
         if self.agent != new.agent {
             v.push("[agent]".to_owned());
+        }
+        if self.log != new.log {
+            v.push("[log]".to_owned());
         }
         v
     }

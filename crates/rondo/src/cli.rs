@@ -20,11 +20,43 @@ pub const LONG_VERSION: &str = concat!(
 /// Logs go to stderr, filtered by the RONDO_LOG environment variable (default `warn`; e.g.
 /// `RONDO_LOG=info`).
 #[derive(Debug, Parser)]
-#[command(name = "rondo", version, long_version = LONG_VERSION, propagate_version = true)]
+#[command(
+    name = "rondo",
+    version,
+    long_version = LONG_VERSION,
+    propagate_version = true,
+    after_help = LOG_HELP
+)]
 pub struct Cli {
+    /// Log settings (every command).
+    #[command(flatten)]
+    pub log: LogArgs,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// The log's environment, after `--help`'s options.
+const LOG_HELP: &str = "\
+Logging: rondo logs to stderr, at `info` by default (member up/down, ejections, drains, reloads;
+`demo` at `warn`).
+  --log-level LEVEL   rondo's own level: error, warn, info, debug or trace (libraries stay at warn)
+  --log-format FMT    text (default; colour only on a terminal, never with NO_COLOR set) or json
+  RONDO_LOG=FILTER    a tracing EnvFilter for full control, e.g. RONDO_LOG=rondo_proxy=debug,warn
+Precedence: --log-level, then RONDO_LOG, then the config's [log] level, then info.";
+
+/// The log's level and format, accepted by every command.
+#[derive(Debug, Clone, Default, Args)]
+pub struct LogArgs {
+    /// Log level of rondo's own lines: error, warn, info (default), debug or trace; overrides
+    /// RONDO_LOG and the config's `[log] level`.
+    #[arg(long, global = true, value_name = "LEVEL")]
+    #[arg(value_parser = ["error", "warn", "info", "debug", "trace"])]
+    pub log_level: Option<String>,
+    /// Log line format on stderr: text (default) or json (one object per line); overrides the
+    /// config's `[log] format`.
+    #[arg(long, global = true, value_name = "FORMAT", value_parser = ["text", "json"])]
+    pub log_format: Option<String>,
 }
 
 /// The commands.

@@ -25,7 +25,13 @@ pub fn features() -> rondo_config::Features {
 
 /// Runs a parsed command line, printing to stdout and stderr; returns the process exit code.
 pub fn run(cli: Cli) -> ExitCode {
-    init_tracing();
+    // `serve` starts its log once it has read the config's `[log]`. `demo` prints a report
+    // of its own, which info lines about its in-process router would only clutter.
+    match cli.command {
+        Command::Serve(_) => {}
+        Command::Demo(_) => init_tracing(&cli.log, None, "warn"),
+        _ => init_tracing(&cli.log, None, "info"),
+    }
     // Unlocked handles: each write takes the lock for itself. Holding `stderr().lock()` for
     // the whole run would block every log line written from another thread (a worker of
     // `rondo serve`) forever, and with it whatever that thread held.
@@ -38,11 +44,59 @@ pub fn run(cli: Cli) -> ExitCode {
     }
 }
 
-/// Logs to stderr, filtered by `RONDO_LOG` (default `warn`).
-fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("RONDO_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(io::stderr).try_init();
+/// Starts the process's log on stderr: the level from `--log-level`, else `RONDO_LOG` (a
+/// tracing `EnvFilter`), else `config`'s `[log] level`, else `default`; the format from
+/// `--log-format`, else `[log] format`, else text. Text has colour only on a terminal (and not
+/// with `NO_COLOR` set), so a file or a pipe gets no escape codes. Does nothing if a log was
+/// started already (in-process tests).
+pub fn init_tracing(args: &cli::LogArgs, config: Option<&rondo_config::LogSpec>, default: &str) {
+    use std::io::IsTerminal;
+    let filter = log_filter(
+        args.log_level.as_deref(),
+        std::env::var("RONDO_LOG").ok().as_deref(),
+        config.and_then(|c| c.level.as_deref()),
+        default,
+    );
+    let json = match args.log_format.as_deref() {
+        Some(f) => f == "json",
+        None => config.is_some_and(|c| c.format == rondo_config::LogFormat::Json),
+    };
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(io::stderr);
+    if json {
+        // One object per line: timestamp, level, fields (the message among them), target.
+        let _ = builder.json().with_current_span(false).with_span_list(false).try_init();
+    } else {
+        let colour = io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+        let _ = builder.with_ansi(colour).try_init();
+    }
+}
+
+/// The filter of a `--log-level`, a `RONDO_LOG` and a config's `[log] level`, first set wins.
+/// A level applies to rondo's own crates (their targets all start with `rondo`); libraries stay
+/// at `warn` (or `error` with `error`), so `info` is not flooded by a dependency's chatter.
+fn log_filter(
+    cli: Option<&str>,
+    env: Option<&str>,
+    config: Option<&str>,
+    default: &str,
+) -> tracing_subscriber::EnvFilter {
+    use tracing_subscriber::EnvFilter;
+    let for_level = |level: &str| {
+        let others = if level == "error" { "error" } else { "warn" };
+        EnvFilter::new(format!("{others},rondo={level}"))
+    };
+    if let Some(level) = cli {
+        return for_level(level);
+    }
+    if let Some(env) = env.filter(|e| !e.trim().is_empty()) {
+        match EnvFilter::try_new(env) {
+            Ok(f) => return f,
+            Err(e) => {
+                let _ = writeln!(io::stderr(), "rondo: ignoring RONDO_LOG={env:?}: {e}");
+            }
+        }
+    }
+    for_level(config.unwrap_or(default))
 }
 
 /// `rondo agent`: builds the options and runs the agent until interrupted.
@@ -204,7 +258,7 @@ fn ctl_token(
 pub fn run_with(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Check(args) => check::check(args.path(), args.strict, out, err),
-        Command::Serve(args) => serve::serve(args.path(), args.workers, out, err),
+        Command::Serve(args) => serve::serve(args.path(), args.workers, &cli.log, out, err),
         Command::Completions(args) => {
             let mut cmd = <Cli as clap::CommandFactory>::command();
             clap_complete::generate(args.shell, &mut cmd, "rondo", out);
@@ -246,5 +300,29 @@ pub fn run_with(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> anyhow::R
                 Ok(ExitCode::SUCCESS)
             })
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::log_filter;
+
+    fn filter(cli: Option<&str>, env: Option<&str>, config: Option<&str>) -> String {
+        log_filter(cli, env, config, "info").to_string()
+    }
+
+    #[test]
+    fn the_log_level_comes_from_the_flag_then_rondo_log_then_the_config_then_the_default() {
+        let all = filter(Some("debug"), Some("hyper=trace"), Some("error"));
+        assert!(all.contains("rondo=debug") && !all.contains("hyper"), "{all}");
+        let env = filter(None, Some("hyper=trace"), Some("error"));
+        assert!(env.contains("hyper=trace") && !env.contains("rondo="), "{env}");
+        let config = filter(None, None, Some("error"));
+        assert!(config.contains("rondo=error") && !config.contains("warn"), "{config}");
+        let default = filter(None, Some("  "), None);
+        assert!(default.contains("rondo=info") && default.contains("warn"), "{default}");
+        // A RONDO_LOG that is no filter is ignored (with a note on stderr).
+        let bad = filter(None, Some("rondo=loud=x"), None);
+        assert!(bad.contains("rondo=info"), "{bad}");
     }
 }

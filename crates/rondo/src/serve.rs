@@ -15,10 +15,11 @@ use rondo_runtime::{Live, probe};
 const FIRST_VIEW: u64 = 1;
 
 /// Runs the router from the configuration at `path` on `workers` threads (default: one per
-/// core) until SIGINT or SIGTERM.
+/// core) until SIGINT or SIGTERM; the log starts from `log` and the config's `[log]`.
 pub fn serve(
     path: &Path,
     workers: Option<usize>,
+    log: &crate::cli::LogArgs,
     out: &mut dyn Write,
     err: &mut dyn Write,
 ) -> anyhow::Result<ExitCode> {
@@ -26,12 +27,14 @@ pub fn serve(
     let config = match rondo_config::load_file_with(path, FIRST_VIEW, crate::features()) {
         Ok(c) => c,
         Err(errors) => {
+            crate::init_tracing(log, None, "info");
             for e in &errors {
                 writeln!(err, "{e}")?;
             }
             return Ok(ExitCode::FAILURE);
         }
     };
+    crate::init_tracing(log, Some(&config.log), "info");
     for w in &config.warnings {
         tracing::warn!("config: {}", w.as_warning());
     }
@@ -120,6 +123,9 @@ pub fn serve(
                 None
             }
         };
+        // SIGHUP also reopens access log files (after a rotation renamed them).
+        #[cfg(unix)]
+        let reopen = reopen_access_logs_on_sighup();
         writeln!(out, "rondo: reloading on changes to {} and on SIGHUP", path.display())?;
         out.flush()?;
         shutdown_signal().await;
@@ -128,6 +134,8 @@ pub fn serve(
         if let Some(h) = hup {
             h.abort();
         }
+        #[cfg(unix)]
+        reopen.abort();
         writeln!(out, "rondo: shutting down")?;
         router.stop();
         Ok(ExitCode::SUCCESS)
@@ -224,6 +232,20 @@ pub fn runtime(workers: Option<usize>) -> anyhow::Result<tokio::runtime::Runtime
         None => tokio::runtime::Builder::new_multi_thread(),
     };
     b.enable_all().build().context("starting the async runtime")
+}
+
+/// Reopens every access log file on each SIGHUP (one more listener of the signal, beside the
+/// reloader's).
+#[cfg(unix)]
+fn reopen_access_logs_on_sighup() -> tokio::task::JoinHandle<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let hup = signal(SignalKind::hangup());
+    tokio::spawn(async move {
+        let Ok(mut hup) = hup else { return };
+        while hup.recv().await.is_some() {
+            rondo_proxy::access::reopen_all();
+        }
+    })
 }
 
 async fn shutdown_signal() {

@@ -1,7 +1,9 @@
 //! `/metrics` on the admin API: an in-process router and admin API, some requests (answered,
 //! answered 500, retried after a member that refuses connections), then a scrape parsed line by
-//! line.
+//! line; and a real `rondo serve` answering a flood of 502s, a 404, a 408, a 431, a 400 and a refusal
+//! over its connection limit, all of them seen in its `/metrics` with bytes and process figures.
 
+mod common;
 #[path = "router/support.rs"]
 mod support;
 
@@ -229,4 +231,197 @@ async fn a_fresh_router_exposes_view_and_reload_counters_at_zero() {
     assert_eq!(sum(&s, "rondo_config_reloads_total", &[]), 0.0, "{text}");
     assert_eq!(count(&s, "rondo_requests_total", &[]), 0, "{text}");
     assert_eq!(sum(&s, "rondo_member_healthy", &[("member", "m1")]), 1.0, "{text}");
+}
+
+/// `bytes` sent on a fresh connection to `addr`, and everything answered until it closes.
+fn exchange(addr: std::net::SocketAddr, bytes: &[u8]) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
+    s.write_all(bytes).expect("send");
+    let mut answer = Vec::new();
+    let _ = s.read_to_end(&mut answer);
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+#[test]
+fn a_real_router_counts_its_own_answers_connections_bytes_and_process_figures() {
+    use common::{Proc, TempDir, free_port, request, start_member};
+    let dir = TempDir::new("metrics");
+    let (_m1, a1) = start_member("m1", "127.0.0.1:0");
+    let (admin, web, tiny, dead) = (free_port(), free_port(), free_port(), free_port());
+    let raw = free_port();
+    let path = dir.0.join("rondo.toml");
+    let text = format!(
+        r#"
+[admin]
+listen = "127.0.0.1:{admin}"
+token = "{TOKEN}"
+
+[[listener]]
+name = "web"
+listen = "127.0.0.1:{web}"
+header_read_timeout_ms = 300
+
+[[listener]]
+name = "tiny"
+listen = "127.0.0.1:{tiny}"
+max_connections = 1
+
+[[listener]]
+name = "raw"
+listen = "127.0.0.1:{raw}"
+protocol = "tcp"
+
+[[route]]
+name = "spliced"
+listener = "raw"
+cluster = "ct"
+
+[cluster.ct]
+upstream_protocol = "tcp"
+members = [{{ name = "m1", address = "{a1}" }}]
+
+[[route]]
+name = "broken"
+listener = "web"
+match = {{ path_prefix = "/broken" }}
+cluster = "dead"
+
+[[route]]
+name = "main"
+listener = "web"
+match = {{ path_prefix = "/echo" }}
+cluster = "c"
+
+[[route]]
+name = "small"
+listener = "tiny"
+cluster = "c"
+
+[cluster.c]
+members = [{{ name = "m1", address = "{a1}" }}]
+
+[cluster.dead]
+members = [{{ name = "d1", address = "127.0.0.1:{dead}" }}]
+"#
+    );
+    std::fs::write(&path, text).expect("write config");
+    let mut router =
+        Proc::start(&["serve", "--config", path.to_str().expect("utf-8"), "--workers", "1"]);
+    router.line_with("admin API on", Duration::from_secs(10));
+    let addr = |port: u16| -> std::net::SocketAddr { format!("127.0.0.1:{port}").parse().unwrap() };
+    let started = std::time::SystemTime::now();
+
+    // A flood of 502s (the only member refuses), a 404, a body echoed.
+    for _ in 0..40 {
+        assert_eq!(request(addr(web), "GET", "/broken", b"").0, 502);
+    }
+    assert_eq!(request(addr(web), "GET", "/nowhere", b"").0, 404);
+    let (status, echoed) = request(addr(web), "POST", "/echo", &[b'x'; 1000]);
+    assert_eq!((status, echoed.len()), (200, 1000));
+
+    // Through the TCP listener: bytes both ways, counted when the connection ends.
+    let head = b"GET /spliced HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    let spliced_answer = exchange(addr(raw), head);
+    assert!(spliced_answer.starts_with("HTTP/1.1 200"), "{spliced_answer}");
+
+    // A request head that stalls: 408 after the header read timeout.
+    let answer = exchange(addr(web), b"GET /echo HTTP/1.1\r\nHost: x\r\n");
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    // A header over max_header_bytes: hyper answers 431 itself.
+    let big = format!("GET /echo HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n", "b".repeat(100_000));
+    let answer = exchange(addr(web), big.as_bytes());
+    assert!(answer.starts_with("HTTP/1.1 431"), "{answer}");
+
+    // A malformed request line: hyper answers 400 itself.
+    let answer = exchange(addr(web), b"GET /a b c HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+
+    // `tiny` takes one connection: the second is refused with a 503.
+    let held = std::net::TcpStream::connect(addr(tiny)).expect("connect");
+    std::thread::sleep(Duration::from_millis(300));
+    let answer = exchange(addr(tiny), b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+
+    let scrape = || {
+        let req = format!(
+            "GET /metrics HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\nConnection: close\r\n\r\n"
+        );
+        let answer = exchange(addr(admin), req.as_bytes());
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        answer.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default()
+    };
+    let router_made = "rondo_router_responses_total";
+    let wanted = |s: &[Sample]| {
+        sum(s, router_made, &[("status", "431")]) == 1.0
+            && sum(s, router_made, &[("status", "400")]) == 1.0
+            && sum(s, "rondo_bytes_out_total", &[("route", "main")]) == 1000.0
+            && sum(s, router_made, &[("status", "503")]) == 1.0
+            && sum(s, "rondo_bytes_out_total", &[("route", "spliced")]) > 0.0
+    };
+    // Some counts land just after the client has its answer: scrape until they are in.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let text = loop {
+        let text = scrape();
+        if wanted(&parse(&text)) || Instant::now() > deadline {
+            break text;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let s = parse(&text);
+    let web_l = ("listener", "web");
+    let tiny_l = ("listener", "tiny");
+
+    // Every answer the router made itself, by listener, route, cluster and status.
+    let broken = [web_l, ("route", "broken"), ("cluster", "dead"), ("status", "502")];
+    assert_eq!(sum(&s, router_made, &broken), 40.0, "{text}");
+    assert_eq!(sum(&s, router_made, &[web_l, ("route", ""), ("status", "404")]), 1.0, "{text}");
+    assert_eq!(sum(&s, router_made, &[web_l, ("status", "408")]), 1.0, "{text}");
+    assert_eq!(sum(&s, router_made, &[web_l, ("status", "431")]), 1.0, "{text}");
+    assert_eq!(sum(&s, router_made, &[web_l, ("status", "400")]), 1.0, "{text}");
+    assert_eq!(sum(&s, router_made, &[tiny_l, ("status", "503")]), 1.0, "{text}");
+    assert_eq!(sum(&s, router_made, &[]), 45.0, "nothing else: {text}");
+    // The member's own answers are not the router's: the 200 is in rondo_requests_total.
+    assert_eq!(sum(&s, "rondo_requests_total", &[("route", "main"), ("class", "2xx")]), 1.0);
+
+    // Connections.
+    assert_eq!(sum(&s, "rondo_connections_refused_total", &[tiny_l]), 1.0, "{text}");
+    assert_eq!(sum(&s, "rondo_connections_refused_total", &[web_l]), 0.0, "{text}");
+    assert_eq!(sum(&s, "rondo_connections_active", &[tiny_l]), 1.0, "the held one: {text}");
+    assert_eq!(sum(&s, "rondo_connections_accepted_total", &[web_l]), 45.0, "{text}");
+    let closed = "rondo_connections_closed_total";
+    assert_eq!(sum(&s, closed, &[web_l, ("reason", "header_timeout")]), 1.0, "{text}");
+
+    // Body bytes by route and cluster.
+    let main = [("route", "main"), ("cluster", "c")];
+    assert_eq!(sum(&s, "rondo_bytes_in_total", &main), 1000.0, "{text}");
+    assert_eq!(sum(&s, "rondo_bytes_out_total", &main), 1000.0, "{text}");
+    let spliced = [("route", "spliced"), ("cluster", "ct")];
+    assert_eq!(sum(&s, "rondo_bytes_in_total", &spliced), head.len() as f64, "{text}");
+    assert_eq!(sum(&s, "rondo_bytes_out_total", &spliced), spliced_answer.len() as f64, "{text}");
+
+    // The process's figures, plausible.
+    let one = |name: &str| {
+        assert_eq!(count(&s, name, &[]), 1, "{name} once: {text}");
+        sum(&s, name, &[])
+    };
+    assert!(one("process_resident_memory_bytes") > 1_000_000.0, "{text}");
+    assert!(one("process_virtual_memory_bytes") >= one("process_resident_memory_bytes"));
+    let fds = one("process_open_fds");
+    assert!(fds >= 5.0 && fds <= one("process_max_fds"), "{text}");
+    // Ticks of 10 ms: a short-lived router may show 0.
+    let cpu = one("process_cpu_seconds_total");
+    assert!((0.0..60.0).contains(&cpu), "{text}");
+    assert!(one("process_threads") >= 1.0, "{text}");
+    let since_epoch = |t: std::time::SystemTime| {
+        t.duration_since(std::time::UNIX_EPOCH).expect("after 1970").as_secs_f64()
+    };
+    let start = one("process_start_time_seconds");
+    assert!(
+        start <= since_epoch(started) + 1.0 && start >= since_epoch(started) - 60.0,
+        "started {start}, test at {}",
+        since_epoch(started)
+    );
+    drop(held);
 }

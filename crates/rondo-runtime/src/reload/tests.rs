@@ -153,6 +153,16 @@ async fn listener_changes_are_not_applied_but_do_not_fail_the_reload() {
     let mut renamed = new.clone();
     renamed.listeners[0].name = "api".into();
     assert_eq!(r.fixed.changed(&renamed), ["listener web (removed)", "listener api (added)"]);
+    // `[log]` and an access log are bound at start too.
+    let mut logged = Fixed::of(&rondo_config::load_file(r.path(), 9).unwrap());
+    logged.listeners[0].listen = r.fixed.listeners[0].listen;
+    logged.log.format = rondo_config::LogFormat::Json;
+    assert_eq!(r.fixed.changed(&logged), ["[log]"]);
+    logged.listeners[0].access_log = Some(rondo_config::AccessLogSpec {
+        target: rondo_config::AccessLogTarget::Stdout,
+        format: rondo_config::LogFormat::Text,
+    });
+    assert_eq!(r.fixed.changed(&logged), ["listener web", "[log]"]);
     assert_eq!(r.reload("test").expect("applied"), 2);
     assert_eq!(names(&r), ["a", "b"]);
 }

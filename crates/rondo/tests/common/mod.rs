@@ -3,7 +3,7 @@
 //! processes. Each test binary compiles this module on its own and uses only part of it.
 #![allow(dead_code)]
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -156,4 +156,22 @@ impl Drop for ChildGuard {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
+}
+
+/// One HTTP/1.1 request on a fresh connection (`Connection: close`): status and body.
+pub fn request(addr: SocketAddr, method: &str, path: &str, body: &[u8]) -> (u16, String) {
+    let mut s = std::net::TcpStream::connect(addr).expect("connect to the router");
+    s.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: test\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    s.write_all(head.as_bytes()).expect("send head");
+    s.write_all(body).expect("send body");
+    let mut answer = Vec::new();
+    s.read_to_end(&mut answer).expect("read the answer");
+    let text = String::from_utf8_lossy(&answer).into_owned();
+    let status = text.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
+    (status, body)
 }
