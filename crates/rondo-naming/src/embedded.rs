@@ -350,9 +350,8 @@ impl Shared {
                 if let Some(p) = published {
                     self.publish(p);
                 }
-                let error = || {
-                    RegistryError::Unavailable(format!("{e}: the change was not made, retry"))
-                };
+                let error =
+                    || RegistryError::Unavailable(format!("{e}: the change was not made, retry"));
                 for reply in replies {
                     match reply {
                         Reply::Register(_, tx) => {
@@ -497,7 +496,9 @@ fn remove_stale_temporaries(path: &Path) {
         };
         match removed {
             Ok(()) => tracing::info!(file = %stale.display(), "stale snapshot temporary removed"),
-            Err(e) => tracing::warn!(file = %stale.display(), "cannot remove stale snapshot temporary: {e}"),
+            Err(e) => {
+                tracing::warn!(file = %stale.display(), "cannot remove stale snapshot temporary: {e}")
+            }
         }
     }
 }
@@ -526,7 +527,9 @@ fn load_snapshot(path: &Path, st: &mut State) -> Result<(), String> {
             .and_then(|()| registry::check_name("member", &r.name))
             .and_then(|()| registry::check_address(&r.address))
             .and_then(|()| registry::check_weight(r.weight))
-            .and_then(|()| r.group.as_deref().map_or(Ok(()), |g| registry::check_name("field `group`", g)))
+            .and_then(|()| {
+                r.group.as_deref().map_or(Ok(()), |g| registry::check_name("field `group`", g))
+            })
             .and_then(|()| registry::check_ttl(ttl));
         checks.map_err(bad)?;
         let lease = match r.lease.parse::<u64>() {

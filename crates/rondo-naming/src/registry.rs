@@ -25,7 +25,11 @@ pub fn check_name(what: &str, name: &str) -> Result<(), String> {
     let ok = !name.is_empty()
         && name.len() <= 128
         && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
-    if ok { Ok(()) } else { Err(format!("{what} `{name}`: use 1 to 128 letters, digits, `.`, `_` or `-`")) }
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("{what} `{name}`: use 1 to 128 letters, digits, `.`, `_` or `-`"))
+    }
 }
 
 /// A member address: `host:port` with a port in 1..=65535 (an IP address, a bracketed IPv6
@@ -128,7 +132,12 @@ impl Limits {
 
     /// Whether one more member fits, with `in_service` members in its service and `total` in
     /// all (the member not among them).
-    pub fn check(&self, service: &str, in_service: usize, total: usize) -> Result<(), RegistryError> {
+    pub fn check(
+        &self,
+        service: &str,
+        in_service: usize,
+        total: usize,
+    ) -> Result<(), RegistryError> {
         if in_service >= self.per_service {
             return Err(RegistryError::Full(format!(
                 "registration cap reached: service `{service}` has {in_service} registered \

@@ -13,7 +13,11 @@ pub const LOOPBACK_HOSTS: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
 /// listener bound at `listen` with the extra names `allowed` (lower case, without port). The
 /// port is not compared. `None` (no `Host` at all: HTTP/1.0 clients; browsers always send one)
 /// is allowed. `Err` names the host, ready for a 403 body.
-pub fn check_host(host: Option<&[u8]>, listen: SocketAddr, allowed: &[String]) -> Result<(), String> {
+pub fn check_host(
+    host: Option<&[u8]>,
+    listen: SocketAddr,
+    allowed: &[String],
+) -> Result<(), String> {
     let Some(raw) = host else { return Ok(()) };
     let text = String::from_utf8_lossy(raw);
     let name = host_name(&text).to_ascii_lowercase();
@@ -59,7 +63,15 @@ mod tests {
     #[test]
     fn loopback_names_own_address_and_allowed_names_pass() {
         let lo: SocketAddr = "127.0.0.1:9901".parse().unwrap();
-        for h in ["localhost", "localhost:9901", "LOCALHOST:1", "127.0.0.1:9901", "[::1]:80", "[::1]", "127.0.0.2"] {
+        for h in [
+            "localhost",
+            "localhost:9901",
+            "LOCALHOST:1",
+            "127.0.0.1:9901",
+            "[::1]:80",
+            "[::1]",
+            "127.0.0.2",
+        ] {
             assert_eq!(check_host(Some(h.as_bytes()), lo, &[]), Ok(()), "{h}");
         }
         assert_eq!(check_host(None, lo, &[]), Ok(()));

@@ -46,7 +46,10 @@ pub fn serve(
         let mut own: Vec<rondo_naming::api::OwnAddress> = Vec::new();
         for (name, addr) in &router.listeners {
             writeln!(out, "rondo: listener {name} on {addr}")?;
-            own.push(rondo_naming::api::OwnAddress { what: format!("listener {name}"), addr: *addr });
+            own.push(rondo_naming::api::OwnAddress {
+                what: format!("listener {name}"),
+                addr: *addr,
+            });
         }
         let mut _receiver = None;
         if let Some(spec) = &config.agent {
