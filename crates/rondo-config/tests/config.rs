@@ -1239,7 +1239,10 @@ fn a_member_at_one_of_the_configs_own_addresses_is_refused() {
     ] {
         let text = format!(
             "{}{own}",
-            BASE.replace(member, &format!("members = [{{ name = \"a1\", address = \"{address}\" }}]"))
+            BASE.replace(
+                member,
+                &format!("members = [{{ name = \"a1\", address = \"{address}\" }}]")
+            )
         );
         fails_once(
             &text,
@@ -1252,7 +1255,12 @@ fn a_member_at_one_of_the_configs_own_addresses_is_refused() {
     let text = BASE
         .replace("listen = \"127.0.0.1:8080\"", "listen = \"0.0.0.0:8080\"")
         .replace(member, "members = [{ name = \"a1\", address = \"127.0.0.3:8080\" }]");
-    fails_once(&text, "cluster.app.members[0].address", "\"127.0.0.3:8080\"", "own listener[0].listen");
+    fails_once(
+        &text,
+        "cluster.app.members[0].address",
+        "\"127.0.0.3:8080\"",
+        "own listener[0].listen",
+    );
     // Another port, or another host with the same port, is another server.
     ok(&BASE.replace(member, "members = [{ name = \"a1\", address = \"127.0.0.1:8081\" }]"));
     ok(&BASE.replace(member, "members = [{ name = \"a1\", address = \"10.0.0.1:8080\" }]"));
