@@ -477,3 +477,31 @@ async fn status(State(st): State<AppState>) -> Response {
         }),
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unspecified_bind_owns_every_local_address_with_its_port() {
+        let own =
+            [OwnAddress { what: "listener web".into(), addr: "0.0.0.0:18080".parse().unwrap() }];
+        for a in [
+            "127.0.0.1:18080",
+            "localhost:18080",
+            "127.0.0.9:18080",
+            "[::1]:18080",
+            "0.0.0.0:18080",
+        ] {
+            assert!(own_address(a, &own).is_some(), "{a}");
+        }
+        // Another port, a host name, an address that is not this host's (TEST-NET-1).
+        for a in ["127.0.0.1:18081", "example.com:18080", "192.0.2.1:18080"] {
+            assert!(own_address(a, &own).is_none(), "{a}");
+        }
+        let own =
+            [OwnAddress { what: "admin API".into(), addr: "127.0.0.1:9900".parse().unwrap() }];
+        assert!(own_address("127.0.0.1:9900", &own).is_some());
+        assert!(own_address("127.0.0.2:9900", &own).is_none());
+    }
+}
