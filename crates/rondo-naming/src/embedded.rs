@@ -94,13 +94,13 @@ enum Reply {
 }
 
 /// The snapshot file's format.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct SnapshotFile {
     registrations: Vec<SavedRegistration>,
 }
 
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct SavedRegistration {
     cluster: String,
@@ -108,6 +108,18 @@ struct SavedRegistration {
     address: String,
     weight: u32,
     group: Option<String>,
+    ttl_ms: u64,
+    lease: String,
+}
+
+/// [`SavedRegistration`] borrowed from memory, for writing.
+#[derive(Serialize)]
+struct SavedRef<'a> {
+    cluster: &'a str,
+    name: &'a str,
+    address: &'a str,
+    weight: u32,
+    group: Option<&'a str>,
     ttl_ms: u64,
     lease: String,
 }
@@ -304,24 +316,32 @@ impl Shared {
         if !expired && undo.is_empty() && !st.dirty {
             return;
         }
+        let t0 = Instant::now();
         let text = self.snapshot.as_ref().map(|_| snapshot_text(&st));
         let published = registered(&st);
         let count = st.regs.len();
         drop(st);
+        let t1 = Instant::now();
         let written = match (&self.snapshot, text) {
             (Some(path), Some(text)) => save_snapshot(path, &text),
             _ => Ok(()),
         };
+        let t2 = Instant::now();
         match written {
             Ok(()) => {
                 let mut st = self.lock();
                 st.last_error = None;
                 st.dirty = false;
                 drop(st);
-                if undo.len() > 1 {
-                    tracing::debug!(changes = undo.len(), registrations = count, "batch committed");
-                }
                 self.publish(published);
+                tracing::debug!(
+                    changes = undo.len(),
+                    registrations = count,
+                    encode_us = (t1 - t0).as_micros() as u64,
+                    write_us = (t2 - t1).as_micros() as u64,
+                    publish_us = t2.elapsed().as_micros() as u64,
+                    "batch committed"
+                );
                 for reply in replies {
                     match reply {
                         Reply::Register(lease, tx) => {
@@ -560,18 +580,21 @@ fn snapshot_text(st: &State) -> String {
     let mut text = String::with_capacity(64 + st.regs.len() * 160);
     text.push_str("{\"registrations\": [");
     for (i, ((cluster, _), e)) in st.regs.iter().enumerate() {
-        let saved = SavedRegistration {
-            cluster: cluster.clone(),
-            name: e.member.name.clone(),
-            address: e.member.address.clone(),
+        // Borrowed: no copy of the strings for each entry of each write.
+        let saved = SavedRef {
+            cluster,
+            name: &e.member.name,
+            address: &e.member.address,
             weight: e.member.weight,
-            group: e.member.group.clone(),
+            group: e.member.group.as_deref(),
             ttl_ms: e.ttl.as_millis() as u64,
             lease: e.lease.to_string(),
         };
         text.push_str(if i == 0 { "\n  " } else { ",\n  " });
-        // Plain strings and numbers: serialising cannot fail.
-        text.push_str(&serde_json::to_string(&saved).unwrap_or_default());
+        // Plain strings and numbers into a String: serialising cannot fail.
+        if let Ok(line) = serde_json::to_string(&saved) {
+            text.push_str(&line);
+        }
     }
     text.push_str("\n]}\n");
     text

@@ -62,6 +62,9 @@ struct Args {
     #[arg(long, default_value_t = 5)]
     #[arg(value_parser = clap::value_parser!(u64).range(1..=300))]
     baseline_secs: u64,
+    /// Where `rondo serve`'s log goes (with `RONDO_LOG` from the environment); default nowhere.
+    #[arg(long, value_name = "FILE")]
+    serve_log: Option<PathBuf>,
     /// Longest the registrations may take, seconds.
     #[arg(long, default_value_t = 600)]
     #[arg(value_parser = clap::value_parser!(u64).range(1..=3600))]
@@ -144,7 +147,10 @@ fn bench(args: &Args, dir: &std::path::Path) -> anyhow::Result<()> {
             .arg(&config)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(match &args.serve_log {
+                Some(f) => Stdio::from(std::fs::File::create(f)?),
+                None => Stdio::null(),
+            })
             .spawn()
             .with_context(|| format!("starting {} serve", args.rondo.display()))?,
     );
