@@ -9,8 +9,9 @@
 //! 1. baseline: proxied `GET /` at a fixed rate (open loop, [`rondo_bench::rate`]) in windows
 //!    of `--window-ms`, for `--baseline-secs`;
 //! 2. `--registrations` registrations (`PUT /v1/services/reg/members/rN`), `--concurrency` at a
-//!    time over keep-alive connections, each one's latency recorded, while the same proxied load
-//!    runs in windows until the last registration is answered.
+//!    time over keep-alive connections (released on a fixed schedule with
+//!    `--registration-rate`, latency counted from the send), each one's latency recorded, while
+//!    the same proxied load runs in windows until the last registration is answered.
 //!
 //! Output (markdown): the registrations' wall time and rate, their latency (median and p99, and
 //! the median of the first and last tenth: flat means O(1) per registration), and the median
@@ -50,6 +51,11 @@ struct Args {
     #[arg(long, default_value_t = 64)]
     #[arg(value_parser = clap::value_parser!(u64).range(1..=1024))]
     concurrency: u64,
+    /// Registrations per second, released on a fixed schedule (0: as fast as the in-flight
+    /// limit allows).
+    #[arg(long, default_value_t = 0)]
+    #[arg(value_parser = clap::value_parser!(u64).range(0..=100_000))]
+    registration_rate: u64,
     /// Proxied requests per second.
     #[arg(long, default_value_t = 1000)]
     #[arg(value_parser = clap::value_parser!(u64).range(1..=50_000))]
@@ -189,6 +195,7 @@ fn bench(args: &Args, dir: &std::path::Path) -> anyhow::Result<()> {
         let next = Arc::new(AtomicUsize::new(0));
         let start = Instant::now();
         let mut workers = tokio::task::JoinSet::new();
+        let pace = args.registration_rate;
         for _ in 0..args.concurrency {
             let (client, next, latencies) = (client.clone(), next.clone(), latencies.clone());
             let (failures, first_failure) = (failures.clone(), first_failure.clone());
@@ -198,6 +205,10 @@ fn bench(args: &Args, dir: &std::path::Path) -> anyhow::Result<()> {
                     let i = next.fetch_add(1, Ordering::Relaxed);
                     if i >= n {
                         return;
+                    }
+                    if pace > 0 {
+                        let due = start + Duration::from_secs_f64(i as f64 / pace as f64);
+                        tokio::time::sleep_until(due.into()).await;
                     }
                     let body = format!(
                         "{{\"address\":\"127.0.{}.{}:8080\",\"ttl_ms\":3600000}}",
@@ -272,10 +283,11 @@ fn bench(args: &Args, dir: &std::path::Path) -> anyhow::Result<()> {
         let (during_med, during_max) = windows_p99(&during);
         let proxied_errors: u64 = during.iter().map(|r| r.errors + r.timeouts + r.bad_status).sum();
         println!(
-            "Registrations: {} ({} in flight) into one service, snapshot on, `{}`; proxied load \
-             {} req/s in {} ms windows\n",
+            "Registrations: {} ({} in flight, {}) into one service, snapshot on, `{}`; proxied \
+             load {} req/s in {} ms windows\n",
             args.registrations,
             args.concurrency,
+            if pace > 0 { format!("{pace}/s scheduled") } else { "unpaced".to_owned() },
             args.rondo.display(),
             args.rate,
             args.window_ms
