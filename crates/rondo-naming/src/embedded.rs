@@ -6,9 +6,10 @@
 //! writer thread, which takes everything pending (at most [`MAX_BATCH`]), applies it, writes the
 //! snapshot once (a temporary file, synced, renamed, the directory synced), publishes the view
 //! once, and only then answers every caller of the batch. A success therefore means "visible in
-//! lookups and on disk", and the cost of a registration is one batch's work divided by the
-//! batch's size: with many registering clients, a batch grows with the registry, and a
-//! registration stays O(1) amortised. A failed write undoes the batch and answers each caller
+//! lookups and on disk", and the cost of a registration is one batch's work (one view of the
+//! whole registry, one write of the whole file: linear in the registry) divided by the batch's
+//! size, the number of changes that arrived while the previous batch was committed. A failed
+//! write undoes the batch and answers each caller
 //! `Unavailable` (503): nothing is acknowledged that a restart would lose. The work runs on its
 //! own thread, never on the runtime's workers that carry requests, and lookups never take the
 //! registry's lock. Keepalives change only a lease's deadline (not written), under the lock.
