@@ -4,7 +4,7 @@
 //! them are reported at once.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::net::{Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -107,6 +107,38 @@ fn check_host_port(addr: &str) -> Result<(), String> {
     match port.parse::<u16>() {
         Ok(p) if p > 0 => Ok(()),
         _ => Err(format!("`{port}` in `{addr}` is not a port, expected 1 to 65535")),
+    }
+}
+
+/// Whether connecting to `address` (a member's `host:port`) reaches a socket bound at `bound`
+/// on this host, judged from the text alone: the same port, and the same IP, or `localhost`
+/// or a loopback or unspecified IP when `bound` is loopback or unspecified (`0.0.0.0` and `[::]`
+/// answer on every local address; connecting to an unspecified IP reaches this host). Other
+/// host names are not resolved. The naming API adds the host's own interface addresses for an
+/// unspecified `bound`.
+pub fn address_reaches(address: &str, bound: SocketAddr) -> bool {
+    let Some((host, port)) = address.rsplit_once(':') else { return false };
+    if port.parse::<u16>().ok() != Some(bound.port()) {
+        return false;
+    }
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let ip = match host.parse::<IpAddr>() {
+        Ok(ip) => ip,
+        Err(_) if host.eq_ignore_ascii_case("localhost") => {
+            return bound.ip().is_loopback() || bound.ip().is_unspecified();
+        }
+        Err(_) => return false,
+    };
+    let ip = canonical_ip(ip);
+    let b = canonical_ip(bound.ip());
+    ip == b || ip.is_unspecified() || (b.is_unspecified() && ip.is_loopback())
+}
+
+/// An IPv4-mapped IPv6 address as the IPv4 address it is.
+fn canonical_ip(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
     }
 }
 
@@ -252,6 +284,14 @@ pub(crate) fn compile(
         let spec = compile_cluster(&mut c, name, rc, interval);
         clusters.insert(name.clone(), Arc::new(spec));
     }
+    check_members_are_not_own(
+        &mut c,
+        &raw,
+        &listeners,
+        admin.as_ref(),
+        naming.as_ref(),
+        agent.as_ref(),
+    );
 
     // Each listener name's protocol (the first listener of a name; duplicates are errors).
     let mut protocols: HashMap<&str, ListenerProtocol> = HashMap::new();
@@ -491,7 +531,57 @@ fn compile_naming(c: &mut Compiler<'_>, n: &RawNaming) -> NamingSpec {
         c.err(path.key("dns_zone"), "only applies with `dns_listen`");
     }
     let token = compile_token(c, &path, n.token.as_ref(), n.token_file.as_ref());
-    NamingSpec { listen, registry, dns, token }
+    // An open naming API beyond loopback lets anyone who reaches it register members, that is
+    // take a share of the traffic: refused rather than warned, so it cannot go unnoticed.
+    if token.is_none() && !listen.ip().is_loopback() {
+        c.err(
+            path.key("listen"),
+            format!(
+                "the naming API on `{listen}` is reachable beyond loopback: set `token` or \
+                 `token_file` (without one anyone who reaches it can register members)"
+            ),
+        );
+    }
+    let max = NamingSpec::MAX_MAX_REGISTRATIONS;
+    let max_registrations_per_service = c.int(
+        path.key("max_registrations_per_service"),
+        n.max_registrations_per_service,
+        u64::from(NamingSpec::DEFAULT_MAX_REGISTRATIONS_PER_SERVICE),
+        1,
+        max,
+    ) as u32;
+    let max_registrations = c.int(
+        path.key("max_registrations"),
+        n.max_registrations,
+        u64::from(NamingSpec::DEFAULT_MAX_REGISTRATIONS),
+        1,
+        max,
+    ) as u32;
+    let mut allowed_hosts = Vec::new();
+    for (i, h) in n.allowed_hosts.iter().flatten().enumerate() {
+        let bare = h.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(h);
+        let ok = bare.parse::<IpAddr>().is_ok()
+            || (!h.is_empty()
+                && h.len() <= 253
+                && h.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_')));
+        if ok {
+            allowed_hosts.push(h.to_ascii_lowercase());
+        } else {
+            c.err(
+                path.key("allowed_hosts").index(i),
+                format!("`{h}` is not a host name or IP address (without a port)"),
+            );
+        }
+    }
+    NamingSpec {
+        listen,
+        registry,
+        dns,
+        token,
+        max_registrations_per_service,
+        max_registrations,
+        allowed_hosts,
+    }
 }
 
 /// A DNS zone name, lower-cased, with its final dot.
@@ -676,6 +766,49 @@ fn check_unique_listeners(
     }
     if let Some(a) = agent {
         bind(c, a.listen, root.key("agent").key("listen"));
+    }
+}
+
+/// A configured member at one of this config's own addresses (a listener: a request loop; the
+/// admin or naming API: the API served through the public listener; the agent receiver).
+fn check_members_are_not_own(
+    c: &mut Compiler<'_>,
+    raw: &RawConfig,
+    listeners: &[Option<ListenerSpec>],
+    admin: Option<&AdminSpec>,
+    naming: Option<&NamingSpec>,
+    agent: Option<&AgentSpec>,
+) {
+    let root = FieldPath::root();
+    let mut own: Vec<(SocketAddr, FieldPath)> = Vec::new();
+    for (i, l) in listeners.iter().enumerate() {
+        if let Some(l) = l {
+            own.push((l.listen, root.key("listener").index(i).key("listen")));
+        }
+    }
+    if let Some(a) = admin {
+        own.push((a.listen, root.key("admin").key("listen")));
+    }
+    if let Some(n) = naming {
+        own.push((n.listen, root.key("naming").key("listen")));
+    }
+    if let Some(a) = agent {
+        own.push((a.listen, root.key("agent").key("listen")));
+    }
+    own.retain(|(a, _)| a.port() != 0);
+    for (name, rc) in &raw.cluster {
+        for (i, m) in rc.members.iter().enumerate() {
+            if let Some((addr, field)) = own.iter().find(|(a, _)| address_reaches(&m.address, *a)) {
+                c.err(
+                    root.key("cluster").key(name).key("members").index(i).key("address"),
+                    format!(
+                        "member address `{}` is this router's own {field} (`{addr}`): a member \
+                         must be another server",
+                        m.address
+                    ),
+                );
+            }
+        }
     }
 }
 

@@ -55,6 +55,9 @@ pub(crate) struct RawNaming {
     pub dns_zone: Option<String>,
     pub token: Option<String>,
     pub token_file: Option<String>,
+    pub max_registrations_per_service: Option<u64>,
+    pub max_registrations: Option<u64>,
+    pub allowed_hosts: Option<Vec<String>>,
 }
 
 /// `[agent]`: the router's receiver of load-agent heartbeats.

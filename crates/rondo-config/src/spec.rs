@@ -278,8 +278,15 @@ pub struct NamingSpec {
     /// DNS answers (A and SRV), when `dns_listen` is set.
     pub dns: Option<DnsSpec>,
     /// Bearer token required by registrations, keepalives, deregistrations and config changes
-    /// (lookups stay open); `None` leaves the API open, for loopback use.
+    /// (lookups stay open); `None` leaves the API open, which only a loopback `listen` allows.
     pub token: Option<AdminToken>,
+    /// Most registered members in one service (`max_registrations_per_service`).
+    pub max_registrations_per_service: u32,
+    /// Most registered members in all (`max_registrations`).
+    pub max_registrations: u32,
+    /// `Host` names (without port) the API answers besides the loopback ones and its own
+    /// address (`allowed_hosts`, lower case); other hosts get 403 (DNS rebinding).
+    pub allowed_hosts: Vec<String>,
 }
 
 /// The naming service's DNS answers.
@@ -298,6 +305,13 @@ impl NamingSpec {
     pub const DEFAULT_ETCD_PREFIX: &str = "/rondo";
     /// Default `dns_zone`.
     pub const DEFAULT_DNS_ZONE: &str = "rondo.";
+    /// Default `max_registrations_per_service`: a 10,000-member cluster is what the view swap
+    /// and the pickers are measured with.
+    pub const DEFAULT_MAX_REGISTRATIONS_PER_SERVICE: u32 = 10_000;
+    /// Default `max_registrations`.
+    pub const DEFAULT_MAX_REGISTRATIONS: u32 = 20_000;
+    /// Largest `max_registrations` and `max_registrations_per_service`.
+    pub const MAX_MAX_REGISTRATIONS: u64 = 1_000_000;
 }
 
 /// The shared key of load agents and this router.

@@ -215,6 +215,9 @@ fn full_config_compiles_into_the_expected_view() {
                 zone: "svc.example.".into(),
             }),
             token: Some(AdminToken::Inline("naming-secret".into())),
+            max_registrations_per_service: NamingSpec::DEFAULT_MAX_REGISTRATIONS_PER_SERVICE,
+            max_registrations: NamingSpec::DEFAULT_MAX_REGISTRATIONS,
+            allowed_hosts: vec![],
         })
     );
     assert_eq!(
@@ -1516,4 +1519,87 @@ fn bad_log_settings_are_located() {
         "listen = \"127.0.0.1:8080\"\naccess_log = { path = \"\" }\n",
     );
     fails_once(&text, "listener[0].access_log.path", "\"\" }", "path must not be empty");
+}
+
+#[test]
+fn naming_caps_and_allowed_hosts() {
+    let c = ok(&with(
+        "[naming]\nmax_registrations_per_service = 5\nmax_registrations = 7\n\
+         allowed_hosts = [\"Naming.Example\", \"10.0.0.5\", \"[fd00::1]\"]\n",
+    ));
+    let n = c.naming.unwrap();
+    assert_eq!((n.max_registrations_per_service, n.max_registrations), (5, 7));
+    assert_eq!(n.allowed_hosts, ["naming.example", "10.0.0.5", "[fd00::1]"]);
+    let text = with("[naming]\nmax_registrations = 0\n");
+    fails_once(&text, "naming.max_registrations", "0\n", "must be between 1 and 1000000, got 0");
+    let text = with("[naming]\nmax_registrations_per_service = 2000000\n");
+    fails_once(&text, "naming.max_registrations_per_service", "2000000", "got 2000000");
+    let text = with("[naming]\nallowed_hosts = [\"ok.example\", \"evil.example:80\"]\n");
+    fails_once(&text, "naming.allowed_hosts[1]", "\"evil.example:80\"", "is not a host name");
+}
+
+#[test]
+fn a_naming_api_beyond_loopback_needs_a_token() {
+    let text = with("[naming]\nlisten = \"0.0.0.0:9901\"\n");
+    fails_once(
+        &text,
+        "naming.listen",
+        "\"0.0.0.0:9901\"",
+        "the naming API on `0.0.0.0:9901` is reachable beyond loopback: set `token` or `token_file`",
+    );
+    ok(&with("[naming]\nlisten = \"0.0.0.0:9901\"\ntoken = \"s3\"\n"));
+    ok(&with("[naming]\nlisten = \"[::1]:9901\"\n"));
+}
+
+#[test]
+fn a_member_at_one_of_the_configs_own_addresses_is_refused() {
+    let member = "members = [{ name = \"a1\", address = \"127.0.0.1:9001\" }]";
+    for (address, own, field) in [
+        ("127.0.0.1:8080", "", "listener[0].listen"),
+        ("localhost:8080", "", "listener[0].listen"),
+        ("127.0.0.1:9900", "[admin]\n", "admin.listen"),
+        ("127.0.0.1:9901", "[naming]\n", "naming.listen"),
+        ("0.0.0.0:9902", "[agent]\nkey = \"k\"\n", "agent.listen"),
+    ] {
+        let text = format!(
+            "{}{own}",
+            BASE.replace(
+                member,
+                &format!("members = [{{ name = \"a1\", address = \"{address}\" }}]")
+            )
+        );
+        fails_once(
+            &text,
+            "cluster.app.members[0].address",
+            &format!("$\"{address}\""),
+            &format!("member address `{address}` is this router's own {field}"),
+        );
+    }
+    // A listener on every address: any loopback address with its port is this router.
+    let text = BASE
+        .replace("listen = \"127.0.0.1:8080\"", "listen = \"0.0.0.0:8080\"")
+        .replace(member, "members = [{ name = \"a1\", address = \"127.0.0.3:8080\" }]");
+    fails_once(
+        &text,
+        "cluster.app.members[0].address",
+        "\"127.0.0.3:8080\"",
+        "own listener[0].listen",
+    );
+    // Another port, or another host with the same port, is another server.
+    ok(&BASE.replace(member, "members = [{ name = \"a1\", address = \"127.0.0.1:8081\" }]"));
+    ok(&BASE.replace(member, "members = [{ name = \"a1\", address = \"10.0.0.1:8080\" }]"));
+}
+
+#[test]
+fn address_reaches_matches_ports_and_local_addresses() {
+    let at = |s: &str| s.parse::<SocketAddr>().unwrap();
+    assert!(rondo_config::address_reaches("127.0.0.1:80", at("127.0.0.1:80")));
+    assert!(rondo_config::address_reaches("LOCALHOST:80", at("[::]:80")));
+    assert!(rondo_config::address_reaches("[::1]:80", at("[::]:80")));
+    assert!(rondo_config::address_reaches("[::ffff:127.0.0.1]:80", at("127.0.0.1:80")));
+    assert!(rondo_config::address_reaches("0.0.0.0:80", at("10.0.0.1:80")));
+    assert!(!rondo_config::address_reaches("127.0.0.1:81", at("127.0.0.1:80")));
+    assert!(!rondo_config::address_reaches("10.0.0.2:80", at("10.0.0.1:80")));
+    assert!(!rondo_config::address_reaches("example.com:80", at("0.0.0.0:80")));
+    assert!(!rondo_config::address_reaches("127.0.0.1:80", at("10.0.0.1:80")));
 }

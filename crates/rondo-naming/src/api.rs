@@ -17,6 +17,12 @@
 //! With `[naming] token` set, every call that changes something (PUT, POST, DELETE) needs
 //! `Authorization: Bearer <token>` (401 otherwise); lookups, answers, watches and status stay
 //! open so that any caller can balance.
+//!
+//! Every call is checked first for its `Host` ([`rondo_runtime::host`]): the loopback names,
+//! the listener's own address and `[naming] allowed_hosts` are answered, any other host gets
+//! 403 naming it, so that a web page cannot drive the API through a rebound DNS name. A
+//! registration at one of the process's own addresses (a listener: a request loop; the admin or
+//! naming API: that API served on the public listener; the agent receiver) is refused with 409.
 
 // Handlers return a ready error response as `Err`; they are not on the data path.
 #![allow(clippy::result_large_err)]
@@ -39,7 +45,7 @@ use rondo_runtime::Live;
 use serde_json::json;
 
 use crate::answer::{self, AnswerError, LookupFacts};
-use crate::registry::{DEFAULT_TTL, MAX_TTL, MIN_TTL, Registration, Registry, RegistryError};
+use crate::registry::{self, DEFAULT_TTL, Registration, Registry, RegistryError};
 
 /// Default `timeout_ms` of a watch.
 pub const DEFAULT_WATCH: Duration = Duration::from_secs(30);
@@ -76,6 +82,31 @@ struct AppState {
     live: Arc<Live>,
     registry: Registry,
     token: Option<Arc<Vec<u8>>>,
+    /// The bound address (for the `Host` check).
+    listen: SocketAddr,
+    allowed_hosts: Arc<Vec<String>>,
+    own: Arc<Vec<OwnAddress>>,
+}
+
+/// One of the process's own bound sockets, which a registration must not point at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OwnAddress {
+    /// What it is, for the error (`listener web`, `admin API`, `naming API`, `agent receiver`).
+    pub what: String,
+    /// The bound address.
+    pub addr: SocketAddr,
+}
+
+/// How the API is set up beyond its registry.
+#[derive(Debug, Clone, Default)]
+pub struct ApiOptions {
+    /// Required on calls that change something (`[naming] token`).
+    pub token: Option<Vec<u8>>,
+    /// Host names answered besides the loopback ones and the bound address.
+    pub allowed_hosts: Vec<String>,
+    /// The process's other bound sockets (listeners, admin API, agent receiver); the naming
+    /// API's own address is added by [`start_with`].
+    pub own: Vec<OwnAddress>,
 }
 
 /// Binds `listen` and serves the naming API on the current tokio runtime; `token`, when set,
@@ -86,12 +117,23 @@ pub async fn start(
     registry: Registry,
     token: Option<Vec<u8>>,
 ) -> std::io::Result<NamingServer> {
+    start_with(listen, live, registry, ApiOptions { token, ..ApiOptions::default() }).await
+}
+
+/// [`start`] with every option.
+pub async fn start_with(
+    listen: SocketAddr,
+    live: Arc<Live>,
+    registry: Registry,
+    mut opts: ApiOptions,
+) -> std::io::Result<NamingServer> {
     let listener = tokio::net::TcpListener::bind(listen).await?;
     let addr = listener.local_addr()?;
+    opts.own.push(OwnAddress { what: "naming API".to_owned(), addr });
     // Member state changes (drain, health, agent availability) become new view ids, so that
     // watchers refetch answers that changed.
     let touch = Live::spawn_touch(&live);
-    let app = router(live, registry, token);
+    let app = router_with(addr, live, registry, opts);
     let task = tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, app).await {
             tracing::error!(error = %e, "naming API stopped");
@@ -100,9 +142,27 @@ pub async fn start(
     Ok(NamingServer { addr, task, touch })
 }
 
-/// The API as an axum router (for embedding).
+/// The API as an axum router (for embedding), answering loopback hosts only.
 pub fn router(live: Arc<Live>, registry: Registry, token: Option<Vec<u8>>) -> Router {
-    let state = AppState { live, registry, token: token.map(Arc::new) };
+    let listen = SocketAddr::from(([127, 0, 0, 1], 0));
+    router_with(listen, live, registry, ApiOptions { token, ..ApiOptions::default() })
+}
+
+/// The API bound at `listen` as an axum router, with every option.
+pub fn router_with(
+    listen: SocketAddr,
+    live: Arc<Live>,
+    registry: Registry,
+    opts: ApiOptions,
+) -> Router {
+    let state = AppState {
+        live,
+        registry,
+        token: opts.token.map(Arc::new),
+        listen,
+        allowed_hosts: Arc::new(opts.allowed_hosts),
+        own: Arc::new(opts.own),
+    };
     Router::new()
         .route("/v1/services", get(services))
         .route("/v1/services/{service}", get(full_answer))
@@ -117,6 +177,7 @@ pub fn router(live: Arc<Live>, registry: Registry, token: Option<Vec<u8>>) -> Ro
             error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed on this endpoint")
         })
         .layer(middleware::from_fn_with_state(state.clone(), auth))
+        .layer(middleware::from_fn_with_state(state.clone(), host_check))
         .layer(middleware::from_fn(json_errors))
         .layer(middleware::from_fn_with_state(state.clone(), view_id_header))
         .with_state(state)
@@ -133,6 +194,7 @@ fn registry_error(e: RegistryError) -> Response {
         RegistryError::Invalid(_) => StatusCode::BAD_REQUEST,
         RegistryError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
         RegistryError::Unsupported(_) => StatusCode::NOT_IMPLEMENTED,
+        RegistryError::Full(_) => StatusCode::INSUFFICIENT_STORAGE,
     };
     error(status, e.to_string())
 }
@@ -141,6 +203,20 @@ fn answer_error(e: AnswerError) -> Response {
     match e {
         AnswerError::UnknownService { .. } => error(StatusCode::NOT_FOUND, e.to_string()),
         AnswerError::NoMember(_) => error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+    }
+}
+
+/// Only the names this listener is for (DNS rebinding); before the token, so that a page
+/// learns nothing from the API.
+async fn host_check(State(st): State<AppState>, req: Request, next: Next) -> Response {
+    let host = req
+        .headers()
+        .get(axum::http::header::HOST)
+        .map(|v| v.as_bytes().to_vec())
+        .or_else(|| req.uri().authority().map(|a| a.as_str().as_bytes().to_vec()));
+    match rondo_runtime::host::check_host(host.as_deref(), st.listen, &st.allowed_hosts) {
+        Ok(()) => next.run(req).await,
+        Err(e) => error(StatusCode::FORBIDDEN, e),
     }
 }
 
@@ -226,37 +302,25 @@ async fn lookup(
     }
 }
 
-/// Member names: what the config file allows (letters, digits, `.`, `_`, `-`; 1 to 128).
-fn check_name(what: &str, name: &str) -> Result<(), Response> {
-    let ok = !name.is_empty()
-        && name.len() <= 128
-        && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
-    if ok {
-        Ok(())
-    } else {
-        Err(error(
-            StatusCode::BAD_REQUEST,
-            format!("{what} `{name}`: use 1 to 128 letters, digits, `.`, `_` or `-`"),
-        ))
-    }
+fn bad_request(message: String) -> Response {
+    error(StatusCode::BAD_REQUEST, message)
 }
 
-/// `host:port` with a port in 1..=65535.
-fn check_address(address: &str) -> Result<(), Response> {
-    let bad = || {
-        error(
-            StatusCode::BAD_REQUEST,
-            format!("field `address`: `{address}` is not host:port (e.g. 127.0.0.1:8001)"),
-        )
-    };
-    if address.parse::<SocketAddr>().is_ok_and(|a| a.port() != 0) {
-        return Ok(());
-    }
-    let (host, port) = address.rsplit_once(':').ok_or_else(bad)?;
-    let port_ok = port.parse::<u16>().is_ok_and(|p| p != 0);
-    let host_ok = !host.is_empty()
-        && host.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-'));
-    if port_ok && host_ok { Ok(()) } else { Err(bad()) }
+/// Whether `address` reaches one of `own` (see [`rondo_config::address_reaches`]), also through
+/// any local address when that socket is bound to all of them; the first one it reaches.
+fn own_address<'a>(address: &str, own: &'a [OwnAddress]) -> Option<&'a OwnAddress> {
+    own.iter().find(|o| {
+        if rondo_config::address_reaches(address, o.addr) {
+            return true;
+        }
+        if !o.addr.ip().is_unspecified() {
+            return false;
+        }
+        // `0.0.0.0` or `[::]`: any address of this host with the port. An IP is this host's
+        // when a socket can be bound to it.
+        let Ok(a) = address.parse::<SocketAddr>() else { return false };
+        a.port() == o.addr.port() && std::net::UdpSocket::bind((a.ip(), 0)).is_ok()
+    })
 }
 
 fn registration(
@@ -265,35 +329,20 @@ fn registration(
     member: &str,
     bytes: &[u8],
 ) -> Result<Registration, Response> {
-    let body: Register = serde_json::from_slice(bytes).map_err(|e| {
-        error(StatusCode::BAD_REQUEST, format!("invalid registration body (JSON): {e}"))
-    })?;
-    check_name("member", member)?;
-    check_address(&body.address)?;
-    let weight = body.weight.unwrap_or(DEFAULT_WEIGHT);
-    if !(1..=rondo_config::MAX_WEIGHT).contains(&u64::from(weight)) {
+    let (spec, ttl) = check_registration(member, bytes)?;
+    if let Some(o) = own_address(&spec.address, &st.own) {
         return Err(error(
-            StatusCode::BAD_REQUEST,
-            format!("field `weight`: {weight} is out of range 1..={}", rondo_config::MAX_WEIGHT),
-        ));
-    }
-    if let Some(g) = &body.group {
-        check_name("field `group`", g)?;
-    }
-    let ttl = body.ttl_ms.map_or(DEFAULT_TTL, Duration::from_millis);
-    if !(MIN_TTL..=MAX_TTL).contains(&ttl) {
-        return Err(error(
-            StatusCode::BAD_REQUEST,
+            StatusCode::CONFLICT,
             format!(
-                "field `ttl_ms`: {} is out of range {}..={}",
-                ttl.as_millis(),
-                MIN_TTL.as_millis(),
-                MAX_TTL.as_millis()
+                "field `address`: `{}` is this router's own {} ({}): a member must be another \
+                 server",
+                spec.address, o.what, o.addr
             ),
         ));
     }
-    let configured = st.live.configured();
-    let Some(cluster) = configured.clusters.get(service) else {
+    // The view in effect, without the layers' lock (a batch being published holds it).
+    let snap = st.live.load();
+    let Some(cluster) = snap.clusters.get(service).map(|rt| &rt.spec) else {
         return Err(error(
             StatusCode::NOT_FOUND,
             format!(
@@ -301,23 +350,13 @@ fn registration(
             ),
         ));
     };
-    if cluster.members.iter().any(|m| m.name == member) {
+    if cluster.members.iter().any(|m| m.name == member) && !snap.is_registered(service, member) {
         return Err(error(
             StatusCode::CONFLICT,
             format!("member `{member}` of service `{service}` is configured, not registered"),
         ));
     }
-    Ok(Registration {
-        cluster: service.to_owned(),
-        member: MemberSpec {
-            name: member.to_owned(),
-            address: body.address,
-            weight,
-            group: body.group,
-            admin: rondo_core::AdminState::Active,
-        },
-        ttl,
-    })
+    Ok(Registration { cluster: service.to_owned(), member: spec, ttl })
 }
 
 async fn register(
@@ -426,30 +465,15 @@ pub fn check_registration(member: &str, body: &[u8]) -> Result<(MemberSpec, Dura
     let body: Register = serde_json::from_slice(body).map_err(|e| {
         error(StatusCode::BAD_REQUEST, format!("invalid registration body (JSON): {e}"))
     })?;
-    check_name("member", member)?;
-    check_address(&body.address)?;
+    registry::check_name("member", member).map_err(bad_request)?;
+    registry::check_address(&body.address).map_err(bad_request)?;
     let weight = body.weight.unwrap_or(DEFAULT_WEIGHT);
-    if !(1..=rondo_config::MAX_WEIGHT).contains(&u64::from(weight)) {
-        return Err(error(
-            StatusCode::BAD_REQUEST,
-            format!("field `weight`: {weight} is out of range 1..={}", rondo_config::MAX_WEIGHT),
-        ));
-    }
+    registry::check_weight(weight).map_err(bad_request)?;
     if let Some(g) = &body.group {
-        check_name("field `group`", g)?;
+        registry::check_name("field `group`", g).map_err(bad_request)?;
     }
     let ttl = body.ttl_ms.map_or(DEFAULT_TTL, Duration::from_millis);
-    if !(MIN_TTL..=MAX_TTL).contains(&ttl) {
-        return Err(error(
-            StatusCode::BAD_REQUEST,
-            format!(
-                "field `ttl_ms`: {} is out of range {}..={}",
-                ttl.as_millis(),
-                MIN_TTL.as_millis(),
-                MAX_TTL.as_millis()
-            ),
-        ));
-    }
+    registry::check_ttl(ttl).map_err(bad_request)?;
     let spec = MemberSpec {
         name: member.to_owned(),
         address: body.address,
@@ -458,4 +482,32 @@ pub fn check_registration(member: &str, body: &[u8]) -> Result<(MemberSpec, Dura
         admin: rondo_core::AdminState::Active,
     };
     Ok((spec, ttl))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unspecified_bind_owns_every_local_address_with_its_port() {
+        let own =
+            [OwnAddress { what: "listener web".into(), addr: "0.0.0.0:18080".parse().unwrap() }];
+        for a in [
+            "127.0.0.1:18080",
+            "localhost:18080",
+            "127.0.0.9:18080",
+            "[::1]:18080",
+            "0.0.0.0:18080",
+        ] {
+            assert!(own_address(a, &own).is_some(), "{a}");
+        }
+        // Another port, a host name, an address that is not this host's (TEST-NET-1).
+        for a in ["127.0.0.1:18081", "example.com:18080", "192.0.2.1:18080"] {
+            assert!(own_address(a, &own).is_none(), "{a}");
+        }
+        let own =
+            [OwnAddress { what: "admin API".into(), addr: "127.0.0.1:9900".parse().unwrap() }];
+        assert!(own_address("127.0.0.1:9900", &own).is_some());
+        assert!(own_address("127.0.0.2:9900", &own).is_none());
+    }
 }

@@ -37,7 +37,7 @@ use rondo_runtime::live::Registered;
 use rondo_runtime::{Live, probe};
 use serde::{Deserialize, Serialize};
 
-use crate::registry::{Registration, RegistryError, RegistryStatus};
+use crate::registry::{Limits, Registration, RegistryError, RegistryStatus};
 
 /// Longest wait for a TCP connection to an etcd endpoint.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
@@ -67,6 +67,8 @@ struct Inner {
     /// The current connection (cheap to clone); `None` until one was made.
     client: Mutex<Option<Client>>,
     state: Mutex<State>,
+    /// The caps on registrations, checked against this router's copy of the tier's members.
+    limits: Mutex<Limits>,
 }
 
 #[derive(Debug, Default)]
@@ -125,16 +127,37 @@ impl EtcdRegistry {
             live,
             client: Mutex::new(None),
             state: Mutex::new(State::default()),
+            limits: Mutex::new(Limits::default()),
         });
         let task = tokio::spawn(inner.clone().sync_loop());
         Arc::new(EtcdRegistry { inner, task: Mutex::new(Some(task)) })
     }
 
+    /// Sets the caps on registrations (default [`Limits::default`]).
+    pub fn set_limits(&self, limits: Limits) {
+        *self.inner.limits.lock().unwrap_or_else(|e| e.into_inner()) = limits;
+    }
+
     /// See [`crate::Registry::register`]: grants an etcd lease of the registration's time to
     /// live (rounded up to whole seconds) and puts the member's key with it; a member registered
-    /// again gets the new lease and its old lease is revoked.
+    /// again gets the new lease and its old lease is revoked. The caps are checked against the
+    /// tier's members as this router last read them from etcd: routers registering at the
+    /// same moment can pass a cap by the registrations in flight.
     pub async fn register(&self, reg: Registration) -> Result<Lease, RegistryError> {
         let key = self.inner.member_key(&reg.cluster, &reg.member.name)?;
+        {
+            let limits = *self.inner.limits.lock().unwrap_or_else(|e| e.into_inner());
+            let st = self.inner.lock();
+            let id = (reg.cluster.clone(), reg.member.name.clone());
+            if !st.members.contains_key(&id) {
+                let in_service = st
+                    .members
+                    .range((reg.cluster.clone(), String::new())..)
+                    .take_while(|((c, _), _)| *c == reg.cluster)
+                    .count();
+                limits.check(&reg.cluster, in_service, st.members.len())?;
+            }
+        }
         let value = serde_json::to_vec(&MemberValue {
             address: reg.member.address.clone(),
             weight: reg.member.weight,

@@ -22,23 +22,35 @@ pub mod dns;
 #[cfg(feature = "etcd")]
 pub mod etcd;
 
-pub use registry::{Registration, Registry, RegistryError, RegistryStatus};
+pub use registry::{Limits, Registration, Registry, RegistryError, RegistryStatus};
 
 use std::sync::Arc;
 
 use rondo_config::RegistrySpec;
 use rondo_runtime::Live;
 
-/// Starts the configured registry backend feeding `live` (inside a tokio runtime). Fails with a
-/// message naming what failed: an unreadable snapshot file, or a backend this build leaves out.
+/// Starts the configured registry backend feeding `live` (inside a tokio runtime) with the
+/// default [`Limits`]. Fails with a message naming what failed: an unreadable or invalid
+/// snapshot file, or a backend this build leaves out.
 pub fn start_registry(spec: &RegistrySpec, live: Arc<Live>) -> Result<Registry, String> {
+    start_registry_with(spec, Limits::default(), live)
+}
+
+/// [`start_registry`] with the caps on registrations `limits`.
+pub fn start_registry_with(
+    spec: &RegistrySpec,
+    limits: Limits,
+    live: Arc<Live>,
+) -> Result<Registry, String> {
     match spec {
         RegistrySpec::Embedded { snapshot } => {
-            embedded::Embedded::start(live, snapshot.clone()).map(Registry::Embedded)
+            embedded::Embedded::start(live, snapshot.clone(), limits).map(Registry::Embedded)
         }
         #[cfg(feature = "etcd")]
         RegistrySpec::Etcd { endpoints, prefix } => {
-            Ok(Registry::Etcd(etcd::EtcdRegistry::start(endpoints.clone(), prefix.clone(), live)))
+            let r = etcd::EtcdRegistry::start(endpoints.clone(), prefix.clone(), live);
+            r.set_limits(limits);
+            Ok(Registry::Etcd(r))
         }
         #[cfg(not(feature = "etcd"))]
         RegistrySpec::Etcd { .. } => Err("[naming] registry = \"etcd\": this rondo was built \

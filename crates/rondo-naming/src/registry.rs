@@ -19,6 +19,57 @@ pub const MIN_TTL: Duration = Duration::from_secs(1);
 /// Longest lease time to live accepted.
 pub const MAX_TTL: Duration = Duration::from_secs(3600);
 
+/// Names (services, members, groups): what the config file allows (letters, digits, `.`, `_`,
+/// `-`; 1 to 128). `what` names the field in the error.
+pub fn check_name(what: &str, name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= 128
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("{what} `{name}`: use 1 to 128 letters, digits, `.`, `_` or `-`"))
+    }
+}
+
+/// A member address: `host:port` with a port in 1..=65535 (an IP address, a bracketed IPv6
+/// address, or a host name).
+pub fn check_address(address: &str) -> Result<(), String> {
+    let bad = || format!("field `address`: `{address}` is not host:port (e.g. 127.0.0.1:8001)");
+    if address.parse::<std::net::SocketAddr>().is_ok_and(|a| a.port() != 0) {
+        return Ok(());
+    }
+    let (host, port) = address.rsplit_once(':').ok_or_else(bad)?;
+    let port_ok = port.parse::<u16>().is_ok_and(|p| p != 0);
+    let host_ok = !host.is_empty()
+        && host.len() <= 253
+        && host.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-'));
+    if port_ok && host_ok { Ok(()) } else { Err(bad()) }
+}
+
+/// A registered member's weight: 1 to the config file's largest.
+pub fn check_weight(weight: u32) -> Result<(), String> {
+    if (1..=rondo_config::MAX_WEIGHT).contains(&u64::from(weight)) {
+        Ok(())
+    } else {
+        Err(format!("field `weight`: {weight} is out of range 1..={}", rondo_config::MAX_WEIGHT))
+    }
+}
+
+/// A lease's time to live: [`MIN_TTL`] to [`MAX_TTL`].
+pub fn check_ttl(ttl: Duration) -> Result<(), String> {
+    if (MIN_TTL..=MAX_TTL).contains(&ttl) {
+        Ok(())
+    } else {
+        Err(format!(
+            "field `ttl_ms`: {} is out of range {}..={}",
+            ttl.as_millis(),
+            MIN_TTL.as_millis(),
+            MAX_TTL.as_millis()
+        ))
+    }
+}
+
 /// One member registering into a cluster.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Registration {
@@ -45,6 +96,64 @@ pub enum RegistryError {
     /// This backend does not do that (501).
     #[error("{0}")]
     Unsupported(String),
+    /// A registration cap is reached (507); the message names the cap and its value.
+    #[error("{0}")]
+    Full(String),
+}
+
+/// The caps on registrations (`[naming] max_registrations_per_service` and
+/// `max_registrations`); a registration that would pass one is refused with
+/// [`RegistryError::Full`]. Registering an already registered member again does not count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Most registered members in one service.
+    pub per_service: usize,
+    /// Most registered members in all.
+    pub total: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            per_service: rondo_config::NamingSpec::DEFAULT_MAX_REGISTRATIONS_PER_SERVICE as usize,
+            total: rondo_config::NamingSpec::DEFAULT_MAX_REGISTRATIONS as usize,
+        }
+    }
+}
+
+impl Limits {
+    /// The caps of a `[naming]` section.
+    pub fn of(spec: &rondo_config::NamingSpec) -> Limits {
+        Limits {
+            per_service: spec.max_registrations_per_service as usize,
+            total: spec.max_registrations as usize,
+        }
+    }
+
+    /// Whether one more member fits, with `in_service` members in its service and `total` in
+    /// all (the member not among them).
+    pub fn check(
+        &self,
+        service: &str,
+        in_service: usize,
+        total: usize,
+    ) -> Result<(), RegistryError> {
+        if in_service >= self.per_service {
+            return Err(RegistryError::Full(format!(
+                "registration cap reached: service `{service}` has {in_service} registered \
+                 members, `[naming] max_registrations_per_service` = {}",
+                self.per_service
+            )));
+        }
+        if total >= self.total {
+            return Err(RegistryError::Full(format!(
+                "registration cap reached: {total} registered members in all, \
+                 `[naming] max_registrations` = {}",
+                self.total
+            )));
+        }
+        Ok(())
+    }
 }
 
 /// What a registry reports in status and metrics.
@@ -79,7 +188,7 @@ impl Registry {
     /// new lease.
     pub async fn register(&self, reg: Registration) -> Result<Lease, RegistryError> {
         match self {
-            Registry::Embedded(r) => r.register(reg),
+            Registry::Embedded(r) => r.register(reg).await,
             #[cfg(feature = "etcd")]
             Registry::Etcd(r) => r.register(reg).await,
         }
@@ -97,7 +206,7 @@ impl Registry {
     /// Removes a registered member now.
     pub async fn deregister(&self, cluster: &str, member: &str) -> Result<(), RegistryError> {
         match self {
-            Registry::Embedded(r) => r.deregister(cluster, member),
+            Registry::Embedded(r) => r.deregister(cluster, member).await,
             #[cfg(feature = "etcd")]
             Registry::Etcd(r) => r.deregister(cluster, member).await,
         }

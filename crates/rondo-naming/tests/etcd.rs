@@ -509,3 +509,34 @@ async fn a_keepalive_on_a_lease_without_its_key_is_not_found() {
         other => panic!("keepalive on a keyless lease: {other:?}"),
     }
 }
+
+/// The caps hold against the tier's members as read from etcd: a registration through the
+/// other router counts too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_caps_count_the_tiers_members() {
+    let etcd = Etcd::start();
+    let a = Router::start(&etcd.endpoint());
+    let b = Router::start(&etcd.endpoint());
+    a.reg.set_limits(rondo_naming::Limits { per_service: 2, total: 3 });
+    a.wait_connected().await;
+    b.wait_connected().await;
+    b.reg.register(registration("app", "r1", 8001, TTL)).await.expect("r1");
+    b.reg.register(registration("app", "r2", 8002, TTL)).await.expect("r2");
+    wait_for("r1 and r2 on a", LIMIT, || a.has("app", "r1") && a.has("app", "r2")).await;
+    match a.reg.register(registration("app", "r3", 8003, TTL)).await {
+        Err(RegistryError::Full(m)) => {
+            assert!(m.contains("`[naming] max_registrations_per_service` = 2"), "{m}")
+        }
+        other => panic!("want the per-service cap, got {other:?}"),
+    }
+    // Registering r2 again is no new member.
+    a.reg.register(registration("app", "r2", 8004, TTL)).await.expect("r2 again");
+    a.reg.register(registration("other", "o1", 8005, TTL)).await.expect("o1");
+    wait_for("o1 counted on a", LIMIT, || a.reg.status().registrations == 3).await;
+    match a.reg.register(registration("other", "o2", 8006, TTL)).await {
+        Err(RegistryError::Full(m)) => {
+            assert!(m.contains("`[naming] max_registrations` = 3"), "{m}")
+        }
+        other => panic!("want the total cap, got {other:?}"),
+    }
+}

@@ -3,12 +3,14 @@
 //! active probes that feed health and the response-time table ([`probe`]), and live
 //! reconfiguration from the config file ([`reload`]: file watcher, SIGHUP), and the Prometheus
 //! metrics ([`metrics`]: counted on the request path, state read at scrape time; the process's
-//! own figures from `/proc/self` in [`process`]).
+//! own figures from `/proc/self` in [`process`]), and what the HTTP APIs share: bearer tokens
+//! ([`secret`]) and the `Host` check against DNS rebinding ([`host`]).
 //!
 //! This crate is where time and randomness enter: it reads the clock and seeds generators, then
 //! calls the pure `rondo-core` with them as arguments.
 
 pub mod clock;
+pub mod host;
 pub mod live;
 pub mod metrics;
 pub mod probe;

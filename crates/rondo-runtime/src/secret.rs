@@ -40,9 +40,12 @@ pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 }
 
 /// Whether `Authorization: Bearer <token>` in `authorization` (the header's bytes) carries
-/// `token`.
+/// `token`; the scheme name is case-insensitive (RFC 9110 section 11.1).
 pub fn bearer_matches(authorization: Option<&[u8]>, token: &[u8]) -> bool {
-    let given = authorization.and_then(|v| v.strip_prefix(b"Bearer ")).unwrap_or_default();
+    let given = authorization
+        .filter(|v| v.len() > 7 && v[..7].eq_ignore_ascii_case(b"bearer "))
+        .map(|v| &v[7..])
+        .unwrap_or_default();
     !given.is_empty() && constant_time_eq(given, token)
 }
 
@@ -61,6 +64,9 @@ mod tests {
     #[test]
     fn bearer_needs_the_scheme_and_the_token() {
         assert!(bearer_matches(Some(b"Bearer s3"), b"s3"));
+        assert!(bearer_matches(Some(b"bearer s3"), b"s3"));
+        assert!(bearer_matches(Some(b"BEARER s3"), b"s3"));
+        assert!(!bearer_matches(Some(b"Basic s3"), b"s3"));
         assert!(!bearer_matches(Some(b"Bearer "), b"s3"));
         assert!(!bearer_matches(Some(b"s3"), b"s3"));
         assert!(!bearer_matches(None, b"s3"));

@@ -49,8 +49,14 @@ pub fn serve(
                 return Ok(ExitCode::FAILURE);
             }
         };
+        // The process's own sockets, which the naming service refuses as member addresses.
+        let mut own: Vec<rondo_naming::api::OwnAddress> = Vec::new();
         for (name, addr) in &router.listeners {
             writeln!(out, "rondo: listener {name} on {addr}")?;
+            own.push(rondo_naming::api::OwnAddress {
+                what: format!("listener {name}"),
+                addr: *addr,
+            });
         }
         let mut _receiver = None;
         if let Some(spec) = &config.agent {
@@ -70,6 +76,10 @@ pub fn serve(
             match rondo_agent::receiver::start(opts, live.clone()).await {
                 Ok(r) => {
                     writeln!(out, "rondo: agent receiver on {} (tcp and udp)", r.addr)?;
+                    own.push(rondo_naming::api::OwnAddress {
+                        what: "agent receiver".to_owned(),
+                        addr: r.addr,
+                    });
                     _receiver = Some(r);
                 }
                 Err(e) => {
@@ -90,6 +100,10 @@ pub fn serve(
                         "rondo: dashboard on http://{}/ (it asks for the admin token)",
                         a.addr
                     )?;
+                    own.push(rondo_naming::api::OwnAddress {
+                        what: "admin API".to_owned(),
+                        addr: a.addr,
+                    });
                     _admin = Some(a);
                 }
                 Err(e) => {
@@ -102,7 +116,7 @@ pub fn serve(
         // The naming service (`[naming]`): registry, HTTP API, DNS; stopped when serve returns.
         let mut _naming = None;
         if let Some(spec) = &config.naming {
-            match start_naming(spec, live.clone(), out).await {
+            match start_naming(spec, live.clone(), own, out).await {
                 Ok(n) => _naming = Some(n),
                 Err(e) => {
                     writeln!(err, "rondo serve: {e}")?;
@@ -160,15 +174,19 @@ impl Drop for Naming {
 async fn start_naming(
     spec: &rondo_config::NamingSpec,
     live: Arc<Live>,
+    own: Vec<rondo_naming::api::OwnAddress>,
     out: &mut dyn Write,
 ) -> anyhow::Result<Naming> {
-    let registry = rondo_naming::start_registry(&spec.registry, live.clone())
+    let limits = rondo_naming::Limits::of(spec);
+    let registry = rondo_naming::start_registry_with(&spec.registry, limits, live.clone())
         .map_err(|e| anyhow::anyhow!("naming registry: {e}"))?;
     let token = match &spec.token {
         Some(t) => Some(rondo_runtime::secret::read_token(t).context("[naming] token")?),
         None => None,
     };
-    let api = rondo_naming::api::start(spec.listen, live.clone(), registry.clone(), token)
+    let opts =
+        rondo_naming::api::ApiOptions { token, allowed_hosts: spec.allowed_hosts.clone(), own };
+    let api = rondo_naming::api::start_with(spec.listen, live.clone(), registry.clone(), opts)
         .await
         .with_context(|| format!("naming API on {}", spec.listen))?;
     writeln!(out, "rondo: naming API (registry {}) on {}", registry.status().backend, api.addr)?;

@@ -15,7 +15,7 @@ use http::{HeaderMap, Method, StatusCode};
 use rondo::member::Member;
 use rondo_core::{Actor, AdminState};
 use rondo_naming::Registry;
-use rondo_naming::api::NamingServer;
+use rondo_naming::api::{ApiOptions, NamingServer, OwnAddress};
 use serde_json::{Value, json};
 use support::*;
 
@@ -41,6 +41,31 @@ impl Setup {
                 .await
                 .expect("naming API starts");
         Setup { router, api, _registry: registry }
+    }
+
+    /// With caps, an optional snapshot file, and the listener `web` as an own address.
+    async fn with_registry(
+        cluster: &str,
+        limits: rondo_naming::Limits,
+        snapshot: Option<std::path::PathBuf>,
+    ) -> Setup {
+        let router = router(&one_cluster(cluster)).await;
+        let spec = rondo_config::RegistrySpec::Embedded { snapshot };
+        let registry = rondo_naming::start_registry_with(&spec, limits, router.live.clone())
+            .expect("registry");
+        let own = vec![OwnAddress { what: "listener web".to_owned(), addr: router.addr("web") }];
+        let opts = ApiOptions { own, ..ApiOptions::default() };
+        let api =
+            rondo_naming::api::start_with(any_port(), router.live.clone(), registry.clone(), opts)
+                .await
+                .expect("naming API starts");
+        Setup { router, api, _registry: registry }
+    }
+
+    /// `PUT` a registration of `member` at `address` into `c`.
+    async fn put(&self, member: &str, address: &str) -> Call {
+        let body = json!({ "address": address, "ttl_ms": 600_000 }).to_string();
+        self.call(Method::PUT, &format!("/v1/services/c/members/{member}"), Some(&body)).await
     }
 
     async fn call(&self, method: Method, path: &str, body: Option<&str>) -> Call {
@@ -494,4 +519,377 @@ fn rondo_serve_answers_dns_for_configured_and_registered_members() {
     assert_eq!(status, StatusCode::OK, "{v}");
     assert_eq!(dig("A"), ["127.0.0.11", "127.0.0.12"]);
     assert_eq!(dig("SRV"), ["0 100 8001 m1.c.svc.test.", "0 300 8002 late.c.svc.test."]);
+}
+
+fn limits(per_service: usize, total: usize) -> rondo_naming::Limits {
+    rondo_naming::Limits { per_service, total }
+}
+
+#[tokio::test]
+async fn registrations_past_a_cap_get_507_naming_the_cap() {
+    let s = Setup::with_registry(
+        "members = [{ name = \"m1\", address = \"127.0.0.1:1\" }]",
+        limits(3, 100),
+        None,
+    )
+    .await;
+    for n in ["r1", "r2", "r3"] {
+        assert_eq!(s.put(n, "127.0.0.2:80").await.status, StatusCode::OK);
+    }
+    let r = s.put("r4", "127.0.0.2:80").await;
+    assert_eq!(r.status, StatusCode::INSUFFICIENT_STORAGE, "{}", r.body);
+    assert!(r.error().contains("service `c` has 3 registered members"), "{}", r.body);
+    assert!(r.error().contains("`[naming] max_registrations_per_service` = 3"), "{}", r.body);
+    // Registering a member again is no new one; a deregistration makes room.
+    assert_eq!(s.put("r2", "127.0.0.2:81").await.status, StatusCode::OK);
+    let r = s.call(Method::DELETE, "/v1/services/c/members/r1", None).await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT, "{}", r.body);
+    assert_eq!(s.put("r4", "127.0.0.2:80").await.status, StatusCode::OK);
+    assert_eq!(s.listed().await, ["m1", "r2", "r3", "r4"]);
+
+    let s = Setup::with_registry(
+        "members = [{ name = \"m1\", address = \"127.0.0.1:1\" }]",
+        limits(100, 2),
+        None,
+    )
+    .await;
+    assert_eq!(s.put("r1", "127.0.0.2:80").await.status, StatusCode::OK);
+    assert_eq!(s.put("r2", "127.0.0.2:80").await.status, StatusCode::OK);
+    let r = s.put("r3", "127.0.0.2:80").await;
+    assert_eq!(r.status, StatusCode::INSUFFICIENT_STORAGE, "{}", r.body);
+    assert!(
+        r.error().contains("2 registered members in all, `[naming] max_registrations` = 2"),
+        "{}",
+        r.body
+    );
+    assert_eq!(s.listed().await, ["m1", "r1", "r2"]);
+}
+
+/// The group commit's contract: registrations arriving together are batched by the writer, and
+/// each 200 comes only once its batch is in the view and on disk (checked by every caller the
+/// moment it is answered, without polling).
+#[tokio::test]
+async fn a_concurrent_burst_of_registrations_is_all_acknowledged_visible_and_written() {
+    let dir = common::TempDir::new("naming-burst");
+    let file = dir.0.join("registry.json");
+    let s = Arc::new(
+        Setup::with_registry(
+            "members = [{ name = \"m1\", address = \"127.0.0.1:1\" }]",
+            limits(1000, 1000),
+            Some(file.clone()),
+        )
+        .await,
+    );
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..200 {
+        let (s, file) = (s.clone(), file.clone());
+        tasks.spawn(async move {
+            let name = format!("b{i}");
+            let r = s.put(&name, &format!("127.0.0.2:{}", 1000 + i)).await;
+            assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+            // Acknowledged means visible and durable already: no polling.
+            assert!(s.router.live.load().is_registered("c", &name), "{name} not in the view");
+            let text = std::fs::read_to_string(&file).expect("snapshot");
+            assert!(text.contains(&format!("\"name\":\"{name}\"")), "{name} not in the snapshot");
+        });
+    }
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while let Some(done) = tokio::time::timeout_at(deadline.into(), tasks.join_next())
+        .await
+        .expect("the burst is answered within 120 s")
+    {
+        done.expect("registration task");
+    }
+    assert_eq!(s.listed().await.len(), 201);
+    let status = s.get("/v1/status").await;
+    assert_eq!(status.body["registry"]["registrations"], 200, "{}", status.body);
+}
+
+#[tokio::test]
+async fn registrations_at_the_routers_own_addresses_are_refused() {
+    let s = Setup::with_registry(
+        "members = [{ name = \"m1\", address = \"127.0.0.1:1\" }]",
+        limits(10, 10),
+        None,
+    )
+    .await;
+    let web = s.router.addr("web");
+    let naming = s.api.addr;
+    let cases = [
+        (web.to_string(), "own listener web"),
+        (format!("localhost:{}", web.port()), "own listener web"),
+        (format!("0.0.0.0:{}", web.port()), "own listener web"),
+        (naming.to_string(), "own naming API"),
+    ];
+    for (address, needle) in cases {
+        let r = s.put("loop", &address).await;
+        assert_eq!(r.status, StatusCode::CONFLICT, "{address}: {}", r.body);
+        assert!(r.error().contains(needle), "{address}: {}", r.body);
+        assert!(r.error().contains(&format!("`{address}`")), "{}", r.body);
+    }
+    assert_eq!(s.listed().await, ["m1"]);
+    // Another port of the same host is another server.
+    assert_eq!(s.put("ok", &format!("127.0.0.1:{}", web.port() ^ 1)).await.status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn the_bearer_scheme_is_case_insensitive() {
+    let ms = members(2, Duration::ZERO).await;
+    let s = Setup::with_token(&member_list(&ms[..1]), Some("n-secret")).await;
+    let url = format!("http://{}/v1/services/c/members/m2", s.api.addr);
+    let body = json!({ "address": ms[1].addr.to_string() }).to_string();
+    let auth = [("authorization", "bearer n-secret")];
+    let (status, _, v) = json_call(Method::PUT, &url, &auth, Some(&body)).await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+}
+
+/// A snapshot whose path's temporary file cannot be created (a directory has its name; the
+/// tests run as root, so permissions would not stop the write).
+#[tokio::test]
+async fn a_failed_snapshot_write_answers_503_and_keeps_nothing() {
+    let dir = common::TempDir::new("naming-fail");
+    let file = dir.0.join("registry.json");
+    let s = Setup::with_registry(
+        "members = [{ name = \"m1\", address = \"127.0.0.1:1\" }]",
+        limits(10, 10),
+        Some(file.clone()),
+    )
+    .await;
+    assert_eq!(s.put("kept", "127.0.0.2:80").await.status, StatusCode::OK);
+    let tmp = dir.0.join(format!("registry.tmp.{}", std::process::id()));
+    std::fs::create_dir(&tmp).unwrap();
+    let r = s.put("lost", "127.0.0.2:81").await;
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{}", r.body);
+    assert!(r.error().contains("cannot write"), "{}", r.body);
+    assert!(r.error().contains("registry.json"), "{}", r.body);
+    assert_eq!(s.listed().await, ["m1", "kept"], "not kept in memory either");
+    let r = s.call(Method::DELETE, "/v1/services/c/members/kept", None).await;
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{}", r.body);
+    assert_eq!(s.listed().await, ["m1", "kept"], "a deregistration not written is undone");
+    let status = s.get("/v1/status").await;
+    assert!(status.body["registry"]["last_error"].as_str().unwrap().contains("cannot write"));
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(text.contains("\"kept\"") && !text.contains("\"lost\""), "{text}");
+
+    std::fs::remove_dir(&tmp).unwrap();
+    assert_eq!(s.put("lost", "127.0.0.2:81").await.status, StatusCode::OK);
+    assert_eq!(s.listed().await, ["m1", "kept", "lost"]);
+    let status = s.get("/v1/status").await;
+    assert_eq!(status.body["registry"]["last_error"], Value::Null, "{}", status.body);
+}
+
+fn snapshot_entry(name: &str, address: &str, weight: u64, ttl_ms: u64) -> Value {
+    json!({ "cluster": "c", "name": name, "address": address, "weight": weight,
+            "group": null, "ttl_ms": ttl_ms, "lease": "7" })
+}
+
+#[tokio::test]
+async fn a_snapshot_entry_failing_the_apis_checks_is_refused_at_start() {
+    let dir = common::TempDir::new("naming-bad-snap");
+    let file = dir.0.join("registry.json");
+    let good = json!({ "cluster": "c", "name": "ok", "address": "127.0.0.2:80", "weight": 100,
+                       "group": null, "ttl_ms": 10_000, "lease": "1" });
+    let cases = [
+        (snapshot_entry("w0", "127.0.0.2:80", 0, 10_000), "field `weight`: 0 is out of range"),
+        (
+            snapshot_entry("wmax", "127.0.0.2:80", 4_294_967_295, 10_000),
+            "field `weight`: 4294967295",
+        ),
+        (snapshot_entry("t", "127.0.0.2:80", 100, u64::MAX), "field `ttl_ms`"),
+        (snapshot_entry("a b", "127.0.0.2:80", 100, 10_000), "member `a b`"),
+        (snapshot_entry("addr", "no port", 100, 10_000), "field `address`"),
+        (snapshot_entry("ok", "127.0.0.2:81", 100, 10_000), "registered twice"),
+    ];
+    let router =
+        router(&one_cluster("members = [{ name = \"m1\", address = \"127.0.0.1:1\" }]")).await;
+    for (entry, needle) in cases {
+        let text = json!({ "registrations": [good, entry] }).to_string();
+        std::fs::write(&file, &text).unwrap();
+        let spec = rondo_config::RegistrySpec::Embedded { snapshot: Some(file.clone()) };
+        let e = rondo_naming::start_registry(&spec, router.live.clone())
+            .expect_err(&format!("{needle}: refused"));
+        assert!(e.contains(&format!("naming snapshot {}", file.display())), "{e}");
+        assert!(e.contains("registrations[1]"), "{e}");
+        assert!(e.contains(needle), "want {needle:?} in {e}");
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), text, "the file is left alone");
+    }
+    assert!(!router.live.load().is_registered("c", "ok"), "nothing was published");
+}
+
+#[tokio::test]
+async fn stale_snapshot_temporaries_are_removed_at_start() {
+    let dir = common::TempDir::new("naming-stale");
+    let file = dir.0.join("registry.json");
+    for stale in ["registry.tmp.4242", "registry.tmp.1"] {
+        std::fs::write(dir.0.join(stale), "{\"regis").unwrap();
+    }
+    std::fs::create_dir(dir.0.join("registry.tmp.77")).unwrap();
+    std::fs::write(dir.0.join("registry.tmp.notes"), "mine").unwrap();
+    let s = Setup::with_registry(
+        "members = [{ name = \"m1\", address = \"127.0.0.1:1\" }]",
+        limits(10, 10),
+        Some(file.clone()),
+    )
+    .await;
+    let mut left: Vec<String> = std::fs::read_dir(&dir.0)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(left, ["registry.tmp.notes"]);
+    assert_eq!(s.put("r", "127.0.0.2:80").await.status, StatusCode::OK);
+}
+
+/// `Host` names other than the listener's are refused (DNS rebinding), with a real request.
+#[test]
+fn rondo_serve_refuses_other_hosts_and_registrations_at_its_own_addresses() {
+    let dir = TempDir::new("naming-host");
+    let config = dir.0.join("rondo.toml");
+    std::fs::write(
+        &config,
+        "[[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:0\"\n\n\
+         [[route]]\nname = \"main\"\nlistener = \"web\"\ncluster = \"c\"\n\n\
+         [cluster.c]\nmembers = [{ name = \"m1\", address = \"127.0.0.1:1\" }]\n\n\
+         [admin]\nlisten = \"127.0.0.1:0\"\n\n\
+         [naming]\nlisten = \"127.0.0.1:0\"\nallowed_hosts = [\"naming.test\"]\n",
+    )
+    .unwrap();
+    let mut p = Proc::start(&["serve", "--config", config.to_str().unwrap()]);
+    let web = p.addr_after("rondo: listener web on");
+    let admin = p.addr_after("rondo: admin API on");
+    let api = p.addr_after("rondo: naming API (registry embedded) on");
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let url = format!("http://{api}/v1/services/c");
+    for host in ["evil.example", "evil.example:80", "127.0.0.1.evil.example"] {
+        let (status, _, v) = rt.block_on(json_call(Method::GET, &url, &[("host", host)], None));
+        assert_eq!(status, StatusCode::FORBIDDEN, "{host}: {v}");
+        let e = v["error"].as_str().unwrap();
+        assert!(e.contains(&format!("host `{host}` is not a name of this API")), "{e}");
+    }
+    for host in ["localhost", &format!("localhost:{}", api.port()), "naming.test:9", "[::1]:1"] {
+        let (status, _, v) = rt.block_on(json_call(Method::GET, &url, &[("host", host)], None));
+        assert_eq!(status, StatusCode::OK, "{host}: {v}");
+    }
+    // serve passes its own addresses to the naming API.
+    for (address, what) in [(web, "listener web"), (admin, "admin API"), (api, "naming API")] {
+        let url = format!("http://{api}/v1/services/c/members/loop");
+        let body = json!({ "address": address.to_string() }).to_string();
+        let (status, _, v) = rt.block_on(json_call(Method::PUT, &url, &[], Some(&body)));
+        assert_eq!(status, StatusCode::CONFLICT, "{address}: {v}");
+        assert!(v["error"].as_str().unwrap().contains(&format!("own {what}")), "{v}");
+    }
+}
+
+#[test]
+fn rondo_serve_refuses_a_snapshot_with_an_invalid_entry() {
+    let dir = TempDir::new("naming-bad-serve");
+    let config = dir.0.join("rondo.toml");
+    std::fs::write(
+        &config,
+        "[cluster.c]\nmembers = [{ name = \"m1\", address = \"127.0.0.1:1\" }]\n\n\
+         [naming]\nlisten = \"127.0.0.1:0\"\nsnapshot = \"registry.json\"\n",
+    )
+    .unwrap();
+    let entry = snapshot_entry("w0", "127.0.0.2:80", 0, 10_000);
+    std::fs::write(dir.0.join("registry.json"), json!({ "registrations": [entry] }).to_string())
+        .unwrap();
+    let child = std::process::Command::new(common::BIN)
+        .args(["serve", "--config", config.to_str().unwrap()])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start rondo serve");
+    let mut guard = common::ChildGuard(child);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(s) = guard.0.try_wait().unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "rondo serve did not refuse to start");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(!status.success());
+    let mut err = String::new();
+    std::io::Read::read_to_string(guard.0.stderr.as_mut().unwrap(), &mut err).unwrap();
+    assert!(err.contains("registry.json: registrations[0] (`w0` in `c`): field `weight`"), "{err}");
+}
+
+/// 10,000 registrations, 64 at a time, through `rondo serve` with a snapshot: all answered,
+/// all in the answer, all back after a restart.
+#[test]
+fn ten_thousand_registrations_are_all_visible_and_survive_a_restart() {
+    const N: usize = 10_000;
+    let dir = TempDir::new("naming-10k");
+    let config = dir.0.join("rondo.toml");
+    std::fs::write(
+        &config,
+        "[cluster.c]\nmembers = [{ name = \"m1\", address = \"127.0.0.1:1\" }]\n\n\
+         [naming]\nlisten = \"127.0.0.1:0\"\nsnapshot = \"registry.json\"\n",
+    )
+    .unwrap();
+    let rt =
+        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let serve = || {
+        let mut p = Proc::start(&["serve", "--config", config.to_str().unwrap()]);
+        let addr = p.addr_after("rondo: naming API (registry embedded) on");
+        (p, addr)
+    };
+    let count = |api: std::net::SocketAddr| {
+        rt.block_on(async {
+            let (status, _, v) =
+                json_call(Method::GET, &format!("http://{api}/v1/services/c"), &[], None).await;
+            assert_eq!(status, StatusCode::OK);
+            let names: std::collections::HashSet<String> =
+                v["members"].as_array().unwrap().iter().map(|m| name(m).to_owned()).collect();
+            names
+        })
+    };
+    let (mut first, api) = serve();
+    let start = Instant::now();
+    rt.block_on(async {
+        let client =
+            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+                .build_http::<http_body_util::Full<bytes::Bytes>>();
+        let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let mut workers = tokio::task::JoinSet::new();
+        for _ in 0..64 {
+            let (client, next) = (client.clone(), next.clone());
+            workers.spawn(async move {
+                loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    if i >= N {
+                        return;
+                    }
+                    let body = json!({
+                        "address": format!("127.0.{}.{}:8080", 1 + i / 250, 1 + i % 250),
+                        "ttl_ms": 3_600_000
+                    });
+                    let req =
+                        http::Request::put(format!("http://{api}/v1/services/c/members/r{i}"))
+                            .body(http_body_util::Full::new(bytes::Bytes::from(body.to_string())))
+                            .unwrap();
+                    let resp = client.request(req).await.expect("the API answers");
+                    assert_eq!(resp.status(), StatusCode::OK, "registration {i}");
+                }
+            });
+        }
+        let deadline = Instant::now() + Duration::from_secs(600);
+        while let Some(done) = tokio::time::timeout_at(deadline.into(), workers.join_next())
+            .await
+            .expect("10,000 registrations within 600 s")
+        {
+            done.expect("registration worker");
+        }
+    });
+    eprintln!("10,000 registrations in {:?}", start.elapsed());
+    let names = count(api);
+    assert_eq!(names.len(), N + 1);
+    assert!((0..N).all(|i| names.contains(&format!("r{i}"))));
+    first.kill();
+
+    let (_second, api) = serve();
+    let names = count(api);
+    assert_eq!(names.len(), N + 1, "all came back from the snapshot");
+    assert!((0..N).all(|i| names.contains(&format!("r{i}"))));
 }

@@ -1,0 +1,340 @@
+//! `rondo-registry`: what registrations cost as the embedded registry grows, and what they do to
+//! proxied requests meanwhile (`bench/registry.sh`, results in `docs/benchmarks.md`).
+//!
+//! It starts a `rondo member` and a `rondo serve` (any build, `--rondo`) with one listener routed
+//! to that member (cluster `web`) and the naming service with a snapshot file; registrations go
+//! to another cluster (`reg`), so proxied requests never pick a registered member and only feel
+//! the registrations' cost. Then:
+//!
+//! 1. baseline: proxied `GET /` at a fixed rate (open loop, [`rondo_bench::rate`]) in windows
+//!    of `--window-ms`, for `--baseline-secs`;
+//! 2. `--registrations` registrations (`PUT /v1/services/reg/members/rN`), `--concurrency` at a
+//!    time over keep-alive connections (released on a fixed schedule with
+//!    `--registration-rate`, latency counted from the send), each one's latency recorded, while
+//!    the same proxied load runs in windows until the last registration is answered.
+//!
+//! Output (markdown): the registrations' wall time and rate, their latency (median and p99, and
+//! the median of the first and last tenth: flat means O(1) per registration), and the median
+//! and worst of the windows' proxied p99 before and during. Everything is bounded: counts,
+//! `--max-secs` for the registrations, and per-request timeouts.
+
+use std::io::{BufRead, BufReader};
+use std::net::{SocketAddr, TcpListener};
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use bytes::Bytes;
+use clap::Parser;
+use http::{Request, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use rondo_bench::rate::{self, RateOpts};
+use rondo_bench::stats::{nanos, nearest_rank};
+
+/// Registrations at scale: their cost and their effect on proxied latency.
+#[derive(Debug, Parser)]
+#[command(name = "rondo-registry")]
+struct Args {
+    /// The `rondo` binary to run.
+    #[arg(long, default_value = "target/release/rondo")]
+    rondo: PathBuf,
+    /// Registrations to make.
+    #[arg(long, default_value_t = 10_000)]
+    #[arg(value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    registrations: u64,
+    /// Registrations in flight at once.
+    #[arg(long, default_value_t = 64)]
+    #[arg(value_parser = clap::value_parser!(u64).range(1..=1024))]
+    concurrency: u64,
+    /// Registrations per second, released on a fixed schedule (0: as fast as the in-flight
+    /// limit allows).
+    #[arg(long, default_value_t = 0)]
+    #[arg(value_parser = clap::value_parser!(u64).range(0..=100_000))]
+    registration_rate: u64,
+    /// Proxied requests per second.
+    #[arg(long, default_value_t = 1000)]
+    #[arg(value_parser = clap::value_parser!(u64).range(1..=50_000))]
+    rate: u64,
+    /// One latency window, milliseconds.
+    #[arg(long, default_value_t = 1000)]
+    #[arg(value_parser = clap::value_parser!(u64).range(100..=60_000))]
+    window_ms: u64,
+    /// Baseline before the registrations, seconds.
+    #[arg(long, default_value_t = 5)]
+    #[arg(value_parser = clap::value_parser!(u64).range(1..=300))]
+    baseline_secs: u64,
+    /// Where `rondo serve`'s log goes (with `RONDO_LOG` from the environment); default nowhere.
+    #[arg(long, value_name = "FILE")]
+    serve_log: Option<PathBuf>,
+    /// Longest the registrations may take, seconds.
+    #[arg(long, default_value_t = 600)]
+    #[arg(value_parser = clap::value_parser!(u64).range(1..=3600))]
+    max_secs: u64,
+}
+
+/// A child process killed on drop.
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// Waits (at most 20 s) until `addr` accepts connections.
+fn wait_listening(addr: SocketAddr) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
+        if Instant::now() > deadline {
+            bail!("nothing listens on {addr} after 20 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("rondo-registry: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(args: &Args) -> anyhow::Result<()> {
+    let dir = std::env::temp_dir().join(format!("rondo-registry-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let result = bench(args, &dir);
+    let _ = std::fs::remove_dir_all(&dir);
+    result
+}
+
+fn bench(args: &Args, dir: &std::path::Path) -> anyhow::Result<()> {
+    let (member_port, web_port, naming_port) = (free_port()?, free_port()?, free_port()?);
+    let member_addr: SocketAddr = ([127, 0, 0, 1], member_port).into();
+    let web: SocketAddr = ([127, 0, 0, 1], web_port).into();
+    let naming: SocketAddr = ([127, 0, 0, 1], naming_port).into();
+    let _member = Killed(
+        Command::new(&args.rondo)
+            .args(["member", "--name", "m1", "--listen", &member_addr.to_string()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .with_context(|| format!("starting {} member", args.rondo.display()))?,
+    );
+    let config = dir.join("rondo.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[listener]]\nname = \"web\"\nlisten = \"{web}\"\n\n\
+             [[route]]\nlistener = \"web\"\ncluster = \"web\"\n\n\
+             [cluster.web]\nmembers = [{{ name = \"m1\", address = \"{member_addr}\" }}]\n\n\
+             [cluster.reg]\nmembers = [{{ name = \"seed\", address = \"127.0.0.1:9\" }}]\n\n\
+             [naming]\nlisten = \"{naming}\"\nsnapshot = \"registry.json\"\n"
+        ),
+    )?;
+    let mut serve = Killed(
+        Command::new(&args.rondo)
+            .args(["serve", "--config"])
+            .arg(&config)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(match &args.serve_log {
+                Some(f) => Stdio::from(std::fs::File::create(f)?),
+                None => Stdio::null(),
+            })
+            .spawn()
+            .with_context(|| format!("starting {} serve", args.rondo.display()))?,
+    );
+    // Drain its stdout so it never blocks on a full pipe.
+    let out = serve.0.stdout.take().context("serve's stdout")?;
+    std::thread::spawn(move || for _ in BufReader::new(out).lines().map_while(Result::ok) {});
+    wait_listening(member_addr)?;
+    wait_listening(web)?;
+    wait_listening(naming)?;
+
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let window = Duration::from_millis(args.window_ms);
+    let load = RateOpts {
+        targets: vec![web],
+        path: "/".to_owned(),
+        rate: args.rate,
+        duration: window,
+        warmup: Duration::ZERO,
+        connections: 8,
+        timeout: Duration::from_secs(2),
+    };
+    rt.block_on(async {
+        // Warm-up: connections, the member, the router's caches.
+        rate::run(RateOpts { duration: Duration::from_secs(1), ..load.clone() }).await?;
+        let mut before = Vec::new();
+        let windows = (args.baseline_secs * 1000).div_ceil(args.window_ms);
+        for _ in 0..windows {
+            before.push(rate::run(load.clone()).await?);
+        }
+
+        let done = Arc::new(AtomicBool::new(false));
+        let latencies = Arc::new(Mutex::new(vec![0u64; args.registrations as usize]));
+        let failures = Arc::new(AtomicUsize::new(0));
+        let first_failure: Arc<Mutex<Option<String>>> = Arc::default();
+        let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+        let next = Arc::new(AtomicUsize::new(0));
+        let start = Instant::now();
+        let mut workers = tokio::task::JoinSet::new();
+        let pace = args.registration_rate;
+        for _ in 0..args.concurrency {
+            let (client, next, latencies) = (client.clone(), next.clone(), latencies.clone());
+            let (failures, first_failure) = (failures.clone(), first_failure.clone());
+            let n = args.registrations as usize;
+            workers.spawn(async move {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if i >= n {
+                        return;
+                    }
+                    if pace > 0 {
+                        let due = start + Duration::from_secs_f64(i as f64 / pace as f64);
+                        tokio::time::sleep_until(due.into()).await;
+                    }
+                    let body = format!(
+                        "{{\"address\":\"127.0.{}.{}:8080\",\"ttl_ms\":3600000}}",
+                        1 + i / 250,
+                        1 + i % 250
+                    );
+                    let req = Request::put(format!("http://{naming}/v1/services/reg/members/r{i}"))
+                        .body(Full::new(Bytes::from(body)))
+                        .expect("request");
+                    let t = Instant::now();
+                    let answer = tokio::time::timeout(Duration::from_secs(60), async {
+                        let resp = client.request(req).await?;
+                        let status = resp.status();
+                        let body = resp.into_body().collect().await?.to_bytes();
+                        anyhow::Ok((status, body))
+                    })
+                    .await;
+                    latencies.lock().unwrap_or_else(|e| e.into_inner())[i] = nanos(t.elapsed());
+                    let failure = match answer {
+                        Ok(Ok((StatusCode::OK, _))) => None,
+                        Ok(Ok((s, b))) => Some(format!("{s}: {}", String::from_utf8_lossy(&b))),
+                        Ok(Err(e)) => Some(e.to_string()),
+                        Err(_) => Some("no answer within 60 s".to_owned()),
+                    };
+                    if let Some(f) = failure {
+                        failures.fetch_add(1, Ordering::Relaxed);
+                        first_failure.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert(f);
+                    }
+                }
+            });
+        }
+        let flag = done.clone();
+        let max = Duration::from_secs(args.max_secs);
+        let registering = tokio::spawn(async move {
+            let finished = tokio::time::timeout(max, async {
+                while let Some(r) = workers.join_next().await {
+                    r.expect("registration worker");
+                }
+            })
+            .await;
+            let wall = start.elapsed();
+            flag.store(true, Ordering::Release);
+            finished.is_ok().then_some(wall)
+        });
+        let mut during = Vec::new();
+        let mut failed_windows = 0;
+        while !done.load(Ordering::Acquire) {
+            // A window whose connections could not even be made (the router too busy to
+            // accept within 2 s) is counted, not fatal.
+            match rate::run(load.clone()).await {
+                Ok(r) => during.push(r),
+                Err(e) => {
+                    failed_windows += 1;
+                    eprintln!("rondo-registry: proxied window failed: {e:#}");
+                }
+            }
+        }
+        let Some(wall) = registering.await? else {
+            let answered = latencies
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .iter()
+                .filter(|&&l| l > 0)
+                .count();
+            bail!(
+                "the registrations took more than {} s: {answered} of {} answered, {} proxied \
+                 windows of {} could not connect",
+                args.max_secs,
+                args.registrations,
+                failed_windows,
+                during.len() + failed_windows
+            );
+        };
+
+        let lat = latencies.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let tenth = (lat.len() / 10).max(1);
+        let median = |v: &[u64]| {
+            let mut v = v.to_vec();
+            v.sort_unstable();
+            nearest_rank(&v, 0.5).unwrap_or(0) as f64 / 1e6
+        };
+        let mut sorted = lat.clone();
+        sorted.sort_unstable();
+        let p99 = nearest_rank(&sorted, 0.99).unwrap_or(0) as f64 / 1e6;
+        let windows_p99 = |reports: &[rate::RateReport]| {
+            let mut v: Vec<u64> = reports.iter().map(|r| (r.latency.p99_us * 1000.0) as u64).collect();
+            v.sort_unstable();
+            (
+                nearest_rank(&v, 0.5).unwrap_or(0) as f64 / 1e6,
+                v.last().copied().unwrap_or(0) as f64 / 1e6,
+            )
+        };
+        let (before_med, before_max) = windows_p99(&before);
+        let (during_med, during_max) = windows_p99(&during);
+        let proxied_errors: u64 = during.iter().map(|r| r.errors + r.timeouts + r.bad_status).sum();
+        println!(
+            "Registrations: {} ({} in flight, {}) into one service, snapshot on, `{}`; proxied \
+             load {} req/s in {} ms windows\n",
+            args.registrations,
+            args.concurrency,
+            if pace > 0 { format!("{pace}/s scheduled") } else { "unpaced".to_owned() },
+            args.rondo.display(),
+            args.rate,
+            args.window_ms
+        );
+        println!("| measure | value |\n|---|---|");
+        println!("| wall time | {:.2} s |", wall.as_secs_f64());
+        println!("| registrations/s | {:.0} |", args.registrations as f64 / wall.as_secs_f64());
+        println!("| failed registrations | {} |", failures.load(Ordering::Relaxed));
+        println!("| registration latency median / p99 | {:.2} / {:.2} ms |", median(&lat), p99);
+        println!(
+            "| median latency, first tenth / last tenth | {:.2} / {:.2} ms (x{:.2}) |",
+            median(&lat[..tenth]),
+            median(&lat[lat.len() - tenth..]),
+            median(&lat[lat.len() - tenth..]) / median(&lat[..tenth]).max(1e-9)
+        );
+        println!(
+            "| proxied p99, median of windows: before / during | {before_med:.2} / {during_med:.2} ms (x{:.2}) |",
+            during_med / before_med.max(1e-9)
+        );
+        println!("| proxied p99, worst window: before / during | {before_max:.2} / {during_max:.2} ms |");
+        println!("| proxied errors during | {proxied_errors} |");
+        println!("| proxied windows that could not connect | {failed_windows} of {} |", during.len() + failed_windows);
+        if let Some(f) = first_failure.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            println!("\nfirst failed registration: {f}");
+        }
+        anyhow::Ok(())
+    })
+}
