@@ -1,0 +1,453 @@
+//! `[cluster.NAME]`: the policy (algorithm, granularity, health, outlier detection, retries, slow
+//! start, locality, hashing, agents, EWMA, sessions) and the members.
+
+use super::*;
+use crate::raw::{RawAgent, RawEwma, RawOutlier, RawRetry, RawSession, RawSlowStart};
+
+pub(super) fn compile_cluster(
+    c: &mut Compiler<'_>,
+    name: &str,
+    rc: &RawCluster,
+    agent_interval: Duration,
+) -> ClusterSpec {
+    let path = FieldPath::root().key("cluster").key(name);
+    c.name(path.clone(), "cluster", name);
+    let d = Policy::default();
+
+    let algorithm = match rc.algorithm.as_deref() {
+        None => d.algorithm,
+        Some(s) => Algorithm::parse(s).unwrap_or_else(|| {
+            let all = Algorithm::ALL.map(Algorithm::as_str);
+            c.err(
+                path.key("algorithm"),
+                format!("unknown algorithm `{s}`, expected {}", one_of(all)),
+            );
+            d.algorithm
+        }),
+    };
+    let granularity = match rc.granularity.as_deref() {
+        None => d.granularity,
+        Some(s) => Granularity::parse(s).unwrap_or_else(|| {
+            let all = GRANULARITIES.map(Granularity::as_str);
+            c.err(
+                path.key("granularity"),
+                format!("unknown granularity `{s}`, expected {}", one_of(all)),
+            );
+            d.granularity
+        }),
+    };
+    let upstream_protocol = match rc.upstream_protocol.as_deref() {
+        None => UpstreamProtocol::default(),
+        Some(s) => {
+            UPSTREAM_PROTOCOLS.iter().find(|(n, _)| *n == s).map(|(_, p)| *p).unwrap_or_else(|| {
+                let all = UPSTREAM_PROTOCOLS.map(|(n, _)| n);
+                c.err(
+                    path.key("upstream_protocol"),
+                    format!("unknown upstream_protocol `{s}`, expected {}", one_of(all)),
+                );
+                UpstreamProtocol::default()
+            })
+        }
+    };
+    let panic_threshold_percent = c.percent(
+        path.key("panic_threshold_percent"),
+        rc.panic_threshold_percent,
+        d.panic_threshold_percent,
+        0,
+    );
+
+    let members = compile_members(c, &path.key("members"), &rc.members);
+    let health = rc.health.as_ref().map(|h| compile_health(c, &path.key("health"), h));
+    let outlier = rc.outlier.as_ref().map_or_else(|| d.outlier.clone(), |o| outlier(c, &path, o));
+    let retry = rc.retry.as_ref().map_or_else(|| d.retry.clone(), |r| retry(c, &path, r));
+    let slow_start = rc.slow_start.as_ref().map_or(d.slow_start, |s| slow_start(c, &path, s));
+
+    let locality = match &rc.locality {
+        None => d.locality,
+        Some(l) => {
+            Locality { prefer_local: l.prefer_local.unwrap_or(Locality::default().prefer_local) }
+        }
+    };
+
+    let hash = match &rc.hash {
+        None => d.hash.clone(),
+        Some(h) => compile_hash(c, &path.key("hash"), h, upstream_protocol),
+    };
+    let agent = agent_policy(c, &path, rc.agent.as_ref(), agent_interval);
+    let ewma = rc.ewma.as_ref().map_or(d.ewma, |e| ewma(c, &path, e));
+    let sticky = rc.session.as_ref().map_or_else(StickySession::default, |s| session(c, &path, s));
+
+    ClusterSpec {
+        name: name.to_owned(),
+        members,
+        policy: Policy {
+            algorithm,
+            granularity,
+            slow_start,
+            locality,
+            panic_threshold_percent,
+            health,
+            outlier,
+            retry,
+            hash,
+            agent,
+            ewma,
+        },
+        upstream_protocol,
+        sticky,
+    }
+}
+
+pub(super) fn compile_members(
+    c: &mut Compiler<'_>,
+    path: &FieldPath,
+    raw: &[RawMember],
+) -> Vec<MemberSpec> {
+    let mut names: HashMap<&str, usize> = HashMap::new();
+    let mut addrs: HashMap<String, usize> = HashMap::new();
+    let mut out = Vec::with_capacity(raw.len());
+    for (i, m) in raw.iter().enumerate() {
+        let p = path.index(i);
+        c.name(p.key("name"), "member", &m.name);
+        match names.get(m.name.as_str()) {
+            Some(first) if !m.name.is_empty() => {
+                c.err(
+                    p.key("name"),
+                    format!("duplicate member name `{}`, first used by members[{first}]", m.name),
+                );
+            }
+            _ => {
+                names.insert(&m.name, i);
+            }
+        }
+        match check_host_port(&m.address) {
+            Err(msg) => c.err(p.key("address"), msg),
+            Ok(()) => {
+                let key = m.address.to_ascii_lowercase();
+                match addrs.get(&key) {
+                    Some(first) => c.err(
+                        p.key("address"),
+                        format!(
+                            "duplicate member address `{}`, first used by members[{first}]",
+                            m.address
+                        ),
+                    ),
+                    None => {
+                        addrs.insert(key, i);
+                    }
+                }
+            }
+        }
+        let weight = c.int(p.key("weight"), m.weight, DEFAULT_WEIGHT, 1, MAX_WEIGHT);
+        if let Some(g) = &m.group
+            && g.is_empty()
+        {
+            c.err(p.key("group"), "group must not be empty");
+        }
+        let admin = match m.state.as_deref() {
+            None => AdminState::default(),
+            Some(s) => AdminState::parse(s).unwrap_or_else(|| {
+                let all = ADMIN_STATES.map(AdminState::as_str);
+                c.err(p.key("state"), format!("unknown state `{s}`, expected {}", one_of(all)));
+                AdminState::default()
+            }),
+        };
+        out.push(MemberSpec {
+            name: m.name.clone(),
+            address: m.address.clone(),
+            weight: u32::try_from(weight).unwrap_or(1),
+            group: m.group.clone(),
+            admin,
+        });
+    }
+    out
+}
+
+/// Parses `200` or `200-399`.
+pub(super) fn parse_status_range(s: &str) -> Result<(u16, u16), String> {
+    let parse = |t: &str| match t.trim().parse::<u16>() {
+        Ok(n) if (100..=599).contains(&n) => Ok(n),
+        _ => Err(format!(
+            "`{s}` is not a status or status range between 100 and 599, like `200` or `200-399`"
+        )),
+    };
+    let (lo, hi) = match s.split_once('-') {
+        Some((a, b)) => (parse(a)?, parse(b)?),
+        None => {
+            let n = parse(s)?;
+            (n, n)
+        }
+    };
+    if lo > hi {
+        return Err(format!("`{s}` is an empty range: {lo} is greater than {hi}"));
+    }
+    Ok((lo, hi))
+}
+
+pub(super) fn compile_health(c: &mut Compiler<'_>, path: &FieldPath, h: &RawHealth) -> HealthCheck {
+    let hd = HealthCheck::default();
+    let http_fields = h.path.is_some() || h.expect_status.is_some();
+    let is_http = match h.kind.as_deref() {
+        None => http_fields,
+        Some("http") => true,
+        Some("tcp") => {
+            for (field, set) in
+                [("path", h.path.is_some()), ("expect_status", h.expect_status.is_some())]
+            {
+                if set {
+                    c.err(path.key(field), "only applies to health checks of kind `http`");
+                }
+            }
+            false
+        }
+        Some(other) => {
+            c.err(
+                path.key("kind"),
+                format!("unknown health check kind `{other}`, expected {}", one_of(HEALTH_KINDS)),
+            );
+            http_fields
+        }
+    };
+    let kind = if is_http {
+        let p = h.path.clone().unwrap_or_else(|| DEFAULT_HEALTH_PATH.to_owned());
+        if !p.starts_with('/') {
+            c.err(path.key("path"), format!("`{p}` must start with `/`"));
+        }
+        let (expect_min, expect_max) = match h.expect_status.as_deref().map(parse_status_range) {
+            None => DEFAULT_EXPECT_STATUS,
+            Some(Ok(r)) => r,
+            Some(Err(msg)) => {
+                c.err(path.key("expect_status"), msg);
+                DEFAULT_EXPECT_STATUS
+            }
+        };
+        HealthCheckKind::Http { path: p, expect_min, expect_max }
+    } else {
+        HealthCheckKind::Tcp
+    };
+    HealthCheck {
+        kind,
+        interval: c.ms(path.key("interval_ms"), h.interval_ms, hd.interval, false),
+        timeout: c.ms(path.key("timeout_ms"), h.timeout_ms, hd.timeout, false),
+        rise: c.u32(path.key("rise"), h.rise, hd.rise, 1),
+        fall: c.u32(path.key("fall"), h.fall, hd.fall, 1),
+    }
+}
+
+pub(super) fn compile_hash(
+    c: &mut Compiler<'_>,
+    path: &FieldPath,
+    h: &RawHash,
+    up: UpstreamProtocol,
+) -> HashPolicy {
+    let hd = HashPolicy::default();
+    let table = match h.table.as_deref() {
+        None => hd.table,
+        Some(s) => {
+            HASH_TABLES.iter().find(|(n, _)| *n == s).map(|(_, t)| *t).unwrap_or_else(|| {
+                let all = HASH_TABLES.map(|(n, _)| n);
+                c.err(
+                    path.key("table"),
+                    format!("unknown hash table `{s}`, expected {}", one_of(all)),
+                );
+                hd.table
+            })
+        }
+    };
+    let key = match h.key.as_deref() {
+        None => hd.key.clone(),
+        Some(s) => {
+            let parsed = if s == "client-address" {
+                Ok(HashKeySource::ClientAddress)
+            } else if let Some(name) = s.strip_prefix("header:") {
+                if is_token(name) {
+                    Ok(HashKeySource::Header(name.to_ascii_lowercase()))
+                } else {
+                    Err(format!("`{name}` in `{s}` is not a header name"))
+                }
+            } else if let Some(name) = s.strip_prefix("cookie:") {
+                if is_token(name) {
+                    Ok(HashKeySource::Cookie(name.to_owned()))
+                } else {
+                    Err(format!("`{name}` in `{s}` is not a cookie name"))
+                }
+            } else {
+                Err(format!(
+                    "unknown hash key `{s}`, expected `client-address`, `header:NAME` or `cookie:NAME`"
+                ))
+            };
+            match parsed {
+                Ok(k) => {
+                    if up == UpstreamProtocol::Tcp && k != HashKeySource::ClientAddress {
+                        c.err(path.key("key"), format!("a tcp cluster has no headers or cookies, it can only hash on `client-address`, not `{s}`"));
+                    }
+                    k
+                }
+                Err(msg) => {
+                    c.err(path.key("key"), msg);
+                    hd.key.clone()
+                }
+            }
+        }
+    };
+    let bounded_load = match h.bounded_load {
+        None => hd.bounded_load,
+        Some(0.0) => None,
+        Some(x) if x.is_finite() && x >= 1.0 => Some(x),
+        Some(x) => {
+            c.err(path.key("bounded_load"), format!("must be 0 (off) or at least 1.0, got {x}"));
+            hd.bounded_load
+        }
+    };
+    let ring_vnodes = c.int(
+        path.key("ring_vnodes"),
+        h.ring_vnodes,
+        u64::from(hd.ring_vnodes),
+        1,
+        MAX_RING_VNODES,
+    );
+    HashPolicy {
+        table,
+        key,
+        bounded_load,
+        ring_vnodes: u32::try_from(ring_vnodes).unwrap_or(hd.ring_vnodes),
+    }
+}
+
+/// `outlier`: passive ejection.
+fn outlier(c: &mut Compiler<'_>, path: &FieldPath, o: &RawOutlier) -> OutlierDetection {
+    let p = path.key("outlier");
+    let od = OutlierDetection::default();
+    let base = c.ms(p.key("base_ejection_ms"), o.base_ejection_ms, od.base_ejection, false);
+    let max = c.ms(p.key("max_ejection_ms"), o.max_ejection_ms, od.max_ejection, false);
+    if max < base {
+        let at = if o.max_ejection_ms.is_some() { "max_ejection_ms" } else { "base_ejection_ms" };
+        c.err(
+            p.key(at),
+            format!(
+                "max_ejection_ms ({}) must be at least base_ejection_ms ({})",
+                max.as_millis(),
+                base.as_millis()
+            ),
+        );
+    }
+    OutlierDetection {
+        consecutive_failures: c.u32(
+            p.key("consecutive_failures"),
+            o.consecutive_failures,
+            od.consecutive_failures,
+            0,
+        ),
+        count_5xx: o.count_5xx.unwrap_or(od.count_5xx),
+        base_ejection: base,
+        max_ejection: max,
+        max_ejected_percent: c.percent(
+            p.key("max_ejected_percent"),
+            o.max_ejected_percent,
+            od.max_ejected_percent,
+            0,
+        ),
+    }
+}
+
+/// `retry`: attempts, the per-try timeout and the retry budget.
+fn retry(c: &mut Compiler<'_>, path: &FieldPath, r: &RawRetry) -> RetryPolicy {
+    let p = path.key("retry");
+    let rd = RetryPolicy::default();
+    RetryPolicy {
+        attempts: c.u32(p.key("attempts"), r.attempts, rd.attempts, 1),
+        per_try_timeout: r
+            .per_try_timeout_ms
+            .map(|ms| c.ms(p.key("per_try_timeout_ms"), Some(ms), Duration::ZERO, false))
+            .or(rd.per_try_timeout),
+        budget_percent: c.percent(p.key("budget_percent"), r.budget_percent, rd.budget_percent, 0),
+        budget_min_per_sec: c.u32(
+            p.key("budget_min_per_sec"),
+            r.budget_min_per_sec,
+            rd.budget_min_per_sec,
+            0,
+        ),
+    }
+}
+
+/// `slow_start`.
+fn slow_start(c: &mut Compiler<'_>, path: &FieldPath, s: &RawSlowStart) -> SlowStart {
+    let p = path.key("slow_start");
+    let sd = SlowStart::default();
+    SlowStart {
+        duration: c.ms(p.key("duration_ms"), s.duration_ms, sd.duration, true),
+        initial_percent: c.percent(
+            p.key("initial_percent"),
+            s.initial_percent,
+            sd.initial_percent,
+            1,
+        ),
+    }
+}
+
+/// `agent`: how long an agent may stay silent.
+fn agent_policy(
+    c: &mut Compiler<'_>,
+    path: &FieldPath,
+    agent: Option<&RawAgent>,
+    agent_interval: Duration,
+) -> AgentPolicy {
+    // Silence allowed: `timeout_ms` if given, else `misses` (default 3) heartbeat intervals of
+    // `[agent] interval_ms` (default 200 ms, so 600 ms, the core's default).
+    let default_timeout = agent_interval * AgentSpec::DEFAULT_MISSES;
+    match agent {
+        None => AgentPolicy { timeout: default_timeout },
+        Some(a) => {
+            let p = path.key("agent");
+            if a.timeout_ms.is_some() && a.misses.is_some() {
+                c.err(p.key("misses"), "set `misses` or `timeout_ms`, not both");
+            }
+            let misses = c.int(
+                p.key("misses"),
+                a.misses,
+                u64::from(AgentSpec::DEFAULT_MISSES),
+                1,
+                AgentSpec::MAX_MISSES,
+            );
+            let by_misses = agent_interval * u32::try_from(misses).unwrap_or(1);
+            AgentPolicy { timeout: c.ms(p.key("timeout_ms"), a.timeout_ms, by_misses, false) }
+        }
+    }
+}
+
+/// `ewma`: the peak-EWMA estimator.
+fn ewma(c: &mut Compiler<'_>, path: &FieldPath, e: &RawEwma) -> EwmaPolicy {
+    let p = path.key("ewma");
+    let ed = EwmaPolicy::default();
+    EwmaPolicy {
+        decay: c.ms(p.key("decay_ms"), e.decay_ms, ed.decay, false),
+        default_rtt: c.ms(p.key("default_rtt_ms"), e.default_rtt_ms, ed.default_rtt, true),
+        failure_penalty: c.ms(
+            p.key("failure_penalty_ms"),
+            e.failure_penalty_ms,
+            ed.failure_penalty,
+            true,
+        ),
+    }
+}
+
+/// `session`: how a session is recognised.
+fn session(c: &mut Compiler<'_>, path: &FieldPath, s: &RawSession) -> StickySession {
+    let p = path.key("session");
+    let sd = StickySession::default();
+    let cookie = s.cookie.clone().unwrap_or(sd.cookie);
+    if !is_token(&cookie) {
+        c.err(p.key("cookie"), format!("`{cookie}` is not a cookie name"));
+    }
+    let header = s.header.as_ref().map(|h| {
+        if !is_token(h) {
+            c.err(p.key("header"), format!("`{h}` is not a header name"));
+        }
+        h.to_ascii_lowercase()
+    });
+    StickySession {
+        cookie,
+        header: header.or(sd.header),
+        idle_timeout: c.ms(p.key("idle_timeout_ms"), s.idle_timeout_ms, sd.idle_timeout, false),
+    }
+}

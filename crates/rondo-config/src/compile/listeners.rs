@@ -1,0 +1,238 @@
+//! `[[listener]]`: addresses, protocols, limits, HTTP/2 protections, access logs; and the checks
+//! across listeners and the other sockets of the config (no two bound to one address, no member
+//! at one of them).
+
+use super::*;
+
+pub(super) fn compile_access_log(
+    c: &mut Compiler<'_>,
+    path: FieldPath,
+    a: &RawAccessLog,
+) -> AccessLogSpec {
+    let format = log_format(c, path.key("format"), a.format.as_deref());
+    let target = if a.path == "-" {
+        AccessLogTarget::Stdout
+    } else {
+        // An empty path is reported by `file_path`; the target is then irrelevant.
+        AccessLogTarget::File(c.file_path(path.key("path"), &a.path).unwrap_or_default())
+    };
+    AccessLogSpec { target, format }
+}
+
+pub(super) fn compile_listener(
+    c: &mut Compiler<'_>,
+    i: usize,
+    l: &RawListener,
+) -> Option<ListenerSpec> {
+    let path = FieldPath::root().key("listener").index(i);
+    c.name(path.key("name"), "listener", &l.name);
+    let listen = c.socket_addr(path.key("listen"), &l.listen);
+    let protocol = match l.protocol.as_deref() {
+        None => ListenerProtocol::default(),
+        Some(s) => ListenerProtocol::parse(s).unwrap_or_else(|| {
+            let all = ListenerProtocol::ALL.map(ListenerProtocol::as_str);
+            c.err(
+                path.key("protocol"),
+                format!("unknown protocol `{s}`, expected {}", one_of(all)),
+            );
+            ListenerProtocol::default()
+        }),
+    };
+    let max_connections = c.u32(
+        path.key("max_connections"),
+        l.max_connections,
+        ListenerSpec::DEFAULT_MAX_CONNECTIONS,
+        1,
+    );
+    let header_read_timeout = c.ms(
+        path.key("header_read_timeout_ms"),
+        l.header_read_timeout_ms,
+        ListenerSpec::DEFAULT_HEADER_READ_TIMEOUT,
+        false,
+    );
+    let max_header_bytes = c.u32(
+        path.key("max_header_bytes"),
+        l.max_header_bytes,
+        ListenerSpec::DEFAULT_MAX_HEADER_BYTES,
+        ListenerSpec::MIN_MAX_HEADER_BYTES,
+    );
+    let max_body_bytes = c.int(path.key("max_body_bytes"), l.max_body_bytes, 0, 0, u64::MAX);
+    let max_headers =
+        c.u32(path.key("max_headers"), l.max_headers, ListenerSpec::DEFAULT_MAX_HEADERS, 1);
+    let error_detail = match l.error_detail.as_deref() {
+        None => None,
+        Some(s) => ErrorDetail::parse(s).or_else(|| {
+            let all = ErrorDetail::ALL.map(ErrorDetail::as_str);
+            c.err(
+                path.key("error_detail"),
+                format!("unknown error_detail `{s}`, expected {}", one_of(all)),
+            );
+            None
+        }),
+    };
+    let listen = listen?;
+    let access_log =
+        l.access_log.as_ref().map(|a| compile_access_log(c, path.key("access_log"), a));
+    if access_log.is_some() && protocol == ListenerProtocol::Tcp {
+        c.err(path.key("access_log"), "tcp listeners have no access log (it logs HTTP requests)");
+    }
+    Some(ListenerSpec {
+        name: l.name.clone(),
+        listen,
+        protocol,
+        max_connections,
+        header_read_timeout,
+        max_header_bytes,
+        max_headers,
+        max_body_bytes,
+        trust_forwarded_for: l.trust_forwarded_for.unwrap_or(false),
+        error_detail: error_detail.unwrap_or_else(|| ErrorDetail::default_for(listen)),
+        http2: compile_http2(c, &path, l),
+        access_log,
+    })
+}
+
+pub(super) fn compile_http2(
+    c: &mut Compiler<'_>,
+    path: &FieldPath,
+    l: &RawListener,
+) -> Http2Limits {
+    let d = Http2Limits::default();
+    let interval = c.ms(
+        path.key("h2_keepalive_interval_ms"),
+        l.h2_keepalive_interval_ms,
+        Http2Limits::DEFAULT_KEEPALIVE_INTERVAL,
+        true,
+    );
+    let max_resets =
+        c.u32(path.key("h2_max_resets"), l.h2_max_resets, Http2Limits::DEFAULT_MAX_RESETS, 1);
+    let per_address_path = path.key("h2_max_resets_per_address");
+    let max_resets_per_address = c.u32(
+        per_address_path.clone(),
+        l.h2_max_resets_per_address,
+        Http2Limits::DEFAULT_MAX_RESETS_PER_ADDRESS.max(max_resets),
+        1,
+    );
+    if max_resets_per_address < max_resets {
+        c.err(
+            per_address_path,
+            format!("must be at least h2_max_resets ({max_resets}), got {max_resets_per_address}"),
+        );
+    }
+    Http2Limits {
+        keepalive_interval: (!interval.is_zero()).then_some(interval),
+        keepalive_timeout: c.ms(
+            path.key("h2_keepalive_timeout_ms"),
+            l.h2_keepalive_timeout_ms,
+            d.keepalive_timeout,
+            false,
+        ),
+        shutdown_timeout: c.ms(
+            path.key("h2_shutdown_timeout_ms"),
+            l.h2_shutdown_timeout_ms,
+            d.shutdown_timeout,
+            false,
+        ),
+        max_resets,
+        max_resets_per_address,
+    }
+}
+
+/// Duplicate listener names, and two sockets bound to the same address.
+pub(super) fn check_unique_listeners(
+    c: &mut Compiler<'_>,
+    raw: &RawConfig,
+    listeners: &[Option<ListenerSpec>],
+    admin: Option<&AdminSpec>,
+    naming: Option<&NamingSpec>,
+    agent: Option<&AgentSpec>,
+) {
+    let root = FieldPath::root();
+    let mut names: HashMap<&str, usize> = HashMap::new();
+    for (i, l) in raw.listener.iter().enumerate() {
+        if l.name.is_empty() {
+            continue;
+        }
+        if let Some(&first) = names.get(l.name.as_str()) {
+            c.err(
+                root.key("listener").index(i).key("name"),
+                format!("duplicate listener name `{}`, first used by listener[{first}]", l.name),
+            );
+        } else {
+            names.insert(&l.name, i);
+        }
+    }
+    let mut addrs: HashMap<SocketAddr, String> = HashMap::new();
+    let mut bind = |c: &mut Compiler<'_>, addr: SocketAddr, path: FieldPath| {
+        if addr.port() == 0 {
+            return;
+        }
+        match addrs.get(&addr) {
+            Some(first) => c.err(path, format!("address `{addr}` is already used by {first}")),
+            None => {
+                addrs.insert(addr, path.to_string());
+            }
+        }
+    };
+    for (i, l) in listeners.iter().enumerate() {
+        if let Some(l) = l {
+            bind(c, l.listen, root.key("listener").index(i).key("listen"));
+        }
+    }
+    if let Some(a) = admin {
+        bind(c, a.listen, root.key("admin").key("listen"));
+    }
+    if let Some(n) = naming {
+        bind(c, n.listen, root.key("naming").key("listen"));
+        // DNS is UDP and TCP on its own port; a clash with a TCP listener is still a clash.
+        if let Some(d) = &n.dns {
+            bind(c, d.listen, root.key("naming").key("dns_listen"));
+        }
+    }
+    if let Some(a) = agent {
+        bind(c, a.listen, root.key("agent").key("listen"));
+    }
+}
+
+/// A configured member at one of this config's own addresses (a listener: a request loop; the
+/// admin or naming API: the API served through the public listener; the agent receiver).
+pub(super) fn check_members_are_not_own(
+    c: &mut Compiler<'_>,
+    raw: &RawConfig,
+    listeners: &[Option<ListenerSpec>],
+    admin: Option<&AdminSpec>,
+    naming: Option<&NamingSpec>,
+    agent: Option<&AgentSpec>,
+) {
+    let root = FieldPath::root();
+    let mut own: Vec<(SocketAddr, FieldPath)> = Vec::new();
+    for (i, l) in listeners.iter().enumerate() {
+        if let Some(l) = l {
+            own.push((l.listen, root.key("listener").index(i).key("listen")));
+        }
+    }
+    if let Some(a) = admin {
+        own.push((a.listen, root.key("admin").key("listen")));
+    }
+    if let Some(n) = naming {
+        own.push((n.listen, root.key("naming").key("listen")));
+    }
+    if let Some(a) = agent {
+        own.push((a.listen, root.key("agent").key("listen")));
+    }
+    own.retain(|(a, _)| a.port() != 0);
+    for (name, rc) in &raw.cluster {
+        for (i, m) in rc.members.iter().enumerate() {
+            if let Some((addr, field)) = own.iter().find(|(a, _)| address_reaches(&m.address, *a)) {
+                c.err(
+                    root.key("cluster").key(name).key("members").index(i).key("address"),
+                    format!(
+                        "member address `{}` is this router's own {field} (`{addr}`): a member \
+                         must be another server",
+                        m.address
+                    ),
+                );
+            }
+        }
+    }
+}

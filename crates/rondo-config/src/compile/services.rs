@@ -1,0 +1,229 @@
+//! The process-wide tables: `[log]`, `[agent]`, `[admin]` (and the tokens it shares with
+//! `[naming]`), `[naming]` with its registry and DNS settings.
+
+use super::*;
+
+/// A `format` of `[log]` or of an access log.
+pub(super) fn log_format(c: &mut Compiler<'_>, path: FieldPath, s: Option<&str>) -> LogFormat {
+    match s {
+        None => LogFormat::default(),
+        Some(s) => LogFormat::parse(s).unwrap_or_else(|| {
+            let all = LogFormat::ALL.map(LogFormat::as_str);
+            c.err(path, format!("unknown log format `{s}`, expected {}", one_of(all)));
+            LogFormat::default()
+        }),
+    }
+}
+
+pub(super) fn compile_log(c: &mut Compiler<'_>, l: &RawLog) -> LogSpec {
+    let path = FieldPath::root().key("log");
+    let format = log_format(c, path.key("format"), l.format.as_deref());
+    if let Some(level) = &l.level
+        && !LogSpec::LEVELS.contains(&level.as_str())
+    {
+        c.err(
+            path.key("level"),
+            format!("unknown log level `{level}`, expected {}", one_of(LogSpec::LEVELS)),
+        );
+    }
+    LogSpec { format, level: l.level.clone() }
+}
+
+pub(super) fn compile_agent(c: &mut Compiler<'_>, a: &RawAgentReceiver) -> AgentSpec {
+    let path = FieldPath::root().key("agent");
+    let listen = a.listen.as_deref().unwrap_or(AgentSpec::DEFAULT_LISTEN);
+    let listen = c
+        .socket_addr(path.key("listen"), listen)
+        .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)));
+    let key = match (&a.key, &a.key_file) {
+        (Some(_), Some(_)) => {
+            c.err(path.key("key_file"), "set `key` or `key_file`, not both");
+            AgentKey::Inline(String::new())
+        }
+        (Some(k), None) => {
+            if k.is_empty() {
+                c.err(path.key("key"), "key must not be empty");
+            }
+            AgentKey::Inline(k.clone())
+        }
+        (None, Some(f)) => c
+            .file_path(path.key("key_file"), f)
+            .map_or(AgentKey::Inline(String::new()), AgentKey::File),
+        (None, None) => {
+            c.err(path.clone(), "[agent] needs `key` or `key_file` (the agents' shared HMAC key)");
+            AgentKey::Inline(String::new())
+        }
+    };
+    let default_ms = AgentSpec::DEFAULT_INTERVAL.as_millis() as u64;
+    let ms =
+        c.int(path.key("interval_ms"), a.interval_ms, default_ms, 1, AgentSpec::MAX_INTERVAL_MS);
+    let interval = Duration::from_millis(ms);
+    AgentSpec { listen, key, interval }
+}
+
+pub(super) fn compile_admin(c: &mut Compiler<'_>, a: &RawAdmin) -> AdminSpec {
+    let path = FieldPath::root().key("admin");
+    let listen = a.listen.as_deref().unwrap_or(AdminSpec::DEFAULT_LISTEN);
+    let listen = c
+        .socket_addr(path.key("listen"), listen)
+        .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)));
+    let token = compile_token(c, &path, a.token.as_ref(), a.token_file.as_ref());
+    AdminSpec { listen, token }
+}
+
+/// `token` or `token_file` (not both, not empty) of the table at `path`.
+pub(super) fn compile_token(
+    c: &mut Compiler<'_>,
+    path: &FieldPath,
+    token: Option<&String>,
+    token_file: Option<&String>,
+) -> Option<AdminToken> {
+    match (token, token_file) {
+        (Some(_), Some(_)) => {
+            c.err(path.key("token_file"), "set `token` or `token_file`, not both");
+            None
+        }
+        (Some(t), None) => {
+            if t.is_empty() {
+                c.err(path.key("token"), "token must not be empty");
+            }
+            Some(AdminToken::Inline(t.clone()))
+        }
+        (None, Some(f)) => c.file_path(path.key("token_file"), f).map(AdminToken::File),
+        (None, None) => None,
+    }
+}
+
+pub(super) fn compile_naming(c: &mut Compiler<'_>, n: &RawNaming) -> NamingSpec {
+    let path = FieldPath::root().key("naming");
+    let listen = n.listen.as_deref().unwrap_or(NamingSpec::DEFAULT_LISTEN);
+    let listen = c
+        .socket_addr(path.key("listen"), listen)
+        .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)));
+    let registry = match n.registry.as_deref().unwrap_or("embedded") {
+        "embedded" => {
+            if n.etcd_endpoints.is_some() {
+                c.err(path.key("etcd_endpoints"), "only applies to registry `etcd`");
+            }
+            if n.etcd_prefix.is_some() {
+                c.err(path.key("etcd_prefix"), "only applies to registry `etcd`");
+            }
+            let snapshot = n.snapshot.as_deref().and_then(|s| c.file_path(path.key("snapshot"), s));
+            RegistrySpec::Embedded { snapshot }
+        }
+        "etcd" => {
+            if n.snapshot.is_some() {
+                c.err(path.key("snapshot"), "only applies to registry `embedded`");
+            }
+            let endpoints = n.etcd_endpoints.clone().unwrap_or_default();
+            if endpoints.is_empty() {
+                c.err(path.key("registry"), "registry `etcd` needs `etcd_endpoints`");
+            }
+            for (i, e) in endpoints.iter().enumerate() {
+                if let Err(msg) = check_host_port(e) {
+                    c.err(path.key("etcd_endpoints").index(i), msg);
+                }
+            }
+            let prefix =
+                n.etcd_prefix.clone().unwrap_or_else(|| NamingSpec::DEFAULT_ETCD_PREFIX.to_owned());
+            if !prefix.starts_with('/') {
+                c.err(path.key("etcd_prefix"), format!("`{prefix}` must start with `/`"));
+            }
+            RegistrySpec::Etcd { endpoints, prefix }
+        }
+        other => {
+            c.err(
+                path.key("registry"),
+                format!("unknown registry `{other}`, expected {}", one_of(REGISTRIES)),
+            );
+            RegistrySpec::Embedded { snapshot: None }
+        }
+    };
+    let dns = n.dns_listen.as_deref().map(|l| {
+        let listen = c
+            .socket_addr(path.key("dns_listen"), l)
+            .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)));
+        let zone = n.dns_zone.as_deref().unwrap_or(NamingSpec::DEFAULT_DNS_ZONE);
+        let zone = match dns_zone(zone) {
+            Ok(z) => z,
+            Err(msg) => {
+                c.err(path.key("dns_zone"), msg);
+                NamingSpec::DEFAULT_DNS_ZONE.to_owned()
+            }
+        };
+        DnsSpec { listen, zone }
+    });
+    if dns.is_none() && n.dns_zone.is_some() {
+        c.err(path.key("dns_zone"), "only applies with `dns_listen`");
+    }
+    let token = compile_token(c, &path, n.token.as_ref(), n.token_file.as_ref());
+    // An open naming API beyond loopback lets anyone who reaches it register members, that is
+    // take a share of the traffic: refused rather than warned, so it cannot go unnoticed.
+    if token.is_none() && !listen.ip().is_loopback() {
+        c.err(
+            path.key("listen"),
+            format!(
+                "the naming API on `{listen}` is reachable beyond loopback: set `token` or \
+                 `token_file` (without one anyone who reaches it can register members)"
+            ),
+        );
+    }
+    let max = NamingSpec::MAX_MAX_REGISTRATIONS;
+    let max_registrations_per_service = c.int(
+        path.key("max_registrations_per_service"),
+        n.max_registrations_per_service,
+        u64::from(NamingSpec::DEFAULT_MAX_REGISTRATIONS_PER_SERVICE),
+        1,
+        max,
+    ) as u32;
+    let max_registrations = c.int(
+        path.key("max_registrations"),
+        n.max_registrations,
+        u64::from(NamingSpec::DEFAULT_MAX_REGISTRATIONS),
+        1,
+        max,
+    ) as u32;
+    let mut allowed_hosts = Vec::new();
+    for (i, h) in n.allowed_hosts.iter().flatten().enumerate() {
+        let bare = h.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(h);
+        let ok = bare.parse::<IpAddr>().is_ok()
+            || (!h.is_empty()
+                && h.len() <= 253
+                && h.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_')));
+        if ok {
+            allowed_hosts.push(h.to_ascii_lowercase());
+        } else {
+            c.err(
+                path.key("allowed_hosts").index(i),
+                format!("`{h}` is not a host name or IP address (without a port)"),
+            );
+        }
+    }
+    NamingSpec {
+        listen,
+        registry,
+        dns,
+        token,
+        max_registrations_per_service,
+        max_registrations,
+        allowed_hosts,
+    }
+}
+
+/// A DNS zone name, lower-cased, with its final dot.
+pub(super) fn dns_zone(zone: &str) -> Result<String, String> {
+    let z = zone.trim_end_matches('.').to_ascii_lowercase();
+    let ok_label = |l: &str| {
+        !l.is_empty()
+            && l.len() <= 63
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+            && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+    };
+    if z.is_empty() || z.len() > 253 || !z.split('.').all(ok_label) {
+        return Err(format!(
+            "`{zone}` is not a DNS zone name (labels of letters, digits and `-`, e.g. `rondo.`)"
+        ));
+    }
+    Ok(format!("{z}."))
+}
