@@ -1,20 +1,15 @@
-//! The client's clock for the core: a monotonic origin taken once per process, so every
-//! `std::time::Instant` maps onto the core's [`Instant`] the same way (as `rondo-runtime` does
-//! for the router).
+//! The client's clock for the core: readings mapped with `rondo-clock`, the one mapping every
+//! balancing point shares (one origin per process: a client beside a router in one process
+//! agrees with it on what a core instant means).
 //!
 //! Readings come from tokio's clock, which is the std clock unless a test paused tokio's time:
 //! then the core, the tries' deadlines and the latencies all see the same paused time. A try
 //! reads it once at its start (the pick's time, the ticket's start, the deadline's base) and
 //! once at its end (the latency and the core's end of the request).
 
-use std::sync::OnceLock;
-
 use rondo_core::Instant;
 
-fn origin() -> std::time::Instant {
-    static ORIGIN: OnceLock<std::time::Instant> = OnceLock::new();
-    *ORIGIN.get_or_init(std::time::Instant::now)
-}
+pub(crate) use rondo_clock::from_std;
 
 /// Now, as the core counts time (nanoseconds since the process's first reading).
 pub(crate) fn now() -> Instant {
@@ -24,12 +19,6 @@ pub(crate) fn now() -> Instant {
 /// Now, as a std instant read from tokio's clock (the std clock outside a runtime).
 pub(crate) fn instant() -> std::time::Instant {
     tokio::time::Instant::now().into_std()
-}
-
-/// A reading of the std clock, as the core counts time.
-pub(crate) fn from_std(t: std::time::Instant) -> Instant {
-    let since = t.saturating_duration_since(origin());
-    Instant(u64::try_from(since.as_nanos()).unwrap_or(u64::MAX))
 }
 
 #[cfg(test)]
