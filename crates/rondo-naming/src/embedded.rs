@@ -28,7 +28,7 @@ use rondo_runtime::{Live, probe};
 use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 
-use crate::registry::{self, Limits, Registration, RegistryError, RegistryStatus};
+use crate::registry::{self, Limits, Registration, RegistryError, RegistryStatus, StartError};
 
 /// How often lapsed leases are looked for.
 pub const EXPIRY_TICK: Duration = Duration::from_millis(100);
@@ -135,7 +135,7 @@ impl Embedded {
         live: Arc<Live>,
         snapshot: Option<PathBuf>,
         limits: Limits,
-    ) -> Result<Arc<Embedded>, String> {
+    ) -> Result<Arc<Embedded>, StartError> {
         let seed = rondo_runtime::clock::now().0 ^ u64::from(std::process::id());
         let mut state = State {
             regs: BTreeMap::new(),
@@ -175,7 +175,7 @@ impl Embedded {
         std::thread::Builder::new()
             .name("rondo-registry".to_owned())
             .spawn(move || writer.run(&jobs))
-            .map_err(|e| format!("cannot start the registry's writer thread: {e}"))?;
+            .map_err(StartError::Thread)?;
         shared.live.metrics.registry_connected.set(1);
         Ok(Arc::new(Embedded { shared, queue }))
     }
@@ -525,23 +525,19 @@ fn remove_stale_temporaries(path: &Path) {
 }
 
 /// Reads the snapshot, checking every entry as the API checks a registration.
-fn load_snapshot(path: &Path, st: &mut State) -> Result<(), String> {
+fn load_snapshot(path: &Path, st: &mut State) -> Result<(), StartError> {
+    let failed = |reason: String| StartError::Snapshot { path: path.to_owned(), reason };
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(format!("naming snapshot {}: cannot read: {e}", path.display())),
+        Err(e) => return Err(failed(format!("cannot read: {e}"))),
     };
-    let file: SnapshotFile = serde_json::from_str(&text)
-        .map_err(|e| format!("naming snapshot {}: invalid: {e}", path.display()))?;
+    let file: SnapshotFile =
+        serde_json::from_str(&text).map_err(|e| failed(format!("invalid: {e}")))?;
     let now = Instant::now();
     for (i, r) in file.registrations.into_iter().enumerate() {
         let bad = |what: String| {
-            format!(
-                "naming snapshot {}: registrations[{i}] (`{}` in `{}`): {what}",
-                path.display(),
-                r.name,
-                r.cluster
-            )
+            failed(format!("registrations[{i}] (`{}` in `{}`): {what}", r.name, r.cluster))
         };
         let ttl = Duration::from_millis(r.ttl_ms);
         let checks = registry::check_name("service", &r.cluster)

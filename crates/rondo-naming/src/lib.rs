@@ -22,7 +22,7 @@ pub mod dns;
 #[cfg(feature = "etcd")]
 pub mod etcd;
 
-pub use registry::{Limits, Registration, Registry, RegistryError, RegistryStatus};
+pub use registry::{Limits, Registration, Registry, RegistryError, RegistryStatus, StartError};
 
 use std::sync::Arc;
 
@@ -32,7 +32,7 @@ use rondo_runtime::Live;
 /// Starts the configured registry backend feeding `live` (inside a tokio runtime) with the
 /// default [`Limits`]. Fails with a message naming what failed: an unreadable or invalid
 /// snapshot file, or a backend this build leaves out.
-pub fn start_registry(spec: &RegistrySpec, live: Arc<Live>) -> Result<Registry, String> {
+pub fn start_registry(spec: &RegistrySpec, live: Arc<Live>) -> Result<Registry, StartError> {
     start_registry_with(spec, Limits::default(), live)
 }
 
@@ -41,7 +41,7 @@ pub fn start_registry_with(
     spec: &RegistrySpec,
     limits: Limits,
     live: Arc<Live>,
-) -> Result<Registry, String> {
+) -> Result<Registry, StartError> {
     match spec {
         RegistrySpec::Embedded { snapshot } => {
             embedded::Embedded::start(live, snapshot.clone(), limits).map(Registry::Embedded)
@@ -53,8 +53,6 @@ pub fn start_registry_with(
             Ok(Registry::Etcd(r))
         }
         #[cfg(not(feature = "etcd"))]
-        RegistrySpec::Etcd { .. } => Err("[naming] registry = \"etcd\": this rondo was built \
-                                          without the `etcd` feature (cargo build --features etcd)"
-            .to_owned()),
+        RegistrySpec::Etcd { .. } => Err(StartError::NotBuilt { backend: "etcd", feature: "etcd" }),
     }
 }

@@ -101,6 +101,33 @@ pub enum RegistryError {
     Full(String),
 }
 
+/// Why a registry did not start; each names what failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The snapshot file cannot be read, is not a snapshot, or holds an entry the API would
+    /// refuse (the file is left untouched).
+    #[error("naming snapshot {path}: {reason}")]
+    Snapshot {
+        /// The snapshot file.
+        path: std::path::PathBuf,
+        /// What is wrong with it (the entry, for an invalid one).
+        reason: String,
+    },
+    /// A backend this build leaves out.
+    #[error(
+        "[naming] registry = \"{backend}\": this rondo was built without the `{feature}` feature (cargo build --features {feature})"
+    )]
+    NotBuilt {
+        /// The backend's config spelling.
+        backend: &'static str,
+        /// The cargo feature that brings it.
+        feature: &'static str,
+    },
+    /// The registry's writer thread could not be started.
+    #[error("cannot start the registry's writer thread: {0}")]
+    Thread(#[source] std::io::Error),
+}
+
 /// The caps on registrations (`[naming] max_registrations_per_service` and
 /// `max_registrations`); a registration that would pass one is refused with
 /// [`RegistryError::Full`]. Registering an already registered member again does not count.

@@ -708,6 +708,11 @@ async fn a_snapshot_entry_failing_the_apis_checks_is_refused_at_start() {
         let spec = rondo_config::RegistrySpec::Embedded { snapshot: Some(file.clone()) };
         let e = rondo_naming::start_registry(&spec, router.live.clone())
             .expect_err(&format!("{needle}: refused"));
+        assert!(
+            matches!(&e, rondo_naming::StartError::Snapshot { path, .. } if *path == file),
+            "{e}"
+        );
+        let e = e.to_string();
         assert!(e.contains(&format!("naming snapshot {}", file.display())), "{e}");
         assert!(e.contains("registrations[1]"), "{e}");
         assert!(e.contains(needle), "want {needle:?} in {e}");
