@@ -138,15 +138,46 @@ pub(super) fn compile_http2(
     }
 }
 
+/// The sockets this config binds (port 0: any free port, never a clash), each with its field:
+/// the listeners, the admin and naming APIs, DNS (with `dns`), the agent receiver.
+pub(super) struct OwnSockets(Vec<(SocketAddr, FieldPath, bool)>);
+
+impl OwnSockets {
+    /// Collects them; the flag marks DNS's socket, which counts for clashes but is not compared
+    /// with member addresses (those are the other sockets' business).
+    pub(super) fn new(
+        listeners: &[Option<ListenerSpec>],
+        admin: Option<&AdminSpec>,
+        naming: Option<&NamingSpec>,
+        agent: Option<&AgentSpec>,
+    ) -> OwnSockets {
+        let root = FieldPath::root();
+        let mut own = Vec::new();
+        for (i, l) in listeners.iter().enumerate() {
+            if let Some(l) = l {
+                own.push((l.listen, root.key("listener").index(i).key("listen"), false));
+            }
+        }
+        if let Some(a) = admin {
+            own.push((a.listen, root.key("admin").key("listen"), false));
+        }
+        if let Some(n) = naming {
+            own.push((n.listen, root.key("naming").key("listen"), false));
+            // DNS is UDP and TCP on its own port; a clash with a TCP listener is still a clash.
+            if let Some(d) = &n.dns {
+                own.push((d.listen, root.key("naming").key("dns_listen"), true));
+            }
+        }
+        if let Some(a) = agent {
+            own.push((a.listen, root.key("agent").key("listen"), false));
+        }
+        own.retain(|(a, _, _)| a.port() != 0);
+        OwnSockets(own)
+    }
+}
+
 /// Duplicate listener names, and two sockets bound to the same address.
-pub(super) fn check_unique_listeners(
-    c: &mut Compiler<'_>,
-    raw: &RawConfig,
-    listeners: &[Option<ListenerSpec>],
-    admin: Option<&AdminSpec>,
-    naming: Option<&NamingSpec>,
-    agent: Option<&AgentSpec>,
-) {
+pub(super) fn check_unique_listeners(c: &mut Compiler<'_>, raw: &RawConfig, own: &OwnSockets) {
     let root = FieldPath::root();
     let mut names: HashMap<&str, usize> = HashMap::new();
     for (i, l) in raw.listener.iter().enumerate() {
@@ -163,67 +194,28 @@ pub(super) fn check_unique_listeners(
         }
     }
     let mut addrs: HashMap<SocketAddr, String> = HashMap::new();
-    let mut bind = |c: &mut Compiler<'_>, addr: SocketAddr, path: FieldPath| {
-        if addr.port() == 0 {
-            return;
-        }
-        match addrs.get(&addr) {
-            Some(first) => c.err(path, format!("address `{addr}` is already used by {first}")),
+    for (addr, path, _) in &own.0 {
+        match addrs.get(addr) {
+            Some(first) => {
+                c.err(path.clone(), format!("address `{addr}` is already used by {first}"))
+            }
             None => {
-                addrs.insert(addr, path.to_string());
+                addrs.insert(*addr, path.to_string());
             }
         }
-    };
-    for (i, l) in listeners.iter().enumerate() {
-        if let Some(l) = l {
-            bind(c, l.listen, root.key("listener").index(i).key("listen"));
-        }
-    }
-    if let Some(a) = admin {
-        bind(c, a.listen, root.key("admin").key("listen"));
-    }
-    if let Some(n) = naming {
-        bind(c, n.listen, root.key("naming").key("listen"));
-        // DNS is UDP and TCP on its own port; a clash with a TCP listener is still a clash.
-        if let Some(d) = &n.dns {
-            bind(c, d.listen, root.key("naming").key("dns_listen"));
-        }
-    }
-    if let Some(a) = agent {
-        bind(c, a.listen, root.key("agent").key("listen"));
     }
 }
 
 /// A configured member at one of this config's own addresses (a listener: a request loop; the
 /// admin or naming API: the API served through the public listener; the agent receiver).
-pub(super) fn check_members_are_not_own(
-    c: &mut Compiler<'_>,
-    raw: &RawConfig,
-    listeners: &[Option<ListenerSpec>],
-    admin: Option<&AdminSpec>,
-    naming: Option<&NamingSpec>,
-    agent: Option<&AgentSpec>,
-) {
+pub(super) fn check_members_are_not_own(c: &mut Compiler<'_>, raw: &RawConfig, own: &OwnSockets) {
     let root = FieldPath::root();
-    let mut own: Vec<(SocketAddr, FieldPath)> = Vec::new();
-    for (i, l) in listeners.iter().enumerate() {
-        if let Some(l) = l {
-            own.push((l.listen, root.key("listener").index(i).key("listen")));
-        }
-    }
-    if let Some(a) = admin {
-        own.push((a.listen, root.key("admin").key("listen")));
-    }
-    if let Some(n) = naming {
-        own.push((n.listen, root.key("naming").key("listen")));
-    }
-    if let Some(a) = agent {
-        own.push((a.listen, root.key("agent").key("listen")));
-    }
-    own.retain(|(a, _)| a.port() != 0);
     for (name, rc) in &raw.cluster {
         for (i, m) in rc.members.iter().enumerate() {
-            if let Some((addr, field)) = own.iter().find(|(a, _)| address_reaches(&m.address, *a)) {
+            let reached = own.0.iter().filter(|(_, _, dns)| !dns);
+            if let Some((addr, field, _)) =
+                reached.into_iter().find(|(a, _, _)| address_reaches(&m.address, *a))
+            {
                 c.err(
                     root.key("cluster").key(name).key("members").index(i).key("address"),
                     format!(

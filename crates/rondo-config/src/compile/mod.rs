@@ -13,7 +13,7 @@ mod routes;
 mod services;
 
 use clusters::compile_cluster;
-use listeners::{check_members_are_not_own, check_unique_listeners, compile_listener};
+use listeners::{OwnSockets, check_members_are_not_own, check_unique_listeners, compile_listener};
 use routes::{check_route_protocol, compile_route};
 use services::{compile_admin, compile_agent, compile_log, compile_naming, log_format};
 
@@ -283,14 +283,8 @@ pub(crate) fn compile(
 
     let listeners: Vec<Option<ListenerSpec>> =
         raw.listener.iter().enumerate().map(|(i, l)| compile_listener(&mut c, i, l)).collect();
-    check_unique_listeners(
-        &mut c,
-        &raw,
-        &listeners,
-        admin.as_ref(),
-        naming.as_ref(),
-        agent.as_ref(),
-    );
+    let own = OwnSockets::new(&listeners, admin.as_ref(), naming.as_ref(), agent.as_ref());
+    check_unique_listeners(&mut c, &raw, &own);
 
     let mut clusters = BTreeMap::new();
     for (name, rc) in &raw.cluster {
@@ -298,14 +292,7 @@ pub(crate) fn compile(
         let spec = compile_cluster(&mut c, name, rc, interval);
         clusters.insert(name.clone(), Arc::new(spec));
     }
-    check_members_are_not_own(
-        &mut c,
-        &raw,
-        &listeners,
-        admin.as_ref(),
-        naming.as_ref(),
-        agent.as_ref(),
-    );
+    check_members_are_not_own(&mut c, &raw, &own);
 
     // Each listener name's protocol (the first listener of a name; duplicates are errors).
     let mut protocols: HashMap<&str, ListenerProtocol> = HashMap::new();
