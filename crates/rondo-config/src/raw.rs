@@ -85,6 +85,25 @@ pub(crate) struct RawListener {
     pub h2_shutdown_timeout_ms: Option<u64>,
     pub h2_max_resets: Option<u64>,
     pub h2_max_resets_per_address: Option<u64>,
+    pub tls: Option<RawListenerTls>,
+}
+
+/// A listener's `tls`: terminate TLS with these certificates.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawListenerTls {
+    #[serde(default)]
+    pub certs: Vec<RawCertKey>,
+    pub client_ca: Option<String>,
+    pub client_auth: Option<String>,
+}
+
+/// One of a listener's `tls.certs`: a certificate chain and its private key (PEM files).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawCertKey {
+    pub cert: String,
+    pub key: String,
 }
 
 /// `[[route]]`.

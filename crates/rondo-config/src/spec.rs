@@ -94,6 +94,8 @@ pub struct ListenerSpec {
     pub error_detail: ErrorDetail,
     /// HTTP/2 (h2c) protections against single hostile clients (HTTP only).
     pub http2: Http2Limits,
+    /// TLS termination (`tls`), when set: clients speak TLS 1.2 or 1.3 to this listener.
+    pub tls: Option<crate::tls::ListenerTls>,
 }
 
 /// A listener's HTTP/2 protections: keepalive PINGs, a bounded wait after GOAWAY, and the stream

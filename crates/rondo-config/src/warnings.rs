@@ -103,6 +103,7 @@ pub(crate) fn warnings(config: &Config) -> Vec<Problem> {
     }
 
     let routes = &config.view.routes;
+    tls_names(config, &mut out);
     for (i, route) in routes.iter().enumerate() {
         let earlier = routes[..i]
             .iter()
@@ -145,6 +146,43 @@ pub(crate) fn warnings(config: &Config) -> Vec<Problem> {
         }
     }
     out
+}
+
+/// Routes whose `match.host` no certificate of their TLS listener covers: such clients get the
+/// default certificate, which their TLS client refuses for the name. Certificates that fail to
+/// load are errors already, and are skipped here.
+fn tls_names(config: &Config, out: &mut Vec<Problem>) {
+    let root = FieldPath::root();
+    for l in &config.listeners {
+        let Some(tls) = &l.tls else { continue };
+        let names: Vec<String> = tls
+            .certs
+            .iter()
+            .filter_map(|ck| crate::tls::load_cert_key(ck).ok())
+            .flat_map(|c| c.names)
+            .collect();
+        for (i, route) in config.view.routes.iter().enumerate() {
+            let Some(host) = route.matcher.host.as_deref() else { continue };
+            if route.listener != l.name {
+                continue;
+            }
+            // A `*.x` route host is served by a `*.x` certificate name.
+            let covered = names.iter().any(|n| {
+                crate::tls::name_matches(n, host) || n.eq_ignore_ascii_case(host)
+            });
+            if !covered {
+                out.push(Problem {
+                    path: root.key("route").index(i).key("match").key("host"),
+                    message: format!(
+                        "no certificate of tls listener `{}` is for `{host}` (its names: {}): \
+                         clients asking for `{host}` get the default certificate and refuse it",
+                        l.name,
+                        if names.is_empty() { "none".to_owned() } else { names.join(", ") }
+                    ),
+                });
+            }
+        }
+    }
 }
 
 /// Whether `m` matches every request.

@@ -237,6 +237,7 @@ fn full_config_compiles_into_the_expected_view() {
                     max_resets: 50,
                     max_resets_per_address: 400,
                 },
+                tls: None,
             },
             ListenerSpec {
                 name: "db".into(),
@@ -250,6 +251,7 @@ fn full_config_compiles_into_the_expected_view() {
                 trust_forwarded_for: false,
                 error_detail: ErrorDetail::Full,
                 http2: Http2Limits::default(),
+                tls: None,
             },
         ]
     );

@@ -268,6 +268,7 @@ fn prepare(
         client_version,
         ctx.listener.trust_forwarded_for,
     );
+    crate::headers::add_client_cert(&mut parts.headers, conn.tls.as_ref());
     let path_and_query =
         parts.uri.path_and_query().cloned().unwrap_or_else(|| PathAndQuery::from_static("/"));
     let slot = (!body.is_end_stream()).then(|| BodySlot::new(body));

@@ -7,7 +7,8 @@
 //! stream the response back. Around it, [`conn`] enforces the connection limit, the HTTP/1
 //! header and idle timers and the HTTP/2 idle timer, and (with [`frames`]) the HTTP/2 frame
 //! checks and stream reset budgets; [`headers`] the header hygiene, [`body`] the streaming
-//! bodies and in-flight accounting, [`error`] the explained errors.
+//! bodies and in-flight accounting, [`error`] the explained errors. [`tls`] terminates TLS on
+//! listeners that have a `tls` table, under the same timers.
 
 pub mod body;
 pub mod conn;
@@ -17,6 +18,7 @@ pub mod headers;
 pub mod http;
 pub mod sticky;
 pub mod tcp;
+pub mod tls;
 pub mod upstream;
 
 use std::net::SocketAddr;
@@ -31,7 +33,7 @@ use rondo_runtime::Live;
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
 
-use crate::conn::{ConnState, Rejecter, TimedIo};
+use crate::conn::{ClientIo, ConnState, Rejecter, TimedIo};
 use crate::frames::ResetBudget;
 use crate::http::HttpCtx;
 use crate::upstream::Clients;
@@ -77,6 +79,16 @@ pub async fn start(listeners: &[ListenerSpec], live: Arc<Live>) -> std::io::Resu
         let addr = socket.local_addr()?;
         bound.push((spec.name.clone(), addr));
         let limit = Arc::new(Semaphore::new(spec.max_connections as usize));
+        let tls = match &spec.tls {
+            None => None,
+            Some(t) => {
+                let alpn = spec.protocol == ListenerProtocol::Http;
+                let term = tls::Terminator::new(&spec.name, t, alpn, spec.header_read_timeout)
+                    .map_err(std::io::Error::other)?;
+                term.clone().watch(stopped.clone());
+                Some(term)
+            }
+        };
         match spec.protocol {
             ListenerProtocol::Http => {
                 let ctx = Arc::new(HttpCtx {
@@ -85,19 +97,20 @@ pub async fn start(listeners: &[ListenerSpec], live: Arc<Live>) -> std::io::Resu
                     clients: clients.clone(),
                     sessions: Default::default(),
                 });
-                tokio::spawn(accept_http(socket, ctx, limit, stopped.clone()));
+                tokio::spawn(accept_http(socket, ctx, tls, limit, stopped.clone()));
             }
             ListenerProtocol::Tcp => {
                 tokio::spawn(accept_tcp(
                     socket,
                     live.clone(),
                     spec.name.as_str().into(),
+                    tls,
                     limit,
                     stopped.clone(),
                 ));
             }
         }
-        tracing::info!(listener = %spec.name, %addr, protocol = spec.protocol.as_str(), "listening");
+        tracing::info!(listener = %spec.name, %addr, protocol = spec.protocol.as_str(), tls = spec.tls.is_some(), "listening");
     }
     Ok(Router { listeners: bound, stop })
 }
@@ -137,6 +150,7 @@ fn http_builder(spec: &ListenerSpec) -> auto::Builder<TokioExecutor> {
 async fn accept_http(
     socket: TcpListener,
     ctx: Arc<HttpCtx>,
+    tls: Option<Arc<tls::Terminator>>,
     limit: Arc<Semaphore>,
     mut stopped: watch::Receiver<bool>,
 ) {
@@ -164,11 +178,24 @@ async fn accept_http(
         let ctx = ctx.clone();
         let builder = builder.clone();
         let budget = budget.clone();
+        let tls = tls.clone();
         tokio::spawn(async move {
             let client_ip = headers::client_ip_value(peer.ip());
             let header_timeout = ctx.listener.header_read_timeout;
             let shutdown_timeout = ctx.listener.http2.shutdown_timeout;
-            let state = ConnState::new(header_timeout, client_ip);
+            let (stream, state) = match &tls {
+                None => (ClientIo::from(stream), ConnState::new(header_timeout, client_ip)),
+                Some(t) => match t.accept(stream).await {
+                    Ok((s, cert)) => (
+                        ClientIo::from(s),
+                        ConnState::with_tls(header_timeout, client_ip, Some(cert.unwrap_or_default())),
+                    ),
+                    Err(e) => {
+                        tracing::debug!(listener = %ctx.listener.name, %peer, "{e}");
+                        return;
+                    }
+                },
+            };
             let io = TimedIo::new(stream, state.clone(), header_timeout, budget, peer.ip());
             let handler = state.clone();
             let service =
@@ -198,6 +225,7 @@ async fn accept_tcp(
     socket: TcpListener,
     live: Arc<Live>,
     name: Arc<str>,
+    tls: Option<Arc<tls::Terminator>>,
     limit: Arc<Semaphore>,
     mut stopped: watch::Receiver<bool>,
 ) {
@@ -217,9 +245,15 @@ async fn accept_tcp(
             continue;
         };
         let _ = stream.set_nodelay(true);
-        let (live, name) = (live.clone(), name.clone());
+        let (live, name, tls) = (live.clone(), name.clone(), tls.clone());
         tokio::spawn(async move {
-            tcp::handle(live, name, stream, peer).await;
+            match tls {
+                None => tcp::handle(live, name, stream, peer).await,
+                Some(t) => match t.accept(stream).await {
+                    Ok((s, _)) => tcp::handle(live, name, s, peer).await,
+                    Err(e) => tracing::debug!(listener = %name, %peer, "{e}"),
+                },
+            }
             drop(permit);
         });
     }

@@ -16,7 +16,10 @@ use tokio::net::TcpStream;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Serves one client connection of TCP listener `listener`.
-pub async fn handle(live: Arc<Live>, listener: Arc<str>, mut client: TcpStream, peer: SocketAddr) {
+pub async fn handle<C>(live: Arc<Live>, listener: Arc<str>, mut client: C, peer: SocketAddr)
+where
+    C: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
     let snapshot = live.load();
     let Some(route) = snapshot.view.routes.iter().find(|r| *r.listener == *listener) else {
         tracing::warn!(%listener, "tcp listener has no route; closing connection");
