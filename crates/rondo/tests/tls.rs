@@ -1,0 +1,687 @@
+//! TLS termination on listeners, against a real `rondo serve` and real clients: curl (SNI with
+//! --resolve, HTTP/2 by ALPN, client certificates), `openssl s_client` (TLS 1.1 refused, 1.2
+//! and 1.3 served, ALPN) and a rustls client in this file (client certificates, certificate
+//! rotation under load). Certificates are made here with rcgen; none is checked in. Also the
+//! configuration checks (`rondo check`) of TLS files: missing, not PEM, a key of another
+//! certificate, expired, a route host no certificate covers.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty};
+use hyper_util::rt::TokioIo;
+use rcgen::{
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
+    Issuer, KeyPair, KeyUsagePurpose,
+};
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use common::{BIN, Proc, TempDir, collect_lines, start_member};
+
+// ---------------------------------------------------------------------------------------------
+// Certificates.
+// ---------------------------------------------------------------------------------------------
+
+/// A test certificate authority.
+struct Ca {
+    issuer: Issuer<'static, KeyPair>,
+    pem: String,
+}
+
+fn ca(name: &str) -> Ca {
+    let key = KeyPair::generate().unwrap();
+    let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
+    p.distinguished_name = DistinguishedName::new();
+    p.distinguished_name.push(DnType::CommonName, name);
+    p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    p.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    let cert = p.self_signed(&key).unwrap();
+    Ca { issuer: Issuer::new(p, key), pem: cert.pem() }
+}
+
+/// A certificate (PEM) and key (PEM) signed by `ca` for `names` (subject alternative names),
+/// with common name `cn`; a client certificate when `client`; expired in 2001 when `expired`.
+fn leaf(ca: &Ca, cn: &str, names: &[&str], client: bool, expired: bool) -> (String, String) {
+    let key = KeyPair::generate().unwrap();
+    let mut p = CertificateParams::new(names.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+        .unwrap();
+    p.distinguished_name = DistinguishedName::new();
+    p.distinguished_name.push(DnType::CommonName, cn);
+    p.extended_key_usages = vec![if client {
+        ExtendedKeyUsagePurpose::ClientAuth
+    } else {
+        ExtendedKeyUsagePurpose::ServerAuth
+    }];
+    p.use_authority_key_identifier_extension = true;
+    if expired {
+        p.not_before = rcgen::date_time_ymd(2000, 1, 1);
+        p.not_after = rcgen::date_time_ymd(2001, 1, 1);
+    }
+    let cert = p.signed_by(&key, &ca.issuer).unwrap();
+    (cert.pem(), key.serialize_pem())
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+/// Replaces `name` in `dir` by rename (as deployment tools do), so no reader sees half a file.
+fn replace(dir: &Path, name: &str, text: &str) {
+    let tmp = dir.join(format!(".{name}.new"));
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(&tmp, dir.join(name)).unwrap();
+}
+
+// ---------------------------------------------------------------------------------------------
+// The router.
+// ---------------------------------------------------------------------------------------------
+
+/// `rondo serve` as a child process, killed on drop, its stderr collected.
+struct Serve {
+    proc: Proc,
+    stderr: Arc<Mutex<Vec<String>>>,
+}
+
+impl Serve {
+    fn start(config: &Path) -> Serve {
+        let mut child = Command::new(BIN)
+            .args(["serve", "--config", config.to_str().unwrap(), "--workers", "1"])
+            .env("NO_COLOR", "1")
+            .env("RONDO_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start rondo");
+        let stderr = collect_lines(child.stderr.take().unwrap());
+        Serve { proc: Proc::from_child(child), stderr }
+    }
+
+    fn addr(&mut self, listener: &str) -> SocketAddr {
+        self.proc.addr_after(&format!("listener {listener} on"))
+    }
+
+    /// Waits at most 15 s for a stderr line containing every one of `needles`.
+    fn stderr_with(&self, needles: &[&str]) -> String {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            if let Some(l) =
+                self.stderr.lock().unwrap().iter().find(|l| needles.iter().all(|n| l.contains(n)))
+            {
+                return l.clone();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no stderr line with {needles:?}: {:#?}",
+                self.stderr.lock().unwrap()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn signal(&self, sig: &str) {
+        let ok = Command::new("kill")
+            .args([sig, &self.proc.child.id().to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok);
+    }
+}
+
+/// The files of one TLS setup: a CA, server certificates for `a.test` and `*.b.test`, a client
+/// certificate for `alice`, in a temporary directory.
+struct Setup {
+    dir: TempDir,
+    ca: Ca,
+}
+
+impl Setup {
+    fn new() -> Setup {
+        let dir = TempDir::new("tls");
+        let ca = ca("rondo test CA");
+        write(&dir.0, "ca.pem", &ca.pem);
+        let (c, k) = leaf(&ca, "a.test", &["a.test"], false, false);
+        write(&dir.0, "a.pem", &c);
+        write(&dir.0, "a.key", &k);
+        let (c, k) = leaf(&ca, "b wildcard", &["*.b.test"], false, false);
+        write(&dir.0, "b.pem", &c);
+        write(&dir.0, "b.key", &k);
+        let (c, k) = leaf(&ca, "alice", &["alice.clients.test"], true, false);
+        write(&dir.0, "alice.pem", &c);
+        write(&dir.0, "alice.key", &k);
+        Setup { dir, ca }
+    }
+
+    fn path(&self, name: &str) -> String {
+        self.dir.0.join(name).to_str().unwrap().to_owned()
+    }
+
+    /// A config: listener `plain` (optional client certificates) and `strict` (required) in
+    /// front of `member`, header timeouts of `header_ms`.
+    fn config(&self, member: SocketAddr, header_ms: u64) -> PathBuf {
+        let text = format!(
+            r#"
+[[listener]]
+name = "opt"
+listen = "127.0.0.1:0"
+header_read_timeout_ms = {header_ms}
+tls = {{ certs = [ {{ cert = "a.pem", key = "a.key" }}, {{ cert = "b.pem", key = "b.key" }} ],
+        client_ca = "ca.pem", client_auth = "optional" }}
+
+[[listener]]
+name = "strict"
+listen = "127.0.0.1:0"
+tls = {{ certs = [ {{ cert = "a.pem", key = "a.key" }} ], client_ca = "ca.pem", client_auth = "required" }}
+
+[[route]]
+listener = "opt"
+cluster = "c"
+
+[[route]]
+listener = "strict"
+cluster = "c"
+
+[cluster.c]
+members = [{{ name = "m1", address = "{member}" }}]
+"#
+        );
+        write(&self.dir.0, "rondo.toml", &text)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Clients.
+// ---------------------------------------------------------------------------------------------
+
+fn curl(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new("curl")
+        .args(["-sS", "--max-time", "10"])
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run curl");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn s_client(addr: SocketAddr, args: &[&str]) -> String {
+    let out = Command::new("openssl")
+        .args(["s_client", "-connect", &addr.to_string(), "-servername", "a.test"])
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run openssl s_client (apt-get install openssl)");
+    format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+}
+
+/// A rustls client configuration trusting `roots` (PEM), presenting `identity` (cert and key
+/// PEM) when given.
+fn client_config(roots: &[&str], identity: Option<(&str, &str)>) -> Arc<rustls::ClientConfig> {
+    let mut store = rustls::RootCertStore::empty();
+    for pem in roots {
+        for c in CertificateDer::pem_slice_iter(pem.as_bytes()) {
+            store.add(c.unwrap()).unwrap();
+        }
+    }
+    let b = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(store);
+    let config = match identity {
+        None => b.with_no_client_auth(),
+        Some((cert, key)) => b
+            .with_client_auth_cert(
+                CertificateDer::pem_slice_iter(cert.as_bytes()).map(Result::unwrap).collect(),
+                PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap(),
+            )
+            .unwrap(),
+    };
+    Arc::new(config)
+}
+
+/// One HTTP/1.1 keep-alive connection over TLS.
+struct Conn(hyper::client::conn::http1::SendRequest<Empty<Bytes>>);
+
+impl Conn {
+    async fn open(
+        addr: SocketAddr,
+        sni: &str,
+        config: Arc<rustls::ClientConfig>,
+    ) -> Result<Conn, String> {
+        let tcp = tokio::net::TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
+        let name = ServerName::try_from(sni.to_owned()).unwrap();
+        let tls = tokio_rustls::TlsConnector::from(config)
+            .connect(name, tcp)
+            .await
+            .map_err(|e| format!("handshake: {e}"))?;
+        let (send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+            .await
+            .map_err(|e| e.to_string())?;
+        tokio::spawn(conn);
+        Ok(Conn(send))
+    }
+
+    async fn get(&mut self, path: &str, headers: &[(&str, &str)]) -> Result<(u16, String), String> {
+        let mut req = http::Request::get(path).header("host", "a.test");
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        let resp = self.0.send_request(req.body(Empty::new()).unwrap()).await.map_err(|e| {
+            use std::error::Error;
+            format!("request: {e} ({:?})", e.source())
+        })?;
+        let status = resp.status().as_u16();
+        let body = resp.into_body().collect().await.map_err(|e| e.to_string())?.to_bytes();
+        Ok((status, String::from_utf8_lossy(&body).into_owned()))
+    }
+}
+
+/// A whole request on a new connection.
+async fn get_once(
+    addr: SocketAddr,
+    sni: &str,
+    config: Arc<rustls::ClientConfig>,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> Result<(u16, String), String> {
+    tokio::time::timeout(Duration::from_secs(10), async {
+        Conn::open(addr, sni, config).await?.get(path, headers).await
+    })
+    .await
+    .map_err(|_| "timed out".to_owned())?
+}
+
+fn header_line<'a>(headers: &'a str, name: &str) -> Option<&'a str> {
+    headers
+        .lines()
+        .find(|l| l.to_ascii_lowercase().starts_with(&format!("{name}:")))
+        .map(|l| l[name.len() + 1..].trim())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tests.
+// ---------------------------------------------------------------------------------------------
+
+// SNI picks the certificate (each covers only its own names, so curl's verification fails on
+// the wrong one); ALPN gives HTTP/2; HTTP/1.1 still works; no SNI gets the first certificate.
+#[test]
+fn curl_gets_the_certificate_of_its_name_and_h2_by_alpn() {
+    let s = Setup::new();
+    let (_m, member) = start_member("m1", "127.0.0.1:0");
+    let mut serve = Serve::start(&s.config(member, 10_000));
+    let addr = serve.addr("opt");
+    let port = addr.port();
+    let ca = s.path("ca.pem");
+    for host in ["a.test", "x.b.test"] {
+        let resolve = format!("{host}:{port}:127.0.0.1");
+        let url = format!("https://{host}:{port}/");
+        let (ok, out, err) =
+            curl(&["--cacert", &ca, "--resolve", &resolve, "-w", " %{http_version}", &url]);
+        assert!(ok, "{host}: {err}");
+        assert_eq!(out, "m1\n 2", "{host}: HTTP/2 by ALPN");
+        let (ok, out, err) = curl(&[
+            "--http1.1", "--cacert", &ca, "--resolve", &resolve, "-w", " %{http_version}", &url,
+        ]);
+        assert!(ok, "{host}: {err}");
+        assert_eq!(out, "m1\n 1.1");
+    }
+    // A name no certificate has: the default (a.test) certificate, which curl refuses.
+    let resolve = format!("c.test:{port}:127.0.0.1");
+    let (ok, _, err) = curl(&["--cacert", &ca, "--resolve", &resolve, &format!("https://c.test:{port}/")]);
+    assert!(!ok);
+    assert!(err.contains("a.test") || err.contains("no alternative certificate subject name matches"), "{err}");
+    // No SNI at all (an IP address): the default certificate.
+    let out = s_client(addr, &["-noservername", "-CAfile", &ca]);
+    assert!(out.contains("CN=a.test") || out.contains("CN = a.test"), "{out}");
+}
+
+// TLS 1.0 and 1.1 are refused; 1.2 and 1.3 served; ALPN answers h2.
+#[test]
+fn openssl_sees_tls12_and_13_only_and_alpn() {
+    let s = Setup::new();
+    let (_m, member) = start_member("m1", "127.0.0.1:0");
+    let mut serve = Serve::start(&s.config(member, 10_000));
+    let addr = serve.addr("opt");
+    let ca = s.path("ca.pem");
+    for old in ["-tls1", "-tls1_1"] {
+        let out = s_client(addr, &["-brief", "-CAfile", &ca, old]);
+        assert!(!out.contains("CONNECTION ESTABLISHED"), "{old}: {out}");
+    }
+    for (v, shown) in [("-tls1_2", "TLSv1.2"), ("-tls1_3", "TLSv1.3")] {
+        let out = s_client(addr, &["-brief", "-CAfile", &ca, v]);
+        assert!(out.contains("CONNECTION ESTABLISHED"), "{v}: {out}");
+        assert!(out.contains(&format!("Protocol version: {shown}")), "{v}: {out}");
+    }
+    let out = s_client(addr, &["-CAfile", &ca, "-alpn", "h2,http/1.1"]);
+    assert!(out.contains("ALPN protocol: h2"), "{out}");
+    let out = s_client(addr, &["-CAfile", &ca, "-alpn", "http/1.1"]);
+    assert!(out.contains("ALPN protocol: http/1.1"), "{out}");
+}
+
+// A verified client certificate's subject and SANs reach the member; a client cannot forge
+// them, with or without a certificate of its own; `required` refuses a client without one.
+#[test]
+fn client_certificates_reach_members_and_forged_headers_do_not() {
+    let s = Setup::new();
+    let (_m, member) = start_member("m1", "127.0.0.1:0");
+    let mut serve = Serve::start(&s.config(member, 10_000));
+    let opt = serve.addr("opt");
+    let strict = serve.addr("strict");
+    let alice = (
+        std::fs::read_to_string(s.path("alice.pem")).unwrap(),
+        std::fs::read_to_string(s.path("alice.key")).unwrap(),
+    );
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let forged = [("x-client-cert-subject", "CN=mallory"), ("x-client-cert-san", "DNS:evil")];
+        let anon = client_config(&[&s.ca.pem], None);
+        let with = client_config(&[&s.ca.pem], Some((&alice.0, &alice.1)));
+
+        let (status, headers) = get_once(opt, "a.test", anon.clone(), "/headers", &forged).await.unwrap();
+        assert_eq!(status, 200);
+        assert_eq!(header_line(&headers, "x-client-cert-subject"), None, "{headers}");
+        assert_eq!(header_line(&headers, "x-client-cert-san"), None, "{headers}");
+        assert_eq!(header_line(&headers, "x-forwarded-proto"), Some("https"), "{headers}");
+
+        for addr in [opt, strict] {
+            let (status, headers) =
+                get_once(addr, "a.test", with.clone(), "/headers", &forged).await.unwrap();
+            assert_eq!(status, 200);
+            assert_eq!(header_line(&headers, "x-client-cert-subject"), Some("CN=alice"), "{headers}");
+            assert_eq!(
+                header_line(&headers, "x-client-cert-san"),
+                Some("DNS:alice.clients.test"),
+                "{headers}"
+            );
+        }
+
+        // `required`: no certificate, no request (TLS 1.3 reports the refusal on first use).
+        let refused = get_once(strict, "a.test", anon.clone(), "/", &[]).await;
+        assert!(refused.is_err(), "{refused:?}");
+        // A certificate from another CA is refused on both listeners.
+        let other = ca("another CA");
+        let (c, k) = leaf(&other, "eve", &["eve.test"], true, false);
+        let eve = client_config(&[&s.ca.pem], Some((&c, &k)));
+        for addr in [opt, strict] {
+            let r = get_once(addr, "a.test", eve.clone(), "/", &[]).await;
+            assert!(r.is_err(), "{r:?}");
+        }
+    });
+    // curl with a client certificate.
+    let port = strict.port();
+    let resolve = format!("a.test:{port}:127.0.0.1");
+    let url = format!("https://a.test:{port}/headers");
+    let (ok, out, err) = curl(&[
+        "--cacert", &s.path("ca.pem"), "--resolve", &resolve, "--cert", &s.path("alice.pem"),
+        "--key", &s.path("alice.key"), &url,
+    ]);
+    assert!(ok, "{err}");
+    assert_eq!(header_line(&out, "x-client-cert-subject"), Some("CN=alice"), "{out}");
+    let (ok, _, _) = curl(&["--cacert", &s.path("ca.pem"), "--resolve", &resolve, &url]);
+    assert!(!ok, "required refuses curl without a certificate");
+}
+
+// Plain HTTP and garbage sent to a TLS port are refused; a client that never starts its
+// handshake is closed after the header read timeout; the router keeps serving.
+#[test]
+fn plain_http_garbage_and_silence_are_refused_without_harm() {
+    let s = Setup::new();
+    let (_m, member) = start_member("m1", "127.0.0.1:0");
+    let mut serve = Serve::start(&s.config(member, 500));
+    let addr = serve.addr("opt");
+    let (ok, _, _) = curl(&[&format!("http://{addr}/")]);
+    assert!(!ok, "plain HTTP is not served on a TLS port");
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let mut garbage = tokio::net::TcpStream::connect(addr).await.unwrap();
+        garbage.write_all(&[0xff; 2048]).await.unwrap();
+        let mut buf = vec![0u8; 4096];
+        let end = tokio::time::timeout(Duration::from_secs(10), async {
+            loop {
+                match garbage.read(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) => {}
+                }
+            }
+        })
+        .await;
+        assert!(end.is_ok(), "garbage connection left open");
+
+        let started = Instant::now();
+        let mut silent = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let r = tokio::time::timeout(Duration::from_secs(10), silent.read(&mut buf)).await;
+        assert!(matches!(r, Ok(Ok(0)) | Ok(Err(_))), "{r:?}");
+        assert!(started.elapsed() >= Duration::from_millis(400));
+
+        let config = client_config(&[&s.ca.pem], None);
+        let (status, body) = get_once(addr, "a.test", config, "/", &[]).await.unwrap();
+        assert_eq!((status, body.as_str()), (200, "m1\n"));
+    });
+    assert!(serve.proc.child.try_wait().unwrap().is_none(), "rondo serve exited");
+}
+
+// Certificates rotated (by rename, as deployment tools do) while requests run, on new and on
+// kept-alive connections: no request fails, new handshakes get the new certificate, a bad new
+// file keeps the old certificate and says why, and SIGHUP reloads too.
+#[test]
+fn certificate_rotation_under_load_loses_no_request() {
+    let s = Setup::new();
+    let (_m, member) = start_member("m1", "127.0.0.1:0");
+    let mut serve = Serve::start(&s.config(member, 10_000));
+    let addr = serve.addr("opt");
+    let next = ca("rondo next CA");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let both = client_config(&[&s.ca.pem, &next.pem], None);
+        let only_next = client_config(&[&next.pem], None);
+        assert!(get_once(addr, "a.test", only_next.clone(), "/", &[]).await.is_err());
+
+        let mut kept = Conn::open(addr, "a.test", both.clone()).await.unwrap();
+        assert_eq!(kept.get("/", &[]).await.unwrap().0, 200);
+
+        let done = Arc::new(AtomicU64::new(0));
+        let failed = Arc::new(Mutex::new(Vec::new()));
+        let mut load = Vec::new();
+        for _ in 0..3 {
+            let (both, done, failed) = (both.clone(), done.clone(), failed.clone());
+            load.push(tokio::spawn(async move {
+                let deadline = Instant::now() + Duration::from_secs(30);
+                for _ in 0..60 {
+                    if Instant::now() > deadline {
+                        break;
+                    }
+                    match get_once(addr, "a.test", both.clone(), "/", &[]).await {
+                        Ok((200, _)) => {}
+                        other => failed.lock().unwrap().push(format!("{other:?}")),
+                    }
+                    done.fetch_add(1, Ordering::Relaxed);
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            }));
+        }
+        // Rotate to the next CA's certificate once the load is under way.
+        while done.load(Ordering::Relaxed) < 20 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let (c, k) = leaf(&next, "a.test", &["a.test"], false, false);
+        replace(&s.dir.0, "a.key", &k);
+        replace(&s.dir.0, "a.pem", &c);
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while get_once(addr, "a.test", only_next.clone(), "/", &[]).await.is_err() {
+            assert!(Instant::now() < deadline, "the new certificate was never served");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        for t in load {
+            t.await.unwrap();
+        }
+        assert!(failed.lock().unwrap().is_empty(), "failed: {:?}", failed.lock().unwrap());
+        assert!(done.load(Ordering::Relaxed) >= 60);
+        // The connection from before the rotation is still up.
+        assert_eq!(kept.get("/", &[]).await.unwrap().0, 200);
+
+        // A bad new file: the old certificate stays, and the log says why.
+        replace(&s.dir.0, "a.pem", "not a certificate\n");
+        serve.stderr_with(&["tls reload (file change) rejected", "holds no PEM certificate"]);
+        let r = get_once(addr, "a.test", only_next.clone(), "/", &[]).await;
+        assert_eq!(r.unwrap().0, 200);
+
+        // SIGHUP reloads (and again keeps the old certificate: the file is still bad).
+        serve.signal("-HUP");
+        serve.stderr_with(&["tls reload (SIGHUP) rejected"]);
+        replace(&s.dir.0, "a.pem", &c);
+        serve.signal("-HUP");
+        serve.stderr_with(&["tls certificates reloaded (SIGHUP)"]);
+        assert_eq!(get_once(addr, "a.test", only_next, "/", &[]).await.unwrap().0, 200);
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Configuration checks.
+// ---------------------------------------------------------------------------------------------
+
+/// A config with one TLS listener whose certificate entry is `certs` (TOML), and a route with
+/// `host` when given.
+fn tls_config(certs: &str, extra: &str, host: Option<&str>) -> String {
+    let m = host.map_or(String::new(), |h| format!("match = {{ host = \"{h}\" }}\n"));
+    format!(
+        "[[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:0\"\ntls = {{ certs = [ {certs} ]{extra} }}\n\n\
+         [[route]]\nlistener = \"web\"\n{m}cluster = \"c\"\n\n\
+         [cluster.c]\nmembers = [{{ name = \"a\", address = \"127.0.0.1:9101\" }}]\n"
+    )
+}
+
+/// 1-based line and column of `needle` in `text`.
+fn pos(text: &str, needle: &str) -> (usize, usize) {
+    let at = text.find(needle).expect("needle in text");
+    let before = &text[..at];
+    (before.matches('\n').count() + 1, at - before.rfind('\n').map_or(0, |i| i + 1) + 1)
+}
+
+#[test]
+fn check_finds_every_tls_file_problem_at_its_field() {
+    let dir = TempDir::new("tls");
+    let d = &dir.0;
+    let root = ca("check CA");
+    let (c, k) = leaf(&root, "a.test", &["a.test"], false, false);
+    write(d, "a.pem", &c);
+    write(d, "a.key", &k);
+    let (_, other_key) = leaf(&root, "b.test", &["b.test"], false, false);
+    write(d, "other.key", &other_key);
+    let (old, old_key) = leaf(&root, "a.test", &["a.test"], false, true);
+    write(d, "old.pem", &old);
+    write(d, "old.key", &old_key);
+    write(d, "junk.pem", "hello\n");
+    write(d, "ca.pem", &root.pem);
+
+    let cases: [(&str, &str, &str, &str); 6] = [
+        (r#"{ cert = "missing.pem", key = "a.key" }"#, "", "\"missing.pem\"", "cannot read certificate file"),
+        (r#"{ cert = "junk.pem", key = "a.key" }"#, "", "\"junk.pem\"", "holds no PEM certificate"),
+        (r#"{ cert = "a.pem", key = "junk.pem" }"#, "", "\"junk.pem\"", "holds no PEM private key"),
+        (r#"{ cert = "a.pem", key = "other.key" }"#, "", "\"other.key\"", "does not match the certificate"),
+        (r#"{ cert = "old.pem", key = "old.key" }"#, "", "\"old.pem\"", "expired on"),
+        (r#"{ cert = "a.pem", key = "a.key" }"#, r#", client_auth = "required""#, "\"required\"", "needs `client_ca`"),
+    ];
+    for (certs, extra, at, want) in cases {
+        let text = tls_config(certs, extra, None);
+        let file = d.join("rondo.toml");
+        let errors = rondo_config::parse_str(&text, &file, 1).expect_err(certs);
+        assert_eq!(errors.errors.len(), 1, "{certs}: {errors:?}");
+        let e = &errors.errors[0];
+        assert!(e.message.contains(want), "{certs}: {e}");
+        assert_eq!((e.line, e.column), pos(&text, at), "{certs}: {e}");
+        let field = match at {
+            "\"required\"" => "listener[0].tls.client_auth".to_owned(),
+            _ if certs.contains(&format!("cert = {at}")) => "listener[0].tls.certs[0].cert".into(),
+            _ => "listener[0].tls.certs[0].key".into(),
+        };
+        assert_eq!(e.field, field, "{certs}");
+    }
+    // Valid; a route for a name no certificate has is a warning at its host.
+    let ok = r#"{ cert = "a.pem", key = "a.key" }"#;
+    let text = tls_config(ok, r#", client_ca = "ca.pem", client_auth = "optional""#, Some("a.test"));
+    let config = rondo_config::parse_str(&text, &d.join("rondo.toml"), 1).unwrap();
+    assert!(config.warnings.is_empty(), "{:?}", config.warnings);
+    let text = tls_config(ok, "", Some("www.test"));
+    let config = rondo_config::parse_str(&text, &d.join("rondo.toml"), 1).unwrap();
+    assert_eq!(config.warnings.len(), 1, "{:?}", config.warnings);
+    let w = &config.warnings[0];
+    assert_eq!(w.field, "route[0].match.host");
+    assert!(w.message.contains("no certificate of tls listener `web` is for `www.test`"), "{w}");
+
+    // `rondo check` prints the error with the file, line and column.
+    let text = tls_config(r#"{ cert = "a.pem", key = "other.key" }"#, "", None);
+    let file = write(d, "bad.toml", &text);
+    let out = Command::new(BIN).args(["check", file.to_str().unwrap()]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let (l, col) = pos(&text, "\"other.key\"");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "{}:{l}:{col}: field `listener[0].tls.certs[0].key`: the key in",
+            file.display()
+        )),
+        "{stderr}"
+    );
+}
+
+// `rondo tls dev-ca` writes a CA, server and client certificates that a TLS listener serves
+// and curl trusts; it never overwrites.
+#[test]
+fn dev_ca_certificates_serve_a_tls_listener() {
+    let dir = TempDir::new("tls");
+    let certs = dir.0.join("certs");
+    let out = Command::new(BIN)
+        .args(["tls", "dev-ca", certs.to_str().unwrap(), "--name", "localhost", "--client", "bob"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("development only"));
+    let again = Command::new(BIN)
+        .args(["tls", "dev-ca", certs.to_str().unwrap(), "--name", "localhost"])
+        .output()
+        .unwrap();
+    assert_eq!(again.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&again.stderr).contains("never overwrites"));
+
+    let (_m, member) = start_member("m1", "127.0.0.1:0");
+    let config = format!(
+        "[[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:0\"\n\
+         tls = {{ certs = [ {{ cert = \"certs/localhost.pem\", key = \"certs/localhost.key\" }} ], \
+         client_ca = \"certs/ca.pem\", client_auth = \"required\" }}\n\
+         [[route]]\nlistener = \"web\"\ncluster = \"c\"\n\
+         [cluster.c]\nmembers = [{{ name = \"m1\", address = \"{member}\" }}]\n"
+    );
+    let path = write(&dir.0, "rondo.toml", &config);
+    let check = Command::new(BIN).args(["check", "--strict", path.to_str().unwrap()]).output().unwrap();
+    assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stderr));
+    let mut serve = Serve::start(&path);
+    let port = serve.addr("web").port();
+    let c = |f: &str| certs.join(f).to_str().unwrap().to_owned();
+    let (ok, out, err) = curl(&[
+        "--cacert", &c("ca.pem"), "--cert", &c("client-bob.pem"), "--key", &c("client-bob.key"),
+        &format!("https://localhost:{port}/headers"),
+    ]);
+    assert!(ok, "{err}");
+    assert_eq!(header_line(&out, "x-client-cert-subject"), Some("CN=bob"), "{out}");
+}
