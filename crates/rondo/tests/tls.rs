@@ -220,8 +220,11 @@ fn curl(args: &[&str]) -> (bool, String, String) {
 }
 
 fn s_client(addr: SocketAddr, args: &[&str]) -> String {
+    let sni: &[&str] =
+        if args.contains(&"-noservername") { &[] } else { &["-servername", "a.test"] };
     let out = Command::new("openssl")
-        .args(["s_client", "-connect", &addr.to_string(), "-servername", "a.test"])
+        .args(["s_client", "-connect", &addr.to_string()])
+        .args(sni)
         .args(args)
         .stdin(Stdio::null())
         .output()
