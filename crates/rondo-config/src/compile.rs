@@ -18,14 +18,14 @@ use rondo_core::{
 use crate::Config;
 use crate::path::FieldPath;
 use crate::raw::{
-    RawAdmin, RawAgentReceiver, RawCluster, RawConfig, RawHash, RawHealth, RawListener, RawMatch,
-    RawListenerTls, RawMember, RawNaming, RawRoute,
+    RawAdmin, RawAgentReceiver, RawCluster, RawConfig, RawHash, RawHealth, RawListener,
+    RawListenerTls, RawMatch, RawMember, RawNaming, RawRoute,
 };
-use crate::tls::{self, CertKeyPaths, ClientAuth, ListenerTls};
 use crate::spec::{
     AdminSpec, AdminToken, AgentKey, AgentSpec, DnsSpec, ErrorDetail, Http2Limits,
     ListenerProtocol, ListenerSpec, NamingSpec, RegistrySpec, RouterSpec,
 };
+use crate::tls::{self, CertKeyPaths, ClientAuth, ListenerTls};
 
 /// Default idle timeout of a route's client connections (`idle_timeout_ms`).
 pub const DEFAULT_ROUTE_IDLE_TIMEOUT: Duration = Duration::from_secs(60);

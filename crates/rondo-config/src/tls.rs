@@ -181,7 +181,9 @@ pub fn load_roots(path: &Path, what: &str) -> Result<RootCertStore, String> {
     let certs = read_certs(path, what)?;
     let mut roots = RootCertStore::empty();
     for c in certs {
-        roots.add(c).map_err(|e| format!("{what} file {}: unusable CA certificate: {e}", path.display()))?;
+        roots
+            .add(c)
+            .map_err(|e| format!("{what} file {}: unusable CA certificate: {e}", path.display()))?;
     }
     Ok(roots)
 }
@@ -191,9 +193,9 @@ pub fn load_roots(path: &Path, what: &str) -> Result<RootCertStore, String> {
 pub fn name_matches(name: &str, host: &str) -> bool {
     let host = host.trim_end_matches('.');
     match name.strip_prefix("*.") {
-        Some(suffix) => host.split_once('.').is_some_and(|(first, rest)| {
-            !first.is_empty() && rest.eq_ignore_ascii_case(suffix)
-        }),
+        Some(suffix) => host
+            .split_once('.')
+            .is_some_and(|(first, rest)| !first.is_empty() && rest.eq_ignore_ascii_case(suffix)),
         None => name.eq_ignore_ascii_case(host),
     }
 }

@@ -167,9 +167,9 @@ fn tls_names(config: &Config, out: &mut Vec<Problem>) {
                 continue;
             }
             // A `*.x` route host is served by a `*.x` certificate name.
-            let covered = names.iter().any(|n| {
-                crate::tls::name_matches(n, host) || n.eq_ignore_ascii_case(host)
-            });
+            let covered = names
+                .iter()
+                .any(|n| crate::tls::name_matches(n, host) || n.eq_ignore_ascii_case(host));
             if !covered {
                 out.push(Problem {
                     path: root.key("route").index(i).key("match").key("host"),

@@ -188,7 +188,11 @@ async fn accept_http(
                 Some(t) => match t.accept(stream).await {
                     Ok((s, cert)) => (
                         ClientIo::from(s),
-                        ConnState::with_tls(header_timeout, client_ip, Some(cert.unwrap_or_default())),
+                        ConnState::with_tls(
+                            header_timeout,
+                            client_ip,
+                            Some(cert.unwrap_or_default()),
+                        ),
                     ),
                     Err(e) => {
                         tracing::debug!(listener = %ctx.listener.name, %peer, "{e}");

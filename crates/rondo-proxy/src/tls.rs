@@ -48,10 +48,9 @@ struct SniResolver {
 impl SniResolver {
     fn pick(&self, sni: Option<&str>) -> Option<Arc<CertifiedKey>> {
         if let Some(host) = sni {
-            let exact = self
-                .certs
-                .iter()
-                .find(|(names, _)| names.iter().any(|n| !n.starts_with("*.") && ctls::name_matches(n, host)));
+            let exact = self.certs.iter().find(|(names, _)| {
+                names.iter().any(|n| !n.starts_with("*.") && ctls::name_matches(n, host))
+            });
             let wild = || {
                 self.certs
                     .iter()
@@ -149,8 +148,12 @@ pub fn client_cert(der: &[u8]) -> ClientCert {
                 GeneralName::URI(u) => sans.push(format!("URI:{u}")),
                 GeneralName::IPAddress(b) => {
                     let ip = match b.len() {
-                        4 => <[u8; 4]>::try_from(*b).ok().map(|a| std::net::IpAddr::from(a).to_string()),
-                        16 => <[u8; 16]>::try_from(*b).ok().map(|a| std::net::IpAddr::from(a).to_string()),
+                        4 => <[u8; 4]>::try_from(*b)
+                            .ok()
+                            .map(|a| std::net::IpAddr::from(a).to_string()),
+                        16 => <[u8; 16]>::try_from(*b)
+                            .ok()
+                            .map(|a| std::net::IpAddr::from(a).to_string()),
                         _ => None,
                     };
                     if let Some(ip) = ip {
@@ -174,8 +177,8 @@ impl Terminator {
         alpn: bool,
         handshake_timeout: Duration,
     ) -> Result<Arc<Self>, String> {
-        let config = server_config(spec, alpn)
-            .map_err(|e| format!("listener {listener}: tls: {e}"))?;
+        let config =
+            server_config(spec, alpn).map_err(|e| format!("listener {listener}: tls: {e}"))?;
         Ok(Arc::new(Terminator {
             listener: listener.to_owned(),
             spec: spec.clone(),
@@ -217,7 +220,8 @@ impl Terminator {
             Ok(Err(e)) => return Err(format!("tls handshake failed: {e}")),
             Err(_) => return Err("tls handshake timed out".to_owned()),
         };
-        let cert = tls.get_ref().1.peer_certificates().and_then(|c| c.first()).map(|c| client_cert(c));
+        let cert =
+            tls.get_ref().1.peer_certificates().and_then(|c| c.first()).map(|c| client_cert(c));
         Ok((tls, cert))
     }
 

@@ -105,7 +105,8 @@ pub fn write(dir: &Path, what: &DevCa) -> anyhow::Result<Vec<PathBuf>> {
     let issuer = Issuer::new(ca, ca_key);
 
     let mut written = planned[..2].to_vec();
-    let leaves = what.names.iter().map(|n| (n, false)).chain(what.clients.iter().map(|c| (c, true)));
+    let leaves =
+        what.names.iter().map(|n| (n, false)).chain(what.clients.iter().map(|c| (c, true)));
     for (i, (name, client)) in leaves.enumerate() {
         let key = KeyPair::generate().context("cannot generate a key")?;
         let mut p = if client {

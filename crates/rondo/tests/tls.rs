@@ -52,8 +52,8 @@ fn ca(name: &str) -> Ca {
 /// with common name `cn`; a client certificate when `client`; expired in 2001 when `expired`.
 fn leaf(ca: &Ca, cn: &str, names: &[&str], client: bool, expired: bool) -> (String, String) {
     let key = KeyPair::generate().unwrap();
-    let mut p = CertificateParams::new(names.iter().map(|s| s.to_string()).collect::<Vec<_>>())
-        .unwrap();
+    let mut p =
+        CertificateParams::new(names.iter().map(|s| s.to_string()).collect::<Vec<_>>()).unwrap();
     p.distinguished_name = DistinguishedName::new();
     p.distinguished_name.push(DnType::CommonName, cn);
     p.extended_key_usages = vec![if client {
@@ -340,16 +340,27 @@ fn curl_gets_the_certificate_of_its_name_and_h2_by_alpn() {
         assert!(ok, "{host}: {err}");
         assert_eq!(out, "m1\n 2", "{host}: HTTP/2 by ALPN");
         let (ok, out, err) = curl(&[
-            "--http1.1", "--cacert", &ca, "--resolve", &resolve, "-w", " %{http_version}", &url,
+            "--http1.1",
+            "--cacert",
+            &ca,
+            "--resolve",
+            &resolve,
+            "-w",
+            " %{http_version}",
+            &url,
         ]);
         assert!(ok, "{host}: {err}");
         assert_eq!(out, "m1\n 1.1");
     }
     // A name no certificate has: the default (a.test) certificate, which curl refuses.
     let resolve = format!("c.test:{port}:127.0.0.1");
-    let (ok, _, err) = curl(&["--cacert", &ca, "--resolve", &resolve, &format!("https://c.test:{port}/")]);
+    let (ok, _, err) =
+        curl(&["--cacert", &ca, "--resolve", &resolve, &format!("https://c.test:{port}/")]);
     assert!(!ok);
-    assert!(err.contains("a.test") || err.contains("no alternative certificate subject name matches"), "{err}");
+    assert!(
+        err.contains("a.test") || err.contains("no alternative certificate subject name matches"),
+        "{err}"
+    );
     // No SNI at all (an IP address): the default certificate.
     let out = s_client(addr, &["-noservername", "-CAfile", &ca]);
     assert!(out.contains("CN=a.test") || out.contains("CN = a.test"), "{out}");
@@ -397,7 +408,8 @@ fn client_certificates_reach_members_and_forged_headers_do_not() {
         let anon = client_config(&[&s.ca.pem], None);
         let with = client_config(&[&s.ca.pem], Some((&alice.0, &alice.1)));
 
-        let (status, headers) = get_once(opt, "a.test", anon.clone(), "/headers", &forged).await.unwrap();
+        let (status, headers) =
+            get_once(opt, "a.test", anon.clone(), "/headers", &forged).await.unwrap();
         assert_eq!(status, 200);
         assert_eq!(header_line(&headers, "x-client-cert-subject"), None, "{headers}");
         assert_eq!(header_line(&headers, "x-client-cert-san"), None, "{headers}");
@@ -407,7 +419,11 @@ fn client_certificates_reach_members_and_forged_headers_do_not() {
             let (status, headers) =
                 get_once(addr, "a.test", with.clone(), "/headers", &forged).await.unwrap();
             assert_eq!(status, 200);
-            assert_eq!(header_line(&headers, "x-client-cert-subject"), Some("CN=alice"), "{headers}");
+            assert_eq!(
+                header_line(&headers, "x-client-cert-subject"),
+                Some("CN=alice"),
+                "{headers}"
+            );
             assert_eq!(
                 header_line(&headers, "x-client-cert-san"),
                 Some("DNS:alice.clients.test"),
@@ -432,8 +448,15 @@ fn client_certificates_reach_members_and_forged_headers_do_not() {
     let resolve = format!("a.test:{port}:127.0.0.1");
     let url = format!("https://a.test:{port}/headers");
     let (ok, out, err) = curl(&[
-        "--cacert", &s.path("ca.pem"), "--resolve", &resolve, "--cert", &s.path("alice.pem"),
-        "--key", &s.path("alice.key"), &url,
+        "--cacert",
+        &s.path("ca.pem"),
+        "--resolve",
+        &resolve,
+        "--cert",
+        &s.path("alice.pem"),
+        "--key",
+        &s.path("alice.key"),
+        &url,
     ]);
     assert!(ok, "{err}");
     assert_eq!(header_line(&out, "x-client-cert-subject"), Some("CN=alice"), "{out}");
@@ -490,11 +513,8 @@ fn certificate_rotation_under_load_loses_no_request() {
     let mut serve = Serve::start(&s.config(member, 10_000));
     let addr = serve.addr("opt");
     let next = ca("rondo next CA");
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt =
+        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     rt.block_on(async {
         let both = client_config(&[&s.ca.pem, &next.pem], None);
         let only_next = client_config(&[&next.pem], None);
@@ -598,12 +618,27 @@ fn check_finds_every_tls_file_problem_at_its_field() {
     write(d, "ca.pem", &root.pem);
 
     let cases: [(&str, &str, &str, &str); 6] = [
-        (r#"{ cert = "missing.pem", key = "a.key" }"#, "", "\"missing.pem\"", "cannot read certificate file"),
+        (
+            r#"{ cert = "missing.pem", key = "a.key" }"#,
+            "",
+            "\"missing.pem\"",
+            "cannot read certificate file",
+        ),
         (r#"{ cert = "junk.pem", key = "a.key" }"#, "", "\"junk.pem\"", "holds no PEM certificate"),
         (r#"{ cert = "a.pem", key = "junk.pem" }"#, "", "\"junk.pem\"", "holds no PEM private key"),
-        (r#"{ cert = "a.pem", key = "other.key" }"#, "", "\"other.key\"", "does not match the certificate"),
+        (
+            r#"{ cert = "a.pem", key = "other.key" }"#,
+            "",
+            "\"other.key\"",
+            "does not match the certificate",
+        ),
         (r#"{ cert = "old.pem", key = "old.key" }"#, "", "\"old.pem\"", "expired on"),
-        (r#"{ cert = "a.pem", key = "a.key" }"#, r#", client_auth = "required""#, "\"required\"", "needs `client_ca`"),
+        (
+            r#"{ cert = "a.pem", key = "a.key" }"#,
+            r#", client_auth = "required""#,
+            "\"required\"",
+            "needs `client_ca`",
+        ),
     ];
     for (certs, extra, at, want) in cases {
         let text = tls_config(certs, extra, None);
@@ -622,7 +657,8 @@ fn check_finds_every_tls_file_problem_at_its_field() {
     }
     // Valid; a route for a name no certificate has is a warning at its host.
     let ok = r#"{ cert = "a.pem", key = "a.key" }"#;
-    let text = tls_config(ok, r#", client_ca = "ca.pem", client_auth = "optional""#, Some("a.test"));
+    let text =
+        tls_config(ok, r#", client_ca = "ca.pem", client_auth = "optional""#, Some("a.test"));
     let config = rondo_config::parse_str(&text, &d.join("rondo.toml"), 1).unwrap();
     assert!(config.warnings.is_empty(), "{:?}", config.warnings);
     let text = tls_config(ok, "", Some("www.test"));
@@ -676,13 +712,19 @@ fn dev_ca_certificates_serve_a_tls_listener() {
          [cluster.c]\nmembers = [{{ name = \"m1\", address = \"{member}\" }}]\n"
     );
     let path = write(&dir.0, "rondo.toml", &config);
-    let check = Command::new(BIN).args(["check", "--strict", path.to_str().unwrap()]).output().unwrap();
+    let check =
+        Command::new(BIN).args(["check", "--strict", path.to_str().unwrap()]).output().unwrap();
     assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stderr));
     let mut serve = Serve::start(&path);
     let port = serve.addr("web").port();
     let c = |f: &str| certs.join(f).to_str().unwrap().to_owned();
     let (ok, out, err) = curl(&[
-        "--cacert", &c("ca.pem"), "--cert", &c("client-bob.pem"), "--key", &c("client-bob.key"),
+        "--cacert",
+        &c("ca.pem"),
+        "--cert",
+        &c("client-bob.pem"),
+        "--key",
+        &c("client-bob.key"),
         &format!("https://localhost:{port}/headers"),
     ]);
     assert!(ok, "{err}");
