@@ -180,6 +180,17 @@ pub(crate) struct RawCluster {
     pub agent: Option<RawAgent>,
     pub ewma: Option<RawEwma>,
     pub session: Option<RawSession>,
+    pub upstream_tls: Option<RawUpstreamTls>,
+}
+
+/// A cluster's `upstream_tls`: TLS (and mTLS) to its members.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawUpstreamTls {
+    pub ca: String,
+    pub server_name: Option<String>,
+    pub cert: Option<String>,
+    pub key: Option<String>,
 }
 
 /// One of a cluster's `members`.

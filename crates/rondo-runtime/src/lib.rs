@@ -13,6 +13,7 @@ pub mod metrics;
 pub mod probe;
 pub mod reload;
 pub mod secret;
+pub mod upstream_tls;
 
 pub use live::{ClusterRt, Live, Placed, Refused, Snapshot};
 pub use reload::Reloader;
