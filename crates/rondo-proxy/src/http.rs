@@ -339,7 +339,7 @@ async fn forward(
             outcome: kind,
         });
         let failure = TryFailure {
-            reached: !matches!(kind, Kind::Connect | Kind::Resolve),
+            reached: !matches!(kind, Kind::Connect | Kind::Resolve | Kind::Tls(_)),
             member_failed: kind.is_retryable(),
             replayable: req.replayable(),
         };
@@ -352,13 +352,16 @@ async fn forward(
 
 /// The error of a request that ran out of tries: the most telling failure among its attempts.
 fn gave_up(route: &Route, attempts: Vec<Attempt>, stop: Stop) -> Failure {
+    let tls = attempts.iter().find(|a| matches!(a.outcome, Kind::Tls(_))).map(|a| a.outcome);
     let kind = [Kind::Timeout, Kind::Reset, Kind::BadStatus, Kind::Connect, Kind::Resolve]
         .into_iter()
         .find(|k| attempts.iter().any(|a| a.outcome == *k))
+        .or(tls)
         .unwrap_or(Kind::NoEligible);
     let mut detail = match kind {
         Kind::Timeout => "member too slow: no response in time".to_owned(),
         Kind::NoEligible => "no eligible member to serve the request".to_owned(),
+        Kind::Tls(_) => "bad gateway: tls to the member failed".to_owned(),
         _ => "bad gateway: no member answered".to_owned(),
     };
     if stop == Stop::Budget {
@@ -398,8 +401,14 @@ async fn attempt(
     // for the cluster's lock are not the member's), and the try ends by the request's deadline.
     let started = Instant::now();
     let per_try = failover.try_timeout(clock::from_std(started));
-    let client = ctx.clients.for_protocol(rt.spec.upstream_protocol);
     let failed = |kind: FailureKind| Outcome::Failure { kind, latency: started.elapsed() };
+    let client = match ctx.clients.for_cluster(rt) {
+        Ok(c) => c,
+        Err(why) => {
+            begun.end(failed(FailureKind::Connect));
+            return Err(Kind::Tls(why));
+        }
+    };
     match tokio::time::timeout(per_try, client.request(request)).await {
         Ok(Ok(resp)) if resp.status().as_u16() > 599 => {
             // hyper reads any three digits; RFC 9110 section 15 knows 100-599 only. A member
@@ -424,7 +433,11 @@ async fn attempt(
         }
         Ok(Err(e)) if e.is_connect() => {
             begun.end(failed(FailureKind::Connect));
-            Err(if is_dns_failure(&e) { Kind::Resolve } else { Kind::Connect })
+            Err(match crate::upstream::tls_failure(&e) {
+                Some(why) => Kind::Tls(why),
+                None if is_dns_failure(&e) => Kind::Resolve,
+                None => Kind::Connect,
+            })
         }
         Ok(Err(_)) => {
             begun.end(failed(FailureKind::Reset));

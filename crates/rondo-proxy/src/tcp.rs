@@ -12,6 +12,10 @@ use rondo_core::{Failover, FailureKind, Outcome, TryFailure};
 use rondo_runtime::{Live, Refused, clock};
 use tokio::net::TcpStream;
 
+/// A member's end of a session: plain TCP, or TLS (`upstream_tls`).
+trait Upstream: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Upstream for T {}
+
 /// Connect timeout when the cluster sets no per-try timeout.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -58,8 +62,37 @@ where
             .min(rt.spec.policy.retry.per_try_timeout.unwrap_or(CONNECT_TIMEOUT));
         let (kind, failure) =
             match tokio::time::timeout(timeout, TcpStream::connect(&m.address)).await {
-                Ok(Ok(mut upstream)) => {
+                Ok(Ok(upstream)) => {
                     let _ = upstream.set_nodelay(true);
+                    let mut upstream: Box<dyn Upstream> = match &rt.tls {
+                        None => Box::new(upstream),
+                        Some(Err(_)) => {
+                            tracing::warn!(%listener, cluster = %cluster, member = %m.name, "upstream_tls files could not be loaded");
+                            rt.end_request(member, Outcome::Failure { kind: FailureKind::Connect, latency: started.elapsed() });
+                            if failover.failed(TryFailure::NOTHING_SENT, clock::now()).is_err() {
+                                break;
+                            }
+                            continue;
+                        }
+                        Some(Ok(tls)) => {
+                            let host = rondo_runtime::upstream_tls::host_of(&m.address);
+                            match tokio::time::timeout(timeout, tls.connect(upstream, host)).await {
+                                Ok(Ok(s)) => Box::new(s),
+                                failed => {
+                                    let why = match failed {
+                                        Ok(Err(e)) => e.to_string(),
+                                        _ => "tls handshake timed out".to_owned(),
+                                    };
+                                    tracing::warn!(%listener, cluster = %cluster, member = %m.name, "tls to the member failed: {why}");
+                                    rt.end_request(member, Outcome::Failure { kind: FailureKind::Connect, latency: started.elapsed() });
+                                    if failover.failed(TryFailure::NOTHING_SENT, clock::now()).is_err() {
+                                        break;
+                                    }
+                                    continue;
+                                }
+                            }
+                        }
+                    };
                     rt.end_request(member, Outcome::Success { latency: started.elapsed() });
                     rt.open_session(member);
                     let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
