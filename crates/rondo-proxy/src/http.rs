@@ -439,9 +439,11 @@ async fn attempt(
                 None => Kind::Connect,
             })
         }
-        Ok(Err(_)) => {
+        Ok(Err(e)) => {
             begun.end(failed(FailureKind::Reset));
-            Err(Kind::Reset)
+            // A TLS 1.3 member refuses the router's certificate (or its lack of one) only
+            // after the handshake: the refusal arrives as the request's error.
+            Err(crate::upstream::tls_failure(&e).map_or(Kind::Reset, Kind::Tls))
         }
         Err(_elapsed) if req.slot.as_ref().is_some_and(BodySlot::stalled_by_client) => {
             // The try waited on the client's body, not on the member: 408, and the member is

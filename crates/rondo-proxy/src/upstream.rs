@@ -113,16 +113,10 @@ impl Clients {
     }
 }
 
-/// Why a try failed in TLS, when it did: the connector's error in `e`'s chain.
+/// Why a try failed in TLS, when it did: the connector's error, or a rustls alert, in `e`'s
+/// chain.
 pub fn tls_failure(e: &(dyn std::error::Error + 'static)) -> Option<TlsFailure> {
-    let mut cur = Some(e);
-    while let Some(err) = cur {
-        if let Some(t) = err.downcast_ref::<rondo_runtime::upstream_tls::TlsError>() {
-            return Some(t.why);
-        }
-        cur = err.source();
-    }
-    None
+    rondo_runtime::upstream_tls::failure_in(e)
 }
 
 /// hyper-util's connector for TLS members: TCP through the plain connector, then the handshake

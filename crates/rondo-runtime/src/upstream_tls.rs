@@ -43,9 +43,37 @@ impl std::error::Error for TlsError {}
 
 /// Classifies a handshake error from tokio-rustls (an `io::Error` wrapping a `rustls::Error`).
 pub fn classify(e: &std::io::Error) -> TlsFailure {
-    let Some(tls) = e.get_ref().and_then(|inner| inner.downcast_ref::<rustls::Error>()) else {
-        return TlsFailure::Handshake;
-    };
+    e.get_ref()
+        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+        .map_or(TlsFailure::Handshake, classify_rustls)
+}
+
+/// Why TLS failed, when an error in `e`'s chain is rustls's (with TLS 1.3 a member refuses the
+/// router's certificate, or its lack of one, after the router's side of the handshake is done:
+/// the alert comes with the first read, as a request's error).
+pub fn failure_in(e: &(dyn std::error::Error + 'static)) -> Option<TlsFailure> {
+    let mut cur = Some(e);
+    while let Some(err) = cur {
+        if let Some(t) = err.downcast_ref::<TlsError>() {
+            return Some(t.why);
+        }
+        if let Some(t) = err.downcast_ref::<rustls::Error>() {
+            return Some(classify_rustls(t));
+        }
+        if let Some(t) = err
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref())
+            .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+        {
+            return Some(classify_rustls(t));
+        }
+        cur = err.source();
+    }
+    None
+}
+
+/// Why TLS failed, from rustls's error.
+pub fn classify_rustls(tls: &rustls::Error) -> TlsFailure {
     match tls {
         rustls::Error::InvalidCertificate(c) => match c {
             CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. } => {
