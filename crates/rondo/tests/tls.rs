@@ -730,3 +730,163 @@ fn dev_ca_certificates_serve_a_tls_listener() {
     assert!(ok, "{err}");
     assert_eq!(header_line(&out, "x-client-cert-subject"), Some("CN=bob"), "{out}");
 }
+
+// ---------------------------------------------------------------------------------------------
+// TLS to members (`upstream_tls`).
+// ---------------------------------------------------------------------------------------------
+
+/// A member speaking TLS (HTTP/1.1 and h2 by ALPN) with `cert`/`key`; with `client_ca` it
+/// requires a client certificate signed by it. Answers `NAME client=yes|no version=V`. Runs on
+/// `rt` until the runtime is dropped.
+fn tls_member(
+    rt: &tokio::runtime::Runtime,
+    name: &'static str,
+    (cert, key): (&str, &str),
+    client_ca: Option<&str>,
+) -> SocketAddr {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let b = rustls::ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .unwrap();
+    let b = match client_ca {
+        None => b.with_no_client_auth(),
+        Some(ca) => {
+            let mut roots = rustls::RootCertStore::empty();
+            roots.add(CertificateDer::from_pem_slice(ca.as_bytes()).unwrap()).unwrap();
+            let v = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                Arc::new(roots),
+                provider,
+            )
+            .build()
+            .unwrap();
+            b.with_client_cert_verifier(v)
+        }
+    };
+    let mut config = b
+        .with_single_cert(
+            CertificateDer::pem_slice_iter(cert.as_bytes()).map(Result::unwrap).collect(),
+            PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap(),
+        )
+        .unwrap();
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
+    let addr = listener.local_addr().unwrap();
+    rt.spawn(async move {
+        loop {
+            let Ok((tcp, _)) = listener.accept().await else { return };
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(tls) = acceptor.accept(tcp).await else { return };
+                let client = if tls.get_ref().1.peer_certificates().is_some() { "yes" } else { "no" };
+                let service = hyper::service::service_fn(move |req: http::Request<_>| async move {
+                    let body = format!("{name} client={client} version={:?}\n", req.version());
+                    Ok::<_, std::convert::Infallible>(http::Response::new(
+                        http_body_util::Full::new(Bytes::from(body)),
+                    ))
+                });
+                let _ = hyper_util::server::conn::auto::Builder::new(
+                    hyper_util::rt::TokioExecutor::new(),
+                )
+                .serve_connection(TokioIo::new(tls), service)
+                .await;
+            });
+        }
+    });
+    addr
+}
+
+// Members reached over TLS, verified against the cluster's CA for its server_name (or the
+// member's address), with the router's certificate for members that require one; HTTP/1.1,
+// HTTP/2 by ALPN and TCP sessions; an expired, a wrong-name and an untrusted member
+// certificate, and a member refusing a router without a certificate, each give a 502 saying
+// why; health checks verify the same way.
+#[test]
+fn members_are_reached_over_mtls_and_bad_certificates_get_a_502_that_says_why() {
+    let dir = TempDir::new("tls");
+    let d = &dir.0;
+    let members_ca = ca("members CA");
+    let routers_ca = ca("routers CA");
+    let rogue_ca = ca("rogue CA");
+    write(d, "members-ca.pem", &members_ca.pem);
+    let (rc, rk) = leaf(&routers_ca, "router", &["router.internal"], true, false);
+    write(d, "router.pem", &rc);
+    write(d, "router.key", &rk);
+
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let good = leaf(&members_ca, "api.internal", &["api.internal", "127.0.0.1"], false, false);
+    let wrong = leaf(&members_ca, "other", &["other.internal"], false, false);
+    let expired = leaf(&members_ca, "api.internal", &["api.internal"], false, true);
+    let rogue = leaf(&rogue_ca, "api.internal", &["api.internal"], false, false);
+    let m_good = tls_member(&rt, "good", (&good.0, &good.1), Some(&routers_ca.pem));
+    let m_wrong = tls_member(&rt, "wrong", (&wrong.0, &wrong.1), None);
+    let m_expired = tls_member(&rt, "expired", (&expired.0, &expired.1), None);
+    let m_rogue = tls_member(&rt, "rogue", (&rogue.0, &rogue.1), None);
+
+    let mtls = r#"upstream_tls = { ca = "members-ca.pem", server_name = "api.internal", cert = "router.pem", key = "router.key" }"#;
+    let ca_only = r#"upstream_tls = { ca = "members-ca.pem", server_name = "api.internal" }"#;
+    let mut config = String::from(
+        "[[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:0\"\n\n\
+         [[listener]]\nname = \"tcp\"\nlisten = \"127.0.0.1:0\"\nprotocol = \"tcp\"\n\n\
+         [[route]]\nlistener = \"tcp\"\ncluster = \"tcp\"\n\n",
+    );
+    let clusters: [(&str, SocketAddr, &str, &str); 7] = [
+        ("good", m_good, mtls, ""),
+        ("h2", m_good, mtls, "upstream_protocol = \"http2\"\n"),
+        ("byaddress", m_good, r#"upstream_tls = { ca = "members-ca.pem", cert = "router.pem", key = "router.key" }"#, ""),
+        ("nocert", m_good, ca_only, ""),
+        ("wrong", m_wrong, ca_only, ""),
+        ("expired", m_expired, ca_only, ""),
+        ("rogue", m_rogue, ca_only, ""),
+    ];
+    for (name, addr, tls, extra) in clusters {
+        config.push_str(&format!(
+            "[[route]]\nlistener = \"web\"\nmatch = {{ path_prefix = \"/{name}\" }}\ncluster = \"{name}\"\n\n\
+             [cluster.{name}]\n{extra}{tls}\nmembers = [{{ name = \"{name}-1\", address = \"{addr}\" }}]\n\n"
+        ));
+    }
+    config.push_str(&format!(
+        "[cluster.tcp]\nupstream_protocol = \"tcp\"\n{mtls}\nmembers = [{{ name = \"t1\", address = \"{m_good}\" }}]\n\n\
+         [cluster.checked]\n{ca_only}\nmembers = [{{ name = \"checked-1\", address = \"{m_wrong}\" }}]\n\
+         health = {{ kind = \"http\", path = \"/\", interval_ms = 100, fall = 1 }}\n\n\
+         [[route]]\nlistener = \"web\"\nmatch = {{ path_prefix = \"/checked\" }}\ncluster = \"checked\"\n"
+    ));
+    let path = write(d, "rondo.toml", &config);
+    let check = Command::new(BIN).args(["check", path.to_str().unwrap()]).output().unwrap();
+    assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stderr));
+    let mut serve = Serve::start(&path);
+    let web = serve.addr("web");
+    let tcp = serve.addr("tcp");
+
+    let get = |p: &str| {
+        let (ok, out, err) = curl(&["-w", "\n%{http_code}", &format!("http://{web}{p}")]);
+        assert!(ok, "{p}: {err}");
+        let (body, code) = out.rsplit_once('\n').unwrap();
+        (code.to_owned(), body.to_owned())
+    };
+    assert_eq!(get("/good"), ("200".into(), "good client=yes version=HTTP/1.1\n".into()));
+    assert_eq!(get("/h2"), ("200".into(), "good client=yes version=HTTP/2.0\n".into()));
+    assert_eq!(get("/byaddress"), ("200".into(), "good client=yes version=HTTP/1.1\n".into()));
+    for (p, why) in [
+        ("/wrong", "wrong-1: tls: certificate not valid for the server name"),
+        ("/expired", "expired-1: tls: certificate expired"),
+        ("/rogue", "rogue-1: tls: certificate not signed by the cluster's ca"),
+        ("/nocert", "nocert-1: tls: the member refused the router's handshake"),
+    ] {
+        let (code, body) = get(p);
+        assert_eq!(code, "502", "{p}: {body}");
+        assert!(body.contains("bad gateway") && body.contains(why), "{p}: {body}");
+    }
+
+    // A TCP session over TLS to the member.
+    let (ok, out, err) = curl(&[&format!("http://{tcp}/")]);
+    assert!(ok, "{err}");
+    assert_eq!(out, "good client=yes version=HTTP/1.1\n");
+
+    // Health checks verify the same way: the wrong-name member goes down, saying why.
+    serve.stderr_with(&["member down (health check: tls: certificate not valid for the server name)"]);
+}
