@@ -12,8 +12,8 @@ use std::time::Duration;
 use rondo_core::{
     AdminState, AgentPolicy, Algorithm, ClusterSpec, EwmaPolicy, Granularity, HashKeySource,
     HashPolicy, HashTable, HealthCheck, HealthCheckKind, Locality, MemberSpec, OutlierDetection,
-    Policy, RetryPolicy, Route, RouteMatch, SlowStart, StickySession, UpstreamProtocol, UpstreamTls,
-    View,
+    Policy, RetryPolicy, Route, RouteMatch, SlowStart, StickySession, UpstreamProtocol,
+    UpstreamTls, View,
 };
 
 use crate::Config;
@@ -1111,7 +1111,11 @@ fn compile_cluster(
 }
 
 /// A cluster's `upstream_tls`, every file loaded and checked like a listener's.
-fn compile_upstream_tls(c: &mut Compiler<'_>, cluster: &FieldPath, t: &RawUpstreamTls) -> UpstreamTls {
+fn compile_upstream_tls(
+    c: &mut Compiler<'_>,
+    cluster: &FieldPath,
+    t: &RawUpstreamTls,
+) -> UpstreamTls {
     let path = cluster.key("upstream_tls");
     let ca = c.file_path(path.key("ca"), &t.ca).unwrap_or_default();
     if !t.ca.is_empty()

@@ -149,12 +149,18 @@ impl Kind {
     fn describe(self) -> &'static str {
         match self {
             Kind::Tls(t) => match t {
-                rondo_core::TlsFailure::NotValidForName => "tls: certificate not valid for the server name",
+                rondo_core::TlsFailure::NotValidForName => {
+                    "tls: certificate not valid for the server name"
+                }
                 rondo_core::TlsFailure::Expired => "tls: certificate expired",
-                rondo_core::TlsFailure::UnknownIssuer => "tls: certificate not signed by the cluster's ca",
+                rondo_core::TlsFailure::UnknownIssuer => {
+                    "tls: certificate not signed by the cluster's ca"
+                }
                 rondo_core::TlsFailure::Refused => "tls: the member refused the router's handshake",
                 rondo_core::TlsFailure::Handshake => "tls: handshake failed",
-                rondo_core::TlsFailure::Config => "tls: the cluster's upstream_tls files could not be loaded",
+                rondo_core::TlsFailure::Config => {
+                    "tls: the cluster's upstream_tls files could not be loaded"
+                }
             },
             Kind::NoRoute => "no route",
             Kind::NoEligible => "no eligible member",

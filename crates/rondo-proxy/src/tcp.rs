@@ -60,49 +60,63 @@ where
         let timeout = failover
             .try_timeout(clock::from_std(started))
             .min(rt.spec.policy.retry.per_try_timeout.unwrap_or(CONNECT_TIMEOUT));
-        let (kind, failure) =
-            match tokio::time::timeout(timeout, TcpStream::connect(&m.address)).await {
-                Ok(Ok(upstream)) => {
-                    let _ = upstream.set_nodelay(true);
-                    let mut upstream: Box<dyn Upstream> = match &rt.tls {
-                        None => Box::new(upstream),
-                        Some(Err(_)) => {
-                            tracing::warn!(%listener, cluster = %cluster, member = %m.name, "upstream_tls files could not be loaded");
-                            rt.end_request(member, Outcome::Failure { kind: FailureKind::Connect, latency: started.elapsed() });
-                            if failover.failed(TryFailure::NOTHING_SENT, clock::now()).is_err() {
-                                break;
-                            }
-                            continue;
+        let (kind, failure) = match tokio::time::timeout(timeout, TcpStream::connect(&m.address))
+            .await
+        {
+            Ok(Ok(upstream)) => {
+                let _ = upstream.set_nodelay(true);
+                let mut upstream: Box<dyn Upstream> = match &rt.tls {
+                    None => Box::new(upstream),
+                    Some(Err(_)) => {
+                        tracing::warn!(%listener, cluster = %cluster, member = %m.name, "upstream_tls files could not be loaded");
+                        rt.end_request(
+                            member,
+                            Outcome::Failure {
+                                kind: FailureKind::Connect,
+                                latency: started.elapsed(),
+                            },
+                        );
+                        if failover.failed(TryFailure::NOTHING_SENT, clock::now()).is_err() {
+                            break;
                         }
-                        Some(Ok(tls)) => {
-                            let host = rondo_runtime::upstream_tls::host_of(&m.address);
-                            match tokio::time::timeout(timeout, tls.connect(upstream, host)).await {
-                                Ok(Ok(s)) => Box::new(s),
-                                failed => {
-                                    let why = match failed {
-                                        Ok(Err(e)) => e.to_string(),
-                                        _ => "tls handshake timed out".to_owned(),
-                                    };
-                                    tracing::warn!(%listener, cluster = %cluster, member = %m.name, "tls to the member failed: {why}");
-                                    rt.end_request(member, Outcome::Failure { kind: FailureKind::Connect, latency: started.elapsed() });
-                                    if failover.failed(TryFailure::NOTHING_SENT, clock::now()).is_err() {
-                                        break;
-                                    }
-                                    continue;
+                        continue;
+                    }
+                    Some(Ok(tls)) => {
+                        let host = rondo_runtime::upstream_tls::host_of(&m.address);
+                        match tokio::time::timeout(timeout, tls.connect(upstream, host)).await {
+                            Ok(Ok(s)) => Box::new(s),
+                            failed => {
+                                let why = match failed {
+                                    Ok(Err(e)) => e.to_string(),
+                                    _ => "tls handshake timed out".to_owned(),
+                                };
+                                tracing::warn!(%listener, cluster = %cluster, member = %m.name, "tls to the member failed: {why}");
+                                rt.end_request(
+                                    member,
+                                    Outcome::Failure {
+                                        kind: FailureKind::Connect,
+                                        latency: started.elapsed(),
+                                    },
+                                );
+                                if failover.failed(TryFailure::NOTHING_SENT, clock::now()).is_err()
+                                {
+                                    break;
                                 }
+                                continue;
                             }
                         }
-                    };
-                    rt.end_request(member, Outcome::Success { latency: started.elapsed() });
-                    rt.open_session(member);
-                    let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
-                    rt.close_session(member);
-                    return;
-                }
-                Ok(Err(_)) => (FailureKind::Connect, TryFailure::NOTHING_SENT),
-                // The member may be overloaded: moving on is a retry, paid from the budget.
-                Err(_) => (FailureKind::Timeout, TryFailure::after_sending(true)),
-            };
+                    }
+                };
+                rt.end_request(member, Outcome::Success { latency: started.elapsed() });
+                rt.open_session(member);
+                let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+                rt.close_session(member);
+                return;
+            }
+            Ok(Err(_)) => (FailureKind::Connect, TryFailure::NOTHING_SENT),
+            // The member may be overloaded: moving on is a retry, paid from the budget.
+            Err(_) => (FailureKind::Timeout, TryFailure::after_sending(true)),
+        };
         rt.end_request(member, Outcome::Failure { kind, latency: started.elapsed() });
         tracing::debug!(%listener, cluster = %cluster, member = %m.name, ?kind, "tcp connect failed");
         if failover.failed(failure, clock::now()).is_err() {

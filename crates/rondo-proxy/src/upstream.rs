@@ -38,8 +38,11 @@ pub struct Clients {
     h2: Pool,
     connector: HttpConnector,
     /// Per cluster with `upstream_tls`: the loaded settings its pool was made with, and the pool.
-    tls: Arc<Mutex<HashMap<String, (Arc<UpstreamTlsRt>, TlsPool)>>>,
+    tls: Arc<Mutex<TlsPools>>,
 }
+
+/// Per cluster name: the loaded `upstream_tls` a pool was made with, and the pool.
+type TlsPools = HashMap<String, (Arc<UpstreamTlsRt>, Arc<TlsPool>)>;
 
 /// Where a try is sent.
 #[derive(Debug)]
@@ -47,7 +50,7 @@ pub enum Sender<'a> {
     /// A plain pool.
     Plain(&'a Pool),
     /// A cluster's TLS pool.
-    Tls(TlsPool),
+    Tls(Arc<TlsPool>),
 }
 
 impl Sender<'_> {
@@ -107,7 +110,7 @@ impl Clients {
             return Ok(Sender::Tls(p.clone()));
         }
         let connector = TlsConnector { http: self.connector.clone(), tls: tls.clone() };
-        let p = pool(connector, rt.spec.upstream_protocol);
+        let p = Arc::new(pool(connector, rt.spec.upstream_protocol));
         pools.insert(rt.spec.name.clone(), (tls.clone(), p.clone()));
         Ok(Sender::Tls(p))
     }

@@ -98,21 +98,17 @@ impl UpstreamTlsRt {
     /// HTTP/1, nothing for TCP).
     pub fn load(spec: &UpstreamTls, alpn: &[&[u8]]) -> Result<UpstreamTlsRt, String> {
         let roots = ctls::load_roots(&spec.ca, "ca")?;
-        let builder = ClientConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
-        .map_err(|e| format!("tls versions: {e}"))?
-        .with_root_certificates(roots);
+        let builder =
+            ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+                .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+                .map_err(|e| format!("tls versions: {e}"))?
+                .with_root_certificates(roots);
         let mut config = match (&spec.cert, &spec.key) {
             (Some(cert), Some(key)) => {
                 let paths = ctls::CertKeyPaths { cert: cert.clone(), key: key.clone() };
                 let loaded = ctls::load_cert_key(&paths).map_err(|(_, e)| e)?;
                 builder
-                    .with_client_auth_cert(
-                        loaded.certified.cert.clone(),
-                        ctls::read_key(key)?,
-                    )
+                    .with_client_auth_cert(loaded.certified.cert.clone(), ctls::read_key(key)?)
                     .map_err(|e| format!("client certificate {}: {e}", cert.display()))?
             }
             _ => builder.with_no_client_auth(),

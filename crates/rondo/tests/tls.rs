@@ -778,7 +778,8 @@ fn tls_member(
             let acceptor = acceptor.clone();
             tokio::spawn(async move {
                 let Ok(tls) = acceptor.accept(tcp).await else { return };
-                let client = if tls.get_ref().1.peer_certificates().is_some() { "yes" } else { "no" };
+                let client =
+                    if tls.get_ref().1.peer_certificates().is_some() { "yes" } else { "no" };
                 let service = hyper::service::service_fn(move |req: http::Request<_>| async move {
                     let body = format!("{name} client={client} version={:?}\n", req.version());
                     Ok::<_, std::convert::Infallible>(http::Response::new(
@@ -813,11 +814,8 @@ fn members_are_reached_over_mtls_and_bad_certificates_get_a_502_that_says_why() 
     write(d, "router.pem", &rc);
     write(d, "router.key", &rk);
 
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt =
+        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let good = leaf(&members_ca, "api.internal", &["api.internal", "127.0.0.1"], false, false);
     let wrong = leaf(&members_ca, "other", &["other.internal"], false, false);
     let expired = leaf(&members_ca, "api.internal", &["api.internal"], false, true);
@@ -837,7 +835,12 @@ fn members_are_reached_over_mtls_and_bad_certificates_get_a_502_that_says_why() 
     let clusters: [(&str, SocketAddr, &str, &str); 7] = [
         ("good", m_good, mtls, ""),
         ("h2", m_good, mtls, "upstream_protocol = \"http2\"\n"),
-        ("byaddress", m_good, r#"upstream_tls = { ca = "members-ca.pem", cert = "router.pem", key = "router.key" }"#, ""),
+        (
+            "byaddress",
+            m_good,
+            r#"upstream_tls = { ca = "members-ca.pem", cert = "router.pem", key = "router.key" }"#,
+            "",
+        ),
         ("nocert", m_good, ca_only, ""),
         ("wrong", m_wrong, ca_only, ""),
         ("expired", m_expired, ca_only, ""),
@@ -888,5 +891,7 @@ fn members_are_reached_over_mtls_and_bad_certificates_get_a_502_that_says_why() 
     assert_eq!(out, "good client=yes version=HTTP/1.1\n");
 
     // Health checks verify the same way: the wrong-name member goes down, saying why.
-    serve.stderr_with(&["member down (health check: tls: certificate not valid for the server name)"]);
+    serve.stderr_with(&[
+        "member down (health check: tls: certificate not valid for the server name)",
+    ]);
 }
