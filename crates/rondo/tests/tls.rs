@@ -632,7 +632,12 @@ fn check_finds_every_tls_file_problem_at_its_field() {
             "\"other.key\"",
             "does not match the certificate",
         ),
-        (r#"{ cert = "old.pem", key = "old.key" }"#, "", "\"old.pem\"", "expired on"),
+        (
+            r#"{ cert = "old.pem", key = "old.key" }"#,
+            "",
+            "\"old.pem\"",
+            "expired on Jan  1 00:00:00 2001 +00:00",
+        ),
         (
             r#"{ cert = "a.pem", key = "a.key" }"#,
             r#", client_auth = "required""#,
@@ -894,4 +899,55 @@ fn members_are_reached_over_mtls_and_bad_certificates_get_a_502_that_says_why() 
     serve.stderr_with(&[
         "member down (health check: tls: certificate not valid for the server name)",
     ]);
+}
+
+#[test]
+fn check_finds_upstream_tls_problems_at_their_field() {
+    let dir = TempDir::new("tls");
+    let d = &dir.0;
+    let root = ca("check CA");
+    write(d, "ca.pem", &root.pem);
+    let (c, k) = leaf(&root, "router", &["router.test"], true, false);
+    write(d, "r.pem", &c);
+    write(d, "r.key", &k);
+    let (_, other) = leaf(&root, "x", &["x.test"], true, false);
+    write(d, "other.key", &other);
+    let config = |tls: &str| {
+        format!(
+            "[[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:0\"\n\n[[route]]\nlistener = \"web\"\ncluster = \"c\"\n\n\
+             [cluster.c]\nupstream_tls = {tls}\nmembers = [{{ name = \"a\", address = \"127.0.0.1:9101\" }}]\n"
+        )
+    };
+    for (tls, field, want) in [
+        (r#"{ ca = "nope.pem" }"#, "cluster.c.upstream_tls.ca", "cannot read ca file"),
+        (
+            r#"{ ca = "ca.pem", server_name = "not a name" }"#,
+            "cluster.c.upstream_tls.server_name",
+            "is not a DNS name or IP address",
+        ),
+        (
+            r#"{ ca = "ca.pem", cert = "r.pem" }"#,
+            "cluster.c.upstream_tls.cert",
+            "`cert` needs `key`",
+        ),
+        (
+            r#"{ ca = "ca.pem", cert = "r.pem", key = "other.key" }"#,
+            "cluster.c.upstream_tls.key",
+            "does not match the certificate",
+        ),
+        (r#"{ server_name = "a.test" }"#, "cluster.c.upstream_tls.ca", "missing field `ca`"),
+    ] {
+        let text = config(tls);
+        let errors = rondo_config::parse_str(&text, &d.join("rondo.toml"), 1).expect_err(tls);
+        let e = &errors.errors[0];
+        assert_eq!((errors.errors.len(), e.field.as_str()), (1, field), "{tls}: {errors:?}");
+        assert!(e.message.contains(want), "{tls}: {e}");
+    }
+    let ok =
+        config(r#"{ ca = "ca.pem", server_name = "api.internal", cert = "r.pem", key = "r.key" }"#);
+    let c = rondo_config::parse_str(&ok, &d.join("rondo.toml"), 1).unwrap();
+    let tls = c.view.clusters["c"].upstream_tls.clone().unwrap();
+    assert_eq!(tls.ca, d.join("ca.pem"));
+    assert_eq!(tls.server_name.as_deref(), Some("api.internal"));
+    assert_eq!(tls.key, Some(d.join("r.key")));
 }
