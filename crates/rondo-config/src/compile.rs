@@ -293,12 +293,14 @@ pub(crate) fn compile(
             c.err(path.key("listener"), msg);
         } else if let Some(&proto) = protocols.get(r.listener.as_str()) {
             check_route_protocol(&mut c, &path, r, &route, proto, &clusters);
-            if proto == ListenerProtocol::Tcp {
+            // A tcp listener takes one route without `sni` (its catch-all), and any number
+            // with `sni`, tried in file order.
+            if proto == ListenerProtocol::Tcp && route.matcher.sni.is_none() {
                 match tcp_routes.get(r.listener.as_str()) {
                     Some(first) => c.err(
                         path.key("listener"),
                         format!(
-                            "tcp listener `{}` already has route `{first}`; a tcp listener takes exactly one route",
+                            "tcp listener `{}` already has route `{first}` without `match.sni`; a tcp listener takes one route without `sni` (more routes need `match = {{ sni = ... }}`)",
                             r.listener
                         ),
                     ),
@@ -799,7 +801,19 @@ fn compile_match(c: &mut Compiler<'_>, path: &FieldPath, m: Option<&RawMatch>) -
         }
         headers.push((lower, value.clone()));
     }
-    RouteMatch { host: m.host.clone(), path_prefix: m.path_prefix.clone(), methods, headers }
+    let sni = m.sni.as_ref().map(|n| {
+        let bare = n.strip_prefix("*.").unwrap_or(n);
+        let ok = !bare.is_empty()
+            && bare.split('.').all(|l| {
+                !l.is_empty()
+                    && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+            });
+        if !ok {
+            c.err(path.key("sni"), format!("`{n}` is not a DNS name or `*.` wildcard"));
+        }
+        n.to_ascii_lowercase()
+    });
+    RouteMatch { host: m.host.clone(), path_prefix: m.path_prefix.clone(), methods, headers, sni }
 }
 
 /// What a route may do given its listener's protocol.
@@ -811,6 +825,19 @@ fn check_route_protocol(
     proto: ListenerProtocol,
     clusters: &BTreeMap<String, Arc<ClusterSpec>>,
 ) {
+    if proto == ListenerProtocol::Http
+        && let Some(m) = &r.matcher
+        && m.sni.is_some()
+    {
+        c.err(
+            path.key("match").key("sni"),
+            format!(
+                "route on http listener `{}` cannot match on `sni`: it matches the TLS server name \
+                 of tcp listeners (an http listener routes on `host`)",
+                r.listener
+            ),
+        );
+    }
     if proto == ListenerProtocol::Tcp
         && let Some(m) = &r.matcher
     {

@@ -129,6 +129,7 @@ pub(crate) struct RawMatch {
     pub path_prefix: Option<String>,
     pub method: Option<OneOrMany>,
     pub headers: Option<BTreeMap<String, String>>,
+    pub sni: Option<String>,
 }
 
 /// A string or an array of strings (`method = "GET"` or `method = ["GET", "POST"]`).

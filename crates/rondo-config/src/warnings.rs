@@ -108,7 +108,12 @@ pub(crate) fn warnings(config: &Config) -> Vec<Problem> {
         let earlier = routes[..i]
             .iter()
             .enumerate()
-            .find(|(_, r)| r.listener == route.listener && covers(&r.matcher, &route.matcher));
+            // A tcp listener tries its `sni` routes first and its route without `sni` last.
+            .find(|(_, r)| {
+                r.listener == route.listener
+                    && (route.matcher.sni.is_none() || r.matcher.sni.is_some())
+                    && covers(&r.matcher, &route.matcher)
+            });
         if let Some((j, first)) = earlier {
             let what = if is_catch_all(&first.matcher) {
                 "matches every request".to_owned()
@@ -188,6 +193,7 @@ fn tls_names(config: &Config, out: &mut Vec<Problem>) {
 /// Whether `m` matches every request.
 fn is_catch_all(m: &RouteMatch) -> bool {
     m.host.is_none()
+        && m.sni.is_none()
         && m.path_prefix.as_deref().is_none_or(str::is_empty)
         && m.methods.is_empty()
         && m.headers.is_empty()
@@ -218,7 +224,18 @@ fn covers(a: &RouteMatch, b: &RouteMatch) -> bool {
     let methods = a.methods.is_empty()
         || (!b.methods.is_empty() && b.methods.iter().all(|m| a.methods.contains(m)));
     let headers = a.headers.iter().all(|h| b.headers.contains(h));
-    host && path && methods && headers
+    let sni = match (&a.sni, &b.sni) {
+        (None, _) => true,
+        (Some(_), None) => false,
+        (Some(a), Some(b)) => {
+            a == b
+                || a.strip_prefix("*.").is_some_and(|suffix| {
+                    b.strip_prefix("*.").is_none()
+                        && b.split_once('.').is_some_and(|(_, r)| r == suffix)
+                })
+        }
+    };
+    host && path && methods && headers && sni
 }
 
 #[cfg(test)]
@@ -231,6 +248,7 @@ mod tests {
             path_prefix: path.map(str::to_owned),
             methods: methods.iter().map(|s| s.to_string()).collect(),
             headers: Vec::new(),
+            sni: None,
         }
     }
 

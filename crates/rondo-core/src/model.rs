@@ -602,6 +602,25 @@ pub struct RouteMatch {
     pub methods: Vec<String>,
     /// Header name (lower case) and exact value.
     pub headers: Vec<(String, String)>,
+    /// `tcp` listeners only: the TLS server name (SNI) the client's ClientHello asks for,
+    /// lower case; a leading `*.` matches one more label. A client that sends no SNI matches
+    /// only routes without one.
+    pub sni: Option<String>,
+}
+
+impl RouteMatch {
+    /// Whether a connection whose ClientHello named `sni` (if any) satisfies `sni`.
+    pub fn matches_sni(&self, sni: Option<&str>) -> bool {
+        let Some(want) = &self.sni else { return true };
+        let Some(host) = sni else { return false };
+        let host = host.trim_end_matches('.');
+        match want.strip_prefix("*.") {
+            Some(suffix) => host.split_once('.').is_some_and(|(first, rest)| {
+                !first.is_empty() && rest.eq_ignore_ascii_case(suffix)
+            }),
+            None => host.eq_ignore_ascii_case(want),
+        }
+    }
 }
 
 /// Facts about a request that routes match on.

@@ -16,6 +16,7 @@ pub mod error;
 pub mod frames;
 pub mod headers;
 pub mod http;
+pub mod sni;
 pub mod sticky;
 pub mod tcp;
 pub mod tls;
@@ -105,6 +106,7 @@ pub async fn start(listeners: &[ListenerSpec], live: Arc<Live>) -> std::io::Resu
                     live.clone(),
                     spec.name.as_str().into(),
                     tls,
+                    spec.header_read_timeout,
                     limit,
                     stopped.clone(),
                 ));
@@ -230,6 +232,7 @@ async fn accept_tcp(
     live: Arc<Live>,
     name: Arc<str>,
     tls: Option<Arc<tls::Terminator>>,
+    hello_timeout: Duration,
     limit: Arc<Semaphore>,
     mut stopped: watch::Receiver<bool>,
 ) {
@@ -252,9 +255,12 @@ async fn accept_tcp(
         let (live, name, tls) = (live.clone(), name.clone(), tls.clone());
         tokio::spawn(async move {
             match tls {
-                None => tcp::handle(live, name, stream, peer).await,
+                None => tcp::handle_plain(live, name, stream, peer, hello_timeout).await,
                 Some(t) => match t.accept(stream).await {
-                    Ok((s, _)) => tcp::handle(live, name, s, peer).await,
+                    Ok((s, _)) => {
+                        let sni = s.get_ref().1.server_name().map(str::to_owned);
+                        tcp::handle(live, name, s, peer, sni.as_deref(), &[]).await;
+                    }
                     Err(e) => tracing::debug!(listener = %name, %peer, "{e}"),
                 },
             }

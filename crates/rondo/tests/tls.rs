@@ -951,3 +951,59 @@ fn check_finds_upstream_tls_problems_at_their_field() {
     assert_eq!(tls.server_name.as_deref(), Some("api.internal"));
     assert_eq!(tls.key, Some(d.join("r.key")));
 }
+
+// A tcp listener routes TLS connections by the ClientHello's server name without terminating
+// them: each member does its own handshake (curl verifies the member's certificate); a client
+// without TLS goes to the route without `sni`.
+#[test]
+fn tcp_listener_routes_tls_by_sni_without_terminating() {
+    let dir = TempDir::new("tls");
+    let d = &dir.0;
+    let root = ca("passthrough CA");
+    write(d, "ca.pem", &root.pem);
+    let rt =
+        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let a = leaf(&root, "a.test", &["a.test"], false, false);
+    let b = leaf(&root, "b wildcard", &["*.b.test"], false, false);
+    let m_a = tls_member(&rt, "member-a", (&a.0, &a.1), None);
+    let m_b = tls_member(&rt, "member-b", (&b.0, &b.1), None);
+    let (_plain, m_plain) = start_member("plain", "127.0.0.1:0");
+    let config = format!(
+        "[[listener]]\nname = \"pass\"\nlisten = \"127.0.0.1:0\"\nprotocol = \"tcp\"\n\n\
+         [[route]]\nlistener = \"pass\"\ncluster = \"plain\"\n\n\
+         [[route]]\nlistener = \"pass\"\nmatch = {{ sni = \"a.test\" }}\ncluster = \"a\"\n\n\
+         [[route]]\nlistener = \"pass\"\nmatch = {{ sni = \"*.b.test\" }}\ncluster = \"b\"\n\n\
+         [cluster.a]\nupstream_protocol = \"tcp\"\nmembers = [{{ name = \"a1\", address = \"{m_a}\" }}]\n\
+         [cluster.b]\nupstream_protocol = \"tcp\"\nmembers = [{{ name = \"b1\", address = \"{m_b}\" }}]\n\
+         [cluster.plain]\nupstream_protocol = \"tcp\"\nmembers = [{{ name = \"p1\", address = \"{m_plain}\" }}]\n"
+    );
+    let path = write(d, "rondo.toml", &config);
+    let check =
+        Command::new(BIN).args(["check", "--strict", path.to_str().unwrap()]).output().unwrap();
+    assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stderr));
+    let mut serve = Serve::start(&path);
+    let port = serve.addr("pass").port();
+    let ca_path = d.join("ca.pem").to_str().unwrap().to_owned();
+    for (host, want) in [("a.test", "member-a"), ("x.b.test", "member-b")] {
+        let resolve = format!("{host}:{port}:127.0.0.1");
+        let (ok, out, err) = curl(&[
+            "--http1.1",
+            "--cacert",
+            &ca_path,
+            "--resolve",
+            &resolve,
+            &format!("https://{host}:{port}/"),
+        ]);
+        assert!(ok, "{host}: {err}");
+        assert_eq!(out, format!("{want} client=no version=HTTP/1.1\n"), "{host}");
+    }
+    // Plain HTTP: no ClientHello, the route without `sni`.
+    let (ok, out, err) = curl(&[&format!("http://127.0.0.1:{port}/")]);
+    assert!(ok, "{err}");
+    assert_eq!(out, "plain\n");
+    // A name no route has: the route without `sni` too (a plain member: the handshake fails).
+    let resolve = format!("c.test:{port}:127.0.0.1");
+    let (ok, _, _) =
+        curl(&["--cacert", &ca_path, "--resolve", &resolve, &format!("https://c.test:{port}/")]);
+    assert!(!ok);
+}
