@@ -554,6 +554,20 @@ pub enum TlsFailure {
     Config,
 }
 
+impl TlsFailure {
+    /// A label for metrics (`not_valid_for_name`, `expired`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TlsFailure::NotValidForName => "not_valid_for_name",
+            TlsFailure::Expired => "expired",
+            TlsFailure::UnknownIssuer => "unknown_issuer",
+            TlsFailure::Refused => "refused",
+            TlsFailure::Handshake => "handshake",
+            TlsFailure::Config => "config",
+        }
+    }
+}
+
 impl std::fmt::Display for TlsFailure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {

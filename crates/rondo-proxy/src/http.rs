@@ -333,6 +333,9 @@ async fn forward(
         }
         let name = &rt.spec.members[member].name;
         tracing::debug!(route = %route.name, cluster = %cluster, member = %name, ?kind, "attempt failed");
+        if let Kind::Tls(why) = kind {
+            metrics.tls_member_failure(cluster, name, why);
+        }
         attempts.push(Attempt {
             cluster: cluster.clone(),
             member: Some(name.clone()),

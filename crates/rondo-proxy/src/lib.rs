@@ -84,8 +84,14 @@ pub async fn start(listeners: &[ListenerSpec], live: Arc<Live>) -> std::io::Resu
             None => None,
             Some(t) => {
                 let alpn = spec.protocol == ListenerProtocol::Http;
-                let term = tls::Terminator::new(&spec.name, t, alpn, spec.header_read_timeout)
-                    .map_err(std::io::Error::other)?;
+                let term = tls::Terminator::new(
+                    &spec.name,
+                    t,
+                    alpn,
+                    spec.header_read_timeout,
+                    live.metrics.clone(),
+                )
+                .map_err(std::io::Error::other)?;
                 term.clone().watch(stopped.clone());
                 Some(term)
             }

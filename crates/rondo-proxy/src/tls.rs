@@ -17,6 +17,7 @@ use std::time::{Duration, SystemTime};
 use arc_swap::ArcSwap;
 use http::HeaderValue;
 use rondo_config::tls::{self as ctls, ClientAuth, ListenerTls};
+use rondo_runtime::metrics::Metrics;
 use rustls::ServerConfig;
 use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
 use rustls::sign::CertifiedKey;
@@ -110,6 +111,7 @@ pub struct Terminator {
     current: ArcSwap<ServerConfig>,
     /// How long a handshake may take.
     pub handshake_timeout: Duration,
+    metrics: Arc<Metrics>,
 }
 
 /// What a completed handshake tells the request path.
@@ -176,6 +178,7 @@ impl Terminator {
         spec: &ListenerTls,
         alpn: bool,
         handshake_timeout: Duration,
+        metrics: Arc<Metrics>,
     ) -> Result<Arc<Self>, String> {
         let config =
             server_config(spec, alpn).map_err(|e| format!("listener {listener}: tls: {e}"))?;
@@ -185,6 +188,7 @@ impl Terminator {
             alpn,
             current: ArcSwap::new(config),
             handshake_timeout,
+            metrics,
         }))
     }
 
@@ -194,10 +198,12 @@ impl Terminator {
         match server_config(&self.spec, self.alpn) {
             Ok(config) => {
                 self.current.store(config);
+                self.metrics.tls_listener(true, &self.listener, "accepted");
                 tracing::info!(listener = %self.listener, "tls certificates reloaded ({source})");
                 Ok(())
             }
             Err(e) => {
+                self.metrics.tls_listener(true, &self.listener, "rejected");
                 tracing::warn!(
                     listener = %self.listener,
                     "tls reload ({source}) rejected, the certificates in force stay: {e}"
@@ -214,8 +220,14 @@ impl Terminator {
         stream: TcpStream,
     ) -> Result<(TlsStream<TcpStream>, Option<ClientCert>), String> {
         let acceptor = tokio_rustls::TlsAcceptor::from(self.current.load_full());
-        let tls = match tokio::time::timeout(self.handshake_timeout, acceptor.accept(stream)).await
-        {
+        let accepted = tokio::time::timeout(self.handshake_timeout, acceptor.accept(stream)).await;
+        let result = match &accepted {
+            Ok(Ok(_)) => "ok",
+            Ok(Err(_)) => "failed",
+            Err(_) => "timeout",
+        };
+        self.metrics.tls_listener(false, &self.listener, result);
+        let tls = match accepted {
             Ok(Ok(s)) => s,
             Ok(Err(e)) => return Err(format!("tls handshake failed: {e}")),
             Err(_) => return Err("tls handshake timed out".to_owned()),

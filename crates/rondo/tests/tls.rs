@@ -173,6 +173,10 @@ impl Setup {
     fn config(&self, member: SocketAddr, header_ms: u64) -> PathBuf {
         let text = format!(
             r#"
+[admin]
+listen = "127.0.0.1:0"
+token = "t"
+
 [[listener]]
 name = "opt"
 listen = "127.0.0.1:0"
@@ -309,6 +313,18 @@ async fn get_once(
     })
     .await
     .map_err(|_| "timed out".to_owned())?
+}
+
+/// The value of the `/metrics` sample line starting with `series` (0 when absent).
+fn metric(admin: SocketAddr, series: &str) -> f64 {
+    let (ok, text, err) =
+        curl(&["-H", "Authorization: Bearer t", &format!("http://{admin}/metrics")]);
+    assert!(ok, "{err}");
+    text.lines()
+        .find(|l| l.starts_with(series))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0)
 }
 
 fn header_line<'a>(headers: &'a str, name: &str) -> Option<&'a str> {
@@ -472,6 +488,7 @@ fn plain_http_garbage_and_silence_are_refused_without_harm() {
     let (_m, member) = start_member("m1", "127.0.0.1:0");
     let mut serve = Serve::start(&s.config(member, 500));
     let addr = serve.addr("opt");
+    let admin = serve.proc.addr_after("admin API on");
     let (ok, _, _) = curl(&[&format!("http://{addr}/")]);
     assert!(!ok, "plain HTTP is not served on a TLS port");
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
@@ -501,6 +518,13 @@ fn plain_http_garbage_and_silence_are_refused_without_harm() {
         assert_eq!((status, body.as_str()), (200, "m1\n"));
     });
     assert!(serve.proc.child.try_wait().unwrap().is_none(), "rondo serve exited");
+    // Counted: plain HTTP and garbage failed, the silent client timed out, the last one ok.
+    let series = |result: &str| {
+        format!("rondo_tls_handshakes_total{{listener=\"opt\",result=\"{result}\"}}")
+    };
+    assert_eq!(metric(admin, &series("failed")), 2.0);
+    assert_eq!(metric(admin, &series("timeout")), 1.0);
+    assert_eq!(metric(admin, &series("ok")), 1.0);
 }
 
 // Certificates rotated (by rename, as deployment tools do) while requests run, on new and on
@@ -833,7 +857,8 @@ fn members_are_reached_over_mtls_and_bad_certificates_get_a_502_that_says_why() 
     let mtls = r#"upstream_tls = { ca = "members-ca.pem", server_name = "api.internal", cert = "router.pem", key = "router.key" }"#;
     let ca_only = r#"upstream_tls = { ca = "members-ca.pem", server_name = "api.internal" }"#;
     let mut config = String::from(
-        "[[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:0\"\n\n\
+        "[admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"t\"\n\n\
+         [[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:0\"\n\n\
          [[listener]]\nname = \"tcp\"\nlisten = \"127.0.0.1:0\"\nprotocol = \"tcp\"\n\n\
          [[route]]\nlistener = \"tcp\"\ncluster = \"tcp\"\n\n",
     );
@@ -869,6 +894,7 @@ fn members_are_reached_over_mtls_and_bad_certificates_get_a_502_that_says_why() 
     let mut serve = Serve::start(&path);
     let web = serve.addr("web");
     let tcp = serve.addr("tcp");
+    let admin = serve.proc.addr_after("admin API on");
 
     let get = |p: &str| {
         let (ok, out, err) = curl(&["-w", "\n%{http_code}", &format!("http://{web}{p}")]);
@@ -888,6 +914,18 @@ fn members_are_reached_over_mtls_and_bad_certificates_get_a_502_that_says_why() 
         let (code, body) = get(p);
         assert_eq!(code, "502", "{p}: {body}");
         assert!(body.contains("bad gateway") && body.contains(why), "{p}: {body}");
+    }
+
+    for (cluster, reason) in [
+        ("wrong", "not_valid_for_name"),
+        ("expired", "expired"),
+        ("rogue", "unknown_issuer"),
+        ("nocert", "refused"),
+    ] {
+        let series = format!(
+            "rondo_tls_member_failures_total{{cluster=\"{cluster}\",member=\"{cluster}-1\",reason=\"{reason}\"}}"
+        );
+        assert!(metric(admin, &series) >= 1.0, "{series}");
     }
 
     // A TCP session over TLS to the member.
