@@ -48,21 +48,24 @@ struct SniResolver {
 
 impl SniResolver {
     fn pick(&self, sni: Option<&str>) -> Option<Arc<CertifiedKey>> {
-        if let Some(host) = sni {
-            let exact = self.certs.iter().find(|(names, _)| {
-                names.iter().any(|n| !n.starts_with("*.") && ctls::name_matches(n, host))
-            });
-            let wild = || {
-                self.certs
-                    .iter()
-                    .find(|(names, _)| names.iter().any(|n| ctls::name_matches(n, host)))
-            };
-            if let Some((_, c)) = exact.or_else(wild) {
-                return Some(c.clone());
-            }
-        }
-        self.certs.first().map(|(_, c)| c.clone())
+        choose(&self.certs, sni).cloned()
     }
+}
+
+/// The entry of `certs` (names, value) for `sni`: an exact name first, then a wildcard, then
+/// the first entry.
+fn choose<'a, T>(certs: &'a [(Vec<String>, T)], sni: Option<&str>) -> Option<&'a T> {
+    if let Some(host) = sni {
+        let exact = certs.iter().find(|(names, _)| {
+            names.iter().any(|n| !n.starts_with("*.") && ctls::name_matches(n, host))
+        });
+        let wild =
+            || certs.iter().find(|(names, _)| names.iter().any(|n| ctls::name_matches(n, host)));
+        if let Some((_, c)) = exact.or_else(wild) {
+            return Some(c);
+        }
+    }
+    certs.first().map(|(_, c)| c)
 }
 
 impl ResolvesServerCert for SniResolver {
@@ -306,6 +309,22 @@ impl Terminator {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_exact_name_wins_over_a_wildcard_listed_before_it() {
+        let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let certs = vec![
+            (names(&["default.test"]), "default"),
+            (names(&["*.x.test"]), "wildcard"),
+            (names(&["api.x.test", "other.test"]), "exact"),
+        ];
+        assert_eq!(choose(&certs, Some("API.x.test")), Some(&"exact"));
+        assert_eq!(choose(&certs, Some("web.x.test")), Some(&"wildcard"));
+        assert_eq!(choose(&certs, Some("a.b.x.test")), Some(&"default"));
+        assert_eq!(choose(&certs, Some("nowhere.test")), Some(&"default"));
+        assert_eq!(choose(&certs, None), Some(&"default"));
+        assert_eq!(choose::<&str>(&[], Some("a.test")), None);
+    }
 
     #[test]
     fn header_values_escape_what_a_header_cannot_hold() {
