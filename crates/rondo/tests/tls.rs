@@ -1058,3 +1058,44 @@ fn tcp_listener_routes_tls_by_sni_without_terminating() {
         curl(&["--cacert", &ca_path, "--resolve", &resolve, &format!("https://c.test:{port}/")]);
     assert!(!ok);
 }
+
+// A tcp listener with `tls` terminates it and splices the plaintext to a plain member; a config
+// reload that names a TLS file that does not load is rejected whole, saying why, and the running
+// configuration stays.
+#[test]
+fn tcp_termination_and_a_reload_with_a_bad_tls_file_keeps_the_old_state() {
+    let s = Setup::new();
+    let (_m, member) = start_member("m1", "127.0.0.1:0");
+    let config = format!(
+        "[[listener]]\nname = \"tls-tcp\"\nlisten = \"127.0.0.1:0\"\nprotocol = \"tcp\"\n\
+         tls = {{ certs = [ {{ cert = \"a.pem\", key = \"a.key\" }} ] }}\n\n\
+         [[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:0\"\n\n\
+         [[route]]\nlistener = \"tls-tcp\"\ncluster = \"t\"\n\n\
+         [[route]]\nlistener = \"web\"\ncluster = \"c\"\n\n\
+         [cluster.t]\nupstream_protocol = \"tcp\"\nmembers = [{{ name = \"t1\", address = \"{member}\" }}]\n\n\
+         [cluster.c]\nmembers = [{{ name = \"c1\", address = \"{member}\" }}]\n"
+    );
+    let path = write(&s.dir.0, "rondo.toml", &config);
+    let mut serve = Serve::start(&path);
+    let port = serve.addr("tls-tcp").port();
+    let web = serve.addr("web");
+    let resolve = format!("a.test:{port}:127.0.0.1");
+    let (ok, out, err) = curl(&[
+        "--cacert",
+        &s.path("ca.pem"),
+        "--resolve",
+        &resolve,
+        &format!("https://a.test:{port}/"),
+    ]);
+    assert!(ok, "{err}");
+    assert_eq!(out, "m1\n");
+
+    // The new config sends cluster `c` to members over TLS with a CA file that is not there.
+    let bad = config
+        .replace("[cluster.c]\n", "[cluster.c]\nupstream_tls = { ca = \"missing-ca.pem\" }\n");
+    std::fs::write(&path, bad).unwrap();
+    serve.stderr_with(&["config reload (file change) rejected", "cannot read ca file"]);
+    let (ok, out, err) = curl(&[&format!("http://{web}/")]);
+    assert!(ok, "{err}");
+    assert_eq!(out, "m1\n", "the old view (plain to members) stays");
+}
