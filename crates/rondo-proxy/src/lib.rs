@@ -179,7 +179,10 @@ async fn accept_http(
             _ = stopped.changed() => return,
         };
         let Ok(permit) = limit.clone().try_acquire_owned() else {
-            rejecter.reject(stream);
+            // A TLS client cannot read a plain-text 503: it is closed at once.
+            if tls.is_none() {
+                rejecter.reject(stream);
+            }
             continue;
         };
         let _ = stream.set_nodelay(true);

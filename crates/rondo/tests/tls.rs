@@ -1099,3 +1099,31 @@ fn tcp_termination_and_a_reload_with_a_bad_tls_file_keeps_the_old_state() {
     assert!(ok, "{err}");
     assert_eq!(out, "m1\n", "the old view (plain to members) stays");
 }
+
+// A TLS listener at its connection limit closes new connections at once instead of writing the
+// plain-text 503 the plain listeners send, which a TLS client could not read.
+#[test]
+fn a_tls_listener_at_its_limit_closes_without_plain_text() {
+    let s = Setup::new();
+    let (_m, member) = start_member("m1", "127.0.0.1:0");
+    let config = std::fs::read_to_string(s.config(member, 10_000)).unwrap().replacen(
+        "name = \"opt\"\n",
+        "name = \"opt\"\nmax_connections = 1\n",
+        1,
+    );
+    let path = write(&s.dir.0, "limited.toml", &config);
+    let mut serve = Serve::start(&path);
+    let addr = serve.addr("opt");
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let config = client_config(&[&s.ca.pem], None);
+        let mut held = Conn::open(addr, "a.test", config).await.unwrap();
+        assert_eq!(held.get("/", &[]).await.unwrap().0, 200);
+        let mut over = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let mut got = Vec::new();
+        let r = tokio::time::timeout(Duration::from_secs(10), over.read_to_end(&mut got)).await;
+        assert!(r.is_ok(), "the connection over the limit was left open");
+        assert!(got.is_empty(), "{:?}", String::from_utf8_lossy(&got));
+        assert_eq!(held.get("/", &[]).await.unwrap().0, 200);
+    });
+}
