@@ -1127,3 +1127,186 @@ fn a_tls_listener_at_its_limit_closes_without_plain_text() {
         assert_eq!(held.get("/", &[]).await.unwrap().0, 200);
     });
 }
+
+// ---------------------------------------------------------------------------------------------
+// gRPC over TLS.
+// ---------------------------------------------------------------------------------------------
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct HelloRequest {
+    #[prost(string, tag = "1")]
+    name: String,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct HelloReply {
+    #[prost(string, tag = "1")]
+    message: String,
+}
+
+/// A gRPC member over h2c answering `/test.Greeter/Hello` with `hello NAME over VERSION`.
+fn grpc_member(rt: &tokio::runtime::Runtime) -> SocketAddr {
+    use bytes::{Buf, BufMut};
+    let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
+    let addr = listener.local_addr().unwrap();
+    rt.spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else { return };
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(
+                    |req: http::Request<hyper::body::Incoming>| async move {
+                        let version = req.version();
+                        let mut body = req.into_body().collect().await.unwrap().to_bytes();
+                        assert_eq!(body.get_u8(), 0);
+                        let len = body.get_u32() as usize;
+                        let hello = <HelloRequest as prost::Message>::decode(&body[..len]).unwrap();
+                        let reply = HelloReply {
+                            message: format!("hello {} over {version:?}", hello.name),
+                        };
+                        let encoded = prost::Message::encode_to_vec(&reply);
+                        let mut frame = bytes::BytesMut::new();
+                        frame.put_u8(0);
+                        frame.put_u32(encoded.len() as u32);
+                        frame.put_slice(&encoded);
+                        let mut trailers = http::HeaderMap::new();
+                        trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
+                        let body = http_body_util::StreamBody::new(futures_util::stream::iter([
+                            Ok::<_, std::convert::Infallible>(http_body::Frame::data(
+                                frame.freeze(),
+                            )),
+                            Ok(http_body::Frame::trailers(trailers)),
+                        ]));
+                        let resp = http::Response::builder()
+                            .header("content-type", "application/grpc")
+                            .body(body)
+                            .unwrap();
+                        Ok::<_, std::convert::Infallible>(resp)
+                    },
+                );
+                let _ =
+                    hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+                        .serve_connection(TokioIo::new(stream), svc)
+                        .await;
+            });
+        }
+    });
+    addr
+}
+
+/// A TLS connection to the router as hyper-util's client pool wants it.
+struct TlsIo(TokioIo<tokio_rustls::client::TlsStream<tokio::net::TcpStream>>);
+
+impl hyper::rt::Read for TlsIo {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: hyper::rt::ReadBufCursor<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.get_mut().0).poll_read(cx, buf)
+    }
+}
+
+impl hyper::rt::Write for TlsIo {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.get_mut().0).poll_write(cx, buf)
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.get_mut().0).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.get_mut().0).poll_shutdown(cx)
+    }
+}
+
+impl hyper_util::client::legacy::connect::Connection for TlsIo {
+    fn connected(&self) -> hyper_util::client::legacy::connect::Connected {
+        hyper_util::client::legacy::connect::Connected::new()
+    }
+}
+
+/// Connects every request to the router's `addr` over TLS for `a.test`, offering ALPN `h2`.
+#[derive(Clone)]
+struct ToRouter {
+    addr: SocketAddr,
+    config: Arc<rustls::ClientConfig>,
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+impl tower_service::Service<http::Uri> for ToRouter {
+    type Response = TlsIo;
+    type Error = BoxError;
+    type Future =
+        std::pin::Pin<Box<dyn std::future::Future<Output = Result<TlsIo, BoxError>> + Send>>;
+
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), BoxError>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _: http::Uri) -> Self::Future {
+        let this = self.clone();
+        Box::pin(async move {
+            let tcp = tokio::net::TcpStream::connect(this.addr).await?;
+            let name = ServerName::try_from("a.test".to_owned())?;
+            let tls = tokio_rustls::TlsConnector::from(this.config).connect(name, tcp).await?;
+            assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]), "ALPN h2");
+            Ok(TlsIo(TokioIo::new(tls)))
+        })
+    }
+}
+
+// A gRPC client speaks HTTP/2 over TLS (ALPN h2) to the router, which sends the calls on to an
+// HTTP/2 member.
+#[test]
+fn grpc_over_tls_reaches_an_http2_member() {
+    let s = Setup::new();
+    let rt =
+        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let member = grpc_member(&rt);
+    let config = std::fs::read_to_string(s.config(member, 10_000))
+        .unwrap()
+        .replace("[cluster.c]\n", "[cluster.c]\nupstream_protocol = \"http2\"\n");
+    let path = write(&s.dir.0, "grpc.toml", &config);
+    let mut serve = Serve::start(&path);
+    let addr = serve.addr("opt");
+    rt.block_on(async {
+        let mut tls = (*client_config(&[&s.ca.pem], None)).clone();
+        tls.alpn_protocols = vec![b"h2".to_vec()];
+        let connector = ToRouter { addr, config: Arc::new(tls) };
+        let client: hyper_util::client::legacy::Client<ToRouter, tonic::body::Body> =
+            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+                .http2_only(true)
+                .build(connector);
+        let mut grpc =
+            tonic::client::Grpc::with_origin(client, http::Uri::from_static("https://a.test"));
+        let path = http::uri::PathAndQuery::from_static("/test.Greeter/Hello");
+        for i in 0..5 {
+            grpc.ready().await.unwrap();
+            let request = tonic::Request::new(HelloRequest { name: format!("caller{i}") });
+            let codec = tonic_prost::ProstCodec::<HelloRequest, HelloReply>::default();
+            let reply = tokio::time::timeout(
+                Duration::from_secs(10),
+                grpc.unary(request, path.clone(), codec),
+            )
+            .await
+            .expect("in time")
+            .expect("gRPC call");
+            assert_eq!(reply.into_inner().message, format!("hello caller{i} over HTTP/2.0"));
+        }
+    });
+}
