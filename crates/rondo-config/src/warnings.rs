@@ -158,8 +158,16 @@ pub(crate) fn warnings(config: &Config) -> Vec<Problem> {
 /// load are errors already, and are skipped here.
 fn tls_names(config: &Config, out: &mut Vec<Problem>) {
     let root = FieldPath::root();
-    for l in &config.listeners {
+    for (i, l) in config.listeners.iter().enumerate() {
         let Some(tls) = &l.tls else { continue };
+        if tls.client_ca.is_some() && tls.client_auth == crate::tls::ClientAuth::None {
+            out.push(Problem {
+                path: root.key("listener").index(i).key("tls").key("client_ca"),
+                message: "`client_ca` without `client_auth = \"optional\"` or `\"required\"`: \
+                          no client certificate is asked for"
+                    .to_owned(),
+            });
+        }
         let names: Vec<String> = tls
             .certs
             .iter()

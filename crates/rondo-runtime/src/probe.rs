@@ -165,7 +165,7 @@ pub async fn check_once_tls(
         let mut stream: Box<dyn ProbeStream> = match tls {
             None => Box::new(tcp),
             Some(t) => Box::new(
-                t.connect(tcp, crate::upstream_tls::host_of(address))
+                t.connect_probe(tcp, crate::upstream_tls::host_of(address))
                     .await
                     .map_err(|e| ProbeFailure::Tls(e.why))?,
             ),

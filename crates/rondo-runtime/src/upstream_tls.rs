@@ -18,6 +18,9 @@ use tokio_rustls::client::TlsStream;
 #[derive(Debug)]
 pub struct UpstreamTlsRt {
     config: Arc<ClientConfig>,
+    /// The same without ALPN, for health checks: they speak HTTP/1.1 whatever the cluster's
+    /// protocol, so they must not be told `h2`.
+    probe_config: Arc<ClientConfig>,
     /// `server_name`, parsed; `None`: each member's host.
     server_name: Option<ServerName<'static>>,
     /// The name shown in errors when `server_name` is set.
@@ -113,6 +116,7 @@ impl UpstreamTlsRt {
             }
             _ => builder.with_no_client_auth(),
         };
+        let probe_config = Arc::new(config.clone());
         config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
         let server_name = match &spec.server_name {
             None => None,
@@ -123,6 +127,7 @@ impl UpstreamTlsRt {
         };
         Ok(UpstreamTlsRt {
             config: Arc::new(config),
+            probe_config,
             server_name,
             server_name_text: spec.server_name.clone(),
         })
@@ -132,6 +137,24 @@ impl UpstreamTlsRt {
     /// verified when the cluster sets no `server_name`).
     pub async fn connect(
         &self,
+        tcp: TcpStream,
+        host: &str,
+    ) -> Result<TlsStream<TcpStream>, TlsError> {
+        self.connect_with(&self.config, tcp, host).await
+    }
+
+    /// [`UpstreamTlsRt::connect`] for a health check (no ALPN: the check speaks HTTP/1.1).
+    pub async fn connect_probe(
+        &self,
+        tcp: TcpStream,
+        host: &str,
+    ) -> Result<TlsStream<TcpStream>, TlsError> {
+        self.connect_with(&self.probe_config, tcp, host).await
+    }
+
+    async fn connect_with(
+        &self,
+        config: &Arc<ClientConfig>,
         tcp: TcpStream,
         host: &str,
     ) -> Result<TlsStream<TcpStream>, TlsError> {
@@ -146,7 +169,7 @@ impl UpstreamTlsRt {
                 (name, host.to_owned())
             }
         };
-        tokio_rustls::TlsConnector::from(self.config.clone())
+        tokio_rustls::TlsConnector::from(config.clone())
             .connect(name, tcp)
             .await
             .map_err(|e| TlsError { why: classify(&e), detail: format!("expected {text}: {e}") })

@@ -697,6 +697,12 @@ fn check_finds_every_tls_file_problem_at_its_field() {
         };
         assert_eq!(e.field, field, "{certs}");
     }
+    // `client_ca` that asks for nothing is a warning.
+    let text =
+        tls_config(r#"{ cert = "a.pem", key = "a.key" }"#, r#", client_ca = "ca.pem""#, None);
+    let config = rondo_config::parse_str(&text, &d.join("rondo.toml"), 1).unwrap();
+    assert_eq!(config.warnings.len(), 1, "{:?}", config.warnings);
+    assert_eq!(config.warnings[0].field, "listener[0].tls.client_ca");
     // Valid; a route for a name no certificate has is a warning at its host.
     let ok = r#"{ cert = "a.pem", key = "a.key" }"#;
     let text =
@@ -777,7 +783,7 @@ fn dev_ca_certificates_serve_a_tls_listener() {
 // TLS to members (`upstream_tls`).
 // ---------------------------------------------------------------------------------------------
 
-/// A member speaking TLS (HTTP/1.1 and h2 by ALPN) with `cert`/`key`; with `client_ca` it
+/// A member speaking TLS (HTTP/2 when ALPN says `h2`, else HTTP/1.1) with `cert`/`key`; with `client_ca` it
 /// requires a client certificate signed by it. Answers `NAME client=yes|no version=V`. Runs on
 /// `rt` until the runtime is dropped.
 fn tls_member(
@@ -828,11 +834,18 @@ fn tls_member(
                         http_body_util::Full::new(Bytes::from(body)),
                     ))
                 });
-                let _ = hyper_util::server::conn::auto::Builder::new(
-                    hyper_util::rt::TokioExecutor::new(),
-                )
-                .serve_connection(TokioIo::new(tls), service)
-                .await;
+                // As strict servers do: the protocol ALPN chose, and no other.
+                if tls.get_ref().1.alpn_protocol() == Some(&b"h2"[..]) {
+                    let _ = hyper::server::conn::http2::Builder::new(
+                        hyper_util::rt::TokioExecutor::new(),
+                    )
+                    .serve_connection(TokioIo::new(tls), service)
+                    .await;
+                } else {
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(tls), service)
+                        .await;
+                }
             });
         }
     });
@@ -877,7 +890,15 @@ fn members_are_reached_over_mtls_and_bad_certificates_get_a_502_that_says_why() 
     );
     let clusters: [(&str, SocketAddr, &str, &str); 7] = [
         ("good", m_good, mtls, ""),
-        ("h2", m_good, mtls, "upstream_protocol = \"http2\"\n"),
+        // Its health check speaks HTTP/1.1: its handshake must not offer `h2` (no panic mode,
+        // so a member the checks take down gets no request).
+        (
+            "h2",
+            m_good,
+            mtls,
+            "upstream_protocol = \"http2\"\npanic_threshold_percent = 0\n\
+             health = { kind = \"http\", path = \"/\", interval_ms = 100, fall = 1 }\n",
+        ),
         (
             "byaddress",
             m_good,
@@ -916,6 +937,8 @@ fn members_are_reached_over_mtls_and_bad_certificates_get_a_502_that_says_why() 
         (code.to_owned(), body.to_owned())
     };
     assert_eq!(get("/good"), ("200".into(), "good client=yes version=HTTP/1.1\n".into()));
+    // A few rounds of the `h2` cluster's health checks (a failed one takes its member down).
+    std::thread::sleep(Duration::from_millis(500));
     assert_eq!(get("/h2"), ("200".into(), "good client=yes version=HTTP/2.0\n".into()));
     assert_eq!(get("/byaddress"), ("200".into(), "good client=yes version=HTTP/1.1\n".into()));
     for (p, why) in [
