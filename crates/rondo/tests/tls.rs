@@ -1333,3 +1333,53 @@ fn grpc_over_tls_reaches_an_http2_member() {
         }
     });
 }
+
+// The HTTP/2 frame checks sit above TLS: a PING of 6 bytes sent over TLS (ALPN h2) gets GOAWAY
+// FRAME_SIZE_ERROR, encrypted, and the connection ends.
+#[test]
+fn http2_frame_checks_work_over_tls() {
+    let s = Setup::new();
+    let (_m, member) = start_member("m1", "127.0.0.1:0");
+    let mut serve = Serve::start(&s.config(member, 10_000));
+    let addr = serve.addr("opt");
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let mut config = (*client_config(&[&s.ca.pem], None)).clone();
+        config.alpn_protocols = vec![b"h2".to_vec()];
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let name = ServerName::try_from("a.test".to_owned()).unwrap();
+        let mut tls =
+            tokio_rustls::TlsConnector::from(Arc::new(config)).connect(name, tcp).await.unwrap();
+        assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+        let frame = |kind: u8, payload: &[u8]| {
+            let mut f = (payload.len() as u32).to_be_bytes()[1..].to_vec();
+            f.extend([kind, 0, 0, 0, 0, 0]);
+            f.extend(payload);
+            f
+        };
+        let mut hello = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+        hello.extend(frame(4, &[])); // SETTINGS
+        hello.extend(frame(6, &[0; 6])); // PING of 6 bytes
+        tls.write_all(&hello).await.unwrap();
+        let mut codes = Vec::new();
+        let ended = tokio::time::timeout(Duration::from_secs(10), async {
+            loop {
+                let mut head = [0u8; 9];
+                if tls.read_exact(&mut head).await.is_err() {
+                    return;
+                }
+                let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
+                let mut payload = vec![0u8; len];
+                if tls.read_exact(&mut payload).await.is_err() {
+                    return;
+                }
+                if head[3] == 7 && len >= 8 {
+                    codes.push(u32::from_be_bytes(payload[4..8].try_into().unwrap()));
+                }
+            }
+        })
+        .await;
+        assert!(ended.is_ok(), "connection left open");
+        assert_eq!(codes, [6], "GOAWAY FRAME_SIZE_ERROR");
+    });
+}
