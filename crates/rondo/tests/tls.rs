@@ -783,6 +783,9 @@ fn dev_ca_certificates_serve_a_tls_listener() {
 // TLS to members (`upstream_tls`).
 // ---------------------------------------------------------------------------------------------
 
+/// Handshakes completed by the member named `pooled`.
+static POOLED_HANDSHAKES: AtomicU64 = AtomicU64::new(0);
+
 /// A member speaking TLS (HTTP/2 when ALPN says `h2`, else HTTP/1.1) with `cert`/`key`; with `client_ca` it
 /// requires a client certificate signed by it. Answers `NAME client=yes|no version=V`. Runs on
 /// `rt` until the runtime is dropped.
@@ -826,6 +829,9 @@ fn tls_member(
             let acceptor = acceptor.clone();
             tokio::spawn(async move {
                 let Ok(tls) = acceptor.accept(tcp).await else { return };
+                if name == "pooled" {
+                    POOLED_HANDSHAKES.fetch_add(1, Ordering::Relaxed);
+                }
                 let client =
                     if tls.get_ref().1.peer_certificates().is_some() { "yes" } else { "no" };
                 let service = hyper::service::service_fn(move |req: http::Request<_>| async move {
@@ -1382,4 +1388,33 @@ fn http2_frame_checks_work_over_tls() {
         assert!(ended.is_ok(), "connection left open");
         assert_eq!(codes, [6], "GOAWAY FRAME_SIZE_ERROR");
     });
+}
+
+// Connections to a TLS member are pooled: sequential requests from separate clients share one
+// TLS connection (one handshake), as with plain members.
+#[test]
+fn connections_to_tls_members_are_pooled() {
+    let dir = TempDir::new("tls");
+    let d = &dir.0;
+    let root = ca("pool CA");
+    write(d, "ca.pem", &root.pem);
+    let rt =
+        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let cert = leaf(&root, "pool.internal", &["pool.internal"], false, false);
+    let member = tls_member(&rt, "pooled", (&cert.0, &cert.1), None);
+    let config = format!(
+        "[[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:0\"\n\n\
+         [[route]]\nlistener = \"web\"\ncluster = \"c\"\n\n\
+         [cluster.c]\nupstream_tls = {{ ca = \"ca.pem\", server_name = \"pool.internal\" }}\n\
+         members = [{{ name = \"p1\", address = \"{member}\" }}]\n"
+    );
+    let path = write(d, "rondo.toml", &config);
+    let mut serve = Serve::start(&path);
+    let web = serve.addr("web");
+    for _ in 0..10 {
+        let (ok, out, err) = curl(&[&format!("http://{web}/")]);
+        assert!(ok, "{err}");
+        assert_eq!(out, "pooled client=no version=HTTP/1.1\n");
+    }
+    assert_eq!(POOLED_HANDSHAKES.load(Ordering::Relaxed), 1);
 }
