@@ -783,6 +783,9 @@ fn dev_ca_certificates_serve_a_tls_listener() {
 // TLS to members (`upstream_tls`).
 // ---------------------------------------------------------------------------------------------
 
+/// The kind of each handshake the member named `resume` completed (`Some(Full)`, `Some(Resumed)`).
+static RESUME_KINDS: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
 /// Handshakes completed by the member named `pooled`.
 static POOLED_HANDSHAKES: AtomicU64 = AtomicU64::new(0);
 
@@ -832,13 +835,22 @@ fn tls_member(
                 if name == "pooled" {
                     POOLED_HANDSHAKES.fetch_add(1, Ordering::Relaxed);
                 }
+                if name == "resume" {
+                    let kind = tls.get_ref().1.handshake_kind();
+                    RESUME_KINDS.lock().unwrap().push(format!("{kind:?}"));
+                }
                 let client =
                     if tls.get_ref().1.peer_certificates().is_some() { "yes" } else { "no" };
                 let service = hyper::service::service_fn(move |req: http::Request<_>| async move {
                     let body = format!("{name} client={client} version={:?}\n", req.version());
-                    Ok::<_, std::convert::Infallible>(http::Response::new(
-                        http_body_util::Full::new(Bytes::from(body)),
-                    ))
+                    let mut resp =
+                        http::Response::new(http_body_util::Full::new(Bytes::from(body)));
+                    if name == "resume" {
+                        // One request per connection: every request needs a new handshake.
+                        resp.headers_mut()
+                            .insert("connection", http::HeaderValue::from_static("close"));
+                    }
+                    Ok::<_, std::convert::Infallible>(resp)
                 });
                 // As strict servers do: the protocol ALPN chose, and no other.
                 if tls.get_ref().1.alpn_protocol() == Some(&b"h2"[..]) {
@@ -1417,4 +1429,37 @@ fn connections_to_tls_members_are_pooled() {
         assert_eq!(out, "pooled client=no version=HTTP/1.1\n");
     }
     assert_eq!(POOLED_HANDSHAKES.load(Ordering::Relaxed), 1);
+}
+
+// A new TLS connection to a member resumes the session of an earlier one (rustls's session
+// cache in the cluster's client configuration): a member closing after every response sees one
+// full handshake, then resumed ones.
+#[test]
+fn new_connections_to_a_tls_member_resume_the_session() {
+    let dir = TempDir::new("tls");
+    let d = &dir.0;
+    let root = ca("resume CA");
+    write(d, "ca.pem", &root.pem);
+    let rt =
+        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let cert = leaf(&root, "resume.internal", &["resume.internal"], false, false);
+    let member = tls_member(&rt, "resume", (&cert.0, &cert.1), None);
+    let config = format!(
+        "[[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:0\"\n\n\
+         [[route]]\nlistener = \"web\"\ncluster = \"c\"\n\n\
+         [cluster.c]\nupstream_tls = {{ ca = \"ca.pem\", server_name = \"resume.internal\" }}\n\
+         members = [{{ name = \"r1\", address = \"{member}\" }}]\n"
+    );
+    let path = write(d, "rondo.toml", &config);
+    let mut serve = Serve::start(&path);
+    let web = serve.addr("web");
+    for _ in 0..4 {
+        let (ok, out, err) = curl(&[&format!("http://{web}/")]);
+        assert!(ok, "{err}");
+        assert_eq!(out, "resume client=no version=HTTP/1.1\n");
+    }
+    let kinds = RESUME_KINDS.lock().unwrap().clone();
+    assert_eq!(kinds.len(), 4, "{kinds:?}");
+    assert_eq!(kinds[0], "Some(Full)", "{kinds:?}");
+    assert!(kinds[1..].iter().all(|k| k == "Some(Resumed)"), "{kinds:?}");
 }
