@@ -25,6 +25,7 @@ pub fn cluster_spec(answer: &Answer) -> ClusterSpec {
         policy: answer.policy.clone(),
         upstream_protocol: UpstreamProtocol::default(),
         sticky: StickySession::default(),
+        upstream_tls: None,
     }
 }
 

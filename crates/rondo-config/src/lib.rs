@@ -22,6 +22,7 @@ mod path;
 mod raw;
 mod schema;
 mod spec;
+pub mod tls;
 mod warnings;
 
 use std::path::Path;

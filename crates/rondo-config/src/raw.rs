@@ -106,6 +106,25 @@ pub(crate) struct RawListener {
     pub h2_max_resets: Option<u64>,
     pub h2_max_resets_per_address: Option<u64>,
     pub access_log: Option<RawAccessLog>,
+    pub tls: Option<RawListenerTls>,
+}
+
+/// A listener's `tls`: terminate TLS with these certificates.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawListenerTls {
+    #[serde(default)]
+    pub certs: Vec<RawCertKey>,
+    pub client_ca: Option<String>,
+    pub client_auth: Option<String>,
+}
+
+/// One of a listener's `tls.certs`: a certificate chain and its private key (PEM files).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawCertKey {
+    pub cert: String,
+    pub key: String,
 }
 
 /// `[[route]]`.
@@ -131,6 +150,7 @@ pub(crate) struct RawMatch {
     pub path_prefix: Option<String>,
     pub method: Option<OneOrMany>,
     pub headers: Option<BTreeMap<String, String>>,
+    pub sni: Option<String>,
 }
 
 /// A string or an array of strings (`method = "GET"` or `method = ["GET", "POST"]`).
@@ -182,6 +202,17 @@ pub(crate) struct RawCluster {
     pub agent: Option<RawAgent>,
     pub ewma: Option<RawEwma>,
     pub session: Option<RawSession>,
+    pub upstream_tls: Option<RawUpstreamTls>,
+}
+
+/// A cluster's `upstream_tls`: TLS (and mTLS) to its members.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawUpstreamTls {
+    pub ca: String,
+    pub server_name: Option<String>,
+    pub cert: Option<String>,
+    pub key: Option<String>,
 }
 
 /// One of a cluster's `members`.

@@ -97,6 +97,8 @@ pub struct ListenerSpec {
     /// Where and how this listener logs each request (`access_log`); `None`: no access log
     /// (the default).
     pub access_log: Option<AccessLogSpec>,
+    /// TLS termination (`tls`), when set: clients speak TLS 1.2 or 1.3 to this listener.
+    pub tls: Option<crate::tls::ListenerTls>,
 }
 
 /// A listener's HTTP/2 protections: keepalive PINGs, a bounded wait after GOAWAY, and the stream

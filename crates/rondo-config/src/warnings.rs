@@ -103,11 +103,17 @@ pub(crate) fn warnings(config: &Config) -> Vec<Problem> {
     }
 
     let routes = &config.view.routes;
+    tls_names(config, &mut out);
     for (i, route) in routes.iter().enumerate() {
         let earlier = routes[..i]
             .iter()
             .enumerate()
-            .find(|(_, r)| r.listener == route.listener && covers(&r.matcher, &route.matcher));
+            // A tcp listener tries its `sni` routes first and its route without `sni` last.
+            .find(|(_, r)| {
+                r.listener == route.listener
+                    && (route.matcher.sni.is_none() || r.matcher.sni.is_some())
+                    && covers(&r.matcher, &route.matcher)
+            });
         if let Some((j, first)) = earlier {
             let what = if is_catch_all(&first.matcher) {
                 "matches every request".to_owned()
@@ -147,9 +153,55 @@ pub(crate) fn warnings(config: &Config) -> Vec<Problem> {
     out
 }
 
+/// Routes whose `match.host` no certificate of their TLS listener covers: such clients get the
+/// default certificate, which their TLS client refuses for the name. Certificates that fail to
+/// load are errors already, and are skipped here.
+fn tls_names(config: &Config, out: &mut Vec<Problem>) {
+    let root = FieldPath::root();
+    for (i, l) in config.listeners.iter().enumerate() {
+        let Some(tls) = &l.tls else { continue };
+        if tls.client_ca.is_some() && tls.client_auth == crate::tls::ClientAuth::None {
+            out.push(Problem {
+                path: root.key("listener").index(i).key("tls").key("client_ca"),
+                message: "`client_ca` without `client_auth = \"optional\"` or `\"required\"`: \
+                          no client certificate is asked for"
+                    .to_owned(),
+            });
+        }
+        let names: Vec<String> = tls
+            .certs
+            .iter()
+            .filter_map(|ck| crate::tls::load_cert_key(ck).ok())
+            .flat_map(|c| c.names)
+            .collect();
+        for (i, route) in config.view.routes.iter().enumerate() {
+            let Some(host) = route.matcher.host.as_deref() else { continue };
+            if route.listener != l.name {
+                continue;
+            }
+            // A `*.x` route host is served by a `*.x` certificate name.
+            let covered = names
+                .iter()
+                .any(|n| crate::tls::name_matches(n, host) || n.eq_ignore_ascii_case(host));
+            if !covered {
+                out.push(Problem {
+                    path: root.key("route").index(i).key("match").key("host"),
+                    message: format!(
+                        "no certificate of tls listener `{}` is for `{host}` (its names: {}): \
+                         clients asking for `{host}` get the default certificate and refuse it",
+                        l.name,
+                        if names.is_empty() { "none".to_owned() } else { names.join(", ") }
+                    ),
+                });
+            }
+        }
+    }
+}
+
 /// Whether `m` matches every request.
 fn is_catch_all(m: &RouteMatch) -> bool {
     m.host.is_none()
+        && m.sni.is_none()
         && m.path_prefix.as_deref().is_none_or(str::is_empty)
         && m.methods.is_empty()
         && m.headers.is_empty()
@@ -180,7 +232,18 @@ fn covers(a: &RouteMatch, b: &RouteMatch) -> bool {
     let methods = a.methods.is_empty()
         || (!b.methods.is_empty() && b.methods.iter().all(|m| a.methods.contains(m)));
     let headers = a.headers.iter().all(|h| b.headers.contains(h));
-    host && path && methods && headers
+    let sni = match (&a.sni, &b.sni) {
+        (None, _) => true,
+        (Some(_), None) => false,
+        (Some(a), Some(b)) => {
+            a == b
+                || a.strip_prefix("*.").is_some_and(|suffix| {
+                    b.strip_prefix("*.").is_none()
+                        && b.split_once('.').is_some_and(|(_, r)| r == suffix)
+                })
+        }
+    };
+    host && path && methods && headers && sni
 }
 
 #[cfg(test)]
@@ -193,6 +256,7 @@ mod tests {
             path_prefix: path.map(str::to_owned),
             methods: methods.iter().map(|s| s.to_string()).collect(),
             headers: Vec::new(),
+            sni: None,
         }
     }
 

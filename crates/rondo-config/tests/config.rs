@@ -242,6 +242,7 @@ fn full_config_compiles_into_the_expected_view() {
                     max_resets_per_address: 400,
                 },
                 access_log: None,
+                tls: None,
             },
             ListenerSpec {
                 name: "db".into(),
@@ -256,6 +257,7 @@ fn full_config_compiles_into_the_expected_view() {
                 error_detail: ErrorDetail::Full,
                 http2: Http2Limits::default(),
                 access_log: None,
+                tls: None,
             },
         ]
     );
@@ -275,6 +277,7 @@ fn full_config_compiles_into_the_expected_view() {
             path_prefix: Some("/api".into()),
             methods: vec!["GET".into(), "POST".into()],
             headers: vec![("x-tenant".into(), "a".into())],
+            sni: None,
         }
     );
     let r2 = &c.view.routes[1];
@@ -1055,15 +1058,41 @@ fn listener_and_upstream_protocols_must_agree() {
 }
 
 #[test]
-fn a_tcp_listener_takes_one_route() {
+fn a_tcp_listener_takes_one_route_without_sni() {
     let text =
         tcp_config("") + "[[route]]\nname = \"second\"\nlistener = \"db\"\ncluster = \"db\"\n";
     fails_once(
         &text,
         "route[2].listener",
         "$\"db\"\ncluster = \"db\"",
-        "tcp listener `db` already has route `route-2`; a tcp listener takes exactly one route",
+        "tcp listener `db` already has route `route-2` without `match.sni`; a tcp listener takes one route without `sni`",
     );
+    // Routes with `sni` come on top, before or after it.
+    let text = tcp_config("")
+        + "[[route]]\nname = \"a\"\nlistener = \"db\"\nmatch = { sni = \"A.db.test\" }\ncluster = \"db\"\n\
+           [[route]]\nname = \"w\"\nlistener = \"db\"\nmatch = { sni = \"*.db.test\" }\ncluster = \"db\"\n";
+    let c = rondo_config::parse_str(&text, Path::new("t.toml"), 1).unwrap();
+    assert_eq!(c.view.routes[2].matcher.sni.as_deref(), Some("a.db.test"));
+    assert!(c.view.routes[2].matcher.matches_sni(Some("A.DB.test")));
+    assert!(!c.view.routes[2].matcher.matches_sni(None));
+    assert!(c.view.routes[3].matcher.matches_sni(Some("b.db.test")));
+    assert!(!c.view.routes[3].matcher.matches_sni(Some("db.test")));
+    assert!(c.view.routes[1].matcher.matches_sni(None), "the catch-all takes clients without sni");
+    // An sni route after the same sni is never used (a warning); sni on http is an error.
+    let dup = text.clone()
+        + "[[route]]\nname = \"a2\"\nlistener = \"db\"\nmatch = { sni = \"b.db.test\" }\ncluster = \"db\"\n";
+    let c = rondo_config::parse_str(&dup, Path::new("t.toml"), 1).unwrap();
+    assert_eq!(c.warnings.len(), 1, "{:?}", c.warnings);
+    assert!(c.warnings[0].message.contains("route `a2` is never used"), "{}", c.warnings[0]);
+    let text = tcp_config("").replacen(
+        "cluster = \"app\"\n",
+        "match = { sni = \"x.test\" }\ncluster = \"app\"\n",
+        1,
+    );
+    fails_once(&text, "route[0].match.sni", "\"x.test\"", "cannot match on `sni`");
+    let text = tcp_config("")
+        + "[[route]]\nname = \"bad\"\nlistener = \"db\"\nmatch = { sni = \"a b\" }\ncluster = \"db\"\n";
+    fails_once(&text, "route[2].match.sni", "\"a b\"", "is not a DNS name");
 }
 
 #[test]

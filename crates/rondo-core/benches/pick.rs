@@ -30,6 +30,7 @@ fn balancer_with(algorithm: Algorithm, n: usize, weighted: bool) -> Balancer {
         policy: Policy { algorithm, ..Policy::default() },
         upstream_protocol: UpstreamProtocol::Http1,
         sticky: Default::default(),
+        upstream_tls: None,
     });
     let mut b = Balancer::new(spec, Instant::ZERO);
     let now = Instant::from_millis(10);

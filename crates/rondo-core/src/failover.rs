@@ -230,6 +230,7 @@ mod tests {
             policy: Policy { retry, ..Policy::default() },
             upstream_protocol: UpstreamProtocol::Http1,
             sticky: Default::default(),
+            upstream_tls: None,
         };
         Balancer::new(std::sync::Arc::new(spec), Instant::ZERO)
     }

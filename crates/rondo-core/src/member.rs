@@ -52,6 +52,8 @@ pub enum ProbeFailure {
     Unreachable,
     /// Something that is not an HTTP/1 status line.
     NotHttp,
+    /// TLS to the member failed.
+    Tls(crate::TlsFailure),
 }
 
 impl std::fmt::Display for ProbeFailure {
@@ -64,6 +66,7 @@ impl std::fmt::Display for ProbeFailure {
             ProbeFailure::Dns => f.write_str("dns"),
             ProbeFailure::Unreachable => f.write_str("unreachable"),
             ProbeFailure::NotHttp => f.write_str("not http"),
+            ProbeFailure::Tls(t) => t.fmt(f),
         }
     }
 }

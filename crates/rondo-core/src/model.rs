@@ -517,6 +517,68 @@ pub struct ClusterSpec {
     pub upstream_protocol: UpstreamProtocol,
     /// How `session` granularity pins a client to its member.
     pub sticky: StickySession,
+    /// TLS to the members (`upstream_tls`), when set: requests, TCP sessions and health checks
+    /// go over TLS, members verified against `ca`.
+    pub upstream_tls: Option<UpstreamTls>,
+}
+
+/// A cluster's `upstream_tls`: what the router trusts and presents when it speaks TLS to the
+/// members (paths resolved against the configuration file's directory; the files are read by
+/// the runtime, never here).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct UpstreamTls {
+    /// PEM roots members' certificates are verified against.
+    pub ca: std::path::PathBuf,
+    /// The name members' certificates must be valid for; `None`: each member's host.
+    pub server_name: Option<String>,
+    /// The router's certificate chain (PEM), presented to members that ask (mTLS).
+    pub cert: Option<std::path::PathBuf>,
+    /// The private key (PEM) of `cert`.
+    pub key: Option<std::path::PathBuf>,
+}
+
+/// Why TLS to a member failed (a request's 502 and a health check say it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TlsFailure {
+    /// The member's certificate is not valid for the name the router asked for.
+    NotValidForName,
+    /// The member's certificate has expired (or is not valid yet).
+    Expired,
+    /// The member's certificate is not signed by the cluster's `ca`.
+    UnknownIssuer,
+    /// The member refused the router (an alert during the handshake: its certificate, or none).
+    Refused,
+    /// The member spoke no TLS, or another handshake failure.
+    Handshake,
+    /// The cluster's TLS files could not be loaded.
+    Config,
+}
+
+impl TlsFailure {
+    /// A label for metrics (`not_valid_for_name`, `expired`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TlsFailure::NotValidForName => "not_valid_for_name",
+            TlsFailure::Expired => "expired",
+            TlsFailure::UnknownIssuer => "unknown_issuer",
+            TlsFailure::Refused => "refused",
+            TlsFailure::Handshake => "handshake",
+            TlsFailure::Config => "config",
+        }
+    }
+}
+
+impl std::fmt::Display for TlsFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            TlsFailure::NotValidForName => "tls: certificate not valid for the server name",
+            TlsFailure::Expired => "tls: certificate expired",
+            TlsFailure::UnknownIssuer => "tls: certificate not signed by the cluster's ca",
+            TlsFailure::Refused => "tls: the member refused the router's handshake",
+            TlsFailure::Handshake => "tls: handshake failed",
+            TlsFailure::Config => "tls: the cluster's upstream_tls files could not be loaded",
+        })
+    }
 }
 
 /// How the data plane recognises a session (granularity `session`).
@@ -554,6 +616,25 @@ pub struct RouteMatch {
     pub methods: Vec<String>,
     /// Header name (lower case) and exact value.
     pub headers: Vec<(String, String)>,
+    /// `tcp` listeners only: the TLS server name (SNI) the client's ClientHello asks for,
+    /// lower case; a leading `*.` matches one more label. A client that sends no SNI matches
+    /// only routes without one.
+    pub sni: Option<String>,
+}
+
+impl RouteMatch {
+    /// Whether a connection whose ClientHello named `sni` (if any) satisfies `sni`.
+    pub fn matches_sni(&self, sni: Option<&str>) -> bool {
+        let Some(want) = &self.sni else { return true };
+        let Some(host) = sni else { return false };
+        let host = host.trim_end_matches('.');
+        match want.strip_prefix("*.") {
+            Some(suffix) => host.split_once('.').is_some_and(|(first, rest)| {
+                !first.is_empty() && rest.eq_ignore_ascii_case(suffix)
+            }),
+            None => host.eq_ignore_ascii_case(want),
+        }
+    }
 }
 
 /// Facts about a request that routes match on.

@@ -66,13 +66,27 @@ pub struct ConnState {
     pub(crate) client_ip: http::HeaderValue,
     /// The listener's metrics (timeouts and the 408s written here are counted there).
     pub(crate) metrics: Arc<ListenerMetrics>,
+    /// On a TLS listener: what members are told of the client's certificate (`Some` with no
+    /// values when it presented none). `None` on a plain listener.
+    pub(crate) tls: Option<crate::tls::ClientCert>,
 }
 
 impl ConnState {
+    /// A plain connection's state.
     pub(crate) fn new(
         idle: Duration,
         client_ip: http::HeaderValue,
         metrics: Arc<ListenerMetrics>,
+    ) -> Arc<Self> {
+        Self::with_tls(idle, client_ip, metrics, None)
+    }
+
+    /// [`ConnState::new`] for a connection whose TLS the router terminated.
+    pub(crate) fn with_tls(
+        idle: Duration,
+        client_ip: http::HeaderValue,
+        metrics: Arc<ListenerMetrics>,
+        tls: Option<crate::tls::ClientCert>,
     ) -> Arc<Self> {
         Arc::new(ConnState {
             phase: AtomicU8::new(WAITING),
@@ -84,6 +98,7 @@ impl ConnState {
             reader: Mutex::new(None),
             client_ip,
             metrics,
+            tls,
         })
     }
 
@@ -177,9 +192,89 @@ struct H2Side {
     abort: Abort,
 }
 
-/// A client TCP stream with HTTP/1 header and idle timers, and HTTP/2 frame checks.
+/// A client connection's byte stream: plain TCP, or TLS over it (the timers and frame checks of
+/// [`TimedIo`] sit above either, on the plaintext).
+#[derive(Debug)]
+pub enum ClientIo {
+    /// Plain TCP.
+    Plain(TcpStream),
+    /// TLS terminated by the router.
+    Tls(Box<tokio_rustls::server::TlsStream<TcpStream>>),
+}
+
+impl From<TcpStream> for ClientIo {
+    fn from(s: TcpStream) -> Self {
+        ClientIo::Plain(s)
+    }
+}
+
+impl From<tokio_rustls::server::TlsStream<TcpStream>> for ClientIo {
+    fn from(s: tokio_rustls::server::TlsStream<TcpStream>) -> Self {
+        ClientIo::Tls(Box::new(s))
+    }
+}
+
+impl AsyncRead for ClientIo {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            ClientIo::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            ClientIo::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for ClientIo {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            ClientIo::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            ClientIo::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            ClientIo::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            ClientIo::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            ClientIo::Plain(s) => s.is_write_vectored(),
+            ClientIo::Tls(s) => s.is_write_vectored(),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            ClientIo::Plain(s) => Pin::new(s).poll_flush(cx),
+            ClientIo::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            ClientIo::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            ClientIo::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
+    }
+}
+
+/// A client stream (plain or TLS) with HTTP/1 header and idle timers, and HTTP/2 frame checks.
 pub struct TimedIo {
-    inner: TcpStream,
+    inner: ClientIo,
     sleep: Pin<Box<Sleep>>,
     state: Arc<ConnState>,
     seen_epoch: u64,
@@ -206,14 +301,14 @@ impl TimedIo {
     /// Wraps `inner` from `peer`; the first request head must arrive within `header_timeout`;
     /// HTTP/2 stream resets count against `budget`.
     pub fn new(
-        inner: TcpStream,
+        inner: impl Into<ClientIo>,
         state: Arc<ConnState>,
         header_timeout: Duration,
         budget: Arc<ResetBudget>,
         peer: IpAddr,
     ) -> Self {
         TimedIo {
-            inner,
+            inner: inner.into(),
             sleep: Box::pin(tokio::time::sleep(header_timeout)),
             state,
             seen_epoch: 0,

@@ -50,6 +50,8 @@ pub enum Kind {
     BadStatus,
     /// A member's host name did not resolve.
     Resolve,
+    /// TLS to a member failed (its certificate, or it refused the router's).
+    Tls(rondo_core::TlsFailure),
 }
 
 /// One try at one member.
@@ -88,9 +90,12 @@ impl Kind {
             | Kind::ClientBodyTimeout
             | Kind::BadRequest => Side::Client,
             Kind::NoEligible | Kind::Loop => Side::Internal,
-            Kind::Connect | Kind::Reset | Kind::Timeout | Kind::BadStatus | Kind::Resolve => {
-                Side::Member
-            }
+            Kind::Connect
+            | Kind::Reset
+            | Kind::Timeout
+            | Kind::BadStatus
+            | Kind::Resolve
+            | Kind::Tls(_) => Side::Member,
         }
     }
 
@@ -104,6 +109,7 @@ impl Kind {
                 | Kind::NoEligible
                 | Kind::BadStatus
                 | Kind::Resolve
+                | Kind::Tls(_)
         )
     }
 
@@ -112,7 +118,7 @@ impl Kind {
         match self {
             Kind::NoRoute => StatusCode::NOT_FOUND,
             Kind::NoEligible => StatusCode::SERVICE_UNAVAILABLE,
-            Kind::Connect | Kind::Reset | Kind::BadStatus | Kind::Resolve => {
+            Kind::Connect | Kind::Reset | Kind::BadStatus | Kind::Resolve | Kind::Tls(_) => {
                 StatusCode::BAD_GATEWAY
             }
             Kind::Timeout => StatusCode::GATEWAY_TIMEOUT,
@@ -128,7 +134,7 @@ impl Kind {
         match self {
             Kind::NoRoute => "no route matches the request",
             Kind::NoEligible => "no server is available to serve the request",
-            Kind::Connect | Kind::Reset | Kind::BadStatus | Kind::Resolve => {
+            Kind::Connect | Kind::Reset | Kind::BadStatus | Kind::Resolve | Kind::Tls(_) => {
                 "bad gateway: no server answered"
             }
             Kind::Timeout => "gateway timeout: no response in time",
@@ -143,6 +149,20 @@ impl Kind {
     /// What went wrong, in a few words (`connection refused`).
     pub fn describe(self) -> &'static str {
         match self {
+            Kind::Tls(t) => match t {
+                rondo_core::TlsFailure::NotValidForName => {
+                    "tls: certificate not valid for the server name"
+                }
+                rondo_core::TlsFailure::Expired => "tls: certificate expired",
+                rondo_core::TlsFailure::UnknownIssuer => {
+                    "tls: certificate not signed by the cluster's ca"
+                }
+                rondo_core::TlsFailure::Refused => "tls: the member refused the router's handshake",
+                rondo_core::TlsFailure::Handshake => "tls: handshake failed",
+                rondo_core::TlsFailure::Config => {
+                    "tls: the cluster's upstream_tls files could not be loaded"
+                }
+            },
             Kind::NoRoute => "no route",
             Kind::NoEligible => "no eligible member",
             Kind::Connect => "connection refused",

@@ -114,6 +114,22 @@ pub fn add_forwarded(
     append_via(headers, version);
 }
 
+/// The client-certificate headers on a request to a member: incoming copies are always removed
+/// (a client must not be able to claim an identity), then, on a TLS listener, the verified
+/// certificate's subject and SANs are added and `X-Forwarded-Proto` says `https`.
+pub fn add_client_cert(headers: &mut HeaderMap, tls: Option<&crate::tls::ClientCert>) {
+    headers.remove(crate::tls::CLIENT_CERT_SUBJECT);
+    headers.remove(crate::tls::CLIENT_CERT_SAN);
+    let Some(tls) = tls else { return };
+    headers.insert(X_FORWARDED_PROTO.clone(), HeaderValue::from_static("https"));
+    if let Some(v) = &tls.subject {
+        headers.insert(HeaderName::from_static(crate::tls::CLIENT_CERT_SUBJECT), v.clone());
+    }
+    if let Some(v) = &tls.san {
+        headers.insert(HeaderName::from_static(crate::tls::CLIENT_CERT_SAN), v.clone());
+    }
+}
+
 /// This process's `Via` pseudonym: `rondo-` and 8 random hex digits, fixed for the process's
 /// life. Random rather than derived from the host name or listener address, so it tells a
 /// client nothing about the router.

@@ -286,6 +286,7 @@ fn prepare(
         client_version,
         ctx.listener.trust_forwarded_for,
     );
+    crate::headers::add_client_cert(&mut parts.headers, conn.tls.as_ref());
     let path_and_query =
         parts.uri.path_and_query().cloned().unwrap_or_else(|| PathAndQuery::from_static("/"));
     let slot = (!body.is_end_stream()).then(|| BodySlot::new(body));
@@ -350,13 +351,16 @@ async fn forward(
         }
         let name = &rt.spec.members[member].name;
         tracing::debug!(route = %route.name, cluster = %cluster, member = %name, ?kind, "attempt failed");
+        if let Kind::Tls(why) = kind {
+            metrics.tls_member_failure(cluster, name, why);
+        }
         attempts.push(Attempt {
             cluster: cluster.clone(),
             member: Some(name.clone()),
             outcome: kind,
         });
         let failure = TryFailure {
-            reached: !matches!(kind, Kind::Connect | Kind::Resolve),
+            reached: !matches!(kind, Kind::Connect | Kind::Resolve | Kind::Tls(_)),
             member_failed: kind.is_retryable(),
             replayable: req.replayable(),
         };
@@ -369,13 +373,16 @@ async fn forward(
 
 /// The error of a request that ran out of tries: the most telling failure among its attempts.
 fn gave_up(route: &Route, attempts: Vec<Attempt>, stop: Stop) -> Failure {
+    let tls = attempts.iter().find(|a| matches!(a.outcome, Kind::Tls(_))).map(|a| a.outcome);
     let kind = [Kind::Timeout, Kind::Reset, Kind::BadStatus, Kind::Connect, Kind::Resolve]
         .into_iter()
         .find(|k| attempts.iter().any(|a| a.outcome == *k))
+        .or(tls)
         .unwrap_or(Kind::NoEligible);
     let mut detail = match kind {
         Kind::Timeout => "member too slow: no response in time".to_owned(),
         Kind::NoEligible => "no eligible member to serve the request".to_owned(),
+        Kind::Tls(_) => "bad gateway: tls to the member failed".to_owned(),
         _ => "bad gateway: no member answered".to_owned(),
     };
     if stop == Stop::Budget {
@@ -415,8 +422,14 @@ async fn attempt(
     // for the cluster's lock are not the member's), and the try ends by the request's deadline.
     let started = Instant::now();
     let per_try = failover.try_timeout(clock::from_std(started));
-    let client = ctx.clients.for_protocol(rt.spec.upstream_protocol);
     let failed = |kind: FailureKind| Outcome::Failure { kind, latency: started.elapsed() };
+    let client = match ctx.clients.for_cluster(rt) {
+        Ok(c) => c,
+        Err(why) => {
+            begun.end(failed(FailureKind::Connect));
+            return Err(Kind::Tls(why));
+        }
+    };
     match tokio::time::timeout(per_try, client.request(request)).await {
         Ok(Ok(resp)) if resp.status().as_u16() > 599 => {
             // hyper reads any three digits; RFC 9110 section 15 knows 100-599 only. A member
@@ -444,11 +457,17 @@ async fn attempt(
         }
         Ok(Err(e)) if e.is_connect() => {
             begun.end(failed(FailureKind::Connect));
-            Err(if is_dns_failure(&e) { Kind::Resolve } else { Kind::Connect })
+            Err(match crate::upstream::tls_failure(&e) {
+                Some(why) => Kind::Tls(why),
+                None if is_dns_failure(&e) => Kind::Resolve,
+                None => Kind::Connect,
+            })
         }
-        Ok(Err(_)) => {
+        Ok(Err(e)) => {
             begun.end(failed(FailureKind::Reset));
-            Err(Kind::Reset)
+            // A TLS 1.3 member refuses the router's certificate (or its lack of one) only
+            // after the handshake: the refusal arrives as the request's error.
+            Err(crate::upstream::tls_failure(&e).map_or(Kind::Reset, Kind::Tls))
         }
         Err(_elapsed) if req.slot.as_ref().is_some_and(BodySlot::stalled_by_client) => {
             // The try waited on the client's body, not on the member: 408, and the member is

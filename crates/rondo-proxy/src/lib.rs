@@ -8,6 +8,7 @@
 //! header and idle timers and the HTTP/2 idle timer, and (with [`frames`]) the HTTP/2 frame
 //! checks and stream reset budgets; [`headers`] the header hygiene, [`body`] the streaming
 //! bodies and in-flight accounting, [`error`] the explained errors, [`access`] the access logs.
+//! [`tls`] terminates TLS on listeners that have a `tls` table, under the same timers.
 
 pub mod access;
 pub mod body;
@@ -16,8 +17,10 @@ pub mod error;
 pub mod frames;
 pub mod headers;
 pub mod http;
+pub mod sni;
 pub mod sticky;
 pub mod tcp;
+pub mod tls;
 pub mod upstream;
 
 use std::net::SocketAddr;
@@ -34,7 +37,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
 
 use crate::access::AccessLog;
-use crate::conn::{ConnState, Rejecter, TimedIo};
+use crate::conn::{ClientIo, ConnState, Rejecter, TimedIo};
 use crate::frames::ResetBudget;
 use crate::http::HttpCtx;
 use crate::upstream::Clients;
@@ -81,6 +84,22 @@ pub async fn start(listeners: &[ListenerSpec], live: Arc<Live>) -> std::io::Resu
         bound.push((spec.name.clone(), addr));
         let limit = Arc::new(Semaphore::new(spec.max_connections as usize));
         let metrics = live.metrics.listener(&spec.name);
+        let tls = match &spec.tls {
+            None => None,
+            Some(t) => {
+                let alpn = spec.protocol == ListenerProtocol::Http;
+                let term = tls::Terminator::new(
+                    &spec.name,
+                    t,
+                    alpn,
+                    spec.header_read_timeout,
+                    live.metrics.clone(),
+                )
+                .map_err(std::io::Error::other)?;
+                term.clone().watch(stopped.clone());
+                Some(term)
+            }
+        };
         match spec.protocol {
             ListenerProtocol::Http => {
                 let access = match &spec.access_log {
@@ -97,19 +116,21 @@ pub async fn start(listeners: &[ListenerSpec], live: Arc<Live>) -> std::io::Resu
                     metrics,
                     access,
                 });
-                tokio::spawn(accept_http(socket, ctx, limit, stopped.clone()));
+                tokio::spawn(accept_http(socket, ctx, tls, limit, stopped.clone()));
             }
             ListenerProtocol::Tcp => {
                 tokio::spawn(accept_tcp(
                     socket,
                     live.clone(),
                     spec.name.as_str().into(),
+                    tls,
+                    spec.header_read_timeout,
                     (limit, metrics),
                     stopped.clone(),
                 ));
             }
         }
-        tracing::info!(listener = %spec.name, %addr, protocol = spec.protocol.as_str(), "listening");
+        tracing::info!(listener = %spec.name, %addr, protocol = spec.protocol.as_str(), tls = spec.tls.is_some(), "listening");
     }
     Ok(Router { listeners: bound, stop })
 }
@@ -149,6 +170,7 @@ fn http_builder(spec: &ListenerSpec) -> auto::Builder<TokioExecutor> {
 async fn accept_http(
     socket: TcpListener,
     ctx: Arc<HttpCtx>,
+    tls: Option<Arc<tls::Terminator>>,
     limit: Arc<Semaphore>,
     mut stopped: watch::Receiver<bool>,
 ) {
@@ -170,7 +192,8 @@ async fn accept_http(
         };
         let Ok(permit) = limit.clone().try_acquire_owned() else {
             ctx.metrics.refused.inc();
-            if rejecter.reject(stream) {
+            // A TLS client cannot read a plain-text 503: it is closed at once.
+            if tls.is_none() && rejecter.reject(stream) {
                 ctx.metrics.router_response(503, None, None);
             }
             continue;
@@ -179,12 +202,33 @@ async fn accept_http(
         let ctx = ctx.clone();
         let builder = builder.clone();
         let budget = budget.clone();
+        let tls = tls.clone();
         let open = ctx.metrics.opened();
         tokio::spawn(async move {
             let client_ip = headers::client_ip_value(peer.ip());
             let header_timeout = ctx.listener.header_read_timeout;
             let shutdown_timeout = ctx.listener.http2.shutdown_timeout;
-            let state = ConnState::new(header_timeout, client_ip, ctx.metrics.clone());
+            let (stream, state) = match &tls {
+                None => (
+                    ClientIo::from(stream),
+                    ConnState::new(header_timeout, client_ip, ctx.metrics.clone()),
+                ),
+                Some(t) => match t.accept(stream).await {
+                    Ok((s, cert)) => (
+                        ClientIo::from(s),
+                        ConnState::with_tls(
+                            header_timeout,
+                            client_ip,
+                            ctx.metrics.clone(),
+                            Some(cert.unwrap_or_default()),
+                        ),
+                    ),
+                    Err(e) => {
+                        tracing::debug!(listener = %ctx.listener.name, %peer, "{e}");
+                        return;
+                    }
+                },
+            };
             let io = TimedIo::new(stream, state.clone(), header_timeout, budget, peer.ip());
             let handler = state.clone();
             let service =
@@ -237,6 +281,8 @@ async fn accept_tcp(
     socket: TcpListener,
     live: Arc<Live>,
     name: Arc<str>,
+    tls: Option<Arc<tls::Terminator>>,
+    hello_timeout: Duration,
     (limit, metrics): (Arc<Semaphore>, Arc<ListenerMetrics>),
     mut stopped: watch::Receiver<bool>,
 ) {
@@ -257,10 +303,19 @@ async fn accept_tcp(
             continue;
         };
         let _ = stream.set_nodelay(true);
-        let (live, name) = (live.clone(), name.clone());
+        let (live, name, tls) = (live.clone(), name.clone(), tls.clone());
         let open = metrics.opened();
         tokio::spawn(async move {
-            tcp::handle(live, name, stream, peer).await;
+            match tls {
+                None => tcp::handle_plain(live, name, stream, peer, hello_timeout).await,
+                Some(t) => match t.accept(stream).await {
+                    Ok((s, _)) => {
+                        let sni = s.get_ref().1.server_name().map(str::to_owned);
+                        tcp::handle(live, name, s, peer, sni.as_deref(), &[]).await;
+                    }
+                    Err(e) => tracing::debug!(listener = %name, %peer, "{e}"),
+                },
+            }
             drop(permit);
             drop(open);
         });

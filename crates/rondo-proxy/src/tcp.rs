@@ -10,16 +10,82 @@ use std::time::{Duration, Instant};
 
 use rondo_core::{Failover, FailureKind, Outcome, TryFailure};
 use rondo_runtime::{Live, Refused, clock};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+
+use crate::sni;
+
+/// A member's end of a session: plain TCP, or TLS (`upstream_tls`).
+trait Upstream: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Upstream for T {}
 
 /// Connect timeout when the cluster sets no per-try timeout.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Serves one client connection of TCP listener `listener`.
-pub async fn handle(live: Arc<Live>, listener: Arc<str>, mut client: TcpStream, peer: SocketAddr) {
+/// Serves one plain client connection of TCP listener `listener`. When the listener has routes
+/// that match on `sni`, the client's first bytes (its TLS ClientHello) are read, within
+/// `hello_timeout`, to route on its server name, and sent on to the member first.
+pub async fn handle_plain(
+    live: Arc<Live>,
+    listener: Arc<str>,
+    mut client: TcpStream,
+    peer: SocketAddr,
+    hello_timeout: Duration,
+) {
+    let by_sni =
+        live.load().view.routes.iter().any(|r| *r.listener == *listener && r.matcher.sni.is_some());
+    if !by_sni {
+        return handle(live, listener, client, peer, None, &[]).await;
+    }
+    let mut hello = Vec::with_capacity(1024);
+    let read = tokio::time::timeout(hello_timeout, async {
+        loop {
+            match sni::parse(&hello) {
+                sni::Hello::Incomplete if hello.len() < sni::MAX_HELLO => {}
+                sni::Hello::Sni(name) => return Some(name),
+                _ => return None,
+            }
+            let mut chunk = [0u8; 4096];
+            let want = chunk.len().min(sni::MAX_HELLO - hello.len());
+            match client.read(&mut chunk[..want]).await {
+                Ok(0) | Err(_) => return None,
+                Ok(n) => hello.extend_from_slice(&chunk[..n]),
+            }
+        }
+    })
+    .await;
+    let name = match read {
+        Ok(name) => name,
+        Err(_) if hello.is_empty() => {
+            tracing::debug!(%listener, %peer, "no client hello in time; closing");
+            return;
+        }
+        Err(_) => None,
+    };
+    handle(live, listener, client, peer, name.as_deref(), &hello).await;
+}
+
+/// Serves one client connection of TCP listener `listener` whose TLS server name is `sni` (if
+/// any); `first` is what the client already sent, passed on to the member before the rest.
+pub async fn handle<C>(
+    live: Arc<Live>,
+    listener: Arc<str>,
+    mut client: C,
+    peer: SocketAddr,
+    sni: Option<&str>,
+    first: &[u8],
+) where
+    C: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
     let snapshot = live.load();
-    let Some(route) = snapshot.view.routes.iter().find(|r| *r.listener == *listener) else {
-        tracing::warn!(%listener, "tcp listener has no route; closing connection");
+    let mut routes = snapshot.view.routes.iter().filter(|r| *r.listener == *listener);
+    // `sni` routes in file order, then the one without.
+    let chosen = routes
+        .clone()
+        .find(|r| r.matcher.sni.is_some() && r.matcher.matches_sni(sni))
+        .or_else(|| routes.find(|r| r.matcher.sni.is_none()));
+    let Some(route) = chosen else {
+        tracing::warn!(%listener, sni = sni.unwrap_or("(none)"), "no route of the tcp listener matches; closing connection");
         return;
     };
     let hash = Some(match peer.ip() {
@@ -53,26 +119,74 @@ pub async fn handle(live: Arc<Live>, listener: Arc<str>, mut client: TcpStream, 
         let timeout = failover
             .try_timeout(clock::from_std(started))
             .min(rt.spec.policy.retry.per_try_timeout.unwrap_or(CONNECT_TIMEOUT));
-        let (kind, failure) =
-            match tokio::time::timeout(timeout, TcpStream::connect(&m.address)).await {
-                Ok(Ok(mut upstream)) => {
-                    let _ = upstream.set_nodelay(true);
-                    rt.end_request(member, Outcome::Success { latency: started.elapsed() });
-                    rt.open_session(member);
-                    let copied = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
-                    rt.close_session(member);
-                    // Counted when the connection ends (an error loses its counts).
-                    if let Ok((to_member, to_client)) = copied {
-                        let counted = rt.route_metrics(&route.name);
-                        counted.bytes_in.inc_by(to_member);
-                        counted.bytes_out.inc_by(to_client);
+        let (kind, failure) = match tokio::time::timeout(timeout, TcpStream::connect(&m.address))
+            .await
+        {
+            Ok(Ok(upstream)) => {
+                let _ = upstream.set_nodelay(true);
+                let mut upstream: Box<dyn Upstream> = match &rt.tls {
+                    None => Box::new(upstream),
+                    Some(Err(_)) => {
+                        tracing::warn!(%listener, cluster = %cluster, member = %m.name, "upstream_tls files could not be loaded");
+                        rt.end_request(
+                            member,
+                            Outcome::Failure {
+                                kind: FailureKind::Connect,
+                                latency: started.elapsed(),
+                            },
+                        );
+                        if failover.failed(TryFailure::NOTHING_SENT, clock::now()).is_err() {
+                            break;
+                        }
+                        continue;
                     }
+                    Some(Ok(tls)) => {
+                        let host = rondo_runtime::upstream_tls::host_of(&m.address);
+                        match tokio::time::timeout(timeout, tls.connect(upstream, host)).await {
+                            Ok(Ok(s)) => Box::new(s),
+                            failed => {
+                                let why = match failed {
+                                    Ok(Err(e)) => e.to_string(),
+                                    _ => "tls handshake timed out".to_owned(),
+                                };
+                                tracing::warn!(%listener, cluster = %cluster, member = %m.name, "tls to the member failed: {why}");
+                                rt.end_request(
+                                    member,
+                                    Outcome::Failure {
+                                        kind: FailureKind::Connect,
+                                        latency: started.elapsed(),
+                                    },
+                                );
+                                if failover.failed(TryFailure::NOTHING_SENT, clock::now()).is_err()
+                                {
+                                    break;
+                                }
+                                continue;
+                            }
+                        }
+                    }
+                };
+                if !first.is_empty() && upstream.write_all(first).await.is_err() {
+                    let latency = started.elapsed();
+                    rt.end_request(member, Outcome::Failure { kind: FailureKind::Reset, latency });
                     return;
                 }
-                Ok(Err(_)) => (FailureKind::Connect, TryFailure::NOTHING_SENT),
-                // The member may be overloaded: moving on is a retry, paid from the budget.
-                Err(_) => (FailureKind::Timeout, TryFailure::after_sending(true)),
-            };
+                rt.end_request(member, Outcome::Success { latency: started.elapsed() });
+                rt.open_session(member);
+                let copied = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+                rt.close_session(member);
+                // Counted when the connection ends (an error loses its counts).
+                if let Ok((to_member, to_client)) = copied {
+                    let counted = rt.route_metrics(&route.name);
+                    counted.bytes_in.inc_by(to_member);
+                    counted.bytes_out.inc_by(to_client);
+                }
+                return;
+            }
+            Ok(Err(_)) => (FailureKind::Connect, TryFailure::NOTHING_SENT),
+            // The member may be overloaded: moving on is a retry, paid from the budget.
+            Err(_) => (FailureKind::Timeout, TryFailure::after_sending(true)),
+        };
         rt.end_request(member, Outcome::Failure { kind, latency: started.elapsed() });
         tracing::debug!(%listener, cluster = %cluster, member = %m.name, ?kind, "tcp connect failed");
         if failover.failed(failure, clock::now()).is_err() {

@@ -17,6 +17,7 @@ pub mod probe;
 pub mod process;
 pub mod reload;
 pub mod secret;
+pub mod upstream_tls;
 
 pub use live::{ClusterRt, Live, Placed, Refused, Snapshot};
 pub use reload::Reloader;

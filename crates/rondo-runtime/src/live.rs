@@ -81,6 +81,9 @@ pub struct ClusterRt {
     metrics: Arc<Metrics>,
     /// Raised when a member's state changes in a way the naming answer shows.
     signal: Arc<StateSignal>,
+    /// TLS to the members (`upstream_tls`), its files read when this view was made; `Err`:
+    /// they could not be (every try then fails, saying so).
+    pub tls: Option<Result<Arc<crate::upstream_tls::UpstreamTlsRt>, String>>,
 }
 
 /// Per route (by name), its metrics on this cluster.
@@ -143,6 +146,17 @@ impl ClusterRt {
             .iter()
             .map(|m| http::uri::Authority::try_from(m.address.as_str()).ok())
             .collect();
+        let spec = balancer.spec();
+        let tls = spec.upstream_tls.as_ref().map(|t| {
+            let alpn: &[&[u8]] = match spec.upstream_protocol {
+                rondo_core::UpstreamProtocol::Http1 => &[b"http/1.1"],
+                rondo_core::UpstreamProtocol::Http2 => &[b"h2"],
+                rondo_core::UpstreamProtocol::Tcp => &[],
+            };
+            crate::upstream_tls::UpstreamTlsRt::load(t, alpn).map(Arc::new).inspect_err(|e| {
+                tracing::warn!(cluster = %spec.name, "upstream_tls cannot be loaded: {e}");
+            })
+        });
         ClusterRt {
             spec: balancer.spec().clone(),
             authorities,
@@ -156,6 +170,7 @@ impl ClusterRt {
             responses: RwLock::new(Vec::new()),
             metrics,
             signal,
+            tls,
         }
     }
 
@@ -701,6 +716,7 @@ mod tests {
             policy,
             upstream_protocol: UpstreamProtocol::Http1,
             sticky: Default::default(),
+            upstream_tls: None,
         };
         let view = View {
             id: 1,

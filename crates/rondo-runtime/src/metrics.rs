@@ -65,6 +65,26 @@ pub struct ClusterLabels {
     pub cluster: String,
 }
 
+/// Labels of a TLS listener event (a handshake, a certificate reload) and its result.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct TlsListenerLabels {
+    /// Listener name.
+    pub listener: String,
+    /// `ok`, `failed` or `timeout` (handshakes); `accepted` or `rejected` (reloads).
+    pub result: &'static str,
+}
+
+/// Labels of a failure of TLS to a member.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct TlsMemberLabels {
+    /// Cluster name.
+    pub cluster: String,
+    /// Member name.
+    pub member: String,
+    /// [`rondo_core::TlsFailure::as_str`].
+    pub reason: &'static str,
+}
+
 /// Labels of a member's state.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 pub struct MemberLabels {
@@ -341,6 +361,12 @@ pub struct Metrics {
     /// The router's locality group, for eligibility (set once by [`crate::Live::new`]).
     pub group: std::sync::OnceLock<Option<String>>,
     agent_age: Family<MemberLabels, F64Gauge>,
+    /// TLS handshakes with clients by listener and result (`rondo_tls_handshakes_total`).
+    pub tls_handshakes: Family<TlsListenerLabels, Counter>,
+    /// Certificate reloads of TLS listeners by result (`rondo_tls_reloads_total`).
+    pub tls_reloads: Family<TlsListenerLabels, Counter>,
+    /// Tries that failed in TLS to a member, by reason (`rondo_tls_member_failures_total`).
+    pub tls_member_failures: Family<TlsMemberLabels, Counter>,
     /// Serialises scrapes (each refills the state gauges).
     scrape: Mutex<()>,
 }
@@ -385,6 +411,9 @@ impl Metrics {
             ejected: Family::default(),
             group: std::sync::OnceLock::new(),
             agent_age: Family::default(),
+            tls_handshakes: Family::default(),
+            tls_reloads: Family::default(),
+            tls_member_failures: Family::default(),
             scrape: Mutex::new(()),
         };
         for result in ["accepted", "rejected"] {
@@ -503,7 +532,38 @@ impl Metrics {
             "Age of the member's latest load-agent report (absent before the first)",
             m.agent_age.clone(),
         );
+        r.register(
+            "tls_handshakes",
+            "TLS handshakes with clients on TLS listeners, by listener and result (ok, failed: not TLS, no common version, a refused client certificate...; timeout)",
+            m.tls_handshakes.clone(),
+        );
+        r.register(
+            "tls_reloads",
+            "Certificate reloads of TLS listeners (file change or SIGHUP), by listener and result",
+            m.tls_reloads.clone(),
+        );
+        r.register(
+            "tls_member_failures",
+            "Tries that failed in TLS to a member, by cluster, member and reason",
+            m.tls_member_failures.clone(),
+        );
         m
+    }
+
+    /// Counts a TLS event of `listener` (a handshake or a reload) with `result`.
+    pub fn tls_listener(&self, reloads: bool, listener: &str, result: &'static str) {
+        let family = if reloads { &self.tls_reloads } else { &self.tls_handshakes };
+        family.get_or_create(&TlsListenerLabels { listener: listener.to_owned(), result }).inc();
+    }
+
+    /// Counts a try that failed in TLS to `member` of `cluster`.
+    pub fn tls_member_failure(&self, cluster: &str, member: &str, why: rondo_core::TlsFailure) {
+        let labels = TlsMemberLabels {
+            cluster: cluster.to_owned(),
+            member: member.to_owned(),
+            reason: why.as_str(),
+        };
+        self.tls_member_failures.get_or_create(&labels).inc();
     }
 
     /// Counts a member's response (its head arrived after `latency`).

@@ -60,12 +60,21 @@ async fn run(rt: Weak<ClusterRt>, check: HealthCheck, judge: bool) {
             .enumerate()
             .map(|(i, m)| (i, m.name.clone(), m.address.clone()))
             .collect();
+        let tls = cluster.tls.clone();
         drop(cluster);
         let mut round = JoinSet::new();
         for (i, _, address) in &members {
             let (i, address, kind, timeout) =
                 (*i, address.clone(), check.kind.clone(), check.timeout);
-            round.spawn(async move { (i, check_once(&address, &kind, timeout).await) });
+            let tls = tls.clone();
+            round.spawn(async move {
+                let r = match &tls {
+                    None => check_once(&address, &kind, timeout).await,
+                    Some(Ok(t)) => check_once_tls(&address, &kind, timeout, Some(t)).await,
+                    Some(Err(_)) => Err(ProbeFailure::Tls(rondo_core::TlsFailure::Config)),
+                };
+                (i, r)
+            });
         }
         let mut results = Vec::with_capacity(members.len());
         while let Some(done) = round.join_next().await {
@@ -142,17 +151,41 @@ pub async fn check_once(
     kind: &HealthCheckKind,
     timeout: Duration,
 ) -> Result<Duration, ProbeFailure> {
+    check_once_tls(address, kind, timeout, None).await
+}
+
+/// A client stream of a probe: plain or TLS.
+trait ProbeStream: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> ProbeStream for T {}
+
+/// [`check_once`] over TLS when `tls` is given (the cluster's `upstream_tls`): a TCP check is
+/// then a completed handshake, an HTTP check is sent over it.
+pub async fn check_once_tls(
+    address: &str,
+    kind: &HealthCheckKind,
+    timeout: Duration,
+    tls: Option<&crate::upstream_tls::UpstreamTlsRt>,
+) -> Result<Duration, ProbeFailure> {
     let start = Instant::now();
     let attempt = async {
-        let mut stream = connect(address).await?;
+        let tcp = connect(address).await?;
+        let _ = tcp.set_nodelay(true);
+        let mut stream: Box<dyn ProbeStream> = match tls {
+            None => Box::new(tcp),
+            Some(t) => Box::new(
+                t.connect_probe(tcp, crate::upstream_tls::host_of(address))
+                    .await
+                    .map_err(|e| ProbeFailure::Tls(e.why))?,
+            ),
+        };
         match kind {
             HealthCheckKind::Tcp => Ok(()),
             HealthCheckKind::Http { path, expect_min, expect_max } => {
-                let _ = stream.set_nodelay(true);
                 let req = format!(
                     "GET {path} HTTP/1.1\r\nHost: {address}\r\nUser-Agent: rondo-probe\r\nConnection: close\r\n\r\n"
                 );
                 stream.write_all(req.as_bytes()).await.map_err(|e| io_failure(&e))?;
+                stream.flush().await.map_err(|e| io_failure(&e))?;
                 let status = read_status(&mut stream).await?;
                 if (*expect_min..=*expect_max).contains(&status) {
                     Ok(())
@@ -199,7 +232,9 @@ fn io_failure(e: &std::io::Error) -> ProbeFailure {
 }
 
 /// Reads up to the end of the status line and returns the status code.
-async fn read_status(stream: &mut TcpStream) -> Result<u16, ProbeFailure> {
+async fn read_status<S: tokio::io::AsyncRead + Unpin + ?Sized>(
+    stream: &mut S,
+) -> Result<u16, ProbeFailure> {
     let mut buf = [0u8; 256];
     let mut len = 0;
     loop {

@@ -74,11 +74,45 @@ pub enum Command {
     Agent(AgentArgs),
     /// Control a running router through its admin API: status, drain, weights, algorithm, apply.
     Ctl(CtlArgs),
+    /// TLS helpers: `rondo tls dev-ca DIR --name NAME...` writes a development CA and
+    /// certificates (development only).
+    Tls(TlsArgs),
     /// Print a shell completion script (e.g. `rondo completions bash > /etc/bash_completion.d/rondo`).
     Completions(CompletionsArgs),
     /// Print rondo's man page in roff (e.g. `rondo man > rondo.1; man ./rondo.1`), or write a
     /// page per command with --dir.
     Man(ManArgs),
+}
+
+/// Options of `rondo tls`.
+#[derive(Debug, Args)]
+pub struct TlsArgs {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: TlsCommand,
+}
+
+/// The commands of `rondo tls`.
+#[derive(Debug, Subcommand)]
+pub enum TlsCommand {
+    /// Write a DEVELOPMENT-ONLY certificate authority (ca.pem, ca.key) and certificates signed
+    /// by it (NAME.pem and NAME.key per --name, client-NAME.pem and client-NAME.key per
+    /// --client) into DIR. The CA key is unprotected: never trust ca.pem beyond a test setup.
+    /// Never overwrites a file.
+    DevCa {
+        /// Directory to write into (created if missing).
+        dir: PathBuf,
+        /// A server name to make a certificate for (DNS name, `*.domain` or IP address);
+        /// repeatable.
+        #[arg(long = "name", value_name = "NAME")]
+        names: Vec<String>,
+        /// A client certificate's common name; repeatable.
+        #[arg(long = "client", value_name = "NAME")]
+        clients: Vec<String>,
+        /// Days the certificates are valid.
+        #[arg(long, value_name = "DAYS", default_value_t = 365)]
+        days: u32,
+    },
 }
 
 /// Options of `rondo man`.

@@ -6,6 +6,7 @@
 pub mod check;
 pub mod cli;
 pub mod demo;
+pub mod devca;
 pub mod member;
 pub mod serve;
 
@@ -278,6 +279,27 @@ pub fn run_with(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> anyhow::R
             }
             Ok(ExitCode::SUCCESS)
         }
+        Command::Tls(args) => match args.command {
+            cli::TlsCommand::DevCa { dir, names, clients, days } => {
+                let files = match devca::write(&dir, &devca::DevCa { names, clients, days }) {
+                    Ok(f) => f,
+                    Err(e) => {
+                        writeln!(err, "rondo tls dev-ca: {e:#}")?;
+                        return Ok(ExitCode::FAILURE);
+                    }
+                };
+                for f in &files {
+                    writeln!(out, "wrote {}", f.display())?;
+                }
+                writeln!(
+                    out,
+                    "development only: anyone with {} can sign certificates that trust {} accepts",
+                    dir.join("ca.key").display(),
+                    dir.join("ca.pem").display()
+                )?;
+                Ok(ExitCode::SUCCESS)
+            }
+        },
         Command::Demo(args) => demo::demo(args.calls as usize, args.serve, out, err),
         Command::Agent(args) => agent(args, err),
         Command::Ctl(args) => ctl(args, out, err),

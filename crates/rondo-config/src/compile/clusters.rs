@@ -77,6 +77,7 @@ pub(super) fn compile_cluster(
     let ewma = rc.ewma.as_ref().map_or(d.ewma, |e| ewma(c, &path, e));
     let sticky = rc.session.as_ref().map_or_else(StickySession::default, |s| session(c, &path, s));
 
+    let upstream_tls = rc.upstream_tls.as_ref().map(|t| compile_upstream_tls(c, &path, t));
     ClusterSpec {
         name: name.to_owned(),
         members,
@@ -95,6 +96,7 @@ pub(super) fn compile_cluster(
         },
         upstream_protocol,
         sticky,
+        upstream_tls,
     }
 }
 
@@ -450,4 +452,42 @@ fn session(c: &mut Compiler<'_>, path: &FieldPath, s: &RawSession) -> StickySess
         header: header.or(sd.header),
         idle_timeout: c.ms(p.key("idle_timeout_ms"), s.idle_timeout_ms, sd.idle_timeout, false),
     }
+}
+
+/// A cluster's `upstream_tls`, every file loaded and checked like a listener's.
+fn compile_upstream_tls(
+    c: &mut Compiler<'_>,
+    cluster: &FieldPath,
+    t: &RawUpstreamTls,
+) -> UpstreamTls {
+    let path = cluster.key("upstream_tls");
+    let ca = c.file_path(path.key("ca"), &t.ca).unwrap_or_default();
+    if !t.ca.is_empty()
+        && let Err(msg) = tls::load_roots(&ca, "ca")
+    {
+        c.err(path.key("ca"), msg);
+    }
+    if let Some(name) = &t.server_name
+        && rustls_pki_types::ServerName::try_from(name.as_str()).is_err()
+    {
+        c.err(path.key("server_name"), format!("`{name}` is not a DNS name or IP address"));
+    }
+    let cert = t.cert.as_deref().and_then(|s| c.file_path(path.key("cert"), s));
+    let key = t.key.as_deref().and_then(|s| c.file_path(path.key("key"), s));
+    match (&cert, &key) {
+        (Some(cert), Some(key)) => {
+            let paths = CertKeyPaths { cert: cert.clone(), key: key.clone() };
+            if let Err((which, msg)) = tls::load_cert_key(&paths) {
+                let field = match which {
+                    tls::Which::Cert => "cert",
+                    tls::Which::Key => "key",
+                };
+                c.err(path.key(field), msg);
+            }
+        }
+        (Some(_), None) => c.err(path.key("cert"), "`cert` needs `key`, its private key"),
+        (None, Some(_)) => c.err(path.key("key"), "`key` needs `cert`, its certificate"),
+        (None, None) => {}
+    }
+    UpstreamTls { ca, server_name: t.server_name.clone(), cert, key }
 }

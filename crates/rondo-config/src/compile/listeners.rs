@@ -88,8 +88,61 @@ pub(super) fn compile_listener(
         trust_forwarded_for: l.trust_forwarded_for.unwrap_or(false),
         error_detail: error_detail.unwrap_or_else(|| ErrorDetail::default_for(listen)),
         http2: compile_http2(c, &path, l),
+        tls: l.tls.as_ref().map(|t| compile_listener_tls(c, &path.key("tls"), t)),
         access_log,
     })
+}
+
+/// A listener's `tls`: the settings, and every file they name loaded and checked (so `rondo
+/// check` finds a missing file, unreadable PEM, a key of another certificate or an expired
+/// certificate at the field naming it).
+fn compile_listener_tls(c: &mut Compiler<'_>, path: &FieldPath, t: &RawListenerTls) -> ListenerTls {
+    if t.certs.is_empty() {
+        c.err(path.key("certs"), "a tls listener needs at least one certificate in `certs`");
+    }
+    let mut certs = Vec::with_capacity(t.certs.len());
+    for (j, ck) in t.certs.iter().enumerate() {
+        let p = path.key("certs").index(j);
+        let cert = c.file_path(p.key("cert"), &ck.cert);
+        let key = c.file_path(p.key("key"), &ck.key);
+        let (Some(cert), Some(key)) = (cert, key) else { continue };
+        let paths = CertKeyPaths { cert, key };
+        if let Err((which, msg)) = tls::load_cert_key(&paths) {
+            let field = match which {
+                tls::Which::Cert => "cert",
+                tls::Which::Key => "key",
+            };
+            c.err(p.key(field), msg);
+        }
+        certs.push(paths);
+    }
+    let client_auth = match t.client_auth.as_deref() {
+        None => ClientAuth::None,
+        Some(s) => ClientAuth::parse(s).unwrap_or_else(|| {
+            let all = ClientAuth::ALL.map(ClientAuth::as_str);
+            c.err(
+                path.key("client_auth"),
+                format!("unknown client_auth `{s}`, expected {}", one_of(all)),
+            );
+            ClientAuth::None
+        }),
+    };
+    let client_ca = t.client_ca.as_deref().and_then(|s| c.file_path(path.key("client_ca"), s));
+    if let Some(ca) = &client_ca
+        && let Err(msg) = tls::load_roots(ca, "client_ca")
+    {
+        c.err(path.key("client_ca"), msg);
+    }
+    if client_auth != ClientAuth::None && t.client_ca.is_none() {
+        c.err(
+            path.key("client_auth"),
+            format!(
+                "client_auth `{}` needs `client_ca`, the roots client certificates are checked against",
+                client_auth.as_str()
+            ),
+        );
+    }
+    ListenerTls { certs, client_ca, client_auth }
 }
 
 pub(super) fn compile_http2(

@@ -26,20 +26,22 @@ use std::time::Duration;
 use rondo_core::{
     AdminState, AgentPolicy, Algorithm, ClusterSpec, EwmaPolicy, Granularity, HashKeySource,
     HashPolicy, HashTable, HealthCheck, HealthCheckKind, Locality, MemberSpec, OutlierDetection,
-    Policy, RetryPolicy, Route, RouteMatch, SlowStart, StickySession, UpstreamProtocol, View,
+    Policy, RetryPolicy, Route, RouteMatch, SlowStart, StickySession, UpstreamProtocol,
+    UpstreamTls, View,
 };
 
 use crate::Config;
 use crate::path::FieldPath;
 use crate::raw::{
     RawAccessLog, RawAdmin, RawAgentReceiver, RawCluster, RawConfig, RawHash, RawHealth,
-    RawListener, RawLog, RawMatch, RawMember, RawNaming, RawRoute,
+    RawListener, RawListenerTls, RawLog, RawMatch, RawMember, RawNaming, RawRoute, RawUpstreamTls,
 };
 use crate::spec::{
     AccessLogSpec, AccessLogTarget, AdminSpec, AdminToken, AgentKey, AgentSpec, DnsSpec,
     ErrorDetail, Http2Limits, ListenerProtocol, ListenerSpec, LogFormat, LogSpec, NamingSpec,
     RegistrySpec, RouterSpec,
 };
+use crate::tls::{self, CertKeyPaths, ClientAuth, ListenerTls};
 
 /// Default idle timeout of a route's client connections (`idle_timeout_ms`).
 pub const DEFAULT_ROUTE_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
@@ -334,12 +336,14 @@ pub(crate) fn compile(
             c.err(path.key("listener"), msg);
         } else if let Some(&proto) = protocols.get(r.listener.as_str()) {
             check_route_protocol(&mut c, &path, r, &route, proto, &clusters);
-            if proto == ListenerProtocol::Tcp {
+            // A tcp listener takes one route without `sni` (its catch-all), and any number
+            // with `sni`, tried in file order.
+            if proto == ListenerProtocol::Tcp && route.matcher.sni.is_none() {
                 match tcp_routes.get(r.listener.as_str()) {
                     Some(first) => c.err(
                         path.key("listener"),
                         format!(
-                            "tcp listener `{}` already has route `{first}`; a tcp listener takes exactly one route",
+                            "tcp listener `{}` already has route `{first}` without `match.sni`; a tcp listener takes one route without `sni` (more routes need `match = {{ sni = ... }}`)",
                             r.listener
                         ),
                     ),

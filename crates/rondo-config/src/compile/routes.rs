@@ -118,7 +118,19 @@ pub(super) fn compile_match(
         }
         headers.push((lower, value.clone()));
     }
-    RouteMatch { host: m.host.clone(), path_prefix: m.path_prefix.clone(), methods, headers }
+    let sni = m.sni.as_ref().map(|n| {
+        let bare = n.strip_prefix("*.").unwrap_or(n);
+        let ok = !bare.is_empty()
+            && bare.split('.').all(|l| {
+                !l.is_empty()
+                    && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+            });
+        if !ok {
+            c.err(path.key("sni"), format!("`{n}` is not a DNS name or `*.` wildcard"));
+        }
+        n.to_ascii_lowercase()
+    });
+    RouteMatch { host: m.host.clone(), path_prefix: m.path_prefix.clone(), methods, headers, sni }
 }
 
 /// What a route may do given its listener's protocol.
@@ -130,6 +142,19 @@ pub(super) fn check_route_protocol(
     proto: ListenerProtocol,
     clusters: &BTreeMap<String, Arc<ClusterSpec>>,
 ) {
+    if proto == ListenerProtocol::Http
+        && let Some(m) = &r.matcher
+        && m.sni.is_some()
+    {
+        c.err(
+            path.key("match").key("sni"),
+            format!(
+                "route on http listener `{}` cannot match on `sni`: it matches the TLS server name \
+                 of tcp listeners (an http listener routes on `host`)",
+                r.listener
+            ),
+        );
+    }
     if proto == ListenerProtocol::Tcp
         && let Some(m) = &r.matcher
     {

@@ -29,6 +29,7 @@ pub(crate) fn cluster_with(policy: Policy, members: Vec<MemberSpec>) -> Arc<Clus
         policy,
         upstream_protocol: UpstreamProtocol::Http1,
         sticky: Default::default(),
+        upstream_tls: None,
     })
 }
 
