@@ -55,11 +55,17 @@ fn capacity_share(q: &Queueing, upto: usize, member: usize) -> f64 {
     if total == 0.0 { 0.0 } else { cap(member) / total }
 }
 
-/// Time from a phase to the first 100 ms window in which the picker's share for the member
-/// crossed the target: for a member that got worse (slow, failing, draining), a share of at
-/// most twice its share of capacity and at most 1 % when it has none; for a joining member, at
-/// least half its share of capacity. Windows with fewer than 5 picks are skipped. `None`: never
-/// within the run (or before the member's next phase); `Some(None)` for phases not measured.
+/// Windows a reaction must hold for: the share is judged over this many consecutive buckets
+/// (100 ms), so one lucky empty bucket does not count as a reaction.
+pub const REACTION_SPAN: usize = 5;
+
+/// Time from a phase until the picker's share for the member crossed the target and held it
+/// over the next 100 ms ([`REACTION_SPAN`] buckets of [`BUCKET`]): for a member that got worse
+/// (slow, failing, draining), a share of at most twice its share of capacity, and at most 1 %
+/// when it has none; for a joining member, at least half its share of capacity. The time is
+/// measured to the end of the first bucket of that span. `None`: never within the run (or
+/// before the member's next phase); `Some(None)` for phases not measured (recover, leave, or
+/// no buckets kept).
 pub fn reaction(q: &Queueing, r: &PickerResult, index: usize) -> Option<Option<u64>> {
     let p: Phase = q.phases[index];
     let measured =
@@ -72,14 +78,16 @@ pub fn reaction(q: &Queueing, r: &PickerResult, index: usize) -> Option<Option<u
         .iter()
         .find(|o| o.member == p.member)
         .map_or(q.duration, |o| o.at);
-    let first = (p.at / BUCKET) as usize + 1;
+    let first = p.at.div_ceil(BUCKET) as usize;
     let last = ((end / BUCKET) as usize).min(r.buckets.len());
-    for b in first..last {
-        let total: u64 = r.buckets[b].iter().map(|&v| u64::from(v)).sum();
+    for b in first..last.saturating_sub(REACTION_SPAN - 1) {
+        let span = &r.buckets[b..b + REACTION_SPAN];
+        let total: u64 = span.iter().flatten().map(|&v| u64::from(v)).sum();
         if total < 5 {
             continue;
         }
-        let s = f64::from(r.buckets[b][p.member]) / total as f64;
+        let mine: u64 = span.iter().map(|w| u64::from(w[p.member])).sum();
+        let s = mine as f64 / total as f64;
         let hit = match p.kind {
             PhaseKind::Join => s >= share / 2.0,
             _ => s <= (2.0 * share).max(0.01),
@@ -154,7 +162,7 @@ pub fn render(s: &Scenario, q: &Queueing, results: &[PickerResult]) -> LabOutput
     }
     if !q.phases.is_empty() {
         let _ = writeln!(t);
-        let _ = writeln!(t, "time to react to each phase (100 ms windows):");
+        let _ = writeln!(t, "time to react to each phase (share judged over 100 ms, in 20 ms steps):");
         let _ = writeln!(t);
         let mut head = "| phase |".to_owned();
         let mut rule = "|---|".to_owned();

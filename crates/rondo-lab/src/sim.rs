@@ -28,7 +28,9 @@ use rondo_core::{
 use crate::scenario::{PhaseKind, Picker, Queueing, Scenario};
 
 /// Width of the time buckets that per-member load and reaction times are measured in, ns.
-pub const BUCKET: u64 = 100_000_000;
+pub const BUCKET: u64 = 20_000_000;
+/// At most this many bucket cells (buckets x members) are kept; past it, none are.
+pub const MAX_BUCKET_CELLS: u64 = 20_000_000;
 /// Above this many members no per-bucket load is kept (plots would be unreadable anyway).
 pub const MAX_BUCKETED_MEMBERS: usize = 64;
 /// A refused connection is seen after this long, ns.
@@ -189,7 +191,8 @@ pub fn run_one(
             healthy: true,
         })
         .collect();
-    let bucketed = q.members.len() <= MAX_BUCKETED_MEMBERS;
+    let bucketed = q.members.len() <= MAX_BUCKETED_MEMBERS
+        && (q.duration / BUCKET + 1) * q.members.len() as u64 <= MAX_BUCKET_CELLS;
     let spec = cluster_spec(q, &members, &policy);
     let mut sim = Sim {
         q,

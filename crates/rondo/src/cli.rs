@@ -42,11 +42,29 @@ pub enum Command {
     Agent(AgentArgs),
     /// Control a running router through its admin API: status, drain, weights, algorithm, apply.
     Ctl(CtlArgs),
+    /// Simulate a scenario in virtual time through the real pickers, beside an oracle: a
+    /// results table on stdout, and the table and SVG plots in --out.
+    Simulate(SimulateArgs),
     /// Print a shell completion script (e.g. `rondo completions bash > /etc/bash_completion.d/rondo`).
     Completions(CompletionsArgs),
     /// Print rondo's man page in roff (e.g. `rondo man > rondo.1; man ./rondo.1`), or write a
     /// page per command with --dir.
     Man(ManArgs),
+}
+
+/// Options of `rondo simulate`.
+#[derive(Debug, Args)]
+pub struct SimulateArgs {
+    /// The scenario file (TOML; see examples/scenarios/ and docs/algorithms.md).
+    #[arg(long, value_name = "FILE")]
+    pub scenario: PathBuf,
+    /// Write results.md and the SVG plots into this directory (created if missing).
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Seed of every random choice (overrides the scenario's `seed`); the same seed gives the
+    /// same output.
+    #[arg(long, value_name = "N")]
+    pub seed: Option<u64>,
 }
 
 /// Options of `rondo man`.
