@@ -350,7 +350,7 @@ struct RawMember {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawService {
-    dist: String,
+    dist: Spanned<String>,
     mean_ms: Option<f64>,
     sigma: Option<f64>,
     fast_ms: Option<f64>,
@@ -362,8 +362,8 @@ struct RawService {
 #[serde(deny_unknown_fields)]
 struct RawPhase {
     at_s: f64,
-    member: String,
-    kind: String,
+    member: Spanned<String>,
+    kind: Spanned<String>,
     factor: Option<f64>,
     timeout_ms: Option<u64>,
 }
@@ -514,7 +514,7 @@ fn parse_service(cx: &Ctx<'_>, s: &Spanned<RawService>, field: &str) -> Result<S
         }
         Ok(ms(r.mean_ms.unwrap_or_default()))
     };
-    Ok(match r.dist.as_str() {
+    Ok(match r.dist.get_ref().as_str() {
         "constant" => Service::Constant { mean: need_mean("constant")? },
         "exponential" => Service::Exponential { mean: need_mean("exponential")? },
         "lognormal" => {
@@ -541,7 +541,7 @@ fn parse_service(cx: &Ctx<'_>, s: &Spanned<RawService>, field: &str) -> Result<S
         }
         other => {
             return Err(cx.err(
-                at,
+                r.dist.span().start,
                 format!("{field}.dist"),
                 format!("unknown distribution {other:?} (constant, exponential, lognormal, bimodal)"),
             ));
@@ -669,10 +669,14 @@ fn parse_queueing(cx: &Ctx<'_>, raw: &RawScenario) -> Result<Queueing, ScenarioE
         if !(r.at_s.is_finite() && r.at_s >= 0.0 && r.at_s <= d) {
             return Err(cx.err(at, format!("{f}.at_s"), "at_s must be within the run (0..=duration_s)"));
         }
-        let Some(member) = members.iter().position(|m| m.name == r.member) else {
-            return Err(cx.err(at, format!("{f}.member"), format!("no member named {:?}", r.member)));
+        let Some(member) = members.iter().position(|m| m.name == *r.member.get_ref()) else {
+            return Err(cx.err(
+                r.member.span().start,
+                format!("{f}.member"),
+                format!("no member named {:?}", r.member.get_ref()),
+            ));
         };
-        let kind = match r.kind.as_str() {
+        let kind = match r.kind.get_ref().as_str() {
             "slow" => match r.factor {
                 Some(x) if x.is_finite() && x > 0.0 && x <= 1e4 => PhaseKind::Slow(x),
                 _ => return Err(cx.err(at, format!("{f}.factor"), "slow needs a factor in (0, 10000]")),
@@ -688,14 +692,18 @@ fn parse_queueing(cx: &Ctx<'_>, raw: &RawScenario) -> Result<Queueing, ScenarioE
             "drain" => PhaseKind::Drain,
             other => {
                 return Err(cx.err(
-                    at,
+                    r.kind.span().start,
                     format!("{f}.kind"),
                     format!("unknown phase {other:?} (slow, fail-fast, fail-slow, recover, leave, join, drain)"),
                 ));
             }
         };
         if kind == PhaseKind::Join && members[member].initially_present {
-            return Err(cx.err(at, format!("{f}.member"), format!("member {:?} joins but is present from the start (set absent = true)", r.member)));
+            return Err(cx.err(
+                r.member.span().start,
+                format!("{f}.member"),
+                format!("member {:?} joins but is present from the start (set absent = true)", r.member.get_ref()),
+            ));
         }
         phases.push(Phase { at: secs(r.at_s), member, kind });
     }
