@@ -6,6 +6,7 @@ mod core {
     mod eligibility;
     mod failover;
     mod hashing;
+    mod adaptive;
     mod load_aware;
     mod orderly;
     mod state;
