@@ -99,6 +99,21 @@ pub fn reaction(q: &Queueing, r: &PickerResult, index: usize) -> Option<Option<u
     None
 }
 
+/// The member's share of all picks in the first second after phase `index` (`None` without
+/// buckets). The fail-fast target of issue 21 is at most 1 % within 1 s.
+pub fn first_second_share(q: &Queueing, r: &PickerResult, index: usize) -> Option<f64> {
+    let p = q.phases[index];
+    if r.buckets.is_empty() {
+        return None;
+    }
+    let first = (p.at / BUCKET) as usize;
+    let last = (((p.at + 1_000_000_000) / BUCKET) as usize).min(r.buckets.len());
+    let span = r.buckets.get(first..last)?;
+    let total: u64 = span.iter().flatten().map(|&v| u64::from(v)).sum();
+    let mine: u64 = span.iter().map(|w| u64::from(w[p.member])).sum();
+    (total > 0).then(|| mine as f64 / total as f64)
+}
+
 fn reaction_text(x: Option<Option<u64>>) -> String {
     match x {
         Some(Some(ns)) => format!("{} ms", ns / 1_000_000),
@@ -186,6 +201,22 @@ pub fn render(s: &Scenario, q: &Queueing, results: &[PickerResult]) -> LabOutput
             );
             for r in results {
                 let _ = write!(t, " {} |", reaction_text(reaction(q, r, i)));
+            }
+            let _ = writeln!(t);
+        }
+        let _ = writeln!(t);
+        let _ = writeln!(t, "the member's share of picks in the first second after each phase (%):");
+        let _ = writeln!(t);
+        let _ = writeln!(t, "{head}\n{rule}");
+        for (i, p) in q.phases.iter().enumerate() {
+            let _ = write!(t, "| {} {} at {} s |", q.members[p.member].name, p.kind.name(), p.at as f64 / 1e9);
+            for r in results {
+                match first_second_share(q, r, i) {
+                    Some(s) => {
+                        let _ = write!(t, " {:.2} |", s * 100.0);
+                    }
+                    None => t.push_str(" - |"),
+                }
             }
             let _ = writeln!(t);
         }
