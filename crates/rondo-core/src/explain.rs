@@ -129,7 +129,7 @@ pub enum Why {
     },
     /// `adaptive` exploration pick (uniform, one in [`crate::balancer::ADAPTIVE_EXPLORE_ONE_IN`]).
     AdaptiveExplore,
-    /// `p2c-ewma` with a single candidate.
+    /// `p2c-ewma` or `adaptive` with a single candidate.
     Only,
     /// `hash`: the key, and how many members the bounded-load walk passed over.
     Hash {

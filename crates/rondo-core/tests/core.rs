@@ -3,10 +3,10 @@
 mod core {
     pub(crate) mod support;
 
+    mod adaptive;
     mod eligibility;
     mod failover;
     mod hashing;
-    mod adaptive;
     mod load_aware;
     mod orderly;
     mod state;

@@ -102,7 +102,8 @@ pub fn table(s: &Scenario, b: &BallsIntoBins, results: &[BinsResult]) -> String 
     for r in results {
         let min = r.max_loads.iter().min().copied().unwrap_or(0);
         let max = r.max_loads.iter().max().copied().unwrap_or(0);
-        let mean = r.max_loads.iter().map(|&v| f64::from(v)).sum::<f64>() / r.max_loads.len() as f64;
+        let mean =
+            r.max_loads.iter().map(|&v| f64::from(v)).sum::<f64>() / r.max_loads.len() as f64;
         let _ = writeln!(
             t,
             "| {} | {} | {} | {:.2} | {} | {:.2} | {:.2} |",

@@ -74,10 +74,8 @@ pub fn reaction(q: &Queueing, r: &PickerResult, index: usize) -> Option<Option<u
         return Some(None);
     }
     let share = capacity_share(q, index, p.member);
-    let end = q.phases[index + 1..]
-        .iter()
-        .find(|o| o.member == p.member)
-        .map_or(q.duration, |o| o.at);
+    let end =
+        q.phases[index + 1..].iter().find(|o| o.member == p.member).map_or(q.duration, |o| o.at);
     let first = p.at.div_ceil(BUCKET) as usize;
     let last = ((end / BUCKET) as usize).min(r.buckets.len());
     for b in first..last.saturating_sub(REACTION_SPAN - 1) {
@@ -134,10 +132,9 @@ pub fn render(s: &Scenario, q: &Queueing, results: &[PickerResult]) -> LabOutput
         q.warmup as f64 / 1e9,
         s.seed,
         q.arrivals.rate,
-        q.arrivals.burst.map_or(String::new(), |(n, e)| format!(
-            ", bursts of {n} every {} ms",
-            e / 1_000_000
-        )),
+        q.arrivals
+            .burst
+            .map_or(String::new(), |(n, e)| format!(", bursts of {n} every {} ms", e / 1_000_000)),
         q.arrivals.flash.map_or(String::new(), |(at, len, m)| format!(
             ", flash crowd x{m} from {} s for {} s",
             at as f64 / 1e9,
@@ -177,7 +174,8 @@ pub fn render(s: &Scenario, q: &Queueing, results: &[PickerResult]) -> LabOutput
     }
     if !q.phases.is_empty() {
         let _ = writeln!(t);
-        let _ = writeln!(t, "time to react to each phase (share judged over 100 ms, in 20 ms steps):");
+        let _ =
+            writeln!(t, "time to react to each phase (share judged over 100 ms, in 20 ms steps):");
         let _ = writeln!(t);
         let mut head = "| phase |".to_owned();
         let mut rule = "|---|".to_owned();
@@ -205,11 +203,18 @@ pub fn render(s: &Scenario, q: &Queueing, results: &[PickerResult]) -> LabOutput
             let _ = writeln!(t);
         }
         let _ = writeln!(t);
-        let _ = writeln!(t, "the member's share of picks in the first second after each phase (%):");
+        let _ =
+            writeln!(t, "the member's share of picks in the first second after each phase (%):");
         let _ = writeln!(t);
         let _ = writeln!(t, "{head}\n{rule}");
         for (i, p) in q.phases.iter().enumerate() {
-            let _ = write!(t, "| {} {} at {} s |", q.members[p.member].name, p.kind.name(), p.at as f64 / 1e9);
+            let _ = write!(
+                t,
+                "| {} {} at {} s |",
+                q.members[p.member].name,
+                p.kind.name(),
+                p.at as f64 / 1e9
+            );
             for r in results {
                 match first_second_share(q, r, i) {
                     Some(s) => {

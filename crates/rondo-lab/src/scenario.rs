@@ -61,7 +61,7 @@ pub struct Scenario {
 #[derive(Debug, Clone)]
 pub enum Kind {
     /// Members as queues, requests arriving over virtual time.
-    Queueing(Queueing),
+    Queueing(Box<Queueing>),
     /// Mitzenmacher's balls into bins: n balls, n bins, no departures.
     BallsIntoBins(BallsIntoBins),
 }
@@ -381,7 +381,12 @@ struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
-    fn err(&self, offset: usize, field: impl Into<String>, message: impl Into<String>) -> ScenarioError {
+    fn err(
+        &self,
+        offset: usize,
+        field: impl Into<String>,
+        message: impl Into<String>,
+    ) -> ScenarioError {
         let (line, column) = line_column(self.text, offset);
         ScenarioError {
             file: self.file.to_owned(),
@@ -431,7 +436,7 @@ impl Scenario {
         let seed = raw.seed.unwrap_or(1);
         let kind = match &raw.balls_into_bins {
             Some(b) => Kind::BallsIntoBins(parse_bins(&cx, &raw, b)?),
-            None => Kind::Queueing(parse_queueing(&cx, &raw)?),
+            None => Kind::Queueing(Box::new(parse_queueing(&cx, &raw)?)),
         };
         Ok(Scenario { name, description, seed, kind })
     }
@@ -440,7 +445,11 @@ impl Scenario {
 fn parse_algorithms(cx: &Ctx<'_>, raw: &RawScenario) -> Result<Vec<Picker>, ScenarioError> {
     let mut out = Vec::new();
     if raw.algorithms.get_ref().is_empty() {
-        return Err(cx.err(raw.algorithms.span().start, "algorithms", "name at least one algorithm"));
+        return Err(cx.err(
+            raw.algorithms.span().start,
+            "algorithms",
+            "name at least one algorithm",
+        ));
     }
     for (i, a) in raw.algorithms.get_ref().iter().enumerate() {
         let picker = match a.get_ref().as_str() {
@@ -472,12 +481,21 @@ fn parse_bins(
 ) -> Result<BallsIntoBins, ScenarioError> {
     let at = b.span().start;
     if !raw.member.is_empty() || raw.arrivals.is_some() || !raw.phase.is_empty() {
-        return Err(cx.err(at, "balls_into_bins", "a balls-into-bins scenario has no members, arrivals or phases"));
+        return Err(cx.err(
+            at,
+            "balls_into_bins",
+            "a balls-into-bins scenario has no members, arrivals or phases",
+        ));
     }
     let mut algorithms = Vec::new();
     for (i, p) in parse_algorithms(cx, raw)?.into_iter().enumerate() {
         match p {
-            Picker::Core(a @ (Algorithm::Random | Algorithm::P2cEwma | Algorithm::LeastSessions | Algorithm::RoundRobin)) => algorithms.push(a),
+            Picker::Core(
+                a @ (Algorithm::Random
+                | Algorithm::P2cEwma
+                | Algorithm::LeastSessions
+                | Algorithm::RoundRobin),
+            ) => algorithms.push(a),
             _ => {
                 return Err(cx.err(
                     raw.algorithms.get_ref()[i].span().start,
@@ -489,7 +507,11 @@ fn parse_bins(
     }
     let b = b.get_ref();
     if b.sizes.is_empty() || b.sizes.iter().any(|&n| n < 2 || n as usize > MAX_MEMBERS) {
-        return Err(cx.err(at, "balls_into_bins.sizes", format!("sizes must be 2..={MAX_MEMBERS}")));
+        return Err(cx.err(
+            at,
+            "balls_into_bins.sizes",
+            format!("sizes must be 2..={MAX_MEMBERS}"),
+        ));
     }
     if b.trials == 0 || b.trials > 1000 {
         return Err(cx.err(at, "balls_into_bins.trials", "trials must be 1..=1000"));
@@ -505,12 +527,20 @@ fn positive(v: Option<f64>) -> bool {
     v.is_some_and(|v| v.is_finite() && v > 0.0)
 }
 
-fn parse_service(cx: &Ctx<'_>, s: &Spanned<RawService>, field: &str) -> Result<Service, ScenarioError> {
+fn parse_service(
+    cx: &Ctx<'_>,
+    s: &Spanned<RawService>,
+    field: &str,
+) -> Result<Service, ScenarioError> {
     let at = s.span().start;
     let r = s.get_ref();
     let need_mean = |what: &str| -> Result<f64, ScenarioError> {
         if !positive(r.mean_ms) {
-            return Err(cx.err(at, format!("{field}.mean_ms"), format!("{what} needs a positive mean_ms")));
+            return Err(cx.err(
+                at,
+                format!("{field}.mean_ms"),
+                format!("{what} needs a positive mean_ms"),
+            ));
         }
         Ok(ms(r.mean_ms.unwrap_or_default()))
     };
@@ -527,11 +557,19 @@ fn parse_service(cx: &Ctx<'_>, s: &Spanned<RawService>, field: &str) -> Result<S
         }
         "bimodal" => {
             if !positive(r.fast_ms) || !positive(r.slow_ms) {
-                return Err(cx.err(at, format!("{field}.fast_ms"), "bimodal needs positive fast_ms and slow_ms"));
+                return Err(cx.err(
+                    at,
+                    format!("{field}.fast_ms"),
+                    "bimodal needs positive fast_ms and slow_ms",
+                ));
             }
             let p = r.slow_fraction.unwrap_or(0.1);
             if !(0.0..=1.0).contains(&p) {
-                return Err(cx.err(at, format!("{field}.slow_fraction"), "slow_fraction must be in [0, 1]"));
+                return Err(cx.err(
+                    at,
+                    format!("{field}.slow_fraction"),
+                    "slow_fraction must be in [0, 1]",
+                ));
             }
             Service::Bimodal {
                 fast: ms(r.fast_ms.unwrap_or_default()),
@@ -543,7 +581,9 @@ fn parse_service(cx: &Ctx<'_>, s: &Spanned<RawService>, field: &str) -> Result<S
             return Err(cx.err(
                 r.dist.span().start,
                 format!("{field}.dist"),
-                format!("unknown distribution {other:?} (constant, exponential, lognormal, bimodal)"),
+                format!(
+                    "unknown distribution {other:?} (constant, exponential, lognormal, bimodal)"
+                ),
             ));
         }
     })
@@ -558,22 +598,38 @@ fn parse_queueing(cx: &Ctx<'_>, raw: &RawScenario) -> Result<Queueing, ScenarioE
         p
     };
     let Some(duration) = &raw.duration_s else {
-        return Err(cx.err(0, "duration_s", "missing: how many seconds of virtual time to simulate"));
+        return Err(cx.err(
+            0,
+            "duration_s",
+            "missing: how many seconds of virtual time to simulate",
+        ));
     };
     let d = *duration.get_ref();
     if !(d.is_finite() && d > 0.0 && d <= MAX_DURATION_S) {
-        return Err(cx.err(duration.span().start, "duration_s", format!("must be in (0, {MAX_DURATION_S}]")));
+        return Err(cx.err(
+            duration.span().start,
+            "duration_s",
+            format!("must be in (0, {MAX_DURATION_S}]"),
+        ));
     }
     let warmup = match &raw.warmup_s {
         Some(w) if !(w.get_ref().is_finite() && *w.get_ref() >= 0.0 && *w.get_ref() < d) => {
-            return Err(cx.err(w.span().start, "warmup_s", "must be at least 0 and below duration_s"));
+            return Err(cx.err(
+                w.span().start,
+                "warmup_s",
+                "must be at least 0 and below duration_s",
+            ));
         }
         Some(w) => secs(*w.get_ref()),
         None => 0,
     };
     let max_events = match &raw.max_events {
         Some(m) if *m.get_ref() == 0 || *m.get_ref() > MAX_EVENTS_CEILING => {
-            return Err(cx.err(m.span().start, "max_events", format!("must be 1..={MAX_EVENTS_CEILING}")));
+            return Err(cx.err(
+                m.span().start,
+                "max_events",
+                format!("must be 1..={MAX_EVENTS_CEILING}"),
+            ));
         }
         Some(m) => *m.get_ref(),
         None => 50_000_000,
@@ -589,7 +645,11 @@ fn parse_queueing(cx: &Ctx<'_>, raw: &RawScenario) -> Result<Queueing, ScenarioE
         let r = m.get_ref();
         let count = r.count.unwrap_or(1);
         if count == 0 || members.len() + count as usize > MAX_MEMBERS {
-            return Err(cx.err(at, format!("{f}.count"), format!("count must be 1 and at most {MAX_MEMBERS} members in all")));
+            return Err(cx.err(
+                at,
+                format!("{f}.count"),
+                format!("count must be 1 and at most {MAX_MEMBERS} members in all"),
+            ));
         }
         let weight = r.weight.unwrap_or(100);
         if weight == 0 || weight > 1_000_000 {
@@ -606,7 +666,11 @@ fn parse_queueing(cx: &Ctx<'_>, raw: &RawScenario) -> Result<Queueing, ScenarioE
         for k in 0..count {
             let name = if count == 1 { r.name.clone() } else { format!("{}-{}", r.name, k + 1) };
             if members.iter().any(|o| o.name == name) {
-                return Err(cx.err(at, format!("{f}.name"), format!("member {name:?} defined twice")));
+                return Err(cx.err(
+                    at,
+                    format!("{f}.name"),
+                    format!("member {name:?} defined twice"),
+                ));
             }
             members.push(SimMember {
                 name,
@@ -633,22 +697,50 @@ fn parse_queueing(cx: &Ctx<'_>, raw: &RawScenario) -> Result<Queueing, ScenarioE
         (Some(r), None) if r.is_finite() && r > 0.0 && r <= 1e7 => r,
         (None, Some(l)) if l.is_finite() && l > 0.0 && l <= 10.0 => l * capacity,
         (Some(_), Some(_)) => return Err(cx.err(at, "arrivals", "give rate or load, not both")),
-        (Some(_), None) => return Err(cx.err(at, "arrivals.rate", "rate must be in (0, 10000000] per second")),
-        (None, Some(_)) => return Err(cx.err(at, "arrivals.load", "load must be in (0, 10] (a share of the members' capacity)")),
-        (None, None) => return Err(cx.err(at, "arrivals", "give rate (per second) or load (share of capacity)")),
+        (Some(_), None) => {
+            return Err(cx.err(at, "arrivals.rate", "rate must be in (0, 10000000] per second"));
+        }
+        (None, Some(_)) => {
+            return Err(cx.err(
+                at,
+                "arrivals.load",
+                "load must be in (0, 10] (a share of the members' capacity)",
+            ));
+        }
+        (None, None) => {
+            return Err(cx.err(
+                at,
+                "arrivals",
+                "give rate (per second) or load (share of capacity)",
+            ));
+        }
     };
     if rate > 1e7 {
-        return Err(cx.err(at, "arrivals.load", "the load works out above 10000000 requests per second"));
+        return Err(cx.err(
+            at,
+            "arrivals.load",
+            "the load works out above 10000000 requests per second",
+        ));
     }
     let burst = match (a.burst_size, a.burst_every_ms) {
         (None, None) => None,
         (Some(s), Some(e)) if s > 0 && s <= 100_000 && e > 0 => Some((s, e * 1_000_000)),
-        _ => return Err(cx.err(at, "arrivals.burst_size", "bursts need burst_size 1..=100000 and burst_every_ms > 0")),
+        _ => {
+            return Err(cx.err(
+                at,
+                "arrivals.burst_size",
+                "bursts need burst_size 1..=100000 and burst_every_ms > 0",
+            ));
+        }
     };
     let flash = match (a.flash_at_s, a.flash_for_s, a.flash_multiplier) {
         (None, None, None) => None,
         (Some(at_s), Some(for_s), Some(mult))
-            if at_s >= 0.0 && for_s > 0.0 && mult.is_finite() && mult > 0.0 && rate * mult <= 1e7 =>
+            if at_s >= 0.0
+                && for_s > 0.0
+                && mult.is_finite()
+                && mult > 0.0
+                && rate * mult <= 1e7 =>
         {
             Some((secs(at_s), secs(for_s), mult))
         }
@@ -667,7 +759,11 @@ fn parse_queueing(cx: &Ctx<'_>, raw: &RawScenario) -> Result<Queueing, ScenarioE
         let f = format!("phase[{i}]");
         let r = p.get_ref();
         if !(r.at_s.is_finite() && r.at_s >= 0.0 && r.at_s <= d) {
-            return Err(cx.err(at, format!("{f}.at_s"), "at_s must be within the run (0..=duration_s)"));
+            return Err(cx.err(
+                at,
+                format!("{f}.at_s"),
+                "at_s must be within the run (0..=duration_s)",
+            ));
         }
         let Some(member) = members.iter().position(|m| m.name == *r.member.get_ref()) else {
             return Err(cx.err(
@@ -679,12 +775,24 @@ fn parse_queueing(cx: &Ctx<'_>, raw: &RawScenario) -> Result<Queueing, ScenarioE
         let kind = match r.kind.get_ref().as_str() {
             "slow" => match r.factor {
                 Some(x) if x.is_finite() && x > 0.0 && x <= 1e4 => PhaseKind::Slow(x),
-                _ => return Err(cx.err(at, format!("{f}.factor"), "slow needs a factor in (0, 10000]")),
+                _ => {
+                    return Err(cx.err(
+                        at,
+                        format!("{f}.factor"),
+                        "slow needs a factor in (0, 10000]",
+                    ));
+                }
             },
             "fail-fast" => PhaseKind::FailFast,
             "fail-slow" => match r.timeout_ms.unwrap_or(1000) {
                 t @ 1..=600_000 => PhaseKind::FailSlow(t * 1_000_000),
-                _ => return Err(cx.err(at, format!("{f}.timeout_ms"), "timeout_ms must be 1..=600000")),
+                _ => {
+                    return Err(cx.err(
+                        at,
+                        format!("{f}.timeout_ms"),
+                        "timeout_ms must be 1..=600000",
+                    ));
+                }
             },
             "recover" => PhaseKind::Recover,
             "leave" => PhaseKind::Leave,
@@ -702,7 +810,10 @@ fn parse_queueing(cx: &Ctx<'_>, raw: &RawScenario) -> Result<Queueing, ScenarioE
             return Err(cx.err(
                 r.member.span().start,
                 format!("{f}.member"),
-                format!("member {:?} joins but is present from the start (set absent = true)", r.member.get_ref()),
+                format!(
+                    "member {:?} joins but is present from the start (set absent = true)",
+                    r.member.get_ref()
+                ),
             ));
         }
         phases.push(Phase { at: secs(r.at_s), member, kind });
@@ -715,7 +826,11 @@ fn parse_queueing(cx: &Ctx<'_>, raw: &RawScenario) -> Result<Queueing, ScenarioE
         Some(h) => {
             let r = h.get_ref();
             if r.interval_ms == 0 || r.rise == 0 || r.fall == 0 || r.timeout_ms == 0 {
-                return Err(cx.err(h.span().start, "health", "interval_ms, rise, fall and timeout_ms must be positive"));
+                return Err(cx.err(
+                    h.span().start,
+                    "health",
+                    "interval_ms, rise, fall and timeout_ms must be positive",
+                ));
             }
             Some(HealthSim {
                 interval: r.interval_ms * 1_000_000,
@@ -727,23 +842,30 @@ fn parse_queueing(cx: &Ctx<'_>, raw: &RawScenario) -> Result<Queueing, ScenarioE
         None => None,
     };
     let agent_interval = match &raw.agent_interval_ms {
-        Some(v) if *v.get_ref() == 0 => return Err(cx.err(v.span().start, "agent_interval_ms", "must be positive")),
+        Some(v) if *v.get_ref() == 0 => {
+            return Err(cx.err(v.span().start, "agent_interval_ms", "must be positive"));
+        }
         Some(v) => Some(*v.get_ref() * 1_000_000),
         None => None,
     };
-    let positive_count = |v: &Option<Spanned<u64>>, field: &str| -> Result<Option<u64>, ScenarioError> {
-        match v {
-            Some(k) if *k.get_ref() == 0 || *k.get_ref() > 100_000_000 => {
-                Err(cx.err(k.span().start, field, "must be 1..=100000000"))
+    let positive_count =
+        |v: &Option<Spanned<u64>>, field: &str| -> Result<Option<u64>, ScenarioError> {
+            match v {
+                Some(k) if *k.get_ref() == 0 || *k.get_ref() > 100_000_000 => {
+                    Err(cx.err(k.span().start, field, "must be 1..=100000000"))
+                }
+                Some(k) => Ok(Some(*k.get_ref())),
+                None => Ok(None),
             }
-            Some(k) => Ok(Some(*k.get_ref())),
-            None => Ok(None),
-        }
-    };
+        };
     let keys = positive_count(&raw.keys, "keys")?;
     let sessions = positive_count(&raw.sessions, "sessions")?;
     if pickers.contains(&Picker::Core(Algorithm::Hash)) && keys.is_none() {
-        return Err(cx.err(raw.algorithms.span().start, "keys", "algorithm hash needs keys (how many distinct hash keys)"));
+        return Err(cx.err(
+            raw.algorithms.span().start,
+            "keys",
+            "algorithm hash needs keys (how many distinct hash keys)",
+        ));
     }
     Ok(Queueing {
         duration: secs(d),

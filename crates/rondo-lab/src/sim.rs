@@ -68,9 +68,18 @@ enum Ev {
     Arrival,
     Burst,
     /// A request finished service at `member` (ignored if the member's epoch moved on).
-    Done { member: u32, epoch: u32, arrival: u64 },
+    Done {
+        member: u32,
+        epoch: u32,
+        arrival: u64,
+    },
     /// A request to a failing member failed.
-    Fail { member: u32, epoch: u32, arrival: u64, timeout: bool },
+    Fail {
+        member: u32,
+        epoch: u32,
+        arrival: u64,
+        timeout: bool,
+    },
     Probe,
     Agent,
     Phase(u32),
@@ -256,7 +265,7 @@ pub fn run_one(
         }
         sim.now = t;
         sim.res.events += 1;
-        if sim.res.events % 65_536 == 0 {
+        if sim.res.events.is_multiple_of(65_536) {
             progress((t as f64 / q.duration as f64).min(1.0));
         }
         sim.handle(ev);
@@ -386,7 +395,11 @@ impl Sim<'_> {
                 if let (Picker::Core(_), Some(b)) = (self.picker, self.to_bal[m]) {
                     let kind = if timeout { FailureKind::Timeout } else { FailureKind::Connect };
                     let latency = Duration::from_nanos(self.now - arrival);
-                    self.balancer.end_request(b, Instant(self.now), Outcome::Failure { kind, latency });
+                    self.balancer.end_request(
+                        b,
+                        Instant(self.now),
+                        Outcome::Failure { kind, latency },
+                    );
                 }
             }
             Ev::Probe => {
@@ -413,9 +426,12 @@ impl Sim<'_> {
         let rng = if burst { &mut self.burst_rng } else { &mut self.work_rng };
         let u1 = rng.unit();
         let u2 = rng.unit();
-        let key = self.q.keys.map_or(0, |k| ((u128::from(rng.next_u64()) * u128::from(k)) >> 64) as u64);
-        let session =
-            self.q.sessions.map_or(0, |s| ((u128::from(rng.next_u64()) * u128::from(s)) >> 64) as u64);
+        let key =
+            self.q.keys.map_or(0, |k| ((u128::from(rng.next_u64()) * u128::from(k)) >> 64) as u64);
+        let session = self
+            .q
+            .sessions
+            .map_or(0, |s| ((u128::from(rng.next_u64()) * u128::from(s)) >> 64) as u64);
         (Req { arrival: self.now, u1, u2 }, key, session)
     }
 
@@ -535,7 +551,8 @@ impl Sim<'_> {
             }
             let spec = &self.q.members[i];
             let in_system = f64::from(r.busy) + r.queue.len() as f64;
-            let cost = (in_system + 1.0) * spec.service.mean() * factor / f64::from(spec.concurrency);
+            let cost =
+                (in_system + 1.0) * spec.service.mean() * factor / f64::from(spec.concurrency);
             if best.is_none_or(|(c, _)| cost < c) {
                 best = Some((cost, i));
             }
@@ -633,19 +650,16 @@ impl Sim<'_> {
                     // The member is gone: what it held fails now.
                     let warmup = self.q.warmup;
                     let r = &mut self.members[m];
-                    let lost: Vec<u64> = r
-                        .queue
-                        .drain(..)
-                        .map(|q| q.arrival)
-                        .chain(r.serving.drain(..))
-                        .collect();
+                    let lost: Vec<u64> =
+                        r.queue.drain(..).map(|q| q.arrival).chain(r.serving.drain(..)).collect();
                     let hanging = u64::from(r.hanging);
                     r.hanging = 0;
                     r.present = false;
                     r.epoch += 1;
                     self.set_busy(m, -(self.members[m].busy as i32));
                     self.pending -= lost.len() as u64 + hanging;
-                    self.res.errors += lost.iter().filter(|&&a| a >= warmup).count() as u64 + hanging;
+                    self.res.errors +=
+                        lost.iter().filter(|&&a| a >= warmup).count() as u64 + hanging;
                     self.rebuild();
                 }
             }

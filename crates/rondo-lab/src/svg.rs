@@ -95,7 +95,8 @@ pub fn latency_cdf(scenario: &str, results: &[PickerResult]) -> String {
         "fraction of requests",
     );
     let (pw, ph) = (W - LEFT - RIGHT, H - TOP - BOTTOM);
-    let all = results.iter().flat_map(|r| r.latencies.first().into_iter().chain(r.latencies.last()));
+    let all =
+        results.iter().flat_map(|r| r.latencies.first().into_iter().chain(r.latencies.last()));
     let lo = all.clone().copied().min().unwrap_or(1).max(1000) as f64 / 1e6;
     let hi = all.copied().max().unwrap_or(1).max(2000) as f64 / 1e6;
     let (llo, lhi) = (lo.log10().floor(), hi.log10().ceil().max(lo.log10().floor() + 1.0));
@@ -103,7 +104,11 @@ pub fn latency_cdf(scenario: &str, results: &[PickerResult]) -> String {
     let y_of = |f: f64| TOP + ph - f * ph;
     for d in (llo as i32)..=(lhi as i32) {
         let x = x_of(10f64.powi(d));
-        let label = if d >= 0 { format!("{}", 10f64.powi(d)) } else { format!("{:.*}", (-d) as usize, 10f64.powi(d)) };
+        let label = if d >= 0 {
+            format!("{}", 10f64.powi(d))
+        } else {
+            format!("{:.*}", (-d) as usize, 10f64.powi(d))
+        };
         let _ = writeln!(
             s,
             r##"<line x1="{x:.1}" y1="{TOP}" x2="{x:.1}" y2="{}" stroke="#ddd"/><text x="{x:.1}" y="{}" text-anchor="middle">{label}</text>"##,
@@ -144,7 +149,12 @@ pub fn latency_cdf(scenario: &str, results: &[PickerResult]) -> String {
 }
 
 /// Picks per second per member over time for one picker.
-pub fn load_over_time(scenario: &str, picker: &str, members: &[&str], buckets: &[Vec<u32>]) -> String {
+pub fn load_over_time(
+    scenario: &str,
+    picker: &str,
+    members: &[&str],
+    buckets: &[Vec<u32>],
+) -> String {
     let mut s = frame(
         &format!("{scenario}: load per member over time ({picker})"),
         "virtual time (s)",
@@ -199,4 +209,3 @@ pub fn load_over_time(scenario: &str, picker: &str, members: &[&str], buckets: &
     s.push_str("</svg>\n");
     s
 }
-

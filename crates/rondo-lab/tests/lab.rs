@@ -81,8 +81,14 @@ fn balls_into_bins_reproduces_the_max_load_ranges() {
     for (n, random_range, two_range) in [(10_000, 5..=9, 2..=4), (100_000, 6..=10, 3..=4)] {
         let (rmin, rmax, rmean) = bins_stats(Algorithm::Random, n, 3);
         let (pmin, pmax, pmean) = bins_stats(Algorithm::P2cEwma, n, 3);
-        assert!(random_range.contains(&rmin) && random_range.contains(&rmax), "n={n}: random {rmin}..{rmax}");
-        assert!(two_range.contains(&pmin) && two_range.contains(&pmax), "n={n}: two choices {pmin}..{pmax}");
+        assert!(
+            random_range.contains(&rmin) && random_range.contains(&rmax),
+            "n={n}: random {rmin}..{rmax}"
+        );
+        assert!(
+            two_range.contains(&pmin) && two_range.contains(&pmax),
+            "n={n}: two choices {pmin}..{pmax}"
+        );
         // The exponential gap: one choice is well above its leading term's two-choice sibling.
         assert!(rmean >= pmean + 2.0, "n={n}: random {rmean} vs two choices {pmean}");
         assert!(rmean > bins::one_choice_theory(n), "n={n}: {rmean}");
@@ -98,7 +104,9 @@ fn the_shipped_balls_into_bins_scenario_parses_with_both_sizes() {
     let s = parse(&text);
     let Kind::BallsIntoBins(b) = &s.kind else { panic!("not balls into bins") };
     assert_eq!(b.sizes, vec![10_000, 100_000]);
-    assert!(b.algorithms.contains(&Algorithm::Random) && b.algorithms.contains(&Algorithm::P2cEwma));
+    assert!(
+        b.algorithms.contains(&Algorithm::Random) && b.algorithms.contains(&Algorithm::P2cEwma)
+    );
 }
 
 /// The slow-member scenario of issue 21: round robin keeps sending the slow member a tenth of
@@ -177,7 +185,9 @@ fn scenario_errors_name_file_line_and_field() {
             "bad.toml:2:25: field `algorithms[1]`: unknown algorithm \"fastest\"",
         ),
         (
-            &*format!("{base}[[member]]\nname = \"a\"\nservice = {{ dist = \"gamma\", mean_ms = 1 }}\n"),
+            &*format!(
+                "{base}[[member]]\nname = \"a\"\nservice = {{ dist = \"gamma\", mean_ms = 1 }}\n"
+            ),
             "bad.toml:7:20: field `member[0].service.dist`: unknown distribution \"gamma\"",
         ),
         (
@@ -191,7 +201,9 @@ fn scenario_errors_name_file_line_and_field() {
             "bad.toml:10:10: field `phase[0].member`: no member named \"b\"",
         ),
         (
-            &*format!("{base}[[member]]\nname = \"a\"\nweight = 0\nservice = {{ dist = \"constant\", mean_ms = 1 }}\n"),
+            &*format!(
+                "{base}[[member]]\nname = \"a\"\nweight = 0\nservice = {{ dist = \"constant\", mean_ms = 1 }}\n"
+            ),
             "bad.toml:5:1: field `member[0].weight`: weight must be 1..=1000000",
         ),
         ("duration_s = 5\nalgoritms = []\n", "bad.toml:2:1: unknown field `algoritms`"),

@@ -48,7 +48,12 @@ pub fn simulate(
             let path = dir.join(name);
             std::fs::write(&path, svg).with_context(|| format!("writing {}", path.display()))?;
         }
-        writeln!(out, "\nwrote {} and {} plot(s) in {}", "results.md", output.plots.len(), dir.display())?;
+        writeln!(
+            out,
+            "\nwrote results.md and {} plot(s) in {}",
+            output.plots.len(),
+            dir.display()
+        )?;
     }
     Ok(ExitCode::SUCCESS)
 }

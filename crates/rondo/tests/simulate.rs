@@ -80,12 +80,14 @@ fn simulate_writes_the_table_and_well_formed_svg_plots() {
 fn a_bad_scenario_exits_1_naming_file_line_and_field() {
     let dir = TempDir::new("simulate");
     let scenario = dir.0.join("bad.toml");
-    std::fs::write(&scenario, TINY.replace("kind = \"slow\"", "kind = \"sluggish\"")).expect("write");
+    std::fs::write(&scenario, TINY.replace("kind = \"slow\"", "kind = \"sluggish\""))
+        .expect("write");
     let run = simulate(&scenario, &dir.0.join("out"), "1");
     assert_eq!(run.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&run.stderr).into_owned();
     // The `kind = "sluggish"` line: 16, its value at column 8.
-    let want = format!("{}:16:8: field `phase[0].kind`: unknown phase \"sluggish\"", scenario.display());
+    let want =
+        format!("{}:16:8: field `phase[0].kind`: unknown phase \"sluggish\"", scenario.display());
     assert!(stderr.contains(&want), "got {stderr}\nwant {want}");
     assert!(!dir.0.join("out").exists(), "no output for a bad scenario");
 }

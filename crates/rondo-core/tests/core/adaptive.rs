@@ -21,18 +21,20 @@ struct Case {
 
 fn case() -> impl Strategy<Value = Case> {
     (1u32..=1000, 1u64..=2000, prop::option::of(1u64..=2000), 0u32..20).prop_map(
-        |(weight, latency_ms, probe_ms, in_flight)| Case { weight, latency_ms, probe_ms, in_flight },
+        |(weight, latency_ms, probe_ms, in_flight)| Case {
+            weight,
+            latency_ms,
+            probe_ms,
+            in_flight,
+        },
     )
 }
 
 /// A balancer whose members have the given latency (observed at t = 0), probe round trip and
 /// in-flight count.
 fn set_up(cases: &[Case]) -> Balancer {
-    let members = cases
-        .iter()
-        .enumerate()
-        .map(|(i, c)| member(&format!("m{i}"), c.weight, None))
-        .collect();
+    let members =
+        cases.iter().enumerate().map(|(i, c)| member(&format!("m{i}"), c.weight, None)).collect();
     let mut b = Balancer::new(cluster(Algorithm::Adaptive, members), Instant::ZERO);
     for (i, c) in cases.iter().enumerate() {
         b.begin_request(i);
@@ -42,11 +44,8 @@ fn set_up(cases: &[Case]) -> Balancer {
             b.begin_request(i);
         }
     }
-    let round: Vec<(usize, Option<Duration>)> = cases
-        .iter()
-        .enumerate()
-        .map(|(i, c)| (i, c.probe_ms.map(Duration::from_millis)))
-        .collect();
+    let round: Vec<(usize, Option<Duration>)> =
+        cases.iter().enumerate().map(|(i, c)| (i, c.probe_ms.map(Duration::from_millis))).collect();
     b.record_probe_round(&round);
     b
 }
