@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 
 use rondo_core::Algorithm;
-use rondo_lab::scenario::{Kind, Picker, Scenario};
+use rondo_lab::scenario::{Kind, PhaseKind, Picker, Scenario};
 use rondo_lab::sim::run_one;
 use rondo_lab::stats::quantile;
 use rondo_lab::{bins, run, run_file};
@@ -243,4 +243,40 @@ fn the_event_bound_stops_a_run_and_is_reported() {
     let s = parse(&SMALL.replace("duration_s = 5", "duration_s = 5\nmax_events = 1000"));
     let out = run(&s, &mut |_| {});
     assert!(out.table.contains("(event bound hit)"), "{}", out.table);
+}
+
+fn shipped_queueing(name: &str) -> (Scenario, rondo_lab::scenario::Queueing) {
+    let text = std::fs::read_to_string(shipped(name)).expect("read");
+    let s = parse(&text);
+    let Kind::Queueing(q) = &s.kind else { panic!("{name}: not queueing") };
+    let q = (**q).clone();
+    (s, q)
+}
+
+/// Issue 21's targets for `adaptive`, on the shipped scenarios (virtual time, seed 1): p99 at
+/// most 1.2x the oracle's with one slow member, Jain's index at least 0.99 on homogeneous
+/// members, and a fail-fast member at most 1 % of the picks in its first second.
+#[test]
+fn adaptive_meets_the_issue_21_targets() {
+    let adaptive = Picker::Core(Algorithm::Adaptive);
+
+    let (s, q) = shipped_queueing("slow-member.toml");
+    let a = run_one(&q, adaptive, s.seed, &mut |_| {});
+    let o = run_one(&q, Picker::Oracle, s.seed, &mut |_| {});
+    let (pa, po) = (
+        quantile(&a.latencies, 0.99).unwrap_or(u64::MAX),
+        quantile(&o.latencies, 0.99).unwrap_or(1),
+    );
+    assert!(pa as f64 <= 1.2 * po as f64, "slow member: adaptive p99 {pa} vs oracle {po}");
+
+    let (s, q) = shipped_queueing("homogeneous.toml");
+    let r = run_one(&q, adaptive, s.seed, &mut |_| {});
+    let jain = rondo_lab::report::jain_of(&q, &r).expect("jain");
+    assert!(jain >= 0.99, "homogeneous: Jain {jain}");
+
+    let (s, q) = shipped_queueing("fail-fast.toml");
+    let r = run_one(&q, adaptive, s.seed, &mut |_| {});
+    let phase = q.phases.iter().position(|p| p.kind == PhaseKind::FailFast).expect("phase");
+    let share = rondo_lab::report::first_second_share(&q, &r, phase).expect("share");
+    assert!(share <= 0.01, "fail-fast: {share} of the picks in the first second");
 }

@@ -352,7 +352,18 @@ fn version_and_help() {
         .collect();
     assert_eq!(
         commands,
-        ["serve", "check", "member", "demo", "agent", "ctl", "simulate", "completions", "man", "help"],
+        [
+            "serve",
+            "check",
+            "member",
+            "demo",
+            "agent",
+            "ctl",
+            "simulate",
+            "completions",
+            "man",
+            "help"
+        ],
         "{help}"
     );
     assert!(help.contains("RONDO_LOG"), "{help}");
