@@ -561,20 +561,35 @@ fn adaptive(
     if below(r, ADAPTIVE_EXPLORE_ONE_IN) == 0 {
         return (below(r >> 32, n) as u32, Why::AdaptiveExplore);
     }
+    // The candidates compared: all of them from a random start, or a sample in large clusters.
+    let start = below(r >> 32, n);
+    let draws = n.min(ADAPTIVE_SCAN);
+    let mut slots = [0usize; ADAPTIVE_SCAN];
+    for (k, s) in slots.iter_mut().enumerate().take(draws) {
+        *s = if n <= ADAPTIVE_SCAN { (start + k) % n } else { rng.below(n) };
+    }
+    let slots = &slots[..draws];
+    // Passive estimates are decayed to the later of `now` and the newest sample among them, so
+    // a caller whose clock reads earlier than a recorded outcome (a replay, a clock from another
+    // process) compares exactly what a caller with a later clock would.
+    let newest = slots
+        .iter()
+        .map(|&s| states[cands.slots[s] as usize].load.ewma.last().1)
+        .max()
+        .unwrap_or(now)
+        .max(now);
     let cost = |slot: usize| -> (f64, bool) {
         let load = &states[cands.slots[slot] as usize].load;
-        let passive = load.ewma.get_at_inv(now, inv_decay);
+        let (estimate, stamp) = load.ewma.last();
+        let passive = estimate * exp_neg(newest.0.saturating_sub(stamp.0) as f64 * inv_decay);
         let probe = load.probe_rtt.map_or(0.0, |d| d.as_nanos() as f64);
         let estimate = passive.max(probe);
         let weight = cands.eff_weight[slot].max(1) as f64;
         (estimate * f64::from(load.in_flight.saturating_add(1)) / weight, probe > passive)
     };
-    let start = below(r >> 32, n);
-    let draws = n.min(ADAPTIVE_SCAN);
     let mut best: Option<(usize, f64, bool)> = None;
     let mut second: Option<(usize, f64)> = None;
-    for k in 0..draws {
-        let slot = if n <= ADAPTIVE_SCAN { (start + k) % n } else { rng.below(n) };
+    for &slot in slots {
         let (c, probe) = cost(slot);
         match best {
             Some((_, bc, _)) if c >= bc => {
