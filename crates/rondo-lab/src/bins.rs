@@ -91,7 +91,11 @@ pub fn two_choice_theory(n: usize) -> f64 {
 /// The text table.
 pub fn table(s: &Scenario, b: &BallsIntoBins, results: &[BinsResult]) -> String {
     let mut t = String::new();
-    let _ = writeln!(t, "scenario {}: {}", s.name, s.description);
+    if s.description.is_empty() {
+        let _ = writeln!(t, "scenario {}", s.name);
+    } else {
+        let _ = writeln!(t, "scenario {}: {}", s.name, s.description);
+    }
     let _ = writeln!(t, "seed {}, {} trials per cell, balls = bins = n", s.seed, b.trials);
     let _ = writeln!(t);
     let _ = writeln!(

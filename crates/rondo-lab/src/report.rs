@@ -123,7 +123,11 @@ fn reaction_text(x: Option<Option<u64>>) -> String {
 /// Renders the tables and plots.
 pub fn render(s: &Scenario, q: &Queueing, results: &[PickerResult]) -> LabOutput {
     let mut t = String::new();
-    let _ = writeln!(t, "scenario {}: {}", s.name, s.description);
+    if s.description.is_empty() {
+        let _ = writeln!(t, "scenario {}", s.name);
+    } else {
+        let _ = writeln!(t, "scenario {}: {}", s.name, s.description);
+    }
     let _ = writeln!(
         t,
         "{} members, {} s of arrivals (warm-up {} s), seed {}, arrival rate {:.1}/s{}{}",
