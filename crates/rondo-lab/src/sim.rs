@@ -119,6 +119,11 @@ struct MemberRun {
     healthy: bool,
 }
 
+/// Latencies kept per picker once its run is over: longer sorted lists are thinned to this many
+/// evenly spaced ranks (quantiles move by at most 1 / this many), so memory across pickers
+/// stays bounded whatever the scenario's length.
+pub const KEPT_LATENCIES: usize = 200_000;
+
 /// Runs every picker of `q` and returns one result each, in the scenario's order.
 pub fn run_all(
     scenario: &Scenario,
@@ -129,8 +134,21 @@ pub fn run_all(
     q.pickers
         .iter()
         .enumerate()
-        .map(|(i, &p)| run_one(q, p, scenario.seed, &mut |f| progress((i as f64 + f) / n)))
+        .map(|(i, &p)| {
+            let mut r = run_one(q, p, scenario.seed, &mut |f| progress((i as f64 + f) / n));
+            r.latencies = thin(std::mem::take(&mut r.latencies), KEPT_LATENCIES);
+            r
+        })
         .collect()
+}
+
+/// At most `keep` values of a sorted list at evenly spaced ranks, always keeping the maximum.
+pub fn thin(sorted: Vec<u64>, keep: usize) -> Vec<u64> {
+    let len = sorted.len();
+    if len <= keep || keep < 2 {
+        return sorted;
+    }
+    (0..keep).map(|k| sorted[((k as u128 + 1) * len as u128 / keep as u128) as usize - 1]).collect()
 }
 
 struct Sim<'a> {

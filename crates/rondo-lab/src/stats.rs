@@ -39,6 +39,20 @@ mod tests {
     }
 
     #[test]
+    fn thinning_keeps_quantiles_and_the_maximum() {
+        let v: Vec<u64> = (1..=1_000_000).collect();
+        let t = crate::sim::thin(v.clone(), 1000);
+        assert_eq!(t.len(), 1000);
+        assert_eq!(t.last(), Some(&1_000_000));
+        for q in [0.5, 0.99, 0.999] {
+            let (a, b) = (quantile(&v, q).unwrap_or(0), quantile(&t, q).unwrap_or(0));
+            assert!(a.abs_diff(b) <= 1000, "q={q}: {a} vs {b}");
+        }
+        let short = vec![1, 2, 3];
+        assert_eq!(crate::sim::thin(short.clone(), 1000), short);
+    }
+
+    #[test]
     fn jain_bounds() {
         assert_eq!(jain(&[3.0, 3.0, 3.0]), Some(1.0));
         assert_eq!(jain(&[1.0, 0.0, 0.0, 0.0]), Some(0.25));
