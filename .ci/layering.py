@@ -20,6 +20,7 @@ LAYERS = {
     "rondo-proxy": 3,
     "rondo-agent": 3,
     "rondo-naming": 3,
+    "rondo-lab": 3,
     "rondo-admin": 3,
     "rondo": 4,
     # Tools over everything: benchmarks and golden vectors.

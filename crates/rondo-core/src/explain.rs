@@ -116,7 +116,20 @@ pub enum Why {
     },
     /// `p2c-ewma` exploration pick (uniform), so no member is starved forever.
     P2cExplore,
-    /// `p2c-ewma` with a single candidate.
+    /// `adaptive`: the winner's expected delay (ns per unit of weight) and, when another
+    /// candidate was compared, the best loser and its cost; `probe` says the winner's estimate
+    /// came from its probe round trip (higher than its passive EWMA).
+    Adaptive {
+        /// The winner's cost: estimate ns x (in-flight + 1) / weight.
+        cost: f64,
+        /// Whether the probe round trip set the winner's estimate.
+        probe: bool,
+        /// The runner-up's member index and cost.
+        runner_up: Option<(usize, f64)>,
+    },
+    /// `adaptive` exploration pick (uniform, one in [`crate::balancer::ADAPTIVE_EXPLORE_ONE_IN`]).
+    AdaptiveExplore,
+    /// `p2c-ewma` or `adaptive` with a single candidate.
     Only,
     /// `hash`: the key, and how many members the bounded-load walk passed over.
     Hash {
@@ -224,6 +237,17 @@ impl fmt::Display for Why {
                 other_load / other_weight.max(1) as f64
             ),
             Why::P2cExplore => f.write_str("exploration pick (uniform) so no member starves"),
+            Why::Adaptive { cost, probe, runner_up } => {
+                let source = if probe { "probe round trip" } else { "passive latency" };
+                write!(f, "lowest expected delay: cost {cost:.0} ({source})")?;
+                match runner_up {
+                    Some((m, c)) => write!(f, ", next best member {m} at {c:.0}"),
+                    None => Ok(()),
+                }
+            }
+            Why::AdaptiveExplore => {
+                f.write_str("exploration pick (uniform) so every member keeps being measured")
+            }
             Why::Only => f.write_str("only candidate"),
             Why::Hash { key, skipped } => {
                 write!(

@@ -28,7 +28,10 @@ pub mod load;
 pub mod member;
 mod tree;
 
-pub use balancer::{Balancer, Eligibility, Ineligible, PickError, PickRequest};
+pub use balancer::{
+    ADAPTIVE_EXPLORE_ONE_IN, ADAPTIVE_SCAN, Balancer, Eligibility, Ineligible, PickError,
+    PickRequest,
+};
 pub use budget::RetryBudget;
 pub use explain::{CandidateInfo, Decision, Explanation, Scope, Why};
 pub use failover::{Failover, Stop, TryFailure};

@@ -113,13 +113,17 @@ pub enum Algorithm {
     MostFreeMemory,
     /// Power of two choices over peak-EWMA latency x in-flight (Mitzenmacher; Finagle).
     P2cEwma,
+    /// Lowest expected delay over every candidate (sampled in large clusters): the higher of the
+    /// passive peak-EWMA latency and the latest probe round trip, x (in-flight + 1) / weight,
+    /// with a uniform exploration floor (CLB's probes and linkerd's EWMA together).
+    Adaptive,
     /// Consistent hashing on a request key, with bounded load.
     Hash,
 }
 
 impl Algorithm {
     /// Every algorithm, in documentation order.
-    pub const ALL: [Algorithm; 10] = [
+    pub const ALL: [Algorithm; 11] = [
         Algorithm::RoundRobin,
         Algorithm::Random,
         Algorithm::Weighted,
@@ -129,6 +133,7 @@ impl Algorithm {
         Algorithm::LeastCpu,
         Algorithm::MostFreeMemory,
         Algorithm::P2cEwma,
+        Algorithm::Adaptive,
         Algorithm::Hash,
     ];
 
@@ -144,6 +149,7 @@ impl Algorithm {
             Algorithm::LeastCpu => "least-cpu",
             Algorithm::MostFreeMemory => "most-free-memory",
             Algorithm::P2cEwma => "p2c-ewma",
+            Algorithm::Adaptive => "adaptive",
             Algorithm::Hash => "hash",
         }
     }

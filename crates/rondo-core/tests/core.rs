@@ -3,6 +3,7 @@
 mod core {
     pub(crate) mod support;
 
+    mod adaptive;
     mod eligibility;
     mod failover;
     mod hashing;

@@ -77,6 +77,9 @@ pub enum Command {
     /// TLS helpers: `rondo tls dev-ca DIR --name NAME...` writes a development CA and
     /// certificates (development only).
     Tls(TlsArgs),
+    /// Simulate a scenario in virtual time through the real pickers, beside an oracle: a
+    /// results table on stdout, and the table and SVG plots in --out.
+    Simulate(SimulateArgs),
     /// Print a shell completion script (e.g. `rondo completions bash > /etc/bash_completion.d/rondo`).
     Completions(CompletionsArgs),
     /// Print rondo's man page in roff (e.g. `rondo man > rondo.1; man ./rondo.1`), or write a
@@ -113,6 +116,21 @@ pub enum TlsCommand {
         #[arg(long, value_name = "DAYS", default_value_t = 365)]
         days: u32,
     },
+}
+
+/// Options of `rondo simulate`.
+#[derive(Debug, Args)]
+pub struct SimulateArgs {
+    /// The scenario file (TOML; see examples/scenarios/ and docs/algorithms.md).
+    #[arg(long, value_name = "FILE")]
+    pub scenario: PathBuf,
+    /// Write results.md and the SVG plots into this directory (created if missing).
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Seed of every random choice (overrides the scenario's `seed`); the same seed gives the
+    /// same output.
+    #[arg(long, value_name = "N")]
+    pub seed: Option<u64>,
 }
 
 /// Options of `rondo man`.

@@ -9,6 +9,7 @@ pub mod demo;
 pub mod devca;
 pub mod member;
 pub mod serve;
+pub mod simulate;
 
 use std::io::{self, Write};
 use std::process::ExitCode;
@@ -300,6 +301,7 @@ pub fn run_with(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> anyhow::R
                 Ok(ExitCode::SUCCESS)
             }
         },
+        Command::Simulate(args) => simulate::simulate(&args, out, err),
         Command::Demo(args) => demo::demo(args.calls as usize, args.serve, out, err),
         Command::Agent(args) => agent(args, err),
         Command::Ctl(args) => ctl(args, out, err),

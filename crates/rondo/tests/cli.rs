@@ -51,7 +51,7 @@ fn check_accepts_the_example() {
         assert_eq!(
             stdout,
             format!(
-                "ok: {}: 3 listeners, 10 routes, 11 clusters, 27 members, view 1\n",
+                "ok: {}: 3 listeners, 11 routes, 12 clusters, 30 members, view 1\n",
                 path.display()
             )
         );
@@ -352,7 +352,19 @@ fn version_and_help() {
         .collect();
     assert_eq!(
         commands,
-        ["serve", "check", "member", "demo", "agent", "ctl", "tls", "completions", "man", "help"],
+        [
+            "serve",
+            "check",
+            "member",
+            "demo",
+            "agent",
+            "ctl",
+            "tls",
+            "simulate",
+            "completions",
+            "man",
+            "help"
+        ],
         "{help}"
     );
     assert!(help.contains("RONDO_LOG"), "{help}");

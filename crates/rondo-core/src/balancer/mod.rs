@@ -30,6 +30,7 @@ use crate::time::Instant;
 use candidates::Candidates;
 pub use candidates::{Eligibility, Ineligible, health_reason, own_reason};
 use pickers::AlgoState;
+pub use pickers::{ADAPTIVE_EXPLORE_ONE_IN, ADAPTIVE_SCAN};
 
 pub(crate) const NONE: u32 = u32::MAX;
 

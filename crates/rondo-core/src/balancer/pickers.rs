@@ -67,6 +67,9 @@ enum Kind {
     P2c {
         inv_decay: f64,
     },
+    Adaptive {
+        inv_decay: f64,
+    },
     Hash {
         table: Option<Table>,
     },
@@ -86,6 +89,7 @@ impl AlgoState {
             Algorithm::LeastCpu => Kind::LeastCpu,
             Algorithm::MostFreeMemory => Kind::MostFreeMemory,
             Algorithm::P2cEwma => Kind::P2c { inv_decay: 0.0 },
+            Algorithm::Adaptive => Kind::Adaptive { inv_decay: 0.0 },
             Algorithm::Hash => Kind::Hash { table: None },
         };
         AlgoState { built: false, kind }
@@ -131,7 +135,9 @@ impl AlgoState {
             }
             Kind::LeastSessions { index } => *index = LeastIndex::build(cands, states),
             Kind::Hash { table } => *table = Some(Table::build(spec, cands)),
-            Kind::P2c { inv_decay } => *inv_decay = inverse_nanos(spec.policy.ewma.decay),
+            Kind::P2c { inv_decay } | Kind::Adaptive { inv_decay } => {
+                *inv_decay = inverse_nanos(spec.policy.ewma.decay);
+            }
             _ => {}
         }
     }
@@ -205,6 +211,7 @@ impl AlgoState {
             Kind::LeastCpu => agent_pick(cands, states, policy, req, true),
             Kind::MostFreeMemory => agent_pick(cands, states, policy, req, false),
             Kind::P2c { inv_decay } => p2c(cands, states, *inv_decay, rng),
+            Kind::Adaptive { inv_decay } => adaptive(cands, states, *inv_decay, req.now, rng),
             Kind::Hash { table } => {
                 let Some(key) = req.hash else {
                     return (rng.below(n) as u32, Why::HashNoKey);
@@ -252,7 +259,8 @@ impl AlgoState {
             Kind::LeastSessions { .. }
             | Kind::LeastCpu
             | Kind::MostFreeMemory
-            | Kind::P2c { .. } => {
+            | Kind::P2c { .. }
+            | Kind::Adaptive { .. } => {
                 least_loaded(cands, states, usable).map(|s| cands.slots[s as usize] as usize)
             }
             _ => {
@@ -522,4 +530,82 @@ fn p2c(
         other_weight: wl,
     };
     (win as u32, why)
+}
+
+/// `adaptive` compares every candidate up to this many; larger candidate sets are sampled with
+/// this many draws, so a pick stays bounded in large clusters.
+pub const ADAPTIVE_SCAN: usize = 16;
+/// One `adaptive` pick in this many is uniform: the exploration floor that keeps every member's
+/// passive estimate fresh (a member nobody picks is never measured again otherwise).
+pub const ADAPTIVE_EXPLORE_ONE_IN: usize = 100;
+
+/// Shortest expected delay from what the balancer can observe: each candidate's service
+/// estimate is the higher of its passive peak-EWMA latency (decayed to now) and its latest
+/// probe round trip (so an idle member's decayed estimate cannot fall below what a probe just
+/// measured, and a member that is slow for probes is slow before any request shows it); the
+/// cost is estimate x (in-flight + 1) / weight and the cheapest candidate wins. Ties go to the
+/// first from a random start, so equal members share evenly.
+fn adaptive(
+    cands: &Candidates,
+    states: &[MemberState],
+    inv_decay: f64,
+    now: crate::time::Instant,
+    rng: &mut dyn Entropy,
+) -> (u32, Why) {
+    let n = cands.slots.len();
+    if n == 1 {
+        return (0, Why::Only);
+    }
+    let r = rng.next_u64();
+    let below = |bits: u64, m: usize| (((bits & 0xFFFF_FFFF) * m as u64) >> 32) as usize;
+    if below(r, ADAPTIVE_EXPLORE_ONE_IN) == 0 {
+        return (below(r >> 32, n) as u32, Why::AdaptiveExplore);
+    }
+    // The candidates compared: all of them from a random start, or a sample in large clusters.
+    let start = below(r >> 32, n);
+    let draws = n.min(ADAPTIVE_SCAN);
+    let mut slots = [0usize; ADAPTIVE_SCAN];
+    for (k, s) in slots.iter_mut().enumerate().take(draws) {
+        *s = if n <= ADAPTIVE_SCAN { (start + k) % n } else { rng.below(n) };
+    }
+    let slots = &slots[..draws];
+    // Passive estimates are decayed to the later of `now` and the newest sample among them, so
+    // a caller whose clock reads earlier than a recorded outcome (a replay, a clock from another
+    // process) compares exactly what a caller with a later clock would.
+    let newest = slots
+        .iter()
+        .map(|&s| states[cands.slots[s] as usize].load.ewma.last().1)
+        .max()
+        .unwrap_or(now)
+        .max(now);
+    let cost = |slot: usize| -> (f64, bool) {
+        let load = &states[cands.slots[slot] as usize].load;
+        let (estimate, stamp) = load.ewma.last();
+        let passive = estimate * exp_neg(newest.0.saturating_sub(stamp.0) as f64 * inv_decay);
+        let probe = load.probe_rtt.map_or(0.0, |d| d.as_nanos() as f64);
+        let estimate = passive.max(probe);
+        let weight = cands.eff_weight[slot].max(1) as f64;
+        (estimate * f64::from(load.in_flight.saturating_add(1)) / weight, probe > passive)
+    };
+    let mut best: Option<(usize, f64, bool)> = None;
+    let mut second: Option<(usize, f64)> = None;
+    for &slot in slots {
+        let (c, probe) = cost(slot);
+        match best {
+            Some((_, bc, _)) if c >= bc => {
+                if second.is_none_or(|(_, sc)| c < sc) {
+                    second = Some((slot, c));
+                }
+            }
+            _ => {
+                if let Some((bs, bc, _)) = best {
+                    second = Some((bs, bc));
+                }
+                best = Some((slot, c, probe));
+            }
+        }
+    }
+    let (slot, c, probe) = best.unwrap_or((0, 0.0, false));
+    let runner_up = second.map(|(s, sc)| (cands.slots[s] as usize, sc));
+    (slot as u32, Why::Adaptive { cost: c, probe, runner_up })
 }

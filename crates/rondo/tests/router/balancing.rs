@@ -227,6 +227,19 @@ async fn p2c_ewma_shuns_the_slow_member() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn adaptive_shuns_the_slow_member() {
+    let ms =
+        [spawn_member("m1", 100).await, spawn_member("m2", 0).await, spawn_member("m3", 0).await];
+    let names = served_with("adaptive", &member_list(&ms), 60).await;
+    let (n1, n2, n3) = counts(&names);
+    // Round robin would give the slow member 20. Sequential requests (one in flight) go to the
+    // member with the lowest measured latency; a member not yet measured keeps the default
+    // estimate until an exploration pick measures it, so m2 and m3 need not share evenly.
+    assert!(n1 <= 10, "slow m1 {n1}, m2 {n2}, m3 {n3}");
+    assert!(n2 + n3 >= 50, "slow m1 {n1}, m2 {n2}, m3 {n3}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hash_on_a_header_keeps_each_key_on_one_member() {
     let (r, _ms) = over_three("hash", "hash = { key = \"header:x-user\" }").await;
     let c = support::client();

@@ -1,0 +1,265 @@
+//! The report of a queueing scenario: the results table (latency percentiles, errors, the p99
+//! ratio to the oracle, Jain's index, reaction to each phase, each member's share) and the
+//! plots. Everything here is a function of the results alone, so the same seed gives the same
+//! bytes.
+
+use std::fmt::Write as _;
+
+use crate::scenario::{Phase, PhaseKind, Picker, Queueing, Scenario};
+use crate::sim::{BUCKET, PickerResult};
+use crate::stats::{jain, quantile};
+use crate::{LabOutput, svg};
+
+fn ms(ns: Option<u64>) -> String {
+    match ns {
+        Some(v) => format!("{:.2}", v as f64 / 1e6),
+        None => "-".to_owned(),
+    }
+}
+
+/// Jain's index over the picks per unit of weight of the members no phase touches.
+pub fn jain_of(q: &Queueing, r: &PickerResult) -> Option<f64> {
+    let values: Vec<f64> = q
+        .members
+        .iter()
+        .enumerate()
+        .filter(|(i, m)| m.initially_present && !q.phases.iter().any(|p| p.member == *i))
+        .map(|(i, m)| r.picks[i] as f64 / f64::from(m.weight))
+        .collect();
+    jain(&values)
+}
+
+/// Each member's share of the capacity right after phase `upto` (its servers over its mean
+/// service time; zero when failing, draining or absent).
+fn capacity_share(q: &Queueing, upto: usize, member: usize) -> f64 {
+    let mut factor = vec![Some(1.0); q.members.len()];
+    let mut present: Vec<bool> = q.members.iter().map(|m| m.initially_present).collect();
+    for p in &q.phases[..=upto] {
+        match p.kind {
+            PhaseKind::Slow(f) => factor[p.member] = Some(f),
+            PhaseKind::FailFast | PhaseKind::FailSlow(_) | PhaseKind::Drain => {
+                factor[p.member] = None;
+            }
+            PhaseKind::Recover => factor[p.member] = Some(1.0),
+            PhaseKind::Leave => present[p.member] = false,
+            PhaseKind::Join => present[p.member] = true,
+        }
+    }
+    let cap = |i: usize| match factor[i] {
+        Some(f) if present[i] => {
+            f64::from(q.members[i].concurrency) / (q.members[i].service.mean() * f)
+        }
+        _ => 0.0,
+    };
+    let total: f64 = (0..q.members.len()).map(cap).sum();
+    if total == 0.0 { 0.0 } else { cap(member) / total }
+}
+
+/// Windows a reaction must hold for: the share is judged over this many consecutive buckets
+/// (100 ms), so one lucky empty bucket does not count as a reaction.
+pub const REACTION_SPAN: usize = 5;
+
+/// Time from a phase until the picker's share for the member crossed the target and held it
+/// over the next 100 ms ([`REACTION_SPAN`] buckets of [`BUCKET`]): for a member that got worse
+/// (slow, failing, draining), a share of at most twice its share of capacity, and at most 1 %
+/// when it has none; for a joining member, at least half its share of capacity. The time is
+/// measured to the end of the first bucket of that span. `None`: never within the run (or
+/// before the member's next phase); `Some(None)` for phases not measured (recover, leave, or
+/// no buckets kept).
+pub fn reaction(q: &Queueing, r: &PickerResult, index: usize) -> Option<Option<u64>> {
+    let p: Phase = q.phases[index];
+    let measured =
+        !matches!(p.kind, PhaseKind::Recover | PhaseKind::Leave) && !r.buckets.is_empty();
+    if !measured {
+        return Some(None);
+    }
+    let share = capacity_share(q, index, p.member);
+    let end =
+        q.phases[index + 1..].iter().find(|o| o.member == p.member).map_or(q.duration, |o| o.at);
+    let first = p.at.div_ceil(BUCKET) as usize;
+    let last = ((end / BUCKET) as usize).min(r.buckets.len());
+    for b in first..last.saturating_sub(REACTION_SPAN - 1) {
+        let span = &r.buckets[b..b + REACTION_SPAN];
+        let total: u64 = span.iter().flatten().map(|&v| u64::from(v)).sum();
+        if total < 5 {
+            continue;
+        }
+        let mine: u64 = span.iter().map(|w| u64::from(w[p.member])).sum();
+        let s = mine as f64 / total as f64;
+        let hit = match p.kind {
+            PhaseKind::Join => s >= share / 2.0,
+            _ => s <= (2.0 * share).max(0.01),
+        };
+        if hit {
+            return Some(Some((b as u64 + 1) * BUCKET - p.at));
+        }
+    }
+    None
+}
+
+/// The member's share of all picks in the first second after phase `index` (`None` without
+/// buckets). The fail-fast target of issue 21 is at most 1 % within 1 s.
+pub fn first_second_share(q: &Queueing, r: &PickerResult, index: usize) -> Option<f64> {
+    let p = q.phases[index];
+    if r.buckets.is_empty() {
+        return None;
+    }
+    let first = (p.at / BUCKET) as usize;
+    let last = (((p.at + 1_000_000_000) / BUCKET) as usize).min(r.buckets.len());
+    let span = r.buckets.get(first..last)?;
+    let total: u64 = span.iter().flatten().map(|&v| u64::from(v)).sum();
+    let mine: u64 = span.iter().map(|w| u64::from(w[p.member])).sum();
+    (total > 0).then(|| mine as f64 / total as f64)
+}
+
+fn reaction_text(x: Option<Option<u64>>) -> String {
+    match x {
+        Some(Some(ns)) => format!("{} ms", ns / 1_000_000),
+        Some(None) => "-".to_owned(),
+        None => "never".to_owned(),
+    }
+}
+
+/// Renders the tables and plots.
+pub fn render(s: &Scenario, q: &Queueing, results: &[PickerResult]) -> LabOutput {
+    let mut t = String::new();
+    if s.description.is_empty() {
+        let _ = writeln!(t, "scenario {}", s.name);
+    } else {
+        let _ = writeln!(t, "scenario {}: {}", s.name, s.description);
+    }
+    let _ = writeln!(
+        t,
+        "{} members, {} s of arrivals (warm-up {} s), seed {}, arrival rate {:.1}/s{}{}",
+        q.members.len(),
+        q.duration as f64 / 1e9,
+        q.warmup as f64 / 1e9,
+        s.seed,
+        q.arrivals.rate,
+        q.arrivals
+            .burst
+            .map_or(String::new(), |(n, e)| format!(", bursts of {n} every {} ms", e / 1_000_000)),
+        q.arrivals.flash.map_or(String::new(), |(at, len, m)| format!(
+            ", flash crowd x{m} from {} s for {} s",
+            at as f64 / 1e9,
+            len as f64 / 1e9
+        )),
+    );
+    let _ = writeln!(t);
+    let oracle_p99 = results
+        .iter()
+        .find(|r| r.picker == Picker::Oracle)
+        .and_then(|r| quantile(&r.latencies, 0.99));
+    let _ = writeln!(
+        t,
+        "| algorithm | requests | p50 ms | p99 ms | p99.9 ms | errors | unfinished | p99 / oracle | Jain |"
+    );
+    let _ = writeln!(t, "|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for r in results {
+        let p99 = quantile(&r.latencies, 0.99);
+        let ratio = match (p99, oracle_p99) {
+            (Some(a), Some(o)) if o > 0 => format!("{:.2}", a as f64 / o as f64),
+            _ => "-".to_owned(),
+        };
+        let _ = writeln!(
+            t,
+            "| {}{} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            r.picker.name(),
+            if r.stopped_early { " (event bound hit)" } else { "" },
+            r.requests,
+            ms(quantile(&r.latencies, 0.5)),
+            ms(p99),
+            ms(quantile(&r.latencies, 0.999)),
+            r.errors,
+            r.unfinished,
+            ratio,
+            jain_of(q, r).map_or("-".to_owned(), |j| format!("{j:.4}")),
+        );
+    }
+    if !q.phases.is_empty() {
+        let _ = writeln!(t);
+        let _ =
+            writeln!(t, "time to react to each phase (share judged over 100 ms, in 20 ms steps):");
+        let _ = writeln!(t);
+        let mut head = "| phase |".to_owned();
+        let mut rule = "|---|".to_owned();
+        for r in results {
+            let _ = write!(head, " {} |", r.picker.name());
+            rule.push_str("---:|");
+        }
+        let _ = writeln!(t, "{head}\n{rule}");
+        for (i, p) in q.phases.iter().enumerate() {
+            let factor = match p.kind {
+                PhaseKind::Slow(f) => format!(" x{f}"),
+                _ => String::new(),
+            };
+            let _ = write!(
+                t,
+                "| {} {}{} at {} s |",
+                q.members[p.member].name,
+                p.kind.name(),
+                factor,
+                p.at as f64 / 1e9
+            );
+            for r in results {
+                let _ = write!(t, " {} |", reaction_text(reaction(q, r, i)));
+            }
+            let _ = writeln!(t);
+        }
+        let _ = writeln!(t);
+        let _ =
+            writeln!(t, "the member's share of picks in the first second after each phase (%):");
+        let _ = writeln!(t);
+        let _ = writeln!(t, "{head}\n{rule}");
+        for (i, p) in q.phases.iter().enumerate() {
+            let _ = write!(
+                t,
+                "| {} {} at {} s |",
+                q.members[p.member].name,
+                p.kind.name(),
+                p.at as f64 / 1e9
+            );
+            for r in results {
+                match first_second_share(q, r, i) {
+                    Some(s) => {
+                        let _ = write!(t, " {:.2} |", s * 100.0);
+                    }
+                    None => t.push_str(" - |"),
+                }
+            }
+            let _ = writeln!(t);
+        }
+    }
+    if q.members.len() <= 32 {
+        let _ = writeln!(t);
+        let _ = writeln!(t, "share of picks per member (%):");
+        let _ = writeln!(t);
+        let mut head = "| member |".to_owned();
+        let mut rule = "|---|".to_owned();
+        for r in results {
+            let _ = write!(head, " {} |", r.picker.name());
+            rule.push_str("---:|");
+        }
+        let _ = writeln!(t, "{head}\n{rule}");
+        for (i, m) in q.members.iter().enumerate() {
+            let _ = write!(t, "| {} |", m.name);
+            for r in results {
+                let total: u64 = r.picks.iter().sum();
+                let share = if total == 0 { 0.0 } else { r.picks[i] as f64 * 100.0 / total as f64 };
+                let _ = write!(t, " {share:.2} |");
+            }
+            let _ = writeln!(t);
+        }
+    }
+    let mut plots = vec![("latency-cdf.svg".to_owned(), svg::latency_cdf(&s.name, results))];
+    if !results.iter().all(|r| r.buckets.is_empty()) {
+        for r in results {
+            let names: Vec<&str> = q.members.iter().map(|m| m.name.as_str()).collect();
+            plots.push((
+                format!("load-{}.svg", r.picker.name()),
+                svg::load_over_time(&s.name, r.picker.name(), &names, &r.buckets),
+            ));
+        }
+    }
+    LabOutput { table: t, plots }
+}
