@@ -580,6 +580,30 @@ impl Drop for Begun {
     }
 }
 
+/// What the router derives once from a view of a cluster and keeps beside it, in the cluster
+/// runtime's `data_plane` slot (the runtime knows nothing of HTTP): each member's address as a
+/// URI authority (`None`: not a valid one).
+struct ClusterView {
+    authorities: Box<[Option<uri::Authority>]>,
+}
+
+impl ClusterView {
+    /// `rt`'s, made at its first request (`None` only if another data plane filled the slot,
+    /// which none does).
+    fn of(rt: &ClusterRt) -> Option<&ClusterView> {
+        let made = rt.data_plane.get_or_init(|| {
+            let authorities = rt
+                .spec
+                .members
+                .iter()
+                .map(|m| uri::Authority::try_from(m.address.as_str()).ok())
+                .collect();
+            Arc::new(ClusterView { authorities })
+        });
+        made.downcast_ref::<ClusterView>()
+    }
+}
+
 fn upstream_request(
     parts: &Parts,
     rt: &ClusterRt,
@@ -589,8 +613,8 @@ fn upstream_request(
 ) -> Request<UpstreamBody> {
     let mut uri = uri::Parts::default();
     uri.scheme = Some(Scheme::HTTP);
-    // Parsed once per view (`ClusterRt::authorities`), not per request.
-    uri.authority = rt.authorities[member].clone();
+    // Parsed once per view of the cluster (`ClusterView`), not per request.
+    uri.authority = ClusterView::of(rt).and_then(|v| v.authorities.get(member).cloned().flatten());
     uri.path_and_query = Some(path_and_query.clone());
     let uri = Uri::from_parts(uri).unwrap_or_default();
     let mut req = Request::new(body);

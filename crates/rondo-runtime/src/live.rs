@@ -67,8 +67,9 @@ pub enum Refused {
 pub struct ClusterRt {
     /// The cluster as configured in this view.
     pub spec: Arc<ClusterSpec>,
-    /// Each member's address as a URI authority, parsed once (`None`: not a valid one).
-    pub authorities: Box<[Option<http::uri::Authority>]>,
+    /// What a data plane derives from this view of the cluster once and keeps beside it (the
+    /// router: its members' URI authorities). Opaque here: the runtime knows nothing of HTTP.
+    pub data_plane: OnceLock<Arc<dyn std::any::Any + Send + Sync>>,
     inner: Mutex<Inner>,
     /// The runtime that replaced this one in a newer view; requests that started on this one
     /// report their end there, so counts stay right across swaps.
@@ -140,12 +141,6 @@ impl Inner {
 impl ClusterRt {
     fn new(balancer: Balancer, metrics: Arc<Metrics>, signal: Arc<StateSignal>) -> Self {
         let seed = clock::now().0 ^ rondo_core::hash::hash_key(balancer.spec().name.as_bytes());
-        let authorities = balancer
-            .spec()
-            .members
-            .iter()
-            .map(|m| http::uri::Authority::try_from(m.address.as_str()).ok())
-            .collect();
         let spec = balancer.spec();
         let tls = spec.upstream_tls.as_ref().map(|t| {
             let alpn: &[&[u8]] = match spec.upstream_protocol {
@@ -159,7 +154,7 @@ impl ClusterRt {
         });
         ClusterRt {
             spec: balancer.spec().clone(),
-            authorities,
+            data_plane: OnceLock::new(),
             inner: Mutex::new(Inner {
                 balancer,
                 rng: SplitMix64::new(seed),
