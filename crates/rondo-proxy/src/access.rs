@@ -112,6 +112,19 @@ impl Start {
     }
 }
 
+impl Start {
+    /// A request of the own HTTP/1 path: `method` and `target` from its head.
+    pub fn from_head(client: SocketAddr, method: &str, target: &str) -> Start {
+        Start {
+            time: SystemTime::now(),
+            started: Instant::now(),
+            client,
+            method: Method::from_bytes(method.as_bytes()).unwrap_or_default(),
+            path: PathAndQuery::try_from(target).ok(),
+        }
+    }
+}
+
 /// Why the member was chosen.
 #[derive(Debug, Clone, Copy, Default)]
 pub enum Reason {

@@ -191,6 +191,9 @@ pub struct Finish {
     served: Option<Served>,
     /// Response body bytes sent so far.
     sent: u64,
+    /// Request body bytes received, when no body slot counts them (the router's own HTTP/1
+    /// path counts them itself).
+    received: u64,
     log: Option<Box<Pending>>,
 }
 
@@ -234,7 +237,18 @@ impl Finish {
         self
     }
 
-    fn failed(&mut self) {
+    /// Counts `n` more response body bytes sent to the client.
+    pub(crate) fn sent(&mut self, n: usize) {
+        self.sent += n as u64;
+    }
+
+    /// Counts `n` more request body bytes received from the client.
+    pub(crate) fn received(&mut self, n: u64) {
+        self.received += n;
+    }
+
+    /// The response broke off: the member's request ends as a failure.
+    pub(crate) fn failed(&mut self) {
         if let Some((_, _, outcome)) = &mut self.request {
             *outcome = Outcome::Failure { kind: FailureKind::Reset, latency: Duration::ZERO };
         }
@@ -253,7 +267,7 @@ impl Drop for Finish {
         }
         let mut bytes_in = 0;
         if let Some(s) = &self.served {
-            bytes_in = s.body.as_ref().map_or(0, BodySlot::received);
+            bytes_in = s.body.as_ref().map_or(self.received, BodySlot::received);
             s.route.bytes_in.inc_by(bytes_in);
             s.route.bytes_out.inc_by(self.sent);
         }

@@ -72,16 +72,8 @@ pub struct ConnState {
 }
 
 impl ConnState {
-    /// A plain connection's state.
-    pub(crate) fn new(
-        idle: Duration,
-        client_ip: http::HeaderValue,
-        metrics: Arc<ListenerMetrics>,
-    ) -> Arc<Self> {
-        Self::with_tls(idle, client_ip, metrics, None)
-    }
-
-    /// [`ConnState::new`] for a connection whose TLS the router terminated.
+    /// A connection's state; `tls`: what its client's certificate tells members, when the
+    /// router terminated its TLS.
     pub(crate) fn with_tls(
         idle: Duration,
         client_ip: http::HeaderValue,
@@ -289,6 +281,8 @@ pub struct TimedIo {
     side: H2Side,
     // The idle close was counted (its end of stream is returned again on every read).
     idle_counted: bool,
+    // Bytes read from the connection before hyper took it (by the own HTTP/1 path), read first.
+    prefix: bytes::Bytes,
 }
 
 impl std::fmt::Debug for TimedIo {
@@ -327,7 +321,14 @@ impl TimedIo {
                 abort: Abort::None,
             },
             idle_counted: false,
+            prefix: bytes::Bytes::new(),
         }
+    }
+
+    /// The same, with `prefix` (bytes already read from the connection) to be read first.
+    pub fn with_prefix(mut self, prefix: Vec<u8>) -> Self {
+        self.prefix = prefix.into();
+        self
     }
 
     /// Starts an HTTP/2 connection error with GOAWAY `code` (the first one wins).
@@ -467,7 +468,10 @@ impl AsyncRead for TimedIo {
             return Poll::Ready(Ok(()));
         }
         let before = buf.filled().len();
-        if Pin::new(&mut this.inner).poll_read(cx, buf)?.is_pending() {
+        if !this.prefix.is_empty() {
+            let n = this.prefix.len().min(buf.remaining());
+            buf.put_slice(&this.prefix.split_to(n));
+        } else if Pin::new(&mut this.inner).poll_read(cx, buf)?.is_pending() {
             if this.state.phase.load(Ordering::Relaxed) == IN_REQUEST {
                 this.state.park_reader(cx.waker());
                 // The response may have finished between the phase check and parking: then
@@ -732,8 +736,12 @@ mod tests {
         let client = TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
         let (server, peer) = listener.accept().await.unwrap();
         let metrics = rondo_runtime::metrics::Metrics::new().listener("test");
-        let state =
-            ConnState::new(Duration::from_secs(30), http::HeaderValue::from_static("x"), metrics);
+        let state = ConnState::with_tls(
+            Duration::from_secs(30),
+            http::HeaderValue::from_static("x"),
+            metrics,
+            None,
+        );
         let budget = Arc::new(ResetBudget::new(rondo_config::Http2Limits::default()));
         let mut io = TimedIo::new(server, state, Duration::from_secs(30), budget, peer.ip());
         io.h2 = Some(true);

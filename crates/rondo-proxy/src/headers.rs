@@ -169,12 +169,11 @@ fn via_hop(version: Version) -> &'static HeaderValue {
 
 /// Whether `Via` already names this process: the request went through this router before and
 /// came back (a forwarding loop).
-pub fn has_looped(headers: &HeaderMap) -> bool {
+pub fn has_looped(headers: &impl crate::head::Headers) -> bool {
     let id = via_id();
     headers
-        .get_all(header::VIA)
-        .iter()
-        .flat_map(|v| v.as_bytes().split(|b| *b == b','))
+        .values("via")
+        .flat_map(|v| v.split(|b| *b == b','))
         // Each element is `protocol received-by [comment]`: the second word is the hop's name.
         .filter_map(|e| e.split(|b| b.is_ascii_whitespace()).filter(|w| !w.is_empty()).nth(1))
         .any(|by| by == id.as_bytes())

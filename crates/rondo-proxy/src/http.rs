@@ -35,12 +35,13 @@ use crate::access::{self, AccessLog, Reason};
 use crate::body::{BodySlot, ClientBodyError, Finish, ProxyBody, TooLarge, UpstreamBody};
 use crate::conn::ConnState;
 use crate::error::{Attempt, Kind, ProxyError, Side};
+use crate::head::Headers;
 use crate::headers::{add_forwarded, append_via, has_looped, is_upgrade, strip_hop_by_hop, via_id};
 use crate::sticky::{self, Sessions};
 use crate::upstream::Clients;
 
 /// Idle timeout after a response that matched no route.
-const DEFAULT_IDLE: Duration = Duration::from_secs(60);
+pub(crate) const DEFAULT_IDLE: Duration = Duration::from_secs(60);
 
 /// Everything a listener's requests share.
 #[derive(Debug)]
@@ -179,7 +180,7 @@ fn without_port(full: &str) -> &str {
 }
 
 /// A failure the client is answered with, and the idle timeout its connection keeps.
-type Failure = (ProxyError, Duration);
+pub(crate) type Failure = (ProxyError, Duration);
 
 /// The request path in four stages: [`route`] (the guards and the route), [`prepare`] (the
 /// request as members get it), the failover loop of [`forward`] over [`attempt`]s, and
@@ -194,8 +195,9 @@ async fn proxy(
     let (route, host) = route(ctx, snapshot, &mut req)?;
     // Should the client abandon the request, the connection then idles under this route's timeout.
     conn.set_idle(route.idle_timeout);
-    let prepared = prepare(ctx, conn, route, req, host.as_deref())?;
-    forward(ctx, snapshot, conn, peer, route, prepared).await
+    let req = prepare(ctx, conn, route, req, host.as_deref())?;
+    let idempotent = req.idempotent;
+    forward(ctx, snapshot, peer, route, idempotent, &mut HyperTries { ctx, conn, route, req }).await
 }
 
 /// Stage 1: refuse what must not be forwarded (a loop, a malformed `Host`), then the first route
@@ -206,42 +208,56 @@ fn route<'s>(
     req: &mut Request<Incoming>,
 ) -> Result<(&'s Route, Option<String>), Failure> {
     if has_looped(req.headers()) {
-        let detail = format!(
-            "request loop: it already passed through this router ({}) on its way here",
-            via_id()
-        );
-        return Err((ProxyError::new(Kind::Loop, detail), DEFAULT_IDLE));
+        return Err(looped());
     }
     let host = match request_host(req) {
         Ok(host) => host,
         Err(detail) => return Err((ProxyError::new(Kind::BadRequest, detail), DEFAULT_IDLE)),
     };
-    let headers = req.headers();
-    let lookup = |n: &str| headers.get(n).and_then(|v| v.to_str().ok());
-    let facts = RequestFacts {
-        host: host.as_deref(),
-        path: req.uri().path(),
-        method: req.method().as_str(),
-        header: &lookup,
-    };
+    let route = find_route(
+        ctx,
+        snapshot,
+        req.headers(),
+        host.as_deref(),
+        req.method().as_str(),
+        req.uri().path(),
+    )?;
+    Ok((route, host))
+}
+
+/// The 508 of a request that already passed through this router.
+pub(crate) fn looped() -> Failure {
+    let detail = format!(
+        "request loop: it already passed through this router ({}) on its way here",
+        via_id()
+    );
+    (ProxyError::new(Kind::Loop, detail), DEFAULT_IDLE)
+}
+
+/// The first route of this listener whose match holds for the request (either path's).
+pub(crate) fn find_route<'s>(
+    ctx: &HttpCtx,
+    snapshot: &'s Snapshot,
+    headers: &impl Headers,
+    host: Option<&str>,
+    method: &str,
+    path: &str,
+) -> Result<&'s Route, Failure> {
+    let lookup = |n: &str| headers.get_str(n);
+    let facts = RequestFacts { host, path, method, header: &lookup };
     let found = snapshot
         .view
         .routes
         .iter()
         .find(|r| r.listener == ctx.listener.name && r.matcher.matches(&facts));
-    match found {
-        Some(route) => Ok((route, host)),
-        None => {
-            let detail = format!(
-                "no route on listener {} matches {} {}{}",
-                ctx.listener.name,
-                req.method(),
-                host.as_deref().unwrap_or(""),
-                req.uri().path()
-            );
-            Err((ProxyError::new(Kind::NoRoute, detail), DEFAULT_IDLE))
-        }
-    }
+    found.ok_or_else(|| {
+        let detail = format!(
+            "no route on listener {} matches {method} {}{path}",
+            ctx.listener.name,
+            host.unwrap_or(""),
+        );
+        (ProxyError::new(Kind::NoRoute, detail), DEFAULT_IDLE)
+    })
 }
 
 /// A request as every try sends it: its head with hop-by-hop headers gone and forwarding
@@ -294,18 +310,39 @@ fn prepare(
     Ok(Prepared { parts, path_and_query, slot, client_upgrade, idempotent })
 }
 
+/// One path's way of trying a request on a member: hyper's ([`Prepared`]) or the router's own
+/// HTTP/1 path's. The failover loop ([`forward`]) is written once over it.
+pub(crate) trait Tries {
+    /// What a successful try gives.
+    type Response;
+    /// The request's header fields (sessions, hash keys).
+    type Headers: Headers;
+    /// The request's header fields.
+    fn headers(&self) -> &Self::Headers;
+    /// Whether the request can still be sent again (no try has consumed its body).
+    fn replayable(&self) -> bool;
+    /// One try on the member `choice` placed it on, within the try's timeout from `failover`;
+    /// the member's answer, or the failure classified.
+    async fn attempt(
+        &mut self,
+        rt: &Arc<ClusterRt>,
+        choice: Choice,
+        failover: &Failover,
+    ) -> Result<Self::Response, Kind>;
+}
+
 /// Stage 3: the failover loop. The core's [`Failover`] decides where each try goes and whether
 /// a failed one may go elsewhere; this only carries its decisions out.
-async fn forward(
+pub(crate) async fn forward<T: Tries>(
     ctx: &HttpCtx,
     snapshot: &Snapshot,
-    conn: &Arc<ConnState>,
     peer: SocketAddr,
     route: &Route,
-    mut req: Prepared,
-) -> Result<Response<ProxyBody>, Failure> {
+    idempotent: bool,
+    req: &mut T,
+) -> Result<T::Response, Failure> {
     let clusters = 1 + route.backups.len();
-    let mut failover = Failover::new(clusters, req.idempotent, clock::now(), route.request_timeout);
+    let mut failover = Failover::new(clusters, idempotent, clock::now(), route.request_timeout);
     let mut attempts: Vec<Attempt> = Vec::new();
     let metrics = &ctx.live.metrics;
     let stop = loop {
@@ -315,7 +352,7 @@ async fn forward(
             failover.none_eligible();
             continue;
         };
-        let choice = match place(ctx, rt, &mut failover, &req.parts, peer) {
+        let choice = match place(ctx, rt, &mut failover, req.headers(), peer) {
             Ok(choice) => choice,
             Err(Refused::Stop(stop)) => {
                 tracing::warn!(route = %route.name, cluster = %cluster, "retry budget exhausted");
@@ -334,7 +371,7 @@ async fn forward(
             metrics.retry(&route.name, cluster);
         }
         let member = choice.member;
-        let kind = match attempt(ctx, conn, route, rt, choice, &mut req, &failover).await {
+        let kind = match req.attempt(rt, choice, &failover).await {
             Ok(resp) => return Ok(resp),
             Err(kind) => kind,
         };
@@ -393,8 +430,38 @@ fn gave_up(route: &Route, attempts: Vec<Attempt>, stop: Stop) -> Failure {
     (e, route.idle_timeout)
 }
 
-fn on_route(route: &Route, kind: Kind, detail: String) -> Failure {
+pub(crate) fn on_route(route: &Route, kind: Kind, detail: String) -> Failure {
     (ProxyError::on_route(kind, &route.name, &route.cluster, detail), route.idle_timeout)
+}
+
+/// A request on hyper's path, with what its tries need.
+struct HyperTries<'a> {
+    ctx: &'a HttpCtx,
+    conn: &'a Arc<ConnState>,
+    route: &'a Route,
+    req: Prepared,
+}
+
+impl Tries for HyperTries<'_> {
+    type Response = Response<ProxyBody>;
+    type Headers = http::HeaderMap;
+
+    fn headers(&self) -> &http::HeaderMap {
+        &self.req.parts.headers
+    }
+
+    fn replayable(&self) -> bool {
+        self.req.replayable()
+    }
+
+    async fn attempt(
+        &mut self,
+        rt: &Arc<ClusterRt>,
+        choice: Choice,
+        failover: &Failover,
+    ) -> Result<Response<ProxyBody>, Kind> {
+        attempt(self.ctx, self.conn, self.route, rt, choice, &mut self.req, failover).await
+    }
 }
 
 /// One try on the member `choice` placed it on: sent with the try's timeout, its outcome
@@ -412,7 +479,7 @@ async fn attempt(
     let member = choice.member;
     // Ends the request on the member as cancelled if this future is dropped (the client went
     // away) before an outcome is recorded.
-    let begun = Begun { rt: rt.clone(), member, armed: true };
+    let begun = Begun::new(rt, member);
     let body = match &req.slot {
         None => UpstreamBody::Empty,
         Some(slot) => UpstreamBody::stream(slot.clone(), ctx.listener.max_body_bytes),
@@ -555,19 +622,26 @@ fn caused_by<T: std::error::Error + 'static>(e: &(dyn std::error::Error + 'stati
 
 /// A request counted as begun on a member; ends it as cancelled when dropped unless an outcome
 /// was recorded or the response body took over. The one guard of a try's accounting.
-struct Begun {
+pub(crate) struct Begun {
     rt: Arc<ClusterRt>,
     member: usize,
     armed: bool,
 }
 
 impl Begun {
-    fn end(mut self, outcome: Outcome) {
+    /// Counts a try begun on `member` of `rt` (its request was begun by `place`).
+    pub(crate) fn new(rt: &Arc<ClusterRt>, member: usize) -> Self {
+        Begun { rt: rt.clone(), member, armed: true }
+    }
+
+    /// Ends the try with `outcome`.
+    pub(crate) fn end(mut self, outcome: Outcome) {
         self.armed = false;
         self.rt.end_request(self.member, outcome);
     }
 
-    fn disarm(mut self) {
+    /// The response's end will end the try.
+    pub(crate) fn disarm(mut self) {
         self.armed = false;
     }
 }
@@ -582,23 +656,24 @@ impl Drop for Begun {
 
 /// What the router derives once from a view of a cluster and keeps beside it, in the cluster
 /// runtime's `data_plane` slot (the runtime knows nothing of HTTP): each member's address as a
-/// URI authority (`None`: not a valid one).
-struct ClusterView {
+/// URI authority (`None`: not a valid one) for hyper's path, and the router's own HTTP/1 path's
+/// idle connections per member, indexed by member number.
+pub(crate) struct ClusterView {
     authorities: Box<[Option<uri::Authority>]>,
+    /// Idle upstream connections of the own HTTP/1 path, per member.
+    pub(crate) idle: Box<[crate::h1::pool::Idle]>,
 }
 
 impl ClusterView {
     /// `rt`'s, made at its first request (`None` only if another data plane filled the slot,
     /// which none does).
-    fn of(rt: &ClusterRt) -> Option<&ClusterView> {
+    pub(crate) fn of(rt: &ClusterRt) -> Option<&ClusterView> {
         let made = rt.data_plane.get_or_init(|| {
-            let authorities = rt
-                .spec
-                .members
-                .iter()
-                .map(|m| uri::Authority::try_from(m.address.as_str()).ok())
-                .collect();
-            Arc::new(ClusterView { authorities })
+            let members = &rt.spec.members;
+            let authorities =
+                members.iter().map(|m| uri::Authority::try_from(m.address.as_str()).ok()).collect();
+            let idle = members.iter().map(|m| crate::h1::pool::Idle::new(&m.address)).collect();
+            Arc::new(ClusterView { authorities, idle })
         });
         made.downcast_ref::<ClusterView>()
     }
@@ -629,11 +704,11 @@ fn upstream_request(
 }
 
 /// Where a try went, and the session cookie its response must carry.
-struct Choice {
-    member: usize,
-    set_cookie: Option<HeaderValue>,
+pub(crate) struct Choice {
+    pub(crate) member: usize,
+    pub(crate) set_cookie: Option<HeaderValue>,
     /// Why this member (for the access log).
-    reason: Reason,
+    pub(crate) reason: Reason,
 }
 
 /// What a served response's end reports besides its outcome: the route's byte counters, the
@@ -647,11 +722,11 @@ struct Served {
 /// Places the next try (one lock hold, [`ClusterRt::place`]): on its session's member when it
 /// has one that can keep it, else through the cluster's picker; a new placement of a session is
 /// pinned (header sessions) or told to the client (cookie sessions).
-fn place(
+pub(crate) fn place(
     ctx: &HttpCtx,
     rt: &Arc<ClusterRt>,
     failover: &mut Failover,
-    parts: &Parts,
+    headers: &impl Headers,
     peer: SocketAddr,
 ) -> Result<Choice, Refused> {
     let spec = &rt.spec;
@@ -661,16 +736,16 @@ fn place(
     if session {
         held = match &spec.sticky.header {
             Some(h) => {
-                let id = parts.headers.get(h.as_str()).and_then(|v| v.to_str().ok());
+                let id = headers.get_str(h.as_str());
                 header_session = id;
                 id.and_then(|id| ctx.sessions.get(rt, id))
             }
-            None => sticky::cookie(&parts.headers, &spec.sticky.cookie)
+            None => sticky::cookie(headers, &spec.sticky.cookie)
                 .and_then(|t| sticky::member_by_token(spec, t)),
         };
     }
     let hash = (spec.policy.algorithm == rondo_core::Algorithm::Hash)
-        .then(|| hash_key(&spec.policy.hash.key, parts, peer))
+        .then(|| hash_key(&spec.policy.hash.key, headers, peer))
         .flatten();
     let group = ctx.live.group.as_deref();
     let (member, reason) = match rt.place(failover, clock::now(), group, hash, held)? {
@@ -696,17 +771,15 @@ fn place(
     Ok(Choice { member, set_cookie, reason })
 }
 
-fn hash_key(source: &HashKeySource, parts: &Parts, peer: SocketAddr) -> Option<u64> {
+fn hash_key(source: &HashKeySource, headers: &impl Headers, peer: SocketAddr) -> Option<u64> {
     use rondo_core::hash::hash_key;
     match source {
         HashKeySource::ClientAddress => Some(match peer.ip() {
             std::net::IpAddr::V4(ip) => hash_key(&ip.octets()),
             std::net::IpAddr::V6(ip) => hash_key(&ip.octets()),
         }),
-        HashKeySource::Header(h) => parts.headers.get(h.as_str()).map(|v| hash_key(v.as_bytes())),
-        HashKeySource::Cookie(c) => {
-            sticky::cookie(&parts.headers, c).map(|v| hash_key(v.as_bytes()))
-        }
+        HashKeySource::Header(h) => headers.get(h.as_str()).map(hash_key),
+        HashKeySource::Cookie(c) => sticky::cookie(headers, c).map(|v| hash_key(v.as_bytes())),
     }
 }
 

@@ -15,6 +15,8 @@ pub mod body;
 pub mod conn;
 pub mod error;
 pub mod frames;
+pub mod h1;
+pub mod head;
 pub mod headers;
 pub mod http;
 pub mod sni;
@@ -205,58 +207,71 @@ async fn accept_http(
         let tls = tls.clone();
         let open = ctx.metrics.opened();
         tokio::spawn(async move {
-            let client_ip = headers::client_ip_value(peer.ip());
-            let header_timeout = ctx.listener.header_read_timeout;
-            let shutdown_timeout = ctx.listener.http2.shutdown_timeout;
-            let (stream, state) = match &tls {
-                None => (
-                    ClientIo::from(stream),
-                    ConnState::new(header_timeout, client_ip, ctx.metrics.clone()),
-                ),
+            let hyper = Hyper { ctx: &ctx, builder, budget, peer };
+            match &tls {
+                None => {
+                    // The own HTTP/1 path first; hyper gets the connection if it declines.
+                    if let Some((stream, read)) = h1::serve::serve(&ctx, stream, peer).await {
+                        Box::pin(hyper.serve(ClientIo::from(stream), None, read)).await;
+                    }
+                }
                 Some(t) => match t.accept(stream).await {
-                    Ok((s, cert)) => (
-                        ClientIo::from(s),
-                        ConnState::with_tls(
-                            header_timeout,
-                            client_ip,
-                            ctx.metrics.clone(),
-                            Some(cert.unwrap_or_default()),
-                        ),
-                    ),
-                    Err(e) => {
-                        tracing::debug!(listener = %ctx.listener.name, %peer, "{e}");
-                        return;
+                    Ok((s, cert)) => {
+                        let cert = Some(cert.unwrap_or_default());
+                        Box::pin(hyper.serve(ClientIo::from(s), cert, Vec::new())).await;
                     }
+                    Err(e) => tracing::debug!(listener = %ctx.listener.name, %peer, "{e}"),
                 },
-            };
-            let io = TimedIo::new(stream, state.clone(), header_timeout, budget, peer.ip());
-            let handler = state.clone();
-            let service =
-                service_fn(move |req| http::handle(ctx.clone(), handler.clone(), peer, req));
-            let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
-            tokio::pin!(conn);
-            tokio::select! {
-                r = conn.as_mut() => {
-                    if let Some(status) = r.err().and_then(|e| answered_by_hyper(&*e)) {
-                        state.metrics.router_response(status, None, None);
-                    }
-                }
-                () = state.idle() => {
-                    // An idle HTTP/2 connection: GOAWAY, then a bounded wait for it to close
-                    // (a client that never reads or never acknowledges keeps it no longer).
-                    state.metrics.idle_timeouts.inc();
-                    conn.as_mut().graceful_shutdown();
-                    let _ = tokio::time::timeout(shutdown_timeout, conn).await;
-                }
-                () = state.aborted() => {
-                    // An HTTP/2 connection error: the GOAWAY and the lingering close are under
-                    // way in `TimedIo`; they get a bounded time.
-                    let _ = tokio::time::timeout(ABORT_LINGER, conn).await;
-                }
             }
             drop(permit);
             drop(open);
         });
+    }
+}
+
+/// A connection's way to hyper's server.
+struct Hyper<'a> {
+    ctx: &'a Arc<HttpCtx>,
+    builder: Arc<auto::Builder<TokioExecutor>>,
+    budget: Arc<ResetBudget>,
+    peer: SocketAddr,
+}
+
+impl Hyper<'_> {
+    /// Serves `stream` (whose first bytes, already read, are `read`) with hyper until it
+    /// closes. `cert`: what a TLS client's certificate tells members.
+    async fn serve(self, stream: ClientIo, cert: Option<tls::ClientCert>, read: Vec<u8>) {
+        let Hyper { ctx, builder, budget, peer } = self;
+        let client_ip = headers::client_ip_value(peer.ip());
+        let header_timeout = ctx.listener.header_read_timeout;
+        let shutdown_timeout = ctx.listener.http2.shutdown_timeout;
+        let state = ConnState::with_tls(header_timeout, client_ip, ctx.metrics.clone(), cert);
+        let io = TimedIo::new(stream, state.clone(), header_timeout, budget, peer.ip())
+            .with_prefix(read);
+        let handler = state.clone();
+        let ctx = ctx.clone();
+        let service = service_fn(move |req| http::handle(ctx.clone(), handler.clone(), peer, req));
+        let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
+        tokio::pin!(conn);
+        tokio::select! {
+            r = conn.as_mut() => {
+                if let Some(status) = r.err().and_then(|e| answered_by_hyper(&*e)) {
+                    state.metrics.router_response(status, None, None);
+                }
+            }
+            () = state.idle() => {
+                // An idle HTTP/2 connection: GOAWAY, then a bounded wait for it to close
+                // (a client that never reads or never acknowledges keeps it no longer).
+                state.metrics.idle_timeouts.inc();
+                conn.as_mut().graceful_shutdown();
+                let _ = tokio::time::timeout(shutdown_timeout, conn).await;
+            }
+            () = state.aborted() => {
+                // An HTTP/2 connection error: the GOAWAY and the lingering close are under
+                // way in `TimedIo`; they get a bounded time.
+                let _ = tokio::time::timeout(ABORT_LINGER, conn).await;
+            }
+        }
     }
 }
 

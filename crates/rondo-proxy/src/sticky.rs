@@ -13,8 +13,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use http::HeaderMap;
-use http::header::COOKIE;
+use crate::head::Headers;
 use rondo_core::ClusterSpec;
 use rondo_runtime::ClusterRt;
 
@@ -29,11 +28,10 @@ pub fn member_by_token(spec: &ClusterSpec, t: &str) -> Option<usize> {
 }
 
 /// A cookie's value from the request.
-pub fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+pub fn cookie<'a>(headers: &'a impl Headers, name: &str) -> Option<&'a str> {
     headers
-        .get_all(COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
+        .values("cookie")
+        .filter_map(crate::head::visible_ascii)
         .flat_map(|v| v.split(';'))
         .find_map(|kv| {
             let (k, v) = kv.trim().split_once('=')?;

@@ -1,0 +1,253 @@
+//! The chunked transfer coding (RFC 9112 section 7.1), followed byte by byte so a chunked body
+//! passes through unchanged while the router knows where it ends and refuses what two parsers
+//! could read differently: a size of more than 16 hex digits (overflow), a chunk extension with
+//! a NUL, bare CR or other control byte, a bare LF anywhere, a missing CRLF after a chunk's
+//! data, a malformed trailer field. Extensions and trailers are bounded in size.
+
+/// Bytes of one chunk extension, at most.
+const MAX_EXTENSION: u32 = 4096;
+
+/// Where in the coding the next byte falls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// The chunk size's hex digits.
+    Size,
+    /// White space after the size, before `;` or CR.
+    SizeSpace,
+    /// A chunk extension, up to CR.
+    Extension,
+    /// The LF after the size line's CR.
+    SizeLf,
+    /// Data bytes left in this chunk.
+    Data,
+    /// The CR after a chunk's data.
+    DataCr,
+    /// The LF after a chunk's data.
+    DataLf,
+    /// The start of a trailer line (or of the final empty line).
+    TrailerStart,
+    /// A trailer field's name.
+    TrailerName,
+    /// A trailer field's value, up to CR.
+    TrailerValue,
+    /// The LF ending a trailer line.
+    TrailerLf,
+    /// The LF of the final empty line.
+    EndLf,
+    /// The body is over.
+    Done,
+}
+
+/// A chunked body's framing, followed as its bytes go by.
+#[derive(Debug, Clone)]
+pub struct Chunked {
+    state: State,
+    /// The size being read, or the data bytes left.
+    size: u64,
+    digits: u8,
+    extension: u32,
+    trailers: usize,
+    max_trailers: usize,
+}
+
+/// What is wrong with a chunked body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("malformed chunked body: {0}")]
+pub struct ChunkError(pub &'static str);
+
+impl Chunked {
+    /// A body whose trailer section may be at most `max_trailers` bytes.
+    pub fn new(max_trailers: usize) -> Self {
+        Chunked { state: State::Size, size: 0, digits: 0, extension: 0, trailers: 0, max_trailers }
+    }
+
+    /// Whether the body's last byte has been seen.
+    pub fn is_done(&self) -> bool {
+        self.state == State::Done
+    }
+
+    /// Follows `bytes`; returns how many of them belong to the body (all of them unless the
+    /// body ends inside `bytes`).
+    pub fn feed(&mut self, bytes: &[u8]) -> Result<usize, ChunkError> {
+        let mut i = 0;
+        while i < bytes.len() {
+            if self.state == State::Done {
+                return Ok(i);
+            }
+            if self.state == State::Data {
+                let take = (bytes.len() - i).min(usize::try_from(self.size).unwrap_or(usize::MAX));
+                i += take;
+                self.size -= take as u64;
+                if self.size == 0 {
+                    self.state = State::DataCr;
+                }
+                continue;
+            }
+            self.step(bytes[i])?;
+            i += 1;
+        }
+        Ok(i)
+    }
+
+    fn step(&mut self, b: u8) -> Result<(), ChunkError> {
+        self.state = match self.state {
+            State::Size => match b {
+                b'0'..=b'9' | b'a'..=b'f' | b'A'..=b'F' => {
+                    if self.digits == 16 {
+                        return Err(ChunkError("chunk size over 16 hex digits"));
+                    }
+                    self.digits += 1;
+                    let d = (b as char).to_digit(16).unwrap_or(0);
+                    self.size = (self.size << 4) | u64::from(d);
+                    State::Size
+                }
+                _ if self.digits == 0 => return Err(ChunkError("chunk size is not hex")),
+                b' ' | b'\t' => State::SizeSpace,
+                b';' => self.extension_start(),
+                b'\r' => State::SizeLf,
+                _ => return Err(ChunkError("chunk size is not hex")),
+            },
+            State::SizeSpace => match b {
+                b' ' | b'\t' => State::SizeSpace,
+                b';' => self.extension_start(),
+                b'\r' => State::SizeLf,
+                _ => return Err(ChunkError("unexpected byte after the chunk size")),
+            },
+            State::Extension => match b {
+                b'\r' => State::SizeLf,
+                b'\t' | b' '..=b'~' | 0x80..=0xff => {
+                    self.extension += 1;
+                    if self.extension > MAX_EXTENSION {
+                        return Err(ChunkError("chunk extension too long"));
+                    }
+                    State::Extension
+                }
+                _ => return Err(ChunkError("control byte in a chunk extension")),
+            },
+            State::SizeLf => {
+                if b != b'\n' {
+                    return Err(ChunkError("chunk size line not ended by CRLF"));
+                }
+                let size = self.size;
+                self.digits = 0;
+                if size == 0 { State::TrailerStart } else { State::Data }
+            }
+            State::Data => unreachable!("data bytes are taken in bulk by feed"),
+            State::DataCr => {
+                if b != b'\r' {
+                    return Err(ChunkError("chunk data not followed by CRLF"));
+                }
+                State::DataLf
+            }
+            State::DataLf => {
+                if b != b'\n' {
+                    return Err(ChunkError("chunk data not followed by CRLF"));
+                }
+                self.size = 0;
+                State::Size
+            }
+            State::TrailerStart => match b {
+                b'\r' => State::EndLf,
+                _ if is_token(b) => self.trailer_byte(State::TrailerName)?,
+                _ => return Err(ChunkError("malformed trailer field name")),
+            },
+            State::TrailerName => match b {
+                b':' => self.trailer_byte(State::TrailerValue)?,
+                _ if is_token(b) => self.trailer_byte(State::TrailerName)?,
+                _ => return Err(ChunkError("malformed trailer field name")),
+            },
+            State::TrailerValue => match b {
+                b'\r' => State::TrailerLf,
+                b'\t' | b' '..=b'~' | 0x80..=0xff => self.trailer_byte(State::TrailerValue)?,
+                _ => return Err(ChunkError("control byte in a trailer field")),
+            },
+            State::TrailerLf => {
+                if b != b'\n' {
+                    return Err(ChunkError("trailer line not ended by CRLF"));
+                }
+                State::TrailerStart
+            }
+            State::EndLf => {
+                if b != b'\n' {
+                    return Err(ChunkError("chunked body not ended by CRLF"));
+                }
+                State::Done
+            }
+            State::Done => State::Done,
+        };
+        Ok(())
+    }
+
+    fn extension_start(&mut self) -> State {
+        self.extension = 0;
+        State::Extension
+    }
+
+    fn trailer_byte(&mut self, next: State) -> Result<State, ChunkError> {
+        self.trailers += 1;
+        if self.trailers > self.max_trailers {
+            return Err(ChunkError("trailer section too large"));
+        }
+        Ok(next)
+    }
+}
+
+/// Whether `b` may be in a field name (RFC 9110 `tchar`).
+fn is_token(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn whole(body: &[u8]) -> Result<usize, ChunkError> {
+        let mut c = Chunked::new(1024);
+        let n = c.feed(body)?;
+        assert!(c.is_done(), "not done after {body:?}");
+        Ok(n)
+    }
+
+    #[test]
+    fn a_body_ends_where_its_last_chunk_says() {
+        let body = b"5\r\nhello\r\n3;ext=1\r\nabc\r\n0\r\nX-T: 1\r\n\r\nGET /next";
+        assert_eq!(whole(body).unwrap(), body.len() - b"GET /next".len());
+        assert_eq!(whole(b"0\r\n\r\n").unwrap(), 5);
+        assert_eq!(whole(b"A \t;x\r\n0123456789\r\n0\r\n\r\n").unwrap(), 24);
+    }
+
+    #[test]
+    fn one_byte_at_a_time_is_the_same() {
+        let body = b"5\r\nhello\r\n0\r\nX-T: 1\r\n\r\n";
+        let mut c = Chunked::new(1024);
+        for b in body.iter() {
+            assert_eq!(c.feed(std::slice::from_ref(b)).unwrap(), 1);
+        }
+        assert!(c.is_done());
+    }
+
+    #[test]
+    fn what_two_parsers_could_read_differently_is_refused() {
+        for bad in [
+            &b"12345678901234567\r\n"[..],
+            b"5\nhello\r\n0\r\n\r\n",
+            b"5\r\nhelloXX0\r\n\r\n",
+            b"5;a\0b\r\nhello\r\n0\r\n\r\n",
+            b"5;a\rb\r\nhello\r\n0\r\n\r\n",
+            b"-5\r\nhello\r\n0\r\n\r\n",
+            b"0x5\r\nhello\r\n0\r\n\r\n",
+            b"\r\n",
+            b"0\r\nBad Name: 1\r\n\r\n",
+            b"0\r\nX: a\0\r\n\r\n",
+            b"0\r\n\n",
+        ] {
+            let mut c = Chunked::new(1024);
+            assert!(c.feed(bad).is_err(), "{bad:?}");
+        }
+        let mut c = Chunked::new(8);
+        assert!(c.feed(b"0\r\nX-Long-Trailer: 1\r\n\r\n").is_err());
+        let mut c = Chunked::new(8);
+        let ext = format!("1;{}\r\n", "a".repeat(5000));
+        assert!(c.feed(ext.as_bytes()).is_err());
+    }
+}

@@ -1,0 +1,530 @@
+//! Request and response heads, parsed in place (`httparse`) and checked as strictly as the
+//! router's hyper path checks them: the head's bytes stay where they arrived and only spans into
+//! them are kept, so forwarding a head copies it once, editing only what must change.
+//!
+//! What a request head must be to be forwarded here (anything else is refused with the status a
+//! client can act on, or declined to the hyper path, which serves the rest of the connection):
+//!
+//! - CRLF line ends (a bare LF is refused: RFC 9112 section 2.2 lets a recipient accept it, but
+//!   two parsers that disagree on it are how requests are smuggled); no obs-fold; header names
+//!   that are tokens; values without NUL, CR or other controls but HTAB;
+//! - at most `max_headers` fields and `max_header_bytes` bytes (431; a request line that alone
+//!   fills the limit is 414);
+//! - framing: `Transfer-Encoding` whose last coding is `chunked` (once), or one valid
+//!   `Content-Length`, never both (400);
+//! - exactly one `Host` (400);
+//! - HTTP/1.1 with an origin-form target (`/...`). HTTP/1.0, other target forms, `Upgrade` and
+//!   `Expect` are declined to hyper, which has the rules for them.
+
+use std::mem::MaybeUninit;
+
+/// A byte range into the head's buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Span {
+    /// First byte.
+    pub start: u32,
+    /// One past the last byte.
+    pub end: u32,
+}
+
+impl Span {
+    fn of(buf: &[u8], part: &[u8]) -> Span {
+        let start = part.as_ptr() as usize - buf.as_ptr() as usize;
+        Span { start: start as u32, end: (start + part.len()) as u32 }
+    }
+
+    /// The bytes of `buf` this span covers.
+    pub fn get(self, buf: &[u8]) -> &[u8] {
+        &buf[self.start as usize..self.end as usize]
+    }
+}
+
+/// One header field: its whole line (without CRLF), its name and its value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Field {
+    /// The name.
+    pub name: Span,
+    /// The value, without surrounding white space.
+    pub value: Span,
+}
+
+/// How a message's body is delimited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    /// No body.
+    None,
+    /// Exactly this many bytes.
+    Length(u64),
+    /// The chunked transfer coding.
+    Chunked,
+    /// Until the sender closes the connection (responses only).
+    Close,
+}
+
+/// Why a request head is not served here but by hyper (the rest of its connection goes there).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decline {
+    /// HTTP/1.0 (its keep-alive and framing rules are hyper's).
+    Http10,
+    /// Not an origin-form target (`*`, absolute-form, authority-form).
+    TargetForm,
+    /// A protocol switch (`Upgrade`).
+    Upgrade,
+    /// `Expect` (`100-continue`).
+    Expect,
+}
+
+/// A request head, checked.
+#[derive(Debug, Clone)]
+pub struct RequestHead {
+    /// Bytes of the head, the final empty line included.
+    pub len: usize,
+    /// The method.
+    pub method: Span,
+    /// The request target.
+    pub target: Span,
+    /// The path of the target (without the query).
+    pub path: Span,
+    /// The `Host` value.
+    pub host: Span,
+    /// Header fields, in order.
+    pub fields: Vec<Field>,
+    /// How the body is delimited.
+    pub framing: Framing,
+    /// Whether the client asked to close the connection after this request.
+    pub close: bool,
+    /// Set when hyper serves this request instead.
+    pub decline: Option<Decline>,
+}
+
+/// A response head, checked.
+#[derive(Debug, Clone)]
+pub struct ResponseHead {
+    /// Bytes of the head, the final empty line included.
+    pub len: usize,
+    /// The status code.
+    pub status: u16,
+    /// The reason phrase.
+    pub reason: Span,
+    /// Header fields, in order.
+    pub fields: Vec<Field>,
+    /// How the body is delimited (given the request's method).
+    pub framing: Framing,
+    /// Whether the connection can carry another request after this response.
+    pub reusable: bool,
+}
+
+/// A head that cannot be served: the status to answer and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeadError {
+    /// 400, 414 or 431.
+    pub status: u16,
+    /// What was wrong, for the client (it is about its own request).
+    pub why: String,
+}
+
+impl HeadError {
+    fn bad(why: impl Into<String>) -> Self {
+        HeadError { status: 400, why: why.into() }
+    }
+}
+
+/// The limits a request head is held to.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Bytes of the head.
+    pub max_bytes: usize,
+    /// Header fields.
+    pub max_fields: usize,
+}
+
+/// Header fields parsed without a heap allocation up to this many.
+const STACK_FIELDS: usize = 128;
+
+/// Whether `buf` starts with the HTTP/2 connection preface (or a prefix of it).
+pub fn is_h2_preface(buf: &[u8]) -> bool {
+    const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+    let n = buf.len().min(PREFACE.len());
+    n > 0 && buf[..n] == PREFACE[..n]
+}
+
+/// Parses the request head at the start of `buf`. `Ok(None)`: incomplete, read more (unless
+/// `buf` already holds `limits.max_bytes`, which is an error here).
+pub fn request(buf: &[u8], limits: Limits) -> Result<Option<RequestHead>, HeadError> {
+    let window = &buf[..buf.len().min(limits.max_bytes)];
+    let mut stack: [MaybeUninit<httparse::Header<'_>>; STACK_FIELDS] =
+        [const { MaybeUninit::uninit() }; STACK_FIELDS];
+    let mut heap;
+    let slots: &mut [MaybeUninit<httparse::Header<'_>>] = if limits.max_fields <= STACK_FIELDS {
+        &mut stack[..limits.max_fields]
+    } else {
+        heap = Vec::with_capacity(limits.max_fields);
+        heap.resize_with(limits.max_fields, MaybeUninit::uninit);
+        &mut heap[..]
+    };
+    let mut req = httparse::Request::new(&mut []);
+    let parsed = httparse::ParserConfig::default()
+        .parse_request_with_uninit_headers(&mut req, window, slots);
+    let len = match parsed {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) => {
+            if window.len() < limits.max_bytes {
+                // A bare LF is refused as soon as it is seen (not only once the head completes).
+                check_line_ends(window)?;
+                return Ok(None);
+            }
+            let line_done = window.windows(2).any(|w| w == b"\r\n");
+            return Err(if line_done {
+                HeadError {
+                    status: 431,
+                    why: format!("request head over the limit of {} bytes", limits.max_bytes),
+                }
+            } else {
+                HeadError {
+                    status: 414,
+                    why: format!("request line over the limit of {} bytes", limits.max_bytes),
+                }
+            });
+        }
+        Err(httparse::Error::TooManyHeaders) => {
+            return Err(HeadError {
+                status: 431,
+                why: format!("more than {} header fields", limits.max_fields),
+            });
+        }
+        Err(e) => return Err(HeadError::bad(format!("malformed request head: {e}"))),
+    };
+    check_line_ends(&buf[..len])?;
+    let (Some(method), Some(target), Some(minor)) = (req.method, req.path, req.version) else {
+        return Err(HeadError::bad("malformed request line"));
+    };
+    let target_bytes = target.as_bytes();
+    let mut head = RequestHead {
+        len,
+        method: Span::of(buf, method.as_bytes()),
+        target: Span::of(buf, target_bytes),
+        path: Span::default(),
+        host: Span::default(),
+        fields: Vec::with_capacity(req.headers.len() + 4),
+        framing: Framing::None,
+        close: false,
+        decline: None,
+    };
+    let query = target_bytes.iter().position(|b| *b == b'?').unwrap_or(target_bytes.len());
+    head.path = Span::of(buf, &target_bytes[..query]);
+    if minor == 0 {
+        head.decline = Some(Decline::Http10);
+    } else if !target.starts_with('/') {
+        head.decline = Some(Decline::TargetForm);
+    } else if target_bytes.contains(&b'#') {
+        return Err(HeadError::bad("the request target has a fragment"));
+    }
+    let mut hosts = 0;
+    let mut length: Option<u64> = None;
+    let mut chunked = Coding::Absent;
+    for h in req.headers.iter() {
+        let name = h.name.as_bytes();
+        let field = Field { name: Span::of(buf, name), value: Span::of(buf, h.value) };
+        head.fields.push(field);
+        match name.len() {
+            4 if name.eq_ignore_ascii_case(b"host") => {
+                hosts += 1;
+                head.host = field.value;
+                if h.value.iter().any(|b| !b.is_ascii_graphic()) {
+                    return Err(HeadError::bad("the Host header is not visible ASCII"));
+                }
+            }
+            14 if name.eq_ignore_ascii_case(b"content-length") => {
+                if length.is_some() {
+                    return Err(HeadError::bad("more than one Content-Length"));
+                }
+                length =
+                    Some(content_length(h.value).ok_or_else(|| {
+                        HeadError::bad("Content-Length is not a number of bytes")
+                    })?);
+            }
+            17 if name.eq_ignore_ascii_case(b"transfer-encoding") => {
+                chunked = chunked.then(h.value);
+            }
+            10 if name.eq_ignore_ascii_case(b"connection") => {
+                for t in tokens(h.value) {
+                    if t.eq_ignore_ascii_case(b"close") {
+                        head.close = true;
+                    }
+                }
+            }
+            7 if name.eq_ignore_ascii_case(b"upgrade") => {
+                head.decline.get_or_insert(Decline::Upgrade);
+            }
+            6 if name.eq_ignore_ascii_case(b"expect") => {
+                head.decline.get_or_insert(Decline::Expect);
+            }
+            _ => {}
+        }
+    }
+    head.framing = match (chunked, length) {
+        (Coding::Absent, None) => Framing::None,
+        (Coding::Absent, Some(0)) => Framing::None,
+        (Coding::Absent, Some(n)) => Framing::Length(n),
+        (_, Some(_)) => {
+            return Err(HeadError::bad("both Transfer-Encoding and Content-Length"));
+        }
+        (Coding::ChunkedLast, None) => Framing::Chunked,
+        (Coding::NotChunkedLast | Coding::ChunkedNotLast, None) => {
+            return Err(HeadError::bad("Transfer-Encoding does not end in chunked"));
+        }
+        (Coding::Invalid, None) => {
+            return Err(HeadError::bad("Transfer-Encoding names chunked more than once"));
+        }
+    };
+    if head.decline != Some(Decline::Http10) && hosts != 1 {
+        return Err(HeadError::bad(if hosts == 0 {
+            "the request has no Host header".to_owned()
+        } else {
+            format!("the request has {hosts} Host headers; exactly one is allowed")
+        }));
+    }
+    Ok(Some(head))
+}
+
+/// Parses the response head at the start of `buf`, for a request with `method`. `Ok(None)`:
+/// incomplete. Interim (1xx) responses are returned like others; the caller skips them.
+pub fn response(buf: &[u8], head_request: bool) -> Result<Option<ResponseHead>, String> {
+    let mut slots: [MaybeUninit<httparse::Header<'_>>; STACK_FIELDS] =
+        [const { MaybeUninit::uninit() }; STACK_FIELDS];
+    let mut resp = httparse::Response::new(&mut []);
+    let len = match httparse::ParserConfig::default()
+        .parse_response_with_uninit_headers(&mut resp, buf, &mut slots)
+    {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(e) => return Err(format!("malformed response head: {e}")),
+    };
+    let (Some(status), Some(minor)) = (resp.code, resp.version) else {
+        return Err("malformed status line".to_owned());
+    };
+    let mut head = ResponseHead {
+        len,
+        status,
+        reason: Span::of(buf, resp.reason.unwrap_or("").as_bytes()),
+        fields: Vec::with_capacity(resp.headers.len() + 3),
+        framing: Framing::None,
+        reusable: minor == 1,
+    };
+    let mut length: Option<u64> = None;
+    let mut coding = Coding::Absent;
+    for h in resp.headers.iter() {
+        let name = h.name.as_bytes();
+        head.fields.push(Field { name: Span::of(buf, name), value: Span::of(buf, h.value) });
+        if name.eq_ignore_ascii_case(b"content-length") {
+            let n = content_length(h.value).ok_or("Content-Length is not a number of bytes")?;
+            if length.is_some_and(|l| l != n) {
+                return Err("conflicting Content-Length values".to_owned());
+            }
+            length = Some(n);
+        } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
+            coding = coding.then(h.value);
+        } else if name.eq_ignore_ascii_case(b"connection") {
+            for t in tokens(h.value) {
+                if t.eq_ignore_ascii_case(b"close") {
+                    head.reusable = false;
+                } else if t.eq_ignore_ascii_case(b"keep-alive") && minor == 0 {
+                    head.reusable = true;
+                }
+            }
+        }
+    }
+    let bodiless = head_request || (100..200).contains(&status) || status == 204 || status == 304;
+    head.framing = if bodiless {
+        Framing::None
+    } else {
+        match (coding, length) {
+            (Coding::ChunkedLast, _) => Framing::Chunked,
+            // RFC 9112 6.3: a transfer coding other than chunked last: read until close.
+            (Coding::NotChunkedLast | Coding::ChunkedNotLast | Coding::Invalid, _) => {
+                Framing::Close
+            }
+            (Coding::Absent, Some(0)) => Framing::None,
+            (Coding::Absent, Some(n)) => Framing::Length(n),
+            (Coding::Absent, None) => Framing::Close,
+        }
+    };
+    if head.framing == Framing::Close {
+        head.reusable = false;
+    }
+    Ok(Some(head))
+}
+
+/// Where `chunked` stands among the transfer codings seen so far.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Coding {
+    Absent,
+    ChunkedLast,
+    NotChunkedLast,
+    /// `chunked`, then another coding.
+    ChunkedNotLast,
+    /// `chunked` twice.
+    Invalid,
+}
+
+impl Coding {
+    fn then(self, value: &[u8]) -> Coding {
+        let mut state = self;
+        for t in tokens(value) {
+            let chunked = t.eq_ignore_ascii_case(b"chunked");
+            state = match (state, chunked) {
+                (Coding::Invalid, _) => Coding::Invalid,
+                (Coding::ChunkedLast | Coding::ChunkedNotLast, true) => Coding::Invalid,
+                (Coding::ChunkedLast | Coding::ChunkedNotLast, false) => Coding::ChunkedNotLast,
+                (_, true) => Coding::ChunkedLast,
+                (_, false) => Coding::NotChunkedLast,
+            };
+        }
+        state
+    }
+}
+
+/// The comma-separated tokens of a header value, trimmed, empty ones skipped.
+pub fn tokens(value: &[u8]) -> impl Iterator<Item = &[u8]> {
+    value.split(|b| *b == b',').map(|t| t.trim_ascii()).filter(|t| !t.is_empty())
+}
+
+/// A `Content-Length` value: ASCII digits only (no sign, no list), fitting in a `u64`.
+fn content_length(v: &[u8]) -> Option<u64> {
+    if v.is_empty() || v.len() > 19 || !v.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    v.iter().try_fold(0u64, |n, d| n.checked_mul(10)?.checked_add(u64::from(d - b'0')))
+}
+
+/// Refuses a bare LF (httparse accepts one as a line end).
+fn check_line_ends(head: &[u8]) -> Result<(), HeadError> {
+    let mut prev = 0u8;
+    for &b in head {
+        if b == b'\n' && prev != b'\r' {
+            return Err(HeadError::bad("a line of the request head ends in a bare LF"));
+        }
+        prev = b;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIMITS: Limits = Limits { max_bytes: 8192, max_fields: 100 };
+
+    fn ok(raw: &str) -> RequestHead {
+        request(raw.as_bytes(), LIMITS).unwrap().unwrap()
+    }
+
+    fn status(raw: &str) -> u16 {
+        request(raw.as_bytes(), LIMITS).unwrap_err().status
+    }
+
+    #[test]
+    fn a_plain_request_is_parsed_in_place() {
+        let raw = "GET /a/b?x=1 HTTP/1.1\r\nHost: example.com\r\nX-A: 1\r\n\r\nrest";
+        let h = ok(raw);
+        assert_eq!(h.len, raw.len() - 4);
+        assert_eq!(h.path.get(raw.as_bytes()), b"/a/b");
+        assert_eq!(h.target.get(raw.as_bytes()), b"/a/b?x=1");
+        assert_eq!(h.host.get(raw.as_bytes()), b"example.com");
+        assert_eq!(h.framing, Framing::None);
+        assert!(!h.close && h.decline.is_none());
+        assert_eq!(h.fields.len(), 2);
+    }
+
+    #[test]
+    fn framing_rules() {
+        let h = ok("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 12\r\n\r\n");
+        assert_eq!(h.framing, Framing::Length(12));
+        let h = ok("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, chunked\r\n\r\n");
+        assert_eq!(h.framing, Framing::Chunked);
+        for bad in [
+            "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n",
+            "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked, gzip\r\n\r\n",
+            "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n",
+            "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\n",
+            "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: +1\r\n\r\n",
+            "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 1, 1\r\n\r\n",
+            "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 99999999999999999999\r\n\r\n",
+        ] {
+            assert_eq!(status(bad), 400, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn smuggling_shapes_are_refused() {
+        for bad in [
+            "GET / HTTP/1.1\nHost: a\n\n",
+            "GET / HTTP/1.1\r\nHost: a\nX: 1\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: a\r\nX: 1\r\n folded\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: a\r\nX: a\0b\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: a\r\nX: a\rb\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: a\r\nBad Name: 1\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: a\r\nX : 1\r\n\r\n",
+            "GET / HTTP/1.1\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+            "GET /#frag HTTP/1.1\r\nHost: a\r\n\r\n",
+            "GET  / HTTP/1.1\r\nHost: a\r\n\r\n",
+        ] {
+            assert_eq!(status(bad), 400, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn limits_give_431_and_414() {
+        let big = format!("GET / HTTP/1.1\r\nHost: a\r\nX: {}\r\n\r\n", "a".repeat(9000));
+        assert_eq!(status(&big), 431);
+        let long = format!("GET /{} HTTP/1.1\r\nHost: a\r\n\r\n", "a".repeat(9000));
+        assert_eq!(status(&long), 414);
+        let many: String = (0..101).map(|i| format!("X-{i}: 1\r\n")).collect();
+        assert_eq!(status(&format!("GET / HTTP/1.1\r\nHost: a\r\n{many}\r\n")), 431);
+        // An incomplete head under the limit asks for more.
+        assert!(request(b"GET / HTTP/1.1\r\nHost: a\r\n", LIMITS).unwrap().is_none());
+    }
+
+    #[test]
+    fn what_hyper_serves_is_declined() {
+        assert_eq!(ok("GET / HTTP/1.0\r\n\r\n").decline, Some(Decline::Http10));
+        assert_eq!(
+            ok("GET http://a/ HTTP/1.1\r\nHost: a\r\n\r\n").decline,
+            Some(Decline::TargetForm)
+        );
+        assert_eq!(ok("OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n").decline, Some(Decline::TargetForm));
+        let ws = "GET / HTTP/1.1\r\nHost: a\r\nConnection: upgrade\r\nUpgrade: websocket\r\n\r\n";
+        assert_eq!(ok(ws).decline, Some(Decline::Upgrade));
+        let expect =
+            "PUT / HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Length: 1\r\n\r\n";
+        assert_eq!(ok(expect).decline, Some(Decline::Expect));
+        assert!(ok("GET / HTTP/1.1\r\nHost: a\r\nConnection: keep-alive, close\r\n\r\n").close);
+        assert!(is_h2_preface(b"PRI * HT"));
+        assert!(!is_h2_preface(b"GET / HTTP/1.1"));
+    }
+
+    #[test]
+    fn response_framing() {
+        let r = response(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n", false).unwrap().unwrap();
+        assert_eq!((r.status, r.framing, r.reusable), (200, Framing::Length(5), true));
+        let r = response(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n", true).unwrap().unwrap();
+        assert_eq!(r.framing, Framing::None);
+        let raw = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n";
+        assert_eq!(response(raw, false).unwrap().unwrap().framing, Framing::Chunked);
+        let r = response(b"HTTP/1.1 200 OK\r\n\r\n", false).unwrap().unwrap();
+        assert_eq!((r.framing, r.reusable), (Framing::Close, false));
+        let r = response(b"HTTP/1.1 204 No Content\r\n\r\n", false).unwrap().unwrap();
+        assert_eq!((r.framing, r.reusable), (Framing::None, true));
+        let r = response(b"HTTP/1.0 200 OK\r\nContent-Length: 0\r\n\r\n", false).unwrap().unwrap();
+        assert!(!r.reusable);
+        let r =
+            response(b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 1\r\n\r\n", false)
+                .unwrap()
+                .unwrap();
+        assert!(!r.reusable);
+        let conflict = b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n";
+        assert!(response(conflict, false).is_err());
+        assert!(response(b"HTTP/1.1 200 OK\r\nContent-Le", false).unwrap().is_none());
+    }
+}

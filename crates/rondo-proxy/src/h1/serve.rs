@@ -1,0 +1,1116 @@
+//! One client connection on the own HTTP/1 path: wait for a request without a buffer, read
+//! its head into a borrowed one, run the shared stages (route, the failover loop of
+//! [`crate::http::forward`]) with an [`OwnTries`] that writes the edited head straight to a
+//! pooled member connection in this task, streams the body both ways, and gives the buffers
+//! back when the response is over.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use http::HeaderValue;
+use rondo_core::failover::is_idempotent_method;
+use rondo_core::{Failover, FailureKind, Outcome, Route, UpstreamProtocol};
+use rondo_runtime::{ClusterRt, Snapshot, clock};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use super::chunked::Chunked;
+use super::parse::{self, Field, Framing, HeadError, Limits, RequestHead, ResponseHead};
+use super::pool::{self, Idle};
+use crate::access::{self, Reason};
+use crate::body::Finish;
+use crate::error::Kind;
+use crate::head::Headers;
+use crate::headers::{has_looped, via_id};
+use crate::http::{
+    Begun, Choice, ClusterView, Failure, HttpCtx, Tries, find_route, forward, looped, on_route,
+};
+
+/// A response head from a member larger than this is refused (502).
+const MAX_RESPONSE_HEAD: usize = 64 * 1024;
+/// How long a member connection may take to open.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// After the router closes a connection, at most this much of what the client still sends is
+/// read and dropped, for at most [`LINGER_FOR`], so the close is a FIN and not a reset that
+/// could destroy the response.
+const LINGER_BYTES: usize = 256 * 1024;
+const LINGER_FOR: Duration = Duration::from_secs(1);
+
+const RESPONSE_408: &[u8] = b"HTTP/1.1 408 Request Timeout\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\nContent-Length: 53\r\n\r\nrondo: 408 the request header did not arrive in time\n";
+
+/// What a connection does after a request.
+pub(crate) enum Next {
+    /// Waits for the next request.
+    KeepAlive,
+    /// Closes.
+    Close,
+    /// Hands the connection, with these bytes already read from it, to hyper.
+    Decline(Vec<u8>),
+}
+
+/// A client connection between requests: its socket and what it costs while idle.
+struct Client {
+    stream: TcpStream,
+    peer: SocketAddr,
+    /// Bytes read past the last request (a pipelined request's start), if any.
+    carry: Option<Vec<u8>>,
+    /// How long to wait for the next request.
+    idle: Duration,
+}
+
+/// Serves `stream` until it closes, or until a request this path declines: then the
+/// connection and the bytes already read from it are returned, for hyper.
+pub(crate) async fn serve(
+    ctx: &Arc<HttpCtx>,
+    stream: TcpStream,
+    peer: SocketAddr,
+) -> Option<(TcpStream, Vec<u8>)> {
+    let mut c = Client { stream, peer, carry: None, idle: ctx.listener.header_read_timeout };
+    loop {
+        if c.carry.is_none() {
+            // No buffer while waiting: only the socket's readiness.
+            let ready = if c.idle.is_zero() {
+                Ok(c.stream.readable().await)
+            } else {
+                tokio::time::timeout(c.idle, c.stream.readable()).await
+            };
+            match ready {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => return None,
+                Err(_) => {
+                    ctx.metrics.idle_timeouts.inc();
+                    return None;
+                }
+            }
+        }
+        // Boxed: the request's state exists only while a request is in flight.
+        match Box::pin(request(ctx, &mut c)).await {
+            Next::KeepAlive => {}
+            Next::Close => {
+                linger(&mut c.stream).await;
+                return None;
+            }
+            Next::Decline(bytes) => return Some((c.stream, bytes)),
+        }
+    }
+}
+
+/// Closes the write side, then reads and drops what the client still sends, bounded.
+async fn linger(stream: &mut TcpStream) {
+    let _ = stream.shutdown().await;
+    let drain = async {
+        let mut scratch = [0u8; 4096];
+        let mut left = LINGER_BYTES;
+        while left > 0 {
+            match stream.read(&mut scratch).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => left = left.saturating_sub(n),
+            }
+        }
+    };
+    let _ = tokio::time::timeout(LINGER_FOR, drain).await;
+}
+
+/// A parsed request head over its buffer: the stages' view of its header fields.
+struct OwnHead<'a> {
+    buf: &'a [u8],
+    fields: &'a [Field],
+}
+
+impl Headers for OwnHead<'_> {
+    fn values<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a [u8]> + 'a {
+        self.fields
+            .iter()
+            .filter(move |f| f.name.get(self.buf).eq_ignore_ascii_case(name.as_bytes()))
+            .map(|f| f.value.get(self.buf))
+    }
+
+    fn get(&self, name: &str) -> Option<&[u8]> {
+        self.fields
+            .iter()
+            .find(|f| f.name.get(self.buf).eq_ignore_ascii_case(name.as_bytes()))
+            .map(|f| f.value.get(self.buf))
+    }
+}
+
+/// Reads more of the connection into `buf` (growing it when full).
+async fn read_more<R: AsyncRead + Unpin>(
+    stream: &mut R,
+    buf: &mut Vec<u8>,
+) -> std::io::Result<usize> {
+    if buf.capacity() - buf.len() < 1024 {
+        buf.reserve(pool::BUF_SIZE);
+    }
+    stream.read_buf(buf).await
+}
+
+/// One request: its head read and checked, then routed and forwarded (or answered by the
+/// router itself, or declined to hyper).
+async fn request(ctx: &Arc<HttpCtx>, c: &mut Client) -> Next {
+    let mut buf = c.carry.take().unwrap_or_else(pool::take);
+    let listener = &ctx.listener;
+    let limits = Limits {
+        max_bytes: listener.max_header_bytes as usize,
+        max_fields: listener.max_headers as usize,
+    };
+    let header_timeout = listener.header_read_timeout;
+    let deadline =
+        (!header_timeout.is_zero()).then(|| tokio::time::Instant::now() + header_timeout);
+    let head = loop {
+        if parse::is_h2_preface(&buf) {
+            if buf.len() >= 24 {
+                return Next::Decline(buf);
+            }
+        } else if !buf.is_empty() {
+            match parse::request(&buf, limits) {
+                Ok(Some(head)) => break head,
+                Ok(None) => {}
+                Err(e) => {
+                    pool::give(buf);
+                    refuse_head(ctx, c, e).await;
+                    return Next::Close;
+                }
+            }
+        }
+        let read = read_more(&mut c.stream, &mut buf);
+        let read = match deadline {
+            Some(d) => tokio::time::timeout_at(d, read).await,
+            None => Ok(read.await),
+        };
+        match read {
+            Ok(Ok(n)) if n > 0 => {}
+            Ok(_) => {
+                // The client closed (or failed) before a whole head: nothing to answer.
+                pool::give(buf);
+                return Next::Close;
+            }
+            Err(_) if buf.is_empty() => {
+                ctx.metrics.idle_timeouts.inc();
+                pool::give(buf);
+                return Next::Close;
+            }
+            Err(_) => {
+                // A request was started and stalled: say so, then close.
+                ctx.metrics.header_timeouts.inc();
+                ctx.metrics.router_response(408, None, None);
+                let _ = c.stream.write_all(RESPONSE_408).await;
+                pool::give(buf);
+                return Next::Close;
+            }
+        }
+    };
+    if let Some(why) = head.decline {
+        tracing::trace!(listener = %listener.name, ?why, "request declined to hyper");
+        return Next::Decline(buf);
+    }
+    let snapshot = ctx.live.load();
+    let mut req = OwnTries::new(ctx, c, buf, head);
+    let next = req.serve(&snapshot).await;
+    let OwnTries { buf, head, body, extra, out, .. } = req;
+    pool::give(out);
+    match next {
+        Next::KeepAlive => {
+            // What follows this request in the buffer (a pipelined request) is kept for the next.
+            let consumed = head.len + body.in_buf;
+            let mut buf = buf;
+            if buf.len() > consumed || !extra.is_empty() {
+                buf.drain(..consumed);
+                buf.extend_from_slice(&extra);
+                c.carry = Some(buf);
+            } else {
+                pool::give(buf);
+            }
+            Next::KeepAlive
+        }
+        other => {
+            pool::give(buf);
+            other
+        }
+    }
+}
+
+/// A head that cannot be served: its status, a sentence, and the connection closed.
+async fn refuse_head(ctx: &HttpCtx, c: &mut Client, e: HeadError) {
+    ctx.metrics.router_response(e.status, None, None);
+    let body = format!("rondo: {} {}\n", e.status, e.why);
+    let mut out = Vec::with_capacity(256 + body.len());
+    local_head(&mut out, e.status, body.len(), &[], true);
+    out.extend_from_slice(body.as_bytes());
+    let _ = c.stream.write_all(&out).await;
+}
+
+/// The head of a response the router makes itself.
+fn local_head(out: &mut Vec<u8>, status: u16, len: usize, extra: &[&str], close: bool) {
+    use std::io::Write as _;
+    let reason =
+        http::StatusCode::from_u16(status).ok().and_then(|s| s.canonical_reason()).unwrap_or("");
+    let _ = write!(
+        out,
+        "HTTP/1.1 {status} {reason}\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: {len}\r\ndate: {}\r\n",
+        httpdate::fmt_http_date(std::time::SystemTime::now())
+    );
+    for h in extra {
+        out.extend_from_slice(h.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    if close {
+        out.extend_from_slice(b"connection: close\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Where a request's body stands.
+#[derive(Debug)]
+struct ReqBody {
+    framing: Framing,
+    /// Body bytes in the buffer right after the head.
+    in_buf: usize,
+    /// Whether the whole body is in the buffer (a try can always send it again).
+    complete: bool,
+    /// A try began reading the rest of the body from the client: no other try can send it.
+    touched: bool,
+    /// Content-length bytes still to come from the client.
+    remaining: u64,
+    /// The chunked framing, past the bytes in the buffer.
+    chunked: Option<Chunked>,
+    /// Body bytes received in all.
+    received: u64,
+}
+
+/// A request on the own path, with what its tries need.
+struct OwnTries<'a> {
+    ctx: &'a Arc<HttpCtx>,
+    c: &'a mut Client,
+    buf: Vec<u8>,
+    head: RequestHead,
+    body: ReqBody,
+    /// The head (and a body wholly in the buffer) as members get it.
+    out: Vec<u8>,
+    /// Bytes read from the client past the end of the body (the next request's start).
+    extra: Vec<u8>,
+    route: Option<&'a Route>,
+    start: Option<access::Start>,
+    /// Whether the connection must close after this request.
+    close: bool,
+    /// The client closed its connection while its request was in flight.
+    gone: bool,
+}
+
+impl<'a> OwnTries<'a> {
+    fn new(ctx: &'a Arc<HttpCtx>, c: &'a mut Client, buf: Vec<u8>, head: RequestHead) -> Self {
+        let body = ReqBody {
+            framing: head.framing,
+            in_buf: 0,
+            complete: true,
+            touched: false,
+            remaining: 0,
+            chunked: None,
+            received: 0,
+        };
+        let start = ctx.access.as_ref().map(|_| {
+            let method = std::str::from_utf8(head.method.get(&buf)).unwrap_or("");
+            let target = std::str::from_utf8(head.target.get(&buf)).unwrap_or("/");
+            access::Start::from_head(c.peer, method, target)
+        });
+        let close = head.close;
+        OwnTries {
+            ctx,
+            c,
+            buf,
+            head,
+            body,
+            out: pool::take(),
+            extra: Vec::new(),
+            route: None,
+            start,
+            close,
+            gone: false,
+        }
+    }
+
+    fn text(&self, span: parse::Span) -> &str {
+        std::str::from_utf8(span.get(&self.buf)).unwrap_or("")
+    }
+
+    /// The stages, then the response the client gets.
+    async fn serve(&mut self, snapshot: &'a Snapshot) -> Next {
+        match self.stages(snapshot).await {
+            Ok(next) => next,
+            Err(Decline) => Next::Decline(std::mem::take(&mut self.buf)),
+        }
+    }
+
+    async fn stages(&mut self, snapshot: &'a Snapshot) -> Result<Next, Decline> {
+        let host = without_port(self.text(self.head.host));
+        let headers = OwnHead { buf: &self.buf, fields: &self.head.fields };
+        let found = if has_looped(&headers) {
+            Err(looped())
+        } else {
+            let (method, path) = (self.text(self.head.method), self.text(self.head.path));
+            find_route(self.ctx, snapshot, &headers, Some(host), method, path)
+        };
+        let route = match found {
+            Ok(route) => route,
+            Err(failure) => return Ok(self.fail(failure).await),
+        };
+        self.route = Some(route);
+        // Members spoken to over TLS or HTTP/2 are hyper's: the whole connection goes there
+        // before anything is sent.
+        let plain = |name: &String| {
+            snapshot.clusters.get(name).is_none_or(|rt| {
+                rt.tls.is_none() && rt.spec.upstream_protocol != UpstreamProtocol::Http2
+            })
+        };
+        if !plain(&route.cluster) || !route.backups.iter().all(plain) {
+            return Err(Decline);
+        }
+        self.c.idle = route.idle_timeout;
+        if let Err(failure) = self.prepare(route) {
+            return Ok(self.fail(failure).await);
+        }
+        let idempotent = is_idempotent_method(self.text(self.head.method));
+        let peer = self.c.peer;
+        Ok(match forward(self.ctx, snapshot, peer, route, idempotent, self).await {
+            Ok(next) => next,
+            // Nobody is left to answer.
+            Err(_) if self.gone => Next::Close,
+            Err(failure) => self.fail(failure).await,
+        })
+    }
+
+    /// The body limit and the body's start; the head as members get it.
+    fn prepare(&mut self, route: &Route) -> Result<(), Failure> {
+        let limit = self.ctx.listener.max_body_bytes;
+        let after = &self.buf[self.head.len..];
+        match self.body.framing {
+            Framing::Length(n) => {
+                if limit > 0 && n > limit {
+                    self.close = true;
+                    let detail = format!("request body over the limit of {limit} bytes");
+                    return Err(on_route(route, Kind::BodyTooLarge, detail));
+                }
+                let have = (after.len() as u64).min(n);
+                self.body.in_buf = have as usize;
+                self.body.remaining = n - have;
+                self.body.complete = self.body.remaining == 0;
+            }
+            Framing::Chunked => {
+                let mut chunked = Chunked::new(self.ctx.listener.max_header_bytes as usize);
+                match chunked.feed(after) {
+                    Ok(n) => self.body.in_buf = n,
+                    Err(e) => {
+                        self.close = true;
+                        return Err(on_route(route, Kind::ClientBody, e.to_string()));
+                    }
+                }
+                self.body.complete = chunked.is_done();
+                self.body.chunked = Some(chunked);
+            }
+            Framing::None | Framing::Close => {}
+        }
+        self.body.received = self.body.in_buf as u64;
+        if limit > 0 && self.body.received > limit {
+            self.close = true;
+            let detail = format!("request body over the limit of {limit} bytes");
+            return Err(on_route(route, Kind::BodyTooLarge, detail));
+        }
+        let host = without_port(self.text(self.head.host)).to_owned();
+        let mut out = std::mem::take(&mut self.out);
+        out.clear();
+        write_request_head(&mut out, &self.buf, &self.head, self.ctx, self.c.peer, &host);
+        if self.body.complete {
+            let start = self.head.len;
+            out.extend_from_slice(&self.buf[start..start + self.body.in_buf]);
+        }
+        self.out = out;
+        Ok(())
+    }
+
+    /// The router's own answer to a request it could not serve.
+    async fn fail(&mut self, (e, idle): Failure) -> Next {
+        self.c.idle = idle;
+        let ctx = self.ctx;
+        let status = e.kind.status().as_u16();
+        ctx.metrics.router_response(status, e.route.as_deref(), e.cluster.as_deref());
+        tracing::debug!(listener = %ctx.listener.name, error = %e, "request failed");
+        let text = e.render(ctx.listener.error_detail);
+        // The connection can carry another request only when this one's body is behind us.
+        let close = self.close
+            || !self.body.complete
+            || matches!(
+                e.kind,
+                Kind::BodyTooLarge | Kind::ClientBody | Kind::ClientBodyTimeout | Kind::BadRequest
+            );
+        let mut out = std::mem::take(&mut self.out);
+        out.clear();
+        let extra: &[&str] = if e.kind == Kind::NoEligible { &["retry-after: 1"] } else { &[] };
+        local_head(&mut out, status, text.len(), extra, close);
+        if !self.is_head() {
+            out.extend_from_slice(text.as_bytes());
+        }
+        let written = self.c.stream.write_all(&out).await.is_ok();
+        self.out = out;
+        if let (Some(log), Some(start)) = (&ctx.access, self.start.take()) {
+            let line = access::Pending::failed(log, start, &e);
+            line.finish(None, 0, Reason::None, self.body.received, text.len() as u64);
+        }
+        if close || !written { Next::Close } else { Next::KeepAlive }
+    }
+
+    fn is_head(&self) -> bool {
+        self.head.method.get(&self.buf) == b"HEAD"
+    }
+}
+
+/// `stages` gave the request to hyper.
+struct Decline;
+
+impl Tries for OwnTries<'_> {
+    type Response = Next;
+    type Headers = Self;
+
+    fn headers(&self) -> &Self {
+        self
+    }
+
+    fn replayable(&self) -> bool {
+        self.body.complete || !self.body.touched
+    }
+
+    async fn attempt(
+        &mut self,
+        rt: &Arc<ClusterRt>,
+        choice: Choice,
+        failover: &Failover,
+    ) -> Result<Next, Kind> {
+        let member = choice.member;
+        let begun = Begun::new(rt, member);
+        let started = Instant::now();
+        let per_try = failover.try_timeout(clock::from_std(started));
+        let Some(view) = ClusterView::of(rt) else {
+            begun.end(Outcome::Cancelled);
+            return Err(Kind::Connect);
+        };
+        let idle = &view.idle[member];
+        let address = &rt.spec.members[member].address;
+        let waiting_client = AtomicBool::new(false);
+        let exchanged =
+            tokio::time::timeout(per_try, self.exchange(idle, address, &waiting_client)).await;
+        let failed = |kind: FailureKind| Outcome::Failure { kind, latency: started.elapsed() };
+        let (upstream, rbuf, rhead, early) = match exchanged {
+            Ok(Ok(x)) => x,
+            Ok(Err(kind)) => {
+                begun.end(match kind {
+                    Kind::Connect | Kind::Resolve => failed(FailureKind::Connect),
+                    Kind::Reset | Kind::BadStatus => failed(FailureKind::Reset),
+                    _ => Outcome::Cancelled,
+                });
+                return Err(kind);
+            }
+            Err(_elapsed) if waiting_client.load(Ordering::Relaxed) => {
+                // The try waited on the client's body, not on the member: 408, and the member
+                // is not charged.
+                begun.end(Outcome::Cancelled);
+                return Err(Kind::ClientBodyTimeout);
+            }
+            Err(_elapsed) => {
+                begun.end(failed(FailureKind::Timeout));
+                return Err(Kind::Timeout);
+            }
+        };
+        let latency = started.elapsed();
+        let route = self.route.map_or("", |r| r.name.as_str());
+        let counted = rt.record_response(route, member, rhead.status, latency.as_secs_f64());
+        begun.disarm();
+        let outcome = if rhead.status >= 500 {
+            Outcome::Failure { kind: FailureKind::Status5xx, latency }
+        } else {
+            Outcome::Success { latency }
+        };
+        let mut finish = Finish::default().request(rt.clone(), member, outcome).served(
+            counted,
+            None,
+            failover.tries(),
+            choice.reason,
+        );
+        if let (Some(log), Some(start)) = (&self.ctx.access, self.start.take()) {
+            finish = finish.log(Some(access::Pending::served(log, start, rhead.status)));
+        }
+        if early {
+            // The member answered before the whole body arrived: the rest is never read.
+            self.close = true;
+        }
+        Ok(self.respond(upstream, idle, rbuf, rhead, choice.set_cookie, finish).await)
+    }
+}
+
+impl Headers for OwnTries<'_> {
+    fn values<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a [u8]> + 'a {
+        self.head
+            .fields
+            .iter()
+            .filter(move |f| f.name.get(&self.buf).eq_ignore_ascii_case(name.as_bytes()))
+            .map(|f| f.value.get(&self.buf))
+    }
+
+    fn get(&self, name: &str) -> Option<&[u8]> {
+        self.head
+            .fields
+            .iter()
+            .find(|f| f.name.get(&self.buf).eq_ignore_ascii_case(name.as_bytes()))
+            .map(|f| f.value.get(&self.buf))
+    }
+}
+
+/// A member connection ready for a request.
+async fn connect(idle: &Idle, address: &str) -> Result<TcpStream, Kind> {
+    let target = match idle.literal {
+        Some(addr) => addr,
+        None => match tokio::net::lookup_host(address).await.map(|mut a| a.next()) {
+            Ok(Some(addr)) => addr,
+            _ => return Err(Kind::Resolve),
+        },
+    };
+    match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(target)).await {
+        Ok(Ok(s)) => {
+            let _ = s.set_nodelay(true);
+            Ok(s)
+        }
+        _ => Err(Kind::Connect),
+    }
+}
+
+impl OwnTries<'_> {
+    /// Sends the request to the member and reads its response head: a pooled connection when
+    /// one is idle (and, should it turn out closed before any answer, a new one once while the
+    /// request can be sent again), else a new one.
+    async fn exchange(
+        &mut self,
+        idle: &Idle,
+        address: &str,
+        waiting_client: &AtomicBool,
+    ) -> Result<(TcpStream, Vec<u8>, ResponseHead, bool), Kind> {
+        let mut pooled = idle.take();
+        loop {
+            let reused = pooled.is_some();
+            let mut upstream = match pooled.take() {
+                Some(s) => s,
+                None => connect(idle, address).await?,
+            };
+            match self.send(&mut upstream, waiting_client).await {
+                Ok(early) => {
+                    let mut rbuf = pool::take();
+                    // While the member thinks, a client that closes its connection ends the try.
+                    let watch = (!early).then_some(&self.c.stream);
+                    let head_request = self.is_head();
+                    match read_response_head(&mut upstream, &mut rbuf, head_request, watch).await {
+                        Ok(head) => return Ok((upstream, rbuf, head, early)),
+                        Err(failure) => {
+                            pool::give(rbuf);
+                            match failure {
+                                HeadFailure::Stale if reused && self.replayable() && !early => {
+                                    continue;
+                                }
+                                HeadFailure::Stale => return Err(Kind::Reset),
+                                HeadFailure::Failed(kind) => return Err(kind),
+                                HeadFailure::ClientGone => {
+                                    self.gone = true;
+                                    self.close = true;
+                                    return Err(Kind::ClientBody);
+                                }
+                            }
+                        }
+                    }
+                }
+                Err(SendError::Member) if reused && self.replayable() => continue,
+                Err(SendError::Member) => return Err(Kind::Reset),
+                Err(SendError::Client(kind)) => return Err(kind),
+            }
+        }
+    }
+
+    /// Writes the head (and the body in the buffer), then streams the rest of the body from the
+    /// client. `Ok(true)`: the member answered before the body was complete.
+    async fn send(
+        &mut self,
+        upstream: &mut TcpStream,
+        waiting_client: &AtomicBool,
+    ) -> Result<bool, SendError> {
+        if upstream.write_all(&self.out).await.is_err() {
+            return Err(SendError::Member);
+        }
+        if self.body.complete {
+            return Ok(false);
+        }
+        if self.body.touched {
+            // Another try read part of the body already (never reached: not replayable).
+            return Err(SendError::Client(Kind::ClientBody));
+        }
+        self.body.touched = true;
+        let start = self.head.len;
+        let in_buf = &self.buf[start..start + self.body.in_buf];
+        if !in_buf.is_empty() && upstream.write_all(in_buf).await.is_err() {
+            return Err(SendError::Member);
+        }
+        let limit = self.ctx.listener.max_body_bytes;
+        let (up_read, mut up_write) = upstream.split();
+        let sent = pump_body(
+            &mut self.body,
+            &mut self.extra,
+            limit,
+            &mut self.c.stream,
+            &mut up_write,
+            Some(up_read.as_ref()),
+            waiting_client,
+        )
+        .await;
+        if sent.is_err() {
+            self.close = true;
+        }
+        sent
+    }
+
+    /// Streams the member's response to the client; the member connection goes back to its
+    /// pool when the response was whole and the member keeps it open.
+    async fn respond(
+        &mut self,
+        mut upstream: TcpStream,
+        idle: &Idle,
+        mut rbuf: Vec<u8>,
+        rhead: ResponseHead,
+        set_cookie: Option<HeaderValue>,
+        finish: Finish,
+    ) -> Next {
+        let mut finish = Some(finish);
+        if let Some(f) = finish.as_mut() {
+            // A body still streaming (the member answered early) is counted as far as it came.
+            f.received(self.body.received);
+        }
+        if rhead.framing == Framing::Close {
+            self.close = true;
+        }
+        let mut out = std::mem::take(&mut self.out);
+        out.clear();
+        write_response_head(&mut out, &rbuf, &rhead, set_cookie.as_ref(), self.close);
+        let client_ok = self.c.stream.write_all(&out).await.is_ok();
+        self.out = out;
+        let (whole, client_ok) = if !client_ok {
+            (false, false)
+        } else if self.body.complete {
+            pump_response(&rhead, &mut rbuf, &mut upstream, &mut self.c.stream, &mut finish).await
+        } else {
+            // The member answered before the body was over (a stream, an echo): both ways at
+            // once, until the response ends; a body that then fails cuts the response.
+            self.close = true;
+            let limit = self.ctx.listener.max_body_bytes;
+            let never = AtomicBool::new(false);
+            let (mut client_read, mut client_write) = self.c.stream.split();
+            let (mut up_read, mut up_write) = upstream.split();
+            let body = pump_body(
+                &mut self.body,
+                &mut self.extra,
+                limit,
+                &mut client_read,
+                &mut up_write,
+                None,
+                &never,
+            );
+            let response =
+                pump_response(&rhead, &mut rbuf, &mut up_read, &mut client_write, &mut finish);
+            tokio::pin!(body, response);
+            let mut body_over = false;
+            loop {
+                tokio::select! {
+                    r = &mut response => break r,
+                    r = &mut body, if !body_over => {
+                        body_over = true;
+                        if r.is_err() {
+                            break (false, false);
+                        }
+                    }
+                }
+            }
+        };
+        if !whole {
+            self.close = true;
+        }
+        pool::give(rbuf);
+        if whole && rhead.reusable && self.body.complete {
+            idle.give(upstream);
+        } else if !whole && client_ok {
+            // The member broke off mid-body.
+            if let Some(f) = finish.as_mut() {
+                f.failed();
+            }
+        }
+        drop(finish);
+        if self.close || !client_ok { Next::Close } else { Next::KeepAlive }
+    }
+}
+
+/// Streams the rest of the request body from the client (`from`) to the member (`to`), held to
+/// the listener's body `limit`; bytes past the body's end are kept in `extra`. With `watch`,
+/// stops as soon as the member starts answering: `Ok(true)`.
+async fn pump_body<R, W>(
+    body: &mut ReqBody,
+    extra: &mut Vec<u8>,
+    limit: u64,
+    from: &mut R,
+    to: &mut W,
+    watch: Option<&TcpStream>,
+    waiting_client: &AtomicBool,
+) -> Result<bool, SendError>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let mut chunk = pool::take();
+    let result = loop {
+        if body.remaining == 0 && body.chunked.as_ref().is_none_or(Chunked::is_done) {
+            body.complete = true;
+            break Ok(false);
+        }
+        chunk.clear();
+        waiting_client.store(true, Ordering::Relaxed);
+        let read = tokio::select! {
+            biased;
+            () = answered(watch) => None,
+            r = read_more(from, &mut chunk) => Some(r),
+        };
+        waiting_client.store(false, Ordering::Relaxed);
+        let n = match read {
+            None => break Ok(true),
+            Some(Ok(0)) | Some(Err(_)) => break Err(SendError::Client(Kind::ClientBody)),
+            Some(Ok(n)) => n,
+        };
+        let take = match &mut body.chunked {
+            Some(c) => match c.feed(&chunk[..n]) {
+                Ok(k) => k,
+                Err(_) => break Err(SendError::Client(Kind::ClientBody)),
+            },
+            None => {
+                let k = (n as u64).min(body.remaining);
+                body.remaining -= k;
+                k as usize
+            }
+        };
+        body.received += take as u64;
+        if limit > 0 && body.received > limit {
+            break Err(SendError::Client(Kind::BodyTooLarge));
+        }
+        extra.extend_from_slice(&chunk[take..n]);
+        if to.write_all(&chunk[..take]).await.is_err() {
+            break Err(SendError::Member);
+        }
+    };
+    pool::give(chunk);
+    result
+}
+
+/// Resolves when the watched member connection has something to read (its answer).
+async fn answered(watch: Option<&TcpStream>) {
+    match watch {
+        Some(s) => {
+            let _ = s.readable().await;
+        }
+        None => std::future::pending().await,
+    }
+}
+
+/// Streams the member's response body (its first bytes already in `rbuf` after the head) from
+/// `from` to the client (`to`). Returns whether the body was whole (and nothing followed it),
+/// and whether the client took every byte.
+async fn pump_response<R, W>(
+    rhead: &ResponseHead,
+    rbuf: &mut Vec<u8>,
+    from: &mut R,
+    to: &mut W,
+    finish: &mut Option<Finish>,
+) -> (bool, bool)
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let mut pending = rhead.len;
+    let mut chunked = (rhead.framing == Framing::Chunked).then(|| Chunked::new(MAX_RESPONSE_HEAD));
+    let mut remaining = match rhead.framing {
+        Framing::Length(n) => n,
+        _ => 0,
+    };
+    loop {
+        let avail = &rbuf[pending..];
+        let (take, done) = match (rhead.framing, &mut chunked) {
+            (Framing::None, _) => (0, true),
+            (Framing::Length(_), _) => {
+                let k = (avail.len() as u64).min(remaining) as usize;
+                remaining -= k as u64;
+                (k, remaining == 0)
+            }
+            (Framing::Chunked, Some(c)) => match c.feed(avail) {
+                Ok(k) => (k, c.is_done()),
+                Err(_) => return (false, true),
+            },
+            _ => (avail.len(), false),
+        };
+        if let Some(f) = finish.as_mut() {
+            f.sent(take);
+        }
+        if done {
+            // The member's request ends before the client can see the response's end, so a
+            // next request the client sends at once finds the member's load as it is.
+            drop(finish.take());
+        }
+        if take > 0 && to.write_all(&avail[..take]).await.is_err() {
+            return (false, false);
+        }
+        if done {
+            // Bytes past the response: the member spoke out of turn; its connection goes.
+            return (take == avail.len(), true);
+        }
+        rbuf.clear();
+        pending = 0;
+        match read_more(from, rbuf).await {
+            // A body delimited by the close is whole when the member closes.
+            Ok(0) if rhead.framing == Framing::Close => {
+                drop(finish.take());
+                return (true, true);
+            }
+            Ok(0) | Err(_) => return (false, true),
+            Ok(_) => {}
+        }
+    }
+}
+
+/// Why sending a request failed.
+enum SendError {
+    /// The member's side of the connection failed.
+    Member,
+    /// The client's body failed, for this reason.
+    Client(Kind),
+}
+
+/// Why reading a response head failed.
+enum HeadFailure {
+    /// The connection closed before any byte of a response (a pooled connection the member
+    /// closed as it was reused).
+    Stale,
+    /// The member failed, or answered what the router does not pass on.
+    Failed(Kind),
+    /// The client closed its connection while waiting.
+    ClientGone,
+}
+use HeadFailure::{Failed, Stale};
+
+/// Reads the member's response head (skipping interim 1xx responses) into `rbuf`.
+async fn read_response_head(
+    upstream: &mut TcpStream,
+    rbuf: &mut Vec<u8>,
+    head_request: bool,
+    client: Option<&TcpStream>,
+) -> Result<ResponseHead, HeadFailure> {
+    let mut seen_any = false;
+    loop {
+        if !rbuf.is_empty() {
+            match parse::response(rbuf, head_request) {
+                Ok(Some(head)) if head.status == 101 => return Err(Failed(Kind::Reset)),
+                Ok(Some(head)) if (100..200).contains(&head.status) => {
+                    rbuf.drain(..head.len);
+                    continue;
+                }
+                Ok(Some(head)) if head.status > 599 => return Err(Failed(Kind::BadStatus)),
+                Ok(Some(head)) => return Ok(head),
+                Ok(None) if rbuf.len() >= MAX_RESPONSE_HEAD => return Err(Failed(Kind::Reset)),
+                Ok(None) => {}
+                Err(why) => {
+                    tracing::debug!("member's response refused: {why}");
+                    return Err(Failed(Kind::Reset));
+                }
+            }
+        }
+        let read = tokio::select! {
+            r = read_more(upstream, rbuf) => r,
+            () = client_gone(client) => return Err(HeadFailure::ClientGone),
+        };
+        match read {
+            Ok(0) | Err(_) if !seen_any => return Err(Stale),
+            Ok(0) | Err(_) => return Err(Failed(Kind::Reset)),
+            Ok(_) => seen_any = true,
+        }
+    }
+}
+
+/// Resolves when the client (if any is watched) has closed its connection; never when it sends
+/// more (a pipelined request, left for later).
+async fn client_gone(client: Option<&TcpStream>) {
+    let Some(client) = client else { return std::future::pending().await };
+    let mut probe = [0u8; 1];
+    match client.peek(&mut probe).await {
+        Ok(0) | Err(_) => {}
+        Ok(_) => std::future::pending().await,
+    }
+}
+
+/// Whether `name` (as sent) is `lower` (lower case), ignoring case.
+fn is(name: &[u8], lower: &[u8]) -> bool {
+    name.eq_ignore_ascii_case(lower)
+}
+
+/// Hop-by-hop fields (RFC 9110 7.6.1), never forwarded either way.
+fn hop_by_hop(name: &[u8]) -> bool {
+    [
+        &b"connection"[..],
+        b"keep-alive",
+        b"proxy-connection",
+        b"te",
+        b"upgrade",
+        b"proxy-authorization",
+    ]
+    .iter()
+    .any(|h| is(name, h))
+}
+
+/// The fields `Connection` names in `fields` (never `Host`).
+fn connection_named<'b>(buf: &'b [u8], fields: &[Field]) -> Vec<&'b [u8]> {
+    let mut named = Vec::new();
+    for f in fields.iter().filter(|f| is(f.name.get(buf), b"connection")) {
+        named.extend(parse::tokens(f.value.get(buf)).filter(|t| !is(t, b"host")));
+    }
+    named
+}
+
+/// The request head as members get it: the request line and fields as the client sent them,
+/// minus hop-by-hop fields, those `Connection` names and incoming forwarding and certificate
+/// fields; plus `X-Forwarded-*` and this hop in `Via`.
+fn write_request_head(
+    out: &mut Vec<u8>,
+    buf: &[u8],
+    head: &RequestHead,
+    ctx: &HttpCtx,
+    peer: SocketAddr,
+    host: &str,
+) {
+    out.extend_from_slice(head.method.get(buf));
+    out.push(b' ');
+    out.extend_from_slice(head.target.get(buf));
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+    let named = connection_named(buf, &head.fields);
+    let mut te_trailers = false;
+    let mut prior_xff: Option<&[u8]> = None;
+    let mut vias: Vec<&[u8]> = Vec::new();
+    for f in &head.fields {
+        let (name, value) = (f.name.get(buf), f.value.get(buf));
+        if is(name, b"te") {
+            te_trailers |= parse::tokens(value).any(|t| is(t, b"trailers"));
+            continue;
+        }
+        if is(name, b"x-forwarded-for") {
+            prior_xff.get_or_insert(value);
+            continue;
+        }
+        if is(name, b"via") {
+            vias.push(value);
+            continue;
+        }
+        if hop_by_hop(name)
+            || is(name, b"x-forwarded-proto")
+            || is(name, b"x-forwarded-host")
+            || is(name, crate::tls::CLIENT_CERT_SUBJECT.as_bytes())
+            || is(name, crate::tls::CLIENT_CERT_SAN.as_bytes())
+            || named.iter().any(|n| is(name, n))
+        {
+            continue;
+        }
+        field(out, name, value);
+    }
+    if te_trailers {
+        out.extend_from_slice(b"te: trailers\r\n");
+    }
+    out.extend_from_slice(b"x-forwarded-for: ");
+    if let Some(prior) = prior_xff.filter(|_| ctx.listener.trust_forwarded_for) {
+        out.extend_from_slice(prior);
+        out.extend_from_slice(b", ");
+    }
+    push_ip(out, peer.ip());
+    out.extend_from_slice(b"\r\nx-forwarded-proto: http\r\n");
+    if !host.is_empty() {
+        field(out, b"x-forwarded-host", host.as_bytes());
+    }
+    write_via(out, &vias);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// The member's response head as the client gets it: status line in HTTP/1.1, fields minus
+/// hop-by-hop ones (the transfer coding stays: the body passes through as it came), this hop
+/// in `Via`, a new session cookie, and `Connection: close` when the connection ends after it.
+fn write_response_head(
+    out: &mut Vec<u8>,
+    rbuf: &[u8],
+    head: &ResponseHead,
+    set_cookie: Option<&HeaderValue>,
+    close: bool,
+) {
+    use std::io::Write as _;
+    let _ = write!(out, "HTTP/1.1 {} ", head.status);
+    out.extend_from_slice(head.reason.get(rbuf));
+    out.extend_from_slice(b"\r\n");
+    let named = connection_named(rbuf, &head.fields);
+    let has_te = head.fields.iter().any(|f| is(f.name.get(rbuf), b"transfer-encoding"));
+    let mut vias: Vec<&[u8]> = Vec::new();
+    for f in &head.fields {
+        let (name, value) = (f.name.get(rbuf), f.value.get(rbuf));
+        if is(name, b"via") {
+            vias.push(value);
+            continue;
+        }
+        // RFC 9112 6.3: with both, the transfer coding frames the body and the length is wrong.
+        if hop_by_hop(name)
+            || (has_te && is(name, b"content-length"))
+            || named.iter().any(|n| is(name, n))
+        {
+            continue;
+        }
+        field(out, name, value);
+    }
+    write_via(out, &vias);
+    if let Some(cookie) = set_cookie {
+        field(out, b"set-cookie", cookie.as_bytes());
+    }
+    if close {
+        out.extend_from_slice(b"connection: close\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+fn field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+    out.extend_from_slice(name);
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// `Via` with the prior hops, then this one.
+fn write_via(out: &mut Vec<u8>, prior: &[&[u8]]) {
+    out.extend_from_slice(b"via: ");
+    for v in prior {
+        out.extend_from_slice(v);
+        out.extend_from_slice(b", ");
+    }
+    out.extend_from_slice(b"1.1 ");
+    out.extend_from_slice(via_id().as_bytes());
+    out.extend_from_slice(b"\r\n");
+}
+
+fn push_ip(out: &mut Vec<u8>, ip: std::net::IpAddr) {
+    use std::io::Write as _;
+    let _ = write!(out, "{ip}");
+}
+
+/// `host[:port]` without the port, minding IPv6 literals.
+fn without_port(full: &str) -> &str {
+    match full.rfind(':') {
+        Some(i) if !full[i..].contains(']') => &full[..i],
+        _ => full,
+    }
+}
