@@ -138,6 +138,15 @@ pub struct ClosedLabels {
     pub reason: &'static str,
 }
 
+/// Labels of a connection the own HTTP/1 path handed to hyper.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HandoffLabels {
+    /// Listener name.
+    pub listener: String,
+    /// One of [`ListenerMetrics::HANDOFF_REASONS`].
+    pub reason: &'static str,
+}
+
 /// Labels of a response the router made itself.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 pub struct RouterResponseLabels {
@@ -250,6 +259,9 @@ pub struct ListenerMetrics {
     pub idle_timeouts: Counter,
     /// Access log lines dropped because the writer fell behind (`rondo_access_log_dropped_total`).
     pub access_dropped: Counter,
+    /// Connections handed to hyper, per reason (`rondo_http1_handoffs_total`), in the order of
+    /// [`ListenerMetrics::HANDOFF_REASONS`].
+    pub handoffs: [Counter; 6],
     responses: Family<RouterResponseLabels, Counter>,
     /// The router's own responses seen so far by route, cluster and status, so that a flood of
     /// them builds no label set after the first.
@@ -267,6 +279,12 @@ impl Drop for OpenConn {
 }
 
 impl ListenerMetrics {
+    /// Why the own HTTP/1 path hands a connection to hyper: the HTTP/2 preface (h2c), an
+    /// HTTP/1.0 request, a target that is not origin-form, `Upgrade`, `Expect`, a route whose
+    /// members are spoken to over TLS or HTTP/2.
+    pub const HANDOFF_REASONS: [&'static str; 6] =
+        ["h2c", "http10", "target_form", "upgrade", "expect", "upstream"];
+
     /// Counts a connection accepted and open until the returned guard is dropped.
     pub fn opened(self: &Arc<Self>) -> OpenConn {
         self.accepted.inc();
@@ -348,6 +366,7 @@ pub struct Metrics {
     conn_accepted: Family<ListenerLabels, Counter>,
     conn_refused: Family<ListenerLabels, Counter>,
     conn_closed: Family<ClosedLabels, Counter>,
+    http1_handoffs: Family<HandoffLabels, Counter>,
     access_dropped: Family<ListenerLabels, Counter>,
     /// The process's figures, without the `rondo_` prefix (the names every exporter uses).
     process: Registry,
@@ -400,6 +419,7 @@ impl Metrics {
             conn_accepted: Family::default(),
             conn_refused: Family::default(),
             conn_closed: Family::default(),
+            http1_handoffs: Family::default(),
             access_dropped: Family::default(),
             process: Registry::default(),
             view: Gauge::default(),
@@ -447,6 +467,11 @@ impl Metrics {
             "connections_closed",
             "Client connections closed by a timeout: header_timeout (answered 408) or idle_timeout",
             m.conn_closed.clone(),
+        );
+        r.register(
+            "http1_handoffs",
+            "Client connections the router's own HTTP/1 path handed to hyper's, by the reason of the first request it declined",
+            m.http1_handoffs.clone(),
         );
         r.register(
             "access_log_dropped",
@@ -599,6 +624,10 @@ impl Metrics {
             header_timeouts: closed("header_timeout"),
             idle_timeouts: closed("idle_timeout"),
             access_dropped: self.access_dropped.get_or_create(&l).clone(),
+            handoffs: ListenerMetrics::HANDOFF_REASONS.map(|reason| {
+                let labels = HandoffLabels { listener: name.to_owned(), reason };
+                self.http1_handoffs.get_or_create(&labels).clone()
+            }),
             responses: self.router_responses.clone(),
             local: RwLock::new(Vec::new()),
         })

@@ -277,7 +277,7 @@ pub fn request(buf: &[u8], limits: Limits) -> Result<Option<RequestHead>, HeadEr
             return Err(HeadError::bad("Transfer-Encoding names chunked more than once"));
         }
     };
-    if head.decline != Some(Decline::Http10) && hosts != 1 {
+    if head.decline.is_none() && hosts != 1 {
         return Err(HeadError::bad(if hosts == 0 {
             "the request has no Host header".to_owned()
         } else {

@@ -161,6 +161,7 @@ async fn request(ctx: &Arc<HttpCtx>, c: &mut Client) -> Next {
     let head = loop {
         if parse::is_h2_preface(&buf) {
             if buf.len() >= 24 {
+                ctx.metrics.handoffs[0].inc();
                 return Next::Decline(buf);
             }
         } else if !buf.is_empty() {
@@ -203,6 +204,13 @@ async fn request(ctx: &Arc<HttpCtx>, c: &mut Client) -> Next {
     };
     if let Some(why) = head.decline {
         tracing::trace!(listener = %listener.name, ?why, "request declined to hyper");
+        let reason = match why {
+            parse::Decline::Http10 => 1,
+            parse::Decline::TargetForm => 2,
+            parse::Decline::Upgrade => 3,
+            parse::Decline::Expect => 4,
+        };
+        ctx.metrics.handoffs[reason].inc();
         return Next::Decline(buf);
     }
     let snapshot = ctx.live.load();
@@ -364,6 +372,7 @@ impl<'a> OwnTries<'a> {
             })
         };
         if !plain(&route.cluster) || !route.backups.iter().all(plain) {
+            self.ctx.metrics.handoffs[5].inc();
             return Err(Decline);
         }
         self.c.idle = route.idle_timeout;
