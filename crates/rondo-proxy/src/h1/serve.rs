@@ -304,6 +304,8 @@ struct OwnTries<'a> {
     close: bool,
     /// The client closed its connection while its request was in flight.
     gone: bool,
+    /// Whether the method is idempotent (a pooled connection found closed may be replaced).
+    idempotent: bool,
 }
 
 impl<'a> OwnTries<'a> {
@@ -335,6 +337,7 @@ impl<'a> OwnTries<'a> {
             start,
             close,
             gone: false,
+            idempotent: false,
         }
     }
 
@@ -380,6 +383,7 @@ impl<'a> OwnTries<'a> {
             return Ok(self.fail(failure).await);
         }
         let idempotent = is_idempotent_method(self.text(self.head.method));
+        self.idempotent = idempotent;
         let peer = self.c.peer;
         Ok(match forward(self.ctx, snapshot, peer, route, idempotent, self).await {
             Ok(next) => next,
@@ -593,8 +597,9 @@ async fn connect(idle: &Idle, address: &str) -> Result<TcpStream, Kind> {
 
 impl OwnTries<'_> {
     /// Sends the request to the member and reads its response head: a pooled connection when
-    /// one is idle (and, should it turn out closed before any answer, a new one once while the
-    /// request can be sent again), else a new one.
+    /// one is idle, else a new one. A pooled connection that turns out closed before any answer
+    /// is replaced by a new one only for an idempotent request: whether the member got the
+    /// request before it went cannot be known, and a POST must never arrive twice.
     async fn exchange(
         &mut self,
         idle: &Idle,
@@ -619,7 +624,7 @@ impl OwnTries<'_> {
                         Err(failure) => {
                             pool::give(rbuf);
                             match failure {
-                                HeadFailure::Stale if reused && self.replayable() && !early => {
+                                HeadFailure::Stale if reused && self.may_replace() && !early => {
                                     continue;
                                 }
                                 HeadFailure::Stale => return Err(Kind::Reset),
@@ -633,11 +638,16 @@ impl OwnTries<'_> {
                         }
                     }
                 }
-                Err(SendError::Member) if reused && self.replayable() => continue,
+                Err(SendError::Member) if reused && self.may_replace() => continue,
                 Err(SendError::Member) => return Err(Kind::Reset),
                 Err(SendError::Client(kind)) => return Err(kind),
             }
         }
+    }
+
+    /// Whether a try may go again on a new connection to the same member.
+    fn may_replace(&self) -> bool {
+        self.idempotent && self.replayable()
     }
 
     /// Writes the head (and the body in the buffer), then streams the rest of the body from the

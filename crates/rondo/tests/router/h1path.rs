@@ -102,3 +102,70 @@ async fn a_route_to_http2_members_goes_to_hyper() {
     assert_eq!(resp.status, 200, "{}", resp.text());
     assert_eq!(handoffs(&r)[5], 1, "counted as upstream");
 }
+
+/// A member that answers GETs and, for each POST, reads it whole and closes the connection
+/// without answering (as a member that dies right after a request arrived). Counts the POSTs.
+async fn post_eating_member() -> (std::net::SocketAddr, std::sync::Arc<std::sync::atomic::AtomicU32>)
+{
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let posts = std::sync::Arc::new(AtomicU32::new(0));
+    let counted = posts.clone();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            let counted = counted.clone();
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                loop {
+                    let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+                        match s.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                        continue;
+                    };
+                    let head = String::from_utf8_lossy(&buf[..end]).to_string();
+                    buf.drain(..end + 4);
+                    if head.starts_with("POST") {
+                        counted.fetch_add(1, Ordering::SeqCst);
+                        return;
+                    }
+                    let reply = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+                    if s.write_all(reply).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (addr, posts)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_post_on_a_pooled_connection_that_dies_is_never_sent_again() {
+    let (addr, posts) = post_eating_member().await;
+    let cluster = support::members_of([support::member_entry("m1", addr, "")]);
+    let r = support::router(&support::one_cluster(&cluster)).await;
+    let mut conn = support::raw_connect(r.addr("web")).await;
+    // The GET leaves a pooled connection to the member; the POST goes on it and the member
+    // closes it after reading the POST: whether the POST was acted on cannot be known, so it
+    // must not be sent again (not on a new connection, not elsewhere).
+    let get = support::raw_request(&mut conn, "GET / HTTP/1.1\r\nHost: x\r\n\r\n").await;
+    assert_eq!(get.status, 200);
+    let post = "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nhi";
+    let resp = support::raw_request(&mut conn, post).await;
+    assert_eq!(resp.status, 502, "{}", resp.text());
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        posts.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "the POST arrived more than once"
+    );
+    // A GET in the same situation is idempotent: the router may send it again on a new
+    // connection, and the client gets its answer.
+    let again = support::raw_request(&mut conn, "GET / HTTP/1.1\r\nHost: x\r\n\r\n").await;
+    assert_eq!(again.status, 200);
+}
