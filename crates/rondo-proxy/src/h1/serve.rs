@@ -156,8 +156,8 @@ async fn request(ctx: &Arc<HttpCtx>, c: &mut Client) -> Next {
         max_fields: listener.max_headers as usize,
     };
     let header_timeout = listener.header_read_timeout;
-    let deadline =
-        (!header_timeout.is_zero()).then(|| tokio::time::Instant::now() + header_timeout);
+    // Set when the head is first waited for.
+    let mut deadline = None;
     let head = loop {
         if parse::is_h2_preface(&buf) {
             if buf.len() >= 24 {
@@ -175,10 +175,22 @@ async fn request(ctx: &Arc<HttpCtx>, c: &mut Client) -> Next {
                 }
             }
         }
-        let read = read_more(&mut c.stream, &mut buf);
-        let read = match deadline {
-            Some(d) => tokio::time::timeout_at(d, read).await,
-            None => Ok(read.await),
+        // What has arrived already needs no timer (the usual case: the whole head is there).
+        if buf.capacity() - buf.len() < 1024 {
+            buf.reserve(pool::BUF_SIZE);
+        }
+        let read = match c.stream.try_read_buf(&mut buf) {
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                let read = read_more(&mut c.stream, &mut buf);
+                if header_timeout.is_zero() {
+                    Ok(read.await)
+                } else {
+                    let now = tokio::time::Instant::now();
+                    let d = *deadline.get_or_insert(now + header_timeout);
+                    tokio::time::timeout_at(d, read).await
+                }
+            }
+            done => Ok(done),
         };
         match read {
             Ok(Ok(n)) if n > 0 => {}
