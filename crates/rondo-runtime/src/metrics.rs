@@ -261,7 +261,7 @@ pub struct ListenerMetrics {
     pub access_dropped: Counter,
     /// Connections handed to hyper, per reason (`rondo_http1_handoffs_total`), in the order of
     /// [`ListenerMetrics::HANDOFF_REASONS`].
-    pub handoffs: [Counter; 6],
+    pub handoffs: [Counter; 5],
     responses: Family<RouterResponseLabels, Counter>,
     /// The router's own responses seen so far by route, cluster and status, so that a flood of
     /// them builds no label set after the first.
@@ -280,10 +280,10 @@ impl Drop for OpenConn {
 
 impl ListenerMetrics {
     /// Why the own HTTP/1 path hands a connection to hyper: the HTTP/2 preface (h2c), an
-    /// HTTP/1.0 request, a target that is not origin-form, `Upgrade`, `Expect`, a route whose
-    /// members are spoken to over TLS or HTTP/2.
-    pub const HANDOFF_REASONS: [&'static str; 6] =
-        ["h2c", "http10", "target_form", "upgrade", "expect", "upstream"];
+    /// HTTP/1.0 request, a target that is not origin-form, `Upgrade`, a route whose members are
+    /// spoken to over TLS or HTTP/2.
+    pub const HANDOFF_REASONS: [&'static str; 5] =
+        ["h2c", "http10", "target_form", "upgrade", "upstream"];
 
     /// Counts a connection accepted and open until the returned guard is dropped.
     pub fn opened(self: &Arc<Self>) -> OpenConn {

@@ -13,8 +13,11 @@
 //! - framing: `Transfer-Encoding` whose last coding is `chunked` (once), or one valid
 //!   `Content-Length`, never both (400);
 //! - exactly one `Host` (400);
-//! - HTTP/1.1 with an origin-form target (`/...`). HTTP/1.0, other target forms, `Upgrade` and
-//!   `Expect` are declined to hyper, which has the rules for them.
+//! - HTTP/1.1 with an origin-form target (`/...`). HTTP/1.0, other target forms and `Upgrade`
+//!   are declined to hyper, which has the rules for them; HTTP/1.0 with `Transfer-Encoding` is
+//!   refused (RFC 9112 section 6.1: faulty framing);
+//! - `Expect: 100-continue` is answered by the router (`100 Continue` when the body is first
+//!   read); any other expectation is refused with 417.
 
 use std::mem::MaybeUninit;
 
@@ -70,8 +73,6 @@ pub enum Decline {
     TargetForm,
     /// A protocol switch (`Upgrade`).
     Upgrade,
-    /// `Expect` (`100-continue`).
-    Expect,
 }
 
 /// A request head, checked.
@@ -93,6 +94,8 @@ pub struct RequestHead {
     pub framing: Framing,
     /// Whether the client asked to close the connection after this request.
     pub close: bool,
+    /// Whether the client waits for `100 Continue` before sending its body.
+    pub expect_continue: bool,
     /// Set when hyper serves this request instead.
     pub decline: Option<Decline>,
 }
@@ -208,6 +211,7 @@ pub fn request(buf: &[u8], limits: Limits) -> Result<Option<RequestHead>, HeadEr
         fields: Vec::with_capacity(req.headers.len() + 4),
         framing: Framing::None,
         close: false,
+        expect_continue: false,
         decline: None,
     };
     let query = target_bytes.iter().position(|b| *b == b'?').unwrap_or(target_bytes.len());
@@ -257,10 +261,19 @@ pub fn request(buf: &[u8], limits: Limits) -> Result<Option<RequestHead>, HeadEr
                 head.decline.get_or_insert(Decline::Upgrade);
             }
             6 if name.eq_ignore_ascii_case(b"expect") => {
-                head.decline.get_or_insert(Decline::Expect);
+                if !h.value.eq_ignore_ascii_case(b"100-continue") {
+                    return Err(HeadError {
+                        status: 417,
+                        why: "the only expectation served is 100-continue".to_owned(),
+                    });
+                }
+                head.expect_continue = true;
             }
             _ => {}
         }
+    }
+    if minor == 0 && chunked != Coding::Absent {
+        return Err(HeadError::bad("Transfer-Encoding in an HTTP/1.0 request"));
     }
     head.framing = match (chunked, length) {
         (Coding::Absent, None) => Framing::None,
@@ -497,8 +510,12 @@ mod tests {
         let ws = "GET / HTTP/1.1\r\nHost: a\r\nConnection: upgrade\r\nUpgrade: websocket\r\n\r\n";
         assert_eq!(ok(ws).decline, Some(Decline::Upgrade));
         let expect =
-            "PUT / HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Length: 1\r\n\r\n";
-        assert_eq!(ok(expect).decline, Some(Decline::Expect));
+            "PUT / HTTP/1.1\r\nHost: a\r\nExpect: 100-Continue\r\nContent-Length: 1\r\n\r\n";
+        let h = ok(expect);
+        assert!(h.expect_continue && h.decline.is_none());
+        assert_eq!(status("PUT / HTTP/1.1\r\nHost: a\r\nExpect: teapot\r\n\r\n"), 417);
+        let te10 = "POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n";
+        assert_eq!(status(te10), 400);
         assert!(ok("GET / HTTP/1.1\r\nHost: a\r\nConnection: keep-alive, close\r\n\r\n").close);
         assert!(is_h2_preface(b"PRI * HT"));
         assert!(!is_h2_preface(b"GET / HTTP/1.1"));

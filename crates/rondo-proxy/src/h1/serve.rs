@@ -220,7 +220,6 @@ async fn request(ctx: &Arc<HttpCtx>, c: &mut Client) -> Next {
             parse::Decline::Http10 => 1,
             parse::Decline::TargetForm => 2,
             parse::Decline::Upgrade => 3,
-            parse::Decline::Expect => 4,
         };
         ctx.metrics.handoffs[reason].inc();
         return Next::Decline(buf);
@@ -387,7 +386,7 @@ impl<'a> OwnTries<'a> {
             })
         };
         if !plain(&route.cluster) || !route.backups.iter().all(plain) {
-            self.ctx.metrics.handoffs[5].inc();
+            self.ctx.metrics.handoffs[4].inc();
             return Err(Decline);
         }
         self.c.idle = route.idle_timeout;
@@ -680,6 +679,12 @@ impl OwnTries<'_> {
             return Err(SendError::Client(Kind::ClientBody));
         }
         self.body.touched = true;
+        if self.head.expect_continue {
+            // The client waits for this before it sends its body (RFC 9110 10.1.1).
+            if self.c.stream.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").await.is_err() {
+                return Err(SendError::Client(Kind::ClientBody));
+            }
+        }
         let start = self.head.len;
         let in_buf = &self.buf[start..start + self.body.in_buf];
         if !in_buf.is_empty() && upstream.write_all(in_buf).await.is_err() {
@@ -1045,6 +1050,7 @@ fn write_request_head(
             continue;
         }
         if hop_by_hop(name)
+            || is(name, b"expect")
             || is(name, b"x-forwarded-proto")
             || is(name, b"x-forwarded-host")
             || is(name, crate::tls::CLIENT_CERT_SUBJECT.as_bytes())
