@@ -211,14 +211,21 @@ async fn accept_http(
             match &tls {
                 None => {
                     // The own HTTP/1 path first; hyper gets the connection if it declines.
-                    if let Some((stream, read)) = h1::serve::serve(&ctx, stream, peer).await {
-                        Box::pin(hyper.serve(ClientIo::from(stream), None, read)).await;
+                    if let Some((s, _, read)) = h1::serve::serve(&ctx, stream, peer, None).await {
+                        Box::pin(hyper.serve(ClientIo::from(s), None, read)).await;
                     }
                 }
                 Some(t) => match t.accept(stream).await {
                     Ok((s, cert)) => {
                         let cert = Some(cert.unwrap_or_default());
-                        Box::pin(hyper.serve(ClientIo::from(s), cert, Vec::new())).await;
+                        if s.get_ref().1.alpn_protocol() == Some(b"h2") {
+                            ctx.metrics.handoffs[0].inc();
+                            Box::pin(hyper.serve(ClientIo::from(s), cert, Vec::new())).await;
+                        } else if let Some((s, cert, read)) =
+                            h1::serve::serve(&ctx, s, peer, cert).await
+                        {
+                            Box::pin(hyper.serve(ClientIo::from(s), cert, read)).await;
+                        }
                     }
                     Err(e) => tracing::debug!(listener = %ctx.listener.name, %peer, "{e}"),
                 },

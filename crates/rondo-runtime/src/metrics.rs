@@ -279,11 +279,11 @@ impl Drop for OpenConn {
 }
 
 impl ListenerMetrics {
-    /// Why the own HTTP/1 path hands a connection to hyper: the HTTP/2 preface (h2c), an
+    /// Why the own HTTP/1 path hands a connection to hyper: HTTP/2 (the h2c preface, or ALPN h2), an
     /// HTTP/1.0 request, a target that is not origin-form, `Upgrade`, a route whose members are
     /// spoken to over TLS or HTTP/2.
     pub const HANDOFF_REASONS: [&'static str; 5] =
-        ["h2c", "http10", "target_form", "upgrade", "upstream"];
+        ["h2", "http10", "target_form", "upgrade", "upstream"];
 
     /// Counts a connection accepted and open until the returned guard is dropped.
     pub fn opened(self: &Arc<Self>) -> OpenConn {

@@ -346,6 +346,7 @@ fn curl_gets_the_certificate_of_its_name_and_h2_by_alpn() {
     let (_m, member) = start_member("m1", "127.0.0.1:0");
     let mut serve = Serve::start(&s.config(member, 10_000));
     let addr = serve.addr("opt");
+    let admin = serve.proc.addr_after("admin API on");
     let port = addr.port();
     let ca = s.path("ca.pem");
     for host in ["a.test", "x.b.test"] {
@@ -367,6 +368,18 @@ fn curl_gets_the_certificate_of_its_name_and_h2_by_alpn() {
         ]);
         assert!(ok, "{host}: {err}");
         assert_eq!(out, "m1\n 1.1");
+    }
+    // HTTP/1.1 over TLS is served by the router's own HTTP/1 path; only the two HTTP/2
+    // connections were handed to hyper.
+    let handoffs = |reason: &str| {
+        metric(
+            admin,
+            &format!("rondo_http1_handoffs_total{{listener=\"opt\",reason=\"{reason}\"}}"),
+        )
+    };
+    assert_eq!(handoffs("h2"), 2.0);
+    for reason in ["http10", "target_form", "upgrade", "upstream"] {
+        assert_eq!(handoffs(reason), 0.0, "{reason}");
     }
     // A name no certificate has: the default (a.test) certificate, which curl refuses.
     let resolve = format!("c.test:{port}:127.0.0.1");

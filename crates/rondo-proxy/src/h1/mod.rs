@@ -1,14 +1,14 @@
-//! The router's own HTTP/1.1 forwarding path, for plain (non-TLS) HTTP listeners: heads parsed
+//! The router's own HTTP/1.1 forwarding path, for HTTP listeners, plain or TLS: heads parsed
 //! in place ([`parse`]), chunked bodies followed byte by byte as they pass ([`chunked`]), member
 //! connections pooled per member and buffers borrowed only while a request is in flight
 //! ([`pool`]), and the connection loop ([`serve`]) that runs the same request stages as hyper's
 //! path ([`crate::http`]) in the connection's own task.
 //!
-//! The path is chosen per connection: a plain HTTP listener's connections start here; the first
-//! request this path declines (the HTTP/2 preface, HTTP/1.0, a target that is not origin-form,
-//! `Upgrade`, `Expect`, a route whose clusters speak TLS or HTTP/2 to their members) hands the
-//! connection, with every byte already read, to hyper for the rest of its life. TLS listeners
-//! are hyper's from the start.
+//! The path is chosen per connection: an HTTP listener's connections start here (on a TLS
+//! listener, unless the client chose `h2` by ALPN); the first request this path declines (the
+//! HTTP/2 preface, HTTP/1.0, a target that is not origin-form, `Upgrade`, a route whose clusters
+//! speak TLS or HTTP/2 to their members) hands the connection, with every byte already read, to
+//! hyper for the rest of its life.
 
 pub mod chunked;
 pub mod parse;

@@ -51,9 +51,11 @@ pub(crate) enum Next {
 }
 
 /// A client connection between requests: its socket and what it costs while idle.
-struct Client {
-    stream: TcpStream,
+struct Client<S> {
+    stream: S,
     peer: SocketAddr,
+    /// On a TLS listener, what members are told of the client's certificate.
+    tls: Option<crate::tls::ClientCert>,
     /// Bytes read past the last request (a pipelined request's start), if any.
     carry: Option<Vec<u8>>,
     /// How long to wait for the next request.
@@ -62,19 +64,21 @@ struct Client {
 
 /// Serves `stream` until it closes, or until a request this path declines: then the
 /// connection and the bytes already read from it are returned, for hyper.
-pub(crate) async fn serve(
+pub(crate) async fn serve<S: ClientStream>(
     ctx: &Arc<HttpCtx>,
-    stream: TcpStream,
+    stream: S,
     peer: SocketAddr,
-) -> Option<(TcpStream, Vec<u8>)> {
-    let mut c = Client { stream, peer, carry: None, idle: ctx.listener.header_read_timeout };
+    tls: Option<crate::tls::ClientCert>,
+) -> Option<(S, Option<crate::tls::ClientCert>, Vec<u8>)> {
+    let idle = ctx.listener.header_read_timeout;
+    let mut c = Client { stream, peer, tls, carry: None, idle };
     loop {
         if c.carry.is_none() {
             // No buffer while waiting: only the socket's readiness.
             let ready = if c.idle.is_zero() {
-                Ok(c.stream.readable().await)
+                Ok(c.stream.ready().await)
             } else {
-                tokio::time::timeout(c.idle, c.stream.readable()).await
+                tokio::time::timeout(c.idle, c.stream.ready()).await
             };
             match ready {
                 Ok(Ok(())) => {}
@@ -92,13 +96,13 @@ pub(crate) async fn serve(
                 linger(&mut c.stream).await;
                 return None;
             }
-            Next::Decline(bytes) => return Some((c.stream, bytes)),
+            Next::Decline(bytes) => return Some((c.stream, c.tls, bytes)),
         }
     }
 }
 
 /// Closes the write side, then reads and drops what the client still sends, bounded.
-async fn linger(stream: &mut TcpStream) {
+async fn linger<S: ClientStream>(stream: &mut S) {
     let _ = stream.shutdown().await;
     let drain = async {
         let mut scratch = [0u8; 4096];
@@ -111,6 +115,61 @@ async fn linger(stream: &mut TcpStream) {
         }
     };
     let _ = tokio::time::timeout(LINGER_FOR, drain).await;
+}
+
+/// A client connection's byte stream as the own path needs it: plain TCP, or TLS over it.
+pub(crate) trait ClientStream: AsyncRead + AsyncWrite + Unpin + Send + Sync {
+    /// Resolves when a read would make progress, without holding a buffer meanwhile.
+    fn ready(&self) -> impl Future<Output = std::io::Result<()>> + Send;
+
+    /// Resolves when the client has closed its side; never while it only sends more (a
+    /// pipelined request, left for later).
+    fn closed(&self) -> impl Future<Output = ()> + Send;
+
+    /// Reads what has arrived into `buf` without waiting (`WouldBlock` when nothing has).
+    fn read_ready(&mut self, buf: &mut Vec<u8>) -> std::io::Result<usize> {
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        let mut read = std::pin::pin!(self.read_buf(buf));
+        match read.as_mut().poll(&mut cx) {
+            std::task::Poll::Ready(r) => r,
+            std::task::Poll::Pending => Err(std::io::ErrorKind::WouldBlock.into()),
+        }
+    }
+}
+
+/// Resolves when the TCP peer closed (a read of 0), never while it has bytes to read.
+async fn tcp_closed(stream: &TcpStream) {
+    let mut probe = [0u8; 1];
+    match stream.peek(&mut probe).await {
+        Ok(0) | Err(_) => {}
+        Ok(_) => std::future::pending().await,
+    }
+}
+
+impl ClientStream for TcpStream {
+    async fn ready(&self) -> std::io::Result<()> {
+        self.readable().await
+    }
+
+    async fn closed(&self) {
+        tcp_closed(self).await;
+    }
+
+    fn read_ready(&mut self, buf: &mut Vec<u8>) -> std::io::Result<usize> {
+        self.try_read_buf(buf)
+    }
+}
+
+impl ClientStream for tokio_rustls::server::TlsStream<TcpStream> {
+    async fn ready(&self) -> std::io::Result<()> {
+        let (tcp, tls) = self.get_ref();
+        // Plaintext rustls already holds is ready now; else the socket must bring more.
+        if tls.wants_read() { tcp.readable().await } else { Ok(()) }
+    }
+
+    async fn closed(&self) {
+        tcp_closed(self.get_ref().0).await;
+    }
 }
 
 /// A parsed request head over its buffer: the stages' view of its header fields.
@@ -148,7 +207,7 @@ async fn read_more<R: AsyncRead + Unpin>(
 
 /// One request: its head read and checked, then routed and forwarded (or answered by the
 /// router itself, or declined to hyper).
-async fn request(ctx: &Arc<HttpCtx>, c: &mut Client) -> Next {
+async fn request<S: ClientStream>(ctx: &Arc<HttpCtx>, c: &mut Client<S>) -> Next {
     let mut buf = c.carry.take().unwrap_or_else(pool::take);
     let listener = &ctx.listener;
     let limits = Limits {
@@ -179,7 +238,7 @@ async fn request(ctx: &Arc<HttpCtx>, c: &mut Client) -> Next {
         if buf.capacity() - buf.len() < 1024 {
             buf.reserve(pool::BUF_SIZE);
         }
-        let read = match c.stream.try_read_buf(&mut buf) {
+        let read = match c.stream.read_ready(&mut buf) {
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                 let read = read_more(&mut c.stream, &mut buf);
                 if header_timeout.is_zero() {
@@ -251,7 +310,7 @@ async fn request(ctx: &Arc<HttpCtx>, c: &mut Client) -> Next {
 }
 
 /// A head that cannot be served: its status, a sentence, and the connection closed.
-async fn refuse_head(ctx: &HttpCtx, c: &mut Client, e: HeadError) {
+async fn refuse_head<S: ClientStream>(ctx: &HttpCtx, c: &mut Client<S>, e: HeadError) {
     ctx.metrics.router_response(e.status, None, None);
     let body = format!("rondo: {} {}\n", e.status, e.why);
     let mut out = Vec::with_capacity(256 + body.len());
@@ -299,9 +358,9 @@ struct ReqBody {
 }
 
 /// A request on the own path, with what its tries need.
-struct OwnTries<'a> {
+struct OwnTries<'a, S> {
     ctx: &'a Arc<HttpCtx>,
-    c: &'a mut Client,
+    c: &'a mut Client<S>,
     buf: Vec<u8>,
     head: RequestHead,
     body: ReqBody,
@@ -319,8 +378,8 @@ struct OwnTries<'a> {
     idempotent: bool,
 }
 
-impl<'a> OwnTries<'a> {
-    fn new(ctx: &'a Arc<HttpCtx>, c: &'a mut Client, buf: Vec<u8>, head: RequestHead) -> Self {
+impl<'a, S: ClientStream> OwnTries<'a, S> {
+    fn new(ctx: &'a Arc<HttpCtx>, c: &'a mut Client<S>, buf: Vec<u8>, head: RequestHead) -> Self {
         let body = ReqBody {
             framing: head.framing,
             in_buf: 0,
@@ -443,7 +502,8 @@ impl<'a> OwnTries<'a> {
         let host = without_port(self.text(self.head.host)).to_owned();
         let mut out = std::mem::take(&mut self.out);
         out.clear();
-        write_request_head(&mut out, &self.buf, &self.head, self.ctx, self.c.peer, &host);
+        let tls = self.c.tls.as_ref();
+        write_request_head(&mut out, &self.buf, &self.head, self.ctx, self.c.peer, &host, tls);
         if self.body.complete {
             let start = self.head.len;
             out.extend_from_slice(&self.buf[start..start + self.body.in_buf]);
@@ -491,7 +551,7 @@ impl<'a> OwnTries<'a> {
 /// `stages` gave the request to hyper.
 struct Decline;
 
-impl Tries for OwnTries<'_> {
+impl<S: ClientStream> Tries for OwnTries<'_, S> {
     type Response = Next;
     type Headers = Self;
 
@@ -570,7 +630,7 @@ impl Tries for OwnTries<'_> {
     }
 }
 
-impl Headers for OwnTries<'_> {
+impl<S> Headers for OwnTries<'_, S> {
     fn values<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a [u8]> + 'a {
         self.head
             .fields
@@ -606,7 +666,7 @@ async fn connect(idle: &Idle, address: &str) -> Result<TcpStream, Kind> {
     }
 }
 
-impl OwnTries<'_> {
+impl<S: ClientStream> OwnTries<'_, S> {
     /// Sends the request to the member and reads its response head: a pooled connection when
     /// one is idle, else a new one. A pooled connection that turns out closed before any answer
     /// is replaced by a new one only for an idempotent request: whether the member got the
@@ -742,7 +802,7 @@ impl OwnTries<'_> {
             self.close = true;
             let limit = self.ctx.listener.max_body_bytes;
             let never = AtomicBool::new(false);
-            let (mut client_read, mut client_write) = self.c.stream.split();
+            let (mut client_read, mut client_write) = tokio::io::split(&mut self.c.stream);
             let (mut up_read, mut up_write) = upstream.split();
             let body = pump_body(
                 &mut self.body,
@@ -940,11 +1000,11 @@ enum HeadFailure {
 use HeadFailure::{Failed, Stale};
 
 /// Reads the member's response head (skipping interim 1xx responses) into `rbuf`.
-async fn read_response_head(
+async fn read_response_head<S: ClientStream>(
     upstream: &mut TcpStream,
     rbuf: &mut Vec<u8>,
     head_request: bool,
-    client: Option<&TcpStream>,
+    client: Option<&S>,
 ) -> Result<ResponseHead, HeadFailure> {
     let mut seen_any = false;
     loop {
@@ -979,12 +1039,10 @@ async fn read_response_head(
 
 /// Resolves when the client (if any is watched) has closed its connection; never when it sends
 /// more (a pipelined request, left for later).
-async fn client_gone(client: Option<&TcpStream>) {
-    let Some(client) = client else { return std::future::pending().await };
-    let mut probe = [0u8; 1];
-    match client.peek(&mut probe).await {
-        Ok(0) | Err(_) => {}
-        Ok(_) => std::future::pending().await,
+async fn client_gone<S: ClientStream>(client: Option<&S>) {
+    match client {
+        Some(client) => client.closed().await,
+        None => std::future::pending().await,
     }
 }
 
@@ -1026,6 +1084,7 @@ fn write_request_head(
     ctx: &HttpCtx,
     peer: SocketAddr,
     host: &str,
+    tls: Option<&crate::tls::ClientCert>,
 ) {
     out.extend_from_slice(head.method.get(buf));
     out.push(b' ');
@@ -1070,7 +1129,19 @@ fn write_request_head(
         out.extend_from_slice(b", ");
     }
     push_ip(out, peer.ip());
-    out.extend_from_slice(b"\r\nx-forwarded-proto: http\r\n");
+    out.extend_from_slice(b"\r\n");
+    match tls {
+        None => out.extend_from_slice(b"x-forwarded-proto: http\r\n"),
+        Some(cert) => {
+            out.extend_from_slice(b"x-forwarded-proto: https\r\n");
+            let names = [crate::tls::CLIENT_CERT_SUBJECT, crate::tls::CLIENT_CERT_SAN];
+            for (name, value) in names.into_iter().zip([&cert.subject, &cert.san]) {
+                if let Some(v) = value {
+                    field(out, name.as_bytes(), v.as_bytes());
+                }
+            }
+        }
+    }
     if !host.is_empty() {
         field(out, b"x-forwarded-host", host.as_bytes());
     }
