@@ -215,20 +215,26 @@ async fn accept_http(
                         Box::pin(hyper.serve(ClientIo::from(s), None, read)).await;
                     }
                 }
-                Some(t) => match t.accept(stream).await {
-                    Ok((s, cert)) => {
-                        let cert = Some(cert.unwrap_or_default());
-                        if s.get_ref().1.alpn_protocol() == Some(b"h2") {
-                            ctx.metrics.handoffs[0].inc();
-                            Box::pin(hyper.serve(ClientIo::from(s), cert, Vec::new())).await;
-                        } else if let Some((s, cert, read)) =
-                            h1::serve::serve(&ctx, s, peer, cert).await
-                        {
-                            Box::pin(hyper.serve(ClientIo::from(s), cert, read)).await;
+                // Boxed: a plain connection's task does not carry the TLS states' size.
+                Some(t) => {
+                    Box::pin(async {
+                        match t.accept(stream).await {
+                            Ok((s, cert)) => {
+                                let cert = Some(cert.unwrap_or_default());
+                                if s.get_ref().1.alpn_protocol() == Some(b"h2") {
+                                    ctx.metrics.handoffs[0].inc();
+                                    hyper.serve(ClientIo::from(s), cert, Vec::new()).await;
+                                } else if let Some((s, cert, read)) =
+                                    h1::serve::serve(&ctx, s, peer, cert).await
+                                {
+                                    Box::pin(hyper.serve(ClientIo::from(s), cert, read)).await;
+                                }
+                            }
+                            Err(e) => tracing::debug!(listener = %ctx.listener.name, %peer, "{e}"),
                         }
-                    }
-                    Err(e) => tracing::debug!(listener = %ctx.listener.name, %peer, "{e}"),
-                },
+                    })
+                    .await
+                }
             }
             drop(permit);
             drop(open);

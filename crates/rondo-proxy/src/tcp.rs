@@ -177,7 +177,7 @@ pub async fn handle<C>(
                 rt.close_session(member);
                 // Counted when the connection ends (an error loses its counts).
                 if let Ok((to_member, to_client)) = copied {
-                    let counted = rt.route_metrics(&route.name);
+                    let counted = crate::http::route_metrics(rt, &route.name);
                     counted.bytes_in.inc_by(to_member);
                     counted.bytes_out.inc_by(to_client);
                 }

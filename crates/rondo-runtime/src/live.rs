@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use arc_swap::ArcSwap;
 use rondo_core::{
@@ -14,7 +14,7 @@ use rondo_core::{
 };
 
 use crate::clock;
-use crate::metrics::{ClusterLabels, Metrics, RouteMetrics};
+use crate::metrics::{ClusterLabels, Metrics};
 
 /// One view and the run-time state of each of its clusters.
 #[derive(Debug)]
@@ -76,8 +76,6 @@ pub struct ClusterRt {
     successor: OnceLock<Arc<ClusterRt>>,
     /// Event counters (for status and metrics).
     pub counters: Counters,
-    /// Each route's metrics on this cluster, resolved once (see [`ClusterRt::record_response`]).
-    responses: RwLock<RouteResponses>,
     /// The process's metrics (ejections are counted there too).
     metrics: Arc<Metrics>,
     /// Raised when a member's state changes in a way the naming answer shows.
@@ -86,9 +84,6 @@ pub struct ClusterRt {
     /// they could not be (every try then fails, saying so).
     pub tls: Option<Result<Arc<crate::upstream_tls::UpstreamTlsRt>, String>>,
 }
-
-/// Per route (by name), its metrics on this cluster.
-type RouteResponses = Vec<(String, Arc<RouteMetrics>)>;
 
 /// Member state changes that a naming answer shows (an operator's drain, a health check or an
 /// agent taking a member out or back), raised by whoever made the change once its lock is
@@ -162,7 +157,6 @@ impl ClusterRt {
             }),
             successor: OnceLock::new(),
             counters: Counters::default(),
-            responses: RwLock::new(Vec::new()),
             metrics,
             signal,
             tls,
@@ -247,46 +241,9 @@ impl ClusterRt {
             .collect()
     }
 
-    /// Counts `member`'s response on `route` (status and latency in seconds) in the process's
-    /// metrics and returns the route's metrics on this cluster (for its bytes); the labels are
-    /// built once per route and member, not per response.
-    pub fn record_response(
-        &self,
-        route: &str,
-        member: usize,
-        status: u16,
-        latency: f64,
-    ) -> Arc<RouteMetrics> {
-        let handles = self.route_metrics(route);
-        handles.record(&self.metrics, member, &self.spec.members[member].name, status, latency);
-        handles
-    }
-
-    /// `route`'s metrics on this cluster, created on first use.
-    pub fn route_metrics(&self, route: &str) -> Arc<RouteMetrics> {
-        let find = |list: &RouteResponses| {
-            list.iter().find(|(r, _)| r == route).map(|(_, per)| per.clone())
-        };
-        let found = find(&self.responses.read().unwrap_or_else(|e| e.into_inner()));
-        match found {
-            Some(per) => per,
-            None => {
-                let mut list = self.responses.write().unwrap_or_else(|e| e.into_inner());
-                match find(&list) {
-                    Some(per) => per,
-                    None => {
-                        let per = Arc::new(RouteMetrics::new(
-                            &self.metrics,
-                            route,
-                            &self.spec.name,
-                            self.spec.members.len(),
-                        ));
-                        list.push((route.to_owned(), per.clone()));
-                        per
-                    }
-                }
-            }
-        }
+    /// The process's metrics (a data plane counts its responses there).
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
     }
 
     /// Picks a member without counting anything (sessions count themselves).
@@ -719,31 +676,6 @@ mod tests {
             clusters: [("c".to_owned(), Arc::new(spec))].into_iter().collect(),
         };
         Live::new(view, None)
-    }
-
-    #[test]
-    fn responses_are_counted_per_route_member_and_class() {
-        let live = live();
-        let snap = live.load();
-        let rt = &snap.clusters["c"];
-        rt.record_response("r1", 0, 200, 0.001);
-        rt.record_response("r1", 0, 204, 0.002);
-        rt.record_response("r2", 0, 503, 0.003);
-        rt.record_response("r1", 1, 404, 0.004);
-        let text = live.metrics.render(&snap);
-        let line = |route: &str, member: &str, class: &str, n: u64| {
-            format!(
-                "rondo_requests_total{{route=\"{route}\",cluster=\"c\",member=\"{member}\",class=\"{class}\"}} {n}\n"
-            )
-        };
-        for l in [line("r1", "a", "2xx", 2), line("r2", "a", "5xx", 1), line("r1", "b", "4xx", 1)] {
-            assert!(text.contains(&l), "{l:?} missing from\n{text}");
-        }
-        // A class never seen is not shown.
-        assert!(!text.contains("class=\"3xx\""), "{text}");
-        let count =
-            "rondo_request_duration_seconds_count{route=\"r1\",cluster=\"c\",member=\"a\"} 2";
-        assert!(text.contains(count), "{text}");
     }
 
     #[test]

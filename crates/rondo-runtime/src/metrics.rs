@@ -203,7 +203,7 @@ impl ResponseHandles {
 }
 
 /// One route's metrics on one cluster, resolved once and kept by the cluster runtime
-/// ([`crate::ClusterRt::record_response`]): body bytes in and out, and each member's response
+/// (by the router, beside the cluster runtime): body bytes in and out, and each member's response
 /// metrics, created with the member's first response.
 #[derive(Debug)]
 pub struct RouteMetrics {
@@ -597,7 +597,7 @@ impl Metrics {
     }
 
     /// A member's response metrics on a route, to keep and count into without building labels
-    /// for every response ([`crate::ClusterRt::record_response`] keeps one per route and member).
+    /// for every response (the router keeps one per route and member).
     pub fn response_handles(&self, route: &str, cluster: &str, member: &str) -> ResponseHandles {
         let labels = MemberRouteLabels {
             route: route.to_owned(),

@@ -606,7 +606,8 @@ impl<S: ClientStream> Tries for OwnTries<'_, S> {
         };
         let latency = started.elapsed();
         let route = self.route.map_or("", |r| r.name.as_str());
-        let counted = rt.record_response(route, member, rhead.status, latency.as_secs_f64());
+        let latency_s = latency.as_secs_f64();
+        let counted = crate::http::record_response(rt, route, member, rhead.status, latency_s);
         begun.disarm();
         let outcome = if rhead.status >= 500 {
             Outcome::Failure { kind: FailureKind::Status5xx, latency }
