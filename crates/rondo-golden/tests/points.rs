@@ -9,9 +9,10 @@
 //! Requests with several tries (`tries = [...]`) go through the core's failover engine at each
 //! point: the router places every try with `ClusterRt::place` over the scenario's cluster and
 //! its backups, the client library with the engine's admission and its `State::pick_member`
-//! (what `Inner::pick` runs under its lock). A naming lookup is one pick, so scenarios with tries
-//! are not replayed there; the client library calls one service, so scenarios with backups are
-//! the router's alone.
+//! (what `Inner::pick` runs under its lock), the naming service with lookups that exclude the
+//! members already tried (`?exclude=`, the caller's failover engine admitting each try against
+//! the cluster's retry budget). The naming service and the client library answer for one
+//! service, so scenarios with backup clusters are the router's alone.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -125,7 +126,7 @@ impl Point for NamingPoint {
 
     fn pick(&mut self, now: Instant, key: Option<&str>) -> Result<String, String> {
         self.now = now;
-        let facts = LookupFacts { group: self.group.as_deref(), key };
+        let facts = LookupFacts { group: self.group.as_deref(), key, exclude: &[] };
         let l = lookup_at(&self.live.load(), CLUSTER, facts, now).map_err(|e| e.to_string())?;
         // A lookup counts nothing by itself; the caller's call is counted as the router counts
         // its requests, so that load-based scenarios see the same load at every point.
@@ -137,18 +138,31 @@ impl Point for NamingPoint {
         end_at(&self.rt, self.now, member, outcome);
     }
 
-    fn place(&mut self, _: &mut Failover, _: Instant, _: Option<&str>) -> Placement {
-        unreachable!("lookups make single picks: scenarios with tries are not replayed here")
+    fn place(&mut self, failover: &mut Failover, now: Instant, key: Option<&str>) -> Placement {
+        // A caller retrying over lookups: its failover engine admits the try against the
+        // cluster's retry budget (the balancer the naming service shares with the router), and
+        // the lookup excludes the members it already tried.
+        if let Err(stop) = self.rt.with(|b| failover.admit(b, now)) {
+            return Placement::Refused(Refusal::Stop(stop));
+        }
+        let tried: Vec<&str> =
+            failover.tried().iter().map(|&m| self.rt.spec.members[m].name.as_str()).collect();
+        let facts = LookupFacts { group: self.group.as_deref(), key, exclude: &tried };
+        match lookup_at(&self.live.load(), CLUSTER, facts, now) {
+            Ok(l) => {
+                let m = self.rt.spec.members.iter().position(|m| m.name == l.member.name);
+                let m = m.expect("the member is in the view");
+                self.rt.with(|b| b.begin_request(m));
+                failover.began(m);
+                Placement::Member { cluster: 0, name: l.member.name }
+            }
+            Err(_) => Placement::Refused(Refusal::NoEligible),
+        }
     }
 
-    fn end_try(&mut self, _: usize, _: &str, _: Instant, _: Outcome) {
-        unreachable!("lookups make single picks")
+    fn end_try(&mut self, _: usize, member: &str, now: Instant, outcome: Outcome) {
+        end_at(&self.rt, now, member, outcome);
     }
-}
-
-/// Whether a scenario has requests with several tries (which a naming lookup cannot make).
-fn has_tries(s: &Scenario) -> bool {
-    s.pick.iter().any(|p| !p.tries.is_empty())
 }
 
 #[test]
@@ -170,8 +184,9 @@ fn the_router_pick_path_replays_every_vector() {
 
 #[test]
 fn the_naming_lookup_replays_every_vector() {
-    // A lookup is one pick; a caller's retries over lookups are the client library's.
-    for (file, s) in load_all().iter().filter(|(_, s)| !has_tries(s)) {
+    // A caller's retries are lookups that exclude the members it tried; the naming service
+    // answers for one service, so scenarios with backup clusters are the router's.
+    for (file, s) in load_all().iter().filter(|(_, s)| s.backups.is_empty()) {
         let (live, rt, base) = live(s, file);
         let mut point = NamingPoint { live, rt, group: s.group.clone(), now: base };
         assert_eq!(replay(s, &mut point, base), s.expect, "{}: {}", file.display(), s.description);

@@ -70,6 +70,9 @@ pub struct LookupFacts<'a> {
     pub group: Option<&'a str>,
     /// The request key for `hash` clusters.
     pub key: Option<&'a str>,
+    /// Members the caller already tried for this call (by name): a retry's lookup picks among
+    /// the others while any is eligible, as the router's next try does.
+    pub exclude: &'a [&'a str],
 }
 
 /// One member of `service` chosen by its policy (per-lookup granularity): the same pick the
@@ -94,12 +97,17 @@ pub fn lookup_at(
         service: service.to_owned(),
         view_id: snapshot.view.id,
     })?;
+    let exclude: Vec<usize> = facts
+        .exclude
+        .iter()
+        .filter_map(|name| rt.spec.members.iter().position(|m| m.name == *name))
+        .collect();
     let req = PickRequest {
         now,
         group: facts.group,
         hash: facts.key.map(|k| rondo_core::hash::hash_key(k.as_bytes())),
         context: None,
-        exclude: &[],
+        exclude: &exclude,
     };
     let d = rt.pick(&req)?;
     let (spec, admin) =

@@ -6,7 +6,7 @@
 //! |---|---|
 //! | `GET /v1/services` | `{"view_id", "services": [names]}` |
 //! | `GET /v1/services/{service}` | [`Answer`](rondo_core::wire::Answer): eligible members, policy, view id |
-//! | `GET /v1/lookup/{service}?key=&group=` | [`Lookup`](rondo_core::wire::Lookup): one member picked by the policy |
+//! | `GET /v1/lookup/{service}?key=&group=&exclude=` | [`Lookup`](rondo_core::wire::Lookup): one member picked by the policy |
 //! | `PUT /v1/services/{service}/members/{member}` | [`Register`] in, [`Lease`](rondo_core::wire::Lease) out |
 //! | `POST /v1/leases/{lease}/keepalive` | [`Lease`](rondo_core::wire::Lease) |
 //! | `DELETE /v1/services/{service}/members/{member}` | 204 |
@@ -295,7 +295,12 @@ async fn lookup(
 ) -> Response {
     let snap = st.live.load();
     let group = q.get("group").map(String::as_str).or(st.live.group.as_deref());
-    let facts = LookupFacts { group, key: q.get("key").map(String::as_str) };
+    // `exclude=a,b`: the members the caller already tried (at most the first 64 names count).
+    let exclude: Vec<&str> = q
+        .get("exclude")
+        .map(|e| e.split(',').map(str::trim).filter(|n| !n.is_empty()).take(64).collect())
+        .unwrap_or_default();
+    let facts = LookupFacts { group, key: q.get("key").map(String::as_str), exclude: &exclude };
     match answer::lookup(&snap, &service, facts) {
         Ok(l) => with_view(l.view_id, l),
         Err(e) => answer_error(e),

@@ -388,7 +388,8 @@ fn eligible(snapshot: &Snapshot, service: &str, group: Option<&str>) -> Option<V
     };
     members.retain(|m| m.state != AdminState::Draining);
     if members.len() > 1
-        && let Ok(pick) = answer::lookup(snapshot, service, LookupFacts { group, key: None })
+        && let Ok(pick) =
+            answer::lookup(snapshot, service, LookupFacts { group, key: None, exclude: &[] })
         && let Some(at) = members.iter().position(|m| m.name == pick.member.name)
     {
         // The pick first, the rest in configuration order.

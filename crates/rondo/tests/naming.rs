@@ -167,6 +167,28 @@ async fn weighted_lookups_follow_the_weights_and_hash_keys_stick() {
 }
 
 #[tokio::test]
+async fn a_retry_lookup_excludes_the_members_already_tried() {
+    let ms = members(3, Duration::ZERO).await;
+    let hashed = Setup::new(&format!("algorithm = \"hash\"\n{}", member_list(&ms))).await;
+    // A hash key always lands on one member; a retry that excludes it lands elsewhere, and one
+    // that excludes every member is told so.
+    let home = name(&hashed.get("/v1/lookup/c?key=user-7").await.body["member"]).to_owned();
+    for _ in 0..10 {
+        let r = hashed.get(&format!("/v1/lookup/c?key=user-7&exclude={home}")).await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+        assert_ne!(name(&r.body["member"]), home);
+    }
+    let both = hashed.get(&format!("/v1/lookup/c?key=user-7&exclude={home}")).await;
+    let second = name(&both.body["member"]).to_owned();
+    let r = hashed.get(&format!("/v1/lookup/c?key=user-7&exclude={home},{second}")).await;
+    let third = name(&r.body["member"]).to_owned();
+    assert!(third != home && third != second, "{home} {second} {third}");
+    let r = hashed.get("/v1/lookup/c?key=user-7&exclude=m1,m2,m3,unknown").await;
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{}", r.body);
+    assert!(r.error().contains("already tried"), "{}", r.body);
+}
+
+#[tokio::test]
 async fn the_full_answer_lists_eligible_members_with_policy_and_view_id() {
     let ms = members(3, Duration::ZERO).await;
     let s = Setup::new(&format!("algorithm = \"p2c-ewma\"\n{}", member_list(&ms))).await;
