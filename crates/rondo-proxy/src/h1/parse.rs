@@ -151,6 +151,34 @@ pub fn is_h2_preface(buf: &[u8]) -> bool {
     n > 0 && buf[..n] == PREFACE[..n]
 }
 
+/// A request head arriving in pieces: parsed again only when a piece brings a line end (a head
+/// can complete only with one), so a client that sends its head a byte at a time costs a parse
+/// per line, not per byte.
+#[derive(Debug, Default)]
+pub struct HeadScan {
+    seen: usize,
+    /// Parses made so far.
+    pub parses: u32,
+}
+
+impl HeadScan {
+    /// [`request`] over `buf`, which holds what arrived so far (the bytes looked at before
+    /// unchanged).
+    pub fn request(
+        &mut self,
+        buf: &[u8],
+        limits: Limits,
+    ) -> Result<Option<RequestHead>, HeadError> {
+        let new_line = buf[self.seen.min(buf.len())..].contains(&b'\n');
+        self.seen = buf.len();
+        if !new_line && buf.len() < limits.max_bytes {
+            return Ok(None);
+        }
+        self.parses += 1;
+        request(buf, limits)
+    }
+}
+
 /// Parses the request head at the start of `buf`. `Ok(None)`: incomplete, read more (unless
 /// `buf` already holds `limits.max_bytes`, which is an error here).
 pub fn request(buf: &[u8], limits: Limits) -> Result<Option<RequestHead>, HeadError> {
@@ -519,6 +547,28 @@ mod tests {
         assert!(ok("GET / HTTP/1.1\r\nHost: a\r\nConnection: keep-alive, close\r\n\r\n").close);
         assert!(is_h2_preface(b"PRI * HT"));
         assert!(!is_h2_preface(b"GET / HTTP/1.1"));
+    }
+
+    #[test]
+    fn a_head_sent_a_byte_at_a_time_is_parsed_once_per_line() {
+        let fields: String = (0..20).map(|i| format!("X-{i}: {}\r\n", "v".repeat(50))).collect();
+        let raw = format!("GET / HTTP/1.1\r\nHost: a\r\n{fields}\r\n");
+        let mut scan = HeadScan::default();
+        let mut head = None;
+        for end in 1..=raw.len() {
+            if let Some(h) = scan.request(&raw.as_bytes()[..end], LIMITS).unwrap() {
+                head = Some((end, h));
+                break;
+            }
+        }
+        let (end, h) = head.expect("the head completes");
+        assert_eq!((end, h.len, h.fields.len()), (raw.len(), raw.len(), 21));
+        // One parse per line end (23 lines), not one per byte (about 1,200).
+        assert!(scan.parses <= 23, "{} parses", scan.parses);
+        // Over the limit without a line end is still refused.
+        let mut scan = HeadScan::default();
+        let long = vec![b'a'; LIMITS.max_bytes];
+        assert_eq!(scan.request(&long, LIMITS).unwrap_err().status, 414);
     }
 
     #[test]

@@ -217,6 +217,7 @@ async fn request<S: ClientStream>(ctx: &Arc<HttpCtx>, c: &mut Client<S>) -> Next
     let header_timeout = listener.header_read_timeout;
     // Set when the head is first waited for.
     let mut deadline = None;
+    let mut scan = parse::HeadScan::default();
     let head = loop {
         if parse::is_h2_preface(&buf) {
             if buf.len() >= 24 {
@@ -224,7 +225,7 @@ async fn request<S: ClientStream>(ctx: &Arc<HttpCtx>, c: &mut Client<S>) -> Next
                 return Next::Decline(buf);
             }
         } else if !buf.is_empty() {
-            match parse::request(&buf, limits) {
+            match scan.request(&buf, limits) {
                 Ok(Some(head)) => break head,
                 Ok(None) => {}
                 Err(e) => {
