@@ -28,6 +28,8 @@ use crate::http::{
     Begun, Choice, ClusterView, Failure, HttpCtx, Tries, find_route, forward, looped, on_route,
 };
 
+/// Body bytes that arrived with a response head are sent with it in one write up to this many.
+const COALESCE: usize = 16 * 1024;
 /// A response head from a member larger than this is refused (502).
 const MAX_RESPONSE_HEAD: usize = 64 * 1024;
 /// How long a member connection may take to open.
@@ -60,6 +62,30 @@ struct Client<S> {
     carry: Option<Vec<u8>>,
     /// How long to wait for the next request.
     idle: Duration,
+    /// The client's address as text (`X-Forwarded-For`), made once.
+    ip: IpText,
+}
+
+/// An IP address as text, inline (an IPv6 address has at most 39 characters; 45 with an
+/// embedded IPv4 address).
+struct IpText {
+    text: [u8; 45],
+    len: u8,
+}
+
+impl IpText {
+    fn new(ip: std::net::IpAddr) -> Self {
+        use std::io::Write as _;
+        let mut text = [0u8; 45];
+        let mut cursor = std::io::Cursor::new(&mut text[..]);
+        let _ = write!(cursor, "{ip}");
+        let len = cursor.position() as u8;
+        IpText { text, len }
+    }
+
+    fn as_bytes(&self) -> &[u8] {
+        &self.text[..self.len as usize]
+    }
 }
 
 /// Serves `stream` until it closes, or until a request this path declines: then the
@@ -71,7 +97,8 @@ pub(crate) async fn serve<S: ClientStream>(
     tls: Option<crate::tls::ClientCert>,
 ) -> Option<(S, Option<crate::tls::ClientCert>, Vec<u8>)> {
     let idle = ctx.listener.header_read_timeout;
-    let mut c = Client { stream, peer, tls, carry: None, idle };
+    let ip = IpText::new(peer.ip());
+    let mut c = Client { stream, peer, tls, carry: None, idle, ip };
     loop {
         if c.carry.is_none() {
             // No buffer while waiting: only the socket's readiness.
@@ -500,11 +527,11 @@ impl<'a, S: ClientStream> OwnTries<'a, S> {
             let detail = format!("request body over the limit of {limit} bytes");
             return Err(on_route(route, Kind::BodyTooLarge, detail));
         }
-        let host = without_port(self.text(self.head.host)).to_owned();
         let mut out = std::mem::take(&mut self.out);
+        let host = without_port(std::str::from_utf8(self.head.host.get(&self.buf)).unwrap_or(""));
         out.clear();
-        let tls = self.c.tls.as_ref();
-        write_request_head(&mut out, &self.buf, &self.head, self.ctx, self.c.peer, &host, tls);
+        let client = (self.c.ip.as_bytes(), self.c.tls.as_ref());
+        write_request_head(&mut out, &self.buf, &self.head, self.ctx, client, host);
         if self.body.complete {
             let start = self.head.len;
             out.extend_from_slice(&self.buf[start..start + self.body.in_buf]);
@@ -792,12 +819,9 @@ impl<S: ClientStream> OwnTries<'_, S> {
         let mut out = std::mem::take(&mut self.out);
         out.clear();
         write_response_head(&mut out, &rbuf, &rhead, set_cookie.as_ref(), self.close);
-        let client_ok = self.c.stream.write_all(&out).await.is_ok();
-        self.out = out;
-        let (whole, client_ok) = if !client_ok {
-            (false, false)
-        } else if self.body.complete {
-            pump_response(&rhead, &mut rbuf, &mut upstream, &mut self.c.stream, &mut finish).await
+        let (whole, client_ok) = if self.body.complete {
+            let client = &mut self.c.stream;
+            pump_response(&rhead, &mut out, &mut rbuf, &mut upstream, client, &mut finish).await
         } else {
             // The member answered before the body was over (a stream, an echo): both ways at
             // once, until the response ends; a body that then fails cuts the response.
@@ -815,8 +839,14 @@ impl<S: ClientStream> OwnTries<'_, S> {
                 None,
                 &never,
             );
-            let response =
-                pump_response(&rhead, &mut rbuf, &mut up_read, &mut client_write, &mut finish);
+            let response = pump_response(
+                &rhead,
+                &mut out,
+                &mut rbuf,
+                &mut up_read,
+                &mut client_write,
+                &mut finish,
+            );
             tokio::pin!(body, response);
             let mut body_over = false;
             loop {
@@ -831,6 +861,7 @@ impl<S: ClientStream> OwnTries<'_, S> {
                 }
             }
         };
+        self.out = out;
         if !whole {
             self.close = true;
         }
@@ -917,11 +948,13 @@ async fn answered(watch: Option<&TcpStream>) {
     }
 }
 
-/// Streams the member's response body (its first bytes already in `rbuf` after the head) from
-/// `from` to the client (`to`). Returns whether the body was whole (and nothing followed it),
-/// and whether the client took every byte.
+/// Streams the member's response to the client (`to`): `head` (the head as the client gets it,
+/// sent with the first body bytes in one write), then the body, whose first bytes are already
+/// in `rbuf` after the member's head, then the rest from `from`. Returns whether the body was
+/// whole (and nothing followed it), and whether the client took every byte.
 async fn pump_response<R, W>(
     rhead: &ResponseHead,
+    head: &mut Vec<u8>,
     rbuf: &mut Vec<u8>,
     from: &mut R,
     to: &mut W,
@@ -960,7 +993,24 @@ where
             // next request the client sends at once finds the member's load as it is.
             drop(finish.take());
         }
-        if take > 0 && to.write_all(&avail[..take]).await.is_err() {
+        let written = if !head.is_empty() {
+            // The head and what came with it in one write (one system call for a small answer).
+            if take <= COALESCE {
+                head.extend_from_slice(&avail[..take]);
+                to.write_all(head).await
+            } else {
+                match to.write_all(head).await {
+                    Ok(()) => to.write_all(&avail[..take]).await,
+                    e => e,
+                }
+            }
+        } else if take > 0 {
+            to.write_all(&avail[..take]).await
+        } else {
+            Ok(())
+        };
+        head.clear();
+        if written.is_err() {
             return (false, false);
         }
         if done {
@@ -1084,9 +1134,8 @@ fn write_request_head(
     buf: &[u8],
     head: &RequestHead,
     ctx: &HttpCtx,
-    peer: SocketAddr,
+    (ip, tls): (&[u8], Option<&crate::tls::ClientCert>),
     host: &str,
-    tls: Option<&crate::tls::ClientCert>,
 ) {
     out.extend_from_slice(head.method.get(buf));
     out.push(b' ');
@@ -1130,7 +1179,7 @@ fn write_request_head(
         out.extend_from_slice(prior);
         out.extend_from_slice(b", ");
     }
-    push_ip(out, peer.ip());
+    out.extend_from_slice(ip);
     out.extend_from_slice(b"\r\n");
     match tls {
         None => out.extend_from_slice(b"x-forwarded-proto: http\r\n"),
@@ -1161,8 +1210,12 @@ fn write_response_head(
     set_cookie: Option<&HeaderValue>,
     close: bool,
 ) {
-    use std::io::Write as _;
-    let _ = write!(out, "HTTP/1.1 {} ", head.status);
+    // The status has three digits (the parser reads exactly three).
+    let s = head.status;
+    let digits = [b'0' + (s / 100 % 10) as u8, b'0' + (s / 10 % 10) as u8, b'0' + (s % 10) as u8];
+    out.extend_from_slice(b"HTTP/1.1 ");
+    out.extend_from_slice(&digits);
+    out.push(b' ');
     out.extend_from_slice(head.reason.get(rbuf));
     out.extend_from_slice(b"\r\n");
     let named = connection_named(rbuf, &head.fields);
@@ -1210,11 +1263,6 @@ fn write_via(out: &mut Vec<u8>, prior: &[&[u8]]) {
     out.extend_from_slice(b"1.1 ");
     out.extend_from_slice(via_id().as_bytes());
     out.extend_from_slice(b"\r\n");
-}
-
-fn push_ip(out: &mut Vec<u8>, ip: std::net::IpAddr) {
-    use std::io::Write as _;
-    let _ = write!(out, "{ip}");
 }
 
 /// `host[:port]` without the port, minding IPv6 literals.
