@@ -28,6 +28,9 @@ use crate::http::{
     Begun, Choice, ClusterView, Failure, HttpCtx, Tries, find_route, forward, looped, on_route,
 };
 
+/// While a member has not answered for this long, the router watches whether the client went
+/// away (a request it abandoned is ended on its member, not left counted in flight).
+const WATCH_CLIENT_AFTER: Duration = Duration::from_millis(50);
 /// Body bytes that arrived with a response head are sent with it in one write up to this many.
 const COALESCE: usize = 16 * 1024;
 /// A response head from a member larger than this is refused (502).
@@ -1094,7 +1097,11 @@ async fn read_response_head<S: ClientStream>(
 /// more (a pipelined request, left for later).
 async fn client_gone<S: ClientStream>(client: Option<&S>) {
     match client {
-        Some(client) => client.closed().await,
+        Some(client) => {
+            // Not at once: most members answer sooner, and looking costs a system call.
+            tokio::time::sleep(WATCH_CLIENT_AFTER).await;
+            client.closed().await;
+        }
         None => std::future::pending().await,
     }
 }
