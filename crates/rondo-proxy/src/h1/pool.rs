@@ -6,6 +6,7 @@
 use std::cell::RefCell;
 use std::net::SocketAddr;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use tokio::net::TcpStream;
@@ -72,17 +73,32 @@ impl Idle {
     }
 }
 
+/// Buffers lent by [`take`] and not yet given back: with every connection idle, none.
+static LENT: AtomicUsize = AtomicUsize::new(0);
+
+/// Buffers lent now, over every worker (what connections hold while requests are in flight).
+pub fn in_use() -> usize {
+    LENT.load(Ordering::Relaxed)
+}
+
+/// A lent buffer left the pool's care for good (handed to hyper with the connection).
+pub fn disown() {
+    LENT.fetch_sub(1, Ordering::Relaxed);
+}
+
 thread_local! {
     static BUFFERS: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
 }
 
 /// An empty buffer of at least [`BUF_SIZE`] bytes' capacity, from this worker's pool.
 pub fn take() -> Vec<u8> {
+    LENT.fetch_add(1, Ordering::Relaxed);
     BUFFERS.with(|b| b.borrow_mut().pop()).unwrap_or_else(|| Vec::with_capacity(BUF_SIZE))
 }
 
 /// Gives `buf` back to this worker's pool.
 pub fn give(mut buf: Vec<u8>) {
+    LENT.fetch_sub(1, Ordering::Relaxed);
     if buf.capacity() > MAX_POOLED_SIZE || buf.capacity() < BUF_SIZE {
         return;
     }

@@ -102,13 +102,16 @@ pub(crate) async fn serve<S: ClientStream>(
     let idle = ctx.listener.header_read_timeout;
     let ip = IpText::new(peer.ip());
     let mut c = Client { stream, peer, tls, carry: None, idle, ip };
+    // When the wait for the next request ends (set as it begins).
+    let mut wait_until = None;
     loop {
         if c.carry.is_none() {
             // No buffer while waiting: only the socket's readiness.
             let ready = if c.idle.is_zero() {
                 Ok(c.stream.ready().await)
             } else {
-                tokio::time::timeout(c.idle, c.stream.ready()).await
+                let until = *wait_until.get_or_insert_with(|| tokio::time::Instant::now() + c.idle);
+                tokio::time::timeout_at(until, c.stream.ready()).await
             };
             match ready {
                 Ok(Ok(())) => {}
@@ -118,7 +121,23 @@ pub(crate) async fn serve<S: ClientStream>(
                     return None;
                 }
             }
+            // Readiness can be a false positive (tokio says so; a fresh or just-read socket
+            // often is one): a buffer is borrowed only for bytes that are there.
+            let mut buf = pool::take();
+            match c.stream.read_ready(&mut buf) {
+                Ok(n) if n > 0 => c.carry = Some(buf),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    pool::give(buf);
+                    continue;
+                }
+                _ => {
+                    // The client closed (or its connection failed) between requests.
+                    pool::give(buf);
+                    return None;
+                }
+            }
         }
+        wait_until = None;
         // Boxed: the request's state exists only while a request is in flight.
         match Box::pin(request(ctx, &mut c)).await {
             Next::KeepAlive => {}
@@ -253,6 +272,7 @@ async fn request<S: ClientStream>(ctx: &Arc<HttpCtx>, c: &mut Client<S>) -> Next
         if parse::is_h2_preface(&buf) {
             if buf.len() >= 24 {
                 ctx.metrics.handoffs[0].inc();
+                pool::disown();
                 return Next::Decline(buf);
             }
         } else if !buf.is_empty() {
@@ -313,6 +333,7 @@ async fn request<S: ClientStream>(ctx: &Arc<HttpCtx>, c: &mut Client<S>) -> Next
             parse::Decline::Upgrade => 3,
         };
         ctx.metrics.handoffs[reason].inc();
+        pool::disown();
         return Next::Decline(buf);
     }
     let snapshot = ctx.live.load();
@@ -334,9 +355,11 @@ async fn request<S: ClientStream>(ctx: &Arc<HttpCtx>, c: &mut Client<S>) -> Next
             }
             Next::KeepAlive
         }
-        other => {
+        // The buffer went with the connection (and was disowned).
+        decline @ Next::Decline(_) => decline,
+        Next::Close => {
             pool::give(buf);
-            other
+            Next::Close
         }
     }
 }
@@ -451,7 +474,10 @@ impl<'a, S: ClientStream> OwnTries<'a, S> {
     async fn serve(&mut self, snapshot: &'a Snapshot) -> Next {
         match self.stages(snapshot).await {
             Ok(next) => next,
-            Err(Decline) => Next::Decline(std::mem::take(&mut self.buf)),
+            Err(Decline) => {
+                pool::disown();
+                Next::Decline(std::mem::take(&mut self.buf))
+            }
         }
     }
 
