@@ -4,7 +4,6 @@
 mod common;
 
 #[path = "router/support.rs"]
-#[allow(dead_code)]
 mod support;
 
 use std::time::{Duration, Instant};
