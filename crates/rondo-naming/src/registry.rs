@@ -113,6 +113,18 @@ pub enum StartError {
         /// What is wrong with it (the entry, for an invalid one).
         reason: String,
     },
+    /// The snapshot's log cannot be read, or a record before its last one is damaged, or a
+    /// record holds an entry the API would refuse (the file is left untouched). A damaged last
+    /// record is a torn write, ignored and reported instead.
+    #[error("naming log {path}: record at byte offset {offset}: {reason}")]
+    Log {
+        /// The log file.
+        path: std::path::PathBuf,
+        /// Where the bad record starts.
+        offset: u64,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// A backend this build leaves out.
     #[error(
         "[naming] registry = \"{backend}\": this rondo was built without the `{feature}` feature (cargo build --features {feature})"
