@@ -33,6 +33,17 @@ impl Snapshot {
     pub fn is_registered(&self, cluster: &str, member: &str) -> bool {
         self.registered.get(cluster).is_some_and(|m| m.contains(member))
     }
+
+    /// Whether `member` is one of `cluster`'s configured members (not a registered one). The
+    /// configured members come first in the cluster's member list and the registered ones after
+    /// them, so only the configured ones are looked at, however many are registered (a
+    /// registration's check on the naming API's request path).
+    pub fn is_configured(&self, cluster: &str, member: &str) -> bool {
+        let Some(spec) = self.view.clusters.get(cluster) else { return false };
+        let registered = self.registered.get(cluster).map_or(0, |m| m.len());
+        let configured = spec.members.len().saturating_sub(registered);
+        spec.members[..configured].iter().any(|m| m.name == member)
+    }
 }
 
 /// Where [`ClusterRt::place`] put a try.
@@ -478,11 +489,11 @@ fn with_registered(
     let configured: HashSet<&str> = spec.members.iter().map(|c| c.name.as_str()).collect();
     with.members.reserve(members.len());
     for m in members {
-        if configured.contains(m.name.as_str()) || added.contains(&m.name) {
+        // One search of the set per member (`insert` says whether the name was new).
+        if configured.contains(m.name.as_str()) || !added.insert(m.name.clone()) {
             tracing::debug!(cluster = spec.name, member = m.name, "registered name is configured");
             continue;
         }
-        added.insert(m.name.clone());
         with.members.push(m.clone());
     }
     (!added.is_empty()).then(|| (Arc::new(with), Arc::new(added)))
@@ -955,6 +966,8 @@ mod tests {
         let (snap, built) = live.update_registered(vec![("c".into(), vec![member("r1")])]);
         assert_eq!(names(&snap), ["a", "b", "r1"]);
         assert!(snap.is_registered("c", "r1"));
+        assert!(snap.is_configured("c", "a") && snap.is_configured("c", "b"));
+        assert!(!snap.is_configured("c", "r1") && !snap.is_configured("nope", "a"));
         assert_eq!(built.len(), 1);
         assert!(Arc::ptr_eq(&built[0], &snap.clusters["c"]));
         assert!(before.clusters["c"].is_retired(), "c's runtime is replaced");
