@@ -96,6 +96,7 @@ async fn a_registration_writes_a_flat_number_of_bytes_and_rebuilds_only_its_clus
     }
     let written = metrics.registry_bytes_written.get();
     let compactions = metrics.registry_compactions.get();
+    eprintln!("{N} registrations: {written} bytes written, {compactions} compactions");
     assert!(written <= (N as u64) * 1024, "{written} bytes for {N} registrations");
     assert!(compactions >= 3, "{compactions} compactions");
     assert!(biggest_log >= COMPACT, "the log took the registrations: {biggest_log}");
