@@ -33,8 +33,8 @@ use std::time::{Duration, Instant};
 use rondo_core::wire::Lease;
 use rondo_core::{AdminState, Entropy, MemberSpec, SplitMix64};
 use rondo_runtime::live::Registered;
-use rondo_runtime::{Live, probe};
 use rondo_runtime::metrics::Metrics;
+use rondo_runtime::{Live, probe};
 use serde::Deserialize;
 use tokio::sync::oneshot;
 
@@ -290,11 +290,9 @@ impl Embedded {
             backend: "embedded",
             connected: true,
             detail: match &self.shared.snapshot {
-                Some(p) => format!(
-                    "snapshot {}, log {}",
-                    p.display(),
-                    journal::log_path(p).display()
-                ),
+                Some(p) => {
+                    format!("snapshot {}, log {}", p.display(), journal::log_path(p).display())
+                }
                 None => "in memory (no snapshot)".to_owned(),
             },
             last_error: st.last_error.clone(),
@@ -558,7 +556,9 @@ impl Shared {
 impl Disk {
     /// Whether the next batch goes to a new snapshot rather than the log.
     fn compaction_due(&self) -> bool {
-        self.must_compact || self.behind || self.log_len >= self.compact_bytes.max(self.snapshot_len)
+        self.must_compact
+            || self.behind
+            || self.log_len >= self.compact_bytes.max(self.snapshot_len)
     }
 
     /// Writes `text` (every registration, through the batch it names) as the new snapshot, then
@@ -809,11 +809,8 @@ struct Replay {
 /// Replays the log `path` (if it exists) over the snapshot holding batches up to
 /// `snapshot_seq`, checking every registration as the API does.
 fn replay_log(path: &Path, snapshot_seq: u64, st: &mut State) -> Result<Replay, StartError> {
-    let failed = |offset: u64, reason: String| StartError::Log {
-        path: path.to_owned(),
-        offset,
-        reason,
-    };
+    let failed =
+        |offset: u64, reason: String| StartError::Log { path: path.to_owned(), offset, reason };
     let bytes = match std::fs::read(path) {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Replay::default()),
@@ -836,7 +833,10 @@ fn replay_log(path: &Path, snapshot_seq: u64, st: &mut State) -> Result<Replay, 
         for (i, change) in record.changes.into_iter().enumerate() {
             match change {
                 Change::Put(r) => {
-                    let what = format!("batch {}, change {i} (`{}` in `{}`)", record.seq, r.name, r.cluster);
+                    let what = format!(
+                        "batch {}, change {i} (`{}` in `{}`)",
+                        record.seq, r.name, r.cluster
+                    );
                     let bad = |why: String| failed(record.offset, format!("{what}: {why}"));
                     let (key, entry) = restore(r, now).map_err(bad)?;
                     remove(st, &key);

@@ -48,9 +48,8 @@ fn reg(name: &str, i: usize) -> Registration {
 
 fn registered(live: &Live) -> Vec<String> {
     let snap = live.load();
-    let mut names: Vec<String> = snap.registered.get("c").map_or_else(Vec::new, |s| {
-        s.iter().cloned().collect()
-    });
+    let mut names: Vec<String> =
+        snap.registered.get("c").map_or_else(Vec::new, |s| s.iter().cloned().collect());
     names.sort();
     names
 }
@@ -258,9 +257,9 @@ async fn a_failed_compaction_falls_back_to_the_log() {
     r.register(reg("r0", 0)).await.unwrap();
     // The log past the threshold (and past the snapshot's size).
     let mut i = 1;
-    while std::fs::metadata(log_of(&file)).map_or(0, |m| m.len()) < COMPACT.max(
-        std::fs::metadata(&file).unwrap().len(),
-    ) {
+    while std::fs::metadata(log_of(&file)).map_or(0, |m| m.len())
+        < COMPACT.max(std::fs::metadata(&file).unwrap().len())
+    {
         r.register(reg(&format!("r{i}"), i)).await.unwrap();
         i += 1;
     }

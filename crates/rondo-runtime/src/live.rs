@@ -693,17 +693,17 @@ impl Live {
                 // does, as `compose` does.
                 continue;
             };
-            let spec = match layers.registered.get(&name).and_then(|m| with_registered(configured, m))
-            {
-                Some((spec, added)) => {
-                    registered.insert(name.clone(), added);
-                    spec
-                }
-                None => {
-                    registered.remove(&name);
-                    configured.clone()
-                }
-            };
+            let spec =
+                match layers.registered.get(&name).and_then(|m| with_registered(configured, m)) {
+                    Some((spec, added)) => {
+                        registered.insert(name.clone(), added);
+                        spec
+                    }
+                    None => {
+                        registered.remove(&name);
+                        configured.clone()
+                    }
+                };
             view.clusters.insert(name.clone(), spec.clone());
             let rt = self.runtime_for(&spec, old.clusters.get(&name), now);
             clusters.insert(name, rt.clone());
@@ -750,7 +750,8 @@ impl Live {
             // request can end on the old runtime after its counts were copied.
             Some(prev) => prev.with(|b| {
                 let balancer = Balancer::carry_over(spec.clone(), b, now);
-                let rt = Arc::new(ClusterRt::new(balancer, self.metrics.clone(), self.signal.clone()));
+                let rt =
+                    Arc::new(ClusterRt::new(balancer, self.metrics.clone(), self.signal.clone()));
                 let _ = prev.successor.set(rt.clone());
                 rt
             }),
@@ -978,8 +979,7 @@ mod tests {
         assert_eq!(*rx.borrow_and_update(), snap.view.id);
 
         // A configured name is left out, as a whole composition does; the layers agree.
-        let (snap, _) =
-            live.update_registered(vec![("c".into(), vec![member("r1"), member("a")])]);
+        let (snap, _) = live.update_registered(vec![("c".into(), vec![member("r1"), member("a")])]);
         assert_eq!(names(&snap), ["a", "b", "r1"]);
         let whole = live.apply(live.configured());
         assert_eq!(names(&whole), names(&snap));
