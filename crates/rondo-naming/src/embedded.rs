@@ -809,12 +809,18 @@ struct Replay {
 /// Replays the log `path` (if it exists) over the snapshot holding batches up to
 /// `snapshot_seq`, checking every registration as the API does.
 fn replay_log(path: &Path, snapshot_seq: u64, st: &mut State) -> Result<Replay, StartError> {
-    let failed =
-        |offset: u64, reason: String| StartError::Log { path: path.to_owned(), offset, reason };
+    let failed = |offset: u64, reason: String| StartError::Log {
+        path: path.to_owned(),
+        offset,
+        reason: format!("record at byte offset {offset}: {reason}"),
+    };
     let bytes = match std::fs::read(path) {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Replay::default()),
-        Err(e) => return Err(failed(0, format!("cannot read: {e}"))),
+        Err(e) => {
+            let reason = format!("cannot read: {e}");
+            return Err(StartError::Log { path: path.to_owned(), offset: 0, reason });
+        }
     };
     let read = journal::read(&bytes).map_err(|c| failed(c.offset, c.reason))?;
     let mut replay = Replay {

@@ -116,13 +116,13 @@ pub enum StartError {
     /// The snapshot's log cannot be read, or a record before its last one is damaged, or a
     /// record holds an entry the API would refuse (the file is left untouched). A damaged last
     /// record is a torn write, ignored and reported instead.
-    #[error("naming log {path}: record at byte offset {offset}: {reason}")]
+    #[error("naming log {path}: {reason}")]
     Log {
         /// The log file.
         path: std::path::PathBuf,
-        /// Where the bad record starts.
+        /// Where the bad record starts (0 when the file cannot be read at all).
         offset: u64,
-        /// What is wrong with it.
+        /// What is wrong: `record at byte offset N: ...`, or `cannot read: ...`.
         reason: String,
     },
     /// A backend this build leaves out.

@@ -1006,3 +1006,104 @@ fn kill_9_during_registrations_loses_nothing_acknowledged() {
     // Nothing that was never asked for.
     assert!(names.iter().all(|n| n == "m1" || n.starts_with('k')), "{names:?}");
 }
+
+/// A log line `CRC JSON` as the embedded registry writes it (CRC-32, IEEE).
+fn log_line(json: &str) -> String {
+    let mut c = !0u32;
+    for &b in json.as_bytes() {
+        c ^= u32::from(b);
+        for _ in 0..8 {
+            c = if c & 1 != 0 { 0xEDB8_8320 ^ (c >> 1) } else { c >> 1 };
+        }
+    }
+    format!("{:08x} {json}\n", !c)
+}
+
+/// `rondo serve` and the log: a damaged record before the last stops the start, naming the log
+/// and the offset; a torn last record is ignored, reported on stderr, and the records before
+/// it come back.
+#[test]
+fn rondo_serve_refuses_a_corrupt_log_and_reports_a_torn_one() {
+    let dir = TempDir::new("naming-log-serve");
+    let config = dir.0.join("rondo.toml");
+    std::fs::write(
+        &config,
+        "[cluster.c]\nmembers = [{ name = \"m1\", address = \"127.0.0.1:1\" }]\n\n\
+         [naming]\nlisten = \"127.0.0.1:0\"\nsnapshot = \"registry.json\"\n",
+    )
+    .unwrap();
+    let log = dir.0.join("registry.json.log");
+    let put = |seq: u64, name: &str| {
+        log_line(&format!(
+            r#"{{"seq":{seq},"changes":[{{"put":{{"cluster":"c","name":"{name}","address":"127.0.0.2:80","weight":100,"group":null,"ttl_ms":60000,"lease":"{seq}"}}}}]}}"#
+        ))
+    };
+    let (one, two) = (put(1, "l1"), put(2, "l2"));
+    let start = || {
+        std::process::Command::new(common::BIN)
+            .args(["serve", "--config", config.to_str().unwrap()])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("start rondo serve")
+    };
+
+    // The first record damaged (one byte of its JSON), the second whole: refused.
+    let mut bad = one.clone().into_bytes();
+    bad[30] ^= 0x01;
+    bad.extend_from_slice(two.as_bytes());
+    std::fs::write(&log, &bad).unwrap();
+    let mut guard = common::ChildGuard(start());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(s) = guard.0.try_wait().unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "rondo serve did not refuse to start");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(!status.success());
+    let mut err = String::new();
+    std::io::Read::read_to_string(guard.0.stderr.as_mut().unwrap(), &mut err).unwrap();
+    let want = format!("naming log {}: record at byte offset 0: checksum mismatch", log.display());
+    assert!(err.contains(&want), "{err}");
+    assert_eq!(std::fs::read(&log).unwrap(), bad, "the log is left alone");
+
+    // The first record whole, the second cut short: started, reported, `l1` back.
+    let mut torn = one.clone().into_bytes();
+    torn.extend_from_slice(&two.as_bytes()[..two.len() / 2]);
+    std::fs::write(&log, &torn).unwrap();
+    let mut child = start();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufRead::lines(std::io::BufReader::new(stderr)).map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let mut serve = Proc::from_child(child);
+    let api = serve.addr_after("rondo: naming API (registry embedded) on");
+    let want = format!(
+        "naming log {}: torn last record at byte offset {} ({} bytes) ignored",
+        log.display(),
+        one.len(),
+        two.len() / 2
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let line = rx.recv_timeout(left).expect("the torn record is reported on stderr");
+        if line.contains(&want) {
+            break;
+        }
+    }
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let (status, _, v) =
+        rt.block_on(json_call(Method::GET, &format!("http://{api}/v1/services/c"), &[], None));
+    assert_eq!(status, StatusCode::OK, "{v}");
+    let names: Vec<&str> = v["members"].as_array().unwrap().iter().map(name).collect();
+    assert_eq!(names, ["m1", "l1"]);
+}
