@@ -1,8 +1,9 @@
 //! Registrations with leases, behind one interface over the backends: [`Registry::Embedded`]
 //! (in-process, the default) and `Registry::Etcd` (feature `etcd`, shared by a tier of
-//! routers). A backend owns the registrations and feeds the whole set into the live view with
-//! `Live::set_registered` whenever it changes (and the etcd backend feeds the tier's shared
-//! configuration with `Live::set_shared`).
+//! routers). A backend owns the registrations and feeds them into the live view: the embedded
+//! one the member lists of the clusters a batch changed (`Live::update_registered`), the etcd
+//! one the whole set whenever it changes (`Live::set_registered`), and the tier's shared
+//! configuration (`Live::set_shared`).
 
 use std::sync::Arc;
 use std::time::Duration;
