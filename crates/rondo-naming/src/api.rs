@@ -347,15 +347,15 @@ fn registration(
     }
     // The view in effect, without the layers' lock (a batch being published holds it).
     let snap = st.live.load();
-    let Some(cluster) = snap.clusters.get(service).map(|rt| &rt.spec) else {
+    if !snap.clusters.contains_key(service) {
         return Err(error(
             StatusCode::NOT_FOUND,
             format!(
                 "unknown service `{service}`: members register into a cluster of the configuration"
             ),
         ));
-    };
-    if cluster.members.iter().any(|m| m.name == member) && !snap.is_registered(service, member) {
+    }
+    if snap.is_configured(service, member) {
         return Err(error(
             StatusCode::CONFLICT,
             format!("member `{member}` of service `{service}` is configured, not registered"),

@@ -1,20 +1,29 @@
 //! The embedded registry: registrations in process memory, each with its own lease, removed
-//! when the lease lapses (checked every [`EXPIRY_TICK`]); optionally written to a snapshot file
-//! so that a restarted router comes back with its registrations, each with a fresh lease.
+//! when the lease lapses (checked every [`EXPIRY_TICK`]); optionally kept on disk (a snapshot
+//! file and an append-only log beside it, [`crate::journal`]) so that a restarted router comes
+//! back with its registrations, each with a fresh lease.
 //!
 //! Group commit: registrations and deregistrations are queued (at most [`MAX_QUEUE`]) to one
-//! writer thread, which takes everything pending (at most [`MAX_BATCH`]), applies it, writes the
-//! snapshot once (a temporary file, synced, renamed, the directory synced), publishes the view
-//! once, and only then answers every caller of the batch. A success therefore means "visible in
-//! lookups and on disk", and the cost of a registration is one batch's work (one view of the
-//! whole registry, one write of the whole file: linear in the registry) divided by the batch's
-//! size, the number of changes that arrived while the previous batch was committed. A failed
-//! write undoes the batch and answers each caller
-//! `Unavailable` (503): nothing is acknowledged that a restart would lose. The work runs on its
-//! own thread, never on the runtime's workers that carry requests, and lookups never take the
+//! writer thread, which takes everything pending (at most [`MAX_BATCH`]), applies it, appends
+//! one line holding the batch's changes to the log and syncs it once, swaps in a view in which
+//! only the clusters the batch changed are rebuilt, and only then answers every caller of the
+//! batch. A success therefore means "visible in lookups and on disk", and a registration costs
+//! its own record on disk and its own cluster in the view, never a pass over the whole registry.
+//! Once the log holds as many bytes as the last snapshot (and at least
+//! [`DEFAULT_COMPACT_BYTES`]), the batch is written as a whole new snapshot instead (a temporary
+//! file, synced, renamed, the directory synced) and the log emptied: a snapshot of N
+//! registrations comes after at least N bytes of log, so its cost is amortised over them, and
+//! the files stay within about twice the snapshot's size. The first batch of a process is
+//! written as a snapshot too (folding in the log it started from).
+//!
+//! A failed write undoes the batch and answers each caller `Unavailable` (503): nothing is
+//! acknowledged that a restart would lose; after a failed append the log's end is unknown, so
+//! the next batch goes to a new snapshot. At start the snapshot is read and the log replayed
+//! over it, every entry checked as the API checks a registration. The work runs on its own
+//! thread, never on the runtime's workers that carry requests, and lookups never take the
 //! registry's lock. Keepalives change only a lease's deadline (not written), under the lock.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError};
@@ -24,18 +33,23 @@ use std::time::{Duration, Instant};
 use rondo_core::wire::Lease;
 use rondo_core::{AdminState, Entropy, MemberSpec, SplitMix64};
 use rondo_runtime::live::Registered;
+use rondo_runtime::metrics::Metrics;
 use rondo_runtime::{Live, probe};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use tokio::sync::oneshot;
 
+use crate::journal::{self, Change, SavedRef, SavedRegistration};
 use crate::registry::{self, Limits, Registration, RegistryError, RegistryStatus, StartError};
 
 /// How often lapsed leases are looked for.
 pub const EXPIRY_TICK: Duration = Duration::from_millis(100);
 /// Most changes waiting for the writer; more are refused with 503 until it catches up.
 pub const MAX_QUEUE: usize = 65_536;
-/// Most changes in one batch (one snapshot write, one view).
+/// Most changes in one batch (one log line, one view).
 pub const MAX_BATCH: usize = 8192;
+/// The log is folded into a new snapshot once it holds this many bytes, or as many as the last
+/// snapshot when that is more.
+pub const DEFAULT_COMPACT_BYTES: u64 = 1 << 20;
 
 type Key = (String, String);
 
@@ -44,6 +58,8 @@ type Key = (String, String);
 pub struct Embedded {
     shared: Arc<Shared>,
     queue: SyncSender<Job>,
+    /// What the start found on disk (see [`Embedded::recovery`]).
+    recovery: String,
 }
 
 /// What the API side and the writer thread share.
@@ -69,8 +85,6 @@ struct State {
     next_expiry: Option<Instant>,
     rng: SplitMix64,
     last_error: Option<String>,
-    /// The snapshot file is behind memory (a write failed after leases lapsed): write again.
-    dirty: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -98,43 +112,56 @@ enum Reply {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct SnapshotFile {
+    /// The last log batch it holds (0, or absent: none).
+    #[serde(default)]
+    seq: u64,
     registrations: Vec<SavedRegistration>,
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct SavedRegistration {
-    cluster: String,
-    name: String,
-    address: String,
-    weight: u32,
-    group: Option<String>,
-    ttl_ms: u64,
-    lease: String,
-}
-
-/// [`SavedRegistration`] borrowed from memory, for writing.
-#[derive(Serialize)]
-struct SavedRef<'a> {
-    cluster: &'a str,
-    name: &'a str,
-    address: &'a str,
-    weight: u32,
-    group: Option<&'a str>,
-    ttl_ms: u64,
-    lease: String,
+/// The writer thread's files: the snapshot, the log beside it, and where they stand.
+#[derive(Debug)]
+struct Disk {
+    snapshot: PathBuf,
+    log: PathBuf,
+    /// The last batch number written (to the snapshot or the log).
+    seq: u64,
+    /// Bytes in the log since the last snapshot.
+    log_len: u64,
+    /// Bytes of the last snapshot written or read.
+    snapshot_len: u64,
+    /// The next batch must go to a new snapshot: the first batch of this process (folding the
+    /// log it started from, and a torn end), or a failed append left the log's end unknown.
+    must_compact: bool,
+    /// Memory holds removals (lapsed leases) that no file does yet: write even with no change.
+    behind: bool,
+    /// The log's least size for a compaction ([`DEFAULT_COMPACT_BYTES`]).
+    compact_bytes: u64,
 }
 
 impl Embedded {
-    /// Starts the registry (loading `snapshot` if the file exists, after removing temporary
-    /// files a crashed writer left beside it) and its writer thread; must run inside a tokio
-    /// runtime. Fails, naming the file, when the snapshot cannot be read or parsed, or when an
-    /// entry fails the API's checks (naming the entry and what is wrong); the file is left
-    /// untouched.
+    /// Starts the registry with the default [`DEFAULT_COMPACT_BYTES`]; see
+    /// [`Embedded::start_with`].
     pub fn start(
         live: Arc<Live>,
         snapshot: Option<PathBuf>,
         limits: Limits,
+    ) -> Result<Arc<Embedded>, StartError> {
+        Self::start_with(live, snapshot, limits, DEFAULT_COMPACT_BYTES)
+    }
+
+    /// Starts the registry (loading `snapshot` if the file exists and replaying its log over
+    /// it, after removing temporary files a crashed writer left beside it) and its writer
+    /// thread; must run inside a tokio runtime. The log is folded into a new snapshot once it
+    /// holds `compact_bytes`, or as many bytes as the last snapshot when that is more. Fails,
+    /// naming the file, when the snapshot cannot be read or parsed, when an entry fails the
+    /// API's checks (naming the entry and what is wrong), or when the log is corrupt before its
+    /// last record (naming the byte offset); the files are left untouched. A torn last record of
+    /// the log (a crash while it was written: never acknowledged) is ignored and reported.
+    pub fn start_with(
+        live: Arc<Live>,
+        snapshot: Option<PathBuf>,
+        limits: Limits,
+        compact_bytes: u64,
     ) -> Result<Arc<Embedded>, StartError> {
         let seed = rondo_runtime::clock::now().0 ^ u64::from(std::process::id());
         let mut state = State {
@@ -144,11 +171,40 @@ impl Embedded {
             next_expiry: None,
             rng: SplitMix64::new(seed),
             last_error: None,
-            dirty: false,
         };
+        let mut disk = None;
+        let mut recovery = "in memory (no snapshot)".to_owned();
         if let Some(path) = &snapshot {
             remove_stale_temporaries(path);
-            load_snapshot(path, &mut state)?;
+            let (snapshot_seq, snapshot_len) = load_snapshot(path, &mut state)?;
+            let from_snapshot = state.regs.len();
+            let log = journal::log_path(path);
+            let replay = replay_log(&log, snapshot_seq, &mut state)?;
+            recovery = format!(
+                "{from_snapshot} registrations from the snapshot (batch {snapshot_seq}), {} \
+                 batches replayed from the log ({} already in the snapshot)",
+                replay.replayed, replay.skipped
+            );
+            if let Some((offset, len)) = replay.torn {
+                let torn = format!(
+                    "naming log {}: torn last record at byte offset {offset} ({len} bytes) \
+                     ignored: a crash while it was written, never acknowledged",
+                    log.display()
+                );
+                tracing::warn!("{torn}");
+                recovery.push_str("; ");
+                recovery.push_str(&torn);
+            }
+            disk = Some(Disk {
+                snapshot: path.clone(),
+                log,
+                seq: replay.seq.max(snapshot_seq),
+                log_len: replay.len,
+                snapshot_len,
+                must_compact: true,
+                behind: false,
+                compact_bytes,
+            });
         }
         let shared = Arc::new(Shared {
             live,
@@ -161,23 +217,26 @@ impl Embedded {
         {
             let st = shared.lock();
             if !st.regs.is_empty() {
-                tracing::info!(
-                    registrations = st.regs.len(),
-                    "registrations restored from snapshot"
-                );
+                tracing::info!(registrations = st.regs.len(), "registrations restored: {recovery}");
                 let registered = registered(&st);
                 drop(st);
-                shared.publish(registered);
+                shared.publish_all(registered);
             }
         }
         let (queue, jobs) = std::sync::mpsc::sync_channel(MAX_QUEUE);
         let writer = shared.clone();
         std::thread::Builder::new()
             .name("rondo-registry".to_owned())
-            .spawn(move || writer.run(&jobs))
+            .spawn(move || writer.run(&jobs, disk))
             .map_err(StartError::Thread)?;
         shared.live.metrics.registry_connected.set(1);
-        Ok(Arc::new(Embedded { shared, queue }))
+        Ok(Arc::new(Embedded { shared, queue, recovery }))
+    }
+
+    /// What the start found on disk: registrations from the snapshot, batches replayed from the
+    /// log, and a torn last record ignored (with its offset), if any.
+    pub fn recovery(&self) -> &str {
+        &self.recovery
     }
 
     fn send<T>(
@@ -216,8 +275,8 @@ impl Embedded {
         Ok(Lease { lease: lease.to_owned(), ttl_ms: entry.ttl.as_millis() as u64 })
     }
 
-    /// See [`crate::Registry::deregister`]: answers once the member is out of the view and of
-    /// the snapshot.
+    /// See [`crate::Registry::deregister`]: answers once the member is out of the view and
+    /// on disk.
     pub async fn deregister(&self, cluster: &str, member: &str) -> Result<(), RegistryError> {
         let key = (cluster.to_owned(), member.to_owned());
         let rx = self.send(|tx| Job::Deregister(key, tx))?;
@@ -231,7 +290,9 @@ impl Embedded {
             backend: "embedded",
             connected: true,
             detail: match &self.shared.snapshot {
-                Some(p) => format!("snapshot {}", p.display()),
+                Some(p) => {
+                    format!("snapshot {}, log {}", p.display(), journal::log_path(p).display())
+                }
                 None => "in memory (no snapshot)".to_owned(),
             },
             last_error: st.last_error.clone(),
@@ -259,7 +320,7 @@ impl Shared {
 
     /// The writer thread: a batch whenever changes are pending, and lapsed leases looked for
     /// every [`EXPIRY_TICK`]; ends when stopped or when the registry is dropped.
-    fn run(&self, jobs: &Receiver<Job>) {
+    fn run(&self, jobs: &Receiver<Job>, mut disk: Option<Disk>) {
         loop {
             let first = match jobs.recv_timeout(EXPIRY_TICK) {
                 Ok(job) => Some(job),
@@ -277,21 +338,33 @@ impl Shared {
                 // Dropping the jobs answers their callers with `Unavailable`.
                 return;
             }
-            self.commit(batch, Instant::now());
+            self.commit(disk.as_mut(), batch, Instant::now());
         }
     }
 
     /// One batch: lapsed leases out, the changes in (with what each replaced, to undo them),
-    /// one snapshot write, one view; then every answer.
-    fn commit(&self, batch: Vec<Job>, now: Instant) {
+    /// one log line (or a new snapshot), one view of the clusters it changed; then every
+    /// answer.
+    fn commit(&self, mut disk: Option<&mut Disk>, batch: Vec<Job>, now: Instant) {
         let mut st = self.lock();
-        let expired = expire(&mut st, now);
+        let lapsed = expire(&mut st, now);
         let mut undo: Vec<(Key, Option<Entry>)> = Vec::with_capacity(batch.len());
         let mut replies: Vec<Reply> = Vec::with_capacity(batch.len());
+        // The batch's log records, and the clusters whose member lists it changed.
+        let mut changes: Vec<String> = Vec::with_capacity(batch.len() + lapsed.len());
+        let mut touched: BTreeSet<String> = BTreeSet::new();
+        for key in &lapsed {
+            changes.push(journal::del(&key.0, &key.1));
+            touched.insert(key.0.clone());
+        }
         for job in batch {
             match job {
                 Job::Register(reg, tx) => match self.apply_register(&mut st, reg, now) {
                     Ok((key, old, lease)) => {
+                        if let Some(e) = st.regs.get(&key) {
+                            changes.push(journal::put(saved(&key.0, e)));
+                        }
+                        touched.insert(key.0.clone());
                         undo.push((key, old));
                         replies.push(Reply::Register(lease, tx));
                     }
@@ -302,6 +375,8 @@ impl Shared {
                 Job::Deregister(key, tx) => match remove(&mut st, &key) {
                     Some(old) => {
                         tracing::info!(cluster = key.0, member = key.1, "member deregistered");
+                        changes.push(journal::del(&key.0, &key.1));
+                        touched.insert(key.0.clone());
                         undo.push((key, Some(old)));
                         replies.push(Reply::Deregister(tx));
                     }
@@ -314,33 +389,63 @@ impl Shared {
                 },
             }
         }
-        if !expired && undo.is_empty() && !st.dirty {
+        let behind = disk.as_ref().is_some_and(|d| d.behind);
+        if changes.is_empty() && !behind {
             return;
         }
         let t0 = Instant::now();
-        let text = self.snapshot.as_ref().map(|_| snapshot_text(&st));
-        let published = registered(&st);
-        let count = st.regs.len();
+        // What goes to disk: a new snapshot when one is due (made under the lock: it reads
+        // every registration), else the batch's line (made after it).
+        let plan = disk.as_ref().map(|d| {
+            let seq = d.seq + 1;
+            let snapshot = d.compaction_due().then(|| snapshot_text(&st, seq));
+            (seq, snapshot)
+        });
         drop(st);
+        let mut compaction_error = None;
+        let mut written = Ok(0);
+        if let (Some(d), Some((seq, snapshot))) = (disk.as_deref_mut(), plan) {
+            written = match snapshot {
+                Some(text) => match d.compact(&text, &self.live.metrics) {
+                    Ok(()) => Ok(text.len()),
+                    Err(e) if d.must_compact || d.behind => Err(e),
+                    Err(e) => {
+                        // The log is sound: the batch goes there, and the next one tries again.
+                        tracing::warn!("{e}: appending to the log instead");
+                        compaction_error = Some(e);
+                        let line = journal::line(seq, &changes);
+                        d.append(&line, &self.live.metrics).map(|()| line.len())
+                    }
+                },
+                None => {
+                    let line = journal::line(seq, &changes);
+                    d.append(&line, &self.live.metrics).map(|()| line.len())
+                }
+            };
+            // A failed batch's number is not used again: its line may be partly on disk.
+            d.seq = seq;
+        }
         let t1 = Instant::now();
-        let written = match (&self.snapshot, text) {
-            (Some(path), Some(text)) => save_snapshot(path, &text),
-            _ => Ok(()),
-        };
-        let t2 = Instant::now();
         match written {
-            Ok(()) => {
+            Ok(bytes) => {
                 let mut st = self.lock();
-                st.last_error = None;
-                st.dirty = false;
+                st.last_error = compaction_error;
+                let updates = touched.into_iter().map(|c| {
+                    let members = members_of(&st, &c);
+                    (c, members)
+                });
+                let updates: Vec<(String, Vec<MemberSpec>)> = updates.collect();
+                let count = st.regs.len();
                 drop(st);
-                self.publish(published);
+                let clusters = updates.len();
+                self.publish(updates, count);
                 tracing::debug!(
-                    changes = undo.len(),
+                    changes = changes.len(),
                     registrations = count,
-                    encode_us = (t1 - t0).as_micros() as u64,
-                    write_us = (t2 - t1).as_micros() as u64,
-                    publish_us = t2.elapsed().as_micros() as u64,
+                    clusters,
+                    bytes,
+                    write_us = (t1 - t0).as_micros() as u64,
+                    publish_us = t1.elapsed().as_micros() as u64,
                     "batch committed"
                 );
                 for reply in replies {
@@ -364,12 +469,21 @@ impl Shared {
                     }
                 }
                 st.last_error = Some(e.clone());
-                // Lapsed leases stay out of memory; the file catches up at the next write.
-                st.dirty = true;
-                let published = expired.then(|| registered(&st));
+                // Lapsed leases stay out of memory; the files catch up at the next write.
+                let mut updates = Vec::new();
+                if !lapsed.is_empty() {
+                    if let Some(d) = disk {
+                        d.behind = true;
+                    }
+                    let clusters: BTreeSet<&String> = lapsed.iter().map(|k| &k.0).collect();
+                    for c in clusters {
+                        updates.push((c.clone(), members_of(&st, c)));
+                    }
+                }
+                let count = st.regs.len();
                 drop(st);
-                if let Some(p) = published {
-                    self.publish(p);
+                if !updates.is_empty() {
+                    self.publish(updates, count);
                 }
                 let error =
                     || RegistryError::Unavailable(format!("{e}: the change was not made, retry"));
@@ -420,13 +534,89 @@ impl Shared {
         Ok((key, old, Lease { lease: lease.to_string(), ttl_ms: reg.ttl.as_millis() as u64 }))
     }
 
-    /// Swaps the registrations into the live view (lookups see them when this returns).
-    fn publish(&self, registered: (Registered, usize)) {
+    /// Swaps the changed clusters' registered members into the live view (lookups see them
+    /// when this returns); every other cluster keeps its runtime.
+    fn publish(&self, updates: Vec<(String, Vec<MemberSpec>)>, count: usize) {
+        self.live.metrics.registrations.set(count as i64);
+        let (_, built) = self.live.update_registered(updates);
+        let _runtime = self.runtime.enter();
+        probe::spawn_clusters(&built);
+    }
+
+    /// Swaps every registration into the live view (at start).
+    fn publish_all(&self, registered: (Registered, usize)) {
         let (registered, count) = registered;
         self.live.metrics.registrations.set(count as i64);
         let snapshot = self.live.set_registered(registered);
         let _runtime = self.runtime.enter();
         probe::spawn(&snapshot);
+    }
+}
+
+impl Disk {
+    /// Whether the next batch goes to a new snapshot rather than the log.
+    fn compaction_due(&self) -> bool {
+        self.must_compact
+            || self.behind
+            || self.log_len >= self.compact_bytes.max(self.snapshot_len)
+    }
+
+    /// Writes `text` (every registration, through the batch it names) as the new snapshot, then
+    /// empties the log (all of it is in the snapshot now; a crash between the two leaves lines
+    /// the snapshot's batch number makes the replay skip).
+    fn compact(&mut self, text: &str, metrics: &Metrics) -> Result<(), String> {
+        save_snapshot(&self.snapshot, text)?;
+        metrics.registry_bytes_written.inc_by(text.len() as u64);
+        metrics.registry_compactions.inc();
+        self.snapshot_len = text.len() as u64;
+        self.behind = false;
+        self.must_compact = false;
+        match empty_log(&self.log) {
+            Ok(()) => self.log_len = 0,
+            Err(e) => {
+                // Its lines are in the snapshot; what is appended after them must not follow
+                // an unknown end: the next batch tries again.
+                tracing::warn!("naming log {}: cannot empty it: {e}", self.log.display());
+                self.must_compact = true;
+            }
+        }
+        Ok(())
+    }
+
+    /// Appends `line` to the log and syncs it. On failure the log is cut back to where it was
+    /// (as far as that works) and the next batch goes to a new snapshot.
+    fn append(&mut self, line: &[u8], metrics: &Metrics) -> Result<(), String> {
+        use std::io::Write;
+        let log = &self.log;
+        let fail = |e: std::io::Error| format!("naming log {}: cannot write: {e}", log.display());
+        // Opened per batch (one open and close beside the write and the sync), so the log is
+        // the file at its path now, whatever happened to it.
+        let mut file = match std::fs::OpenOptions::new().append(true).open(log) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let f = std::fs::OpenOptions::new()
+                    .append(true)
+                    .create(true)
+                    .open(log)
+                    .map_err(fail)?;
+                sync_parent(log).map_err(fail)?;
+                f
+            }
+            Err(e) => return Err(fail(e)),
+        };
+        let before = file.metadata().map_err(fail)?.len();
+        match file.write_all(line).and_then(|()| file.sync_data()) {
+            Ok(()) => {
+                self.log_len = before + line.len() as u64;
+                metrics.registry_bytes_written.inc_by(line.len() as u64);
+                Ok(())
+            }
+            Err(e) => {
+                self.must_compact = true;
+                let _ = file.set_len(before).and_then(|()| file.sync_data());
+                Err(fail(e))
+            }
+        }
     }
 }
 
@@ -453,11 +643,13 @@ fn remove(st: &mut State, key: &Key) -> Option<Entry> {
     Some(old)
 }
 
-/// Removes every registration whose lease lapsed by `now`; whether any did.
-fn expire(st: &mut State, now: Instant) -> bool {
+/// Removes every registration whose lease lapsed by `now`; returns their keys.
+fn expire(st: &mut State, now: Instant) -> Vec<Key> {
     if st.next_expiry.is_none_or(|t| t > now) {
-        return false;
+        return Vec::new();
     }
+    // A pass over every lease, at most once per tick and only once the earliest deadline
+    // known passed (keepalives only push deadlines later, so it is a lower bound).
     let lapsed: Vec<Key> =
         st.regs.iter().filter(|(_, e)| e.expires <= now).map(|(k, _)| k.clone()).collect();
     for key in &lapsed {
@@ -465,7 +657,7 @@ fn expire(st: &mut State, now: Instant) -> bool {
         tracing::info!(cluster = key.0, member = key.1, "lease lapsed: member removed");
     }
     st.next_expiry = st.regs.values().map(|e| e.expires).min();
-    !lapsed.is_empty()
+    lapsed
 }
 
 /// The registered members by cluster, and their number.
@@ -475,6 +667,29 @@ fn registered(st: &State) -> (Registered, usize) {
         registered.entry(cluster.clone()).or_default().push(e.member.clone());
     }
     (registered, st.regs.len())
+}
+
+/// The registered members of `cluster`, in name order (a range of the map: the cluster's
+/// size, not the registry's).
+fn members_of(st: &State, cluster: &str) -> Vec<MemberSpec> {
+    st.regs
+        .range((cluster.to_owned(), String::new())..)
+        .take_while(|((c, _), _)| c == cluster)
+        .map(|(_, e)| e.member.clone())
+        .collect()
+}
+
+/// `e` of `cluster` as the snapshot and the log store it.
+fn saved<'a>(cluster: &'a str, e: &'a Entry) -> SavedRef<'a> {
+    SavedRef {
+        cluster,
+        name: &e.member.name,
+        address: &e.member.address,
+        weight: e.member.weight,
+        group: e.member.group.as_deref(),
+        ttl_ms: e.ttl.as_millis() as u64,
+        lease: e.lease.to_string(),
+    }
 }
 
 fn parse_lease(lease: &str) -> Result<u64, RegistryError> {
@@ -524,72 +739,136 @@ fn remove_stale_temporaries(path: &Path) {
     }
 }
 
-/// Reads the snapshot, checking every entry as the API checks a registration.
-fn load_snapshot(path: &Path, st: &mut State) -> Result<(), StartError> {
+/// A stored registration checked as the API checks one, with a fresh lease deadline.
+fn restore(r: SavedRegistration, now: Instant) -> Result<(Key, Entry), String> {
+    let ttl = Duration::from_millis(r.ttl_ms);
+    registry::check_name("service", &r.cluster)
+        .and_then(|()| registry::check_name("member", &r.name))
+        .and_then(|()| registry::check_address(&r.address))
+        .and_then(|()| registry::check_weight(r.weight))
+        .and_then(|()| {
+            r.group.as_deref().map_or(Ok(()), |g| registry::check_name("field `group`", g))
+        })
+        .and_then(|()| registry::check_ttl(ttl))?;
+    let lease = match r.lease.parse::<u64>() {
+        Ok(l) if l != 0 => l,
+        _ => return Err(format!("lease `{}` is not a non-zero number", r.lease)),
+    };
+    let key = (r.cluster, r.name.clone());
+    let member = MemberSpec {
+        name: r.name,
+        address: r.address,
+        weight: r.weight,
+        group: r.group,
+        admin: AdminState::Active,
+    };
+    Ok((key, Entry { member, lease, ttl, expires: now + ttl }))
+}
+
+/// Reads the snapshot, checking every entry as the API checks a registration; returns the last
+/// log batch it holds and its size in bytes (0 and 0 when there is no file).
+fn load_snapshot(path: &Path, st: &mut State) -> Result<(u64, u64), StartError> {
     let failed = |reason: String| StartError::Snapshot { path: path.to_owned(), reason };
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((0, 0)),
         Err(e) => return Err(failed(format!("cannot read: {e}"))),
     };
     let file: SnapshotFile =
         serde_json::from_str(&text).map_err(|e| failed(format!("invalid: {e}")))?;
     let now = Instant::now();
     for (i, r) in file.registrations.into_iter().enumerate() {
-        let bad = |what: String| {
-            failed(format!("registrations[{i}] (`{}` in `{}`): {what}", r.name, r.cluster))
-        };
-        let ttl = Duration::from_millis(r.ttl_ms);
-        let checks = registry::check_name("service", &r.cluster)
-            .and_then(|()| registry::check_name("member", &r.name))
-            .and_then(|()| registry::check_address(&r.address))
-            .and_then(|()| registry::check_weight(r.weight))
-            .and_then(|()| {
-                r.group.as_deref().map_or(Ok(()), |g| registry::check_name("field `group`", g))
-            })
-            .and_then(|()| registry::check_ttl(ttl));
-        checks.map_err(bad)?;
-        let lease = match r.lease.parse::<u64>() {
-            Ok(l) if l != 0 => l,
-            _ => return Err(bad(format!("lease `{}` is not a non-zero number", r.lease))),
-        };
-        if st.leases.contains_key(&lease) {
-            return Err(bad(format!("lease `{lease}` is used twice")));
+        let what = format!("registrations[{i}] (`{}` in `{}`)", r.name, r.cluster);
+        let bad = |why: String| failed(format!("{what}: {why}"));
+        let (key, entry) = restore(r, now).map_err(bad)?;
+        if st.leases.contains_key(&entry.lease) {
+            return Err(bad(format!("lease `{}` is used twice", entry.lease)));
         }
-        let key = (r.cluster.clone(), r.name.clone());
         if st.regs.contains_key(&key) {
             return Err(bad("the member is registered twice".to_owned()));
         }
-        let member = MemberSpec {
-            name: r.name,
-            address: r.address,
-            weight: r.weight,
-            group: r.group,
-            admin: AdminState::Active,
-        };
-        insert(st, key, Entry { member, lease, ttl, expires: now + ttl });
+        insert(st, key, entry);
     }
-    Ok(())
+    Ok((file.seq, text.len() as u64))
 }
 
-/// The snapshot's text: JSON, one registration per line.
-fn snapshot_text(st: &State) -> String {
+/// What replaying the log found.
+#[derive(Debug, Default)]
+struct Replay {
+    /// The last batch in the log (0: none).
+    seq: u64,
+    /// The log's bytes up to its torn end, if any.
+    len: u64,
+    replayed: usize,
+    /// Batches the snapshot already holds (a crash between a snapshot and emptying the log).
+    skipped: usize,
+    /// A torn last record: its offset and length.
+    torn: Option<(u64, u64)>,
+}
+
+/// Replays the log `path` (if it exists) over the snapshot holding batches up to
+/// `snapshot_seq`, checking every registration as the API does.
+fn replay_log(path: &Path, snapshot_seq: u64, st: &mut State) -> Result<Replay, StartError> {
+    let failed = |offset: u64, reason: String| StartError::Log {
+        path: path.to_owned(),
+        offset,
+        reason: format!("record at byte offset {offset}: {reason}"),
+    };
+    let bytes = match std::fs::read(path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Replay::default()),
+        Err(e) => {
+            let reason = format!("cannot read: {e}");
+            return Err(StartError::Log { path: path.to_owned(), offset: 0, reason });
+        }
+    };
+    let read = journal::read(&bytes).map_err(|c| failed(c.offset, c.reason))?;
+    let mut replay = Replay {
+        len: read.torn.map_or(bytes.len() as u64, |(offset, _)| offset),
+        torn: read.torn,
+        ..Replay::default()
+    };
+    let now = Instant::now();
+    for record in read.records {
+        replay.seq = record.seq;
+        if record.seq <= snapshot_seq {
+            replay.skipped += 1;
+            continue;
+        }
+        replay.replayed += 1;
+        for (i, change) in record.changes.into_iter().enumerate() {
+            match change {
+                Change::Put(r) => {
+                    let what = format!(
+                        "batch {}, change {i} (`{}` in `{}`)",
+                        record.seq, r.name, r.cluster
+                    );
+                    let bad = |why: String| failed(record.offset, format!("{what}: {why}"));
+                    let (key, entry) = restore(r, now).map_err(bad)?;
+                    remove(st, &key);
+                    if st.leases.contains_key(&entry.lease) {
+                        return Err(bad(format!("lease `{}` is used twice", entry.lease)));
+                    }
+                    insert(st, key, entry);
+                }
+                Change::Del { cluster, name } => {
+                    remove(st, &(cluster, name));
+                }
+            }
+        }
+    }
+    Ok(replay)
+}
+
+/// The snapshot's text, holding batches up to `seq`: JSON, one registration per line.
+fn snapshot_text(st: &State, seq: u64) -> String {
     let mut text = String::with_capacity(64 + st.regs.len() * 160);
-    text.push_str("{\"registrations\": [");
+    text.push_str(&format!("{{\"seq\": {seq}, \"registrations\": ["));
     for (i, ((cluster, _), e)) in st.regs.iter().enumerate() {
-        // Borrowed: no copy of the strings for each entry of each write.
-        let saved = SavedRef {
-            cluster,
-            name: &e.member.name,
-            address: &e.member.address,
-            weight: e.member.weight,
-            group: e.member.group.as_deref(),
-            ttl_ms: e.ttl.as_millis() as u64,
-            lease: e.lease.to_string(),
-        };
         text.push_str(if i == 0 { "\n  " } else { ",\n  " });
-        // Plain strings and numbers into a String: serialising cannot fail.
-        if let Ok(line) = serde_json::to_string(&saved) {
+        // Borrowed: no copy of the strings for each entry of each write. Plain strings and
+        // numbers into a String: serialising cannot fail.
+        if let Ok(line) = serde_json::to_string(&saved(cluster, e)) {
             text.push_str(&line);
         }
     }
@@ -607,14 +886,31 @@ fn save_snapshot(path: &Path, text: &str) -> Result<(), String> {
         f.write_all(text.as_bytes())?;
         f.sync_all()?;
         std::fs::rename(&tmp, path)?;
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::File::open(dir)?.sync_all()?;
-        }
-        Ok(())
+        sync_parent(path)
     };
     write().map_err(|e| {
         // A temporary left by a failed write (the rename failed) goes now, not at next start.
         let _ = std::fs::remove_file(&tmp);
         format!("naming snapshot {}: cannot write: {e}", path.display())
     })
+}
+
+/// Empties the log (if there is one) and syncs it.
+fn empty_log(log: &Path) -> std::io::Result<()> {
+    match std::fs::OpenOptions::new().write(true).open(log) {
+        Ok(f) => {
+            f.set_len(0)?;
+            f.sync_all()
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Syncs the directory holding `path` (a rename or a new file in it made durable).
+fn sync_parent(path: &Path) -> std::io::Result<()> {
+    match path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        Some(dir) => std::fs::File::open(dir)?.sync_all(),
+        None => std::fs::File::open(".")?.sync_all(),
+    }
 }

@@ -4,7 +4,8 @@
 //!   pickers the router uses: one member chosen by the cluster's policy ([`answer::lookup`]), or
 //!   every eligible member with the policy and the view id ([`answer::answer`]).
 //! - [`registry`]: registrations with TTL leases, fed into the live view as registered members;
-//!   an embedded backend ([`embedded`], optionally snapshotted to a file) and an etcd backend
+//!   an embedded backend ([`embedded`], optionally kept in a snapshot file and an append-only
+//!   log beside it, `journal`) and an etcd backend
 //!   (`etcd`, feature `etcd`) that a tier of routers shares.
 //! - [`api`]: the HTTP API on the naming listener (lookup, full answer, register, keepalive,
 //!   deregister, watch).
@@ -15,6 +16,7 @@
 pub mod answer;
 pub mod api;
 pub mod embedded;
+mod journal;
 pub mod registry;
 
 #[cfg(feature = "dns")]

@@ -1,8 +1,9 @@
 //! Registrations with leases, behind one interface over the backends: [`Registry::Embedded`]
 //! (in-process, the default) and `Registry::Etcd` (feature `etcd`, shared by a tier of
-//! routers). A backend owns the registrations and feeds the whole set into the live view with
-//! `Live::set_registered` whenever it changes (and the etcd backend feeds the tier's shared
-//! configuration with `Live::set_shared`).
+//! routers). A backend owns the registrations and feeds them into the live view: the embedded
+//! one the member lists of the clusters a batch changed (`Live::update_registered`), the etcd
+//! one the whole set whenever it changes (`Live::set_registered`), and the tier's shared
+//! configuration (`Live::set_shared`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -111,6 +112,18 @@ pub enum StartError {
         /// The snapshot file.
         path: std::path::PathBuf,
         /// What is wrong with it (the entry, for an invalid one).
+        reason: String,
+    },
+    /// The snapshot's log cannot be read, or a record before its last one is damaged, or a
+    /// record holds an entry the API would refuse (the file is left untouched). A damaged last
+    /// record is a torn write, ignored and reported instead.
+    #[error("naming log {path}: {reason}")]
+    Log {
+        /// The log file.
+        path: std::path::PathBuf,
+        /// Where the bad record starts (0 when the file cannot be read at all).
+        offset: u64,
+        /// What is wrong: `record at byte offset N: ...`, or `cannot read: ...`.
         reason: String,
     },
     /// A backend this build leaves out.

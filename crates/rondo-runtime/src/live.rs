@@ -23,14 +23,26 @@ pub struct Snapshot {
     pub view: Arc<View>,
     /// Cluster state by name.
     pub clusters: HashMap<String, Arc<ClusterRt>>,
-    /// The names of registered (not configured) members, by cluster.
-    pub registered: BTreeMap<String, BTreeSet<String>>,
+    /// The names of registered (not configured) members, by cluster (shared between
+    /// snapshots: a registration replaces one cluster's set, not a copy of every set).
+    pub registered: BTreeMap<String, Arc<BTreeSet<String>>>,
 }
 
 impl Snapshot {
     /// Whether `member` of `cluster` came from the registry rather than the configuration.
     pub fn is_registered(&self, cluster: &str, member: &str) -> bool {
         self.registered.get(cluster).is_some_and(|m| m.contains(member))
+    }
+
+    /// Whether `member` is one of `cluster`'s configured members (not a registered one). The
+    /// configured members come first in the cluster's member list and the registered ones after
+    /// them, so only the configured ones are looked at, however many are registered (a
+    /// registration's check on the naming API's request path).
+    pub fn is_configured(&self, cluster: &str, member: &str) -> bool {
+        let Some(spec) = self.view.clusters.get(cluster) else { return false };
+        let registered = self.registered.get(cluster).map_or(0, |m| m.len());
+        let configured = spec.members.len().saturating_sub(registered);
+        spec.members[..configured].iter().any(|m| m.name == member)
     }
 }
 
@@ -407,32 +419,41 @@ impl Layers {
 
     /// The view in effect: the configuration with registered members appended to their
     /// clusters (a registered name that a configured member already has is left out).
-    fn compose(&self) -> (View, BTreeMap<String, BTreeSet<String>>) {
+    fn compose(&self) -> (View, BTreeMap<String, Arc<BTreeSet<String>>>) {
         let mut view = self.configured().clone();
         let mut names = BTreeMap::new();
         for (cluster, members) in &self.registered {
             let Some(spec) = view.clusters.get_mut(cluster) else { continue };
-            let mut added: BTreeSet<String> = BTreeSet::new();
-            let mut with = (**spec).clone();
-            // The configured names once, not a scan of the growing member list per registered
-            // member (quadratic: 10,000 registrations made every view swap take ~100 ms).
-            let configured: HashSet<&str> = spec.members.iter().map(|c| c.name.as_str()).collect();
-            with.members.reserve(members.len());
-            for m in members {
-                if configured.contains(m.name.as_str()) || added.contains(&m.name) {
-                    tracing::debug!(cluster, member = m.name, "registered name is configured");
-                    continue;
-                }
-                added.insert(m.name.clone());
-                with.members.push(m.clone());
-            }
-            if !added.is_empty() {
-                *spec = Arc::new(with);
+            if let Some((with, added)) = with_registered(spec, members) {
+                *spec = with;
                 names.insert(cluster.clone(), added);
             }
         }
         (view, names)
     }
+}
+
+/// `spec` with the registered `members` appended (a name it already has is left out), and the
+/// names added; `None` when none is. Linear in the cluster, whatever the other clusters hold.
+fn with_registered(
+    spec: &Arc<ClusterSpec>,
+    members: &[MemberSpec],
+) -> Option<(Arc<ClusterSpec>, Arc<BTreeSet<String>>)> {
+    let mut added: BTreeSet<String> = BTreeSet::new();
+    let mut with = (**spec).clone();
+    // The configured names once, not a scan of the growing member list per registered member
+    // (quadratic: 10,000 registrations made every view swap take ~100 ms).
+    let configured: HashSet<&str> = spec.members.iter().map(|c| c.name.as_str()).collect();
+    with.members.reserve(members.len());
+    for m in members {
+        // One search of the set per member (`insert` says whether the name was new).
+        if configured.contains(m.name.as_str()) || !added.insert(m.name.clone()) {
+            tracing::debug!(cluster = spec.name, member = m.name, "registered name is configured");
+            continue;
+        }
+        with.members.push(m.clone());
+    }
+    (!added.is_empty()).then(|| (Arc::new(with), Arc::new(added)))
 }
 
 impl Live {
@@ -590,6 +611,68 @@ impl Live {
         self.swap(&layers, 0)
     }
 
+    /// Replaces the registered members of the clusters in `changes` only (an empty list: the
+    /// cluster has none left) and swaps in a view in which only those clusters are rebuilt
+    /// (their spec composed again, their runtime carried over); every other cluster keeps its
+    /// spec and its runtime (the same `Arc`s: balancer state, probe task, data-plane cache), so
+    /// the cost is the changed clusters' size, not the whole view's. Returns the new snapshot
+    /// and the cluster runtimes it built, whose probes the caller starts
+    /// ([`crate::probe::spawn_clusters`]).
+    pub fn update_registered(
+        &self,
+        changes: Vec<(String, Vec<MemberSpec>)>,
+    ) -> (Arc<Snapshot>, Vec<Arc<ClusterRt>>) {
+        let mut layers = self.layers();
+        let mut changed = Vec::with_capacity(changes.len());
+        for (cluster, members) in changes {
+            if members.is_empty() {
+                layers.registered.remove(&cluster);
+            } else {
+                layers.registered.insert(cluster.clone(), members);
+            }
+            changed.push(cluster);
+        }
+        let old = self.current.load_full();
+        // The previous view was composed from these same layers (every change to them swaps a
+        // view in under this lock), so only the changed clusters need composing again.
+        let mut view = View {
+            id: old.view.id + 1,
+            routes: old.view.routes.clone(),
+            clusters: old.view.clusters.clone(),
+        };
+        let mut registered = old.registered.clone();
+        let mut clusters = old.clusters.clone();
+        let mut built = Vec::with_capacity(changed.len());
+        let now = clock::now();
+        for name in changed {
+            let Some(configured) = layers.configured().clusters.get(&name) else {
+                // Registered into a cluster the configuration does not have: kept for when it
+                // does, as `compose` does.
+                continue;
+            };
+            let spec =
+                match layers.registered.get(&name).and_then(|m| with_registered(configured, m)) {
+                    Some((spec, added)) => {
+                        registered.insert(name.clone(), added);
+                        spec
+                    }
+                    None => {
+                        registered.remove(&name);
+                        configured.clone()
+                    }
+                };
+            view.clusters.insert(name.clone(), spec.clone());
+            let rt = self.runtime_for(&spec, old.clusters.get(&name), now);
+            clusters.insert(name, rt.clone());
+            built.push(rt);
+        }
+        let id = view.id;
+        let snapshot = Arc::new(Snapshot { view: Arc::new(view), clusters, registered });
+        self.current.store(snapshot.clone());
+        self.view_id.send_replace(id);
+        (snapshot, built)
+    }
+
     /// Composes the layers and swaps the result in, with an id above the current one.
     fn swap(&self, layers: &Layers, id: u64) -> Arc<Snapshot> {
         let (mut view, registered) = layers.compose();
@@ -602,35 +685,38 @@ impl Live {
         let clusters: HashMap<String, Arc<ClusterRt>> = view
             .clusters
             .iter()
-            .map(|(name, spec)| {
-                let rt = match old.clusters.get(name) {
-                    // Copy the state and link the successor under the old runtime's lock, so
-                    // no request can end on the old runtime after its counts were copied.
-                    Some(prev) => prev.with(|b| {
-                        let balancer = Balancer::carry_over(spec.clone(), b, now);
-                        let rt =
-                            ClusterRt::new(balancer, self.metrics.clone(), self.signal.clone());
-                        let rt = Arc::new(rt);
-                        let _ = prev.successor.set(rt.clone());
-                        rt
-                    }),
-                    None => {
-                        let balancer = Balancer::new(spec.clone(), now);
-                        Arc::new(ClusterRt::new(
-                            balancer,
-                            self.metrics.clone(),
-                            self.signal.clone(),
-                        ))
-                    }
-                };
-                (name.clone(), rt)
-            })
+            .map(|(name, spec)| (name.clone(), self.runtime_for(spec, old.clusters.get(name), now)))
             .collect();
         let id = view.id;
         let snapshot = Arc::new(Snapshot { view: Arc::new(view), clusters, registered });
         self.current.store(snapshot.clone());
         self.view_id.send_replace(id);
         snapshot
+    }
+
+    /// The runtime of `spec` in a new view: `prev`'s state carried over when the cluster was
+    /// in the previous view, else a fresh one.
+    fn runtime_for(
+        &self,
+        spec: &Arc<ClusterSpec>,
+        prev: Option<&Arc<ClusterRt>>,
+        now: rondo_core::Instant,
+    ) -> Arc<ClusterRt> {
+        match prev {
+            // Copy the state and link the successor under the old runtime's lock, so no
+            // request can end on the old runtime after its counts were copied.
+            Some(prev) => prev.with(|b| {
+                let balancer = Balancer::carry_over(spec.clone(), b, now);
+                let rt =
+                    Arc::new(ClusterRt::new(balancer, self.metrics.clone(), self.signal.clone()));
+                let _ = prev.successor.set(rt.clone());
+                rt
+            }),
+            None => {
+                let balancer = Balancer::new(spec.clone(), now);
+                Arc::new(ClusterRt::new(balancer, self.metrics.clone(), self.signal.clone()))
+            }
+        }
     }
 }
 
@@ -794,6 +880,50 @@ mod tests {
         let snap = live.apply(base);
         assert_eq!(names(&snap), ["a", "b", "r1"]);
         assert!(rx.has_changed().unwrap());
+    }
+
+    /// A registration rebuilds its own cluster only: every other cluster keeps its spec and its
+    /// runtime (the same `Arc`s), and the result is the view `set_registered` composes.
+    #[test]
+    fn a_registration_rebuilds_only_its_own_cluster() {
+        let live = live();
+        live.update_configured(|v| {
+            let mut d = (*v.clusters["c"]).clone();
+            d.name = "d".into();
+            v.clusters.insert("d".into(), Arc::new(d));
+            Ok::<(), ()>(())
+        })
+        .unwrap();
+        let before = live.load();
+        let mut rx = live.subscribe();
+        let (snap, built) = live.update_registered(vec![("c".into(), vec![member("r1")])]);
+        assert_eq!(names(&snap), ["a", "b", "r1"]);
+        assert!(snap.is_registered("c", "r1"));
+        assert!(snap.is_configured("c", "a") && snap.is_configured("c", "b"));
+        assert!(!snap.is_configured("c", "r1") && !snap.is_configured("nope", "a"));
+        assert_eq!(built.len(), 1);
+        assert!(Arc::ptr_eq(&built[0], &snap.clusters["c"]));
+        assert!(before.clusters["c"].is_retired(), "c's runtime is replaced");
+        assert!(Arc::ptr_eq(&before.clusters["d"], &snap.clusters["d"]), "d's runtime is kept");
+        assert!(Arc::ptr_eq(&before.view.clusters["d"], &snap.view.clusters["d"]));
+        assert!(!before.clusters["d"].is_retired());
+        assert!(snap.view.id > before.view.id);
+        assert_eq!(*rx.borrow_and_update(), snap.view.id);
+
+        // A configured name is left out, as a whole composition does; the layers agree.
+        let (snap, _) = live.update_registered(vec![("c".into(), vec![member("r1"), member("a")])]);
+        assert_eq!(names(&snap), ["a", "b", "r1"]);
+        let whole = live.apply(live.configured());
+        assert_eq!(names(&whole), names(&snap));
+        assert_eq!(whole.registered, snap.registered);
+
+        // Its last registered member gone, the cluster is its configured self again.
+        let (snap, _) = live.update_registered(vec![("c".into(), vec![])]);
+        assert_eq!(names(&snap), ["a", "b"]);
+        assert!(!snap.is_registered("c", "r1") && snap.registered.is_empty());
+        // A cluster the configuration lacks: kept in the layers, in no view.
+        let (snap, built) = live.update_registered(vec![("nope".into(), vec![member("x")])]);
+        assert!(built.is_empty() && !snap.view.clusters.contains_key("nope"));
     }
 
     #[test]

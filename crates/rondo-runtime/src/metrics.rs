@@ -352,6 +352,12 @@ pub struct Metrics {
     pub registry_resyncs: Counter,
     /// Registered members known (`rondo_registry_registrations`).
     pub registrations: Gauge,
+    /// Bytes the embedded registry wrote to its log and snapshots
+    /// (`rondo_registry_bytes_written_total`): flat per registration, whatever the registry's
+    /// size.
+    pub registry_bytes_written: Counter,
+    /// Snapshots the embedded registry wrote to fold its log (`rondo_registry_compactions_total`).
+    pub registry_compactions: Counter,
     /// Messages from load agents by kind and result (`rondo_agent_messages_total`); the agent
     /// receiver counts into them ([`Metrics::agent_counter`]).
     pub agent_messages: Family<AgentLabels, Counter>,
@@ -411,6 +417,8 @@ impl Metrics {
             registry_connected: Gauge::default(),
             registry_resyncs: Counter::default(),
             registrations: Gauge::default(),
+            registry_bytes_written: Counter::default(),
+            registry_compactions: Counter::default(),
             agent_messages: Family::default(),
             router_responses: Family::default(),
             bytes_in: Family::default(),
@@ -524,6 +532,16 @@ impl Metrics {
             "registry_registrations",
             "Members registered with the naming service",
             m.registrations.clone(),
+        );
+        r.register(
+            "registry_bytes_written",
+            "Bytes the embedded naming registry wrote (log appends and snapshots)",
+            m.registry_bytes_written.clone(),
+        );
+        r.register(
+            "registry_compactions",
+            "Snapshots the embedded naming registry wrote to fold its log",
+            m.registry_compactions.clone(),
         );
         r.register(
             "agent_messages",

@@ -23,7 +23,13 @@ use crate::live::{ClusterRt, Snapshot};
 
 /// Starts the probe tasks of every cluster in `snapshot` that needs them.
 pub fn spawn(snapshot: &Snapshot) {
-    for rt in snapshot.clusters.values() {
+    spawn_clusters(snapshot.clusters.values());
+}
+
+/// Starts the probe tasks of the cluster runtimes `clusters` that need them (the ones a view
+/// swap built: a cluster it kept keeps its running task).
+pub fn spawn_clusters<'a>(clusters: impl IntoIterator<Item = &'a Arc<ClusterRt>>) {
+    for rt in clusters {
         let policy = &rt.spec.policy;
         let (check, judge) = match &policy.health {
             Some(h) => (h.clone(), true),

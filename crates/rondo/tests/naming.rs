@@ -611,8 +611,8 @@ async fn a_concurrent_burst_of_registrations_is_all_acknowledged_visible_and_wri
             assert_eq!(r.status, StatusCode::OK, "{}", r.body);
             // Acknowledged means visible and durable already: no polling.
             assert!(s.router.live.load().is_registered("c", &name), "{name} not in the view");
-            let text = std::fs::read_to_string(&file).expect("snapshot");
-            assert!(text.contains(&format!("\"name\":\"{name}\"")), "{name} not in the snapshot");
+            let text = on_disk(&file);
+            assert!(text.contains(&format!("\"name\":\"{name}\"")), "{name} not on disk");
         });
     }
     let deadline = Instant::now() + Duration::from_secs(120);
@@ -665,12 +665,23 @@ async fn the_bearer_scheme_is_case_insensitive() {
     assert_eq!(status, StatusCode::OK, "{v}");
 }
 
-/// A snapshot whose path's temporary file cannot be created (a directory has its name; the
-/// tests run as root, so permissions would not stop the write).
+/// The snapshot and its log, as one text (a registration is in one or the other).
+fn on_disk(snapshot: &std::path::Path) -> String {
+    let mut text = std::fs::read_to_string(snapshot).expect("snapshot");
+    let log = format!("{}.log", snapshot.display());
+    text.push_str(&std::fs::read_to_string(log).unwrap_or_default());
+    text
+}
+
+/// Writes fail: the log is `/dev/full` (every write: no space left) and the snapshot's
+/// temporary file cannot be created (a directory has its name; the tests run as root, so
+/// permissions would not stop the write). A failed append makes the next batch go to a new
+/// snapshot, so both are needed for the deregistration to fail too.
 #[tokio::test]
-async fn a_failed_snapshot_write_answers_503_and_keeps_nothing() {
+async fn a_failed_write_answers_503_and_keeps_nothing() {
     let dir = common::TempDir::new("naming-fail");
     let file = dir.0.join("registry.json");
+    let log = dir.0.join("registry.json.log");
     let s = Setup::with_registry(
         "members = [{ name = \"m1\", address = \"127.0.0.1:1\" }]",
         limits(10, 10),
@@ -680,6 +691,8 @@ async fn a_failed_snapshot_write_answers_503_and_keeps_nothing() {
     assert_eq!(s.put("kept", "127.0.0.2:80").await.status, StatusCode::OK);
     let tmp = dir.0.join(format!("registry.tmp.{}", std::process::id()));
     std::fs::create_dir(&tmp).unwrap();
+    let _ = std::fs::remove_file(&log);
+    std::os::unix::fs::symlink("/dev/full", &log).unwrap();
     let r = s.put("lost", "127.0.0.2:81").await;
     assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{}", r.body);
     assert!(r.error().contains("cannot write"), "{}", r.body);
@@ -694,10 +707,13 @@ async fn a_failed_snapshot_write_answers_503_and_keeps_nothing() {
     assert!(text.contains("\"kept\"") && !text.contains("\"lost\""), "{text}");
 
     std::fs::remove_dir(&tmp).unwrap();
+    std::fs::remove_file(&log).unwrap();
     assert_eq!(s.put("lost", "127.0.0.2:81").await.status, StatusCode::OK);
     assert_eq!(s.listed().await, ["m1", "kept", "lost"]);
     let status = s.get("/v1/status").await;
     assert_eq!(status.body["registry"]["last_error"], Value::Null, "{}", status.body);
+    let text = on_disk(&file);
+    assert!(text.contains("\"kept\"") && text.contains("\"lost\""), "{text}");
 }
 
 fn snapshot_entry(name: &str, address: &str, weight: u64, ttl_ms: u64) -> Value {
@@ -919,4 +935,197 @@ fn ten_thousand_registrations_are_all_visible_and_survive_a_restart() {
     let names = count(api);
     assert_eq!(names.len(), N + 1, "all came back from the snapshot");
     assert!((0..N).all(|i| names.contains(&format!("r{i}"))));
+}
+
+/// `kill -9` in the middle of a stream of registrations: every registration answered 200 before
+/// the kill is back after a restart (replayed from the log: the kill comes long before the log
+/// is folded into a snapshot), and the registry starts (a record torn by the kill is ignored).
+#[test]
+fn kill_9_during_registrations_loses_nothing_acknowledged() {
+    const MAX: usize = 5_000;
+    let dir = TempDir::new("naming-kill");
+    let config = dir.0.join("rondo.toml");
+    std::fs::write(
+        &config,
+        "[cluster.c]\nmembers = [{ name = \"m1\", address = \"127.0.0.1:1\" }]\n\n\
+         [naming]\nlisten = \"127.0.0.1:0\"\nsnapshot = \"registry.json\"\n",
+    )
+    .unwrap();
+    let rt =
+        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let serve = || {
+        let mut p = Proc::start(&["serve", "--config", config.to_str().unwrap()]);
+        let addr = p.addr_after("rondo: naming API (registry embedded) on");
+        (p, addr)
+    };
+    let (mut first, api) = serve();
+    let acked: Arc<std::sync::Mutex<Vec<String>>> = Arc::default();
+    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let workers = rt.block_on(async {
+        let client =
+            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+                .build_http::<http_body_util::Full<bytes::Bytes>>();
+        let mut workers = tokio::task::JoinSet::new();
+        for _ in 0..16 {
+            let (client, next, acked) = (client.clone(), next.clone(), acked.clone());
+            workers.spawn(async move {
+                loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    if i >= MAX {
+                        return;
+                    }
+                    let body = json!({
+                        "address": format!("127.0.{}.{}:8080", 1 + i / 250, 1 + i % 250),
+                        "ttl_ms": 3_600_000
+                    });
+                    let req =
+                        http::Request::put(format!("http://{api}/v1/services/c/members/k{i}"))
+                            .body(http_body_util::Full::new(bytes::Bytes::from(body.to_string())))
+                            .unwrap();
+                    let answer =
+                        tokio::time::timeout(Duration::from_secs(10), client.request(req)).await;
+                    match answer {
+                        Ok(Ok(resp)) if resp.status() == StatusCode::OK => {
+                            acked.lock().unwrap().push(format!("k{i}"));
+                        }
+                        // The kill: connection refused or reset, or no answer.
+                        _ => return,
+                    }
+                }
+            });
+        }
+        workers
+    });
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while acked.lock().unwrap().len() < 300 {
+        assert!(Instant::now() < deadline, "300 registrations within 60 s");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    first.kill();
+    rt.block_on(async {
+        let mut workers = workers;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while let Some(done) = tokio::time::timeout_at(deadline.into(), workers.join_next())
+            .await
+            .expect("the workers stop within 30 s of the kill")
+        {
+            done.expect("registration worker");
+        }
+    });
+    let acked = acked.lock().unwrap().clone();
+    let log = std::fs::metadata(dir.0.join("registry.json.log")).map_or(0, |m| m.len());
+    assert!(log > 0, "the registrations were in the log when the process was killed");
+
+    let (_second, api) = serve();
+    let names: std::collections::HashSet<String> = rt.block_on(async {
+        let (status, _, v) =
+            json_call(Method::GET, &format!("http://{api}/v1/services/c"), &[], None).await;
+        assert_eq!(status, StatusCode::OK, "{v}");
+        v["members"].as_array().unwrap().iter().map(|m| name(m).to_owned()).collect()
+    });
+    let lost: Vec<&String> = acked.iter().filter(|n| !names.contains(*n)).collect();
+    assert!(lost.is_empty(), "{} of {} acknowledged lost: {lost:?}", lost.len(), acked.len());
+    // Nothing that was never asked for.
+    assert!(names.iter().all(|n| n == "m1" || n.starts_with('k')), "{names:?}");
+}
+
+/// A log line `CRC JSON` as the embedded registry writes it (CRC-32, IEEE).
+fn log_line(json: &str) -> String {
+    let mut c = !0u32;
+    for &b in json.as_bytes() {
+        c ^= u32::from(b);
+        for _ in 0..8 {
+            c = if c & 1 != 0 { 0xEDB8_8320 ^ (c >> 1) } else { c >> 1 };
+        }
+    }
+    format!("{:08x} {json}\n", !c)
+}
+
+/// `rondo serve` and the log: a damaged record before the last stops the start, naming the log
+/// and the offset; a torn last record is ignored, reported on stderr, and the records before
+/// it come back.
+#[test]
+fn rondo_serve_refuses_a_corrupt_log_and_reports_a_torn_one() {
+    let dir = TempDir::new("naming-log-serve");
+    let config = dir.0.join("rondo.toml");
+    std::fs::write(
+        &config,
+        "[cluster.c]\nmembers = [{ name = \"m1\", address = \"127.0.0.1:1\" }]\n\n\
+         [naming]\nlisten = \"127.0.0.1:0\"\nsnapshot = \"registry.json\"\n",
+    )
+    .unwrap();
+    let log = dir.0.join("registry.json.log");
+    let put = |seq: u64, name: &str| {
+        log_line(&format!(
+            r#"{{"seq":{seq},"changes":[{{"put":{{"cluster":"c","name":"{name}","address":"127.0.0.2:80","weight":100,"group":null,"ttl_ms":60000,"lease":"{seq}"}}}}]}}"#
+        ))
+    };
+    let (one, two) = (put(1, "l1"), put(2, "l2"));
+    let start = || {
+        std::process::Command::new(common::BIN)
+            .args(["serve", "--config", config.to_str().unwrap()])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("start rondo serve")
+    };
+
+    // The first record damaged (one byte of its JSON), the second whole: refused.
+    let mut bad = one.clone().into_bytes();
+    bad[30] ^= 0x01;
+    bad.extend_from_slice(two.as_bytes());
+    std::fs::write(&log, &bad).unwrap();
+    let mut guard = common::ChildGuard(start());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(s) = guard.0.try_wait().unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "rondo serve did not refuse to start");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(!status.success());
+    let mut err = String::new();
+    std::io::Read::read_to_string(guard.0.stderr.as_mut().unwrap(), &mut err).unwrap();
+    let want = format!("naming log {}: record at byte offset 0: checksum mismatch", log.display());
+    assert!(err.contains(&want), "{err}");
+    assert_eq!(std::fs::read(&log).unwrap(), bad, "the log is left alone");
+
+    // The first record whole, the second cut short: started, reported, `l1` back.
+    let mut torn = one.clone().into_bytes();
+    torn.extend_from_slice(&two.as_bytes()[..two.len() / 2]);
+    std::fs::write(&log, &torn).unwrap();
+    let mut child = start();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufRead::lines(std::io::BufReader::new(stderr)).map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let mut serve = Proc::from_child(child);
+    let api = serve.addr_after("rondo: naming API (registry embedded) on");
+    let want = format!(
+        "naming log {}: torn last record at byte offset {} ({} bytes) ignored",
+        log.display(),
+        one.len(),
+        two.len() / 2
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let line = rx.recv_timeout(left).expect("the torn record is reported on stderr");
+        if line.contains(&want) {
+            break;
+        }
+    }
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let (status, _, v) =
+        rt.block_on(json_call(Method::GET, &format!("http://{api}/v1/services/c"), &[], None));
+    assert_eq!(status, StatusCode::OK, "{v}");
+    let names: Vec<&str> = v["members"].as_array().unwrap().iter().map(name).collect();
+    assert_eq!(names, ["m1", "l1"]);
 }

@@ -3,8 +3,9 @@
 //!
 //! It starts a `rondo member` and a `rondo serve` (any build, `--rondo`) with one listener routed
 //! to that member (cluster `web`) and the naming service with a snapshot file; registrations go
-//! to another cluster (`reg`), so proxied requests never pick a registered member and only feel
-//! the registrations' cost. Then:
+//! to other clusters (`reg`, or `reg0` .. with `--services`, registration `i` into service
+//! `i % services`), so proxied requests never pick a registered member and only feel the
+//! registrations' cost. Then:
 //!
 //! 1. baseline: proxied `GET /` at a fixed rate (open loop, [`rondo_bench::rate`]) in windows
 //!    of `--window-ms`, for `--baseline-secs`;
@@ -47,6 +48,10 @@ struct Args {
     #[arg(long, default_value_t = 10_000)]
     #[arg(value_parser = clap::value_parser!(u64).range(1..=100_000))]
     registrations: u64,
+    /// Services the registrations are spread over (round robin).
+    #[arg(long, default_value_t = 1)]
+    #[arg(value_parser = clap::value_parser!(u64).range(1..=1000))]
+    services: u64,
     /// Registrations in flight at once.
     #[arg(long, default_value_t = 64)]
     #[arg(value_parser = clap::value_parser!(u64).range(1..=1024))]
@@ -103,6 +108,11 @@ fn wait_listening(addr: SocketAddr) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The name of service `k` of `services`: `reg` alone, else `reg0`, `reg1`, ...
+fn service(services: u64, k: usize) -> String {
+    if services == 1 { "reg".to_owned() } else { format!("reg{}", k as u64 % services) }
+}
+
 fn main() -> ExitCode {
     let args = Args::parse();
     match run(&args) {
@@ -143,8 +153,14 @@ fn bench(args: &Args, dir: &std::path::Path) -> anyhow::Result<()> {
             "[[listener]]\nname = \"web\"\nlisten = \"{web}\"\n\n\
              [[route]]\nlistener = \"web\"\ncluster = \"web\"\n\n\
              [cluster.web]\nmembers = [{{ name = \"m1\", address = \"{member_addr}\" }}]\n\n\
-             [cluster.reg]\nmembers = [{{ name = \"seed\", address = \"127.0.0.1:9\" }}]\n\n\
-             [naming]\nlisten = \"{naming}\"\nsnapshot = \"registry.json\"\n"
+             {}\
+             [naming]\nlisten = \"{naming}\"\nsnapshot = \"registry.json\"\n",
+            (0..args.services)
+                .map(|k| format!(
+                    "[cluster.{}]\nmembers = [{{ name = \"seed\", address = \"127.0.0.1:9\" }}]\n\n",
+                    service(args.services, k as usize)
+                ))
+                .collect::<String>()
         ),
     )?;
     let mut serve = Killed(
@@ -196,6 +212,7 @@ fn bench(args: &Args, dir: &std::path::Path) -> anyhow::Result<()> {
         let start = Instant::now();
         let mut workers = tokio::task::JoinSet::new();
         let pace = args.registration_rate;
+        let services = args.services;
         for _ in 0..args.concurrency {
             let (client, next, latencies) = (client.clone(), next.clone(), latencies.clone());
             let (failures, first_failure) = (failures.clone(), first_failure.clone());
@@ -215,7 +232,8 @@ fn bench(args: &Args, dir: &std::path::Path) -> anyhow::Result<()> {
                         1 + i / 250,
                         1 + i % 250
                     );
-                    let req = Request::put(format!("http://{naming}/v1/services/reg/members/r{i}"))
+                    let svc = service(services, i);
+                    let req = Request::put(format!("http://{naming}/v1/services/{svc}/members/r{i}"))
                         .body(Full::new(Bytes::from(body)))
                         .expect("request");
                     let t = Instant::now();
@@ -305,11 +323,12 @@ fn bench(args: &Args, dir: &std::path::Path) -> anyhow::Result<()> {
         let (during_med, during_max) = windows_p99(&during);
         let proxied_errors: u64 = during.iter().map(|r| r.errors + r.timeouts + r.bad_status).sum();
         println!(
-            "Registrations: {} ({} in flight, {}) into one service, snapshot on, `{}`; proxied \
+            "Registrations: {} ({} in flight, {}) into {} service(s), snapshot on, `{}`; proxied \
              load {} req/s in {} ms windows\n",
             args.registrations,
             args.concurrency,
             if pace > 0 { format!("{pace}/s scheduled") } else { "unpaced".to_owned() },
+            args.services,
             args.rondo.display(),
             args.rate,
             args.window_ms

@@ -1,7 +1,7 @@
 //! The router's own HTTP/1.1 forwarding path, for HTTP listeners, plain or TLS: heads parsed
 //! in place ([`parse`]), chunked bodies followed byte by byte as they pass ([`chunked`]), member
 //! connections pooled per member and buffers borrowed only while a request is in flight
-//! ([`pool`]), and the connection loop ([`serve`]) that runs the same request stages as hyper's
+//! ([`pool`]), and the connection loop (`serve`) that runs the same request stages as hyper's
 //! path ([`crate::http`]) in the connection's own task.
 //!
 //! The path is chosen per connection: an HTTP listener's connections start here (on a TLS
