@@ -276,6 +276,9 @@ pub fn request(buf: &[u8], limits: Limits) -> Result<Option<RequestHead>, HeadEr
         (Coding::Invalid, None) => {
             return Err(HeadError::bad("Transfer-Encoding names chunked more than once"));
         }
+        (Coding::Empty, None) => {
+            return Err(HeadError::bad("Transfer-Encoding ends in an empty coding"));
+        }
     };
     if head.decline != Some(Decline::Http10) && hosts != 1 {
         return Err(HeadError::bad(if hosts == 0 {
@@ -341,9 +344,10 @@ pub fn response(buf: &[u8], head_request: bool) -> Result<Option<ResponseHead>, 
         match (coding, length) {
             (Coding::ChunkedLast, _) => Framing::Chunked,
             // RFC 9112 6.3: a transfer coding other than chunked last: read until close.
-            (Coding::NotChunkedLast | Coding::ChunkedNotLast | Coding::Invalid, _) => {
-                Framing::Close
-            }
+            (
+                Coding::NotChunkedLast | Coding::ChunkedNotLast | Coding::Invalid | Coding::Empty,
+                _,
+            ) => Framing::Close,
             (Coding::Absent, Some(0)) => Framing::None,
             (Coding::Absent, Some(n)) => Framing::Length(n),
             (Coding::Absent, None) => Framing::Close,
@@ -365,10 +369,19 @@ enum Coding {
     ChunkedNotLast,
     /// `chunked` twice.
     Invalid,
+    /// A field whose last list element is empty (`Transfer-Encoding: ` or `chunked, `).
+    Empty,
 }
 
 impl Coding {
     fn then(self, value: &[u8]) -> Coding {
+        // RFC 9110 5.6.1 has recipients skip empty list elements, but a reader that takes the
+        // text after the last comma as the final coding (hyper does) sees none: the message is
+        // chunked to one reader and not to the other. Such a field is refused.
+        let last = value.rsplit(|b| *b == b',').next().unwrap_or_default();
+        if last.trim_ascii().is_empty() || self == Coding::Empty {
+            return Coding::Empty;
+        }
         let mut state = self;
         for t in tokens(value) {
             let chunked = t.eq_ignore_ascii_case(b"chunked");
@@ -445,6 +458,9 @@ mod tests {
         for bad in [
             "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n",
             "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked, gzip\r\n\r\n",
+            "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: \r\n\r\n",
+            "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked, \r\n\r\n",
+            "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: ,\r\n\r\n",
             "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n",
             "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\n",
             "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: +1\r\n\r\n",
