@@ -271,8 +271,9 @@ fn corpus() -> Vec<(String, Vec<u8>)> {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../testdata/h1");
     let mut files: Vec<(String, Vec<u8>)> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .map(|f| {
-            let path = f.expect("directory entry").path();
+        .map(|f| f.expect("directory entry").path())
+        .filter(|path| path.extension().is_some_and(|e| e == "http"))
+        .map(|path| {
             let name = path.file_stem().unwrap().to_string_lossy().into_owned();
             (name, std::fs::read(&path).expect("corpus file"))
         })

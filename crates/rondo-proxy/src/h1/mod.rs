@@ -11,6 +11,7 @@
 //! are hyper's from the start.
 
 pub mod chunked;
+pub mod fuzz;
 pub mod parse;
 pub mod pool;
 pub(crate) mod serve;
