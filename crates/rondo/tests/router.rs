@@ -9,6 +9,7 @@ mod router {
     mod balancing;
     mod errors;
     mod hardening;
+    mod h1_smuggling;
     mod hardening_h2;
     mod limits;
     mod protocols;

@@ -95,7 +95,8 @@ fn response_input(input: &[u8]) {
     for head_request in [false, true] {
         let Ok(Some(head)) = parse::response(input, head_request) else { continue };
         assert!(head.len <= input.len());
-        assert!((100..=999).contains(&head.status), "status {}", head.status);
+        // Three digits, any of them (000 too): the connection loop refuses what is not 1xx-5xx.
+        assert!(head.status <= 999, "status {}", head.status);
         for f in &head.fields {
             assert!(f.name.end as usize <= head.len && f.value.end as usize <= head.len);
         }

@@ -919,7 +919,9 @@ async fn read_response_head(
                     rbuf.drain(..head.len);
                     continue;
                 }
-                Ok(Some(head)) if head.status > 599 => return Err(Failed(Kind::BadStatus)),
+                Ok(Some(head)) if head.status > 599 || head.status < 100 => {
+                    return Err(Failed(Kind::BadStatus));
+                }
                 Ok(Some(head)) => return Ok(head),
                 Ok(None) if rbuf.len() >= MAX_RESPONSE_HEAD => return Err(Failed(Kind::Reset)),
                 Ok(None) => {}
