@@ -696,8 +696,8 @@ impl OwnTries<'_> {
         write_response_head(&mut out, &rbuf, &rhead, set_cookie.as_ref(), self.close);
         let client_ok = self.c.stream.write_all(&out).await.is_ok();
         self.out = out;
-        let (whole, client_ok) = if !client_ok {
-            (false, false)
+        let (whole, client_ok, clean) = if !client_ok {
+            (false, false, false)
         } else if self.body.complete {
             pump_response(&rhead, &mut rbuf, &mut upstream, &mut self.c.stream, &mut finish).await
         } else {
@@ -727,7 +727,7 @@ impl OwnTries<'_> {
                     r = &mut body, if !body_over => {
                         body_over = true;
                         if r.is_err() {
-                            break (false, false);
+                            break (false, false, false);
                         }
                     }
                 }
@@ -737,7 +737,7 @@ impl OwnTries<'_> {
             self.close = true;
         }
         pool::give(rbuf);
-        if whole && rhead.reusable && self.body.complete {
+        if whole && clean && rhead.reusable && self.body.complete {
             idle.give(upstream);
         } else if !whole && client_ok {
             // The member broke off mid-body.
@@ -820,15 +820,16 @@ async fn answered(watch: Option<&TcpStream>) {
 }
 
 /// Streams the member's response body (its first bytes already in `rbuf` after the head) from
-/// `from` to the client (`to`). Returns whether the body was whole (and nothing followed it),
-/// and whether the client took every byte.
+/// `from` to the client (`to`). Returns whether the body was whole, whether the client took
+/// every byte, and whether nothing followed the response (else the member connection goes).
+/// A member that sent bytes past its response loses its connection, not the client its own.
 async fn pump_response<R, W>(
     rhead: &ResponseHead,
     rbuf: &mut Vec<u8>,
     from: &mut R,
     to: &mut W,
     finish: &mut Option<Finish>,
-) -> (bool, bool)
+) -> (bool, bool, bool)
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
@@ -850,7 +851,7 @@ where
             }
             (Framing::Chunked, Some(c)) => match c.feed(avail) {
                 Ok(k) => (k, c.is_done()),
-                Err(_) => return (false, true),
+                Err(_) => return (false, true, false),
             },
             _ => (avail.len(), false),
         };
@@ -863,11 +864,11 @@ where
             drop(finish.take());
         }
         if take > 0 && to.write_all(&avail[..take]).await.is_err() {
-            return (false, false);
+            return (false, false, false);
         }
         if done {
             // Bytes past the response: the member spoke out of turn; its connection goes.
-            return (take == avail.len(), true);
+            return (true, true, take == avail.len());
         }
         rbuf.clear();
         pending = 0;
@@ -875,9 +876,9 @@ where
             // A body delimited by the close is whole when the member closes.
             Ok(0) if rhead.framing == Framing::Close => {
                 drop(finish.take());
-                return (true, true);
+                return (true, true, false);
             }
-            Ok(0) | Err(_) => return (false, true),
+            Ok(0) | Err(_) => return (false, true, false),
             Ok(_) => {}
         }
     }
