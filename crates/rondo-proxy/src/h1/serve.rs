@@ -702,7 +702,7 @@ impl OwnTries<'_> {
             pump_response(&rhead, &mut rbuf, &mut upstream, &mut self.c.stream, &mut finish).await
         } else {
             // The member answered before the body was over (a stream, an echo): both ways at
-            // once, until the response ends; a body that then fails cuts the response.
+            // once, until the response ends; a client body that then fails cuts the response.
             self.close = true;
             let limit = self.ctx.listener.max_body_bytes;
             let never = AtomicBool::new(false);
@@ -726,7 +726,9 @@ impl OwnTries<'_> {
                     r = &mut response => break r,
                     r = &mut body, if !body_over => {
                         body_over = true;
-                        if r.is_err() {
+                        // A member that stops reading the body (it answered, then closed) still
+                        // gets its answer to the client; a client whose body fails does not.
+                        if let Err(SendError::Client(_)) = r {
                             break (false, false, false);
                         }
                     }

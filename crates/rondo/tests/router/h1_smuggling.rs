@@ -279,3 +279,38 @@ async fn a_reason_phrase_that_is_not_utf8_does_not_break_the_response() {
         assert_eq!((resp.status, resp.text().as_str()), (200, "ok"));
     }
 }
+
+#[tokio::test]
+async fn a_member_that_answers_early_and_closes_gets_its_answer_to_the_client() {
+    // The member refuses the upload at once and closes, as a server with a body limit does;
+    // the client is still sending its body.
+    let addr = raw_member(
+        b"HTTP/1.1 413 Payload Too Large\r\nContent-Length: 9\r\nConnection: close\r\n\r\ntoo large",
+        true,
+    )
+    .await;
+    let r = support::router(&support::one_cluster(&support::members_of([
+        support::member_entry("m1", addr, ""),
+    ])))
+    .await;
+    // Which of the body's failure and the answer's relay comes first varies: ten rounds.
+    for round in 0..10 {
+        let mut conn = support::raw_connect(r.addr("web")).await;
+        let head = "POST /up HTTP/1.1\r\nHost: a\r\nContent-Length: 10000000\r\n\r\n";
+        conn.get_mut().write_all(head.as_bytes()).await.expect("write head");
+        // Some of the body, bounded; the router may stop reading it at any point.
+        let block = vec![b'x'; 16 * 1024];
+        for _ in 0..64 {
+            let write = conn.get_mut().write_all(&block);
+            match tokio::time::timeout(Duration::from_millis(200), write).await {
+                Ok(Ok(())) => {}
+                _ => break,
+            }
+        }
+        let (out, closed) = support::read_until_closed(&mut conn, WAIT).await;
+        let out = String::from_utf8_lossy(&out);
+        assert!(out.starts_with("HTTP/1.1 413"), "round {round}: {out}");
+        assert!(out.ends_with("too large"), "round {round}: {out}");
+        assert!(closed, "round {round}: the connection stays open after an unread body");
+    }
+}
