@@ -976,11 +976,15 @@ fn hop_by_hop(name: &[u8]) -> bool {
     .any(|h| is(name, h))
 }
 
-/// The fields `Connection` names in `fields` (never `Host`).
+/// The fields `Connection` names in `fields` (never `Host`, nor the framing fields: bodies pass
+/// through as they came, so the fields that delimit them must too, or a member reads the body
+/// of `Connection: Content-Length` as a request of its own).
 fn connection_named<'b>(buf: &'b [u8], fields: &[Field]) -> Vec<&'b [u8]> {
     let mut named = Vec::new();
     for f in fields.iter().filter(|f| is(f.name.get(buf), b"connection")) {
-        named.extend(parse::tokens(f.value.get(buf)).filter(|t| !is(t, b"host")));
+        named.extend(parse::tokens(f.value.get(buf)).filter(|t| {
+            !is(t, b"host") && !is(t, b"content-length") && !is(t, b"transfer-encoding")
+        }));
     }
     named
 }

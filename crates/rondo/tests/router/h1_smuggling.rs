@@ -314,3 +314,24 @@ async fn a_member_that_answers_early_and_closes_gets_its_answer_to_the_client() 
         assert!(closed, "round {round}: the connection stays open after an unread body");
     }
 }
+
+#[tokio::test]
+async fn a_member_response_naming_its_framing_in_connection_keeps_its_framing() {
+    // `Connection: Content-Length` names a field as hop-by-hop; dropping it would leave the
+    // client a body it cannot delimit on a connection kept open.
+    let addr = raw_member(
+        b"HTTP/1.1 200 OK\r\nConnection: Content-Length\r\nContent-Length: 2\r\n\r\nok",
+        false,
+    )
+    .await;
+    let r = support::router(&support::one_cluster(&support::members_of([
+        support::member_entry("m1", addr, ""),
+    ])))
+    .await;
+    let mut conn = support::raw_connect(r.addr("web")).await;
+    for _ in 0..2 {
+        let resp = support::raw_request(&mut conn, "GET / HTTP/1.1\r\nHost: a\r\n\r\n").await;
+        assert_eq!(resp.header("content-length"), Some("2"), "{resp:?}");
+        assert_eq!((resp.status, resp.text().as_str()), (200, "ok"));
+    }
+}
