@@ -36,37 +36,91 @@ const CANARY: &[u8] = b"GET /canary HTTP/1.1\r\nHost: canary\r\n\r\n";
 /// that agrees fails the test (remove it); a disagreement not here fails it too.
 const DELIBERATE: &[(&str, &str)] = &[
     // Line ends.
-    ("bare-lf-all", "a bare LF line end is refused (RFC 9112 2.2 allows either; two readers differing on it smuggle); hyper accepts it"),
+    (
+        "bare-lf-all",
+        "a bare LF line end is refused (RFC 9112 2.2 allows either; two readers differing on it smuggle); hyper accepts it",
+    ),
     ("bare-lf-request-line", "same: bare LF refused, hyper accepts"),
     ("bare-lf-final", "same: bare LF refused, hyper accepts"),
     ("leading-bare-lf", "same: a bare LF before the request line is refused, hyper skips it"),
     ("te-bare-lf-in-line", "same: a bare LF ending a header line is refused, hyper accepts it"),
     // Framing.
-    ("clte", "Content-Length with Transfer-Encoding is refused (RFC 9112 6.1 lets a server process it as chunked and close; hyper does)"),
+    (
+        "clte",
+        "Content-Length with Transfer-Encoding is refused (RFC 9112 6.1 lets a server process it as chunked and close; hyper does)",
+    ),
     ("tecl", "same: CL with TE refused; hyper reads the body as chunked"),
     ("clte-zero-cl", "same: CL with TE refused; hyper reads the body as chunked"),
-    ("te-chunked-twice-lines", "chunked applied twice is refused (RFC 9112 6.1: MUST NOT apply chunked more than once); hyper accepts"),
+    (
+        "te-chunked-twice-lines",
+        "chunked applied twice is refused (RFC 9112 6.1: MUST NOT apply chunked more than once); hyper accepts",
+    ),
     ("te-chunked-twice-list", "same: chunked twice refused; hyper accepts"),
-    ("cl-duplicate-same", "a repeated Content-Length is refused even when equal (RFC 9110 8.6 allows merging it; one parser merging and another not is a smuggling shape); hyper merges"),
-    ("cl-u64-max", "a Content-Length of 20 digits is not a number of bytes (400); hyper reads it and refuses it as too large (431)"),
+    (
+        "cl-duplicate-same",
+        "a repeated Content-Length is refused even when equal (RFC 9110 8.6 allows merging it; one parser merging and another not is a smuggling shape); hyper merges",
+    ),
+    (
+        "cl-u64-max",
+        "a Content-Length of 20 digits is not a number of bytes (400); hyper reads it and refuses it as too large (431)",
+    ),
     // Chunked bodies.
-    ("chunk-ext-nul", "a NUL in a chunk extension is refused (a reader that stops at it frames the body differently); hyper skips extensions unread"),
+    (
+        "chunk-ext-nul",
+        "a NUL in a chunk extension is refused (a reader that stops at it frames the body differently); hyper skips extensions unread",
+    ),
     ("chunk-ext-ctl", "same: a control byte in a chunk extension is refused; hyper skips it"),
-    ("chunk-ext-long", "a chunk extension over 4 KiB is refused (bounded work per byte of framing); hyper allows 16 KiB of them per body"),
-    ("chunk-size-17-digits-leading-zeros", "a chunk size over 16 hex digits is refused even when its value fits (the digits are counted, not the value); hyper counts the value"),
-    ("chunk-last-bare-lf", "a bare LF ending the last chunk's line is refused; hyper accepts the body, then loses the request after it"),
-    ("chunk-trailer-bare-lf", "a bare LF ending a trailer line is refused; hyper accepts the body, then loses the request after it"),
+    (
+        "chunk-ext-long",
+        "a chunk extension over 4 KiB is refused (bounded work per byte of framing); hyper allows 16 KiB of them per body",
+    ),
+    (
+        "chunk-size-17-digits-leading-zeros",
+        "a chunk size over 16 hex digits is refused even when its value fits (the digits are counted, not the value); hyper counts the value",
+    ),
+    (
+        "chunk-last-bare-lf",
+        "a bare LF ending the last chunk's line is refused; hyper accepts the body, then loses the request after it",
+    ),
+    (
+        "chunk-trailer-bare-lf",
+        "a bare LF ending a trailer line is refused; hyper accepts the body, then loses the request after it",
+    ),
     // Host (the router's hyper path refuses these too, in its route stage, after hyper's parser).
-    ("host-missing", "an HTTP/1.1 request without Host is refused (RFC 9112 3.2); hyper's parser accepts it, the router's hyper path refuses it in request_host"),
-    ("host-duplicate-same", "more than one Host is refused (RFC 9112 3.2); hyper's parser accepts, the router's hyper path refuses"),
-    ("host-duplicate-different", "same: more than one Host refused here and in the router's hyper path, not by hyper's parser"),
-    ("host-obs-text", "a Host that is not visible ASCII is refused; hyper's parser accepts it, the router's hyper path refuses it (HeaderValue::to_str)"),
-    ("host-inner-space", "a Host that is not visible ASCII (here a space) is refused; hyper's parser and the router's hyper path (to_str allows spaces) accept it"),
-    ("target-absolute-no-host", "a missing Host is refused before the absolute-form decline (RFC 9112 3.2 requires Host even then); the router's hyper path takes the target's authority"),
+    (
+        "host-missing",
+        "an HTTP/1.1 request without Host is refused (RFC 9112 3.2); hyper's parser accepts it, the router's hyper path refuses it in request_host",
+    ),
+    (
+        "host-duplicate-same",
+        "more than one Host is refused (RFC 9112 3.2); hyper's parser accepts, the router's hyper path refuses",
+    ),
+    (
+        "host-duplicate-different",
+        "same: more than one Host refused here and in the router's hyper path, not by hyper's parser",
+    ),
+    (
+        "host-obs-text",
+        "a Host that is not visible ASCII is refused; hyper's parser accepts it, the router's hyper path refuses it (HeaderValue::to_str)",
+    ),
+    (
+        "host-inner-space",
+        "a Host that is not visible ASCII (here a space) is refused; hyper's parser and the router's hyper path (to_str allows spaces) accept it",
+    ),
+    (
+        "target-absolute-no-host",
+        "a missing Host is refused before the absolute-form decline (RFC 9112 3.2 requires Host even then); the router's hyper path takes the target's authority",
+    ),
     // Targets.
-    ("rl-target-fragment", "a fragment in the target is refused (RFC 9112 3.2: not sent in a request); hyper drops it"),
+    (
+        "rl-target-fragment",
+        "a fragment in the target is refused (RFC 9112 3.2: not sent in a request); hyper drops it",
+    ),
     // Sizes.
-    ("request-line-over-limit", "a request line that alone fills max_header_bytes is 414, hyper says 431 for any over-long head"),
+    (
+        "request-line-over-limit",
+        "a request line that alone fills max_header_bytes is 414, hyper says 431 for any over-long head",
+    ),
 ];
 
 /// How a stream of requests ended.
@@ -327,11 +381,7 @@ async fn the_own_parser_agrees_with_hyper_but_where_the_table_says() {
         }
     }
     assert!(declined > 0 && declined < files.len() / 4, "{declined} cases declined");
-    assert!(
-        unexpected.is_empty(),
-        "disagreements not in DELIBERATE:\n{}",
-        unexpected.join("\n")
-    );
+    assert!(unexpected.is_empty(), "disagreements not in DELIBERATE:\n{}", unexpected.join("\n"));
     assert!(stale.is_empty(), "DELIBERATE lists cases that agree now: {stale:?}");
 }
 

@@ -8,8 +8,8 @@ mod router {
 
     mod balancing;
     mod errors;
-    mod hardening;
     mod h1_smuggling;
+    mod hardening;
     mod hardening_h2;
     mod limits;
     mod protocols;

@@ -214,9 +214,9 @@ async fn raw_member(response: &'static [u8], close_after: bool) -> SocketAddr {
 #[tokio::test]
 async fn a_response_cut_short_by_its_member_closes_the_client_connection() {
     let addr = raw_member(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly ten b", true).await;
-    let r = support::router(&support::one_cluster(&support::members_of([
-        support::member_entry("m1", addr, ""),
-    ])))
+    let r = support::router(&support::one_cluster(&support::members_of([support::member_entry(
+        "m1", addr, "",
+    )])))
     .await;
     let mut conn = support::raw_connect(r.addr("web")).await;
     conn.get_mut().write_all(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n").await.expect("write");
@@ -235,9 +235,9 @@ async fn bytes_a_member_sends_after_its_response_never_reach_a_client() {
         false,
     )
     .await;
-    let r = support::router(&support::one_cluster(&support::members_of([
-        support::member_entry("m1", addr, ""),
-    ])))
+    let r = support::router(&support::one_cluster(&support::members_of([support::member_entry(
+        "m1", addr, "",
+    )])))
     .await;
     for _ in 0..3 {
         let mut conn = support::raw_connect(r.addr("web")).await;
@@ -267,11 +267,10 @@ async fn a_member_status_under_100_is_a_member_failure() {
 #[tokio::test]
 async fn a_reason_phrase_that_is_not_utf8_does_not_break_the_response() {
     // Found by the h1_head fuzz target: the reason's span pointed outside the member's buffer.
-    let addr =
-        raw_member(b"HTTP/1.1 200 Fine\xf4\r\nContent-Length: 2\r\n\r\nok", false).await;
-    let r = support::router(&support::one_cluster(&support::members_of([
-        support::member_entry("m1", addr, ""),
-    ])))
+    let addr = raw_member(b"HTTP/1.1 200 Fine\xf4\r\nContent-Length: 2\r\n\r\nok", false).await;
+    let r = support::router(&support::one_cluster(&support::members_of([support::member_entry(
+        "m1", addr, "",
+    )])))
     .await;
     let mut conn = support::raw_connect(r.addr("web")).await;
     for _ in 0..2 {
@@ -289,9 +288,9 @@ async fn a_member_that_answers_early_and_closes_gets_its_answer_to_the_client() 
         true,
     )
     .await;
-    let r = support::router(&support::one_cluster(&support::members_of([
-        support::member_entry("m1", addr, ""),
-    ])))
+    let r = support::router(&support::one_cluster(&support::members_of([support::member_entry(
+        "m1", addr, "",
+    )])))
     .await;
     // Which of the body's failure and the answer's relay comes first varies: ten rounds.
     for round in 0..10 {
@@ -324,9 +323,9 @@ async fn a_member_response_naming_its_framing_in_connection_keeps_its_framing() 
         false,
     )
     .await;
-    let r = support::router(&support::one_cluster(&support::members_of([
-        support::member_entry("m1", addr, ""),
-    ])))
+    let r = support::router(&support::one_cluster(&support::members_of([support::member_entry(
+        "m1", addr, "",
+    )])))
     .await;
     let mut conn = support::raw_connect(r.addr("web")).await;
     for _ in 0..2 {
