@@ -8,6 +8,7 @@ mod router {
 
     mod balancing;
     mod errors;
+    mod h1_smuggling;
     mod h1path;
     mod hardening;
     mod hardening_h2;

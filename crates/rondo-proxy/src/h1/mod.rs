@@ -11,6 +11,7 @@
 //! hyper for the rest of its life.
 
 pub mod chunked;
+pub mod fuzz;
 pub mod parse;
 pub mod pool;
 pub(crate) mod serve;

@@ -849,12 +849,12 @@ impl<S: ClientStream> OwnTries<'_, S> {
         let mut out = std::mem::take(&mut self.out);
         out.clear();
         write_response_head(&mut out, &rbuf, &rhead, set_cookie.as_ref(), self.close);
-        let (whole, client_ok) = if self.body.complete {
+        let (whole, client_ok, clean) = if self.body.complete {
             let client = &mut self.c.stream;
             pump_response(&rhead, &mut out, &mut rbuf, &mut upstream, client, &mut finish).await
         } else {
             // The member answered before the body was over (a stream, an echo): both ways at
-            // once, until the response ends; a body that then fails cuts the response.
+            // once, until the response ends; a client body that then fails cuts the response.
             self.close = true;
             let limit = self.ctx.listener.max_body_bytes;
             let never = AtomicBool::new(false);
@@ -884,8 +884,10 @@ impl<S: ClientStream> OwnTries<'_, S> {
                     r = &mut response => break r,
                     r = &mut body, if !body_over => {
                         body_over = true;
-                        if r.is_err() {
-                            break (false, false);
+                        // A member that stops reading the body (it answered, then closed) still
+                        // gets its answer to the client; a client whose body fails does not.
+                        if let Err(SendError::Client(_)) = r {
+                            break (false, false, false);
                         }
                     }
                 }
@@ -896,7 +898,7 @@ impl<S: ClientStream> OwnTries<'_, S> {
             self.close = true;
         }
         pool::give(rbuf);
-        if whole && rhead.reusable && self.body.complete {
+        if whole && clean && rhead.reusable && self.body.complete {
             idle.give(upstream);
         } else if !whole && client_ok {
             // The member broke off mid-body.
@@ -981,7 +983,9 @@ async fn answered(watch: Option<&TcpStream>) {
 /// Streams the member's response to the client (`to`): `head` (the head as the client gets it,
 /// sent with the first body bytes in one write), then the body, whose first bytes are already
 /// in `rbuf` after the member's head, then the rest from `from`. Returns whether the body was
-/// whole (and nothing followed it), and whether the client took every byte.
+/// whole, whether the client took every byte, and whether nothing followed the response (else
+/// the member connection goes). A member that sent bytes past its response loses its
+/// connection, not the client its own.
 async fn pump_response<R, W>(
     rhead: &ResponseHead,
     head: &mut Vec<u8>,
@@ -989,7 +993,7 @@ async fn pump_response<R, W>(
     from: &mut R,
     to: &mut W,
     finish: &mut Option<Finish>,
-) -> (bool, bool)
+) -> (bool, bool, bool)
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
@@ -1011,7 +1015,7 @@ where
             }
             (Framing::Chunked, Some(c)) => match c.feed(avail) {
                 Ok(k) => (k, c.is_done()),
-                Err(_) => return (false, true),
+                Err(_) => return (false, true, false),
             },
             _ => (avail.len(), false),
         };
@@ -1041,11 +1045,11 @@ where
         };
         head.clear();
         if written.is_err() {
-            return (false, false);
+            return (false, false, false);
         }
         if done {
             // Bytes past the response: the member spoke out of turn; its connection goes.
-            return (take == avail.len(), true);
+            return (true, true, take == avail.len());
         }
         rbuf.clear();
         pending = 0;
@@ -1053,9 +1057,9 @@ where
             // A body delimited by the close is whole when the member closes.
             Ok(0) if rhead.framing == Framing::Close => {
                 drop(finish.take());
-                return (true, true);
+                return (true, true, false);
             }
-            Ok(0) | Err(_) => return (false, true),
+            Ok(0) | Err(_) => return (false, true, false),
             Ok(_) => {}
         }
     }
@@ -1097,7 +1101,9 @@ async fn read_response_head<S: ClientStream>(
                     rbuf.drain(..head.len);
                     continue;
                 }
-                Ok(Some(head)) if head.status > 599 => return Err(Failed(Kind::BadStatus)),
+                Ok(Some(head)) if head.status > 599 || head.status < 100 => {
+                    return Err(Failed(Kind::BadStatus));
+                }
                 Ok(Some(head)) => return Ok(head),
                 Ok(None) if rbuf.len() >= MAX_RESPONSE_HEAD => return Err(Failed(Kind::Reset)),
                 Ok(None) => {}
@@ -1151,11 +1157,15 @@ fn hop_by_hop(name: &[u8]) -> bool {
     .any(|h| is(name, h))
 }
 
-/// The fields `Connection` names in `fields` (never `Host`).
+/// The fields `Connection` names in `fields` (never `Host`, nor the framing fields: bodies pass
+/// through as they came, so the fields that delimit them must too, or a member reads the body
+/// of `Connection: Content-Length` as a request of its own).
 fn connection_named<'b>(buf: &'b [u8], fields: &[Field]) -> Vec<&'b [u8]> {
     let mut named = Vec::new();
     for f in fields.iter().filter(|f| is(f.name.get(buf), b"connection")) {
-        named.extend(parse::tokens(f.value.get(buf)).filter(|t| !is(t, b"host")));
+        named.extend(parse::tokens(f.value.get(buf)).filter(|t| {
+            !is(t, b"host") && !is(t, b"content-length") && !is(t, b"transfer-encoding")
+        }));
     }
     named
 }

@@ -1,0 +1,180 @@
+//! What the fuzz targets `h1_head` and `h1_chunked` (in `fuzz/`) run on arbitrary bytes, as
+//! plain functions so the crate's own tests replay the checked-in corpus without nightly. Each
+//! panics when an invariant of the parsers breaks; the invariants are the ones the connection
+//! loop relies on: a head lies inside its input and its limits, every span lies inside the head,
+//! and a verdict does not depend on how the bytes arrived (a refused prefix is never accepted
+//! later, an accepted head is never refused or completed early by a shorter prefix, and a
+//! chunked body reads the same whole, split in two or byte by byte).
+
+use super::chunked::Chunked;
+use super::parse::{self, Framing, Limits};
+
+/// The limits a head is parsed under when the input does not choose its own: the router's
+/// defaults.
+const DEFAULT_LIMITS: Limits = Limits { max_bytes: 8192, max_fields: 100 };
+
+/// Inputs up to this long have every prefix checked; longer ones a spread of them (the check
+/// is quadratic).
+const ALL_PREFIXES_UP_TO: usize = 512;
+
+/// The `h1_head` fuzz target. An input starting with 0xFF chooses its limits from the next two
+/// bytes (head bytes `32 * (b1 + 1)`, fields `b2`, so both the stack and the heap field arrays
+/// are reached); any other input is a request head under the router's default limits (so the
+/// differential corpus in `testdata/h1` seeds it as it is). The same bytes are also parsed as a
+/// response head.
+pub fn head_input(data: &[u8]) {
+    let (limits, input) = match data {
+        [0xff, b, f, rest @ ..] => {
+            (Limits { max_bytes: 32 * (usize::from(*b) + 1), max_fields: usize::from(*f) }, rest)
+        }
+        _ => (DEFAULT_LIMITS, data),
+    };
+    let whole = parse::request(input, limits);
+    match &whole {
+        Ok(Some(head)) => check_request(input, limits, head),
+        Ok(None) => assert!(input.len() < limits.max_bytes, "partial head at the limit"),
+        Err(e) => {
+            assert!(matches!(e.status, 400 | 414 | 417 | 431), "status {}", e.status);
+            assert!(!e.why.is_empty() && !e.why.chars().any(char::is_control), "{:?}", e.why);
+        }
+    }
+    // Arrival does not matter: fed in pieces, the loop parses each longer prefix in turn.
+    let mut refused = false;
+    for end in prefixes(input.len()) {
+        match parse::request(&input[..end], limits) {
+            Err(_) => refused = true,
+            Ok(Some(head)) => {
+                assert!(!refused, "a prefix was refused, a longer one accepted");
+                // A head is complete at one length only: the whole input's head is this one.
+                let Ok(Some(full)) = &whole else {
+                    panic!("a prefix holds a head the whole input does not");
+                };
+                assert_eq!(head.len, full.len, "the head ends elsewhere in a prefix");
+                assert_eq!(head.framing, full.framing);
+                assert_eq!(head.decline, full.decline);
+            }
+            Ok(None) => assert!(!refused, "a prefix was refused, a longer one is only partial"),
+        }
+    }
+    if let Ok(Some(head)) = &whole {
+        assert!(!refused, "a prefix of an accepted head was refused");
+        // The bytes after the head do not change it.
+        let again = parse::request(&input[..head.len], limits);
+        assert!(matches!(&again, Ok(Some(h)) if h.len == head.len), "{again:?}");
+    }
+    response_input(input);
+}
+
+fn check_request(input: &[u8], limits: Limits, head: &parse::RequestHead) {
+    assert!(head.len <= input.len() && head.len <= limits.max_bytes, "head len {}", head.len);
+    assert!(head.fields.len() <= limits.max_fields);
+    let inside = |s: parse::Span| s.start <= s.end && s.end as usize <= head.len;
+    for s in [head.method, head.target, head.path, head.host] {
+        assert!(inside(s), "span {s:?} outside a head of {} bytes", head.len);
+    }
+    for f in &head.fields {
+        assert!(inside(f.name) && inside(f.value), "field {f:?} outside the head");
+        assert!(!f.name.get(input).is_empty());
+        let value = f.value.get(input);
+        assert!(!value.iter().any(|b| matches!(b, b'\0' | b'\r' | b'\n')), "{value:?}");
+    }
+    assert!(head.path.start == head.target.start && head.path.end <= head.target.end);
+    // What is forwarded is CRLF-delimited throughout.
+    let bytes = &input[..head.len];
+    assert!(bytes.ends_with(b"\r\n\r\n"), "head end");
+    assert!(!bytes.windows(2).any(|w| w[1] == b'\n' && w[0] != b'\r'), "bare LF in {bytes:?}");
+    if head.decline.is_none() {
+        assert!(head.target.get(input).starts_with(b"/"), "origin-form only");
+        assert!(!head.host.get(input).iter().any(|b| !b.is_ascii_graphic()));
+    }
+    assert!(!matches!(head.framing, Framing::Close | Framing::Length(0)));
+}
+
+/// The same bytes as a member's response head.
+fn response_input(input: &[u8]) {
+    for head_request in [false, true] {
+        let Ok(Some(head)) = parse::response(input, head_request) else { continue };
+        assert!(head.len <= input.len());
+        // Three digits, any of them (000 too): the connection loop refuses what is not 1xx-5xx.
+        assert!(head.status <= 999, "status {}", head.status);
+        for f in &head.fields {
+            assert!(f.name.end as usize <= head.len && f.value.end as usize <= head.len);
+        }
+        assert!(head.reason.end as usize <= head.len);
+        if head.framing == Framing::Close {
+            assert!(!head.reusable, "a body delimited by close on a reusable connection");
+        }
+        if head_request {
+            assert_eq!(head.framing, Framing::None, "a response to HEAD has no body");
+        }
+    }
+}
+
+/// The prefix lengths checked, shortest first: all below [`ALL_PREFIXES_UP_TO`], then a spread.
+fn prefixes(len: usize) -> impl Iterator<Item = usize> {
+    let step = if len <= ALL_PREFIXES_UP_TO { 1 } else { len / 97 + 1 };
+    (1..len).filter(move |n| n % step == 0 || len - n < 8)
+}
+
+/// The `h1_chunked` fuzz target: the first byte bounds the trailer section (`8 * b0` bytes),
+/// the second says where to split the rest in two; the rest is a chunked body, followed whole,
+/// in those two pieces and byte by byte, which must all read it the same.
+pub fn chunked_input(data: &[u8]) {
+    let (max_trailers, split, body) = match data {
+        [t, s, rest @ ..] => (8 * usize::from(*t), usize::from(*s), rest),
+        _ => return,
+    };
+    let whole = follow(max_trailers, [body]);
+    let split = split.min(body.len());
+    let halves = follow(max_trailers, [&body[..split], &body[split..]]);
+    assert_eq!(whole, halves, "read whole and split at {split}");
+    let mut c = Chunked::new(max_trailers);
+    let mut bytewise = Ok(0);
+    for b in body {
+        if c.is_done() {
+            break;
+        }
+        match c.feed(std::slice::from_ref(b)) {
+            Ok(n) => {
+                assert_eq!(n, 1, "one byte fed, {n} taken while not done");
+                bytewise = bytewise.map(|t| t + 1);
+            }
+            Err(e) => {
+                bytewise = Err(e);
+                break;
+            }
+        }
+    }
+    let bytewise = bytewise.map(|n| (n, c.is_done()));
+    assert_eq!(whole, bytewise, "read whole and byte by byte");
+    if let Ok((n, done)) = whole {
+        assert!(n <= body.len());
+        assert!(done || n == body.len(), "stopped early without being done");
+        if done {
+            // The body is exactly its first n bytes: they alone read as the same whole body.
+            assert_eq!(follow(max_trailers, [&body[..n]]), Ok((n, true)));
+            let mut after = Chunked::new(max_trailers);
+            assert_eq!(after.feed(&body[..n]), Ok(n));
+            assert_eq!(after.feed(b"GET / HTTP/1.1\r\n"), Ok(0), "bytes taken after the end");
+        }
+    }
+}
+
+/// Follows `pieces` in turn; the bytes taken and whether the body ended, or the error.
+fn follow<'a>(
+    max_trailers: usize,
+    pieces: impl IntoIterator<Item = &'a [u8]>,
+) -> Result<(usize, bool), super::chunked::ChunkError> {
+    let mut c = Chunked::new(max_trailers);
+    let mut taken = 0;
+    for piece in pieces {
+        let n = c.feed(piece)?;
+        assert!(n <= piece.len(), "took {n} of {} bytes", piece.len());
+        taken += n;
+        if c.is_done() {
+            break;
+        }
+        assert_eq!(n, piece.len(), "stopped inside a piece without being done");
+    }
+    Ok((taken, c.is_done()))
+}
