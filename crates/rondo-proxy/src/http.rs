@@ -325,7 +325,12 @@ async fn forward(
             Err(Refused::NoEligible(e)) => {
                 tracing::debug!(route = %route.name, error = %e, "no member");
                 let outcome = Kind::NoEligible;
-                attempts.push(Attempt { cluster: cluster.clone(), member: None, outcome });
+                attempts.push(Attempt {
+                    cluster: cluster.clone(),
+                    member: None,
+                    outcome,
+                    expected: None,
+                });
                 failover.none_eligible();
                 continue;
             }
@@ -358,6 +363,7 @@ async fn forward(
             cluster: cluster.clone(),
             member: Some(name.clone()),
             outcome: kind,
+            expected: crate::error::expected_name(kind, rt, member),
         });
         let failure = TryFailure {
             reached: !matches!(kind, Kind::Connect | Kind::Resolve | Kind::Tls(_)),

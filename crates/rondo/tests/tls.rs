@@ -960,7 +960,7 @@ fn members_are_reached_over_mtls_and_bad_certificates_get_a_502_that_says_why() 
     assert_eq!(get("/h2"), ("200".into(), "good client=yes version=HTTP/2.0\n".into()));
     assert_eq!(get("/byaddress"), ("200".into(), "good client=yes version=HTTP/1.1\n".into()));
     for (p, why) in [
-        ("/wrong", "wrong-1: tls: certificate not valid for the server name"),
+        ("/wrong", "wrong-1: tls: certificate not valid for api.internal"),
         ("/expired", "expired-1: tls: certificate expired"),
         ("/rogue", "rogue-1: tls: certificate not signed by the cluster's ca"),
         ("/nocert", "nocert-1: tls: the member refused the router's handshake"),
