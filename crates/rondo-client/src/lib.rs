@@ -111,6 +111,7 @@ mod error;
 mod inner;
 mod naming;
 mod state;
+mod tls;
 mod tower;
 mod watch;
 
@@ -118,6 +119,7 @@ pub use client::{Builder, CallOptions, Client, Session, Target};
 pub use error::{Attempt, AttemptError, Attempts, BootstrapError, CallError, Failed, NamingError};
 pub use naming::NamingClient;
 pub use state::cluster_spec;
+pub use tls::{HttpsConnector, MaybeTls, TlsConfig, TlsConfigError};
 #[doc(hidden)]
 pub use state::{Replay, ReplayRefusal};
 pub use tower::{
