@@ -1724,3 +1724,46 @@ fn the_client_library_reaches_tls_members() {
         }
     });
 }
+
+// `[admin]`, `[naming]` and `[agent]` take the `tls` table of a listener, checked the same way:
+// each problem at the field that names it.
+#[test]
+fn check_finds_control_plane_tls_problems_at_their_field() {
+    let dir = TempDir::new("tls");
+    let d = &dir.0;
+    let root = ca("check CA");
+    let (c, k) = leaf(&root, "a.test", &["a.test"], false, false);
+    write(d, "a.pem", &c);
+    write(d, "a.key", &k);
+    let (_, other_key) = leaf(&root, "b.test", &["b.test"], false, false);
+    write(d, "other.key", &other_key);
+    write(d, "ca.pem", &root.pem);
+    let text = "[admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"t\"\n\
+        tls = { certs = [ { cert = \"missing.pem\", key = \"a.key\" } ] }\n\n\
+        [naming]\nlisten = \"127.0.0.1:0\"\n\
+        tls = { certs = [ { cert = \"a.pem\", key = \"a.key\" } ], client_auth = \"required\" }\n\n\
+        [agent]\nkey = \"k\"\n\
+        tls = { certs = [ { cert = \"a.pem\", key = \"other.key\" } ], client_ca = \"ca.pem\" }\n";
+    let errors = rondo_config::parse_str(text, &d.join("rondo.toml"), 1).expect_err("errors");
+    let found: Vec<(String, String)> =
+        errors.errors.iter().map(|e| (e.field.clone(), e.message.clone())).collect();
+    for (field, want) in [
+        ("admin.tls.certs[0].cert", "cannot read certificate file"),
+        ("naming.tls.client_auth", "needs `client_ca`"),
+        ("agent.tls.certs[0].key", "does not match the certificate"),
+    ] {
+        assert!(
+            found.iter().any(|(f, m)| f == field && m.contains(want)),
+            "no {field}: {want} in {found:#?}"
+        );
+    }
+    // A `client_ca` that asks for nothing is a warning there too.
+    let ok = "[agent]\nkey = \"k\"\n\
+        tls = { certs = [ { cert = \"a.pem\", key = \"a.key\" } ], client_ca = \"ca.pem\" }\n";
+    let config = rondo_config::parse_str(ok, &d.join("rondo.toml"), 1).expect("valid");
+    assert!(
+        config.warnings.iter().any(|w| w.as_warning().contains("agent.tls.client_ca")),
+        "{:?}",
+        config.warnings.iter().map(|w| w.as_warning()).collect::<Vec<_>>()
+    );
+}
