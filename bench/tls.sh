@@ -20,14 +20,16 @@
 #       session resumption off: wrk and openssl s_time resume sessions or run one at a time),
 #       one GET with `Connection: close` proxied to a member, and the close.
 #   (b) keep-alive requests/s over TLS: wrk -t1 -c64 https:// (ECDSA port; one handshake per
-#       connection, then requests).
+#       connection, then requests), and the same over plain HTTP to a plain port of the same
+#       process, so that what TLS adds per request is the difference.
 #   (c) CPU per handshake and per request: utime+stime of the proxy (/proc/PID/stat) over the
 #       run divided by what completed; "per core-second" is its inverse, the rate one fully
 #       busy core would give. Where the load core saturates first (a full handshake costs the
 #       client about as much as the server), the measured rate is the client's limit and the
 #       per-core-second figure is the comparable one.
 #   (d) RSS per idle TLS connection: `rondo-loadgen tls-hold` opens 1,000 TLS connections (64 at
-#       a time), one request on each, holds them; VmRSS after minus before, per connection.
+#       a time), one request on each, holds them; VmRSS after minus before, per connection; and
+#       the same with 1,000 plain connections (`rondo-loadgen hold`).
 # Results: markdown on stdout and in bench/results/tls-latest.md (quick runs: tls-quick.md).
 set -euo pipefail
 
@@ -58,6 +60,8 @@ MEMBER_PORTS=($((BASE + 1)) $((BASE + 2)) $((BASE + 3)))
 PROXIES=(rondo haproxy)
 KINDS=(ecdsa rsa)
 declare -A PORT=([rondo-ecdsa]=$((BASE + 10)) [rondo-rsa]=$((BASE + 11)) [haproxy-ecdsa]=$((BASE + 12)) [haproxy-rsa]=$((BASE + 13)))
+# Plain HTTP ports of the same processes: what TLS adds is the difference.
+declare -A PLAIN=([rondo]=$((BASE + 14)) [haproxy]=$((BASE + 15)))
 
 log() { printf '[bench-tls %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { printf 'bench/tls.sh: %s\n' "$*" >&2; exit 1; }
@@ -136,7 +140,7 @@ wait_port() {
   cat "$TMP/$2.log" >&2 2>/dev/null || true
   die "$2 did not listen on port $1 within 10 s"
 }
-for p in "${MEMBER_PORTS[@]}" "${PORT[@]}"; do
+for p in "${MEMBER_PORTS[@]}" "${PORT[@]}" "${PLAIN[@]}"; do
   port_open "$p" && die "port $p is taken (set BENCH_PORT_BASE)"
 done
 cpu_ticks() {
@@ -208,6 +212,17 @@ cluster = "members"
 
 EOF
   done
+  cat <<EOF
+[[listener]]
+name = "plain"
+listen = "127.0.0.1:${PLAIN[rondo]}"
+max_connections = 20000
+
+[[route]]
+listener = "plain"
+cluster = "members"
+
+EOF
   echo "[cluster.members]"
   echo "algorithm = \"round-robin\""
   echo "members = ["
@@ -223,7 +238,7 @@ EOF
   cat <<EOF
 global
   nbthread 1
-  maxconn 20000
+  maxconn 9000
   ssl-default-bind-options ssl-min-ver TLSv1.2
 
 defaults
@@ -246,6 +261,12 @@ frontend $k
 
 EOF
   done
+  cat <<EOF
+frontend plain
+  bind 127.0.0.1:${PLAIN[haproxy]}
+  default_backend members
+
+EOF
   echo "backend members"
   echo "  balance roundrobin"
   i=1
@@ -261,6 +282,7 @@ for p in "${MEMBER_PORTS[@]}"; do wait_port "$p" members; done
 start rondo "$PROXY_CPU" "$RONDO" serve --config "$TMP/rondo.toml" --workers 1
 start haproxy "$PROXY_CPU" haproxy -db -f "$TMP/haproxy.cfg"
 for key in "${!PORT[@]}"; do wait_port "${PORT[$key]}" "${key%-*}"; done
+for px in "${PROXIES[@]}"; do wait_port "${PLAIN[$px]}" "$px"; done
 sleep 0.5
 declare -A PPID_OF=([rondo]=$PID_rondo [haproxy]=$PID_haproxy)
 
@@ -272,7 +294,7 @@ for key in "${!PORT[@]}"; do
   errs=$(sed -n 's/.*errors=\([0-9]*\).*/\1/p' <<<"$out")
   [ "${done_:-0}" -gt 0 ] && [ "${errs:-1}" = 0 ] || die "$key: smoke test failed: $out"
 done
-log "members and proxies up; rondo $("$RONDO" --version | awk '{print $2}'), $(haproxy -v | awk 'NR == 1' | awk '{print $1, $3}'), $(openssl version | awk '{print $1, $2}') on the HAProxy side"
+log "members and proxies up; rondo $("$RONDO" --version | awk 'NR == 1 {print $2}'), $(haproxy -v | awk 'NR == 1' | awk '{print $1, $3}'), $(openssl version | awk '{print $1, $2}') on the HAProxy side"
 
 # measure PROXY CMD...: runs CMD on the load core; prints "proxy_cpu_us proxy_busy load_busy" after CMD's output line.
 measure() {
@@ -312,13 +334,20 @@ done
 
 # --- (b) keep-alive requests over TLS -----------------------------------------------------------
 declare -A KA KA_CORE KA_US KA_PB KA_LB KA_ERR
-log "keep-alive over TLS: wrk -t1 -c$TP_CONNS, ${DUR}s x $ROUNDS rounds (ECDSA ports)"
-for px in "${PROXIES[@]}"; do
-  taskset -c "$LOAD_CPU" wrk -t1 -c"$TP_CONNS" -d"${WARM}s" "https://127.0.0.1:${PORT[$px-ecdsa]}/" >/dev/null
+log "keep-alive over TLS (ECDSA ports) and plain HTTP: wrk -t1 -c$TP_CONNS, ${DUR}s x $ROUNDS rounds"
+ka_url() {
+  case "$1" in
+    *-plain) echo "http://127.0.0.1:${PLAIN[${1%-plain}]}/" ;;
+    *) echo "https://127.0.0.1:${PORT[$1-ecdsa]}/" ;;
+  esac
+}
+KA_RUNS=(rondo haproxy rondo-plain haproxy-plain)
+for t in "${KA_RUNS[@]}"; do
+  taskset -c "$LOAD_CPU" wrk -t1 -c"$TP_CONNS" -d"${WARM}s" "$(ka_url "$t")" >/dev/null
 done
 for round in $(seq "$ROUNDS"); do
-  for px in "${PROXIES[@]}"; do
-    res=$(measure "$px" timeout $((DUR + 30)) wrk -t1 -c"$TP_CONNS" -d"${DUR}s" --timeout 2s "https://127.0.0.1:${PORT[$px-ecdsa]}/")
+  for px in "${KA_RUNS[@]}"; do
+    res=$(measure "${px%-plain}" timeout $((DUR + 30)) wrk -t1 -c"$TP_CONNS" -d"${DUR}s" --timeout 2s "$(ka_url "$px")")
     reqs=$(awk '/requests in/{print $1}' <<<"$res")
     rate=$(awk '/^Requests\/sec/{printf "%.0f", $2}' <<<"$res")
     errs=$(awk '/Non-2xx/{n += $NF} /Socket errors/{gsub(/[^0-9 ]/, ""); for (i = 1; i <= NF; i++) n += $i} END {print n + 0}' <<<"$res")
@@ -334,11 +363,35 @@ done
 
 # --- (c) memory per idle TLS connection ---------------------------------------------------------
 declare -A RSS0 RSS1
-log "memory: $HOLD_CONNS idle TLS connections"
-for px in "${PROXIES[@]}"; do
-  RSS0[$px]=$(rss_kib "${PPID_OF[$px]}")
+# Each reading in a fresh process: memory freed by earlier connections would be reused and hide
+# what a connection costs.
+restart() {
+  local px=$1
+  stop_pids "${PPID_OF[$px]}"
+  case "$px" in
+    rondo) start rondo "$PROXY_CPU" "$RONDO" serve --config "$TMP/rondo.toml" --workers 1 ;;
+    haproxy) start haproxy "$PROXY_CPU" haproxy -db -f "$TMP/haproxy.cfg" ;;
+  esac
+  local pid_var=PID_$px
+  PPID_OF[$px]=${!pid_var}
+  wait_port "${PLAIN[$px]}" "$px"
+  wait_port "${PORT[$px-ecdsa]}" "$px"
+  # One connection of each kind first, so that what every process allocates once is counted
+  # before the reading.
+  taskset -c "$LOAD_CPU" "$LOADGEN" tls-handshakes --target "127.0.0.1:${PORT[$px-ecdsa]}" \
+    --connections 1 --duration-secs 0.2 --warmup-secs 0 >/dev/null
+  sleep 0.5
+}
+log "memory: $HOLD_CONNS idle TLS connections, then $HOLD_CONNS plain ones, each in a fresh process"
+for px in "${PROXIES[@]}" rondo-plain haproxy-plain; do
+  restart "${px%-plain}"
+  RSS0[$px]=$(rss_kib "${PPID_OF[${px%-plain}]}")
   hold_out=$TMP/hold-$px.out
-  taskset -c "$LOAD_CPU" "$LOADGEN" tls-hold --target "127.0.0.1:${PORT[$px-ecdsa]}" \
+  case "$px" in
+    *-plain) hold_cmd=(hold --target "127.0.0.1:${PLAIN[${px%-plain}]}") ;;
+    *) hold_cmd=(tls-hold --target "127.0.0.1:${PORT[$px-ecdsa]}") ;;
+  esac
+  taskset -c "$LOAD_CPU" "$LOADGEN" "${hold_cmd[@]}" \
     --connections "$HOLD_CONNS" --concurrency 64 --hold-secs 60 >"$hold_out" 2>&1 &
   hold_pid=$!
   PIDS+=("$hold_pid")
@@ -349,8 +402,8 @@ for px in "${PROXIES[@]}"; do
   done
   grep -q "^held=$HOLD_CONNS errors=0" "$hold_out" || { cat "$hold_out" >&2; die "$px: could not open $HOLD_CONNS TLS connections"; }
   sleep 1
-  RSS1[$px]=$(rss_kib "${PPID_OF[$px]}")
-  log "  $px: RSS ${RSS0[$px]} KiB before, ${RSS1[$px]} KiB with $HOLD_CONNS idle TLS connections"
+  RSS1[$px]=$(rss_kib "${PPID_OF[${px%-plain}]}")
+  log "  $px: RSS ${RSS0[$px]} KiB before, ${RSS1[$px]} KiB with $HOLD_CONNS idle connections"
   stop_pids "$hold_pid"
   sleep 1
 done
@@ -360,7 +413,7 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN {if (b == 0) print "n/a"; else printf "
 per_conn() { awk -v a="$1" -v b="$2" -v n="$3" 'BEGIN {printf "%.1f", (a - b) / n}'; }
 verdict() { awk -v v="$1" -v t="$2" 'BEGIN {print (v >= t) ? "met" : "not met"}'; }
 hv=$(haproxy -v | awk 'NR == 1' | awk '{print $3}' | sed 's/-.*//')
-rv=$("$RONDO" --version | awk '{print $2}')
+rv=$("$RONDO" --version | awk 'NR == 1 {print $2}')
 mode=full cmd="bench/run.sh --tls"
 if [ "$quick" = 1 ]; then mode=quick cmd+=" --quick"; fi
 row() { printf '| %s | %s | %s | %s |\n' "$@"; }
@@ -386,15 +439,20 @@ report() {
   row "keep-alive requests/s over TLS (wrk -t1 -c$TP_CONNS, measured)" "$r" "$h" "$(ratio "$r" "$h") [target ≥ 1.15: $(verdict "$(ratio "$r" "$h")" 1.15)]"
   row "proxy CPU per keep-alive request (µs)" "$(med "${KA_US[rondo]}")" "$(med "${KA_US[haproxy]}")" "–"
   row "keep-alive requests per core-second" "$rc" "$hc" "$(ratio "$rc" "$hc")"
+  local rp=$(med "${KA_US[rondo-plain]}") hp=$(med "${KA_US[haproxy-plain]}")
+  row "proxy CPU per keep-alive request, plain HTTP, same run (µs)" "$rp" "$hp" "$(ratio "$rp" "$hp")"
+  row "what TLS adds per keep-alive request (µs)" "$(awk -v a="$(med "${KA_US[rondo]}")" -v b="$rp" 'BEGIN {printf "%.2f", a - b}')" "$(awk -v a="$(med "${KA_US[haproxy]}")" -v b="$hp" 'BEGIN {printf "%.2f", a - b}')" "–"
   row "busy % proxy / load core, keep-alive" "$(med "${KA_PB[rondo]}") / $(med "${KA_LB[rondo]}")" "$(med "${KA_PB[haproxy]}") / $(med "${KA_LB[haproxy]}")" "–"
   local rm=$(per_conn "${RSS1[rondo]}" "${RSS0[rondo]}" "$HOLD_CONNS") hm=$(per_conn "${RSS1[haproxy]}" "${RSS0[haproxy]}" "$HOLD_CONNS")
   row "RSS per idle TLS connection (KiB, $HOLD_CONNS held)" "$rm" "$hm" "$(ratio "$rm" "$hm")"
+  local rpm=$(per_conn "${RSS1[rondo-plain]}" "${RSS0[rondo-plain]}" "$HOLD_CONNS") hpm=$(per_conn "${RSS1[haproxy-plain]}" "${RSS0[haproxy-plain]}" "$HOLD_CONNS")
+  row "RSS per idle plain connection, same run (KiB)" "$rpm" "$hpm" "$(ratio "$rpm" "$hpm")"
   row "errors (handshakes ECDSA / RSA / keep-alive)" "${HS_ERR[rondo-ecdsa]} / ${HS_ERR[rondo-rsa]} / ${KA_ERR[rondo]}" "${HS_ERR[haproxy-ecdsa]} / ${HS_ERR[haproxy-rsa]} / ${KA_ERR[haproxy]}" "–"
   echo
   echo "Per-round values (rounds in order):"
   echo
   for px in "${PROXIES[@]}"; do
-    echo "- $px: handshakes/s ECDSA ${HS[$px-ecdsa]}| RSA ${HS[$px-rsa]}| keep-alive req/s ${KA[$px]}"
+    echo "- $px: handshakes/s ECDSA ${HS[$px-ecdsa]}| RSA ${HS[$px-rsa]}| keep-alive req/s TLS ${KA[$px]}| plain ${KA[$px-plain]}| CPU µs/handshake ECDSA ${HS_US[$px-ecdsa]}| RSA ${HS_US[$px-rsa]}| CPU µs/request TLS ${KA_US[$px]}| plain ${KA_US[$px-plain]}"
   done
 }
 mkdir -p "$ROOT/bench/results"
