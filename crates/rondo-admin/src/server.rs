@@ -571,7 +571,20 @@ async fn explain(
             })
         })
         .collect();
-    axum::Json(json!({ "cluster": c, "view": snap.view.id, "picks": picks })).into_response()
+    // Tries that failed in TLS to a member (its certificate, or it refused the router's), which
+    // no pick shows: the member was picked, the failure came after.
+    let tls_failures: Vec<Value> = st
+        .live
+        .metrics
+        .tls_failures_of(&c)
+        .into_iter()
+        .map(|(member, reason, count, at)| {
+            json!({ "member": member, "reason": reason, "count": count, "last_unix_ms": at })
+        })
+        .collect();
+    axum::Json(json!({ "cluster": c, "view": snap.view.id, "picks": picks,
+                       "tls_failures": tls_failures }))
+    .into_response()
 }
 
 async fn config(State(st): State<AppState>, headers: HeaderMap, bytes: Bytes) -> Response {

@@ -980,6 +980,18 @@ fn members_are_reached_over_mtls_and_bad_certificates_get_a_502_that_says_why() 
             "rondo_tls_member_failures_total{{cluster=\"{cluster}\",member=\"{cluster}-1\",reason=\"{reason}\"}}"
         );
         assert!(metric(admin, &series) >= 1.0, "{series}");
+        // The admin API's explain shows them too.
+        let (ok, text, err) = curl(&[
+            "-H",
+            "Authorization: Bearer t",
+            &format!("http://{admin}/api/v1/clusters/{cluster}/explain"),
+        ]);
+        assert!(ok, "{err}");
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let row = &v["tls_failures"][0];
+        assert_eq!(row["member"], format!("{cluster}-1"), "{text}");
+        assert_eq!(row["reason"], reason, "{text}");
+        assert!(row["count"].as_u64() >= Some(1) && row["last_unix_ms"].as_u64() > Some(0), "{text}");
     }
 
     // A TCP session over TLS to the member.
