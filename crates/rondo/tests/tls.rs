@@ -904,7 +904,9 @@ fn members_are_reached_over_mtls_and_bad_certificates_get_a_502_that_says_why() 
         "[admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"t\"\n\n\
          [[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:0\"\n\n\
          [[listener]]\nname = \"tcp\"\nlisten = \"127.0.0.1:0\"\nprotocol = \"tcp\"\n\n\
-         [[route]]\nlistener = \"tcp\"\ncluster = \"tcp\"\n\n",
+         [[route]]\nlistener = \"tcp\"\ncluster = \"tcp\"\n\n\
+         [[listener]]\nname = \"tcpwrong\"\nlisten = \"127.0.0.1:0\"\nprotocol = \"tcp\"\n\n\
+         [[route]]\nlistener = \"tcpwrong\"\ncluster = \"tcpwrong\"\n\n",
     );
     let clusters: [(&str, SocketAddr, &str, &str); 7] = [
         ("good", m_good, mtls, ""),
@@ -936,6 +938,7 @@ fn members_are_reached_over_mtls_and_bad_certificates_get_a_502_that_says_why() 
     }
     config.push_str(&format!(
         "[cluster.tcp]\nupstream_protocol = \"tcp\"\n{mtls}\nmembers = [{{ name = \"t1\", address = \"{m_good}\" }}]\n\n\
+         [cluster.tcpwrong]\nupstream_protocol = \"tcp\"\n{ca_only}\nmembers = [{{ name = \"tcpwrong-1\", address = \"{m_wrong}\" }}]\n\n\
          [cluster.checked]\n{ca_only}\nmembers = [{{ name = \"checked-1\", address = \"{m_wrong}\" }}]\n\
          health = {{ kind = \"http\", path = \"/\", interval_ms = 100, fall = 1 }}\n\n\
          [[route]]\nlistener = \"web\"\nmatch = {{ path_prefix = \"/checked\" }}\ncluster = \"checked\"\n"
@@ -946,6 +949,7 @@ fn members_are_reached_over_mtls_and_bad_certificates_get_a_502_that_says_why() 
     let mut serve = Serve::start(&path);
     let web = serve.addr("web");
     let tcp = serve.addr("tcp");
+    let tcpwrong = serve.addr("tcpwrong");
     let admin = serve.proc.addr_after("admin API on");
 
     let get = |p: &str| {
@@ -998,6 +1002,11 @@ fn members_are_reached_over_mtls_and_bad_certificates_get_a_502_that_says_why() 
     let (ok, out, err) = curl(&[&format!("http://{tcp}/")]);
     assert!(ok, "{err}");
     assert_eq!(out, "good client=yes version=HTTP/1.1\n");
+    // A TCP session to a member of the wrong name is closed, and counted like a request's.
+    let (ok, out, _) = curl(&[&format!("http://{tcpwrong}/")]);
+    assert!(!ok && out.is_empty(), "{out}");
+    let series = "rondo_tls_member_failures_total{cluster=\"tcpwrong\",member=\"tcpwrong-1\",reason=\"not_valid_for_name\"}";
+    assert!(metric(admin, series) >= 1.0, "{series}");
 
     // Health checks verify the same way: the wrong-name member goes down, saying why.
     serve.stderr_with(&["member down", "the last: tls: certificate not valid for the server name"]);
