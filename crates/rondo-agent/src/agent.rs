@@ -17,8 +17,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use rondo_core::{Entropy, SplitMix64};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use rondo_runtime::tls_client::ClientTls;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpStream, UdpSocket};
 
@@ -338,7 +338,10 @@ async fn exchange_line<S: AsyncRead + AsyncWrite + Unpin>(
     stream.write_all(line.as_bytes()).await.map_err(|e| format!("send: {e}"))?;
     stream.flush().await.map_err(|e| format!("send: {e}"))?;
     let mut answer = String::new();
-    BufReader::new(stream.take(1024)).read_line(&mut answer).await.map_err(|e| format!("read: {e}"))?;
+    BufReader::new(stream.take(1024))
+        .read_line(&mut answer)
+        .await
+        .map_err(|e| format!("read: {e}"))?;
     Ok(answer)
 }
 

@@ -15,8 +15,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::client::Resumption;
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{ClientConfig, DigitallySignedStruct, SignatureScheme};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -169,7 +169,8 @@ pub async fn handshakes(
                     anyhow::ensure!(status == 200, "status {status}");
                     anyhow::Ok(())
                 };
-                let ok = matches!(tokio::time::timeout(Duration::from_secs(5), one).await, Ok(Ok(())));
+                let ok =
+                    matches!(tokio::time::timeout(Duration::from_secs(5), one).await, Ok(Ok(())));
                 if measuring.load(Ordering::Relaxed) {
                     if ok { &done } else { &errors }.fetch_add(1, Ordering::Relaxed);
                 }

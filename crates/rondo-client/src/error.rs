@@ -342,7 +342,9 @@ pub enum BootstrapError {
     #[error("bad naming endpoint `{0}`")]
     BadEndpoint(String),
     /// An `https://` endpoint without [`crate::Builder::tls`].
-    #[error("naming endpoint `{0}` is https: give the roots its certificate is checked against with Builder::tls")]
+    #[error(
+        "naming endpoint `{0}` is https: give the roots its certificate is checked against with Builder::tls"
+    )]
     NeedsTls(String),
     /// Every endpoint failed.
     #[error("service {service}: no naming endpoint answered: {}", list(.failures))]

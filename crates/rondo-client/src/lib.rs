@@ -119,9 +119,9 @@ pub use client::{Builder, CallOptions, Client, Session, Target};
 pub use error::{Attempt, AttemptError, Attempts, BootstrapError, CallError, Failed, NamingError};
 pub use naming::NamingClient;
 pub use state::cluster_spec;
-pub use tls::{HttpsConnector, MaybeTls, TlsConfig, TlsConfigError};
 #[doc(hidden)]
 pub use state::{Replay, ReplayRefusal};
+pub use tls::{HttpsConnector, MaybeTls, TlsConfig, TlsConfigError};
 pub use tower::{
     BalanceLayer, Balanced, BalancedError, BoxError, HttpError, ResponseFuture, SlotBody, Tracked,
 };

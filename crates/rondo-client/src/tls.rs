@@ -43,9 +43,10 @@ fn read(path: &Path, what: &str) -> Result<Vec<u8>, TlsConfigError> {
 
 fn certs(path: &Path, what: &str) -> Result<Vec<CertificateDer<'static>>, TlsConfigError> {
     let pem = read(path, what)?;
-    let certs: Vec<_> = CertificateDer::pem_slice_iter(&pem).collect::<Result<_, _>>().map_err(
-        |e| TlsConfigError(format!("{what} file {} is not valid PEM: {e}", path.display())),
-    )?;
+    let certs: Vec<_> =
+        CertificateDer::pem_slice_iter(&pem).collect::<Result<_, _>>().map_err(|e| {
+            TlsConfigError(format!("{what} file {} is not valid PEM: {e}", path.display()))
+        })?;
     if certs.is_empty() {
         return Err(TlsConfigError(format!(
             "{what} file {} holds no PEM certificate",
@@ -241,7 +242,7 @@ impl Service<Uri> for HttpsConnector {
                 return Ok(MaybeTls::Plain(tcp));
             }
             let s = tls.connect(tcp.into_inner(), &host, &target).await?;
-            Ok(MaybeTls::Tls(TokioIo::new(s)))
+            Ok(MaybeTls::Tls(Box::new(TokioIo::new(s))))
         })
     }
 }
@@ -252,7 +253,7 @@ pub enum MaybeTls {
     /// An `http` URI's.
     Plain(TokioIo<TcpStream>),
     /// An `https` URI's.
-    Tls(TokioIo<tokio_rustls::client::TlsStream<TcpStream>>),
+    Tls(Box<TokioIo<tokio_rustls::client::TlsStream<TcpStream>>>),
 }
 
 impl hyper::rt::Read for MaybeTls {
@@ -263,7 +264,7 @@ impl hyper::rt::Read for MaybeTls {
     ) -> Poll<std::io::Result<()>> {
         match self.get_mut() {
             MaybeTls::Plain(s) => Pin::new(s).poll_read(cx, buf),
-            MaybeTls::Tls(s) => Pin::new(s).poll_read(cx, buf),
+            MaybeTls::Tls(s) => Pin::new(&mut **s).poll_read(cx, buf),
         }
     }
 }
@@ -276,21 +277,21 @@ impl hyper::rt::Write for MaybeTls {
     ) -> Poll<std::io::Result<usize>> {
         match self.get_mut() {
             MaybeTls::Plain(s) => Pin::new(s).poll_write(cx, buf),
-            MaybeTls::Tls(s) => Pin::new(s).poll_write(cx, buf),
+            MaybeTls::Tls(s) => Pin::new(&mut **s).poll_write(cx, buf),
         }
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         match self.get_mut() {
             MaybeTls::Plain(s) => Pin::new(s).poll_flush(cx),
-            MaybeTls::Tls(s) => Pin::new(s).poll_flush(cx),
+            MaybeTls::Tls(s) => Pin::new(&mut **s).poll_flush(cx),
         }
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         match self.get_mut() {
             MaybeTls::Plain(s) => Pin::new(s).poll_shutdown(cx),
-            MaybeTls::Tls(s) => Pin::new(s).poll_shutdown(cx),
+            MaybeTls::Tls(s) => Pin::new(&mut **s).poll_shutdown(cx),
         }
     }
 }

@@ -26,6 +26,9 @@ use crate::{Snapshot, clock};
 /// The `Content-Type` of [`Metrics::render`]'s output (Prometheus text format 0.0.4).
 pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
 
+/// A row of TLS failures: (cluster, member, reason).
+type TlsFailureKey = (String, String, &'static str);
+
 /// Most (cluster, member, reason) rows of TLS failures kept for the admin API's explain.
 pub const MAX_TLS_FAILURE_ROWS: usize = 10_000;
 
@@ -373,7 +376,7 @@ pub struct Metrics {
     pub tls_member_failures: Family<TlsMemberLabels, Counter>,
     /// The same failures as the admin API's explain shows them: (cluster, member, reason) ->
     /// (count, last at, Unix ms); at most [`MAX_TLS_FAILURE_ROWS`] rows.
-    tls_failure_rows: Mutex<HashMap<(String, String, &'static str), (u64, u64)>>,
+    tls_failure_rows: Mutex<HashMap<TlsFailureKey, (u64, u64)>>,
     /// Serialises scrapes (each refills the state gauges).
     scrape: Mutex<()>,
 }

@@ -115,8 +115,7 @@ fn agent(args: cli::AgentArgs, err: &mut dyn Write) -> anyhow::Result<ExitCode> 
             return Ok(ExitCode::FAILURE);
         }
     };
-    let tls = match args.tls.files().map(|f| rondo_runtime::tls_client::ClientTls::load(&f, &[]))
-    {
+    let tls = match args.tls.files().map(|f| rondo_runtime::tls_client::ClientTls::load(&f, &[])) {
         None => None,
         Some(Ok(t)) => Some(t),
         Some(Err(e)) => {
@@ -209,13 +208,8 @@ fn ctl(args: cli::CtlArgs, out: &mut dyn Write, err: &mut dyn Write) -> anyhow::
             return Ok(ExitCode::FAILURE);
         }
     };
-    let target = client::CtlTarget {
-        addr,
-        tls,
-        token,
-        operator: args.operator,
-        if_match: args.if_match,
-    };
+    let target =
+        client::CtlTarget { addr, tls, token, operator: args.operator, if_match: args.if_match };
     let rt = serve::runtime(Some(1))?;
     match rt.block_on(client::run(&target, cmd)) {
         Ok(text) => {

@@ -995,7 +995,10 @@ fn members_are_reached_over_mtls_and_bad_certificates_get_a_502_that_says_why() 
         let row = &v["tls_failures"][0];
         assert_eq!(row["member"], format!("{cluster}-1"), "{text}");
         assert_eq!(row["reason"], reason, "{text}");
-        assert!(row["count"].as_u64() >= Some(1) && row["last_unix_ms"].as_u64() > Some(0), "{text}");
+        assert!(
+            row["count"].as_u64() >= Some(1) && row["last_unix_ms"].as_u64() > Some(0),
+            "{text}"
+        );
     }
 
     // A TCP session over TLS to the member.
@@ -1550,7 +1553,8 @@ fn admin_naming_and_agent_speak_tls_to_ctl_agent_and_the_client_library() {
     let url = format!("https://{admin}/api/v1/status");
     let (ok, out, err) = curl(&["--cacert", ca_file, "-H", "Authorization: Bearer t", &url]);
     assert!(ok && out.contains("\"view\""), "{out} {err}");
-    let (_, out, _) = curl(&["-H", "Authorization: Bearer t", &format!("http://{admin}/api/v1/status")]);
+    let (_, out, _) =
+        curl(&["-H", "Authorization: Bearer t", &format!("http://{admin}/api/v1/status")]);
     assert!(!out.contains("\"view\""), "plain http answered: {out}");
 
     // rondo ctl: https with --tls-ca; a wrong CA and a wrong name are refused saying why.
@@ -1672,7 +1676,11 @@ fn admin_naming_and_agent_speak_tls_to_ctl_agent_and_the_client_library() {
         curl(&["--cacert", ca_file, "--resolve", &resolve, "-H", "Authorization: Bearer t", &url2]);
     assert!(ok && out.contains("\"view\""), "{out} {err}");
     replace(d, "control.pem", "not a certificate\n");
-    serve.stderr_with(&["[admin]", "tls reload (file change) rejected", "holds no PEM certificate"]);
+    serve.stderr_with(&[
+        "[admin]",
+        "tls reload (file change) rejected",
+        "holds no PEM certificate",
+    ]);
     let (ok, out, err) =
         curl(&["--cacert", ca_file, "--resolve", &resolve, "-H", "Authorization: Bearer t", &url2]);
     assert!(ok && out.contains("\"view\""), "{out} {err}");
@@ -1711,7 +1719,9 @@ fn the_client_library_reaches_tls_members() {
             .unwrap()
             .server_name("api.internal")
             .unwrap();
-        for (service, want) in [("api", Ok("good client=no")), ("bad", Err("certificate not valid for api.internal"))] {
+        for (service, want) in
+            [("api", Ok("good client=no")), ("bad", Err("certificate not valid for api.internal"))]
+        {
             let client = rondo_client::Client::builder(service)
                 .endpoint(naming.to_string())
                 .connect()

@@ -187,9 +187,8 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::TlsHandshakes { target, connections, duration_secs, warmup_secs } => {
-            let r =
-                tls::handshakes(target, connections, secs(warmup_secs)?, secs(duration_secs)?)
-                    .await?;
+            let r = tls::handshakes(target, connections, secs(warmup_secs)?, secs(duration_secs)?)
+                .await?;
             println!("done={} errors={} per_sec={:.1}", r.done, r.errors, r.per_sec);
             Ok(ExitCode::SUCCESS)
         }
