@@ -165,6 +165,15 @@ impl TlsConfig {
     }
 }
 
+/// A name as rustls lists a certificate's names (`DnsName("a.test")`, `IpAddress(10.0.0.1)`),
+/// without the wrapping.
+fn plain_name(n: &str) -> &str {
+    n.strip_prefix("DnsName(\"")
+        .and_then(|r| r.strip_suffix("\")"))
+        .or_else(|| n.strip_prefix("IpAddress(").and_then(|r| r.strip_suffix(')')))
+        .unwrap_or(n)
+}
+
 /// Why a handshake failed, in words (`name`: the name the certificate was checked for).
 fn describe(e: &std::io::Error, name: &str, roots: &str) -> String {
     let Some(tls) = e.get_ref().and_then(|inner| inner.downcast_ref::<rustls::Error>()) else {
@@ -179,7 +188,11 @@ fn describe(e: &std::io::Error, name: &str, roots: &str) -> String {
         rustls::Error::InvalidCertificate(c) => match c {
             CertificateError::NotValidForNameContext { presented, .. } => format!(
                 "certificate not valid for {name} (it is for {})",
-                if presented.is_empty() { "no name".to_owned() } else { presented.join(", ") }
+                if presented.is_empty() {
+                    "no name".to_owned()
+                } else {
+                    presented.iter().map(|n| plain_name(n)).collect::<Vec<_>>().join(", ")
+                }
             ),
             CertificateError::NotValidForName => format!("certificate not valid for {name}"),
             CertificateError::Expired | CertificateError::ExpiredContext { .. } => {

@@ -112,6 +112,15 @@ pub fn describe(e: &std::io::Error, name: &str, ca: &Path) -> String {
     describe_rustls(tls, name, ca)
 }
 
+/// A name as rustls lists a certificate's names (`DnsName("a.test")`, `IpAddress(10.0.0.1)`),
+/// without the wrapping.
+fn plain_name(n: &str) -> &str {
+    n.strip_prefix("DnsName(\"")
+        .and_then(|r| r.strip_suffix("\")"))
+        .or_else(|| n.strip_prefix("IpAddress(").and_then(|r| r.strip_suffix(')')))
+        .unwrap_or(n)
+}
+
 /// The rustls error in `e`'s chain, if any (an alert that arrives after the handshake, as TLS
 /// 1.3 servers refuse client certificates, comes with the first read).
 pub fn rustls_in<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a rustls::Error> {
@@ -138,7 +147,11 @@ pub fn describe_rustls(tls: &rustls::Error, name: &str, ca: &Path) -> String {
         rustls::Error::InvalidCertificate(c) => match c {
             CertificateError::NotValidForNameContext { presented, .. } => format!(
                 "certificate not valid for {name} (it is for {})",
-                if presented.is_empty() { "no name".to_owned() } else { presented.join(", ") }
+                if presented.is_empty() {
+                    "no name".to_owned()
+                } else {
+                    presented.iter().map(|n| plain_name(n)).collect::<Vec<_>>().join(", ")
+                }
             ),
             CertificateError::NotValidForName => format!("certificate not valid for {name}"),
             CertificateError::Expired | CertificateError::ExpiredContext { .. } => {
@@ -172,5 +185,12 @@ mod tests {
         assert_eq!(host_of("127.0.0.1:9900"), "127.0.0.1");
         assert_eq!(host_of("[::1]:9900"), "::1");
         assert_eq!(host_of("admin.internal:443"), "admin.internal");
+    }
+
+    #[test]
+    fn certificate_names_lose_their_wrapping() {
+        assert_eq!(plain_name("DnsName(\"a.test\")"), "a.test");
+        assert_eq!(plain_name("IpAddress(10.0.0.1)"), "10.0.0.1");
+        assert_eq!(plain_name("URI(x)"), "URI(x)");
     }
 }

@@ -1526,7 +1526,7 @@ fn admin_naming_and_agent_speak_tls_to_ctl_agent_and_the_client_library() {
     write(d, "alice.pem", &c);
     write(d, "alice.key", &k);
     let config = "[admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"t\"\n\
-        tls = { certs = [ { cert = \"control.pem\", key = \"control.key\" } ] }\n\n\
+        tls = { certs = [ { cert = \"control.pem\", key = \"control.key\" } ], client_ca = \"ca.pem\", client_auth = \"required\" }\n\n\
         [naming]\nlisten = \"127.0.0.1:0\"\n\
         tls = { certs = [ { cert = \"control.pem\", key = \"control.key\" } ], client_ca = \"ca.pem\", client_auth = \"required\" }\n\n\
         [agent]\nlisten = \"127.0.0.1:0\"\nkey = \"k\"\n\
@@ -1548,10 +1548,17 @@ fn admin_naming_and_agent_speak_tls_to_ctl_agent_and_the_client_library() {
     let naming = serve.proc.addr_after("naming API");
     let ca_file = d.join("ca.pem");
     let ca_file = ca_file.to_str().unwrap();
+    let alice = (d.join("alice.pem"), d.join("alice.key"));
+    let (alice_cert, alice_key) = (alice.0.to_str().unwrap(), alice.1.to_str().unwrap());
+    // The admin API requires a client certificate: curl's and ctl's options for alice's.
+    let curl_id = ["--cert", alice_cert, "--key", alice_key];
+    let ctl_id = ["--tls-cert", alice_cert, "--tls-key", alice_key];
 
     // The admin API: curl with the CA; plain HTTP gets no answer.
     let url = format!("https://{admin}/api/v1/status");
-    let (ok, out, err) = curl(&["--cacert", ca_file, "-H", "Authorization: Bearer t", &url]);
+    let (ok, out, err) = curl(
+        &[&curl_id[..], &["--cacert", ca_file, "-H", "Authorization: Bearer t", &url]].concat(),
+    );
     assert!(ok && out.contains("\"view\""), "{out} {err}");
     let (_, out, _) =
         curl(&["-H", "Authorization: Bearer t", &format!("http://{admin}/api/v1/status")]);
@@ -1559,8 +1566,18 @@ fn admin_naming_and_agent_speak_tls_to_ctl_agent_and_the_client_library() {
 
     // rondo ctl: https with --tls-ca; a wrong CA and a wrong name are refused saying why.
     let https = format!("https://{admin}");
-    let (ok, out, err) = ctl(&["--admin", &https, "--tls-ca", ca_file, "--token", "t", "status"]);
+    let (ok, out, err) =
+        ctl(&[&ctl_id[..], &["--admin", &https, "--tls-ca", ca_file, "--token", "t", "status"]]
+            .concat());
     assert!(ok && out.starts_with("view "), "{out} {err}");
+    // Without its certificate ctl is refused, and says so.
+    let (ok, _, err) = ctl(&["--admin", &https, "--tls-ca", ca_file, "--token", "t", "status"]);
+    assert!(!ok);
+    assert!(
+        err.contains(&format!("tls to {admin}: the server refused the handshake"))
+            && err.contains("client certificate"),
+        "{err}"
+    );
     let other_ca = d.join("other-ca.pem");
     let (ok, _, err) =
         ctl(&["--admin", &https, "--tls-ca", other_ca.to_str().unwrap(), "--token", "t", "status"]);
@@ -1583,8 +1600,9 @@ fn admin_naming_and_agent_speak_tls_to_ctl_agent_and_the_client_library() {
     ]);
     assert!(!ok);
     assert!(
-        err.contains(&format!("tls to {admin}: certificate not valid for wrong.test"))
-            && err.contains("control.test"),
+        err.contains(&format!(
+            "tls to {admin}: certificate not valid for wrong.test (it is for control.test, 127.0.0.1)"
+        )),
         "{err}"
     );
     let (ok, _, err) = ctl(&["--admin", &https, "--token", "t", "status"]);
@@ -1592,7 +1610,6 @@ fn admin_naming_and_agent_speak_tls_to_ctl_agent_and_the_client_library() {
 
     // The naming service requires a client certificate.
     let services = format!("https://{naming}/v1/services/c");
-    let alice = (d.join("alice.pem"), d.join("alice.key"));
     let (ok, out, err) = curl(&[
         "--cacert",
         ca_file,
@@ -1652,13 +1669,11 @@ fn admin_naming_and_agent_speak_tls_to_ctl_agent_and_the_client_library() {
     agent.kill();
     for listener in ["[admin]", "[naming]", "[agent]"] {
         let series = format!("rondo_tls_handshakes_total{{listener=\"{listener}\",result=\"ok\"}}");
-        let (ok, text, err) = curl(&[
-            "--cacert",
-            ca_file,
-            "-H",
-            "Authorization: Bearer t",
-            &format!("https://{admin}/metrics"),
-        ]);
+        let metrics = format!("https://{admin}/metrics");
+        let (ok, text, err) = curl(
+            &[&curl_id[..], &["--cacert", ca_file, "-H", "Authorization: Bearer t", &metrics]]
+                .concat(),
+        );
         assert!(ok, "{err}");
         assert!(text.lines().any(|l| l.starts_with(&series)), "no {series} in\n{text}");
     }
@@ -1672,8 +1687,24 @@ fn admin_naming_and_agent_speak_tls_to_ctl_agent_and_the_client_library() {
     let port = admin.port();
     let resolve = format!("admin2.test:{port}:127.0.0.1");
     let url2 = format!("https://admin2.test:{port}/api/v1/status");
-    let (ok, out, err) =
-        curl(&["--cacert", ca_file, "--resolve", &resolve, "-H", "Authorization: Bearer t", &url2]);
+    let get2 = || {
+        curl(
+            &[
+                &curl_id[..],
+                &[
+                    "--cacert",
+                    ca_file,
+                    "--resolve",
+                    &resolve,
+                    "-H",
+                    "Authorization: Bearer t",
+                    &url2,
+                ],
+            ]
+            .concat(),
+        )
+    };
+    let (ok, out, err) = get2();
     assert!(ok && out.contains("\"view\""), "{out} {err}");
     replace(d, "control.pem", "not a certificate\n");
     serve.stderr_with(&[
@@ -1681,8 +1712,7 @@ fn admin_naming_and_agent_speak_tls_to_ctl_agent_and_the_client_library() {
         "tls reload (file change) rejected",
         "holds no PEM certificate",
     ]);
-    let (ok, out, err) =
-        curl(&["--cacert", ca_file, "--resolve", &resolve, "-H", "Authorization: Bearer t", &url2]);
+    let (ok, out, err) = get2();
     assert!(ok && out.contains("\"view\""), "{out} {err}");
 }
 
