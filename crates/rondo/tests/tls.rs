@@ -1530,7 +1530,7 @@ fn admin_naming_and_agent_speak_tls_to_ctl_agent_and_the_client_library() {
         [naming]\nlisten = \"127.0.0.1:0\"\n\
         tls = { certs = [ { cert = \"control.pem\", key = \"control.key\" } ], client_ca = \"ca.pem\", client_auth = \"required\" }\n\n\
         [agent]\nlisten = \"127.0.0.1:0\"\nkey = \"k\"\n\
-        tls = { certs = [ { cert = \"control.pem\", key = \"control.key\" } ] }\n\n\
+        tls = { certs = [ { cert = \"control.pem\", key = \"control.key\" } ], client_ca = \"ca.pem\", client_auth = \"required\" }\n\n\
         [[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:0\"\n\n\
         [[route]]\nlistener = \"web\"\ncluster = \"c\"\n\n\
         [cluster.c]\nalgorithm = \"least-sessions\"\nmembers = [{ name = \"m1\", address = \"127.0.0.1:9\" }]\n";
@@ -1654,10 +1654,11 @@ fn admin_naming_and_agent_speak_tls_to_ctl_agent_and_the_client_library() {
         assert!(e.to_string().contains("Builder::tls"), "{e}");
     });
 
-    // rondo agent's hello over TLS.
+    // rondo agent's hello over TLS, with its client certificate.
     let mut agent = Proc::from_child(
         Command::new(BIN)
             .args(["agent", "--report-to", &agent_addr.to_string(), "--tls-ca", ca_file])
+            .args(ctl_id)
             .args(["--cluster", "c", "--member", "m1", "--key", "k", "--fixed-cpu", "0.25"])
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
