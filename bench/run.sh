@@ -4,6 +4,10 @@
 #
 #   bench/run.sh              full run (about 5 minutes once built)
 #   bench/run.sh --quick      smoke test (about 1 minute, one repeat, short runs)
+#   bench/run.sh --tls        the TLS benchmark instead, rondo vs HAProxy (bench/tls.sh: full
+#                             handshakes/s with ECDSA and RSA certificates, keep-alive requests/s
+#                             over TLS, RSS per idle TLS connection; --quick, --no-install and
+#                             --no-build apply)
 #
 # Options:
 #   --members nginx|rondo     what serves as the three members (default nginx, see below)
@@ -45,6 +49,10 @@ set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROOT=$(pwd)
+
+for arg in "$@"; do
+  if [ "$arg" = --tls ]; then exec "$ROOT/bench/tls.sh" "$@"; fi
+done
 
 quick=0
 members=nginx

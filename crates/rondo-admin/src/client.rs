@@ -88,6 +88,8 @@ pub struct CtlTarget {
     /// Sent as `If-Match` with every change: the change is made only while this view is in
     /// effect (else 409 naming the current one).
     pub if_match: Option<u64>,
+    /// TLS to the admin API (`[admin] tls`), when set.
+    pub tls: Option<rondo_runtime::tls_client::ClientTls>,
 }
 
 /// Runs `cmd` against `target`; returns the text to print.
@@ -146,10 +148,10 @@ async fn call_as(
     body: Option<String>,
     config_file: Option<&str>,
 ) -> Result<Value, CtlError> {
-    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let scheme = if target.tls.is_some() { "https" } else { "http" };
     let mut req = Request::builder()
         .method(method.clone())
-        .uri(format!("http://{}{}", target.addr, path))
+        .uri(format!("{scheme}://{}{}", target.addr, path))
         .header(header::AUTHORIZATION, format!("Bearer {}", target.token));
     if let Some(op) = &target.operator {
         req = req.header(crate::server::OPERATOR_HEADER, op);
@@ -165,10 +167,17 @@ async fn call_as(
     let req = req
         .body(Full::new(Bytes::from(body.unwrap_or_default())))
         .map_err(|e| CtlError::Unreachable { addr: target.addr.clone(), reason: e.to_string() })?;
-    let resp = client
-        .request(req)
-        .await
-        .map_err(|e| CtlError::Unreachable { addr: target.addr.clone(), reason: io_reason(&e) })?;
+    let resp = match &target.tls {
+        None => Client::builder(TokioExecutor::new())
+            .build_http::<Full<Bytes>>()
+            .request(req)
+            .await
+            .map_err(|e| CtlError::Unreachable {
+                addr: target.addr.clone(),
+                reason: io_reason(&e),
+            })?,
+        Some(tls) => send_tls(target, tls, req).await?,
+    };
     let status = resp.status();
     let bytes = resp
         .into_body()
@@ -191,6 +200,41 @@ async fn call_as(
         return Err(CtlError::Refused { status, message });
     }
     Ok(v)
+}
+
+/// One request over a new TLS connection to the admin API; a failed handshake is reported with
+/// the host and the reason (`tls to 127.0.0.1:9900: certificate not valid for 127.0.0.1 ...`).
+async fn send_tls(
+    target: &CtlTarget,
+    tls: &rondo_runtime::tls_client::ClientTls,
+    req: Request<Full<Bytes>>,
+) -> Result<http::Response<hyper::body::Incoming>, CtlError> {
+    let unreachable = |reason: String| CtlError::Unreachable { addr: target.addr.clone(), reason };
+    let tcp = tokio::net::TcpStream::connect(&target.addr)
+        .await
+        .map_err(|e| unreachable(e.kind().to_string()))?;
+    let _ = tcp.set_nodelay(true);
+    let stream = tls.connect(tcp, &target.addr).await.map_err(unreachable)?;
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .map_err(|e| unreachable(io_reason(&e)))?;
+    tokio::spawn(conn);
+    sender.send_request(req).await.map_err(|e| {
+        // With TLS 1.3 a refused client certificate shows on the first read.
+        let reason = rondo_runtime::tls_client::rustls_in(&e).map_or_else(
+            || io_reason(&e),
+            |t| {
+                let host = rondo_runtime::tls_client::host_of(&target.addr);
+                format!(
+                    "tls to {}: {}",
+                    target.addr,
+                    rondo_runtime::tls_client::describe_rustls(t, tls.name_for(host), tls.ca())
+                )
+            },
+        );
+        unreachable(reason)
+    })
 }
 
 /// One of a config answer's `errors` as `FILE:LINE:COLUMN: field `FIELD`: MESSAGE`, naming

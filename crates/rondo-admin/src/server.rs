@@ -21,6 +21,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use rondo_config::AdminSpec;
 use rondo_core::{Actor, AdminState, Algorithm, View};
+use rondo_runtime::tls_server::{ALPN_HTTP1, HANDSHAKE_TIMEOUT, TlsIncoming, TlsServer};
 use rondo_runtime::{ClusterRt, Live, Snapshot, clock, probe};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -34,9 +35,15 @@ pub struct AdminServer {
     /// The bound address.
     pub addr: SocketAddr,
     task: tokio::task::JoinHandle<()>,
+    tls: bool,
 }
 
 impl AdminServer {
+    /// `https` with `tls`, else `http`.
+    pub fn scheme(&self) -> &'static str {
+        if self.tls { "https" } else { "http" }
+    }
+
     /// Stops accepting connections.
     pub fn stop(&self) {
         self.task.abort();
@@ -55,7 +62,8 @@ struct AppState {
     token: Option<Arc<Vec<u8>>>,
 }
 
-/// Binds `[admin] listen` and serves the API on the current tokio runtime.
+/// Binds `[admin] listen` and serves the API on the current tokio runtime, over TLS when
+/// `[admin] tls` is set (its files then watched and reloaded like a listener's).
 pub async fn start(spec: &AdminSpec, live: Arc<Live>) -> std::io::Result<AdminServer> {
     let token = match &spec.token {
         Some(t) => Some(crate::read_token(t)?),
@@ -69,13 +77,48 @@ pub async fn start(spec: &AdminSpec, live: Arc<Live>) -> std::io::Result<AdminSe
     }
     let listener = tokio::net::TcpListener::bind(spec.listen).await?;
     let addr = listener.local_addr()?;
+    let tls = match &spec.tls {
+        Some(t) => Some(
+            TlsServer::new("[admin]", t, ALPN_HTTP1, HANDSHAKE_TIMEOUT, live.metrics.clone())
+                .map_err(|e| std::io::Error::other(format!("[admin] tls: {e}")))?,
+        ),
+        None => None,
+    };
     let app = router(live, token);
     let task = tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, app).await {
+        let served = match tls {
+            Some(tls) => match TlsIncoming::new(listener, tls) {
+                Ok(incoming) => axum::serve(TlsListener(incoming), app).await,
+                Err(e) => Err(e),
+            },
+            None => axum::serve(listener, app).await,
+        };
+        if let Err(e) = served {
             tracing::error!(error = %e, "admin API stopped");
         }
     });
-    Ok(AdminServer { addr, task })
+    Ok(AdminServer { addr, task, tls: spec.tls.is_some() })
+}
+
+/// The admin listener with `tls`: connections come out of their handshake (rondo-runtime's
+/// [`TlsIncoming`], which runs handshakes side by side and counts them) into axum.
+struct TlsListener(TlsIncoming);
+
+impl axum::serve::Listener for TlsListener {
+    type Io = tokio_rustls::server::TlsStream<tokio::net::TcpStream>;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        match self.0.next().await {
+            Some(conn) => conn,
+            // The acceptor only stops when the server is dropped.
+            None => std::future::pending().await,
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        Ok(self.0.local_addr())
+    }
 }
 
 /// The API as an axum router (for embedding); `token: None` refuses every call with 403.
@@ -528,7 +571,20 @@ async fn explain(
             })
         })
         .collect();
-    axum::Json(json!({ "cluster": c, "view": snap.view.id, "picks": picks })).into_response()
+    // Tries that failed in TLS to a member (its certificate, or it refused the router's), which
+    // no pick shows: the member was picked, the failure came after.
+    let tls_failures: Vec<Value> = st
+        .live
+        .metrics
+        .tls_failures_of(&c)
+        .into_iter()
+        .map(|(member, reason, count, at)| {
+            json!({ "member": member, "reason": reason, "count": count, "last_unix_ms": at })
+        })
+        .collect();
+    axum::Json(json!({ "cluster": c, "view": snap.view.id, "picks": picks,
+                       "tls_failures": tls_failures }))
+    .into_response()
 }
 
 async fn config(State(st): State<AppState>, headers: HeaderMap, bytes: Bytes) -> Response {

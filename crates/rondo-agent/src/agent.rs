@@ -17,7 +17,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use rondo_core::{Entropy, SplitMix64};
+use rondo_runtime::tls_client::ClientTls;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpStream, UdpSocket};
 
 use crate::wire::{self, Heartbeat, HelloOk, Key};
@@ -59,6 +61,8 @@ pub struct AgentOpts {
     /// Fault injection for tests: skip this percentage of heartbeats, chosen by a generator
     /// seeded from the cluster and member names (0 = none).
     pub drop_percent: u8,
+    /// TLS to the routers' first-contact listeners (their `[agent] tls`), when set.
+    pub tls: Option<ClientTls>,
 }
 
 /// Why the agent could not run.
@@ -305,15 +309,12 @@ async fn hello_once(router: &str, opts: &AgentOpts) -> Result<(SocketAddr, Hello
         .next()
         .ok_or_else(|| other(format!("{router} has no address")))?;
     let exchange = async {
-        let mut stream = TcpStream::connect(addr).await.map_err(|e| format!("connect: {e}"))?;
+        let stream = TcpStream::connect(addr).await.map_err(|e| format!("connect: {e}"))?;
         let line = wire::hello_line(&opts.cluster, &opts.member, &opts.key);
-        stream.write_all(line.as_bytes()).await.map_err(|e| format!("send: {e}"))?;
-        let mut answer = String::new();
-        BufReader::new(stream.take(1024))
-            .read_line(&mut answer)
-            .await
-            .map_err(|e| format!("read: {e}"))?;
-        Ok::<_, String>(answer)
+        match &opts.tls {
+            None => exchange_line(stream, &line).await,
+            Some(tls) => exchange_line(tls.connect(stream, router).await?, &line).await,
+        }
     };
     let answer = tokio::time::timeout(Duration::from_secs(5), exchange)
         .await
@@ -327,6 +328,21 @@ async fn hello_once(router: &str, opts: &AgentOpts) -> Result<(SocketAddr, Hello
         Err(e) if e == "bad key" => Err(HelloFailure::KeyRefused),
         Err(e) => Err(other(e)),
     }
+}
+
+/// Sends the hello `line` and reads the one-line answer (at most 1 KiB).
+async fn exchange_line<S: AsyncRead + AsyncWrite + Unpin>(
+    mut stream: S,
+    line: &str,
+) -> Result<String, String> {
+    stream.write_all(line.as_bytes()).await.map_err(|e| format!("send: {e}"))?;
+    stream.flush().await.map_err(|e| format!("send: {e}"))?;
+    let mut answer = String::new();
+    BufReader::new(stream.take(1024))
+        .read_line(&mut answer)
+        .await
+        .map_err(|e| format!("read: {e}"))?;
+    Ok(answer)
 }
 
 #[cfg(test)]
@@ -356,6 +372,7 @@ mod tests {
             fixed_cpu: None,
             fixed_mem: None,
             drop_percent: 0,
+            tls: None,
         };
         let r = run(AgentOpts { report_to: vec![], ..base.clone() }).await;
         assert!(matches!(r, Err(AgentError::NoRouter)));

@@ -18,9 +18,10 @@ use std::time::{Duration, Instant};
 use rondo_core::load::AgentReport;
 use rondo_core::{AdminState, Algorithm};
 use rondo_runtime::metrics::{Counter, Metrics};
+use rondo_runtime::tls_server::TlsServer;
 use rondo_runtime::{Live, clock};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::net::{TcpListener, TcpStream, UdpSocket};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::net::{TcpListener, UdpSocket};
 use tokio::task::JoinHandle;
 
 use crate::wire::{self, HelloError, Key, WireError};
@@ -42,6 +43,8 @@ pub struct ReceiverOpts {
     pub key: Key,
     /// Heartbeat interval the agents are told to use.
     pub interval: Duration,
+    /// TLS on the first contact's TCP listener (`[agent] tls`); heartbeats stay UDP.
+    pub tls: Option<Arc<TlsServer>>,
 }
 
 /// What the receiver counted since it started.
@@ -226,11 +229,14 @@ pub async fn start(opts: ReceiverOpts, live: Arc<Live>) -> io::Result<Receiver> 
         last_seq: Mutex::new(HashMap::new()),
     });
     tracing::debug!(epoch = shared.epoch, "agent receiver epoch");
-    let tasks = vec![
-        tokio::spawn(accept_loop(tcp, shared.clone())),
+    let mut tasks = vec![
+        tokio::spawn(accept_loop(tcp, opts.tls.clone(), shared.clone())),
         tokio::spawn(udp_loop(Arc::new(udp), shared.clone())),
         tokio::spawn(watch_loop(shared.clone())),
     ];
+    if let Some(tls) = opts.tls {
+        tasks.push(tls.spawn_watch());
+    }
     Ok(Receiver { addr, shared, tasks })
 }
 
@@ -275,16 +281,27 @@ fn log_refusal(
     }
 }
 
-async fn accept_loop(tcp: TcpListener, shared: Arc<Shared>) {
+async fn accept_loop(tcp: TcpListener, tls: Option<Arc<TlsServer>>, shared: Arc<Shared>) {
     loop {
         match tcp.accept().await {
             Ok((stream, peer)) => {
                 let shared = shared.clone();
+                let tls = tls.clone();
                 tokio::spawn(async move {
-                    let hello =
-                        tokio::time::timeout(Duration::from_secs(5), hello(stream, peer, &shared));
-                    if let Ok(Err(e)) = hello.await {
-                        tracing::debug!(%peer, "agent hello: {e}");
+                    // The handshake and the hello together within the hello's time.
+                    let contact = async {
+                        match &tls {
+                            None => hello(stream, peer, &shared).await,
+                            Some(tls) => {
+                                let stream = tls.accept(stream).await.map_err(io::Error::other)?;
+                                hello(stream, peer, &shared).await
+                            }
+                        }
+                    };
+                    match tokio::time::timeout(Duration::from_secs(5), contact).await {
+                        Ok(Err(e)) => tracing::debug!(%peer, "agent hello: {e}"),
+                        Err(_) => tracing::debug!(%peer, "agent hello: no hello within 5 s"),
+                        Ok(Ok(())) => {}
                     }
                 });
             }
@@ -297,8 +314,11 @@ async fn accept_loop(tcp: TcpListener, shared: Arc<Shared>) {
 }
 
 /// One first contact: read one line, answer one line, close.
-async fn hello(stream: TcpStream, peer: SocketAddr, shared: &Shared) -> io::Result<()> {
-    let (r, mut w) = stream.into_split();
+async fn hello<S>(stream: S, peer: SocketAddr, shared: &Shared) -> io::Result<()>
+where
+    S: AsyncRead + AsyncWrite,
+{
+    let (r, mut w) = tokio::io::split(stream);
     let mut line = String::new();
     // Bounded: a hello is short.
     let mut r = BufReader::new(r.take(1024));

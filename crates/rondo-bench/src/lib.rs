@@ -7,6 +7,8 @@
 //!   it* (no coordinated omission).
 //! - [`hold`]: opens many keep-alive connections, does one request on each and holds them open
 //!   so the proxy's memory can be read while they are held.
+//! - [`tls`]: full TLS handshakes per second (no resumption) and idle TLS connections held
+//!   open, for `bench/run.sh --tls`.
 //!
 //! Everything is bounded: request counts, durations, per-request timeouts and reconnects.
 //!
@@ -18,3 +20,4 @@ pub mod client;
 pub mod hold;
 pub mod rate;
 pub mod stats;
+pub mod tls;

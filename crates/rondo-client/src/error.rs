@@ -341,6 +341,11 @@ pub enum BootstrapError {
     /// An endpoint is not `host:port` or `http://host:port`.
     #[error("bad naming endpoint `{0}`")]
     BadEndpoint(String),
+    /// An `https://` endpoint without [`crate::Builder::tls`].
+    #[error(
+        "naming endpoint `{0}` is https: give the roots its certificate is checked against with Builder::tls"
+    )]
+    NeedsTls(String),
     /// Every endpoint failed.
     #[error("service {service}: no naming endpoint answered: {}", list(.failures))]
     NoAnswer {

@@ -111,6 +111,7 @@ mod error;
 mod inner;
 mod naming;
 mod state;
+mod tls;
 mod tower;
 mod watch;
 
@@ -120,6 +121,7 @@ pub use naming::NamingClient;
 pub use state::cluster_spec;
 #[doc(hidden)]
 pub use state::{Replay, ReplayRefusal};
+pub use tls::{HttpsConnector, MaybeTls, TlsConfig, TlsConfigError};
 pub use tower::{
     BalanceLayer, Balanced, BalancedError, BoxError, HttpError, ResponseFuture, SlotBody, Tracked,
 };

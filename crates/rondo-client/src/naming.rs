@@ -14,6 +14,7 @@ use rondo_core::wire::{self, Answer, Lease, Lookup, Register, Watch};
 use serde::de::DeserializeOwned;
 
 use crate::error::NamingError;
+use crate::tls::{HttpsConnector, TlsConfig};
 
 /// Largest naming response body read.
 const MAX_BODY: usize = 16 << 20;
@@ -22,32 +23,59 @@ const MAX_BODY: usize = 16 << 20;
 #[derive(Debug, Clone)]
 pub struct NamingClient {
     base: String,
-    http: HttpClient<HttpConnector, Full<Bytes>>,
+    http: Http,
     timeout: Duration,
+}
+
+/// The HTTP client of an endpoint: plain, or TLS for `https://` endpoints.
+#[derive(Debug, Clone)]
+enum Http {
+    Plain(HttpClient<HttpConnector, Full<Bytes>>),
+    Tls(HttpClient<HttpsConnector, Full<Bytes>>),
 }
 
 impl NamingClient {
     /// A client for `endpoint` (`host:port` or `http://host:port`) whose requests (other than
     /// [`NamingClient::watch`], which waits longer by design) time out after `timeout`.
     pub fn new(endpoint: &str, timeout: Duration) -> Option<NamingClient> {
+        Self::with_tls(endpoint, timeout, None)
+    }
+
+    /// [`NamingClient::new`] that also takes `https://host:port` endpoints, reached with `tls`
+    /// (`None` when `tls` is).
+    pub fn with_tls(
+        endpoint: &str,
+        timeout: Duration,
+        tls: Option<&TlsConfig>,
+    ) -> Option<NamingClient> {
         let base = endpoint.trim().trim_end_matches('/');
-        let base = match base.strip_prefix("http://") {
-            Some(rest) => rest,
-            None if base.contains("://") => return None,
-            None => base,
+        let (base, https) = match (base.strip_prefix("http://"), base.strip_prefix("https://")) {
+            (Some(rest), _) => (rest, false),
+            (None, Some(rest)) => (rest, true),
+            (None, None) if base.contains("://") => return None,
+            (None, None) => (base, false),
         };
         let authority: http::uri::Authority = base.parse().ok()?;
         authority.port_u16()?;
-        let mut connector = HttpConnector::new();
-        connector.set_connect_timeout(Some(timeout));
-        connector.set_nodelay(true);
-        let http = HttpClient::builder(TokioExecutor::new())
-            .pool_idle_timeout(Duration::from_secs(30))
-            .build(connector);
-        Some(NamingClient { base: format!("http://{authority}"), http, timeout })
+        let builder = {
+            let mut b = HttpClient::builder(TokioExecutor::new());
+            b.pool_idle_timeout(Duration::from_secs(30));
+            b
+        };
+        let (http, scheme) = if https {
+            let mut connector = tls?.clone().alpn(&[b"http/1.1"]).connector();
+            connector.set_connect_timeout(Some(timeout));
+            (Http::Tls(builder.build(connector)), "https")
+        } else {
+            let mut connector = HttpConnector::new();
+            connector.set_connect_timeout(Some(timeout));
+            connector.set_nodelay(true);
+            (Http::Plain(builder.build(connector)), "http")
+        };
+        Some(NamingClient { base: format!("{scheme}://{authority}"), http, timeout })
     }
 
-    /// The endpoint, as `http://host:port`.
+    /// The endpoint, as `http://host:port` or `https://host:port`.
     pub fn endpoint(&self) -> &str {
         &self.base
     }
@@ -141,7 +169,11 @@ impl NamingClient {
             .body(Full::new(Bytes::from(body.unwrap_or_default())))
             .map_err(|e| self.error(e.to_string(), None))?;
         let exchange = async {
-            let resp = self.http.request(req).await.map_err(|e| self.error(chain(&e), None))?;
+            let resp = match &self.http {
+                Http::Plain(c) => c.request(req).await,
+                Http::Tls(c) => c.request(req).await,
+            };
+            let resp = resp.map_err(|e| self.error(chain(&e), None))?;
             let status = resp.status();
             let body = http_body_util::Limited::new(resp.into_body(), MAX_BODY)
                 .collect()

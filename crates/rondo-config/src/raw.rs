@@ -40,6 +40,7 @@ pub(crate) struct RawAdmin {
     pub listen: Option<String>,
     pub token: Option<String>,
     pub token_file: Option<String>,
+    pub tls: Option<RawListenerTls>,
 }
 
 /// `[naming]`.
@@ -58,6 +59,7 @@ pub(crate) struct RawNaming {
     pub max_registrations_per_service: Option<u64>,
     pub max_registrations: Option<u64>,
     pub allowed_hosts: Option<Vec<String>>,
+    pub tls: Option<RawListenerTls>,
 }
 
 /// `[agent]`: the router's receiver of load-agent heartbeats.
@@ -68,6 +70,7 @@ pub(crate) struct RawAgentReceiver {
     pub key: Option<String>,
     pub key_file: Option<String>,
     pub interval_ms: Option<u64>,
+    pub tls: Option<RawListenerTls>,
 }
 
 /// `[log]`: the process's log (stderr).

@@ -245,6 +245,8 @@ pub struct AdminSpec {
     pub listen: SocketAddr,
     /// Required bearer token; `None` when neither `token` nor `token_file` is set.
     pub token: Option<AdminToken>,
+    /// TLS (`tls`, the same table as a listener's), when set: the API speaks HTTPS only.
+    pub tls: Option<crate::tls::ListenerTls>,
 }
 
 impl AdminSpec {
@@ -289,6 +291,9 @@ pub struct NamingSpec {
     /// `Host` names (without port) the API answers besides the loopback ones and its own
     /// address (`allowed_hosts`, lower case); other hosts get 403 (DNS rebinding).
     pub allowed_hosts: Vec<String>,
+    /// TLS on the HTTP API (`tls`, the same table as a listener's), when set: HTTPS only. The
+    /// DNS answers stay plain DNS.
+    pub tls: Option<crate::tls::ListenerTls>,
 }
 
 /// The naming service's DNS answers.
@@ -344,6 +349,9 @@ pub struct AgentSpec {
     pub key: AgentKey,
     /// The heartbeat interval agents are told to use.
     pub interval: Duration,
+    /// TLS on the first contact's TCP listener (`tls`, the same table as a listener's), when
+    /// set. Heartbeats stay UDP datagrams, authenticated by their HMAC.
+    pub tls: Option<crate::tls::ListenerTls>,
 }
 
 impl AgentSpec {

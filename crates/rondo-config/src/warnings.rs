@@ -158,6 +158,24 @@ pub(crate) fn warnings(config: &Config) -> Vec<Problem> {
 /// load are errors already, and are skipped here.
 fn tls_names(config: &Config, out: &mut Vec<Problem>) {
     let root = FieldPath::root();
+    let services = [
+        ("admin", config.admin.as_ref().and_then(|a| a.tls.as_ref())),
+        ("naming", config.naming.as_ref().and_then(|n| n.tls.as_ref())),
+        ("agent", config.agent.as_ref().and_then(|a| a.tls.as_ref())),
+    ];
+    for (table, tls) in services {
+        if let Some(tls) = tls
+            && tls.client_ca.is_some()
+            && tls.client_auth == crate::tls::ClientAuth::None
+        {
+            out.push(Problem {
+                path: root.key(table).key("tls").key("client_ca"),
+                message: "`client_ca` without `client_auth = \"optional\"` or `\"required\"`: \
+                          no client certificate is asked for"
+                    .to_owned(),
+            });
+        }
+    }
     for (i, l) in config.listeners.iter().enumerate() {
         let Some(tls) = &l.tls else { continue };
         if tls.client_ca.is_some() && tls.client_auth == crate::tls::ClientAuth::None {

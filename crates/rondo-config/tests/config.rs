@@ -200,6 +200,7 @@ fn full_config_compiles_into_the_expected_view() {
         Some(AdminSpec {
             listen: "127.0.0.1:9950".parse().unwrap(),
             token: Some(AdminToken::File(Path::new("conf").join("secrets/admin.token"))),
+            tls: None,
         })
     );
     assert_eq!(
@@ -218,6 +219,7 @@ fn full_config_compiles_into_the_expected_view() {
             max_registrations_per_service: NamingSpec::DEFAULT_MAX_REGISTRATIONS_PER_SERVICE,
             max_registrations: NamingSpec::DEFAULT_MAX_REGISTRATIONS,
             allowed_hosts: vec![],
+            tls: None,
         })
     );
     assert_eq!(
@@ -1200,6 +1202,7 @@ fn agent_receiver_and_misses() {
             listen: AgentSpec::DEFAULT_LISTEN.parse().unwrap(),
             key: AgentKey::Inline("k".into()),
             interval: Duration::from_millis(200),
+            tls: None,
         })
     );
     assert_eq!(timeout(&c), Duration::from_millis(600));

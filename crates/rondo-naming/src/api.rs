@@ -42,6 +42,7 @@ use axum::routing::{get, post, put};
 use rondo_core::MemberSpec;
 use rondo_core::wire::{self, Register, VIEW_ID_HEADER};
 use rondo_runtime::Live;
+use rondo_runtime::tls_server::{ALPN_HTTP1, HANDSHAKE_TIMEOUT, TlsIncoming, TlsServer};
 use serde_json::json;
 
 use crate::answer::{self, AnswerError, LookupFacts};
@@ -107,6 +108,9 @@ pub struct ApiOptions {
     /// The process's other bound sockets (listeners, admin API, agent receiver); the naming
     /// API's own address is added by [`start_with`].
     pub own: Vec<OwnAddress>,
+    /// TLS on the API (`[naming] tls`): HTTPS only, the files watched and reloaded like a
+    /// listener's.
+    pub tls: Option<rondo_config::tls::ListenerTls>,
 }
 
 /// Binds `listen` and serves the naming API on the current tokio runtime; `token`, when set,
@@ -129,17 +133,52 @@ pub async fn start_with(
 ) -> std::io::Result<NamingServer> {
     let listener = tokio::net::TcpListener::bind(listen).await?;
     let addr = listener.local_addr()?;
+    let tls = match opts.tls.take() {
+        Some(t) => Some(
+            TlsServer::new("[naming]", &t, ALPN_HTTP1, HANDSHAKE_TIMEOUT, live.metrics.clone())
+                .map_err(|e| std::io::Error::other(format!("[naming] tls: {e}")))?,
+        ),
+        None => None,
+    };
     opts.own.push(OwnAddress { what: "naming API".to_owned(), addr });
     // Member state changes (drain, health, agent availability) become new view ids, so that
     // watchers refetch answers that changed.
     let touch = Live::spawn_touch(&live);
     let app = router_with(addr, live, registry, opts);
     let task = tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, app).await {
+        let served = match tls {
+            Some(tls) => match TlsIncoming::new(listener, tls) {
+                Ok(incoming) => axum::serve(TlsListener(incoming), app).await,
+                Err(e) => Err(e),
+            },
+            None => axum::serve(listener, app).await,
+        };
+        if let Err(e) = served {
             tracing::error!(error = %e, "naming API stopped");
         }
     });
     Ok(NamingServer { addr, task, touch })
+}
+
+/// The naming listener with `tls`: connections come out of their handshake (rondo-runtime's
+/// [`TlsIncoming`], which runs handshakes side by side and counts them) into axum.
+struct TlsListener(TlsIncoming);
+
+impl axum::serve::Listener for TlsListener {
+    type Io = tokio_rustls::server::TlsStream<tokio::net::TcpStream>;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        match self.0.next().await {
+            Some(conn) => conn,
+            // The acceptor only stops when the server is dropped.
+            None => std::future::pending().await,
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        Ok(self.0.local_addr())
+    }
 }
 
 /// The API as an axum router (for embedding), answering loopback hosts only.

@@ -63,6 +63,24 @@ pub struct Attempt {
     pub member: Option<String>,
     /// What happened.
     pub outcome: Kind,
+    /// The name the member's certificate was checked for, when it was not valid for it
+    /// ([`expected_name`]): the cluster's `server_name`, or the host of the member's address.
+    pub expected: Option<String>,
+}
+
+/// The name a member's certificate had to be valid for, when `kind` says it was not: the
+/// cluster's `upstream_tls.server_name`, else the host of the member's address. Named in the
+/// 502, so an operator sees which name the router asked for without reading the config.
+pub fn expected_name(kind: Kind, rt: &rondo_runtime::ClusterRt, member: usize) -> Option<String> {
+    if kind != Kind::Tls(rondo_core::TlsFailure::NotValidForName) {
+        return None;
+    }
+    let Some(Ok(tls)) = &rt.tls else { return None };
+    tls.server_name_text.clone().or_else(|| {
+        let address = &rt.spec.members.get(member)?.address;
+        let host = rondo_runtime::upstream_tls::host_of(address);
+        Some(host.trim_start_matches('[').trim_end_matches(']').to_owned())
+    })
 }
 
 /// A failure to serve a request.
@@ -192,8 +210,12 @@ impl fmt::Display for ProxyError {
         for (i, a) in self.attempts.iter().enumerate() {
             f.write_str(if i == 0 { "; attempts: " } else { ", " })?;
             match &a.member {
-                Some(m) => write!(f, "{}/{}: {}", a.cluster, m, a.outcome.describe())?,
-                None => write!(f, "{}: {}", a.cluster, a.outcome.describe())?,
+                Some(m) => write!(f, "{}/{}: ", a.cluster, m)?,
+                None => write!(f, "{}: ", a.cluster)?,
+            }
+            match &a.expected {
+                Some(name) => write!(f, "tls: certificate not valid for {name}")?,
+                None => f.write_str(a.outcome.describe())?,
             }
         }
         Ok(())
@@ -268,6 +290,7 @@ mod tests {
                 cluster: "app".into(),
                 member: Some(m.into()),
                 outcome: Kind::Connect,
+                expected: None,
             });
         }
         e
@@ -280,6 +303,19 @@ mod tests {
             "rondo: 502 bad gateway: no member answered (route api, cluster app); attempts: \
              app/m1: connection refused, app/m2: connection refused\n"
         );
+    }
+
+    #[test]
+    fn a_wrong_name_names_the_name_expected() {
+        let mut e = failed();
+        e.attempts[1].outcome = Kind::Tls(rondo_core::TlsFailure::NotValidForName);
+        e.attempts[1].expected = Some("api.internal".into());
+        assert!(
+            e.render(ErrorDetail::Full)
+                .ends_with("app/m2: tls: certificate not valid for api.internal\n"),
+            "{e}"
+        );
+        assert_eq!(e.render(ErrorDetail::Brief), "rondo: 502 bad gateway: no server answered\n");
     }
 
     #[test]

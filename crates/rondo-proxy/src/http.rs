@@ -362,7 +362,12 @@ pub(crate) async fn forward<T: Tries>(
             Err(Refused::NoEligible(e)) => {
                 tracing::debug!(route = %route.name, error = %e, "no member");
                 let outcome = Kind::NoEligible;
-                attempts.push(Attempt { cluster: cluster.clone(), member: None, outcome });
+                attempts.push(Attempt {
+                    cluster: cluster.clone(),
+                    member: None,
+                    outcome,
+                    expected: None,
+                });
                 failover.none_eligible();
                 continue;
             }
@@ -395,6 +400,7 @@ pub(crate) async fn forward<T: Tries>(
             cluster: cluster.clone(),
             member: Some(name.clone()),
             outcome: kind,
+            expected: crate::error::expected_name(kind, rt, member),
         });
         let failure = TryFailure {
             reached: !matches!(kind, Kind::Connect | Kind::Resolve | Kind::Tls(_)),

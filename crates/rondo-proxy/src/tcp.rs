@@ -146,7 +146,10 @@ pub async fn handle<C>(
                             Ok(Ok(s)) => Box::new(s),
                             failed => {
                                 let why = match failed {
-                                    Ok(Err(e)) => e.to_string(),
+                                    Ok(Err(e)) => {
+                                        live.metrics.tls_member_failure(cluster, &m.name, e.why);
+                                        e.to_string()
+                                    }
                                     _ => "tls handshake timed out".to_owned(),
                                 };
                                 tracing::warn!(%listener, cluster = %cluster, member = %m.name, "tls to the member failed: {why}");

@@ -1,26 +1,18 @@
-//! TLS termination on listeners: one [`Terminator`] per listener with a `tls` table holds the
-//! current rustls `ServerConfig` (ring provider, TLS 1.2 and 1.3 only, ALPN `h2` and
-//! `http/1.1` on HTTP listeners, the certificate chosen by SNI) behind an `ArcSwap`, so a
-//! certificate reload swaps it for new handshakes while connections already up keep the one
-//! they started with. [`Terminator::watch`] reloads when a certificate, key or CA file changes
-//! (polling, like the config file's watcher) and on SIGHUP; a file that fails to load keeps the
-//! old configuration and logs why.
-//!
-//! A verified client certificate's subject and subject alternative names go to members in
+//! TLS termination on router listeners: a [`Terminator`] per listener with a `tls` table is
+//! the listener's [`TlsServer`] (rondo-runtime's: the rustls configuration in force, SNI,
+//! ALPN `h2` and `http/1.1` on HTTP listeners, reloads on file changes and SIGHUP, the
+//! handshake counters) plus what the request path needs from a handshake: a verified client
+//! certificate's subject and subject alternative names, which go to members in
 //! [`CLIENT_CERT_SUBJECT`] and [`CLIENT_CERT_SAN`]; incoming copies of those headers are always
 //! removed ([`crate::headers::add_client_cert`]).
 
-use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
-use arc_swap::ArcSwap;
 use http::HeaderValue;
-use rondo_config::tls::{self as ctls, ClientAuth, ListenerTls};
+use rondo_config::tls::ListenerTls;
 use rondo_runtime::metrics::Metrics;
-use rustls::ServerConfig;
-use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
-use rustls::sign::CertifiedKey;
+use rondo_runtime::tls_server::{ALPN_H2_HTTP1, TlsServer};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio_rustls::server::TlsStream;
@@ -31,90 +23,12 @@ pub const CLIENT_CERT_SUBJECT: &str = "x-client-cert-subject";
 /// (`DNS:a.example, IP:127.0.0.1, URI:spiffe://..., email:x@y`, comma separated).
 pub const CLIENT_CERT_SAN: &str = "x-client-cert-san";
 
-/// How often the certificate files are looked at for changes.
-const POLL: Duration = Duration::from_millis(250);
-
-/// The ring provider: the only one rondo builds with.
-fn provider() -> Arc<rustls::crypto::CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
-}
-
-/// Picks the certificate for a ClientHello's server name: an exact name first, then a wildcard,
-/// then the first certificate (also for clients that send no SNI).
-#[derive(Debug)]
-struct SniResolver {
-    certs: Vec<(Vec<String>, Arc<CertifiedKey>)>,
-}
-
-impl SniResolver {
-    fn pick(&self, sni: Option<&str>) -> Option<Arc<CertifiedKey>> {
-        choose(&self.certs, sni).cloned()
-    }
-}
-
-/// The entry of `certs` (names, value) for `sni`: an exact name first, then a wildcard, then
-/// the first entry.
-fn choose<'a, T>(certs: &'a [(Vec<String>, T)], sni: Option<&str>) -> Option<&'a T> {
-    if let Some(host) = sni {
-        let exact = certs.iter().find(|(names, _)| {
-            names.iter().any(|n| !n.starts_with("*.") && ctls::name_matches(n, host))
-        });
-        let wild =
-            || certs.iter().find(|(names, _)| names.iter().any(|n| ctls::name_matches(n, host)));
-        if let Some((_, c)) = exact.or_else(wild) {
-            return Some(c);
-        }
-    }
-    certs.first().map(|(_, c)| c)
-}
-
-impl ResolvesServerCert for SniResolver {
-    fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        self.pick(hello.server_name())
-    }
-}
-
-/// Builds the rustls configuration of a listener's `tls`, loading every file; the error names
-/// the file and what is wrong with it.
-pub fn server_config(spec: &ListenerTls, alpn: bool) -> Result<Arc<ServerConfig>, String> {
-    let mut certs = Vec::with_capacity(spec.certs.len());
-    for ck in &spec.certs {
-        let loaded = ctls::load_cert_key(ck).map_err(|(_, e)| e)?;
-        certs.push((loaded.names, loaded.certified));
-    }
-    if certs.is_empty() {
-        return Err("no certificate".to_owned());
-    }
-    let builder = ServerConfig::builder_with_provider(provider())
-        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
-        .map_err(|e| format!("tls versions: {e}"))?;
-    let builder = match (spec.client_auth, &spec.client_ca) {
-        (ClientAuth::None, _) | (_, None) => builder.with_no_client_auth(),
-        (auth, Some(ca)) => {
-            let roots = Arc::new(ctls::load_roots(ca, "client_ca")?);
-            let b = WebPkiClientVerifier::builder_with_provider(roots, provider());
-            let b = if auth == ClientAuth::Optional { b.allow_unauthenticated() } else { b };
-            let verifier = b.build().map_err(|e| format!("client_ca {}: {e}", ca.display()))?;
-            builder.with_client_cert_verifier(verifier)
-        }
-    };
-    let mut config = builder.with_cert_resolver(Arc::new(SniResolver { certs }));
-    if alpn {
-        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    }
-    Ok(Arc::new(config))
-}
-
-/// A listener's TLS: the configuration in force and how to reload it.
+/// A listener's TLS: its [`TlsServer`].
 #[derive(Debug)]
 pub struct Terminator {
-    listener: String,
-    spec: ListenerTls,
-    alpn: bool,
-    current: ArcSwap<ServerConfig>,
+    server: Arc<TlsServer>,
     /// How long a handshake may take.
     pub handshake_timeout: Duration,
-    metrics: Arc<Metrics>,
 }
 
 /// What a completed handshake tells the request path.
@@ -183,37 +97,16 @@ impl Terminator {
         handshake_timeout: Duration,
         metrics: Arc<Metrics>,
     ) -> Result<Arc<Self>, String> {
-        let config =
-            server_config(spec, alpn).map_err(|e| format!("listener {listener}: tls: {e}"))?;
-        Ok(Arc::new(Terminator {
-            listener: listener.to_owned(),
-            spec: spec.clone(),
-            alpn,
-            current: ArcSwap::new(config),
-            handshake_timeout,
-            metrics,
-        }))
+        let alpn = if alpn { ALPN_H2_HTTP1 } else { &[] };
+        let server = TlsServer::new(listener, spec, alpn, handshake_timeout, metrics)
+            .map_err(|e| format!("listener {listener}: tls: {e}"))?;
+        Ok(Arc::new(Terminator { server, handshake_timeout }))
     }
 
     /// Reloads every file; on failure the configuration in force stays and the reason is
     /// logged. `source` says what asked (`file change`, `SIGHUP`).
     pub fn reload(&self, source: &str) -> Result<(), String> {
-        match server_config(&self.spec, self.alpn) {
-            Ok(config) => {
-                self.current.store(config);
-                self.metrics.tls_listener(true, &self.listener, "accepted");
-                tracing::info!(listener = %self.listener, "tls certificates reloaded ({source})");
-                Ok(())
-            }
-            Err(e) => {
-                self.metrics.tls_listener(true, &self.listener, "rejected");
-                tracing::warn!(
-                    listener = %self.listener,
-                    "tls reload ({source}) rejected, the certificates in force stay: {e}"
-                );
-                Err(e)
-            }
-        }
+        self.server.reload(source)
     }
 
     /// The TLS handshake with a client, bounded by the handshake timeout; the stream and, when
@@ -222,109 +115,21 @@ impl Terminator {
         &self,
         stream: TcpStream,
     ) -> Result<(TlsStream<TcpStream>, Option<ClientCert>), String> {
-        let acceptor = tokio_rustls::TlsAcceptor::from(self.current.load_full());
-        let accepted = tokio::time::timeout(self.handshake_timeout, acceptor.accept(stream)).await;
-        let result = match &accepted {
-            Ok(Ok(_)) => "ok",
-            Ok(Err(_)) => "failed",
-            Err(_) => "timeout",
-        };
-        self.metrics.tls_listener(false, &self.listener, result);
-        let tls = match accepted {
-            Ok(Ok(s)) => s,
-            Ok(Err(e)) => return Err(format!("tls handshake failed: {e}")),
-            Err(_) => return Err("tls handshake timed out".to_owned()),
-        };
+        let tls = self.server.accept(stream).await?;
         let cert =
             tls.get_ref().1.peer_certificates().and_then(|c| c.first()).map(|c| client_cert(c));
         Ok((tls, cert))
     }
 
-    fn files(&self) -> Vec<PathBuf> {
-        let mut v: Vec<PathBuf> =
-            self.spec.certs.iter().flat_map(|c| [c.cert.clone(), c.key.clone()]).collect();
-        v.extend(self.spec.client_ca.clone());
-        v
-    }
-
-    /// Reloads when any file changes (modification time, length or inode; checked every
-    /// 250 ms, reloaded once the change has stood for one more look) and on SIGHUP, until
-    /// `stopped`.
-    pub fn watch(self: Arc<Self>, mut stopped: watch::Receiver<bool>) {
-        tokio::spawn(async move {
-            let stamp = |files: &[PathBuf]| -> Vec<Option<(Option<SystemTime>, u64, u64)>> {
-                files
-                    .iter()
-                    .map(|f| {
-                        let m = std::fs::metadata(f).ok()?;
-                        #[cfg(unix)]
-                        let ino = std::os::unix::fs::MetadataExt::ino(&m);
-                        #[cfg(not(unix))]
-                        let ino = 0;
-                        Some((m.modified().ok(), m.len(), ino))
-                    })
-                    .collect()
-            };
-            let files = self.files();
-            let mut applied = stamp(&files);
-            let mut seen = applied.clone();
-            #[cfg(unix)]
-            let mut hup =
-                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
-            let mut tick = tokio::time::interval(POLL);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                #[cfg(unix)]
-                let hup_recv = async {
-                    match hup.as_mut() {
-                        Some(h) => h.recv().await,
-                        None => std::future::pending().await,
-                    }
-                };
-                #[cfg(not(unix))]
-                let hup_recv = std::future::pending::<Option<()>>();
-                tokio::select! {
-                    _ = stopped.changed() => return,
-                    Some(()) = hup_recv => {
-                        applied = stamp(&files);
-                        seen = applied.clone();
-                        let _ = self.reload("SIGHUP");
-                    }
-                    _ = tick.tick() => {
-                        let now = stamp(&files);
-                        if now != seen {
-                            // Still changing (a key written after its certificate): wait.
-                            seen = now;
-                        } else if now != applied && now.iter().all(Option::is_some) {
-                            applied = now;
-                            let _ = self.reload("file change");
-                        }
-                    }
-                }
-            }
-        });
+    /// Reloads when any file changes and on SIGHUP, until `stopped`.
+    pub fn watch(self: Arc<Self>, stopped: watch::Receiver<bool>) {
+        self.server.clone().watch(stopped);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn an_exact_name_wins_over_a_wildcard_listed_before_it() {
-        let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        let certs = vec![
-            (names(&["default.test"]), "default"),
-            (names(&["*.x.test"]), "wildcard"),
-            (names(&["api.x.test", "other.test"]), "exact"),
-        ];
-        assert_eq!(choose(&certs, Some("API.x.test")), Some(&"exact"));
-        assert_eq!(choose(&certs, Some("web.x.test")), Some(&"wildcard"));
-        assert_eq!(choose(&certs, Some("a.b.x.test")), Some(&"default"));
-        assert_eq!(choose(&certs, Some("nowhere.test")), Some(&"default"));
-        assert_eq!(choose(&certs, None), Some(&"default"));
-        assert_eq!(choose::<&str>(&[], Some("a.test")), None);
-    }
 
     #[test]
     fn header_values_escape_what_a_header_cannot_hold() {

@@ -17,6 +17,8 @@ pub mod probe;
 pub mod process;
 pub mod reload;
 pub mod secret;
+pub mod tls_client;
+pub mod tls_server;
 pub mod upstream_tls;
 
 pub use live::{ClusterRt, Live, Placed, Refused, Snapshot};

@@ -11,6 +11,7 @@
 //! The request path never builds a label set: it counts into handles resolved once per
 //! listener ([`ListenerMetrics`]) or per route and cluster ([`RouteMetrics`]).
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -24,6 +25,12 @@ use crate::{Snapshot, clock};
 
 /// The `Content-Type` of [`Metrics::render`]'s output (Prometheus text format 0.0.4).
 pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
+
+/// A row of TLS failures: (cluster, member, reason).
+type TlsFailureKey = (String, String, &'static str);
+
+/// Most (cluster, member, reason) rows of TLS failures kept for the admin API's explain.
+pub const MAX_TLS_FAILURE_ROWS: usize = 10_000;
 
 /// Labels of a response from a member.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
@@ -392,6 +399,9 @@ pub struct Metrics {
     pub tls_reloads: Family<TlsListenerLabels, Counter>,
     /// Tries that failed in TLS to a member, by reason (`rondo_tls_member_failures_total`).
     pub tls_member_failures: Family<TlsMemberLabels, Counter>,
+    /// The same failures as the admin API's explain shows them: (cluster, member, reason) ->
+    /// (count, last at, Unix ms); at most [`MAX_TLS_FAILURE_ROWS`] rows.
+    tls_failure_rows: Mutex<HashMap<TlsFailureKey, (u64, u64)>>,
     /// Serialises scrapes (each refills the state gauges).
     scrape: Mutex<()>,
 }
@@ -442,6 +452,7 @@ impl Metrics {
             tls_handshakes: Family::default(),
             tls_reloads: Family::default(),
             tls_member_failures: Family::default(),
+            tls_failure_rows: Mutex::new(HashMap::new()),
             scrape: Mutex::new(()),
         };
         for result in ["accepted", "rejected"] {
@@ -607,6 +618,33 @@ impl Metrics {
             reason: why.as_str(),
         };
         self.tls_member_failures.get_or_create(&labels).inc();
+        let at = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        let mut rows = self.tls_failure_rows.lock().unwrap_or_else(|e| e.into_inner());
+        let key = (labels.cluster, labels.member, labels.reason);
+        let full = rows.len() >= MAX_TLS_FAILURE_ROWS;
+        match rows.get_mut(&key) {
+            Some(row) => *row = (row.0 + 1, at),
+            // A new row past the cap is dropped (the counter above still counts it).
+            None if full => {}
+            None => {
+                rows.insert(key, (1, at));
+            }
+        }
+    }
+
+    /// The TLS failures of `cluster`'s members since the process started, by member and reason:
+    /// `(member, reason, count, last at in Unix ms)`, sorted by member and reason.
+    pub fn tls_failures_of(&self, cluster: &str) -> Vec<(String, &'static str, u64, u64)> {
+        let rows = self.tls_failure_rows.lock().unwrap_or_else(|e| e.into_inner());
+        let mut out: Vec<_> = rows
+            .iter()
+            .filter(|((c, _, _), _)| c == cluster)
+            .map(|((_, m, r), (n, at))| (m.clone(), *r, *n, *at))
+            .collect();
+        out.sort();
+        out
     }
 
     /// Counts a member's response (its head arrived after `latency`).

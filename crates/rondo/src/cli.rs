@@ -153,9 +153,13 @@ pub struct CompletionsArgs {
 /// Options of `rondo ctl`.
 #[derive(Debug, Args)]
 pub struct CtlArgs {
-    /// The router's `[admin] listen` address.
+    /// The router's `[admin] listen` address; `https://HOST:PORT` when the admin API has `tls`
+    /// (then --tls-ca is needed).
     #[arg(long, value_name = "HOST:PORT", default_value = "127.0.0.1:9900")]
     pub admin: String,
+    /// TLS to the admin API.
+    #[command(flatten)]
+    pub tls: ClientTlsArgs,
     /// The admin token (prefer --token-file or RONDO_TOKEN: command lines are visible to other
     /// users). Without --token and --token-file: the RONDO_TOKEN environment variable, else the
     /// file $XDG_CONFIG_HOME/rondo/token (default ~/.config/rondo/token).
@@ -257,10 +261,41 @@ pub struct AgentArgs {
     /// Report this much free memory (MiB) instead of measuring it.
     #[arg(long, value_name = "MIB")]
     pub fixed_mem_mib: Option<u64>,
+    /// TLS to the routers' first-contact listeners (their `[agent] tls`): on with --tls-ca.
+    #[command(flatten)]
+    pub tls: ClientTlsArgs,
     /// Fault injection for tests: skip this percentage of heartbeats at random.
     #[arg(long, value_name = "PERCENT", default_value_t = 0, hide = true)]
     #[arg(value_parser = clap::value_parser!(u8).range(0..=100))]
     pub drop_percent: u8,
+}
+
+/// TLS options of a client of rondo's control plane (`rondo ctl`, `rondo agent`).
+#[derive(Debug, Args, Default)]
+pub struct ClientTlsArgs {
+    /// The CA file (PEM) the server's certificate is verified against.
+    #[arg(long, value_name = "FILE")]
+    pub tls_ca: Option<PathBuf>,
+    /// A client certificate chain (PEM), for servers with `client_auth`.
+    #[arg(long, value_name = "FILE", requires = "tls_key", requires = "tls_ca")]
+    pub tls_cert: Option<PathBuf>,
+    /// The client certificate's private key (PEM).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// The name the server's certificate must be valid for (default: the host connected to).
+    #[arg(long, value_name = "NAME", requires = "tls_ca")]
+    pub tls_server_name: Option<String>,
+}
+
+impl ClientTlsArgs {
+    /// The files, when --tls-ca is given.
+    pub fn files(&self) -> Option<rondo_runtime::tls_client::ClientTlsFiles> {
+        Some(rondo_runtime::tls_client::ClientTlsFiles {
+            ca: self.tls_ca.clone()?,
+            identity: self.tls_cert.clone().zip(self.tls_key.clone()),
+            server_name: self.tls_server_name.clone(),
+        })
+    }
 }
 
 /// Options of `rondo serve`.

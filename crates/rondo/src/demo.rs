@@ -96,6 +96,7 @@ async fn run(
         let spec = rondo_config::AdminSpec {
             listen: loopback,
             token: Some(rondo_config::AdminToken::Inline(token.clone())),
+            tls: None,
         };
         let server = rondo_admin::start(&spec, live.clone())
             .await

@@ -115,7 +115,16 @@ fn agent(args: cli::AgentArgs, err: &mut dyn Write) -> anyhow::Result<ExitCode> 
             return Ok(ExitCode::FAILURE);
         }
     };
+    let tls = match args.tls.files().map(|f| rondo_runtime::tls_client::ClientTls::load(&f, &[])) {
+        None => None,
+        Some(Ok(t)) => Some(t),
+        Some(Err(e)) => {
+            writeln!(err, "rondo agent: {e}")?;
+            return Ok(ExitCode::FAILURE);
+        }
+    };
     let opts = rondo_agent::AgentOpts {
+        tls,
         report_to: args.report_to,
         cluster: args.cluster,
         member: args.member,
@@ -192,12 +201,15 @@ fn ctl(args: cli::CtlArgs, out: &mut dyn Write, err: &mut dyn Write) -> anyhow::
             }
         },
     };
-    let target = client::CtlTarget {
-        addr: args.admin,
-        token,
-        operator: args.operator,
-        if_match: args.if_match,
+    let (addr, tls) = match ctl_tls(&args.admin, &args.tls) {
+        Ok(t) => t,
+        Err(e) => {
+            writeln!(err, "rondo ctl: {e}")?;
+            return Ok(ExitCode::FAILURE);
+        }
     };
+    let target =
+        client::CtlTarget { addr, tls, token, operator: args.operator, if_match: args.if_match };
     let rt = serve::runtime(Some(1))?;
     match rt.block_on(client::run(&target, cmd)) {
         Ok(text) => {
@@ -207,6 +219,34 @@ fn ctl(args: cli::CtlArgs, out: &mut dyn Write, err: &mut dyn Write) -> anyhow::
         Err(e) => {
             writeln!(err, "rondo ctl: {e}")?;
             Ok(ExitCode::FAILURE)
+        }
+    }
+}
+
+/// The admin API's `HOST:PORT` and TLS from `--admin` and the TLS options: TLS with an
+/// `https://` address or `--tls-ca` (an `https://` address needs `--tls-ca`).
+fn ctl_tls(
+    admin: &str,
+    args: &cli::ClientTlsArgs,
+) -> Result<(String, Option<rondo_runtime::tls_client::ClientTls>), String> {
+    let (addr, https) = match (admin.strip_prefix("https://"), admin.strip_prefix("http://")) {
+        (Some(rest), _) => (rest, true),
+        (None, Some(rest)) => (rest, false),
+        (None, None) => (admin, false),
+    };
+    let addr = addr.trim_end_matches('/').to_owned();
+    match args.files() {
+        None if https => Err(format!(
+            "{admin}: an https admin address needs --tls-ca FILE (the CA that signed the admin \
+             API's certificate)"
+        )),
+        None => Ok((addr, None)),
+        Some(_) if admin.starts_with("http://") => {
+            Err(format!("{admin}: --tls-ca needs an https:// admin address"))
+        }
+        Some(files) => {
+            let alpn: &[&[u8]] = &[b"http/1.1"];
+            rondo_runtime::tls_client::ClientTls::load(&files, alpn).map(|t| (addr, Some(t)))
         }
     }
 }

@@ -68,14 +68,33 @@ pub fn serve(
                     return Ok(ExitCode::FAILURE);
                 }
             };
+            let tls = match &spec.tls {
+                None => None,
+                Some(t) => match rondo_runtime::tls_server::TlsServer::new(
+                    "[agent]",
+                    t,
+                    &[],
+                    rondo_runtime::tls_server::HANDSHAKE_TIMEOUT,
+                    live.metrics.clone(),
+                ) {
+                    Ok(t) => Some(t),
+                    Err(e) => {
+                        writeln!(err, "rondo serve: [agent] tls: {e}")?;
+                        router.stop();
+                        return Ok(ExitCode::FAILURE);
+                    }
+                },
+            };
             let opts = rondo_agent::ReceiverOpts {
                 listen: spec.listen,
                 key: rondo_agent::Key::new(&key),
                 interval: spec.interval,
+                tls,
             };
             match rondo_agent::receiver::start(opts, live.clone()).await {
                 Ok(r) => {
-                    writeln!(out, "rondo: agent receiver on {} (tcp and udp)", r.addr)?;
+                    let tls = if spec.tls.is_some() { ", tls on tcp" } else { "" };
+                    writeln!(out, "rondo: agent receiver on {} (tcp and udp{tls})", r.addr)?;
                     own.push(rondo_naming::api::OwnAddress {
                         what: "agent receiver".to_owned(),
                         addr: r.addr,
@@ -97,7 +116,8 @@ pub fn serve(
                     writeln!(out, "rondo: admin API on {}", a.addr)?;
                     writeln!(
                         out,
-                        "rondo: dashboard on http://{}/ (it asks for the admin token)",
+                        "rondo: dashboard on {}://{}/ (it asks for the admin token)",
+                        a.scheme(),
                         a.addr
                     )?;
                     own.push(rondo_naming::api::OwnAddress {
@@ -184,8 +204,12 @@ async fn start_naming(
         Some(t) => Some(rondo_runtime::secret::read_token(t).context("[naming] token")?),
         None => None,
     };
-    let opts =
-        rondo_naming::api::ApiOptions { token, allowed_hosts: spec.allowed_hosts.clone(), own };
+    let opts = rondo_naming::api::ApiOptions {
+        token,
+        allowed_hosts: spec.allowed_hosts.clone(),
+        own,
+        tls: spec.tls.clone(),
+    };
     let api = rondo_naming::api::start_with(spec.listen, live.clone(), registry.clone(), opts)
         .await
         .with_context(|| format!("naming API on {}", spec.listen))?;

@@ -33,6 +33,7 @@ impl Setup {
         let spec = AdminSpec {
             listen: any_port(),
             token: token.map(|t| AdminToken::Inline(t.to_owned())),
+            tls: None,
         };
         let admin = rondo_admin::start(&spec, router.live.clone()).await.expect("admin starts");
         Setup { router, admin }

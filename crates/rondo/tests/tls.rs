@@ -917,7 +917,9 @@ fn members_are_reached_over_mtls_and_bad_certificates_get_a_502_that_says_why() 
         "[admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"t\"\n\n\
          [[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:0\"\n\n\
          [[listener]]\nname = \"tcp\"\nlisten = \"127.0.0.1:0\"\nprotocol = \"tcp\"\n\n\
-         [[route]]\nlistener = \"tcp\"\ncluster = \"tcp\"\n\n",
+         [[route]]\nlistener = \"tcp\"\ncluster = \"tcp\"\n\n\
+         [[listener]]\nname = \"tcpwrong\"\nlisten = \"127.0.0.1:0\"\nprotocol = \"tcp\"\n\n\
+         [[route]]\nlistener = \"tcpwrong\"\ncluster = \"tcpwrong\"\n\n",
     );
     let clusters: [(&str, SocketAddr, &str, &str); 7] = [
         ("good", m_good, mtls, ""),
@@ -949,6 +951,7 @@ fn members_are_reached_over_mtls_and_bad_certificates_get_a_502_that_says_why() 
     }
     config.push_str(&format!(
         "[cluster.tcp]\nupstream_protocol = \"tcp\"\n{mtls}\nmembers = [{{ name = \"t1\", address = \"{m_good}\" }}]\n\n\
+         [cluster.tcpwrong]\nupstream_protocol = \"tcp\"\n{ca_only}\nmembers = [{{ name = \"tcpwrong-1\", address = \"{m_wrong}\" }}]\n\n\
          [cluster.checked]\n{ca_only}\nmembers = [{{ name = \"checked-1\", address = \"{m_wrong}\" }}]\n\
          health = {{ kind = \"http\", path = \"/\", interval_ms = 100, fall = 1 }}\n\n\
          [[route]]\nlistener = \"web\"\nmatch = {{ path_prefix = \"/checked\" }}\ncluster = \"checked\"\n"
@@ -959,6 +962,7 @@ fn members_are_reached_over_mtls_and_bad_certificates_get_a_502_that_says_why() 
     let mut serve = Serve::start(&path);
     let web = serve.addr("web");
     let tcp = serve.addr("tcp");
+    let tcpwrong = serve.addr("tcpwrong");
     let admin = serve.proc.addr_after("admin API on");
 
     let get = |p: &str| {
@@ -973,7 +977,7 @@ fn members_are_reached_over_mtls_and_bad_certificates_get_a_502_that_says_why() 
     assert_eq!(get("/h2"), ("200".into(), "good client=yes version=HTTP/2.0\n".into()));
     assert_eq!(get("/byaddress"), ("200".into(), "good client=yes version=HTTP/1.1\n".into()));
     for (p, why) in [
-        ("/wrong", "wrong-1: tls: certificate not valid for the server name"),
+        ("/wrong", "wrong-1: tls: certificate not valid for api.internal"),
         ("/expired", "expired-1: tls: certificate expired"),
         ("/rogue", "rogue-1: tls: certificate not signed by the cluster's ca"),
         ("/nocert", "nocert-1: tls: the member refused the router's handshake"),
@@ -993,12 +997,32 @@ fn members_are_reached_over_mtls_and_bad_certificates_get_a_502_that_says_why() 
             "rondo_tls_member_failures_total{{cluster=\"{cluster}\",member=\"{cluster}-1\",reason=\"{reason}\"}}"
         );
         assert!(metric(admin, &series) >= 1.0, "{series}");
+        // The admin API's explain shows them too.
+        let (ok, text, err) = curl(&[
+            "-H",
+            "Authorization: Bearer t",
+            &format!("http://{admin}/api/v1/clusters/{cluster}/explain"),
+        ]);
+        assert!(ok, "{err}");
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let row = &v["tls_failures"][0];
+        assert_eq!(row["member"], format!("{cluster}-1"), "{text}");
+        assert_eq!(row["reason"], reason, "{text}");
+        assert!(
+            row["count"].as_u64() >= Some(1) && row["last_unix_ms"].as_u64() > Some(0),
+            "{text}"
+        );
     }
 
     // A TCP session over TLS to the member.
     let (ok, out, err) = curl(&[&format!("http://{tcp}/")]);
     assert!(ok, "{err}");
     assert_eq!(out, "good client=yes version=HTTP/1.1\n");
+    // A TCP session to a member of the wrong name is closed, and counted like a request's.
+    let (ok, out, _) = curl(&[&format!("http://{tcpwrong}/")]);
+    assert!(!ok && out.is_empty(), "{out}");
+    let series = "rondo_tls_member_failures_total{cluster=\"tcpwrong\",member=\"tcpwrong-1\",reason=\"not_valid_for_name\"}";
+    assert!(metric(admin, series) >= 1.0, "{series}");
 
     // Health checks verify the same way: the wrong-name member goes down, saying why.
     serve.stderr_with(&["member down", "the last: tls: certificate not valid for the server name"]);
@@ -1473,4 +1497,348 @@ fn new_connections_to_a_tls_member_resume_the_session() {
     assert_eq!(kinds.len(), 4, "{kinds:?}");
     assert_eq!(kinds[0], "Some(Full)", "{kinds:?}");
     assert!(kinds[1..].iter().all(|k| k == "Some(Resumed)"), "{kinds:?}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// The control plane over TLS: the admin API, the naming service, the agents' first contact;
+// `rondo ctl`, `rondo agent` and the client library as their TLS clients.
+// ---------------------------------------------------------------------------------------------
+
+fn ctl(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(BIN)
+        .arg("ctl")
+        .args(args)
+        .env_remove("RONDO_TOKEN")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run rondo ctl");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+// The admin API, the naming service and the agent receiver each serve TLS with the `tls` table
+// of a listener: curl, `rondo ctl`, `rondo agent` and the client library reach them with the
+// CA; a wrong CA or name is refused naming the host and why; client certificates are asked for
+// as configured; plain HTTP gets no answer; a new certificate is taken without a restart and a
+// bad one keeps the old.
+#[test]
+fn admin_naming_and_agent_speak_tls_to_ctl_agent_and_the_client_library() {
+    let dir = TempDir::new("tls-control");
+    let d = &dir.0;
+    let ca_ = ca("control CA");
+    let other = ca("other CA");
+    write(d, "ca.pem", &ca_.pem);
+    write(d, "other-ca.pem", &other.pem);
+    let (c, k) = leaf(&ca_, "control", &["control.test", "127.0.0.1"], false, false);
+    write(d, "control.pem", &c);
+    write(d, "control.key", &k);
+    let (c, k) = leaf(&ca_, "alice", &["alice.clients.test"], true, false);
+    write(d, "alice.pem", &c);
+    write(d, "alice.key", &k);
+    let config = "[admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"t\"\n\
+        tls = { certs = [ { cert = \"control.pem\", key = \"control.key\" } ], client_ca = \"ca.pem\", client_auth = \"required\" }\n\n\
+        [naming]\nlisten = \"127.0.0.1:0\"\n\
+        tls = { certs = [ { cert = \"control.pem\", key = \"control.key\" } ], client_ca = \"ca.pem\", client_auth = \"required\" }\n\n\
+        [agent]\nlisten = \"127.0.0.1:0\"\nkey = \"k\"\n\
+        tls = { certs = [ { cert = \"control.pem\", key = \"control.key\" } ], client_ca = \"ca.pem\", client_auth = \"required\" }\n\n\
+        [[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:0\"\n\n\
+        [[route]]\nlistener = \"web\"\ncluster = \"c\"\n\n\
+        [cluster.c]\nalgorithm = \"least-sessions\"\nmembers = [{ name = \"m1\", address = \"127.0.0.1:9\" }]\n";
+    let path = write(d, "rondo.toml", config);
+    let check = Command::new(BIN).args(["check", path.to_str().unwrap()]).output().unwrap();
+    assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stderr));
+    let mut serve = Serve::start(&path);
+    let line = serve.proc.line_with("agent receiver on", Duration::from_secs(10));
+    assert!(line.ends_with("(tcp and udp, tls on tcp)"), "{line}");
+    let agent_addr: SocketAddr =
+        line.split(' ').skip_while(|w| *w != "on").nth(1).and_then(|a| a.parse().ok()).unwrap();
+    let admin = serve.proc.addr_after("admin API on");
+    let dashboard = serve.proc.line_with("dashboard on", Duration::from_secs(10));
+    assert!(dashboard.contains(&format!("https://{admin}/")), "{dashboard}");
+    let naming = serve.proc.addr_after("naming API");
+    let ca_file = d.join("ca.pem");
+    let ca_file = ca_file.to_str().unwrap();
+    let alice = (d.join("alice.pem"), d.join("alice.key"));
+    let (alice_cert, alice_key) = (alice.0.to_str().unwrap(), alice.1.to_str().unwrap());
+    // The admin API requires a client certificate: curl's and ctl's options for alice's.
+    let curl_id = ["--cert", alice_cert, "--key", alice_key];
+    let ctl_id = ["--tls-cert", alice_cert, "--tls-key", alice_key];
+
+    // The admin API: curl with the CA; plain HTTP gets no answer.
+    let url = format!("https://{admin}/api/v1/status");
+    let (ok, out, err) = curl(
+        &[&curl_id[..], &["--cacert", ca_file, "-H", "Authorization: Bearer t", &url]].concat(),
+    );
+    assert!(ok && out.contains("\"view\""), "{out} {err}");
+    let (_, out, _) =
+        curl(&["-H", "Authorization: Bearer t", &format!("http://{admin}/api/v1/status")]);
+    assert!(!out.contains("\"view\""), "plain http answered: {out}");
+
+    // rondo ctl: https with --tls-ca; a wrong CA and a wrong name are refused saying why.
+    let https = format!("https://{admin}");
+    let (ok, out, err) =
+        ctl(&[&ctl_id[..], &["--admin", &https, "--tls-ca", ca_file, "--token", "t", "status"]]
+            .concat());
+    assert!(ok && out.starts_with("view "), "{out} {err}");
+    // Without its certificate ctl is refused, and says so.
+    let (ok, _, err) = ctl(&["--admin", &https, "--tls-ca", ca_file, "--token", "t", "status"]);
+    assert!(!ok);
+    assert!(
+        err.contains(&format!("tls to {admin}: the server refused the handshake"))
+            && err.contains("client certificate"),
+        "{err}"
+    );
+    let other_ca = d.join("other-ca.pem");
+    let (ok, _, err) =
+        ctl(&["--admin", &https, "--tls-ca", other_ca.to_str().unwrap(), "--token", "t", "status"]);
+    assert!(!ok, "a wrong ca was accepted");
+    assert!(
+        err.contains(&format!("tls to {admin}: certificate not signed by a ca in"))
+            && err.contains("other-ca.pem"),
+        "{err}"
+    );
+    let (ok, _, err) = ctl(&[
+        "--admin",
+        &https,
+        "--tls-ca",
+        ca_file,
+        "--tls-server-name",
+        "wrong.test",
+        "--token",
+        "t",
+        "status",
+    ]);
+    assert!(!ok);
+    assert!(
+        err.contains(&format!(
+            "tls to {admin}: certificate not valid for wrong.test (it is for control.test, 127.0.0.1)"
+        )),
+        "{err}"
+    );
+    let (ok, _, err) = ctl(&["--admin", &https, "--token", "t", "status"]);
+    assert!(!ok && err.contains("needs --tls-ca"), "{err}");
+
+    // The naming service requires a client certificate.
+    let services = format!("https://{naming}/v1/services/c");
+    let (ok, out, err) = curl(&[
+        "--cacert",
+        ca_file,
+        "--cert",
+        alice.0.to_str().unwrap(),
+        "--key",
+        alice.1.to_str().unwrap(),
+        &services,
+    ]);
+    assert!(ok && out.contains("\"members\""), "{out} {err}");
+    let (ok, out, _) = curl(&["--cacert", ca_file, &services]);
+    assert!(!ok && !out.contains("\"members\""), "served without a client certificate: {out}");
+
+    // The client library over https, with and without its certificate.
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let tls = rondo_client::TlsConfig::with_identity_files(ca_file, &alice.0, &alice.1)
+            .expect("tls config");
+        let client = rondo_client::Client::builder("c")
+            .endpoint(format!("https://{naming}"))
+            .tls(tls)
+            .connect()
+            .await
+            .expect("bootstrap over https");
+        assert_eq!(client.members().len(), 1);
+        let e = rondo_client::Client::builder("c")
+            .endpoint(format!("https://{naming}"))
+            .tls(rondo_client::TlsConfig::from_ca_file(&other_ca).unwrap())
+            .connect()
+            .await
+            .expect_err("a wrong ca");
+        let text = e.to_string();
+        assert!(
+            text.contains(&format!("tls to {naming}: certificate not signed by a ca in")),
+            "{text}"
+        );
+        let e = rondo_client::Client::builder("c")
+            .endpoint(format!("https://{naming}"))
+            .connect()
+            .await
+            .expect_err("https without tls settings");
+        assert!(e.to_string().contains("Builder::tls"), "{e}");
+    });
+
+    // rondo agent's hello over TLS, with its client certificate.
+    let mut agent = Proc::from_child(
+        Command::new(BIN)
+            .args(["agent", "--report-to", &agent_addr.to_string(), "--tls-ca", ca_file])
+            .args(ctl_id)
+            .args(["--cluster", "c", "--member", "m1", "--key", "k", "--fixed-cpu", "0.25"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start rondo agent"),
+    );
+    serve.stderr_with(&["agent accepted", "m1"]);
+    agent.kill();
+    for listener in ["[admin]", "[naming]", "[agent]"] {
+        let series = format!("rondo_tls_handshakes_total{{listener=\"{listener}\",result=\"ok\"}}");
+        let metrics = format!("https://{admin}/metrics");
+        let (ok, text, err) = curl(
+            &[&curl_id[..], &["--cacert", ca_file, "-H", "Authorization: Bearer t", &metrics]]
+                .concat(),
+        );
+        assert!(ok, "{err}");
+        assert!(text.lines().any(|l| l.starts_with(&series)), "no {series} in\n{text}");
+    }
+
+    // A new certificate (with one more name) is taken without a restart; a bad one is refused
+    // and the one in force stays.
+    let (c, k) = leaf(&ca_, "control", &["control.test", "admin2.test", "127.0.0.1"], false, false);
+    replace(d, "control.key", &k);
+    replace(d, "control.pem", &c);
+    serve.stderr_with(&["[admin]", "tls certificates reloaded"]);
+    let port = admin.port();
+    let resolve = format!("admin2.test:{port}:127.0.0.1");
+    let url2 = format!("https://admin2.test:{port}/api/v1/status");
+    let get2 = || {
+        curl(
+            &[
+                &curl_id[..],
+                &[
+                    "--cacert",
+                    ca_file,
+                    "--resolve",
+                    &resolve,
+                    "-H",
+                    "Authorization: Bearer t",
+                    &url2,
+                ],
+            ]
+            .concat(),
+        )
+    };
+    let (ok, out, err) = get2();
+    assert!(ok && out.contains("\"view\""), "{out} {err}");
+    replace(d, "control.pem", "not a certificate\n");
+    serve.stderr_with(&[
+        "[admin]",
+        "tls reload (file change) rejected",
+        "holds no PEM certificate",
+    ]);
+    let (ok, out, err) = get2();
+    assert!(ok && out.contains("\"view\""), "{out} {err}");
+}
+
+// The client library reaches members that speak TLS through its tower layer over a hyper-util
+// client with `TlsConfig::connector`: `https://service/...` goes to `https://member/...`,
+// verified for the configured server name; a member with a certificate of another name fails
+// the call naming the host and why.
+#[test]
+fn the_client_library_reaches_tls_members() {
+    use tower::{Layer, Service};
+    let dir = TempDir::new("tls-client");
+    let d = &dir.0;
+    let members_ca = ca("members CA");
+    write(d, "members-ca.pem", &members_ca.pem);
+    let rt =
+        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let good = leaf(&members_ca, "api.internal", &["api.internal"], false, false);
+    let wrong = leaf(&members_ca, "other", &["other.internal"], false, false);
+    let m_good = tls_member(&rt, "good", (&good.0, &good.1), None);
+    let m_wrong = tls_member(&rt, "wrong", (&wrong.0, &wrong.1), None);
+    let config = format!(
+        "[naming]\nlisten = \"127.0.0.1:0\"\n\n\
+         [[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:0\"\n\n\
+         [[route]]\nlistener = \"web\"\ncluster = \"api\"\n\n\
+         [cluster.api]\nmembers = [{{ name = \"good-1\", address = \"{m_good}\" }}]\n\n\
+         [cluster.bad]\nmembers = [{{ name = \"wrong-1\", address = \"{m_wrong}\" }}]\n"
+    );
+    let path = write(d, "rondo.toml", &config);
+    let mut serve = Serve::start(&path);
+    let naming = serve.proc.addr_after("naming API");
+    let ca_file = d.join("members-ca.pem");
+    rt.block_on(async {
+        let tls = rondo_client::TlsConfig::from_ca_file(&ca_file)
+            .unwrap()
+            .server_name("api.internal")
+            .unwrap();
+        for (service, want) in
+            [("api", Ok("good client=no")), ("bad", Err("certificate not valid for api.internal"))]
+        {
+            let client = rondo_client::Client::builder(service)
+                .endpoint(naming.to_string())
+                .connect()
+                .await
+                .expect("bootstrap");
+            let http: hyper_util::client::legacy::Client<_, rondo_client::SlotBody<Empty<Bytes>>> =
+                hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+                    .build(tls.connector());
+            let mut svc = client.layer().layer(http);
+            let req = http::Request::get(format!("https://{service}/hello"))
+                .body(Empty::<Bytes>::new())
+                .unwrap();
+            let got = tokio::time::timeout(Duration::from_secs(10), svc.call(req)).await.unwrap();
+            match (got, want) {
+                (Ok(resp), Ok(body)) => {
+                    let text = resp.into_body().collect().await.unwrap().to_bytes();
+                    assert!(String::from_utf8_lossy(&text).starts_with(body), "{text:?}");
+                }
+                (Err(e), Err(why)) => {
+                    let mut text = e.to_string();
+                    let mut cur = std::error::Error::source(&*e);
+                    while let Some(s) = cur {
+                        text.push_str(&format!(": {s}"));
+                        cur = s.source();
+                    }
+                    assert!(text.contains(&format!("tls to {m_wrong}: {why}")), "{text}");
+                }
+                (Ok(r), Err(_)) => panic!("{service}: answered {}", r.status()),
+                (Err(e), Ok(_)) => panic!("{service}: {e}"),
+            }
+        }
+    });
+}
+
+// `[admin]`, `[naming]` and `[agent]` take the `tls` table of a listener, checked the same way:
+// each problem at the field that names it.
+#[test]
+fn check_finds_control_plane_tls_problems_at_their_field() {
+    let dir = TempDir::new("tls");
+    let d = &dir.0;
+    let root = ca("check CA");
+    let (c, k) = leaf(&root, "a.test", &["a.test"], false, false);
+    write(d, "a.pem", &c);
+    write(d, "a.key", &k);
+    let (_, other_key) = leaf(&root, "b.test", &["b.test"], false, false);
+    write(d, "other.key", &other_key);
+    write(d, "ca.pem", &root.pem);
+    let text = "[admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"t\"\n\
+        tls = { certs = [ { cert = \"missing.pem\", key = \"a.key\" } ] }\n\n\
+        [naming]\nlisten = \"127.0.0.1:0\"\n\
+        tls = { certs = [ { cert = \"a.pem\", key = \"a.key\" } ], client_auth = \"required\" }\n\n\
+        [agent]\nkey = \"k\"\n\
+        tls = { certs = [ { cert = \"a.pem\", key = \"other.key\" } ], client_ca = \"ca.pem\" }\n";
+    let errors = rondo_config::parse_str(text, &d.join("rondo.toml"), 1).expect_err("errors");
+    let found: Vec<(String, String)> =
+        errors.errors.iter().map(|e| (e.field.clone(), e.message.clone())).collect();
+    for (field, want) in [
+        ("admin.tls.certs[0].cert", "cannot read certificate file"),
+        ("naming.tls.client_auth", "needs `client_ca`"),
+        ("agent.tls.certs[0].key", "does not match the certificate"),
+    ] {
+        assert!(
+            found.iter().any(|(f, m)| f == field && m.contains(want)),
+            "no {field}: {want} in {found:#?}"
+        );
+    }
+    // A `client_ca` that asks for nothing is a warning there too.
+    let ok = "[agent]\nkey = \"k\"\n\
+        tls = { certs = [ { cert = \"a.pem\", key = \"a.key\" } ], client_ca = \"ca.pem\" }\n";
+    let config = rondo_config::parse_str(ok, &d.join("rondo.toml"), 1).expect("valid");
+    assert!(
+        config.warnings.iter().any(|w| w.as_warning().contains("agent.tls.client_ca")),
+        "{:?}",
+        config.warnings.iter().map(|w| w.as_warning()).collect::<Vec<_>>()
+    );
 }

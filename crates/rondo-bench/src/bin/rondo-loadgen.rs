@@ -4,6 +4,10 @@
 //!   fixed rate; prints one `key=value` line (latencies in microseconds).
 //! - `rondo-loadgen hold --target ADDR... --connections N --hold-secs S`: opens N keep-alive
 //!   connections, one request on each, prints `held=N errors=E` and holds them for S seconds.
+//! - `rondo-loadgen tls-handshakes --target ADDR --connections N --duration-secs D`: full TLS
+//!   handshakes (no resumption), one `Connection: close` request each; prints
+//!   `done=N errors=E per_sec=X`.
+//! - `rondo-loadgen tls-hold --target ADDR --connections N --hold-secs S`: [`hold`] over TLS.
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -11,7 +15,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use rondo_bench::{hold, rate};
+use rondo_bench::{hold, rate, tls};
 
 /// Load generator for rondo's benchmarks.
 #[derive(Debug, Parser)]
@@ -55,6 +59,36 @@ enum Command {
         /// Request path.
         #[arg(long, default_value = "/")]
         path: String,
+        /// Connections.
+        #[arg(long, default_value_t = 1000)]
+        connections: usize,
+        /// Connections being opened at once.
+        #[arg(long, default_value_t = 64)]
+        concurrency: usize,
+        /// Seconds to hold them once open (then exit).
+        #[arg(long, default_value_t = 30)]
+        hold_secs: u64,
+    },
+    /// Full TLS handshakes (no session resumption), one request each, as fast as they go.
+    TlsHandshakes {
+        /// Where to connect.
+        #[arg(long)]
+        target: SocketAddr,
+        /// Connections in flight at once.
+        #[arg(long, default_value_t = 32)]
+        connections: usize,
+        /// Measured seconds.
+        #[arg(long, default_value_t = 10.0)]
+        duration_secs: f64,
+        /// Unmeasured seconds first.
+        #[arg(long, default_value_t = 1.0)]
+        warmup_secs: f64,
+    },
+    /// Opens TLS connections, one keep-alive request on each, and holds them open.
+    TlsHold {
+        /// Where to connect.
+        #[arg(long)]
+        target: SocketAddr,
         /// Connections.
         #[arg(long, default_value_t = 1000)]
         connections: usize,
@@ -147,6 +181,20 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
                 held.errors,
                 held.took.as_millis()
             );
+            std::io::stdout().flush()?;
+            tokio::time::sleep(Duration::from_secs(hold_secs.min(600))).await;
+            drop(held);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::TlsHandshakes { target, connections, duration_secs, warmup_secs } => {
+            let r = tls::handshakes(target, connections, secs(warmup_secs)?, secs(duration_secs)?)
+                .await?;
+            println!("done={} errors={} per_sec={:.1}", r.done, r.errors, r.per_sec);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::TlsHold { target, connections, concurrency, hold_secs } => {
+            let (held, errors) = tls::hold(target, connections, concurrency).await?;
+            println!("held={} errors={errors}", held.len());
             std::io::stdout().flush()?;
             tokio::time::sleep(Duration::from_secs(hold_secs.min(600))).await;
             drop(held);

@@ -24,6 +24,7 @@ use crate::error::{BootstrapError, CallError, Failed};
 use crate::inner::{Inner, SessionCell, SessionState};
 use crate::naming::NamingClient;
 use crate::state::{MemberRef, State};
+use crate::tls::TlsConfig;
 use crate::watch::{Timing, keep_current};
 
 /// Settings of a [`Client`]; see [`Client::builder`].
@@ -38,6 +39,7 @@ pub struct Builder {
     backoff_min: Duration,
     backoff_max: Duration,
     call_timeout: Duration,
+    tls: Option<TlsConfig>,
 }
 
 impl Builder {
@@ -45,6 +47,15 @@ impl Builder {
     /// may be down; the client uses the first that answers and moves on when it fails.
     pub fn endpoint(mut self, endpoint: impl Into<String>) -> Self {
         self.endpoints.push(endpoint.into());
+        self
+    }
+
+    /// TLS for `https://host:port` naming endpoints (their `[naming] tls`): the roots their
+    /// certificates are verified against, and a client certificate if they ask for one. To
+    /// reach members that speak TLS, give the same settings' [`TlsConfig::connector`] to the
+    /// hyper-util client under [`Client::layer`].
+    pub fn tls(mut self, tls: TlsConfig) -> Self {
+        self.tls = Some(tls);
         self
     }
 
@@ -107,8 +118,13 @@ impl Builder {
             .endpoints
             .iter()
             .map(|e| {
-                NamingClient::new(e, self.naming_timeout)
-                    .ok_or_else(|| BootstrapError::BadEndpoint(e.clone()))
+                NamingClient::with_tls(e, self.naming_timeout, self.tls.as_ref()).ok_or_else(|| {
+                    if e.trim().starts_with("https://") && self.tls.is_none() {
+                        BootstrapError::NeedsTls(e.clone())
+                    } else {
+                        BootstrapError::BadEndpoint(e.clone())
+                    }
+                })
             })
             .collect::<Result<Vec<_>, _>>()?;
         let mut failures = Vec::new();
@@ -271,6 +287,7 @@ impl Client {
             backoff_min: Duration::from_millis(100),
             backoff_max: Duration::from_secs(5),
             call_timeout: Duration::from_secs(30),
+            tls: None,
         }
     }
 

@@ -96,7 +96,11 @@ pub(super) fn compile_listener(
 /// A listener's `tls`: the settings, and every file they name loaded and checked (so `rondo
 /// check` finds a missing file, unreadable PEM, a key of another certificate or an expired
 /// certificate at the field naming it).
-fn compile_listener_tls(c: &mut Compiler<'_>, path: &FieldPath, t: &RawListenerTls) -> ListenerTls {
+pub(super) fn compile_listener_tls(
+    c: &mut Compiler<'_>,
+    path: &FieldPath,
+    t: &RawListenerTls,
+) -> ListenerTls {
     if t.certs.is_empty() {
         c.err(path.key("certs"), "a tls listener needs at least one certificate in `certs`");
     }

@@ -13,7 +13,10 @@ mod routes;
 mod services;
 
 use clusters::compile_cluster;
-use listeners::{OwnSockets, check_members_are_not_own, check_unique_listeners, compile_listener};
+use listeners::{
+    OwnSockets, check_members_are_not_own, check_unique_listeners, compile_listener,
+    compile_listener_tls,
+};
 use routes::{check_route_protocol, compile_route};
 use services::{compile_admin, compile_agent, compile_log, compile_naming, log_format};
 

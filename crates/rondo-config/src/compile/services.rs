@@ -1,5 +1,6 @@
 //! The process-wide tables: `[log]`, `[agent]`, `[admin]` (and the tokens it shares with
-//! `[naming]`), `[naming]` with its registry and DNS settings.
+//! `[naming]`), `[naming]` with its registry and DNS settings. `[admin]`, `[naming]` and
+//! `[agent]` each take a `tls` table, checked like a listener's.
 
 use super::*;
 
@@ -58,7 +59,8 @@ pub(super) fn compile_agent(c: &mut Compiler<'_>, a: &RawAgentReceiver) -> Agent
     let ms =
         c.int(path.key("interval_ms"), a.interval_ms, default_ms, 1, AgentSpec::MAX_INTERVAL_MS);
     let interval = Duration::from_millis(ms);
-    AgentSpec { listen, key, interval }
+    let tls = a.tls.as_ref().map(|t| compile_listener_tls(c, &path.key("tls"), t));
+    AgentSpec { listen, key, interval, tls }
 }
 
 pub(super) fn compile_admin(c: &mut Compiler<'_>, a: &RawAdmin) -> AdminSpec {
@@ -68,7 +70,8 @@ pub(super) fn compile_admin(c: &mut Compiler<'_>, a: &RawAdmin) -> AdminSpec {
         .socket_addr(path.key("listen"), listen)
         .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)));
     let token = compile_token(c, &path, a.token.as_ref(), a.token_file.as_ref());
-    AdminSpec { listen, token }
+    let tls = a.tls.as_ref().map(|t| compile_listener_tls(c, &path.key("tls"), t));
+    AdminSpec { listen, token, tls }
 }
 
 /// `token` or `token_file` (not both, not empty) of the table at `path`.
@@ -199,7 +202,9 @@ pub(super) fn compile_naming(c: &mut Compiler<'_>, n: &RawNaming) -> NamingSpec 
             );
         }
     }
+    let tls = n.tls.as_ref().map(|t| compile_listener_tls(c, &path.key("tls"), t));
     NamingSpec {
+        tls,
         listen,
         registry,
         dns,

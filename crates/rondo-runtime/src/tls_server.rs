@@ -1,0 +1,355 @@
+//! TLS termination for every socket rondo listens on with a `tls` table: the router's listeners
+//! (wrapped by `rondo-proxy`'s `Terminator`, which adds the client-certificate headers), the
+//! admin API, the naming service and the agents' first contact. One [`TlsServer`] per socket
+//! holds the current rustls `ServerConfig` (ring provider, TLS 1.2 and 1.3 only, the
+//! certificate chosen by SNI, client certificates asked for as configured, the ALPN protocols
+//! the socket serves) behind an `ArcSwap`, so a certificate reload swaps it for new handshakes
+//! while connections already up keep the one they started with. [`TlsServer::watch`] reloads
+//! when a certificate, key or CA file changes (polling) and on SIGHUP; a file that fails to load
+//! keeps the old configuration and logs why. [`TlsIncoming`] turns a TCP listener into a
+//! stream of finished handshakes for the HTTP servers (the admin API, the naming service), with
+//! the handshakes run beside each other so that one slow client cannot hold up the others.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use arc_swap::ArcSwap;
+use rondo_config::tls::{self as ctls, ClientAuth, ListenerTls};
+use rustls::ServerConfig;
+use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
+use rustls::sign::CertifiedKey;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Semaphore, mpsc, watch};
+use tokio::task::JoinHandle;
+use tokio_rustls::server::TlsStream;
+
+use crate::metrics::Metrics;
+
+/// How often the certificate files are looked at for changes.
+const POLL: Duration = Duration::from_millis(250);
+
+/// ALPN of an HTTP/1.1-only server (the admin API, the naming service).
+pub const ALPN_HTTP1: &[&[u8]] = &[b"http/1.1"];
+/// ALPN of a router `http` listener: HTTP/2 (gRPC too) and HTTP/1.1 on one port.
+pub const ALPN_H2_HTTP1: &[&[u8]] = &[b"h2", b"http/1.1"];
+
+/// The ring provider: the only one rondo builds with.
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// Picks the certificate for a ClientHello's server name: an exact name first, then a wildcard,
+/// then the first certificate (also for clients that send no SNI).
+#[derive(Debug)]
+struct SniResolver {
+    certs: Vec<(Vec<String>, Arc<CertifiedKey>)>,
+}
+
+/// The entry of `certs` (names, value) for `sni`: an exact name first, then a wildcard, then
+/// the first entry.
+fn choose<'a, T>(certs: &'a [(Vec<String>, T)], sni: Option<&str>) -> Option<&'a T> {
+    if let Some(host) = sni {
+        let exact = certs.iter().find(|(names, _)| {
+            names.iter().any(|n| !n.starts_with("*.") && ctls::name_matches(n, host))
+        });
+        let wild =
+            || certs.iter().find(|(names, _)| names.iter().any(|n| ctls::name_matches(n, host)));
+        if let Some((_, c)) = exact.or_else(wild) {
+            return Some(c);
+        }
+    }
+    certs.first().map(|(_, c)| c)
+}
+
+impl ResolvesServerCert for SniResolver {
+    fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        choose(&self.certs, hello.server_name()).cloned()
+    }
+}
+
+/// Builds the rustls configuration of a `tls` table, loading every file (`alpn`: the protocols
+/// offered, empty for none); the error names the file and what is wrong with it.
+pub fn server_config(spec: &ListenerTls, alpn: &[&[u8]]) -> Result<Arc<ServerConfig>, String> {
+    let mut certs = Vec::with_capacity(spec.certs.len());
+    for ck in &spec.certs {
+        let loaded = ctls::load_cert_key(ck).map_err(|(_, e)| e)?;
+        certs.push((loaded.names, loaded.certified));
+    }
+    if certs.is_empty() {
+        return Err("no certificate".to_owned());
+    }
+    let builder = ServerConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+        .map_err(|e| format!("tls versions: {e}"))?;
+    let builder = match (spec.client_auth, &spec.client_ca) {
+        (ClientAuth::None, _) | (_, None) => builder.with_no_client_auth(),
+        (auth, Some(ca)) => {
+            let roots = Arc::new(ctls::load_roots(ca, "client_ca")?);
+            let b = WebPkiClientVerifier::builder_with_provider(roots, provider());
+            let b = if auth == ClientAuth::Optional { b.allow_unauthenticated() } else { b };
+            let verifier = b.build().map_err(|e| format!("client_ca {}: {e}", ca.display()))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+    };
+    let mut config = builder.with_cert_resolver(Arc::new(SniResolver { certs }));
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    Ok(Arc::new(config))
+}
+
+/// One socket's TLS: the configuration in force and how to reload it.
+#[derive(Debug)]
+pub struct TlsServer {
+    /// The socket's name in logs and in the `listener` label of the TLS metrics (a router
+    /// listener's name, or `[admin]`, `[naming]`, `[agent]`).
+    name: String,
+    spec: ListenerTls,
+    alpn: &'static [&'static [u8]],
+    current: ArcSwap<ServerConfig>,
+    /// How long a handshake may take.
+    pub handshake_timeout: Duration,
+    metrics: Arc<Metrics>,
+}
+
+impl TlsServer {
+    /// Loads the `tls` table of the socket `name`, offering `alpn`; handshakes get
+    /// `handshake_timeout`. The error names the file that failed and why.
+    pub fn new(
+        name: &str,
+        spec: &ListenerTls,
+        alpn: &'static [&'static [u8]],
+        handshake_timeout: Duration,
+        metrics: Arc<Metrics>,
+    ) -> Result<Arc<Self>, String> {
+        let config = server_config(spec, alpn)?;
+        Ok(Arc::new(TlsServer {
+            name: name.to_owned(),
+            spec: spec.clone(),
+            alpn,
+            current: ArcSwap::new(config),
+            handshake_timeout,
+            metrics,
+        }))
+    }
+
+    /// The socket's name (as in the metrics).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Reloads every file; on failure the configuration in force stays and the reason is
+    /// logged. `source` says what asked (`file change`, `SIGHUP`).
+    pub fn reload(&self, source: &str) -> Result<(), String> {
+        match server_config(&self.spec, self.alpn) {
+            Ok(config) => {
+                self.current.store(config);
+                self.metrics.tls_listener(true, &self.name, "accepted");
+                tracing::info!(listener = %self.name, "tls certificates reloaded ({source})");
+                Ok(())
+            }
+            Err(e) => {
+                self.metrics.tls_listener(true, &self.name, "rejected");
+                tracing::warn!(
+                    listener = %self.name,
+                    "tls reload ({source}) rejected, the certificates in force stay: {e}"
+                );
+                Err(e)
+            }
+        }
+    }
+
+    /// The TLS handshake with a client, bounded by the handshake timeout, counted by result.
+    pub async fn accept(&self, stream: TcpStream) -> Result<TlsStream<TcpStream>, String> {
+        let acceptor = tokio_rustls::TlsAcceptor::from(self.current.load_full());
+        let accepted = tokio::time::timeout(self.handshake_timeout, acceptor.accept(stream)).await;
+        let result = match &accepted {
+            Ok(Ok(_)) => "ok",
+            Ok(Err(_)) => "failed",
+            Err(_) => "timeout",
+        };
+        self.metrics.tls_listener(false, &self.name, result);
+        match accepted {
+            Ok(Ok(s)) => Ok(s),
+            Ok(Err(e)) => Err(format!("tls handshake failed: {e}")),
+            Err(_) => Err("tls handshake timed out".to_owned()),
+        }
+    }
+
+    fn files(&self) -> Vec<PathBuf> {
+        let mut v: Vec<PathBuf> =
+            self.spec.certs.iter().flat_map(|c| [c.cert.clone(), c.key.clone()]).collect();
+        v.extend(self.spec.client_ca.clone());
+        v
+    }
+
+    /// Reloads when any file changes (modification time, length or inode; checked every
+    /// 250 ms, reloaded once the change has stood for one more look) and on SIGHUP, until
+    /// `stopped` changes.
+    pub fn watch(self: Arc<Self>, stopped: watch::Receiver<bool>) {
+        tokio::spawn(self.watch_loop(Some(stopped)));
+    }
+
+    /// [`TlsServer::watch`] until the returned task is aborted.
+    pub fn spawn_watch(self: Arc<Self>) -> JoinHandle<()> {
+        tokio::spawn(self.watch_loop(None))
+    }
+
+    async fn watch_loop(self: Arc<Self>, mut stopped: Option<watch::Receiver<bool>>) {
+        let stamp = |files: &[PathBuf]| -> Vec<Option<(Option<SystemTime>, u64, u64)>> {
+            files
+                .iter()
+                .map(|f| {
+                    let m = std::fs::metadata(f).ok()?;
+                    #[cfg(unix)]
+                    let ino = std::os::unix::fs::MetadataExt::ino(&m);
+                    #[cfg(not(unix))]
+                    let ino = 0;
+                    Some((m.modified().ok(), m.len(), ino))
+                })
+                .collect()
+        };
+        let files = self.files();
+        let mut applied = stamp(&files);
+        let mut seen = applied.clone();
+        #[cfg(unix)]
+        let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
+        let mut tick = tokio::time::interval(POLL);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            #[cfg(unix)]
+            let hup_recv = async {
+                match hup.as_mut() {
+                    Some(h) => h.recv().await,
+                    None => std::future::pending().await,
+                }
+            };
+            #[cfg(not(unix))]
+            let hup_recv = std::future::pending::<Option<()>>();
+            let stop = async {
+                match stopped.as_mut() {
+                    Some(s) => s.changed().await.map_or((), drop),
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                () = stop => return,
+                Some(()) = hup_recv => {
+                    applied = stamp(&files);
+                    seen = applied.clone();
+                    let _ = self.reload("SIGHUP");
+                }
+                _ = tick.tick() => {
+                    let now = stamp(&files);
+                    if now != seen {
+                        // Still changing (a key written after its certificate): wait.
+                        seen = now;
+                    } else if now != applied && now.iter().all(Option::is_some) {
+                        applied = now;
+                        let _ = self.reload("file change");
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// How long a client of the admin API, the naming service or the agents' first contact may
+/// take over its handshake (router listeners use their `header_read_timeout_ms`).
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Most handshakes of one [`TlsIncoming`] in progress at once; a connection beyond them is
+/// closed at once (each handshake is bounded in time, so this bounds the memory they hold).
+pub const MAX_HANDSHAKES: usize = 256;
+
+/// Finished handshakes waiting for the server to take them.
+const QUEUE: usize = 64;
+
+/// A TCP listener whose connections come out TLS-terminated: accepts, runs each handshake in
+/// its own task (at most [`MAX_HANDSHAKES`] at once), and queues the finished ones. Failed
+/// handshakes are counted by the [`TlsServer`] and logged at debug level. Dropping it stops
+/// accepting.
+#[derive(Debug)]
+pub struct TlsIncoming {
+    rx: mpsc::Receiver<(TlsStream<TcpStream>, std::net::SocketAddr)>,
+    local: std::net::SocketAddr,
+    task: JoinHandle<()>,
+    watcher: JoinHandle<()>,
+}
+
+impl TlsIncoming {
+    /// Starts accepting on `listener` with `tls` (whose files are then watched for changes).
+    pub fn new(listener: TcpListener, tls: Arc<TlsServer>) -> std::io::Result<TlsIncoming> {
+        let local = listener.local_addr()?;
+        let (tx, rx) = mpsc::channel(QUEUE);
+        let watcher = tls.clone().spawn_watch();
+        let task = tokio::spawn(async move {
+            let slots = Arc::new(Semaphore::new(MAX_HANDSHAKES));
+            loop {
+                let (tcp, peer) = match listener.accept().await {
+                    Ok(c) => c,
+                    Err(e) => {
+                        // Out of file descriptors and the like: pause rather than spin.
+                        tracing::warn!(listener = %tls.name(), "accept failed: {e}");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                let Ok(slot) = slots.clone().try_acquire_owned() else {
+                    tracing::debug!(listener = %tls.name(), %peer, "too many tls handshakes in progress: closed");
+                    continue;
+                };
+                let _ = tcp.set_nodelay(true);
+                let tls = tls.clone();
+                let tx = tx.clone();
+                tokio::spawn(async move {
+                    let _slot = slot;
+                    match tls.accept(tcp).await {
+                        Ok(s) => {
+                            let _ = tx.send((s, peer)).await;
+                        }
+                        Err(e) => tracing::debug!(listener = %tls.name(), %peer, "{e}"),
+                    }
+                });
+            }
+        });
+        Ok(TlsIncoming { rx, local, task, watcher })
+    }
+
+    /// The next finished handshake; `None` once the acceptor stopped.
+    pub async fn next(&mut self) -> Option<(TlsStream<TcpStream>, std::net::SocketAddr)> {
+        self.rx.recv().await
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> std::net::SocketAddr {
+        self.local
+    }
+}
+
+impl Drop for TlsIncoming {
+    fn drop(&mut self) {
+        self.task.abort();
+        self.watcher.abort();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_exact_name_wins_over_a_wildcard_listed_before_it() {
+        let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let certs = vec![
+            (names(&["default.test"]), "default"),
+            (names(&["*.x.test"]), "wildcard"),
+            (names(&["api.x.test", "other.test"]), "exact"),
+        ];
+        assert_eq!(choose(&certs, Some("API.x.test")), Some(&"exact"));
+        assert_eq!(choose(&certs, Some("web.x.test")), Some(&"wildcard"));
+        assert_eq!(choose(&certs, Some("a.b.x.test")), Some(&"default"));
+        assert_eq!(choose(&certs, Some("nowhere.test")), Some(&"default"));
+        assert_eq!(choose(&certs, None), Some(&"default"));
+        assert_eq!(choose::<&str>(&[], Some("a.test")), None);
+    }
+}
