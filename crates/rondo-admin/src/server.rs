@@ -135,6 +135,7 @@ pub fn router(live: Arc<Live>, token: Option<Vec<u8>>) -> Router {
         .route("/api/v1/clusters/{cluster}/algorithm", put(algorithm))
         .route("/api/v1/clusters/{cluster}/explain", get(explain))
         .route("/api/v1/config", post(config))
+        .route("/api/v1/revocations", get(revocations).post(revoke))
         .merge(crate::metrics::routes(state.live.clone()))
         .fallback(|| async { error(StatusCode::NOT_FOUND, "no such endpoint") })
         .method_not_allowed_fallback(|| async {
@@ -494,6 +495,78 @@ async fn weight(
         member.weight = w.weight as u32;
         Ok(())
     })
+}
+
+/// `POST /api/v1/revocations`: one of `token_id` or `subject`, and how long to keep it.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RevokeBody {
+    token_id: Option<String>,
+    subject: Option<String>,
+    ttl_ms: Option<u64>,
+}
+
+/// Default `ttl_ms` of a revocation: a day (longer than the tokens it refuses should live).
+const DEFAULT_REVOCATION_TTL_MS: u64 = 86_400_000;
+/// Longest `ttl_ms` of a revocation: thirty days.
+const MAX_REVOCATION_TTL_MS: u64 = 30 * 86_400_000;
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+/// Revokes sign-on tokens by id or subject: in force on this router at once, and on every
+/// router of the tier as the registry shares it (etcd: within about a second).
+async fn revoke(State(st): State<AppState>, bytes: Bytes) -> Response {
+    use rondo_runtime::revoke::{Revocation, RevokeKind};
+    let b: RevokeBody = match body(&bytes) {
+        Ok(b) => b,
+        Err(r) => return r,
+    };
+    let (kind, value) = match (b.token_id, b.subject) {
+        (Some(t), None) => (RevokeKind::TokenId, t),
+        (None, Some(s)) => (RevokeKind::Subject, s),
+        _ => return error(StatusCode::BAD_REQUEST, "give one of `token_id` or `subject`"),
+    };
+    if value.is_empty() || value.len() > 256 || value.chars().any(char::is_control) {
+        return error(
+            StatusCode::BAD_REQUEST,
+            format!("field `{}`: 1 to 256 characters, no control characters", kind.as_str()),
+        );
+    }
+    let ttl_ms = b.ttl_ms.unwrap_or(DEFAULT_REVOCATION_TTL_MS);
+    if !(1000..=MAX_REVOCATION_TTL_MS).contains(&ttl_ms) {
+        return error(
+            StatusCode::BAD_REQUEST,
+            format!("field `ttl_ms`: {ttl_ms} is out of range 1000..={MAX_REVOCATION_TTL_MS}"),
+        );
+    }
+    let now = unix_now();
+    let until = now + ttl_ms.div_ceil(1000);
+    let r = Revocation { kind, value: value.clone(), until };
+    match st.live.revocations.revoke(r, now) {
+        Ok(()) => {
+            tracing::info!(kind = kind.as_str(), value, until, "sign-on revoked");
+            (
+                StatusCode::CREATED,
+                axum::Json(json!({ "kind": kind.as_str(), "value": value, "until": until })),
+            )
+                .into_response()
+        }
+        Err(e) => error(StatusCode::INSUFFICIENT_STORAGE, e),
+    }
+}
+
+/// The revocations in force: `{"revocations": [{"kind", "value", "until"}]}`.
+async fn revocations(State(st): State<AppState>) -> Response {
+    let list: Vec<Value> = st
+        .live
+        .revocations
+        .list(unix_now())
+        .into_iter()
+        .map(|r| json!({ "kind": r.kind.as_str(), "value": r.value, "until": r.until }))
+        .collect();
+    axum::Json(json!({ "revocations": list })).into_response()
 }
 
 #[derive(Deserialize)]

@@ -31,6 +31,8 @@ pub(crate) struct RawConfig {
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawRouter {
     pub group: Option<String>,
+    pub tier_key: Option<String>,
+    pub tier_key_file: Option<String>,
 }
 
 /// `[admin]`.
@@ -143,6 +145,26 @@ pub(crate) struct RawRoute {
     pub backups: Vec<String>,
     pub idle_timeout_ms: Option<u64>,
     pub request_timeout_ms: Option<u64>,
+    pub auth: Option<RawAuth>,
+    pub login: Option<RawLogin>,
+}
+
+/// A route's `login`: members may sign users on.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawLogin {
+    pub ttl_ms: Option<u64>,
+}
+
+/// A route's `auth`: the sign-on token it requires.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawAuth {
+    pub issuer: String,
+    pub audience: String,
+    pub keys: String,
+    pub require: Option<BTreeMap<String, String>>,
+    pub claims: Option<Vec<String>>,
 }
 
 /// A route's `match`.

@@ -226,6 +226,9 @@ impl ListenerSpec {
 pub struct RouterSpec {
     /// This router's locality group; `prefer_local` clusters prefer members of this group.
     pub group: Option<String>,
+    /// The key every router of a tier shares (`tier_key` or `tier_key_file`): it signs sticky
+    /// session cookies, so any router of the tier honours another's.
+    pub tier_key: Option<AdminToken>,
 }
 
 /// How admin API callers authenticate.

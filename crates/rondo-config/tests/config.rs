@@ -1635,3 +1635,32 @@ fn address_reaches_matches_ports_and_local_addresses() {
     assert!(!rondo_config::address_reaches("example.com:80", at("0.0.0.0:80")));
     assert!(!rondo_config::address_reaches("127.0.0.1:80", at("10.0.0.1:80")));
 }
+
+#[test]
+fn a_route_auth_compiles_and_its_faults_are_named() {
+    let text = BASE.replace(
+        "cluster = \"app\"\n",
+        "cluster = \"app\"\nauth = { issuer = \"https://id.test\", audience = \"orders\", \
+         keys = \"keys/jwks.json\", require = { scope = \"orders\" }, claims = [\"Email\"] }\n",
+    );
+    let c = ok(&text);
+    let auth = c.view.routes[0].auth.as_ref().expect("auth");
+    assert_eq!(auth.issuer, "https://id.test");
+    assert_eq!(auth.require, vec![("scope".to_owned(), "orders".to_owned())]);
+    assert_eq!(auth.claims, vec!["email".to_owned()]);
+    assert!(auth.keys.ends_with("keys/jwks.json"), "{:?}", auth.keys);
+
+    let text = BASE.replace(
+        "cluster = \"app\"\n",
+        "cluster = \"app\"\nauth = { issuer = \"\", audience = \"a\", keys = \"k.json\", \
+         claims = [\"no good\"] }\n",
+    );
+    let errs = errors(&text);
+    let fields: Vec<&str> = errs.iter().map(|e| e.field.as_str()).collect();
+    assert!(fields.contains(&"route[0].auth.issuer"), "{}", render(&errs));
+    assert!(fields.contains(&"route[0].auth.claims[0]"), "{}", render(&errs));
+
+    let text = with("[router]\ntier_key = \"short\"\n");
+    let errs = errors(&text);
+    assert!(errs.iter().any(|e| e.field == "router.tier_key" && e.message.contains("16 bytes")));
+}

@@ -695,6 +695,38 @@ impl RouteMatch {
     }
 }
 
+/// A route's sign-on requirement (`auth`, PKUAS single sign-on): every request must carry a
+/// token from `issuer` for `audience`, signed by a key of the `keys` file (JWKS), whose claims
+/// hold each `require` pair; the router checks it before any member sees the request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RouteAuth {
+    /// The `iss` a token must name.
+    pub issuer: String,
+    /// The `aud` a token must name (or list).
+    pub audience: String,
+    /// The JWKS file (resolved against the configuration file's directory); reloaded when it
+    /// changes.
+    pub keys: std::path::PathBuf,
+    /// Claim name and a value the claim must hold (equal, one of its space-separated words, or
+    /// an element of its array).
+    pub require: Vec<(String, String)>,
+    /// Claims passed on to members, each in `x-rondo-claim-<name>` (lower case).
+    pub claims: Vec<String>,
+}
+
+/// A login route's sign-on (`login`): a member's response naming a subject in `x-rondo-login`
+/// makes the router issue a tier-wide session cookie for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RouteLogin {
+    /// How long the session token is good for.
+    pub ttl: Duration,
+}
+
+impl RouteLogin {
+    /// Default `ttl_ms`: eight hours (a working day's sign-on).
+    pub const DEFAULT_TTL: Duration = Duration::from_secs(8 * 3600);
+}
+
 /// A match → a cluster, plus ordered backups (WCF filter table and backup lists).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Route {
@@ -712,6 +744,10 @@ pub struct Route {
     pub idle_timeout: Duration,
     /// Whole-request timeout (first byte to last response byte header).
     pub request_timeout: Duration,
+    /// The sign-on token the route requires (`auth`), if any.
+    pub auth: Option<Arc<RouteAuth>>,
+    /// Whether (and how) members of this route may sign users on (`login`).
+    pub login: Option<RouteLogin>,
 }
 
 /// An immutable, versioned snapshot of all routes and clusters (PKUAS view, WCF configuration).

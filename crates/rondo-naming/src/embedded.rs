@@ -1,6 +1,6 @@
 //! The embedded registry: registrations in process memory, each with its own lease, removed
 //! when the lease lapses (checked every [`EXPIRY_TICK`]); optionally kept on disk (a snapshot
-//! file and an append-only log beside it, [`crate::journal`]) so that a restarted router comes
+//! file and an append-only log beside it, `journal`) so that a restarted router comes
 //! back with its registrations, each with a fresh lease.
 //!
 //! Group commit: registrations and deregistrations are queued (at most [`MAX_QUEUE`]) to one

@@ -10,6 +10,10 @@
 //!   `{"address":"127.0.0.1:8001","weight":100,"group":null}`, put with the registration's etcd
 //!   lease, so that a lapsed lease removes it from etcd and, through every router's watch, from
 //!   every router.
+//! - `P/revoked/{token_id|subject}/{value}`: a revoked sign-on token id or subject, JSON
+//!   `{"until":UNIX_SECONDS}`, put by the admin API of the router that revoked it with a lease
+//!   that lapses at `until`; every router's watch brings it into its
+//!   `Live::revocations` (issue 20: in force on every router within about a second).
 //!
 //! Static stability: a background task reads the whole prefix, publishes it into the live view,
 //! then watches the prefix and applies each change. When etcd cannot be reached (down, stopped,
@@ -34,6 +38,7 @@ use etcd_client::{
 use rondo_core::wire::Lease;
 use rondo_core::{AdminState, MemberSpec};
 use rondo_runtime::live::Registered;
+use rondo_runtime::revoke::{Revocation, RevokeKind};
 use rondo_runtime::{Live, probe};
 use serde::{Deserialize, Serialize};
 
@@ -56,6 +61,8 @@ pub const BACKOFF_MAX: Duration = Duration::from_secs(2);
 pub struct EtcdRegistry {
     inner: Arc<Inner>,
     task: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// Puts this router's new revocations into etcd.
+    publisher: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 /// What the background task and the API requests share.
@@ -85,6 +92,20 @@ struct State {
     /// Why the shared configuration in etcd was rejected, while it is.
     config_error: Option<String>,
     resyncs: u64,
+    /// Revoked token ids and subjects (kind, value) → until, as last read from etcd.
+    revoked: BTreeMap<(RevokeKind, String), u64>,
+    /// Whether `revoked` changed since it was last handed to the live state.
+    revoked_dirty: bool,
+}
+
+/// A revocation's value under `P/revoked/{kind}/{value}`.
+#[derive(Debug, Serialize, Deserialize)]
+struct RevokedValue {
+    until: u64,
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
 /// A member's value under `P/members/{cluster}/{member}`.
@@ -130,7 +151,22 @@ impl EtcdRegistry {
             limits: Mutex::new(Limits::default()),
         });
         let task = tokio::spawn(inner.clone().sync_loop());
-        Arc::new(EtcdRegistry { inner, task: Mutex::new(Some(task)) })
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        inner.live.revocations.set_publisher(tx);
+        let putter = inner.clone();
+        let publisher = tokio::spawn(async move {
+            while let Some(r) = rx.recv().await {
+                if let Err(e) = putter.put_revocation(&r).await {
+                    // In force here already; the other routers miss it until it is made again.
+                    tracing::error!(kind = r.kind.as_str(), value = r.value, error = %e, "revocation not shared through etcd");
+                }
+            }
+        });
+        Arc::new(EtcdRegistry {
+            inner,
+            task: Mutex::new(Some(task)),
+            publisher: Mutex::new(Some(publisher)),
+        })
     }
 
     /// Sets the caps on registrations (default [`Limits::default`]).
@@ -289,6 +325,9 @@ impl EtcdRegistry {
         if let Some(t) = self.task.lock().unwrap_or_else(|e| e.into_inner()).take() {
             t.abort();
         }
+        if let Some(t) = self.publisher.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            t.abort();
+        }
     }
 }
 
@@ -305,6 +344,37 @@ impl Inner {
 
     fn config_key(&self) -> String {
         format!("{}/config", self.prefix)
+    }
+
+    fn revoked_prefix(&self) -> String {
+        format!("{}/revoked/", self.prefix)
+    }
+
+    /// Puts a revocation under `P/revoked/` with a lease that lapses when it does.
+    async fn put_revocation(&self, r: &Revocation) -> Result<(), RegistryError> {
+        let key = format!("{}{}/{}", self.revoked_prefix(), r.kind.as_str(), r.value);
+        let ttl = (r.until.saturating_sub(unix_now()) as i64).max(1);
+        let value = serde_json::to_vec(&RevokedValue { until: r.until })
+            .map_err(|e| RegistryError::Invalid(format!("cannot encode the revocation: {e}")))?;
+        self.request("revoke", |mut c| async move {
+            let grant = c.lease_grant(ttl, None).await?;
+            c.put(key, value, Some(PutOptions::new().with_lease(grant.id()))).await
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// Hands the tier's revocations to the live state, when they changed.
+    fn publish_revoked(&self, st: &mut State) {
+        if !std::mem::take(&mut st.revoked_dirty) {
+            return;
+        }
+        let set = st.revoked.iter().map(|((kind, value), until)| Revocation {
+            kind: *kind,
+            value: value.clone(),
+            until: *until,
+        });
+        self.live.revocations.set_shared(set, unix_now());
     }
 
     fn members_prefix(&self) -> String {
@@ -499,6 +569,7 @@ impl Inner {
             if members_changed {
                 self.publish_members(&st);
             }
+            self.publish_revoked(&mut st);
         }
     }
 
@@ -508,6 +579,8 @@ impl Inner {
         st.resyncs += 1;
         self.live.metrics.registry_resyncs.inc();
         let old = std::mem::take(&mut st.members);
+        st.revoked.clear();
+        st.revoked_dirty = true;
         let mut config_seen = false;
         for kv in kvs {
             config_seen |= kv.key() == self.config_key().as_bytes();
@@ -520,6 +593,7 @@ impl Inner {
         if changed || st.resyncs == 1 {
             self.publish_members(&st);
         }
+        self.publish_revoked(&mut st);
         st.conn_error = None;
         if !st.connected {
             st.connected = true;
@@ -552,6 +626,23 @@ impl Inner {
         let key = String::from_utf8_lossy(kv.key());
         if *key == self.config_key() {
             self.apply_config(st, put.then(|| kv.value()));
+            return false;
+        }
+        if let Some(rest) = key.strip_prefix(&self.revoked_prefix()) {
+            let Some((kind, value)) =
+                rest.split_once('/').and_then(|(k, v)| Some((RevokeKind::parse(k)?, v)))
+            else {
+                tracing::warn!(key = %key, "etcd key is not {{prefix}}/revoked/{{token_id|subject}}/{{value}}: ignored");
+                return false;
+            };
+            let id = (kind, value.to_owned());
+            let until =
+                put.then(|| serde_json::from_slice::<RevokedValue>(kv.value()).ok()).flatten();
+            match until {
+                Some(v) => st.revoked.insert(id, v.until),
+                None => st.revoked.remove(&id),
+            };
+            st.revoked_dirty = true;
             return false;
         }
         let Some(rest) = key.strip_prefix(&self.members_prefix()) else { return false };

@@ -52,6 +52,8 @@ pub enum Kind {
     Resolve,
     /// TLS to a member failed (its certificate, or it refused the router's).
     Tls(rondo_core::TlsFailure),
+    /// The route requires a sign-on token and the request's is missing or refused (`auth`).
+    Unauthorized(crate::auth::Refusal),
 }
 
 /// One try at one member.
@@ -106,7 +108,8 @@ impl Kind {
             | Kind::BodyTooLarge
             | Kind::ClientBody
             | Kind::ClientBodyTimeout
-            | Kind::BadRequest => Side::Client,
+            | Kind::BadRequest
+            | Kind::Unauthorized(_) => Side::Client,
             Kind::NoEligible | Kind::Loop => Side::Internal,
             Kind::Connect
             | Kind::Reset
@@ -144,6 +147,7 @@ impl Kind {
             Kind::ClientBody | Kind::BadRequest => StatusCode::BAD_REQUEST,
             Kind::ClientBodyTimeout => StatusCode::REQUEST_TIMEOUT,
             Kind::Loop => StatusCode::LOOP_DETECTED,
+            Kind::Unauthorized(_) => StatusCode::UNAUTHORIZED,
         }
     }
 
@@ -158,9 +162,11 @@ impl Kind {
             Kind::Timeout => "gateway timeout: no response in time",
             Kind::Loop => "request loop detected",
             // About the client's own request: its detail is the client's to know.
-            Kind::BodyTooLarge | Kind::ClientBody | Kind::ClientBodyTimeout | Kind::BadRequest => {
-                ""
-            }
+            Kind::BodyTooLarge
+            | Kind::ClientBody
+            | Kind::ClientBodyTimeout
+            | Kind::BadRequest
+            | Kind::Unauthorized(_) => "",
         }
     }
 
@@ -193,6 +199,7 @@ impl Kind {
             Kind::Loop => "request loop",
             Kind::BadStatus => "answered with a status outside 100-599",
             Kind::Resolve => "host name did not resolve",
+            Kind::Unauthorized(_) => "sign-on token refused",
         }
     }
 }
@@ -256,6 +263,9 @@ impl ProxyError {
         let status = self.kind.status();
         let body = self.render(detail);
         let mut resp = local(status, body);
+        if let Kind::Unauthorized(refusal) = self.kind {
+            resp.headers_mut().insert(header::WWW_AUTHENTICATE, refusal.challenge());
+        }
         if self.kind == Kind::NoEligible {
             resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         }

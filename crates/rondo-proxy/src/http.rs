@@ -12,7 +12,7 @@
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::{Arc, RwLock};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use http::header::{self, HeaderValue};
 use http::request::Parts;
@@ -58,6 +58,8 @@ pub struct HttpCtx {
     pub metrics: Arc<ListenerMetrics>,
     /// The listener's access log, when configured.
     pub access: Option<AccessLog>,
+    /// Sign-on token checks (routes' `auth`), shared by every listener.
+    pub auth: Arc<crate::auth::Auth>,
 }
 
 /// Serves one request.
@@ -195,7 +197,14 @@ async fn proxy(
     let (route, host) = route(ctx, snapshot, &mut req)?;
     // Should the client abandon the request, the connection then idles under this route's timeout.
     conn.set_idle(route.idle_timeout);
-    let req = prepare(ctx, conn, route, req, host.as_deref())?;
+    let headers = req.headers();
+    let identity = ctx
+        .auth
+        .gate(route, &ctx.live, &|n| headers.get(n).and_then(|v| v.to_str().ok()), &|n| {
+            sticky::cookie(headers, n)
+        })
+        .map_err(|e| (e, route.idle_timeout))?;
+    let req = prepare(ctx, conn, route, req, host.as_deref(), identity.as_ref())?;
     let idempotent = req.idempotent;
     forward(ctx, snapshot, peer, route, idempotent, &mut HyperTries { ctx, conn, route, req }).await
 }
@@ -284,6 +293,7 @@ fn prepare(
     route: &Route,
     mut req: Request<Incoming>,
     host: Option<&str>,
+    identity: Option<&crate::auth::Identity>,
 ) -> Result<Prepared, Failure> {
     let limit = ctx.listener.max_body_bytes;
     if limit > 0 && req.body().size_hint().lower() > limit {
@@ -303,6 +313,7 @@ fn prepare(
         ctx.listener.trust_forwarded_for,
     );
     crate::headers::add_client_cert(&mut parts.headers, conn.tls.as_ref());
+    crate::auth::apply(&mut parts.headers, identity);
     let path_and_query =
         parts.uri.path_and_query().cloned().unwrap_or_else(|| PathAndQuery::from_static("/"));
     let slot = (!body.is_end_stream()).then(|| BodySlot::new(body));
@@ -510,9 +521,19 @@ async fn attempt(
             begun.end(failed(FailureKind::Reset));
             Err(Kind::BadStatus)
         }
-        Ok(Ok(resp)) => {
+        Ok(Ok(mut resp)) => {
             let latency = started.elapsed();
             let status = resp.status().as_u16();
+            let tier = ctx.live.tier_key();
+            let tls = ctx.listener.tls.is_some();
+            crate::auth::on_response(
+                route,
+                status,
+                resp.headers_mut(),
+                tier,
+                tls,
+                SystemTime::now(),
+            );
             let counted = record_response(rt, &route.name, member, status, latency.as_secs_f64());
             begun.disarm();
             let served = Served { counted, slot: req.slot.clone(), tries: failover.tries() };
@@ -783,6 +804,9 @@ pub(crate) fn place(
     let session = spec.policy.granularity == Granularity::Session;
     let mut header_session = None;
     let mut held = None;
+    let tier = ctx.live.tier_key();
+    let tls = ctx.listener.tls.is_some();
+    let mut renew = false;
     if session {
         held = match &spec.sticky.header {
             Some(h) => {
@@ -791,7 +815,11 @@ pub(crate) fn place(
                 id.and_then(|id| ctx.sessions.get(rt, id))
             }
             None => sticky::cookie(headers, &spec.sticky.cookie)
-                .and_then(|t| sticky::member_by_token(spec, t)),
+                .and_then(|t| sticky::held_by_cookie(spec, t, tier, sticky::unix_now()))
+                .map(|(m, due)| {
+                    renew = due;
+                    m
+                }),
         };
     }
     let hash = (spec.policy.algorithm == rondo_core::Algorithm::Hash)
@@ -800,7 +828,10 @@ pub(crate) fn place(
     let group = ctx.live.group.as_deref();
     let (member, reason) = match rt.place(failover, clock::now(), group, hash, held)? {
         Placed::Kept(m) => {
-            return Ok(Choice { member: m, set_cookie: None, reason: Reason::Session });
+            // A signed cookie past half its life gets a new expiry.
+            let set_cookie =
+                renew.then(|| sticky::set_cookie(spec, m, tier, sticky::unix_now(), tls)).flatten();
+            return Ok(Choice { member: m, set_cookie, reason: Reason::Session });
         }
         Placed::Picked(m, algorithm, why) => (m, Reason::Pick(algorithm, why)),
     };
@@ -810,10 +841,7 @@ pub(crate) fn place(
         match header_session {
             Some(id) => ctx.sessions.pin(rt, id, member),
             None if spec.sticky.header.is_none() => {
-                let token = sticky::token(&spec.members[member].name);
-                let cookie =
-                    format!("{}={token}; Path=/; HttpOnly; SameSite=Lax", spec.sticky.cookie);
-                set_cookie = HeaderValue::from_str(&cookie).ok();
+                set_cookie = sticky::set_cookie(spec, member, tier, sticky::unix_now(), tls);
             }
             None => {}
         }

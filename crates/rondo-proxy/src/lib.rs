@@ -11,6 +11,7 @@
 //! [`tls`] terminates TLS on listeners that have a `tls` table, under the same timers.
 
 pub mod access;
+pub mod auth;
 pub mod body;
 pub mod conn;
 pub mod error;
@@ -74,6 +75,18 @@ impl Drop for Router {
 pub async fn start(listeners: &[ListenerSpec], live: Arc<Live>) -> std::io::Result<Router> {
     let (stop, stopped) = watch::channel(false);
     let clients = Clients::new(Duration::from_secs(5));
+    let auth = Arc::new(auth::Auth::default());
+    // A route's key file that cannot be read is an error at start, not a 401 at the first request.
+    for route in live.load().view.routes.iter() {
+        if let Some(a) = &route.auth {
+            auth.preload(&a.keys).map_err(|e| {
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!("route {}: {e}", route.name),
+                )
+            })?;
+        }
+    }
     let mut bound = Vec::new();
     for spec in listeners {
         let socket = TcpListener::bind(spec.listen).await.map_err(|e| {
@@ -117,6 +130,7 @@ pub async fn start(listeners: &[ListenerSpec], live: Arc<Live>) -> std::io::Resu
                     sessions: Default::default(),
                     metrics,
                     access,
+                    auth: auth.clone(),
                 });
                 tokio::spawn(accept_http(socket, ctx, tls, limit, stopped.clone()));
             }

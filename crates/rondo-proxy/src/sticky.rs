@@ -4,7 +4,12 @@
 //!   token is an opaque hash of the member's name (members' names and addresses are never shown
 //!   to clients). Later requests carrying it go to that member while it can keep sessions
 //!   (healthy, not disabled; draining members keep theirs). When it cannot, the session moves
-//!   and the response carries a new cookie.
+//!   and the response carries a new cookie. With a tier key (`[router] tier_key`) the cookie is
+//!   self-contained and signed: `<hash>.<expiry>.<mac>`, the MAC (HMAC-SHA256 under the tier
+//!   key, over the cluster, the hash and the expiry) checked by whichever router of the tier the
+//!   client reaches next, so a client that moves between routers keeps its member; the expiry is
+//!   `session.idle_timeout` ahead and moves forward (a new cookie) once half of it has passed;
+//!   an unsigned, forged, expired or other cluster's cookie is ignored (a new placement).
 //! - **Header**: with `session.header` set, the header's value is a session id; the router keeps
 //!   a table of session -> member, counts each session on its member (for `least-sessions`), and
 //!   forgets sessions idle longer than `session.idle_timeout`.
@@ -13,9 +18,13 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use http::HeaderValue;
 use crate::head::Headers;
 use rondo_core::ClusterSpec;
 use rondo_runtime::ClusterRt;
+use rondo_runtime::secret::TierKey;
 
 /// The cookie token for a member name: 16 hex digits, stable across routers and restarts.
 pub fn token(member: &str) -> String {
@@ -25,6 +34,74 @@ pub fn token(member: &str) -> String {
 /// The member whose token is `t`.
 pub fn member_by_token(spec: &ClusterSpec, t: &str) -> Option<usize> {
     spec.members.iter().position(|m| token(&m.name) == t)
+}
+
+/// What the MAC of a signed cookie covers: the cluster (a cookie of one cluster is no good in
+/// another), the member's hash and the expiry.
+fn mac_input(cluster: &str, hash: &str, expires: u64) -> String {
+    format!("rondo-sticky-v1\n{cluster}\n{hash}\n{expires}")
+}
+
+/// The signed cookie value for `member` of `cluster`, good until `expires` (Unix seconds).
+pub fn signed_token(key: &TierKey, cluster: &str, member: &str, expires: u64) -> String {
+    let hash = token(member);
+    let tag = key.sign(mac_input(cluster, &hash, expires).as_bytes());
+    format!("{hash}.{expires}.{}", URL_SAFE_NO_PAD.encode(&tag.as_ref()[..16]))
+}
+
+/// The member a session cookie names, and whether its cookie is due for renewal: with a tier
+/// key only a signed, unexpired cookie of this cluster counts; without one, the plain token.
+pub fn held_by_cookie(
+    spec: &ClusterSpec,
+    value: &str,
+    key: Option<&TierKey>,
+    now: u64,
+) -> Option<(usize, bool)> {
+    let Some(key) = key else { return member_by_token(spec, value).map(|m| (m, false)) };
+    let mut parts = value.split('.');
+    let (Some(hash), Some(exp), Some(mac), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return None;
+    };
+    let expires: u64 = exp.parse().ok()?;
+    if expires <= now || hash.len() != 16 {
+        return None;
+    }
+    let tag = URL_SAFE_NO_PAD.decode(mac).ok()?;
+    if !key.verify_prefix(mac_input(&spec.name, hash, expires).as_bytes(), &tag) {
+        return None;
+    }
+    let member = member_by_token(spec, hash)?;
+    let renew = expires - now < spec.sticky.idle_timeout.as_secs() / 2;
+    Some((member, renew))
+}
+
+/// The `Set-Cookie` that places a client's session on `member`: signed and with `Max-Age` under
+/// a tier key, the plain token otherwise; `Secure` when the client came over TLS.
+pub fn set_cookie(
+    spec: &ClusterSpec,
+    member: usize,
+    key: Option<&TierKey>,
+    now: u64,
+    secure: bool,
+) -> Option<HeaderValue> {
+    let name = &spec.members.get(member)?.name;
+    let cookie = match key {
+        Some(key) => {
+            let ttl = spec.sticky.idle_timeout.as_secs().max(1);
+            let t = signed_token(key, &spec.name, name, now + ttl);
+            format!("{}={t}; Path=/; Max-Age={ttl}; HttpOnly; SameSite=Lax", spec.sticky.cookie)
+        }
+        None => format!("{}={}; Path=/; HttpOnly; SameSite=Lax", spec.sticky.cookie, token(name)),
+    };
+    let cookie = if secure { format!("{cookie}; Secure") } else { cookie };
+    HeaderValue::from_str(&cookie).ok()
+}
+
+/// Seconds since the Unix epoch (signed cookies carry wall-clock expiries).
+pub fn unix_now() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
 /// A cookie's value from the request.
@@ -119,5 +196,57 @@ impl Sessions {
         for (rt, member) in expired {
             rt.close_session(member);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(name: &str) -> ClusterSpec {
+        let text = format!(
+            "[cluster.{name}]\ngranularity = \"session\"\nmembers = [\
+             {{ name = \"m1\", address = \"127.0.0.1:1\" }}, \
+             {{ name = \"m2\", address = \"127.0.0.1:2\" }}]\n"
+        );
+        let c = rondo_config::parse_str(&text, std::path::Path::new("t.toml"), 1).unwrap();
+        (*c.view.clusters[name]).clone()
+    }
+
+    #[test]
+    fn signed_cookies_hold_only_under_their_key_cluster_and_time() {
+        let key = TierKey::new(b"tier key of the test, 32 bytes!!");
+        let (c, now) = (spec("c"), 1_800_000_000);
+        let good = signed_token(&key, "c", "m2", now + 600);
+        assert_eq!(held_by_cookie(&c, &good, Some(&key), now), Some((1, false)));
+        // Past half its life it is renewed; past its expiry it is ignored.
+        assert_eq!(held_by_cookie(&c, &good, Some(&key), now + 400), Some((1, true)));
+        assert_eq!(held_by_cookie(&c, &good, Some(&key), now + 600), None);
+        // Another key, another cluster, a moved expiry, the plain token: ignored.
+        let other = TierKey::new(b"another tier key, also 32 bytes!");
+        assert_eq!(held_by_cookie(&c, &good, Some(&other), now), None);
+        assert_eq!(held_by_cookie(&spec("d"), &good, Some(&key), now), None);
+        let moved = good.replace(&format!(".{}.", now + 600), &format!(".{}.", now + 9999));
+        assert_eq!(held_by_cookie(&c, &moved, Some(&key), now), None);
+        assert_eq!(held_by_cookie(&c, &token("m2"), Some(&key), now), None);
+        // Without a tier key, the plain token as before.
+        assert_eq!(held_by_cookie(&c, &token("m2"), None, now), Some((1, false)));
+    }
+
+    #[test]
+    fn cookies_are_secure_over_tls_and_signed_with_a_key() {
+        let key = TierKey::new(b"tier key of the test, 32 bytes!!");
+        let c = spec("c");
+        let v = set_cookie(&c, 0, Some(&key), 1000, true).unwrap();
+        let v = v.to_str().unwrap();
+        assert!(v.starts_with("rondo-member=") && v.ends_with("; Secure"), "{v}");
+        assert!(v.contains("Max-Age=600"), "{v}");
+        let value = v.split(';').next().unwrap().trim_start_matches("rondo-member=");
+        assert_eq!(held_by_cookie(&c, value, Some(&key), 1000), Some((0, false)));
+        let plain = set_cookie(&c, 0, None, 1000, false).unwrap();
+        assert_eq!(
+            plain.to_str().unwrap(),
+            format!("rondo-member={}; Path=/; HttpOnly; SameSite=Lax", token("m1"))
+        );
     }
 }

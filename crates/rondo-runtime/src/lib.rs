@@ -16,6 +16,7 @@ pub mod metrics;
 pub mod probe;
 pub mod process;
 pub mod reload;
+pub mod revoke;
 pub mod secret;
 pub mod tls_client;
 pub mod tls_server;

@@ -397,6 +397,10 @@ pub struct Live {
     pub metrics: Arc<Metrics>,
     /// Member state changes waiting to become a new view id.
     signal: Arc<StateSignal>,
+    /// The key every router of the tier shares (`[router] tier_key`), set once at start.
+    tier_key: std::sync::OnceLock<crate::secret::TierKey>,
+    /// Revoked sign-on tokens (by id or subject), this router's and the tier's.
+    pub revocations: crate::revoke::Revocations,
 }
 
 /// Members registered with the naming service, by cluster.
@@ -482,7 +486,19 @@ impl Live {
             group,
             metrics,
             signal,
+            tier_key: std::sync::OnceLock::new(),
+            revocations: Default::default(),
         }
+    }
+
+    /// Sets the tier's shared key (once, at start; later calls change nothing).
+    pub fn set_tier_key(&self, key: crate::secret::TierKey) {
+        let _ = self.tier_key.set(key);
+    }
+
+    /// The tier's shared key, when the configuration gives one.
+    pub fn tier_key(&self) -> Option<&crate::secret::TierKey> {
+        self.tier_key.get()
     }
 
     /// A new view id for the same view and the same cluster runtimes (a new `View` value equal

@@ -65,6 +65,15 @@ pub struct RouteClusterLabels {
     pub cluster: String,
 }
 
+/// Labels of a sign-on token refused on a route (`rondo_auth_refusals_total`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct AuthLabels {
+    /// Route name.
+    pub route: String,
+    /// Why (`missing`, `expired`, `bad_signature`, `wrong_audience`, `alg_none`, ...).
+    pub reason: &'static str,
+}
+
 /// Labels of a cluster event.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 pub struct ClusterLabels {
@@ -346,6 +355,8 @@ pub struct Metrics {
     pub retries: Family<RouteClusterLabels, Counter>,
     /// Retries refused by the cluster's retry budget (`rondo_retry_budget_exhausted_total`).
     pub budget_exhausted: Family<RouteClusterLabels, Counter>,
+    /// Sign-on tokens refused by a route's `auth` (`rondo_auth_refusals_total`).
+    pub auth_refusals: Family<AuthLabels, Counter>,
     /// Passive ejections by outlier detection (`rondo_ejections_total`).
     pub ejections: Family<ClusterLabels, Counter>,
     /// Members back from an ejection (`rondo_ejection_returns_total`).
@@ -421,6 +432,7 @@ impl Metrics {
             latency: Family::new_with_constructor(latency_histogram),
             retries: Family::default(),
             budget_exhausted: Family::default(),
+            auth_refusals: Family::default(),
             ejections: Family::default(),
             returns: Family::default(),
             reloads: Family::default(),
@@ -516,6 +528,11 @@ impl Metrics {
             "retry_budget_exhausted",
             "Retries refused because the cluster's retry budget was spent",
             m.budget_exhausted.clone(),
+        );
+        r.register(
+            "auth_refusals",
+            "Requests refused 401 by a route's auth before reaching a member, by route and reason",
+            m.auth_refusals.clone(),
         );
         r.register("ejections", "Members ejected by outlier detection", m.ejections.clone());
         r.register(
@@ -699,6 +716,11 @@ impl Metrics {
     pub fn budget_exhausted(&self, route: &str, cluster: &str) {
         let labels = RouteClusterLabels { route: route.to_owned(), cluster: cluster.to_owned() };
         self.budget_exhausted.get_or_create(&labels).inc();
+    }
+
+    /// Counts a sign-on token refused on `route` for `reason`.
+    pub fn auth_refused(&self, route: &str, reason: &'static str) {
+        self.auth_refusals.get_or_create(&AuthLabels { route: route.to_owned(), reason }).inc();
     }
 
     /// The counter of agent messages of `kind` with `result` (shown from zero on once asked

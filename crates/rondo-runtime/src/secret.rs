@@ -27,6 +27,35 @@ pub fn read_token(token: &AdminToken) -> std::io::Result<Vec<u8>> {
     Ok(bytes)
 }
 
+/// The key every router of a tier shares (`[router] tier_key`): it signs what one router hands
+/// a client and another must trust (sticky session cookies). HMAC-SHA256.
+pub struct TierKey(ring::hmac::Key);
+
+impl std::fmt::Debug for TierKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TierKey(..)")
+    }
+}
+
+impl TierKey {
+    /// The key from its bytes.
+    pub fn new(bytes: &[u8]) -> TierKey {
+        TierKey(ring::hmac::Key::new(ring::hmac::HMAC_SHA256, bytes))
+    }
+
+    /// The MAC of `msg`.
+    pub fn sign(&self, msg: &[u8]) -> ring::hmac::Tag {
+        ring::hmac::sign(&self.0, msg)
+    }
+
+    /// Whether `tag` is a prefix of at least 16 bytes of `msg`'s MAC (constant time).
+    pub fn verify_prefix(&self, msg: &[u8], tag: &[u8]) -> bool {
+        let full = self.sign(msg);
+        let full = full.as_ref();
+        tag.len() >= 16 && tag.len() <= full.len() && constant_time_eq(&full[..tag.len()], tag)
+    }
+}
+
 /// Whether `a` equals `b`, in time that does not depend on where they differ nor on their
 /// lengths: both are hashed to SHA-256 digests of equal size first, and the digests are
 /// compared byte by byte with the differences OR-ed together and read once at the end.

@@ -77,6 +77,9 @@ pub enum Command {
     /// TLS helpers: `rondo tls dev-ca DIR --name NAME...` writes a development CA and
     /// certificates (development only).
     Tls(TlsArgs),
+    /// Sign-on helpers: `rondo auth dev-key DIR` writes a development signing key and its JWKS,
+    /// `rondo auth token` mints a token with it (development only).
+    Auth(AuthArgs),
     /// Simulate a scenario in virtual time through the real pickers, beside an oracle: a
     /// results table on stdout, and the table and SVG plots in --out.
     Simulate(SimulateArgs),
@@ -115,6 +118,52 @@ pub enum TlsCommand {
         /// Days the certificates are valid.
         #[arg(long, value_name = "DAYS", default_value_t = 365)]
         days: u32,
+    },
+}
+
+/// Options of `rondo auth`.
+#[derive(Debug, Args)]
+pub struct AuthArgs {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: AuthCommand,
+}
+
+/// The commands of `rondo auth`.
+#[derive(Debug, Subcommand)]
+pub enum AuthCommand {
+    /// Write a DEVELOPMENT-ONLY Ed25519 signing key (dev-key.pem, private) and the JWKS a
+    /// route's `auth.keys` reads (jwks.json) into DIR. Never overwrites a file.
+    DevKey {
+        /// Directory to write into (created if missing).
+        dir: PathBuf,
+        /// The key id (`kid`) in jwks.json.
+        #[arg(long, value_name = "KID", default_value = "dev-1")]
+        kid: String,
+    },
+    /// Print a token (EdDSA JWT) signed with a key `rondo auth dev-key` wrote.
+    Token {
+        /// The private key (dev-key.pem).
+        #[arg(long, value_name = "FILE")]
+        key: PathBuf,
+        /// The `iss` claim (the route's `auth.issuer`).
+        #[arg(long, value_name = "ISSUER")]
+        issuer: String,
+        /// The `aud` claim (the route's `auth.audience`).
+        #[arg(long, value_name = "AUDIENCE")]
+        audience: String,
+        /// The `sub` claim: who the token speaks for.
+        #[arg(long, value_name = "SUBJECT")]
+        subject: String,
+        /// Seconds the token is valid from now.
+        #[arg(long, value_name = "SECONDS", default_value_t = 3600)]
+        ttl: u64,
+        /// Another claim, `NAME=VALUE` (a string); repeatable.
+        #[arg(long = "claim", value_name = "NAME=VALUE")]
+        claims: Vec<String>,
+        /// The `kid` header (omitted by default: the router then tries every EdDSA key).
+        #[arg(long, value_name = "KID")]
+        kid: Option<String>,
     },
 }
 

@@ -54,7 +54,7 @@ fn stem(name: &str) -> String {
     name.replace("*.", "wildcard.").replace(['/', '\\', ':'], "_")
 }
 
-fn write_new(path: &Path, text: &str, private: bool) -> anyhow::Result<()> {
+pub(crate) fn write_new(path: &Path, text: &str, private: bool) -> anyhow::Result<()> {
     let mut opts = std::fs::OpenOptions::new();
     opts.write(true).create_new(true);
     #[cfg(unix)]

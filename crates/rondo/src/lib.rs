@@ -7,6 +7,7 @@ pub mod check;
 pub mod cli;
 pub mod demo;
 pub mod devca;
+pub mod devkey;
 pub mod member;
 pub mod serve;
 pub mod simulate;
@@ -339,6 +340,39 @@ pub fn run_with(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> anyhow::R
                     dir.join("ca.pem").display()
                 )?;
                 Ok(ExitCode::SUCCESS)
+            }
+        },
+        Command::Auth(args) => match args.command {
+            cli::AuthCommand::DevKey { dir, kid } => match devkey::write(&dir, &kid) {
+                Ok(files) => {
+                    for f in &files {
+                        writeln!(out, "wrote {}", f.display())?;
+                    }
+                    writeln!(
+                        out,
+                        "development only: anyone with {} can sign tokens that routes reading {} accept",
+                        files[0].display(),
+                        files[1].display()
+                    )?;
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(e) => {
+                    writeln!(err, "rondo auth dev-key: {e:#}")?;
+                    Ok(ExitCode::FAILURE)
+                }
+            },
+            cli::AuthCommand::Token { key, issuer, audience, subject, ttl, claims, kid } => {
+                let t = devkey::Mint { issuer, audience, subject, ttl, claims, kid };
+                match devkey::token(&key, &t) {
+                    Ok(token) => {
+                        writeln!(out, "{token}")?;
+                        Ok(ExitCode::SUCCESS)
+                    }
+                    Err(e) => {
+                        writeln!(err, "rondo auth token: {e:#}")?;
+                        Ok(ExitCode::FAILURE)
+                    }
+                }
             }
         },
         Command::Simulate(args) => simulate::simulate(&args, out, err),

@@ -6,8 +6,9 @@
 //! Paths: `/health` answers 200 `ok`; `/headers` answers the request's headers, one
 //! `name: value` per line; `/status/N` answers status N; `/slow/MS` waits MS milliseconds
 //! first; `/echo` streams the request body back; `/collect` reads the whole body, then answers
-//! `NAME got N bytes`; anything else answers `NAME\n`. Every answer
-//! carries `x-member: NAME`.
+//! `NAME got N bytes`; `/login/USER` answers `NAME` with `x-rondo-login: USER` (a login
+//! service that vouches for anyone, for trying a login route: docs/identity.md); anything else
+//! answers `NAME\n`. Every answer carries `x-member: NAME`.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -95,6 +96,7 @@ async fn answer(
     served.fetch_add(1, Ordering::Relaxed);
     let path = req.uri().path().to_owned();
     let mut status = StatusCode::OK;
+    let vouch = path.strip_prefix("/login/").map(str::to_owned);
     let body = if path == "/health" {
         full("ok\n")
     } else if path == "/headers" {
@@ -131,6 +133,9 @@ async fn answer(
     *resp.status_mut() = status;
     if let Ok(v) = http::HeaderValue::from_str(&name) {
         resp.headers_mut().insert("x-member", v);
+    }
+    if let Some(v) = vouch.and_then(|u| http::HeaderValue::from_str(&u).ok()) {
+        resp.headers_mut().insert("x-rondo-login", v);
     }
     Ok(resp)
 }

@@ -41,6 +41,21 @@ pub fn serve(
     let runtime = runtime(workers)?;
     runtime.block_on(async {
         let live = Arc::new(Live::new(config.view.clone(), config.router.group.clone()));
+        if let Some(k) = &config.router.tier_key {
+            match rondo_runtime::secret::read_token(k) {
+                Ok(bytes) if bytes.len() >= 16 => {
+                    live.set_tier_key(rondo_runtime::secret::TierKey::new(&bytes))
+                }
+                Ok(_) => {
+                    writeln!(err, "rondo serve: the tier key must be at least 16 bytes")?;
+                    return Ok(ExitCode::FAILURE);
+                }
+                Err(e) => {
+                    writeln!(err, "rondo serve: tier key: {e}")?;
+                    return Ok(ExitCode::FAILURE);
+                }
+            }
+        }
         probe::spawn(&live.load());
         let router = match rondo_proxy::start(&config.listeners, live.clone()).await {
             Ok(r) => r,

@@ -360,6 +360,7 @@ fn version_and_help() {
             "agent",
             "ctl",
             "tls",
+            "auth",
             "simulate",
             "completions",
             "man",

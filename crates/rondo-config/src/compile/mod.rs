@@ -29,14 +29,14 @@ use std::time::Duration;
 use rondo_core::{
     AdminState, AgentPolicy, Algorithm, ClusterSpec, EwmaPolicy, Granularity, HashKeySource,
     HashPolicy, HashTable, HealthCheck, HealthCheckKind, Locality, MemberSpec, OutlierDetection,
-    Policy, RetryPolicy, Route, RouteMatch, SlowStart, StickySession, UpstreamProtocol,
-    UpstreamTls, View,
+    Policy, RetryPolicy, Route, RouteAuth, RouteLogin, RouteMatch, SlowStart, StickySession,
+    UpstreamProtocol, UpstreamTls, View,
 };
 
 use crate::Config;
 use crate::path::FieldPath;
 use crate::raw::{
-    RawAccessLog, RawAdmin, RawAgentReceiver, RawCluster, RawConfig, RawHash, RawHealth,
+    RawAccessLog, RawAdmin, RawAgentReceiver, RawAuth, RawCluster, RawConfig, RawHash, RawHealth,
     RawListener, RawListenerTls, RawLog, RawMatch, RawMember, RawNaming, RawRoute, RawUpstreamTls,
 };
 use crate::spec::{
@@ -278,7 +278,21 @@ pub(crate) fn compile(
             {
                 c.err(root.key("router").key("group"), "group must not be empty");
             }
-            RouterSpec { group: r.group.clone() }
+            let p = root.key("router");
+            let tier_key = match (&r.tier_key, &r.tier_key_file) {
+                (Some(_), Some(_)) => {
+                    c.err(p.key("tier_key_file"), "set `tier_key` or `tier_key_file`, not both");
+                    None
+                }
+                (Some(k), None) if k.len() < 16 => {
+                    c.err(p.key("tier_key"), "tier_key must be at least 16 bytes");
+                    None
+                }
+                (Some(k), None) => Some(AdminToken::Inline(k.clone())),
+                (None, Some(f)) => c.file_path(p.key("tier_key_file"), f).map(AdminToken::File),
+                (None, None) => None,
+            };
+            RouterSpec { group: r.group.clone(), tier_key }
         }
     };
     let admin = raw.admin.as_ref().map(|a| compile_admin(&mut c, a));
@@ -317,6 +331,13 @@ pub(crate) fn compile(
     for (i, r) in raw.route.iter().enumerate() {
         let path = root.key("route").index(i);
         let route = compile_route(&mut c, &path, i, r, &clusters);
+        if r.login.is_some() && router.tier_key.is_none() {
+            c.err(
+                path.key("login"),
+                "a login route needs [router] tier_key or tier_key_file: its session tokens are \
+                 signed with it",
+            );
+        }
         match route_names.get(&route.name) {
             Some(first) => {
                 let p = if r.name.is_some() { path.key("name") } else { path.clone() };

@@ -42,6 +42,7 @@ pub(super) fn compile_route(
         }
     }
     let matcher = compile_match(c, &path.key("match"), r.matcher.as_ref());
+    let auth = r.auth.as_ref().and_then(|a| compile_auth(c, &path.key("auth"), a));
     Route {
         name,
         listener: r.listener.clone(),
@@ -60,7 +61,48 @@ pub(super) fn compile_route(
             DEFAULT_ROUTE_REQUEST_TIMEOUT,
             false,
         ),
+        auth,
+        login: r.login.as_ref().map(|l| RouteLogin {
+            ttl: c.ms(path.key("login").key("ttl_ms"), l.ttl_ms, RouteLogin::DEFAULT_TTL, false),
+        }),
     }
+}
+
+/// A route's `auth`: issuer and audience non-empty, the keys file's path resolved, claim names
+/// that can be header names.
+fn compile_auth(c: &mut Compiler<'_>, path: &FieldPath, a: &RawAuth) -> Option<Arc<RouteAuth>> {
+    if a.issuer.is_empty() {
+        c.err(path.key("issuer"), "issuer must not be empty");
+    }
+    if a.audience.is_empty() {
+        c.err(path.key("audience"), "audience must not be empty");
+    }
+    let keys = c.file_path(path.key("keys"), &a.keys)?;
+    let require: Vec<(String, String)> =
+        a.require.iter().flatten().map(|(k, v)| (k.clone(), v.clone())).collect();
+    for (k, _) in &require {
+        if k.is_empty() {
+            c.err(path.key("require"), "claim names must not be empty");
+        }
+    }
+    let mut claims = Vec::new();
+    for (j, name) in a.claims.iter().flatten().enumerate() {
+        let lower = name.to_ascii_lowercase();
+        if !is_token(name) {
+            c.err(path.key("claims").index(j), format!("`{name}` cannot name a header"));
+        } else if claims.contains(&lower) {
+            c.err(path.key("claims").index(j), format!("claim `{lower}` is listed twice"));
+        } else {
+            claims.push(lower);
+        }
+    }
+    Some(Arc::new(RouteAuth {
+        issuer: a.issuer.clone(),
+        audience: a.audience.clone(),
+        keys,
+        require,
+        claims,
+    }))
 }
 
 pub(super) fn compile_match(
@@ -151,6 +193,15 @@ pub(super) fn check_route_protocol(
             format!(
                 "route on http listener `{}` cannot match on `sni`: it matches the TLS server name \
                  of tcp listeners (an http listener routes on `host`)",
+                r.listener
+            ),
+        );
+    }
+    if proto == ListenerProtocol::Tcp && r.auth.is_some() {
+        c.err(
+            path.key("auth"),
+            format!(
+                "route on tcp listener `{}` cannot require a token: tcp has no HTTP request to carry one",
                 r.listener
             ),
         );

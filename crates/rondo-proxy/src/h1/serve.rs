@@ -7,7 +7,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use http::HeaderValue;
 use rondo_core::failover::is_idempotent_method;
@@ -20,10 +20,12 @@ use super::chunked::Chunked;
 use super::parse::{self, Field, Framing, HeadError, Limits, RequestHead, ResponseHead};
 use super::pool::{self, Idle};
 use crate::access::{self, Reason};
+use crate::auth::{self, Identity, LOGIN_HEADER};
 use crate::body::Finish;
 use crate::error::Kind;
 use crate::head::Headers;
 use crate::headers::{has_looped, via_id};
+use crate::sticky;
 use crate::http::{
     Begun, Choice, ClusterView, Failure, HttpCtx, Tries, find_route, forward, looped, on_route,
 };
@@ -507,7 +509,16 @@ impl<'a, S: ClientStream> OwnTries<'a, S> {
             return Err(Decline);
         }
         self.c.idle = route.idle_timeout;
-        if let Err(failure) = self.prepare(route) {
+        // Sign-on: a route with `auth` forwards only a request whose token holds.
+        let headers = OwnHead { buf: &self.buf, fields: &self.head.fields };
+        let gate = self.ctx.auth.gate(route, &self.ctx.live, &|n| headers.get_str(n), &|n| {
+            sticky::cookie(&headers, n)
+        });
+        let identity = match gate {
+            Ok(identity) => identity,
+            Err(e) => return Ok(self.fail((e, route.idle_timeout)).await),
+        };
+        if let Err(failure) = self.prepare(route, identity.as_ref()) {
             return Ok(self.fail(failure).await);
         }
         let idempotent = is_idempotent_method(self.text(self.head.method));
@@ -522,7 +533,7 @@ impl<'a, S: ClientStream> OwnTries<'a, S> {
     }
 
     /// The body limit and the body's start; the head as members get it.
-    fn prepare(&mut self, route: &Route) -> Result<(), Failure> {
+    fn prepare(&mut self, route: &Route, identity: Option<&Identity>) -> Result<(), Failure> {
         let limit = self.ctx.listener.max_body_bytes;
         let after = &self.buf[self.head.len..];
         match self.body.framing {
@@ -561,7 +572,7 @@ impl<'a, S: ClientStream> OwnTries<'a, S> {
         let host = without_port(std::str::from_utf8(self.head.host.get(&self.buf)).unwrap_or(""));
         out.clear();
         let client = (self.c.ip.as_bytes(), self.c.tls.as_ref());
-        write_request_head(&mut out, &self.buf, &self.head, self.ctx, client, host);
+        write_request_head(&mut out, &self.buf, &self.head, self.ctx, client, host, identity);
         if self.body.complete {
             let start = self.head.len;
             out.extend_from_slice(&self.buf[start..start + self.body.in_buf]);
@@ -587,7 +598,16 @@ impl<'a, S: ClientStream> OwnTries<'a, S> {
             );
         let mut out = std::mem::take(&mut self.out);
         out.clear();
-        let extra: &[&str] = if e.kind == Kind::NoEligible { &["retry-after: 1"] } else { &[] };
+        let challenge;
+        let extra: &[&str] = match e.kind {
+            Kind::NoEligible => &["retry-after: 1"],
+            Kind::Unauthorized(refusal) => {
+                let value = refusal.challenge();
+                challenge = [format!("www-authenticate: {}", value.to_str().unwrap_or("Bearer"))];
+                &[challenge[0].as_str()]
+            }
+            _ => &[],
+        };
         local_head(&mut out, status, text.len(), extra, close);
         if !self.is_head() {
             out.extend_from_slice(text.as_bytes());
@@ -848,7 +868,16 @@ impl<S: ClientStream> OwnTries<'_, S> {
         }
         let mut out = std::mem::take(&mut self.out);
         out.clear();
-        write_response_head(&mut out, &rbuf, &rhead, set_cookie.as_ref(), self.close);
+        // A member's `x-rondo-login` never reaches the client; on a login route it becomes the
+        // tier session's cookie.
+        let login = self.route.and_then(|route| {
+            let vouched = rhead.fields.iter().find(|f| is(f.name.get(&rbuf), LOGIN_HEADER.as_bytes()))?;
+            let (tier, tls) = (self.ctx.live.tier_key(), self.ctx.listener.tls.is_some());
+            let (value, now) = (vouched.value.get(&rbuf), SystemTime::now());
+            auth::login_cookie(route, rhead.status, value, tier, tls, now)
+        });
+        let cookies = [login.as_ref(), set_cookie.as_ref()];
+        write_response_head(&mut out, &rbuf, &rhead, cookies, self.close);
         let (whole, client_ok, clean) = if self.body.complete {
             let client = &mut self.c.stream;
             pump_response(&rhead, &mut out, &mut rbuf, &mut upstream, client, &mut finish).await
@@ -1173,6 +1202,14 @@ fn connection_named<'b>(buf: &'b [u8], fields: &[Field]) -> Vec<&'b [u8]> {
 /// The request head as members get it: the request line and fields as the client sent them,
 /// minus hop-by-hop fields, those `Connection` names and incoming forwarding and certificate
 /// fields; plus `X-Forwarded-*` and this hop in `Via`.
+/// Whether `name` is an identity header (`x-rondo-subject`, `x-rondo-claim-*`): the router's to
+/// set, never the client's.
+fn is_identity_header(name: &[u8]) -> bool {
+    let prefix = auth::CLAIM_PREFIX.as_bytes();
+    is(name, auth::SUBJECT_HEADER.as_bytes())
+        || name.get(..prefix.len()).is_some_and(|p| p.eq_ignore_ascii_case(prefix))
+}
+
 fn write_request_head(
     out: &mut Vec<u8>,
     buf: &[u8],
@@ -1180,6 +1217,7 @@ fn write_request_head(
     ctx: &HttpCtx,
     (ip, tls): (&[u8], Option<&crate::tls::ClientCert>),
     host: &str,
+    identity: Option<&Identity>,
 ) {
     out.extend_from_slice(head.method.get(buf));
     out.push(b' ');
@@ -1209,11 +1247,15 @@ fn write_request_head(
             || is(name, b"x-forwarded-host")
             || is(name, crate::tls::CLIENT_CERT_SUBJECT.as_bytes())
             || is(name, crate::tls::CLIENT_CERT_SAN.as_bytes())
+            || is_identity_header(name)
             || named.iter().any(|n| is(name, n))
         {
             continue;
         }
         field(out, name, value);
+    }
+    for (name, value) in identity.into_iter().flat_map(Identity::headers) {
+        field(out, name.as_str().as_bytes(), value.as_bytes());
     }
     if te_trailers {
         out.extend_from_slice(b"te: trailers\r\n");
@@ -1251,7 +1293,7 @@ fn write_response_head(
     out: &mut Vec<u8>,
     rbuf: &[u8],
     head: &ResponseHead,
-    set_cookie: Option<&HeaderValue>,
+    cookies: [Option<&HeaderValue>; 2],
     close: bool,
 ) {
     // The status has three digits (the parser reads exactly three).
@@ -1274,6 +1316,7 @@ fn write_response_head(
         // RFC 9112 6.3: with both, the transfer coding frames the body and the length is wrong.
         if hop_by_hop(name)
             || (has_te && is(name, b"content-length"))
+            || is(name, LOGIN_HEADER.as_bytes())
             || named.iter().any(|n| is(name, n))
         {
             continue;
@@ -1281,7 +1324,7 @@ fn write_response_head(
         field(out, name, value);
     }
     write_via(out, &vias);
-    if let Some(cookie) = set_cookie {
+    for cookie in cookies.into_iter().flatten() {
         field(out, b"set-cookie", cookie.as_bytes());
     }
     if close {
@@ -1340,6 +1383,7 @@ mod tests {
             clients: crate::upstream::Clients::new(Duration::from_secs(1)),
             sessions: Default::default(),
             access: None,
+            auth: Default::default(),
         });
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let client = TcpStream::connect(listener.local_addr().expect("addr")).await.expect("c");

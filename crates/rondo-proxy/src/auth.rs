@@ -1,0 +1,811 @@
+//! Sign-on tokens checked at the router (a route's `auth`, PKUAS single sign-on): the token a
+//! request carries (`Authorization: Bearer`) is verified against the route's JWKS file (EdDSA,
+//! ES256, RS256, HS256; reloaded when the file changes), its issuer, audience, time window and
+//! required claims, before any member sees the request; the verified subject and the chosen
+//! claims reach members in `x-rondo-subject` and `x-rondo-claim-<name>`, whose incoming copies
+//! are stripped from every request on every route (a client must never be able to claim an
+//! identity by sending the header itself).
+//!
+//! The API is free of hyper types, so every request path (hyper's, and a hand-written HTTP/1
+//! one) makes the same three calls: [`Auth::check`] once the route is known (a refusal is a
+//! [`Refusal`], answered 401 with `WWW-Authenticate` through [`Kind::Unauthorized`]), then
+//! [`strip`] and [`Identity::headers`] on the head members get.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use arc_swap::ArcSwap;
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use http::header::{HeaderMap, HeaderName, HeaderValue};
+use jsonwebtoken::jwk::{AlgorithmParameters, EllipticCurve, JwkSet, KeyAlgorithm};
+use jsonwebtoken::{Algorithm, DecodingKey, Validation};
+use rondo_core::{Route, RouteAuth};
+use rondo_runtime::Live;
+use rondo_runtime::revoke::Revocations;
+use rondo_runtime::secret::TierKey;
+use serde_json::Value;
+
+use crate::error::{Kind, ProxyError};
+
+/// The header members read the verified subject from.
+pub const SUBJECT_HEADER: &str = "x-rondo-subject";
+/// The prefix of the headers members read chosen claims from (`x-rondo-claim-email`).
+pub const CLAIM_PREFIX: &str = "x-rondo-claim-";
+/// The response header a login route's member names a signed-on user in; removed from every
+/// response (only a login route's member can sign a user on, and only through the router).
+pub const LOGIN_HEADER: &str = "x-rondo-login";
+/// The cookie of tier-wide sessions (issued by login routes, accepted by `auth` routes).
+pub const SESSION_COOKIE: &str = "rondo-session";
+/// How far a token's `exp` and `nbf` may be off (clocks of issuer and router differ a little).
+pub const LEEWAY: Duration = Duration::from_secs(30);
+/// How often a route's JWKS file is looked at for a change (on a request; no timer).
+pub const RELOAD_CHECK: Duration = Duration::from_secs(1);
+/// Tokens longer than this are refused unread (a header can be large; a JWT need not be).
+pub const MAX_TOKEN: usize = 16 * 1024;
+
+/// Why a token was refused; each is a metrics label (`rondo_auth_refusals_total{reason}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// No `Authorization: Bearer` token.
+    Missing,
+    /// Not a JWT (three base64url parts, JSON header and claims), or a claim of the wrong type.
+    Malformed,
+    /// `alg = none`: an unsigned token.
+    Unsigned,
+    /// Signed with an algorithm no key of the file is for (or not one of the four supported).
+    Algorithm,
+    /// No key of the file has the token's `kid`.
+    UnknownKey,
+    /// The signature does not verify under the key.
+    Signature,
+    /// `exp` has passed (or is missing).
+    Expired,
+    /// `nbf` is still ahead.
+    NotYetValid,
+    /// `iss` is not the route's issuer.
+    Issuer,
+    /// `aud` does not name the route's audience.
+    Audience,
+    /// A `require` claim is missing or does not hold the value.
+    Claim,
+    /// The token's id or subject is revoked (admin API, shared by the tier).
+    Revoked,
+    /// The route's key file could not be read or holds no usable key.
+    Keys,
+}
+
+impl Refusal {
+    /// The metrics label and the short reason.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Refusal::Missing => "missing",
+            Refusal::Malformed => "malformed",
+            Refusal::Unsigned => "alg_none",
+            Refusal::Algorithm => "algorithm",
+            Refusal::UnknownKey => "unknown_key",
+            Refusal::Signature => "bad_signature",
+            Refusal::Expired => "expired",
+            Refusal::NotYetValid => "not_yet_valid",
+            Refusal::Issuer => "wrong_issuer",
+            Refusal::Audience => "wrong_audience",
+            Refusal::Claim => "missing_claim",
+            Refusal::Revoked => "revoked",
+            Refusal::Keys => "keys_unavailable",
+        }
+    }
+
+    /// The `WWW-Authenticate` challenge (RFC 6750 section 3): no error code when the request
+    /// carried no token, `invalid_token` when it did, `insufficient_scope` for a claim.
+    pub fn challenge(self) -> HeaderValue {
+        let v = match self {
+            Refusal::Missing => "Bearer realm=\"rondo\"".to_owned(),
+            Refusal::Claim => format!(
+                "Bearer realm=\"rondo\", error=\"insufficient_scope\", error_description=\"{}\"",
+                self.as_str()
+            ),
+            _ => format!(
+                "Bearer realm=\"rondo\", error=\"invalid_token\", error_description=\"{}\"",
+                self.as_str()
+            ),
+        };
+        HeaderValue::from_str(&v).unwrap_or(HeaderValue::from_static("Bearer realm=\"rondo\""))
+    }
+}
+
+/// A refused token: the reason and a sentence for the client (the token's own fault, so it is
+/// the client's to know; never the key file's path).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuthError {
+    /// Why.
+    pub refusal: Refusal,
+    /// A sentence, lower case, no trailing period.
+    pub detail: String,
+}
+
+impl AuthError {
+    fn new(refusal: Refusal, detail: impl Into<String>) -> Self {
+        AuthError { refusal, detail: detail.into() }
+    }
+
+    /// The proxy error the client is answered with: 401 and the challenge.
+    pub fn into_proxy_error(self, route: &str, cluster: &str) -> ProxyError {
+        ProxyError::on_route(Kind::Unauthorized(self.refusal), route, cluster, self.detail)
+    }
+}
+
+/// Who a verified token says the caller is, as members are told.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    /// The token's `sub`.
+    pub subject: String,
+    /// The token's id (`jti`), when it has one.
+    pub token_id: Option<String>,
+    headers: Vec<(HeaderName, HeaderValue)>,
+}
+
+impl Identity {
+    /// The headers members get: `x-rondo-subject` and one `x-rondo-claim-<name>` per chosen
+    /// claim the token has (strings as they are, other values as JSON).
+    pub fn headers(&self) -> impl Iterator<Item = (&HeaderName, &HeaderValue)> {
+        self.headers.iter().map(|(n, v)| (n, v))
+    }
+}
+
+/// Whether `name` (lower case, as `http` keeps names) is an identity header: the router's to
+/// set, never the client's.
+pub fn is_identity_header(name: &str) -> bool {
+    name == SUBJECT_HEADER || name.starts_with(CLAIM_PREFIX)
+}
+
+/// Removes every identity header from a request head (every route, with or without `auth`);
+/// one pass over the names, and no allocation when there is none (the common case).
+pub fn strip(headers: &mut HeaderMap) {
+    if !headers.keys().any(|n| is_identity_header(n.as_str())) {
+        return;
+    }
+    let names: Vec<HeaderName> =
+        headers.keys().filter(|n| is_identity_header(n.as_str())).cloned().collect();
+    for n in names {
+        headers.remove(&n);
+    }
+}
+
+/// [`strip`], then the identity's headers (when the route verified one).
+pub fn apply(headers: &mut HeaderMap, identity: Option<&Identity>) {
+    strip(headers);
+    for (n, v) in identity.into_iter().flat_map(Identity::headers) {
+        headers.insert(n.clone(), v.clone());
+    }
+}
+
+/// The token checker of a router: the routes' key files, each loaded once and reloaded when it
+/// changes. Shared by every listener.
+#[derive(Debug, Default)]
+pub struct Auth {
+    files: Mutex<HashMap<PathBuf, Arc<KeyFile>>>,
+}
+
+impl Auth {
+    /// Verifies the request's token for `spec`: `header` looks a request header up by lower-case
+    /// name, `cookie` a cookie by name; `now` is the wall clock (tokens carry Unix times). A
+    /// bearer token is checked against the route's keys; without one, a tier session cookie
+    /// (when the tier has a key) stands for its subject. Either is refused when revoked.
+    pub fn check<'h>(
+        &self,
+        spec: &RouteAuth,
+        header: &dyn Fn(&str) -> Option<&'h str>,
+        cookie: &dyn Fn(&str) -> Option<&'h str>,
+        tier: Option<&TierKey>,
+        revoked: &Revocations,
+        now: SystemTime,
+    ) -> Result<Identity, AuthError> {
+        let identity = match bearer(header("authorization")) {
+            Some(token) => {
+                let keys = self.file(&spec.keys).current();
+                verify(spec, &keys, token, now)?
+            }
+            None => match (tier, cookie(SESSION_COOKIE)) {
+                (Some(key), Some(value)) => session_identity(spec, key, value, now)?,
+                _ => return Err(AuthError::new(Refusal::Missing, "a bearer token is required")),
+            },
+        };
+        let secs = now.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs();
+        if revoked.is_revoked(identity.token_id.as_deref(), &identity.subject, secs) {
+            return Err(AuthError::new(Refusal::Revoked, "the token has been revoked"));
+        }
+        Ok(identity)
+    }
+
+    /// The route stage's one call: `Ok(None)` on a route without `auth`, the verified identity
+    /// on one with it, or the 401 the client gets (counted in `rondo_auth_refusals_total`).
+    pub fn gate<'h>(
+        &self,
+        route: &Route,
+        live: &Live,
+        header: &dyn Fn(&str) -> Option<&'h str>,
+        cookie: &dyn Fn(&str) -> Option<&'h str>,
+    ) -> Result<Option<Identity>, ProxyError> {
+        let Some(spec) = &route.auth else { return Ok(None) };
+        let now = SystemTime::now();
+        match self.check(spec, header, cookie, live.tier_key(), &live.revocations, now) {
+            Ok(identity) => Ok(Some(identity)),
+            Err(e) => {
+                live.metrics.auth_refused(&route.name, e.refusal.as_str());
+                Err(e.into_proxy_error(&route.name, &route.cluster))
+            }
+        }
+    }
+
+    /// Loads a key file now (at start and reload, so a broken file is reported at once rather
+    /// than at the first request); the error names the file.
+    pub fn preload(&self, path: &Path) -> Result<(), String> {
+        match &self.file(path).current().error {
+            Some(e) => Err(e.clone()),
+            None => Ok(()),
+        }
+    }
+
+    fn file(&self, path: &Path) -> Arc<KeyFile> {
+        let mut files = self.files.lock().unwrap_or_else(|e| e.into_inner());
+        files
+            .entry(path.to_owned())
+            .or_insert_with(|| Arc::new(KeyFile::load(path.to_owned())))
+            .clone()
+    }
+}
+
+/// The token of `Authorization: Bearer <token>` (scheme case-insensitive, RFC 9110 11.1).
+fn bearer(v: Option<&str>) -> Option<&str> {
+    let v = v?;
+    let (scheme, token) = v.split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
+/// One usable key of a JWKS file.
+struct Key {
+    kid: Option<String>,
+    alg: Algorithm,
+    key: DecodingKey,
+}
+
+/// A JWKS file as last read.
+struct Keys {
+    keys: Vec<Key>,
+    /// Why the file gave no keys (its path in it), if it did not.
+    error: Option<String>,
+    /// The modification time and length it was read at.
+    stamp: Option<(SystemTime, u64)>,
+}
+
+/// A JWKS file and when it was last looked at.
+struct KeyFile {
+    path: PathBuf,
+    keys: ArcSwap<Keys>,
+    checked: Mutex<Instant>,
+}
+
+impl std::fmt::Debug for KeyFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeyFile").field("path", &self.path).finish_non_exhaustive()
+    }
+}
+
+impl KeyFile {
+    fn load(path: PathBuf) -> KeyFile {
+        let keys = read_keys(&path);
+        KeyFile { path, keys: ArcSwap::from_pointee(keys), checked: Mutex::new(Instant::now()) }
+    }
+
+    /// The keys, re-read first when the file changed (looked at once per [`RELOAD_CHECK`]; a
+    /// request that finds another one looking goes on with the keys as they are).
+    fn current(&self) -> Arc<Keys> {
+        if let Ok(mut checked) = self.checked.try_lock()
+            && checked.elapsed() >= RELOAD_CHECK
+        {
+            *checked = Instant::now();
+            let stamp = stamp(&self.path);
+            if stamp != self.keys.load().stamp {
+                let keys = read_keys(&self.path);
+                match &keys.error {
+                    Some(e) => tracing::warn!(error = %e, "auth keys not reloaded"),
+                    None => {
+                        tracing::info!(path = %self.path.display(), keys = keys.keys.len(), "auth keys reloaded")
+                    }
+                }
+                // A file broken mid-write keeps the keys it had (they are still the tier's).
+                if keys.error.is_none() || self.keys.load().keys.is_empty() {
+                    self.keys.store(Arc::new(keys));
+                }
+            }
+        }
+        self.keys.load_full()
+    }
+}
+
+fn stamp(path: &Path) -> Option<(SystemTime, u64)> {
+    let m = std::fs::metadata(path).ok()?;
+    Some((m.modified().ok()?, m.len()))
+}
+
+/// Reads a JWKS file; keys of other types or algorithms are skipped (and logged).
+fn read_keys(path: &Path) -> Keys {
+    let stamp = stamp(path);
+    let failed = |e: String| Keys { keys: Vec::new(), error: Some(e), stamp };
+    let text = match std::fs::read(path) {
+        Ok(t) => t,
+        Err(e) => return failed(format!("cannot read auth keys {}: {e}", path.display())),
+    };
+    let set: JwkSet = match serde_json::from_slice(&text) {
+        Ok(s) => s,
+        Err(e) => {
+            return failed(format!("auth keys {} are not a JWKS document: {e}", path.display()));
+        }
+    };
+    let mut keys = Vec::new();
+    for (i, jwk) in set.keys.iter().enumerate() {
+        let by_type = match &jwk.algorithm {
+            AlgorithmParameters::OctetKeyPair(p) if p.curve == EllipticCurve::Ed25519 => {
+                Some(Algorithm::EdDSA)
+            }
+            AlgorithmParameters::EllipticCurve(p) if p.curve == EllipticCurve::P256 => {
+                Some(Algorithm::ES256)
+            }
+            AlgorithmParameters::RSA(_) => Some(Algorithm::RS256),
+            AlgorithmParameters::OctetKey(_) => Some(Algorithm::HS256),
+            _ => None,
+        };
+        // A key's own `alg` must agree with its type: it can narrow, never widen.
+        let alg = match (by_type, jwk.common.key_algorithm) {
+            (Some(a), None) => Some(a),
+            (Some(a), Some(k)) if key_alg(k) == Some(a) => Some(a),
+            _ => None,
+        };
+        let decoding = DecodingKey::from_jwk(jwk);
+        match (alg, decoding) {
+            (Some(alg), Ok(key)) => keys.push(Key { kid: jwk.common.key_id.clone(), alg, key }),
+            _ => tracing::warn!(
+                path = %path.display(),
+                key = i,
+                "auth key skipped: not an Ed25519, P-256, RSA or HMAC key for EdDSA, ES256, RS256 or HS256"
+            ),
+        }
+    }
+    if keys.is_empty() {
+        return failed(format!("auth keys {} hold no usable key", path.display()));
+    }
+    Keys { keys, error: None, stamp }
+}
+
+fn key_alg(k: KeyAlgorithm) -> Option<Algorithm> {
+    match k {
+        KeyAlgorithm::EdDSA => Some(Algorithm::EdDSA),
+        KeyAlgorithm::ES256 => Some(Algorithm::ES256),
+        KeyAlgorithm::RS256 => Some(Algorithm::RS256),
+        KeyAlgorithm::HS256 => Some(Algorithm::HS256),
+        _ => None,
+    }
+}
+
+/// The token's header `alg` and `kid`, read without trusting them (only to choose a key and to
+/// name `alg = none` as what it is).
+fn peek_header(token: &str) -> Result<(String, Option<String>), AuthError> {
+    let malformed = || AuthError::new(Refusal::Malformed, "the bearer token is not a JWT");
+    let mut parts = token.split('.');
+    let (Some(head), Some(_), Some(_), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err(malformed());
+    };
+    let bytes = URL_SAFE_NO_PAD.decode(head).map_err(|_| malformed())?;
+    let v: Value = serde_json::from_slice(&bytes).map_err(|_| malformed())?;
+    let alg = v.get("alg").and_then(Value::as_str).ok_or_else(malformed)?.to_owned();
+    let kid = v.get("kid").and_then(Value::as_str).map(str::to_owned);
+    Ok((alg, kid))
+}
+
+fn verify(
+    spec: &RouteAuth,
+    keys: &Keys,
+    token: &str,
+    now: SystemTime,
+) -> Result<Identity, AuthError> {
+    if token.len() > MAX_TOKEN {
+        return Err(AuthError::new(Refusal::Malformed, "the bearer token is too long"));
+    }
+    let (alg_name, kid) = peek_header(token)?;
+    if alg_name.eq_ignore_ascii_case("none") {
+        return Err(AuthError::new(Refusal::Unsigned, "unsigned tokens (alg none) are refused"));
+    }
+    let alg = match alg_name.as_str() {
+        "EdDSA" => Algorithm::EdDSA,
+        "ES256" => Algorithm::ES256,
+        "RS256" => Algorithm::RS256,
+        "HS256" => Algorithm::HS256,
+        other => {
+            let other: String = other.chars().filter(char::is_ascii_graphic).take(16).collect();
+            return Err(AuthError::new(
+                Refusal::Algorithm,
+                format!("token algorithm {other} is not one of EdDSA, ES256, RS256, HS256"),
+            ));
+        }
+    };
+    if keys.keys.is_empty() {
+        if let Some(e) = &keys.error {
+            tracing::warn!(error = %e, "token refused: no keys");
+        }
+        return Err(AuthError::new(Refusal::Keys, "the route's signing keys are unavailable"));
+    }
+    let candidates: Vec<&Key> = match &kid {
+        Some(kid) => keys.keys.iter().filter(|k| k.kid.as_deref() == Some(kid)).collect(),
+        None => keys.keys.iter().collect(),
+    };
+    if candidates.is_empty() {
+        return Err(AuthError::new(Refusal::UnknownKey, "no key has the token's kid"));
+    }
+    let candidates: Vec<&Key> = candidates.into_iter().filter(|k| k.alg == alg).collect();
+    if candidates.is_empty() {
+        return Err(AuthError::new(
+            Refusal::Algorithm,
+            format!("no key is for the token's algorithm {alg_name}"),
+        ));
+    }
+    let mut validation = Validation::new(alg);
+    // The time window, issuer, audience and claims are checked below, against `now` and with
+    // reasons of their own; the crate checks the signature and the algorithm only.
+    validation.validate_exp = false;
+    validation.validate_nbf = false;
+    validation.validate_aud = false;
+    validation.required_spec_claims.clear();
+    let mut claims = None;
+    for key in candidates {
+        match jsonwebtoken::decode::<serde_json::Map<String, Value>>(token, &key.key, &validation) {
+            Ok(data) => {
+                claims = Some(data.claims);
+                break;
+            }
+            Err(e) => {
+                use jsonwebtoken::errors::ErrorKind as E;
+                match e.kind() {
+                    E::InvalidSignature | E::InvalidEcdsaKey | E::InvalidRsaKey(_) => continue,
+                    E::InvalidAlgorithm => {
+                        return Err(AuthError::new(Refusal::Algorithm, "token algorithm mismatch"));
+                    }
+                    _ => {
+                        return Err(AuthError::new(
+                            Refusal::Malformed,
+                            "the bearer token's claims are not a JSON object",
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    let claims = claims.ok_or_else(|| {
+        AuthError::new(Refusal::Signature, "the token's signature does not verify")
+    })?;
+    check_claims(spec, &claims, now)
+}
+
+/// What the MAC of a session token covers (the context keeps a sticky cookie's MAC, made with
+/// the same key, from ever passing for one).
+fn session_mac_input(payload: &str) -> String {
+    format!("rondo-session-v1\n{payload}")
+}
+
+/// A tier session token for `subject`, good for `ttl` from `now` (Unix seconds):
+/// `<base64url JSON {sub, jti, exp}>.<base64url MAC>`, the MAC an HMAC-SHA256 under the tier key.
+pub fn issue_session(key: &TierKey, subject: &str, ttl: Duration, now: u64) -> String {
+    let mut id = [0u8; 16];
+    // ring's system randomness; a failure leaves a time-derived id (still unique per login).
+    if ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut id).is_err() {
+        id[..8].copy_from_slice(&now.to_be_bytes());
+    }
+    let jti: String = id.iter().map(|b| format!("{b:02x}")).collect();
+    let claims = serde_json::json!({ "sub": subject, "jti": jti, "exp": now + ttl.as_secs() });
+    let payload = URL_SAFE_NO_PAD.encode(claims.to_string());
+    let tag = key.sign(session_mac_input(&payload).as_bytes());
+    format!("{payload}.{}", URL_SAFE_NO_PAD.encode(tag.as_ref()))
+}
+
+/// The identity a session cookie stands for, when it verifies under the tier key and has not
+/// expired; the route's `require` applies to its claims (`sub`, `jti`) like to a token's.
+fn session_identity(
+    spec: &RouteAuth,
+    key: &TierKey,
+    value: &str,
+    now: SystemTime,
+) -> Result<Identity, AuthError> {
+    let bad = || AuthError::new(Refusal::Signature, "the session cookie does not verify");
+    if value.len() > MAX_TOKEN {
+        return Err(AuthError::new(Refusal::Malformed, "the session cookie is too long"));
+    }
+    let (payload, mac) = value.split_once('.').ok_or_else(bad)?;
+    let tag = URL_SAFE_NO_PAD.decode(mac).map_err(|_| bad())?;
+    if tag.len() != 32 || !key.verify_prefix(session_mac_input(payload).as_bytes(), &tag) {
+        return Err(bad());
+    }
+    let bytes = URL_SAFE_NO_PAD.decode(payload).map_err(|_| bad())?;
+    let claims: serde_json::Map<String, Value> =
+        serde_json::from_slice(&bytes).map_err(|_| bad())?;
+    let now = now.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs_f64();
+    match time_claim(&claims, "exp")? {
+        Some(exp) if exp > now => identity_of(spec, &claims),
+        _ => Err(AuthError::new(Refusal::Expired, "the session has expired")),
+    }
+}
+
+/// The response stage's one call on hyper's path: removes `x-rondo-login` from a member's
+/// response head and adds the session cookie [`login_cookie`] makes of it, if any.
+pub fn on_response(
+    route: &Route,
+    status: u16,
+    headers: &mut HeaderMap,
+    tier: Option<&TierKey>,
+    secure: bool,
+    now: SystemTime,
+) {
+    let Some(vouched) = headers.remove(LOGIN_HEADER) else { return };
+    if let Some(v) = login_cookie(route, status, vouched.as_bytes(), tier, secure, now) {
+        headers.append(http::header::SET_COOKIE, v);
+    }
+}
+
+/// The `Set-Cookie` of a new tier session for the subject a member vouched for in
+/// `x-rondo-login` (`vouched`): only on a login route (with a tier key), in a response below 400,
+/// for a subject of visible ASCII up to 256 bytes; `Secure` when the client came over TLS
+/// (`secure`). Both HTTP paths call this; the header itself never reaches the client.
+pub fn login_cookie(
+    route: &Route,
+    status: u16,
+    vouched: &[u8],
+    tier: Option<&TierKey>,
+    secure: bool,
+    now: SystemTime,
+) -> Option<HeaderValue> {
+    let (Some(login), Some(key)) = (&route.login, tier) else {
+        tracing::debug!(route = %route.name, "x-rondo-login from a member of a route without login: dropped");
+        return None;
+    };
+    let subject = match crate::head::visible_ascii(vouched) {
+        Some(s) if status < 400 && !s.trim().is_empty() && s.len() <= 256 => s.trim(),
+        _ => return None,
+    };
+    let secs = now.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs();
+    let token = issue_session(key, subject, login.ttl, secs);
+    let cookie = format!(
+        "{SESSION_COOKIE}={token}; Path=/; Max-Age={}; HttpOnly; SameSite=Lax{}",
+        login.ttl.as_secs(),
+        if secure { "; Secure" } else { "" }
+    );
+    let value = HeaderValue::from_str(&cookie).ok()?;
+    tracing::info!(route = %route.name, subject, "user signed on");
+    Some(value)
+}
+
+/// Seconds since the Unix epoch of a numeric claim (`exp`, `nbf`).
+fn time_claim(
+    claims: &serde_json::Map<String, Value>,
+    name: &str,
+) -> Result<Option<f64>, AuthError> {
+    match claims.get(name) {
+        None => Ok(None),
+        Some(v) => v.as_f64().map(Some).ok_or_else(|| {
+            AuthError::new(Refusal::Malformed, format!("claim {name} is not a number"))
+        }),
+    }
+}
+
+fn check_claims(
+    spec: &RouteAuth,
+    claims: &serde_json::Map<String, Value>,
+    now: SystemTime,
+) -> Result<Identity, AuthError> {
+    let now = now.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs_f64();
+    let leeway = LEEWAY.as_secs_f64();
+    match time_claim(claims, "exp")? {
+        None => return Err(AuthError::new(Refusal::Expired, "the token has no expiry (exp)")),
+        Some(exp) if exp + leeway <= now => {
+            return Err(AuthError::new(Refusal::Expired, "the token has expired"));
+        }
+        Some(_) => {}
+    }
+    if let Some(nbf) = time_claim(claims, "nbf")?
+        && nbf - leeway > now
+    {
+        return Err(AuthError::new(Refusal::NotYetValid, "the token is not valid yet (nbf)"));
+    }
+    if claims.get("iss").and_then(Value::as_str) != Some(spec.issuer.as_str()) {
+        return Err(AuthError::new(Refusal::Issuer, "the token is from another issuer"));
+    }
+    let aud_ok = match claims.get("aud") {
+        Some(Value::String(a)) => *a == spec.audience,
+        Some(Value::Array(list)) => list.iter().any(|a| a.as_str() == Some(&spec.audience)),
+        _ => false,
+    };
+    if !aud_ok {
+        return Err(AuthError::new(Refusal::Audience, "the token is for another audience"));
+    }
+    identity_of(spec, claims)
+}
+
+/// The identity a verified token's (or session's) claims give: every `require` claim holds, a
+/// subject, and the headers members get.
+fn identity_of(
+    spec: &RouteAuth,
+    claims: &serde_json::Map<String, Value>,
+) -> Result<Identity, AuthError> {
+    for (name, want) in &spec.require {
+        if !claim_holds(claims.get(name), want) {
+            return Err(AuthError::new(
+                Refusal::Claim,
+                format!("the token's {} claim does not grant {}", printable(name), printable(want)),
+            ));
+        }
+    }
+    let subject = match claims.get("sub") {
+        Some(Value::String(s)) if !s.is_empty() => s.clone(),
+        _ => return Err(AuthError::new(Refusal::Malformed, "the token names no subject (sub)")),
+    };
+    let mut headers = Vec::with_capacity(1 + spec.claims.len());
+    let value = HeaderValue::from_str(&subject).map_err(|_| {
+        AuthError::new(Refusal::Malformed, "the token's subject cannot be sent in a header")
+    })?;
+    headers.push((HeaderName::from_static(SUBJECT_HEADER), value));
+    for name in &spec.claims {
+        let Some(v) = claims.get(name) else { continue };
+        let text = match v {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        // Names were checked as header tokens when the configuration was compiled; a value a
+        // header cannot carry (a control character) is left out rather than mangled.
+        if let (Ok(n), Ok(v)) = (
+            HeaderName::from_bytes(format!("{CLAIM_PREFIX}{name}").as_bytes()),
+            HeaderValue::from_str(&text),
+        ) {
+            headers.push((n, v));
+        }
+    }
+    let token_id = claims.get("jti").and_then(Value::as_str).map(str::to_owned);
+    Ok(Identity { subject, token_id, headers })
+}
+
+/// Whether a claim holds `want`: equal to it, one of its space-separated words (`scope`), or an
+/// element of its array; numbers and booleans compare by their JSON text.
+fn claim_holds(v: Option<&Value>, want: &str) -> bool {
+    match v {
+        Some(Value::String(s)) => s == want || s.split(' ').any(|w| w == want),
+        Some(Value::Array(list)) => list.iter().any(|e| claim_holds(Some(e), want)),
+        Some(Value::Number(n)) => n.to_string() == want,
+        Some(Value::Bool(b)) => b.to_string() == want,
+        _ => false,
+    }
+}
+
+/// A configured name or value for a client-facing sentence, without control characters.
+fn printable(s: &str) -> String {
+    s.chars().filter(|c| !c.is_control()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use jsonwebtoken::{EncodingKey, Header, encode};
+    use serde_json::json;
+
+    const SECRET: &[u8] = b"a development secret of 32 bytes";
+
+    fn spec() -> RouteAuth {
+        RouteAuth {
+            issuer: "https://issuer.test".into(),
+            audience: "orders".into(),
+            keys: PathBuf::from("unused"),
+            require: vec![("scope".into(), "orders:read".into())],
+            claims: vec!["email".into()],
+        }
+    }
+
+    fn keys() -> Keys {
+        let k = URL_SAFE_NO_PAD.encode(SECRET);
+        let set: JwkSet =
+            serde_json::from_value(json!({"keys": [{"kty": "oct", "k": k, "kid": "h1"}]})).unwrap();
+        let jwk = &set.keys[0];
+        let key = DecodingKey::from_jwk(jwk).unwrap();
+        Keys {
+            keys: vec![Key { kid: Some("h1".into()), alg: Algorithm::HS256, key }],
+            error: None,
+            stamp: None,
+        }
+    }
+
+    fn now() -> SystemTime {
+        UNIX_EPOCH + Duration::from_secs(1_800_000_000)
+    }
+
+    fn claims() -> Value {
+        json!({
+            "iss": "https://issuer.test", "aud": "orders", "sub": "alice",
+            "exp": 1_800_000_600u64, "nbf": 1_799_999_000u64,
+            "scope": "orders:read orders:write", "email": "alice@example.test", "jti": "t1"
+        })
+    }
+
+    fn token(claims: &Value, secret: &[u8]) -> String {
+        let mut h = Header::new(Algorithm::HS256);
+        h.kid = Some("h1".into());
+        encode(&h, claims, &EncodingKey::from_secret(secret)).unwrap()
+    }
+
+    fn refusal(t: &str) -> Refusal {
+        verify(&spec(), &keys(), t, now()).unwrap_err().refusal
+    }
+
+    #[test]
+    fn a_good_token_gives_the_subject_and_chosen_claims() {
+        let id = verify(&spec(), &keys(), &token(&claims(), SECRET), now()).unwrap();
+        assert_eq!(id.subject, "alice");
+        assert_eq!(id.token_id.as_deref(), Some("t1"));
+        let hs: Vec<(String, String)> =
+            id.headers().map(|(n, v)| (n.to_string(), v.to_str().unwrap().to_owned())).collect();
+        assert_eq!(
+            hs,
+            vec![
+                ("x-rondo-subject".to_owned(), "alice".to_owned()),
+                ("x-rondo-claim-email".to_owned(), "alice@example.test".to_owned())
+            ]
+        );
+    }
+
+    #[test]
+    fn each_fault_has_its_reason() {
+        let with = |k: &str, v: Value| {
+            let mut c = claims();
+            c[k] = v;
+            token(&c, SECRET)
+        };
+        assert_eq!(
+            refusal(&token(&claims(), b"another secret of 32 bytes......")),
+            Refusal::Signature
+        );
+        assert_eq!(refusal(&with("exp", json!(1_799_999_000u64))), Refusal::Expired);
+        assert_eq!(refusal(&with("nbf", json!(1_800_000_300u64))), Refusal::NotYetValid);
+        assert_eq!(refusal(&with("aud", json!("billing"))), Refusal::Audience);
+        assert_eq!(refusal(&with("aud", json!(["billing", "shipping"]))), Refusal::Audience);
+        // A list naming the route's audience is accepted.
+        assert!(
+            verify(&spec(), &keys(), &with("aud", json!(["billing", "orders"])), now()).is_ok()
+        );
+        assert_eq!(refusal(&with("iss", json!("https://evil.test"))), Refusal::Issuer);
+        assert_eq!(refusal(&with("scope", json!("orders:write"))), Refusal::Claim);
+        assert_eq!(refusal("not-a-token"), Refusal::Malformed);
+        // alg none: a header {"alg":"none"} and an empty signature.
+        let head = URL_SAFE_NO_PAD.encode(br#"{"alg":"none","typ":"JWT"}"#);
+        let body = URL_SAFE_NO_PAD.encode(claims().to_string());
+        assert_eq!(refusal(&format!("{head}.{body}.")), Refusal::Unsigned);
+        // Within the leeway an expiry still holds.
+        assert!(verify(&spec(), &keys(), &with("exp", json!(1_799_999_990u64)), now()).is_ok());
+    }
+
+    #[test]
+    fn identity_headers_are_stripped() {
+        let mut h = HeaderMap::new();
+        h.insert("x-rondo-subject", HeaderValue::from_static("root"));
+        h.insert("x-rondo-claim-role", HeaderValue::from_static("admin"));
+        h.insert("x-other", HeaderValue::from_static("kept"));
+        strip(&mut h);
+        assert_eq!(h.len(), 1);
+        assert!(h.contains_key("x-other"));
+    }
+
+    #[test]
+    fn bearer_scheme_is_case_insensitive() {
+        assert_eq!(bearer(Some("bearer abc")), Some("abc"));
+        assert_eq!(bearer(Some("Basic abc")), None);
+        assert_eq!(bearer(Some("Bearer ")), None);
+        assert_eq!(bearer(None), None);
+    }
+}
