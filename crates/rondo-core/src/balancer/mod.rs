@@ -267,6 +267,7 @@ impl Balancer {
                 | Algorithm::Random
                 | Algorithm::Rotating
                 | Algorithm::ResponseTime
+                | Algorithm::ResponseTimeClb
         );
         if !gated {
             return false;
@@ -452,7 +453,8 @@ impl Balancer {
     }
 
     /// A completed probe round (CLB): each member's round trip, `None` for a failed probe. The
-    /// response-time table is re-ranked fastest first and the next pick starts at its top.
+    /// response-time table is re-ranked fastest first and the next pick starts at its top
+    /// (`response-time-clb` walks it round robin; `response-time` shares it by inverse round trip).
     pub fn record_probe_round(&mut self, results: &[(usize, Option<Duration>)]) {
         for &(member, rtt) in results {
             if let Some(st) = self.states.get_mut(member) {
