@@ -131,7 +131,8 @@ impl Balancer {
             })
             .collect();
         let mut b = Self::with_states(spec, states);
-        if b.spec.policy.algorithm == Algorithm::Rotating {
+        // Order state that outlives a view: `rotating`'s list, `response-time`'s round trips.
+        if matches!(b.spec.policy.algorithm, Algorithm::Rotating | Algorithm::ResponseTime) {
             let index: HashMap<&str, u32> = b
                 .spec
                 .members

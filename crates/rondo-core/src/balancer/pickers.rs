@@ -54,9 +54,9 @@ enum Kind {
     },
     /// CLB's ranked table shared by the probe round trips: smooth weighted round robin (nginx)
     /// over the members of the latest probe round with `share[k]` inversely proportional to
-    /// `ranked[k]`'s round trip relative to the round's median (equal within
-    /// [`RESPONSE_TIME_TOLERANCE`] of it), so a member ten times slower gets a tenth of a fast
-    /// one's picks however many picks a round sees. `current` restarts at zero each round, so the
+    /// `ranked[k]`'s round trip relative to the round's median (members faster than
+    /// [`RESPONSE_TIME_TOLERANCE`] x the median all count as the median), so a member ten times
+    /// slower gets a tenth of a fast one's picks however many picks a round sees. `current` restarts at zero each round, so the
     /// round's first pick is the fastest member; ties go to the faster rank. The round trips
     /// ranked and weighed are each member's probes smoothed over rounds (`smoothed`, by member,
     /// ns): one probe is one service time, and its inverse is so noisy (a lucky 0.3 ms probe
@@ -384,36 +384,40 @@ impl AlgoState {
                         est.map_or(rtt, |e| e + (rtt - e) / RESPONSE_TIME_SMOOTHING)
                     });
                 }
-                let mut r: Vec<(f64, u32)> = smoothed
-                    .iter()
-                    .enumerate()
-                    .filter_map(|(i, e)| e.map(|e| (e, i as u32)))
-                    .collect();
-                r.sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-                // The lower median: with one slow member among many, a fast one.
-                let median = r.get(r.len().saturating_sub(1) / 2).map_or(1.0, |&(e, _)| e);
-                *share = r.iter().map(|&(e, _)| inverse_share(median, e)).collect();
-                *ranked = r.into_iter().map(|(_, i)| i).collect();
-                *current = vec![0; ranked.len()];
+                (*ranked, *share, *current) = response_time_table(smoothed);
             }
             _ => {}
         }
     }
 }
 
+/// `response-time`'s table from the smoothed round trips: the ranked members (fastest first),
+/// their shares, and credits at zero.
+fn response_time_table(smoothed: &[Option<f64>]) -> (Vec<u32>, Vec<i64>, Vec<i64>) {
+    let mut r: Vec<(f64, u32)> =
+        smoothed.iter().enumerate().filter_map(|(i, e)| e.map(|e| (e, i as u32))).collect();
+    r.sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    // The lower median: with one slow member among many, a fast one.
+    let median = r.get(r.len().saturating_sub(1) / 2).map_or(1.0, |&(e, _)| e);
+    let share = r.iter().map(|&(e, _)| inverse_share(median, e)).collect();
+    let current = vec![0; r.len()];
+    (r.into_iter().map(|(_, i)| i).collect(), share, current)
+}
+
 /// `response-time`'s share of a member as fast as the probe round's median.
 pub const RESPONSE_TIME_SHARE_SCALE: i64 = 1 << 16;
-/// `response-time` counts members whose smoothed round trip is within this factor of the
-/// round's median (either way) as equal: differences that small are mostly probe noise, and
-/// weighing by them would overload whoever looked fast on homogeneous members.
+/// `response-time` counts members whose smoothed round trip is at most this factor above the
+/// round's median, and faster ones, as equal to the median: differences that small are mostly
+/// probe noise, and weighing by them would overload whoever looked fast on homogeneous members
+/// (a member never weighs more than the median, so a noisy fast probe cannot pile on).
 pub const RESPONSE_TIME_TOLERANCE: f64 = 1.5;
 /// `response-time` smooths each member's probe round trips over rounds with weight
 /// 1 / this (an EWMA over about this many rounds, 1.6 s at the default 200 ms interval).
 pub const RESPONSE_TIME_SMOOTHING: f64 = 8.0;
 
 /// A member's `response-time` share: [`RESPONSE_TIME_SHARE_SCALE`] x `median / rtt` (both in
-/// ns), or the scale itself within [`RESPONSE_TIME_TOLERANCE`] of the median; at least 1 so that
-/// a very slow member still gets a rare pick, at most 2^10 times the scale.
+/// ns) above [`RESPONSE_TIME_TOLERANCE`] x the median, the scale itself otherwise; at least 1
+/// so that a very slow member still gets a rare pick.
 fn inverse_share(median: f64, rtt: f64) -> i64 {
     let ratio = median.max(1.0) / rtt.max(1.0);
     if ratio >= 1.0 / RESPONSE_TIME_TOLERANCE {
@@ -463,9 +467,12 @@ impl AlgoState {
             (Kind::Rotating { order }, Kind::Rotating { order: old_order }) => {
                 *order = old_order.iter().filter_map(|&m| new_index(m)).collect();
             }
-            // The smoothed round trips survive a view change (the table is rebuilt at the next
-            // probe round; until then, round robin as before any round).
-            (Kind::ResponseTime { smoothed, .. }, Kind::ResponseTime { smoothed: old_est, .. }) => {
+            // The smoothed round trips survive a view change and the table is rebuilt from them
+            // at once (a new member joins it at its first probe round).
+            (
+                Kind::ResponseTime { smoothed, ranked, share, current, .. },
+                Kind::ResponseTime { smoothed: old_est, .. },
+            ) => {
                 for (m, &e) in old_est.iter().enumerate() {
                     if let Some(i) = new_index(m as u32) {
                         let i = i as usize;
@@ -475,6 +482,7 @@ impl AlgoState {
                         smoothed[i] = e;
                     }
                 }
+                (*ranked, *share, *current) = response_time_table(smoothed);
             }
             _ => {}
         }

@@ -238,6 +238,27 @@ fn response_time_gives_a_ten_times_slower_member_a_tenth_of_a_fast_share() {
     assert!(turns.windows(2).all(|w| w[1] - w[0] >= 80), "slow member's turns: {turns:?}");
 }
 
+/// A view change (a weight, a drain, a member joining) keeps the smoothed round trips and the
+/// table: the slow member does not get an equal share until the next probe round.
+#[test]
+fn response_time_keeps_its_table_across_view_changes() {
+    let mut b = balancer(Algorithm::ResponseTime, 10);
+    let ms = Duration::from_millis;
+    let round: Vec<(usize, Option<Duration>)> =
+        (0..10).map(|m| (m, Some(ms(if m == 9 { 100 } else { 10 })))).collect();
+    b.record_probe_round(&round);
+    // The slow member leaves index 9: a newcomer joins at the front, shifting every index.
+    let mut spec = (**b.spec()).clone();
+    spec.members.insert(0, member("new", 100, None));
+    let mut b = Balancer::carry_over(std::sync::Arc::new(spec), &b, Instant::ZERO);
+    let h = histogram(&picks(&mut b, 910, Instant::ZERO, &mut rng(1)), 11);
+    // The newcomer has no place in the table before its first probe; the slow member (now
+    // index 10) keeps a tenth of a fast share.
+    assert_eq!(h[0], 0, "{h:?}");
+    assert!((9..=11).contains(&h[10]), "{h:?}");
+    assert!(h[1..10].iter().all(|&c| (99..=101).contains(&c)), "{h:?}");
+}
+
 #[test]
 fn response_time_ranks_fastest_first_and_restarts_after_refresh() {
     let mut b = balancer(Algorithm::ResponseTime, 4);
