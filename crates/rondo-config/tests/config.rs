@@ -777,7 +777,7 @@ fn unknown_spellings_list_the_valid_ones() {
             "algorithm = \"round_robin\"",
             "cluster.app.algorithm",
             "\"round_robin\"",
-            "unknown algorithm `round_robin`, expected `round-robin`, `random`, `weighted`, `rotating`, `response-time`, `least-sessions`, `least-cpu`, `most-free-memory`, `p2c-ewma`, `adaptive` or `hash`",
+            "unknown algorithm `round_robin`, expected `round-robin`, `random`, `weighted`, `rotating`, `response-time`, `response-time-clb`, `least-sessions`, `least-cpu`, `most-free-memory`, `p2c-ewma`, `adaptive` or `hash`",
         ),
         (
             "granularity = \"call\"",

@@ -65,14 +65,14 @@ pub enum Why {
         /// Entries skipped because they were not eligible.
         skipped: usize,
     },
-    /// `response-time`: rank in the latest probe round.
+    /// `response-time` / `response-time-clb`: rank in the latest probe round.
     ResponseTime {
         /// 0 = fastest.
         rank: usize,
         /// Probe round trip, microseconds.
         rtt_us: u64,
     },
-    /// `response-time` before the first probe round: round robin.
+    /// `response-time` / `response-time-clb` before the first probe round: round robin.
     ResponseTimeUnranked,
     /// `least-sessions`: fewest active per weight.
     LeastSessions {

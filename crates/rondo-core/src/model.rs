@@ -103,8 +103,12 @@ pub enum Algorithm {
     Weighted,
     /// GlassFish RMI-IIOP: list randomized once, rotated per context, fail over down the list.
     Rotating,
-    /// CLB: ranked by the latest probe round, round robin down the ranked table.
+    /// Ranked by the latest probe round (CLB's table), picks shared by smooth weighted round
+    /// robin with weights inversely proportional to each member's probe round trip.
     ResponseTime,
+    /// CLB exactly: ranked by the latest probe round, round robin down the ranked table from its
+    /// top after each refresh (even shares when there are many picks per round).
+    ResponseTimeClb,
     /// Fewest active sessions + in-flight requests per unit of weight (SGD, HAProxy leastconn).
     LeastSessions,
     /// Lowest agent-reported CPU use; least-sessions without fresh reports (SGD).
@@ -123,12 +127,13 @@ pub enum Algorithm {
 
 impl Algorithm {
     /// Every algorithm, in documentation order.
-    pub const ALL: [Algorithm; 11] = [
+    pub const ALL: [Algorithm; 12] = [
         Algorithm::RoundRobin,
         Algorithm::Random,
         Algorithm::Weighted,
         Algorithm::Rotating,
         Algorithm::ResponseTime,
+        Algorithm::ResponseTimeClb,
         Algorithm::LeastSessions,
         Algorithm::LeastCpu,
         Algorithm::MostFreeMemory,
@@ -145,6 +150,7 @@ impl Algorithm {
             Algorithm::Weighted => "weighted",
             Algorithm::Rotating => "rotating",
             Algorithm::ResponseTime => "response-time",
+            Algorithm::ResponseTimeClb => "response-time-clb",
             Algorithm::LeastSessions => "least-sessions",
             Algorithm::LeastCpu => "least-cpu",
             Algorithm::MostFreeMemory => "most-free-memory",
@@ -152,6 +158,12 @@ impl Algorithm {
             Algorithm::Adaptive => "adaptive",
             Algorithm::Hash => "hash",
         }
+    }
+
+    /// Whether picks follow the probe rounds' ranked table (`response-time`,
+    /// `response-time-clb`): such a cluster is probed even without a health check.
+    pub fn ranks_by_probes(self) -> bool {
+        matches!(self, Algorithm::ResponseTime | Algorithm::ResponseTimeClb)
     }
 
     /// Parses the configuration spelling.

@@ -1,8 +1,9 @@
 //! Active probes (CLB's 200 ms poll): every interval each member of a cluster is probed (TCP
 //! connect, or an HTTP GET whose status must fall in the expected range). Each round's round-trip
 //! times re-rank the `response-time` table; `rise` successes in a row bring a member up and `fall`
-//! failures take it down. A cluster with `response-time` but no health check is still probed
-//! (TCP connect, default interval) for the ranking, without touching health.
+//! failures take it down. A cluster with `response-time` (or `response-time-clb`) but no health
+//! check is still probed (TCP connect, default interval) for the ranking, without touching
+//! health.
 //!
 //! Every failed check records why ([`ProbeFailure`]: status NNN, timeout, refused, reset, dns,
 //! ...) on the member, for status pages and for the `member down` log line.
@@ -14,7 +15,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-use rondo_core::{Actor, Algorithm, HealthCheck, HealthCheckKind, ProbeFailure};
+use rondo_core::{Actor, HealthCheck, HealthCheckKind, ProbeFailure};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::task::JoinSet;
@@ -33,7 +34,7 @@ pub fn spawn_clusters<'a>(clusters: impl IntoIterator<Item = &'a Arc<ClusterRt>>
         let policy = &rt.spec.policy;
         let (check, judge) = match &policy.health {
             Some(h) => (h.clone(), true),
-            None if policy.algorithm == Algorithm::ResponseTime => (HealthCheck::default(), false),
+            None if policy.algorithm.ranks_by_probes() => (HealthCheck::default(), false),
             None => continue,
         };
         if rt.spec.members.is_empty() {

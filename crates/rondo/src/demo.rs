@@ -467,9 +467,10 @@ fn report(
         "The first {first} calls go one at a time, the rest {CONCURRENCY} at a time. round-robin \
          deals calls in turn: {slow} serves a third, and each of those waits {slow_ms} ms. \
          response-time ranks the members by their 200 ms health probes, fastest first, and \
-         deals calls down that table, back to the top after each probe round (CLB): {slow} \
-         ranks last, but at this call rate every round still reaches it, so its share stays \
-         near a third. least-sessions sends each call to the member with the fewest calls in \
+         shares calls by the inverse of each probe's round trip: {slow}'s probes wait \
+         {slow_ms} ms too, so it ranks last and gets only a small share (CLB's exact walk \
+         down the table, response-time-clb, would give it a third at this call rate). \
+         least-sessions sends each call to the member with the fewest calls in \
          flight: one at a time every member is idle and it takes turns; {CONCURRENCY} at a \
          time {slow} is usually still busy, so it gets few calls and the mean latency falls."
     );

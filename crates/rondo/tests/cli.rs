@@ -51,7 +51,7 @@ fn check_accepts_the_example() {
         assert_eq!(
             stdout,
             format!(
-                "ok: {}: 3 listeners, 11 routes, 12 clusters, 30 members, view 1\n",
+                "ok: {}: 3 listeners, 11 routes, 13 clusters, 32 members, view 1\n",
                 path.display()
             )
         );

@@ -131,7 +131,8 @@ impl Balancer {
             })
             .collect();
         let mut b = Self::with_states(spec, states);
-        if b.spec.policy.algorithm == Algorithm::Rotating {
+        // Order state that outlives a view: `rotating`'s list, `response-time`'s round trips.
+        if matches!(b.spec.policy.algorithm, Algorithm::Rotating | Algorithm::ResponseTime) {
             let index: HashMap<&str, u32> = b
                 .spec
                 .members
@@ -267,6 +268,7 @@ impl Balancer {
                 | Algorithm::Random
                 | Algorithm::Rotating
                 | Algorithm::ResponseTime
+                | Algorithm::ResponseTimeClb
         );
         if !gated {
             return false;
@@ -452,7 +454,8 @@ impl Balancer {
     }
 
     /// A completed probe round (CLB): each member's round trip, `None` for a failed probe. The
-    /// response-time table is re-ranked fastest first and the next pick starts at its top.
+    /// response-time table is re-ranked fastest first and the next pick starts at its top
+    /// (`response-time-clb` walks it round robin; `response-time` shares it by inverse round trip).
     pub fn record_probe_round(&mut self, results: &[(usize, Option<Duration>)]) {
         for &(member, rtt) in results {
             if let Some(st) = self.states.get_mut(member) {

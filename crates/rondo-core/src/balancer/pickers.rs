@@ -52,7 +52,25 @@ enum Kind {
     Rotating {
         order: Vec<u32>,
     },
+    /// CLB's ranked table shared by the probe round trips: smooth weighted round robin (nginx)
+    /// over the members of the latest probe round with `share[k]` inversely proportional to
+    /// `ranked[k]`'s round trip relative to the round's median (members faster than
+    /// [`RESPONSE_TIME_TOLERANCE`] x the median all count as the median), so a member ten times
+    /// slower gets a tenth of a fast one's picks however many picks a round sees. `current` restarts at zero each round, so the
+    /// round's first pick is the fastest member; ties go to the faster rank. The round trips
+    /// ranked and weighed are each member's probes smoothed over rounds (`smoothed`, by member,
+    /// ns): one probe is one service time, and its inverse is so noisy (a lucky 0.3 ms probe
+    /// against a 7 ms mean) that raw weights would pile a round's traffic onto whoever was
+    /// lucky.
     ResponseTime {
+        smoothed: Vec<Option<f64>>,
+        ranked: Vec<u32>,
+        share: Vec<i64>,
+        current: Vec<i64>,
+        rr: usize,
+    },
+    /// CLB exactly: round robin down the ranked table, back to its top after each round.
+    ResponseTimeClb {
         ranked: Vec<u32>,
         cursor: usize,
         rr: usize,
@@ -84,7 +102,16 @@ impl AlgoState {
                 Kind::Weighted { tree: MinTree::default(), schedule: Vec::new(), cursor: 0 }
             }
             Algorithm::Rotating => Kind::Rotating { order: Vec::new() },
-            Algorithm::ResponseTime => Kind::ResponseTime { ranked: Vec::new(), cursor: 0, rr: 0 },
+            Algorithm::ResponseTime => Kind::ResponseTime {
+                smoothed: Vec::new(),
+                ranked: Vec::new(),
+                share: Vec::new(),
+                current: Vec::new(),
+                rr: 0,
+            },
+            Algorithm::ResponseTimeClb => {
+                Kind::ResponseTimeClb { ranked: Vec::new(), cursor: 0, rr: 0 }
+            }
             Algorithm::LeastSessions => Kind::LeastSessions { index: LeastIndex::default() },
             Algorithm::LeastCpu => Kind::LeastCpu,
             Algorithm::MostFreeMemory => Kind::MostFreeMemory,
@@ -185,7 +212,33 @@ impl AlgoState {
                     })
                     .unwrap_or((0, Why::Rotating { context, skipped: len }))
             }
-            Kind::ResponseTime { ranked, cursor, rr } => {
+            Kind::ResponseTime { smoothed, ranked, share, current, rr } => {
+                // Smooth weighted round robin over the ranked members that are candidates now
+                // (a member that left the candidates neither gains nor is charged).
+                let mut total = 0i64;
+                let mut best: Option<(usize, u32)> = None;
+                for (pos, &m) in ranked.iter().enumerate() {
+                    let slot = cands.slot_of[m as usize];
+                    if slot == NONE {
+                        continue;
+                    }
+                    current[pos] += share[pos];
+                    total += share[pos];
+                    if best.is_none_or(|(b, _)| current[pos] > current[b]) {
+                        best = Some((pos, slot));
+                    }
+                }
+                match best {
+                    Some((pos, slot)) => {
+                        current[pos] -= total;
+                        let m = ranked[pos] as usize;
+                        let rtt_us = smoothed.get(m).copied().flatten().map_or(0.0, |ns| ns / 1e3);
+                        (slot, Why::ResponseTime { rank: pos, rtt_us: rtt_us as u64 })
+                    }
+                    None => (round_robin(rr, n).0, Why::ResponseTimeUnranked),
+                }
+            }
+            Kind::ResponseTimeClb { ranked, cursor, rr } => {
                 let len = ranked.len();
                 let found = (0..len).find_map(|k| {
                     let pos = (*cursor + k) % len;
@@ -304,19 +357,73 @@ impl AlgoState {
         }
     }
 
-    /// A new probe round: re-rank fastest first and start again at the top (CLB).
+    /// A new probe round: re-rank fastest first and start again at the top (CLB); members whose
+    /// probe failed are left out of the table.
     pub(crate) fn rerank(&mut self, states: &[MemberState]) {
-        if let Kind::ResponseTime { ranked, cursor, .. } = &mut self.kind {
+        let rank = || {
             let mut r: Vec<(std::time::Duration, u32)> = states
                 .iter()
                 .enumerate()
                 .filter_map(|(i, s)| s.load.probe_rtt.map(|d| (d, i as u32)))
                 .collect();
             r.sort_unstable();
-            *ranked = r.into_iter().map(|(_, i)| i).collect();
-            *cursor = 0;
+            r
+        };
+        match &mut self.kind {
+            Kind::ResponseTimeClb { ranked, cursor, .. } => {
+                *ranked = rank().into_iter().map(|(_, i)| i).collect();
+                *cursor = 0;
+            }
+            Kind::ResponseTime { smoothed, ranked, share, current, .. } => {
+                smoothed.resize(states.len(), None);
+                for (est, st) in smoothed.iter_mut().zip(states) {
+                    // A failed probe leaves the table and forgets the estimate: a member that
+                    // comes back is weighed by what it answers then.
+                    *est = st.load.probe_rtt.map(|d| {
+                        let rtt = d.as_nanos() as f64;
+                        est.map_or(rtt, |e| e + (rtt - e) / RESPONSE_TIME_SMOOTHING)
+                    });
+                }
+                (*ranked, *share, *current) = response_time_table(smoothed);
+            }
+            _ => {}
         }
     }
+}
+
+/// `response-time`'s table from the smoothed round trips: the ranked members (fastest first),
+/// their shares, and credits at zero.
+fn response_time_table(smoothed: &[Option<f64>]) -> (Vec<u32>, Vec<i64>, Vec<i64>) {
+    let mut r: Vec<(f64, u32)> =
+        smoothed.iter().enumerate().filter_map(|(i, e)| e.map(|e| (e, i as u32))).collect();
+    r.sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    // The lower median: with one slow member among many, a fast one.
+    let median = r.get(r.len().saturating_sub(1) / 2).map_or(1.0, |&(e, _)| e);
+    let share = r.iter().map(|&(e, _)| inverse_share(median, e)).collect();
+    let current = vec![0; r.len()];
+    (r.into_iter().map(|(_, i)| i).collect(), share, current)
+}
+
+/// `response-time`'s share of a member as fast as the probe round's median.
+pub const RESPONSE_TIME_SHARE_SCALE: i64 = 1 << 16;
+/// `response-time` counts members whose smoothed round trip is at most this factor above the
+/// round's median, and faster ones, as equal to the median: differences that small are mostly
+/// probe noise, and weighing by them would overload whoever looked fast on homogeneous members
+/// (a member never weighs more than the median, so a noisy fast probe cannot pile on).
+pub const RESPONSE_TIME_TOLERANCE: f64 = 1.5;
+/// `response-time` smooths each member's probe round trips over rounds with weight
+/// 1 / this (an EWMA over about this many rounds, 1.6 s at the default 200 ms interval).
+pub const RESPONSE_TIME_SMOOTHING: f64 = 8.0;
+
+/// A member's `response-time` share: [`RESPONSE_TIME_SHARE_SCALE`] x `median / rtt` (both in
+/// ns) above [`RESPONSE_TIME_TOLERANCE`] x the median, the scale itself otherwise; at least 1
+/// so that a very slow member still gets a rare pick.
+fn inverse_share(median: f64, rtt: f64) -> i64 {
+    let ratio = median.max(1.0) / rtt.max(1.0);
+    if ratio >= 1.0 / RESPONSE_TIME_TOLERANCE {
+        return RESPONSE_TIME_SHARE_SCALE;
+    }
+    ((RESPONSE_TIME_SHARE_SCALE as f64 * ratio) as i64).max(1)
 }
 
 fn round_robin(cursor: &mut usize, n: usize) -> (u32, Why) {
@@ -356,10 +463,28 @@ impl AlgoState {
         new_index: impl Fn(u32) -> Option<u32>,
     ) -> AlgoState {
         let mut st = AlgoState::new(algorithm);
-        if let (Kind::Rotating { order }, Kind::Rotating { order: old_order }) =
-            (&mut st.kind, &old.kind)
-        {
-            *order = old_order.iter().filter_map(|&m| new_index(m)).collect();
+        match (&mut st.kind, &old.kind) {
+            (Kind::Rotating { order }, Kind::Rotating { order: old_order }) => {
+                *order = old_order.iter().filter_map(|&m| new_index(m)).collect();
+            }
+            // The smoothed round trips survive a view change and the table is rebuilt from them
+            // at once (a new member joins it at its first probe round).
+            (
+                Kind::ResponseTime { smoothed, ranked, share, current, .. },
+                Kind::ResponseTime { smoothed: old_est, .. },
+            ) => {
+                for (m, &e) in old_est.iter().enumerate() {
+                    if let Some(i) = new_index(m as u32) {
+                        let i = i as usize;
+                        if smoothed.len() <= i {
+                            smoothed.resize(i + 1, None);
+                        }
+                        smoothed[i] = e;
+                    }
+                }
+                (*ranked, *share, *current) = response_time_table(smoothed);
+            }
+            _ => {}
         }
         st
     }

@@ -114,15 +114,8 @@ async fn rotating_rotates_per_request() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn response_time_prefers_the_fastest_probe() {
-    // HTTP probes include each member's delay: m2 is fastest, then m3, then m1.
-    let ms =
-        [spawn_member("m1", 80).await, spawn_member("m2", 0).await, spawn_member("m3", 30).await];
-    let health = "health = { path = \"/health\", interval_ms = 50, timeout_ms = 2000, fall = 5 }";
-    let r = router_with("response-time", &format!("{}\n{health}", member_list(&ms))).await;
-
-    // Wait (bounded) for a completed probe round that measured every member.
+/// Waits (bounded) for a completed probe round that measured every member of cluster `c`.
+async fn wait_for_a_ranked_round(r: &TestRouter) {
     let rt = r.live.load().clusters.get("c").expect("cluster c").clone();
     let ranked = |rt: &rondo_runtime::ClusterRt| {
         rt.with(|b| b.states().iter().all(|s| s.load.probe_rtt.is_some()))
@@ -132,6 +125,16 @@ async fn response_time_prefers_the_fastest_probe() {
         assert!(start.elapsed() < Duration::from_secs(5), "no probe round completed");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn response_time_clb_prefers_the_fastest_probe() {
+    // HTTP probes include each member's delay: m2 is fastest, then m3, then m1.
+    let ms =
+        [spawn_member("m1", 80).await, spawn_member("m2", 0).await, spawn_member("m3", 30).await];
+    let health = "health = { path = \"/health\", interval_ms = 50, timeout_ms = 2000, fall = 5 }";
+    let r = router_with("response-time-clb", &format!("{}\n{health}", member_list(&ms))).await;
+    wait_for_a_ranked_round(&r).await;
 
     // A probe round re-ranks the table and restarts it at the top: after a quiet spell longer
     // than a round, the next request goes to the fastest member.
@@ -160,6 +163,24 @@ async fn response_time_prefers_the_fastest_probe() {
         };
         assert!(next.contains(&w[1].as_str()), "{} after {}: {names:?}", w[1], w[0]);
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn response_time_gives_a_slow_probe_a_small_share() {
+    // HTTP probes include each member's delay: m1's take 150 ms, the others' well under 1 ms.
+    let ms =
+        [spawn_member("m1", 150).await, spawn_member("m2", 0).await, spawn_member("m3", 0).await];
+    let health = "health = { path = \"/health\", interval_ms = 50, timeout_ms = 2000, fall = 5 }";
+    let r = router_with("response-time", &format!("{}\n{health}", member_list(&ms))).await;
+    wait_for_a_ranked_round(&r).await;
+
+    // CLB would deal a third of these to m1 (every round's table walk reaches it); shares by
+    // round trip give it a few hundredths of a share at most, so the fast two take them all
+    // but a rare one.
+    let names = served_by(&r.url("web", "/"), 30).await;
+    let (n1, n2, n3) = counts(&names);
+    assert!(n1 <= 2, "m1 {n1}, m2 {n2}, m3 {n3}: {names:?}");
+    assert!(n2 >= 9 && n3 >= 9, "m1 {n1}, m2 {n2}, m3 {n3}: {names:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
