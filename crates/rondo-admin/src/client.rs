@@ -24,6 +24,15 @@ pub enum CtlCommand {
         /// Member name.
         member: String,
     },
+    /// Drain a member, then wait until it has no request in flight and no session.
+    DrainWait {
+        /// Cluster name.
+        cluster: String,
+        /// Member name.
+        member: String,
+        /// How long to wait.
+        timeout: std::time::Duration,
+    },
     /// Change a member's weight.
     Weight {
         /// Cluster name.
@@ -82,9 +91,12 @@ pub enum CtlError {
         /// The error text (and a config's error list).
         message: String,
     },
-    /// The answer was not JSON.
+    /// The answer was not JSON (or not what was asked for).
     #[error("the admin API's answer is not JSON: {0}")]
     BadAnswer(String),
+    /// `drain --wait` ran out of time; what remains.
+    #[error("{0}")]
+    NotDrained(String),
 }
 
 /// Where and as whom `rondo ctl` calls.
@@ -119,6 +131,31 @@ pub async fn run(target: &CtlTarget, cmd: CtlCommand) -> Result<String, CtlError
                 v["admin"].as_str().unwrap_or("?"),
                 v["admin_by"].as_str().unwrap_or("?")
             ))
+        }
+        CtlCommand::DrainWait { cluster, member, timeout } => {
+            let path = format!("{}/drain", member_path(&cluster, &member));
+            call(target, Method::POST, &path, None).await?;
+            let started = std::time::Instant::now();
+            loop {
+                let v = call(target, Method::GET, "/api/v1/status", None).await?;
+                let (in_flight, sessions) =
+                    member_load(&v, &cluster, &member).ok_or_else(|| {
+                        CtlError::NotDrained(format!(
+                            "the status no longer lists {cluster}/{member}"
+                        ))
+                    })?;
+                let waited = started.elapsed().as_millis();
+                if in_flight == 0 && sessions == 0 {
+                    return Ok(format!("{cluster}/{member}: drained after {waited} ms\n"));
+                }
+                if started.elapsed() >= timeout {
+                    return Err(CtlError::NotDrained(format!(
+                        "{cluster}/{member}: not drained after {waited} ms: {in_flight} requests \
+                         in flight, {sessions} sessions"
+                    )));
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
         }
         CtlCommand::Weight { cluster, member, weight } => {
             let path = format!("{}/weight", member_path(&cluster, &member));
@@ -175,6 +212,13 @@ fn revocation_line(v: &Value) -> String {
         v["value"].as_str().unwrap_or("?"),
         v["until"].as_u64().map_or_else(|| "?".to_owned(), |u| u.to_string())
     )
+}
+
+/// A member's `in_flight` and `sessions` in a status answer.
+fn member_load(status: &Value, cluster: &str, member: &str) -> Option<(u64, u64)> {
+    let c = status["clusters"].as_array()?.iter().find(|c| c["name"] == cluster)?;
+    let m = c["members"].as_array()?.iter().find(|m| m["name"] == member)?;
+    Some((m["in_flight"].as_u64()?, m["sessions"].as_u64()?))
 }
 
 /// One call; the JSON answer of a 2xx, or the error.

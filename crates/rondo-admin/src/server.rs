@@ -363,7 +363,7 @@ fn set_admin(
             return Err(conflict(snap.view.id, e));
         }
         let (rt, idx) = find(snap, cluster, Some(member))?;
-        rt.with(|b| b.set_admin(idx, to, by));
+        rt.set_admin(idx, to, by);
         Ok((rt, snap.view.id))
     });
     let (rt, view) = match done {

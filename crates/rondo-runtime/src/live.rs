@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use arc_swap::ArcSwap;
 use rondo_core::{
-    Algorithm, Balancer, ClusterSpec, Decision, Ejection, Entropy, Failover, MemberSpec, Outcome,
-    PickError, PickRequest, SplitMix64, Stop, View, Why,
+    AdminState, Algorithm, Balancer, ClusterSpec, Decision, Ejection, Entropy, Failover,
+    MemberSpec, Outcome, PickError, PickRequest, SplitMix64, Stop, View, Why,
 };
 
 use crate::clock;
@@ -307,14 +307,43 @@ impl ClusterRt {
         }
     }
 
+    /// Sets `member`'s admin state (the operator's word), and notes a drain that is complete
+    /// already (nothing in flight, no session).
+    pub fn set_admin(&self, member: usize, to: AdminState, by: rondo_core::Actor) {
+        let drained = self.with(|b| {
+            b.set_admin(member, to, by);
+            is_drained(b, member)
+        });
+        if drained {
+            self.drained(member);
+        }
+    }
+
+    /// Logs and counts the moment a draining member has nothing left (`rondo ctl drain
+    /// --wait` watches for the same state).
+    fn drained(&self, member: usize) {
+        self.metrics
+            .drains_completed
+            .get_or_create(&ClusterLabels { cluster: self.spec.name.clone() })
+            .inc();
+        tracing::info!(
+            cluster = %self.spec.name,
+            member = %self.spec.members[member].name,
+            "member drained: no request in flight and no session"
+        );
+    }
+
     /// A request begun with [`ClusterRt::pick_and_begin`] ended.
     pub fn end_request(self: &Arc<Self>, member: usize, outcome: Outcome) -> Option<Ejection> {
         let now = clock::now();
-        let (rt, idx, (ejection, returned)) = self.on_newest(member, |b, idx| {
+        let (rt, idx, (ejection, returned, drained)) = self.on_newest(member, |b, idx| {
             let was_out = b.states()[idx].ejected_until.is_some_and(|u| now >= u);
             let ejection = b.end_request(idx, now, outcome);
-            (ejection, was_out && b.states()[idx].ejected_until.is_none())
+            (ejection, was_out && b.states()[idx].ejected_until.is_none(), is_drained(b, idx))
         })?;
+        if drained {
+            rt.drained(idx);
+        }
         if returned {
             rt.counters.returns.fetch_add(1, Ordering::Relaxed);
             rt.metrics
@@ -360,8 +389,20 @@ impl ClusterRt {
 
     /// A session on `member` ended.
     pub fn close_session(self: &Arc<Self>, member: usize) {
-        self.on_newest(member, |b, idx| b.close_session(idx));
+        let ended = self.on_newest(member, |b, idx| {
+            b.close_session(idx);
+            is_drained(b, idx)
+        });
+        if let Some((rt, idx, true)) = ended {
+            rt.drained(idx);
+        }
     }
+}
+
+/// Whether `member` is draining with no request in flight and no session left.
+fn is_drained(b: &Balancer, member: usize) -> bool {
+    let s = &b.states()[member];
+    s.admin == AdminState::Draining && s.load.in_flight == 0 && s.load.sessions == 0
 }
 
 /// A failure as the ejection log line names it.

@@ -361,6 +361,9 @@ pub struct Metrics {
     pub ejections: Family<ClusterLabels, Counter>,
     /// Members back from an ejection (`rondo_ejection_returns_total`).
     pub returns: Family<ClusterLabels, Counter>,
+    /// Draining members that reached no request in flight and no session
+    /// (`rondo_drains_completed_total`).
+    pub drains_completed: Family<ClusterLabels, Counter>,
     /// Config file reloads by result (`rondo_config_reloads_total`).
     pub reloads: Family<ReloadLabels, Counter>,
     /// 1 while the registry backend is reachable (`rondo_registry_connected`; the embedded one
@@ -435,6 +438,7 @@ impl Metrics {
             auth_refusals: Family::default(),
             ejections: Family::default(),
             returns: Family::default(),
+            drains_completed: Family::default(),
             reloads: Family::default(),
             registry_connected: Gauge::default(),
             registry_resyncs: Counter::default(),
@@ -539,6 +543,11 @@ impl Metrics {
             "ejection_returns",
             "Members back from an ejection (first success after it ended)",
             m.returns.clone(),
+        );
+        r.register(
+            "drains_completed",
+            "Draining members that reached no request in flight and no session",
+            m.drains_completed.clone(),
         );
         r.register(
             "config_reloads",

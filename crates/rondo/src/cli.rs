@@ -234,8 +234,9 @@ pub struct CtlArgs {
 pub enum CtlCommand {
     /// Print every cluster's members: state, health, load, rank, agent reports.
     Status,
-    /// Stop sending new requests and sessions to a member (sticky sessions finish).
-    Drain(MemberRef),
+    /// Stop sending new requests and sessions to a member (sticky sessions finish); with
+    /// --wait, return once it has no request in flight and no session left.
+    Drain(DrainArgs),
     /// Make a draining member active again.
     Undrain(MemberRef),
     /// Take a member out entirely (not even panic mode uses it).
@@ -284,6 +285,22 @@ pub enum CtlCommand {
     },
     /// List the revocations in force (this router's and the tier's).
     Revocations,
+}
+
+/// Options of `rondo ctl drain`.
+#[derive(Debug, Args)]
+pub struct DrainArgs {
+    /// The member.
+    #[command(flatten)]
+    pub member: MemberRef,
+    /// Wait until the member has no request in flight and no session (exit 1 at the timeout,
+    /// saying what remains).
+    #[arg(long)]
+    pub wait: bool,
+    /// How long --wait waits, milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 60_000, requires = "wait",
+          value_parser = clap::value_parser!(u64).range(1..=86_400_000))]
+    pub timeout_ms: u64,
 }
 
 /// A cluster and one of its members.

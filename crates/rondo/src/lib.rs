@@ -186,7 +186,12 @@ fn ctl(args: cli::CtlArgs, out: &mut dyn Write, err: &mut dyn Write) -> anyhow::
         |action, m: cli::MemberRef| C::Admin { action, cluster: m.cluster, member: m.member };
     let cmd = match args.command {
         cli::CtlCommand::Status => C::Status,
-        cli::CtlCommand::Drain(m) => admin("drain", m),
+        cli::CtlCommand::Drain(d) if d.wait => C::DrainWait {
+            cluster: d.member.cluster,
+            member: d.member.member,
+            timeout: std::time::Duration::from_millis(d.timeout_ms),
+        },
+        cli::CtlCommand::Drain(d) => admin("drain", d.member),
         cli::CtlCommand::Undrain(m) => admin("undrain", m),
         cli::CtlCommand::Disable(m) => admin("disable", m),
         cli::CtlCommand::Enable(m) => admin("enable", m),

@@ -712,3 +712,96 @@ async fn a_failed_health_check_says_why_and_unchecked_members_are_not_called_up(
     assert!(line.contains("status 503"), "{line}");
     proc.kill();
 }
+
+#[test]
+fn ctl_drain_wait_returns_once_the_member_has_nothing_in_flight() {
+    // A member that takes 3 s to answer, behind a real `rondo serve`.
+    let mut member =
+        Proc::start(&["member", "--name", "m1", "--listen", "127.0.0.1:0", "--delay-ms", "3000"]);
+    let line = member.line_with("rondo member m1 on ", Duration::from_secs(10));
+    let m1: SocketAddr = line.rsplit(' ').next().and_then(|a| a.parse().ok()).expect("address");
+    let dir = TempDir::new("admin-drain");
+    let config = format!(
+        "[admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"{TOKEN}\"\n\n{}",
+        one_cluster(&members_of([member_entry("m1", m1, "")]))
+    );
+    let path = dir.0.join("rondo.toml");
+    std::fs::write(&path, config).unwrap();
+    let mut child = Command::new(BIN)
+        .args(["serve", "--workers", "1", "--config", path.to_str().unwrap()])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start rondo serve");
+    let logs = common::collect_lines(child.stderr.take().expect("stderr"));
+    let mut serve = Proc::from_child(child);
+    let web = serve.addr_after("rondo: listener web on ");
+    let admin = serve.addr_after("rondo: admin API on ");
+    let admin_s = admin.to_string();
+
+    // One request in flight on m1.
+    let (done_tx, done) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let answer = common::request(web, "GET", "/", b"");
+        let _ = done_tx.send(answer);
+    });
+    let in_flight = || {
+        let out = ctl(&admin_s, TOKEN, &["status"]);
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        text.lines().find(|l| l.starts_with("c ")).map(|l| l.split_whitespace().nth(8) == Some("1"))
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while in_flight() != Some(true) {
+        assert!(std::time::Instant::now() < deadline, "the request never reached m1");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    // While it is in flight, a short wait runs out and says what remains.
+    let out = ctl(&admin_s, TOKEN, &["drain", "--wait", "--timeout-ms", "300", "c", "m1"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "drain --wait returned with a request in flight");
+    assert!(
+        stderr.contains("c/m1: not drained after")
+            && stderr.contains("1 requests in flight, 0 sessions"),
+        "{stderr}"
+    );
+    assert!(done.try_recv().is_err(), "the request had already ended: the case tested nothing");
+
+    // A wait without a short timeout returns once the request is done, and only then.
+    let out = ctl(&admin_s, TOKEN, &["drain", "--wait", "c", "m1"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.starts_with("c/m1: drained after ") && stdout.ends_with(" ms\n"), "{stdout}");
+    let (status, body) = done.try_recv().expect("drained while the request was still in flight");
+    assert_eq!((status, body.trim()), (200, "m1"));
+
+    // The router logged the moment and counted it once.
+    let logged = || {
+        let lines = logs.lock().unwrap();
+        lines
+            .iter()
+            .filter(|l| l.contains("member drained: no request in flight and no session"))
+            .count()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while logged() == 0 {
+        assert!(std::time::Instant::now() < deadline, "no `member drained` log line");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(logged(), 1);
+    let metrics = std::process::Command::new("curl")
+        .args([
+            "-s",
+            "-H",
+            &format!("Authorization: Bearer {TOKEN}"),
+            &format!("http://{admin}/metrics"),
+        ])
+        .output()
+        .expect("curl");
+    let metrics = String::from_utf8_lossy(&metrics.stdout);
+    assert!(metrics.contains("rondo_drains_completed_total{cluster=\"c\"} 1"), "{metrics}");
+    // Without --wait, --timeout-ms is refused.
+    let out = ctl(&admin_s, TOKEN, &["drain", "--timeout-ms", "5", "c", "m1"]);
+    assert!(!out.status.success());
+}
