@@ -219,6 +219,7 @@ fn full_config_compiles_into_the_expected_view() {
             max_registrations_per_service: NamingSpec::DEFAULT_MAX_REGISTRATIONS_PER_SERVICE,
             max_registrations: NamingSpec::DEFAULT_MAX_REGISTRATIONS,
             allowed_hosts: vec![],
+            allow_registered_clusters: false,
             tls: None,
         })
     );
