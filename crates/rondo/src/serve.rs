@@ -224,6 +224,7 @@ async fn start_naming(
         allowed_hosts: spec.allowed_hosts.clone(),
         own,
         tls: spec.tls.clone(),
+        allow_registered_clusters: spec.allow_registered_clusters,
     };
     let api = rondo_naming::api::start_with(spec.listen, live.clone(), registry.clone(), opts)
         .await
