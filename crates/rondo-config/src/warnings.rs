@@ -134,9 +134,13 @@ pub(crate) fn warnings(config: &Config) -> Vec<Problem> {
     // A route to a cluster the file lacks (only valid with `allow_registered_clusters`).
     for (i, route) in routes.iter().enumerate() {
         let targets = std::iter::once((root.key("route").index(i).key("cluster"), &route.cluster))
-            .chain(route.backups.iter().enumerate().map(|(j, b)| {
-                (root.key("route").index(i).key("backups").index(j), b)
-            }));
+            .chain(
+                route
+                    .backups
+                    .iter()
+                    .enumerate()
+                    .map(|(j, b)| (root.key("route").index(i).key("backups").index(j), b)),
+            );
         for (path, name) in targets {
             if !config.view.clusters.contains_key(name) {
                 out.push(Problem {

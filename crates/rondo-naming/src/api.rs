@@ -452,8 +452,10 @@ async fn register(
         PolicyClaim::Join | PolicyClaim::Declare(_) => "declared",
     };
     match st.registry.register(reg).await {
-        Ok(lease) => axum::Json(json!({ "lease": lease.lease, "ttl_ms": lease.ttl_ms, "policy": policy }))
-            .into_response(),
+        Ok(lease) => {
+            axum::Json(json!({ "lease": lease.lease, "ttl_ms": lease.ttl_ms, "policy": policy }))
+                .into_response()
+        }
         Err(e) => registry_error(e),
     }
 }

@@ -111,7 +111,8 @@ pub struct Declared {
 impl Declared {
     /// Compiles `raw` for `cluster`; the error names the field (`policy.algorithm: ...`).
     pub fn compile(cluster: &str, raw: serde_json::Value) -> Result<Declared, String> {
-        let spec = rondo_config::compile_declared_policy(cluster, &raw).map_err(|e| e.to_string())?;
+        let spec =
+            rondo_config::compile_declared_policy(cluster, &raw).map_err(|e| e.to_string())?;
         Ok(Declared { raw, spec: Arc::new(spec) })
     }
 
@@ -436,7 +437,8 @@ mod tests {
         let alone = settle("orders", &PolicyClaim::Join, None).unwrap().unwrap();
         assert_eq!(alone.spec.policy, rondo_core::Policy::default());
 
-        let other = serde_json::json!({ "algorithm": "hash", "hash": { "key": "header:x-tenant" } });
+        let other =
+            serde_json::json!({ "algorithm": "hash", "hash": { "key": "header:x-tenant" } });
         let Err(RegistryError::Conflict(msg)) = settle("orders", &declare(other), Some(&first))
         else {
             panic!("no conflict")

@@ -729,7 +729,11 @@ impl Live {
             };
             if is_declared != declared.contains(&name) {
                 let set = Arc::make_mut(&mut declared);
-                if is_declared { set.insert(name.clone()) } else { set.remove(&name) };
+                if is_declared {
+                    set.insert(name.clone())
+                } else {
+                    set.remove(&name)
+                };
             }
             view.clusters.insert(name.clone(), spec.clone());
             let rt = self.runtime_for(&spec, old.clusters.get(&name), now);
@@ -737,8 +741,7 @@ impl Live {
             built.push(rt);
         }
         let id = view.id;
-        let snapshot =
-            Arc::new(Snapshot { view: Arc::new(view), clusters, registered, declared });
+        let snapshot = Arc::new(Snapshot { view: Arc::new(view), clusters, registered, declared });
         self.current.store(snapshot.clone());
         self.view_id.send_replace(id);
         (snapshot, built)
@@ -760,8 +763,7 @@ impl Live {
             .collect();
         let id = view.id;
         let declared = Arc::new(declared);
-        let snapshot =
-            Arc::new(Snapshot { view: Arc::new(view), clusters, registered, declared });
+        let snapshot = Arc::new(Snapshot { view: Arc::new(view), clusters, registered, declared });
         self.current.store(snapshot.clone());
         self.view_id.send_replace(id);
         snapshot
@@ -953,8 +955,8 @@ mod tests {
             members,
             declared: Some(declared("orders", algorithm)),
         };
-        let (snap, built) =
-            live.update_registered(vec![("orders".into(), reg(vec![member("o1")], Algorithm::Hash))]);
+        let (snap, built) = live
+            .update_registered(vec![("orders".into(), reg(vec![member("o1")], Algorithm::Hash))]);
         assert_eq!(built.len(), 1);
         assert!(snap.is_declared("orders") && !snap.is_declared("c"));
         let orders = &snap.view.clusters["orders"];
@@ -971,7 +973,10 @@ mod tests {
         // Declared into a configured cluster: the configuration's policy stays.
         let (snap, _) = live.update_registered(vec![(
             "c".into(),
-            RegisteredCluster { members: vec![member("r1")], declared: Some(declared("c", Algorithm::Hash)) },
+            RegisteredCluster {
+                members: vec![member("r1")],
+                declared: Some(declared("c", Algorithm::Hash)),
+            },
         )]);
         assert_eq!(snap.view.clusters["c"].policy.algorithm, Policy::default().algorithm);
         assert!(!snap.is_declared("c"));
@@ -979,7 +984,9 @@ mod tests {
         // The last member gone, the declared cluster leaves the view.
         let (snap, built) = live.update_registered(vec![("orders".into(), regd(vec![]))]);
         assert!(built.is_empty());
-        assert!(!snap.view.clusters.contains_key("orders") && !snap.clusters.contains_key("orders"));
+        assert!(
+            !snap.view.clusters.contains_key("orders") && !snap.clusters.contains_key("orders")
+        );
         assert!(!snap.is_declared("orders") && !snap.registered.contains_key("orders"));
         let whole = live.apply(live.configured());
         assert!(!whole.view.clusters.contains_key("orders"));
@@ -1043,7 +1050,8 @@ mod tests {
         assert_eq!(*rx.borrow_and_update(), snap.view.id);
 
         // A configured name is left out, as a whole composition does; the layers agree.
-        let (snap, _) = live.update_registered(vec![("c".into(), regd(vec![member("r1"), member("a")]))]);
+        let (snap, _) =
+            live.update_registered(vec![("c".into(), regd(vec![member("r1"), member("a")]))]);
         assert_eq!(names(&snap), ["a", "b", "r1"]);
         let whole = live.apply(live.configured());
         assert_eq!(names(&whole), names(&snap));

@@ -33,7 +33,8 @@ pub fn compile_declared_policy(
 ) -> Result<ClusterSpec, DeclaredPolicyError> {
     let rc: RawCluster = serde_path_to_error::deserialize(policy).map_err(|e| {
         let at = e.path().to_string();
-        let field = if at == "." || at.is_empty() { "policy".to_owned() } else { format!("policy.{at}") };
+        let field =
+            if at == "." || at.is_empty() { "policy".to_owned() } else { format!("policy.{at}") };
         DeclaredPolicyError(vec![format!("{field}: {}", e.inner())])
     })?;
     let mut problems = Vec::new();
