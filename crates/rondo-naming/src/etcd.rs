@@ -83,7 +83,7 @@ struct Inner {
 struct State {
     /// Registered members by (cluster, member), as last read from etcd, with the policy each
     /// declared.
-    members: BTreeMap<(String, String), (MemberSpec, Option<Arc<Declared>>)>,
+    members: BTreeMap<(String, String), Held>,
     /// The raw `P/config` value last seen (applied or rejected), to skip identical ones.
     config: Option<Vec<u8>>,
     connected: bool,
@@ -99,6 +99,9 @@ struct State {
     /// Whether `revoked` changed since it was last handed to the live state.
     revoked_dirty: bool,
 }
+
+/// A registered member as last read from etcd, and the policy it declared.
+type Held = (MemberSpec, Option<Arc<Declared>>);
 
 /// A revocation's value under `P/revoked/{kind}/{value}`.
 #[derive(Debug, Serialize, Deserialize)]

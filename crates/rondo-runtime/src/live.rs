@@ -435,6 +435,10 @@ struct Layers {
     shared: Option<View>,
     /// Registered members by cluster.
     registered: Registered,
+    /// Whether registrations may declare clusters the configuration lacks (`[naming]
+    /// allow_registered_clusters`); off, their members wait for a configured cluster, whatever
+    /// a snapshot or another router of the tier recorded.
+    allow_declared: bool,
 }
 
 impl Layers {
@@ -467,7 +471,10 @@ impl Layers {
     fn base_of(&self, cluster: &str) -> Option<(Arc<ClusterSpec>, bool)> {
         match self.configured().clusters.get(cluster) {
             Some(spec) => Some((spec.clone(), false)),
-            None => self.registered.get(cluster)?.declared.clone().map(|d| (d, true)),
+            None if self.allow_declared => {
+                self.registered.get(cluster)?.declared.clone().map(|d| (d, true))
+            }
+            None => None,
         }
     }
 }
@@ -520,7 +527,12 @@ impl Live {
         };
         Live {
             current: ArcSwap::from_pointee(snapshot),
-            layers: Mutex::new(Layers { file: view, shared: None, registered: BTreeMap::new() }),
+            layers: Mutex::new(Layers {
+                file: view,
+                shared: None,
+                registered: BTreeMap::new(),
+                allow_declared: false,
+            }),
             view_id,
             group,
             metrics,
@@ -658,6 +670,14 @@ impl Live {
         let id = view.as_ref().map_or(0, |v| v.id);
         layers.shared = view;
         self.swap(&layers, id)
+    }
+
+    /// Lets registrations declare clusters the configuration lacks (`[naming]
+    /// allow_registered_clusters`; off by default), before the registry starts.
+    pub fn allow_declared(&self, on: bool) -> Arc<Snapshot> {
+        let mut layers = self.layers();
+        layers.allow_declared = on;
+        self.swap(&layers, 0)
     }
 
     /// Replaces the registered members (the registry's whole state).
@@ -950,6 +970,18 @@ mod tests {
     #[test]
     fn declared_clusters_come_with_their_members_and_leave_with_the_last() {
         let live = live();
+        // Off (the default), a declared cluster's members wait like any others.
+        let off = vec![(
+            "orders".into(),
+            RegisteredCluster {
+                members: vec![member("o1")],
+                declared: Some(declared("orders", Algorithm::Hash)),
+            },
+        )];
+        let (snap, built) = live.update_registered(off);
+        assert!(built.is_empty() && !snap.view.clusters.contains_key("orders"));
+        live.update_registered(vec![("orders".into(), regd(vec![]))]);
+        live.allow_declared(true);
         let before = live.load();
         let reg = |members, algorithm| RegisteredCluster {
             members,

@@ -213,6 +213,7 @@ async fn start_naming(
     out: &mut dyn Write,
 ) -> anyhow::Result<Naming> {
     let limits = rondo_naming::Limits::of(spec);
+    live.allow_declared(spec.allow_registered_clusters);
     let registry = rondo_naming::start_registry_with(&spec.registry, limits, live.clone())
         .map_err(|e| anyhow::anyhow!("naming registry: {e}"))?;
     let token = match &spec.token {
