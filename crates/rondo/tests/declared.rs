@@ -384,3 +384,57 @@ async fn routers_on_one_etcd_compose_the_same_declared_cluster() {
         assert_eq!(a, b, "key {key}");
     }
 }
+
+#[test]
+fn rondo_check_warns_at_a_route_to_a_cluster_the_file_lacks() {
+    let dir = TempDir::new("declared-check");
+    let file = dir.0.join("rondo.toml");
+    std::fs::write(&file, config("127.0.0.1:9".parse().unwrap(), "")).unwrap();
+    let out = std::process::Command::new(common::BIN)
+        .args(["check", "--config", file.to_str().unwrap()])
+        .output()
+        .expect("run rondo check");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("warning: field `route[1].cluster`: cluster `orders` is not in the file"),
+        "{err}"
+    );
+    // Without allow_registered_clusters the same route is an error.
+    let text = config("127.0.0.1:9".parse().unwrap(), "")
+        .replace("allow_registered_clusters = true\n", "");
+    std::fs::write(&file, text).unwrap();
+    let out = std::process::Command::new(common::BIN)
+        .args(["check", "--config", file.to_str().unwrap()])
+        .output()
+        .expect("run rondo check");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("unknown cluster `orders`"), "{err}");
+}
+
+/// DNS answers a declared cluster like a configured one (the view carries it).
+#[cfg(feature = "dns")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dns_answers_a_declared_cluster() {
+    let dir = TempDir::new("declared-dns");
+    let (_f1, f1) = start_member("f1", "127.0.0.1:0");
+    let file = dir.0.join("rondo.toml");
+    let dns = "dns_listen = \"127.0.0.1:0\"\ndns_zone = \"svc.test\"\n";
+    std::fs::write(&file, config(f1, dns)).unwrap();
+    let mut proc = Proc::start(&["serve", "--config", file.to_str().unwrap()]);
+    let naming = proc.addr_after("rondo: naming API (registry embedded) on");
+    let dns = proc.addr_after("rondo: naming DNS (udp and tcp, zone svc.test.) on");
+    let serve = Serve { _proc: proc, web: naming, naming };
+    let policy = json!({ "policy": { "algorithm": "weighted" }, "weight": 300 });
+    let (status, v) =
+        serve.register("orders", "o1", "127.0.0.21:8001".parse().unwrap(), policy).await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    let out = std::process::Command::new("dig")
+        .args([&format!("@{}", dns.ip()), "-p", &dns.port().to_string()])
+        .args(["orders.svc.test.", "SRV", "+short", "+tries=1", "+time=2"])
+        .output()
+        .expect("run dig");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "0 300 8001 o1.orders.svc.test.");
+}
