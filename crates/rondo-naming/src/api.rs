@@ -7,7 +7,7 @@
 //! | `GET /v1/services` | `{"view_id", "services": [names]}` |
 //! | `GET /v1/services/{service}` | [`Answer`](rondo_core::wire::Answer): eligible members, policy, view id |
 //! | `GET /v1/lookup/{service}?key=&group=&exclude=` | [`Lookup`](rondo_core::wire::Lookup): one member picked by the policy |
-//! | `PUT /v1/services/{service}/members/{member}` | [`Register`] in, [`Lease`](rondo_core::wire::Lease) out |
+//! | `PUT /v1/services/{service}/members/{member}` | [`Register`] (and an optional `policy`) in, [`Lease`](rondo_core::wire::Lease) and `"policy"` out |
 //! | `POST /v1/leases/{lease}/keepalive` | [`Lease`](rondo_core::wire::Lease) |
 //! | `DELETE /v1/services/{service}/members/{member}` | 204 |
 //! | `GET /v1/watch?after=N&timeout_ms=T` | [`Watch`](rondo_core::wire::Watch), as soon as the view id passes N |
@@ -23,6 +23,12 @@
 //! 403 naming it, so that a web page cannot drive the API through a rebound DNS name. A
 //! registration at one of the process's own addresses (a listener: a request loop; the admin or
 //! naming API: that API served on the public listener; the agent receiver) is refused with 409.
+//!
+//! A registration's `policy` (the fields of a `[cluster.NAME]` table, compiled by the config
+//! file's code: 400 naming the field when bad) creates a cluster the configuration lacks with
+//! that policy when `[naming] allow_registered_clusters` is on; later registrations must
+//! declare the same or none (409 naming the first differing field and both values), and a
+//! configured cluster keeps its file's policy (`"policy": "configured"` in the answer).
 
 // Handlers return a ready error response as `Err`; they are not on the data path.
 #![allow(clippy::result_large_err)]

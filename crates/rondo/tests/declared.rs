@@ -438,3 +438,38 @@ async fn dns_answers_a_declared_cluster() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "0 300 8001 o1.orders.svc.test.");
 }
+
+/// The admin API's status (what `rondo ctl status` and the dashboard show) lists a declared
+/// cluster with its declared algorithm, and drops it when it leaves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_status_shows_a_declared_cluster() {
+    let dir = TempDir::new("declared-admin");
+    let (_f1, f1) = start_member("f1", "127.0.0.1:0");
+    let (_o1, a1) = start_member("o1", "127.0.0.1:0");
+    let file = dir.0.join("rondo.toml");
+    let admin = "\n[admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"admin-secret\"\n";
+    std::fs::write(&file, config(f1, admin)).unwrap();
+    let mut proc = Proc::start(&["serve", "--config", file.to_str().unwrap()]);
+    let web = proc.addr_after("rondo: listener web on");
+    let admin = proc.addr_after("rondo: admin API on");
+    let naming = proc.addr_after("rondo: naming API (registry embedded) on");
+    let serve = Serve { _proc: proc, web, naming };
+    let status = || async {
+        let url = format!("http://{admin}/api/v1/status");
+        let auth = [("authorization", "Bearer admin-secret")];
+        let (status, _, v) = json_call(Method::GET, &url, &auth, None).await;
+        assert_eq!(status, StatusCode::OK, "{v}");
+        v["clusters"].as_array().unwrap().clone()
+    };
+    let (code, v) = serve.register("orders", "o1", a1, json!({ "policy": hash_policy() })).await;
+    assert_eq!(code, StatusCode::OK, "{v}");
+    let clusters = status().await;
+    let orders = clusters.iter().find(|c| c["name"] == "orders").expect("orders in status");
+    assert_eq!(orders["algorithm"], "hash", "{orders}");
+    assert_eq!(orders["members"][0]["name"], "o1", "{orders}");
+
+    let (code, _) = serve.call(Method::DELETE, "/v1/services/orders/members/o1", None).await;
+    assert_eq!(code, StatusCode::NO_CONTENT);
+    let clusters = status().await;
+    assert!(clusters.iter().all(|c| c["name"] != "orders"), "{clusters:?}");
+}
