@@ -673,11 +673,11 @@ impl Live {
     }
 
     /// Lets registrations declare clusters the configuration lacks (`[naming]
-    /// allow_registered_clusters`; off by default), before the registry starts.
-    pub fn allow_declared(&self, on: bool) -> Arc<Snapshot> {
-        let mut layers = self.layers();
-        layers.allow_declared = on;
-        self.swap(&layers, 0)
+    /// allow_registered_clusters`; off by default). Call it before the registry starts: it
+    /// takes effect at the next change of the registered members and swaps no view in (a swap
+    /// would give every cluster a new runtime, away from the probes already started).
+    pub fn allow_declared(&self, on: bool) {
+        self.layers().allow_declared = on;
     }
 
     /// Replaces the registered members (the registry's whole state).
