@@ -147,15 +147,26 @@ async fn a_service_that_declares_its_policy_is_balanced_by_it_at_all_three_point
 
     let members: Vec<_> =
         ["o1", "o2", "o3"].iter().map(|n| start_member(n, "127.0.0.1:0")).collect();
-    for (i, (_, addr)) in members.iter().enumerate() {
-        let name = format!("o{}", i + 1);
-        // The third registers without a policy: it joins the declared one.
-        let extra = if i < 2 { json!({ "policy": hash_policy() }) } else { json!({}) };
-        let (status, v) = serve.register("orders", &name, *addr, extra).await;
-        assert_eq!(status, StatusCode::OK, "{v}");
-        assert_eq!(v["policy"], "declared", "{v}");
-        assert!(v["lease"].is_string(), "{v}");
-    }
+    let (status, v) =
+        serve.register("orders", "o1", members[0].1, json!({ "policy": hash_policy() })).await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    assert_eq!(v["policy"], "declared", "{v}");
+    assert!(v["lease"].is_string(), "{v}");
+    // The second declares the same policy through the client library's naming client.
+    let naming = rondo_client::NamingClient::new(&serve.naming.to_string(), Duration::from_secs(5))
+        .expect("naming endpoint");
+    let reg = rondo_client::wire::Register {
+        address: members[1].1.to_string(),
+        weight: None,
+        group: None,
+        ttl_ms: Some(30_000),
+    };
+    let lease = naming.register_declaring("orders", "o2", &reg, &hash_policy()).await;
+    assert!(!lease.expect("registered through the client library").lease.is_empty());
+    // The third registers without a policy: it joins the declared one.
+    let (status, v) = serve.register("orders", "o3", members[2].1, json!({})).await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    assert_eq!(v["policy"], "declared", "{v}");
 
     // Naming: listed, and the full answer carries the declared policy.
     assert_eq!(serve.services().await, ["files", "orders"]);
