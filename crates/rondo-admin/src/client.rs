@@ -40,6 +40,17 @@ pub enum CtlCommand {
         /// Algorithm name.
         name: String,
     },
+    /// Revoke sign-on tokens by id or subject (one of the two).
+    Revoke {
+        /// A token id (`jti`).
+        token_id: Option<String>,
+        /// A subject (`sub`).
+        subject: Option<String>,
+        /// How long it holds, milliseconds (the API's default when `None`).
+        ttl_ms: Option<u64>,
+    },
+    /// List the revocations in force.
+    Revocations,
     /// Validate and apply a configuration file's text.
     Apply {
         /// The file's name (for messages).
@@ -121,12 +132,49 @@ pub async fn run(target: &CtlTarget, cmd: CtlCommand) -> Result<String, CtlError
             let v = call(target, Method::PUT, &path, Some(body)).await?;
             Ok(format!("{cluster}: algorithm {name}, view {}\n", v["view"]))
         }
+        CtlCommand::Revoke { token_id, subject, ttl_ms } => {
+            let mut body = serde_json::Map::new();
+            if let Some(t) = token_id {
+                body.insert("token_id".into(), Value::String(t));
+            }
+            if let Some(s) = subject {
+                body.insert("subject".into(), Value::String(s));
+            }
+            if let Some(ms) = ttl_ms {
+                body.insert("ttl_ms".into(), Value::from(ms));
+            }
+            let body = Value::Object(body).to_string();
+            let v = call(target, Method::POST, "/api/v1/revocations", Some(body)).await?;
+            Ok(format!("revoked {}\n", revocation_line(&v)))
+        }
+        CtlCommand::Revocations => {
+            let v = call(target, Method::GET, "/api/v1/revocations", None).await?;
+            let list = v["revocations"].as_array().map(Vec::as_slice).unwrap_or_default();
+            if list.is_empty() {
+                return Ok("no revocations in force\n".to_owned());
+            }
+            Ok(list.iter().map(|r| format!("{}\n", revocation_line(r))).collect())
+        }
         CtlCommand::Apply { file, text } => {
             let v =
                 call_as(target, Method::POST, "/api/v1/config", Some(text), Some(&file)).await?;
             Ok(format!("applied {file}: view {}\n", v["view"]))
         }
     }
+}
+
+/// `subject alice until 1796125906 (unix seconds)` from an answer's `kind`, `value`, `until`.
+fn revocation_line(v: &Value) -> String {
+    let kind = match v["kind"].as_str() {
+        Some("token_id") => "token id",
+        Some(k) => k,
+        None => "?",
+    };
+    format!(
+        "{kind} {} until {} (unix seconds)",
+        v["value"].as_str().unwrap_or("?"),
+        v["until"].as_u64().map_or_else(|| "?".to_owned(), |u| u.to_string())
+    )
 }
 
 /// One call; the JSON answer of a 2xx, or the error.

@@ -18,6 +18,7 @@
 
 mod compile;
 mod error;
+pub mod jwks;
 mod path;
 mod raw;
 mod schema;

@@ -1639,17 +1639,52 @@ fn address_reaches_matches_ports_and_local_addresses() {
 
 #[test]
 fn a_route_auth_compiles_and_its_faults_are_named() {
-    let text = BASE.replace(
-        "cluster = \"app\"\n",
-        "cluster = \"app\"\nauth = { issuer = \"https://id.test\", audience = \"orders\", \
-         keys = \"keys/jwks.json\", require = { scope = \"orders\" }, claims = [\"Email\"] }\n",
-    );
-    let c = ok(&text);
+    // The keys file is read when the config compiles: one HMAC key, and files without one.
+    let dir = std::env::temp_dir().join(format!("rondo-config-jwks-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let jwks = dir.join("jwks.json");
+    std::fs::write(
+        &jwks,
+        r#"{"keys": [{"kty": "oct", "kid": "k1", "k": "c2VjcmV0LXNlY3JldC1zZWNyZXQ"}]}"#,
+    )
+    .unwrap();
+    let route = |keys: &std::path::Path| {
+        BASE.replace(
+            "cluster = \"app\"\n",
+            &format!(
+                "cluster = \"app\"\nauth = {{ issuer = \"https://id.test\", audience = \"orders\", \
+                 keys = \"{}\", require = {{ scope = \"orders\" }}, claims = [\"Email\"] }}\n",
+                keys.display()
+            ),
+        )
+    };
+    let c = ok(&route(&jwks));
     let auth = c.view.routes[0].auth.as_ref().expect("auth");
     assert_eq!(auth.issuer, "https://id.test");
     assert_eq!(auth.require, vec![("scope".to_owned(), "orders".to_owned())]);
     assert_eq!(auth.claims, vec!["email".to_owned()]);
-    assert!(auth.keys.ends_with("keys/jwks.json"), "{:?}", auth.keys);
+    assert_eq!(auth.keys, jwks);
+    // A missing file, a file that is not a JWKS, and one with only unusable keys (P-384) are
+    // each an error at `auth.keys` naming the file.
+    let not_jwks = dir.join("not.json");
+    std::fs::write(&not_jwks, "[1, 2]").unwrap();
+    let p384 = dir.join("p384.json");
+    std::fs::write(&p384, r#"{"keys": [{"kty": "EC", "crv": "P-384", "x": "AA", "y": "AA"}]}"#)
+        .unwrap();
+    for (file, says) in [
+        (dir.join("missing.json"), "cannot read auth keys"),
+        (not_jwks, "are not a JWKS document"),
+        (p384, "hold no usable key"),
+    ] {
+        let errs = errors(&route(&file));
+        let e = errs
+            .iter()
+            .find(|e| e.field == "route[0].auth.keys")
+            .unwrap_or_else(|| panic!("{}", render(&errs)));
+        assert!(e.message.contains(says) && e.message.contains(&*file.to_string_lossy()), "{e}");
+        assert!(e.line > 1, "{e}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
 
     let text = BASE.replace(
         "cluster = \"app\"\n",

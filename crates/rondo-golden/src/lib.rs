@@ -234,6 +234,29 @@ pub trait Point {
     fn place(&mut self, failover: &mut Failover, now: Instant, key: Option<&str>) -> Placement;
     /// Reports `outcome` for a try placed on `member` of cluster index `cluster`.
     fn end_try(&mut self, cluster: usize, member: &str, now: Instant, outcome: Outcome);
+    /// Runs a request with tries through the point's own failover loop, when it has one that
+    /// can be driven (the router's request path); `None` leaves it to [`request`], which drives
+    /// the core's engine over [`Point::place`] (the naming service's caller, the client).
+    fn own_request(&mut self, _clusters: &[String], _r: Request<'_>) -> Option<String> {
+        None
+    }
+}
+
+/// A request's tries as the vectors record them: `m1>b/m2` (a backup cluster's members behind
+/// its name), then `!why` when the engine stopped it.
+pub fn render_tries(clusters: &[String], tried: &[(usize, String)], stop: Option<Stop>) -> String {
+    let names: Vec<String> = tried
+        .iter()
+        .map(|(c, name)| if *c == 0 { name.clone() } else { format!("{}/{name}", clusters[*c]) })
+        .collect();
+    let Some(stop) = stop else { return names.join(">") };
+    let why = match stop {
+        Stop::Exhausted => "exhausted",
+        Stop::NotRetryable => "not-retryable",
+        Stop::Deadline => "deadline",
+        Stop::Budget => "budget",
+    };
+    format!("{}!{why}", names.join(">"))
 }
 
 /// Runs one request with `tries` at `point` through a failover engine over `clusters` clusters
@@ -252,26 +275,16 @@ pub fn request(point: &mut dyn Point, clusters: &[String], r: Request<'_>) -> St
             }
             Placement::Refused(Refusal::Stop(stop)) => break stop,
         };
-        tried.push(if cluster == 0 {
-            name.clone()
-        } else {
-            format!("{}/{name}", clusters[cluster])
-        });
+        tried.push((cluster, name.clone()));
         let fate = fates.next().copied().unwrap_or(TryFate::Ok);
         let (outcome, failure) = fate.outcome(r.latency);
         point.end_try(cluster, &name, r.now, outcome);
-        let Some(failure) = failure else { return tried.join(">") };
+        let Some(failure) = failure else { return render_tries(clusters, &tried, None) };
         if let Err(stop) = f.failed(failure, r.now) {
             break stop;
         }
     };
-    let why = match stop {
-        Stop::Exhausted => "exhausted",
-        Stop::NotRetryable => "not-retryable",
-        Stop::Deadline => "deadline",
-        Stop::Budget => "budget",
-    };
-    format!("{}!{why}", tried.join(">"))
+    render_tries(clusters, &tried, Some(stop))
 }
 
 /// The scenarios in `testdata/golden`, by file, sorted.
@@ -328,7 +341,8 @@ pub fn replay(s: &Scenario, point: &mut dyn Point, base: Instant) -> Vec<String>
             let idempotent = p.method.as_deref().is_none_or(is_idempotent_method);
             let latency = Duration::from_millis(p.latency_ms.unwrap_or(1));
             let r = Request { now, key: p.key.as_deref(), idempotent, tries: &p.tries, latency };
-            picked.push(request(point, &clusters, r));
+            let own = point.own_request(&clusters, r);
+            picked.push(own.unwrap_or_else(|| request(point, &clusters, r)));
             continue;
         }
         match point.pick(now, p.key.as_deref()) {

@@ -1,14 +1,15 @@
 //! Every golden vector replayed at every balancing point: the core alone (the reference that
-//! records `expect`), the router's pick path (`ClusterRt::place` with a request's failover
-//! engine, the very function the proxy's HTTP and TCP paths call, on a live view compiled from
-//! the scenario's config), and the naming service's lookup
+//! records `expect`), the router's request path (`http::place`, the function each try of a
+//! request runs, and `http::forward`, the router's failover loop, driven through
+//! `rondo_proxy::replay` on a live view compiled from the scenario's config with a route to its
+//! cluster and backups), and the naming service's lookup
 //! (`answer::lookup_at` on the same kind of live view), and the client library (its call path's
 //! pick, on a balancer built from the naming service's full answer for the scenario's config,
 //! sent through JSON as on the wire).
 //!
 //! Requests with several tries (`tries = [...]`) go through the core's failover engine at each
-//! point: the router places every try with `ClusterRt::place` over the scenario's cluster and
-//! its backups, the client library with the engine's admission and its `State::pick_member`
+//! point: the router runs them through its own failover loop (`forward`, the scenario's fates
+//! in place of members), the client library with the engine's admission and its `State::pick_member`
 //! (what `Inner::pick` runs under its lock), the naming service with lookups that exclude the
 //! members already tried (`?exclude=`, the caller's failover engine admitting each try against
 //! the cluster's retry budget). The naming service and the client library answer for one
@@ -18,9 +19,15 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rondo_core::{Balancer, Failover, Instant, Outcome};
-use rondo_golden::{CLUSTER, Core, Placement, Point, Refusal, Scenario, bless, load_all, replay};
+use http::{HeaderMap, HeaderName};
+use rondo_core::{Balancer, Failover, HashKeySource, Instant, Outcome, Route};
+use rondo_golden::{
+    CLUSTER, Core, Placement, Point, Refusal, Request, Scenario, TryFate, bless, load_all,
+    render_tries, replay,
+};
 use rondo_naming::answer::{LookupFacts, lookup_at};
+use rondo_proxy::error::Kind;
+use rondo_proxy::replay::Replayer;
 use rondo_runtime::{ClusterRt, Live, Refused, clock};
 
 /// The reference replay's clock at the start.
@@ -61,47 +68,66 @@ fn end_at(rt: &ClusterRt, now: Instant, member: &str, outcome: Outcome) {
     });
 }
 
+/// The router's request path: single picks through `http::place` (the function each try of
+/// a request runs: sessions, hash keys read from the request's header fields, the cluster's
+/// placement under the request's failover engine), and requests with several tries through
+/// the router's own failover loop, `http::forward`, with the member replaced by the scenario's
+/// fates (`rondo_proxy::replay`).
 struct RouterPoint {
-    live: Arc<Live>,
-    rt: Arc<ClusterRt>,
+    replayer: Replayer,
+    runtime: tokio::runtime::Runtime,
+    /// The scenario's route: cluster `c`, then its backups.
+    route: Route,
     /// Cluster `c`, then the scenario's backups (seeded like `c`).
     clusters: Vec<Arc<ClusterRt>>,
     now: Instant,
 }
 
+impl RouterPoint {
+    /// The request's header fields: the hash key where the cluster's policy reads it.
+    fn headers(&self, key: Option<&str>) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        let Some(key) = key else { return h };
+        match &self.clusters[0].spec.policy.hash.key {
+            HashKeySource::Header(name) => {
+                h.insert(HeaderName::from_bytes(name.as_bytes()).unwrap(), key.parse().unwrap());
+            }
+            HashKeySource::Cookie(name) => {
+                h.insert(http::header::COOKIE, format!("{name}={key}").parse().unwrap());
+            }
+            HashKeySource::ClientAddress => panic!("a scenario key needs a header or cookie key"),
+        }
+        h
+    }
+}
+
 impl Point for RouterPoint {
     fn with(&mut self, f: &mut dyn FnMut(&mut Balancer)) {
-        self.rt.with(|b| f(b));
+        self.clusters[0].with(|b| f(b));
     }
 
     fn pick(&mut self, now: Instant, key: Option<&str>) -> Result<String, String> {
         self.now = now;
-        // What the proxy does for a request's first try on this cluster (http.rs `place`,
-        // tcp.rs): the request's failover engine admits it and the cluster places it.
+        // A request's first try on this cluster, as the request path places it.
         let mut failover = Failover::new(1, true, now, Duration::from_secs(30));
-        let group = self.live.group.as_deref();
-        let hash = key.map(|k| rondo_core::hash::hash_key(k.as_bytes()));
-        let placed = self.rt.place(&mut failover, now, group, hash, None).map_err(|e| match e {
+        let rt = &self.clusters[0];
+        let placed = self.replayer.place(rt, &mut failover, &self.headers(key), now);
+        let member = placed.map_err(|e| match e {
             Refused::NoEligible(e) => e.to_string(),
             Refused::Stop(stop) => format!("{stop:?}"),
         })?;
-        Ok(self.rt.spec.members[placed.member()].name.clone())
+        Ok(rt.spec.members[member].name.clone())
     }
 
     fn end(&mut self, member: &str, outcome: Outcome) {
-        end_at(&self.rt, self.now, member, outcome);
+        end_at(&self.clusters[0], self.now, member, outcome);
     }
 
     fn place(&mut self, failover: &mut Failover, now: Instant, key: Option<&str>) -> Placement {
-        // What http.rs `place` and tcp.rs do for each try of a request.
         let i = failover.cluster().expect("a cluster to place in");
         let rt = &self.clusters[i];
-        let group = self.live.group.as_deref();
-        let hash = key.map(|k| rondo_core::hash::hash_key(k.as_bytes()));
-        match rt.place(failover, now, group, hash, None) {
-            Ok(p) => {
-                Placement::Member { cluster: i, name: rt.spec.members[p.member()].name.clone() }
-            }
+        match self.replayer.place(rt, failover, &self.headers(key), now) {
+            Ok(m) => Placement::Member { cluster: i, name: rt.spec.members[m].name.clone() },
             Err(Refused::Stop(stop)) => Placement::Refused(Refusal::Stop(stop)),
             Err(Refused::NoEligible(_)) => Placement::Refused(Refusal::NoEligible),
         }
@@ -109,6 +135,36 @@ impl Point for RouterPoint {
 
     fn end_try(&mut self, cluster: usize, member: &str, now: Instant, outcome: Outcome) {
         end_at(&self.clusters[cluster], now, member, outcome);
+    }
+
+    fn own_request(&mut self, clusters: &[String], r: Request<'_>) -> Option<String> {
+        let mut fates = r.tries.iter();
+        let mut script = |_: &Arc<ClusterRt>, _: usize| {
+            let fate = fates.next().copied().unwrap_or(TryFate::Ok);
+            let (outcome, failure) = fate.outcome(r.latency);
+            let kind = match fate {
+                TryFate::Ok => None,
+                TryFate::Refused => Some(Kind::Connect),
+                TryFate::Reset => Some(Kind::Reset),
+                TryFate::Timeout => Some(Kind::Timeout),
+            };
+            assert_eq!(kind.is_some(), failure.is_some());
+            (outcome, kind)
+        };
+        let request = self.replayer.request(
+            &self.route,
+            r.idempotent,
+            self.headers(r.key),
+            r.now,
+            &mut script,
+        );
+        let done = self.runtime.block_on(request);
+        let tried: Vec<(usize, String)> = done
+            .tries
+            .into_iter()
+            .map(|(c, m)| (clusters.iter().position(|n| *n == c).expect("a scenario cluster"), m))
+            .collect();
+        Some(render_tries(clusters, &tried, done.stop))
     }
 }
 
@@ -166,18 +222,35 @@ impl Point for NamingPoint {
 }
 
 #[test]
-fn the_router_pick_path_replays_every_vector() {
+fn the_router_request_path_replays_every_vector() {
     for (file, s) in &load_all() {
-        let (live, rt, base) = live(s, file);
+        // The scenario's clusters behind one listener and one route (`c`, then the backups),
+        // as `rondo serve` builds them.
+        let backups: Vec<String> = s.backups.iter().map(|b| format!("\"{b}\"")).collect();
+        let text = format!(
+            "{}\n[[listener]]\nname = \"golden\"\nlisten = \"127.0.0.1:0\"\n\n\
+             [[route]]\nname = \"golden\"\nlistener = \"golden\"\ncluster = \"{CLUSTER}\"\n\
+             backups = [{}]\nrequest_timeout_ms = 30000\n",
+            s.config,
+            backups.join(", ")
+        );
+        let config = rondo_config::parse_str(&text, file, 1)
+            .unwrap_or_else(|e| panic!("{}: config: {e}", file.display()));
+        let live = Arc::new(Live::new(config.view.clone(), s.group.clone()));
         let snapshot = live.load();
-        let clusters = std::iter::once(rt.clone())
-            .chain(s.backups.iter().map(|b| {
-                let b = snapshot.clusters[b.as_str()].clone();
-                b.reseed(s.seed);
-                b
-            }))
+        let clusters: Vec<Arc<ClusterRt>> = std::iter::once(CLUSTER)
+            .chain(s.backups.iter().map(String::as_str))
+            .map(|c| {
+                let rt = snapshot.clusters[c].clone();
+                rt.reseed(s.seed);
+                rt
+            })
             .collect();
-        let mut point = RouterPoint { live, rt, clusters, now: base };
+        let base = clock::now();
+        let route = config.view.routes[0].clone();
+        let replayer = Replayer::new(config.listeners[0].clone(), live);
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let mut point = RouterPoint { replayer, runtime, route, clusters, now: base };
         assert_eq!(replay(s, &mut point, base), s.expect, "{}: {}", file.display(), s.description);
     }
 }

@@ -715,6 +715,7 @@ impl Inner {
             if st.config.take().is_some() {
                 st.config_error = None;
                 tracing::info!(key, "shared configuration removed from etcd: using the file's");
+                self.live.set_shared_tier_key(None);
                 let snapshot = self.live.set_shared(None);
                 probe::spawn(&snapshot);
             }
@@ -728,8 +729,34 @@ impl Inner {
         let text = String::from_utf8_lossy(value);
         match rondo_config::parse_str(&text, Path::new(&name), 0) {
             Ok(config) => {
+                // The tier's key travels with its shared configuration: every router signs and
+                // checks session cookies with the same one (the file's while it names none).
+                let tier_key = match &config.router.tier_key {
+                    None => None,
+                    Some(k) => match rondo_runtime::secret::read_token(k) {
+                        Ok(bytes) if bytes.len() >= 16 => {
+                            Some(rondo_runtime::secret::TierKey::new(&bytes))
+                        }
+                        Ok(_) => {
+                            tracing::error!(
+                                key,
+                                "shared configuration rejected: [router] tier_key must be at least 16 bytes; keeping the last one"
+                            );
+                            st.config_error = Some(format!(
+                                "{name}: [router] tier_key must be at least 16 bytes"
+                            ));
+                            return;
+                        }
+                        Err(e) => {
+                            tracing::error!(key, error = %e, "shared configuration rejected: [router] tier_key cannot be read; keeping the last one");
+                            st.config_error = Some(format!("{name}: [router] tier_key: {e}"));
+                            return;
+                        }
+                    },
+                };
                 st.config_error = None;
                 tracing::info!(key, summary = config.summary(), "shared configuration applied");
+                self.live.set_shared_tier_key(tier_key);
                 let snapshot = self.live.set_shared(Some(config.view));
                 probe::spawn(&snapshot);
             }

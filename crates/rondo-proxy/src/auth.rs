@@ -20,7 +20,6 @@ use arc_swap::ArcSwap;
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use http::header::{HeaderMap, HeaderName, HeaderValue};
-use jsonwebtoken::jwk::{AlgorithmParameters, EllipticCurve, JwkSet, KeyAlgorithm};
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use rondo_core::{Route, RouteAuth};
 use rondo_runtime::Live;
@@ -230,7 +229,8 @@ impl Auth {
     ) -> Result<Option<Identity>, ProxyError> {
         let Some(spec) = &route.auth else { return Ok(None) };
         let now = SystemTime::now();
-        match self.check(spec, header, cookie, live.tier_key(), &live.revocations, now) {
+        let tier = live.tier_key();
+        match self.check(spec, header, cookie, tier.as_deref(), &live.revocations, now) {
             Ok(identity) => Ok(Some(identity)),
             Err(e) => {
                 live.metrics.auth_refused(&route.name, e.refusal.as_str());
@@ -331,62 +331,24 @@ fn stamp(path: &Path) -> Option<(SystemTime, u64)> {
     Some((m.modified().ok()?, m.len()))
 }
 
-/// Reads a JWKS file; keys of other types or algorithms are skipped (and logged).
+/// Reads a JWKS file ([`rondo_config::jwks::load`]); keys of other types or algorithms are
+/// skipped (and logged).
 fn read_keys(path: &Path) -> Keys {
     let stamp = stamp(path);
-    let failed = |e: String| Keys { keys: Vec::new(), error: Some(e), stamp };
-    let text = match std::fs::read(path) {
-        Ok(t) => t,
-        Err(e) => return failed(format!("cannot read auth keys {}: {e}", path.display())),
-    };
-    let set: JwkSet = match serde_json::from_slice(&text) {
-        Ok(s) => s,
-        Err(e) => {
-            return failed(format!("auth keys {} are not a JWKS document: {e}", path.display()));
-        }
-    };
-    let mut keys = Vec::new();
-    for (i, jwk) in set.keys.iter().enumerate() {
-        let by_type = match &jwk.algorithm {
-            AlgorithmParameters::OctetKeyPair(p) if p.curve == EllipticCurve::Ed25519 => {
-                Some(Algorithm::EdDSA)
+    match rondo_config::jwks::load(path) {
+        Ok((keys, skipped)) => {
+            for i in skipped {
+                tracing::warn!(
+                    path = %path.display(),
+                    key = i,
+                    "auth key skipped: not an Ed25519, P-256, RSA or HMAC key for EdDSA, ES256, RS256 or HS256"
+                );
             }
-            AlgorithmParameters::EllipticCurve(p) if p.curve == EllipticCurve::P256 => {
-                Some(Algorithm::ES256)
-            }
-            AlgorithmParameters::RSA(_) => Some(Algorithm::RS256),
-            AlgorithmParameters::OctetKey(_) => Some(Algorithm::HS256),
-            _ => None,
-        };
-        // A key's own `alg` must agree with its type: it can narrow, never widen.
-        let alg = match (by_type, jwk.common.key_algorithm) {
-            (Some(a), None) => Some(a),
-            (Some(a), Some(k)) if key_alg(k) == Some(a) => Some(a),
-            _ => None,
-        };
-        let decoding = DecodingKey::from_jwk(jwk);
-        match (alg, decoding) {
-            (Some(alg), Ok(key)) => keys.push(Key { kid: jwk.common.key_id.clone(), alg, key }),
-            _ => tracing::warn!(
-                path = %path.display(),
-                key = i,
-                "auth key skipped: not an Ed25519, P-256, RSA or HMAC key for EdDSA, ES256, RS256 or HS256"
-            ),
+            let keys =
+                keys.into_iter().map(|k| Key { kid: k.kid, alg: k.alg, key: k.key }).collect();
+            Keys { keys, error: None, stamp }
         }
-    }
-    if keys.is_empty() {
-        return failed(format!("auth keys {} hold no usable key", path.display()));
-    }
-    Keys { keys, error: None, stamp }
-}
-
-fn key_alg(k: KeyAlgorithm) -> Option<Algorithm> {
-    match k {
-        KeyAlgorithm::EdDSA => Some(Algorithm::EdDSA),
-        KeyAlgorithm::ES256 => Some(Algorithm::ES256),
-        KeyAlgorithm::RS256 => Some(Algorithm::RS256),
-        KeyAlgorithm::HS256 => Some(Algorithm::HS256),
-        _ => None,
+        Err(e) => Keys { keys: Vec::new(), error: Some(e), stamp },
     }
 }
 
@@ -540,16 +502,10 @@ fn session_identity(
 
 /// The response stage's one call on hyper's path: removes `x-rondo-login` from a member's
 /// response head and adds the session cookie [`login_cookie`] makes of it, if any.
-pub fn on_response(
-    route: &Route,
-    status: u16,
-    headers: &mut HeaderMap,
-    tier: Option<&TierKey>,
-    secure: bool,
-    now: SystemTime,
-) {
+pub fn on_response(route: &Route, status: u16, headers: &mut HeaderMap, live: &Live, secure: bool) {
     let Some(vouched) = headers.remove(LOGIN_HEADER) else { return };
-    if let Some(v) = login_cookie(route, status, vouched.as_bytes(), tier, secure, now) {
+    let (tier, now) = (live.tier_key(), SystemTime::now());
+    if let Some(v) = login_cookie(route, status, vouched.as_bytes(), tier.as_deref(), secure, now) {
         headers.append(http::header::SET_COOKIE, v);
     }
 }
@@ -711,7 +667,7 @@ mod tests {
 
     fn keys() -> Keys {
         let k = URL_SAFE_NO_PAD.encode(SECRET);
-        let set: JwkSet =
+        let set: jsonwebtoken::jwk::JwkSet =
             serde_json::from_value(json!({"keys": [{"kty": "oct", "k": k, "kid": "h1"}]})).unwrap();
         let jwk = &set.keys[0];
         let key = DecodingKey::from_jwk(jwk).unwrap();

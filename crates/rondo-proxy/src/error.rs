@@ -98,6 +98,8 @@ pub struct ProxyError {
     pub detail: String,
     /// Every try, in order.
     pub attempts: Vec<Attempt>,
+    /// Why the failover engine stopped trying, when it gave up on the request.
+    pub stop: Option<rondo_core::Stop>,
 }
 
 impl Kind {
@@ -234,7 +236,14 @@ impl std::error::Error for ProxyError {}
 impl ProxyError {
     /// A failure with no attempts, outside any route.
     pub fn new(kind: Kind, detail: impl Into<String>) -> Self {
-        ProxyError { kind, route: None, cluster: None, detail: detail.into(), attempts: Vec::new() }
+        ProxyError {
+            kind,
+            route: None,
+            cluster: None,
+            detail: detail.into(),
+            attempts: Vec::new(),
+            stop: None,
+        }
     }
 
     /// A failure on `route`, whose primary cluster is `cluster`.
@@ -245,6 +254,7 @@ impl ProxyError {
             cluster: Some(cluster.to_owned()),
             detail: detail.into(),
             attempts: Vec::new(),
+            stop: None,
         }
     }
 

@@ -12,7 +12,7 @@
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::{Arc, RwLock};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use http::header::{self, HeaderValue};
 use http::request::Parts;
@@ -332,6 +332,11 @@ pub(crate) trait Tries {
     fn headers(&self) -> &Self::Headers;
     /// Whether the request can still be sent again (no try has consumed its body).
     fn replayable(&self) -> bool;
+    /// Now, on the core's clock: the wall clock for requests (a replay of recorded scenarios,
+    /// [`crate::replay`], gives the scenario's time).
+    fn now(&self) -> rondo_core::Instant {
+        clock::now()
+    }
     /// One try on the member `choice` placed it on, within the try's timeout from `failover`;
     /// the member's answer, or the failure classified.
     async fn attempt(
@@ -353,7 +358,7 @@ pub(crate) async fn forward<T: Tries>(
     req: &mut T,
 ) -> Result<T::Response, Failure> {
     let clusters = 1 + route.backups.len();
-    let mut failover = Failover::new(clusters, idempotent, clock::now(), route.request_timeout);
+    let mut failover = Failover::new(clusters, idempotent, req.now(), route.request_timeout);
     let mut attempts: Vec<Attempt> = Vec::new();
     let metrics = &ctx.live.metrics;
     let stop = loop {
@@ -363,7 +368,7 @@ pub(crate) async fn forward<T: Tries>(
             failover.none_eligible();
             continue;
         };
-        let choice = match place(ctx, rt, &mut failover, req.headers(), peer) {
+        let choice = match place(ctx, rt, &mut failover, req.headers(), peer, req.now()) {
             Ok(choice) => choice,
             Err(Refused::Stop(stop)) => {
                 tracing::warn!(route = %route.name, cluster = %cluster, "retry budget exhausted");
@@ -418,7 +423,7 @@ pub(crate) async fn forward<T: Tries>(
             member_failed: kind.is_retryable(),
             replayable: req.replayable(),
         };
-        if let Err(stop) = failover.failed(failure, clock::now()) {
+        if let Err(stop) = failover.failed(failure, req.now()) {
             break stop;
         }
     };
@@ -444,6 +449,7 @@ fn gave_up(route: &Route, attempts: Vec<Attempt>, stop: Stop) -> Failure {
     }
     let mut e = ProxyError::on_route(kind, &route.name, &route.cluster, detail);
     e.attempts = attempts;
+    e.stop = Some(stop);
     (e, route.idle_timeout)
 }
 
@@ -524,16 +530,8 @@ async fn attempt(
         Ok(Ok(mut resp)) => {
             let latency = started.elapsed();
             let status = resp.status().as_u16();
-            let tier = ctx.live.tier_key();
             let tls = ctx.listener.tls.is_some();
-            crate::auth::on_response(
-                route,
-                status,
-                resp.headers_mut(),
-                tier,
-                tls,
-                SystemTime::now(),
-            );
+            crate::auth::on_response(route, status, resp.headers_mut(), &ctx.live, tls);
             let counted = record_response(rt, &route.name, member, status, latency.as_secs_f64());
             begun.disarm();
             let served = Served { counted, slot: req.slot.clone(), tries: failover.tries() };
@@ -799,12 +797,15 @@ pub(crate) fn place(
     failover: &mut Failover,
     headers: &impl Headers,
     peer: SocketAddr,
+    now: rondo_core::Instant,
 ) -> Result<Choice, Refused> {
     let spec = &rt.spec;
     let session = spec.policy.granularity == Granularity::Session;
     let mut header_session = None;
     let mut held = None;
-    let tier = ctx.live.tier_key();
+    // Only sessions sign or read cookies with the tier's key.
+    let tier = if session { ctx.live.tier_key() } else { None };
+    let tier = tier.as_deref();
     let tls = ctx.listener.tls.is_some();
     let mut renew = false;
     if session {
@@ -826,7 +827,7 @@ pub(crate) fn place(
         .then(|| hash_key(&spec.policy.hash.key, headers, peer))
         .flatten();
     let group = ctx.live.group.as_deref();
-    let (member, reason) = match rt.place(failover, clock::now(), group, hash, held)? {
+    let (member, reason) = match rt.place(failover, now, group, hash, held)? {
         Placed::Kept(m) => {
             // A signed cookie past half its life gets a new expiry.
             let set_cookie =

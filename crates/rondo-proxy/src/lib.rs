@@ -20,6 +20,7 @@ pub mod h1;
 pub mod head;
 pub mod headers;
 pub mod http;
+pub mod replay;
 pub mod sni;
 pub mod sticky;
 pub mod tcp;

@@ -18,10 +18,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::head::Headers;
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use http::HeaderValue;
-use crate::head::Headers;
 use rondo_core::ClusterSpec;
 use rondo_runtime::ClusterRt;
 use rondo_runtime::secret::TierKey;

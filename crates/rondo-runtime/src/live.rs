@@ -406,8 +406,11 @@ pub struct Live {
     pub metrics: Arc<Metrics>,
     /// Member state changes waiting to become a new view id.
     signal: Arc<StateSignal>,
-    /// The key every router of the tier shares (`[router] tier_key`), set once at start.
-    tier_key: std::sync::OnceLock<crate::secret::TierKey>,
+    /// The key every router of the tier shares: the tier's shared configuration's
+    /// `[router] tier_key` while it has one, else the file's (set at start).
+    tier_key: arc_swap::ArcSwapOption<crate::secret::TierKey>,
+    /// The two layers of [`Live::tier_key`]: the file's and the shared configuration's.
+    tier_keys: Mutex<TierKeys>,
     /// Revoked sign-on tokens (by id or subject), this router's and the tier's.
     pub revocations: crate::revoke::Revocations,
 }
@@ -422,6 +425,20 @@ pub struct RegisteredCluster {
     /// name (`[naming] allow_registered_clusters`); `None`: the members wait for a configured
     /// cluster. A configured cluster of the name always wins, with its own policy.
     pub declared: Option<Arc<ClusterSpec>>,
+}
+
+/// The layers of the tier key: the configuration file's, and the tier's shared
+/// configuration's, which is in force while set.
+#[derive(Debug, Default)]
+struct TierKeys {
+    file: Option<Arc<crate::secret::TierKey>>,
+    shared: Option<Arc<crate::secret::TierKey>>,
+}
+
+impl TierKeys {
+    fn in_force(&self) -> Option<Arc<crate::secret::TierKey>> {
+        self.shared.clone().or_else(|| self.file.clone())
+    }
 }
 
 /// Members registered with the naming service, by cluster.
@@ -537,19 +554,31 @@ impl Live {
             group,
             metrics,
             signal,
-            tier_key: std::sync::OnceLock::new(),
+            tier_key: arc_swap::ArcSwapOption::empty(),
+            tier_keys: Mutex::default(),
             revocations: Default::default(),
         }
     }
 
-    /// Sets the tier's shared key (once, at start; later calls change nothing).
+    /// Sets the configuration file's tier key (at start).
     pub fn set_tier_key(&self, key: crate::secret::TierKey) {
-        let _ = self.tier_key.set(key);
+        let mut keys = self.tier_keys.lock().unwrap_or_else(|e| e.into_inner());
+        keys.file = Some(Arc::new(key));
+        self.tier_key.store(keys.in_force());
     }
 
-    /// The tier's shared key, when the configuration gives one.
-    pub fn tier_key(&self) -> Option<&crate::secret::TierKey> {
-        self.tier_key.get()
+    /// Sets (or, with `None`, clears) the tier's shared configuration's key, which is in force
+    /// instead of the file's while set.
+    pub fn set_shared_tier_key(&self, key: Option<crate::secret::TierKey>) {
+        let mut keys = self.tier_keys.lock().unwrap_or_else(|e| e.into_inner());
+        keys.shared = key.map(Arc::new);
+        self.tier_key.store(keys.in_force());
+    }
+
+    /// The tier's key in force, when the configuration (the file's, or the tier's shared one)
+    /// gives one.
+    pub fn tier_key(&self) -> Option<Arc<crate::secret::TierKey>> {
+        self.tier_key.load_full()
     }
 
     /// A new view id for the same view and the same cluster runtimes (a new `View` value equal

@@ -6,6 +6,8 @@
 //! bounded ([`MAX_REVOCATIONS`]).
 
 use std::collections::HashMap;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
@@ -58,6 +60,9 @@ pub struct Revocations {
     shared: Mutex<Set>,
     merged: ArcSwap<Set>,
     publisher: Mutex<Option<tokio::sync::mpsc::UnboundedSender<Revocation>>>,
+    /// Where this router's own revocations are kept across restarts (the embedded registry's
+    /// snapshot with `.revoked` appended), when set.
+    store: Mutex<Option<PathBuf>>,
 }
 
 impl std::fmt::Debug for Revocations {
@@ -88,6 +93,15 @@ impl Revocations {
                 return Err(format!("{MAX_REVOCATIONS} revocations are in force already"));
             }
             let until = local.get(&key).map_or(r.until, |&u| u.max(r.until));
+            // Durable before it is in force or answered: a restart must not forget it. Written
+            // under the lock, so two revocations cannot write the file out of order.
+            if let Some(path) = self.store.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+                let mut next = local.clone();
+                next.insert(key.clone(), until);
+                write_store(path, &next).map_err(|e| {
+                    format!("cannot keep the revocation in {}: {e}", path.display())
+                })?;
+            }
             local.insert(key, until);
         }
         self.merge(now);
@@ -107,6 +121,25 @@ impl Revocations {
             }
         }
         self.merge(now);
+    }
+
+    /// Keeps this router's own revocations in `path` from now on (the embedded registry's
+    /// snapshot beside it): the revocations in force there are loaded first. A file that
+    /// cannot be read or holds a line that is not a revocation is an error naming the file and
+    /// the line; a missing file is an empty set.
+    pub fn set_store(&self, path: PathBuf, now: u64) -> Result<usize, String> {
+        let loaded = read_store(&path, now)?;
+        let n = loaded.len();
+        {
+            let mut local = self.local.lock().unwrap_or_else(|e| e.into_inner());
+            for (k, u) in loaded {
+                let e = local.entry(k).or_insert(u);
+                *e = (*e).max(u);
+            }
+            *self.store.lock().unwrap_or_else(|e| e.into_inner()) = Some(path);
+        }
+        self.merge(now);
+        Ok(n)
     }
 
     /// Where new local revocations go to be shared (the etcd registry sets one).
@@ -144,6 +177,52 @@ impl Revocations {
     }
 }
 
+/// The store's format: one revocation a line, `KIND<TAB>VALUE<TAB>UNTIL` (values hold no control
+/// character, the admin API refuses them).
+fn write_store(path: &Path, set: &Set) -> std::io::Result<()> {
+    let mut text = String::new();
+    for ((kind, value), until) in set {
+        text.push_str(&format!("{}\t{value}\t{until}\n", kind.as_str()));
+    }
+    let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(text.as_bytes())?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path)?;
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::File::open(dir)?.sync_all()?;
+    }
+    Ok(())
+}
+
+fn read_store(path: &Path, now: u64) -> Result<Set, String> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Set::new()),
+        Err(e) => return Err(format!("revocations {}: {e}", path.display())),
+    };
+    let mut set = Set::new();
+    for (i, line) in text.lines().enumerate() {
+        let bad =
+            || format!("revocations {}: line {} is not KIND\tVALUE\tUNTIL", path.display(), i + 1);
+        let mut parts = line.split('\t');
+        let (Some(kind), Some(value), Some(until), None) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            return Err(bad());
+        };
+        let kind = RevokeKind::parse(kind).ok_or_else(bad)?;
+        let until: u64 = until.parse().map_err(|_| bad())?;
+        if value.is_empty() || value.chars().any(char::is_control) {
+            return Err(bad());
+        }
+        if until > now {
+            set.insert((kind, value.to_owned()), until);
+        }
+    }
+    Ok(set)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -166,5 +245,34 @@ mod tests {
         rs.set_shared([], 100);
         assert!(!rs.is_revoked(None, "alice", 150));
         assert_eq!(rs.list(150).len(), 1);
+    }
+
+    #[test]
+    fn a_store_keeps_local_revocations_across_a_restart() {
+        let dir = std::env::temp_dir().join(format!("rondo-revoked-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("registry.json.revoked");
+        let rs = Revocations::default();
+        assert_eq!(rs.set_store(path.clone(), 100), Ok(0), "a missing file is an empty set");
+        rs.revoke(r(RevokeKind::Subject, "alice", 300), 100).unwrap();
+        rs.revoke(r(RevokeKind::TokenId, "t1", 150), 100).unwrap();
+        // Shared ones are the tier's to keep, not this file's.
+        rs.set_shared([r(RevokeKind::Subject, "bob", 300)], 100);
+        let again = Revocations::default();
+        assert_eq!(again.set_store(path.clone(), 120), Ok(2));
+        assert!(again.is_revoked(None, "alice", 120) && again.is_revoked(Some("t1"), "x", 120));
+        assert!(!again.is_revoked(None, "bob", 120));
+        // Lapsed ones are not loaded.
+        assert_eq!(Revocations::default().set_store(path.clone(), 200), Ok(1));
+        // A damaged file is refused, naming the file and the line.
+        std::fs::write(&path, "subject\talice\t300\nsubject alice\n").unwrap();
+        let e = Revocations::default().set_store(path.clone(), 100).unwrap_err();
+        assert!(e.contains("registry.json.revoked") && e.contains("line 2"), "{e}");
+        // A write that fails refuses the revocation (not in force, not answered as made).
+        let rs = Revocations::default();
+        rs.set_store(dir.join("no-such-dir").join("r"), 100).unwrap();
+        assert!(rs.revoke(r(RevokeKind::Subject, "carol", 300), 100).is_err());
+        assert!(!rs.is_revoked(None, "carol", 100));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

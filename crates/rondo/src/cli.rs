@@ -264,6 +264,26 @@ pub enum CtlCommand {
         /// The configuration file (TOML).
         file: PathBuf,
     },
+    /// Revoke sign-on tokens by their id (`jti`) or every token of a subject: refused at once
+    /// by this router, and by every router of an etcd tier within about a second.
+    Revoke {
+        /// The token id (`jti`) of a JWT or of a tier session.
+        #[arg(
+            long,
+            value_name = "ID",
+            conflicts_with = "subject",
+            required_unless_present = "subject"
+        )]
+        token_id: Option<String>,
+        /// The subject (`sub`) whose every token is refused.
+        #[arg(long, value_name = "SUBJECT")]
+        subject: Option<String>,
+        /// How long the revocation holds, milliseconds (default one day; 1000 to 30 days).
+        #[arg(long, value_name = "MS")]
+        ttl_ms: Option<u64>,
+    },
+    /// List the revocations in force (this router's and the tier's).
+    Revocations,
 }
 
 /// A cluster and one of its members.

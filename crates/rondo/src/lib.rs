@@ -194,6 +194,10 @@ fn ctl(args: cli::CtlArgs, out: &mut dyn Write, err: &mut dyn Write) -> anyhow::
             C::Weight { cluster, member, weight }
         }
         cli::CtlCommand::Algorithm { cluster, name } => C::Algorithm { cluster, name },
+        cli::CtlCommand::Revoke { token_id, subject, ttl_ms } => {
+            C::Revoke { token_id, subject, ttl_ms }
+        }
+        cli::CtlCommand::Revocations => C::Revocations,
         cli::CtlCommand::Apply { file } => match std::fs::read_to_string(&file) {
             Ok(text) => C::Apply { file: file.display().to_string(), text },
             Err(e) => {

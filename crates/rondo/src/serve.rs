@@ -212,6 +212,16 @@ async fn start_naming(
     own: Vec<rondo_naming::api::OwnAddress>,
     out: &mut dyn Write,
 ) -> anyhow::Result<Naming> {
+    // The embedded registry keeps this router's revocations beside its snapshot (an etcd tier
+    // keeps them in etcd).
+    if let rondo_config::RegistrySpec::Embedded { snapshot: Some(snapshot) } = &spec.registry {
+        let mut path = snapshot.clone().into_os_string();
+        path.push(".revoked");
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        live.revocations.set_store(path.into(), now).map_err(|e| anyhow::anyhow!("naming: {e}"))?;
+    }
     let limits = rondo_naming::Limits::of(spec);
     live.allow_declared(spec.allow_registered_clusters);
     let registry = rondo_naming::start_registry_with(&spec.registry, limits, live.clone())

@@ -410,6 +410,34 @@ fn tokens_are_checked_before_any_member_sees_the_request() {
     assert!(a.header("www-authenticate").unwrap().contains("revoked"));
     let listed = get(admin, "/api/v1/revocations", &admin_auth).body;
     assert!(listed.contains("carol") && listed.contains("token-7"), "{listed}");
+    // The same through `rondo ctl`: a token of dave's passes until ctl revokes his subject.
+    let mut of_dave = self::claims();
+    of_dave["sub"] = json!("dave");
+    let dave = sign(Algorithm::EdDSA, "dev-2", &of_dave, &dev_key(&fresh));
+    assert_eq!(get(web, "/headers", &[("Authorization", &bearer(&dave))]).status, 200);
+    let ctl = |args: &[&str]| {
+        let admin = admin.to_string();
+        let out = Command::new(BIN)
+            .args(["ctl", "--admin", &admin, "--token", "admin-secret"])
+            .args(args)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        (out.status.success(), text + &String::from_utf8_lossy(&out.stderr))
+    };
+    let (ok, text) = ctl(&["revoke", "--subject", "dave", "--ttl-ms", "60000"]);
+    assert!(ok && text.starts_with("revoked subject dave until "), "{text}");
+    let a = get(web, "/headers", &[("Authorization", &bearer(&dave))]);
+    assert_eq!(a.status, 401, "{}", a.body);
+    let (ok, text) = ctl(&["revocations"]);
+    assert!(ok, "{text}");
+    for line in ["subject carol until", "token id token-7 until", "subject dave until"] {
+        assert!(text.contains(line), "{line} missing from:\n{text}");
+    }
+    let (ok, text) = ctl(&["revoke", "--subject", "eve", "--ttl-ms", "10"]);
+    assert!(!ok && text.contains("ttl_ms") && text.contains("400"), "{text}");
+    let (ok, text) = ctl(&["revoke"]);
+    assert!(!ok && text.contains("--token-id"), "{text}");
     let a = call(admin, "POST", "/api/v1/revocations", &admin_auth, r#"{"ttl_ms": 5000}"#);
     assert_eq!(a.status, 400, "{}", a.body);
 }

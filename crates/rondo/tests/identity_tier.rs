@@ -100,10 +100,12 @@ fn a_session_keeps_its_member_on_every_router_of_the_tier() {
         let mut p = Proc::start(&["serve", "--config", file.to_str().unwrap()]);
         let web = p.addr_after("rondo: listener web on");
         let admin = p.addr_after("rondo: admin API on");
-        routers.push((p, web, admin));
+        let naming = p.addr_after("rondo: naming API (registry etcd) on");
+        routers.push((p, web, admin, naming));
     }
-    let webs: Vec<SocketAddr> = routers.iter().map(|(_, w, _)| *w).collect();
-    let admins: Vec<SocketAddr> = routers.iter().map(|(_, _, a)| *a).collect();
+    let webs: Vec<SocketAddr> = routers.iter().map(|r| r.1).collect();
+    let admins: Vec<SocketAddr> = routers.iter().map(|r| r.2).collect();
+    let namings: Vec<SocketAddr> = routers.iter().map(|r| r.3).collect();
 
     // Router 1 places the session and signs its cookie.
     let (status, headers, body) = get(webs[0], "/", &[]);
@@ -174,18 +176,71 @@ fn a_session_keeps_its_member_on_every_router_of_the_tier() {
     for web in &webs {
         assert_eq!(get(*web, "/secure/x", &[("Cookie", &session)]).0, 401);
     }
+
+    // The tier's key from its shared configuration in etcd: put through router 1's naming API,
+    // it replaces every router's file key. Bob's session, signed under the file's key, is then
+    // refused everywhere, and a session signed by router 2 under the shared key holds at 1 and 3.
+    let login = |web: SocketAddr, who: &str| {
+        let (status, headers, _) = get(web, &format!("/login/{who}"), &[]);
+        assert_eq!(status, 200);
+        let set = header(&headers, "set-cookie").expect("a session cookie").to_owned();
+        set.split(';').next().unwrap().to_owned()
+    };
+    let bob = login(webs[0], "bob");
+    assert_eq!(get(webs[2], "/secure/x", &[("Cookie", &bob)]).0, 200);
+    let file_config = config(&etcd.endpoint(), &keys.join("jwks.json"), &addrs);
+    let shared =
+        file_config.replace("the tier's shared key, 32 bytes.", "the key the tier keeps in etcd");
+    assert_ne!(shared, file_config);
+    let (status, _, answer) = put(namings[0], "/v1/config", &shared);
+    assert_eq!(status, 200, "{answer}");
+    let start = Instant::now();
+    let mut pending = webs.clone();
+    while !pending.is_empty() {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "the shared key is not in force at {pending:?}"
+        );
+        pending.retain(|web| {
+            let (status, headers, _) = get(*web, "/secure/x", &[("Cookie", &bob)]);
+            !(status == 401
+                && header(&headers, "www-authenticate")
+                    .is_some_and(|w| w.contains("bad_signature")))
+        });
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let carol = login(webs[1], "carol");
+    for web in [webs[0], webs[2]] {
+        let (status, _, body) = get(web, "/secure/x", &[("Cookie", &carol)]);
+        assert_eq!(status, 200, "the shared key's session was refused by {web}: {body}");
+    }
     drop(routers);
     drop(members);
 }
 
+/// PUT a body to a router's naming API (no token: it listens on loopback).
+fn put(addr: SocketAddr, path: &str, body: &str) -> (u16, Vec<(String, String)>, String) {
+    send(addr, "PUT", path, body, None)
+}
+
 /// POST a JSON body to a router's admin API (token `admin-secret`).
 fn post(addr: SocketAddr, path: &str, body: &str) -> (u16, Vec<(String, String)>, String) {
-    let mut s = std::net::TcpStream::connect(addr).expect("connect to the admin API");
+    send(addr, "POST", path, body, Some("admin-secret"))
+}
+
+fn send(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    body: &str,
+    token: Option<&str>,
+) -> (u16, Vec<(String, String)>, String) {
+    let mut s = std::net::TcpStream::connect(addr).expect("connect to the API");
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
     let head = format!(
-        "POST {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\
-         Authorization: Bearer admin-secret\r\nContent-Type: application/json\r\n\
-         Content-Length: {}\r\n\r\n{body}",
+        "{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n{auth}\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
     );
     s.write_all(head.as_bytes()).unwrap();

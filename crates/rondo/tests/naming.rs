@@ -794,11 +794,16 @@ fn rondo_serve_refuses_other_hosts_and_registrations_at_its_own_addresses() {
          [[route]]\nname = \"main\"\nlistener = \"web\"\ncluster = \"c\"\n\n\
          [cluster.c]\nmembers = [{ name = \"m1\", address = \"127.0.0.1:1\" }]\n\n\
          [admin]\nlisten = \"127.0.0.1:0\"\n\n\
+         [agent]\nlisten = \"127.0.0.1:0\"\nkey = \"the agents' key\"\n\n\
          [naming]\nlisten = \"127.0.0.1:0\"\nallowed_hosts = [\"naming.test\"]\n",
     )
     .unwrap();
     let mut p = Proc::start(&["serve", "--config", config.to_str().unwrap()]);
     let web = p.addr_after("rondo: listener web on");
+    // `rondo: agent receiver on ADDR (tcp and udp)`, printed before the admin API's line.
+    let line = p.line_with("rondo: agent receiver on", Duration::from_secs(10));
+    let agent: std::net::SocketAddr =
+        line.split(' ').nth(4).and_then(|a| a.parse().ok()).expect("the agent's address");
     let admin = p.addr_after("rondo: admin API on");
     let api = p.addr_after("rondo: naming API (registry embedded) on");
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
@@ -814,7 +819,13 @@ fn rondo_serve_refuses_other_hosts_and_registrations_at_its_own_addresses() {
         assert_eq!(status, StatusCode::OK, "{host}: {v}");
     }
     // serve passes its own addresses to the naming API.
-    for (address, what) in [(web, "listener web"), (admin, "admin API"), (api, "naming API")] {
+    let own = [
+        (web, "listener web"),
+        (admin, "admin API"),
+        (agent, "agent receiver"),
+        (api, "naming API"),
+    ];
+    for (address, what) in own {
         let url = format!("http://{api}/v1/services/c/members/loop");
         let body = json!({ "address": address.to_string() }).to_string();
         let (status, _, v) = rt.block_on(json_call(Method::PUT, &url, &[], Some(&body)));

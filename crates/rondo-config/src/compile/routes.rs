@@ -81,6 +81,10 @@ fn compile_auth(c: &mut Compiler<'_>, path: &FieldPath, a: &RawAuth) -> Option<A
         c.err(path.key("audience"), "audience must not be empty");
     }
     let keys = c.file_path(path.key("keys"), &a.keys)?;
+    // Read now, so that `rondo check`, a start and a reload refuse a file with no usable key.
+    if let Err(e) = crate::jwks::load(&keys) {
+        c.err(path.key("keys"), e);
+    }
     let require: Vec<(String, String)> =
         a.require.iter().flatten().map(|(k, v)| (k.clone(), v.clone())).collect();
     for (k, _) in &require {

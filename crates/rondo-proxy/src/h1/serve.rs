@@ -25,10 +25,10 @@ use crate::body::Finish;
 use crate::error::Kind;
 use crate::head::Headers;
 use crate::headers::{has_looped, via_id};
-use crate::sticky;
 use crate::http::{
     Begun, Choice, ClusterView, Failure, HttpCtx, Tries, find_route, forward, looped, on_route,
 };
+use crate::sticky;
 
 /// While a member has not answered for this long, the router watches whether the client went
 /// away (a request it abandoned is ended on its member, not left counted in flight).
@@ -511,9 +511,10 @@ impl<'a, S: ClientStream> OwnTries<'a, S> {
         self.c.idle = route.idle_timeout;
         // Sign-on: a route with `auth` forwards only a request whose token holds.
         let headers = OwnHead { buf: &self.buf, fields: &self.head.fields };
-        let gate = self.ctx.auth.gate(route, &self.ctx.live, &|n| headers.get_str(n), &|n| {
-            sticky::cookie(&headers, n)
-        });
+        let gate = self
+            .ctx
+            .auth
+            .gate(route, &self.ctx.live, &|n| headers.get_str(n), &|n| sticky::cookie(&headers, n));
         let identity = match gate {
             Ok(identity) => identity,
             Err(e) => return Ok(self.fail((e, route.idle_timeout)).await),
@@ -868,13 +869,14 @@ impl<S: ClientStream> OwnTries<'_, S> {
         }
         let mut out = std::mem::take(&mut self.out);
         out.clear();
-        // A member's `x-rondo-login` never reaches the client; on a login route it becomes the
-        // tier session's cookie.
-        let login = self.route.and_then(|route| {
-            let vouched = rhead.fields.iter().find(|f| is(f.name.get(&rbuf), LOGIN_HEADER.as_bytes()))?;
+        // A member's `x-rondo-login` never reaches the client (`write_response_head` drops it
+        // on every route); on a login route it becomes the tier session's cookie.
+        let login = self.route.filter(|route| route.login.is_some()).and_then(|route| {
+            let vouched =
+                rhead.fields.iter().find(|f| is(f.name.get(&rbuf), LOGIN_HEADER.as_bytes()))?;
             let (tier, tls) = (self.ctx.live.tier_key(), self.ctx.listener.tls.is_some());
             let (value, now) = (vouched.value.get(&rbuf), SystemTime::now());
-            auth::login_cookie(route, rhead.status, value, tier, tls, now)
+            auth::login_cookie(route, rhead.status, value, tier.as_deref(), tls, now)
         });
         let cookies = [login.as_ref(), set_cookie.as_ref()];
         write_response_head(&mut out, &rbuf, &rhead, cookies, self.close);

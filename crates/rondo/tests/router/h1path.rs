@@ -208,3 +208,143 @@ async fn a_nul_in_a_chunk_extension_is_refused_and_the_connection_closed() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn heads_larger_than_a_pooled_buffer_stay_on_the_own_path_up_to_the_limit() {
+    let (r, _ms) = setup("").await;
+    // The pooled buffer is 16 KiB; the default limit is 64 KiB: a 40 KiB head grows the
+    // connection's buffer for that request and is forwarded whole.
+    let big = "b".repeat(40 * 1024);
+    let mut conn = support::raw_connect(r.addr("web")).await;
+    let request = format!("GET /headers HTTP/1.1\r\nHost: x\r\nX-Big: {big}\r\n\r\n");
+    let resp = support::raw_request(&mut conn, &request).await;
+    assert_eq!(resp.status, 200, "{}", resp.text());
+    assert!(resp.text().contains(&big), "the member did not get the whole field");
+    // The same connection goes on with a small request.
+    let resp = support::raw_request(&mut conn, "GET / HTTP/1.1\r\nHost: x\r\n\r\n").await;
+    assert_eq!(resp.status, 200);
+    // Over the limit: 431 and closed.
+    let huge = "h".repeat(70 * 1024);
+    let mut conn = support::raw_connect(r.addr("web")).await;
+    let request = format!("GET / HTTP/1.1\r\nHost: x\r\nX-Huge: {huge}\r\n\r\n");
+    let resp = support::raw_request(&mut conn, &request).await;
+    assert_eq!(resp.status, 431, "{}", resp.text());
+    let (_, closed) = support::read_until_closed(&mut conn, Duration::from_secs(5)).await;
+    assert!(closed, "the connection stays open after a 431");
+    assert_eq!(handoffs(&r), vec![0; 5], "nothing was handed to hyper");
+}
+
+/// A member that, per connection, records what it read until the end of a chunked request's
+/// trailer section (`x-req-trailer: yes` and the empty line), then answers with a chunked body
+/// and a trailer of its own.
+async fn trailer_member() -> (std::net::SocketAddr, tokio::sync::mpsc::UnboundedReceiver<Vec<u8>>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                let end = b"x-req-trailer: yes\r\n\r\n";
+                while !buf.windows(end.len()).any(|w| w.eq_ignore_ascii_case(end)) {
+                    match s.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                }
+                let _ = tx.send(buf);
+                let reply = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTrailer: x-resp-trailer\r\n\r\n\
+                             2\r\nok\r\n0\r\nx-resp-trailer: done\r\n\r\n";
+                let _ = s.write_all(reply.as_bytes()).await;
+            });
+        }
+    });
+    (addr, rx)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chunked_trailers_pass_both_ways_on_the_own_path() {
+    let (addr, mut seen) = trailer_member().await;
+    let cluster = support::members_of([support::member_entry("m1", addr, "")]);
+    let r = support::router(&support::one_cluster(&cluster)).await;
+    let mut conn = support::raw_connect(r.addr("web")).await;
+    let request = "POST /t HTTP/1.1\r\nHost: x\r\nTE: trailers\r\nTransfer-Encoding: chunked\r\n\r\n\
+                   5\r\nhello\r\n0\r\nx-req-trailer: yes\r\n\r\n";
+    support::raw_send(&mut conn, request.as_bytes()).await;
+    // The client gets the member's body and its trailer.
+    let (status, headers) = support::read_head(&mut conn).await.expect("head");
+    assert_eq!(status, 200);
+    assert!(
+        headers.iter().any(|(k, v)| k.eq_ignore_ascii_case("transfer-encoding") && v == "chunked"),
+        "{headers:?}"
+    );
+    let mut body = Vec::new();
+    let (rest, _) = support::read_until_closed(&mut conn, Duration::from_millis(500)).await;
+    body.extend_from_slice(&rest);
+    let body = String::from_utf8_lossy(&body).into_owned();
+    assert!(body.contains("2\r\nok\r\n0\r\nx-resp-trailer: done\r\n\r\n"), "{body:?}");
+    // The member got the client's body and its trailer.
+    let got = tokio::time::timeout(Duration::from_secs(5), seen.recv()).await.unwrap().unwrap();
+    let got = String::from_utf8_lossy(&got).into_owned();
+    assert!(got.contains("\r\n\r\n5\r\nhello\r\n0\r\nx-req-trailer: yes\r\n\r\n"), "{got:?}");
+    assert_eq!(handoffs(&r), vec![0; 5], "nothing was handed to hyper");
+}
+
+/// A member that answers every request with `Connection: close` and closes; counts the
+/// connections it accepted.
+async fn closing_member() -> (std::net::SocketAddr, std::sync::Arc<std::sync::atomic::AtomicU32>) {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let accepted = std::sync::Arc::new(AtomicU32::new(0));
+    let counted = accepted.clone();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            counted.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                }
+                let reply = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok";
+                let _ = s.write_all(reply).await;
+                let _ = s.shutdown().await;
+            });
+        }
+    });
+    (addr, accepted)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connection_close_from_either_side_ends_only_that_sides_connection() {
+    use std::sync::atomic::Ordering;
+    // The member closes after each answer: the client's connection stays open (the router
+    // strips the member's `Connection: close` and opens a new member connection next time).
+    let (addr, accepted) = closing_member().await;
+    let cluster = support::members_of([support::member_entry("m1", addr, "")]);
+    let r = support::router(&support::one_cluster(&cluster)).await;
+    let mut conn = support::raw_connect(r.addr("web")).await;
+    for i in 1..=3 {
+        let resp = support::raw_request(&mut conn, "GET / HTTP/1.1\r\nHost: x\r\n\r\n").await;
+        assert_eq!((resp.status, resp.text().as_str()), (200, "ok"), "request {i}");
+        assert!(resp.header("connection").is_none_or(|v| !v.contains("close")), "request {i}");
+    }
+    assert_eq!(accepted.load(Ordering::SeqCst), 3, "one member connection per answer");
+    // The client says close: its answer says so and the router closes after it.
+    let resp =
+        support::raw_request(&mut conn, "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .await;
+    assert_eq!(resp.status, 200);
+    assert_eq!(resp.header("connection"), Some("close"));
+    let (rest, closed) = support::read_until_closed(&mut conn, Duration::from_secs(5)).await;
+    assert!(closed && rest.is_empty(), "the router kept the client's connection open");
+    assert_eq!(handoffs(&r), vec![0; 5], "nothing was handed to hyper");
+}
