@@ -544,17 +544,36 @@ async fn revoke(State(st): State<AppState>, bytes: Bytes) -> Response {
     let now = unix_now();
     let until = now + ttl_ms.div_ceil(1000);
     let r = Revocation { kind, value: value.clone(), until };
-    match st.live.revocations.revoke(r, now) {
-        Ok(()) => {
-            tracing::info!(kind = kind.as_str(), value, until, "sign-on revoked");
-            (
-                StatusCode::CREATED,
-                axum::Json(json!({ "kind": kind.as_str(), "value": value, "until": until })),
-            )
-                .into_response()
+    let shared = match st.live.revocations.revoke(r, now) {
+        Ok(shared) => shared,
+        Err(e) => return error(StatusCode::INSUFFICIENT_STORAGE, e),
+    };
+    // With a tier (etcd), answered once the tier has it: a 201 means every router will refuse
+    // the token; otherwise the operator learns that only this router does.
+    if let Some(answer) = shared {
+        let waited = tokio::time::timeout(std::time::Duration::from_secs(5), answer).await;
+        let failed = match waited {
+            Ok(Ok(Ok(()))) => None,
+            Ok(Ok(Err(e))) => Some(e),
+            Ok(Err(_)) => Some("the registry's publisher stopped".to_owned()),
+            Err(_) => Some("etcd did not answer within 5 s".to_owned()),
+        };
+        if let Some(e) = failed {
+            return error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!(
+                    "revoked on this router only: not shared with the tier ({e}); make the same \
+                     revocation again once the registry is back"
+                ),
+            );
         }
-        Err(e) => error(StatusCode::INSUFFICIENT_STORAGE, e),
     }
+    tracing::info!(kind = kind.as_str(), value, until, "sign-on revoked");
+    (
+        StatusCode::CREATED,
+        axum::Json(json!({ "kind": kind.as_str(), "value": value, "until": until })),
+    )
+        .into_response()
 }
 
 /// The revocations in force: `{"revocations": [{"kind", "value", "until"}]}`.

@@ -26,7 +26,7 @@ impl std::fmt::Debug for JwksKey {
 }
 
 /// The usable keys of a JWKS file, and the positions of the keys skipped (other types or
-/// curves, or an `alg` that disagrees with the type); an error naming the file when it cannot
+/// curves, HMAC keys under [`MIN_HMAC_KEY`] bytes, or an `alg` that disagrees with the type); an error naming the file when it cannot
 /// be read, is not a JWKS document or holds no usable key.
 pub fn load(path: &Path) -> Result<(Vec<JwksKey>, Vec<usize>), String> {
     let text = std::fs::read(path)
@@ -44,7 +44,10 @@ pub fn load(path: &Path) -> Result<(Vec<JwksKey>, Vec<usize>), String> {
                 Some(Algorithm::ES256)
             }
             AlgorithmParameters::RSA(_) => Some(Algorithm::RS256),
-            AlgorithmParameters::OctetKey(_) => Some(Algorithm::HS256),
+            // RFC 7518 section 3.2: an HS256 key has at least 256 bits.
+            AlgorithmParameters::OctetKey(p) if secret_len(&p.value) >= MIN_HMAC_KEY => {
+                Some(Algorithm::HS256)
+            }
             _ => None,
         };
         // A key's own `alg` must agree with its type: it can narrow, never widen.
@@ -66,6 +69,15 @@ pub fn load(path: &Path) -> Result<(Vec<JwksKey>, Vec<usize>), String> {
         ));
     }
     Ok((keys, skipped))
+}
+
+/// Bytes an HMAC key must have at least (RFC 7518 section 3.2, for HS256).
+pub const MIN_HMAC_KEY: usize = 32;
+
+/// The length of a base64url key value (0 when it is not base64url).
+fn secret_len(k: &str) -> usize {
+    use base64::Engine as _;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(k).map_or(0, |b| b.len())
 }
 
 fn key_alg(k: KeyAlgorithm) -> Option<Algorithm> {

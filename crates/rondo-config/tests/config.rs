@@ -1645,7 +1645,7 @@ fn a_route_auth_compiles_and_its_faults_are_named() {
     let jwks = dir.join("jwks.json");
     std::fs::write(
         &jwks,
-        r#"{"keys": [{"kty": "oct", "kid": "k1", "k": "c2VjcmV0LXNlY3JldC1zZWNyZXQ"}]}"#,
+        r#"{"keys": [{"kty": "oct", "kid": "k1", "k": "YSBzZWNyZXQgb2YgZXhhY3RseSB0aGlydHktdHdvIGI"}]}"#,
     )
     .unwrap();
     let route = |keys: &std::path::Path| {
@@ -1662,12 +1662,15 @@ fn a_route_auth_compiles_and_its_faults_are_named() {
     let auth = c.view.routes[0].auth.as_ref().expect("auth");
     assert_eq!(auth.issuer, "https://id.test");
     assert_eq!(auth.require, vec![("scope".to_owned(), "orders".to_owned())]);
-    assert_eq!(auth.claims, vec!["email".to_owned()]);
+    assert_eq!(auth.claims, vec!["Email".to_owned()], "claims keep their case for the lookup");
     assert_eq!(auth.keys, jwks);
     // A missing file, a file that is not a JWKS, and one with only unusable keys (P-384) are
     // each an error at `auth.keys` naming the file.
     let not_jwks = dir.join("not.json");
     std::fs::write(&not_jwks, "[1, 2]").unwrap();
+    let short = dir.join("short.json");
+    std::fs::write(&short, r#"{"keys": [{"kty": "oct", "k": "c2VjcmV0LXNlY3JldC1zZWNyZXQ"}]}"#)
+        .unwrap();
     let p384 = dir.join("p384.json");
     std::fs::write(&p384, r#"{"keys": [{"kty": "EC", "crv": "P-384", "x": "AA", "y": "AA"}]}"#)
         .unwrap();
@@ -1675,6 +1678,8 @@ fn a_route_auth_compiles_and_its_faults_are_named() {
         (dir.join("missing.json"), "cannot read auth keys"),
         (not_jwks, "are not a JWKS document"),
         (p384, "hold no usable key"),
+        // An HMAC key of 20 bytes is under the 32 RFC 7518 asks for HS256.
+        (short, "hold no usable key"),
     ] {
         let errs = errors(&route(&file));
         let e = errs

@@ -11,6 +11,7 @@
 
 pub mod hash;
 pub mod model;
+pub mod path;
 pub mod rng;
 pub mod time;
 #[cfg(feature = "serde")]

@@ -648,7 +648,7 @@ impl RouteMatch {
 pub struct RequestFacts<'a> {
     /// Host without port.
     pub host: Option<&'a str>,
-    /// Raw path.
+    /// The path, normalized ([`crate::path::normalize`]).
     pub path: &'a str,
     /// Method.
     pub method: &'a str,
@@ -671,6 +671,8 @@ impl RouteMatch {
     pub fn matches(&self, req: &RequestFacts<'_>) -> bool {
         if let Some(want) = &self.host {
             let Some(host) = req.host else { return false };
+            // `orders.example.` is `orders.example` (the root's empty label).
+            let host = host.strip_suffix('.').unwrap_or(host);
             let ok = match want.strip_prefix("*.") {
                 Some(suffix) => {
                     host.len() > suffix.len() + 1
@@ -710,7 +712,8 @@ pub struct RouteAuth {
     /// Claim name and a value the claim must hold (equal, one of its space-separated words, or
     /// an element of its array).
     pub require: Vec<(String, String)>,
-    /// Claims passed on to members, each in `x-rondo-claim-<name>` (lower case).
+    /// Claims passed on to members (their names as in the token), each in
+    /// `x-rondo-claim-<name>` (the name in lower case).
     pub claims: Vec<String>,
 }
 

@@ -164,11 +164,13 @@ impl EtcdRegistry {
         inner.live.revocations.set_publisher(tx);
         let putter = inner.clone();
         let publisher = tokio::spawn(async move {
-            while let Some(r) = rx.recv().await {
-                if let Err(e) = putter.put_revocation(&r).await {
-                    // In force here already; the other routers miss it until it is made again.
+            while let Some((r, done)) = rx.recv().await {
+                let put = putter.put_revocation(&r).await.map_err(|e| e.to_string());
+                if let Err(e) = &put {
+                    // In force here already; the admin API says the tier missed it.
                     tracing::error!(kind = r.kind.as_str(), value = r.value, error = %e, "revocation not shared through etcd");
                 }
+                let _ = done.send(put);
             }
         });
         Arc::new(EtcdRegistry {

@@ -44,6 +44,8 @@ pub const LEEWAY: Duration = Duration::from_secs(30);
 pub const RELOAD_CHECK: Duration = Duration::from_secs(1);
 /// Tokens longer than this are refused unread (a header can be large; a JWT need not be).
 pub const MAX_TOKEN: usize = 16 * 1024;
+/// Longest subject (`sub`) and token id (`jti`) accepted: what a revocation can name.
+pub const MAX_ID: usize = 256;
 
 /// Why a token was refused; each is a metrics label (`rondo_auth_refusals_total{reason}`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -155,18 +157,26 @@ impl Identity {
 
 /// Whether `name` (lower case, as `http` keeps names) is an identity header: the router's to
 /// set, never the client's.
-pub fn is_identity_header(name: &str) -> bool {
-    name == SUBJECT_HEADER || name.starts_with(CLAIM_PREFIX)
+pub fn is_identity_header(name: &[u8]) -> bool {
+    // Any case, and `x_rondo_subject` too: CGI-style servers read it as `x-rondo-subject`.
+    crate::headers::name_is(name, SUBJECT_HEADER)
+        || crate::headers::name_starts_with(name, CLAIM_PREFIX)
+}
+
+/// Whether a request head's field `name` is one no member may get from a client: an identity
+/// header, or an underscore spelling of a field the router owns.
+fn stripped(name: &[u8]) -> bool {
+    is_identity_header(name) || crate::headers::is_reserved_alias(name)
 }
 
 /// Removes every identity header from a request head (every route, with or without `auth`);
 /// one pass over the names, and no allocation when there is none (the common case).
 pub fn strip(headers: &mut HeaderMap) {
-    if !headers.keys().any(|n| is_identity_header(n.as_str())) {
+    if !headers.keys().any(|n| stripped(n.as_str().as_bytes())) {
         return;
     }
     let names: Vec<HeaderName> =
-        headers.keys().filter(|n| is_identity_header(n.as_str())).cloned().collect();
+        headers.keys().filter(|n| stripped(n.as_str().as_bytes())).cloned().collect();
     for n in names {
         headers.remove(&n);
     }
@@ -175,8 +185,62 @@ pub fn strip(headers: &mut HeaderMap) {
 /// [`strip`], then the identity's headers (when the route verified one).
 pub fn apply(headers: &mut HeaderMap, identity: Option<&Identity>) {
     strip(headers);
+    strip_session_cookie(headers);
     for (n, v) in identity.into_iter().flat_map(Identity::headers) {
         headers.insert(n.clone(), v.clone());
+    }
+}
+
+/// A `Cookie` field's value without the tier session's cookie ([`SESSION_COOKIE`]): `None`
+/// when it has none (the usual case, found without an allocation), else the other cookies
+/// (empty when there are none). The session stands for its user on every `auth` route of the
+/// tier, so no member, of any route, is given it.
+pub fn cookie_without_session(value: &[u8]) -> Option<Vec<u8>> {
+    let name = SESSION_COOKIE.as_bytes();
+    if !value.windows(name.len()).any(|w| w == name) {
+        return None;
+    }
+    let mut out = Vec::with_capacity(value.len());
+    let mut dropped = false;
+    for pair in value.split(|&b| b == b';') {
+        let trimmed = pair.trim_ascii();
+        if trimmed.is_empty() {
+            continue;
+        }
+        let n = trimmed.split(|&b| b == b'=').next().unwrap_or_default().trim_ascii();
+        if n == name {
+            dropped = true;
+            continue;
+        }
+        if !out.is_empty() {
+            out.extend_from_slice(b"; ");
+        }
+        out.extend_from_slice(trimmed);
+    }
+    dropped.then_some(out)
+}
+
+/// [`cookie_without_session`] on every `Cookie` field of a head (fields left empty removed).
+fn strip_session_cookie(headers: &mut HeaderMap) {
+    let cookie = http::header::COOKIE;
+    let changed: Vec<Option<Vec<u8>>> =
+        headers.get_all(&cookie).iter().map(|v| cookie_without_session(v.as_bytes())).collect();
+    if changed.iter().all(Option::is_none) {
+        return;
+    }
+    let kept: Vec<HeaderValue> = headers
+        .get_all(&cookie)
+        .iter()
+        .zip(changed)
+        .filter_map(|(v, c)| match c {
+            None => Some(v.clone()),
+            Some(c) if c.is_empty() => None,
+            Some(c) => HeaderValue::from_bytes(&c).ok(),
+        })
+        .collect();
+    headers.remove(&cookie);
+    for v in kept {
+        headers.append(cookie.clone(), v);
     }
 }
 
@@ -364,6 +428,14 @@ fn peek_header(token: &str) -> Result<(String, Option<String>), AuthError> {
     };
     let bytes = URL_SAFE_NO_PAD.decode(head).map_err(|_| malformed())?;
     let v: Value = serde_json::from_slice(&bytes).map_err(|_| malformed())?;
+    // RFC 7515 section 4.1.11: a token whose `crit` names extensions must be refused by a
+    // verifier that does not understand them, and this one understands none.
+    if v.get("crit").is_some() {
+        return Err(AuthError::new(
+            Refusal::Malformed,
+            "the token has critical header parameters (crit) this router does not understand",
+        ));
+    }
     let alg = v.get("alg").and_then(Value::as_str).ok_or_else(malformed)?.to_owned();
     let kid = v.get("kid").and_then(Value::as_str).map(str::to_owned);
     Ok((alg, kid))
@@ -574,13 +646,23 @@ fn check_claims(
     {
         return Err(AuthError::new(Refusal::NotYetValid, "the token is not valid yet (nbf)"));
     }
-    if claims.get("iss").and_then(Value::as_str) != Some(spec.issuer.as_str()) {
-        return Err(AuthError::new(Refusal::Issuer, "the token is from another issuer"));
+    let malformed = |what: &str| AuthError::new(Refusal::Malformed, format!("the token's {what}"));
+    match claims.get("iss") {
+        Some(Value::String(iss)) if *iss == spec.issuer => {}
+        Some(Value::String(_)) | None => {
+            return Err(AuthError::new(Refusal::Issuer, "the token is from another issuer"));
+        }
+        Some(_) => return Err(malformed("issuer (iss) is not a string")),
     }
     let aud_ok = match claims.get("aud") {
         Some(Value::String(a)) => *a == spec.audience,
-        Some(Value::Array(list)) => list.iter().any(|a| a.as_str() == Some(&spec.audience)),
-        _ => false,
+        Some(Value::Array(list)) if list.iter().all(Value::is_string) => {
+            list.iter().any(|a| a.as_str() == Some(&spec.audience))
+        }
+        Some(Value::Array(_) | Value::Number(_) | Value::Bool(_) | Value::Object(_)) => {
+            return Err(malformed("audience (aud) is not a string or a list of strings"));
+        }
+        Some(Value::Null) | None => false,
     };
     if !aud_ok {
         return Err(AuthError::new(Refusal::Audience, "the token is for another audience"));
@@ -606,6 +688,24 @@ fn identity_of(
         Some(Value::String(s)) if !s.is_empty() => s.clone(),
         _ => return Err(AuthError::new(Refusal::Malformed, "the token names no subject (sub)")),
     };
+    // What a member reads and what a revocation names must be the same text: no white space a
+    // header reader would trim, and short enough to be revoked (the admin API's limit).
+    if subject.trim() != subject || subject.len() > MAX_ID {
+        return Err(AuthError::new(
+            Refusal::Malformed,
+            format!("the token's subject has surrounding white space or is over {MAX_ID} bytes"),
+        ));
+    }
+    let token_id = match claims.get("jti") {
+        None => None,
+        Some(Value::String(j)) if !j.is_empty() && j.len() <= MAX_ID => Some(j.clone()),
+        Some(_) => {
+            return Err(AuthError::new(
+                Refusal::Malformed,
+                format!("the token's id (jti) is not a string of 1 to {MAX_ID} bytes"),
+            ));
+        }
+    };
     let mut headers = Vec::with_capacity(1 + spec.claims.len());
     let value = HeaderValue::from_str(&subject).map_err(|_| {
         AuthError::new(Refusal::Malformed, "the token's subject cannot be sent in a header")
@@ -619,14 +719,15 @@ fn identity_of(
         };
         // Names were checked as header tokens when the configuration was compiled; a value a
         // header cannot carry (a control character) is left out rather than mangled.
+        // The claim is looked up by its own name (claims are case-sensitive); its header is
+        // the lower-case one.
         if let (Ok(n), Ok(v)) = (
-            HeaderName::from_bytes(format!("{CLAIM_PREFIX}{name}").as_bytes()),
+            HeaderName::from_bytes(format!("{CLAIM_PREFIX}{name}").to_ascii_lowercase().as_bytes()),
             HeaderValue::from_str(&text),
         ) {
             headers.push((n, v));
         }
     }
-    let token_id = claims.get("jti").and_then(Value::as_str).map(str::to_owned);
     Ok(Identity { subject, token_id, headers })
 }
 
@@ -744,6 +845,37 @@ mod tests {
         assert_eq!(refusal(&format!("{head}.{body}.")), Refusal::Unsigned);
         // Within the leeway an expiry still holds.
         assert!(verify(&spec(), &keys(), &with("exp", json!(1_799_999_990u64)), now()).is_ok());
+        // Claims of the wrong type, and subjects or ids a revocation could not name.
+        assert_eq!(refusal(&with("iss", json!(7))), Refusal::Malformed);
+        assert_eq!(refusal(&with("aud", json!(7))), Refusal::Malformed);
+        assert_eq!(refusal(&with("aud", json!(["orders", 7]))), Refusal::Malformed);
+        assert_eq!(refusal(&with("jti", json!(7))), Refusal::Malformed);
+        assert_eq!(refusal(&with("jti", json!("j".repeat(257)))), Refusal::Malformed);
+        assert_eq!(refusal(&with("sub", json!("admin "))), Refusal::Malformed);
+        assert_eq!(refusal(&with("sub", json!(" admin"))), Refusal::Malformed);
+        assert_eq!(refusal(&with("sub", json!("s".repeat(257)))), Refusal::Malformed);
+        // A header with `crit` (extensions this router does not understand): RFC 7515 4.1.11.
+        let mut h = Header::new(Algorithm::HS256);
+        h.kid = Some("h1".into());
+        let crit = serde_json::to_value(&h).unwrap();
+        let mut crit = crit.as_object().unwrap().clone();
+        crit.insert("crit".into(), json!(["exp"]));
+        let head = URL_SAFE_NO_PAD.encode(Value::Object(crit).to_string());
+        let good = token(&claims(), SECRET);
+        let rest = good.split_once('.').unwrap().1;
+        assert_eq!(refusal(&format!("{head}.{rest}")), Refusal::Malformed);
+    }
+
+    #[test]
+    fn claims_are_looked_up_by_their_own_case() {
+        let mut s = spec();
+        s.claims = vec!["userId".into()];
+        let mut c = claims();
+        c["userId"] = json!("u-7");
+        let id = verify(&s, &keys(), &token(&c, SECRET), now()).unwrap();
+        let hs: Vec<String> =
+            id.headers().map(|(n, v)| format!("{n}: {}", v.to_str().unwrap())).collect();
+        assert!(hs.contains(&"x-rondo-claim-userid: u-7".to_owned()), "{hs:?}");
     }
 
     #[test]
@@ -751,10 +883,42 @@ mod tests {
         let mut h = HeaderMap::new();
         h.insert("x-rondo-subject", HeaderValue::from_static("root"));
         h.insert("x-rondo-claim-role", HeaderValue::from_static("admin"));
+        // Underscore spellings, which CGI-style servers read as the router's own.
+        h.insert("x_rondo_subject", HeaderValue::from_static("root"));
+        h.insert("x_rondo-claim_role", HeaderValue::from_static("admin"));
+        h.insert("x_forwarded_for", HeaderValue::from_static("10.0.0.1"));
+        h.insert("x_client_cert_subject", HeaderValue::from_static("CN=root"));
         h.insert("x-other", HeaderValue::from_static("kept"));
+        h.insert("x_other", HeaderValue::from_static("kept too"));
         strip(&mut h);
-        assert_eq!(h.len(), 1);
-        assert!(h.contains_key("x-other"));
+        let mut left: Vec<&str> = h.keys().map(HeaderName::as_str).collect();
+        left.sort_unstable();
+        assert_eq!(left, ["x-other", "x_other"]);
+    }
+
+    #[test]
+    fn the_tier_session_cookie_is_no_members_to_see() {
+        assert_eq!(cookie_without_session(b"a=1; b=2"), None);
+        let cases: [(&[u8], &[u8]); 5] = [
+            (b"rondo-session=abc.def", b""),
+            (b"a=1; rondo-session=abc.def; b=2", b"a=1; b=2"),
+            (b"rondo-session=x;a=1", b"a=1"),
+            (b"a=1;  rondo-session = x ", b"a=1"),
+            (b"a=1; rondo-session=x; rondo-session=y", b"a=1"),
+        ];
+        for (raw, kept) in cases {
+            assert_eq!(cookie_without_session(raw).as_deref(), Some(kept), "{raw:?}");
+        }
+        // A cookie whose name only contains the session's is no session: nothing changes.
+        assert_eq!(cookie_without_session(b"my-rondo-session-x=1; a=2"), None);
+        let mut h = HeaderMap::new();
+        h.append(http::header::COOKIE, HeaderValue::from_static("rondo-session=s"));
+        h.append(http::header::COOKIE, HeaderValue::from_static("a=1; rondo-session=s"));
+        h.append(http::header::COOKIE, HeaderValue::from_static("b=2"));
+        apply(&mut h, None);
+        let left: Vec<&str> =
+            h.get_all(http::header::COOKIE).iter().map(|v| v.to_str().unwrap()).collect();
+        assert_eq!(left, ["a=1", "b=2"]);
     }
 
     #[test]

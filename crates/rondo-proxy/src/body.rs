@@ -137,7 +137,10 @@ impl Body for UpstreamBody {
                 let polled = Pin::new(body).poll_frame(cx);
                 slot.0.waiting_on_client.store(polled.is_pending(), Ordering::Relaxed);
                 match std::task::ready!(polled) {
-                    Some(Ok(frame)) => {
+                    Some(Ok(mut frame)) => {
+                        if let Some(trailers) = frame.trailers_mut() {
+                            crate::headers::strip_reserved_trailers(trailers);
+                        }
                         if let Some(data) = frame.data_ref() {
                             *seen += data.len() as u64;
                             slot.0.received.fetch_add(data.len() as u64, Ordering::Relaxed);
@@ -362,7 +365,12 @@ impl Body for ProxyBody {
                 Poll::Ready(r.map(|f| f.map_err(|e| match e {})))
             }
             ProxyProj::Upstream { inner, finish } => {
-                let r = std::task::ready!(inner.poll_frame(cx));
+                let mut r = std::task::ready!(inner.poll_frame(cx));
+                if let Some(Ok(frame)) = &mut r
+                    && let Some(trailers) = frame.trailers_mut()
+                {
+                    crate::headers::strip_reserved_trailers(trailers);
+                }
                 match &r {
                     None => {
                         finish.take();

@@ -29,6 +29,52 @@ static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 static X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
 
+/// Field names the router sets or strips in heads (identity, forwarding, client certificates,
+/// a login), compared with `_` as `-`: a trailer section must carry none of them, either way.
+const RESERVED_PREFIXES: [&str; 3] = ["x-rondo-", "x-forwarded-", "x-client-cert-"];
+
+/// Whether field name byte `a` stands for `b` (lower case): ASCII case folded, and `_` for `-`,
+/// as CGI-style servers (WSGI, Rack, PHP) read both as `_`.
+fn same_byte(a: u8, b: u8) -> bool {
+    a.to_ascii_lowercase() == b || (a == b'_' && b == b'-')
+}
+
+/// Whether field name `name` begins with `prefix` (lower case), in any case and with `_` for
+/// `-`.
+pub fn name_starts_with(name: &[u8], prefix: &str) -> bool {
+    name.len() >= prefix.len() && name.iter().zip(prefix.bytes()).all(|(&a, b)| same_byte(a, b))
+}
+
+/// Whether field name `name` is `other` (lower case), in any case and with `_` for `-`.
+pub fn name_is(name: &[u8], other: &str) -> bool {
+    name.len() == other.len() && name_starts_with(name, other)
+}
+
+/// Whether field name `name` is one the router owns ([`RESERVED_PREFIXES`]).
+pub fn is_reserved(name: &[u8]) -> bool {
+    RESERVED_PREFIXES.iter().any(|p| name_starts_with(name, p))
+}
+
+/// Whether a request head's field `name` is an underscore spelling of one the router owns
+/// (`X_Forwarded_For`, `x_rondo_subject`): dropped from every request, since a CGI-style member
+/// would read it as the router's own.
+pub fn is_reserved_alias(name: &[u8]) -> bool {
+    name.contains(&b'_') && is_reserved(name)
+}
+
+/// Removes every field the router owns from a trailer section (hyper's path; the own path's
+/// chunked decoder refuses them instead).
+pub fn strip_reserved_trailers(trailers: &mut HeaderMap) {
+    if !trailers.keys().any(|n| is_reserved(n.as_str().as_bytes())) {
+        return;
+    }
+    let names: Vec<HeaderName> =
+        trailers.keys().filter(|n| is_reserved(n.as_str().as_bytes())).cloned().collect();
+    for n in names {
+        trailers.remove(&n);
+    }
+}
+
 /// Whether the request asks to switch protocols (WebSocket and friends).
 pub fn is_upgrade(headers: &HeaderMap) -> bool {
     headers.contains_key(header::UPGRADE)
@@ -196,6 +242,24 @@ pub fn append_via(headers: &mut HeaderMap, version: Version) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn trailers_lose_every_field_the_router_owns() {
+        let mut t = HeaderMap::new();
+        for name in ["x-rondo-subject", "x_rondo_login", "x-forwarded-for", "x-client-cert-san"] {
+            t.insert(
+                HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                HeaderValue::from_static("v"),
+            );
+        }
+        t.insert("grpc-status", HeaderValue::from_static("0"));
+        t.insert("x-rondox", HeaderValue::from_static("1"));
+        strip_reserved_trailers(&mut t);
+        let mut left: Vec<&str> = t.keys().map(HeaderName::as_str).collect();
+        left.sort_unstable();
+        assert_eq!(left, ["grpc-status", "x-rondox"]);
+        assert!(is_reserved_alias(b"X_Forwarded_For") && !is_reserved_alias(b"X-Forwarded-For"));
+    }
 
     #[test]
     fn strips_hop_by_hop_and_connection_named_headers() {

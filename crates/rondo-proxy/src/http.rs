@@ -223,6 +223,25 @@ fn route<'s>(
         Ok(host) => host,
         Err(detail) => return Err((ProxyError::new(Kind::BadRequest, detail), DEFAULT_IDLE)),
     };
+    // Routes match, and members get, the normalized path (`/%6Frders` is `/orders`).
+    if let Some(path) = rondo_core::path::normalize(req.uri().path()) {
+        let target = match req.uri().query() {
+            Some(q) => format!("{path}?{q}"),
+            None => path,
+        };
+        let mut parts = req.uri().clone().into_parts();
+        let uri = PathAndQuery::try_from(target).ok().and_then(|pq| {
+            parts.path_and_query = Some(pq);
+            http::Uri::from_parts(parts).ok()
+        });
+        match uri {
+            Some(uri) => *req.uri_mut() = uri,
+            None => {
+                let detail = "the request path cannot be normalized".to_owned();
+                return Err((ProxyError::new(Kind::BadRequest, detail), DEFAULT_IDLE));
+            }
+        }
+    }
     let route = find_route(
         ctx,
         snapshot,

@@ -52,6 +52,14 @@ pub struct Revocation {
 
 type Set = HashMap<(RevokeKind, String), u64>;
 
+/// A revocation handed to the registry's publisher, and where it answers whether the tier has
+/// it (etcd: the put with its lease succeeded).
+pub type Publish = (Revocation, tokio::sync::oneshot::Sender<Result<(), String>>);
+
+/// Whether a revocation reached the tier: the registry's answer, when the registry shares
+/// revocations (`None`: this router's alone, as with the embedded registry).
+pub type Shared = Option<tokio::sync::oneshot::Receiver<Result<(), String>>>;
+
 /// This router's revocations: its own (made through its admin API) and the tier's (from the
 /// registry), read without a lock on the request path.
 #[derive(Default)]
@@ -59,7 +67,7 @@ pub struct Revocations {
     local: Mutex<Set>,
     shared: Mutex<Set>,
     merged: ArcSwap<Set>,
-    publisher: Mutex<Option<tokio::sync::mpsc::UnboundedSender<Revocation>>>,
+    publisher: Mutex<Option<tokio::sync::mpsc::UnboundedSender<Publish>>>,
     /// Where this router's own revocations are kept across restarts (the embedded registry's
     /// snapshot with `.revoked` appended), when set.
     store: Mutex<Option<PathBuf>>,
@@ -83,8 +91,11 @@ impl Revocations {
     }
 
     /// Adds a revocation made on this router (in force here at once) and hands it to the
-    /// registry's publisher, if one is set. Errors when the set is full.
-    pub fn revoke(&self, r: Revocation, now: u64) -> Result<(), String> {
+    /// registry's publisher, if one is set, with the longest expiry this router holds for it
+    /// (a shorter one given later never cuts the tier's short); the publisher's answer comes on
+    /// the returned receiver. Errors when the set is full or the store cannot keep it.
+    pub fn revoke(&self, r: Revocation, now: u64) -> Result<Shared, String> {
+        let mut r = r;
         {
             let mut local = self.local.lock().unwrap_or_else(|e| e.into_inner());
             local.retain(|_, &mut u| u > now);
@@ -103,12 +114,16 @@ impl Revocations {
                 })?;
             }
             local.insert(key, until);
+            r.until = until;
         }
         self.merge(now);
-        if let Some(tx) = self.publisher.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
-            let _ = tx.send(r);
+        let publisher = self.publisher.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(tx) = publisher.as_ref() else { return Ok(None) };
+        let (done, answer) = tokio::sync::oneshot::channel();
+        if tx.send((r, done)).is_err() {
+            return Err("the registry's publisher has stopped".to_owned());
         }
-        Ok(())
+        Ok(Some(answer))
     }
 
     /// Replaces the tier's revocations (the registry's whole set).
@@ -143,7 +158,7 @@ impl Revocations {
     }
 
     /// Where new local revocations go to be shared (the etcd registry sets one).
-    pub fn set_publisher(&self, tx: tokio::sync::mpsc::UnboundedSender<Revocation>) {
+    pub fn set_publisher(&self, tx: tokio::sync::mpsc::UnboundedSender<Publish>) {
         *self.publisher.lock().unwrap_or_else(|e| e.into_inner()) = Some(tx);
     }
 
@@ -245,6 +260,23 @@ mod tests {
         rs.set_shared([], 100);
         assert!(!rs.is_revoked(None, "alice", 150));
         assert_eq!(rs.list(150).len(), 1);
+    }
+
+    #[test]
+    fn the_tier_is_handed_the_longest_expiry_this_router_holds() {
+        let rs = Revocations::default();
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        rs.set_publisher(tx);
+        let answer = rs.revoke(r(RevokeKind::Subject, "alice", 300), 100).unwrap();
+        let (published, done) = rx.try_recv().unwrap();
+        assert_eq!(published.until, 300);
+        done.send(Err("etcd is away".into())).unwrap();
+        assert_eq!(answer.unwrap().blocking_recv().unwrap(), Err("etcd is away".into()));
+        // A shorter revocation of the same subject later must not cut the tier's one short.
+        rs.revoke(r(RevokeKind::Subject, "alice", 150), 100).unwrap();
+        let (published, _) = rx.try_recv().unwrap();
+        assert_eq!(published.until, 300);
+        assert!(rs.is_revoked(None, "alice", 200));
     }
 
     #[test]

@@ -214,6 +214,16 @@ fn a_session_keeps_its_member_on_every_router_of_the_tier() {
         let (status, _, body) = get(web, "/secure/x", &[("Cookie", &carol)]);
         assert_eq!(status, 200, "the shared key's session was refused by {web}: {body}");
     }
+
+    // With etcd gone, a revocation holds on the router that made it, and its admin API says
+    // the tier does not have it (503), instead of a 201 the other routers would belie.
+    let mut etcd = etcd;
+    etcd.kill();
+    let (status, _, text) = post(admins[1], "/api/v1/revocations", r#"{"subject": "carol"}"#);
+    assert_eq!(status, 503, "{text}");
+    assert!(text.contains("revoked on this router only"), "{text}");
+    assert_eq!(get(webs[1], "/secure/x", &[("Cookie", &carol)]).0, 401);
+    assert_eq!(get(webs[0], "/secure/x", &[("Cookie", &carol)]).0, 200);
     drop(routers);
     drop(members);
 }

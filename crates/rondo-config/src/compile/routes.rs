@@ -93,14 +93,16 @@ fn compile_auth(c: &mut Compiler<'_>, path: &FieldPath, a: &RawAuth) -> Option<A
         }
     }
     let mut claims = Vec::new();
+    // Claims are looked up by their own (case-sensitive) names; two that would give the same
+    // lower-case header are refused.
     for (j, name) in a.claims.iter().flatten().enumerate() {
-        let lower = name.to_ascii_lowercase();
         if !is_token(name) {
             c.err(path.key("claims").index(j), format!("`{name}` cannot name a header"));
-        } else if claims.contains(&lower) {
+        } else if claims.iter().any(|c: &String| c.eq_ignore_ascii_case(name)) {
+            let lower = name.to_ascii_lowercase();
             c.err(path.key("claims").index(j), format!("claim `{lower}` is listed twice"));
         } else {
-            claims.push(lower);
+            claims.push(name.clone());
         }
     }
     Some(Arc::new(RouteAuth {

@@ -48,7 +48,15 @@ pub struct Chunked {
     extension: u32,
     trailers: usize,
     max_trailers: usize,
+    /// The current trailer field name's first bytes, lower case with `_` as `-`.
+    name: [u8; 16],
+    name_len: u8,
 }
+
+/// Trailer names the router sets or strips in heads (identity, forwarding, client
+/// certificates, a login): a trailer section must not carry them either way, or a member (or
+/// client) that merges trailers into the head would trust them.
+const RESERVED_TRAILER_PREFIXES: [&[u8]; 3] = [b"x-rondo-", b"x-forwarded-", b"x-client-cert-"];
 
 /// What is wrong with a chunked body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -58,7 +66,16 @@ pub struct ChunkError(pub &'static str);
 impl Chunked {
     /// A body whose trailer section may be at most `max_trailers` bytes.
     pub fn new(max_trailers: usize) -> Self {
-        Chunked { state: State::Size, size: 0, digits: 0, extension: 0, trailers: 0, max_trailers }
+        Chunked {
+            state: State::Size,
+            size: 0,
+            digits: 0,
+            extension: 0,
+            trailers: 0,
+            max_trailers,
+            name: [0; 16],
+            name_len: 0,
+        }
     }
 
     /// Whether the body's last byte has been seen.
@@ -148,12 +165,28 @@ impl Chunked {
             }
             State::TrailerStart => match b {
                 b'\r' => State::EndLf,
-                _ if is_token(b) => self.trailer_byte(State::TrailerName)?,
+                _ if is_token(b) => {
+                    self.name_len = 0;
+                    self.name_byte(b);
+                    self.trailer_byte(State::TrailerName)?
+                }
                 _ => return Err(ChunkError("malformed trailer field name")),
             },
             State::TrailerName => match b {
-                b':' => self.trailer_byte(State::TrailerValue)?,
-                _ if is_token(b) => self.trailer_byte(State::TrailerName)?,
+                b':' => {
+                    let name = &self.name[..usize::from(self.name_len)];
+                    if RESERVED_TRAILER_PREFIXES.iter().any(|p| name.starts_with(p)) {
+                        return Err(ChunkError(
+                            "trailer field reserved for the router (x-rondo-*, x-forwarded-*, \
+                             x-client-cert-*)",
+                        ));
+                    }
+                    self.trailer_byte(State::TrailerValue)?
+                }
+                _ if is_token(b) => {
+                    self.name_byte(b);
+                    self.trailer_byte(State::TrailerName)?
+                }
                 _ => return Err(ChunkError("malformed trailer field name")),
             },
             State::TrailerValue => match b {
@@ -181,6 +214,13 @@ impl Chunked {
     fn extension_start(&mut self) -> State {
         self.extension = 0;
         State::Extension
+    }
+
+    fn name_byte(&mut self, b: u8) {
+        if let Some(slot) = self.name.get_mut(usize::from(self.name_len)) {
+            *slot = if b == b'_' { b'-' } else { b.to_ascii_lowercase() };
+            self.name_len += 1;
+        }
     }
 
     fn trailer_byte(&mut self, next: State) -> Result<State, ChunkError> {
@@ -249,5 +289,27 @@ mod tests {
         let mut c = Chunked::new(8);
         let ext = format!("1;{}\r\n", "a".repeat(5000));
         assert!(c.feed(ext.as_bytes()).is_err());
+    }
+
+    #[test]
+    fn trailers_the_router_owns_are_refused_in_any_spelling() {
+        for name in [
+            "x-rondo-subject",
+            "X-Rondo-Claim-Role",
+            "x_rondo_subject",
+            "X-RONDO-LOGIN",
+            "x-forwarded-for",
+            "X_Forwarded_Proto",
+            "x-client-cert-subject",
+        ] {
+            let body = format!("0\r\n{name}: root\r\n\r\n");
+            let e = Chunked::new(1024).feed(body.as_bytes()).unwrap_err();
+            assert!(e.0.contains("reserved for the router"), "{name}: {e}");
+        }
+        // Other trailers, and names that only begin alike, pass.
+        for name in ["x-checksum", "x-rondo", "x-forwarded", "grpc-status", "x-rondox"] {
+            let body = format!("0\r\n{name}: 1\r\n\r\n");
+            assert_eq!(whole(body.as_bytes()), Ok(body.len()), "{name}");
+        }
     }
 }

@@ -433,6 +433,8 @@ struct OwnTries<'a, S> {
     gone: bool,
     /// Whether the method is idempotent (a pooled connection found closed may be replaced).
     idempotent: bool,
+    /// The request target with its path normalized, when that changed it (members get this).
+    target: Option<String>,
 }
 
 impl<'a, S: ClientStream> OwnTries<'a, S> {
@@ -461,6 +463,7 @@ impl<'a, S: ClientStream> OwnTries<'a, S> {
             out: pool::take(),
             extra: Vec::new(),
             route: None,
+            target: None,
             start,
             close,
             gone: false,
@@ -484,12 +487,24 @@ impl<'a, S: ClientStream> OwnTries<'a, S> {
     }
 
     async fn stages(&mut self, snapshot: &'a Snapshot) -> Result<Next, Decline> {
+        // Routes match, and members get, the normalized path (`/%6Frders` is `/orders`).
+        self.target = rondo_core::path::normalize(self.text(self.head.path)).map(|path| {
+            let target = self.text(self.head.target);
+            match target.split_once('?') {
+                Some((_, query)) => format!("{path}?{query}"),
+                None => path,
+            }
+        });
         let host = without_port(self.text(self.head.host));
         let headers = OwnHead { buf: &self.buf, fields: &self.head.fields };
         let found = if has_looped(&headers) {
             Err(looped())
         } else {
-            let (method, path) = (self.text(self.head.method), self.text(self.head.path));
+            let method = self.text(self.head.method);
+            let path = match &self.target {
+                Some(t) => t.split('?').next().unwrap_or(t),
+                None => self.text(self.head.path),
+            };
             find_route(self.ctx, snapshot, &headers, Some(host), method, path)
         };
         let route = match found {
@@ -573,7 +588,9 @@ impl<'a, S: ClientStream> OwnTries<'a, S> {
         let host = without_port(std::str::from_utf8(self.head.host.get(&self.buf)).unwrap_or(""));
         out.clear();
         let client = (self.c.ip.as_bytes(), self.c.tls.as_ref());
-        write_request_head(&mut out, &self.buf, &self.head, self.ctx, client, host, identity);
+        let target = self.target.as_deref().map(str::as_bytes);
+        let head = (&self.head, target);
+        write_request_head(&mut out, &self.buf, head, self.ctx, client, host, identity);
         if self.body.complete {
             let start = self.head.len;
             out.extend_from_slice(&self.buf[start..start + self.body.in_buf]);
@@ -1201,21 +1218,21 @@ fn connection_named<'b>(buf: &'b [u8], fields: &[Field]) -> Vec<&'b [u8]> {
     named
 }
 
-/// The request head as members get it: the request line and fields as the client sent them,
-/// minus hop-by-hop fields, those `Connection` names and incoming forwarding and certificate
-/// fields; plus `X-Forwarded-*` and this hop in `Via`.
-/// Whether `name` is an identity header (`x-rondo-subject`, `x-rondo-claim-*`): the router's to
-/// set, never the client's.
+/// Whether a client's field `name` never reaches a member: an identity header
+/// (`x-rondo-subject`, `x-rondo-claim-*`, in any spelling), the router's to set, or an
+/// underscore spelling of a field the router owns (`X_Forwarded_For`).
 fn is_identity_header(name: &[u8]) -> bool {
-    let prefix = auth::CLAIM_PREFIX.as_bytes();
-    is(name, auth::SUBJECT_HEADER.as_bytes())
-        || name.get(..prefix.len()).is_some_and(|p| p.eq_ignore_ascii_case(prefix))
+    auth::is_identity_header(name) || crate::headers::is_reserved_alias(name)
 }
 
+/// The request head as members get it: the request line and fields as the client sent them,
+/// minus hop-by-hop fields, those `Connection` names, incoming forwarding, certificate and
+/// identity fields; plus `X-Forwarded-*`, the identity the route verified and this hop in
+/// `Via`. The target is `target` when the path was normalized.
 fn write_request_head(
     out: &mut Vec<u8>,
     buf: &[u8],
-    head: &RequestHead,
+    (head, target): (&RequestHead, Option<&[u8]>),
     ctx: &HttpCtx,
     (ip, tls): (&[u8], Option<&crate::tls::ClientCert>),
     host: &str,
@@ -1223,7 +1240,7 @@ fn write_request_head(
 ) {
     out.extend_from_slice(head.method.get(buf));
     out.push(b' ');
-    out.extend_from_slice(head.target.get(buf));
+    out.extend_from_slice(target.unwrap_or_else(|| head.target.get(buf)));
     out.extend_from_slice(b" HTTP/1.1\r\n");
     let named = connection_named(buf, &head.fields);
     let mut te_trailers = false;
@@ -1252,6 +1269,15 @@ fn write_request_head(
             || is_identity_header(name)
             || named.iter().any(|n| is(name, n))
         {
+            continue;
+        }
+        if is(name, b"cookie")
+            && let Some(rest) = auth::cookie_without_session(value)
+        {
+            // The tier session's cookie is no member's to see.
+            if !rest.is_empty() {
+                field(out, name, &rest);
+            }
             continue;
         }
         field(out, name, value);

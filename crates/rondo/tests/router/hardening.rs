@@ -254,3 +254,87 @@ async fn an_http2_host_that_differs_from_the_authority_is_refused() {
         assert!(text.contains(seen), "Host {host:?}: member saw {text}");
     }
 }
+
+/// Two clusters of one member each: `m1` behind the route for `/headers` (and for host
+/// `api.test`), `m2` behind the catch-all.
+async fn two_routes() -> (support::TestRouter, Vec<rondo::member::Member>) {
+    let a = support::members(1, Duration::ZERO).await;
+    let b = vec![support::spawn_member("m2", 0).await];
+    let config = support::listener_table("web", "")
+        + &support::route_table("api", "web", "a", "match = { host = \"api.test\" }")
+        + &support::route_table("headers", "web", "a", "match = { path_prefix = \"/headers\" }")
+        + &support::route_table("rest", "web", "b", "")
+        + &support::cluster_table("a", &support::member_list(&a))
+        + &support::cluster_table("b", &support::member_list(&b));
+    let r = support::router(&config).await;
+    (r, a.into_iter().chain(b).collect())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn routes_match_the_normalized_path_and_members_get_it() {
+    let (r, _ms) = two_routes().await;
+    // Each spelling of `/headers` is routed as `/headers` and the member gets `/headers` (it
+    // answers that path with the headers it got); on the own path and on hyper's (an
+    // absolute-form target is hyper's).
+    for target in ["/x/../headers", "/%68eaders", "//headers", "/./headers", "/%2E%2E/headers"] {
+        for form in ["", "http://x"] {
+            let mut conn = support::raw_connect(r.addr("web")).await;
+            let request = format!("GET {form}{target} HTTP/1.1\r\nHost: x\r\n\r\n");
+            let resp = support::raw_request(&mut conn, &request).await;
+            assert_eq!(resp.status, 200, "{form}{target}: {}", resp.text());
+            assert_eq!(resp.header("x-member"), Some("m1"), "{form}{target} missed its route");
+            assert!(resp.text().contains("host: "), "{form}{target}: the member saw another path");
+        }
+    }
+    // A query stays as it came; a path that only looks alike goes elsewhere.
+    let mut conn = support::raw_connect(r.addr("web")).await;
+    let resp =
+        support::raw_request(&mut conn, "GET /head%65rs?a=%2F HTTP/1.1\r\nHost: x\r\n\r\n").await;
+    assert_eq!(resp.header("x-member"), Some("m1"));
+    let resp = support::raw_request(&mut conn, "GET /x/headers HTTP/1.1\r\nHost: x\r\n\r\n").await;
+    assert_eq!(resp.header("x-member"), Some("m2"));
+    // A host with the root's empty label is the host.
+    let resp = support::raw_request(&mut conn, "GET / HTTP/1.1\r\nHost: api.test.\r\n\r\n").await;
+    assert_eq!(resp.header("x-member"), Some("m1"), "api.test. missed the api route");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn underscore_spellings_and_the_tier_session_never_reach_a_member() {
+    let (r, _ms) = two_routes().await;
+    for form in ["", "http://x"] {
+        let mut conn = support::raw_connect(r.addr("web")).await;
+        let request = format!(
+            "GET {form}/headers HTTP/1.1\r\nHost: x\r\nX_Rondo_Subject: root\r\n\
+             X_Forwarded_For: 10.9.9.9\r\nX_Client_Cert_Subject: CN=root\r\n\
+             Cookie: a=1; rondo-session=forged.mac; b=2\r\nX_Other: kept\r\n\r\n"
+        );
+        let resp = support::raw_request(&mut conn, &request).await;
+        assert_eq!(resp.status, 200, "{}", resp.text());
+        let seen = resp.text().to_ascii_lowercase();
+        for gone in
+            ["x_rondo_subject", "x_forwarded_for", "x_client_cert", "rondo-session", "10.9.9.9"]
+        {
+            assert!(!seen.contains(gone), "{form}: the member got {gone}:\n{seen}");
+        }
+        assert!(seen.contains("cookie: a=1; b=2"), "{form}: {seen}");
+        assert!(seen.contains("x_other: kept"), "{form}: {seen}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trailers_the_router_owns_are_refused_on_the_own_path() {
+    let (r, _ms) = two_routes().await;
+    for name in ["x-rondo-subject", "X_Rondo_Claim_Role", "x-forwarded-for", "x-client-cert-san"] {
+        let mut conn = support::raw_connect(r.addr("web")).await;
+        let request = format!(
+            "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n\
+             5\r\nhello\r\n0\r\n{name}: root\r\n\r\nGET /canary HTTP/1.1\r\nHost: x\r\n\r\n"
+        );
+        support::raw_send(&mut conn, request.as_bytes()).await;
+        let resp = support::read_response(&mut conn).await.expect("response");
+        assert_eq!(resp.status, 400, "{name}: {}", resp.text());
+        assert!(resp.text().contains("reserved for the router"), "{name}: {}", resp.text());
+        let (rest, closed) = support::read_until_closed(&mut conn, CLOSE_WAIT).await;
+        assert!(closed && rest.is_empty(), "{name}: the connection went on");
+    }
+}
