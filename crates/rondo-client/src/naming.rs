@@ -126,6 +126,28 @@ impl NamingClient {
         self.json(Method::PUT, &path, Some(body), self.timeout).await
     }
 
+    /// [`NamingClient::register`] declaring the service's `policy` (the fields of a
+    /// `[cluster.NAME]` table, e.g. `{"algorithm": "hash", "hash": {"key": "header:x-user"}}`):
+    /// with `[naming] allow_registered_clusters` the first registration creates the service
+    /// with it, later ones must declare the same (409 naming the field) or none; a configured
+    /// service keeps its own.
+    pub async fn register_declaring(
+        &self,
+        service: &str,
+        member: &str,
+        registration: &Register,
+        policy: &serde_json::Value,
+    ) -> Result<Lease, NamingError> {
+        let path = format!("/v1/services/{}/members/{}", encode(service), encode(member));
+        let mut body =
+            serde_json::to_value(registration).map_err(|e| self.error(e.to_string(), None))?;
+        if let serde_json::Value::Object(fields) = &mut body {
+            fields.insert("policy".to_owned(), policy.clone());
+        }
+        let body = serde_json::to_vec(&body).map_err(|e| self.error(e.to_string(), None))?;
+        self.json(Method::PUT, &path, Some(body), self.timeout).await
+    }
+
     /// `POST /v1/leases/{lease}/keepalive`: renews a lease.
     pub async fn keepalive(&self, lease: &str) -> Result<Lease, NamingError> {
         let path = format!("/v1/leases/{}/keepalive", encode(lease));

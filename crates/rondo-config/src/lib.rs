@@ -30,8 +30,8 @@ use std::path::Path;
 
 pub use compile::{
     DEFAULT_EXPECT_STATUS, DEFAULT_HEALTH_PATH, DEFAULT_ROUTE_IDLE_TIMEOUT,
-    DEFAULT_ROUTE_REQUEST_TIMEOUT, DEFAULT_WEIGHT, MAX_RING_VNODES, MAX_WEIGHT, address_reaches,
-    upstream_protocol_str,
+    DEFAULT_ROUTE_REQUEST_TIMEOUT, DEFAULT_WEIGHT, DeclaredPolicyError, MAX_RING_VNODES,
+    MAX_WEIGHT, address_reaches, compile_declared_policy, upstream_protocol_str,
 };
 pub use error::{ConfigError, ConfigErrors};
 pub use schema::fields as schema_fields;

@@ -61,6 +61,7 @@ pub(crate) struct RawNaming {
     pub max_registrations_per_service: Option<u64>,
     pub max_registrations: Option<u64>,
     pub allowed_hosts: Option<Vec<String>>,
+    pub allow_registered_clusters: Option<bool>,
     pub tls: Option<RawListenerTls>,
 }
 
@@ -208,7 +209,8 @@ impl<'de> Deserialize<'de> for OneOrMany {
     }
 }
 
-/// `[cluster.NAME]`.
+/// `[cluster.NAME]`, or a registration's declared `policy` (without `members` and
+/// `upstream_tls`).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawCluster {

@@ -294,6 +294,9 @@ pub struct NamingSpec {
     /// `Host` names (without port) the API answers besides the loopback ones and its own
     /// address (`allowed_hosts`, lower case); other hosts get 403 (DNS rebinding).
     pub allowed_hosts: Vec<String>,
+    /// Whether a registration may create a cluster the configuration lacks, with the policy it
+    /// declares (`allow_registered_clusters`); a route may then name such a cluster.
+    pub allow_registered_clusters: bool,
     /// TLS on the HTTP API (`tls`, the same table as a listener's), when set: HTTPS only. The
     /// DNS answers stay plain DNS.
     pub tls: Option<crate::tls::ListenerTls>,

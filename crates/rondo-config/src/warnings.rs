@@ -131,6 +131,29 @@ pub(crate) fn warnings(config: &Config) -> Vec<Problem> {
         }
     }
 
+    // A route to a cluster the file lacks (only valid with `allow_registered_clusters`).
+    for (i, route) in routes.iter().enumerate() {
+        let targets = std::iter::once((root.key("route").index(i).key("cluster"), &route.cluster))
+            .chain(
+                route
+                    .backups
+                    .iter()
+                    .enumerate()
+                    .map(|(j, b)| (root.key("route").index(i).key("backups").index(j), b)),
+            );
+        for (path, name) in targets {
+            if !config.view.clusters.contains_key(name) {
+                out.push(Problem {
+                    path,
+                    message: format!(
+                        "cluster `{name}` is not in the file: it is declared by its members' \
+                         registrations, and until one registers the route finds no member (503)"
+                    ),
+                });
+            }
+        }
+    }
+
     // With a naming service, clients and DNS look clusters up by name: no route is needed.
     if config.naming.is_none() {
         let used: BTreeSet<&str> = routes

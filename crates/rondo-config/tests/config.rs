@@ -219,6 +219,7 @@ fn full_config_compiles_into_the_expected_view() {
             max_registrations_per_service: NamingSpec::DEFAULT_MAX_REGISTRATIONS_PER_SERVICE,
             max_registrations: NamingSpec::DEFAULT_MAX_REGISTRATIONS,
             allowed_hosts: vec![],
+            allow_registered_clusters: false,
             tls: None,
         })
     );
@@ -1703,4 +1704,70 @@ fn a_route_auth_compiles_and_its_faults_are_named() {
     let text = with("[router]\ntier_key = \"short\"\n");
     let errs = errors(&text);
     assert!(errs.iter().any(|e| e.field == "router.tier_key" && e.message.contains("16 bytes")));
+}
+
+// ---- declared clusters (`[naming] allow_registered_clusters`) ----
+
+const DECLARED_ROUTE: &str = "[[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:0\"\n\n\
+    [[route]]\nlistener = \"web\"\ncluster = \"orders\"\nbackups = [\"spare\"]\n\n";
+
+#[test]
+fn a_route_may_name_a_declared_cluster_only_with_allow_registered_clusters() {
+    let off = format!("{DECLARED_ROUTE}[naming]\nlisten = \"127.0.0.1:0\"\n");
+    let errs = errors(&off);
+    assert_eq!(errs.len(), 2, "{}", render(&errs));
+    assert_eq!(errs[0].field, "route[0].cluster");
+    assert!(errs[0].message.starts_with("unknown cluster `orders`"), "{}", errs[0]);
+    assert_eq!(errs[1].field, "route[0].backups[0]");
+
+    let on = format!("{off}allow_registered_clusters = true\n");
+    let c = ok(&on);
+    assert!(c.naming.as_ref().unwrap().allow_registered_clusters);
+    assert_eq!(c.view.routes[0].cluster, "orders");
+    assert!(c.view.clusters.is_empty());
+    let warned: Vec<&str> = c.warnings.iter().map(|w| w.field.as_str()).collect();
+    assert_eq!(warned, ["route[0].cluster", "route[0].backups[0]"], "{:?}", c.warnings);
+    assert!(c.warnings[0].message.contains("not in the file"), "{}", c.warnings[0]);
+}
+
+#[test]
+fn a_declared_policy_compiles_like_a_cluster_table_with_its_fields_under_policy() {
+    use rondo_config::compile_declared_policy;
+    let policy = serde_json::json!({
+        "algorithm": "hash",
+        "hash": { "key": "header:x-user", "table": "maglev" },
+        "retry": { "attempts": 3 },
+        "locality": { "prefer_local": false },
+        "session": { "cookie": "orders-session" },
+        "health": { "path": "/health", "interval_ms": 500 },
+    });
+    let spec = compile_declared_policy("orders", &policy).expect("compiles");
+    assert_eq!(spec.name, "orders");
+    assert!(spec.members.is_empty());
+    assert_eq!(spec.policy.algorithm, rondo_core::Algorithm::Hash);
+    assert_eq!(spec.policy.hash.key, rondo_core::HashKeySource::Header("x-user".into()));
+    assert_eq!(spec.policy.retry.attempts, 3);
+    assert!(!spec.policy.locality.prefer_local);
+    assert_eq!(spec.sticky.cookie, "orders-session");
+    assert_eq!(spec.policy.health.as_ref().unwrap().interval, Duration::from_millis(500));
+    // The empty policy is the default one, as an empty `[cluster.NAME]` table is.
+    let empty = compile_declared_policy("orders", &serde_json::json!({})).unwrap();
+    assert_eq!(empty.policy, rondo_core::Policy::default());
+
+    let fails = |v: serde_json::Value| compile_declared_policy("orders", &v).unwrap_err().0;
+    let e = fails(serde_json::json!({ "algorithm": "fastest" }));
+    assert_eq!(e.len(), 1);
+    assert!(e[0].starts_with("policy.algorithm: unknown algorithm `fastest`, expected "), "{e:?}");
+    let e = fails(serde_json::json!({ "retry": { "attempts": 0 } }));
+    assert_eq!(e, ["policy.retry.attempts: must be greater than 0"]);
+    let e = fails(serde_json::json!({ "hash": { "keys": "header:x" } }));
+    assert!(e[0].starts_with("policy.hash") && e[0].contains("unknown field `keys`"), "{e:?}");
+    let e = fails(serde_json::json!({ "retry": { "attempts": "three" } }));
+    assert!(e[0].starts_with("policy.retry.attempts: invalid type"), "{e:?}");
+    let e = fails(serde_json::json!({ "members": [{ "name": "a", "address": "127.0.0.1:1" }] }));
+    assert!(e[0].starts_with("policy.members: "), "{e:?}");
+    let e = fails(serde_json::json!({ "upstream_tls": { "ca": "ca.pem" } }));
+    assert!(e[0].starts_with("policy.upstream_tls: "), "{e:?}");
+    let e = fails(serde_json::json!("hash"));
+    assert!(e[0].starts_with("policy: invalid type"), "{e:?}");
 }

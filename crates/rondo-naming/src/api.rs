@@ -7,7 +7,7 @@
 //! | `GET /v1/services` | `{"view_id", "services": [names]}` |
 //! | `GET /v1/services/{service}` | [`Answer`](rondo_core::wire::Answer): eligible members, policy, view id |
 //! | `GET /v1/lookup/{service}?key=&group=&exclude=` | [`Lookup`](rondo_core::wire::Lookup): one member picked by the policy |
-//! | `PUT /v1/services/{service}/members/{member}` | [`Register`] in, [`Lease`](rondo_core::wire::Lease) out |
+//! | `PUT /v1/services/{service}/members/{member}` | [`Register`] (and an optional `policy`) in, [`Lease`](rondo_core::wire::Lease) and `"policy"` out |
 //! | `POST /v1/leases/{lease}/keepalive` | [`Lease`](rondo_core::wire::Lease) |
 //! | `DELETE /v1/services/{service}/members/{member}` | 204 |
 //! | `GET /v1/watch?after=N&timeout_ms=T` | [`Watch`](rondo_core::wire::Watch), as soon as the view id passes N |
@@ -23,6 +23,12 @@
 //! 403 naming it, so that a web page cannot drive the API through a rebound DNS name. A
 //! registration at one of the process's own addresses (a listener: a request loop; the admin or
 //! naming API: that API served on the public listener; the agent receiver) is refused with 409.
+//!
+//! A registration's `policy` (the fields of a `[cluster.NAME]` table, compiled by the config
+//! file's code: 400 naming the field when bad) creates a cluster the configuration lacks with
+//! that policy when `[naming] allow_registered_clusters` is on; later registrations must
+//! declare the same or none (409 naming the first differing field and both values), and a
+//! configured cluster keeps its file's policy (`"policy": "configured"` in the answer).
 
 // Handlers return a ready error response as `Err`; they are not on the data path.
 #![allow(clippy::result_large_err)]
@@ -46,7 +52,9 @@ use rondo_runtime::tls_server::{ALPN_HTTP1, HANDSHAKE_TIMEOUT, TlsIncoming, TlsS
 use serde_json::json;
 
 use crate::answer::{self, AnswerError, LookupFacts};
-use crate::registry::{self, DEFAULT_TTL, Registration, Registry, RegistryError};
+use crate::registry::{
+    self, DEFAULT_TTL, Declared, PolicyClaim, Registration, Registry, RegistryError,
+};
 
 /// Default `timeout_ms` of a watch.
 pub const DEFAULT_WATCH: Duration = Duration::from_secs(30);
@@ -87,6 +95,7 @@ struct AppState {
     listen: SocketAddr,
     allowed_hosts: Arc<Vec<String>>,
     own: Arc<Vec<OwnAddress>>,
+    allow_declared: bool,
 }
 
 /// One of the process's own bound sockets, which a registration must not point at.
@@ -111,6 +120,9 @@ pub struct ApiOptions {
     /// TLS on the API (`[naming] tls`): HTTPS only, the files watched and reloaded like a
     /// listener's.
     pub tls: Option<rondo_config::tls::ListenerTls>,
+    /// A registration may create a cluster the configuration lacks, with the policy it
+    /// declares (`[naming] allow_registered_clusters`).
+    pub allow_registered_clusters: bool,
 }
 
 /// Binds `listen` and serves the naming API on the current tokio runtime; `token`, when set,
@@ -201,6 +213,7 @@ pub fn router_with(
         listen,
         allowed_hosts: Arc::new(opts.allowed_hosts),
         own: Arc::new(opts.own),
+        allow_declared: opts.allow_registered_clusters,
     };
     Router::new()
         .route("/v1/services", get(services))
@@ -234,6 +247,7 @@ fn registry_error(e: RegistryError) -> Response {
         RegistryError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
         RegistryError::Unsupported(_) => StatusCode::NOT_IMPLEMENTED,
         RegistryError::Full(_) => StatusCode::INSUFFICIENT_STORAGE,
+        RegistryError::Conflict(_) => StatusCode::CONFLICT,
     };
     error(status, e.to_string())
 }
@@ -374,6 +388,9 @@ fn registration(
     bytes: &[u8],
 ) -> Result<Registration, Response> {
     let (spec, ttl) = check_registration(member, bytes)?;
+    // A bad policy is refused wherever it goes (into a configured cluster it would be ignored,
+    // but a deployment descriptor that does not compile is a mistake worth hearing about).
+    let declared = declared_policy(service, bytes)?;
     if let Some(o) = own_address(&spec.address, &st.own) {
         return Err(error(
             StatusCode::CONFLICT,
@@ -386,21 +403,44 @@ fn registration(
     }
     // The view in effect, without the layers' lock (a batch being published holds it).
     let snap = st.live.load();
-    if !snap.clusters.contains_key(service) {
+    let configured = snap.clusters.contains_key(service) && !snap.is_declared(service);
+    let policy = if configured {
+        PolicyClaim::Configured
+    } else if st.allow_declared {
+        registry::check_name("service", service).map_err(bad_request)?;
+        match declared {
+            Some(d) => PolicyClaim::Declare(Arc::new(d)),
+            None => PolicyClaim::Join,
+        }
+    } else {
         return Err(error(
             StatusCode::NOT_FOUND,
             format!(
                 "unknown service `{service}`: members register into a cluster of the configuration"
             ),
         ));
-    }
-    if snap.is_configured(service, member) {
+    };
+    if configured && snap.is_configured(service, member) {
         return Err(error(
             StatusCode::CONFLICT,
             format!("member `{member}` of service `{service}` is configured, not registered"),
         ));
     }
-    Ok(Registration { cluster: service.to_owned(), member: spec, ttl })
+    Ok(Registration { cluster: service.to_owned(), member: spec, ttl, policy })
+}
+
+/// The registration body's `policy` (the fields of a `[cluster.NAME]` table), compiled for
+/// `service`; `None` when the body has none; the 400 answer naming the field when it is bad.
+fn declared_policy(service: &str, bytes: &[u8]) -> Result<Option<Declared>, Response> {
+    #[derive(serde::Deserialize)]
+    struct Body {
+        #[serde(default)]
+        policy: Option<serde_json::Value>,
+    }
+    let body: Body = serde_json::from_slice(bytes).map_err(|e| {
+        error(StatusCode::BAD_REQUEST, format!("invalid registration body (JSON): {e}"))
+    })?;
+    body.policy.map(|raw| Declared::compile(service, raw).map_err(bad_request)).transpose()
 }
 
 async fn register(
@@ -412,8 +452,16 @@ async fn register(
         Ok(r) => r,
         Err(resp) => return resp,
     };
+    // Whose policy balances the member: the file's, or the one its registrations declared.
+    let policy = match reg.policy {
+        PolicyClaim::Configured => "configured",
+        PolicyClaim::Join | PolicyClaim::Declare(_) => "declared",
+    };
     match st.registry.register(reg).await {
-        Ok(lease) => axum::Json(lease).into_response(),
+        Ok(lease) => {
+            axum::Json(json!({ "lease": lease.lease, "ttl_ms": lease.ttl_ms, "policy": policy }))
+                .into_response()
+        }
         Err(e) => registry_error(e),
     }
 }

@@ -32,14 +32,16 @@ use std::time::{Duration, Instant};
 
 use rondo_core::wire::Lease;
 use rondo_core::{AdminState, Entropy, MemberSpec, SplitMix64};
-use rondo_runtime::live::Registered;
+use rondo_runtime::live::{Registered, RegisteredCluster};
 use rondo_runtime::metrics::Metrics;
 use rondo_runtime::{Live, probe};
 use serde::Deserialize;
 use tokio::sync::oneshot;
 
 use crate::journal::{self, Change, SavedRef, SavedRegistration};
-use crate::registry::{self, Limits, Registration, RegistryError, RegistryStatus, StartError};
+use crate::registry::{
+    self, Declared, Limits, Registration, RegistryError, RegistryStatus, StartError,
+};
 
 /// How often lapsed leases are looked for.
 pub const EXPIRY_TICK: Duration = Duration::from_millis(100);
@@ -81,6 +83,9 @@ struct State {
     leases: HashMap<u64, Key>,
     /// Registered members per service (for the caps).
     per_service: HashMap<String, usize>,
+    /// The policy a cluster's registrations declared, and how many of them hold it (every
+    /// registration of a cluster the configuration lacks holds its cluster's one).
+    declared: HashMap<String, (Arc<Declared>, usize)>,
     /// No lease lapses before this (a lower bound: keepalives only push deadlines later).
     next_expiry: Option<Instant>,
     rng: SplitMix64,
@@ -90,6 +95,8 @@ struct State {
 #[derive(Debug, Clone)]
 struct Entry {
     member: MemberSpec,
+    /// The policy it declared or joined (none: into a configured cluster).
+    policy: Option<Arc<Declared>>,
     lease: u64,
     ttl: Duration,
     expires: Instant,
@@ -168,6 +175,7 @@ impl Embedded {
             regs: BTreeMap::new(),
             leases: HashMap::new(),
             per_service: HashMap::new(),
+            declared: HashMap::new(),
             next_expiry: None,
             rng: SplitMix64::new(seed),
             last_error: None,
@@ -434,7 +442,7 @@ impl Shared {
                     let members = members_of(&st, &c);
                     (c, members)
                 });
-                let updates: Vec<(String, Vec<MemberSpec>)> = updates.collect();
+                let updates: Vec<(String, RegisteredCluster)> = updates.collect();
                 let count = st.regs.len();
                 drop(st);
                 let clusters = updates.len();
@@ -515,6 +523,17 @@ impl Shared {
             self.limits.check(&reg.cluster, in_service, st.regs.len())?;
         }
         let old = remove(st, &key);
+        // Settled against the others' policy: the member's own old registration is out.
+        let current = st.declared.get(&reg.cluster).map(|(d, _)| d);
+        let policy = match registry::settle(&reg.cluster, &reg.policy, current) {
+            Ok(p) => p,
+            Err(e) => {
+                if let Some(old) = old {
+                    insert(st, key, old);
+                }
+                return Err(e);
+            }
+        };
         let lease = loop {
             let id = st.rng.next_u64() >> 1;
             if id != 0 && !st.leases.contains_key(&id) {
@@ -529,14 +548,14 @@ impl Shared {
             ttl_ms = reg.ttl.as_millis() as u64,
             "member registered"
         );
-        let entry = Entry { member, lease, ttl: reg.ttl, expires: now + reg.ttl };
+        let entry = Entry { member, policy, lease, ttl: reg.ttl, expires: now + reg.ttl };
         insert(st, key.clone(), entry);
         Ok((key, old, Lease { lease: lease.to_string(), ttl_ms: reg.ttl.as_millis() as u64 }))
     }
 
     /// Swaps the changed clusters' registered members into the live view (lookups see them
     /// when this returns); every other cluster keeps its runtime.
-    fn publish(&self, updates: Vec<(String, Vec<MemberSpec>)>, count: usize) {
+    fn publish(&self, updates: Vec<(String, RegisteredCluster)>, count: usize) {
         self.live.metrics.registrations.set(count as i64);
         let (_, built) = self.live.update_registered(updates);
         let _runtime = self.runtime.enter();
@@ -627,6 +646,9 @@ fn stopped() -> RegistryError {
 fn insert(st: &mut State, key: Key, entry: Entry) {
     st.leases.insert(entry.lease, key.clone());
     *st.per_service.entry(key.0.clone()).or_default() += 1;
+    if let Some(p) = &entry.policy {
+        st.declared.entry(key.0.clone()).or_insert_with(|| (p.clone(), 0)).1 += 1;
+    }
     st.next_expiry = Some(st.next_expiry.map_or(entry.expires, |t| t.min(entry.expires)));
     st.regs.insert(key, entry);
 }
@@ -634,6 +656,14 @@ fn insert(st: &mut State, key: Key, entry: Entry) {
 fn remove(st: &mut State, key: &Key) -> Option<Entry> {
     let old = st.regs.remove(key)?;
     st.leases.remove(&old.lease);
+    if old.policy.is_some()
+        && let Some((_, n)) = st.declared.get_mut(&key.0)
+    {
+        *n -= 1;
+        if *n == 0 {
+            st.declared.remove(&key.0);
+        }
+    }
     if let Some(n) = st.per_service.get_mut(&key.0) {
         *n -= 1;
         if *n == 0 {
@@ -664,19 +694,29 @@ fn expire(st: &mut State, now: Instant) -> Vec<Key> {
 fn registered(st: &State) -> (Registered, usize) {
     let mut registered = Registered::new();
     for ((cluster, _), e) in &st.regs {
-        registered.entry(cluster.clone()).or_default().push(e.member.clone());
+        registered.entry(cluster.clone()).or_default().members.push(e.member.clone());
+    }
+    for (cluster, reg) in &mut registered {
+        reg.declared = declared_of(st, cluster);
     }
     (registered, st.regs.len())
 }
 
 /// The registered members of `cluster`, in name order (a range of the map: the cluster's
-/// size, not the registry's).
-fn members_of(st: &State, cluster: &str) -> Vec<MemberSpec> {
-    st.regs
+/// size, not the registry's), and the cluster they declared.
+fn members_of(st: &State, cluster: &str) -> RegisteredCluster {
+    let members = st
+        .regs
         .range((cluster.to_owned(), String::new())..)
         .take_while(|((c, _), _)| c == cluster)
         .map(|(_, e)| e.member.clone())
-        .collect()
+        .collect();
+    RegisteredCluster { members, declared: declared_of(st, cluster) }
+}
+
+/// The cluster `cluster`'s registrations declared, if they did.
+fn declared_of(st: &State, cluster: &str) -> Option<Arc<rondo_core::ClusterSpec>> {
+    st.declared.get(cluster).map(|(d, _)| d.spec.clone())
 }
 
 /// `e` of `cluster` as the snapshot and the log store it.
@@ -689,6 +729,7 @@ fn saved<'a>(cluster: &'a str, e: &'a Entry) -> SavedRef<'a> {
         group: e.member.group.as_deref(),
         ttl_ms: e.ttl.as_millis() as u64,
         lease: e.lease.to_string(),
+        policy: e.policy.as_ref().map(|p| &p.raw),
     }
 }
 
@@ -754,6 +795,10 @@ fn restore(r: SavedRegistration, now: Instant) -> Result<(Key, Entry), String> {
         Ok(l) if l != 0 => l,
         _ => return Err(format!("lease `{}` is not a non-zero number", r.lease)),
     };
+    let policy = match r.policy {
+        Some(raw) => Some(Arc::new(Declared::compile(&r.cluster, raw)?)),
+        None => None,
+    };
     let key = (r.cluster, r.name.clone());
     let member = MemberSpec {
         name: r.name,
@@ -762,7 +807,7 @@ fn restore(r: SavedRegistration, now: Instant) -> Result<(Key, Entry), String> {
         group: r.group,
         admin: AdminState::Active,
     };
-    Ok((key, Entry { member, lease, ttl, expires: now + ttl }))
+    Ok((key, Entry { member, policy, lease, ttl, expires: now + ttl }))
 }
 
 /// Reads the snapshot, checking every entry as the API checks a registration; returns the last

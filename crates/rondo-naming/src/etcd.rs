@@ -7,7 +7,8 @@
 //!   router's own routes and clusters while present; an invalid one is logged (every error with
 //!   its `etcd:P/config:line:column` and field) and the last good one stays in effect.
 //! - `P/members/{cluster}/{member}`: one registered member, JSON
-//!   `{"address":"127.0.0.1:8001","weight":100,"group":null}`, put with the registration's etcd
+//!   `{"address":"127.0.0.1:8001","weight":100,"group":null}` (and `"policy":{...}`, the policy
+//!   it declared, for a cluster the configuration lacks), put with the registration's etcd
 //!   lease, so that a lapsed lease removes it from etcd and, through every router's watch, from
 //!   every router.
 //! - `P/revoked/{token_id|subject}/{value}`: a revoked sign-on token id or subject, JSON
@@ -37,12 +38,12 @@ use etcd_client::{
 };
 use rondo_core::wire::Lease;
 use rondo_core::{AdminState, MemberSpec};
-use rondo_runtime::live::Registered;
+use rondo_runtime::live::{Registered, RegisteredCluster};
 use rondo_runtime::revoke::{Revocation, RevokeKind};
 use rondo_runtime::{Live, probe};
 use serde::{Deserialize, Serialize};
 
-use crate::registry::{Limits, Registration, RegistryError, RegistryStatus};
+use crate::registry::{self, Declared, Limits, Registration, RegistryError, RegistryStatus};
 
 /// Longest wait for a TCP connection to an etcd endpoint.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
@@ -80,8 +81,9 @@ struct Inner {
 
 #[derive(Debug, Default)]
 struct State {
-    /// Registered members by (cluster, member), as last read from etcd.
-    members: BTreeMap<(String, String), MemberSpec>,
+    /// Registered members by (cluster, member), as last read from etcd, with the policy each
+    /// declared.
+    members: BTreeMap<(String, String), Held>,
     /// The raw `P/config` value last seen (applied or rejected), to skip identical ones.
     config: Option<Vec<u8>>,
     connected: bool,
@@ -97,6 +99,9 @@ struct State {
     /// Whether `revoked` changed since it was last handed to the live state.
     revoked_dirty: bool,
 }
+
+/// A registered member as last read from etcd, and the policy it declared.
+type Held = (MemberSpec, Option<Arc<Declared>>);
 
 /// A revocation's value under `P/revoked/{kind}/{value}`.
 #[derive(Debug, Serialize, Deserialize)]
@@ -114,6 +119,10 @@ struct MemberValue {
     address: String,
     weight: u32,
     group: Option<String>,
+    /// The policy declared for a cluster the configuration lacks (absent in values written
+    /// before declared policies, and for configured clusters).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    policy: Option<serde_json::Value>,
 }
 
 /// Why a sync session ended.
@@ -181,25 +190,32 @@ impl EtcdRegistry {
     /// again gets the new lease and its old lease is revoked. The caps are checked against the
     /// tier's members as this router last read them from etcd: routers registering at the
     /// same moment can pass a cap by the registrations in flight.
+    ///
+    /// A declared policy is settled against the policy of the cluster's other members as this
+    /// router last read them: two routers registering conflicting policies at the same moment
+    /// can both succeed, and every router then uses the policy of the cluster's first member in
+    /// name order that declares one.
     pub async fn register(&self, reg: Registration) -> Result<Lease, RegistryError> {
         let key = self.inner.member_key(&reg.cluster, &reg.member.name)?;
-        {
+        let policy = {
             let limits = *self.inner.limits.lock().unwrap_or_else(|e| e.into_inner());
             let st = self.inner.lock();
             let id = (reg.cluster.clone(), reg.member.name.clone());
+            let cluster = st
+                .members
+                .range((reg.cluster.clone(), String::new())..)
+                .take_while(|((c, _), _)| *c == reg.cluster);
             if !st.members.contains_key(&id) {
-                let in_service = st
-                    .members
-                    .range((reg.cluster.clone(), String::new())..)
-                    .take_while(|((c, _), _)| *c == reg.cluster)
-                    .count();
-                limits.check(&reg.cluster, in_service, st.members.len())?;
+                limits.check(&reg.cluster, cluster.clone().count(), st.members.len())?;
             }
-        }
+            let current = cluster.filter(|(k, _)| **k != id).find_map(|(_, (_, p))| p.as_ref());
+            registry::settle(&reg.cluster, &reg.policy, current)?
+        };
         let value = serde_json::to_vec(&MemberValue {
             address: reg.member.address.clone(),
             weight: reg.member.weight,
             group: reg.member.group.clone(),
+            policy: policy.map(|p| p.raw.clone()),
         })
         .map_err(|e| RegistryError::Invalid(format!("cannot encode the registration: {e}")))?;
         let ttl = (reg.ttl.as_millis().div_ceil(1000) as i64).max(1);
@@ -663,6 +679,20 @@ impl Inner {
                 return st.members.remove(&id).is_some();
             }
         };
+        let policy = match value.policy {
+            None => None,
+            // An unchanged policy keeps its compiled cluster (no recompiling per keepalive).
+            Some(raw) => match st.members.get(&id) {
+                Some((_, Some(p))) if p.raw == raw => Some(p.clone()),
+                _ => match Declared::compile(cluster, raw) {
+                    Ok(d) => Some(Arc::new(d)),
+                    Err(e) => {
+                        tracing::warn!(key = %key, "etcd member's declared policy refused ({e}): ignored");
+                        return st.members.remove(&id).is_some();
+                    }
+                },
+            },
+        };
         let member = MemberSpec {
             name: name.to_owned(),
             address: value.address,
@@ -670,10 +700,13 @@ impl Inner {
             group: value.group,
             admin: AdminState::Active,
         };
-        if st.members.get(&id) == Some(&member) {
+        if let Some((m, p)) = st.members.get(&id)
+            && *m == member
+            && p.as_ref().map(|p| &p.raw) == policy.as_ref().map(|p| &p.raw)
+        {
             return false;
         }
-        st.members.insert(id, member);
+        st.members.insert(id, (member, policy));
         true
     }
 
@@ -741,8 +774,15 @@ impl Inner {
 
     fn publish_members(&self, st: &State) {
         let mut registered = Registered::new();
-        for ((cluster, _), m) in &st.members {
-            registered.entry(cluster.clone()).or_default().push(m.clone());
+        for ((cluster, _), (m, policy)) in &st.members {
+            let reg: &mut RegisteredCluster = registered.entry(cluster.clone()).or_default();
+            reg.members.push(m.clone());
+            // The first member in name order that declares a policy gives the cluster's.
+            if reg.declared.is_none()
+                && let Some(p) = policy
+            {
+                reg.declared = Some(p.spec.clone());
+            }
         }
         self.live.metrics.registrations.set(st.members.len() as i64);
         let snapshot = self.live.set_registered(registered);

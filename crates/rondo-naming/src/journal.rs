@@ -30,6 +30,11 @@ pub(crate) struct SavedRegistration {
     pub group: Option<String>,
     pub ttl_ms: u64,
     pub lease: String,
+    /// The policy the registration declared for its cluster (`[naming]
+    /// allow_registered_clusters`), as given; absent for a configured cluster and in files
+    /// written before declared policies.
+    #[serde(default)]
+    pub policy: Option<serde_json::Value>,
 }
 
 /// [`SavedRegistration`] borrowed from memory, for writing.
@@ -42,6 +47,8 @@ pub(crate) struct SavedRef<'a> {
     pub group: Option<&'a str>,
     pub ttl_ms: u64,
     pub lease: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub policy: Option<&'a serde_json::Value>,
 }
 
 /// One change in a log line.
@@ -228,6 +235,7 @@ mod tests {
             group: None,
             ttl_ms: 10_000,
             lease: "7".into(),
+            policy: None,
         })
     }
 

@@ -8,8 +8,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use rondo_core::MemberSpec;
 use rondo_core::wire::Lease;
+use rondo_core::{ClusterSpec, MemberSpec};
 
 use crate::embedded::Embedded;
 
@@ -72,7 +72,7 @@ pub fn check_ttl(ttl: Duration) -> Result<(), String> {
 }
 
 /// One member registering into a cluster.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Registration {
     /// The cluster (service) it joins.
     pub cluster: String,
@@ -80,6 +80,125 @@ pub struct Registration {
     pub member: MemberSpec,
     /// The lease's time to live; the member is removed everywhere when it lapses.
     pub ttl: Duration,
+    /// What it says about its cluster's policy.
+    pub policy: PolicyClaim,
+}
+
+/// What a registration says about its cluster's policy (`[naming] allow_registered_clusters`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum PolicyClaim {
+    /// The cluster is configured: the file's policy holds, a `policy` in the body is ignored.
+    Configured,
+    /// No `policy` in the body, into a cluster the configuration lacks: the registration joins
+    /// whatever its cluster's registrations declared (the default policy if it is the first).
+    Join,
+    /// A `policy` in the body, into a cluster the configuration lacks: it creates the cluster
+    /// with this policy, or must agree with the one declared (409 otherwise).
+    Declare(Arc<Declared>),
+}
+
+/// A policy declared by registrations for a cluster the configuration lacks (PKUAS's
+/// deployment descriptor): the body's `policy` object as given (stored and shared as it is),
+/// and the cluster it compiles to with `rondo_config::compile_declared_policy` (no members).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Declared {
+    /// The `policy` object, in the `[cluster.NAME]` table's fields.
+    pub raw: serde_json::Value,
+    /// The compiled cluster, without members.
+    pub spec: Arc<ClusterSpec>,
+}
+
+impl Declared {
+    /// Compiles `raw` for `cluster`; the error names the field (`policy.algorithm: ...`).
+    pub fn compile(cluster: &str, raw: serde_json::Value) -> Result<Declared, String> {
+        let spec =
+            rondo_config::compile_declared_policy(cluster, &raw).map_err(|e| e.to_string())?;
+        Ok(Declared { raw, spec: Arc::new(spec) })
+    }
+
+    /// The default policy (`{}`), what a first registration without a `policy` declares.
+    pub fn default_for(cluster: &str) -> Declared {
+        let raw = serde_json::Value::Object(serde_json::Map::new());
+        let spec = rondo_config::compile_declared_policy(cluster, &raw)
+            .unwrap_or_else(|_| ClusterSpec { name: cluster.to_owned(), ..empty_spec() });
+        Declared { raw, spec: Arc::new(spec) }
+    }
+
+    /// What the policy compiles to, as one JSON object in the wire's field names: the policy's
+    /// fields, `session` and `upstream_protocol`. Two declarations agree when these are equal.
+    fn effective(&self) -> serde_json::Value {
+        let mut v = serde_json::to_value(&self.spec.policy).unwrap_or_default();
+        if let serde_json::Value::Object(m) = &mut v {
+            m.insert("session".into(), serde_json::to_value(&self.spec.sticky).unwrap_or_default());
+            m.insert(
+                "upstream_protocol".into(),
+                serde_json::to_value(self.spec.upstream_protocol).unwrap_or_default(),
+            );
+        }
+        v
+    }
+}
+
+fn empty_spec() -> ClusterSpec {
+    ClusterSpec {
+        name: String::new(),
+        members: Vec::new(),
+        policy: Default::default(),
+        upstream_protocol: Default::default(),
+        sticky: Default::default(),
+        upstream_tls: None,
+    }
+}
+
+/// The first field (in sorted order, depth first) where `a` and `b` differ, with both values.
+/// Only the two levels of a cluster table are fields (`policy.hash.key`): deeper objects are
+/// values (a hash key's `{"header":"x-user"}`).
+fn first_difference(
+    path: &str,
+    a: &serde_json::Value,
+    b: &serde_json::Value,
+) -> Option<(String, String, String)> {
+    use serde_json::Value;
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) if path.matches('.').count() < 2 => {
+            let keys: std::collections::BTreeSet<&String> = x.keys().chain(y.keys()).collect();
+            keys.into_iter().find_map(|k| {
+                let null = Value::Null;
+                let (va, vb) = (x.get(k).unwrap_or(&null), y.get(k).unwrap_or(&null));
+                first_difference(&format!("{path}.{k}"), va, vb)
+            })
+        }
+        _ if a == b => None,
+        _ => Some((path.to_owned(), a.to_string(), b.to_string())),
+    }
+}
+
+/// The policy a registration into `cluster` gets, given its `claim` and the policy its cluster's
+/// other registrations declared (`current`): none for a configured cluster, the current one (or
+/// the default) for one that joins, its own when it is the first to declare or agrees with the
+/// current one; a [`RegistryError::Conflict`] naming the first differing field and both values
+/// otherwise.
+pub fn settle(
+    cluster: &str,
+    claim: &PolicyClaim,
+    current: Option<&Arc<Declared>>,
+) -> Result<Option<Arc<Declared>>, RegistryError> {
+    match (claim, current) {
+        (PolicyClaim::Configured, _) => Ok(None),
+        (PolicyClaim::Join, Some(current)) => Ok(Some(current.clone())),
+        (PolicyClaim::Join, None) => Ok(Some(Arc::new(Declared::default_for(cluster)))),
+        (PolicyClaim::Declare(d), None) => Ok(Some(d.clone())),
+        (PolicyClaim::Declare(d), Some(current)) => {
+            match first_difference("policy", &current.effective(), &d.effective()) {
+                None => Ok(Some(current.clone())),
+                Some((field, was, given)) => Err(RegistryError::Conflict(format!(
+                    "{field}: service `{cluster}` is declared with {was} by its registered \
+                     members, this registration declares {given} (declare the same policy, or \
+                     none to join it)"
+                ))),
+            }
+        }
+    }
 }
 
 /// Why a registry operation failed; each maps to one HTTP status in the API.
@@ -100,6 +219,10 @@ pub enum RegistryError {
     /// A registration cap is reached (507); the message names the cap and its value.
     #[error("{0}")]
     Full(String),
+    /// The registration's declared policy differs from its cluster's (409); the message names
+    /// the first differing field and both values.
+    #[error("{0}")]
+    Conflict(String),
 }
 
 /// Why a registry did not start; each names what failed.
@@ -285,5 +408,53 @@ impl Registry {
             #[cfg(feature = "etcd")]
             Registry::Etcd(r) => r.stop(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn declare(raw: serde_json::Value) -> PolicyClaim {
+        PolicyClaim::Declare(Arc::new(Declared::compile("orders", raw).expect("compiles")))
+    }
+
+    #[test]
+    fn a_declared_policy_is_settled_against_the_clusters() {
+        let hash = serde_json::json!({ "algorithm": "hash", "hash": { "key": "header:x-user" } });
+        let first = settle("orders", &declare(hash.clone()), None).unwrap().unwrap();
+        assert_eq!(first.raw, hash);
+        // The same policy written otherwise (a default spelled out) agrees.
+        let same = serde_json::json!({
+            "algorithm": "hash", "hash": { "key": "header:x-user" }, "granularity": "request",
+        });
+        let agreed = settle("orders", &declare(same), Some(&first)).unwrap().unwrap();
+        assert!(Arc::ptr_eq(&agreed, &first));
+        // No policy joins; into a configured cluster there is none.
+        let joined = settle("orders", &PolicyClaim::Join, Some(&first)).unwrap().unwrap();
+        assert!(Arc::ptr_eq(&joined, &first));
+        assert_eq!(settle("orders", &PolicyClaim::Configured, Some(&first)).unwrap(), None);
+        let alone = settle("orders", &PolicyClaim::Join, None).unwrap().unwrap();
+        assert_eq!(alone.spec.policy, rondo_core::Policy::default());
+
+        let other =
+            serde_json::json!({ "algorithm": "hash", "hash": { "key": "header:x-tenant" } });
+        let Err(RegistryError::Conflict(msg)) = settle("orders", &declare(other), Some(&first))
+        else {
+            panic!("no conflict")
+        };
+        assert!(
+            msg.starts_with(
+                "policy.hash.key: service `orders` is declared with {\"header\":\"x-user\"} by its \
+                 registered members, this registration declares {\"header\":\"x-tenant\"}"
+            ),
+            "{msg}"
+        );
+        let rr = serde_json::json!({ "algorithm": "round-robin" });
+        let Err(RegistryError::Conflict(msg)) = settle("orders", &declare(rr), Some(&first)) else {
+            panic!("no conflict")
+        };
+        assert!(msg.starts_with("policy.algorithm: "), "{msg}");
+        assert!(msg.contains("\"hash\"") && msg.contains("\"round-robin\""), "{msg}");
     }
 }

@@ -43,6 +43,7 @@ fn reg(name: &str, i: usize) -> Registration {
             admin: AdminState::Active,
         },
         ttl: Duration::from_secs(3600),
+        policy: rondo_naming::registry::PolicyClaim::Configured,
     }
 }
 

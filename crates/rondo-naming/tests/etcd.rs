@@ -115,6 +115,7 @@ fn registration(cluster: &str, name: &str, port: u16, ttl: Duration) -> Registra
             admin: AdminState::Active,
         },
         ttl,
+        policy: rondo_naming::registry::PolicyClaim::Configured,
     }
 }
 

@@ -26,9 +26,18 @@ pub struct Snapshot {
     /// The names of registered (not configured) members, by cluster (shared between
     /// snapshots: a registration replaces one cluster's set, not a copy of every set).
     pub registered: BTreeMap<String, Arc<BTreeSet<String>>>,
+    /// The clusters that are in the view because registrations declared them (not in the
+    /// configuration): their policy is the one their members declared.
+    pub declared: Arc<BTreeSet<String>>,
 }
 
 impl Snapshot {
+    /// Whether `cluster` is in the view as a declared cluster (created by its registrations,
+    /// with their policy) rather than a configured one.
+    pub fn is_declared(&self, cluster: &str) -> bool {
+        self.declared.contains(cluster)
+    }
+
     /// Whether `member` of `cluster` came from the registry rather than the configuration.
     pub fn is_registered(&self, cluster: &str, member: &str) -> bool {
         self.registered.get(cluster).is_some_and(|m| m.contains(member))
@@ -447,6 +456,18 @@ pub struct Live {
     pub revocations: crate::revoke::Revocations,
 }
 
+/// One cluster's registered members, and the cluster their registrations declared.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RegisteredCluster {
+    /// The members, in the registry's order.
+    pub members: Vec<MemberSpec>,
+    /// The cluster as its registrations declared it (policy, session, protocol; no members),
+    /// composed into the view with the members while the configuration has no cluster of that
+    /// name (`[naming] allow_registered_clusters`); `None`: the members wait for a configured
+    /// cluster. A configured cluster of the name always wins, with its own policy.
+    pub declared: Option<Arc<ClusterSpec>>,
+}
+
 /// The layers of the tier key: the configuration file's, and the tier's shared
 /// configuration's, which is in force while set.
 #[derive(Debug, Default)]
@@ -462,7 +483,7 @@ impl TierKeys {
 }
 
 /// Members registered with the naming service, by cluster.
-pub type Registered = BTreeMap<String, Vec<MemberSpec>>;
+pub type Registered = BTreeMap<String, RegisteredCluster>;
 
 #[derive(Debug)]
 struct Layers {
@@ -472,6 +493,10 @@ struct Layers {
     shared: Option<View>,
     /// Registered members by cluster.
     registered: Registered,
+    /// Whether registrations may declare clusters the configuration lacks (`[naming]
+    /// allow_registered_clusters`); off, their members wait for a configured cluster, whatever
+    /// a snapshot or another router of the tier recorded.
+    allow_declared: bool,
 }
 
 impl Layers {
@@ -481,17 +506,34 @@ impl Layers {
 
     /// The view in effect: the configuration with registered members appended to their
     /// clusters (a registered name that a configured member already has is left out).
-    fn compose(&self) -> (View, BTreeMap<String, Arc<BTreeSet<String>>>) {
+    /// Clusters the configuration lacks come in as their registrations declared them.
+    fn compose(&self) -> (View, BTreeMap<String, Arc<BTreeSet<String>>>, BTreeSet<String>) {
         let mut view = self.configured().clone();
         let mut names = BTreeMap::new();
-        for (cluster, members) in &self.registered {
-            let Some(spec) = view.clusters.get_mut(cluster) else { continue };
-            if let Some((with, added)) = with_registered(spec, members) {
-                *spec = with;
+        let mut declared = BTreeSet::new();
+        for (cluster, reg) in &self.registered {
+            let Some((base, is_declared)) = self.base_of(cluster) else { continue };
+            if let Some((with, added)) = with_registered(&base, &reg.members) {
+                view.clusters.insert(cluster.clone(), with);
                 names.insert(cluster.clone(), added);
+                if is_declared {
+                    declared.insert(cluster.clone());
+                }
             }
         }
-        (view, names)
+        (view, names, declared)
+    }
+
+    /// What `cluster`'s registered members are appended to: the configured cluster, else the
+    /// cluster they declared (`true`), else nothing (they wait for a configured one).
+    fn base_of(&self, cluster: &str) -> Option<(Arc<ClusterSpec>, bool)> {
+        match self.configured().clusters.get(cluster) {
+            Some(spec) => Some((spec.clone(), false)),
+            None if self.allow_declared => {
+                self.registered.get(cluster)?.declared.clone().map(|d| (d, true))
+            }
+            None => None,
+        }
     }
 }
 
@@ -535,11 +577,20 @@ impl Live {
             })
             .collect();
         let (view_id, _) = tokio::sync::watch::channel(view.id);
-        let snapshot =
-            Snapshot { view: Arc::new(view.clone()), clusters, registered: BTreeMap::new() };
+        let snapshot = Snapshot {
+            view: Arc::new(view.clone()),
+            clusters,
+            registered: BTreeMap::new(),
+            declared: Arc::default(),
+        };
         Live {
             current: ArcSwap::from_pointee(snapshot),
-            layers: Mutex::new(Layers { file: view, shared: None, registered: BTreeMap::new() }),
+            layers: Mutex::new(Layers {
+                file: view,
+                shared: None,
+                registered: BTreeMap::new(),
+                allow_declared: false,
+            }),
             view_id,
             group,
             metrics,
@@ -582,6 +633,7 @@ impl Live {
             view: Arc::new(view),
             clusters: old.clusters.clone(),
             registered: old.registered.clone(),
+            declared: old.declared.clone(),
         });
         self.current.store(snapshot.clone());
         self.view_id.send_replace(id);
@@ -690,6 +742,14 @@ impl Live {
         self.swap(&layers, id)
     }
 
+    /// Lets registrations declare clusters the configuration lacks (`[naming]
+    /// allow_registered_clusters`; off by default). Call it before the registry starts: it
+    /// takes effect at the next change of the registered members and swaps no view in (a swap
+    /// would give every cluster a new runtime, away from the probes already started).
+    pub fn allow_declared(&self, on: bool) {
+        self.layers().allow_declared = on;
+    }
+
     /// Replaces the registered members (the registry's whole state).
     pub fn set_registered(&self, registered: Registered) -> Arc<Snapshot> {
         let mut layers = self.layers();
@@ -697,24 +757,24 @@ impl Live {
         self.swap(&layers, 0)
     }
 
-    /// Replaces the registered members of the clusters in `changes` only (an empty list: the
+    /// Replaces the registered members of the clusters in `changes` only (no members: the
     /// cluster has none left) and swaps in a view in which only those clusters are rebuilt
     /// (their spec composed again, their runtime carried over); every other cluster keeps its
     /// spec and its runtime (the same `Arc`s: balancer state, probe task, data-plane cache), so
-    /// the cost is the changed clusters' size, not the whole view's. Returns the new snapshot
-    /// and the cluster runtimes it built, whose probes the caller starts
-    /// ([`crate::probe::spawn_clusters`]).
+    /// the cost is the changed clusters' size, not the whole view's. A declared cluster whose
+    /// last member left leaves the view. Returns the new snapshot and the cluster runtimes it
+    /// built, whose probes the caller starts ([`crate::probe::spawn_clusters`]).
     pub fn update_registered(
         &self,
-        changes: Vec<(String, Vec<MemberSpec>)>,
+        changes: Vec<(String, RegisteredCluster)>,
     ) -> (Arc<Snapshot>, Vec<Arc<ClusterRt>>) {
         let mut layers = self.layers();
         let mut changed = Vec::with_capacity(changes.len());
-        for (cluster, members) in changes {
-            if members.is_empty() {
+        for (cluster, reg) in changes {
+            if reg.members.is_empty() {
                 layers.registered.remove(&cluster);
             } else {
-                layers.registered.insert(cluster.clone(), members);
+                layers.registered.insert(cluster.clone(), reg);
             }
             changed.push(cluster);
         }
@@ -727,33 +787,51 @@ impl Live {
             clusters: old.view.clusters.clone(),
         };
         let mut registered = old.registered.clone();
+        let mut declared = old.declared.clone();
         let mut clusters = old.clusters.clone();
         let mut built = Vec::with_capacity(changed.len());
         let now = clock::now();
         for name in changed {
-            let Some(configured) = layers.configured().clusters.get(&name) else {
-                // Registered into a cluster the configuration does not have: kept for when it
-                // does, as `compose` does.
+            let composed = layers.base_of(&name).and_then(|(base, is_declared)| {
+                let members = layers.registered.get(&name).map_or(&[][..], |r| &r.members[..]);
+                match with_registered(&base, members) {
+                    Some((spec, added)) => Some((spec, Some(added), is_declared)),
+                    // A configured cluster stays without registered members; a declared one
+                    // leaves with its last member.
+                    None => (!is_declared).then_some((base, None, false)),
+                }
+            });
+            let Some((spec, added, is_declared)) = composed else {
+                // Neither configured nor declared (any more): out of the view if it was
+                // declared; registered members of a cluster the configuration lacks and that
+                // nobody declared are kept for when it has one, as `compose` does.
+                if declared.contains(&name) {
+                    Arc::make_mut(&mut declared).remove(&name);
+                    view.clusters.remove(&name);
+                    clusters.remove(&name);
+                    registered.remove(&name);
+                }
                 continue;
             };
-            let spec =
-                match layers.registered.get(&name).and_then(|m| with_registered(configured, m)) {
-                    Some((spec, added)) => {
-                        registered.insert(name.clone(), added);
-                        spec
-                    }
-                    None => {
-                        registered.remove(&name);
-                        configured.clone()
-                    }
+            match added {
+                Some(added) => registered.insert(name.clone(), added),
+                None => registered.remove(&name),
+            };
+            if is_declared != declared.contains(&name) {
+                let set = Arc::make_mut(&mut declared);
+                if is_declared {
+                    set.insert(name.clone())
+                } else {
+                    set.remove(&name)
                 };
+            }
             view.clusters.insert(name.clone(), spec.clone());
             let rt = self.runtime_for(&spec, old.clusters.get(&name), now);
             clusters.insert(name, rt.clone());
             built.push(rt);
         }
         let id = view.id;
-        let snapshot = Arc::new(Snapshot { view: Arc::new(view), clusters, registered });
+        let snapshot = Arc::new(Snapshot { view: Arc::new(view), clusters, registered, declared });
         self.current.store(snapshot.clone());
         self.view_id.send_replace(id);
         (snapshot, built)
@@ -761,7 +839,7 @@ impl Live {
 
     /// Composes the layers and swaps the result in, with an id above the current one.
     fn swap(&self, layers: &Layers, id: u64) -> Arc<Snapshot> {
-        let (mut view, registered) = layers.compose();
+        let (mut view, registered, declared) = layers.compose();
         let old = self.current.load_full();
         // View ids only ever grow, whoever built the view (file reload, admin API, registry)
         // and whatever id it guessed: two changes computed from the same view get distinct,
@@ -774,7 +852,8 @@ impl Live {
             .map(|(name, spec)| (name.clone(), self.runtime_for(spec, old.clusters.get(name), now)))
             .collect();
         let id = view.id;
-        let snapshot = Arc::new(Snapshot { view: Arc::new(view), clusters, registered });
+        let declared = Arc::new(declared);
+        let snapshot = Arc::new(Snapshot { view: Arc::new(view), clusters, registered, declared });
         self.current.store(snapshot.clone());
         self.view_id.send_replace(id);
         snapshot
@@ -939,6 +1018,82 @@ mod tests {
         }
     }
 
+    fn regd(members: Vec<MemberSpec>) -> RegisteredCluster {
+        RegisteredCluster { members, declared: None }
+    }
+
+    /// A cluster `name` declared with `algorithm` (no members).
+    fn declared(name: &str, algorithm: Algorithm) -> Arc<ClusterSpec> {
+        Arc::new(ClusterSpec {
+            name: name.into(),
+            members: Vec::new(),
+            policy: Policy { algorithm, ..Policy::default() },
+            upstream_protocol: UpstreamProtocol::Http1,
+            sticky: Default::default(),
+            upstream_tls: None,
+        })
+    }
+
+    /// A cluster the configuration lacks comes into the view with the policy its registrations
+    /// declared, is rebuilt alone, and leaves with its last member; a configured cluster keeps
+    /// its own policy whatever its registrations declare.
+    #[test]
+    fn declared_clusters_come_with_their_members_and_leave_with_the_last() {
+        let live = live();
+        // Off (the default), a declared cluster's members wait like any others.
+        let off = vec![(
+            "orders".into(),
+            RegisteredCluster {
+                members: vec![member("o1")],
+                declared: Some(declared("orders", Algorithm::Hash)),
+            },
+        )];
+        let (snap, built) = live.update_registered(off);
+        assert!(built.is_empty() && !snap.view.clusters.contains_key("orders"));
+        live.update_registered(vec![("orders".into(), regd(vec![]))]);
+        live.allow_declared(true);
+        let before = live.load();
+        let reg = |members, algorithm| RegisteredCluster {
+            members,
+            declared: Some(declared("orders", algorithm)),
+        };
+        let (snap, built) = live
+            .update_registered(vec![("orders".into(), reg(vec![member("o1")], Algorithm::Hash))]);
+        assert_eq!(built.len(), 1);
+        assert!(snap.is_declared("orders") && !snap.is_declared("c"));
+        let orders = &snap.view.clusters["orders"];
+        assert_eq!(orders.policy.algorithm, Algorithm::Hash);
+        assert_eq!(orders.members.len(), 1);
+        assert!(snap.is_registered("orders", "o1") && !snap.is_configured("orders", "o1"));
+        assert!(Arc::ptr_eq(&before.clusters["c"], &snap.clusters["c"]), "c is not rebuilt");
+
+        // A whole composition agrees.
+        let whole = live.apply(live.configured());
+        assert_eq!(whole.view.clusters["orders"], snap.view.clusters["orders"]);
+        assert_eq!(whole.declared, snap.declared);
+
+        // Declared into a configured cluster: the configuration's policy stays.
+        let (snap, _) = live.update_registered(vec![(
+            "c".into(),
+            RegisteredCluster {
+                members: vec![member("r1")],
+                declared: Some(declared("c", Algorithm::Hash)),
+            },
+        )]);
+        assert_eq!(snap.view.clusters["c"].policy.algorithm, Policy::default().algorithm);
+        assert!(!snap.is_declared("c"));
+
+        // The last member gone, the declared cluster leaves the view.
+        let (snap, built) = live.update_registered(vec![("orders".into(), regd(vec![]))]);
+        assert!(built.is_empty());
+        assert!(
+            !snap.view.clusters.contains_key("orders") && !snap.clusters.contains_key("orders")
+        );
+        assert!(!snap.is_declared("orders") && !snap.registered.contains_key("orders"));
+        let whole = live.apply(live.configured());
+        assert!(!whole.view.clusters.contains_key("orders"));
+    }
+
     fn names(snap: &Snapshot) -> Vec<String> {
         snap.view.clusters["c"].members.iter().map(|m| m.name.clone()).collect()
     }
@@ -948,8 +1103,8 @@ mod tests {
         let live = live();
         let mut rx = live.subscribe();
         let regs: Registered = [
-            ("c".to_owned(), vec![member("r1"), member("a")]),
-            ("unknown".to_owned(), vec![member("r2")]),
+            ("c".to_owned(), regd(vec![member("r1"), member("a")])),
+            ("unknown".to_owned(), regd(vec![member("r2")])),
         ]
         .into_iter()
         .collect();
@@ -982,7 +1137,7 @@ mod tests {
         .unwrap();
         let before = live.load();
         let mut rx = live.subscribe();
-        let (snap, built) = live.update_registered(vec![("c".into(), vec![member("r1")])]);
+        let (snap, built) = live.update_registered(vec![("c".into(), regd(vec![member("r1")]))]);
         assert_eq!(names(&snap), ["a", "b", "r1"]);
         assert!(snap.is_registered("c", "r1"));
         assert!(snap.is_configured("c", "a") && snap.is_configured("c", "b"));
@@ -997,18 +1152,19 @@ mod tests {
         assert_eq!(*rx.borrow_and_update(), snap.view.id);
 
         // A configured name is left out, as a whole composition does; the layers agree.
-        let (snap, _) = live.update_registered(vec![("c".into(), vec![member("r1"), member("a")])]);
+        let (snap, _) =
+            live.update_registered(vec![("c".into(), regd(vec![member("r1"), member("a")]))]);
         assert_eq!(names(&snap), ["a", "b", "r1"]);
         let whole = live.apply(live.configured());
         assert_eq!(names(&whole), names(&snap));
         assert_eq!(whole.registered, snap.registered);
 
         // Its last registered member gone, the cluster is its configured self again.
-        let (snap, _) = live.update_registered(vec![("c".into(), vec![])]);
+        let (snap, _) = live.update_registered(vec![("c".into(), regd(vec![]))]);
         assert_eq!(names(&snap), ["a", "b"]);
         assert!(!snap.is_registered("c", "r1") && snap.registered.is_empty());
         // A cluster the configuration lacks: kept in the layers, in no view.
-        let (snap, built) = live.update_registered(vec![("nope".into(), vec![member("x")])]);
+        let (snap, built) = live.update_registered(vec![("nope".into(), regd(vec![member("x")]))]);
         assert!(built.is_empty() && !snap.view.clusters.contains_key("nope"));
     }
 

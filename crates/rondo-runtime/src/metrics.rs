@@ -824,6 +824,7 @@ mod tests {
             }),
             clusters: Default::default(),
             registered: Default::default(),
+            declared: Default::default(),
         };
         let text = m.render(&snap);
         assert!(text.contains("rondo_view_id 7\n"), "{text}");

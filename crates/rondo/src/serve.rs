@@ -223,6 +223,7 @@ async fn start_naming(
         live.revocations.set_store(path.into(), now).map_err(|e| anyhow::anyhow!("naming: {e}"))?;
     }
     let limits = rondo_naming::Limits::of(spec);
+    live.allow_declared(spec.allow_registered_clusters);
     let registry = rondo_naming::start_registry_with(&spec.registry, limits, live.clone())
         .map_err(|e| anyhow::anyhow!("naming registry: {e}"))?;
     let token = match &spec.token {
@@ -234,6 +235,7 @@ async fn start_naming(
         allowed_hosts: spec.allowed_hosts.clone(),
         own,
         tls: spec.tls.clone(),
+        allow_registered_clusters: spec.allow_registered_clusters,
     };
     let api = rondo_naming::api::start_with(spec.listen, live.clone(), registry.clone(), opts)
         .await

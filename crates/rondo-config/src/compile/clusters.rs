@@ -12,6 +12,61 @@ pub(super) fn compile_cluster(
 ) -> ClusterSpec {
     let path = FieldPath::root().key("cluster").key(name);
     c.name(path.clone(), "cluster", name);
+    compile_cluster_at(c, &path, name, rc, agent_interval)
+}
+
+/// Why a registration's declared policy is refused: every problem, each starting with the
+/// field it concerns (`policy.algorithm: unknown algorithm ...`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}", .0.join("; "))]
+pub struct DeclaredPolicyError(pub Vec<String>);
+
+/// Compiles the policy a registration declares for cluster `cluster` (the naming API's
+/// `policy` object, PKUAS's deployment descriptor): the fields and values of a `[cluster.NAME]`
+/// table, checked by the same code with the same messages, the field paths under `policy`
+/// instead of `cluster.NAME`. `members` (members register themselves) and `upstream_tls` (it
+/// names files on the router) are refused. `agent.misses` counts intervals of the default
+/// `[agent] interval_ms`. The result has no members.
+pub fn compile_declared_policy(
+    cluster: &str,
+    policy: &serde_json::Value,
+) -> Result<ClusterSpec, DeclaredPolicyError> {
+    let rc: RawCluster = serde_path_to_error::deserialize(policy).map_err(|e| {
+        let at = e.path().to_string();
+        let field =
+            if at == "." || at.is_empty() { "policy".to_owned() } else { format!("policy.{at}") };
+        DeclaredPolicyError(vec![format!("{field}: {}", e.inner())])
+    })?;
+    let mut problems = Vec::new();
+    if !rc.members.is_empty() {
+        problems.push(
+            "policy.members: members register themselves, a declared policy cannot list them"
+                .to_owned(),
+        );
+    }
+    if rc.upstream_tls.is_some() {
+        problems.push(
+            "policy.upstream_tls: it names files on the router, only the config file can set it"
+                .to_owned(),
+        );
+    }
+    let rc = RawCluster { members: Vec::new(), upstream_tls: None, ..rc };
+    let mut c = Compiler { problems: Vec::new(), base_dir: Path::new("") };
+    let path = FieldPath::root().key("policy");
+    let spec = compile_cluster_at(&mut c, &path, cluster, &rc, AgentSpec::DEFAULT_INTERVAL);
+    problems.extend(c.problems.into_iter().map(|p| format!("{}: {}", p.path, p.message)));
+    if problems.is_empty() { Ok(spec) } else { Err(DeclaredPolicyError(problems)) }
+}
+
+/// A cluster table at `path` (`cluster.NAME`, or a declared `policy`).
+fn compile_cluster_at(
+    c: &mut Compiler<'_>,
+    path: &FieldPath,
+    name: &str,
+    rc: &RawCluster,
+    agent_interval: Duration,
+) -> ClusterSpec {
+    let path = path.clone();
     let d = Policy::default();
 
     let algorithm = match rc.algorithm.as_deref() {

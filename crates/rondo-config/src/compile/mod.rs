@@ -13,6 +13,7 @@ mod routes;
 mod services;
 
 use clusters::compile_cluster;
+pub use clusters::{DeclaredPolicyError, compile_declared_policy};
 use listeners::{
     OwnSockets, check_members_are_not_own, check_unique_listeners, compile_listener,
     compile_listener_tls,
@@ -330,7 +331,8 @@ pub(crate) fn compile(
     let mut tcp_routes: HashMap<&str, String> = HashMap::new();
     for (i, r) in raw.route.iter().enumerate() {
         let path = root.key("route").index(i);
-        let route = compile_route(&mut c, &path, i, r, &clusters);
+        let declared_ok = naming.as_ref().is_some_and(|n| n.allow_registered_clusters);
+        let route = compile_route(&mut c, &path, i, r, &clusters, declared_ok);
         if r.login.is_some() && router.tier_key.is_none() {
             c.err(
                 path.key("login"),

@@ -9,6 +9,7 @@ pub(super) fn compile_route(
     i: usize,
     r: &RawRoute,
     clusters: &BTreeMap<String, Arc<ClusterSpec>>,
+    declared_ok: bool,
 ) -> Route {
     let name = match &r.name {
         Some(n) => {
@@ -27,7 +28,9 @@ pub(super) fn compile_route(
             }
         )
     };
-    if !clusters.contains_key(&r.cluster) {
+    // With `[naming] allow_registered_clusters` a cluster the file lacks is one a registration
+    // may declare; until one does the route finds no member (503), and `rondo check` warns.
+    if !clusters.contains_key(&r.cluster) && !declared_ok {
         c.err(path.key("cluster"), unknown_cluster(&r.cluster));
     }
     let mut seen = BTreeSet::new();
@@ -37,7 +40,7 @@ pub(super) fn compile_route(
             c.err(p, format!("backup `{b}` is the route's primary cluster"));
         } else if !seen.insert(b.as_str()) {
             c.err(p, format!("backup `{b}` is listed twice"));
-        } else if !clusters.contains_key(b) {
+        } else if !clusters.contains_key(b) && !declared_ok {
             c.err(p, unknown_cluster(b));
         }
     }

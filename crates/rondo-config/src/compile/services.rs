@@ -212,6 +212,7 @@ pub(super) fn compile_naming(c: &mut Compiler<'_>, n: &RawNaming) -> NamingSpec 
         max_registrations_per_service,
         max_registrations,
         allowed_hosts,
+        allow_registered_clusters: n.allow_registered_clusters.unwrap_or(false),
     }
 }
 
