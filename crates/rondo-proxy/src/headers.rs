@@ -50,7 +50,7 @@ pub fn name_is(name: &[u8], other: &str) -> bool {
     name.len() == other.len() && name_starts_with(name, other)
 }
 
-/// Whether field name `name` is one the router owns ([`RESERVED_PREFIXES`]).
+/// Whether field name `name` is one the router owns (`x-rondo-*`, `x-forwarded-*`, `x-client-cert-*`).
 pub fn is_reserved(name: &[u8]) -> bool {
     RESERVED_PREFIXES.iter().any(|p| name_starts_with(name, p))
 }

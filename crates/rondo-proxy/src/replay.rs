@@ -1,6 +1,6 @@
 //! The router's request path with the member replaced by a script: the golden vectors
-//! (`crates/rondo-golden`) replay recorded scenarios through the very [`place`] and
-//! [`forward`] that every HTTP request runs (the route's cluster and backups, the request's
+//! (`crates/rondo-golden`) replay recorded scenarios through the very `http::place` and
+//! `http::forward` that every HTTP request runs (the route's cluster and backups, the request's
 //! failover engine, sessions and hash keys read from the request's header fields), at the
 //! scenario's time, with each try's fate given by the script instead of a member. Nothing here
 //! opens a socket.
@@ -61,7 +61,7 @@ impl Replayer {
     }
 
     /// Places one try of a request driven by `failover` on `rt` as the request path does
-    /// ([`place`]), with the request's `headers`, at `now`; the member's index.
+    /// (`http::place`), with the request's `headers`, at `now`; the member's index.
     pub fn place(
         &self,
         rt: &Arc<ClusterRt>,
@@ -72,7 +72,7 @@ impl Replayer {
         place(&self.ctx, rt, failover, headers, PEER, now).map(|c| c.member)
     }
 
-    /// Runs one request on `route` through the router's failover loop ([`forward`]) at `now`:
+    /// Runs one request on `route` through the router's failover loop (`http::forward`) at `now`:
     /// each try's fate comes from `script` (given the cluster runtime and the member's index),
     /// and its outcome is recorded on the member's balancer at `now`.
     pub async fn request(
