@@ -169,17 +169,10 @@ fn stripped(name: &[u8]) -> bool {
     is_identity_header(name) || crate::headers::is_reserved_alias(name)
 }
 
-/// Removes every identity header from a request head (every route, with or without `auth`);
-/// one pass over the names, and no allocation when there is none (the common case).
+/// Removes every identity header (and underscore spelling of a field the router owns) from a
+/// request head, on every route, with or without `auth`.
 pub fn strip(headers: &mut HeaderMap) {
-    if !headers.keys().any(|n| stripped(n.as_str().as_bytes())) {
-        return;
-    }
-    let names: Vec<HeaderName> =
-        headers.keys().filter(|n| stripped(n.as_str().as_bytes())).cloned().collect();
-    for n in names {
-        headers.remove(&n);
-    }
+    crate::headers::remove_names(headers, stripped);
 }
 
 /// [`strip`], then the identity's headers (when the route verified one).

@@ -65,13 +65,19 @@ pub fn is_reserved_alias(name: &[u8]) -> bool {
 /// Removes every field the router owns from a trailer section (hyper's path; the own path's
 /// chunked decoder refuses them instead).
 pub fn strip_reserved_trailers(trailers: &mut HeaderMap) {
-    if !trailers.keys().any(|n| is_reserved(n.as_str().as_bytes())) {
+    remove_names(trailers, is_reserved);
+}
+
+/// Removes every field whose name `drop` picks: one pass over the names, and no allocation
+/// when there is none (the common case).
+pub fn remove_names(headers: &mut HeaderMap, drop: impl Fn(&[u8]) -> bool) {
+    if !headers.keys().any(|n| drop(n.as_str().as_bytes())) {
         return;
     }
     let names: Vec<HeaderName> =
-        trailers.keys().filter(|n| is_reserved(n.as_str().as_bytes())).cloned().collect();
+        headers.keys().filter(|n| drop(n.as_str().as_bytes())).cloned().collect();
     for n in names {
-        trailers.remove(&n);
+        headers.remove(&n);
     }
 }
 
