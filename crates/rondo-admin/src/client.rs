@@ -60,6 +60,8 @@ pub enum CtlCommand {
     },
     /// List the revocations in force.
     Revocations,
+    /// Start a hitless upgrade.
+    Upgrade,
     /// Validate and apply a configuration file's text.
     Apply {
         /// The file's name (for messages).
@@ -191,6 +193,13 @@ pub async fn run(target: &CtlTarget, cmd: CtlCommand) -> Result<String, CtlError
                 return Ok("no revocations in force\n".to_owned());
             }
             Ok(list.iter().map(|r| format!("{}\n", revocation_line(r))).collect())
+        }
+        CtlCommand::Upgrade => {
+            let v = call(target, Method::POST, "/api/v1/upgrade", None).await?;
+            Ok(format!(
+                "upgrade started: the new process is pid {}; this one drains once it is ready\n",
+                v["pid"]
+            ))
         }
         CtlCommand::Apply { file, text } => {
             let v =

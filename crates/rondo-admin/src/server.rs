@@ -75,7 +75,7 @@ pub async fn start(spec: &AdminSpec, live: Arc<Live>) -> std::io::Result<AdminSe
             "admin API has no token configured: every call will be refused with 403"
         );
     }
-    let listener = tokio::net::TcpListener::bind(spec.listen).await?;
+    let listener = live.sockets.tcp_listener("admin", spec.listen).await?;
     let addr = listener.local_addr()?;
     let tls = match &spec.tls {
         Some(t) => Some(
@@ -84,14 +84,25 @@ pub async fn start(spec: &AdminSpec, live: Arc<Live>) -> std::io::Result<AdminSe
         ),
         None => None,
     };
+    let live_for_drain = live.clone();
     let app = router(live, token);
+    // The process's drain stops accepting and lets the requests in progress finish.
+    let drain = live_for_drain;
     let task = tokio::spawn(async move {
         let served = match tls {
             Some(tls) => match TlsIncoming::new(listener, tls) {
-                Ok(incoming) => axum::serve(TlsListener(incoming), app).await,
+                Ok(incoming) => {
+                    axum::serve(TlsListener(incoming), app)
+                        .with_graceful_shutdown(rondo_runtime::drain::drained(drain))
+                        .await
+                }
                 Err(e) => Err(e),
             },
-            None => axum::serve(listener, app).await,
+            None => {
+                axum::serve(listener, app)
+                    .with_graceful_shutdown(rondo_runtime::drain::drained(drain))
+                    .await
+            }
         };
         if let Err(e) = served {
             tracing::error!(error = %e, "admin API stopped");
@@ -136,6 +147,7 @@ pub fn router(live: Arc<Live>, token: Option<Vec<u8>>) -> Router {
         .route("/api/v1/clusters/{cluster}/explain", get(explain))
         .route("/api/v1/config", post(config))
         .route("/api/v1/revocations", get(revocations).post(revoke))
+        .route("/api/v1/upgrade", post(upgrade))
         .merge(crate::metrics::routes(state.live.clone()))
         .fallback(|| async { error(StatusCode::NOT_FOUND, "no such endpoint") })
         .method_not_allowed_fallback(|| async {
@@ -242,7 +254,9 @@ async fn status(State(st): State<AppState>) -> Response {
         .filter_map(|name| snap.clusters.get(name))
         .map(|rt| cluster_status(rt, now, st.live.group.as_deref()))
         .collect();
-    with_etag(snap.view.id, json!({ "view": snap.view.id, "routes": routes, "clusters": clusters }))
+    let pid = std::process::id();
+    let body = json!({ "view": snap.view.id, "pid": pid, "routes": routes, "clusters": clusters });
+    with_etag(snap.view.id, body)
 }
 
 /// What the health checks say of a member: `up`, `down`, or `unchecked` when nothing checks it
@@ -577,6 +591,21 @@ async fn revoke(State(st): State<AppState>, bytes: Bytes) -> Response {
 }
 
 /// The revocations in force: `{"revocations": [{"kind", "value", "until"}]}`.
+/// Starts a hitless upgrade (`rondo ctl upgrade`): a new `rondo serve --upgrade` with this
+/// process's command line takes its sockets and state; 202 with the new process's pid.
+async fn upgrade(State(st): State<AppState>) -> Response {
+    match st.live.upgrader.start() {
+        None => error(
+            StatusCode::CONFLICT,
+            "this router cannot be upgraded: its configuration has no [router] upgrade_socket",
+        ),
+        Some(Err(e)) => {
+            error(StatusCode::INTERNAL_SERVER_ERROR, format!("upgrade not started: {e}"))
+        }
+        Some(Ok(pid)) => (StatusCode::ACCEPTED, axum::Json(json!({ "pid": pid }))).into_response(),
+    }
+}
+
 async fn revocations(State(st): State<AppState>) -> Response {
     let list: Vec<Value> = st
         .live

@@ -8,5 +8,5 @@ pub mod receiver;
 pub mod wire;
 
 pub use agent::{AgentError, AgentOpts};
-pub use receiver::{Receiver, ReceiverOpts, ReceiverStats};
+pub use receiver::{Receiver, ReceiverOpts, ReceiverStats, Resume};
 pub use wire::Key;

@@ -45,6 +45,18 @@ pub struct ReceiverOpts {
     pub interval: Duration,
     /// TLS on the first contact's TCP listener (`[agent] tls`); heartbeats stay UDP.
     pub tls: Option<Arc<TlsServer>>,
+    /// The epoch and last sequence numbers of the process this one replaces (a hitless
+    /// upgrade): agents then go on without a new hello, and no heartbeat can be replayed.
+    pub resume: Option<Resume>,
+}
+
+/// What a receiver hands to the receiver of the process that replaces it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Resume {
+    /// The epoch.
+    pub epoch: u64,
+    /// The last sequence number accepted, by cluster and member.
+    pub last_seq: Vec<(String, String, u64)>,
 }
 
 /// What the receiver counted since it started.
@@ -197,6 +209,13 @@ impl Receiver {
         self.shared.epoch
     }
 
+    /// The epoch and last sequence numbers, for the process that replaces this one.
+    pub fn resume(&self) -> Resume {
+        let last = self.shared.last_seq.lock().unwrap_or_else(|e| e.into_inner());
+        let last_seq = last.iter().map(|((c, m), s)| (c.clone(), m.clone(), *s)).collect();
+        Resume { epoch: self.shared.epoch, last_seq }
+    }
+
     /// Stops every task.
     pub fn stop(&self) {
         for t in &self.tasks {
@@ -214,19 +233,27 @@ impl Drop for Receiver {
 /// Binds the TCP listener, then a UDP socket on the same address and port, and starts the
 /// hello, heartbeat and watcher tasks.
 pub async fn start(opts: ReceiverOpts, live: Arc<Live>) -> io::Result<Receiver> {
-    let tcp = TcpListener::bind(opts.listen).await?;
+    let tcp = live.sockets.tcp_listener("agent tcp", opts.listen).await?;
     let addr = tcp.local_addr()?;
-    let udp = UdpSocket::bind(addr).await?;
+    // With port 0, the UDP socket takes the TCP listener's port (one number for both).
+    let udp = live.sockets.udp("agent udp", opts.listen, addr).await?;
+    let (epoch, last_seq) = match opts.resume {
+        Some(r) => {
+            let last = r.last_seq.into_iter().map(|(c, m, s)| ((c, m), s)).collect();
+            (r.epoch, last)
+        }
+        None => (random_epoch()?, HashMap::new()),
+    };
     let counters = Counters::new(&live.metrics);
     let shared = Arc::new(Shared {
         live,
         key: opts.key,
         interval: opts.interval,
-        epoch: random_epoch()?,
+        epoch,
         counters,
         log_limit: Limiter::new(LOG_BURST, LOG_WINDOW),
         notice_limit: Limiter::new(STALE_NOTICES_PER_SECOND, Duration::from_secs(1)),
-        last_seq: Mutex::new(HashMap::new()),
+        last_seq: Mutex::new(last_seq),
     });
     tracing::debug!(epoch = shared.epoch, "agent receiver epoch");
     let mut tasks = vec![

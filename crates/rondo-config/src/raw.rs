@@ -33,6 +33,8 @@ pub(crate) struct RawRouter {
     pub group: Option<String>,
     pub tier_key: Option<String>,
     pub tier_key_file: Option<String>,
+    pub upgrade_socket: Option<String>,
+    pub drain_timeout_ms: Option<u64>,
 }
 
 /// `[admin]`.

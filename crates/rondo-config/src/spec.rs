@@ -221,14 +221,34 @@ impl ListenerSpec {
     pub const DEFAULT_MAX_HEADERS: u32 = 100;
 }
 
-/// `[router]`: this router's identity.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+/// `[router]`: this router's identity, and how it hands over to its successor.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RouterSpec {
     /// This router's locality group; `prefer_local` clusters prefer members of this group.
     pub group: Option<String>,
     /// The key every router of a tier shares (`tier_key` or `tier_key_file`): it signs sticky
     /// session cookies, so any router of the tier honours another's.
     pub tier_key: Option<AdminToken>,
+    /// The Unix socket on which the running process hands its sockets and state to a new one
+    /// (`rondo serve --upgrade`); `None`: no hitless upgrade.
+    pub upgrade_socket: Option<PathBuf>,
+    /// How long a draining process (after `SIGTERM` or an upgrade) lets requests, streams and
+    /// tunnels in progress finish before it exits anyway.
+    pub drain_timeout: Duration,
+}
+
+/// [`RouterSpec::drain_timeout`]'s default.
+pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
+
+impl Default for RouterSpec {
+    fn default() -> Self {
+        RouterSpec {
+            group: None,
+            tier_key: None,
+            upgrade_socket: None,
+            drain_timeout: DEFAULT_DRAIN_TIMEOUT,
+        }
+    }
 }
 
 /// How admin API callers authenticate.

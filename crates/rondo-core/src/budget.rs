@@ -58,6 +58,21 @@ impl RetryBudget {
         self.balance += self.ratio;
     }
 
+    /// The banked deposits and the floor at `now`, for the process that takes over
+    /// ([`crate::handoff`]).
+    pub fn banked(&mut self, now: Instant) -> (f64, f64) {
+        self.advance(now);
+        (self.balance, self.floor)
+    }
+
+    /// Takes over `banked` deposits and floor (a previous process's [`RetryBudget::banked`]),
+    /// each bounded by what this budget could hold, at `now`.
+    pub fn restore(&mut self, (balance, floor): (f64, f64), now: Instant) {
+        self.stamp = now;
+        self.balance = if balance.is_finite() { balance.max(0.0) } else { 0.0 };
+        self.floor = if floor.is_finite() { floor.clamp(0.0, self.min_per_sec) } else { 0.0 };
+    }
+
     /// Whether one retry may be made now; if so it is withdrawn.
     pub fn try_withdraw(&mut self, now: Instant) -> bool {
         self.advance(now);

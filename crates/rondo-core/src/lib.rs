@@ -29,6 +29,7 @@ pub mod load;
 pub mod member;
 mod tree;
 
+pub use balancer::handoff;
 pub use balancer::{
     ADAPTIVE_EXPLORE_ONE_IN, ADAPTIVE_SCAN, Balancer, Eligibility, Ineligible, PickError,
     PickRequest,

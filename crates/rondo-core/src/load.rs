@@ -25,6 +25,13 @@ impl PeakEwma {
         PeakEwma { estimate_ns: initial.as_nanos() as f64, stamp: now }
     }
 
+    /// An estimate of `estimate_ns` last updated at `stamp` (a previous process's
+    /// [`PeakEwma::last`], moved onto this process's clock).
+    pub fn restore(estimate_ns: f64, stamp: Instant) -> Self {
+        let estimate_ns = if estimate_ns.is_finite() { estimate_ns.max(0.0) } else { 0.0 };
+        PeakEwma { estimate_ns, stamp }
+    }
+
     /// Folds in one observed round trip.
     pub fn observe(&mut self, rtt: Duration, now: Instant, decay: Duration) {
         let rtt_ns = rtt.as_nanos() as f64;

@@ -33,6 +33,9 @@ pub struct MemberState {
     pub last_pick: u64,
     /// Why its latest failed health check failed (kept after it passes again), and when.
     pub last_probe_failure: Option<(ProbeFailure, Instant)>,
+    /// Health checks passed in a row (toward `rise`) and failed in a row (toward `fall`); one
+    /// of the two is zero.
+    pub probe_streak: (u32, u32),
 }
 
 /// Why one health check failed.
@@ -86,6 +89,7 @@ impl MemberState {
             load: Load::new(policy.ewma.default_rtt, now),
             last_pick: 0,
             last_probe_failure: None,
+            probe_streak: (0, 0),
         }
     }
 

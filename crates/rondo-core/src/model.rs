@@ -61,6 +61,8 @@ impl AdminState {
 
 /// Who changed a member's state; shown wherever the state is shown.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "kebab-case"))]
 pub enum Actor {
     /// The configuration file or an applied config.
     Config,

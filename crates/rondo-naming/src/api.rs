@@ -143,7 +143,7 @@ pub async fn start_with(
     registry: Registry,
     mut opts: ApiOptions,
 ) -> std::io::Result<NamingServer> {
-    let listener = tokio::net::TcpListener::bind(listen).await?;
+    let listener = live.sockets.tcp_listener("naming", listen).await?;
     let addr = listener.local_addr()?;
     let tls = match opts.tls.take() {
         Some(t) => Some(
@@ -156,14 +156,25 @@ pub async fn start_with(
     // Member state changes (drain, health, agent availability) become new view ids, so that
     // watchers refetch answers that changed.
     let touch = Live::spawn_touch(&live);
+    let live_for_drain = live.clone();
     let app = router_with(addr, live, registry, opts);
+    // The process's drain stops accepting and lets the requests in progress finish.
+    let drain = live_for_drain;
     let task = tokio::spawn(async move {
         let served = match tls {
             Some(tls) => match TlsIncoming::new(listener, tls) {
-                Ok(incoming) => axum::serve(TlsListener(incoming), app).await,
+                Ok(incoming) => {
+                    axum::serve(TlsListener(incoming), app)
+                        .with_graceful_shutdown(rondo_runtime::drain::drained(drain))
+                        .await
+                }
                 Err(e) => Err(e),
             },
-            None => axum::serve(listener, app).await,
+            None => {
+                axum::serve(listener, app)
+                    .with_graceful_shutdown(rondo_runtime::drain::drained(drain))
+                    .await
+            }
         };
         if let Err(e) = served {
             tracing::error!(error = %e, "naming API stopped");

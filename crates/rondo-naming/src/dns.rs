@@ -90,7 +90,7 @@ impl Drop for DnsServer {
 /// optional), answering from `live`'s current snapshot. Must be called within a tokio runtime.
 pub async fn start(listen: SocketAddr, zone: &str, live: Arc<Live>) -> io::Result<DnsServer> {
     let zone = zone_name(zone)?;
-    let (udp, tcp) = bind(listen).await?;
+    let (udp, tcp) = bind(listen, &live.sockets).await?;
     let addr = udp.local_addr()?;
     let mut server = hickory_server::Server::new(Handler { zone, live });
     server.register_socket(udp);
@@ -121,20 +121,38 @@ fn zone_name(zone: &str) -> io::Result<Name> {
     Ok(name)
 }
 
-/// A UDP socket and a TCP listener on the same port (with port 0, a free port for both).
-async fn bind(listen: SocketAddr) -> io::Result<(tokio::net::UdpSocket, tokio::net::TcpListener)> {
-    if listen.port() != 0 {
-        let udp = tokio::net::UdpSocket::bind(listen).await?;
-        let tcp = tokio::net::TcpListener::bind(listen).await?;
-        return Ok((udp, tcp));
+/// A UDP socket and a TCP listener on the same port (with port 0, a free port for both), or
+/// the ones a previous process handed over.
+async fn bind(
+    listen: SocketAddr,
+    sockets: &rondo_runtime::sockets::Sockets,
+) -> io::Result<(tokio::net::UdpSocket, tokio::net::TcpListener)> {
+    let (udp, tcp) = ("naming dns udp", "naming dns tcp");
+    if listen.port() != 0 || sockets.is_inherited(udp, listen) {
+        let u = sockets.udp(udp, listen, listen).await?;
+        let at = u.local_addr()?;
+        let t = sockets.tcp_listener_at(tcp, listen, at).await?;
+        return Ok((u, t));
     }
     // The UDP port the system picks may be taken for TCP: try a few.
     let mut last = None;
     for _ in 0..16 {
-        let udp = tokio::net::UdpSocket::bind(listen).await?;
-        let at = udp.local_addr()?;
+        let probe = tokio::net::UdpSocket::bind(listen).await?;
+        let at = probe.local_addr()?;
         match tokio::net::TcpListener::bind(at).await {
-            Ok(tcp) => return Ok((udp, tcp)),
+            Ok(t) => {
+                drop(t);
+                drop(probe);
+                // Both free at `at`: bound again through the process's sockets, so that an
+                // upgrade can hand them over.
+                match sockets.udp(udp, listen, at).await {
+                    Ok(u) => match sockets.tcp_listener_at(tcp, listen, at).await {
+                        Ok(t) => return Ok((u, t)),
+                        Err(e) => last = Some(e),
+                    },
+                    Err(e) => last = Some(e),
+                }
+            }
             Err(e) => last = Some(e),
         }
     }

@@ -72,6 +72,8 @@ struct Shared {
     limits: Limits,
     state: Mutex<State>,
     stopped: AtomicBool,
+    /// Set (and signalled) when the writer thread has ended.
+    writer_done: (Mutex<bool>, std::sync::Condvar),
     /// The runtime the probes of a new view are spawned on.
     runtime: tokio::runtime::Handle,
 }
@@ -220,6 +222,7 @@ impl Embedded {
             limits,
             state: Mutex::new(state),
             stopped: AtomicBool::new(false),
+            writer_done: (Mutex::new(false), std::sync::Condvar::new()),
             runtime: tokio::runtime::Handle::current(),
         });
         {
@@ -313,6 +316,18 @@ impl Embedded {
     pub fn stop(&self) {
         self.shared.stopped.store(true, Ordering::Release);
     }
+
+    /// Stops the writer thread and waits (at most `timeout`) until its batch in progress is on
+    /// disk and it has ended, so that another process can open the files (a hitless upgrade's
+    /// hand-off). Returns whether it ended in time.
+    pub fn release(&self, timeout: std::time::Duration) -> bool {
+        self.stop();
+        let (done, ended) = &self.shared.writer_done;
+        let done = done.lock().unwrap_or_else(|e| e.into_inner());
+        let (done, _) =
+            ended.wait_timeout_while(done, timeout, |d| !*d).unwrap_or_else(|e| e.into_inner());
+        *done
+    }
 }
 
 impl Drop for Embedded {
@@ -329,6 +344,15 @@ impl Shared {
     /// The writer thread: a batch whenever changes are pending, and lapsed leases looked for
     /// every [`EXPIRY_TICK`]; ends when stopped or when the registry is dropped.
     fn run(&self, jobs: &Receiver<Job>, mut disk: Option<Disk>) {
+        /// Says the writer ended, however it ends.
+        struct Ended<'a>(&'a (Mutex<bool>, std::sync::Condvar));
+        impl Drop for Ended<'_> {
+            fn drop(&mut self) {
+                *self.0.0.lock().unwrap_or_else(|e| e.into_inner()) = true;
+                self.0.1.notify_all();
+            }
+        }
+        let _ended = Ended(&self.writer_done);
         loop {
             let first = match jobs.recv_timeout(EXPIRY_TICK) {
                 Ok(job) => Some(job),

@@ -409,6 +409,21 @@ impl Registry {
             Registry::Etcd(r) => r.stop(),
         }
     }
+
+    /// Stops for a hitless upgrade's hand-off: the embedded registry's writer finishes its
+    /// batch in progress and ends, so the new process can open its files (waits at most
+    /// `timeout`; returns whether it ended in time); an etcd registry just stops (etcd keeps
+    /// the registrations).
+    pub fn release(&self, timeout: std::time::Duration) -> bool {
+        match self {
+            Registry::Embedded(r) => r.release(timeout),
+            #[cfg(feature = "etcd")]
+            Registry::Etcd(r) => {
+                r.stop();
+                true
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -52,6 +52,10 @@ pub struct Router {
     /// Each listener's name and the address it is bound to (useful with port 0).
     pub listeners: Vec<(String, SocketAddr)>,
     stop: watch::Sender<bool>,
+    /// Each listener's connection slots (all free: no connection open).
+    slots: Vec<(Arc<Semaphore>, u32)>,
+    /// The HTTP listeners' shared state (their sticky sessions).
+    http: Vec<Arc<HttpCtx>>,
 }
 
 impl Router {
@@ -63,6 +67,52 @@ impl Router {
     /// Stops accepting connections (connections in progress finish on their own).
     pub fn stop(&self) {
         let _ = self.stop.send(true);
+    }
+
+    /// Open client connections, over every listener.
+    pub fn open_connections(&self) -> usize {
+        self.slots
+            .iter()
+            .map(|(s, max)| (*max as usize).saturating_sub(s.available_permits()))
+            .sum()
+    }
+
+    /// Resolves when no client connection is open on any listener (after [`Router::stop`] and
+    /// the process's drain, once the last one has finished).
+    pub async fn drained(&self) {
+        for (slots, max) in &self.slots {
+            let _ = slots.acquire_many(*max).await;
+        }
+    }
+
+    /// The HTTP listeners' sticky sessions, for the process that replaces this one.
+    pub fn export_sessions(&self) -> serde_json::Value {
+        let now = std::time::Instant::now();
+        let by_listener: std::collections::BTreeMap<&str, Vec<sticky::Handoff>> = self
+            .http
+            .iter()
+            .map(|ctx| (ctx.listener.name.as_str(), ctx.sessions.export(now)))
+            .collect();
+        serde_json::json!({ "sessions": by_listener })
+    }
+
+    /// Takes over sticky sessions a previous process exported ([`Router::export_sessions`]),
+    /// by listener, cluster and member name; returns how many were pinned.
+    pub fn import_sessions(&self, from: &serde_json::Value, live: &Live) -> usize {
+        let Some(by_listener) = from.get("sessions").and_then(|s| s.as_object()) else {
+            return 0;
+        };
+        let snapshot = live.load();
+        let now = std::time::Instant::now();
+        let mut pinned = 0;
+        for ctx in &self.http {
+            let Some(list) = by_listener.get(&ctx.listener.name) else { continue };
+            let Ok(list) = serde_json::from_value::<Vec<sticky::Handoff>>(list.clone()) else {
+                continue;
+            };
+            pinned += ctx.sessions.import(&list, &snapshot, now);
+        }
+        pinned
     }
 }
 
@@ -89,8 +139,11 @@ pub async fn start(listeners: &[ListenerSpec], live: Arc<Live>) -> std::io::Resu
         }
     }
     let mut bound = Vec::new();
+    let mut slots = Vec::new();
+    let mut http = Vec::new();
     for spec in listeners {
-        let socket = TcpListener::bind(spec.listen).await.map_err(|e| {
+        let what = format!("listener {}", spec.name);
+        let socket = live.sockets.tcp_listener(&what, spec.listen).await.map_err(|e| {
             std::io::Error::new(
                 e.kind(),
                 format!("cannot bind listener {} to {}: {e}", spec.name, spec.listen),
@@ -99,6 +152,7 @@ pub async fn start(listeners: &[ListenerSpec], live: Arc<Live>) -> std::io::Resu
         let addr = socket.local_addr()?;
         bound.push((spec.name.clone(), addr));
         let limit = Arc::new(Semaphore::new(spec.max_connections as usize));
+        slots.push((limit.clone(), spec.max_connections));
         let metrics = live.metrics.listener(&spec.name);
         let tls = match &spec.tls {
             None => None,
@@ -133,6 +187,7 @@ pub async fn start(listeners: &[ListenerSpec], live: Arc<Live>) -> std::io::Resu
                     access,
                     auth: auth.clone(),
                 });
+                http.push(ctx.clone());
                 tokio::spawn(accept_http(socket, ctx, tls, limit, stopped.clone()));
             }
             ListenerProtocol::Tcp => {
@@ -149,7 +204,7 @@ pub async fn start(listeners: &[ListenerSpec], live: Arc<Live>) -> std::io::Resu
         }
         tracing::info!(listener = %spec.name, %addr, protocol = spec.protocol.as_str(), tls = spec.tls.is_some(), "listening");
     }
-    Ok(Router { listeners: bound, stop })
+    Ok(Router { listeners: bound, stop, slots, http })
 }
 
 /// Streams the client reset before the router accepted them, per HTTP/2 connection, past which
@@ -161,6 +216,13 @@ const MAX_PENDING_ACCEPT_RESETS: usize = 20;
 /// life before h2 ends it with `ENHANCE_YOUR_CALM` (hyper's default, made explicit; the
 /// listener's windowed `h2_max_resets` budget usually trips first).
 const MAX_LOCAL_ERROR_RESETS: usize = 1024;
+
+/// Once the process drains, how long an idle client connection may still send a request (it is
+/// answered with `Connection: close`) before it is closed, and how long hyper's connections get
+/// before their graceful shutdown (HTTP/2 GOAWAY). Closing an idle keep-alive connection at the
+/// very moment the drain begins would race a client that is sending on it just then; a client
+/// idle this long is in the ordinary keep-alive race that clients handle.
+pub const DRAIN_IDLE_GRACE: Duration = Duration::from_secs(1);
 
 /// After an HTTP/2 connection error's GOAWAY, how long the connection may take to finish its
 /// lingering close before it is dropped.
@@ -277,6 +339,7 @@ impl Hyper<'_> {
         let io = TimedIo::new(stream, state.clone(), header_timeout, budget, peer.ip())
             .with_prefix(read);
         let handler = state.clone();
+        let live = ctx.live.clone();
         let ctx = ctx.clone();
         let service = service_fn(move |req| http::handle(ctx.clone(), handler.clone(), peer, req));
         let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
@@ -298,6 +361,16 @@ impl Hyper<'_> {
                 // An HTTP/2 connection error: the GOAWAY and the lingering close are under
                 // way in `TimedIo`; they get a bounded time.
                 let _ = tokio::time::timeout(ABORT_LINGER, conn).await;
+            }
+            () = async {
+                live.drain.started().await;
+                tokio::time::sleep(DRAIN_IDLE_GRACE).await;
+            } => {
+                // The process drains: GOAWAY (HTTP/2) or a close once the request in progress
+                // is answered (HTTP/1); streams, upgrades and tunnels in progress finish, and
+                // the process's drain timeout bounds them all.
+                conn.as_mut().graceful_shutdown();
+                let _ = conn.await;
             }
         }
     }

@@ -129,6 +129,19 @@ struct Entry {
     last: Instant,
 }
 
+/// One header-identified session, as a process hands it to the one that replaces it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Handoff {
+    /// The cluster.
+    pub cluster: String,
+    /// The session id.
+    pub id: String,
+    /// The member that holds it, by name.
+    pub member: String,
+    /// How long (ms) the session has been idle.
+    pub idle_ms: u64,
+}
+
 /// Header-identified sessions.
 #[derive(Default)]
 pub struct Sessions {
@@ -173,6 +186,50 @@ impl Sessions {
         if let Some(old) = old {
             old.rt.close_session(old.member);
         }
+    }
+
+    /// Every session, for the process that replaces this one.
+    pub fn export(&self, now: Instant) -> Vec<Handoff> {
+        let map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        map.iter()
+            .filter_map(|((cluster, id), e)| {
+                Some(Handoff {
+                    cluster: cluster.clone(),
+                    id: id.clone(),
+                    member: e.rt.spec.members.get(e.member)?.name.clone(),
+                    idle_ms: now.saturating_duration_since(e.last).as_millis() as u64,
+                })
+            })
+            .collect()
+    }
+
+    /// Pins the sessions a previous process exported, each to its member by name in
+    /// `snapshot` (a member or cluster gone, or a session idle past its timeout, is skipped);
+    /// returns how many were pinned.
+    pub fn import(
+        &self,
+        list: &[Handoff],
+        snapshot: &rondo_runtime::live::Snapshot,
+        now: Instant,
+    ) -> usize {
+        let mut pinned = 0;
+        for h in list {
+            let Some(rt) = snapshot.clusters.get(&h.cluster) else { continue };
+            let Some(member) = rt.spec.members.iter().position(|m| m.name == h.member) else {
+                continue;
+            };
+            let idle = Duration::from_millis(h.idle_ms);
+            if idle >= rt.spec.sticky.idle_timeout || h.id.len() > MAX_SESSION_ID {
+                continue;
+            }
+            self.pin(rt, &h.id, member);
+            let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(e) = map.get_mut(&(h.cluster.clone(), h.id.clone())) {
+                e.last = now.checked_sub(idle).unwrap_or(now);
+                pinned += 1;
+            }
+        }
+        pinned
     }
 
     /// Forgets sessions idle longer than their cluster's idle timeout (at most once a second).

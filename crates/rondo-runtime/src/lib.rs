@@ -10,6 +10,8 @@
 //! calls the pure `rondo-core` with them as arguments.
 
 pub mod clock;
+pub mod drain;
+pub mod handoff;
 pub mod host;
 pub mod live;
 pub mod metrics;
@@ -18,6 +20,7 @@ pub mod process;
 pub mod reload;
 pub mod revoke;
 pub mod secret;
+pub mod sockets;
 pub mod tls_client;
 pub mod tls_server;
 pub mod upstream_tls;

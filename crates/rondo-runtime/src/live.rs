@@ -454,6 +454,13 @@ pub struct Live {
     tier_keys: Mutex<TierKeys>,
     /// Revoked sign-on tokens (by id or subject), this router's and the tier's.
     pub revocations: crate::revoke::Revocations,
+    /// Every socket the process listens on (bound here or handed over by the process this one
+    /// replaced).
+    pub sockets: crate::sockets::Sockets,
+    /// The process's drain (`SIGTERM`, or an upgrade's hand-off).
+    pub drain: crate::drain::Drain,
+    /// How the admin API starts a hitless upgrade.
+    pub upgrader: crate::handoff::Upgrader,
 }
 
 /// One cluster's registered members, and the cluster their registrations declared.
@@ -598,6 +605,9 @@ impl Live {
             tier_key: arc_swap::ArcSwapOption::empty(),
             tier_keys: Mutex::default(),
             revocations: Default::default(),
+            sockets: Default::default(),
+            drain: Default::default(),
+            upgrader: Default::default(),
         }
     }
 

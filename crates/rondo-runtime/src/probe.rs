@@ -11,7 +11,6 @@
 //! One task per cluster and view; it stops when its view is replaced (the next view's task takes
 //! over with the member state carried across).
 
-use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -44,14 +43,7 @@ pub fn spawn_clusters<'a>(clusters: impl IntoIterator<Item = &'a Arc<ClusterRt>>
     }
 }
 
-#[derive(Default, Clone, Copy)]
-struct Streak {
-    ok: u32,
-    failed: u32,
-}
-
 async fn run(rt: Weak<ClusterRt>, check: HealthCheck, judge: bool) {
-    let mut streaks: HashMap<String, Streak> = HashMap::new();
     let mut ticker = tokio::time::interval(check.interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -101,23 +93,15 @@ async fn run(rt: Weak<ClusterRt>, check: HealthCheck, judge: bool) {
             }
             for &(i, result) in &results {
                 let name = &members[i].1;
-                let s = streaks.entry(name.clone()).or_default();
-                match result {
-                    Ok(_) => {
-                        s.ok += 1;
-                        s.failed = 0;
-                    }
-                    Err(why) => {
-                        s.failed += 1;
-                        s.ok = 0;
-                        b.note_probe_failure(i, why, now);
-                    }
+                let in_row = b.count_probe(i, result.is_ok());
+                if let Err(why) = result {
+                    b.note_probe_failure(i, why, now);
                 }
                 let healthy = b.states().get(i).map(|st| st.healthy);
-                if healthy == Some(false) && s.ok >= check.rise {
+                if healthy == Some(false) && result.is_ok() && in_row >= check.rise {
                     changed = true;
                     b.set_health(i, true, Actor::HealthCheck, now);
-                    let reason = format!("{} health check(s) passed in a row", s.ok);
+                    let reason = format!("{in_row} health check(s) passed in a row");
                     // A `&str` field: quoted in text lines, a plain string in JSON ones.
                     tracing::info!(
                         cluster = %b.spec().name,
@@ -125,12 +109,12 @@ async fn run(rt: Weak<ClusterRt>, check: HealthCheck, judge: bool) {
                         reason = reason.as_str(),
                         "member up"
                     );
-                } else if healthy == Some(true) && s.failed >= check.fall {
+                } else if healthy == Some(true) && result.is_err() && in_row >= check.fall {
                     changed = true;
                     b.set_health(i, false, Actor::HealthCheck, now);
                     let why = result.err().map_or_else(String::new, |w| w.to_string());
                     let reason =
-                        format!("{} health check(s) failed in a row, the last: {why}", s.failed);
+                        format!("{in_row} health check(s) failed in a row, the last: {why}");
                     tracing::warn!(
                         cluster = %b.spec().name,
                         member = %name,

@@ -285,6 +285,10 @@ pub enum CtlCommand {
     },
     /// List the revocations in force (this router's and the tier's).
     Revocations,
+    /// Start a hitless upgrade: the router starts `rondo serve --upgrade` with its own command
+    /// line and executable path (a new binary there is a binary upgrade), which takes over its
+    /// sockets and state; needs `[router] upgrade_socket`.
+    Upgrade,
 }
 
 /// Options of `rondo ctl drain`.
@@ -397,6 +401,11 @@ pub struct ServeArgs {
     /// Worker threads (default: one per core).
     #[arg(long, value_name = "N")]
     pub workers: Option<usize>,
+    /// Take over from the rondo serving on the config's `[router] upgrade_socket`: its
+    /// listening sockets and its state pass to this process, which then serves while the old
+    /// one drains and exits (a hitless restart, or a binary upgrade when this is a new binary).
+    #[arg(long)]
+    pub upgrade: bool,
 }
 
 /// Options of `rondo check`.

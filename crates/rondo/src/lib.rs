@@ -11,6 +11,7 @@ pub mod devkey;
 pub mod member;
 pub mod serve;
 pub mod simulate;
+pub mod upgrade;
 
 use std::io::{self, Write};
 use std::process::ExitCode;
@@ -203,6 +204,7 @@ fn ctl(args: cli::CtlArgs, out: &mut dyn Write, err: &mut dyn Write) -> anyhow::
             C::Revoke { token_id, subject, ttl_ms }
         }
         cli::CtlCommand::Revocations => C::Revocations,
+        cli::CtlCommand::Upgrade => C::Upgrade,
         cli::CtlCommand::Apply { file } => match std::fs::read_to_string(&file) {
             Ok(text) => C::Apply { file: file.display().to_string(), text },
             Err(e) => {
@@ -310,7 +312,9 @@ fn ctl_token(
 pub fn run_with(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Check(args) => check::check(args.path(), args.strict, out, err),
-        Command::Serve(args) => serve::serve(args.path(), args.workers, &cli.log, out, err),
+        Command::Serve(args) => {
+            serve::serve(args.path(), args.workers, args.upgrade, &cli.log, out, err)
+        }
         Command::Completions(args) => {
             let mut cmd = <Cli as clap::CommandFactory>::command();
             clap_complete::generate(args.shell, &mut cmd, "rondo", out);

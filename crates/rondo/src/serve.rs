@@ -9,27 +9,60 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use rondo_runtime::reload::{self, Reloader};
-use rondo_runtime::{Live, probe};
+use rondo_runtime::{Live, handoff, probe};
 
 /// The first view's id.
 const FIRST_VIEW: u64 = 1;
 
+/// How `rondo serve` was started: what a `SIGUSR2` or `rondo ctl upgrade` starts again.
+#[derive(Debug, Clone)]
+pub struct Invocation {
+    /// The executable, as resolved at start (a new binary at that path is an upgrade).
+    pub exe: std::path::PathBuf,
+    /// The arguments after the program name.
+    pub args: Vec<std::ffi::OsString>,
+}
+
+impl Invocation {
+    /// This process's.
+    pub fn current() -> Self {
+        Invocation {
+            exe: std::env::current_exe().unwrap_or_else(|_| "rondo".into()),
+            args: std::env::args_os().skip(1).collect(),
+        }
+    }
+}
+
+/// Why the serving loop ended.
+enum End {
+    /// `SIGTERM` or `SIGINT`: drain, then exit.
+    Signal,
+    /// A new process took over.
+    Upgraded(u32),
+}
+
 /// Runs the router from the configuration at `path` on `workers` threads (default: one per
-/// core) until SIGINT or SIGTERM; the log starts from `log` and the config's `[log]`.
+/// core) until SIGINT or SIGTERM (then it drains: see [`crate::upgrade`]); the log starts from
+/// `log` and the config's `[log]`. With `upgrade`, it takes over from the process serving on
+/// `[router] upgrade_socket` instead of binding anew.
 pub fn serve(
     path: &Path,
     workers: Option<usize>,
+    upgrade: bool,
     log: &crate::cli::LogArgs,
     out: &mut dyn Write,
     err: &mut dyn Write,
 ) -> anyhow::Result<ExitCode> {
     // Checked against this build's features before anything is bound.
-    let config = match rondo_config::load_file_with(path, FIRST_VIEW, crate::features()) {
+    let mut config = match rondo_config::load_file_with(path, FIRST_VIEW, crate::features()) {
         Ok(c) => c,
         Err(errors) => {
             crate::init_tracing(log, None, "info");
             for e in &errors {
                 writeln!(err, "{e}")?;
+            }
+            if upgrade {
+                writeln!(err, "rondo serve --upgrade: the running rondo was not touched")?;
             }
             return Ok(ExitCode::FAILURE);
         }
@@ -38,157 +71,346 @@ pub fn serve(
     for w in &config.warnings {
         tracing::warn!("config: {}", w.as_warning());
     }
-    let runtime = runtime(workers)?;
-    runtime.block_on(async {
-        let live = Arc::new(Live::new(config.view.clone(), config.router.group.clone()));
-        if let Some(k) = &config.router.tier_key {
-            match rondo_runtime::secret::read_token(k) {
-                Ok(bytes) if bytes.len() >= 16 => {
-                    live.set_tier_key(rondo_runtime::secret::TierKey::new(&bytes))
-                }
-                Ok(_) => {
-                    writeln!(err, "rondo serve: the tier key must be at least 16 bytes")?;
-                    return Ok(ExitCode::FAILURE);
-                }
-                Err(e) => {
-                    writeln!(err, "rondo serve: tier key: {e}")?;
-                    return Ok(ExitCode::FAILURE);
-                }
+    // The running process's sockets and state, before anything else starts.
+    let takeover = if upgrade {
+        let Some(socket) = &config.router.upgrade_socket else {
+            writeln!(
+                err,
+                "rondo serve --upgrade: {}: [router] upgrade_socket is not set, so there is no \
+                 running rondo to take over from",
+                path.display()
+            )?;
+            return Ok(ExitCode::FAILURE);
+        };
+        match crate::upgrade::connect(socket) {
+            Ok(t) => {
+                config.view.id = config.view.id.max(t.state.view_id + 1);
+                Some(t)
+            }
+            Err(e) => {
+                writeln!(err, "rondo serve --upgrade: {e:#}")?;
+                return Ok(ExitCode::FAILURE);
             }
         }
-        probe::spawn(&live.load());
-        let router = match rondo_proxy::start(&config.listeners, live.clone()).await {
-            Ok(r) => r,
+    } else {
+        None
+    };
+    let runtime = runtime(workers)?;
+    let code = runtime.block_on(run(path, &config, takeover, out, err));
+    // Whatever still runs (a connection past the drain timeout) ends with the process.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(100));
+    code
+}
+
+async fn run(
+    path: &Path,
+    config: &rondo_config::Config,
+    mut takeover: Option<crate::upgrade::Takeover>,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> anyhow::Result<ExitCode> {
+    let live = Arc::new(Live::new(config.view.clone(), config.router.group.clone()));
+    if let Some(t) = takeover.as_mut() {
+        live.sockets.inherit(std::mem::take(&mut t.keys), std::mem::take(&mut t.fds));
+        let members = handoff::import(&live, &t.state);
+        tracing::info!(from = t.from, members, "upgrade: sockets and state taken over");
+    }
+    if let Some(k) = &config.router.tier_key {
+        match rondo_runtime::secret::read_token(k) {
+            Ok(bytes) if bytes.len() >= 16 => {
+                live.set_tier_key(rondo_runtime::secret::TierKey::new(&bytes))
+            }
+            Ok(_) => {
+                writeln!(err, "rondo serve: the tier key must be at least 16 bytes")?;
+                return Ok(ExitCode::FAILURE);
+            }
+            Err(e) => {
+                writeln!(err, "rondo serve: tier key: {e}")?;
+                return Ok(ExitCode::FAILURE);
+            }
+        }
+    }
+    probe::spawn(&live.load());
+    let router = match rondo_proxy::start(&config.listeners, live.clone()).await {
+        Ok(r) => Arc::new(r),
+        Err(e) => {
+            writeln!(err, "rondo serve: {e}")?;
+            return Ok(ExitCode::FAILURE);
+        }
+    };
+    if let Some(t) = &takeover
+        && let Some(sessions) = t.state.parts.get("router")
+    {
+        router.import_sessions(sessions, &live);
+    }
+    // The process's own sockets, which the naming service refuses as member addresses.
+    let mut own: Vec<rondo_naming::api::OwnAddress> = Vec::new();
+    for (name, addr) in &router.listeners {
+        writeln!(out, "rondo: listener {name} on {addr}")?;
+        own.push(rondo_naming::api::OwnAddress { what: format!("listener {name}"), addr: *addr });
+    }
+    let mut receiver = None;
+    if let Some(spec) = &config.agent {
+        let key = match read_key(&spec.key) {
+            Ok(k) => k,
             Err(e) => {
                 writeln!(err, "rondo serve: {e}")?;
                 return Ok(ExitCode::FAILURE);
             }
         };
-        // The process's own sockets, which the naming service refuses as member addresses.
-        let mut own: Vec<rondo_naming::api::OwnAddress> = Vec::new();
-        for (name, addr) in &router.listeners {
-            writeln!(out, "rondo: listener {name} on {addr}")?;
-            own.push(rondo_naming::api::OwnAddress {
-                what: format!("listener {name}"),
-                addr: *addr,
-            });
-        }
-        let mut _receiver = None;
-        if let Some(spec) = &config.agent {
-            let key = match read_key(&spec.key) {
-                Ok(k) => k,
+        let tls = match &spec.tls {
+            None => None,
+            Some(t) => match rondo_runtime::tls_server::TlsServer::new(
+                "[agent]",
+                t,
+                &[],
+                rondo_runtime::tls_server::HANDSHAKE_TIMEOUT,
+                live.metrics.clone(),
+            ) {
+                Ok(t) => Some(t),
                 Err(e) => {
-                    writeln!(err, "rondo serve: {e}")?;
-                    router.stop();
+                    writeln!(err, "rondo serve: [agent] tls: {e}")?;
                     return Ok(ExitCode::FAILURE);
                 }
-            };
-            let tls = match &spec.tls {
-                None => None,
-                Some(t) => match rondo_runtime::tls_server::TlsServer::new(
-                    "[agent]",
-                    t,
-                    &[],
-                    rondo_runtime::tls_server::HANDSHAKE_TIMEOUT,
-                    live.metrics.clone(),
-                ) {
-                    Ok(t) => Some(t),
-                    Err(e) => {
-                        writeln!(err, "rondo serve: [agent] tls: {e}")?;
-                        router.stop();
-                        return Ok(ExitCode::FAILURE);
-                    }
-                },
-            };
-            let opts = rondo_agent::ReceiverOpts {
-                listen: spec.listen,
-                key: rondo_agent::Key::new(&key),
-                interval: spec.interval,
-                tls,
-            };
-            match rondo_agent::receiver::start(opts, live.clone()).await {
-                Ok(r) => {
-                    let tls = if spec.tls.is_some() { ", tls on tcp" } else { "" };
-                    writeln!(out, "rondo: agent receiver on {} (tcp and udp{tls})", r.addr)?;
-                    own.push(rondo_naming::api::OwnAddress {
-                        what: "agent receiver".to_owned(),
-                        addr: r.addr,
-                    });
-                    _receiver = Some(r);
-                }
-                Err(e) => {
-                    writeln!(err, "rondo serve: agent receiver on {}: {e}", spec.listen)?;
-                    router.stop();
-                    return Ok(ExitCode::FAILURE);
-                }
+            },
+        };
+        let resume = takeover
+            .as_ref()
+            .and_then(|t| t.state.parts.get("agent"))
+            .and_then(|v| serde_json::from_value(v.clone()).ok());
+        let opts = rondo_agent::ReceiverOpts {
+            listen: spec.listen,
+            key: rondo_agent::Key::new(&key),
+            interval: spec.interval,
+            tls,
+            resume,
+        };
+        match rondo_agent::receiver::start(opts, live.clone()).await {
+            Ok(r) => {
+                let tls = if spec.tls.is_some() { ", tls on tcp" } else { "" };
+                writeln!(out, "rondo: agent receiver on {} (tcp and udp{tls})", r.addr)?;
+                own.push(rondo_naming::api::OwnAddress {
+                    what: "agent receiver".to_owned(),
+                    addr: r.addr,
+                });
+                receiver = Some(Arc::new(r));
             }
-        }
-        // The admin API (`[admin]`), stopped when the server returns.
-        let mut _admin = None;
-        if let Some(spec) = &config.admin {
-            match rondo_admin::start(spec, live.clone()).await {
-                Ok(a) => {
-                    writeln!(out, "rondo: admin API on {}", a.addr)?;
-                    writeln!(
-                        out,
-                        "rondo: dashboard on {}://{}/ (it asks for the admin token)",
-                        a.scheme(),
-                        a.addr
-                    )?;
-                    own.push(rondo_naming::api::OwnAddress {
-                        what: "admin API".to_owned(),
-                        addr: a.addr,
-                    });
-                    _admin = Some(a);
-                }
-                Err(e) => {
-                    writeln!(err, "rondo serve: admin API on {}: {e}", spec.listen)?;
-                    router.stop();
-                    return Ok(ExitCode::FAILURE);
-                }
-            }
-        }
-        // The naming service (`[naming]`): registry, HTTP API, DNS; stopped when serve returns.
-        let mut _naming = None;
-        if let Some(spec) = &config.naming {
-            match start_naming(spec, live.clone(), own, out).await {
-                Ok(n) => _naming = Some(n),
-                Err(e) => {
-                    writeln!(err, "rondo serve: {e}")?;
-                    router.stop();
-                    return Ok(ExitCode::FAILURE);
-                }
-            }
-        }
-        // Live reconfiguration: the config file's changes (polled, debounced) and SIGHUP.
-        let reloader = Arc::new(Reloader::new(path, live.clone(), &config));
-        let watcher =
-            reload::watch_file(reloader.clone(), reload::DEFAULT_POLL, reload::DEFAULT_SETTLE);
-        #[cfg(unix)]
-        let hup = match reload::on_sighup(reloader.clone()) {
-            Ok(h) => Some(h),
             Err(e) => {
-                tracing::warn!("cannot handle SIGHUP, reload by saving the config file: {e}");
-                None
+                writeln!(err, "rondo serve: agent receiver on {}: {e}", spec.listen)?;
+                return Ok(ExitCode::FAILURE);
+            }
+        }
+    }
+    // The admin API (`[admin]`), stopped when the server returns.
+    let mut _admin = None;
+    if let Some(spec) = &config.admin {
+        match rondo_admin::start(spec, live.clone()).await {
+            Ok(a) => {
+                writeln!(out, "rondo: admin API on {}", a.addr)?;
+                writeln!(
+                    out,
+                    "rondo: dashboard on {}://{}/ (it asks for the admin token)",
+                    a.scheme(),
+                    a.addr
+                )?;
+                own.push(rondo_naming::api::OwnAddress {
+                    what: "admin API".to_owned(),
+                    addr: a.addr,
+                });
+                _admin = Some(a);
+            }
+            Err(e) => {
+                writeln!(err, "rondo serve: admin API on {}: {e}", spec.listen)?;
+                return Ok(ExitCode::FAILURE);
+            }
+        }
+    }
+    // Taking over: ready to serve. The running process stops accepting, its registry's writer
+    // ends, and its state as of then comes back.
+    let mut handed = None;
+    if let Some(t) = takeover.take() {
+        let from = t.from;
+        match tokio::task::spawn_blocking(move || t.ready()).await {
+            Ok(Ok(state)) => {
+                handoff::import(&live, &state);
+                tracing::info!(from, "upgrade: the old process handed over and drains");
+                handed = Some(state);
+            }
+            Ok(Err(e)) => {
+                writeln!(err, "rondo serve --upgrade: {e:#}")?;
+                return Ok(ExitCode::FAILURE);
+            }
+            Err(e) => {
+                writeln!(err, "rondo serve --upgrade: {e}")?;
+                return Ok(ExitCode::FAILURE);
+            }
+        }
+    }
+    // The naming service (`[naming]`): registry, HTTP API, DNS; stopped when serve returns.
+    let mut naming = None;
+    if let Some(spec) = &config.naming {
+        match start_naming(spec, live.clone(), own, out).await {
+            Ok(n) => naming = Some(n),
+            Err(e) => {
+                writeln!(err, "rondo serve: {e}")?;
+                return Ok(ExitCode::FAILURE);
+            }
+        }
+    }
+    if let Some(state) = &handed {
+        // Again, now that the registered members are in the view.
+        handoff::import(&live, state);
+    }
+    // Live reconfiguration: the config file's changes (polled, debounced) and SIGHUP.
+    let reloader = Arc::new(Reloader::new(path, live.clone(), config));
+    let watcher =
+        reload::watch_file(reloader.clone(), reload::DEFAULT_POLL, reload::DEFAULT_SETTLE);
+    let hup = match reload::on_sighup(reloader.clone()) {
+        Ok(h) => Some(h),
+        Err(e) => {
+            tracing::warn!("cannot handle SIGHUP, reload by saving the config file: {e}");
+            None
+        }
+    };
+    // SIGHUP also reopens access log files (after a rotation renamed them).
+    let reopen = reopen_access_logs_on_sighup();
+    // Hitless upgrades: the upgrade socket, `SIGUSR2` and the admin API's `upgrade`.
+    let invocation = Invocation::current();
+    let (ready_tx, mut ready_rx) = tokio::sync::mpsc::channel(1);
+    if let Some(socket) = &config.router.upgrade_socket {
+        let listener = match live.sockets.unix_listener("upgrade", socket) {
+            Ok(l) => l,
+            Err(e) => {
+                writeln!(err, "rondo serve: [router] upgrade_socket {}: {e}", socket.display())?;
+                return Ok(ExitCode::FAILURE);
             }
         };
-        // SIGHUP also reopens access log files (after a rotation renamed them).
-        #[cfg(unix)]
-        let reopen = reopen_access_logs_on_sighup();
-        writeln!(out, "rondo: reloading on changes to {} and on SIGHUP", path.display())?;
-        out.flush()?;
-        shutdown_signal().await;
-        watcher.abort();
-        #[cfg(unix)]
-        if let Some(h) = hup {
-            h.abort();
+        let export = {
+            let (live, router, receiver) = (live.clone(), router.clone(), receiver.clone());
+            Arc::new(move || {
+                let mut doc = handoff::export(&live);
+                doc.parts.insert("router".to_owned(), router.export_sessions());
+                if let Some(r) = &receiver
+                    && let Ok(v) = serde_json::to_value(r.resume())
+                {
+                    doc.parts.insert("agent".to_owned(), v);
+                }
+                doc
+            })
+        };
+        crate::upgrade::serve(listener, live.clone(), export, ready_tx)
+            .context("starting the upgrade socket's thread")?;
+        let inv = invocation.clone();
+        live.upgrader.set(move || crate::upgrade::spawn_successor(&inv.exe, &inv.args));
+        writeln!(out, "rondo: upgrades on {} (rondo serve --upgrade, SIGUSR2)", socket.display())?;
+    }
+    let unused = live.sockets.unused();
+    if !unused.is_empty() {
+        tracing::info!(sockets = ?unused, "upgrade: sockets the new configuration does not use are closed");
+    }
+    writeln!(out, "rondo: reloading on changes to {} and on SIGHUP", path.display())?;
+    out.flush()?;
+    crate::upgrade::notify(&if handed.is_some() {
+        format!("MAINPID={}\nREADY=1", std::process::id())
+    } else {
+        "READY=1".to_owned()
+    });
+    let Signals { mut term, mut int, mut usr2 } = Signals::new()?;
+    let end = loop {
+        tokio::select! {
+            _ = term.recv() => break End::Signal,
+            _ = int.recv() => break End::Signal,
+            Some(ready) = ready_rx.recv() => {
+                // Stop accepting everywhere; the registry's writer ends so that the new process
+                // can open its files; then the state as of now.
+                router.stop();
+                if let Some(r) = &receiver {
+                    r.stop();
+                }
+                live.drain.start();
+                if let Some(n) = &naming {
+                    n.release();
+                }
+                let mut doc = handoff::export(&live);
+                doc.parts.insert("router".to_owned(), router.export_sessions());
+                if let Some(r) = &receiver
+                    && let Ok(v) = serde_json::to_value(r.resume())
+                {
+                    doc.parts.insert("agent".to_owned(), v);
+                }
+                let _ = ready.reply.send(doc);
+                break End::Upgraded(ready.pid);
+            }
+            _ = usr2.recv() => {
+                if config.router.upgrade_socket.is_none() {
+                    tracing::warn!("SIGUSR2: no [router] upgrade_socket, so no upgrade");
+                } else if let Some(Err(e)) = live.upgrader.start() {
+                    tracing::warn!("SIGUSR2: upgrade not started: {e}");
+                }
+            }
         }
-        #[cfg(unix)]
-        reopen.abort();
-        writeln!(out, "rondo: shutting down")?;
-        router.stop();
-        Ok(ExitCode::SUCCESS)
-    })
+    };
+    watcher.abort();
+    if let Some(h) = hup {
+        h.abort();
+    }
+    reopen.abort();
+    // The drain: nothing new is accepted; requests, streams and tunnels in progress get
+    // `drain_timeout`; idle connections close.
+    router.stop();
+    if let Some(r) = &receiver {
+        r.stop();
+    }
+    live.drain.start();
+    live.sockets.release();
+    crate::upgrade::notify("STOPPING=1");
+    let open = router.open_connections();
+    match end {
+        End::Signal => writeln!(out, "rondo: shutting down: draining {open} connection(s)")?,
+        End::Upgraded(pid) => {
+            writeln!(out, "rondo: handed over to pid {pid}: draining {open} connection(s)")?
+        }
+    }
+    out.flush()?;
+    let timeout = config.router.drain_timeout;
+    tokio::select! {
+        () = router.drained() => tracing::info!("drained: every connection finished"),
+        () = tokio::time::sleep(timeout) => tracing::warn!(
+            open = router.open_connections(),
+            "drain timeout ({} ms) reached: the connections still open are cut",
+            timeout.as_millis()
+        ),
+        _ = term.recv() => tracing::warn!(
+            open = router.open_connections(),
+            "a second SIGTERM: the connections still open are cut"
+        ),
+        _ = int.recv() => tracing::warn!(
+            open = router.open_connections(),
+            "a second SIGINT: the connections still open are cut"
+        ),
+    }
+    drop(naming);
+    writeln!(out, "rondo: stopped")?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The signals `rondo serve` answers: `SIGTERM` and `SIGINT` (drain and exit; a second one
+/// during the drain cuts it short), `SIGUSR2` (start an upgrade).
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+    usr2: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn new() -> anyhow::Result<Self> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(Signals {
+            term: signal(SignalKind::terminate()).context("handling SIGTERM")?,
+            int: signal(SignalKind::interrupt()).context("handling SIGINT")?,
+            usr2: signal(SignalKind::user_defined2()).context("handling SIGUSR2")?,
+        })
+    }
 }
 
 /// What the naming service runs; dropping it stops all of it.
@@ -198,6 +420,16 @@ struct Naming {
     _api: rondo_naming::api::NamingServer,
     #[cfg(feature = "dns")]
     _dns: Option<rondo_naming::dns::DnsServer>,
+}
+
+impl Naming {
+    /// Stops the registry for a hitless upgrade's hand-off (its writer ends, so the new process
+    /// can open the files).
+    fn release(&self) {
+        if !self.registry.release(std::time::Duration::from_secs(2)) {
+            tracing::warn!("upgrade: the registry's writer did not end within 2 s");
+        }
+    }
 }
 
 impl Drop for Naming {
@@ -305,7 +537,6 @@ pub fn runtime(workers: Option<usize>) -> anyhow::Result<tokio::runtime::Runtime
 
 /// Reopens every access log file on each SIGHUP (one more listener of the signal, beside the
 /// reloader's).
-#[cfg(unix)]
 fn reopen_access_logs_on_sighup() -> tokio::task::JoinHandle<()> {
     use tokio::signal::unix::{SignalKind, signal};
     let hup = signal(SignalKind::hangup());
@@ -315,26 +546,4 @@ fn reopen_access_logs_on_sighup() -> tokio::task::JoinHandle<()> {
             rondo_proxy::access::reopen_all();
         }
     })
-}
-
-async fn shutdown_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = term.recv() => {}
-                }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-    }
 }

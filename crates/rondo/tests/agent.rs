@@ -96,6 +96,7 @@ async fn setup(algorithm: &str, interval_ms: u64, misses: u32) -> Setup {
         key: Key::new(KEY.as_bytes()),
         interval: spec.interval,
         tls: None,
+        resume: None,
     };
     let receiver = rondo_agent::receiver::start(opts, live.clone()).await.expect("receiver starts");
     Setup { router, live, receiver, members: ms }

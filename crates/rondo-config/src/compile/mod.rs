@@ -293,7 +293,17 @@ pub(crate) fn compile(
                 (None, Some(f)) => c.file_path(p.key("tier_key_file"), f).map(AdminToken::File),
                 (None, None) => None,
             };
-            RouterSpec { group: r.group.clone(), tier_key }
+            let upgrade_socket =
+                r.upgrade_socket.as_ref().and_then(|f| c.file_path(p.key("upgrade_socket"), f));
+            let drain_timeout = match r.drain_timeout_ms {
+                None => crate::spec::DEFAULT_DRAIN_TIMEOUT,
+                Some(ms) if ms <= 3_600_000 => Duration::from_millis(ms),
+                Some(_) => {
+                    c.err(p.key("drain_timeout_ms"), "drain_timeout_ms must be 0 to 3600000");
+                    crate::spec::DEFAULT_DRAIN_TIMEOUT
+                }
+            };
+            RouterSpec { group: r.group.clone(), tier_key, upgrade_socket, drain_timeout }
         }
     };
     let admin = raw.admin.as_ref().map(|a| compile_admin(&mut c, a));

@@ -11,6 +11,7 @@
 //!    slow-start ramp, gives way to the next eligible member.
 
 mod candidates;
+pub mod handoff;
 mod hashing;
 mod least;
 mod pickers;
@@ -444,6 +445,23 @@ impl Balancer {
         self.refresh(now, group);
         let panic = matches!(self.cands.scope, Scope::Panic { .. });
         (self.cands.eligibility(&self.spec, &self.states, now), panic)
+    }
+
+    /// One health check of `member` passed or failed: returns how many in a row now passed, or
+    /// failed (the probe's `rise` / `fall` counters, kept with the member's state so that a view
+    /// swap or a hand-off to a new process keeps them).
+    pub fn count_probe(&mut self, member: usize, passed: bool) -> u32 {
+        let Some(st) = self.states.get_mut(member) else { return 0 };
+        let (ok, failed) = &mut st.probe_streak;
+        if passed {
+            *failed = 0;
+            *ok = ok.saturating_add(1);
+            *ok
+        } else {
+            *ok = 0;
+            *failed = failed.saturating_add(1);
+            *failed
+        }
     }
 
     /// A health check of `member` failed for `why` at `now` (shown by status pages).

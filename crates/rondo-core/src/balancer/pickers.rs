@@ -454,6 +454,32 @@ fn complete_rotation(order: &mut Vec<u32>, n: usize, rng: &mut dyn Entropy) {
 }
 
 impl AlgoState {
+    /// What of the algorithm's state outlives a process ([`crate::handoff`]), by member index:
+    /// `rotating`'s list and `response-time`'s smoothed probe round trips (nanoseconds).
+    pub(crate) fn exported(&self) -> (Vec<u32>, Vec<Option<f64>>) {
+        match &self.kind {
+            Kind::Rotating { order } => (order.clone(), Vec::new()),
+            Kind::ResponseTime { smoothed, .. } => (Vec::new(), smoothed.clone()),
+            _ => (Vec::new(), Vec::new()),
+        }
+    }
+
+    /// The state a previous process [`AlgoState::exported`], its member indexes mapped to this
+    /// cluster's by `new_index` (as [`AlgoState::carry_over`] maps a view's).
+    pub(crate) fn imported(
+        algorithm: Algorithm,
+        (order, smoothed): (Vec<u32>, Vec<Option<f64>>),
+        new_index: impl Fn(u32) -> Option<u32>,
+    ) -> AlgoState {
+        let mut old = AlgoState::new(algorithm);
+        match &mut old.kind {
+            Kind::Rotating { order: o } => *o = order,
+            Kind::ResponseTime { smoothed: s, .. } => *s = smoothed,
+            _ => {}
+        }
+        AlgoState::carry_over(algorithm, &old, new_index)
+    }
+
     /// The state for a new version of the cluster: `rotating` keeps its list (survivors mapped
     /// to their new indexes by `new_index`, departed members dropped); every other algorithm
     /// starts afresh (its indexes are rebuilt from the new candidates anyway).

@@ -108,16 +108,33 @@ pub(crate) async fn serve<S: ClientStream>(
     let mut wait_until = None;
     loop {
         if c.carry.is_none() {
-            // No buffer while waiting: only the socket's readiness.
+            // No buffer while waiting: only the socket's readiness, or the process's drain,
+            // which closes a connection that stays idle for `DRAIN_IDLE_GRACE` after it began
+            // (a request that comes sooner is served, with `Connection: close`).
+            let drain = &ctx.live.drain;
+            let ready = async {
+                tokio::select! {
+                    biased;
+                    r = c.stream.ready() => Some(r),
+                    () = async {
+                        drain.started().await;
+                        tokio::time::sleep(crate::DRAIN_IDLE_GRACE).await;
+                    } => None,
+                }
+            };
             let ready = if c.idle.is_zero() {
-                Ok(c.stream.ready().await)
+                Ok(ready.await)
             } else {
                 let until = *wait_until.get_or_insert_with(|| tokio::time::Instant::now() + c.idle);
-                tokio::time::timeout_at(until, c.stream.ready()).await
+                tokio::time::timeout_at(until, ready).await
             };
             match ready {
-                Ok(Ok(())) => {}
-                Ok(Err(_)) => return None,
+                Ok(Some(Ok(()))) => {}
+                Ok(Some(Err(_))) => return None,
+                Ok(None) => {
+                    Box::pin(linger(&mut c.stream)).await;
+                    return None;
+                }
                 Err(_) => {
                     ctx.metrics.idle_timeouts.inc();
                     return None;
@@ -609,6 +626,7 @@ impl<'a, S: ClientStream> OwnTries<'a, S> {
         let text = e.render(ctx.listener.error_detail);
         // The connection can carry another request only when this one's body is behind us.
         let close = self.close
+            || ctx.live.drain.is_on()
             || !self.body.complete
             || matches!(
                 e.kind,
@@ -896,6 +914,8 @@ impl<S: ClientStream> OwnTries<'_, S> {
             auth::login_cookie(route, rhead.status, value, tier.as_deref(), tls, now)
         });
         let cookies = [login.as_ref(), set_cookie.as_ref()];
+        // A draining process says so on the response in progress, and then closes.
+        self.close |= self.ctx.live.drain.is_on();
         write_response_head(&mut out, &rbuf, &rhead, cookies, self.close);
         let (whole, client_ok, clean) = if self.body.complete {
             let client = &mut self.c.stream;

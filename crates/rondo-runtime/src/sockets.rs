@@ -1,0 +1,247 @@
+//! Every socket the process listens on, by what it is for and the address the configuration
+//! gave it: bound here, or taken over from the process this one replaces (a hitless upgrade
+//! passes them over a Unix socket with `SCM_RIGHTS`, [`send_fds`] / [`recv_fds`]). A socket
+//! taken over is the same kernel socket, with the same accept queue, so no connection is refused
+//! while the two processes overlap.
+//!
+//! The key of a socket is `what` and its configured address (`"listener web 127.0.0.1:0"`): a
+//! new configuration that keeps both gets the old socket, even one bound to port 0 (it keeps its
+//! port); one that changes either binds anew, and the old socket closes with the old process.
+//! The process keeps a duplicate of each socket it uses ([`Sockets::for_successor`]) until the
+//! drain releases them ([`Sockets::release`]).
+
+use std::collections::HashMap;
+use std::io;
+use std::mem::MaybeUninit;
+use std::net::SocketAddr;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+use std::sync::Mutex;
+
+/// The most descriptors one hand-off carries (the kernel's `SCM_MAX_FD` is 253).
+pub const MAX_FDS: usize = 200;
+
+/// See the module docs.
+#[derive(Debug, Default)]
+pub struct Sockets {
+    inherited: Mutex<HashMap<String, OwnedFd>>,
+    bound: Mutex<Vec<(String, OwnedFd)>>,
+}
+
+fn key(what: &str, addr: impl std::fmt::Display) -> String {
+    format!("{what} {addr}")
+}
+
+impl Sockets {
+    /// The sockets a previous process handed over, by key (parallel lists).
+    pub fn inherit(&self, keys: Vec<String>, fds: Vec<OwnedFd>) {
+        let mut inherited = self.inherited.lock().unwrap_or_else(|e| e.into_inner());
+        inherited.extend(keys.into_iter().zip(fds));
+    }
+
+    fn take(&self, key: &str) -> Option<OwnedFd> {
+        self.inherited.lock().unwrap_or_else(|e| e.into_inner()).remove(key)
+    }
+
+    fn keep(&self, key: String, fd: BorrowedFd<'_>) -> io::Result<()> {
+        let dup = fd.try_clone_to_owned()?;
+        self.bound.lock().unwrap_or_else(|e| e.into_inner()).push((key, dup));
+        Ok(())
+    }
+
+    /// Whether the socket `what` at `addr` was handed over by a previous process.
+    pub fn is_inherited(&self, what: &str, addr: impl std::fmt::Display) -> bool {
+        self.inherited.lock().unwrap_or_else(|e| e.into_inner()).contains_key(&key(what, addr))
+    }
+
+    /// The TCP listener for `what` at `addr`: the previous process's, or bound now.
+    pub async fn tcp_listener(
+        &self,
+        what: &str,
+        addr: SocketAddr,
+    ) -> io::Result<tokio::net::TcpListener> {
+        self.tcp_listener_at(what, addr, addr).await
+    }
+
+    /// The TCP listener for `what` configured at `addr`: the previous process's, or bound now
+    /// to `bind` (the port of a socket beside it when `addr` has port 0).
+    pub async fn tcp_listener_at(
+        &self,
+        what: &str,
+        addr: SocketAddr,
+        bind: SocketAddr,
+    ) -> io::Result<tokio::net::TcpListener> {
+        let key = key(what, addr);
+        let listener = match self.take(&key) {
+            Some(fd) => {
+                let std = std::net::TcpListener::from(fd);
+                std.set_nonblocking(true)?;
+                tokio::net::TcpListener::from_std(std)?
+            }
+            None => tokio::net::TcpListener::bind(bind).await?,
+        };
+        self.keep(key, listener.as_fd())?;
+        Ok(listener)
+    }
+
+    /// The UDP socket for `what` configured at `addr`: the previous process's, or bound now to
+    /// `bind`.
+    pub async fn udp(
+        &self,
+        what: &str,
+        addr: SocketAddr,
+        bind: SocketAddr,
+    ) -> io::Result<tokio::net::UdpSocket> {
+        let key = key(what, addr);
+        let socket = match self.take(&key) {
+            Some(fd) => {
+                let std = std::net::UdpSocket::from(fd);
+                std.set_nonblocking(true)?;
+                tokio::net::UdpSocket::from_std(std)?
+            }
+            None => tokio::net::UdpSocket::bind(bind).await?,
+        };
+        self.keep(key, socket.as_fd())?;
+        Ok(socket)
+    }
+
+    /// The Unix listener for `what` at `path`: the previous process's, or bound now (a stale
+    /// socket file that nobody answers on is removed first; one that answers is an error).
+    pub fn unix_listener(
+        &self,
+        what: &str,
+        path: &std::path::Path,
+    ) -> io::Result<std::os::unix::net::UnixListener> {
+        let key = key(what, path.display());
+        let listener = match self.take(&key) {
+            Some(fd) => std::os::unix::net::UnixListener::from(fd),
+            None => {
+                if path.exists() {
+                    if UnixStream::connect(path).is_ok() {
+                        return Err(io::Error::new(
+                            io::ErrorKind::AddrInUse,
+                            format!(
+                                "{} is the upgrade socket of a running rondo (upgrade it with \
+                                 `rondo serve --upgrade`)",
+                                path.display()
+                            ),
+                        ));
+                    }
+                    std::fs::remove_file(path)?;
+                }
+                std::os::unix::net::UnixListener::bind(path)?
+            }
+        };
+        self.keep(key, listener.as_fd())?;
+        Ok(listener)
+    }
+
+    /// Every socket this process uses, by key, for the process that replaces it.
+    pub fn for_successor(&self) -> Vec<(String, OwnedFd)> {
+        let bound = self.bound.lock().unwrap_or_else(|e| e.into_inner());
+        bound.iter().filter_map(|(k, fd)| Some((k.clone(), fd.try_clone().ok()?))).collect()
+    }
+
+    /// Closes the duplicates [`Sockets::for_successor`] would hand over, and what was inherited
+    /// and not used (a listener the new configuration dropped).
+    pub fn release(&self) {
+        self.bound.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        self.inherited.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    }
+
+    /// The keys of inherited sockets no part of this process has taken (yet).
+    pub fn unused(&self) -> Vec<String> {
+        let inherited = self.inherited.lock().unwrap_or_else(|e| e.into_inner());
+        let mut keys: Vec<String> = inherited.keys().cloned().collect();
+        keys.sort();
+        keys
+    }
+}
+
+/// Sends `data` with `fds` attached (`SCM_RIGHTS`) over `stream`, whole.
+pub fn send_fds(stream: &UnixStream, data: &[u8], fds: &[BorrowedFd<'_>]) -> io::Result<()> {
+    use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage, SendFlags, sendmsg};
+    if fds.len() > MAX_FDS {
+        return Err(io::Error::other(format!(
+            "{} sockets to hand over, at most {MAX_FDS} can be",
+            fds.len()
+        )));
+    }
+    let mut space = vec![MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(fds.len().max(1)))];
+    let mut control = SendAncillaryBuffer::new(&mut space);
+    if !fds.is_empty() && !control.push(SendAncillaryMessage::ScmRights(fds)) {
+        return Err(io::Error::other("the descriptors do not fit the control message"));
+    }
+    let sent = sendmsg(stream, &[io::IoSlice::new(data)], &mut control, SendFlags::empty())?;
+    // The descriptors went with the first bytes; the rest is plain data.
+    if sent < data.len() {
+        use std::io::Write;
+        (&*stream).write_all(&data[sent..])?;
+    }
+    Ok(())
+}
+
+/// Receives up to `buf.len()` bytes and the descriptors attached to them (close-on-exec).
+pub fn recv_fds(stream: &UnixStream, buf: &mut [u8]) -> io::Result<(usize, Vec<OwnedFd>)> {
+    use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, recvmsg};
+    let mut space = vec![MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
+    let mut control = RecvAncillaryBuffer::new(&mut space);
+    let got =
+        recvmsg(stream, &mut [io::IoSliceMut::new(buf)], &mut control, RecvFlags::CMSG_CLOEXEC)?;
+    let mut fds = Vec::new();
+    for message in control.drain() {
+        if let RecvAncillaryMessage::ScmRights(received) = message {
+            fds.extend(received);
+        }
+    }
+    Ok((got.bytes, fds))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_listener_handed_over_keeps_its_port_and_its_accept_queue() {
+        let old = Sockets::default();
+        let listener =
+            old.tcp_listener("listener web", "127.0.0.1:0".parse().unwrap()).await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        // A client connects before the hand-off: it waits in the queue the new process shares.
+        let client = std::net::TcpStream::connect(addr).unwrap();
+        let (a, b) = UnixStream::pair().unwrap();
+        let handed = old.for_successor();
+        let fds: Vec<BorrowedFd<'_>> = handed.iter().map(|(_, f)| f.as_fd()).collect();
+        send_fds(&a, b"web", &fds).unwrap();
+        drop(listener);
+        old.release();
+        let mut buf = [0u8; 16];
+        let (n, got) = recv_fds(&b, &mut buf).unwrap();
+        assert_eq!(&buf[..n], b"web");
+        assert_eq!(got.len(), 1);
+        let new = Sockets::default();
+        new.inherit(vec![handed[0].0.clone()], got);
+        assert!(new.is_inherited("listener web", "127.0.0.1:0"));
+        let taken = new.tcp_listener("listener web", "127.0.0.1:0".parse().unwrap()).await.unwrap();
+        assert_eq!(taken.local_addr().unwrap(), addr);
+        let (_, peer) = taken.accept().await.unwrap();
+        assert_eq!(peer, client.local_addr().unwrap());
+        assert!(new.unused().is_empty());
+    }
+
+    #[tokio::test]
+    async fn another_address_binds_anew() {
+        let s = Sockets::default();
+        let (a, b) = UnixStream::pair().unwrap();
+        let first = s.tcp_listener("admin", "127.0.0.1:0".parse().unwrap()).await.unwrap();
+        let handed = s.for_successor();
+        send_fds(&a, b"x", &[handed[0].1.as_fd()]).unwrap();
+        let (_, got) = recv_fds(&b, &mut [0u8; 4]).unwrap();
+        let new = Sockets::default();
+        new.inherit(vec!["admin 127.0.0.1:0".to_owned()], got);
+        // The same `what` at another configured address is not the old socket.
+        let other = new.tcp_listener("naming", "127.0.0.1:0".parse().unwrap()).await.unwrap();
+        assert_ne!(other.local_addr().unwrap(), first.local_addr().unwrap());
+        assert_eq!(new.unused(), vec!["admin 127.0.0.1:0".to_owned()]);
+    }
+}
