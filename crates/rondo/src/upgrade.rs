@@ -39,6 +39,8 @@ const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long the running process waits for `Ready`: the new one loads certificates, key files
 /// and the config before it sends it.
 pub const READY_TIMEOUT: Duration = Duration::from_secs(120);
+/// How often the upgrade socket is looked at for a new process.
+const ACCEPT_POLL: Duration = Duration::from_millis(20);
 /// How long the new process waits for each answer of the running one.
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -175,9 +177,25 @@ pub fn serve(
     events: tokio::sync::mpsc::Sender<Ready>,
 ) -> io::Result<()> {
     let busy = Arc::new(AtomicBool::new(false));
+    // Polled, not blocking in accept: the socket is shared with the process that takes over,
+    // and a draining process must stop answering on it (it checks before every accept).
+    listener.set_nonblocking(true)?;
     std::thread::Builder::new().name("rondo-upgrade".to_owned()).spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(stream) = stream else { continue };
+        while !live.drain.is_on() {
+            let stream = match listener.accept() {
+                Ok((s, _)) => s,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    std::thread::sleep(ACCEPT_POLL);
+                    continue;
+                }
+                Err(_) => {
+                    std::thread::sleep(ACCEPT_POLL);
+                    continue;
+                }
+            };
+            if stream.set_nonblocking(false).is_err() {
+                continue;
+            }
             let (live, export, events, busy) =
                 (live.clone(), export.clone(), events.clone(), busy.clone());
             let _ = std::thread::Builder::new().name("rondo-upgrade-conn".to_owned()).spawn(

@@ -1,0 +1,639 @@
+//! Hitless restarts and binary upgrades against real `rondo serve` processes: ten upgrades in a
+//! row under load (HTTP/1.1 keep-alive, h2c, a TCP listener, a WebSocket and a TCP tunnel held
+//! open, naming lookups) with no refused connection and no failed request; the state a new
+//! process takes over (health, drains and who set them); refusals that leave the running
+//! process serving (a broken config, a racing upgrade, a new process gone before it is ready);
+//! `rondo ctl upgrade`, `SIGUSR2`, and the drain on `SIGTERM`.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use common::{Proc, TempDir};
+use http_body_util::{BodyExt, Empty};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpStream;
+
+const TOKEN: &str = "upgrade-test-token-0123456789";
+/// Every load loop ends by this deadline whatever happens.
+const LOAD_LIMIT: Duration = Duration::from_secs(120);
+
+/// What one load generator counted.
+#[derive(Default)]
+struct Counts {
+    ok: AtomicU64,
+    failed: AtomicU64,
+    refused: AtomicU64,
+    /// HTTP/2 requests the router's GOAWAY said it did not process (sent again, as RFC 9113
+    /// section 6.8 allows).
+    not_processed: AtomicU64,
+}
+
+impl Counts {
+    fn add(&self, c: &AtomicU64) {
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+    fn get(&self) -> (u64, u64, u64) {
+        (
+            self.ok.load(Ordering::Relaxed),
+            self.failed.load(Ordering::Relaxed),
+            self.refused.load(Ordering::Relaxed),
+        )
+    }
+}
+
+/// An echo server: every connection gets back what it sends.
+async fn tcp_echo() -> SocketAddr {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            tokio::spawn(async move {
+                let (mut r, mut w) = s.split();
+                let _ = tokio::io::copy(&mut r, &mut w).await;
+            });
+        }
+    });
+    addr
+}
+
+/// A WebSocket-like member: answers an `Upgrade: websocket` request with 101, then echoes.
+async fn ws_member() -> SocketAddr {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((s, _)) = l.accept().await {
+            tokio::spawn(async move {
+                let mut s = BufReader::new(s);
+                let mut line = String::new();
+                loop {
+                    line.clear();
+                    if s.read_line(&mut line).await.unwrap_or(0) == 0 {
+                        return;
+                    }
+                    if line == "\r\n" {
+                        break;
+                    }
+                }
+                let answer = "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\n\
+                              Upgrade: websocket\r\n\r\n";
+                if s.get_mut().write_all(answer.as_bytes()).await.is_err() {
+                    return;
+                }
+                let (mut r, mut w) = tokio::io::split(s);
+                let _ = tokio::io::copy(&mut r, &mut w).await;
+            });
+        }
+    });
+    addr
+}
+
+/// The router's configuration: listener `web` (HTTP, to `app`; `/ws` to the WebSocket member),
+/// listener `tcp` (to the echo member), admin, naming with an embedded registry on disk.
+fn config(dir: &Path, app: &[rondo::member::Member], echo: SocketAddr, ws: SocketAddr) -> String {
+    let members: Vec<String> = app
+        .iter()
+        .map(|m| format!("{{ name = \"{}\", address = \"{}\" }}", m.name, m.addr))
+        .collect();
+    format!(
+        "[router]\nupgrade_socket = \"{sock}\"\ndrain_timeout_ms = 8000\n\n\
+         [admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"{TOKEN}\"\n\n\
+         [naming]\nlisten = \"127.0.0.1:0\"\nsnapshot = \"{snap}\"\n\n\
+         [[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:0\"\n\n\
+         [[listener]]\nname = \"tcp\"\nlisten = \"127.0.0.1:0\"\nprotocol = \"tcp\"\n\n\
+         [[route]]\nname = \"ws\"\nlistener = \"web\"\ncluster = \"ws\"\n\
+         match = {{ path_prefix = \"/ws\" }}\n\n\
+         [[route]]\nname = \"app\"\nlistener = \"web\"\ncluster = \"app\"\n\n\
+         [[route]]\nname = \"tcp\"\nlistener = \"tcp\"\ncluster = \"echo\"\n\n\
+         [cluster.app]\nalgorithm = \"round-robin\"\nmembers = [{}]\n\n\
+         [cluster.echo]\nupstream_protocol = \"tcp\"\n\
+         members = [{{ name = \"e1\", address = \"{echo}\" }}]\n\n\
+         [cluster.ws]\nmembers = [{{ name = \"w1\", address = \"{ws}\" }}]\n",
+        members.join(", "),
+        sock = dir.join("upgrade.sock").display(),
+        snap = dir.join("registry.json").display(),
+    )
+}
+
+/// A router generation: its process and the addresses it printed.
+struct Gen {
+    proc: Proc,
+    web: SocketAddr,
+    tcp: SocketAddr,
+    naming: SocketAddr,
+}
+
+fn addr_of(line: &str) -> SocketAddr {
+    line.rsplit(' ').next().and_then(|a| a.parse().ok()).expect("an address ends the line")
+}
+
+/// Starts `rondo serve` (with `--upgrade`: taking over) and waits until it serves.
+fn start(config: &Path, upgrade: bool) -> Gen {
+    let path = config.to_str().unwrap();
+    let args: Vec<&str> = if upgrade {
+        vec!["serve", "--upgrade", "--config", path]
+    } else {
+        vec!["serve", "--config", path]
+    };
+    let mut proc = Proc::start(&args);
+    let wait = Duration::from_secs(20);
+    let web = addr_of(&proc.line_with("rondo: listener web on", wait));
+    let tcp = addr_of(&proc.line_with("rondo: listener tcp on", wait));
+    let naming = addr_of(&proc.line_with("rondo: naming API (registry embedded) on", wait));
+    proc.line_with("rondo: reloading on changes", wait);
+    Gen { proc, web, tcp, naming }
+}
+
+/// Reads one HTTP/1.1 response (content-length bodies) from `r`: status, whether it closes
+/// the connection, the body.
+async fn read_response<R: tokio::io::AsyncBufRead + Unpin>(
+    r: &mut R,
+) -> std::io::Result<(u16, bool, String)> {
+    let mut line = String::new();
+    if r.read_line(&mut line).await? == 0 {
+        return Err(std::io::ErrorKind::UnexpectedEof.into());
+    }
+    let status = line.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let (mut len, mut close) = (0usize, false);
+    loop {
+        line.clear();
+        if r.read_line(&mut line).await? == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        if line == "\r\n" {
+            break;
+        }
+        let lower = line.to_ascii_lowercase();
+        if let Some(v) = lower.strip_prefix("content-length:") {
+            len = v.trim().parse().unwrap_or(0);
+        }
+        if lower.starts_with("connection:") && lower.contains("close") {
+            close = true;
+        }
+    }
+    let mut body = vec![0; len];
+    r.read_exact(&mut body).await?;
+    Ok((status, close, String::from_utf8_lossy(&body).into_owned()))
+}
+
+/// HTTP/1.1 keep-alive: requests one after another on one connection, a new connection when a
+/// response says `Connection: close`. Any request without a 200 is a failure.
+async fn h1_load(addr: SocketAddr, stop: Arc<AtomicBool>, counts: Arc<Counts>) {
+    let start = Instant::now();
+    let mut conn: Option<BufReader<TcpStream>> = None;
+    while !stop.load(Ordering::Relaxed) && start.elapsed() < LOAD_LIMIT {
+        if conn.is_none() {
+            match TcpStream::connect(addr).await {
+                Ok(s) => conn = Some(BufReader::new(s)),
+                Err(_) => {
+                    counts.add(&counts.refused);
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                }
+            }
+        }
+        let c = conn.as_mut().unwrap();
+        let sent = c.get_mut().write_all(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n").await;
+        let answer = match sent {
+            Ok(()) => read_response(c).await,
+            Err(e) => Err(e),
+        };
+        match answer {
+            Ok((200, close, _)) => {
+                counts.add(&counts.ok);
+                if close {
+                    conn = None;
+                }
+            }
+            Ok((_, _, _)) | Err(_) => {
+                counts.add(&counts.failed);
+                conn = None;
+            }
+        }
+    }
+}
+
+/// Whether an HTTP/2 request failed without reaching the server: the server's GOAWAY left it
+/// unprocessed, or the client connection closed (after a GOAWAY) before it was sent (hyper's
+/// `Canceled`, which its pooled client retries too).
+fn unprocessed(e: &hyper::Error) -> bool {
+    if e.is_canceled() {
+        return true;
+    }
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(s) = source {
+        if let Some(h2) = s.downcast_ref::<h2::Error>() {
+            return h2.is_go_away() || h2.reason() == Some(h2::Reason::REFUSED_STREAM);
+        }
+        source = s.source();
+    }
+    false
+}
+
+/// h2c (prior knowledge): requests one after another on one connection, a new one when it goes
+/// away.
+async fn h2_load(addr: SocketAddr, stop: Arc<AtomicBool>, counts: Arc<Counts>) {
+    let start = Instant::now();
+    let mut sender: Option<hyper::client::conn::http2::SendRequest<Empty<Bytes>>> = None;
+    while !stop.load(Ordering::Relaxed) && start.elapsed() < LOAD_LIMIT {
+        if sender.as_ref().is_none_or(|s| s.is_closed()) {
+            let Ok(stream) = TcpStream::connect(addr).await else {
+                counts.add(&counts.refused);
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            };
+            match hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
+                .await
+            {
+                Ok((s, conn)) => {
+                    tokio::spawn(conn);
+                    sender = Some(s);
+                }
+                Err(e) => {
+                    eprintln!("h2c handshake failed: {e:?}");
+                    counts.add(&counts.failed);
+                    continue;
+                }
+            }
+        }
+        let s = sender.as_mut().unwrap();
+        if s.ready().await.is_err() {
+            // The connection went away between requests: nothing was sent on it.
+            sender = None;
+            continue;
+        }
+        let req = http::Request::get(format!("http://{addr}/")).body(Empty::new()).unwrap();
+        match s.send_request(req).await {
+            Ok(resp) if resp.status() == 200 => match resp.into_body().collect().await {
+                Ok(_) => counts.add(&counts.ok),
+                Err(e) => {
+                    eprintln!("h2c response body failed: {e:?}");
+                    counts.add(&counts.failed);
+                }
+            },
+            Ok(resp) => {
+                eprintln!("h2c response: {}", resp.status());
+                counts.add(&counts.failed);
+            }
+            Err(e) if unprocessed(&e) => {
+                counts.add(&counts.not_processed);
+                sender = None;
+            }
+            Err(e) => {
+                eprintln!("h2c request failed: {e:?}");
+                counts.add(&counts.failed);
+                sender = None;
+            }
+        }
+    }
+}
+
+/// The TCP listener: a new connection for each exchange.
+async fn tcp_load(addr: SocketAddr, stop: Arc<AtomicBool>, counts: Arc<Counts>) {
+    let start = Instant::now();
+    let mut n = 0u64;
+    while !stop.load(Ordering::Relaxed) && start.elapsed() < LOAD_LIMIT {
+        n += 1;
+        let Ok(s) = TcpStream::connect(addr).await else {
+            counts.add(&counts.refused);
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            continue;
+        };
+        let line = format!("exchange {n}\n");
+        let mut s = BufReader::new(s);
+        let mut back = String::new();
+        let ok = s.get_mut().write_all(line.as_bytes()).await.is_ok()
+            && tokio::time::timeout(Duration::from_secs(10), s.read_line(&mut back))
+                .await
+                .is_ok_and(|r| r.is_ok())
+            && back == line;
+        counts.add(if ok { &counts.ok } else { &counts.failed });
+    }
+}
+
+/// Naming lookups, each on a fresh connection.
+async fn lookup_load(addr: SocketAddr, stop: Arc<AtomicBool>, counts: Arc<Counts>) {
+    let start = Instant::now();
+    while !stop.load(Ordering::Relaxed) && start.elapsed() < LOAD_LIMIT {
+        let Ok(s) = TcpStream::connect(addr).await else {
+            counts.add(&counts.refused);
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            continue;
+        };
+        let mut s = BufReader::new(s);
+        let req = "GET /v1/lookup/app HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+        let ok = s.get_mut().write_all(req.as_bytes()).await.is_ok()
+            && matches!(read_response(&mut s).await, Ok((200, _, _)));
+        counts.add(if ok { &counts.ok } else { &counts.failed });
+    }
+}
+
+/// A connection held open through an upgrade: one line out and back.
+async fn exchange(conn: &mut BufReader<TcpStream>, line: &str) -> bool {
+    let mut back = String::new();
+    conn.get_mut().write_all(line.as_bytes()).await.is_ok()
+        && tokio::time::timeout(Duration::from_secs(5), conn.read_line(&mut back))
+            .await
+            .is_ok_and(|r| r.is_ok())
+        && back == line
+}
+
+async fn open_ws(web: SocketAddr) -> BufReader<TcpStream> {
+    let mut s = BufReader::new(TcpStream::connect(web).await.expect("connect for the websocket"));
+    let req = "GET /ws HTTP/1.1\r\nHost: t\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
+               Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n";
+    s.get_mut().write_all(req.as_bytes()).await.unwrap();
+    let mut line = String::new();
+    s.read_line(&mut line).await.unwrap();
+    assert!(line.starts_with("HTTP/1.1 101"), "websocket upgrade answered {line:?}");
+    loop {
+        line.clear();
+        s.read_line(&mut line).await.unwrap();
+        if line == "\r\n" {
+            break;
+        }
+    }
+    s
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_upgrades_under_load_refuse_nothing_and_fail_nothing() {
+    let dir = TempDir::new("upgrade");
+    let app = vec![
+        rondo::member::spawn("m1", "127.0.0.1:0".parse().unwrap(), Duration::ZERO).await.unwrap(),
+        rondo::member::spawn("m2", "127.0.0.1:0".parse().unwrap(), Duration::ZERO).await.unwrap(),
+    ];
+    let (echo, ws) = (tcp_echo().await, ws_member().await);
+    let path = dir.0.join("rondo.toml");
+    std::fs::write(&path, config(&dir.0, &app, echo, ws)).unwrap();
+    let mut current = start(&path, false);
+    let (web, tcp, naming) = (current.web, current.tcp, current.naming);
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let counts: Vec<(&str, Arc<Counts>)> = ["http/1.1", "h2c", "tcp", "lookups"]
+        .into_iter()
+        .map(|n| (n, Arc::new(Counts::default())))
+        .collect();
+    let loads = vec![
+        tokio::spawn(h1_load(web, stop.clone(), counts[0].1.clone())),
+        tokio::spawn(h1_load(web, stop.clone(), counts[0].1.clone())),
+        tokio::spawn(h2_load(web, stop.clone(), counts[1].1.clone())),
+        tokio::spawn(tcp_load(tcp, stop.clone(), counts[2].1.clone())),
+        tokio::spawn(lookup_load(naming, stop.clone(), counts[3].1.clone())),
+    ];
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    // A 5-second request, started before the first upgrade.
+    let mut slow = Some(tokio::spawn(async move {
+        let mut s = BufReader::new(TcpStream::connect(web).await.unwrap());
+        s.get_mut().write_all(b"GET /slow/5000 HTTP/1.1\r\nHost: t\r\n\r\n").await.unwrap();
+        read_response(&mut s).await
+    }));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+
+    let mut old_exits = Vec::new();
+    for round in 1..=10 {
+        // Held open through this upgrade: a WebSocket and a TCP tunnel.
+        let mut socket = open_ws(web).await;
+        let mut tunnel = BufReader::new(TcpStream::connect(tcp).await.unwrap());
+        assert!(exchange(&mut socket, &format!("ws before {round}\n")).await);
+        assert!(exchange(&mut tunnel, &format!("tunnel before {round}\n")).await);
+
+        let next = tokio::task::spawn_blocking({
+            let path = path.clone();
+            move || start(&path, true)
+        })
+        .await
+        .unwrap();
+        // The same sockets: the same addresses.
+        assert_eq!((next.web, next.tcp, next.naming), (web, tcp, naming));
+        let mut old = std::mem::replace(&mut current, next);
+        let handed = Instant::now();
+        old.proc.line_with(
+            &format!("rondo: handed over to pid {}", current.proc.child.id()),
+            Duration::from_secs(10),
+        );
+        // The old process still carries what it held.
+        assert!(exchange(&mut socket, &format!("ws after {round}\n")).await, "round {round}");
+        assert!(exchange(&mut tunnel, &format!("tunnel after {round}\n")).await, "round {round}");
+        drop((socket, tunnel));
+        // It exits within drain_timeout_ms + 1 s.
+        let exited = tokio::task::spawn_blocking(move || {
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while Instant::now() < deadline {
+                if let Ok(Some(status)) = old.proc.child.try_wait() {
+                    return Some(status);
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            None
+        })
+        .await
+        .unwrap();
+        let took = handed.elapsed();
+        let status =
+            exited.unwrap_or_else(|| panic!("round {round}: the old process never exited"));
+        assert!(status.success(), "round {round}: the old process exited with {status}");
+        old_exits.push(took);
+        if let Some(slow) = slow.take() {
+            let (status, _, body) = slow.await.unwrap().expect("the 5-second request");
+            assert_eq!(status, 200, "the 5-second request: {body}");
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    for l in loads {
+        l.await.unwrap();
+    }
+    for (name, c) in &counts {
+        let (ok, failed, refused) = c.get();
+        let retried = c.not_processed.load(Ordering::Relaxed);
+        eprintln!("{name}: {ok} ok, {failed} failed, {refused} refused, {retried} not processed");
+        assert!(ok > 0, "{name}: no request went through");
+        assert_eq!((failed, refused), (0, 0), "{name}: failed or refused requests");
+    }
+    eprintln!("old processes exited after {old_exits:?}");
+    for took in &old_exits {
+        assert!(*took <= Duration::from_millis(8000 + 1000), "an old process took {took:?}");
+    }
+    drop(app);
+}
+
+/// `GET /api/v1/status` of the admin API at `admin`.
+async fn status(admin: SocketAddr) -> serde_json::Value {
+    let mut s = BufReader::new(TcpStream::connect(admin).await.unwrap());
+    let req = format!(
+        "GET /api/v1/status HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {TOKEN}\r\n\
+         Connection: close\r\n\r\n"
+    );
+    s.get_mut().write_all(req.as_bytes()).await.unwrap();
+    let (code, _, body) = read_response(&mut s).await.unwrap();
+    assert_eq!(code, 200, "{body}");
+    serde_json::from_str(&body).unwrap()
+}
+
+fn member_of<'a>(
+    status: &'a serde_json::Value,
+    cluster: &str,
+    member: &str,
+) -> &'a serde_json::Value {
+    let c = status["clusters"].as_array().unwrap().iter().find(|c| c["name"] == cluster).unwrap();
+    c["members"].as_array().unwrap().iter().find(|m| m["name"] == member).unwrap()
+}
+
+/// `rondo ctl ARGS` against `admin`; its stdout, or its stderr on failure.
+fn ctl(admin: SocketAddr, args: &[&str]) -> Result<String, String> {
+    let out = std::process::Command::new(common::BIN)
+        .args(["ctl", "--admin", &admin.to_string(), "--token", TOKEN])
+        .args(args)
+        .output()
+        .unwrap();
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    if out.status.success() { Ok(text(&out.stdout)) } else { Err(text(&out.stderr)) }
+}
+
+/// Sends `n` requests to `web` (fresh connections); the member name each answer carries.
+async fn answered_by(web: SocketAddr, n: usize) -> Vec<String> {
+    let mut names = Vec::new();
+    for _ in 0..n {
+        let mut s = BufReader::new(TcpStream::connect(web).await.unwrap());
+        s.get_mut()
+            .write_all(b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let (code, _, body) = read_response(&mut s).await.unwrap();
+        assert_eq!(code, 200, "{body}");
+        names.push(body.trim().to_owned());
+    }
+    names
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_the_old_process_knew_down_or_drained_gets_nothing_from_the_new_one() {
+    let dir = TempDir::new("upgrade-state");
+    // m2 serves requests but fails its health check (`/health` answers 503): only health
+    // checks say it is down. A new process that forgot it would need `fall` (3) probes, a
+    // minute apart in the new configuration, to learn it again, and would send it traffic
+    // meanwhile.
+    let m1 =
+        rondo::member::spawn("m1", "127.0.0.1:0".parse().unwrap(), Duration::ZERO).await.unwrap();
+    let m3 =
+        rondo::member::spawn("m3", "127.0.0.1:0".parse().unwrap(), Duration::ZERO).await.unwrap();
+    let m2 = sick_member("m2").await;
+    let write = |interval_ms: u64| {
+        format!(
+            "[router]\nupgrade_socket = \"{}\"\n\n[admin]\nlisten = \"127.0.0.1:0\"\ntoken = \
+             \"{TOKEN}\"\n\n[[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:0\"\n\n\
+             [[route]]\nlistener = \"web\"\ncluster = \"app\"\n\n[cluster.app]\n\
+             algorithm = \"round-robin\"\npanic_threshold_percent = 0\n\
+             health = {{ path = \"/health\", interval_ms = {interval_ms}, rise = 3, fall = 3 }}\n\
+             members = [{{ name = \"m1\", address = \"{}\" }}, {{ name = \"m2\", address = \"{}\" \
+             }}, {{ name = \"m3\", address = \"{}\" }}]\n",
+            dir.0.join("upgrade.sock").display(),
+            m1.addr,
+            m2,
+            m3.addr
+        )
+    };
+    let path = dir.0.join("rondo.toml");
+    std::fs::write(&path, write(100)).unwrap();
+    let mut old = tokio::task::spawn_blocking({
+        let path = path.clone();
+        move || {
+            let mut proc = Proc::start(&["serve", "--config", path.to_str().unwrap()]);
+            let wait = Duration::from_secs(20);
+            let web = addr_of(&proc.line_with("rondo: listener web on", wait));
+            let admin = addr_of(&proc.line_with("rondo: admin API on", wait));
+            proc.line_with("rondo: reloading on changes", wait);
+            (proc, web, admin)
+        }
+    })
+    .await
+    .unwrap();
+    let (web, admin) = (old.1, old.2);
+    // m2 goes down by its checks; an operator drains m1.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while member_of(&status(admin).await, "app", "m2")["health"] != "down" {
+        assert!(Instant::now() < deadline, "m2 never went down");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    ctl(admin, &["--operator", "alice", "drain", "app", "m1"]).expect("drain m1");
+    let before = status(admin).await;
+    assert!(answered_by(web, 6).await.iter().all(|n| n == "m3"));
+    // The new configuration probes once a minute: only the hand-off can tell the new process
+    // that m2 is down.
+    std::fs::write(&path, write(60_000)).unwrap();
+    let new = tokio::task::spawn_blocking({
+        let path = path.clone();
+        move || {
+            let mut proc = Proc::start(&["serve", "--upgrade", "--config", path.to_str().unwrap()]);
+            let wait = Duration::from_secs(20);
+            proc.line_with("rondo: reloading on changes", wait);
+            proc
+        }
+    })
+    .await
+    .unwrap();
+    old.0.line_with(&format!("handed over to pid {}", new.child.id()), Duration::from_secs(10));
+    let after = status(admin).await;
+    assert_eq!(after["pid"], new.child.id(), "the new process answers the admin API");
+    assert!(after["view"].as_u64() > before["view"].as_u64(), "view ids keep growing");
+    for m in ["m1", "m2", "m3"] {
+        let (b, a) = (member_of(&before, "app", m), member_of(&after, "app", m));
+        for field in ["admin", "admin_by", "health", "health_by"] {
+            assert_eq!(a[field], b[field], "{m}.{field} after the upgrade");
+        }
+    }
+    assert_eq!(member_of(&after, "app", "m1")["admin_by"], "operator:alice");
+    assert_eq!(member_of(&after, "app", "m2")["health"], "down");
+    let names = answered_by(web, 12).await;
+    assert!(names.iter().all(|n| n == "m3"), "the new process sent requests to {names:?}");
+    drop(new);
+}
+
+/// A member whose `/health` answers 503 and everything else 200 with its name.
+async fn sick_member(name: &'static str) -> SocketAddr {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((s, _)) = l.accept().await {
+            tokio::spawn(async move {
+                let mut s = BufReader::new(s);
+                loop {
+                    let mut first = String::new();
+                    if s.read_line(&mut first).await.unwrap_or(0) == 0 {
+                        return;
+                    }
+                    let mut line = String::new();
+                    loop {
+                        line.clear();
+                        if s.read_line(&mut line).await.unwrap_or(0) == 0 {
+                            return;
+                        }
+                        if line == "\r\n" {
+                            break;
+                        }
+                    }
+                    let (status, body) = if first.starts_with("GET /health") {
+                        ("503 Service Unavailable", "sick\n".to_owned())
+                    } else {
+                        ("200 OK", format!("{name}\n"))
+                    };
+                    let answer = format!(
+                        "HTTP/1.1 {status}\r\nContent-Length: {}\r\n\r\n{body}",
+                        body.len()
+                    );
+                    if s.get_mut().write_all(answer.as_bytes()).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
