@@ -21,6 +21,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use rondo_config::AdminSpec;
 use rondo_core::{Actor, AdminState, Algorithm, View};
+use rondo_runtime::drain::Draining;
 use rondo_runtime::tls_server::{ALPN_HTTP1, HANDSHAKE_TIMEOUT, TlsIncoming, TlsServer};
 use rondo_runtime::{ClusterRt, Live, Snapshot, clock, probe};
 use serde::Deserialize;
@@ -92,14 +93,14 @@ pub async fn start(spec: &AdminSpec, live: Arc<Live>) -> std::io::Result<AdminSe
         let served = match tls {
             Some(tls) => match TlsIncoming::new(listener, tls) {
                 Ok(incoming) => {
-                    axum::serve(TlsListener(incoming), app)
+                    axum::serve(Draining::new(TlsListener(incoming), drain.clone()), app)
                         .with_graceful_shutdown(rondo_runtime::drain::drained(drain))
                         .await
                 }
                 Err(e) => Err(e),
             },
             None => {
-                axum::serve(listener, app)
+                axum::serve(Draining::new(listener, drain.clone()), app)
                     .with_graceful_shutdown(rondo_runtime::drain::drained(drain))
                     .await
             }

@@ -48,6 +48,7 @@ use axum::routing::{get, post, put};
 use rondo_core::MemberSpec;
 use rondo_core::wire::{self, Register, VIEW_ID_HEADER};
 use rondo_runtime::Live;
+use rondo_runtime::drain::Draining;
 use rondo_runtime::tls_server::{ALPN_HTTP1, HANDSHAKE_TIMEOUT, TlsIncoming, TlsServer};
 use serde_json::json;
 
@@ -164,14 +165,14 @@ pub async fn start_with(
         let served = match tls {
             Some(tls) => match TlsIncoming::new(listener, tls) {
                 Ok(incoming) => {
-                    axum::serve(TlsListener(incoming), app)
+                    axum::serve(Draining::new(TlsListener(incoming), drain.clone()), app)
                         .with_graceful_shutdown(rondo_runtime::drain::drained(drain))
                         .await
                 }
                 Err(e) => Err(e),
             },
             None => {
-                axum::serve(listener, app)
+                axum::serve(Draining::new(listener, drain.clone()), app)
                     .with_graceful_shutdown(rondo_runtime::drain::drained(drain))
                     .await
             }

@@ -217,12 +217,9 @@ const MAX_PENDING_ACCEPT_RESETS: usize = 20;
 /// listener's windowed `h2_max_resets` budget usually trips first).
 const MAX_LOCAL_ERROR_RESETS: usize = 1024;
 
-/// Once the process drains, how long an idle client connection may still send a request (it is
-/// answered with `Connection: close`) before it is closed, and how long hyper's connections get
-/// before their graceful shutdown (HTTP/2 GOAWAY). Closing an idle keep-alive connection at the
-/// very moment the drain begins would race a client that is sending on it just then; a client
-/// idle this long is in the ordinary keep-alive race that clients handle.
-pub const DRAIN_IDLE_GRACE: Duration = Duration::from_secs(1);
+/// See [`rondo_runtime::drain::IDLE_GRACE`]: also how long hyper's connections get before
+/// their graceful shutdown (HTTP/2 GOAWAY) once the process drains.
+pub const DRAIN_IDLE_GRACE: Duration = rondo_runtime::drain::IDLE_GRACE;
 
 /// After an HTTP/2 connection error's GOAWAY, how long the connection may take to finish its
 /// lingering close before it is dropped.

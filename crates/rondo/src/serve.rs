@@ -109,6 +109,9 @@ async fn run(
     out: &mut dyn Write,
     err: &mut dyn Write,
 ) -> anyhow::Result<ExitCode> {
+    // First: a signal from here on is handled, never the default that ends the process (a
+    // `SIGUSR2` sent as soon as the admin API answers must not kill it).
+    let Signals { mut term, mut int, mut usr2 } = Signals::new()?;
     let live = Arc::new(Live::new(config.view.clone(), config.router.group.clone()));
     if let Some(t) = takeover.as_mut() {
         live.sockets.inherit(std::mem::take(&mut t.keys), std::mem::take(&mut t.fds));
@@ -315,7 +318,6 @@ async fn run(
     } else {
         "READY=1".to_owned()
     });
-    let Signals { mut term, mut int, mut usr2 } = Signals::new()?;
     let end = loop {
         tokio::select! {
             _ = term.recv() => break End::Signal,

@@ -328,9 +328,17 @@ async fn lookup_load(addr: SocketAddr, stop: Arc<AtomicBool>, counts: Arc<Counts
         };
         let mut s = BufReader::new(s);
         let req = "GET /v1/lookup/app HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
-        let ok = s.get_mut().write_all(req.as_bytes()).await.is_ok()
-            && matches!(read_response(&mut s).await, Ok((200, _, _)));
-        counts.add(if ok { &counts.ok } else { &counts.failed });
+        let answer = match s.get_mut().write_all(req.as_bytes()).await {
+            Ok(()) => read_response(&mut s).await,
+            Err(e) => Err(e),
+        };
+        match answer {
+            Ok((200, _, _)) => counts.add(&counts.ok),
+            other => {
+                eprintln!("lookup failed: {other:?}");
+                counts.add(&counts.failed);
+            }
+        }
     }
 }
 
@@ -636,4 +644,238 @@ async fn sick_member(name: &'static str) -> SocketAddr {
         }
     });
     addr
+}
+
+/// One frame of the upgrade protocol (a 4-byte length, then JSON), as a new process sends it.
+fn send_frame(s: &mut std::os::unix::net::UnixStream, json: &str) {
+    use std::io::Write;
+    s.write_all(&(json.len() as u32).to_be_bytes()).unwrap();
+    s.write_all(json.as_bytes()).unwrap();
+}
+
+/// One frame as the running process answers it (descriptors riding on it are dropped).
+fn read_frame(s: &mut std::os::unix::net::UnixStream) -> serde_json::Value {
+    use std::io::Read;
+    let mut len = [0u8; 4];
+    s.read_exact(&mut len).unwrap();
+    let mut body = vec![0; u32::from_be_bytes(len) as usize];
+    s.read_exact(&mut body).unwrap();
+    serde_json::from_slice(&body).unwrap()
+}
+
+/// `rondo serve --upgrade --config PATH` to its end: exit status and stderr.
+fn upgrade_to_end(path: &Path) -> (std::process::ExitStatus, String) {
+    let out = std::process::Command::new(common::BIN)
+        .args(["serve", "--upgrade", "--config", path.to_str().unwrap()])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    (out.status, String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_or_failed_upgrades_leave_the_running_process_serving() {
+    let dir = TempDir::new("upgrade-refusals");
+    let app = vec![
+        rondo::member::spawn("m1", "127.0.0.1:0".parse().unwrap(), Duration::ZERO).await.unwrap(),
+    ];
+    let (echo, ws) = (tcp_echo().await, ws_member().await);
+    let good = config(&dir.0, &app, echo, ws);
+    let path = dir.0.join("rondo.toml");
+    std::fs::write(&path, &good).unwrap();
+    let path2 = path.clone();
+    let mut running = tokio::task::spawn_blocking(move || start(&path2, false)).await.unwrap();
+    let web = running.web;
+    let stop = Arc::new(AtomicBool::new(false));
+    let counts = Arc::new(Counts::default());
+    let load = tokio::spawn(h1_load(web, stop.clone(), counts.clone()));
+
+    // A broken configuration: the running process never hears of it.
+    let broken = dir.0.join("broken.toml");
+    std::fs::write(&broken, good.replace("drain_timeout_ms = 8000", "drain_timeout_ms = -1"))
+        .unwrap();
+    let (status, stderr) =
+        tokio::task::spawn_blocking(move || upgrade_to_end(&broken)).await.unwrap();
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("broken.toml:3:") && stderr.contains("drain_timeout_ms"), "{stderr}");
+    assert!(stderr.contains("the running rondo was not touched"), "{stderr}");
+
+    // An upgrade in progress (a new process that took the offer and is not ready yet): a
+    // second one is refused.
+    let sock = dir.0.join("upgrade.sock");
+    let mut first = std::os::unix::net::UnixStream::connect(&sock).unwrap();
+    send_frame(&mut first, r#"{"type":"hello","pid":1,"version":"test"}"#);
+    assert_eq!(read_frame(&mut first)["type"], "offer");
+    assert_eq!(read_frame(&mut first)["type"], "state");
+    let p = path.clone();
+    let (status, stderr) = tokio::task::spawn_blocking(move || upgrade_to_end(&p)).await.unwrap();
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("an upgrade is already in progress"), "{stderr}");
+    // The first one goes away before it is ready (as a killed new process does).
+    drop(first);
+
+    // A new process that dies before it is ready: it takes the sockets, then cannot bind a
+    // listener of its own (the port is taken) and exits.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let failing = dir.0.join("failing.toml");
+    std::fs::write(
+        &failing,
+        format!(
+            "{good}\n[[listener]]\nname = \"extra\"\nlisten = \"{}\"\n\n[[route]]\n\
+             name = \"extra\"\nlistener = \"extra\"\ncluster = \"app\"\n",
+            taken.local_addr().unwrap()
+        ),
+    )
+    .unwrap();
+    let (status, stderr) =
+        tokio::task::spawn_blocking(move || upgrade_to_end(&failing)).await.unwrap();
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("cannot bind listener extra"), "{stderr}");
+    drop(taken);
+    // The running process noticed, and resumed: an upgrade now goes through.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let answers = answered_by(web, 5).await;
+    assert!(answers.iter().all(|n| n == "m1"), "{answers:?}");
+    let p = path.clone();
+    let next = tokio::task::spawn_blocking(move || start(&p, true)).await.unwrap();
+    running.proc.line_with(
+        &format!("rondo: handed over to pid {}", next.proc.child.id()),
+        Duration::from_secs(10),
+    );
+    stop.store(true, Ordering::Relaxed);
+    load.await.unwrap();
+    let (ok, failed, refused) = counts.get();
+    assert!(ok > 0);
+    assert_eq!((failed, refused), (0, 0), "requests failed or were refused meanwhile");
+    drop(next);
+}
+
+/// The pid in `rondo: handed over to pid N: draining ...`.
+fn handed_to(line: &str) -> u32 {
+    let after = line.split("handed over to pid ").nth(1).expect("a hand-over line");
+    after.split(':').next().and_then(|p| p.parse().ok()).expect("a pid")
+}
+
+/// `kill -SIG PID`.
+fn signal(pid: u32, sig: &str) {
+    let ok = std::process::Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill {sig} {pid}");
+}
+
+/// Kills a process this test did not start itself (a successor started by a router) on drop.
+struct KillOnDrop(u32);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("kill").args(["-9", &self.0.to_string()]).status();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctl_upgrade_and_sigusr2_start_the_successor_themselves() {
+    let dir = TempDir::new("upgrade-ctl");
+    let app = vec![
+        rondo::member::spawn("m1", "127.0.0.1:0".parse().unwrap(), Duration::ZERO).await.unwrap(),
+    ];
+    let (echo, ws) = (tcp_echo().await, ws_member().await);
+    let path = dir.0.join("rondo.toml");
+    std::fs::write(&path, config(&dir.0, &app, echo, ws)).unwrap();
+    let p = path.clone();
+    let mut first = tokio::task::spawn_blocking(move || {
+        let mut proc = Proc::start(&["serve", "--config", p.to_str().unwrap()]);
+        let web = addr_of(&proc.line_with("rondo: listener web on", Duration::from_secs(20)));
+        let admin = addr_of(&proc.line_with("rondo: admin API on", Duration::from_secs(20)));
+        proc.line_with("rondo: reloading on changes", Duration::from_secs(20));
+        (proc, web, admin)
+    })
+    .await
+    .unwrap();
+    let (web, admin) = (first.1, first.2);
+    let said = ctl(admin, &["upgrade"]).expect("ctl upgrade");
+    assert!(said.starts_with("upgrade started: the new process is pid "), "{said}");
+    // The successor writes to the same standard output (inherited).
+    let second =
+        handed_to(&first.0.line_with("rondo: handed over to pid", Duration::from_secs(20)));
+    let _second = KillOnDrop(second);
+    assert!(said.contains(&second.to_string()), "{said} / {second}");
+    assert_eq!(status(admin).await["pid"], second);
+    let _ = first.0.child.wait();
+
+    signal(second, "-USR2");
+    let third = handed_to(&first.0.line_with("rondo: handed over to pid", Duration::from_secs(20)));
+    let _third = KillOnDrop(third);
+    assert_ne!(third, second);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while status(admin).await["pid"] != third {
+        assert!(Instant::now() < deadline, "the admin API never answered from pid {third}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The third generation serves on the first one's listener.
+    assert!(answered_by(web, 3).await.iter().all(|n| n == "m1"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_drains_what_is_in_flight_and_a_second_one_cuts_it_short() {
+    let dir = TempDir::new("upgrade-term");
+    let app = vec![
+        rondo::member::spawn("m1", "127.0.0.1:0".parse().unwrap(), Duration::ZERO).await.unwrap(),
+    ];
+    let (echo, ws) = (tcp_echo().await, ws_member().await);
+    let path = dir.0.join("rondo.toml");
+    std::fs::write(&path, config(&dir.0, &app, echo, ws)).unwrap();
+
+    // One SIGTERM: the request in flight is answered (and told the connection closes), new
+    // connections are refused, and the process exits once it is done.
+    let p = path.clone();
+    let mut router = tokio::task::spawn_blocking(move || start(&p, false)).await.unwrap();
+    let web = router.web;
+    let slow = tokio::spawn(async move {
+        let mut s = BufReader::new(TcpStream::connect(web).await.unwrap());
+        s.get_mut().write_all(b"GET /slow/2000 HTTP/1.1\r\nHost: t\r\n\r\n").await.unwrap();
+        read_response(&mut s).await
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let sent = Instant::now();
+    signal(router.proc.child.id(), "-TERM");
+    router.proc.line_with("rondo: shutting down: draining 1 connection(s)", Duration::from_secs(5));
+    // Its listeners close as the drain begins: connections are refused, not queued.
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while TcpStream::connect(web).await.is_ok() {
+        assert!(Instant::now() < deadline, "a draining router still accepts connections");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (code, close, body) = slow.await.unwrap().expect("the request in flight is answered");
+    assert_eq!((code, close, body.as_str()), (200, true, "m1\n"));
+    let status =
+        tokio::task::spawn_blocking(move || router.proc.child.wait()).await.unwrap().unwrap();
+    assert!(status.success(), "{status}");
+    assert!(sent.elapsed() < Duration::from_secs(5), "exited {:?} after SIGTERM", sent.elapsed());
+
+    // A second SIGTERM ends the drain at once: the 10-second request is cut.
+    let p = path.clone();
+    let mut router = tokio::task::spawn_blocking(move || start(&p, false)).await.unwrap();
+    let web = router.web;
+    let slow = tokio::spawn(async move {
+        let mut s = BufReader::new(TcpStream::connect(web).await.unwrap());
+        s.get_mut().write_all(b"GET /slow/10000 HTTP/1.1\r\nHost: t\r\n\r\n").await.unwrap();
+        read_response(&mut s).await
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    signal(router.proc.child.id(), "-TERM");
+    router.proc.line_with("rondo: shutting down", Duration::from_secs(5));
+    let sent = Instant::now();
+    signal(router.proc.child.id(), "-TERM");
+    let status =
+        tokio::task::spawn_blocking(move || router.proc.child.wait()).await.unwrap().unwrap();
+    assert!(status.success(), "{status}");
+    assert!(
+        sent.elapsed() < Duration::from_secs(3),
+        "exited {:?} after the second",
+        sent.elapsed()
+    );
+    assert!(slow.await.unwrap().is_err(), "the request in flight is cut");
 }
