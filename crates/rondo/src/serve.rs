@@ -365,7 +365,11 @@ async fn run(
     }
     live.drain.start();
     live.sockets.release();
-    crate::upgrade::notify("STOPPING=1");
+    if matches!(end, End::Signal) {
+        // (Not after a hand-over: the new process is the service's main process by now, or is
+        // about to say so, and a STOPPING=1 from this one could stop the service.)
+        crate::upgrade::notify("STOPPING=1");
+    }
     let open = router.open_connections();
     match end {
         End::Signal => writeln!(out, "rondo: shutting down: draining {open} connection(s)")?,

@@ -454,9 +454,11 @@ fn the_systemd_unit_runs_rondo_serve_and_verifies() {
     let unit = std::fs::read_to_string(&unit_path).expect("examples/rondo.service");
     let lines: Vec<&str> = unit.lines().collect();
     for want in [
-        "Type=simple",
+        "Type=notify",
+        "NotifyAccess=all",
         "ExecStart=/usr/local/bin/rondo serve /etc/rondo/rondo.toml",
-        "ExecReload=/bin/kill -HUP $MAINPID",
+        "ExecReload=/bin/kill -USR2 $MAINPID",
+        "RuntimeDirectory=rondo",
         "NoNewPrivileges=yes",
         "ProtectSystem=strict",
     ] {

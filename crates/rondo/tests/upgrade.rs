@@ -135,13 +135,24 @@ fn addr_of(line: &str) -> SocketAddr {
 
 /// Starts `rondo serve` (with `--upgrade`: taking over) and waits until it serves.
 fn start(config: &Path, upgrade: bool) -> Gen {
+    start_notifying(config, upgrade, None)
+}
+
+/// [`start`], with `NOTIFY_SOCKET` set to `notify` when given.
+fn start_notifying(config: &Path, upgrade: bool, notify: Option<&Path>) -> Gen {
     let path = config.to_str().unwrap();
     let args: Vec<&str> = if upgrade {
         vec!["serve", "--upgrade", "--config", path]
     } else {
         vec!["serve", "--config", path]
     };
-    let mut proc = Proc::start(&args);
+    let mut cmd = std::process::Command::new(common::BIN);
+    cmd.args(&args).stdin(std::process::Stdio::null()).stdout(std::process::Stdio::piped());
+    cmd.stderr(std::process::Stdio::null());
+    if let Some(n) = notify {
+        cmd.env("NOTIFY_SOCKET", n);
+    }
+    let mut proc = Proc::from_child(cmd.spawn().expect("start rondo serve"));
     let wait = Duration::from_secs(20);
     let web = addr_of(&proc.line_with("rondo: listener web on", wait));
     let tcp = addr_of(&proc.line_with("rondo: listener tcp on", wait));
@@ -878,4 +889,39 @@ async fn sigterm_drains_what_is_in_flight_and_a_second_one_cuts_it_short() {
         sent.elapsed()
     );
     assert!(slow.await.unwrap().is_err(), "the request in flight is cut");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_manager_hears_ready_and_the_new_main_pid() {
+    let dir = TempDir::new("upgrade-notify");
+    let app = vec![
+        rondo::member::spawn("m1", "127.0.0.1:0".parse().unwrap(), Duration::ZERO).await.unwrap(),
+    ];
+    let (echo, ws) = (tcp_echo().await, ws_member().await);
+    let path = dir.0.join("rondo.toml");
+    std::fs::write(&path, config(&dir.0, &app, echo, ws)).unwrap();
+    // What systemd does for Type=notify: a datagram socket in NOTIFY_SOCKET.
+    let notify = dir.0.join("notify.sock");
+    let manager = std::os::unix::net::UnixDatagram::bind(&notify).unwrap();
+    manager.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let heard = || {
+        let mut buf = [0u8; 512];
+        let n = manager.recv(&mut buf).expect("a notification");
+        String::from_utf8_lossy(&buf[..n]).into_owned()
+    };
+    let (p, n) = (path.clone(), notify.clone());
+    let mut first =
+        tokio::task::spawn_blocking(move || start_notifying(&p, false, Some(&n))).await.unwrap();
+    assert_eq!(heard(), "READY=1");
+    let (p, n) = (path.clone(), notify.clone());
+    let mut second =
+        tokio::task::spawn_blocking(move || start_notifying(&p, true, Some(&n))).await.unwrap();
+    assert_eq!(heard(), format!("MAINPID={}\nREADY=1", second.proc.child.id()));
+    // The old one drains without a word (a STOPPING=1 from it could stop the service).
+    let status = tokio::task::spawn_blocking(move || first.proc.child.wait()).await.unwrap();
+    assert!(status.unwrap().success());
+    signal(second.proc.child.id(), "-TERM");
+    assert_eq!(heard(), "STOPPING=1");
+    let status = tokio::task::spawn_blocking(move || second.proc.child.wait()).await.unwrap();
+    assert!(status.unwrap().success());
 }

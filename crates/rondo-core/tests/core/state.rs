@@ -146,3 +146,77 @@ fn no_member_is_a_clear_error() {
     let e = b.pick(&at(Instant::ZERO), &mut rng(1)).unwrap_err();
     assert_eq!(e.to_string(), "cluster c: no eligible member (0 members: 0 active, 0 healthy)");
 }
+
+#[test]
+fn a_handoff_moves_state_by_name_onto_another_clock() {
+    // The old process at 100 s on its clock; the new one at 2 s on its own.
+    let (old_now, new_now) = (Instant::from_millis(100_000), Instant::from_millis(2_000));
+    let mut old = balancer(Algorithm::RoundRobin, 3);
+    old.set_admin(0, AdminState::Draining, Actor::Operator("alice".into()));
+    old.set_health(1, false, Actor::HealthCheck, Instant::from_millis(99_000));
+    old.count_probe(1, false);
+    old.count_probe(1, false);
+    let ejection = (0..5).find_map(|_| fail(&mut old, 2, old_now)).expect("m2 ejected");
+    old.report_agent(
+        2,
+        rondo_core::load::AgentReport {
+            cpu_used: 0.5,
+            mem_free: 7,
+            sessions: 3,
+            seq: 42,
+            at: Instant::from_millis(99_500),
+        },
+    );
+    let doc = old.export(old_now);
+
+    // The new configuration lists the members in another order, one of them new.
+    let policy = Policy { panic_threshold_percent: 0, ..Policy::default() };
+    let spec = cluster_with(
+        policy,
+        vec![
+            member("m2", 1, None),
+            member("new", 1, None),
+            member("m0", 1, None),
+            member("m1", 1, None),
+        ],
+    );
+    let mut new = Balancer::new(spec, new_now);
+    new.import(&doc, new_now);
+    let st = new.states();
+    assert_eq!(
+        (st[2].admin, &st[2].admin_by),
+        (AdminState::Draining, &Actor::Operator("alice".into()))
+    );
+    assert!(!st[3].healthy);
+    assert_eq!(st[3].health_by, Actor::HealthCheck);
+    // Changed 1 s before the hand-off: 1 s before the new process's now.
+    assert_eq!(st[3].health_changed, Instant::from_millis(1_000));
+    assert_eq!(st[3].probe_streak, (0, 2));
+    // The ejection keeps the time it had left.
+    let left = ejection.until.since(old_now);
+    assert_eq!(st[0].ejected_until, Some(new_now + left));
+    assert_eq!(st[0].ejections, 1);
+    let report = st[0].load.agent.expect("the agent report");
+    assert_eq!((report.seq, report.sessions, report.at), (42, 3, Instant::from_millis(1_500)));
+    // A member the old process did not know keeps its own state; nothing in flight moves.
+    assert!(st[1].healthy && st[1].admin == AdminState::Active);
+    assert!(st.iter().all(|s| s.load.in_flight == 0));
+    // The drained member, the down one and the ejected one get nothing.
+    let mut r = rng(3);
+    let picked = picks(&mut new, 8, new_now, &mut r);
+    assert!(picked.iter().all(|&m| m == 1), "{picked:?}");
+}
+
+#[test]
+fn a_handoff_yields_to_an_admin_state_the_new_configuration_changed() {
+    let now = Instant::from_millis(10);
+    let mut old = balancer(Algorithm::RoundRobin, 2);
+    old.set_admin(0, AdminState::Draining, Actor::Operator("bob".into()));
+    let doc = old.export(now);
+    let mut members = named(2);
+    members[0].admin = AdminState::Disabled;
+    let mut new = Balancer::new(cluster(Algorithm::RoundRobin, members), now);
+    new.import(&doc, now);
+    assert_eq!(new.states()[0].admin, AdminState::Disabled);
+    assert_eq!(new.states()[0].admin_by, Actor::Config);
+}
