@@ -95,7 +95,8 @@ async fn ws_member() -> SocketAddr {
 }
 
 /// The router's configuration: listener `web` (HTTP, to `app`; `/ws` to the WebSocket member),
-/// listener `tcp` (to the echo member), admin, naming with an embedded registry on disk.
+/// listener `tcp` (to the echo member), admin, naming with an embedded registry on disk and
+/// DNS, an agent receiver.
 fn config(dir: &Path, app: &[rondo::member::Member], echo: SocketAddr, ws: SocketAddr) -> String {
     let members: Vec<String> = app
         .iter()
@@ -104,7 +105,8 @@ fn config(dir: &Path, app: &[rondo::member::Member], echo: SocketAddr, ws: Socke
     format!(
         "[router]\nupgrade_socket = \"{sock}\"\ndrain_timeout_ms = 8000\n\n\
          [admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"{TOKEN}\"\n\n\
-         [naming]\nlisten = \"127.0.0.1:0\"\nsnapshot = \"{snap}\"\n\n\
+         [naming]\nlisten = \"127.0.0.1:0\"\nsnapshot = \"{snap}\"\ndns_listen = \"127.0.0.1:0\"\n\n\
+         [agent]\nlisten = \"127.0.0.1:0\"\nkey = \"agent-key-of-the-upgrade-test\"\n\n\
          [[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:0\"\n\n\
          [[listener]]\nname = \"tcp\"\nlisten = \"127.0.0.1:0\"\nprotocol = \"tcp\"\n\n\
          [[route]]\nname = \"ws\"\nlistener = \"web\"\ncluster = \"ws\"\n\
@@ -127,6 +129,8 @@ struct Gen {
     web: SocketAddr,
     tcp: SocketAddr,
     naming: SocketAddr,
+    /// The agent receiver's and the DNS server's addresses.
+    others: (String, SocketAddr),
 }
 
 fn addr_of(line: &str) -> SocketAddr {
@@ -156,9 +160,12 @@ fn start_notifying(config: &Path, upgrade: bool, notify: Option<&Path>) -> Gen {
     let wait = Duration::from_secs(20);
     let web = addr_of(&proc.line_with("rondo: listener web on", wait));
     let tcp = addr_of(&proc.line_with("rondo: listener tcp on", wait));
+    let agent = proc.line_with("rondo: agent receiver on", wait);
+    let agent = agent.split(' ').nth(4).expect("the agent receiver's address").to_owned();
     let naming = addr_of(&proc.line_with("rondo: naming API (registry embedded) on", wait));
+    let dns = addr_of(&proc.line_with("rondo: naming DNS", wait));
     proc.line_with("rondo: reloading on changes", wait);
-    Gen { proc, web, tcp, naming }
+    Gen { proc, web, tcp, naming, others: (agent, dns) }
 }
 
 /// Reads one HTTP/1.1 response (content-length bodies) from `r`: status, whether it closes
@@ -432,6 +439,7 @@ async fn ten_upgrades_under_load_refuse_nothing_and_fail_nothing() {
         .unwrap();
         // The same sockets: the same addresses.
         assert_eq!((next.web, next.tcp, next.naming), (web, tcp, naming));
+        assert_eq!(next.others, current.others, "the agent receiver and DNS keep their sockets");
         let mut old = std::mem::replace(&mut current, next);
         let handed = Instant::now();
         old.proc.line_with(
@@ -468,6 +476,19 @@ async fn ten_upgrades_under_load_refuse_nothing_and_fail_nothing() {
     stop.store(true, Ordering::Relaxed);
     for l in loads {
         l.await.unwrap();
+    }
+    // DNS answers from the last process, on the first one's socket.
+    let dns = current.others.1;
+    let dig = std::process::Command::new("dig")
+        .args(["@127.0.0.1", "-p", &dns.port().to_string(), "app.rondo.", "A", "+short"])
+        .args(["+time=2", "+tries=2"])
+        .output();
+    match dig {
+        Ok(out) => {
+            let text = String::from_utf8_lossy(&out.stdout);
+            assert!(text.lines().any(|l| l == "127.0.0.1"), "dig answered {text:?}");
+        }
+        Err(_) => assert!(std::env::var_os("CI").is_none(), "dig is missing (dnsutils)"),
     }
     for (name, c) in &counts {
         let (ok, failed, refused) = c.get();
@@ -548,15 +569,19 @@ async fn a_member_the_old_process_knew_down_or_drained_gets_nothing_from_the_new
         format!(
             "[router]\nupgrade_socket = \"{}\"\n\n[admin]\nlisten = \"127.0.0.1:0\"\ntoken = \
              \"{TOKEN}\"\n\n[[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:0\"\n\n\
-             [[route]]\nlistener = \"web\"\ncluster = \"app\"\n\n[cluster.app]\n\
+             [[route]]\nlistener = \"web\"\ncluster = \"sess\"\nmatch = {{ path_prefix = \"/s\" \
+             }}\n\n[[route]]\nlistener = \"web\"\ncluster = \"app\"\n\n[cluster.app]\n\
              algorithm = \"round-robin\"\npanic_threshold_percent = 0\n\
              health = {{ path = \"/health\", interval_ms = {interval_ms}, rise = 3, fall = 3 }}\n\
-             members = [{{ name = \"m1\", address = \"{}\" }}, {{ name = \"m2\", address = \"{}\" \
-             }}, {{ name = \"m3\", address = \"{}\" }}]\n",
+             members = [{{ name = \"m1\", address = \"{m1}\" }}, {{ name = \"m2\", address = \
+             \"{m2}\" }}, {{ name = \"m3\", address = \"{m3}\" }}]\n\n\
+             [cluster.sess]\nalgorithm = \"random\"\ngranularity = \"session\"\n\
+             session = {{ header = \"x-session\" }}\n\
+             members = [{{ name = \"m1\", address = \"{m1}\" }}, {{ name = \"m2\", address = \
+             \"{m2}\" }}, {{ name = \"m3\", address = \"{m3}\" }}]\n",
             dir.0.join("upgrade.sock").display(),
-            m1.addr,
-            m2,
-            m3.addr
+            m1 = m1.addr,
+            m3 = m3.addr,
         )
     };
     let path = dir.0.join("rondo.toml");
@@ -584,6 +609,12 @@ async fn a_member_the_old_process_knew_down_or_drained_gets_nothing_from_the_new
     ctl(admin, &["--operator", "alice", "drain", "app", "m1"]).expect("drain m1");
     let before = status(admin).await;
     assert!(answered_by(web, 6).await.iter().all(|n| n == "m3"));
+    // Twelve header sessions, placed at random: a new process that forgot them would place
+    // them again, and all twelve landing where they were has a chance of 3^-12.
+    let mut sessions = Vec::new();
+    for i in 0..12 {
+        sessions.push(session_member(web, &format!("s{i}")).await);
+    }
     // The new configuration probes once a minute: only the hand-off can tell the new process
     // that m2 is down.
     std::fs::write(&path, write(60_000)).unwrap();
@@ -612,7 +643,20 @@ async fn a_member_the_old_process_knew_down_or_drained_gets_nothing_from_the_new
     assert_eq!(member_of(&after, "app", "m2")["health"], "down");
     let names = answered_by(web, 12).await;
     assert!(names.iter().all(|n| n == "m3"), "the new process sent requests to {names:?}");
+    for (i, was) in sessions.iter().enumerate() {
+        assert_eq!(&session_member(web, &format!("s{i}")).await, was, "session s{i}");
+    }
     drop(new);
+}
+
+/// The member that answers a request of header session `id` (route `/s`).
+async fn session_member(web: SocketAddr, id: &str) -> String {
+    let mut s = BufReader::new(TcpStream::connect(web).await.unwrap());
+    let req = format!("GET /s HTTP/1.1\r\nHost: t\r\nX-Session: {id}\r\nConnection: close\r\n\r\n");
+    s.get_mut().write_all(req.as_bytes()).await.unwrap();
+    let (code, _, body) = read_response(&mut s).await.unwrap();
+    assert_eq!(code, 200, "{body}");
+    body.trim().to_owned()
 }
 
 /// A member whose `/health` answers 503 and everything else 200 with its name.
@@ -865,6 +909,34 @@ async fn sigterm_drains_what_is_in_flight_and_a_second_one_cuts_it_short() {
         tokio::task::spawn_blocking(move || router.proc.child.wait()).await.unwrap().unwrap();
     assert!(status.success(), "{status}");
     assert!(sent.elapsed() < Duration::from_secs(5), "exited {:?} after SIGTERM", sent.elapsed());
+
+    // The drain timeout ends a drain: a 10-second request is cut after `drain_timeout_ms`.
+    let short = dir.0.join("short.toml");
+    std::fs::write(
+        &short,
+        config(&dir.0, &app, echo, ws)
+            .replace("drain_timeout_ms = 8000", "drain_timeout_ms = 1000"),
+    )
+    .unwrap();
+    let mut router = tokio::task::spawn_blocking(move || start(&short, false)).await.unwrap();
+    let web = router.web;
+    let slow = tokio::spawn(async move {
+        let mut s = BufReader::new(TcpStream::connect(web).await.unwrap());
+        s.get_mut().write_all(b"GET /slow/10000 HTTP/1.1\r\nHost: t\r\n\r\n").await.unwrap();
+        read_response(&mut s).await
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let sent = Instant::now();
+    signal(router.proc.child.id(), "-TERM");
+    let status =
+        tokio::task::spawn_blocking(move || router.proc.child.wait()).await.unwrap().unwrap();
+    assert!(status.success(), "{status}");
+    let took = sent.elapsed();
+    assert!(
+        took >= Duration::from_millis(1000) && took < Duration::from_secs(3),
+        "exited after {took:?}"
+    );
+    assert!(slow.await.unwrap().is_err(), "the request past the drain timeout is cut");
 
     // A second SIGTERM ends the drain at once: the 10-second request is cut.
     let p = path.clone();
