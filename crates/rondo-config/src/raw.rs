@@ -115,6 +115,8 @@ pub(crate) struct RawListener {
     pub h2_max_resets_per_address: Option<u64>,
     pub access_log: Option<RawAccessLog>,
     pub tls: Option<RawListenerTls>,
+    pub max_connection_age_ms: Option<u64>,
+    pub max_requests_per_connection: Option<u64>,
 }
 
 /// A listener's `tls`: terminate TLS with these certificates.
@@ -232,6 +234,8 @@ pub(crate) struct RawCluster {
     pub ewma: Option<RawEwma>,
     pub session: Option<RawSession>,
     pub upstream_tls: Option<RawUpstreamTls>,
+    pub max_connection_age_ms: Option<u64>,
+    pub max_requests_per_connection: Option<u64>,
 }
 
 /// A cluster's `upstream_tls`: TLS (and mTLS) to its members.

@@ -99,6 +99,11 @@ pub struct ListenerSpec {
     pub access_log: Option<AccessLogSpec>,
     /// TLS termination (`tls`), when set: clients speak TLS 1.2 or 1.3 to this listener.
     pub tls: Option<crate::tls::ListenerTls>,
+    /// How long client connections live (`max_connection_age_ms`, `max_requests_per_connection`):
+    /// HTTP/1 ones then close after a response that says `Connection: close`, HTTP/2 ones get
+    /// GOAWAY, so keep-alive clients and gRPC channels reconnect (and spread onto routers and
+    /// members that joined).
+    pub connections: rondo_core::ConnectionLimits,
 }
 
 /// A listener's HTTP/2 protections: keepalive PINGs, a bounded wait after GOAWAY, and the stream

@@ -246,6 +246,7 @@ fn full_config_compiles_into_the_expected_view() {
                 },
                 access_log: None,
                 tls: None,
+                connections: Default::default(),
             },
             ListenerSpec {
                 name: "db".into(),
@@ -261,6 +262,7 @@ fn full_config_compiles_into_the_expected_view() {
                 http2: Http2Limits::default(),
                 access_log: None,
                 tls: None,
+                connections: Default::default(),
             },
         ]
     );

@@ -490,6 +490,21 @@ pub struct Policy {
     pub agent: AgentPolicy,
     /// Peak EWMA (used by `p2c-ewma`).
     pub ewma: EwmaPolicy,
+    /// How long the data plane's connections to members live.
+    pub connections: ConnectionLimits,
+}
+
+/// How long a connection lives before it is replaced (so that long-lived clients spread onto
+/// members that joined since it opened, e.g. behind a connection-level balancer); `None`: no
+/// limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default))]
+pub struct ConnectionLimits {
+    /// The age past which a connection takes no new request (`max_connection_age_ms`).
+    pub max_age: Option<Duration>,
+    /// The requests past which a connection takes no new one (`max_requests_per_connection`).
+    pub max_requests: Option<u64>,
 }
 
 impl Default for Policy {
@@ -506,6 +521,7 @@ impl Default for Policy {
             hash: HashPolicy::default(),
             agent: AgentPolicy::default(),
             ewma: EwmaPolicy::default(),
+            connections: ConnectionLimits::default(),
         }
     }
 }

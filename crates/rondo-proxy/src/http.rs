@@ -719,7 +719,9 @@ impl ClusterView {
             let members = &rt.spec.members;
             let authorities =
                 members.iter().map(|m| uri::Authority::try_from(m.address.as_str()).ok()).collect();
-            let idle = members.iter().map(|m| crate::h1::pool::Idle::new(&m.address)).collect();
+            let limits = rt.spec.policy.connections;
+            let idle =
+                members.iter().map(|m| crate::h1::pool::Idle::new(&m.address, limits)).collect();
             Arc::new(ClusterView { authorities, idle, routes: RwLock::default() })
         });
         made.downcast_ref::<ClusterView>()

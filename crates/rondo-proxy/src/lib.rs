@@ -316,6 +316,23 @@ async fn accept_http(
     }
 }
 
+/// Requests a connection on hyper's path has carried, against the listener's
+/// `max_requests_per_connection`.
+#[derive(Default)]
+struct ServedCount {
+    served: std::sync::atomic::AtomicU64,
+    reached: tokio::sync::Notify,
+}
+
+impl ServedCount {
+    /// One more request; at the `n`th, the connection is told to end.
+    fn served(&self, n: u64) {
+        if self.served.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1 == n {
+            self.reached.notify_one();
+        }
+    }
+}
+
 /// A connection's way to hyper's server.
 struct Hyper<'a> {
     ctx: &'a Arc<HttpCtx>,
@@ -337,8 +354,19 @@ impl Hyper<'_> {
             .with_prefix(read);
         let handler = state.clone();
         let live = ctx.live.clone();
+        // The listener's `max_connection_age_ms` and `max_requests_per_connection`: GOAWAY
+        // (HTTP/2) or a close after the response in progress (HTTP/1) once reached.
+        let limits = ctx.listener.connections;
+        let aged_at = limits.max_age.map(|age| tokio::time::Instant::now() + age);
+        let counted = limits.max_requests.map(|n| (n, Arc::new(ServedCount::default())));
+        let count = counted.as_ref().map(|(n, c)| (*n, c.clone()));
         let ctx = ctx.clone();
-        let service = service_fn(move |req| http::handle(ctx.clone(), handler.clone(), peer, req));
+        let service = service_fn(move |req| {
+            if let Some((n, c)) = &count {
+                c.served(*n);
+            }
+            http::handle(ctx.clone(), handler.clone(), peer, req)
+        });
         let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
         tokio::pin!(conn);
         tokio::select! {
@@ -358,6 +386,24 @@ impl Hyper<'_> {
                 // An HTTP/2 connection error: the GOAWAY and the lingering close are under
                 // way in `TimedIo`; they get a bounded time.
                 let _ = tokio::time::timeout(ABORT_LINGER, conn).await;
+            }
+            () = async {
+                match aged_at {
+                    Some(t) => tokio::time::sleep_until(t).await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                conn.as_mut().graceful_shutdown();
+                let _ = conn.await;
+            }
+            () = async {
+                match &counted {
+                    Some((_, c)) => c.reached.notified().await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                conn.as_mut().graceful_shutdown();
+                let _ = conn.await;
             }
             () = async {
                 live.drain.started().await;

@@ -10,7 +10,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use http::Uri;
 use hyper_util::client::legacy::connect::{Connected, Connection, HttpConnector};
@@ -37,12 +37,22 @@ pub struct Clients {
     h1: Pool,
     h2: Pool,
     connector: HttpConnector,
-    /// Per cluster with `upstream_tls`: the loaded settings its pool was made with, and the pool.
+    /// Per cluster with `upstream_tls`: the loaded settings its pool was made with, when, and
+    /// the pool.
     tls: Arc<Mutex<TlsPools>>,
+    /// Per plain cluster with `max_connection_age_ms`: when its own pool was made, and the pool.
+    aged: Arc<Mutex<HashMap<String, (Instant, Arc<Pool>)>>>,
 }
 
-/// Per cluster name: the loaded `upstream_tls` a pool was made with, and the pool.
-type TlsPools = HashMap<String, (Arc<UpstreamTlsRt>, Arc<TlsPool>)>;
+/// Per cluster name: the loaded `upstream_tls` a pool was made with, when, and the pool.
+type TlsPools = HashMap<String, (Arc<UpstreamTlsRt>, Instant, Arc<TlsPool>)>;
+
+/// Whether a pool made at `made` is still young under the cluster's `max_connection_age_ms`
+/// (hyper's pools count no age per connection: a cluster with the limit gets a pool of its own,
+/// made anew once it is that old; the old pool's connections close as their requests end).
+fn young(made: Instant, rt: &ClusterRt) -> bool {
+    rt.spec.policy.connections.max_age.is_none_or(|age| made.elapsed() < age)
+}
 
 /// Where a try is sent.
 #[derive(Debug)]
@@ -51,6 +61,8 @@ pub enum Sender<'a> {
     Plain(&'a Pool),
     /// A cluster's TLS pool.
     Tls(Arc<TlsPool>),
+    /// A plain pool of a cluster's own (one with `max_connection_age_ms`).
+    Own(Arc<Pool>),
 }
 
 impl Sender<'_> {
@@ -59,6 +71,7 @@ impl Sender<'_> {
         match self {
             Sender::Plain(p) => p.request(req),
             Sender::Tls(p) => p.request(req),
+            Sender::Own(p) => p.request(req),
         }
     }
 }
@@ -84,7 +97,7 @@ impl Clients {
         connector.enforce_http(true);
         let h1 = pool(connector.clone(), UpstreamProtocol::Http1);
         let h2 = pool(connector.clone(), UpstreamProtocol::Http2);
-        Clients { h1, h2, connector, tls: Arc::default() }
+        Clients { h1, h2, connector, tls: Arc::default(), aged: Arc::default() }
     }
 
     /// The pool for a cluster's protocol.
@@ -99,19 +112,33 @@ impl Clients {
     /// when its files could not be loaded), else the plain pool of its protocol.
     pub fn for_cluster<'a>(&'a self, rt: &ClusterRt) -> Result<Sender<'a>, TlsFailure> {
         let tls = match &rt.tls {
-            None => return Ok(Sender::Plain(self.for_protocol(rt.spec.upstream_protocol))),
+            None if rt.spec.policy.connections.max_age.is_none() => {
+                return Ok(Sender::Plain(self.for_protocol(rt.spec.upstream_protocol)));
+            }
+            None => {
+                let mut pools = self.aged.lock().unwrap_or_else(|e| e.into_inner());
+                if let Some((made, p)) = pools.get(&rt.spec.name)
+                    && young(*made, rt)
+                {
+                    return Ok(Sender::Own(p.clone()));
+                }
+                let p = Arc::new(pool(self.connector.clone(), rt.spec.upstream_protocol));
+                pools.insert(rt.spec.name.clone(), (Instant::now(), p.clone()));
+                return Ok(Sender::Own(p));
+            }
             Some(Err(_)) => return Err(TlsFailure::Config),
             Some(Ok(t)) => t,
         };
         let mut pools = self.tls.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((loaded, p)) = pools.get(&rt.spec.name)
+        if let Some((loaded, made, p)) = pools.get(&rt.spec.name)
             && Arc::ptr_eq(loaded, tls)
+            && young(*made, rt)
         {
             return Ok(Sender::Tls(p.clone()));
         }
         let connector = TlsConnector { http: self.connector.clone(), tls: tls.clone() };
         let p = Arc::new(pool(connector, rt.spec.upstream_protocol));
-        pools.insert(rt.spec.name.clone(), (tls.clone(), p.clone()));
+        pools.insert(rt.spec.name.clone(), (tls.clone(), Instant::now(), p.clone()));
         Ok(Sender::Tls(p))
     }
 }

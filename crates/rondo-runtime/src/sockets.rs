@@ -7,8 +7,9 @@
 //! The key of a socket is `what` and its configured address (`"listener web 127.0.0.1:0"`): a
 //! new configuration that keeps both gets the old socket, even one bound to port 0 (it keeps its
 //! port); one that changes either binds anew, and the old socket closes with the old process.
-//! The process keeps a duplicate of each socket it uses ([`Sockets::for_successor`]) until the
-//! drain releases them ([`Sockets::release`]).
+//! A process that can be upgraded ([`Sockets::keep_for_successor`]) keeps a duplicate of each
+//! socket it uses ([`Sockets::for_successor`]) until the drain releases them
+//! ([`Sockets::release`]); any other closes a socket when the part using it stops.
 
 use std::collections::HashMap;
 use std::io;
@@ -26,6 +27,9 @@ pub const MAX_FDS: usize = 200;
 pub struct Sockets {
     inherited: Mutex<HashMap<String, OwnedFd>>,
     bound: Mutex<Vec<(String, OwnedFd)>>,
+    /// Whether duplicates are kept for a successor (a process with `[router] upgrade_socket`);
+    /// otherwise a part that stops closes its sockets for good.
+    keep: std::sync::atomic::AtomicBool,
 }
 
 fn key(what: &str, addr: impl std::fmt::Display) -> String {
@@ -43,7 +47,16 @@ impl Sockets {
         self.inherited.lock().unwrap_or_else(|e| e.into_inner()).remove(key)
     }
 
+    /// Keeps a duplicate of every socket bound or taken from now on, for a successor (call it
+    /// before anything binds).
+    pub fn keep_for_successor(&self) {
+        self.keep.store(true, std::sync::atomic::Ordering::Release);
+    }
+
     fn keep(&self, key: String, fd: BorrowedFd<'_>) -> io::Result<()> {
+        if !self.keep.load(std::sync::atomic::Ordering::Acquire) {
+            return Ok(());
+        }
         let dup = fd.try_clone_to_owned()?;
         self.bound.lock().unwrap_or_else(|e| e.into_inner()).push((key, dup));
         Ok(())
@@ -204,6 +217,7 @@ mod tests {
     #[tokio::test]
     async fn a_listener_handed_over_keeps_its_port_and_its_accept_queue() {
         let old = Sockets::default();
+        old.keep_for_successor();
         let listener =
             old.tcp_listener("listener web", "127.0.0.1:0".parse().unwrap()).await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -232,6 +246,7 @@ mod tests {
     #[tokio::test]
     async fn another_address_binds_anew() {
         let s = Sockets::default();
+        s.keep_for_successor();
         let (a, b) = UnixStream::pair().unwrap();
         let first = s.tcp_listener("admin", "127.0.0.1:0".parse().unwrap()).await.unwrap();
         let handed = s.for_successor();

@@ -113,6 +113,9 @@ async fn run(
     // `SIGUSR2` sent as soon as the admin API answers must not kill it).
     let Signals { mut term, mut int, mut usr2 } = Signals::new()?;
     let live = Arc::new(Live::new(config.view.clone(), config.router.group.clone()));
+    if config.router.upgrade_socket.is_some() {
+        live.sockets.keep_for_successor();
+    }
     if let Some(t) = takeover.as_mut() {
         live.sockets.inherit(std::mem::take(&mut t.keys), std::mem::take(&mut t.fds));
         let members = handoff::import(&live, &t.state);

@@ -14,5 +14,6 @@ mod router {
     mod hardening_h2;
     mod limits;
     mod protocols;
+    mod rebalance;
     mod serve;
 }

@@ -76,6 +76,16 @@ pub(super) fn compile_listener(
     if access_log.is_some() && protocol == ListenerProtocol::Tcp {
         c.err(path.key("access_log"), "tcp listeners have no access log (it logs HTTP requests)");
     }
+    let connections =
+        c.connection_limits(&path, l.max_connection_age_ms, l.max_requests_per_connection);
+    if protocol == ListenerProtocol::Tcp && connections != Default::default() {
+        let field = if l.max_connection_age_ms.is_some() {
+            "max_connection_age_ms"
+        } else {
+            "max_requests_per_connection"
+        };
+        c.err(path.key(field), "tcp listeners carry tunnels, which are not cut by age or count");
+    }
     Some(ListenerSpec {
         name: l.name.clone(),
         listen,
@@ -90,6 +100,7 @@ pub(super) fn compile_listener(
         http2: compile_http2(c, &path, l),
         tls: l.tls.as_ref().map(|t| compile_listener_tls(c, &path.key("tls"), t)),
         access_log,
+        connections,
     })
 }
 

@@ -226,6 +226,21 @@ impl Compiler<'_> {
         }
     }
 
+    /// `max_connection_age_ms` and `max_requests_per_connection` at `path` (each at least 1).
+    fn connection_limits(
+        &mut self,
+        path: &FieldPath,
+        age_ms: Option<u64>,
+        requests: Option<u64>,
+    ) -> rondo_core::ConnectionLimits {
+        let max_age = age_ms.map(|_| {
+            self.ms(path.key("max_connection_age_ms"), age_ms, Duration::from_secs(1), false)
+        });
+        let max_requests = requests
+            .map(|_| self.int(path.key("max_requests_per_connection"), requests, 1, 1, u64::MAX));
+        rondo_core::ConnectionLimits { max_age, max_requests }
+    }
+
     /// A name (of a listener, route, cluster or member): non-empty, no white space or controls.
     fn name(&mut self, path: FieldPath, what: &str, s: &str) {
         if s.is_empty() {

@@ -4,11 +4,14 @@
 //! a request is in flight, so an idle keep-alive connection holds no buffer at all.
 
 use std::cell::RefCell;
+use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use rondo_core::ConnectionLimits;
 use tokio::net::TcpStream;
 
 /// How long an idle upstream connection is kept.
@@ -31,12 +34,44 @@ pub struct Idle {
     /// The member's address when it is an IP literal (no resolution needed).
     pub literal: Option<SocketAddr>,
     conns: Mutex<Vec<(TcpStream, Instant)>>,
+    /// With the cluster's `max_connection_age_ms` or `max_requests_per_connection`: when each
+    /// connection opened and the requests it carried, by descriptor (an entry is made again
+    /// when a descriptor number comes back with a new connection, [`Idle::opened`]). `None`:
+    /// no limit, nothing counted.
+    lives: Option<(ConnectionLimits, Mutex<HashMap<RawFd, (Instant, u64)>>)>,
 }
 
 impl Idle {
-    /// The pool of the member at `address`.
-    pub fn new(address: &str) -> Self {
-        Idle { literal: address.parse().ok(), conns: Mutex::new(Vec::new()) }
+    /// The pool of the member at `address`, its connections living under `limits`.
+    pub fn new(address: &str, limits: ConnectionLimits) -> Self {
+        let lives = (limits != ConnectionLimits::default()).then(|| (limits, Mutex::default()));
+        Idle { literal: address.parse().ok(), conns: Mutex::new(Vec::new()), lives }
+    }
+
+    /// A new connection to the member was opened (its age counts from now).
+    pub fn opened(&self, conn: &TcpStream) {
+        if let Some((_, lives)) = &self.lives {
+            let mut lives = lives.lock().unwrap_or_else(|e| e.into_inner());
+            lives.insert(conn.as_raw_fd(), (Instant::now(), 0));
+        }
+    }
+
+    /// Whether `conn` may take another request: younger than the cluster's age limit (and, when
+    /// `served`, counting one more request, under its request limit).
+    fn lives_on(&self, conn: &TcpStream, now: Instant, served: bool) -> bool {
+        let Some((limits, lives)) = &self.lives else { return true };
+        let mut lives = lives.lock().unwrap_or_else(|e| e.into_inner());
+        let fd = conn.as_raw_fd();
+        let Some((born, uses)) = lives.get_mut(&fd) else { return false };
+        if served {
+            *uses += 1;
+        }
+        let young = limits.max_age.is_none_or(|age| now.duration_since(*born) < age);
+        let fresh = limits.max_requests.is_none_or(|n| *uses < n);
+        if !(young && fresh) {
+            lives.remove(&fd);
+        }
+        young && fresh
     }
 
     /// The newest idle connection that is still open and quiet (a member that closed it, or
@@ -48,7 +83,7 @@ impl Idle {
         loop {
             let (conn, since) = self.conns.lock().unwrap_or_else(|e| e.into_inner()).pop()?;
             let idle = now.duration_since(since);
-            if idle > IDLE_FOR {
+            if idle > IDLE_FOR || !self.lives_on(&conn, now, false) {
                 continue;
             }
             if idle < PROBE_AFTER {
@@ -64,8 +99,12 @@ impl Idle {
 
     /// Keeps `conn` for a later request (dropped when the member has enough idle ones).
     pub fn give(&self, conn: TcpStream) {
-        let mut conns = self.conns.lock().unwrap_or_else(|e| e.into_inner());
         let now = Instant::now();
+        if !self.lives_on(&conn, now, true) {
+            // Past the cluster's age or request limit: closed, a new one is opened next time.
+            return;
+        }
+        let mut conns = self.conns.lock().unwrap_or_else(|e| e.into_inner());
         conns.retain(|(_, since)| now.duration_since(*since) <= IDLE_FOR);
         if conns.len() < MAX_IDLE {
             conns.push((conn, now));

@@ -69,6 +69,18 @@ struct Client<S> {
     idle: Duration,
     /// The client's address as text (`X-Forwarded-For`), made once.
     ip: IpText,
+    /// When the connection was accepted, and the requests it has carried (the listener's
+    /// `max_connection_age_ms` and `max_requests_per_connection`).
+    born: tokio::time::Instant,
+    served: u64,
+}
+
+impl<S> Client<S> {
+    /// Whether the listener's limits end the connection after the request in progress.
+    fn spent(&self, limits: &rondo_core::ConnectionLimits) -> bool {
+        limits.max_requests.is_some_and(|n| self.served >= n)
+            || limits.max_age.is_some_and(|age| self.born.elapsed() >= age)
+    }
 }
 
 /// An IP address as text, inline (an IPv6 address has at most 39 characters; 45 with an
@@ -103,7 +115,10 @@ pub(crate) async fn serve<S: ClientStream>(
 ) -> Option<(S, Option<crate::tls::ClientCert>, Vec<u8>)> {
     let idle = ctx.listener.header_read_timeout;
     let ip = IpText::new(peer.ip());
-    let mut c = Client { stream, peer, tls, carry: None, idle, ip };
+    let born = tokio::time::Instant::now();
+    let mut c = Client { stream, peer, tls, carry: None, idle, ip, born, served: 0 };
+    // The listener's `max_connection_age_ms`: the wait for the next request ends there too.
+    let aged_at = ctx.listener.connections.max_age.map(|age| born + age);
     // When the wait for the next request ends (set as it begins).
     let mut wait_until = None;
     loop {
@@ -122,16 +137,22 @@ pub(crate) async fn serve<S: ClientStream>(
                     } => None,
                 }
             };
-            let ready = if c.idle.is_zero() {
-                Ok(ready.await)
-            } else {
-                let until = *wait_until.get_or_insert_with(|| tokio::time::Instant::now() + c.idle);
-                tokio::time::timeout_at(until, ready).await
+            let idle_until = (!c.idle.is_zero())
+                .then(|| *wait_until.get_or_insert_with(|| tokio::time::Instant::now() + c.idle));
+            let ready = match (idle_until, aged_at) {
+                (None, None) => Ok(ready.await),
+                (Some(t), None) | (None, Some(t)) => tokio::time::timeout_at(t, ready).await,
+                (Some(a), Some(b)) => tokio::time::timeout_at(a.min(b), ready).await,
             };
             match ready {
                 Ok(Some(Ok(()))) => {}
                 Ok(Some(Err(_))) => return None,
                 Ok(None) => {
+                    Box::pin(linger(&mut c.stream)).await;
+                    return None;
+                }
+                Err(_) if aged_at.is_some_and(|t| t <= tokio::time::Instant::now()) => {
+                    // Old enough: closed between requests, so that the client reconnects.
                     Box::pin(linger(&mut c.stream)).await;
                     return None;
                 }
@@ -470,7 +491,8 @@ impl<'a, S: ClientStream> OwnTries<'a, S> {
             let target = std::str::from_utf8(head.target.get(&buf)).unwrap_or("/");
             access::Start::from_head(c.peer, method, target)
         });
-        let close = head.close;
+        c.served += 1;
+        let close = head.close || c.spent(&ctx.listener.connections);
         OwnTries {
             ctx,
             c,
@@ -627,6 +649,7 @@ impl<'a, S: ClientStream> OwnTries<'a, S> {
         // The connection can carry another request only when this one's body is behind us.
         let close = self.close
             || ctx.live.drain.is_on()
+            || self.c.spent(&ctx.listener.connections)
             || !self.body.complete
             || matches!(
                 e.kind,
@@ -797,7 +820,11 @@ impl<S: ClientStream> OwnTries<'_, S> {
             let reused = pooled.is_some();
             let mut upstream = match pooled.take() {
                 Some(s) => s,
-                None => connect(idle, address).await?,
+                None => {
+                    let s = connect(idle, address).await?;
+                    idle.opened(&s);
+                    s
+                }
             };
             match self.send(&mut upstream, waiting_client).await {
                 Ok(early) => {
@@ -914,8 +941,9 @@ impl<S: ClientStream> OwnTries<'_, S> {
             auth::login_cookie(route, rhead.status, value, tier.as_deref(), tls, now)
         });
         let cookies = [login.as_ref(), set_cookie.as_ref()];
-        // A draining process says so on the response in progress, and then closes.
-        self.close |= self.ctx.live.drain.is_on();
+        // A draining process says so on the response in progress, and then closes; so does a
+        // connection past the listener's age limit.
+        self.close |= self.ctx.live.drain.is_on() || self.c.spent(&self.ctx.listener.connections);
         write_response_head(&mut out, &rbuf, &rhead, cookies, self.close);
         let (whole, client_ok, clean) = if self.body.complete {
             let client = &mut self.c.stream;
