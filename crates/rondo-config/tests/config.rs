@@ -1773,3 +1773,44 @@ fn a_declared_policy_compiles_like_a_cluster_table_with_its_fields_under_policy(
     let e = fails(serde_json::json!("hash"));
     assert!(e[0].starts_with("policy: invalid type"), "{e:?}");
 }
+
+#[test]
+fn connection_limits_compile_and_tcp_refuses_them() {
+    let text = BASE
+        .replace(
+            "listen = \"127.0.0.1:8080\"",
+            "listen = \"127.0.0.1:8080\"\nmax_connection_age_ms = 5000",
+        )
+        .replace("[cluster.app]", "[cluster.app]\nmax_requests_per_connection = 100");
+    let c = ok(&text);
+    assert_eq!(c.listeners[0].connections.max_age, Some(Duration::from_secs(5)));
+    assert_eq!(c.listeners[0].connections.max_requests, None);
+    let app = &c.view.clusters["app"].policy.connections;
+    assert_eq!((app.max_age, app.max_requests), (None, Some(100)));
+    fails_once(
+        &with("\n[router]\n").replace(
+            "listen = \"127.0.0.1:8080\"",
+            "listen = \"127.0.0.1:8080\"\nmax_requests_per_connection = 0",
+        ),
+        "listener[0].max_requests_per_connection",
+        "0\n",
+        "must be greater than 0",
+    );
+    let tcp = "\n[[listener]]\nname = \"db\"\nlisten = \"127.0.0.1:5432\"\nprotocol = \"tcp\"\n\
+               max_connection_age_ms = 1000\n\n[[route]]\nlistener = \"db\"\ncluster = \"db\"\n\n\
+               [cluster.db]\nupstream_protocol = \"tcp\"\nmax_connection_age_ms = 1000\n\
+               members = [{ name = \"d1\", address = \"127.0.0.1:5433\" }]\n";
+    let text = with(tcp);
+    fails_with(
+        &text,
+        "listener[1].max_connection_age_ms",
+        "1000\n\n",
+        "tunnels",
+    );
+    let errs = errors(&text);
+    assert!(
+        errs.iter().any(|e| e.field == "cluster.db.max_connection_age_ms"),
+        "{}",
+        render(&errs)
+    );
+}
