@@ -41,8 +41,11 @@ pub struct Clients {
     /// the pool.
     tls: Arc<Mutex<TlsPools>>,
     /// Per plain cluster with `max_connection_age_ms`: when its own pool was made, and the pool.
-    aged: Arc<Mutex<HashMap<String, (Instant, Arc<Pool>)>>>,
+    aged: Arc<Mutex<AgedPools>>,
 }
+
+/// Per cluster name: when its own pool was made, and the pool.
+type AgedPools = HashMap<String, (Instant, Arc<Pool>)>;
 
 /// Per cluster name: the loaded `upstream_tls` a pool was made with, when, and the pool.
 type TlsPools = HashMap<String, (Arc<UpstreamTlsRt>, Instant, Arc<TlsPool>)>;

@@ -38,8 +38,11 @@ pub struct Idle {
     /// connection opened and the requests it carried, by descriptor (an entry is made again
     /// when a descriptor number comes back with a new connection, [`Idle::opened`]). `None`:
     /// no limit, nothing counted.
-    lives: Option<(ConnectionLimits, Mutex<HashMap<RawFd, (Instant, u64)>>)>,
+    lives: Option<(ConnectionLimits, Mutex<Lives>)>,
 }
+
+/// When each connection opened and the requests it carried, by descriptor.
+type Lives = HashMap<RawFd, (Instant, u64)>;
 
 impl Idle {
     /// The pool of the member at `address`, its connections living under `limits`.

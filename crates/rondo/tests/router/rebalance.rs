@@ -69,7 +69,7 @@ async fn a_listener_closes_http1_connections_after_their_requests_or_their_age()
     assert!(started.elapsed() >= Duration::from_millis(400), "closed before its age");
     // A request that starts past the age is answered, with `Connection: close`.
     let mut conn = BufReader::new(TcpStream::connect(r.addr("web")).await.unwrap());
-    assert_eq!(get(&mut conn).await.1, false);
+    assert!(!get(&mut conn).await.1, "a request within the age keeps the connection");
     tokio::time::sleep(Duration::from_millis(300)).await;
     conn.get_mut().write_all(b"GET /slow/200 HTTP/1.1\r\nHost: t\r\n\r\n").await.unwrap();
     let mut line = String::new();
