@@ -1801,12 +1801,7 @@ fn connection_limits_compile_and_tcp_refuses_them() {
                [cluster.db]\nupstream_protocol = \"tcp\"\nmax_connection_age_ms = 1000\n\
                members = [{ name = \"d1\", address = \"127.0.0.1:5433\" }]\n";
     let text = with(tcp);
-    fails_with(
-        &text,
-        "listener[1].max_connection_age_ms",
-        "1000\n\n",
-        "tunnels",
-    );
+    fails_with(&text, "listener[1].max_connection_age_ms", "1000\n\n", "tunnels");
     let errs = errors(&text);
     assert!(
         errs.iter().any(|e| e.field == "cluster.db.max_connection_age_ms"),
