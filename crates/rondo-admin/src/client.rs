@@ -49,6 +49,23 @@ pub enum CtlCommand {
         /// Algorithm name.
         name: String,
     },
+    /// Start evaluating a shadow algorithm beside a cluster's live one (no traffic moves).
+    ShadowStart {
+        /// Cluster name.
+        cluster: String,
+        /// The candidate algorithm.
+        name: String,
+    },
+    /// Print a cluster's shadow report.
+    ShadowReport {
+        /// Cluster name.
+        cluster: String,
+    },
+    /// Stop a cluster's shadow; prints its last report.
+    ShadowStop {
+        /// Cluster name.
+        cluster: String,
+    },
     /// Revoke sign-on tokens by id or subject (one of the two).
     Revoke {
         /// A token id (`jti`).
@@ -170,6 +187,34 @@ pub async fn run(target: &CtlTarget, cmd: CtlCommand) -> Result<String, CtlError
             let body = json!({ "algorithm": name }).to_string();
             let v = call(target, Method::PUT, &path, Some(body)).await?;
             Ok(format!("{cluster}: algorithm {name}, view {}\n", v["view"]))
+        }
+        CtlCommand::ShadowStart { cluster, name } => {
+            let path = format!("/api/v1/clusters/{cluster}/shadow");
+            let body = json!({ "algorithm": name }).to_string();
+            let v = call(target, Method::PUT, &path, Some(body)).await?;
+            let replaced = match v["replaced"].as_str() {
+                Some(old) => format!(", replacing {old}"),
+                None => String::new(),
+            };
+            Ok(format!(
+                "{cluster}: shadow {name} beside {}{replaced}: asked at every pick, no traffic \
+                 moves; `rondo ctl shadow {cluster}` reports, `--off` stops\n",
+                v["live"].as_str().unwrap_or("?")
+            ))
+        }
+        CtlCommand::ShadowReport { cluster } => {
+            let path = format!("/api/v1/clusters/{cluster}/shadow");
+            let v = call(target, Method::GET, &path, None).await?;
+            Ok(shadow_table(&v))
+        }
+        CtlCommand::ShadowStop { cluster } => {
+            let path = format!("/api/v1/clusters/{cluster}/shadow");
+            let v = call(target, Method::DELETE, &path, None).await?;
+            Ok(format!(
+                "{cluster}: shadow {} stopped; its last report:\n{}",
+                v["shadow"].as_str().unwrap_or("?"),
+                shadow_table(&v)
+            ))
         }
         CtlCommand::Revoke { token_id, subject, ttl_ms } => {
             let mut body = serde_json::Map::new();
@@ -401,6 +446,103 @@ fn traffic_cell(m: &Value) -> String {
     }
 }
 
+/// `n` of `of` as a percentage with one decimal (`-` of nothing).
+fn percent(n: u64, of: u64) -> String {
+    if of == 0 { "-".to_owned() } else { format!("{:.1}%", n as f64 * 100.0 / of as f64) }
+}
+
+/// Rows as aligned columns (two spaces apart, no trailing blanks).
+fn aligned(rows: &[Vec<String>]) -> String {
+    let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..columns)
+        .map(|i| rows.iter().filter_map(|r| r.get(i)).map(|c| c.chars().count()).max().unwrap_or(0))
+        .collect();
+    let mut out = String::new();
+    for r in rows {
+        let line: Vec<String> =
+            r.iter().zip(&widths).map(|(cell, w)| format!("{cell:<w$}")).collect();
+        let _ = writeln!(out, "{}", line.join("  ").trim_end());
+    }
+    out
+}
+
+/// A shadow report (`GET /api/v1/clusters/{cluster}/shadow`) as text: what was compared, the
+/// picks that would have gone to failed and to slow members on each side, and a row per member.
+pub fn shadow_table(v: &Value) -> String {
+    let n = |x: &Value| x.as_u64().unwrap_or(0);
+    let decisions = n(&v["decisions"]);
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    let age = now_ms.saturating_sub(n(&v["since_unix_ms"])) as f64 / 1000.0;
+    let mut out = format!(
+        "cluster {}: shadow {} beside live {} for {age:.1} s: {decisions} picks compared, {} \
+         differed ({})\n",
+        v["cluster"].as_str().unwrap_or("?"),
+        v["shadow"].as_str().unwrap_or("?"),
+        v["live"].as_str().unwrap_or("?"),
+        n(&v["differed"]),
+        percent(n(&v["differed"]), decisions),
+    );
+    let (live, shadow) = (&v["live_total"], &v["shadow_total"]);
+    for (what, key) in [("failed", "failed"), ("slow", "slow")] {
+        let _ = writeln!(
+            out,
+            "would have gone to {what} members: shadow {} ({}), live {} ({})",
+            n(&shadow[key]),
+            percent(n(&shadow[key]), decisions),
+            n(&live[key]),
+            percent(n(&live[key]), decisions),
+        );
+    }
+    if n(&v["no_pick"]) > 0 {
+        let _ = writeln!(out, "the shadow found no member for {} picks", n(&v["no_pick"]));
+    }
+    let head = [
+        "MEMBER",
+        "LIVE",
+        "LIVE-%",
+        "SHADOW",
+        "SHADOW-%",
+        "AGREED",
+        "FAILED(L/S)",
+        "SLOW(L/S)",
+        "P90-MS",
+        "SLOW",
+    ];
+    let mut rows: Vec<Vec<String>> = vec![head.iter().map(|s| s.to_string()).collect()];
+    for m in v["members"].as_array().into_iter().flatten() {
+        let name = match m["name"].as_str() {
+            Some("") | None => "(departed)".to_owned(),
+            Some(name) => name.to_owned(),
+        };
+        let (l, s) = (&m["live"], &m["shadow"]);
+        rows.push(vec![
+            name,
+            n(&l["picks"]).to_string(),
+            percent(n(&l["picks"]), decisions),
+            n(&s["picks"]).to_string(),
+            percent(n(&s["picks"]), decisions),
+            n(&m["agreed"]).to_string(),
+            format!("{}/{}", n(&l["failed"]), n(&s["failed"])),
+            format!("{}/{}", n(&l["slow"]), n(&s["slow"])),
+            m["window_p90_us"]
+                .as_u64()
+                .map_or("-".into(), |us| format!("{:.1}", us as f64 / 1000.0)),
+            if m["slow"].as_bool() == Some(true) { "yes" } else { "no" }.to_owned(),
+        ]);
+    }
+    out.push_str(&aligned(&rows));
+    let _ = writeln!(
+        out,
+        "failed: the member's next request to end failed; slow: picked while the member's p90 over \
+         a {} s window was above {}x the median of the members' p90s (P90-MS: this window's)",
+        n(&v["window_ms"]) / 1000,
+        v["slow_factor"].as_f64().unwrap_or(0.0),
+    );
+    out
+}
+
 /// The status answer as an aligned table, one row per member.
 pub fn status_table(v: &Value) -> String {
     let head = [
@@ -448,14 +590,16 @@ pub fn status_table(v: &Value) -> String {
             ]);
         }
     }
-    let widths: Vec<usize> = (0..head.len())
-        .map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0))
-        .collect();
     let mut out = format!("view {}\n", v["view"]);
-    for r in &rows {
-        let line: Vec<String> =
-            r.iter().zip(&widths).map(|(cell, w)| format!("{cell:<w$}")).collect();
-        let _ = writeln!(out, "{}", line.join("  ").trim_end());
+    out.push_str(&aligned(&rows));
+    for c in v["clusters"].as_array().into_iter().flatten() {
+        if let (Some(name), Some(shadow)) = (c["name"].as_str(), c["shadow"].as_str()) {
+            let _ = writeln!(
+                out,
+                "shadow: {name} evaluates {shadow} beside {} (rondo ctl shadow {name})",
+                c["algorithm"].as_str().unwrap_or("?")
+            );
+        }
     }
     out
 }

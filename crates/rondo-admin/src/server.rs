@@ -20,6 +20,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use rondo_config::AdminSpec;
+use rondo_core::ShadowReport;
 use rondo_core::{Actor, AdminState, Algorithm, View};
 use rondo_runtime::drain::Draining;
 use rondo_runtime::tls_server::{ALPN_HTTP1, HANDSHAKE_TIMEOUT, TlsIncoming, TlsServer};
@@ -146,13 +147,20 @@ pub fn router(live: Arc<Live>, token: Option<Vec<u8>>) -> Router {
         .route(&format!("{member}/weight"), put(weight))
         .route("/api/v1/clusters/{cluster}/algorithm", put(algorithm))
         .route("/api/v1/clusters/{cluster}/explain", get(explain))
+        .route(
+            "/api/v1/clusters/{cluster}/shadow",
+            get(shadow_report).put(shadow_start).delete(shadow_stop),
+        )
         .route("/api/v1/config", post(config))
         .route("/api/v1/revocations", get(revocations).post(revoke))
         .route("/api/v1/upgrade", post(upgrade))
         .merge(crate::metrics::routes(state.live.clone()))
         .fallback(|| async { error(StatusCode::NOT_FOUND, "no such endpoint") })
         .method_not_allowed_fallback(|| async {
-            error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed: mutations are POST or PUT")
+            error(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method not allowed: mutations are POST or PUT (DELETE stops a shadow)",
+            )
         })
         .layer(middleware::from_fn_with_state(state.clone(), auth))
         .merge(crate::dashboard::routes()) // after the auth layer: the page needs no token
@@ -255,9 +263,13 @@ async fn status(State(st): State<AppState>) -> Response {
         .filter_map(|name| snap.clusters.get(name))
         .map(|rt| cluster_status(rt, now, st.live.group.as_deref()))
         .collect();
+    let algorithms: Vec<&str> = Algorithm::ALL.iter().map(|a| a.as_str()).collect();
     let pid = std::process::id();
-    let body = json!({ "view": snap.view.id, "pid": pid, "routes": routes, "clusters": clusters });
-    with_etag(snap.view.id, body)
+    with_etag(
+        snap.view.id,
+        json!({ "view": snap.view.id, "pid": pid, "routes": routes, "clusters": clusters,
+                "algorithms": algorithms }),
+    )
 }
 
 /// What the health checks say of a member: `up`, `down`, or `unchecked` when nothing checks it
@@ -323,6 +335,7 @@ fn cluster_status(rt: &ClusterRt, now: rondo_core::Instant, group: Option<&str>)
             "algorithm": policy.algorithm.as_str(),
             "granularity": policy.granularity.as_str(),
             "panic": panic,
+            "shadow": b.shadow().map(Algorithm::as_str),
             "members": members,
         })
     })
@@ -629,20 +642,172 @@ async fn algorithm(
     UrlPath(c): UrlPath<String>,
     bytes: Bytes,
 ) -> Response {
-    let a: AlgorithmBody = match body(&bytes) {
+    let algorithm = match parse_algorithm(&bytes) {
         Ok(a) => a,
         Err(r) => return r,
-    };
-    let Some(algorithm) = Algorithm::parse(&a.algorithm) else {
-        let valid: Vec<&str> = Algorithm::ALL.iter().map(|a| a.as_str()).collect();
-        return error(
-            StatusCode::BAD_REQUEST,
-            format!("unknown algorithm `{}`; valid: {}", a.algorithm, valid.join(", ")),
-        );
     };
     change_cluster(&st, &headers, &c, |spec| {
         spec.policy.algorithm = algorithm;
         Ok(())
+    })
+}
+
+/// `{"algorithm": NAME}` as an algorithm, or the 400 listing the valid names.
+fn parse_algorithm(bytes: &[u8]) -> Result<Algorithm, Response> {
+    let a: AlgorithmBody = body(bytes)?;
+    Algorithm::parse(&a.algorithm).ok_or_else(|| {
+        let valid: Vec<&str> = Algorithm::ALL.iter().map(|a| a.as_str()).collect();
+        error(
+            StatusCode::BAD_REQUEST,
+            format!("unknown algorithm `{}`; valid: {}", a.algorithm, valid.join(", ")),
+        )
+    })
+}
+
+/// The 404 of a cluster without a shadow.
+fn no_shadow(cluster: &str) -> Response {
+    error(
+        StatusCode::NOT_FOUND,
+        format!(
+            "cluster `{cluster}` has no shadow algorithm: start one with \
+             `PUT /api/v1/clusters/{cluster}/shadow` (`rondo ctl shadow {cluster} ALGORITHM`)"
+        ),
+    )
+}
+
+/// Runs `change` on `cluster`'s runtime while no view can be swapped in (so the change lands
+/// on the runtime in effect, and a swap carries it over), after the `If-Match` check; its
+/// result, the runtime and the view.
+fn on_cluster<R>(
+    st: &AppState,
+    headers: &HeaderMap,
+    cluster: &str,
+    change: impl FnOnce(&ClusterRt) -> Result<R, Response>,
+) -> Result<(R, Arc<ClusterRt>, u64), Response> {
+    let expected = if_match(headers)?;
+    st.live.with_current(|snap| {
+        if let Some(e) = expected
+            && snap.view.id != e
+        {
+            return Err(conflict(snap.view.id, e));
+        }
+        let (rt, _) = find(snap, cluster, None)?;
+        Ok((change(&rt)?, rt, snap.view.id))
+    })
+}
+
+/// `PUT /api/v1/clusters/{cluster}/shadow` `{"algorithm": NAME}`: evaluates NAME beside the
+/// live algorithm from now on (a fresh report, replacing a running shadow); no traffic moves.
+async fn shadow_start(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    UrlPath(c): UrlPath<String>,
+    bytes: Bytes,
+) -> Response {
+    let algorithm = match parse_algorithm(&bytes) {
+        Ok(a) => a,
+        Err(r) => return r,
+    };
+    let (was, rt, view) =
+        match on_cluster(&st, &headers, &c, |rt| Ok(rt.set_shadow(Some(algorithm)))) {
+            Ok(x) => x,
+            Err(r) => return r,
+        };
+    let live = rt.spec.policy.algorithm;
+    tracing::info!(
+        cluster = c,
+        shadow = algorithm.as_str(),
+        live = live.as_str(),
+        replaced = was.map(Algorithm::as_str),
+        by = %Actor::Operator(operator(&headers)),
+        "shadow evaluation started: the shadow algorithm is asked at every pick, no traffic moves"
+    );
+    with_etag(
+        view,
+        json!({ "cluster": c, "shadow": algorithm.as_str(), "live": live.as_str(),
+                "replaced": was.map(Algorithm::as_str), "view": view }),
+    )
+}
+
+/// `DELETE /api/v1/clusters/{cluster}/shadow`: stops the shadow; answers its last report.
+async fn shadow_stop(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    UrlPath(c): UrlPath<String>,
+) -> Response {
+    let stopped = on_cluster(&st, &headers, &c, |rt| rt.stop_shadow().ok_or_else(|| no_shadow(&c)));
+    let ((r, since), _, view) = match stopped {
+        Ok(x) => x,
+        Err(r) => return r,
+    };
+    tracing::info!(
+        cluster = c,
+        shadow = r.algorithm.as_str(),
+        live = r.live.as_str(),
+        decisions = r.decisions,
+        differed = r.differed(),
+        by = %Actor::Operator(operator(&headers)),
+        "shadow evaluation stopped"
+    );
+    let mut v = shadow_json(&c, view, &r, since);
+    v["stopped"] = Value::Bool(true);
+    with_etag(view, v)
+}
+
+/// `GET /api/v1/clusters/{cluster}/shadow`: the shadow's report (404 without one).
+async fn shadow_report(State(st): State<AppState>, UrlPath(c): UrlPath<String>) -> Response {
+    let snap = st.live.load();
+    let (rt, _) = match find(&snap, &c, None) {
+        Ok(x) => x,
+        Err(r) => return r,
+    };
+    match rt.shadow_report() {
+        Some((r, since)) => with_etag(snap.view.id, shadow_json(&c, snap.view.id, &r, since)),
+        None => no_shadow(&c),
+    }
+}
+
+/// A shadow report as the API answers it (docs/admin.md).
+fn shadow_json(cluster: &str, view: u64, r: &ShadowReport, since_unix_ms: u64) -> Value {
+    let us = |d: std::time::Duration| d.as_micros() as u64;
+    let share = |n: u64| if r.decisions == 0 { 0.0 } else { n as f64 / r.decisions as f64 };
+    let side = |c: rondo_core::shadow::SideCounts| {
+        json!({ "picks": c.picks, "share": share(c.picks), "failed": c.failed, "slow": c.slow,
+                "unresolved": c.unresolved })
+    };
+    let members: Vec<Value> = r
+        .members
+        .iter()
+        .map(|m| {
+            json!({
+                "name": m.name,
+                "departed": m.name.is_empty(),
+                "live": side(m.live),
+                "shadow": side(m.shadow),
+                "agreed": m.agreed,
+                "window_p90_us": m.window_p90.map(us),
+                "slow": m.slow,
+                "slow_windows": m.slow_windows,
+            })
+        })
+        .collect();
+    json!({
+        "cluster": cluster,
+        "view": view,
+        "shadow": r.algorithm.as_str(),
+        "live": r.live.as_str(),
+        "since_unix_ms": since_unix_ms,
+        "decisions": r.decisions,
+        "agreed": r.agreed,
+        "differed": r.differed(),
+        "no_pick": r.no_pick,
+        "window_ms": rondo_core::shadow::SHADOW_WINDOW.as_millis() as u64,
+        "slow_factor": rondo_core::shadow::SLOW_FACTOR,
+        "slow_min_responses": rondo_core::shadow::SLOW_MIN_RESPONSES,
+        "reference_p90_us": r.reference_p90.map(us),
+        "live_total": side(r.live_total()),
+        "shadow_total": side(r.shadow_total()),
+        "members": members,
     })
 }
 

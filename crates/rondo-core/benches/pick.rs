@@ -127,5 +127,39 @@ fn picks(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, picks);
+/// A request's bookkeeping as the router's cluster runtime does it (pick, the shadow's turn,
+/// begin, end), without a shadow (the cost a shadow adds when none is set: one branch per call)
+/// and with a `p2c-ewma` shadow beside round-robin.
+fn shadow(c: &mut Criterion) {
+    let now = Instant::from_millis(20);
+    let mut group = c.benchmark_group("cycle/round-robin");
+    group.warm_up_time(Duration::from_millis(300));
+    group.measurement_time(Duration::from_millis(800));
+    for (label, shadow) in [("no-shadow", None), ("shadow-p2c-ewma", Some(Algorithm::P2cEwma))] {
+        for n in [10usize, 1_000] {
+            let mut b = balancer(Algorithm::RoundRobin, n);
+            b.set_shadow(shadow, now);
+            let (mut rng, mut srng) = (SplitMix64::new(42), SplitMix64::new(43));
+            group.bench_with_input(BenchmarkId::new(label, n), &n, |bench, _| {
+                bench.iter(|| {
+                    let req = PickRequest { now, ..PickRequest::default() };
+                    let d = b.pick(black_box(&req), &mut rng);
+                    let live = d.as_ref().ok().map(|d| d.member);
+                    black_box(b.shadow_pick(&req, live, &mut srng));
+                    if let Some(m) = live {
+                        b.begin_request(m);
+                        b.end_request(
+                            m,
+                            now,
+                            Outcome::Success { latency: Duration::from_micros(700) },
+                        );
+                    }
+                })
+            });
+        }
+    }
+    group.finish();
+}
+
+criterion_group!(benches, picks, shadow);
 criterion_main!(benches);

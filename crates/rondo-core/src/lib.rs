@@ -27,6 +27,7 @@ pub mod explain;
 pub mod failover;
 pub mod load;
 pub mod member;
+pub mod shadow;
 mod tree;
 
 pub use balancer::handoff;
@@ -38,3 +39,4 @@ pub use budget::RetryBudget;
 pub use explain::{CandidateInfo, Decision, Explanation, Scope, Why};
 pub use failover::{Failover, Stop, TryFailure};
 pub use member::{Ejection, FailureKind, MemberState, Outcome, ProbeFailure};
+pub use shadow::{ShadowMember, ShadowReport};

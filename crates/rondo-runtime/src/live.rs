@@ -136,15 +136,23 @@ pub struct Counters {
 struct Inner {
     balancer: Balancer,
     rng: SplitMix64,
+    /// The shadow algorithm's own generator ([`ClusterRt::set_shadow`]): drawing from `rng`
+    /// would change the live picks.
+    shadow_rng: SplitMix64,
     /// The latest picks (when, decision), newest last, for the admin API's explain.
     recent: VecDeque<(rondo_core::Instant, Decision)>,
 }
 
 impl Inner {
-    /// Picks, counts the request as begun, and keeps the decision for explain, stamped with the
-    /// pick's own time (no clock reading here); the caller holds the lock.
+    /// Picks, asks the shadow (if any) what it would have picked for the same request, counts
+    /// the request as begun, and keeps the decision for explain, stamped with the pick's own
+    /// time (no clock reading here); the caller holds the lock, so the shadow's pick is in the
+    /// same lock hold as the live one.
     fn pick_and_begin(&mut self, req: &PickRequest<'_>) -> Result<&Decision, PickError> {
-        let d = self.balancer.pick(req, &mut self.rng)?;
+        let d = self.balancer.pick(req, &mut self.rng);
+        let live = d.as_ref().ok().map(|d| d.member);
+        self.balancer.shadow_pick(req, live, &mut self.shadow_rng);
+        let d = d?;
         self.balancer.begin_request(d.member);
         if self.recent.len() == RECENT_DECISIONS {
             self.recent.pop_front();
@@ -174,6 +182,7 @@ impl ClusterRt {
             inner: Mutex::new(Inner {
                 balancer,
                 rng: SplitMix64::new(seed),
+                shadow_rng: SplitMix64::new(seed ^ SHADOW_SEED),
                 recent: VecDeque::with_capacity(RECENT_DECISIONS),
             }),
             successor: OnceLock::new(),
@@ -260,6 +269,55 @@ impl ClusterRt {
                 (unix_now.saturating_sub(ago), d.clone())
             })
             .collect()
+    }
+
+    /// Starts shadow evaluation of `algorithm` beside the cluster's live algorithm (a fresh
+    /// report; replacing a running shadow), or with `None` stops it; returns the shadow that was
+    /// running. From then on every pick [`ClusterRt::place`] makes also asks the shadow, in the
+    /// same lock hold, what it would have picked ([`Balancer::shadow_pick`]); no traffic moves.
+    /// The shadow is run-time state like a member's drain: it is carried over to the cluster's
+    /// next view and ends with the cluster. Call it on the snapshot in effect while no view can
+    /// be swapped in ([`Live::with_current`]), or a swap in between keeps the old state.
+    pub fn set_shadow(&self, algorithm: Option<Algorithm>) -> Option<Algorithm> {
+        let now = clock::now();
+        self.with(|b| {
+            let was = b.shadow();
+            b.set_shadow(algorithm, now);
+            was
+        })
+    }
+
+    /// The shadow algorithm being evaluated, if any.
+    pub fn shadow(&self) -> Option<Algorithm> {
+        self.with(|b| b.shadow())
+    }
+
+    /// The shadow's report now, and when it started in unix milliseconds; `None` without a
+    /// shadow.
+    pub fn shadow_report(&self) -> Option<(rondo_core::ShadowReport, u64)> {
+        self.shadow_report_and(false)
+    }
+
+    /// Stops the shadow and returns its last report (as [`ClusterRt::shadow_report`]), both
+    /// in one lock hold, so no pick falls between them; `None`: there was none.
+    pub fn stop_shadow(&self) -> Option<(rondo_core::ShadowReport, u64)> {
+        self.shadow_report_and(true)
+    }
+
+    fn shadow_report_and(&self, stop: bool) -> Option<(rondo_core::ShadowReport, u64)> {
+        let now = clock::now();
+        let unix_now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |t| t.as_millis() as u64);
+        let report = self.with(|b| {
+            let r = b.shadow_report(now);
+            if stop {
+                b.set_shadow(None, now);
+            }
+            r
+        })?;
+        let since = unix_now.saturating_sub(now.since(report.since).as_millis() as u64);
+        Some((report, since))
     }
 
     /// The process's metrics (a data plane counts its responses there).
@@ -427,6 +485,9 @@ fn failure_text(kind: rondo_core::FailureKind) -> &'static str {
 
 /// Picks kept per cluster runtime for [`ClusterRt::recent_decisions`].
 const RECENT_DECISIONS: usize = 256;
+
+/// Mixed into a cluster runtime's seed for its shadow's generator ("SHADOW").
+const SHADOW_SEED: u64 = 0x5348_4144_4f57;
 
 /// The current snapshot and how to replace it.
 ///
@@ -993,6 +1054,53 @@ mod tests {
         assert_eq!(new.with(|b| b.states()[d.member].load.in_flight), 1, "carried over");
         old.end_request(d.member, Outcome::Success { latency: Duration::from_millis(1) });
         assert_eq!(new.with(|b| b.states()[d.member].load.in_flight), 0, "ended on the successor");
+    }
+
+    /// A shadow beside round-robin: every placed try is compared in the same lock hold, the
+    /// live picks are round-robin's exactly, the shadow survives a view swap (its counts too)
+    /// and ends with its cluster.
+    #[test]
+    fn a_shadow_compares_every_placed_try_and_lives_as_long_as_its_cluster() {
+        let live = live();
+        let rt = live.load().clusters["c"].clone();
+        assert_eq!(rt.set_shadow(Some(Algorithm::Random)), None);
+        assert_eq!(rt.shadow(), Some(Algorithm::Random));
+        let place = |rt: &Arc<ClusterRt>| {
+            let mut f = Failover::new(1, true, clock::now(), Duration::from_secs(1));
+            let m = rt.place(&mut f, clock::now(), None, None, None).expect("placed").member();
+            rt.end_request(m, Outcome::Success { latency: Duration::from_millis(1) });
+            m
+        };
+        let picked: Vec<usize> = (0..10).map(|_| place(&rt)).collect();
+        assert_eq!(picked, [0, 1, 0, 1, 0, 1, 0, 1, 0, 1], "round-robin as without a shadow");
+        // A try kept on its session's member is no pick: not compared.
+        let mut f = Failover::new(1, true, clock::now(), Duration::from_secs(1));
+        assert_eq!(rt.place(&mut f, clock::now(), None, None, Some(1)), Ok(Placed::Kept(1)));
+        rt.end_request(1, Outcome::Cancelled);
+        let (r, since) = rt.shadow_report().expect("a report");
+        assert_eq!((r.decisions, r.live_total().picks, r.shadow_total().picks), (10, 10, 10));
+        assert_eq!((r.members[0].live.picks, r.members[1].live.picks), (5, 5));
+        assert_eq!((r.algorithm, r.live), (Algorithm::Random, Algorithm::RoundRobin));
+        let unix_now =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis()
+                as u64;
+        assert!(since <= unix_now && since + 60_000 > unix_now, "{since} vs {unix_now}");
+
+        // A view swap carries it over, counts and all.
+        let view = (*live.load().view).clone();
+        let next = live.apply(View { id: 2, ..view.clone() }).clusters["c"].clone();
+        assert_eq!(next.shadow(), Some(Algorithm::Random));
+        place(&next);
+        assert_eq!(next.shadow_report().unwrap().0.decisions, 11);
+        // Stopped, it is gone; so it is when its cluster leaves the view, and a cluster that
+        // comes back starts without one.
+        assert_eq!(next.set_shadow(None), Some(Algorithm::Random));
+        assert!(next.shadow_report().is_none());
+        next.set_shadow(Some(Algorithm::P2cEwma));
+        let gone = live.apply(View { id: 3, clusters: BTreeMap::new(), ..view.clone() });
+        assert!(gone.clusters.is_empty());
+        let back = live.apply(View { id: 4, ..view }).clusters["c"].clone();
+        assert_eq!(back.shadow(), None);
     }
 
     #[test]

@@ -121,6 +121,33 @@ pub struct MemberReasonLabels {
     pub reason: &'static str,
 }
 
+/// Labels of a cluster's shadow evaluation.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct ShadowLabels {
+    /// Cluster name.
+    pub cluster: String,
+    /// The live algorithm.
+    pub live: &'static str,
+    /// The shadow algorithm.
+    pub shadow: &'static str,
+}
+
+/// Labels of one side's (live or shadow) picks of a member in a shadow evaluation.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct ShadowPickLabels {
+    /// Cluster name.
+    pub cluster: String,
+    /// The shadow algorithm.
+    pub shadow: &'static str,
+    /// Member name (`(departed)` for the members that left since the shadow started).
+    pub member: String,
+    /// `live` or `shadow`.
+    pub side: &'static str,
+    /// `all`, `failed` (the member's next request to end failed) or `slow` (made while the
+    /// member was slow).
+    pub kind: &'static str,
+}
+
 /// Labels of a reload.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 pub struct ReloadLabels {
@@ -407,6 +434,9 @@ pub struct Metrics {
     /// The router's locality group, for eligibility (set once by [`crate::Live::new`]).
     pub group: std::sync::OnceLock<Option<String>>,
     agent_age: Family<MemberLabels, F64Gauge>,
+    shadow_decisions: Family<ShadowLabels, Gauge>,
+    shadow_differed: Family<ShadowLabels, Gauge>,
+    shadow_picks: Family<ShadowPickLabels, Gauge>,
     /// TLS handshakes with clients by listener and result (`rondo_tls_handshakes_total`).
     pub tls_handshakes: Family<TlsListenerLabels, Counter>,
     /// Certificate reloads of TLS listeners by result (`rondo_tls_reloads_total`).
@@ -465,6 +495,9 @@ impl Metrics {
             ejected: Family::default(),
             group: std::sync::OnceLock::new(),
             agent_age: Family::default(),
+            shadow_decisions: Family::default(),
+            shadow_differed: Family::default(),
+            shadow_picks: Family::default(),
             tls_handshakes: Family::default(),
             tls_reloads: Family::default(),
             tls_member_failures: Family::default(),
@@ -613,6 +646,21 @@ impl Metrics {
             m.agent_age.clone(),
         );
         r.register(
+            "shadow_decisions",
+            "Picks compared since the cluster's shadow algorithm started (rondo ctl shadow)",
+            m.shadow_decisions.clone(),
+        );
+        r.register(
+            "shadow_differed",
+            "Of the picks compared, those where the shadow algorithm would have chosen another member",
+            m.shadow_differed.clone(),
+        );
+        r.register(
+            "shadow_picks",
+            "Picks of a member by the live and by the shadow algorithm since the shadow started: all, those whose member's next request to end failed, those made while the member was slow",
+            m.shadow_picks.clone(),
+        );
+        r.register(
             "tls_handshakes",
             "TLS handshakes with clients on TLS listeners, by listener and result (ok, failed: not TLS, no common version, a refused client certificate...; timeout)",
             m.tls_handshakes.clone(),
@@ -744,6 +792,33 @@ impl Metrics {
         self.reloads.get_or_create(&ReloadLabels { result }).inc();
     }
 
+    /// Sets the shadow gauges of `cluster` from its shadow's report.
+    fn shadow(&self, cluster: &str, r: &rondo_core::ShadowReport) {
+        let gauge = |n: u64| n.min(i64::MAX as u64) as i64;
+        let labels = ShadowLabels {
+            cluster: cluster.to_owned(),
+            live: r.live.as_str(),
+            shadow: r.algorithm.as_str(),
+        };
+        self.shadow_decisions.get_or_create(&labels).set(gauge(r.decisions));
+        self.shadow_differed.get_or_create(&labels).set(gauge(r.differed()));
+        for m in &r.members {
+            let member = if m.name.is_empty() { "(departed)".to_owned() } else { m.name.clone() };
+            for (side, c) in [("live", m.live), ("shadow", m.shadow)] {
+                for (kind, n) in [("all", c.picks), ("failed", c.failed), ("slow", c.slow)] {
+                    let l = ShadowPickLabels {
+                        cluster: cluster.to_owned(),
+                        shadow: r.algorithm.as_str(),
+                        member: member.clone(),
+                        side,
+                        kind,
+                    };
+                    self.shadow_picks.get_or_create(&l).set(gauge(n));
+                }
+            }
+        }
+    }
+
     /// Every metric in the Prometheus text format, the state gauges read from `snap` now.
     pub fn render(&self, snap: &Snapshot) -> String {
         let _serial = self.scrape.lock().unwrap_or_else(|e| e.into_inner());
@@ -755,6 +830,9 @@ impl Metrics {
         self.ineligible.clear();
         let group = self.group.get().cloned().flatten();
         self.agent_age.clear();
+        self.shadow_decisions.clear();
+        self.shadow_differed.clear();
+        self.shadow_picks.clear();
         for name in snap.view.clusters.keys() {
             let Some(rt) = snap.clusters.get(name) else { continue };
             // Event counters of every cluster are shown from zero on.
@@ -782,6 +860,9 @@ impl Metrics {
                     if let Some(r) = s.load.agent {
                         self.agent_age.get_or_create(&l).set(now.since(r.at).as_secs_f64());
                     }
+                }
+                if let Some(r) = b.shadow_report(now) {
+                    self.shadow(name, &r);
                 }
             });
         }

@@ -260,6 +260,15 @@ pub enum CtlCommand {
         /// The algorithm, e.g. `least-sessions`.
         name: String,
     },
+    /// Evaluate a candidate algorithm beside a cluster's live one, moving no traffic; with
+    /// ALGORITHM start, without it report, with --off stop.
+    ///
+    /// At every pick the router makes for the cluster, the shadow is asked what it would have
+    /// picked. With ALGORITHM: start (a fresh report); without: print the report (share per
+    /// member, picks that would have gone to failed or slow members, beside the live
+    /// algorithm's); with --off: stop, printing the last report. `rondo ctl algorithm` then
+    /// switches for real.
+    Shadow(ShadowArgs),
     /// Check a configuration file and apply it (a new view; nothing changes if it is invalid).
     Apply {
         /// The configuration file (TOML).
@@ -289,6 +298,18 @@ pub enum CtlCommand {
     /// line and executable path (a new binary there is a binary upgrade), which takes over its
     /// sockets and state; needs `[router] upgrade_socket`.
     Upgrade,
+}
+
+/// Options of `rondo ctl shadow`.
+#[derive(Debug, Args)]
+pub struct ShadowArgs {
+    /// The cluster.
+    pub cluster: String,
+    /// The candidate algorithm, e.g. `p2c-ewma`; without it, the report is printed.
+    pub algorithm: Option<String>,
+    /// Stop the shadow (prints its last report).
+    #[arg(long, conflicts_with = "algorithm")]
+    pub off: bool,
 }
 
 /// Options of `rondo ctl drain`.

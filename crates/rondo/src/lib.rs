@@ -200,6 +200,11 @@ fn ctl(args: cli::CtlArgs, out: &mut dyn Write, err: &mut dyn Write) -> anyhow::
             C::Weight { cluster, member, weight }
         }
         cli::CtlCommand::Algorithm { cluster, name } => C::Algorithm { cluster, name },
+        cli::CtlCommand::Shadow(s) => match (s.algorithm, s.off) {
+            (Some(name), _) => C::ShadowStart { cluster: s.cluster, name },
+            (None, true) => C::ShadowStop { cluster: s.cluster },
+            (None, false) => C::ShadowReport { cluster: s.cluster },
+        },
         cli::CtlCommand::Revoke { token_id, subject, ttl_ms } => {
             C::Revoke { token_id, subject, ttl_ms }
         }

@@ -80,7 +80,7 @@ fn member<'a>(status: &'a Value, cluster: &str, name: &str) -> &'a Value {
 }
 
 /// Every endpoint, with a body where one is needed.
-const ENDPOINTS: [(&str, &str, Option<&str>); 9] = [
+const ENDPOINTS: [(&str, &str, Option<&str>); 12] = [
     ("GET", "/api/v1/status", None),
     ("POST", "/api/v1/clusters/c/members/m1/drain", None),
     ("POST", "/api/v1/clusters/c/members/m1/undrain", None),
@@ -89,6 +89,9 @@ const ENDPOINTS: [(&str, &str, Option<&str>); 9] = [
     ("PUT", "/api/v1/clusters/c/members/m1/weight", Some(r#"{"weight": 5}"#)),
     ("PUT", "/api/v1/clusters/c/algorithm", Some(r#"{"algorithm": "random"}"#)),
     ("GET", "/api/v1/clusters/c/explain?n=5", None),
+    ("PUT", "/api/v1/clusters/c/shadow", Some(r#"{"algorithm": "random"}"#)),
+    ("GET", "/api/v1/clusters/c/shadow", None),
+    ("DELETE", "/api/v1/clusters/c/shadow", None),
     ("POST", "/api/v1/config", Some("")),
 ];
 
@@ -804,4 +807,218 @@ fn ctl_drain_wait_returns_once_the_member_has_nothing_in_flight() {
     // Without --wait, --timeout-ms is refused.
     let out = ctl(&admin_s, TOKEN, &["drain", "--timeout-ms", "5", "c", "m1"]);
     assert!(!out.status.success());
+}
+
+/// `rondo serve` (admin API, round-robin cluster `c` on listener `web`) over `rondo member`
+/// processes called `names`, plus a member `dead` at an address that refuses connections when
+/// `with_dead`; all killed on drop.
+struct Members {
+    // Dropped in this order: the router, its members, then the directory.
+    _serve: Proc,
+    _members: Vec<Proc>,
+    _dir: TempDir,
+    web: SocketAddr,
+    admin: String,
+}
+
+impl Members {
+    fn start(names: &[&str], with_dead: bool) -> Members {
+        let mut procs = Vec::new();
+        let mut entries = Vec::new();
+        for name in names {
+            let (p, addr) = common::start_member(name, "127.0.0.1:0");
+            entries.push(member_entry(name, addr, ""));
+            procs.push(p);
+        }
+        if with_dead {
+            entries.push(member_entry("dead", dead_addr(), ""));
+        }
+        let dir = TempDir::new("admin-shadow");
+        let config = format!(
+            "[admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"{TOKEN}\"\n\n{}",
+            one_cluster(&format!("algorithm = \"round-robin\"\n{}", members_of(entries)))
+        );
+        let path = dir.0.join("rondo.toml");
+        std::fs::write(&path, config).unwrap();
+        let mut serve =
+            Proc::start(&["serve", "--workers", "1", "--config", path.to_str().unwrap()]);
+        let web = serve.addr_after("rondo: listener web on ");
+        let admin = serve.addr_after("rondo: admin API on ").to_string();
+        Members { _serve: serve, _members: procs, _dir: dir, web, admin }
+    }
+
+    /// `n` requests one after the other; the member that answered each.
+    fn send(&self, n: usize) -> Vec<String> {
+        (0..n)
+            .map(|_| {
+                let (status, body) = common::request(self.web, "GET", "/", b"");
+                assert_eq!(status, 200, "{body}");
+                body.trim().to_owned()
+            })
+            .collect()
+    }
+
+    fn ctl(&self, args: &[&str]) -> (bool, String, String) {
+        let out = ctl(&self.admin, TOKEN, args);
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        (out.status.success(), text(&out.stdout), text(&out.stderr))
+    }
+
+    async fn get(&self, path: &str) -> (StatusCode, Value) {
+        api(Method::GET, &format!("http://{}{path}", self.admin), Some(TOKEN), &[], None).await
+    }
+}
+
+/// Whether `names` follow round-robin over `order` exactly, from wherever it starts.
+fn round_robin(names: &[String], order: &[&str]) -> bool {
+    let Some(start) = order.iter().position(|m| *m == names[0]) else { return false };
+    names.iter().enumerate().all(|(i, n)| n == order[(start + i) % order.len()])
+}
+
+fn shadow_member<'a>(report: &'a Value, name: &str) -> &'a Value {
+    let members = report["members"].as_array().expect("members");
+    members.iter().find(|m| m["name"] == name).unwrap_or_else(|| panic!("no {name}: {report}"))
+}
+
+/// `rondo ctl shadow` against a real `rondo serve` and three `rondo member` processes: a random
+/// shadow beside round-robin compares every request sent, the live picks stay round-robin's
+/// exactly, the shadow survives a view change, shows in status and metrics, and `--off` stops
+/// it without changing the traffic either.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctl_shadow_compares_every_request_without_moving_traffic() {
+    const ORDER: [&str; 3] = ["m1", "m2", "m3"];
+    let s = Members::start(&ORDER, false);
+    let (ok, out, err) = s.ctl(&["shadow", "c", "fastest"]);
+    assert!(!ok && err.contains("unknown algorithm `fastest`; valid: round-robin"), "{out}{err}");
+    let (ok, out, err) = s.ctl(&["shadow", "c"]);
+    assert!(!ok && err.contains("cluster `c` has no shadow algorithm"), "{out}{err}");
+
+    let (ok, out, err) = s.ctl(&["shadow", "c", "random"]);
+    assert!(ok, "{err}");
+    assert!(out.starts_with("c: shadow random beside round-robin: asked at every pick"), "{out}");
+
+    let names = s.send(120);
+    assert!(round_robin(&names, &ORDER), "live picks are round-robin's: {names:?}");
+    let (code, r) = s.get("/api/v1/clusters/c/shadow").await;
+    assert_eq!(code, StatusCode::OK, "{r}");
+    assert_eq!((r["shadow"].as_str(), r["live"].as_str()), (Some("random"), Some("round-robin")));
+    assert_eq!(r["decisions"], 120, "{r}");
+    assert_eq!(r["no_pick"], 0, "{r}");
+    let agreed = r["agreed"].as_u64().unwrap();
+    assert_eq!(agreed + r["differed"].as_u64().unwrap(), 120, "{r}");
+    assert_eq!(r["live_total"]["picks"], 120, "{r}");
+    assert_eq!(r["shadow_total"]["picks"], 120, "{r}");
+    let mut agreed_sum = 0;
+    for name in ORDER {
+        let m = shadow_member(&r, name);
+        assert_eq!(m["live"]["picks"], 40, "{m}");
+        // Random over three members: 40 expected, below 15 is a chance of about 1e-6.
+        assert!(m["shadow"]["picks"].as_u64().unwrap() >= 15, "{m}");
+        assert_eq!(m["live"]["failed"], 0, "{m}");
+        // Sequential requests: every live pick is resolved by its own answer.
+        assert_eq!(m["live"]["unresolved"], 0, "{m}");
+        agreed_sum += m["agreed"].as_u64().unwrap();
+    }
+    assert_eq!(agreed_sum, agreed);
+    assert!(agreed < 80, "random agrees with round-robin about a third of the time: {r}");
+
+    let (ok, out, err) = s.ctl(&["shadow", "c"]);
+    assert!(ok, "{err}");
+    assert!(
+        out.starts_with("cluster c: shadow random beside live round-robin for ")
+            && out.contains(": 120 picks compared, "),
+        "{out}"
+    );
+    assert!(out.contains("would have gone to failed members: shadow 0 (0.0%), live 0 (0.0%)"));
+    let row = out.lines().find(|l| l.starts_with("m2 ")).unwrap_or_else(|| panic!("{out}"));
+    assert_eq!(row.split_whitespace().nth(1), Some("40"), "{out}");
+    assert!(out.lines().nth(3).unwrap().starts_with("MEMBER  LIVE  LIVE-%  SHADOW"), "{out}");
+
+    // Status, ctl status and metrics say so.
+    let (_, st) = s.get("/api/v1/status").await;
+    assert_eq!(st["clusters"][0]["shadow"], "random", "{st}");
+    let (_, out, _) = s.ctl(&["status"]);
+    assert!(out.contains("shadow: c evaluates random beside round-robin"), "{out}");
+    let metrics = std::process::Command::new("curl")
+        .args(["-s", "-H", &format!("Authorization: Bearer {TOKEN}")])
+        .arg(format!("http://{}/metrics", s.admin))
+        .output()
+        .expect("curl");
+    let metrics = String::from_utf8_lossy(&metrics.stdout);
+    assert!(
+        metrics.contains(
+            "rondo_shadow_decisions{cluster=\"c\",live=\"round-robin\",shadow=\"random\"} 120"
+        ),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(
+            "rondo_shadow_picks{cluster=\"c\",shadow=\"random\",member=\"m1\",side=\"live\",kind=\"all\"} 40"
+        ),
+        "{metrics}"
+    );
+
+    // A view change (a new weight) keeps the shadow and its counts.
+    let (ok, _, err) = s.ctl(&["weight", "c", "m1", "5"]);
+    assert!(ok, "{err}");
+    let more = s.send(30);
+    assert!(round_robin(&more, &ORDER), "{more:?}");
+    let (_, r) = s.get("/api/v1/clusters/c/shadow").await;
+    assert_eq!((r["decisions"].as_u64(), r["view"].as_u64()), (Some(150), Some(2)), "{r}");
+    assert_eq!(r["live_total"]["picks"], 150);
+
+    // Off: the last report, then none; traffic as before.
+    let (ok, out, err) = s.ctl(&["shadow", "--off", "c"]);
+    assert!(ok, "{err}");
+    assert!(out.starts_with("c: shadow random stopped; its last report:\n"), "{out}");
+    assert!(out.contains(": 150 picks compared, "), "{out}");
+    let (code, r) = s.get("/api/v1/clusters/c/shadow").await;
+    assert_eq!(code, StatusCode::NOT_FOUND, "{r}");
+    let (ok, _, err) = s.ctl(&["shadow", "--off", "c"]);
+    assert!(!ok && err.contains("has no shadow algorithm"), "{err}");
+    let (_, st) = s.get("/api/v1/status").await;
+    assert_eq!(st["clusters"][0]["shadow"], Value::Null, "{st}");
+    let after = s.send(9);
+    assert!(round_robin(&after, &ORDER), "{after:?}");
+    let (ok, _, err) = s.ctl(&["shadow", "nope", "random"]);
+    assert!(!ok && err.contains("unknown cluster `nope`"), "{err}");
+
+    // `rondo ctl algorithm` then switches for real.
+    let (ok, _, err) = s.ctl(&["algorithm", "c", "random"]);
+    assert!(ok, "{err}");
+    let (_, st) = s.get("/api/v1/status").await;
+    assert_eq!(st["clusters"][0]["algorithm"], "random");
+}
+
+/// A member that refuses connections, behind a real `rondo serve`: round-robin tries it (and
+/// fails over) until outlier detection ejects it; the shadow's picks of it are counted as picks
+/// that would have gone to a failed member, and every try is one compared pick.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_member_shows_in_the_shadows_failed_picks() {
+    let s = Members::start(&["m1", "m2"], true);
+    let (ok, _, err) = s.ctl(&["shadow", "c", "weighted"]);
+    assert!(ok, "{err}");
+    let names = s.send(30);
+    assert!(names.iter().all(|n| n == "m1" || n == "m2"), "{names:?}");
+    let (_, r) = s.get("/api/v1/clusters/c/shadow").await;
+    let dead = shadow_member(&r, "dead");
+    let live_tries = dead["live"]["picks"].as_u64().unwrap();
+    assert_eq!(live_tries, 5, "tried until ejected (5 consecutive failures): {r}");
+    assert_eq!(dead["live"]["failed"], live_tries, "{r}");
+    // Each failed try went on to another member: one more pick.
+    assert_eq!(r["decisions"], 30 + live_tries, "{r}");
+    let shadow_picks = dead["shadow"]["picks"].as_u64().unwrap();
+    assert!(shadow_picks >= 1, "{r}");
+    assert_eq!(dead["shadow"]["failed"], shadow_picks, "{r}");
+    assert_eq!(r["shadow_total"]["failed"], shadow_picks, "{r}");
+    let (_, out, _) = s.ctl(&["shadow", "c"]);
+    assert!(
+        out.contains(&format!(
+            "would have gone to failed members: shadow {shadow_picks} ({:.1}%), live {live_tries}",
+            shadow_picks as f64 * 100.0 / (30 + live_tries) as f64
+        )),
+        "{out}"
+    );
+    let row = out.lines().find(|l| l.starts_with("dead ")).unwrap_or_else(|| panic!("{out}"));
+    assert!(row.contains(&format!(" {live_tries}/{shadow_picks} ")), "{out}");
 }

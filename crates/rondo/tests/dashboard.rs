@@ -1,10 +1,12 @@
 //! The dashboard in a real headless Chromium: a `rondo serve` process with three `rondo member`
 //! processes and an admin API, driven by `tests/ui/dashboard.mjs` (Node + playwright-core). The
-//! page loads, refuses a wrong token, shows the members, and a Drain click makes the member
-//! draining (the status API agrees). Screenshot: `target/ui-test/dashboard.png`.
+//! page loads, refuses a wrong token, shows the members, starts a shadow algorithm whose panel
+//! shows a report that adds up, and a Drain click makes the member draining (the status API
+//! agrees). Screenshot: `dashboard.png` beside playwright-core (`target/ui-test/dashboard.png`).
 //!
 //! Needs Debian's `chromium` (or `RONDO_CHROMIUM`), `node`, and playwright-core in
-//! `target/ui-test` (or `RONDO_UI_TEST_DIR`); `.ci/run` installs them. Without them the test
+//! `target/ui-test` (or `RONDO_UI_TEST_DIR`, or `$CARGO_TARGET_DIR/ui-test` when
+//! `target/ui-test` has none); `.ci/run` installs them. Without them the test
 //! says so and passes, unless `CI` is set: then it fails.
 
 mod common;
@@ -22,6 +24,7 @@ use common::{Proc, TempDir};
 const TOKEN: &str = "dashboard-test-token";
 const MEMBERS: [&str; 3] = ["m1", "m2", "m3"];
 const DRAINED: &str = "m2";
+const SHADOW: &str = "random";
 
 /// The browser, the playwright-core folder and the script, or what is missing.
 struct Tools {
@@ -33,13 +36,26 @@ fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
+/// Where playwright-core is installed and the screenshot goes: `RONDO_UI_TEST_DIR`, else the
+/// repository's `target/ui-test` (where `.ci/run` installs it), else, when that has none and
+/// `CARGO_TARGET_DIR` is set, that target directory's `ui-test`.
+fn ui_test_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("RONDO_UI_TEST_DIR") {
+        return PathBuf::from(dir);
+    }
+    let repo_dir = repo().join("target/ui-test");
+    let installed = |d: &Path| d.join("node_modules/playwright-core/package.json").is_file();
+    match std::env::var_os("CARGO_TARGET_DIR").map(|t| PathBuf::from(t).join("ui-test")) {
+        Some(dir) if !installed(&repo_dir) && installed(&dir) => dir,
+        _ => repo_dir,
+    }
+}
+
 fn tools() -> Result<Tools, String> {
     let chromium = std::env::var_os("RONDO_CHROMIUM")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from("/usr/bin/chromium"));
-    let playwright = std::env::var_os("RONDO_UI_TEST_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo().join("target/ui-test"));
+    let playwright = ui_test_dir();
     let mut missing = Vec::new();
     if !chromium.is_file() {
         missing.push(format!("chromium ({})", chromium.display()));
@@ -123,7 +139,7 @@ fn dashboard_shows_members_and_drains_one_in_headless_chromium() {
     let stack = Stack::start();
     let (web, admin) = (stack.web, stack.admin);
     let _traffic = Traffic::start(web);
-    let out_dir = repo().join("target/ui-test");
+    let out_dir = tools.playwright.clone();
     std::fs::create_dir_all(&out_dir).unwrap();
     let screenshot = out_dir.join("dashboard.png");
     let _ = std::fs::remove_file(&screenshot);
@@ -135,6 +151,7 @@ fn dashboard_shows_members_and_drains_one_in_headless_chromium() {
         .env("CLUSTER", "web")
         .env("MEMBERS", MEMBERS.join(","))
         .env("DRAIN", DRAINED)
+        .env("SHADOW", SHADOW)
         .env("SCREENSHOT", &screenshot)
         .env("CHROMIUM", &tools.chromium)
         .env("PLAYWRIGHT_DIR", &tools.playwright)
@@ -172,6 +189,18 @@ fn dashboard_shows_members_and_drains_one_in_headless_chromium() {
     }
     let served: u64 = members_json.iter().map(|m| m["served"].as_u64().unwrap_or(0)).sum();
     assert!(served > 0, "the status counts served requests: {v}");
+    // The shadow the page started is running, and its report adds up.
+    assert_eq!(v["clusters"][0]["shadow"], SHADOW, "{v}");
+    let (status, body) = http(admin, "GET", "/api/v1/clusters/web/shadow", Some(TOKEN));
+    assert!(status.contains(" 200 "), "{status}: {body}");
+    let r: serde_json::Value = serde_json::from_str(&body).expect("shadow report JSON");
+    let decisions = r["decisions"].as_u64().unwrap();
+    assert!(decisions >= 20, "{r}");
+    let picks = |side: &str| -> u64 {
+        let members = r["members"].as_array().unwrap();
+        members.iter().map(|m| m[side]["picks"].as_u64().unwrap()).sum()
+    };
+    assert_eq!((picks("live"), picks("shadow")), (decisions, decisions), "{r}");
     drop(stack);
 }
 

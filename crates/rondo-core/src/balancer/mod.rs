@@ -30,8 +30,8 @@ use crate::time::Instant;
 
 use candidates::Candidates;
 pub use candidates::{Eligibility, Ineligible, health_reason, own_reason};
-use pickers::AlgoState;
 pub use pickers::{ADAPTIVE_EXPLORE_ONE_IN, ADAPTIVE_SCAN};
+use pickers::{AlgoState, OwnPicks};
 
 pub(crate) const NONE: u32 = u32::MAX;
 
@@ -94,6 +94,25 @@ pub struct Balancer {
     next_context: u32,
     /// Retries allowed on this cluster.
     budget: RetryBudget,
+    /// A candidate algorithm evaluated beside the live one ([`Balancer::set_shadow`]).
+    shadow: Option<Box<Shadow>>,
+}
+
+/// A shadow: a candidate algorithm asked at every real pick what it would have picked, over the
+/// same candidates (the same eligibility, exclusions and slow start) and the same member state
+/// (load, latency estimates, probe round trips, agent reports: fed by the same request starts
+/// and ends, so the same numbers), with its own algorithm state (cursors, schedules, indexes,
+/// tables, rotation list, least-recently-picked order, rotating contexts) and the caller's
+/// separate generator. It moves no traffic: nothing it does reaches the live picks.
+#[derive(Debug)]
+struct Shadow {
+    algorithm: Algorithm,
+    algo: AlgoState,
+    /// Picks it made so far, and each member's last (its least-recently-picked order).
+    seq: u64,
+    last_pick: Vec<u64>,
+    next_context: u32,
+    tally: crate::shadow::Tally,
 }
 
 impl Balancer {
@@ -150,7 +169,47 @@ impl Balancer {
         if old.spec.policy.retry == b.spec.policy.retry {
             b.budget = old.budget.clone();
         }
+        if let Some(sh) = old.shadow.as_deref() {
+            b.shadow = Some(Box::new(b.carry_shadow(sh, old, &previous, now)));
+        }
         b
+    }
+
+    /// `old`'s shadow in this new version of its cluster: algorithm state kept as the live
+    /// one's is (by member name), the tally too, restarted when the live algorithm changed
+    /// (its live side would mix two algorithms).
+    fn carry_shadow(
+        &self,
+        sh: &Shadow,
+        old: &Balancer,
+        previous: &HashMap<&str, usize>,
+        now: Instant,
+    ) -> Shadow {
+        let old_of: Vec<Option<usize>> =
+            self.spec.members.iter().map(|m| previous.get(m.name.as_str()).copied()).collect();
+        let index: HashMap<&str, u32> = self
+            .spec
+            .members
+            .iter()
+            .enumerate()
+            .map(|(i, m)| (m.name.as_str(), i as u32))
+            .collect();
+        let algo = AlgoState::carry_over(sh.algorithm, &sh.algo, |m| {
+            index.get(old.spec.members[m as usize].name.as_str()).copied()
+        });
+        let tally = if old.spec.policy.algorithm == self.spec.policy.algorithm {
+            sh.tally.carry_over(self.states.len(), |i| old_of[i])
+        } else {
+            crate::shadow::Tally::new(self.states.len(), now)
+        };
+        Shadow {
+            algorithm: sh.algorithm,
+            algo,
+            seq: sh.seq,
+            last_pick: old_of.iter().map(|o| o.map_or(0, |j| sh.last_pick[j])).collect(),
+            next_context: sh.next_context,
+            tally,
+        }
     }
 
     fn with_states(spec: Arc<ClusterSpec>, states: Vec<MemberState>) -> Self {
@@ -169,6 +228,7 @@ impl Balancer {
             seq: 0,
             total_active,
             next_context: 0,
+            shadow: None,
         }
     }
 
@@ -210,12 +270,28 @@ impl Balancer {
             req,
             context,
             rng,
+            OwnPicks,
         );
         let member = self.cands.slots[slot as usize] as usize;
         let excluded = req.exclude.contains(&member);
-        let held_back = !excluded && self.slow_start_holds_back(member, req.now, rng);
+        let held_back = !excluded
+            && slow_start_holds_back(
+                self.spec.policy.algorithm,
+                &self.states[member],
+                &self.spec.policy,
+                req.now,
+                rng,
+            );
         let (member, why) = if excluded || held_back {
-            match self.algo.next_after(&self.cands, &self.states, slot, context, req.exclude) {
+            let next = self.algo.next_after(
+                &self.cands,
+                &self.states,
+                slot,
+                context,
+                req.exclude,
+                OwnPicks,
+            );
+            match next {
                 Some(other) => (other, Why::Failover { from: member, slow_start: held_back }),
                 None if held_back => (member, why),
                 None => {
@@ -261,21 +337,145 @@ impl Balancer {
         self.states.get(member).is_some_and(|s| s.can_keep_session(now, &self.spec.policy))
     }
 
-    /// Only algorithms that ignore weights are gated; weight-aware ones ramp the weight itself.
-    fn slow_start_holds_back(&self, member: usize, now: Instant, rng: &mut dyn Entropy) -> bool {
-        let gated = matches!(
-            self.spec.policy.algorithm,
-            Algorithm::RoundRobin
-                | Algorithm::Random
-                | Algorithm::Rotating
-                | Algorithm::ResponseTime
-                | Algorithm::ResponseTimeClb
-        );
-        if !gated {
-            return false;
+    /// Starts evaluating `algorithm` beside the live one from `now` (a fresh tally; replacing
+    /// a running shadow), or with `None` stops. See [`Balancer::shadow_pick`].
+    pub fn set_shadow(&mut self, algorithm: Option<Algorithm>, now: Instant) {
+        self.shadow = algorithm.map(|algorithm| {
+            let mut algo = AlgoState::new(algorithm);
+            // `response-time`'s table from the latest probe round, as a view change keeps it.
+            algo.rerank(&self.states);
+            Box::new(Shadow {
+                algorithm,
+                algo,
+                seq: 0,
+                last_pick: vec![0; self.states.len()],
+                next_context: 0,
+                tally: crate::shadow::Tally::new(self.states.len(), now),
+            })
+        });
+    }
+
+    /// The shadow algorithm being evaluated, if any.
+    pub fn shadow(&self) -> Option<Algorithm> {
+        self.shadow.as_ref().map(|s| s.algorithm)
+    }
+
+    /// After a real pick for `req` that chose `live` (`None`: it failed; the shadow is asked
+    /// all the same, so that its algorithm state follows every request the live one saw), and
+    /// before [`Balancer::begin_request`], asks the shadow, if one is set, what it would have
+    /// picked for the same request, and records both; `rng` must be a generator of the
+    /// shadow's own (drawing from the live picks' generator would change what they pick).
+    /// Returns the shadow's member (`None`: no shadow, or it found none). Without a shadow this
+    /// is one branch.
+    #[inline]
+    pub fn shadow_pick(
+        &mut self,
+        req: &PickRequest<'_>,
+        live: Option<usize>,
+        rng: &mut dyn Entropy,
+    ) -> Option<usize> {
+        if self.shadow.is_some() { self.shadow_pick_inner(req, live, rng) } else { None }
+    }
+
+    #[inline(never)]
+    fn shadow_pick_inner(
+        &mut self,
+        req: &PickRequest<'_>,
+        live: Option<usize>,
+        rng: &mut dyn Entropy,
+    ) -> Option<usize> {
+        // Current already: the live pick just refreshed the candidates for this request.
+        self.refresh(req.now, req.group);
+        let Balancer { spec, states, cands, shadow, total_active, .. } = self;
+        let sh = shadow.as_deref_mut()?;
+        if !sh.algo.is_built() {
+            sh.algo.rebuild(spec, cands, states);
         }
-        let (factor, _) = self.states[member].ramp(now, &self.spec.policy);
-        factor < 1.0 && rng.unit() >= factor
+        let picked = (!cands.slots.is_empty()).then(|| {
+            let context = match req.context {
+                Some(c) => c,
+                None if sh.algorithm == Algorithm::Rotating => {
+                    let c = sh.next_context;
+                    sh.next_context = c.wrapping_add(1);
+                    c
+                }
+                None => 0,
+            };
+            let recency = &sh.last_pick[..];
+            let (slot, _) = sh.algo.pick(
+                cands,
+                states,
+                &spec.policy,
+                *total_active,
+                req,
+                context,
+                rng,
+                recency,
+            );
+            let member = cands.slots[slot as usize] as usize;
+            let excluded = req.exclude.contains(&member);
+            let held_back = !excluded
+                && slow_start_holds_back(sh.algorithm, &states[member], &spec.policy, req.now, rng);
+            if excluded || held_back {
+                match sh.algo.next_after(cands, states, slot, context, req.exclude, recency) {
+                    Some(other) => Some(other),
+                    None if held_back => Some(member),
+                    None => None,
+                }
+            } else {
+                Some(member)
+            }
+        });
+        let picked = picked.flatten();
+        if let Some(m) = picked {
+            sh.seq += 1;
+            sh.last_pick[m] = sh.seq;
+            sh.algo.picked(cands, m);
+        }
+        // A request the live algorithm placed nowhere is no decision to compare (and the
+        // shadow, over the same candidates and exclusions, found none either).
+        if let Some(live) = live {
+            sh.tally.picked(live, picked, req.now);
+        }
+        picked
+    }
+
+    /// The shadow's report at `now` ([`crate::shadow`] says what each number means), or `None`
+    /// without a shadow.
+    pub fn shadow_report(&mut self, now: Instant) -> Option<crate::shadow::ShadowReport> {
+        let live = self.spec.policy.algorithm;
+        let sh = self.shadow.as_deref_mut()?;
+        Some(sh.tally.report(now, sh.algorithm, live, &self.spec.members))
+    }
+
+    /// A member's sessions or in-flight count changed: the algorithm's indexes follow, and the
+    /// shadow's. Without a shadow, one branch and the live update as before (each side ends
+    /// in its own call, so the live path needs no stack frame for the shadow's).
+    #[inline]
+    fn load_changed(&mut self, member: usize) {
+        if self.shadow.is_some() {
+            return self.load_changed_shadowed(member);
+        }
+        self.algo.load_changed(&self.cands, &self.states, member);
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn load_changed_shadowed(&mut self, member: usize) {
+        self.algo.load_changed(&self.cands, &self.states, member);
+        if let Some(sh) = self.shadow.as_deref_mut() {
+            sh.algo.load_changed(&self.cands, &self.states, member);
+        }
+    }
+
+    /// The shadow's side of a request's end on `member`.
+    #[cold]
+    #[inline(never)]
+    fn shadow_ended(&mut self, member: usize, now: Instant, outcome: Outcome) {
+        if let Some(sh) = self.shadow.as_deref_mut() {
+            sh.algo.load_changed(&self.cands, &self.states, member);
+            sh.tally.ended(member, now, outcome);
+        }
     }
 
     fn no_eligible(&self, now: Instant) -> PickError {
@@ -301,6 +501,11 @@ impl Balancer {
         if !same_members || !self.algo.is_built() {
             self.algo.rebuild(&self.spec, &self.cands, &self.states);
         }
+        if let Some(sh) = self.shadow.as_deref_mut()
+            && (!same_members || !sh.algo.is_built())
+        {
+            sh.algo.rebuild(&self.spec, &self.cands, &self.states);
+        }
     }
 
     fn invalidate(&mut self) {
@@ -311,7 +516,7 @@ impl Balancer {
     pub fn begin_request(&mut self, member: usize) {
         self.states[member].load.in_flight += 1;
         self.total_active += 1;
-        self.algo.load_changed(&self.cands, &self.states, member);
+        self.load_changed(member);
     }
 
     /// A request to `member` ended. Returns an ejection when passive outlier detection just
@@ -355,6 +560,9 @@ impl Balancer {
             Outcome::Cancelled => {}
         }
         self.algo.load_changed(&self.cands, &self.states, member);
+        if self.shadow.is_some() {
+            self.shadow_ended(member, now, outcome);
+        }
         ejection
     }
 
@@ -382,7 +590,7 @@ impl Balancer {
     pub fn open_session(&mut self, member: usize) {
         self.states[member].load.sessions += 1;
         self.total_active += 1;
-        self.algo.load_changed(&self.cands, &self.states, member);
+        self.load_changed(member);
     }
 
     /// A session on `member` ended.
@@ -390,7 +598,7 @@ impl Balancer {
         let s = &mut self.states[member].load.sessions;
         *s = s.saturating_sub(1);
         self.total_active = self.total_active.saturating_sub(1);
-        self.algo.load_changed(&self.cands, &self.states, member);
+        self.load_changed(member);
     }
 
     /// Health checks (or the registry) say `member` is up or down. Returns whether it changed.
@@ -481,6 +689,9 @@ impl Balancer {
             }
         }
         self.algo.rerank(&self.states);
+        if let Some(sh) = self.shadow.as_deref_mut() {
+            sh.algo.rerank(&self.states);
+        }
     }
 
     /// Expands a decision with every current candidate's numbers.
@@ -527,4 +738,29 @@ impl Balancer {
         self.refresh(now, group);
         self.cands.scope.clone()
     }
+}
+
+/// Whether slow start holds `member` back from this pick under `algorithm`: only algorithms
+/// that ignore weights are gated (a draw against the ramp's factor); weight-aware ones ramp the
+/// weight itself.
+fn slow_start_holds_back(
+    algorithm: Algorithm,
+    member: &MemberState,
+    policy: &crate::model::Policy,
+    now: Instant,
+    rng: &mut dyn Entropy,
+) -> bool {
+    let gated = matches!(
+        algorithm,
+        Algorithm::RoundRobin
+            | Algorithm::Random
+            | Algorithm::Rotating
+            | Algorithm::ResponseTime
+            | Algorithm::ResponseTimeClb
+    );
+    if !gated {
+        return false;
+    }
+    let (factor, _) = member.ramp(now, policy);
+    factor < 1.0 && rng.unit() >= factor
 }

@@ -24,6 +24,33 @@ const SCHEDULE_MAX: u64 = 1 << 20;
 /// One pick in this many is uniform in `p2c-ewma`: the exploration floor.
 const P2C_EXPLORE_ONE_IN: usize = 100;
 
+/// Which picks break a tie between equally loaded members (the least recently picked wins): the
+/// balancer's own, kept in each member's state, or a shadow's ([`super::Balancer::shadow_pick`]),
+/// which keeps its own so that its choices never read the live picks'.
+pub(crate) trait Recency: Copy {
+    /// The sequence number of the last pick of `member`, whose state is `st` (0: never).
+    fn last_pick(&self, st: &MemberState, member: usize) -> u64;
+}
+
+/// The balancer's own picks (`MemberState::last_pick`).
+#[derive(Clone, Copy)]
+pub(crate) struct OwnPicks;
+
+impl Recency for OwnPicks {
+    #[inline(always)]
+    fn last_pick(&self, st: &MemberState, _: usize) -> u64 {
+        st.last_pick
+    }
+}
+
+/// A shadow's picks, by member index.
+impl Recency for &[u64] {
+    #[inline]
+    fn last_pick(&self, _: &MemberState, member: usize) -> u64 {
+        self.get(member).copied().unwrap_or(0)
+    }
+}
+
 #[derive(Debug)]
 pub(crate) struct AlgoState {
     built: bool,
@@ -171,7 +198,7 @@ impl AlgoState {
 
     /// The algorithm's choice among the candidates (non-empty).
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn pick(
+    pub(crate) fn pick<R: Recency>(
         &mut self,
         cands: &Candidates,
         states: &[MemberState],
@@ -180,6 +207,7 @@ impl AlgoState {
         req: &PickRequest<'_>,
         context: u32,
         rng: &mut dyn Entropy,
+        recency: R,
     ) -> (u32, Why) {
         let n = cands.slots.len();
         match &mut self.kind {
@@ -261,8 +289,8 @@ impl AlgoState {
                 let active = index.active(slot);
                 (slot, Why::LeastSessions { active, weight: cands.eff_weight[slot as usize] })
             }
-            Kind::LeastCpu => agent_pick(cands, states, policy, req, true),
-            Kind::MostFreeMemory => agent_pick(cands, states, policy, req, false),
+            Kind::LeastCpu => agent_pick(cands, states, policy, req, true, recency),
+            Kind::MostFreeMemory => agent_pick(cands, states, policy, req, false, recency),
             Kind::P2c { inv_decay } => p2c(cands, states, *inv_decay, rng),
             Kind::Adaptive { inv_decay } => adaptive(cands, states, *inv_decay, req.now, rng),
             Kind::Hash { table } => {
@@ -287,13 +315,14 @@ impl AlgoState {
     /// The member to take when the choice at `slot` cannot be used: the next eligible one that
     /// is not excluded, in the order that fits the algorithm (down the rotated list for
     /// `rotating`, the least loaded for load-aware algorithms, the next slot otherwise).
-    pub(crate) fn next_after(
+    pub(crate) fn next_after<R: Recency>(
         &self,
         cands: &Candidates,
         states: &[MemberState],
         slot: u32,
         context: u32,
         exclude: &[usize],
+        recency: R,
     ) -> Option<usize> {
         let chosen = cands.slots[slot as usize];
         let usable = |m: u32| {
@@ -313,9 +342,8 @@ impl AlgoState {
             | Kind::LeastCpu
             | Kind::MostFreeMemory
             | Kind::P2c { .. }
-            | Kind::Adaptive { .. } => {
-                least_loaded(cands, states, usable).map(|s| cands.slots[s as usize] as usize)
-            }
+            | Kind::Adaptive { .. } => least_loaded(cands, states, usable, recency)
+                .map(|s| cands.slots[s as usize] as usize),
             _ => {
                 let n = cands.slots.len();
                 (1..n)
@@ -558,15 +586,19 @@ fn ratio_cmp(na: u64, da: u64, nb: u64, db: u64) -> Ordering {
     (u128::from(na) * u128::from(db)).cmp(&(u128::from(nb) * u128::from(da)))
 }
 
-fn least_loaded(
+fn least_loaded<R: Recency>(
     cands: &Candidates,
     states: &[MemberState],
     usable: impl Fn(u32) -> bool,
+    recency: R,
 ) -> Option<u32> {
     (0..cands.slots.len())
         .filter(|&s| usable(cands.slots[s]))
         .min_by(|&a, &b| {
-            let last = |s: usize| states[cands.slots[s] as usize].last_pick;
+            let last = |s: usize| {
+                let m = cands.slots[s] as usize;
+                recency.last_pick(&states[m], m)
+            };
             load_cmp(cands, states, a, b).then(last(a).cmp(&last(b)))
         })
         .map(|s| s as u32)
@@ -575,12 +607,13 @@ fn least_loaded(
 /// `least-cpu` / `most-free-memory` (SGD): by the agents' reports when every candidate has a
 /// fresh one, else least-sessions for the whole pick. Reports are compared at 1 % CPU / 1 MiB
 /// granularity so near-equal members share by load rather than herding onto one.
-fn agent_pick(
+fn agent_pick<R: Recency>(
     cands: &Candidates,
     states: &[MemberState],
     policy: &Policy,
     req: &PickRequest<'_>,
     cpu: bool,
+    recency: R,
 ) -> (u32, Why) {
     // One pass: the best by report, and whether anyone lacks a fresh one.
     let mut missing = 0usize;
@@ -599,11 +632,11 @@ fn agent_pick(
         let better = match best {
             None => true,
             Some((bs, b)) => {
-                score
-                    .cmp(&bs)
-                    .then_with(|| load_cmp(cands, states, s, b))
-                    .then_with(|| st.last_pick.cmp(&states[cands.slots[b] as usize].last_pick))
-                    == Ordering::Less
+                score.cmp(&bs).then_with(|| load_cmp(cands, states, s, b)).then_with(|| {
+                    let other = cands.slots[b] as usize;
+                    let last_other = recency.last_pick(&states[other], other);
+                    recency.last_pick(st, m as usize).cmp(&last_other)
+                }) == Ordering::Less
             }
         };
         if better {
@@ -624,7 +657,7 @@ fn agent_pick(
             (slot as u32, why)
         }
         _ => {
-            let slot = least_loaded(cands, states, |_| true).unwrap_or(0);
+            let slot = least_loaded(cands, states, |_| true, recency).unwrap_or(0);
             let active = states[cands.slots[slot as usize] as usize].load.active();
             (slot, Why::AgentFallback { missing, active })
         }
@@ -634,6 +667,9 @@ fn agent_pick(
 /// Power of two choices (Mitzenmacher, "The Power of Two Choices in Randomized Load
 /// Balancing", 2001) over Finagle's peak-EWMA cost: two distinct candidates at random, the
 /// cheaper wins. Cost = latency estimate x (in-flight + 1) / weight.
+// Inlined into `AlgoState::pick` as it was while that had one instance (the balancer's and a
+// shadow's are two, and the compiler then keeps this one out of line).
+#[inline(always)]
 fn p2c(
     cands: &Candidates,
     states: &[MemberState],
@@ -696,6 +732,7 @@ pub const ADAPTIVE_EXPLORE_ONE_IN: usize = 100;
 /// measured, and a member that is slow for probes is slow before any request shows it); the
 /// cost is estimate x (in-flight + 1) / weight and the cheapest candidate wins. Ties go to the
 /// first from a random start, so equal members share evenly.
+#[inline(always)]
 fn adaptive(
     cands: &Candidates,
     states: &[MemberState],

@@ -1,7 +1,8 @@
 // Drives the dashboard in headless Chromium (playwright-core), run by tests/dashboard.rs.
 // Environment: DASHBOARD_URL, TOKEN, CLUSTER, MEMBERS (comma-separated), DRAIN (a member),
-// SCREENSHOT (a .png path), CHROMIUM (the browser), PLAYWRIGHT_DIR (where
-// node_modules/playwright-core is). Prints "ok" and exits 0 when every check passes.
+// SHADOW (an algorithm to start as the cluster's shadow), SCREENSHOT (a .png path), CHROMIUM
+// (the browser), PLAYWRIGHT_DIR (where node_modules/playwright-core is). Prints "ok" and exits 0
+// when every check passes.
 import { createRequire } from "node:module";
 import path from "node:path";
 
@@ -15,6 +16,7 @@ const token = env("TOKEN");
 const cluster = env("CLUSTER");
 const members = env("MEMBERS").split(",");
 const drained = env("DRAIN");
+const shadow = env("SHADOW");
 const require = createRequire(path.join(env("PLAYWRIGHT_DIR"), "package.json"));
 const { chromium } = require("playwright-core");
 
@@ -60,13 +62,51 @@ try {
     await page.waitForSelector(`${table} tr[data-member="${m}"] td.state`);
   }
   await page.waitForFunction(() => document.querySelector("#error").textContent === "");
-  const shown = await page.$$eval(`${table} tbody tr`, (rows) => rows.map((r) => r.dataset.member));
+  const shown = await page.$$eval(`${table} > table tbody tr`, (rows) => rows.map((r) => r.dataset.member));
   check(JSON.stringify(shown) === JSON.stringify(members), `rows ${shown} are ${members}`);
   const state = `${table} tr[data-member="${drained}"] td.state`;
   check((await page.textContent(state)).startsWith("active"), "member starts active");
 
-  // Let the chart gather a few seconds of traffic, then drain.
+  // Let the chart gather a few seconds of traffic.
   await page.waitForTimeout(4_000);
+
+  // No shadow yet: its panel is hidden. Start one from the page; its report appears.
+  const panel = `${table} div.shadow`;
+  check(await page.isHidden(panel), "no shadow panel before a shadow is started");
+  await page.selectOption(`${table} select.shadow-algorithm`, shadow);
+  await page.click(`${table} button.shadow-start`);
+  await page.waitForSelector(`${panel}[data-shadow="${shadow}"]`, { state: "visible" });
+  for (const m of members) await page.waitForSelector(`${panel} tr[data-member="${m}"] td.live`);
+  // Wait for some compared picks, then read the whole panel at once (it refreshes every second).
+  await page.waitForFunction((sel) => {
+    const m = document.querySelector(sel + " h3").textContent.match(/ (\d+) picks compared/);
+    return m && Number(m[1]) >= 20;
+  }, panel);
+  const seen = await page.$eval(panel, (p) => {
+    const num = (td) => Number(td.textContent);
+    const rows = [...p.querySelectorAll("tbody tr")];
+    return {
+      title: p.querySelector("h3").textContent,
+      summary: p.querySelector(".summary").textContent,
+      members: rows.map((r) => r.dataset.member),
+      live: rows.map((r) => num(r.querySelector("td.live"))),
+      shadow: rows.map((r) => num(r.querySelector("td.shadow"))),
+    };
+  });
+  const compared = Number(seen.title.match(/ (\d+) picks compared/)[1]);
+  check(seen.title.startsWith(`shadow ${shadow} beside round-robin`), `panel title: ${seen.title}`);
+  check(JSON.stringify(seen.members) === JSON.stringify(members), `shadow rows ${seen.members}`);
+  const sum = (xs) => xs.reduce((a, b) => a + b, 0);
+  check(sum(seen.live) === compared, `live picks ${seen.live} add up to ${compared}`);
+  check(sum(seen.shadow) === compared, `shadow picks ${seen.shadow} add up to ${compared}`);
+  // Round-robin live: the shares differ by at most one pick.
+  check(Math.max(...seen.live) - Math.min(...seen.live) <= 1, `round-robin shares ${seen.live}`);
+  check(seen.summary.startsWith("would have gone to failed members: shadow 0"), seen.summary);
+  const switchText = await page.textContent(`${table} button.shadow-switch`);
+  check(switchText === `Switch to ${shadow}`, `switch button: ${switchText}`);
+  check(await page.isEnabled(`${table} button.shadow-switch`), "switch button enabled");
+
+  // Then drain.
   await page.click(`${table} tr[data-member="${drained}"] button.drain`);
   await page.waitForFunction(
     (sel) => document.querySelector(sel).textContent.startsWith("draining"), state);
