@@ -533,3 +533,82 @@ async fn a_reset_after_the_body_was_sent_retries_a_get_but_not_a_post() {
     assert!(survivor != pinned && survivor != pinned2, "{survivor}");
     assert_eq!(session.member().as_deref(), Some(survivor.as_str()), "the session moved");
 }
+
+/// `rondo serve` on `config`; the address its line `rondo: listener NAME on` names.
+fn serve_listener(config: &std::path::Path, listener: &str) -> (Proc, SocketAddr) {
+    let mut p = Proc::start(&["serve", "--config", config.to_str().unwrap(), "--workers", "1"]);
+    let addr = p.addr_after(&format!("rondo: listener {listener} on"));
+    p.line_with("rondo: reloading on changes", Duration::from_secs(10));
+    (p, addr)
+}
+
+/// A gRPC channel held on one HTTP/2 connection calls through a front router whose cluster's
+/// one member is a back router's `tcp` listener (a connection-level balancer over gRPC
+/// members, least sessions first); `g2` joins the back router's members a third of the way in.
+/// Who answered the calls of the last third.
+async fn grpc_answers_after_a_member_joins(dir: &TempDir, cluster_extra: &str) -> Vec<String> {
+    let served = Arc::new(Mutex::new(HashMap::new()));
+    let (g1, g2) = (grpc_member("g1", served.clone()).await, grpc_member("g2", served).await);
+    let back_config = |members: &str| {
+        format!(
+            "[[listener]]\nname = \"svc\"\nlisten = \"127.0.0.1:0\"\nprotocol = \"tcp\"\n\n\
+             [[route]]\nlistener = \"svc\"\ncluster = \"pods\"\n\n\
+             [cluster.pods]\nalgorithm = \"least-sessions\"\nupstream_protocol = \"tcp\"\n\
+             members = [{members}]\n"
+        )
+    };
+    let back_path = dir.0.join(format!("back-{}.toml", free_port()));
+    std::fs::write(&back_path, back_config(&format!("{{ name = \"g1\", address = \"{g1}\" }}")))
+        .unwrap();
+    let (_back, svc) = serve_listener(&back_path, "svc");
+    let front_path = dir.0.join(format!("front-{}.toml", free_port()));
+    std::fs::write(
+        &front_path,
+        format!(
+            "[[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:0\"\n\n\
+             [[route]]\nlistener = \"web\"\ncluster = \"api\"\n\n\
+             [cluster.api]\nupstream_protocol = \"http2\"\n{cluster_extra}\n\
+             members = [{{ name = \"svc\", address = \"{svc}\" }}]\n"
+        ),
+    )
+    .unwrap();
+    let (_front, web) = serve_listener(&front_path, "web");
+
+    let transport: HttpClient<HttpConnector, tonic::body::Body> =
+        HttpClient::builder(TokioExecutor::new()).http2_only(true).build_http();
+    let origin: http::Uri = format!("http://{web}").parse().unwrap();
+    let mut grpc = tonic::client::Grpc::with_origin(transport, origin);
+    let path = http::uri::PathAndQuery::from_static("/test.Greeter/Hello");
+    let (run, started) = (Duration::from_millis(3600), std::time::Instant::now());
+    let (mut joined, mut late) = (false, Vec::new());
+    while started.elapsed() < run {
+        if !joined && started.elapsed() >= run / 3 {
+            let both = format!(
+                "{{ name = \"g1\", address = \"{g1}\" }}, {{ name = \"g2\", address = \"{g2}\" }}"
+            );
+            std::fs::write(&back_path, back_config(&both)).unwrap();
+            joined = true;
+        }
+        grpc.ready().await.expect("ready");
+        let request = tonic::Request::new(HelloRequest { name: "caller".to_owned() });
+        let codec = tonic_prost::ProstCodec::<HelloRequest, HelloReply>::default();
+        let reply = grpc.unary(request, path.clone(), codec).await.expect("gRPC call");
+        if started.elapsed() >= run * 2 / 3 {
+            late.push(reply.into_inner().message.rsplit(' ').next().unwrap().to_owned());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    late
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grpc_member_that_joins_behind_a_connection_balancer_gets_calls_within_the_age() {
+    let dir = TempDir::new("client");
+    // Without a limit, the front router's one HTTP/2 connection stays on g1.
+    let late = grpc_answers_after_a_member_joins(&dir, "").await;
+    assert!(!late.is_empty() && late.iter().all(|m| m == "g1"), "{late:?}");
+    // With max_connection_age_ms = 300 the front router opens a new connection within the age;
+    // the back router puts it on g2, which has none.
+    let late = grpc_answers_after_a_member_joins(&dir, "max_connection_age_ms = 300").await;
+    assert!(late.iter().any(|m| m == "g2"), "g2 got no call: {late:?}");
+}
