@@ -701,6 +701,32 @@ async fn sick_member(name: &'static str) -> SocketAddr {
     addr
 }
 
+/// A temporary directory, member `m1`, and the router's configuration written there (to
+/// `m1`, an echo member and a WebSocket member).
+async fn one_member_setup(kind: &str) -> (TempDir, Vec<rondo::member::Member>, std::path::PathBuf) {
+    let dir = TempDir::new(kind);
+    let app = vec![
+        rondo::member::spawn("m1", "127.0.0.1:0".parse().unwrap(), Duration::ZERO).await.unwrap(),
+    ];
+    let (echo, ws) = (tcp_echo().await, ws_member().await);
+    let path = dir.0.join("rondo.toml");
+    std::fs::write(&path, config(&dir.0, &app, echo, ws)).unwrap();
+    (dir, app, path)
+}
+
+/// `GET /slow/MS` on a connection of its own to `web`, answered by a task.
+fn slow_request(
+    web: SocketAddr,
+    ms: u64,
+) -> tokio::task::JoinHandle<std::io::Result<(u16, bool, String)>> {
+    tokio::spawn(async move {
+        let mut s = BufReader::new(TcpStream::connect(web).await.unwrap());
+        let req = format!("GET /slow/{ms} HTTP/1.1\r\nHost: t\r\n\r\n");
+        s.get_mut().write_all(req.as_bytes()).await.unwrap();
+        read_response(&mut s).await
+    })
+}
+
 /// One frame of the upgrade protocol (a 4-byte length, then JSON), as a new process sends it.
 fn send_frame(s: &mut std::os::unix::net::UnixStream, json: &str) {
     use std::io::Write;
@@ -832,13 +858,7 @@ impl Drop for KillOnDrop {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ctl_upgrade_and_sigusr2_start_the_successor_themselves() {
-    let dir = TempDir::new("upgrade-ctl");
-    let app = vec![
-        rondo::member::spawn("m1", "127.0.0.1:0".parse().unwrap(), Duration::ZERO).await.unwrap(),
-    ];
-    let (echo, ws) = (tcp_echo().await, ws_member().await);
-    let path = dir.0.join("rondo.toml");
-    std::fs::write(&path, config(&dir.0, &app, echo, ws)).unwrap();
+    let (_dir, _app, path) = one_member_setup("upgrade-ctl").await;
     let p = path.clone();
     let mut first = tokio::task::spawn_blocking(move || {
         let mut proc = Proc::start(&["serve", "--config", p.to_str().unwrap()]);
@@ -875,24 +895,14 @@ async fn ctl_upgrade_and_sigusr2_start_the_successor_themselves() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_drains_what_is_in_flight_and_a_second_one_cuts_it_short() {
-    let dir = TempDir::new("upgrade-term");
-    let app = vec![
-        rondo::member::spawn("m1", "127.0.0.1:0".parse().unwrap(), Duration::ZERO).await.unwrap(),
-    ];
-    let (echo, ws) = (tcp_echo().await, ws_member().await);
-    let path = dir.0.join("rondo.toml");
-    std::fs::write(&path, config(&dir.0, &app, echo, ws)).unwrap();
+    let (dir, _app, path) = one_member_setup("upgrade-term").await;
 
     // One SIGTERM: the request in flight is answered (and told the connection closes), new
     // connections are refused, and the process exits once it is done.
     let p = path.clone();
     let mut router = tokio::task::spawn_blocking(move || start(&p, false)).await.unwrap();
     let web = router.web;
-    let slow = tokio::spawn(async move {
-        let mut s = BufReader::new(TcpStream::connect(web).await.unwrap());
-        s.get_mut().write_all(b"GET /slow/2000 HTTP/1.1\r\nHost: t\r\n\r\n").await.unwrap();
-        read_response(&mut s).await
-    });
+    let slow = slow_request(web, 2000);
     tokio::time::sleep(Duration::from_millis(300)).await;
     let sent = Instant::now();
     signal(router.proc.child.id(), "-TERM");
@@ -914,17 +924,14 @@ async fn sigterm_drains_what_is_in_flight_and_a_second_one_cuts_it_short() {
     let short = dir.0.join("short.toml");
     std::fs::write(
         &short,
-        config(&dir.0, &app, echo, ws)
+        std::fs::read_to_string(&path)
+            .unwrap()
             .replace("drain_timeout_ms = 8000", "drain_timeout_ms = 1000"),
     )
     .unwrap();
     let mut router = tokio::task::spawn_blocking(move || start(&short, false)).await.unwrap();
     let web = router.web;
-    let slow = tokio::spawn(async move {
-        let mut s = BufReader::new(TcpStream::connect(web).await.unwrap());
-        s.get_mut().write_all(b"GET /slow/10000 HTTP/1.1\r\nHost: t\r\n\r\n").await.unwrap();
-        read_response(&mut s).await
-    });
+    let slow = slow_request(web, 10000);
     tokio::time::sleep(Duration::from_millis(300)).await;
     let sent = Instant::now();
     signal(router.proc.child.id(), "-TERM");
@@ -942,11 +949,7 @@ async fn sigterm_drains_what_is_in_flight_and_a_second_one_cuts_it_short() {
     let p = path.clone();
     let mut router = tokio::task::spawn_blocking(move || start(&p, false)).await.unwrap();
     let web = router.web;
-    let slow = tokio::spawn(async move {
-        let mut s = BufReader::new(TcpStream::connect(web).await.unwrap());
-        s.get_mut().write_all(b"GET /slow/10000 HTTP/1.1\r\nHost: t\r\n\r\n").await.unwrap();
-        read_response(&mut s).await
-    });
+    let slow = slow_request(web, 10000);
     tokio::time::sleep(Duration::from_millis(300)).await;
     signal(router.proc.child.id(), "-TERM");
     router.proc.line_with("rondo: shutting down", Duration::from_secs(5));
@@ -965,13 +968,7 @@ async fn sigterm_drains_what_is_in_flight_and_a_second_one_cuts_it_short() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_service_manager_hears_ready_and_the_new_main_pid() {
-    let dir = TempDir::new("upgrade-notify");
-    let app = vec![
-        rondo::member::spawn("m1", "127.0.0.1:0".parse().unwrap(), Duration::ZERO).await.unwrap(),
-    ];
-    let (echo, ws) = (tcp_echo().await, ws_member().await);
-    let path = dir.0.join("rondo.toml");
-    std::fs::write(&path, config(&dir.0, &app, echo, ws)).unwrap();
+    let (dir, _app, path) = one_member_setup("upgrade-notify").await;
     // What systemd does for Type=notify: a datagram socket in NOTIFY_SOCKET.
     let notify = dir.0.join("notify.sock");
     let manager = std::os::unix::net::UnixDatagram::bind(&notify).unwrap();

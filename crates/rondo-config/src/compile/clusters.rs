@@ -133,16 +133,10 @@ fn compile_cluster_at(
     let sticky = rc.session.as_ref().map_or_else(StickySession::default, |s| session(c, &path, s));
 
     let upstream_tls = rc.upstream_tls.as_ref().map(|t| compile_upstream_tls(c, &path, t));
-    let connections =
-        c.connection_limits(&path, rc.max_connection_age_ms, rc.max_requests_per_connection);
-    if upstream_protocol == UpstreamProtocol::Tcp && connections != Default::default() {
-        let field = if rc.max_connection_age_ms.is_some() {
-            "max_connection_age_ms"
-        } else {
-            "max_requests_per_connection"
-        };
-        c.err(path.key(field), "tcp members carry one session per connection: no limit applies");
-    }
+    let tunnels = (upstream_protocol == UpstreamProtocol::Tcp)
+        .then_some("tcp members carry one session per connection: no limit applies");
+    let limits = (rc.max_connection_age_ms, rc.max_requests_per_connection);
+    let connections = c.connection_limits(&path, limits, tunnels);
     ClusterSpec {
         name: name.to_owned(),
         members,

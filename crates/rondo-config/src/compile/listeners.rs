@@ -76,16 +76,10 @@ pub(super) fn compile_listener(
     if access_log.is_some() && protocol == ListenerProtocol::Tcp {
         c.err(path.key("access_log"), "tcp listeners have no access log (it logs HTTP requests)");
     }
-    let connections =
-        c.connection_limits(&path, l.max_connection_age_ms, l.max_requests_per_connection);
-    if protocol == ListenerProtocol::Tcp && connections != Default::default() {
-        let field = if l.max_connection_age_ms.is_some() {
-            "max_connection_age_ms"
-        } else {
-            "max_requests_per_connection"
-        };
-        c.err(path.key(field), "tcp listeners carry tunnels, which are not cut by age or count");
-    }
+    let tunnels = (protocol == ListenerProtocol::Tcp)
+        .then_some("tcp listeners carry tunnels, which are not cut by age or count");
+    let limits = (l.max_connection_age_ms, l.max_requests_per_connection);
+    let connections = c.connection_limits(&path, limits, tunnels);
     Some(ListenerSpec {
         name: l.name.clone(),
         listen,

@@ -226,13 +226,23 @@ impl Compiler<'_> {
         }
     }
 
-    /// `max_connection_age_ms` and `max_requests_per_connection` at `path` (each at least 1).
+    /// `max_connection_age_ms` and `max_requests_per_connection` at `path` (each at least 1);
+    /// `tunnels`: why a `tcp` listener or cluster refuses them.
     fn connection_limits(
         &mut self,
         path: &FieldPath,
-        age_ms: Option<u64>,
-        requests: Option<u64>,
+        (age_ms, requests): (Option<u64>, Option<u64>),
+        tunnels: Option<&str>,
     ) -> rondo_core::ConnectionLimits {
+        if let Some(why) = tunnels {
+            for (field, v) in
+                [("max_connection_age_ms", age_ms), ("max_requests_per_connection", requests)]
+            {
+                if v.is_some() {
+                    self.err(path.key(field), why);
+                }
+            }
+        }
         let max_age = age_ms.map(|_| {
             self.ms(path.key("max_connection_age_ms"), age_ms, Duration::from_secs(1), false)
         });
