@@ -246,6 +246,7 @@ fn full_config_compiles_into_the_expected_view() {
                 },
                 access_log: None,
                 tls: None,
+                routing: Default::default(),
             },
             ListenerSpec {
                 name: "db".into(),
@@ -261,6 +262,7 @@ fn full_config_compiles_into_the_expected_view() {
                 http2: Http2Limits::default(),
                 access_log: None,
                 tls: None,
+                routing: Default::default(),
             },
         ]
     );
@@ -280,7 +282,7 @@ fn full_config_compiles_into_the_expected_view() {
             path_prefix: Some("/api".into()),
             methods: vec!["GET".into(), "POST".into()],
             headers: vec![("x-tenant".into(), "a".into())],
-            sni: None,
+            ..RouteMatch::default()
         }
     );
     let r2 = &c.view.routes[1];

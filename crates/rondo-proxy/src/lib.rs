@@ -20,6 +20,7 @@ pub mod h1;
 pub mod head;
 pub mod headers;
 pub mod http;
+pub mod multicast;
 pub mod replay;
 pub mod sni;
 pub mod sticky;
@@ -132,6 +133,7 @@ pub async fn start(listeners: &[ListenerSpec], live: Arc<Live>) -> std::io::Resu
                     metrics,
                     access,
                     auth: auth.clone(),
+                    copies: Default::default(),
                 });
                 tokio::spawn(accept_http(socket, ctx, tls, limit, stopped.clone()));
             }

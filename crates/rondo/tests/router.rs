@@ -4,10 +4,12 @@
 mod common;
 
 mod router {
+    pub(crate) mod recorder;
     pub(crate) mod support;
 
     mod balancing;
     mod errors;
+    mod filters;
     mod h1_smuggling;
     mod h1path;
     mod hardening;
