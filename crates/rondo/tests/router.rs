@@ -15,6 +15,7 @@ mod router {
     mod hardening;
     mod hardening_h2;
     mod limits;
+    mod multicast;
     mod protocols;
     mod serve;
 }
