@@ -254,6 +254,18 @@ async fn proxy(
         }
         read = Some(whole);
     }
+    if let Some(limits) = route.session_replay
+        && !read.as_ref().is_some_and(|r| r.complete)
+    {
+        // A session's request is kept whole for replay: its body is read first, up to the
+        // session's limit (a larger one streams on, and the session is no longer kept).
+        let more =
+            peek_body(ctx, Some(route), &mut req, limits.max_bytes.saturating_add(1)).await?;
+        read = Some(match read.take() {
+            Some(first) => first.then(more),
+            None => more,
+        });
+    }
     let req = prepare(ctx, conn, route, req, host.as_deref(), identity.as_ref(), read)?;
     if !branches.is_empty() {
         crate::multicast::spawn(
@@ -659,7 +671,8 @@ pub(crate) async fn forward<T: Tries>(
             expected: crate::error::expected_name(kind, rt, member),
         });
         let failure = TryFailure {
-            reached: !matches!(kind, Kind::Connect | Kind::Resolve | Kind::Tls(_)),
+            // A replay that failed sent the member the session's kept requests, not this one.
+            reached: !matches!(kind, Kind::Connect | Kind::Resolve | Kind::Tls(_) | Kind::Replay),
             member_failed: kind.is_retryable(),
             replayable: req.replayable(),
         };
@@ -673,11 +686,12 @@ pub(crate) async fn forward<T: Tries>(
 /// The error of a request that ran out of tries: the most telling failure among its attempts.
 fn gave_up(route: &Route, attempts: Vec<Attempt>, stop: Stop) -> Failure {
     let tls = attempts.iter().find(|a| matches!(a.outcome, Kind::Tls(_))).map(|a| a.outcome);
-    let kind = [Kind::Timeout, Kind::Reset, Kind::BadStatus, Kind::Connect, Kind::Resolve]
-        .into_iter()
-        .find(|k| attempts.iter().any(|a| a.outcome == *k))
-        .or(tls)
-        .unwrap_or(Kind::NoEligible);
+    let kind =
+        [Kind::Timeout, Kind::Reset, Kind::BadStatus, Kind::Replay, Kind::Connect, Kind::Resolve]
+            .into_iter()
+            .find(|k| attempts.iter().any(|a| a.outcome == *k))
+            .or(tls)
+            .unwrap_or(Kind::NoEligible);
     let mut detail = match kind {
         Kind::Timeout => "member too slow: no response in time".to_owned(),
         Kind::NoEligible => "no eligible member to serve the request".to_owned(),
@@ -743,6 +757,42 @@ async fn attempt(
     // Ends the request on the member as cancelled if this future is dropped (the client went
     // away) before an outcome is recorded.
     let begun = Begun::new(rt, member);
+    // Session replay: a session that moved to this member gets its kept requests first.
+    let tls = ctx.listener.tls.is_some();
+    let session = crate::session_replay::session_of(route, rt, &req.parts.headers, tls);
+    let mut replayed = None;
+    if let Some((key, _)) = &session {
+        let store = &ctx.sessions.replay;
+        let name = &rt.spec.members[member].name;
+        match store.plan(&route.name, key, name) {
+            crate::session_replay::Plan::Nothing => {}
+            crate::session_replay::Plan::Skipped => {
+                tracing::info!(route = %route.name, member = %name, "session over its replay limits: failed over without replay");
+                ctx.live.metrics.replay(&route.name, "skipped");
+                store.moved(&route.name, key, name);
+                replayed = Some(None);
+            }
+            crate::session_replay::Plan::Replay(kept) => {
+                let started = Instant::now();
+                let timeout = failover.try_timeout(clock::from_std(started));
+                match crate::session_replay::replay(ctx, rt, member, &kept, timeout).await {
+                    Ok(n) => {
+                        tracing::info!(route = %route.name, member = %name, replayed = n, "session replayed to the member taking it over");
+                        ctx.live.metrics.replay(&route.name, "replayed");
+                        store.moved(&route.name, key, name);
+                        replayed = Some(Some(n));
+                    }
+                    Err(()) => {
+                        tracing::info!(route = %route.name, member = %name, "session replay failed: trying the next member");
+                        ctx.live.metrics.replay(&route.name, "failed");
+                        let latency = started.elapsed();
+                        begun.end(Outcome::Failure { kind: FailureKind::Reset, latency });
+                        return Err(Kind::Replay);
+                    }
+                }
+            }
+        }
+    }
     let body = match &req.slot {
         None => UpstreamBody::Empty,
         Some(slot) => UpstreamBody::stream(slot.clone(), ctx.listener.max_body_bytes),
@@ -774,6 +824,23 @@ async fn attempt(
             let status = resp.status().as_u16();
             let tls = ctx.listener.tls.is_some();
             crate::auth::on_response(route, status, resp.headers_mut(), &ctx.live, tls);
+            if let (Some((key, cookie)), Some(limits)) = (&session, route.session_replay) {
+                keep_for_replay(ctx, route, rt, member, req, key, limits, resp.headers_mut());
+                let h = resp.headers_mut();
+                match replayed {
+                    Some(Some(n)) => {
+                        h.insert(crate::session_replay::REPLAYED_HEADER, HeaderValue::from(n));
+                    }
+                    Some(None) => {
+                        let skipped = HeaderValue::from_static("skipped");
+                        h.insert(crate::session_replay::REPLAY_HEADER, skipped);
+                    }
+                    None => {}
+                }
+                if let Some(cookie) = cookie {
+                    h.append(header::SET_COOKIE, cookie.clone());
+                }
+            }
             let counted = record_response(rt, &route.name, member, status, latency.as_secs_f64());
             begun.disarm();
             let served = Served { counted, slot: req.slot.clone(), tries: failover.tries() };
@@ -814,6 +881,40 @@ async fn attempt(
             Err(Kind::Timeout)
         }
     }
+}
+
+/// Keeps the request just answered by `member` in its session's log (`None` for a body that
+/// was not read whole: too large to keep), or empties the log on the member's checkpoint (its
+/// `x-rondo-checkpoint`, which goes no further).
+#[allow(clippy::too_many_arguments)]
+fn keep_for_replay(
+    ctx: &HttpCtx,
+    route: &Route,
+    rt: &ClusterRt,
+    member: usize,
+    req: &Prepared,
+    key: &str,
+    limits: rondo_core::SessionReplay,
+    response: &mut http::HeaderMap,
+) {
+    use crate::session_replay::{CHECKPOINT_HEADER, Kept, Recorded};
+    let checkpoint = response.remove(CHECKPOINT_HEADER).is_some();
+    let body = match &req.slot {
+        None => Some((Bytes::new(), None)),
+        Some(slot) => slot.whole_body().map(|(b, t)| (b.clone(), t.cloned())),
+    };
+    let kept = body.map(|(body, trailers)| {
+        let mut headers = req.parts.headers.clone();
+        headers.remove(crate::session_replay::REPLAY_HEADER);
+        Kept::new(req.parts.method.clone(), req.path_and_query.clone(), headers, body, trailers)
+    });
+    let store = &ctx.sessions.replay;
+    let name = &rt.spec.members[member].name;
+    let idle = rt.spec.sticky.idle_timeout;
+    if store.record(&route.name, limits, idle, key, name, kept, checkpoint) == Recorded::Over {
+        tracing::debug!(route = %route.name, "session over its replay limits: no longer kept");
+    }
+    ctx.live.metrics.replay_bytes.set(store.bytes() as i64);
 }
 
 /// Stage 4: the member's answer on its way back: framing fixed, hop-by-hop headers gone (or a

@@ -22,6 +22,7 @@ pub mod headers;
 pub mod http;
 pub mod multicast;
 pub mod replay;
+pub mod session_replay;
 pub mod sni;
 pub mod sticky;
 pub mod tcp;

@@ -18,4 +18,5 @@ mod router {
     mod multicast;
     mod protocols;
     mod serve;
+    mod session_replay;
 }
