@@ -561,6 +561,10 @@ fn prepare(
     );
     crate::headers::add_client_cert(&mut parts.headers, conn.tls.as_ref());
     crate::auth::apply(&mut parts.headers, identity);
+    if route.session_replay.is_some() {
+        // Only the router marks a replay.
+        parts.headers.remove(crate::session_replay::REPLAY_HEADER);
+    }
     let path_and_query =
         parts.uri.path_and_query().cloned().unwrap_or_else(|| PathAndQuery::from_static("/"));
     let slot = match read {

@@ -5,8 +5,8 @@
 //! backups exactly as without multicast; a copy is sent from a task of its own and never
 //! delays, changes or fails that answer.
 //!
-//! Each copy runs the router's one failover loop ([`crate::http::forward`]) over its branch's
-//! cluster and backups, with their retry rules and budgets (a [`Tries`] that sends a held
+//! Each copy runs the router's one failover loop (`http::forward`) over its branch's
+//! cluster and backups, with their retry rules and budgets (a `Tries` that sends a held
 //! body and drains the answer); there is no second loop. Each branch has a bounded queue (the
 //! copies waiting or in flight on it, per listener, route and branch): a copy past the bound
 //! is dropped, counted (`rondo_multicast_copies_total{outcome="overflow"}`) and logged (the

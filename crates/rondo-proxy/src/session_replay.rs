@@ -17,7 +17,7 @@
 //! A session is recognised by its header (`session.header`) or, for cookie sessions, by a
 //! `rondo-replay` cookie the router sets (a random id: the member cookie names a member, not a
 //! session). Logs idle for the cluster's `session.idle_timeout` are forgotten; at most
-//! [`MAX_LOGS`] sessions are kept per router.
+//! [`MAX_LOGS`] sessions are kept per listener.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -38,7 +38,7 @@ pub const CHECKPOINT_HEADER: &str = "x-rondo-checkpoint";
 pub const REPLAY_HEADER: &str = "x-rondo-replay";
 /// On a response after a replay: how many requests were replayed.
 pub const REPLAYED_HEADER: &str = "x-rondo-replayed";
-/// Sessions kept at most per router; past it new sessions are not kept (as over the limits).
+/// Sessions kept at most per listener; past it new sessions are not kept (as over the limits).
 pub const MAX_LOGS: usize = 100_000;
 
 /// One kept request, compact: its header fields in one buffer (`name:value` lines), not a
