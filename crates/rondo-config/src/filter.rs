@@ -116,7 +116,7 @@ enum Step {
 /// Parses `$.a.b[0]` into its steps, or says what is wrong with it.
 fn json_path(path: &str) -> Result<Vec<Step>, String> {
     let Some(mut rest) = path.strip_prefix('$') else {
-        return Err(format!("JSON path `{path}` must start with `$`"));
+        return Err(format!("path `{path}` must start with `$`"));
     };
     let mut steps = Vec::new();
     while !rest.is_empty() {
@@ -124,27 +124,27 @@ fn json_path(path: &str) -> Result<Vec<Step>, String> {
             let end = after.find(['.', '[']).unwrap_or(after.len());
             let key = &after[..end];
             if key.is_empty() {
-                return Err(format!("JSON path `{path}` has an empty member name"));
+                return Err(format!("path `{path}` has an empty member name"));
             }
             steps.push(Step::Key(key.to_owned()));
             rest = &after[end..];
         } else if let Some(after) = rest.strip_prefix('[') {
             let Some((n, tail)) = after.split_once(']') else {
-                return Err(format!("JSON path `{path}` has a `[` without `]`"));
+                return Err(format!("path `{path}` has a `[` without `]`"));
             };
             let Ok(i) = n.parse::<usize>() else {
                 return Err(format!(
-                    "JSON path `{path}`: `[{n}]` is not an array index (only `[N]` is supported)"
+                    "path `{path}`: `[{n}]` is not an array index (only `[N]` is supported)"
                 ));
             };
             steps.push(Step::Index(i));
             rest = tail;
         } else {
-            return Err(format!("JSON path `{path}`: expected `.name` or `[N]` at `{rest}`"));
+            return Err(format!("path `{path}`: expected `.name` or `[N]` at `{rest}`"));
         }
     }
     if steps.is_empty() {
-        return Err(format!("JSON path `{path}` names no field"));
+        return Err(format!("path `{path}` names no field"));
     }
     Ok(steps)
 }
@@ -239,19 +239,19 @@ impl BodyXml {
         equals: Option<&str>,
     ) -> Result<Self, String> {
         let Some(rest) = path.strip_prefix('/') else {
-            return Err(format!("XML path `{path}` must be absolute (start with `/`)"));
+            return Err(format!("path `{path}` must be absolute (start with `/`)"));
         };
         if rest.starts_with('/') {
-            return Err(format!("XML path `{path}`: `//` is not supported (only child steps)"));
+            return Err(format!("path `{path}`: `//` is not supported (only child steps)"));
         }
         let mut steps = Vec::new();
         for step in rest.split('/') {
             if step.is_empty() {
-                return Err(format!("XML path `{path}` has an empty step"));
+                return Err(format!("path `{path}` has an empty step"));
             }
             if step.contains(['[', ']', '@', '*', '(', ')', '=', ' ', '.']) && step != "." {
                 return Err(format!(
-                    "XML path `{path}`: step `{step}` is not a name (only `prefix:name` or `name` \
+                    "path `{path}`: step `{step}` is not a name (only `prefix:name` or `name` \
                      child steps; no predicates, attributes, wildcards or functions)"
                 ));
             }
@@ -260,16 +260,14 @@ impl BodyXml {
                 None => (None, step),
             };
             if local.is_empty() || local.contains(':') || prefix.is_some_and(str::is_empty) {
-                return Err(format!("XML path `{path}`: step `{step}` is not a name"));
+                return Err(format!("path `{path}`: step `{step}` is not a name"));
             }
             let uri = match prefix {
                 None => None,
                 Some(p) => match ns.iter().find(|(k, _)| k == p) {
                     Some((_, uri)) => Some(uri.clone()),
                     None => {
-                        return Err(format!(
-                            "XML path `{path}`: prefix `{p}` is not bound in `ns`"
-                        ));
+                        return Err(format!("path `{path}`: prefix `{p}` is not bound in `ns`"));
                     }
                 },
             };

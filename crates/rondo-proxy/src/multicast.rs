@@ -185,7 +185,10 @@ impl Copy {
                 tracing::info!(route = %route.name, branch = %route.cluster, status, "multicast copy answered 5xx");
                 "5xx"
             }
-            Ok(_) => "answered",
+            Ok(status) => {
+                tracing::debug!(route = %route.name, branch = %route.cluster, status, "multicast copy answered");
+                "answered"
+            }
             Err((e, _)) => {
                 tracing::warn!(route = %route.name, branch = %route.cluster, error = %e, "multicast copy failed");
                 "failed"
