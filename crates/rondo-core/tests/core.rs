@@ -9,5 +9,6 @@ mod core {
     mod hashing;
     mod load_aware;
     mod orderly;
+    mod routes;
     mod state;
 }
