@@ -255,3 +255,32 @@ async fn the_own_http1_path_decides_whole_bodies_and_hands_the_rest_to_hyper() {
     assert_eq!((resp.status, resp.header("x-member")), (200, Some("other")));
     assert_eq!(handoffs(&r), vec![0, 0, 0, 0, 0, 1], "counted as `route`");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn body_filters_and_multicast_over_http2() {
+    let m = "{ body_json = { \"$.order.region\" = \"eu\" } }";
+    let audit = super::recorder::Recorder::spawn("audit");
+    let extra = "multicast = [ { cluster = \"audit\" } ]";
+    let special = support::spawn_member("special", 0).await;
+    let other = support::spawn_member("other", 0).await;
+    let config = listener_table("web", "")
+        + &route_table("special", "web", "special", &format!("match = {m}\n{extra}"))
+        + &route_table("default", "web", "other", "")
+        + &cluster_table("special", &support::member_list(std::slice::from_ref(&special)))
+        + &cluster_table("other", &support::member_list(std::slice::from_ref(&other)))
+        + &cluster_table("audit", &format!("members = [{}]", audit.entry()));
+    let r = support::router(&config).await;
+    let client = support::client_of::<Full<Bytes>>(true);
+    for (body, want) in [(ORDER_EU, "special"), (&b"{\"order\": 1}"[..], "other")] {
+        let req = Request::post(r.url("web", "/echo"))
+            .header("x-request-id", want)
+            .body(Full::new(Bytes::copy_from_slice(body)))
+            .unwrap();
+        let resp = client.request(req).await.expect("h2 request");
+        assert_eq!(resp.version(), http::Version::HTTP_2);
+        assert_eq!(resp.headers().get("x-member").unwrap(), want);
+        assert_eq!(&resp.into_body().collect().await.unwrap().to_bytes()[..], body);
+    }
+    assert_eq!(audit.wait_for(1).await, ["special"]);
+    assert_eq!(audit.seen()[0].body, ORDER_EU);
+}

@@ -37,6 +37,8 @@ struct Shared {
     /// While set, requests wait for a permit of `gate` before they are answered.
     holding: std::sync::atomic::AtomicBool,
     gate: Semaphore,
+    /// Answers 500 to replayed requests (`x-rondo-replay`).
+    fail_replays: std::sync::atomic::AtomicBool,
 }
 
 /// A recording member.
@@ -54,6 +56,7 @@ impl Recorder {
             log: Mutex::default(),
             holding: Default::default(),
             gate: Semaphore::new(0),
+            fail_replays: Default::default(),
         });
         let (n, s) = (Arc::<str>::from(name), shared.clone());
         let (runtime, addr, stop) = std::thread::spawn(move || {
@@ -128,6 +131,11 @@ impl Recorder {
         self.shared.gate.add_permits(Semaphore::MAX_PERMITS / 2);
     }
 
+    /// From now on, replayed requests (`x-rondo-replay`) are answered 500.
+    pub(crate) fn fail_replays(&self) {
+        self.shared.fail_replays.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
     /// Stops the member and closes every connection it has.
     pub(crate) async fn kill(&mut self) {
         if let Some((runtime, stop)) = self.parts.take() {
@@ -161,6 +169,8 @@ async fn answer(
     let id =
         parts.headers.get("x-request-id").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
     let checkpoint = parts.headers.contains_key("x-test-checkpoint");
+    let refuse = parts.headers.contains_key("x-rondo-replay")
+        && shared.fail_replays.load(std::sync::atomic::Ordering::SeqCst);
     shared.log.lock().unwrap().push(Seen {
         id: id.clone(),
         method: parts.method.to_string(),
@@ -177,6 +187,9 @@ async fn answer(
     }
     if checkpoint {
         resp.headers_mut().insert("x-rondo-checkpoint", http::HeaderValue::from_static("1"));
+    }
+    if refuse {
+        *resp.status_mut() = http::StatusCode::INTERNAL_SERVER_ERROR;
     }
     Ok(resp)
 }

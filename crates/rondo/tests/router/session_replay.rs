@@ -157,3 +157,45 @@ async fn cookie_sessions_are_replayed_by_their_replay_cookie() {
     assert_eq!(s.headers.get("x-rondo-replayed").map(|v| v.to_str().unwrap()), Some("5"));
     assert_eq!(heir.ids(), range(0, 6));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_replay_moves_on_down_the_failover_order() {
+    // The session starts on m1; m2, the other member of its cluster, cannot take sessions over
+    // (it refuses replays); m3, in the backup cluster, can.
+    let (mut m1, m2, m3) = (Recorder::spawn("m1"), Recorder::spawn("m2"), Recorder::spawn("m3"));
+    m2.fail_replays();
+    let session =
+        "granularity = \"session\"\nsession = { header = \"x-session\" }\nalgorithm = \"weighted\"";
+    let config = listener_table("web", "error_detail = \"full\"")
+        + &route_table(
+            "s",
+            "web",
+            "c",
+            "backups = [\"d\"]\nsession_replay = { max_messages = 64 }",
+        )
+        + &cluster_table(
+            "c",
+            &format!(
+                "{session}\nmembers = [{}, {}]",
+                m1.entry().replace(" }", ", weight = 1000000 }"),
+                m2.entry()
+            ),
+        )
+        + &cluster_table("d", &format!("{session}\nmembers = [{}]", m3.entry()));
+    let r = support::router(&config).await;
+    for i in 0..6 {
+        assert_eq!(message(&r, i, &[]).await.member(), "m1");
+    }
+    m1.kill().await;
+    let s = message(&r, 6, &[]).await;
+    assert_eq!(s.member(), "m3");
+    assert_eq!(s.headers.get("x-rondo-replayed").map(|v| v.to_str().unwrap()), Some("6"));
+    // m2 got the first replayed request, refused it, and never got the new one.
+    assert_eq!(m2.ids(), ["0"]);
+    assert_eq!(m3.ids(), range(0, 7), "the replay, in order, then the new request");
+    let text = r.live.metrics.render(&r.live.load());
+    for result in ["failed", "replayed"] {
+        let line = format!("rondo_session_replays_total{{route=\"s\",result=\"{result}\"}} 1");
+        assert!(text.contains(&line), "{line} in {text}");
+    }
+}
