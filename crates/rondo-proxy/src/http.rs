@@ -1,11 +1,17 @@
 //! The HTTP request path, top to bottom, in four stages (`proxy`):
 //!
-//! 1. `route`: refuse loops and malformed `Host`s, find the first matching route;
-//! 2. `prepare`: the body limit, the head as members get it, the body in a replay slot;
+//! 1. `route`: refuse loops and malformed `Host`s, find the first matching route in the filter
+//!    table (priority, then file order); when a route that reads the body (`body_json`,
+//!    `body_xml`) could match, read the body's first bytes (`peek_body`) and look again;
+//! 2. `prepare`: the body limit, the head as members get it, the body in a replay slot (bytes
+//!    read already go first); a route that copies the request (multicast, `all-matches`) or
+//!    keeps it (session replay) reads the whole body first, and the copies leave here
+//!    ([`crate::multicast`]), each through `forward` on its own;
 //! 3. `forward`: the failover loop. The core's [`Failover`] engine says which cluster the next
 //!    try goes to and whether a failed try may go elsewhere; `place` puts the try on a member
 //!    (sticky session, hash key or the cluster's algorithm) in the same lock hold as the retry
-//!    budget; `attempt` sends it with its timeout and classifies a failure;
+//!    budget; `attempt` replays a moved session's kept requests to the member first
+//!    ([`crate::session_replay`]), sends the try with its timeout and classifies a failure;
 //! 4. `respond`: the member's answer streamed back with header hygiene; or, when the tries ran
 //!    out, an error that explains itself (`gave_up`).
 
