@@ -18,6 +18,7 @@
 
 mod compile;
 mod error;
+mod filter;
 pub mod jwks;
 mod path;
 mod raw;
@@ -38,7 +39,7 @@ pub use schema::fields as schema_fields;
 pub use spec::{
     AccessLogSpec, AccessLogTarget, AdminSpec, AdminToken, AgentKey, AgentSpec, DnsSpec,
     ErrorDetail, Http2Limits, ListenerProtocol, ListenerSpec, LogFormat, LogSpec, NamingSpec,
-    RegistrySpec, RouterSpec,
+    RegistrySpec, RouterSpec, Routing,
 };
 pub use warnings::Features;
 

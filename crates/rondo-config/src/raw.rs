@@ -117,6 +117,7 @@ pub(crate) struct RawListener {
     pub tls: Option<RawListenerTls>,
     pub max_connection_age_ms: Option<u64>,
     pub max_requests_per_connection: Option<u64>,
+    pub routing: Option<String>,
 }
 
 /// A listener's `tls`: terminate TLS with these certificates.
@@ -152,6 +153,29 @@ pub(crate) struct RawRoute {
     pub request_timeout_ms: Option<u64>,
     pub auth: Option<RawAuth>,
     pub login: Option<RawLogin>,
+    pub priority: Option<i64>,
+    pub multicast: Option<Vec<RawBranch>>,
+    pub multicast_max_body_bytes: Option<u64>,
+    pub session_replay: Option<RawSessionReplay>,
+}
+
+/// One of a route's `multicast` branches.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawBranch {
+    pub cluster: String,
+    #[serde(default)]
+    pub backups: Vec<String>,
+    pub queue: Option<u64>,
+}
+
+/// A route's `session_replay`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawSessionReplay {
+    pub max_messages: Option<u64>,
+    pub max_bytes: Option<u64>,
+    pub max_total_bytes: Option<u64>,
 }
 
 /// A route's `login`: members may sign users on.
@@ -180,7 +204,24 @@ pub(crate) struct RawMatch {
     pub path_prefix: Option<String>,
     pub method: Option<OneOrMany>,
     pub headers: Option<BTreeMap<String, String>>,
+    pub headers_present: Option<Vec<String>>,
+    pub headers_absent: Option<Vec<String>>,
+    pub headers_regex: Option<BTreeMap<String, String>>,
+    pub path_regex: Option<String>,
+    pub query: Option<BTreeMap<String, String>>,
+    pub body_json: Option<BTreeMap<String, String>>,
+    pub body_xml: Option<RawBodyXml>,
+    pub max_peek_bytes: Option<u64>,
     pub sni: Option<String>,
+}
+
+/// A match's `body_xml`: an element path in the body, with namespace prefixes.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawBodyXml {
+    pub path: String,
+    pub ns: Option<BTreeMap<String, String>>,
+    pub equals: Option<String>,
 }
 
 /// A string or an array of strings (`method = "GET"` or `method = ["GET", "POST"]`).

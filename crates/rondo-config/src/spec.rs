@@ -34,6 +34,35 @@ impl ListenerProtocol {
     }
 }
 
+/// Which routes of an HTTP listener get a request (`routing`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Routing {
+    /// The first matching route (by priority, then file order) gets it.
+    #[default]
+    FirstMatch,
+    /// Every matching route's cluster gets it (WCF's multicast over the filter table); the
+    /// first matching route answers the client, the others get copies as multicast branches.
+    AllMatches,
+}
+
+impl Routing {
+    /// Every mode.
+    pub const ALL: [Routing; 2] = [Routing::FirstMatch, Routing::AllMatches];
+
+    /// The configuration spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Routing::FirstMatch => "first-match",
+            Routing::AllMatches => "all-matches",
+        }
+    }
+
+    /// Parses the configuration spelling.
+    pub fn parse(s: &str) -> Option<Self> {
+        Routing::ALL.into_iter().find(|p| p.as_str() == s)
+    }
+}
+
 /// How much an error the router answers itself tells the client (`error_detail`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ErrorDetail {
@@ -104,6 +133,8 @@ pub struct ListenerSpec {
     /// GOAWAY, so keep-alive clients and gRPC channels reconnect (and spread onto routers and
     /// members that joined).
     pub connections: rondo_core::ConnectionLimits,
+    /// Which matching routes get a request (HTTP only).
+    pub routing: Routing,
 }
 
 /// A listener's HTTP/2 protections: keepalive PINGs, a bounded wait after GOAWAY, and the stream

@@ -69,7 +69,7 @@ pub(crate) fn unsupported(raw: &RawConfig, features: Features) -> Vec<Problem> {
 }
 
 /// What is valid but probably not what was meant, in `config` (compiled from the same file:
-/// route `i` of the view is `route[i]` of the file).
+/// the view's routes are in evaluation order, each knowing its place in the file).
 pub(crate) fn warnings(config: &Config) -> Vec<Problem> {
     let root = FieldPath::root();
     let mut out = Vec::new();
@@ -105,26 +105,35 @@ pub(crate) fn warnings(config: &Config) -> Vec<Problem> {
     let routes = &config.view.routes;
     tls_names(config, &mut out);
     for (i, route) in routes.iter().enumerate() {
+        // Under `routing = "all-matches"` a later route still gets its copy.
+        let all_matches = config
+            .listeners
+            .iter()
+            .any(|l| l.name == route.listener && l.routing == crate::Routing::AllMatches);
         let earlier = routes[..i]
             .iter()
-            .enumerate()
             // A tcp listener tries its `sni` routes first and its route without `sni` last.
-            .find(|(_, r)| {
-                r.listener == route.listener
+            .find(|r| {
+                !all_matches
+                    && r.listener == route.listener
                     && (route.matcher.sni.is_none() || r.matcher.sni.is_some())
                     && covers(&r.matcher, &route.matcher)
             });
-        if let Some((j, first)) = earlier {
+        if let Some(first) = earlier {
             let what = if is_catch_all(&first.matcher) {
                 "matches every request".to_owned()
             } else {
                 "matches every request this one matches".to_owned()
             };
+            let before = if first.priority > route.priority {
+                format!("(route[{}], priority {}) above it", first.position, first.priority)
+            } else {
+                format!("(route[{}]) before it", first.position)
+            };
             out.push(Problem {
-                path: root.key("route").index(i),
+                path: root.key("route").index(route.position),
                 message: format!(
-                    "route `{}` is never used: route `{}` (route[{j}]) before it on listener \
-                     `{}` {what}",
+                    "route `{}` is never used: route `{}` {before} on listener `{}` {what}",
                     route.name, first.name, route.listener
                 ),
             });
@@ -132,7 +141,8 @@ pub(crate) fn warnings(config: &Config) -> Vec<Problem> {
     }
 
     // A route to a cluster the file lacks (only valid with `allow_registered_clusters`).
-    for (i, route) in routes.iter().enumerate() {
+    for route in routes {
+        let i = route.position;
         let targets = std::iter::once((root.key("route").index(i).key("cluster"), &route.cluster))
             .chain(
                 route
@@ -158,7 +168,11 @@ pub(crate) fn warnings(config: &Config) -> Vec<Problem> {
     if config.naming.is_none() {
         let used: BTreeSet<&str> = routes
             .iter()
-            .flat_map(|r| std::iter::once(&r.cluster).chain(&r.backups))
+            .flat_map(|r| {
+                std::iter::once(&r.cluster).chain(&r.backups).chain(
+                    r.multicast.iter().flat_map(|b| std::iter::once(&b.cluster).chain(&b.backups)),
+                )
+            })
             .map(String::as_str)
             .collect();
         for name in config.view.clusters.keys() {
@@ -246,6 +260,10 @@ fn is_catch_all(m: &RouteMatch) -> bool {
         && m.path_prefix.as_deref().is_none_or(str::is_empty)
         && m.methods.is_empty()
         && m.headers.is_empty()
+        && m.headers_present.is_empty()
+        && m.headers_absent.is_empty()
+        && m.query.is_empty()
+        && m.filters.is_empty()
 }
 
 /// Whether `a` matches every request `b` matches (each of `a`'s conditions is implied by
@@ -272,7 +290,13 @@ fn covers(a: &RouteMatch, b: &RouteMatch) -> bool {
     };
     let methods = a.methods.is_empty()
         || (!b.methods.is_empty() && b.methods.iter().all(|m| a.methods.contains(m)));
-    let headers = a.headers.iter().all(|h| b.headers.contains(h));
+    let headers = a.headers.iter().all(|h| b.headers.contains(h))
+        && a.headers_present
+            .iter()
+            .all(|h| b.headers_present.contains(h) || b.headers.iter().any(|(n, _)| n == h))
+        && a.headers_absent.iter().all(|h| b.headers_absent.contains(h))
+        && a.query.iter().all(|q| b.query.contains(q))
+        && a.filters.iter().all(|f| b.filters.contains(f));
     let sni = match (&a.sni, &b.sni) {
         (None, _) => true,
         (Some(_), None) => false,
@@ -296,8 +320,7 @@ mod tests {
             host: host.map(str::to_owned),
             path_prefix: path.map(str::to_owned),
             methods: methods.iter().map(|s| s.to_string()).collect(),
-            headers: Vec::new(),
-            sni: None,
+            ..RouteMatch::default()
         }
     }
 

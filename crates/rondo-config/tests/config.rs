@@ -247,6 +247,7 @@ fn full_config_compiles_into_the_expected_view() {
                 access_log: None,
                 tls: None,
                 connections: Default::default(),
+                routing: Default::default(),
             },
             ListenerSpec {
                 name: "db".into(),
@@ -263,6 +264,7 @@ fn full_config_compiles_into_the_expected_view() {
                 access_log: None,
                 tls: None,
                 connections: Default::default(),
+                routing: Default::default(),
             },
         ]
     );
@@ -282,7 +284,7 @@ fn full_config_compiles_into_the_expected_view() {
             path_prefix: Some("/api".into()),
             methods: vec!["GET".into(), "POST".into()],
             headers: vec![("x-tenant".into(), "a".into())],
-            sni: None,
+            ..RouteMatch::default()
         }
     );
     let r2 = &c.view.routes[1];
@@ -1808,4 +1810,71 @@ fn connection_limits_compile_and_tcp_refuses_them() {
         "{}",
         render(&errs)
     );
+}
+
+// ---- issue 18: filters, multicast, session replay ----
+
+#[test]
+fn the_wcf_example_passes_without_warnings() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/wcf.toml");
+    let c = load_file(&path, 1).unwrap_or_else(|e| panic!("{e}"));
+    assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+    // Evaluated by priority, then file order: `submit-order` first on `soap`.
+    let soap: Vec<&str> =
+        c.view.routes.iter().filter(|r| r.listener == "soap").map(|r| r.name.as_str()).collect();
+    assert_eq!(soap, ["submit-order", "canary", "soap-rest"]);
+    let submit = &c.view.routes[0];
+    assert_eq!((submit.priority, submit.position), (10, 0));
+    assert_eq!(submit.matcher.max_peek_bytes, 16384);
+    assert_eq!(submit.multicast[0].cluster, "audit");
+    assert_eq!(submit.multicast[0].queue, 512);
+    let carts = c.view.routes.iter().find(|r| r.name == "carts").unwrap();
+    assert_eq!(carts.session_replay.unwrap().max_messages, 64);
+    assert_eq!(c.listeners[1].routing, rondo_config::Routing::AllMatches);
+}
+
+#[test]
+fn priorities_sort_routes_and_warnings_point_at_the_file() {
+    let text = with(
+        "\n[[route]]\nname = \"late\"\nlistener = \"web\"\ncluster = \"app\"\npriority = 3\nmatch = { path_prefix = \"/x\" }\n",
+    );
+    let c = ok(&text);
+    assert_eq!(c.view.routes[0].name, "late");
+    assert_eq!(c.view.routes[0].position, 1);
+    // The catch-all (route[0]) now comes after `late`: it is not shadowed, nor is `late`.
+    assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+}
+
+#[test]
+fn new_route_fields_are_checked_where_they_are_written() {
+    let route = |extra: &str| {
+        format!(
+            "[[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:8080\"\n\n[[route]]\nlistener = \"web\"\ncluster = \"app\"\n{extra}\n\n[cluster.app]\nmembers = [{{ name = \"a1\", address = \"127.0.0.1:9001\" }}]\n\n[cluster.audit]\nmembers = [{{ name = \"b1\", address = \"127.0.0.1:9002\" }}]\n"
+        )
+    };
+    let t = route("match = { path_regex = \"(\" }");
+    fails_once(&t, "route[0].match.path_regex", "\"(\"", "is not a regular expression");
+    let t = route("match = { headers_regex = { x-a = \"[\" } }");
+    fails_once(&t, "route[0].match.headers_regex.x-a", "\"[\"", "is not a regular expression");
+    let t = route("match = { body_json = { \"order.region\" = \"eu\" } }");
+    fails_once(&t, "route[0].match.body_json.\"order.region\"", "\"eu\"", "must start with `$`");
+    let t = route("match = { body_xml = { path = \"/s:Envelope\" } }");
+    fails_once(&t, "route[0].match.body_xml.path", "\"/s:Envelope\"", "prefix `s` is not bound");
+    let t = route("match = { max_peek_bytes = 10 }");
+    fails_once(&t, "route[0].match.max_peek_bytes", "10", "only body filters read the body");
+    let t = route("match = { headers_present = [\"x-a\"], headers_absent = [\"X-A\"] }");
+    fails_once(&t, "route[0].match.headers_absent[0]", "\"X-A\"", "both required and absent");
+    let t = route("multicast = [ { cluster = \"app\" } ]");
+    fails_once(&t, "route[0].multicast[0].cluster", "\"app\" }", "already serves the route");
+    let t = route("multicast = [ { cluster = \"nope\" } ]");
+    fails_once(&t, "route[0].multicast[0].cluster", "\"nope\"", "unknown cluster `nope`");
+    let t = route("multicast = [ { cluster = \"audit\", queue = 0 } ]");
+    fails_once(&t, "route[0].multicast[0].queue", "0 }", "must be greater than 0");
+    let t = route("session_replay = { max_messages = 8 }");
+    fails_once(&t, "route[0].session_replay", "{ max_messages", "granularity `request`");
+    let t = route("priority = 99999999999");
+    fails_once(&t, "route[0].priority", "99999999999", "must be between");
+    let t = BASE
+        .replace("listen = \"127.0.0.1:8080\"", "listen = \"127.0.0.1:8080\"\nrouting = \"all\"");
+    fails_once(&t, "listener[0].routing", "\"all\"", "unknown routing `all`");
 }

@@ -641,6 +641,48 @@ impl Default for StickySession {
     }
 }
 
+/// A condition of a route's match that the core holds but does not evaluate itself: a regular
+/// expression on the path or a header, a JSON or XML body path. Such conditions are compiled
+/// outside the core (by `rondo-config`, once per view, so a bad pattern is a configuration
+/// error) and evaluated by the data plane through this trait; the core stays free of the
+/// regular-expression and parser crates.
+pub trait Filter: fmt::Debug + Send + Sync {
+    /// The condition as written (`path_regex = "^/a"`); views compare filters by it.
+    fn describe(&self) -> &str;
+    /// Whether the request's head satisfies the condition (a body filter: always).
+    fn matches_head(&self, req: &RequestFacts<'_>) -> bool;
+    /// Whether the condition reads the request's body.
+    fn reads_body(&self) -> bool {
+        false
+    }
+    /// Whether `body` satisfies the condition (only asked of filters that read the body).
+    fn matches_body(&self, body: &BodyPeek<'_>) -> bool {
+        let _ = body;
+        true
+    }
+}
+
+/// A shared [`Filter`], compared by what it says ([`Filter::describe`]).
+#[derive(Debug, Clone)]
+pub struct FilterRef(pub Arc<dyn Filter>);
+
+impl PartialEq for FilterRef {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.describe() == other.0.describe()
+    }
+}
+
+impl Eq for FilterRef {}
+
+/// The first bytes of a request body, as body filters see them.
+#[derive(Debug, Clone, Copy)]
+pub struct BodyPeek<'a> {
+    /// The bytes read (at most the route's `max_peek_bytes`).
+    pub bytes: &'a [u8],
+    /// Whether `bytes` is the whole body.
+    pub complete: bool,
+}
+
 /// What a route matches; every present condition must hold.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct RouteMatch {
@@ -652,6 +694,17 @@ pub struct RouteMatch {
     pub methods: Vec<String>,
     /// Header name (lower case) and exact value.
     pub headers: Vec<(String, String)>,
+    /// Header names (lower case) that must be present (any value).
+    pub headers_present: Vec<String>,
+    /// Header names (lower case) that must be absent.
+    pub headers_absent: Vec<String>,
+    /// Query parameters (name, value), both percent-decoded (`+` is a space): some parameter
+    /// of the name must have exactly the value.
+    pub query: Vec<(String, String)>,
+    /// Conditions evaluated outside the core (regular expressions, body paths).
+    pub filters: Vec<FilterRef>,
+    /// The most body bytes a body filter reads (0: no filter reads the body).
+    pub max_peek_bytes: u64,
     /// `tcp` listeners only: the TLS server name (SNI) the client's ClientHello asks for,
     /// lower case; a leading `*.` matches one more label. A client that sends no SNI matches
     /// only routes without one.
@@ -680,10 +733,16 @@ pub struct RequestFacts<'a> {
     pub host: Option<&'a str>,
     /// The path, normalized ([`crate::path::normalize`]).
     pub path: &'a str,
+    /// The query, without its `?` (`None`: the target has none).
+    pub query: Option<&'a str>,
     /// Method.
     pub method: &'a str,
-    /// Header lookup by lower-case name.
+    /// Header lookup by lower-case name (the first value, when it is visible ASCII).
     pub header: &'a dyn Fn(&str) -> Option<&'a str>,
+    /// Whether a header of the lower-case name is present (whatever its value).
+    pub present: &'a dyn Fn(&str) -> bool,
+    /// The body's first bytes, once read (routes with body filters need them).
+    pub body: Option<BodyPeek<'a>>,
 }
 
 impl fmt::Debug for RequestFacts<'_> {
@@ -691,14 +750,39 @@ impl fmt::Debug for RequestFacts<'_> {
         f.debug_struct("RequestFacts")
             .field("host", &self.host)
             .field("path", &self.path)
+            .field("query", &self.query)
             .field("method", &self.method)
             .finish_non_exhaustive()
     }
 }
 
 impl RouteMatch {
-    /// Whether the request satisfies every condition.
+    /// Whether the request satisfies every condition; a route with a body filter matches only
+    /// once the body's first bytes are among the facts.
     pub fn matches(&self, req: &RequestFacts<'_>) -> bool {
+        self.matches_head(req)
+            && (!self.reads_body() || req.body.is_some_and(|b| self.body_matches(&b)))
+    }
+
+    /// Whether any condition reads the body.
+    pub fn reads_body(&self) -> bool {
+        self.max_peek_bytes > 0
+    }
+
+    /// Whether the body conditions hold for `body` (read up to at least this route's
+    /// `max_peek_bytes`, or complete): each body filter sees at most `max_peek_bytes` of it.
+    pub fn body_matches(&self, body: &BodyPeek<'_>) -> bool {
+        let limit = usize::try_from(self.max_peek_bytes).unwrap_or(usize::MAX);
+        let seen = if body.bytes.len() > limit {
+            BodyPeek { bytes: &body.bytes[..limit], complete: false }
+        } else {
+            *body
+        };
+        self.filters.iter().filter(|f| f.0.reads_body()).all(|f| f.0.matches_body(&seen))
+    }
+
+    /// Whether the request's head satisfies every condition that does not read the body.
+    pub fn matches_head(&self, req: &RequestFacts<'_>) -> bool {
         if let Some(want) = &self.host {
             let Some(host) = req.host else { return false };
             // `orders.example.` is `orders.example` (the root's empty label).
@@ -723,7 +807,66 @@ impl RouteMatch {
         if !self.methods.is_empty() && !self.methods.iter().any(|m| m == req.method) {
             return false;
         }
-        self.headers.iter().all(|(name, value)| (req.header)(name) == Some(value.as_str()))
+        if !self.headers.iter().all(|(name, value)| (req.header)(name) == Some(value.as_str())) {
+            return false;
+        }
+        if !self.headers_present.iter().all(|name| (req.present)(name))
+            || self.headers_absent.iter().any(|name| (req.present)(name))
+        {
+            return false;
+        }
+        if !self.query.iter().all(|(name, value)| query_has(req.query, name, value)) {
+            return false;
+        }
+        self.filters.iter().all(|f| f.0.matches_head(req))
+    }
+}
+
+/// Whether `query` (`a=1&b=2`, without the `?`) has a parameter `name` whose value is `value`,
+/// both compared percent-decoded with `+` as a space (as HTML forms send them). A parameter
+/// without `=` has the empty value.
+pub fn query_has(query: Option<&str>, name: &str, value: &str) -> bool {
+    let Some(query) = query else { return false };
+    query.split('&').filter(|p| !p.is_empty()).any(|pair| {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        decoded_eq(k, name) && decoded_eq(v, value)
+    })
+}
+
+/// Whether the query component `raw` decodes to `want`.
+fn decoded_eq(raw: &str, want: &str) -> bool {
+    let (raw, want) = (raw.as_bytes(), want.as_bytes());
+    let (mut i, mut j) = (0, 0);
+    while i < raw.len() {
+        let b = match raw[i] {
+            b'+' => b' ',
+            b'%' => {
+                let digit = |k: usize| raw.get(k).copied().and_then(hex_digit);
+                match (digit(i + 1), digit(i + 2)) {
+                    (Some(h), Some(l)) => {
+                        i += 2;
+                        h << 4 | l
+                    }
+                    _ => b'%',
+                }
+            }
+            b => b,
+        };
+        if want.get(j) != Some(&b) {
+            return false;
+        }
+        i += 1;
+        j += 1;
+    }
+    j == want.len()
+}
+
+fn hex_digit(b: u8) -> Option<u8> {
+    match b {
+        b'0'..=b'9' => Some(b - b'0'),
+        b'a'..=b'f' => Some(b - b'a' + 10),
+        b'A'..=b'F' => Some(b - b'A' + 10),
+        _ => None,
     }
 }
 
@@ -781,6 +924,74 @@ pub struct Route {
     pub auth: Option<Arc<RouteAuth>>,
     /// Whether (and how) members of this route may sign users on (`login`).
     pub login: Option<RouteLogin>,
+    /// Routes of a listener are evaluated by priority, higher first, then in file order.
+    pub priority: i32,
+    /// The route's place in the file (0-based): the tie-break after `priority`, and where
+    /// diagnostics point.
+    pub position: usize,
+    /// Other clusters that get a copy of every request the route matches (WCF multicast);
+    /// their answers never reach the client.
+    pub multicast: Vec<Branch>,
+    /// A request with a multicast branch and a body larger than this is answered 413 before
+    /// anything is sent (the body is held for every branch).
+    pub multicast_max_body_bytes: u64,
+    /// The requests of each sticky session kept for replay to the member that takes the
+    /// session over (WCF session recovery), when set.
+    pub session_replay: Option<SessionReplay>,
+}
+
+impl Route {
+    /// Default `multicast_max_body_bytes`: 1 MiB.
+    pub const DEFAULT_MULTICAST_MAX_BODY: u64 = 1 << 20;
+}
+
+/// One multicast branch of a route: a cluster with its own backups, tried with its own
+/// failover, under a bounded queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Branch {
+    /// The cluster that gets the copy.
+    pub cluster: String,
+    /// Tried in order when it cannot serve the copy.
+    pub backups: Vec<String>,
+    /// Copies waiting or in flight on this branch at most; one more is dropped and counted.
+    pub queue: u32,
+}
+
+impl Branch {
+    /// Default `queue`.
+    pub const DEFAULT_QUEUE: u32 = 1024;
+}
+
+/// A route's `session_replay`: how much of each session is kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionReplay {
+    /// Requests kept per session, at most.
+    pub max_messages: u32,
+    /// Bytes (heads and bodies) kept per session, at most.
+    pub max_bytes: u64,
+    /// Bytes kept over every session of the route, at most.
+    pub max_total_bytes: u64,
+}
+
+impl SessionReplay {
+    /// Default `max_messages`.
+    pub const DEFAULT_MAX_MESSAGES: u32 = 64;
+    /// Default `max_bytes`: 1 MiB.
+    pub const DEFAULT_MAX_BYTES: u64 = 1 << 20;
+    /// Default `max_total_bytes`: 64 MiB.
+    pub const DEFAULT_MAX_TOTAL_BYTES: u64 = 64 << 20;
+}
+
+/// Where a request goes, as the filter table says.
+#[derive(Debug, Clone, Copy)]
+pub enum Lookup<'v> {
+    /// The first matching route (by priority, then file order).
+    Found(&'v Route),
+    /// A route that matches the head reads the body: look up again with at least this many
+    /// of its first bytes (or all of it, when shorter).
+    NeedsBody(u64),
+    /// No route matches.
+    NoRoute,
 }
 
 /// An immutable, versioned snapshot of all routes and clusters (PKUAS view, WCF configuration).
@@ -799,6 +1010,58 @@ impl View {
     /// The first route of `listener` that matches `req`.
     pub fn route(&self, listener: &str, req: &RequestFacts<'_>) -> Option<&Route> {
         self.routes.iter().find(|r| r.listener == listener && r.matcher.matches(req))
+    }
+
+    /// The first route of `listener` that matches `req`, or the body bytes needed to decide:
+    /// a route whose head conditions hold and that reads the body, met before any route that
+    /// matches without it, needs `req.body`. With `all` (a listener's `routing =
+    /// "all-matches"`), every route that matches must be decided, so any of them that reads
+    /// the body needs it.
+    pub fn lookup(&self, listener: &str, req: &RequestFacts<'_>, all: bool) -> Lookup<'_> {
+        let mut first = None;
+        let mut peek = 0;
+        for r in self.routes.iter().filter(|r| r.listener == listener) {
+            if !r.matcher.matches_head(req) {
+                continue;
+            }
+            if r.matcher.reads_body() {
+                match &req.body {
+                    None => {
+                        peek = peek.max(r.matcher.max_peek_bytes);
+                        continue;
+                    }
+                    Some(body) if !r.matcher.body_matches(body) => continue,
+                    Some(_) => {}
+                }
+            }
+            if peek == 0 && first.is_none() {
+                first = Some(r);
+            }
+            if !all && peek == 0 {
+                break;
+            }
+        }
+        match first {
+            _ if peek > 0 => Lookup::NeedsBody(peek),
+            Some(r) => Lookup::Found(r),
+            None => Lookup::NoRoute,
+        }
+    }
+
+    /// Every route of `listener` that matches `req` besides `first` (routing `all-matches`),
+    /// in evaluation order.
+    pub fn also_matching(
+        &self,
+        listener: &str,
+        first: &Route,
+        req: &RequestFacts<'_>,
+    ) -> Vec<&Route> {
+        self.routes
+            .iter()
+            .filter(|r| {
+                r.listener == listener && !std::ptr::eq(*r, first) && r.matcher.matches(req)
+            })
+            .collect()
     }
 
     /// A cluster by name.

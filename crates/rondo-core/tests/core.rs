@@ -10,5 +10,6 @@ mod core {
     mod load_aware;
     mod orderly;
     mod shadow;
+    mod routes;
     mod state;
 }

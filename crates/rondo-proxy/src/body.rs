@@ -45,6 +45,13 @@ pub struct BodySlot(Arc<SlotInner>);
 #[derive(Debug)]
 struct SlotInner {
     body: Mutex<Option<Incoming>>,
+    /// The body's first bytes, read before the first try (a body filter's peek, a multicast
+    /// copy's whole body): every try sends them first, then what is left in `body`.
+    head: Bytes,
+    /// The trailers, when the whole body was read before the first try and had some.
+    trailers: Option<http::HeaderMap>,
+    /// `head` (and `trailers`) is the whole body: every try can send it again.
+    whole: bool,
     /// The whole body was passed on.
     complete: AtomicBool,
     /// The last read of the client's body found nothing yet: the forwarding waits on the
@@ -57,12 +64,40 @@ struct SlotInner {
 impl BodySlot {
     /// A slot holding `body`.
     pub fn new(body: Incoming) -> Self {
+        BodySlot::prefixed(Bytes::new(), body)
+    }
+
+    /// A slot whose body starts with `head`, read already, and goes on with `rest`.
+    pub fn prefixed(head: Bytes, rest: Incoming) -> Self {
+        let received = head.len() as u64;
         BodySlot(Arc::new(SlotInner {
-            body: Mutex::new(Some(body)),
+            body: Mutex::new(Some(rest)),
+            head,
+            trailers: None,
+            whole: false,
             complete: AtomicBool::new(false),
             waiting_on_client: AtomicBool::new(false),
-            received: AtomicU64::new(0),
+            received: AtomicU64::new(received),
         }))
+    }
+
+    /// A slot holding a whole body read already (and its trailers): every try sends it.
+    pub fn whole(body: Bytes, trailers: Option<http::HeaderMap>) -> Self {
+        let received = body.len() as u64;
+        BodySlot(Arc::new(SlotInner {
+            body: Mutex::new(None),
+            head: body,
+            trailers,
+            whole: true,
+            complete: AtomicBool::new(true),
+            waiting_on_client: AtomicBool::new(false),
+            received: AtomicU64::new(received),
+        }))
+    }
+
+    /// The whole body, when it was read before the first try.
+    pub fn whole_body(&self) -> Option<(&Bytes, Option<&http::HeaderMap>)> {
+        self.0.whole.then(|| (&self.0.head, self.0.trailers.as_ref()))
     }
 
     /// Body bytes passed on so far.
@@ -72,7 +107,7 @@ impl BodySlot {
 
     /// Whether the body is still untouched in the slot.
     pub fn is_untouched(&self) -> bool {
-        self.peek(|b| b.is_some())
+        self.0.whole || self.peek(|b| b.is_some())
     }
 
     /// Whether a try that timed out was waiting for the client's body rather than for the
@@ -107,6 +142,8 @@ pub enum UpstreamBody {
         limit: u64,
         /// Bytes passed so far.
         seen: u64,
+        /// 0: the slot's head is still to send; 1: its trailers (a whole body); 2: the rest.
+        stage: u8,
     },
     /// No body.
     Empty,
@@ -115,7 +152,7 @@ pub enum UpstreamBody {
 impl UpstreamBody {
     /// Streams the body in `slot`, failing once more than `limit` bytes (0 = no limit) passed.
     pub fn stream(slot: BodySlot, limit: u64) -> Self {
-        UpstreamBody::Stream { slot, inner: None, limit, seen: 0 }
+        UpstreamBody::Stream { slot, inner: None, limit, seen: 0, stage: 0 }
     }
 }
 
@@ -129,7 +166,29 @@ impl Body for UpstreamBody {
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         match self.get_mut() {
             UpstreamBody::Empty => Poll::Ready(None),
-            UpstreamBody::Stream { slot, inner, limit, seen } => {
+            UpstreamBody::Stream { slot, inner, limit, seen, stage } => {
+                if *stage == 0 {
+                    *stage = 1;
+                    let head = slot.0.head.clone();
+                    if !head.is_empty() {
+                        *seen += head.len() as u64;
+                        if *limit > 0 && *seen > *limit {
+                            return Poll::Ready(Some(Err(Box::new(TooLarge(*limit)))));
+                        }
+                        return Poll::Ready(Some(Ok(Frame::data(head))));
+                    }
+                }
+                if *stage == 1 {
+                    *stage = 2;
+                    if slot.0.whole {
+                        return Poll::Ready(
+                            slot.0.trailers.clone().map(|t| Ok(Frame::trailers(t))),
+                        );
+                    }
+                }
+                if slot.0.whole {
+                    return Poll::Ready(None);
+                }
                 if inner.is_none() {
                     *inner = slot.take();
                 }
@@ -162,6 +221,10 @@ impl Body for UpstreamBody {
 
     fn is_end_stream(&self) -> bool {
         match self {
+            UpstreamBody::Stream { slot, stage, .. } if slot.0.whole => {
+                *stage >= 2 || (slot.0.head.is_empty() && slot.0.trailers.is_none())
+            }
+            UpstreamBody::Stream { stage: 0, slot, .. } if !slot.0.head.is_empty() => false,
             UpstreamBody::Stream { slot, inner, .. } => match inner {
                 Some(b) => b.is_end_stream(),
                 None => slot.peek(|b| b.is_none_or(Incoming::is_end_stream)),
@@ -172,12 +235,24 @@ impl Body for UpstreamBody {
 
     fn size_hint(&self) -> SizeHint {
         match self {
-            UpstreamBody::Stream { slot, inner, .. } => match inner {
-                Some(b) => b.size_hint(),
-                None => {
-                    slot.peek(|b| b.map_or_else(|| SizeHint::with_exact(0), Incoming::size_hint))
+            UpstreamBody::Stream { slot, stage, .. } if slot.0.whole => {
+                let left = if *stage == 0 { slot.0.head.len() as u64 } else { 0 };
+                SizeHint::with_exact(left)
+            }
+            UpstreamBody::Stream { slot, inner, stage, .. } => {
+                let rest = match inner {
+                    Some(b) => b.size_hint(),
+                    None => slot
+                        .peek(|b| b.map_or_else(|| SizeHint::with_exact(0), Incoming::size_hint)),
+                };
+                let head = if *stage == 0 { slot.0.head.len() as u64 } else { 0 };
+                let mut hint = SizeHint::new();
+                hint.set_lower(rest.lower() + head);
+                if let Some(upper) = rest.upper() {
+                    hint.set_upper(upper + head);
                 }
-            },
+                hint
+            }
             UpstreamBody::Empty => SizeHint::with_exact(0),
         }
     }

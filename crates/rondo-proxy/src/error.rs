@@ -54,6 +54,9 @@ pub enum Kind {
     Tls(rondo_core::TlsFailure),
     /// The route requires a sign-on token and the request's is missing or refused (`auth`).
     Unauthorized(crate::auth::Refusal),
+    /// Replaying a session's kept requests to the member taking it over failed (the request
+    /// itself was not sent there).
+    Replay,
 }
 
 /// One try at one member.
@@ -118,6 +121,7 @@ impl Kind {
             | Kind::Timeout
             | Kind::BadStatus
             | Kind::Resolve
+            | Kind::Replay
             | Kind::Tls(_) => Side::Member,
         }
     }
@@ -132,6 +136,7 @@ impl Kind {
                 | Kind::NoEligible
                 | Kind::BadStatus
                 | Kind::Resolve
+                | Kind::Replay
                 | Kind::Tls(_)
         )
     }
@@ -141,9 +146,12 @@ impl Kind {
         match self {
             Kind::NoRoute => StatusCode::NOT_FOUND,
             Kind::NoEligible => StatusCode::SERVICE_UNAVAILABLE,
-            Kind::Connect | Kind::Reset | Kind::BadStatus | Kind::Resolve | Kind::Tls(_) => {
-                StatusCode::BAD_GATEWAY
-            }
+            Kind::Connect
+            | Kind::Reset
+            | Kind::BadStatus
+            | Kind::Resolve
+            | Kind::Replay
+            | Kind::Tls(_) => StatusCode::BAD_GATEWAY,
             Kind::Timeout => StatusCode::GATEWAY_TIMEOUT,
             Kind::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             Kind::ClientBody | Kind::BadRequest => StatusCode::BAD_REQUEST,
@@ -158,9 +166,12 @@ impl Kind {
         match self {
             Kind::NoRoute => "no route matches the request",
             Kind::NoEligible => "no server is available to serve the request",
-            Kind::Connect | Kind::Reset | Kind::BadStatus | Kind::Resolve | Kind::Tls(_) => {
-                "bad gateway: no server answered"
-            }
+            Kind::Connect
+            | Kind::Reset
+            | Kind::BadStatus
+            | Kind::Resolve
+            | Kind::Replay
+            | Kind::Tls(_) => "bad gateway: no server answered",
             Kind::Timeout => "gateway timeout: no response in time",
             Kind::Loop => "request loop detected",
             // About the client's own request: its detail is the client's to know.
@@ -202,6 +213,7 @@ impl Kind {
             Kind::BadStatus => "answered with a status outside 100-599",
             Kind::Resolve => "host name did not resolve",
             Kind::Unauthorized(_) => "sign-on token refused",
+            Kind::Replay => "replaying the session's requests failed",
         }
     }
 }

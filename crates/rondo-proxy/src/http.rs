@@ -1,11 +1,17 @@
 //! The HTTP request path, top to bottom, in four stages (`proxy`):
 //!
-//! 1. `route`: refuse loops and malformed `Host`s, find the first matching route;
-//! 2. `prepare`: the body limit, the head as members get it, the body in a replay slot;
+//! 1. `route`: refuse loops and malformed `Host`s, find the first matching route in the filter
+//!    table (priority, then file order); when a route that reads the body (`body_json`,
+//!    `body_xml`) could match, read the body's first bytes (`peek_body`) and look again;
+//! 2. `prepare`: the body limit, the head as members get it, the body in a replay slot (bytes
+//!    read already go first); a route that copies the request (multicast, `all-matches`) or
+//!    keeps it (session replay) reads the whole body first, and the copies leave here
+//!    ([`crate::multicast`]), each through `forward` on its own;
 //! 3. `forward`: the failover loop. The core's [`Failover`] engine says which cluster the next
 //!    try goes to and whether a failed try may go elsewhere; `place` puts the try on a member
 //!    (sticky session, hash key or the cluster's algorithm) in the same lock hold as the retry
-//!    budget; `attempt` sends it with its timeout and classifies a failure;
+//!    budget; `attempt` replays a moved session's kept requests to the member first
+//!    ([`crate::session_replay`]), sends the try with its timeout and classifies a failure;
 //! 4. `respond`: the member's answer streamed back with header hygiene; or, when the tries ran
 //!    out, an error that explains itself (`gave_up`).
 
@@ -14,6 +20,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use http::header::{self, HeaderValue};
 use http::request::Parts;
 use http::uri::{self, PathAndQuery, Scheme};
@@ -21,11 +28,11 @@ use http::{Request, Response, StatusCode, Uri, Version};
 use http_body::Body as _;
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
-use rondo_config::ListenerSpec;
+use rondo_config::{ListenerSpec, Routing};
 use rondo_core::failover::is_idempotent_method;
 use rondo_core::{
-    Failover, FailureKind, Granularity, HashKeySource, Outcome, RequestFacts, Route, Stop,
-    TryFailure,
+    BodyPeek, Failover, FailureKind, Granularity, HashKeySource, Lookup, Outcome, RequestFacts,
+    Route, Stop, TryFailure,
 };
 use rondo_runtime::metrics::{ListenerMetrics, RouteMetrics};
 use rondo_runtime::{ClusterRt, Live, Placed, Refused, Snapshot, clock};
@@ -60,6 +67,17 @@ pub struct HttpCtx {
     pub access: Option<AccessLog>,
     /// Sign-on token checks (routes' `auth`), shared by every listener.
     pub auth: Arc<crate::auth::Auth>,
+    /// The multicast branches' queues.
+    pub copies: crate::multicast::Queues,
+}
+
+/// Whether a request routed so must take hyper's path: its route copies it (multicast, or the
+/// other matching routes of `all-matches`) or keeps it for session replay, both of which hold
+/// the request's parts and body as hyper's path has them.
+pub(crate) fn needs_hyper(routed: &Routed<'_>) -> bool {
+    !routed.route.multicast.is_empty()
+        || !routed.also.is_empty()
+        || routed.route.session_replay.is_some()
 }
 
 /// Serves one request.
@@ -184,17 +202,32 @@ fn without_port(full: &str) -> &str {
 /// A failure the client is answered with, and the idle timeout its connection keeps.
 pub(crate) type Failure = (ProxyError, Duration);
 
-/// The request path in four stages: [`route`] (the guards and the route), [`prepare`] (the
-/// request as members get it), the failover loop of [`forward`] over [`attempt`]s, and
-/// [`respond`] with the member's answer.
+/// The request path in four stages: [`route`] (the guards and the route; a route with a body
+/// filter first peeks at the body, [`peek_body`]), [`prepare`] (the request as members get it;
+/// multicast copies leave here, [`crate::multicast`]), the failover loop of [`forward`] over
+/// [`attempt`]s, and [`respond`] with the member's answer.
 async fn proxy(
-    ctx: &HttpCtx,
-    snapshot: &Snapshot,
+    ctx: &Arc<HttpCtx>,
+    snapshot: &Arc<Snapshot>,
     conn: &Arc<ConnState>,
     peer: SocketAddr,
     mut req: Request<Incoming>,
 ) -> Result<Response<ProxyBody>, Failure> {
-    let (route, host) = route(ctx, snapshot, &mut req)?;
+    let (decided, host) = route(ctx, snapshot, &mut req)?;
+    let (routed, mut read) = match decided {
+        Decided::Route(routed) => (routed, None),
+        Decided::NeedsBody(n) => {
+            // A body filter decides: read the body's first bytes, then look again.
+            let peeked = peek_body(ctx, None, &mut req, n).await?;
+            let routed = match decide(ctx, snapshot, &req, host.as_deref(), Some(&peeked))? {
+                Decided::Route(routed) => routed,
+                // Never: the body was read as far as every route needs.
+                Decided::NeedsBody(_) => return Err(no_route(ctx, &req, host.as_deref())),
+            };
+            (routed, Some(peeked))
+        }
+    };
+    let route = routed.route;
     // Should the client abandon the request, the connection then idles under this route's timeout.
     conn.set_idle(route.idle_timeout);
     let headers = req.headers();
@@ -204,9 +237,69 @@ async fn proxy(
             sticky::cookie(headers, n)
         })
         .map_err(|e| (e, route.idle_timeout))?;
-    let req = prepare(ctx, conn, route, req, host.as_deref(), identity.as_ref())?;
+    let branches = crate::multicast::branches(route, &routed.also);
+    if !branches.is_empty() {
+        // Every branch gets the same body: all of it is read first, within the route's limit.
+        let limit = route.multicast_max_body_bytes;
+        if req.body().size_hint().lower() > limit {
+            let detail = format!(
+                "request body over the multicast limit of {limit} bytes (multicast_max_body_bytes)"
+            );
+            return Err(on_route(route, Kind::BodyTooLarge, detail));
+        }
+        let whole = peek_body(ctx, Some(route), &mut req, limit.saturating_add(1)).await?;
+        let whole = match read.take() {
+            Some(first) => first.then(whole),
+            None => whole,
+        };
+        if whole.bytes.len() as u64 > limit || !whole.complete {
+            let detail = format!(
+                "request body over the multicast limit of {limit} bytes (multicast_max_body_bytes)"
+            );
+            return Err(on_route(route, Kind::BodyTooLarge, detail));
+        }
+        read = Some(whole);
+    }
+    if let Some(limits) = route.session_replay
+        && !read.as_ref().is_some_and(|r| r.complete)
+    {
+        // A session's request is kept whole for replay: its body is read first, up to the
+        // session's limit (a larger one streams on, and the session is no longer kept).
+        let more =
+            peek_body(ctx, Some(route), &mut req, limits.max_bytes.saturating_add(1)).await?;
+        read = Some(match read.take() {
+            Some(first) => first.then(more),
+            None => more,
+        });
+    }
+    let req = prepare(ctx, conn, route, req, host.as_deref(), identity.as_ref(), read)?;
+    if !branches.is_empty() {
+        crate::multicast::spawn(
+            ctx,
+            snapshot,
+            peer,
+            route,
+            branches,
+            &req.parts,
+            &req.path_and_query,
+            req.slot.as_ref(),
+        );
+    }
     let idempotent = req.idempotent;
     forward(ctx, snapshot, peer, route, idempotent, &mut HyperTries { ctx, conn, route, req }).await
+}
+
+/// What the route stage found: the route, and (routing `all-matches`) the other routes that
+/// match, whose clusters get copies.
+pub(crate) struct Routed<'s> {
+    pub(crate) route: &'s Route,
+    pub(crate) also: Vec<&'s Route>,
+}
+
+/// The route stage's answer: a route, or the body bytes a body filter needs to decide.
+pub(crate) enum Decided<'s> {
+    Route(Routed<'s>),
+    NeedsBody(u64),
 }
 
 /// Stage 1: refuse what must not be forwarded (a loop, a malformed `Host`), then the first route
@@ -215,7 +308,7 @@ fn route<'s>(
     ctx: &HttpCtx,
     snapshot: &'s Snapshot,
     req: &mut Request<Incoming>,
-) -> Result<(&'s Route, Option<String>), Failure> {
+) -> Result<(Decided<'s>, Option<String>), Failure> {
     if has_looped(req.headers()) {
         return Err(looped());
     }
@@ -242,15 +335,37 @@ fn route<'s>(
             }
         }
     }
-    let route = find_route(
-        ctx,
-        snapshot,
-        req.headers(),
-        host.as_deref(),
-        req.method().as_str(),
+    let decided = decide(ctx, snapshot, req, host.as_deref(), None)?;
+    Ok((decided, host))
+}
+
+/// [`find_route`] for a request on hyper's path.
+fn decide<'s>(
+    ctx: &HttpCtx,
+    snapshot: &'s Snapshot,
+    req: &Request<Incoming>,
+    host: Option<&str>,
+    body: Option<&Peeked>,
+) -> Result<Decided<'s>, Failure> {
+    let target = Target {
+        host,
+        method: req.method().as_str(),
+        path: req.uri().path(),
+        query: req.uri().query(),
+    };
+    find_route(ctx, snapshot, req.headers(), target, body.map(Peeked::view))
+}
+
+/// The 404 of a request no route matches.
+fn no_route(ctx: &HttpCtx, req: &Request<Incoming>, host: Option<&str>) -> Failure {
+    let detail = format!(
+        "no route on listener {} matches {} {}{}",
+        ctx.listener.name,
+        req.method(),
+        host.unwrap_or(""),
         req.uri().path(),
-    )?;
-    Ok((route, host))
+    );
+    (ProxyError::new(Kind::NoRoute, detail), DEFAULT_IDLE)
 }
 
 /// The 508 of a request that already passed through this router.
@@ -262,30 +377,148 @@ pub(crate) fn looped() -> Failure {
     (ProxyError::new(Kind::Loop, detail), DEFAULT_IDLE)
 }
 
-/// The first route of this listener whose match holds for the request (either path's).
+/// What of a request's target routes match on.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Target<'a> {
+    pub(crate) host: Option<&'a str>,
+    pub(crate) method: &'a str,
+    pub(crate) path: &'a str,
+    pub(crate) query: Option<&'a str>,
+}
+
+/// The first route of this listener whose match holds for the request (either path's), in the
+/// filter table's order (priority, then file order), and under `routing = "all-matches"` the
+/// other routes that match; or the body bytes a body filter needs first.
 pub(crate) fn find_route<'s>(
     ctx: &HttpCtx,
     snapshot: &'s Snapshot,
     headers: &impl Headers,
-    host: Option<&str>,
-    method: &str,
-    path: &str,
-) -> Result<&'s Route, Failure> {
+    target: Target<'_>,
+    body: Option<BodyPeek<'_>>,
+) -> Result<Decided<'s>, Failure> {
     let lookup = |n: &str| headers.get_str(n);
-    let facts = RequestFacts { host, path, method, header: &lookup };
-    let found = snapshot
-        .view
-        .routes
-        .iter()
-        .find(|r| r.listener == ctx.listener.name && r.matcher.matches(&facts));
-    found.ok_or_else(|| {
-        let detail = format!(
-            "no route on listener {} matches {method} {}{path}",
-            ctx.listener.name,
-            host.unwrap_or(""),
-        );
-        (ProxyError::new(Kind::NoRoute, detail), DEFAULT_IDLE)
-    })
+    let present = |n: &str| headers.get(n).is_some();
+    let Target { host, method, path, query } = target;
+    let facts =
+        RequestFacts { host, path, query, method, header: &lookup, present: &present, body };
+    let listener = ctx.listener.name.as_str();
+    let all = ctx.listener.routing == Routing::AllMatches;
+    match snapshot.view.lookup(listener, &facts, all) {
+        Lookup::Found(route) => {
+            let also =
+                if all { snapshot.view.also_matching(listener, route, &facts) } else { Vec::new() };
+            Ok(Decided::Route(Routed { route, also }))
+        }
+        Lookup::NeedsBody(n) => Ok(Decided::NeedsBody(n)),
+        Lookup::NoRoute => {
+            let detail = format!(
+                "no route on listener {} matches {method} {}{path}",
+                ctx.listener.name,
+                host.unwrap_or(""),
+            );
+            Err((ProxyError::new(Kind::NoRoute, detail), DEFAULT_IDLE))
+        }
+    }
+}
+
+/// Body bytes read before the request is forwarded (a body filter's peek, a multicast copy's
+/// whole body); forwarded unchanged ahead of the rest.
+pub(crate) struct Peeked {
+    pub(crate) bytes: Bytes,
+    pub(crate) trailers: Option<http::HeaderMap>,
+    /// The whole body was read.
+    pub(crate) complete: bool,
+}
+
+impl Peeked {
+    fn view(&self) -> BodyPeek<'_> {
+        BodyPeek { bytes: &self.bytes, complete: self.complete }
+    }
+
+    /// These bytes, then `more` (read after them).
+    fn then(self, more: Peeked) -> Peeked {
+        if self.complete {
+            return self;
+        }
+        let mut all = bytes::BytesMut::with_capacity(self.bytes.len() + more.bytes.len());
+        all.extend_from_slice(&self.bytes);
+        all.extend_from_slice(&more.bytes);
+        Peeked { bytes: all.freeze(), trailers: more.trailers, complete: more.complete }
+    }
+}
+
+/// How long reading a body before routing it may take (the default request timeout: no route
+/// is chosen yet).
+const PEEK_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Reads the request body's first bytes, until at least `want` are in or the body ends (the
+/// listener's `max_body_bytes` holds: 413 past it). The rest stays in the request.
+async fn peek_body(
+    ctx: &HttpCtx,
+    route: Option<&Route>,
+    req: &mut Request<Incoming>,
+    want: u64,
+) -> Result<Peeked, Failure> {
+    let limit = ctx.listener.max_body_bytes;
+    let failure = |kind: Kind, detail: String| match route {
+        Some(route) => on_route(route, kind, detail),
+        None => (ProxyError::new(kind, detail), DEFAULT_IDLE),
+    };
+    if limit > 0 && req.body().size_hint().lower() > limit {
+        return Err(failure(
+            Kind::BodyTooLarge,
+            format!("request body over the limit of {limit} bytes"),
+        ));
+    }
+    let timeout = route.map_or(PEEK_TIMEOUT, |r| r.request_timeout);
+    let body = req.body_mut();
+    let mut bytes = bytes::BytesMut::new();
+    let mut trailers = None;
+    let mut ended = false;
+    let read = async {
+        while (bytes.len() as u64) < want && !body.is_end_stream() {
+            match http_body_util::BodyExt::frame(&mut *body).await {
+                None => {
+                    ended = true;
+                    break;
+                }
+                Some(Err(_)) => return Err(Kind::ClientBody),
+                Some(Ok(frame)) => match frame.into_data() {
+                    Ok(data) => {
+                        bytes.extend_from_slice(&data);
+                        if limit > 0 && bytes.len() as u64 > limit {
+                            return Err(Kind::BodyTooLarge);
+                        }
+                    }
+                    Err(frame) => {
+                        if let Ok(mut t) = frame.into_trailers() {
+                            crate::headers::strip_reserved_trailers(&mut t);
+                            trailers = Some(t);
+                        }
+                        break;
+                    }
+                },
+            }
+        }
+        Ok(())
+    };
+    match tokio::time::timeout(timeout, read).await {
+        Ok(Ok(())) => {}
+        Ok(Err(Kind::BodyTooLarge)) => {
+            let detail = format!("request body over the limit of {limit} bytes");
+            return Err(failure(Kind::BodyTooLarge, detail));
+        }
+        Ok(Err(kind)) => {
+            let detail = "the request body broke off before it was complete".to_owned();
+            return Err(failure(kind, detail));
+        }
+        Err(_) => {
+            let detail = "the request body did not arrive in time".to_owned();
+            return Err(failure(Kind::ClientBodyTimeout, detail));
+        }
+    }
+    let complete = ended || trailers.is_some() || body.is_end_stream();
+    Ok(Peeked { bytes: bytes.freeze(), trailers, complete })
 }
 
 /// A request as every try sends it: its head with hop-by-hop headers gone and forwarding
@@ -313,9 +546,10 @@ fn prepare(
     mut req: Request<Incoming>,
     host: Option<&str>,
     identity: Option<&crate::auth::Identity>,
+    read: Option<Peeked>,
 ) -> Result<Prepared, Failure> {
     let limit = ctx.listener.max_body_bytes;
-    if limit > 0 && req.body().size_hint().lower() > limit {
+    if read.is_none() && limit > 0 && req.body().size_hint().lower() > limit {
         let detail = format!("request body over the limit of {limit} bytes");
         return Err(on_route(route, Kind::BodyTooLarge, detail));
     }
@@ -333,9 +567,18 @@ fn prepare(
     );
     crate::headers::add_client_cert(&mut parts.headers, conn.tls.as_ref());
     crate::auth::apply(&mut parts.headers, identity);
+    if route.session_replay.is_some() {
+        // Only the router marks a replay.
+        parts.headers.remove(crate::session_replay::REPLAY_HEADER);
+    }
     let path_and_query =
         parts.uri.path_and_query().cloned().unwrap_or_else(|| PathAndQuery::from_static("/"));
-    let slot = (!body.is_end_stream()).then(|| BodySlot::new(body));
+    let slot = match read {
+        Some(p) if p.complete => (!p.bytes.is_empty() || p.trailers.is_some())
+            .then(|| BodySlot::whole(p.bytes, p.trailers)),
+        Some(p) => Some(BodySlot::prefixed(p.bytes, body)),
+        None => (!body.is_end_stream()).then(|| BodySlot::new(body)),
+    };
     let idempotent = is_idempotent_method(parts.method.as_str());
     Ok(Prepared { parts, path_and_query, slot, client_upgrade, idempotent })
 }
@@ -438,7 +681,8 @@ pub(crate) async fn forward<T: Tries>(
             expected: crate::error::expected_name(kind, rt, member),
         });
         let failure = TryFailure {
-            reached: !matches!(kind, Kind::Connect | Kind::Resolve | Kind::Tls(_)),
+            // A replay that failed sent the member the session's kept requests, not this one.
+            reached: !matches!(kind, Kind::Connect | Kind::Resolve | Kind::Tls(_) | Kind::Replay),
             member_failed: kind.is_retryable(),
             replayable: req.replayable(),
         };
@@ -452,11 +696,12 @@ pub(crate) async fn forward<T: Tries>(
 /// The error of a request that ran out of tries: the most telling failure among its attempts.
 fn gave_up(route: &Route, attempts: Vec<Attempt>, stop: Stop) -> Failure {
     let tls = attempts.iter().find(|a| matches!(a.outcome, Kind::Tls(_))).map(|a| a.outcome);
-    let kind = [Kind::Timeout, Kind::Reset, Kind::BadStatus, Kind::Connect, Kind::Resolve]
-        .into_iter()
-        .find(|k| attempts.iter().any(|a| a.outcome == *k))
-        .or(tls)
-        .unwrap_or(Kind::NoEligible);
+    let kind =
+        [Kind::Timeout, Kind::Reset, Kind::BadStatus, Kind::Replay, Kind::Connect, Kind::Resolve]
+            .into_iter()
+            .find(|k| attempts.iter().any(|a| a.outcome == *k))
+            .or(tls)
+            .unwrap_or(Kind::NoEligible);
     let mut detail = match kind {
         Kind::Timeout => "member too slow: no response in time".to_owned(),
         Kind::NoEligible => "no eligible member to serve the request".to_owned(),
@@ -522,11 +767,49 @@ async fn attempt(
     // Ends the request on the member as cancelled if this future is dropped (the client went
     // away) before an outcome is recorded.
     let begun = Begun::new(rt, member);
+    // Session replay: a session that moved to this member gets its kept requests first.
+    let tls = ctx.listener.tls.is_some();
+    let session = crate::session_replay::session_of(route, rt, &req.parts.headers, tls);
+    let mut replayed = None;
+    if let Some((key, _)) = &session {
+        let store = &ctx.sessions.replay;
+        let name = &rt.spec.members[member].name;
+        match store.plan(&route.name, key, name) {
+            crate::session_replay::Plan::Nothing => {}
+            crate::session_replay::Plan::Skipped => {
+                tracing::info!(route = %route.name, member = %name, "session over its replay limits: failed over without replay");
+                ctx.live.metrics.replay(&route.name, "skipped");
+                store.moved(&route.name, key, name);
+                replayed = Some(None);
+            }
+            crate::session_replay::Plan::Replay(kept) => {
+                let started = Instant::now();
+                let timeout = failover.try_timeout(clock::from_std(started));
+                match crate::session_replay::replay(ctx, rt, member, &kept, timeout).await {
+                    Ok(n) => {
+                        tracing::info!(route = %route.name, member = %name, replayed = n, "session replayed to the member taking it over");
+                        ctx.live.metrics.replay(&route.name, "replayed");
+                        store.moved(&route.name, key, name);
+                        replayed = Some(Some(n));
+                    }
+                    Err(()) => {
+                        tracing::info!(route = %route.name, member = %name, "session replay failed: trying the next member");
+                        ctx.live.metrics.replay(&route.name, "failed");
+                        let latency = started.elapsed();
+                        begun.end(Outcome::Failure { kind: FailureKind::Reset, latency });
+                        return Err(Kind::Replay);
+                    }
+                }
+            }
+        }
+    }
     let body = match &req.slot {
         None => UpstreamBody::Empty,
         Some(slot) => UpstreamBody::stream(slot.clone(), ctx.listener.max_body_bytes),
     };
-    let request = upstream_request(&req.parts, rt, member, &req.path_and_query, body);
+    let parts = &req.parts;
+    let request =
+        upstream_request(&parts.method, &parts.headers, rt, member, &req.path_and_query, body);
     // The try's time and its latency start as it is sent (the pick, a session sweep and a wait
     // for the cluster's lock are not the member's), and the try ends by the request's deadline.
     let started = Instant::now();
@@ -551,6 +834,23 @@ async fn attempt(
             let status = resp.status().as_u16();
             let tls = ctx.listener.tls.is_some();
             crate::auth::on_response(route, status, resp.headers_mut(), &ctx.live, tls);
+            if let (Some((key, cookie)), Some(limits)) = (&session, route.session_replay) {
+                keep_for_replay(ctx, route, rt, member, req, key, limits, resp.headers_mut());
+                let h = resp.headers_mut();
+                match replayed {
+                    Some(Some(n)) => {
+                        h.insert(crate::session_replay::REPLAYED_HEADER, HeaderValue::from(n));
+                    }
+                    Some(None) => {
+                        let skipped = HeaderValue::from_static("skipped");
+                        h.insert(crate::session_replay::REPLAY_HEADER, skipped);
+                    }
+                    None => {}
+                }
+                if let Some(cookie) = cookie {
+                    h.append(header::SET_COOKIE, cookie.clone());
+                }
+            }
             let counted = record_response(rt, &route.name, member, status, latency.as_secs_f64());
             begun.disarm();
             let served = Served { counted, slot: req.slot.clone(), tries: failover.tries() };
@@ -591,6 +891,40 @@ async fn attempt(
             Err(Kind::Timeout)
         }
     }
+}
+
+/// Keeps the request just answered by `member` in its session's log (`None` for a body that
+/// was not read whole: too large to keep), or empties the log on the member's checkpoint (its
+/// `x-rondo-checkpoint`, which goes no further).
+#[allow(clippy::too_many_arguments)]
+fn keep_for_replay(
+    ctx: &HttpCtx,
+    route: &Route,
+    rt: &ClusterRt,
+    member: usize,
+    req: &Prepared,
+    key: &str,
+    limits: rondo_core::SessionReplay,
+    response: &mut http::HeaderMap,
+) {
+    use crate::session_replay::{CHECKPOINT_HEADER, Kept, Recorded};
+    let checkpoint = response.remove(CHECKPOINT_HEADER).is_some();
+    let body = match &req.slot {
+        None => Some((Bytes::new(), None)),
+        Some(slot) => slot.whole_body().map(|(b, t)| (b.clone(), t.cloned())),
+    };
+    let kept = body.map(|(body, trailers)| {
+        let mut headers = req.parts.headers.clone();
+        headers.remove(crate::session_replay::REPLAY_HEADER);
+        Kept::new(req.parts.method.clone(), req.path_and_query.clone(), headers, body, trailers)
+    });
+    let store = &ctx.sessions.replay;
+    let name = &rt.spec.members[member].name;
+    let idle = rt.spec.sticky.idle_timeout;
+    if store.record(&route.name, limits, idle, key, name, kept, checkpoint) == Recorded::Over {
+        tracing::debug!(route = %route.name, "session over its replay limits: no longer kept");
+    }
+    ctx.live.metrics.replay_bytes.set(store.bytes() as i64);
 }
 
 /// Stage 4: the member's answer on its way back: framing fixed, hop-by-hop headers gone (or a
@@ -769,8 +1103,9 @@ pub(crate) fn route_metrics(rt: &ClusterRt, route: &str) -> Arc<RouteMetrics> {
     }
 }
 
-fn upstream_request(
-    parts: &Parts,
+pub(crate) fn upstream_request(
+    method: &http::Method,
+    headers: &http::HeaderMap,
     rt: &ClusterRt,
     member: usize,
     path_and_query: &PathAndQuery,
@@ -783,9 +1118,9 @@ fn upstream_request(
     uri.path_and_query = Some(path_and_query.clone());
     let uri = Uri::from_parts(uri).unwrap_or_default();
     let mut req = Request::new(body);
-    *req.method_mut() = parts.method.clone();
+    *req.method_mut() = method.clone();
     *req.uri_mut() = uri;
-    *req.headers_mut() = parts.headers.clone();
+    *req.headers_mut() = headers.clone();
     *req.version_mut() = match rt.spec.upstream_protocol {
         rondo_core::UpstreamProtocol::Http2 => Version::HTTP_2,
         _ => Version::HTTP_11,

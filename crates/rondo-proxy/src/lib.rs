@@ -20,7 +20,9 @@ pub mod h1;
 pub mod head;
 pub mod headers;
 pub mod http;
+pub mod multicast;
 pub mod replay;
+pub mod session_replay;
 pub mod sni;
 pub mod sticky;
 pub mod tcp;
@@ -186,6 +188,7 @@ pub async fn start(listeners: &[ListenerSpec], live: Arc<Live>) -> std::io::Resu
                     metrics,
                     access,
                     auth: auth.clone(),
+                    copies: Default::default(),
                 });
                 http.push(ctx.clone());
                 tokio::spawn(accept_http(socket, ctx, tls, limit, stopped.clone()));

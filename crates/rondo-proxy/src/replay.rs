@@ -56,6 +56,7 @@ impl Replayer {
             sessions: Default::default(),
             access: None,
             auth: Default::default(),
+            copies: Default::default(),
         };
         Replayer { ctx }
     }

@@ -142,11 +142,14 @@ pub struct Handoff {
     pub idle_ms: u64,
 }
 
-/// Header-identified sessions.
+/// Header-identified sessions, and the requests kept of sessions on routes with
+/// `session_replay`.
 #[derive(Default)]
 pub struct Sessions {
     map: Mutex<HashMap<(String, String), Entry>>,
     last_sweep: Mutex<Option<Instant>>,
+    /// Sessions' kept requests, for replay ([`crate::session_replay`]).
+    pub replay: crate::session_replay::Store,
 }
 
 impl std::fmt::Debug for Sessions {

@@ -65,6 +65,27 @@ pub struct RouteClusterLabels {
     pub cluster: String,
 }
 
+/// Labels of a multicast copy's outcome (`rondo_multicast_copies_total`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct MulticastLabels {
+    /// Route name.
+    pub route: String,
+    /// The branch's cluster.
+    pub branch: String,
+    /// `answered`, `5xx`, `failed` (every try failed) or `overflow` (dropped: queue full).
+    pub outcome: &'static str,
+}
+
+/// Labels of a session replay event (`rondo_session_replays_total`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct ReplayLabels {
+    /// Route name.
+    pub route: String,
+    /// `replayed` (the kept requests reached the new member), `failed` (a replay try failed;
+    /// the next member was tried) or `skipped` (over the limits: failed over without replay).
+    pub result: &'static str,
+}
+
 /// Labels of a sign-on token refused on a route (`rondo_auth_refusals_total`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 pub struct AuthLabels {
@@ -304,7 +325,7 @@ pub struct ListenerMetrics {
     pub access_dropped: Counter,
     /// Connections handed to hyper, per reason (`rondo_http1_handoffs_total`), in the order of
     /// [`ListenerMetrics::HANDOFF_REASONS`].
-    pub handoffs: [Counter; 5],
+    pub handoffs: [Counter; 6],
     responses: Family<RouterResponseLabels, Counter>,
     /// The router's own responses seen so far by route, cluster and status, so that a flood of
     /// them builds no label set after the first.
@@ -324,9 +345,10 @@ impl Drop for OpenConn {
 impl ListenerMetrics {
     /// Why the own HTTP/1 path hands a connection to hyper: HTTP/2 (the h2c preface, or ALPN h2), an
     /// HTTP/1.0 request, a target that is not origin-form, `Upgrade`, a route whose members are
-    /// spoken to over TLS or HTTP/2.
-    pub const HANDOFF_REASONS: [&'static str; 5] =
-        ["h2", "http10", "target_form", "upgrade", "upstream"];
+    /// spoken to over TLS or HTTP/2, a route that reads or holds the body (body filters,
+    /// multicast, session replay).
+    pub const HANDOFF_REASONS: [&'static str; 6] =
+        ["h2", "http10", "target_form", "upgrade", "upstream", "route"];
 
     /// Counts a connection accepted and open until the returned guard is dropped.
     pub fn opened(self: &Arc<Self>) -> OpenConn {
@@ -412,6 +434,12 @@ pub struct Metrics {
     /// Responses the router made itself (`rondo_router_responses_total`), by listener, route,
     /// cluster and status.
     pub router_responses: Family<RouterResponseLabels, Counter>,
+    /// Multicast copies by route, branch and outcome (`rondo_multicast_copies_total`).
+    pub multicast: Family<MulticastLabels, Counter>,
+    /// Session replays by route and result (`rondo_session_replays_total`).
+    pub replays: Family<ReplayLabels, Counter>,
+    /// Bytes the session replay logs hold now (`rondo_session_replay_bytes`).
+    pub replay_bytes: Gauge,
     /// Request body bytes passed to members (`rondo_bytes_in_total`), by route and cluster.
     pub bytes_in: Family<RouteClusterLabels, Counter>,
     /// Response body bytes passed to clients (`rondo_bytes_out_total`), by route and cluster.
@@ -477,6 +505,9 @@ impl Metrics {
             registry_compactions: Counter::default(),
             agent_messages: Family::default(),
             router_responses: Family::default(),
+            multicast: Family::default(),
+            replays: Family::default(),
+            replay_bytes: Gauge::default(),
             bytes_in: Family::default(),
             bytes_out: Family::default(),
             conn_active: Family::default(),
@@ -513,6 +544,21 @@ impl Metrics {
             "router_responses",
             "Responses the router made itself (no route, timeouts, body too large, bad gateway, no member...), by listener, route, cluster and status",
             m.router_responses.clone(),
+        );
+        r.register(
+            "multicast_copies",
+            "Copies of requests sent to multicast branches, by route, branch cluster and outcome (answered, 5xx, failed, overflow: dropped with the branch's queue full)",
+            m.multicast.clone(),
+        );
+        r.register(
+            "session_replays",
+            "Sessions whose kept requests were replayed to the member that took them over, by route and result (replayed, failed, skipped: over the limits, failed over without replay)",
+            m.replays.clone(),
+        );
+        r.register(
+            "session_replay_bytes",
+            "Bytes of requests the session replay logs hold",
+            m.replay_bytes.clone(),
         );
         r.register(
             "bytes_in",
@@ -773,6 +819,18 @@ impl Metrics {
     pub fn budget_exhausted(&self, route: &str, cluster: &str) {
         let labels = RouteClusterLabels { route: route.to_owned(), cluster: cluster.to_owned() };
         self.budget_exhausted.get_or_create(&labels).inc();
+    }
+
+    /// Counts a multicast copy of `route` to `branch` with `outcome`.
+    pub fn multicast(&self, route: &str, branch: &str, outcome: &'static str) {
+        let labels =
+            MulticastLabels { route: route.to_owned(), branch: branch.to_owned(), outcome };
+        self.multicast.get_or_create(&labels).inc();
+    }
+
+    /// Counts a session replay event of `route` with `result`.
+    pub fn replay(&self, route: &str, result: &'static str) {
+        self.replays.get_or_create(&ReplayLabels { route: route.to_owned(), result }).inc();
     }
 
     /// Counts a sign-on token refused on `route` for `reason`.

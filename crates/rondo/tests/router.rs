@@ -4,16 +4,20 @@
 mod common;
 
 mod router {
+    pub(crate) mod recorder;
     pub(crate) mod support;
 
     mod balancing;
     mod errors;
+    mod filters;
     mod h1_smuggling;
     mod h1path;
     mod hardening;
     mod hardening_h2;
     mod limits;
+    mod multicast;
     mod protocols;
     mod rebalance;
     mod serve;
+    mod session_replay;
 }

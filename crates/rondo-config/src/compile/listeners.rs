@@ -70,6 +70,20 @@ pub(super) fn compile_listener(
             None
         }),
     };
+    let routing = match l.routing.as_deref() {
+        None => Routing::default(),
+        Some(s) => Routing::parse(s).unwrap_or_else(|| {
+            let all = Routing::ALL.map(Routing::as_str);
+            c.err(path.key("routing"), format!("unknown routing `{s}`, expected {}", one_of(all)));
+            Routing::default()
+        }),
+    };
+    if routing == Routing::AllMatches && protocol == ListenerProtocol::Tcp {
+        c.err(
+            path.key("routing"),
+            "tcp listeners route each connection once (`all-matches` copies HTTP requests)",
+        );
+    }
     let listen = listen?;
     let access_log =
         l.access_log.as_ref().map(|a| compile_access_log(c, path.key("access_log"), a));
@@ -95,6 +109,7 @@ pub(super) fn compile_listener(
         tls: l.tls.as_ref().map(|t| compile_listener_tls(c, &path.key("tls"), t)),
         access_log,
         connections,
+        routing,
     })
 }
 

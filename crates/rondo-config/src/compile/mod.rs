@@ -28,10 +28,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rondo_core::{
-    AdminState, AgentPolicy, Algorithm, ClusterSpec, EwmaPolicy, Granularity, HashKeySource,
-    HashPolicy, HashTable, HealthCheck, HealthCheckKind, Locality, MemberSpec, OutlierDetection,
-    Policy, RetryPolicy, Route, RouteAuth, RouteLogin, RouteMatch, SlowStart, StickySession,
-    UpstreamProtocol, UpstreamTls, View,
+    AdminState, AgentPolicy, Algorithm, Branch, ClusterSpec, EwmaPolicy, FilterRef, Granularity,
+    HashKeySource, HashPolicy, HashTable, HealthCheck, HealthCheckKind, Locality, MemberSpec,
+    OutlierDetection, Policy, RetryPolicy, Route, RouteAuth, RouteLogin, RouteMatch, SessionReplay,
+    SlowStart, StickySession, UpstreamProtocol, UpstreamTls, View,
 };
 
 use crate::Config;
@@ -43,7 +43,7 @@ use crate::raw::{
 use crate::spec::{
     AccessLogSpec, AccessLogTarget, AdminSpec, AdminToken, AgentKey, AgentSpec, DnsSpec,
     ErrorDetail, Http2Limits, ListenerProtocol, ListenerSpec, LogFormat, LogSpec, NamingSpec,
-    RegistrySpec, RouterSpec,
+    RegistrySpec, RouterSpec, Routing,
 };
 use crate::tls::{self, CertKeyPaths, ClientAuth, ListenerTls};
 
@@ -51,6 +51,10 @@ use crate::tls::{self, CertKeyPaths, ClientAuth, ListenerTls};
 pub const DEFAULT_ROUTE_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// Default whole-request timeout of a route (`request_timeout_ms`).
 pub const DEFAULT_ROUTE_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default `max_peek_bytes` of a route with a body filter: 64 KiB.
+pub const DEFAULT_MAX_PEEK_BYTES: u64 = 64 * 1024;
+/// Largest `max_peek_bytes`: 16 MiB (the bytes are held in memory while the route is decided).
+pub const MAX_PEEK_BYTES: u64 = 16 << 20;
 /// Default `expect_status` of an HTTP health check.
 pub const DEFAULT_EXPECT_STATUS: (u16, u16) = (200, 399);
 /// Default `path` of an HTTP health check.
@@ -420,6 +424,8 @@ pub(crate) fn compile(
     if !c.problems.is_empty() {
         return Err(c.problems);
     }
+    // Evaluation order: priority, higher first, then file order (a stable sort).
+    routes.sort_by_key(|r: &Route| std::cmp::Reverse(r.priority));
     Ok(Config {
         view: View { id: view_id, routes, clusters },
         listeners: listeners.into_iter().flatten().collect(),

@@ -46,6 +46,62 @@ pub(super) fn compile_route(
     }
     let matcher = compile_match(c, &path.key("match"), r.matcher.as_ref());
     let auth = r.auth.as_ref().and_then(|a| compile_auth(c, &path.key("auth"), a));
+    let priority = match r.priority {
+        None => 0,
+        Some(p) => i32::try_from(p).unwrap_or_else(|_| {
+            c.err(
+                path.key("priority"),
+                format!("must be between {} and {}, got {p}", i32::MIN, i32::MAX),
+            );
+            0
+        }),
+    };
+    let multicast = compile_multicast(c, path, r, clusters, declared_ok);
+    let multicast_max_body_bytes = c.int(
+        path.key("multicast_max_body_bytes"),
+        r.multicast_max_body_bytes,
+        Route::DEFAULT_MULTICAST_MAX_BODY,
+        1,
+        u64::MAX,
+    );
+    let session_replay = r.session_replay.as_ref().map(|sr| {
+        let p = path.key("session_replay");
+        if let Some(cluster) = clusters.get(&r.cluster)
+            && cluster.policy.granularity != Granularity::Session
+        {
+            c.err(
+                p.clone(),
+                format!(
+                    "session_replay keeps the requests of sticky sessions, but cluster `{}` has \
+                     granularity `{}` (it needs `session`, with a session cookie or header)",
+                    r.cluster,
+                    cluster.policy.granularity.as_str()
+                ),
+            );
+        }
+        SessionReplay {
+            max_messages: c.u32(
+                p.key("max_messages"),
+                sr.max_messages,
+                SessionReplay::DEFAULT_MAX_MESSAGES,
+                1,
+            ),
+            max_bytes: c.int(
+                p.key("max_bytes"),
+                sr.max_bytes,
+                SessionReplay::DEFAULT_MAX_BYTES,
+                1,
+                u64::MAX,
+            ),
+            max_total_bytes: c.int(
+                p.key("max_total_bytes"),
+                sr.max_total_bytes,
+                SessionReplay::DEFAULT_MAX_TOTAL_BYTES,
+                1,
+                u64::MAX,
+            ),
+        }
+    });
     Route {
         name,
         listener: r.listener.clone(),
@@ -68,7 +124,55 @@ pub(super) fn compile_route(
         login: r.login.as_ref().map(|l| RouteLogin {
             ttl: c.ms(path.key("login").key("ttl_ms"), l.ttl_ms, RouteLogin::DEFAULT_TTL, false),
         }),
+        priority,
+        position: i,
+        multicast,
+        multicast_max_body_bytes,
+        session_replay,
     }
+}
+
+/// A route's `multicast` branches: known clusters, none the route's own primary or backups,
+/// none listed twice, their backups checked as a route's are.
+fn compile_multicast(
+    c: &mut Compiler<'_>,
+    path: &FieldPath,
+    r: &RawRoute,
+    clusters: &BTreeMap<String, Arc<ClusterSpec>>,
+    declared_ok: bool,
+) -> Vec<Branch> {
+    let mut out: Vec<Branch> = Vec::new();
+    for (j, b) in r.multicast.iter().flatten().enumerate() {
+        let p = path.key("multicast").index(j);
+        if b.cluster == r.cluster || r.backups.contains(&b.cluster) {
+            c.err(
+                p.key("cluster"),
+                format!(
+                    "cluster `{}` already serves the route (its cluster or a backup): a \
+                     multicast branch is another cluster that gets a copy",
+                    b.cluster
+                ),
+            );
+        } else if out.iter().any(|o| o.cluster == b.cluster) {
+            c.err(p.key("cluster"), format!("branch `{}` is listed twice", b.cluster));
+        } else if !clusters.contains_key(&b.cluster) && !declared_ok {
+            c.err(p.key("cluster"), format!("unknown cluster `{}`", b.cluster));
+        }
+        let mut seen = BTreeSet::new();
+        for (k, backup) in b.backups.iter().enumerate() {
+            let bp = p.key("backups").index(k);
+            if *backup == b.cluster {
+                c.err(bp, format!("backup `{backup}` is the branch's own cluster"));
+            } else if !seen.insert(backup.as_str()) {
+                c.err(bp, format!("backup `{backup}` is listed twice"));
+            } else if !clusters.contains_key(backup) && !declared_ok {
+                c.err(bp, format!("unknown cluster `{backup}`"));
+            }
+        }
+        let queue = c.u32(p.key("queue"), b.queue, Branch::DEFAULT_QUEUE, 1);
+        out.push(Branch { cluster: b.cluster.clone(), backups: b.backups.clone(), queue });
+    }
+    out
 }
 
 /// A route's `auth`: issuer and audience non-empty, the keys file's path resolved, claim names
@@ -169,6 +273,94 @@ pub(super) fn compile_match(
         }
         headers.push((lower, value.clone()));
     }
+    let mut filters: Vec<FilterRef> = Vec::new();
+    let names = |c: &mut Compiler<'_>, key: &str, list: Option<&Vec<String>>| {
+        let mut out: Vec<String> = Vec::new();
+        for (j, name) in list.into_iter().flatten().enumerate() {
+            let lower = name.to_ascii_lowercase();
+            if !is_token(name) {
+                c.err(path.key(key).index(j), format!("`{name}` is not a header name"));
+            } else if out.contains(&lower) {
+                c.err(path.key(key).index(j), format!("header `{lower}` is listed twice"));
+            } else {
+                out.push(lower);
+            }
+        }
+        out
+    };
+    let headers_present = names(c, "headers_present", m.headers_present.as_ref());
+    let headers_absent = names(c, "headers_absent", m.headers_absent.as_ref());
+    for (j, name) in headers_absent.iter().enumerate() {
+        if headers_present.contains(name) || headers.iter().any(|(n, _)| n == name) {
+            c.err(
+                path.key("headers_absent").index(j),
+                format!("header `{name}` cannot be both required and absent: the route would never match"),
+            );
+        }
+    }
+    for (name, pattern) in m.headers_regex.iter().flatten() {
+        let p = path.key("headers_regex").key(name);
+        if !is_token(name) {
+            c.err(p, format!("`{name}` is not a header name"));
+            continue;
+        }
+        match crate::filter::HeaderRegex::new(name, pattern) {
+            Ok(f) => filters.push(FilterRef(Arc::new(f))),
+            Err(e) => c.err(p, e),
+        }
+    }
+    if let Some(pattern) = &m.path_regex {
+        match crate::filter::PathRegex::new(pattern) {
+            Ok(f) => filters.push(FilterRef(Arc::new(f))),
+            Err(e) => c.err(path.key("path_regex"), e),
+        }
+    }
+    let mut query = Vec::new();
+    for (name, value) in m.query.iter().flatten() {
+        if name.is_empty() {
+            c.err(path.key("query"), "query parameter names must not be empty");
+        }
+        query.push((name.clone(), value.clone()));
+    }
+    let mut reads_body = false;
+    if let Some(fields) = &m.body_json {
+        reads_body = true;
+        if fields.is_empty() {
+            c.err(path.key("body_json"), "must name at least one field (`\"$.a.b\" = \"value\"`)");
+        }
+        match crate::filter::BodyJson::new(fields.iter().map(|(k, v)| (k.as_str(), v.as_str()))) {
+            Ok(f) => filters.push(FilterRef(Arc::new(f))),
+            Err((field, e)) => c.err(path.key("body_json").key(&field), e),
+        }
+    }
+    if let Some(x) = &m.body_xml {
+        reads_body = true;
+        let p = path.key("body_xml");
+        let mut ns = Vec::new();
+        for (prefix, uri) in x.ns.iter().flatten() {
+            if prefix.is_empty() || prefix.contains(':') || uri.is_empty() {
+                c.err(p.key("ns").key(prefix), "a prefix and a namespace URI, both non-empty");
+            }
+            ns.push((prefix.clone(), uri.clone()));
+        }
+        match crate::filter::BodyXml::new(&x.path, &ns, x.equals.as_deref()) {
+            Ok(f) => filters.push(FilterRef(Arc::new(f))),
+            Err(e) => c.err(p.key("path"), e),
+        }
+    }
+    let max_peek_bytes = match m.max_peek_bytes {
+        Some(_) if !reads_body => {
+            c.err(
+                path.key("max_peek_bytes"),
+                "only body filters read the body: set `body_json` or `body_xml`, or drop it",
+            );
+            0
+        }
+        v if reads_body => {
+            c.int(path.key("max_peek_bytes"), v, DEFAULT_MAX_PEEK_BYTES, 1, MAX_PEEK_BYTES)
+        }
+        _ => 0,
+    };
     let sni = m.sni.as_ref().map(|n| {
         let bare = n.strip_prefix("*.").unwrap_or(n);
         let ok = !bare.is_empty()
@@ -181,7 +373,18 @@ pub(super) fn compile_match(
         }
         n.to_ascii_lowercase()
     });
-    RouteMatch { host: m.host.clone(), path_prefix: m.path_prefix.clone(), methods, headers, sni }
+    RouteMatch {
+        host: m.host.clone(),
+        path_prefix: m.path_prefix.clone(),
+        methods,
+        headers,
+        headers_present,
+        headers_absent,
+        query,
+        filters,
+        max_peek_bytes,
+        sni,
+    }
 }
 
 /// What a route may do given its listener's protocol.
@@ -202,6 +405,16 @@ pub(super) fn check_route_protocol(
             format!(
                 "route on http listener `{}` cannot match on `sni`: it matches the TLS server name \
                  of tcp listeners (an http listener routes on `host`)",
+                r.listener
+            ),
+        );
+    }
+    if proto == ListenerProtocol::Tcp && (r.multicast.is_some() || r.session_replay.is_some()) {
+        let what = if r.multicast.is_some() { "multicast" } else { "session_replay" };
+        c.err(
+            path.key(what),
+            format!(
+                "route on tcp listener `{}` cannot have `{what}`: it copies or keeps HTTP requests",
                 r.listener
             ),
         );
@@ -231,6 +444,19 @@ pub(super) fn check_route_protocol(
         if m.headers.is_some() {
             conds.push("headers");
         }
+        for (set, name) in [
+            (m.headers_present.is_some(), "headers_present"),
+            (m.headers_absent.is_some(), "headers_absent"),
+            (m.headers_regex.is_some(), "headers_regex"),
+            (m.path_regex.is_some(), "path_regex"),
+            (m.query.is_some(), "query"),
+            (m.body_json.is_some(), "body_json"),
+            (m.body_xml.is_some(), "body_xml"),
+        ] {
+            if set {
+                conds.push(name);
+            }
+        }
         if !conds.is_empty() {
             c.err(
                 path.key("match"),
@@ -242,8 +468,14 @@ pub(super) fn check_route_protocol(
             );
         }
     }
+    let branches = route.multicast.iter().enumerate().flat_map(|(j, b)| {
+        let p = path.key("multicast").index(j);
+        std::iter::once((p.key("cluster"), &b.cluster))
+            .chain(b.backups.iter().enumerate().map(move |(k, x)| (p.key("backups").index(k), x)))
+    });
     let targets = std::iter::once((path.key("cluster"), &route.cluster))
-        .chain(route.backups.iter().enumerate().map(|(j, b)| (path.key("backups").index(j), b)));
+        .chain(route.backups.iter().enumerate().map(|(j, b)| (path.key("backups").index(j), b)))
+        .chain(branches);
     for (p, name) in targets {
         let Some(cluster) = clusters.get(name) else {
             continue;

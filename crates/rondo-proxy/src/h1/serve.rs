@@ -26,7 +26,8 @@ use crate::error::Kind;
 use crate::head::Headers;
 use crate::headers::{has_looped, via_id};
 use crate::http::{
-    Begun, Choice, ClusterView, Failure, HttpCtx, Tries, find_route, forward, looped, on_route,
+    Begun, Choice, ClusterView, Decided, Failure, HttpCtx, Target, Tries, find_route, forward,
+    looped, needs_hyper, on_route,
 };
 use crate::sticky;
 
@@ -540,14 +541,30 @@ impl<'a, S: ClientStream> OwnTries<'a, S> {
             Err(looped())
         } else {
             let method = self.text(self.head.method);
-            let path = match &self.target {
-                Some(t) => t.split('?').next().unwrap_or(t),
-                None => self.text(self.head.path),
+            let target = self.target.as_deref().unwrap_or_else(|| self.text(self.head.target));
+            let (path, query) = match target.split_once('?') {
+                Some((path, query)) => (path, Some(query)),
+                None => (target, None),
             };
-            find_route(self.ctx, snapshot, &headers, Some(host), method, path)
+            let target = Target { host: Some(host), method, path, query };
+            // A body that came whole with the head is there for body filters to read; any
+            // other body makes a route that reads it hyper's (which reads it before routing).
+            let after = &self.buf[self.head.len..];
+            let body = match self.head.framing {
+                Framing::None | Framing::Length(0) => Some(&after[..0]),
+                Framing::Length(n) => usize::try_from(n).ok().and_then(|n| after.get(..n)),
+                _ => None,
+            };
+            let body = body.map(|bytes| rondo_core::BodyPeek { bytes, complete: true });
+            find_route(self.ctx, snapshot, &headers, target, body)
         };
         let route = match found {
-            Ok(route) => route,
+            Ok(Decided::Route(routed)) if !needs_hyper(&routed) => routed.route,
+            // Body filters, multicast copies and session replay are hyper's path's.
+            Ok(_) => {
+                self.ctx.metrics.handoffs[5].inc();
+                return Err(Decline);
+            }
             Err(failure) => return Ok(self.fail(failure).await),
         };
         self.route = Some(route);
@@ -1460,6 +1477,7 @@ mod tests {
             sessions: Default::default(),
             access: None,
             auth: Default::default(),
+            copies: Default::default(),
         });
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let client = TcpStream::connect(listener.local_addr().expect("addr")).await.expect("c");

@@ -88,3 +88,70 @@ fn help_lists_serve_check_and_member() {
         assert!(commands.contains(&c), "{c} missing from {commands:?} in {help}");
     }
 }
+
+/// Every filter type and a multicast branch through the real binary: `rondo serve` in front of
+/// `rondo member` processes (each answers its name), one route per filter type.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn filters_and_multicast_through_rondo_serve() {
+    let dir = TempDir::new("serve-filters");
+    let kinds = ["present", "absent", "hregex", "pregex", "query", "json", "xml", "urgent"];
+    let mut procs = Vec::new();
+    let mut clusters = String::new();
+    for name in kinds.iter().chain(&["other"]) {
+        let (p, addr) = start_member(name);
+        procs.push(p);
+        clusters.push_str(&format!(
+            "[cluster.{name}]\nmembers = [{{ name = \"{name}\", address = \"{addr}\" }}]\n\n"
+        ));
+    }
+    let audit = super::recorder::Recorder::spawn("audit");
+    clusters.push_str(&format!("[cluster.audit]\nmembers = [{}]\n\n", audit.entry()));
+    let soap = super::filters::SOAP_MATCH;
+    let routes = [
+        ("present", "match = { headers_present = [\"x-present\"] }".to_owned()),
+        ("absent", "match = { path_prefix = \"/absent\", headers_absent = [\"x-no\"] }".to_owned()),
+        ("hregex", "match = { headers_regex = { \"x-tenant\" = \"^t-[0-9]+$\" } }".to_owned()),
+        ("pregex", "match = { path_regex = \"^/orders/[0-9]+$\" }".to_owned()),
+        ("query", "match = { query = { region = \"eu\" } }".to_owned()),
+        ("json", "match = { body_json = { \"$.order.region\" = \"eu\" } }\nmulticast = [ { cluster = \"audit\" } ]".to_owned()),
+        ("xml", format!("match = {soap}")),
+        ("urgent", "priority = 5\nmatch = { headers_present = [\"x-urgent\"] }".to_owned()),
+    ];
+    let port = support::dead_addr().port();
+    let mut config = format!("[[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:{port}\"\n\n");
+    for (name, m) in &routes {
+        config.push_str(&format!(
+            "[[route]]\nname = \"{name}\"\nlistener = \"web\"\ncluster = \"{name}\"\n{m}\n\n"
+        ));
+    }
+    config.push_str("[[route]]\nname = \"rest\"\nlistener = \"web\"\ncluster = \"other\"\n\n");
+    config.push_str(&clusters);
+    let path = dir.0.join("rondo.toml");
+    std::fs::write(&path, &config).expect("write config");
+    let mut router =
+        Proc::start(&["serve", "--config", path.to_str().expect("utf-8 path"), "--workers", "1"]);
+    router.line_with("listener web on", Duration::from_secs(10));
+    let url = |p: &str| format!("http://127.0.0.1:{port}{p}");
+    let name = |s: super::filters::Sent| String::from_utf8_lossy(&s.body).trim().to_owned();
+    let send = super::filters::send;
+    assert_eq!(name(send("GET", &url("/"), &[("x-present", "")], b"").await), "present");
+    assert_eq!(name(send("GET", &url("/absent"), &[], b"").await), "absent");
+    assert_eq!(name(send("GET", &url("/absent"), &[("x-no", "1")], b"").await), "other");
+    assert_eq!(name(send("GET", &url("/"), &[("x-tenant", "t-42")], b"").await), "hregex");
+    assert_eq!(name(send("GET", &url("/orders/7"), &[], b"").await), "pregex");
+    assert_eq!(name(send("GET", &url("/x?a=1&region=eu"), &[], b"").await), "query");
+    let order = br#"{"order": {"region": "eu"}}"#;
+    let ided = [("x-request-id", "order-1")];
+    assert_eq!(name(send("POST", &url("/x"), &ided, order).await), "json");
+    assert_eq!(name(send("POST", &url("/x"), &[], b"{not json").await), "other");
+    let soap_body = super::filters::SOAP.as_bytes();
+    assert_eq!(name(send("POST", &url("/x"), &[], soap_body).await), "xml");
+    assert_eq!(name(send("POST", &url("/x"), &[], b"<broken").await), "other");
+    // `urgent` is last in the file but first by priority.
+    let both = [("x-present", ""), ("x-urgent", "1")];
+    assert_eq!(name(send("GET", &url("/"), &both, b"").await), "urgent");
+    // The JSON route's copy reached its branch, with the body as sent.
+    audit.wait_for(1).await;
+    let seen = audit.seen();
+    assert_eq!((seen[0].id.as_str(), &seen[0].body[..]), ("order-1", &order[..]));
+}

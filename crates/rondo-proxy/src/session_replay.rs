@@ -1,0 +1,433 @@
+//! Session replay (WCF's session recovery): on a route with `session_replay` and a sticky
+//! session (cookie or header), the router keeps the requests of each session (method, target,
+//! headers as members get them, body), bounded per session (`max_messages`, `max_bytes`) and
+//! over the route (`max_total_bytes`). When the session's member fails and another member takes
+//! the session over, the kept requests are replayed to it, in order, before the new request;
+//! a replay that fails makes that try fail ([`crate::error::Kind::Replay`]) and the failover
+//! engine moves on down the failover order, where the next member gets the replay in turn.
+//!
+//! A member marks the point from which earlier requests need not be replayed by answering
+//! `x-rondo-checkpoint` (any value): the session's log is emptied (that request included), and
+//! its limits count from there. A session whose log would pass a limit is no longer kept (its
+//! log is dropped): should its member fail, the session fails over without replay, and that
+//! response says so in `x-rondo-replay: skipped`; its log then starts again on the new member.
+//! A response after a replay carries `x-rondo-replayed: N`; each replayed request carries
+//! `x-rondo-replay: 1`, so a member can tell a replay from a new request.
+//!
+//! A session is recognised by its header (`session.header`) or, for cookie sessions, by a
+//! `rondo-replay` cookie the router sets (a random id: the member cookie names a member, not a
+//! session). Logs idle for the cluster's `session.idle_timeout` are forgotten; at most
+//! [`MAX_LOGS`] sessions are kept per listener.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::uri::PathAndQuery;
+use http::{HeaderMap, Method};
+use rondo_core::SessionReplay;
+use rondo_runtime::ClusterRt;
+
+/// The cookie that names a cookie session for replay.
+pub const REPLAY_COOKIE: &str = "rondo-replay";
+/// The response header by which a member marks a checkpoint.
+pub const CHECKPOINT_HEADER: &str = "x-rondo-checkpoint";
+/// On a replayed request (`1`); on a response whose session failed over without replay
+/// (`skipped`).
+pub const REPLAY_HEADER: &str = "x-rondo-replay";
+/// On a response after a replay: how many requests were replayed.
+pub const REPLAYED_HEADER: &str = "x-rondo-replayed";
+/// Sessions kept at most per listener; past it new sessions are not kept (as over the limits).
+pub const MAX_LOGS: usize = 100_000;
+
+/// One kept request, compact: its header fields in one buffer (`name:value` lines), not a
+/// `HeaderMap` (a map of ten fields costs several times the bytes it holds, and a replay,
+/// which rebuilds it, is rare).
+#[derive(Debug)]
+pub struct Kept {
+    /// Its method.
+    pub method: Method,
+    /// Its target.
+    pub path_and_query: PathAndQuery,
+    fields: Bytes,
+    /// Its whole body.
+    pub body: Bytes,
+    /// Its trailers, if any.
+    pub trailers: Option<HeaderMap>,
+    size: u64,
+}
+
+/// What a kept request costs besides its bytes (the record, its `Arc` and its queue slot),
+/// counted against the limits with them.
+pub const KEPT_OVERHEAD: u64 = 160;
+
+impl Kept {
+    /// A request to keep; its size counts the method, target, header names and values, body
+    /// and [`KEPT_OVERHEAD`].
+    pub fn new(
+        method: Method,
+        path_and_query: PathAndQuery,
+        headers: HeaderMap,
+        body: Bytes,
+        trailers: Option<HeaderMap>,
+    ) -> Kept {
+        let mut fields =
+            Vec::with_capacity(headers.iter().map(|(k, v)| k.as_str().len() + v.len() + 2).sum());
+        for (k, v) in &headers {
+            fields.extend_from_slice(k.as_str().as_bytes());
+            fields.push(b':');
+            fields.extend_from_slice(v.as_bytes());
+            fields.push(b'\n');
+        }
+        let trailer_bytes = trailers
+            .as_ref()
+            .map_or(0, |t| t.iter().map(|(k, v)| (k.as_str().len() + v.len() + 64) as u64).sum());
+        let size = (method.as_str().len() + path_and_query.as_str().len() + fields.len()) as u64
+            + trailer_bytes
+            + body.len() as u64
+            + KEPT_OVERHEAD;
+        Kept { method, path_and_query, fields: Bytes::from(fields), body, trailers, size }
+    }
+
+    /// Its header fields as members got them.
+    pub fn headers(&self) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for line in self.fields.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
+            let Some(colon) = line.iter().position(|&b| b == b':') else { continue };
+            if let (Ok(k), Ok(v)) = (
+                http::HeaderName::from_bytes(&line[..colon]),
+                http::HeaderValue::from_bytes(&line[colon + 1..]),
+            ) {
+                h.append(k, v);
+            }
+        }
+        h
+    }
+
+    /// Bytes it counts for against the limits.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+}
+
+/// What a try must do before it sends a session's request to `member`.
+#[derive(Debug)]
+pub enum Plan {
+    /// Nothing: a new session, or the member already holds the session.
+    Nothing,
+    /// The session moved: replay these to the member first, in order.
+    Replay(Vec<Arc<Kept>>),
+    /// The session moved but went over its limits: no replay (say so).
+    Skipped,
+}
+
+/// How a request was recorded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Recorded {
+    /// Kept.
+    Kept,
+    /// A checkpoint emptied the log.
+    Checkpoint,
+    /// Over a limit: the session is no longer kept.
+    Over,
+}
+
+#[derive(Debug)]
+struct Log {
+    member: String,
+    kept: VecDeque<Arc<Kept>>,
+    bytes: u64,
+    over: bool,
+    last: Instant,
+    idle: Duration,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    /// (route, session) -> its log.
+    logs: HashMap<(String, String), Log>,
+    /// Bytes kept per route.
+    totals: HashMap<String, u64>,
+    /// Bytes kept in all.
+    bytes: u64,
+    last_sweep: Option<Instant>,
+}
+
+/// Every kept session of a listener.
+#[derive(Debug, Default)]
+pub struct Store {
+    inner: Mutex<Inner>,
+}
+
+impl Inner {
+    fn drop_kept(&mut self, route: &str, freed: u64) {
+        self.bytes -= freed;
+        if let Some(t) = self.totals.get_mut(route) {
+            *t -= freed;
+        }
+    }
+}
+
+impl Store {
+    /// What a try of session `key` on `route` must do before it goes to `member` (by name).
+    pub fn plan(&self, route: &str, key: &str, member: &str) -> Plan {
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(log) = inner.logs.get_mut(&(route.to_owned(), key.to_owned())) else {
+            return Plan::Nothing;
+        };
+        log.last = Instant::now();
+        if log.member == member {
+            return Plan::Nothing;
+        }
+        if log.over {
+            return Plan::Skipped;
+        }
+        if log.kept.is_empty() {
+            log.member = member.to_owned();
+            return Plan::Nothing;
+        }
+        Plan::Replay(log.kept.iter().cloned().collect())
+    }
+
+    /// Session `key` of `route` is on `member` now (its log was replayed there, or it failed
+    /// over without replay: then its log starts again, empty).
+    pub fn moved(&self, route: &str, key: &str, member: &str) {
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(log) = inner.logs.get_mut(&(route.to_owned(), key.to_owned())) {
+            log.member = member.to_owned();
+            log.over = false;
+        }
+    }
+
+    /// Records `request` (`None`: its body was too large to keep) of session `key` of `route`,
+    /// answered by `member`; `checkpoint`: the member's answer marked a checkpoint.
+    #[allow(clippy::too_many_arguments)]
+    pub fn record(
+        &self,
+        route: &str,
+        limits: SessionReplay,
+        idle: Duration,
+        key: &str,
+        member: &str,
+        request: Option<Kept>,
+        checkpoint: bool,
+    ) -> Recorded {
+        let now = Instant::now();
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        sweep(&mut inner, now);
+        let id = (route.to_owned(), key.to_owned());
+        if !inner.logs.contains_key(&id) {
+            if inner.logs.len() >= MAX_LOGS {
+                return Recorded::Over;
+            }
+            let log = Log {
+                member: member.to_owned(),
+                kept: VecDeque::new(),
+                bytes: 0,
+                over: false,
+                last: now,
+                idle,
+            };
+            inner.logs.insert(id.clone(), log);
+        }
+        let total = inner.totals.get(route).copied().unwrap_or(0);
+        let Some(log) = inner.logs.get_mut(&id) else { return Recorded::Over };
+        log.last = now;
+        log.idle = idle;
+        log.member = member.to_owned();
+        let mut freed = 0;
+        let outcome = if checkpoint {
+            freed = log.bytes;
+            log.kept.clear();
+            log.bytes = 0;
+            log.over = false;
+            Recorded::Checkpoint
+        } else if log.over {
+            Recorded::Over
+        } else {
+            match request {
+                Some(req)
+                    if log.kept.len() < limits.max_messages as usize
+                        && log.bytes + req.size <= limits.max_bytes
+                        && total + req.size <= limits.max_total_bytes =>
+                {
+                    let size = req.size;
+                    log.bytes += size;
+                    log.kept.push_back(Arc::new(req));
+                    inner.bytes += size;
+                    *inner.totals.entry(route.to_owned()).or_default() += size;
+                    return Recorded::Kept;
+                }
+                _ => {
+                    // Past a limit the log is useless: dropped, and the session marked.
+                    freed = log.bytes;
+                    log.kept.clear();
+                    log.bytes = 0;
+                    log.over = true;
+                    Recorded::Over
+                }
+            }
+        };
+        inner.drop_kept(route, freed);
+        outcome
+    }
+
+    /// Bytes kept now, over every session.
+    pub fn bytes(&self) -> u64 {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner()).bytes
+    }
+
+    /// Sessions kept now.
+    pub fn sessions(&self) -> usize {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner()).logs.len()
+    }
+}
+
+/// Forgets logs idle past their session's idle timeout (at most once a second).
+fn sweep(inner: &mut Inner, now: Instant) {
+    if inner.last_sweep.is_some_and(|l| now.duration_since(l) < Duration::from_secs(1)) {
+        return;
+    }
+    inner.last_sweep = Some(now);
+    let mut freed: Vec<(String, u64)> = Vec::new();
+    inner.logs.retain(|(route, _), log| {
+        let keep = now.duration_since(log.last) < log.idle;
+        if !keep {
+            freed.push((route.clone(), log.bytes));
+        }
+        keep
+    });
+    for (route, n) in freed {
+        inner.drop_kept(&route, n);
+    }
+}
+
+/// The session a request of `route` on cluster `rt` belongs to, for replay: its header
+/// session's id, or its replay cookie's; a cookie session without one gets a new id and the
+/// `Set-Cookie` that gives it to the client.
+pub(crate) fn session_of(
+    route: &rondo_core::Route,
+    rt: &ClusterRt,
+    headers: &HeaderMap,
+    secure: bool,
+) -> Option<(String, Option<http::HeaderValue>)> {
+    route.session_replay?;
+    let spec = &rt.spec;
+    if spec.policy.granularity != rondo_core::Granularity::Session {
+        return None;
+    }
+    if let Some(h) = &spec.sticky.header {
+        let id = crate::head::Headers::get_str(headers, h.as_str())?;
+        return (id.len() <= crate::sticky::MAX_SESSION_ID).then(|| (id.to_owned(), None));
+    }
+    if let Some(id) = crate::sticky::cookie(headers, REPLAY_COOKIE)
+        && id.len() == 32
+        && id.bytes().all(|b| b.is_ascii_hexdigit())
+    {
+        return Some((id.to_owned(), None));
+    }
+    let id = new_id();
+    let secure = if secure { "; Secure" } else { "" };
+    let cookie = format!("{REPLAY_COOKIE}={id}; Path=/; HttpOnly; SameSite=Lax{secure}");
+    Some((id, http::HeaderValue::from_str(&cookie).ok()))
+}
+
+/// Replays `kept` to `member` of `rt`, in order, each within `timeout` (a request of its
+/// own, marked `x-rondo-replay: 1`, its answer read and dropped): how many, or the failure
+/// (no answer, or a 5xx: the member could not take the session over).
+pub(crate) async fn replay(
+    ctx: &crate::http::HttpCtx,
+    rt: &ClusterRt,
+    member: usize,
+    kept: &[Arc<Kept>],
+    timeout: Duration,
+) -> Result<usize, ()> {
+    use http_body_util::BodyExt as _;
+    let client = ctx.clients.for_cluster(rt).map_err(|_| ())?;
+    for k in kept {
+        let mut headers = k.headers();
+        headers.insert(REPLAY_HEADER, http::HeaderValue::from_static("1"));
+        let slot = crate::body::BodySlot::whole(k.body.clone(), k.trailers.clone());
+        let body = crate::body::UpstreamBody::stream(slot, 0);
+        let request =
+            crate::http::upstream_request(&k.method, &headers, rt, member, &k.path_and_query, body);
+        let answer = async {
+            let resp = client.request(request).await.map_err(|_| ())?;
+            let status = resp.status().as_u16();
+            resp.into_body().collect().await.map_err(|_| ())?;
+            if status >= 500 { Err(()) } else { Ok(()) }
+        };
+        tokio::time::timeout(timeout, answer).await.map_err(|_| ())??;
+    }
+    Ok(kept.len())
+}
+
+/// A new random session id for the replay cookie (128 bits, hex).
+pub fn new_id() -> String {
+    use ring::rand::SecureRandom as _;
+    let mut bytes = [0u8; 16];
+    let _ = ring::rand::SystemRandom::new().fill(&mut bytes);
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIMITS: SessionReplay =
+        SessionReplay { max_messages: 3, max_bytes: 10_000, max_total_bytes: 1 << 20 };
+    const IDLE: Duration = Duration::from_secs(600);
+
+    fn req(i: usize) -> Kept {
+        let pq = PathAndQuery::try_from(format!("/m/{i}")).unwrap();
+        Kept::new(Method::POST, pq, HeaderMap::new(), Bytes::from(vec![b'x'; 10]), None)
+    }
+
+    fn ids(plan: Plan) -> Vec<String> {
+        match plan {
+            Plan::Replay(v) => v.iter().map(|k| k.path_and_query.to_string()).collect(),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_moved_session_replays_in_order_and_a_checkpoint_empties_it() {
+        let s = Store::default();
+        for i in 0..2 {
+            assert_eq!(s.record("r", LIMITS, IDLE, "s1", "a", Some(req(i)), false), Recorded::Kept);
+        }
+        assert!(matches!(s.plan("r", "s1", "a"), Plan::Nothing));
+        assert_eq!(ids(s.plan("r", "s1", "b")), ["/m/0", "/m/1"]);
+        s.moved("r", "s1", "b");
+        assert!(matches!(s.plan("r", "s1", "b"), Plan::Nothing));
+        assert_eq!(
+            s.record("r", LIMITS, IDLE, "s1", "b", Some(req(2)), true),
+            Recorded::Checkpoint
+        );
+        assert_eq!(s.bytes(), 0);
+        assert!(matches!(s.plan("r", "s1", "c"), Plan::Nothing), "nothing to replay");
+        assert!(matches!(s.plan("r", "unknown", "c"), Plan::Nothing));
+    }
+
+    #[test]
+    fn past_a_limit_the_session_fails_over_without_replay_then_starts_again() {
+        let s = Store::default();
+        for i in 0..3 {
+            assert_eq!(s.record("r", LIMITS, IDLE, "s", "a", Some(req(i)), false), Recorded::Kept);
+        }
+        assert_eq!(s.record("r", LIMITS, IDLE, "s", "a", Some(req(3)), false), Recorded::Over);
+        assert_eq!(s.bytes(), 0, "the useless log was dropped");
+        assert!(matches!(s.plan("r", "s", "b"), Plan::Skipped));
+        s.moved("r", "s", "b");
+        assert_eq!(s.record("r", LIMITS, IDLE, "s", "b", Some(req(4)), false), Recorded::Kept);
+        assert_eq!(ids(s.plan("r", "s", "c")), ["/m/4"]);
+        // A body too large to keep.
+        assert_eq!(s.record("r", LIMITS, IDLE, "t", "a", None, false), Recorded::Over);
+        // The total over the route.
+        let tight = SessionReplay { max_total_bytes: 2 * KEPT_OVERHEAD + 30, ..LIMITS };
+        let s = Store::default();
+        assert_eq!(s.record("r", tight, IDLE, "x", "a", Some(req(0)), false), Recorded::Kept);
+        assert_eq!(s.record("r", tight, IDLE, "y", "a", Some(req(0)), false), Recorded::Over);
+    }
+}
