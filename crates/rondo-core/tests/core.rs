@@ -9,7 +9,7 @@ mod core {
     mod hashing;
     mod load_aware;
     mod orderly;
-    mod shadow;
     mod routes;
+    mod shadow;
     mod state;
 }

@@ -781,6 +781,22 @@ async fn refused_or_failed_upgrades_leave_the_running_process_serving() {
     assert!(stderr.contains("broken.toml:3:") && stderr.contains("drain_timeout_ms"), "{stderr}");
     assert!(stderr.contains("the running rondo was not touched"), "{stderr}");
 
+    // A new process that cannot reach a running one (nobody answers on its upgrade socket).
+    let lonely = dir.0.join("lonely.toml");
+    let nobody = dir.0.join("nobody.sock");
+    std::fs::write(
+        &lonely,
+        good.replace(
+            &dir.0.join("upgrade.sock").display().to_string(),
+            &nobody.display().to_string(),
+        ),
+    )
+    .unwrap();
+    let (status, stderr) =
+        tokio::task::spawn_blocking(move || upgrade_to_end(&lonely)).await.unwrap();
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("cannot reach the running rondo on its upgrade socket"), "{stderr}");
+
     // An upgrade in progress (a new process that took the offer and is not ready yet): a
     // second one is refused.
     let sock = dir.0.join("upgrade.sock");
