@@ -1420,14 +1420,14 @@ fn settings_a_build_lacks_the_feature_for_are_errors_naming_the_feature() {
     for text in [&dns, &etcd, &both] {
         assert!(with(text, Features::ALL).is_ok());
     }
-    let errs = with(&dns, Features { dns: false, etcd: true }).unwrap_err();
+    let errs = with(&dns, Features { dns: false, etcd: true, nats: true }).unwrap_err();
     assert_eq!(errs.len(), 1, "{}", render(&errs));
     assert_eq!(errs[0].field, "naming.dns_listen");
     assert_eq!((errs[0].line, errs[0].column), pos(&dns, "\"127.0.0.1:5353\""));
     assert!(errs[0].message.contains("`dns` cargo feature"), "{}", errs[0]);
     assert!(errs[0].message.contains("--features dns"), "{}", errs[0]);
 
-    let errs = with(&etcd, Features { dns: true, etcd: false }).unwrap_err();
+    let errs = with(&etcd, Features { dns: true, etcd: false, nats: true }).unwrap_err();
     assert_eq!(errs.len(), 1, "{}", render(&errs));
     assert_eq!(errs[0].field, "naming.registry");
     assert_eq!((errs[0].line, errs[0].column), pos(&etcd, "\"etcd\""));
@@ -1440,8 +1440,8 @@ fn settings_a_build_lacks_the_feature_for_are_errors_naming_the_feature() {
     let broken = both.replace("address = \"127.0.0.1:9101\"", "address = \"nowhere\"");
     let errs = with(&broken, Features::NONE).unwrap_err();
     assert_eq!(errs.len(), 3, "{}", render(&errs));
-    assert_eq!(Features { dns: true, etcd: false }.names(), ["dns"]);
-    assert_eq!(Features::ALL.names(), ["dns", "etcd"]);
+    assert_eq!(Features { dns: true, etcd: false, nats: false }.names(), ["dns"]);
+    assert_eq!(Features::ALL.names(), ["dns", "etcd", "nats"]);
 }
 
 // ---- the reference (docs/config.md) ----

@@ -89,7 +89,8 @@ pub async fn start(listeners: &[ListenerSpec], live: Arc<Live>) -> std::io::Resu
         }
     }
     let mut bound = Vec::new();
-    for spec in listeners {
+    // Queue listeners are rondo-queue's (their messages are delivered later, not proxied).
+    for spec in listeners.iter().filter(|l| l.protocol != ListenerProtocol::Queue) {
         let socket = TcpListener::bind(spec.listen).await.map_err(|e| {
             std::io::Error::new(
                 e.kind(),
@@ -135,6 +136,7 @@ pub async fn start(listeners: &[ListenerSpec], live: Arc<Live>) -> std::io::Resu
                 });
                 tokio::spawn(accept_http(socket, ctx, tls, limit, stopped.clone()));
             }
+            ListenerProtocol::Queue => {}
             ListenerProtocol::Tcp => {
                 tokio::spawn(accept_tcp(
                     socket,

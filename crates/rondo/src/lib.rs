@@ -23,7 +23,11 @@ use cli::{Cli, Command};
 /// The optional parts this binary was built with (its cargo features): a configuration that
 /// needs another is refused by `rondo check` and by `rondo serve` before it binds anything.
 pub fn features() -> rondo_config::Features {
-    rondo_config::Features { dns: cfg!(feature = "dns"), etcd: cfg!(feature = "etcd") }
+    rondo_config::Features {
+        dns: cfg!(feature = "dns"),
+        etcd: cfg!(feature = "etcd"),
+        nats: cfg!(feature = "nats"),
+    }
 }
 
 /// Runs a parsed command line, printing to stdout and stderr; returns the process exit code.

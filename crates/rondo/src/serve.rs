@@ -73,6 +73,45 @@ pub fn serve(
                 addr: *addr,
             });
         }
+        // The durable queues (`[[queue]]`, `queue` listeners): stores opened (a damaged store
+        // file stops the start, naming it), delivery workers started.
+        let _queues = if config.queues.is_empty() {
+            None
+        } else {
+            match rondo_queue::start(&config, live.clone()).await {
+                Ok(q) => {
+                    for spec in &config.queues {
+                        let at = match &spec.backend {
+                            rondo_config::QueueBackend::Embedded { directory } => {
+                                rondo_queue::embedded::store_path(directory, &spec.name)
+                                    .display()
+                                    .to_string()
+                            }
+                            rondo_config::QueueBackend::Nats { url } => format!("nats {url}"),
+                        };
+                        writeln!(
+                            out,
+                            "rondo: queue {} ({}, {at})",
+                            spec.name,
+                            spec.backend.as_str()
+                        )?;
+                    }
+                    for (name, addr) in &q.listeners {
+                        writeln!(out, "rondo: queue listener {name} on {addr}")?;
+                        own.push(rondo_naming::api::OwnAddress {
+                            what: format!("queue listener {name}"),
+                            addr: *addr,
+                        });
+                    }
+                    Some(q)
+                }
+                Err(e) => {
+                    writeln!(err, "rondo serve: {e}")?;
+                    router.stop();
+                    return Ok(ExitCode::FAILURE);
+                }
+            }
+        };
         let mut _receiver = None;
         if let Some(spec) = &config.agent {
             let key = match read_key(&spec.key) {
@@ -187,6 +226,9 @@ pub fn serve(
         reopen.abort();
         writeln!(out, "rondo: shutting down")?;
         router.stop();
+        if let Some(q) = &_queues {
+            q.stop();
+        }
         Ok(ExitCode::SUCCESS)
     })
 }

@@ -1,0 +1,1 @@
+//! NATS JetStream backend (placeholder until written).
