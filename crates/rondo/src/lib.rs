@@ -207,6 +207,17 @@ fn ctl(args: cli::CtlArgs, out: &mut dyn Write, err: &mut dyn Write) -> anyhow::
             C::Revoke { token_id, subject, ttl_ms }
         }
         cli::CtlCommand::Revocations => C::Revocations,
+        cli::CtlCommand::Queue(q) => match q {
+            cli::QueueCommand::Status => C::QueueStatus,
+            cli::QueueCommand::Dead { queue, limit } => C::QueueDead { queue, limit },
+            cli::QueueCommand::Show { queue, id } => C::QueueShow { queue, id },
+            cli::QueueCommand::Requeue { queue, id, .. } => {
+                C::QueueChange { queue, id, requeue: true }
+            }
+            cli::QueueCommand::Purge { queue, id, .. } => {
+                C::QueueChange { queue, id, requeue: false }
+            }
+        },
         cli::CtlCommand::Apply { file } => match std::fs::read_to_string(&file) {
             Ok(text) => C::Apply { file: file.display().to_string(), text },
             Err(e) => {
