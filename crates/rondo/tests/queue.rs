@@ -499,3 +499,122 @@ async fn limits_answer_413_and_503_with_retry_after_and_a_damaged_store_stops_th
     assert!(err.contains(&file.display().to_string()), "the error names the file: {err}");
     assert_eq!(std::fs::read(&file).unwrap(), junk, "no silent reset");
 }
+
+/// `nats-server -js` on a free loopback port with its store in `dir`; killed by PID on drop.
+#[cfg(feature = "nats")]
+fn nats_server(dir: &TempDir) -> (common::ChildGuard, SocketAddr) {
+    let port = free_port();
+    let child = Command::new("nats-server")
+        .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
+        .arg(dir.0.join("nats"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start nats-server (Debian's nats-server package)");
+    let guard = common::ChildGuard(child);
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(addr).is_err() {
+        assert!(Instant::now() < deadline, "nats-server did not start on {addr}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    (guard, addr)
+}
+
+#[cfg(feature = "nats")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_two_routers_consume_one_queue_and_one_killed_mid_delivery_loses_none() {
+    let dir = TempDir::new("queue-nats");
+    let (_nats, nats) = nats_server(&dir);
+    let member: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let state = SinkState::new(200, 300);
+    let _sink = sink(member, state.clone()).await;
+    let cfg = config(&dir, member, "").replace(
+        &format!("directory = \"{}\"", dir.0.join("store").display()),
+        &format!(
+            "backend = \"nats\"\nnats_url = \"{nats}\"\nlease_ms = 2000\nconcurrency = 4\n\
+             backoff_initial_ms = 100"
+        ),
+    );
+    let (dir_a, dir_b) = (TempDir::new("queue-nats-a"), TempDir::new("queue-nats-b"));
+    let mut a = start_router(&dir_a, &cfg);
+    let b = start_router(&dir_b, &cfg);
+    let c = client();
+    let mut accepted = HashSet::new();
+    for i in 0..300 {
+        let at = if i % 2 == 0 { a.intake } else { b.intake };
+        let (status, _, body) = post(&c, at, format!("message {i}"), &[]).await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+        accepted.insert(id_of(&body));
+    }
+    assert_eq!(accepted.len(), 300, "ids are unique across both routers");
+    let started = until(Duration::from_secs(20), || state.delivered().len() >= 40).await;
+    assert!(started, "deliveries began");
+    // Both routers take messages from the one work queue.
+    let (_, qa) = admin(&c, a.admin, "GET", "/api/v1/queues").await;
+    let (_, qb) = admin(&c, b.admin, "GET", "/api/v1/queues").await;
+    assert!(qa["queues"][0]["delivered"].as_u64().unwrap() > 0, "{qa}");
+    assert!(qb["queues"][0]["delivered"].as_u64().unwrap() > 0, "{qb}");
+    assert_eq!(qa["queues"][0]["backend"], "nats");
+    a.proc.kill();
+    let before_kill = state.delivered().len();
+    assert!(before_kill < 300, "the kill came mid-delivery");
+    let all = until(Duration::from_secs(60), || {
+        let got: HashSet<String> = state.delivered().into_iter().collect();
+        accepted.iter().all(|id| got.contains(id))
+    })
+    .await;
+    let delivered = state.delivered();
+    let unique: HashSet<&String> = delivered.iter().collect();
+    let lost = accepted.iter().filter(|id| !unique.contains(id)).count();
+    eprintln!(
+        "nats, two routers, one killed after {before_kill} deliveries: {lost} lost, {} \
+         duplicates",
+        delivered.len() - unique.len()
+    );
+    assert!(all && lost == 0, "lost {lost} accepted messages");
+    drop(b);
+}
+
+#[cfg(feature = "nats")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_poison_message_is_dead_lettered_and_requeued() {
+    let dir = TempDir::new("queue-nats-dlq");
+    let (_nats, nats) = nats_server(&dir);
+    let member: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let state = SinkState::new(500, 0);
+    let _sink = sink(member, state.clone()).await;
+    let cfg = config(&dir, member, "").replace(
+        &format!("directory = \"{}\"", dir.0.join("store").display()),
+        &format!(
+            "backend = \"nats\"\nnats_url = \"{nats}\"\nmax_attempts = 3\nbackoff_initial_ms = 50"
+        ),
+    );
+    let router = start_router(&dir, &cfg);
+    let c = client();
+    let (status, _, body) = post(&c, router.intake, "poison", &[]).await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    let id = id_of(&body);
+    let path = "/api/v1/queues/orders/dead";
+    let mut found = false;
+    for _ in 0..100 {
+        let (_, v) = admin(&c, router.admin, "GET", path).await;
+        if v["dead_letters"].as_array().is_some_and(|l| !l.is_empty()) {
+            assert_eq!(v["dead_letters"][0]["id"], id.as_str(), "{v}");
+            found = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(found, "the message reached the dead-letter stream");
+    let (_, one) = admin(&c, router.admin, "GET", &format!("{path}/{id}")).await;
+    let tries = one["tries"].as_array().unwrap();
+    assert_eq!(tries.len(), 3, "{one}");
+    assert!(tries.iter().all(|t| t["reason"].as_str().unwrap().contains("answered 500")), "{one}");
+    state.status.store(200, Ordering::Relaxed);
+    let (s, v) = admin(&c, router.admin, "POST", &format!("{path}/{id}/requeue")).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let delivered = until(Duration::from_secs(10), || state.delivered() == [id.clone()]).await;
+    assert!(delivered, "requeue delivers it with its id: {:?}", state.got());
+}
