@@ -504,14 +504,19 @@ async fn limits_answer_413_and_503_with_retry_after_and_a_damaged_store_stops_th
 #[cfg(feature = "nats")]
 fn nats_server(dir: &TempDir) -> (common::ChildGuard, SocketAddr) {
     let port = free_port();
-    let child = Command::new("nats-server")
+    // Debian installs it in /usr/sbin, which not every PATH holds.
+    let bin = ["nats-server", "/usr/sbin/nats-server"]
+        .into_iter()
+        .find(|b| Command::new(b).arg("--version").output().is_ok())
+        .expect("nats-server (Debian's nats-server package; .ci/run installs it)");
+    let child = Command::new(bin)
         .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
         .arg(dir.0.join("nats"))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
-        .expect("start nats-server (Debian's nats-server package)");
+        .expect("start nats-server");
     let guard = common::ChildGuard(child);
     let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
