@@ -22,6 +22,8 @@ LAYERS = {
     "rondo-naming": 3,
     "rondo-lab": 3,
     "rondo-admin": 3,
+    # Durable queues: intake, stores (embedded redb, NATS JetStream), delivery.
+    "rondo-queue": 3,
     "rondo": 4,
     # Tools over everything: benchmarks and golden vectors.
     "rondo-bench": 5,

@@ -22,11 +22,15 @@ fn main() {
     let commit = git(&["rev-parse", "--short=12", "HEAD"]);
     println!("cargo:rustc-env=RONDO_GIT_COMMIT={}", commit.as_deref().unwrap_or("unknown"));
     // The enabled optional features, for `rondo --version` (cargo sets CARGO_FEATURE_<NAME>).
-    let features: Vec<&str> = [("dns", "CARGO_FEATURE_DNS"), ("etcd", "CARGO_FEATURE_ETCD")]
-        .into_iter()
-        .filter(|(_, var)| std::env::var_os(var).is_some())
-        .map(|(name, _)| name)
-        .collect();
+    let features: Vec<&str> = [
+        ("dns", "CARGO_FEATURE_DNS"),
+        ("etcd", "CARGO_FEATURE_ETCD"),
+        ("nats", "CARGO_FEATURE_NATS"),
+    ]
+    .into_iter()
+    .filter(|(_, var)| std::env::var_os(var).is_some())
+    .map(|(name, _)| name)
+    .collect();
     let features = if features.is_empty() { "none".to_owned() } else { features.join(", ") };
     println!("cargo:rustc-env=RONDO_FEATURES={features}");
     // Rebuild when HEAD moves: HEAD itself (a checkout), the branch it points at (a commit),

@@ -79,6 +79,31 @@ pub enum CtlCommand {
     Revocations,
     /// Start a hitless upgrade.
     Upgrade,
+    /// Every queue's figures.
+    QueueStatus,
+    /// A queue's dead letters.
+    QueueDead {
+        /// The queue.
+        queue: String,
+        /// Most listed.
+        limit: usize,
+    },
+    /// One dead letter with its tries.
+    QueueShow {
+        /// The queue.
+        queue: String,
+        /// The message id.
+        id: String,
+    },
+    /// Requeue (`requeue`) or purge one dead letter, or every one (`id: None`).
+    QueueChange {
+        /// The queue.
+        queue: String,
+        /// The message id; `None`: all.
+        id: Option<String>,
+        /// Requeue rather than purge.
+        requeue: bool,
+    },
     /// Validate and apply a configuration file's text.
     Apply {
         /// The file's name (for messages).
@@ -245,6 +270,30 @@ pub async fn run(target: &CtlTarget, cmd: CtlCommand) -> Result<String, CtlError
                 "upgrade started: the new process is pid {}; this one drains once it is ready\n",
                 v["pid"]
             ))
+        }
+        CtlCommand::QueueStatus => {
+            let v = call(target, Method::GET, "/api/v1/queues", None).await?;
+            Ok(queue_table(&v))
+        }
+        CtlCommand::QueueDead { queue, limit } => {
+            let path = format!("/api/v1/queues/{queue}/dead?limit={limit}");
+            let v = call(target, Method::GET, &path, None).await?;
+            Ok(dead_table(&v))
+        }
+        CtlCommand::QueueShow { queue, id } => {
+            let path = format!("/api/v1/queues/{queue}/dead/{id}");
+            let v = call(target, Method::GET, &path, None).await?;
+            Ok(dead_letter_text(&v))
+        }
+        CtlCommand::QueueChange { queue, id, requeue } => {
+            let verb = if requeue { "requeue" } else { "purge" };
+            let path = match &id {
+                Some(id) => format!("/api/v1/queues/{queue}/dead/{id}/{verb}"),
+                None => format!("/api/v1/queues/{queue}/dead/{verb}"),
+            };
+            let v = call(target, Method::POST, &path, None).await?;
+            let what = if requeue { "requeued" } else { "purged" };
+            Ok(format!("{queue}: {} dead letter(s) {what}\n", v[what]))
         }
         CtlCommand::Apply { file, text } => {
             let v =
@@ -601,5 +650,112 @@ pub fn status_table(v: &Value) -> String {
             );
         }
     }
+    out
+}
+
+/// Aligned rows, the first being the head.
+fn table(rows: &[Vec<String>]) -> String {
+    let n = rows.first().map_or(0, Vec::len);
+    let widths: Vec<usize> =
+        (0..n).map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0)).collect();
+    let mut out = String::new();
+    for r in rows {
+        let line: Vec<String> =
+            r.iter().zip(&widths).map(|(cell, w)| format!("{cell:<w$}")).collect();
+        let _ = writeln!(out, "{}", line.join("  ").trim_end());
+    }
+    out
+}
+
+fn cell(x: &Value) -> String {
+    match x {
+        Value::Null => "-".to_owned(),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// `rondo ctl queue status`: one row per queue.
+pub fn queue_table(v: &Value) -> String {
+    let list = v["queues"].as_array().map(Vec::as_slice).unwrap_or_default();
+    if list.is_empty() {
+        return "no queues\n".to_owned();
+    }
+    let head = [
+        "QUEUE",
+        "BACKEND",
+        "DEPTH",
+        "OLDEST-MS",
+        "IN-DELIVERY",
+        "DEAD",
+        "BYTES",
+        "ACCEPTED",
+        "DELIVERED",
+        "RETRIED",
+        "REJECTED",
+    ];
+    let mut rows = vec![head.iter().map(|s| s.to_string()).collect::<Vec<_>>()];
+    for q in list {
+        let rejected = q["rejected_full"].as_u64().unwrap_or(0)
+            + q["rejected_too_large"].as_u64().unwrap_or(0);
+        rows.push(vec![
+            cell(&q["name"]),
+            cell(&q["backend"]),
+            cell(&q["depth"]),
+            cell(&q["oldest_age_ms"]),
+            cell(&q["in_delivery"]),
+            cell(&q["dead_letters"]),
+            cell(&q["bytes"]),
+            cell(&q["accepted"]),
+            cell(&q["delivered"]),
+            cell(&q["retried"]),
+            rejected.to_string(),
+        ]);
+    }
+    table(&rows)
+}
+
+/// `rondo ctl queue dead`: one row per dead letter.
+pub fn dead_table(v: &Value) -> String {
+    let list = v["dead_letters"].as_array().map(Vec::as_slice).unwrap_or_default();
+    if list.is_empty() {
+        return format!("{}: no dead letters\n", cell(&v["queue"]));
+    }
+    let mut rows =
+        vec![["ID", "ATTEMPTS", "BYTES", "SESSION", "LAST-REASON"].map(str::to_owned).to_vec()];
+    for d in list {
+        rows.push(vec![
+            cell(&d["id"]),
+            cell(&d["attempts"]),
+            cell(&d["bytes"]),
+            cell(&d["session"]),
+            cell(&d["last_reason"]),
+        ]);
+    }
+    table(&rows)
+}
+
+/// `rondo ctl queue show`: a dead letter's facts, its tries, header fields and body.
+pub fn dead_letter_text(v: &Value) -> String {
+    let mut out = format!(
+        "{} {}: {} attempt(s), {} bytes, posted to {}\n",
+        cell(&v["queue"]),
+        cell(&v["id"]),
+        cell(&v["attempts"]),
+        cell(&v["bytes"]),
+        cell(&v["path"])
+    );
+    if let Some(s) = v["session"].as_str() {
+        let _ = writeln!(out, "session {s}");
+    }
+    out.push_str("tries:\n");
+    for t in v["tries"].as_array().into_iter().flatten() {
+        let _ = writeln!(out, "  {}. {}", cell(&t["attempt"]), cell(&t["reason"]));
+    }
+    out.push_str("header fields:\n");
+    for h in v["headers"].as_array().into_iter().flatten() {
+        let _ = writeln!(out, "  {}: {}", cell(&h[0]), cell(&h[1]));
+    }
+    let _ = writeln!(out, "body:\n{}", v["body"].as_str().unwrap_or(""));
     out
 }

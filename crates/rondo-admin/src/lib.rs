@@ -8,6 +8,7 @@
 pub mod client;
 mod dashboard;
 mod metrics;
+mod queues;
 mod server;
 
 pub use server::{AdminServer, router, start};

@@ -155,6 +155,7 @@ pub fn router(live: Arc<Live>, token: Option<Vec<u8>>) -> Router {
         .route("/api/v1/revocations", get(revocations).post(revoke))
         .route("/api/v1/upgrade", post(upgrade))
         .merge(crate::metrics::routes(state.live.clone()))
+        .merge(crate::queues::routes(state.live.clone()))
         .fallback(|| async { error(StatusCode::NOT_FOUND, "no such endpoint") })
         .method_not_allowed_fallback(|| async {
             error(

@@ -39,7 +39,7 @@ pub use schema::fields as schema_fields;
 pub use spec::{
     AccessLogSpec, AccessLogTarget, AdminSpec, AdminToken, AgentKey, AgentSpec, DnsSpec,
     ErrorDetail, Http2Limits, ListenerProtocol, ListenerSpec, LogFormat, LogSpec, NamingSpec,
-    RegistrySpec, RouterSpec, Routing,
+    QueueBackend, QueueSpec, RegistrySpec, RouterSpec, Routing,
 };
 pub use warnings::Features;
 
@@ -67,6 +67,8 @@ pub struct Config {
     pub warnings: Vec<ConfigError>,
     /// The process's log (`[log]`; defaults when absent).
     pub log: LogSpec,
+    /// The durable queues (`[[queue]]`), in file order.
+    pub queues: Vec<QueueSpec>,
 }
 
 impl Config {

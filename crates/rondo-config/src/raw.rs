@@ -24,6 +24,27 @@ pub(crate) struct RawConfig {
     pub route: Vec<RawRoute>,
     #[serde(default)]
     pub cluster: BTreeMap<String, RawCluster>,
+    #[serde(default)]
+    pub queue: Vec<RawQueue>,
+}
+
+/// `[[queue]]`: a durable queue that `queue` listeners accept messages into.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawQueue {
+    pub name: String,
+    pub backend: Option<String>,
+    pub directory: Option<String>,
+    pub nats_url: Option<String>,
+    pub max_messages: Option<u64>,
+    pub max_bytes: Option<u64>,
+    pub max_message_bytes: Option<u64>,
+    pub max_attempts: Option<u64>,
+    pub backoff_initial_ms: Option<u64>,
+    pub backoff_max_ms: Option<u64>,
+    pub lease_ms: Option<u64>,
+    pub concurrency: Option<u64>,
+    pub session_header: Option<String>,
 }
 
 /// `[router]`.

@@ -24,13 +24,15 @@ pub struct Features {
     pub dns: bool,
     /// The etcd registry (`[naming] registry = "etcd"`): cargo feature `etcd`.
     pub etcd: bool,
+    /// Queues in NATS JetStream (`[[queue]] backend = "nats"`): cargo feature `nats`.
+    pub nats: bool,
 }
 
 impl Features {
     /// Every optional part: what [`crate::parse_str`] and [`crate::load_file`] accept.
-    pub const ALL: Features = Features { dns: true, etcd: true };
+    pub const ALL: Features = Features { dns: true, etcd: true, nats: true };
     /// None of them.
-    pub const NONE: Features = Features { dns: false, etcd: false };
+    pub const NONE: Features = Features { dns: false, etcd: false, nats: false };
 
     /// The enabled features' cargo names, in alphabetical order (`["dns", "etcd"]`).
     pub fn names(self) -> Vec<&'static str> {
@@ -41,6 +43,9 @@ impl Features {
         if self.etcd {
             v.push("etcd");
         }
+        if self.nats {
+            v.push("nats");
+        }
         v
     }
 }
@@ -49,13 +54,23 @@ impl Features {
 pub(crate) fn unsupported(raw: &RawConfig, features: Features) -> Vec<Problem> {
     let mut out = Vec::new();
     let naming = FieldPath::root().key("naming");
-    let Some(n) = &raw.naming else { return out };
     let lacks = |what: &str, feature: &str| {
         format!(
             "{what} needs the `{feature}` cargo feature, which this rondo was built without \
              (cargo build --release --features {feature})"
         )
     };
+    if !features.nats {
+        for (i, q) in raw.queue.iter().enumerate() {
+            if q.backend.as_deref() == Some("nats") {
+                out.push(Problem {
+                    path: FieldPath::root().key("queue").index(i).key("backend"),
+                    message: lacks("a NATS JetStream queue", "nats"),
+                });
+            }
+        }
+    }
+    let Some(n) = &raw.naming else { return out };
     if !features.dns && n.dns_listen.is_some() {
         out.push(Problem { path: naming.key("dns_listen"), message: lacks("DNS", "dns") });
     }

@@ -843,7 +843,7 @@ fn unknown_spellings_list_the_valid_ones() {
         &text,
         "listener[0].protocol",
         "\"udp\"",
-        "unknown protocol `udp`, expected `http` or `tcp`",
+        "unknown protocol `udp`, expected `http`, `tcp` or `queue`",
     );
     let text = with("[naming]\nregistry = \"zookeeper\"\n");
     fails_once(
@@ -1424,14 +1424,14 @@ fn settings_a_build_lacks_the_feature_for_are_errors_naming_the_feature() {
     for text in [&dns, &etcd, &both] {
         assert!(with(text, Features::ALL).is_ok());
     }
-    let errs = with(&dns, Features { dns: false, etcd: true }).unwrap_err();
+    let errs = with(&dns, Features { dns: false, etcd: true, nats: true }).unwrap_err();
     assert_eq!(errs.len(), 1, "{}", render(&errs));
     assert_eq!(errs[0].field, "naming.dns_listen");
     assert_eq!((errs[0].line, errs[0].column), pos(&dns, "\"127.0.0.1:5353\""));
     assert!(errs[0].message.contains("`dns` cargo feature"), "{}", errs[0]);
     assert!(errs[0].message.contains("--features dns"), "{}", errs[0]);
 
-    let errs = with(&etcd, Features { dns: true, etcd: false }).unwrap_err();
+    let errs = with(&etcd, Features { dns: true, etcd: false, nats: true }).unwrap_err();
     assert_eq!(errs.len(), 1, "{}", render(&errs));
     assert_eq!(errs[0].field, "naming.registry");
     assert_eq!((errs[0].line, errs[0].column), pos(&etcd, "\"etcd\""));
@@ -1444,8 +1444,8 @@ fn settings_a_build_lacks_the_feature_for_are_errors_naming_the_feature() {
     let broken = both.replace("address = \"127.0.0.1:9101\"", "address = \"nowhere\"");
     let errs = with(&broken, Features::NONE).unwrap_err();
     assert_eq!(errs.len(), 3, "{}", render(&errs));
-    assert_eq!(Features { dns: true, etcd: false }.names(), ["dns"]);
-    assert_eq!(Features::ALL.names(), ["dns", "etcd"]);
+    assert_eq!(Features { dns: true, etcd: false, nats: false }.names(), ["dns"]);
+    assert_eq!(Features::ALL.names(), ["dns", "etcd", "nats"]);
 }
 
 // ---- the reference (docs/config.md) ----
@@ -1877,4 +1877,102 @@ fn new_route_fields_are_checked_where_they_are_written() {
     let t = BASE
         .replace("listen = \"127.0.0.1:8080\"", "listen = \"127.0.0.1:8080\"\nrouting = \"all\"");
     fails_once(&t, "listener[0].routing", "\"all\"", "unknown routing `all`");
+}
+
+const QUEUED: &str = r#"
+[[listener]]
+name = "in"
+listen = "127.0.0.1:8081"
+protocol = "queue"
+
+[[route]]
+listener = "in"
+cluster = "app"
+"#;
+
+#[test]
+fn queues_compile_with_their_defaults_and_limits() {
+    let c = ok(&with(&format!(
+        "{QUEUED}\n[[queue]]\nname = \"orders\"\ndirectory = \"q\"\nmax_attempts = 3\n\
+         backoff_initial_ms = 100\nbackoff_max_ms = 1000\nsession_header = \"X-Session\"\n"
+    )));
+    let q = &c.queues[0];
+    assert_eq!(q.name, "orders");
+    assert_eq!(
+        q.backend,
+        rondo_config::QueueBackend::Embedded { directory: Path::new("conf/q").to_path_buf() }
+    );
+    assert_eq!(q.max_attempts, 3);
+    assert_eq!(q.session_header.as_deref(), Some("x-session"));
+    assert_eq!(q.max_message_bytes, rondo_config::QueueSpec::DEFAULT_MAX_MESSAGE_BYTES);
+    assert_eq!(q.backoff(1), std::time::Duration::from_millis(100));
+    assert_eq!(q.backoff(3), std::time::Duration::from_millis(400));
+    assert_eq!(q.backoff(30), std::time::Duration::from_millis(1000));
+    assert!(c.listeners.iter().any(|l| l.protocol == ListenerProtocol::Queue));
+}
+
+#[test]
+fn queue_mistakes_are_reported_at_their_fields() {
+    let q = |body: &str| with(&format!("{QUEUED}\n[[queue]]\n{body}\n"));
+    fails_once(
+        &q("name = \"orders\""),
+        "queue[0].directory",
+        "[[queue]]",
+        "an embedded queue needs `directory`",
+    );
+    fails_once(
+        &q("name = \"a/b\"\ndirectory = \"q\""),
+        "queue[0].name",
+        "\"a/b\"",
+        "queue name `a/b` may hold only letters, digits",
+    );
+    fails_once(
+        &q("name = \"o\"\nbackend = \"kafka\"\ndirectory = \"q\""),
+        "queue[0].backend",
+        "\"kafka\"",
+        "unknown queue backend `kafka`, expected `embedded` or `nats`",
+    );
+    fails_once(
+        &q("name = \"o\"\nbackend = \"nats\""),
+        "queue[0].nats_url",
+        "[[queue]]",
+        "a nats queue needs `nats_url`",
+    );
+    fails_once(
+        &q("name = \"o\"\ndirectory = \"q\"\nmax_message_bytes = 10\nmax_bytes = 5"),
+        "queue[0].max_message_bytes",
+        "10",
+        "must be at most max_bytes (5), got 10",
+    );
+    fails_once(
+        &q("name = \"o\"\ndirectory = \"q\"\nbackoff_initial_ms = 10\nbackoff_max_ms = 5"),
+        "queue[0].backoff_max_ms",
+        "5",
+        "must be at least backoff_initial_ms (10), got 5",
+    );
+    // A queue listener without a queue.
+    fails_once(
+        &with(QUEUED),
+        "listener[1].protocol",
+        "\"queue\"",
+        "queue listener `in` has no queue to accept messages into",
+    );
+    // Its routes: no tcp clusters, no sni, no auth.
+    let tcp = with(&format!(
+        "{}\n[cluster.raw]\nupstream_protocol = \"tcp\"\nmembers = []\n\n[[queue]]\nname = \"o\"\n\
+         directory = \"q\"\n",
+        QUEUED.replace("cluster = \"app\"", "cluster = \"raw\"")
+    ));
+    let errs = errors(&tcp);
+    assert!(
+        errs.iter().any(|e| e.field == "route[1].cluster"
+            && e.message.contains("cannot deliver to cluster `raw` with upstream_protocol `tcp`")),
+        "{}",
+        render(&errs)
+    );
+    // NATS needs the feature.
+    let nats = q("name = \"o\"\nbackend = \"nats\"\nnats_url = \"127.0.0.1:4222\"");
+    assert!(parse_str(&nats, Path::new(FILE), 1).is_ok());
+    let errs = parse_str_with(&nats, Path::new(FILE), 1, Features::NONE).unwrap_err();
+    assert!(errs.iter().any(|e| e.field == "queue[0].backend" && e.message.contains("`nats`")));
 }

@@ -143,7 +143,8 @@ pub async fn start(listeners: &[ListenerSpec], live: Arc<Live>) -> std::io::Resu
     let mut bound = Vec::new();
     let mut slots = Vec::new();
     let mut http = Vec::new();
-    for spec in listeners {
+    // Queue listeners are rondo-queue's (their messages are delivered later, not proxied).
+    for spec in listeners.iter().filter(|l| l.protocol != ListenerProtocol::Queue) {
         let what = format!("listener {}", spec.name);
         let socket = live.sockets.tcp_listener(&what, spec.listen).await.map_err(|e| {
             std::io::Error::new(
@@ -193,6 +194,7 @@ pub async fn start(listeners: &[ListenerSpec], live: Arc<Live>) -> std::io::Resu
                 http.push(ctx.clone());
                 tokio::spawn(accept_http(socket, ctx, tls, limit, stopped.clone()));
             }
+            ListenerProtocol::Queue => {}
             ListenerProtocol::Tcp => {
                 tokio::spawn(accept_tcp(
                     socket,

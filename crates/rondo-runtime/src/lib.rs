@@ -17,6 +17,7 @@ pub mod live;
 pub mod metrics;
 pub mod probe;
 pub mod process;
+pub mod queues;
 pub mod reload;
 pub mod revoke;
 pub mod secret;

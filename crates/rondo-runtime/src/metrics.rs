@@ -476,6 +476,9 @@ pub struct Metrics {
     tls_failure_rows: Mutex<HashMap<TlsFailureKey, (u64, u64)>>,
     /// Serialises scrapes (each refills the state gauges).
     scrape: Mutex<()>,
+    /// The process's durable queues, once `rondo serve` started them: their figures are read
+    /// at scrape time ([`crate::queues::render`]) and the admin API operates their dead letters.
+    pub queues: OnceLock<Arc<dyn crate::queues::QueueOps>>,
 }
 
 impl Default for Metrics {
@@ -534,6 +537,7 @@ impl Metrics {
             tls_member_failures: Family::default(),
             tls_failure_rows: Mutex::new(HashMap::new()),
             scrape: Mutex::new(()),
+            queues: OnceLock::new(),
         };
         for result in ["accepted", "rejected"] {
             m.reloads.get_or_create(&ReloadLabels { result }).inc_by(0);
@@ -929,6 +933,9 @@ impl Metrics {
         // unprefixed registry follows the rest.
         let _ = prometheus_client::encoding::prometheus_text::encode(&mut out, &self.registry);
         let _ = prometheus_client::encoding::prometheus_text::encode(&mut out, &self.process);
+        if let Some(q) = self.queues.get() {
+            out.push_str(&crate::queues::render(&q.stats()));
+        }
         out
     }
 }

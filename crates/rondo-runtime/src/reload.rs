@@ -49,6 +49,7 @@ struct Fixed {
     naming: Option<rondo_config::NamingSpec>,
     agent: Option<rondo_config::AgentSpec>,
     log: rondo_config::LogSpec,
+    queues: Vec<rondo_config::QueueSpec>,
 }
 
 impl Fixed {
@@ -60,6 +61,7 @@ impl Fixed {
             naming: config.naming.clone(),
             agent: config.agent.clone(),
             log: config.log.clone(),
+            queues: config.queues.clone(),
         }
     }
 
@@ -92,6 +94,9 @@ impl Fixed {
         }
         if self.log != new.log {
             v.push("[log]".to_owned());
+        }
+        if self.queues != new.queues {
+            v.push("[[queue]]".to_owned());
         }
         v
     }

@@ -298,6 +298,54 @@ pub enum CtlCommand {
     /// line and executable path (a new binary there is a binary upgrade), which takes over its
     /// sockets and state; needs `[router] upgrade_socket`.
     Upgrade,
+    /// The durable queues: depth, oldest age, in delivery, dead letters (list, show, requeue,
+    /// purge).
+    #[command(subcommand)]
+    Queue(QueueCommand),
+}
+
+/// The commands of `rondo ctl queue`.
+#[derive(Debug, Subcommand)]
+pub enum QueueCommand {
+    /// Every queue: depth, oldest message's age, in delivery, dead letters, totals.
+    Status,
+    /// A queue's dead letters, oldest first, with the last attempt's reason.
+    Dead {
+        /// The queue.
+        queue: String,
+        /// Most dead letters listed.
+        #[arg(long, value_name = "N", default_value_t = 100)]
+        limit: usize,
+    },
+    /// One dead letter: its tries (each attempt's reason), header fields and body.
+    Show {
+        /// The queue.
+        queue: String,
+        /// The message id.
+        id: String,
+    },
+    /// Move a dead letter (or, with --all, every one) back for delivery with fresh attempts.
+    Requeue {
+        /// The queue.
+        queue: String,
+        /// The message id.
+        #[arg(required_unless_present = "all", conflicts_with = "all")]
+        id: Option<String>,
+        /// Every dead letter of the queue.
+        #[arg(long)]
+        all: bool,
+    },
+    /// Delete a dead letter (or, with --all, every one).
+    Purge {
+        /// The queue.
+        queue: String,
+        /// The message id.
+        #[arg(required_unless_present = "all", conflicts_with = "all")]
+        id: Option<String>,
+        /// Every dead letter of the queue.
+        #[arg(long)]
+        all: bool,
+    },
 }
 
 /// Options of `rondo ctl shadow`.

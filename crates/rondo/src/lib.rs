@@ -24,7 +24,11 @@ use cli::{Cli, Command};
 /// The optional parts this binary was built with (its cargo features): a configuration that
 /// needs another is refused by `rondo check` and by `rondo serve` before it binds anything.
 pub fn features() -> rondo_config::Features {
-    rondo_config::Features { dns: cfg!(feature = "dns"), etcd: cfg!(feature = "etcd") }
+    rondo_config::Features {
+        dns: cfg!(feature = "dns"),
+        etcd: cfg!(feature = "etcd"),
+        nats: cfg!(feature = "nats"),
+    }
 }
 
 /// Runs a parsed command line, printing to stdout and stderr; returns the process exit code.
@@ -210,6 +214,17 @@ fn ctl(args: cli::CtlArgs, out: &mut dyn Write, err: &mut dyn Write) -> anyhow::
         }
         cli::CtlCommand::Revocations => C::Revocations,
         cli::CtlCommand::Upgrade => C::Upgrade,
+        cli::CtlCommand::Queue(q) => match q {
+            cli::QueueCommand::Status => C::QueueStatus,
+            cli::QueueCommand::Dead { queue, limit } => C::QueueDead { queue, limit },
+            cli::QueueCommand::Show { queue, id } => C::QueueShow { queue, id },
+            cli::QueueCommand::Requeue { queue, id, .. } => {
+                C::QueueChange { queue, id, requeue: true }
+            }
+            cli::QueueCommand::Purge { queue, id, .. } => {
+                C::QueueChange { queue, id, requeue: false }
+            }
+        },
         cli::CtlCommand::Apply { file } => match std::fs::read_to_string(&file) {
             Ok(text) => C::Apply { file: file.display().to_string(), text },
             Err(e) => {

@@ -252,6 +252,40 @@ async fn run(
             }
         }
     }
+    // The durable queues (`[[queue]]`, `queue` listeners): stores opened (a damaged store file
+    // stops the start, naming it), delivery workers started. After a hand-over, since the old
+    // process held the embedded stores until then.
+    let queues = if config.queues.is_empty() {
+        None
+    } else {
+        match rondo_queue::start(config, live.clone()).await {
+            Ok(q) => {
+                for spec in &config.queues {
+                    let at = match &spec.backend {
+                        rondo_config::QueueBackend::Embedded { directory } => {
+                            rondo_queue::embedded::store_path(directory, &spec.name)
+                                .display()
+                                .to_string()
+                        }
+                        rondo_config::QueueBackend::Nats { url } => format!("nats {url}"),
+                    };
+                    writeln!(out, "rondo: queue {} ({}, {at})", spec.name, spec.backend.as_str())?;
+                }
+                for (name, addr) in &q.listeners {
+                    writeln!(out, "rondo: queue listener {name} on {addr}")?;
+                    own.push(rondo_naming::api::OwnAddress {
+                        what: format!("queue listener {name}"),
+                        addr: *addr,
+                    });
+                }
+                Some(q)
+            }
+            Err(e) => {
+                writeln!(err, "rondo serve: {e}")?;
+                return Ok(ExitCode::FAILURE);
+            }
+        }
+    };
     // The naming service (`[naming]`): registry, HTTP API, DNS; stopped when serve returns.
     let mut naming = None;
     if let Some(spec) = &config.naming {
@@ -336,6 +370,11 @@ async fn run(
                 if let Some(n) = &naming {
                     n.release();
                 }
+                // The queues stop delivering and close their stores, for the new process to
+                // open (a message in delivery is delivered again there: at least once).
+                if let Some(q) = &queues {
+                    q.stop();
+                }
                 let mut doc = handoff::export(&live);
                 doc.parts.insert("router".to_owned(), router.export_sessions());
                 if let Some(r) = &receiver
@@ -397,6 +436,9 @@ async fn run(
             open = router.open_connections(),
             "a second SIGINT: the connections still open are cut"
         ),
+    }
+    if let Some(q) = &queues {
+        q.stop();
     }
     drop(naming);
     writeln!(out, "rondo: stopped")?;

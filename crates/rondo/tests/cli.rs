@@ -78,6 +78,7 @@ fn has_features_for(text: &str) -> bool {
     let sets = |start: &str| text.lines().any(|l| l.trim_start().starts_with(start));
     (cfg!(feature = "dns") || !sets("dns_listen"))
         && (cfg!(feature = "etcd") || !sets("registry = \"etcd\""))
+        && (cfg!(feature = "nats") || !sets("backend = \"nats\""))
 }
 
 #[test]
@@ -331,6 +332,9 @@ fn version_and_help() {
     }
     if cfg!(feature = "etcd") {
         features.push("etcd");
+    }
+    if cfg!(feature = "nats") {
+        features.push("nats");
     }
     let features = if features.is_empty() { "none".to_owned() } else { features.join(", ") };
     assert_eq!(

@@ -139,6 +139,11 @@ fn dashboard_shows_members_and_drains_one_in_headless_chromium() {
     let stack = Stack::start();
     let (web, admin) = (stack.web, stack.admin);
     let _traffic = Traffic::start(web);
+    // Three queued messages: the page's queue table counts them.
+    for _ in 0..3 {
+        let (status, body) = http(stack.intake, "POST", "/queues/orders", None);
+        assert!(status.contains(" 202 "), "{status} {body}");
+    }
     let out_dir = tools.playwright.clone();
     std::fs::create_dir_all(&out_dir).unwrap();
     let screenshot = out_dir.join("dashboard.png");
@@ -152,6 +157,7 @@ fn dashboard_shows_members_and_drains_one_in_headless_chromium() {
         .env("MEMBERS", MEMBERS.join(","))
         .env("DRAIN", DRAINED)
         .env("SHADOW", SHADOW)
+        .env("QUEUE", "orders")
         .env("SCREENSHOT", &screenshot)
         .env("CHROMIUM", &tools.chromium)
         .env("PLAYWRIGHT_DIR", &tools.playwright)
@@ -232,6 +238,7 @@ fn the_page_needs_no_token_but_the_api_does() {
 /// listener `web`, admin API with [`TOKEN`]); all killed on drop.
 struct Stack {
     web: SocketAddr,
+    intake: SocketAddr,
     admin: SocketAddr,
     // Dropped in this order: the router, its members, then the directory.
     _serve: Proc,
@@ -254,17 +261,22 @@ impl Stack {
             "[admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"{TOKEN}\"\n\n\
                  [[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:0\"\n\n\
                  [[route]]\nlistener = \"web\"\ncluster = \"web\"\n\n\
-                 [cluster.web]\nalgorithm = \"round-robin\"\nmembers = [{}]\n",
-            entries.join(", ")
+                 [cluster.web]\nalgorithm = \"round-robin\"\nmembers = [{}]\n\n\
+                 [[listener]]\nname = \"intake\"\nlisten = \"127.0.0.1:0\"\nprotocol = \"queue\"\n\n\
+                 [[route]]\nlistener = \"intake\"\ncluster = \"web\"\n\n\
+                 [[queue]]\nname = \"orders\"\ndirectory = \"{}\"\n",
+            entries.join(", "),
+            dir.0.join("queues").display()
         );
         let path = dir.0.join("rondo.toml");
         std::fs::write(&path, config).unwrap();
         let mut serve =
             Proc::start(&["serve", "--workers", "1", "--config", path.to_str().unwrap()]);
         let web = serve.addr_after("rondo: listener web on ");
+        let intake = serve.addr_after("rondo: queue listener intake on ");
         let admin = serve.addr_after("rondo: admin API on ");
 
-        Stack { web, admin, _serve: serve, _members: members, dir }
+        Stack { web, intake, admin, _serve: serve, _members: members, dir }
     }
 }
 

@@ -9,6 +9,7 @@
 
 mod clusters;
 mod listeners;
+mod queues;
 mod routes;
 mod services;
 
@@ -18,6 +19,7 @@ use listeners::{
     OwnSockets, check_members_are_not_own, check_unique_listeners, compile_listener,
     compile_listener_tls,
 };
+use queues::{check_queue_route, check_queues, compile_queue};
 use routes::{check_route_protocol, compile_route};
 use services::{compile_admin, compile_agent, compile_log, compile_naming, log_format};
 
@@ -38,12 +40,13 @@ use crate::Config;
 use crate::path::FieldPath;
 use crate::raw::{
     RawAccessLog, RawAdmin, RawAgentReceiver, RawAuth, RawCluster, RawConfig, RawHash, RawHealth,
-    RawListener, RawListenerTls, RawLog, RawMatch, RawMember, RawNaming, RawRoute, RawUpstreamTls,
+    RawListener, RawListenerTls, RawLog, RawMatch, RawMember, RawNaming, RawQueue, RawRoute,
+    RawUpstreamTls,
 };
 use crate::spec::{
     AccessLogSpec, AccessLogTarget, AdminSpec, AdminToken, AgentKey, AgentSpec, DnsSpec,
     ErrorDetail, Http2Limits, ListenerProtocol, ListenerSpec, LogFormat, LogSpec, NamingSpec,
-    RegistrySpec, RouterSpec, Routing,
+    QueueBackend, QueueSpec, RegistrySpec, RouterSpec, Routing,
 };
 use crate::tls::{self, CertKeyPaths, ClientAuth, ListenerTls};
 
@@ -400,7 +403,11 @@ pub(crate) fn compile(
             );
             c.err(path.key("listener"), msg);
         } else if let Some(&proto) = protocols.get(r.listener.as_str()) {
-            check_route_protocol(&mut c, &path, r, &route, proto, &clusters);
+            if proto == ListenerProtocol::Queue {
+                check_queue_route(&mut c, &path, r, &route, &clusters);
+            } else {
+                check_route_protocol(&mut c, &path, r, &route, proto, &clusters);
+            }
             // A tcp listener takes one route without `sni` (its catch-all), and any number
             // with `sni`, tried in file order.
             if proto == ListenerProtocol::Tcp && route.matcher.sni.is_none() {
@@ -421,6 +428,10 @@ pub(crate) fn compile(
         routes.push(route);
     }
 
+    let queues: Vec<QueueSpec> =
+        raw.queue.iter().enumerate().map(|(i, q)| compile_queue(&mut c, i, q)).collect();
+    check_queues(&mut c, &raw);
+
     if !c.problems.is_empty() {
         return Err(c.problems);
     }
@@ -435,5 +446,6 @@ pub(crate) fn compile(
         agent,
         warnings: Vec::new(),
         log,
+        queues,
     })
 }

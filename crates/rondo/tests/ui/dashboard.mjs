@@ -17,6 +17,7 @@ const cluster = env("CLUSTER");
 const members = env("MEMBERS").split(",");
 const drained = env("DRAIN");
 const shadow = env("SHADOW");
+const queue = env("QUEUE");
 const require = createRequire(path.join(env("PLAYWRIGHT_DIR"), "package.json"));
 const { chromium } = require("playwright-core");
 
@@ -66,6 +67,14 @@ try {
   check(JSON.stringify(shown) === JSON.stringify(members), `rows ${shown} are ${members}`);
   const state = `${table} tr[data-member="${drained}"] td.state`;
   check((await page.textContent(state)).startsWith("active"), "member starts active");
+
+  // The queue table: three messages accepted and delivered.
+  const q = `#queues tr[data-queue="${queue}"]`;
+  await page.waitForFunction((sel) => {
+    const row = document.querySelector(sel);
+    return row && row.children[7].textContent === "3" && row.children[8].textContent === "3";
+  }, q);
+  check(await page.isVisible("#queues"), "the queue table shows");
 
   // Let the chart gather a few seconds of traffic.
   await page.waitForTimeout(4_000);

@@ -1,0 +1,236 @@
+//! `[[queue]]`: durable queues (backend, limits, retries, lease, sessions), and what `queue`
+//! listeners and their routes may do.
+
+use super::*;
+
+/// The backends a queue may use.
+const QUEUE_BACKENDS: [&str; 2] = ["embedded", "nats"];
+
+pub(super) fn compile_queue(c: &mut Compiler<'_>, i: usize, q: &RawQueue) -> QueueSpec {
+    let path = FieldPath::root().key("queue").index(i);
+    if q.name.is_empty() {
+        c.err(path.key("name"), "queue name must not be empty");
+    } else if !q.name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') {
+        c.err(
+            path.key("name"),
+            format!(
+                "queue name `{}` may hold only letters, digits, `-` and `_` (it is a URL path \
+                 segment and a file name)",
+                q.name
+            ),
+        );
+    }
+    let backend = match q.backend.as_deref().unwrap_or("embedded") {
+        "embedded" => {
+            if q.nats_url.is_some() {
+                c.err(path.key("nats_url"), "`nats_url` is for `backend = \"nats\"`");
+            }
+            let directory = match &q.directory {
+                Some(d) => c.file_path(path.key("directory"), d).unwrap_or_default(),
+                None => {
+                    c.err(
+                        path.key("directory"),
+                        "an embedded queue needs `directory`, where its store file lives",
+                    );
+                    Default::default()
+                }
+            };
+            QueueBackend::Embedded { directory }
+        }
+        "nats" => {
+            if q.directory.is_some() {
+                c.err(
+                    path.key("directory"),
+                    "`directory` is for `backend = \"embedded\"` (NATS keeps the messages)",
+                );
+            }
+            let url = match &q.nats_url {
+                Some(u) => {
+                    if let Err(e) = check_host_port(u) {
+                        c.err(path.key("nats_url"), e);
+                    }
+                    u.clone()
+                }
+                None => {
+                    c.err(path.key("nats_url"), "a nats queue needs `nats_url` (host:port)");
+                    String::new()
+                }
+            };
+            QueueBackend::Nats { url }
+        }
+        other => {
+            c.err(
+                path.key("backend"),
+                format!("unknown queue backend `{other}`, expected {}", one_of(QUEUE_BACKENDS)),
+            );
+            QueueBackend::Embedded { directory: Default::default() }
+        }
+    };
+    let max_messages = c.int(
+        path.key("max_messages"),
+        q.max_messages,
+        QueueSpec::DEFAULT_MAX_MESSAGES,
+        1,
+        u64::MAX,
+    );
+    let max_bytes =
+        c.int(path.key("max_bytes"), q.max_bytes, QueueSpec::DEFAULT_MAX_BYTES, 1, u64::MAX);
+    let max_message_bytes = c.int(
+        path.key("max_message_bytes"),
+        q.max_message_bytes,
+        QueueSpec::DEFAULT_MAX_MESSAGE_BYTES.min(max_bytes),
+        1,
+        u64::from(u32::MAX),
+    );
+    if max_message_bytes > max_bytes {
+        c.err(
+            path.key("max_message_bytes"),
+            format!("must be at most max_bytes ({max_bytes}), got {max_message_bytes}"),
+        );
+    }
+    let max_attempts = c.int(
+        path.key("max_attempts"),
+        q.max_attempts,
+        u64::from(QueueSpec::DEFAULT_MAX_ATTEMPTS),
+        1,
+        QueueSpec::MAX_ATTEMPTS,
+    ) as u32;
+    let backoff_initial = c.ms(
+        path.key("backoff_initial_ms"),
+        q.backoff_initial_ms,
+        QueueSpec::DEFAULT_BACKOFF_INITIAL,
+        true,
+    );
+    let backoff_max =
+        c.ms(path.key("backoff_max_ms"), q.backoff_max_ms, QueueSpec::DEFAULT_BACKOFF_MAX, true);
+    if backoff_max < backoff_initial {
+        c.err(
+            path.key("backoff_max_ms"),
+            format!(
+                "must be at least backoff_initial_ms ({}), got {}",
+                backoff_initial.as_millis(),
+                backoff_max.as_millis()
+            ),
+        );
+    }
+    let lease = c.ms(path.key("lease_ms"), q.lease_ms, QueueSpec::DEFAULT_LEASE, false);
+    if lease < std::time::Duration::from_millis(100) {
+        c.err(path.key("lease_ms"), format!("must be at least 100, got {}", lease.as_millis()));
+    }
+    let concurrency = c.int(
+        path.key("concurrency"),
+        q.concurrency,
+        u64::from(QueueSpec::DEFAULT_CONCURRENCY),
+        1,
+        QueueSpec::MAX_CONCURRENCY,
+    ) as u32;
+    let session_header = q.session_header.as_ref().map(|h| {
+        if !is_token(h) {
+            c.err(path.key("session_header"), format!("`{h}` is not a header name"));
+        }
+        h.to_ascii_lowercase()
+    });
+    QueueSpec {
+        name: q.name.clone(),
+        backend,
+        max_messages,
+        max_bytes,
+        max_message_bytes,
+        max_attempts,
+        backoff_initial,
+        backoff_max,
+        lease,
+        concurrency,
+        session_header,
+    }
+}
+
+/// Two queues of one name; a `queue` listener without any queue.
+pub(super) fn check_queues(c: &mut Compiler<'_>, raw: &RawConfig) {
+    let root = FieldPath::root();
+    let mut names: HashMap<&str, usize> = HashMap::new();
+    for (i, q) in raw.queue.iter().enumerate() {
+        match names.get(q.name.as_str()) {
+            Some(first) => c.err(
+                root.key("queue").index(i).key("name"),
+                format!("duplicate queue name `{}`, first used by queue[{first}]", q.name),
+            ),
+            None => {
+                names.insert(&q.name, i);
+            }
+        }
+    }
+    if raw.queue.is_empty() {
+        for (i, l) in raw.listener.iter().enumerate() {
+            if l.protocol.as_deref() == Some("queue") {
+                c.err(
+                    root.key("listener").index(i).key("protocol"),
+                    format!(
+                        "queue listener `{}` has no queue to accept messages into: add a [[queue]]",
+                        l.name
+                    ),
+                );
+            }
+        }
+    }
+}
+
+/// What a route on a `queue` listener may not do: match on `sni`, require a token, sign users
+/// on, or send to a cluster whose members the queue cannot reach over plain HTTP.
+pub(super) fn check_queue_route(
+    c: &mut Compiler<'_>,
+    path: &FieldPath,
+    r: &RawRoute,
+    route: &Route,
+    clusters: &BTreeMap<String, Arc<ClusterSpec>>,
+) {
+    if let Some(m) = &r.matcher
+        && m.sni.is_some()
+    {
+        c.err(
+            path.key("match").key("sni"),
+            format!("route on queue listener `{}` cannot match on `sni`", r.listener),
+        );
+    }
+    if r.auth.is_some() {
+        c.err(
+            path.key("auth"),
+            format!(
+                "route on queue listener `{}` cannot require a token yet (messages are \
+                 accepted without sign-on)",
+                r.listener
+            ),
+        );
+    }
+    if r.login.is_some() {
+        c.err(
+            path.key("login"),
+            format!("route on queue listener `{}` cannot sign users on", r.listener),
+        );
+    }
+    let targets = std::iter::once((path.key("cluster"), &route.cluster))
+        .chain(route.backups.iter().enumerate().map(|(j, b)| (path.key("backups").index(j), b)));
+    for (p, name) in targets {
+        let Some(cluster) = clusters.get(name) else { continue };
+        if cluster.upstream_protocol == UpstreamProtocol::Tcp {
+            c.err(
+                p.clone(),
+                format!(
+                    "queue listener `{}` cannot deliver to cluster `{name}` with upstream_protocol \
+                     `tcp`, it needs `http1` or `http2`",
+                    r.listener
+                ),
+            );
+        }
+        if cluster.upstream_tls.is_some() {
+            c.err(
+                p,
+                format!(
+                    "queue listener `{}` cannot deliver to cluster `{name}` yet: it has \
+                     `upstream_tls`, and queue delivery speaks plain HTTP to members",
+                    r.listener
+                ),
+            );
+        }
+    }
+}

@@ -1,0 +1,353 @@
+//! Delivery workers: each takes the next due message under a lease ([`Store::next`]), sends it
+//! as an HTTP request to a member and finishes the lease by the outcome.
+//!
+//! One **attempt** is what the router does for one request: the route that matches the message
+//! now (routes are matched again at each attempt, so a reload applies to messages waiting), then
+//! the core's failover engine over the route's cluster and backups with `ClusterRt::place`
+//! picking each member by the cluster's algorithm (the same call the router's HTTP and TCP paths
+//! make), within the route's request timeout and the queue's lease. A member's 2xx completes the
+//! message; any other answer, a refused connection, a reset or a timeout is that member's
+//! failure, and when no member of the attempt answered 2xx the attempt failed with the reason of
+//! every member tried. A failed attempt returns the message with exponential backoff
+//! (`backoff_initial_ms`, doubled, at most `backoff_max_ms`); the attempt numbered
+//! `max_attempts` moves it to the dead-letter queue instead. An attempt still running when the
+//! lease ends is abandoned and counts as failed (`lease of N ms expired`).
+//!
+//! Every request carries the message id in `Idempotency-Key`, the queue in `X-Rondo-Queue` and
+//! the attempt's number in `X-Rondo-Attempt`, so members can drop the duplicates that
+//! at-least-once delivery makes possible.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{HeaderName, HeaderValue, Request};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use rondo_config::QueueSpec;
+use rondo_core::{Failover, FailureKind, HashKeySource, Outcome, TryFailure, UpstreamProtocol};
+use rondo_runtime::queues::TryRecord;
+use rondo_runtime::{Live, Refused, clock};
+
+use crate::store::{Lease, Message, Store, unix_ms};
+
+/// The HTTP clients deliveries use (pooled connections to members): HTTP/1.1, and HTTP/2 with
+/// prior knowledge for clusters with `upstream_protocol = "http2"`.
+#[derive(Debug, Clone)]
+pub struct Clients {
+    http1: Client<HttpConnector, Full<Bytes>>,
+    http2: Client<HttpConnector, Full<Bytes>>,
+}
+
+impl Clients {
+    /// New pools.
+    pub fn new() -> Clients {
+        let mut c = HttpConnector::new();
+        c.set_nodelay(true);
+        c.set_connect_timeout(Some(Duration::from_secs(5)));
+        Clients {
+            http1: Client::builder(TokioExecutor::new())
+                .pool_idle_timeout(Duration::from_secs(30))
+                .build(c.clone()),
+            http2: Client::builder(TokioExecutor::new()).http2_only(true).build(c),
+        }
+    }
+}
+
+impl Default for Clients {
+    fn default() -> Self {
+        Clients::new()
+    }
+}
+
+/// Runs one worker of `store` until `stop` turns true.
+pub async fn worker(
+    store: Arc<dyn Store>,
+    spec: Arc<QueueSpec>,
+    live: Arc<Live>,
+    clients: Clients,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    loop {
+        let lease = tokio::select! {
+            l = store.next() => l,
+            _ = stop.changed() => return,
+        };
+        let lease = match lease {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::warn!(queue = %spec.name, "cannot take the next message: {e}");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+        };
+        let attempt = lease.attempts + 1;
+        let outcome = tokio::select! {
+            r = tokio::time::timeout(spec.lease, attempt_delivery(&live, &clients, &spec, &lease, attempt)) => {
+                r.unwrap_or_else(|_| Err(format!(
+                    "lease of {} ms expired before the delivery finished",
+                    spec.lease.as_millis()
+                )))
+            }
+            // Shutting down: the lease is dropped with the process; the message stays durable
+            // and is delivered again after the restart.
+            _ = stop.changed() => return,
+        };
+        let done = match outcome {
+            Ok(member) => {
+                tracing::debug!(queue = %spec.name, id = %lease.id, %member, attempt, "delivered");
+                store.complete(lease).await
+            }
+            Err(reason) => {
+                let tried = TryRecord { attempt, at_ms: unix_ms(), reason };
+                if attempt >= spec.max_attempts {
+                    tracing::warn!(queue = %spec.name, id = %lease.id, attempts = attempt, reason = %tried.reason, "message moved to the dead-letter queue");
+                    store.dead_letter(lease, tried).await
+                } else {
+                    let after = spec.backoff(attempt);
+                    tracing::debug!(queue = %spec.name, id = %lease.id, attempt, reason = %tried.reason, after_ms = after.as_millis() as u64, "delivery failed; retrying later");
+                    store.retry(lease, tried, after).await
+                }
+            }
+        };
+        if let Err(e) = done {
+            tracing::warn!(queue = %spec.name, "cannot record a delivery's outcome: {e}");
+        }
+    }
+}
+
+/// Header fields of a message for route matching and hash keys.
+struct Facts<'a>(&'a Message);
+
+impl<'a> Facts<'a> {
+    fn header(&self, name: &str) -> Option<&'a str> {
+        self.0.header(name).and_then(|v| std::str::from_utf8(v).ok())
+    }
+}
+
+/// `Host` without its port.
+fn host_of(h: &str) -> &str {
+    if let Some(rest) = h.strip_prefix('[') {
+        return rest.split(']').next().unwrap_or(rest);
+    }
+    h.rsplit_once(':').map_or(
+        h,
+        |(host, port)| {
+            if port.bytes().all(|b| b.is_ascii_digit()) { host } else { h }
+        },
+    )
+}
+
+/// A cookie's value from the `cookie` header fields.
+fn cookie<'a>(m: &'a Message, name: &str) -> Option<&'a str> {
+    m.headers.iter().filter(|(n, _)| n == "cookie").find_map(|(_, v)| {
+        std::str::from_utf8(v).ok()?.split(';').find_map(|kv| {
+            let (k, v) = kv.trim().split_once('=')?;
+            (k == name).then_some(v)
+        })
+    })
+}
+
+/// The cluster's hash key read from the message, as the router reads it from a request.
+fn hash_key(source: &HashKeySource, m: &Message) -> Option<u64> {
+    use rondo_core::hash::hash_key;
+    match source {
+        HashKeySource::ClientAddress => m.peer.map(|ip| match ip {
+            std::net::IpAddr::V4(ip) => hash_key(&ip.octets()),
+            std::net::IpAddr::V6(ip) => hash_key(&ip.octets()),
+        }),
+        HashKeySource::Header(h) => m.header(h.as_str()).map(hash_key),
+        HashKeySource::Cookie(c) => cookie(m, c).map(|v| hash_key(v.as_bytes())),
+    }
+}
+
+/// One delivery attempt of `lease`: the member that answered 2xx, or why none did.
+async fn attempt_delivery(
+    live: &Live,
+    clients: &Clients,
+    spec: &QueueSpec,
+    lease: &Lease,
+    attempt: u32,
+) -> Result<String, String> {
+    let m = &lease.message;
+    let snapshot = live.load();
+    let route = {
+        let facts = Facts(m);
+        let (path_only, query) = match m.path.split_once('?') {
+            Some((p, q)) => (p, Some(q)),
+            None => (m.path.as_str(), None),
+        };
+        let header = |name: &str| facts.header(name);
+        let present = |name: &str| facts.header(name).is_some();
+        let req = rondo_core::RequestFacts {
+            host: facts.header("host").map(host_of),
+            path: path_only,
+            query,
+            method: "POST",
+            header: &header,
+            present: &present,
+            body: Some(rondo_core::BodyPeek { bytes: &m.body, complete: true }),
+        };
+        snapshot.view.route(&m.listener, &req)
+    };
+    let Some(route) = route else {
+        return Err(format!("no route of listener {} matches the message", m.listener));
+    };
+    let timeout = route.request_timeout.min(spec.lease);
+    // The message id makes a second delivery recognisable: tries may move on like an
+    // idempotent request's.
+    let mut failover = Failover::new(1 + route.backups.len(), true, clock::now(), timeout);
+    let mut why: Vec<String> = Vec::new();
+    while let Some(i) = failover.cluster() {
+        let cluster = if i == 0 { &route.cluster } else { &route.backups[i - 1] };
+        let Some(rt) = snapshot.clusters.get(cluster) else {
+            why.push(format!("cluster {cluster} is not in the view"));
+            failover.none_eligible();
+            continue;
+        };
+        let hash = (rt.spec.policy.algorithm == rondo_core::Algorithm::Hash)
+            .then(|| hash_key(&rt.spec.policy.hash.key, m))
+            .flatten();
+        let member = match rt.place(&mut failover, clock::now(), live.group.as_deref(), hash, None)
+        {
+            Ok(placed) => placed.member(),
+            Err(Refused::NoEligible(e)) => {
+                why.push(e.to_string());
+                failover.none_eligible();
+                continue;
+            }
+            Err(Refused::Stop(_)) => {
+                why.push(format!("cluster {cluster}: retry budget spent"));
+                break;
+            }
+        };
+        let ms = &rt.spec.members[member];
+        let started = Instant::now();
+        let try_timeout = failover.try_timeout(clock::from_std(started));
+        let client = match rt.spec.upstream_protocol {
+            UpstreamProtocol::Http2 => &clients.http2,
+            _ => &clients.http1,
+        };
+        let request = build(m, &ms.address, &spec.name, &lease.id, attempt);
+        let sent = tokio::time::timeout(try_timeout, async {
+            let resp = client.request(request).await?;
+            let status = resp.status();
+            // The body is read (and dropped) so the connection goes back to the pool.
+            let _ = resp.into_body().collect().await;
+            Ok::<_, hyper_util::client::legacy::Error>(status)
+        })
+        .await;
+        let latency = started.elapsed();
+        let (failure, kind) = match sent {
+            Ok(Ok(status)) if status.is_success() => {
+                rt.end_request(member, Outcome::Success { latency });
+                return Ok(ms.name.clone());
+            }
+            Ok(Ok(status)) => {
+                why.push(format!("{cluster}/{}: answered {}", ms.name, status.as_u16()));
+                if status.is_server_error() {
+                    (TryFailure::after_sending(true), Some(FailureKind::Status5xx))
+                } else {
+                    // The member answered: it is up, and another would likely answer the same.
+                    rt.end_request(member, Outcome::Success { latency });
+                    break;
+                }
+            }
+            Ok(Err(e)) if e.is_connect() => {
+                why.push(format!("{cluster}/{}: cannot connect ({})", ms.name, root_cause(&e)));
+                (TryFailure::NOTHING_SENT, Some(FailureKind::Connect))
+            }
+            Ok(Err(e)) => {
+                why.push(format!("{cluster}/{}: {}", ms.name, root_cause(&e)));
+                (TryFailure::after_sending(true), Some(FailureKind::Reset))
+            }
+            Err(_) => {
+                why.push(format!(
+                    "{cluster}/{}: no answer within {} ms",
+                    ms.name,
+                    try_timeout.as_millis()
+                ));
+                (TryFailure::after_sending(true), Some(FailureKind::Timeout))
+            }
+        };
+        if let Some(kind) = kind {
+            rt.end_request(member, Outcome::Failure { kind, latency });
+        }
+        if failover.failed(failure, clock::now()).is_err() {
+            break;
+        }
+    }
+    if why.is_empty() {
+        why.push(format!("route {} found no member", route.name));
+    }
+    Err(why.join("; "))
+}
+
+/// The innermost error's text (hyper-util wraps the I/O error that says what happened).
+fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut cur = e;
+    while let Some(next) = cur.source() {
+        cur = next;
+    }
+    cur.to_string()
+}
+
+/// The request a member gets for `m`.
+fn build(m: &Message, address: &str, queue: &str, id: &str, attempt: u32) -> Request<Full<Bytes>> {
+    let uri = format!("http://{address}{}", m.path);
+    let mut req = Request::new(Full::new(m.body.clone()));
+    *req.method_mut() = http::Method::POST;
+    *req.uri_mut() = uri.parse().unwrap_or_else(|_| http::Uri::from_static("/"));
+    let h = req.headers_mut();
+    for (name, value) in &m.headers {
+        if let (Ok(n), Ok(v)) =
+            (HeaderName::from_bytes(name.as_bytes()), HeaderValue::from_bytes(value))
+        {
+            h.append(n, v);
+        }
+    }
+    if let Ok(v) = HeaderValue::from_str(id) {
+        h.insert(HeaderName::from_static("idempotency-key"), v);
+    }
+    if let Ok(v) = HeaderValue::from_str(queue) {
+        h.insert(HeaderName::from_static("x-rondo-queue"), v);
+    }
+    h.insert(HeaderName::from_static("x-rondo-attempt"), HeaderValue::from(attempt));
+    if let Some(peer) = m.peer
+        && let Ok(v) = HeaderValue::from_str(&peer.to_string())
+    {
+        h.insert(HeaderName::from_static("x-forwarded-for"), v);
+    }
+    req
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hosts_lose_their_port() {
+        assert_eq!(host_of("a.example:8080"), "a.example");
+        assert_eq!(host_of("a.example"), "a.example");
+        assert_eq!(host_of("[::1]:80"), "::1");
+    }
+
+    #[test]
+    fn requests_carry_the_message_id() {
+        let m = Message {
+            listener: "in".into(),
+            path: "/queues/q?x=1".into(),
+            headers: vec![("x-a".into(), Bytes::from_static(b"1"))],
+            body: Bytes::from_static(b"hi"),
+            peer: Some("127.0.0.1".parse().unwrap()),
+        };
+        let r = build(&m, "127.0.0.1:9", "q", "ab-7", 3);
+        assert_eq!(r.uri().to_string(), "http://127.0.0.1:9/queues/q?x=1");
+        assert_eq!(r.headers()["idempotency-key"], "ab-7");
+        assert_eq!(r.headers()["x-rondo-attempt"], "3");
+        assert_eq!(r.headers()["x-a"], "1");
+        assert_eq!(cookie(&m, "s"), None);
+    }
+}

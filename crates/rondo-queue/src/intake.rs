@@ -1,0 +1,271 @@
+//! The intake of a `queue` listener: `POST /queues/{queue}[/more]` over HTTP/1.1 with any body
+//! and header fields.
+//!
+//! | answer | when |
+//! |---|---|
+//! | `202 Accepted`, `{"id": "...", "queue": "..."}` and `X-Rondo-Message-Id` | the message is durable (its batch committed) |
+//! | `400` | the body broke off |
+//! | `404` | no queue of that name, or no route of the listener matches the message |
+//! | `405` with `Allow: POST` | another method |
+//! | `413` | the body is over the queue's `max_message_bytes` |
+//! | `503` with `Retry-After` | the queue is at `max_messages` or `max_bytes`, or its store failed |
+//!
+//! Routes match a message as they match a request (host, normalized path, method `POST`,
+//! header fields), here to refuse what no route would deliver, and again at every delivery
+//! attempt. Hop-by-hop header fields (and `Content-Length`, `Idempotency-Key`, `X-Rondo-*`,
+//! which the delivery sets) are not kept.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{HeaderValue, Request, Response, StatusCode, header};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use rondo_config::{ListenerSpec, QueueSpec};
+use rondo_runtime::Live;
+use tokio::sync::Semaphore;
+
+use crate::store::{AppendError, Message, Store};
+
+/// One queue as the intake sees it.
+#[derive(Debug, Clone)]
+pub struct Entry {
+    /// Its settings.
+    pub spec: Arc<QueueSpec>,
+    /// Its store.
+    pub store: Arc<dyn Store>,
+}
+
+struct Ctx {
+    listener: ListenerSpec,
+    queues: Arc<HashMap<String, Entry>>,
+    live: Arc<Live>,
+}
+
+/// Seconds a client is told to wait when a queue is full or its store failed.
+pub const RETRY_AFTER_SECS: u32 = 1;
+
+/// Binds `spec`'s address and serves it until `stop` turns true; the bound address.
+pub async fn start(
+    spec: &ListenerSpec,
+    queues: Arc<HashMap<String, Entry>>,
+    live: Arc<Live>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) -> std::io::Result<SocketAddr> {
+    let what = format!("queue listener {}", spec.name);
+    let socket = live.sockets.tcp_listener(&what, spec.listen).await.map_err(|e| {
+        std::io::Error::new(
+            e.kind(),
+            format!("cannot bind queue listener {} to {}: {e}", spec.name, spec.listen),
+        )
+    })?;
+    let addr = socket.local_addr()?;
+    let ctx = Arc::new(Ctx { listener: spec.clone(), queues, live });
+    let limit = Arc::new(Semaphore::new(spec.max_connections as usize));
+    tokio::spawn(async move {
+        loop {
+            let permit = tokio::select! {
+                p = limit.clone().acquire_owned() => p,
+                _ = stop.changed() => return,
+            };
+            let Ok(permit) = permit else { return };
+            let accepted = tokio::select! {
+                a = socket.accept() => a,
+                _ = stop.changed() => return,
+            };
+            let (stream, peer) = match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    tracing::warn!(listener = %ctx.listener.name, "accept failed: {e}");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            let _ = stream.set_nodelay(true);
+            let ctx = ctx.clone();
+            let mut stop = stop.clone();
+            tokio::spawn(async move {
+                let _permit = permit;
+                let service = hyper::service::service_fn(|req| handle(req, ctx.clone(), peer));
+                let conn = hyper::server::conn::http1::Builder::new()
+                    .timer(TokioTimer::new())
+                    .header_read_timeout(ctx.listener.header_read_timeout)
+                    .max_buf_size(ctx.listener.max_header_bytes.max(8192) as usize)
+                    .serve_connection(TokioIo::new(stream), service);
+                tokio::pin!(conn);
+                tokio::select! {
+                    _ = conn.as_mut() => {}
+                    _ = stop.changed() => {
+                        conn.as_mut().graceful_shutdown();
+                        let _ = conn.await;
+                    }
+                }
+            });
+        }
+    });
+    tracing::info!(listener = %spec.name, %addr, protocol = "queue", "listening");
+    Ok(addr)
+}
+
+fn text(status: StatusCode, body: impl Into<String>) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(Bytes::from(body.into() + "\n")));
+    *r.status_mut() = status;
+    r.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    r
+}
+
+fn busy(body: String) -> Response<Full<Bytes>> {
+    let mut r = text(StatusCode::SERVICE_UNAVAILABLE, body);
+    r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECS));
+    r
+}
+
+/// Header fields a message does not keep: hop-by-hop ones, the ones the connection names, and
+/// those the delivery sets itself.
+fn kept(name: &str, connection_named: &[String]) -> bool {
+    !matches!(
+        name,
+        "connection"
+            | "keep-alive"
+            | "proxy-connection"
+            | "proxy-authorization"
+            | "proxy-authenticate"
+            | "te"
+            | "trailer"
+            | "transfer-encoding"
+            | "upgrade"
+            | "content-length"
+            | "expect"
+            | "idempotency-key"
+            | "x-forwarded-for"
+    ) && !name.starts_with("x-rondo-")
+        && !connection_named.iter().any(|c| c == name)
+}
+
+async fn handle(
+    req: Request<Incoming>,
+    ctx: Arc<Ctx>,
+    peer: SocketAddr,
+) -> Result<Response<Full<Bytes>>, Infallible> {
+    Ok(intake(req, &ctx, peer).await)
+}
+
+async fn intake(req: Request<Incoming>, ctx: &Ctx, peer: SocketAddr) -> Response<Full<Bytes>> {
+    // Routes match, and members get, the normalized path (`/queues/%6Frders` is `/queues/orders`).
+    let path = rondo_core::path::normalize(req.uri().path())
+        .unwrap_or_else(|| req.uri().path().to_owned());
+    let Some(name) = path.strip_prefix("/queues/").map(|r| r.split('/').next().unwrap_or(r)) else {
+        return text(StatusCode::NOT_FOUND, "messages are posted to /queues/{queue}");
+    };
+    let Some(entry) = ctx.queues.get(name) else {
+        return text(StatusCode::NOT_FOUND, format!("no queue named `{name}`"));
+    };
+    if req.method() != http::Method::POST {
+        let mut r =
+            text(StatusCode::METHOD_NOT_ALLOWED, "messages are posted: POST /queues/{queue}");
+        r.headers_mut().insert(header::ALLOW, HeaderValue::from_static("POST"));
+        return r;
+    }
+    let max = entry.spec.max_message_bytes;
+    let too_large = || {
+        entry.store.count_too_large();
+        text(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("the message is larger than queue {name}'s max_message_bytes ({max})"),
+        )
+    };
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > max) {
+        return too_large();
+    }
+    let (parts, body) = req.into_parts();
+    let body = match Limited::new(body, max as usize).collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(e) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => {
+            return too_large();
+        }
+        Err(_) => return text(StatusCode::BAD_REQUEST, "the message body broke off"),
+    };
+    // Routes match the message as they would a request (body filters read its body); none:
+    // it would never be delivered.
+    {
+        let snapshot = ctx.live.load();
+        let headers = &parts.headers;
+        let header = |n: &str| headers.get(n).and_then(|v| v.to_str().ok());
+        let present = |n: &str| headers.contains_key(n);
+        let host = headers
+            .get(header::HOST)
+            .and_then(|v| v.to_str().ok())
+            .or_else(|| parts.uri.authority().map(|a| a.as_str()))
+            .map(|h| h.rsplit_once(':').map_or(h, |(h, _)| h));
+        let facts = rondo_core::RequestFacts {
+            host,
+            path: &path,
+            query: parts.uri.query(),
+            method: "POST",
+            header: &header,
+            present: &present,
+            body: Some(rondo_core::BodyPeek { bytes: &body, complete: true }),
+        };
+        if snapshot.view.route(&ctx.listener.name, &facts).is_none() {
+            return text(
+                StatusCode::NOT_FOUND,
+                format!("no route of listener {} matches the message", ctx.listener.name),
+            );
+        }
+    }
+    let connection_named: Vec<String> = parts
+        .headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(',').map(|s| s.trim().to_ascii_lowercase()))
+        .collect();
+    let headers: Vec<(String, Bytes)> = parts
+        .headers
+        .iter()
+        .filter(|(n, _)| kept(n.as_str(), &connection_named))
+        .map(|(n, v)| (n.as_str().to_owned(), Bytes::copy_from_slice(v.as_bytes())))
+        .collect();
+    let session = entry.spec.session_header.as_deref().and_then(|h| {
+        parts.headers.get(h).map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+    });
+    let full_path = match parts.uri.query() {
+        Some(q) => format!("{path}?{q}"),
+        None => path.clone(),
+    };
+    let message = Message {
+        listener: ctx.listener.name.clone(),
+        path: full_path,
+        headers,
+        body,
+        peer: Some(peer.ip()),
+    };
+    match entry.store.append(message, session).await {
+        Ok(id) => {
+            let body = format!("{{\"id\":\"{id}\",\"queue\":\"{name}\"}}\n");
+            let mut r = Response::new(Full::new(Bytes::from(body)));
+            *r.status_mut() = StatusCode::ACCEPTED;
+            let h = r.headers_mut();
+            h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            if let Ok(v) = HeaderValue::from_str(&id) {
+                h.insert("x-rondo-message-id", v);
+            }
+            r
+        }
+        Err(e @ AppendError::Full { .. }) => busy(e.to_string()),
+        Err(e @ AppendError::Store { .. }) => {
+            tracing::warn!(queue = %name, "message refused: {e}");
+            busy(e.to_string())
+        }
+    }
+}

@@ -1,0 +1,625 @@
+//! Queued routing end to end: real `rondo serve` processes with `queue` listeners and embedded
+//! stores, and members in this test process that log every message id they are sent
+//! (`Idempotency-Key`). What the tests show: nothing accepted is lost across `kill -9`
+//! (duplicates are counted and reported), messages wait while every member is down and then go
+//! in order per session key, a poison message reaches the dead-letter queue with its tries and
+//! is delivered once requeued, and the limits answer 413 and 503 with `Retry-After`, and a
+//! damaged store file stops the start naming the file.
+
+mod common;
+
+use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use common::{BIN, Proc, TempDir, free_port};
+use http::{Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use serde_json::Value;
+
+const TOKEN: &str = "queue-test-token-0123456789";
+
+/// One request a test member received.
+#[derive(Debug, Clone)]
+struct Got {
+    id: String,
+    attempt: u32,
+    session: Option<String>,
+    body: String,
+    answered: u16,
+}
+
+/// What a test member saw, and how it answers.
+#[derive(Debug, Default)]
+struct SinkState {
+    got: Mutex<Vec<Got>>,
+    /// Requests that arrived (before their answer).
+    arrived: AtomicU64,
+    /// The status it answers.
+    status: AtomicU16,
+    /// How long it waits before answering.
+    delay_ms: AtomicU64,
+    /// Requests per session key in progress; `overlap` when one key ever had two.
+    in_progress: Mutex<HashMap<String, u32>>,
+    overlap: AtomicBool,
+}
+
+impl SinkState {
+    fn new(status: u16, delay_ms: u64) -> Arc<SinkState> {
+        let s = SinkState::default();
+        s.status.store(status, Ordering::Relaxed);
+        s.delay_ms.store(delay_ms, Ordering::Relaxed);
+        Arc::new(s)
+    }
+
+    fn got(&self) -> Vec<Got> {
+        self.got.lock().unwrap().clone()
+    }
+
+    /// The ids answered 2xx.
+    fn delivered(&self) -> Vec<String> {
+        self.got().into_iter().filter(|g| g.answered < 300).map(|g| g.id).collect()
+    }
+}
+
+/// A member on `addr` answering from `state`, until dropped (its connections close with it).
+struct Sink(tokio::task::JoinHandle<()>);
+
+impl Drop for Sink {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+async fn sink(addr: SocketAddr, state: Arc<SinkState>) -> Sink {
+    let listener = tokio::net::TcpListener::bind(addr).await.expect("bind the test member");
+    Sink(tokio::spawn(async move {
+        let mut conns = tokio::task::JoinSet::new();
+        loop {
+            let Ok((stream, _)) = listener.accept().await else { continue };
+            let state = state.clone();
+            conns.spawn(async move {
+                let service = hyper::service::service_fn(move |req| answer(req, state.clone()));
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    }))
+}
+
+async fn answer(
+    req: Request<Incoming>,
+    state: Arc<SinkState>,
+) -> Result<Response<Full<Bytes>>, std::convert::Infallible> {
+    state.arrived.fetch_add(1, Ordering::Relaxed);
+    let h = req.headers();
+    let text = |n: &str| h.get(n).and_then(|v| v.to_str().ok()).map(str::to_owned);
+    let id = text("idempotency-key").unwrap_or_default();
+    let attempt = text("x-rondo-attempt").and_then(|a| a.parse().ok()).unwrap_or(0);
+    let session = text("x-session");
+    let body = req.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+    if let Some(s) = &session {
+        let mut m = state.in_progress.lock().unwrap();
+        let n = m.entry(s.clone()).or_default();
+        *n += 1;
+        if *n > 1 {
+            state.overlap.store(true, Ordering::Relaxed);
+        }
+    }
+    let delay = state.delay_ms.load(Ordering::Relaxed);
+    if delay > 0 {
+        tokio::time::sleep(Duration::from_millis(delay)).await;
+    }
+    if let Some(s) = &session {
+        *state.in_progress.lock().unwrap().get_mut(s).unwrap() -= 1;
+    }
+    let status = state.status.load(Ordering::Relaxed);
+    state.got.lock().unwrap().push(Got {
+        id,
+        attempt,
+        session,
+        body: String::from_utf8_lossy(&body).into_owned(),
+        answered: status,
+    });
+    let mut r = Response::new(Full::new(Bytes::from_static(b"ok")));
+    *r.status_mut() = StatusCode::from_u16(status).unwrap();
+    Ok(r)
+}
+
+/// A `rondo serve` of `config` (written to `dir`), its stderr kept in `dir/stderr`.
+fn serve(dir: &TempDir, config: &str) -> Proc {
+    let path = dir.0.join("rondo.toml");
+    std::fs::write(&path, config).expect("write config");
+    let stderr = std::fs::File::create(dir.0.join("stderr")).expect("stderr file");
+    let child = Command::new(BIN)
+        .arg("serve")
+        .arg(&path)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(stderr)
+        .spawn()
+        .expect("start rondo serve");
+    Proc::from_child(child)
+}
+
+/// The config: queue listener `in`, route to cluster `c` (one member at `member`), queue
+/// `orders` in `dir/store` with `queue` extra keys, and an admin API.
+fn config(dir: &TempDir, member: SocketAddr, queue: &str) -> String {
+    format!(
+        r#"
+[admin]
+listen = "127.0.0.1:0"
+token = "{TOKEN}"
+
+[[listener]]
+name = "in"
+listen = "127.0.0.1:0"
+protocol = "queue"
+
+[[route]]
+listener = "in"
+cluster = "c"
+
+[cluster.c]
+members = [{{ name = "m1", address = "{member}" }}]
+outlier = {{ count_5xx = false }}
+
+[[queue]]
+name = "orders"
+directory = "{}"
+{queue}
+"#,
+        dir.0.join("store").display()
+    )
+}
+
+struct Router {
+    proc: Proc,
+    intake: SocketAddr,
+    admin: SocketAddr,
+}
+
+fn start_router(dir: &TempDir, config: &str) -> Router {
+    let mut proc = serve(dir, config);
+    let intake = proc.addr_after("rondo: queue listener in on ");
+    let admin = proc.addr_after("rondo: admin API on ");
+    Router { proc, intake, admin }
+}
+
+fn client() -> Client<HttpConnector, Full<Bytes>> {
+    Client::builder(TokioExecutor::new()).build(HttpConnector::new())
+}
+
+/// `POST /queues/orders` with `body` and header fields: status, header fields and body.
+async fn post(
+    c: &Client<HttpConnector, Full<Bytes>>,
+    at: SocketAddr,
+    body: impl Into<Bytes>,
+    headers: &[(&str, &str)],
+) -> (StatusCode, http::HeaderMap, String) {
+    let mut req = Request::post(format!("http://{at}/queues/orders"));
+    for (n, v) in headers {
+        req = req.header(*n, *v);
+    }
+    let resp = c.request(req.body(Full::new(body.into())).unwrap()).await.expect("post");
+    let (parts, body) = resp.into_parts();
+    let body = body.collect().await.expect("answer").to_bytes();
+    (parts.status, parts.headers, String::from_utf8_lossy(&body).into_owned())
+}
+
+/// The id of a 202's JSON answer.
+fn id_of(body: &str) -> String {
+    let v: Value = serde_json::from_str(body).expect("JSON answer");
+    v["id"].as_str().expect("id").to_owned()
+}
+
+/// One admin API call: status and JSON.
+async fn admin(
+    c: &Client<HttpConnector, Full<Bytes>>,
+    at: SocketAddr,
+    method: &str,
+    path: &str,
+) -> (StatusCode, Value) {
+    let req = Request::builder()
+        .method(method)
+        .uri(format!("http://{at}{path}"))
+        .header("authorization", format!("Bearer {TOKEN}"))
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let resp = c.request(req).await.expect("admin call");
+    let status = resp.status();
+    let body = resp.into_body().collect().await.expect("answer").to_bytes();
+    (status, serde_json::from_slice(&body).unwrap_or(Value::Null))
+}
+
+/// Waits up to `wait` for `done`, polling every 50 ms.
+async fn until(wait: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + wait;
+    while Instant::now() < deadline {
+        if done() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    done()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_with_1000_accepted_undelivered_messages_loses_none() {
+    let dir = TempDir::new("queue-kill");
+    let member: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let cfg = config(
+        &dir,
+        member,
+        "max_attempts = 1000\nbackoff_initial_ms = 20\nbackoff_max_ms = 200\nconcurrency = 32",
+    );
+    let mut router = start_router(&dir, &cfg);
+    let c = client();
+    // The member is down: every message is accepted and none can be delivered.
+    let mut tasks = tokio::task::JoinSet::new();
+    let gate = Arc::new(tokio::sync::Semaphore::new(32));
+    for i in 0..1000 {
+        let (c, at, gate) = (c.clone(), router.intake, gate.clone());
+        tasks.spawn(async move {
+            let _p = gate.acquire_owned().await.unwrap();
+            let (status, _, body) =
+                post(&c, at, format!("message {i} {}", "x".repeat(1000)), &[]).await;
+            assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+            id_of(&body)
+        });
+    }
+    let mut accepted = HashSet::new();
+    while let Some(id) = tasks.join_next().await {
+        accepted.insert(id.expect("post task"));
+    }
+    assert_eq!(accepted.len(), 1000, "1000 distinct ids");
+    let (_, q) = admin(&c, router.admin, "GET", "/api/v1/queues").await;
+    assert_eq!(q["queues"][0]["depth"], 1000, "{q}");
+    assert_eq!(q["queues"][0]["delivered"], 0, "{q}");
+
+    // The member comes up, slow: some messages reach it and are answered, some are in
+    // delivery, and then the router dies with them.
+    let state = SinkState::new(200, 300);
+    let _sink = sink(member, state.clone()).await;
+    let arrived =
+        until(Duration::from_secs(30), || state.arrived.load(Ordering::Relaxed) >= 100).await;
+    assert!(arrived, "deliveries began");
+    router.proc.kill();
+    let before_kill = state.delivered().len();
+
+    let router = start_router(&dir, &cfg);
+    let all = until(Duration::from_secs(90), || {
+        let got: HashSet<String> = state.delivered().into_iter().collect();
+        accepted.iter().all(|id| got.contains(id))
+    })
+    .await;
+    let delivered = state.delivered();
+    let unique: HashSet<&String> = delivered.iter().collect();
+    let lost: Vec<&String> = accepted.iter().filter(|id| !unique.contains(id)).collect();
+    let duplicates = delivered.len() - unique.len();
+    eprintln!(
+        "kill -9 with 1000 accepted: {} answered 2xx before the kill, {} lost, {duplicates} \
+         duplicates (delivered again after the restart)",
+        before_kill,
+        lost.len()
+    );
+    assert!(
+        all && lost.is_empty(),
+        "lost {} accepted messages: {:?}",
+        lost.len(),
+        &lost[..lost.len().min(5)]
+    );
+    assert!(unique.iter().all(|id| accepted.contains(*id)), "only accepted ids are delivered");
+    // The queue is empty once every message is delivered and recorded.
+    let empty = async {
+        for _ in 0..100 {
+            let (_, q) = admin(&c, router.admin, "GET", "/api/v1/queues").await;
+            if q["queues"][0]["depth"] == 0 {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        false
+    };
+    assert!(empty.await, "the queue drains");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn members_down_10s_then_every_message_in_order_per_session_key() {
+    let dir = TempDir::new("queue-down");
+    let member: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let cfg = config(
+        &dir,
+        member,
+        "session_header = \"x-session\"\nbackoff_initial_ms = 100\nbackoff_max_ms = 1000\n\
+         max_attempts = 100\nconcurrency = 8",
+    );
+    let router = start_router(&dir, &cfg);
+    let c = client();
+    let mut sent: HashMap<String, Vec<u32>> = HashMap::new();
+    for i in 0..60u32 {
+        let session = format!("s{}", i % 3);
+        let (status, _, body) =
+            post(&c, router.intake, i.to_string(), &[("x-session", &session)]).await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+        sent.entry(session).or_default().push(i);
+    }
+    // Every member down for 10 s: the messages wait.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let (_, q) = admin(&c, router.admin, "GET", "/api/v1/queues").await;
+    assert_eq!(q["queues"][0]["depth"], 60, "{q}");
+    assert_eq!(q["queues"][0]["dead_letters"], 0, "{q}");
+    assert!(q["queues"][0]["oldest_age_ms"].as_u64().unwrap() >= 10_000, "{q}");
+
+    let state = SinkState::new(200, 10);
+    let _sink = sink(member, state.clone()).await;
+    let all = until(Duration::from_secs(30), || state.delivered().len() >= 60).await;
+    assert!(all, "delivered {} of 60", state.delivered().len());
+    let mut by_session: HashMap<String, Vec<u32>> = HashMap::new();
+    for g in state.got().into_iter().filter(|g| g.answered < 300) {
+        by_session.entry(g.session.unwrap()).or_default().push(g.body.parse().unwrap());
+    }
+    assert_eq!(by_session, sent, "each session's messages in the order they were accepted");
+    assert!(!state.overlap.load(Ordering::Relaxed), "one message of a session at a time");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_poison_message_is_dead_lettered_with_its_tries_and_requeue_delivers_it() {
+    let dir = TempDir::new("queue-poison");
+    let member: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let state = SinkState::new(500, 0);
+    let _sink = sink(member, state.clone()).await;
+    let cfg = config(&dir, member, "max_attempts = 3\nbackoff_initial_ms = 50");
+    let router = start_router(&dir, &cfg);
+    let c = client();
+    let (status, headers, body) = post(&c, router.intake, "poison", &[("x-kind", "bad")]).await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    let id = id_of(&body);
+    assert_eq!(headers["x-rondo-message-id"], id.as_str());
+
+    let path = "/api/v1/queues/orders/dead";
+    let mut dead = Value::Null;
+    for _ in 0..100 {
+        let (s, v) = admin(&c, router.admin, "GET", path).await;
+        assert_eq!(s, StatusCode::OK, "{v}");
+        if !v["dead_letters"].as_array().unwrap().is_empty() {
+            dead = v;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(dead["dead_letters"][0]["id"], id.as_str(), "{dead}");
+    assert_eq!(dead["dead_letters"][0]["attempts"], 3, "{dead}");
+    let tried: Vec<u32> = state.got().iter().map(|g| g.attempt).collect();
+    assert_eq!(tried, [1, 2, 3], "three attempts, numbered");
+
+    let (s, one) = admin(&c, router.admin, "GET", &format!("{path}/{id}")).await;
+    assert_eq!(s, StatusCode::OK);
+    let tries = one["tries"].as_array().unwrap();
+    assert_eq!(tries.len(), 3, "{one}");
+    for (i, t) in tries.iter().enumerate() {
+        assert_eq!(t["attempt"], i as u64 + 1);
+        assert!(t["reason"].as_str().unwrap().contains("c/m1: answered 500"), "{t}");
+    }
+    assert_eq!(one["body"], "poison");
+    assert!(one["headers"].as_array().unwrap().iter().any(|h| h[0] == "x-kind" && h[1] == "bad"));
+
+    // `rondo ctl` shows the same, and requeues it once the member is fixed.
+    let ctl = |args: &[&str]| {
+        let out = Command::new(BIN)
+            .args(["ctl", "--admin", &router.admin.to_string(), "--token", TOKEN, "queue"])
+            .args(args)
+            .output()
+            .expect("rondo ctl");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let shown = ctl(&["show", "orders", &id]);
+    assert!(shown.contains("3 attempt(s)") && shown.contains("3. c/m1: answered 500"), "{shown}");
+    let status = ctl(&["status"]);
+    assert!(status.contains("orders") && status.contains("DEAD"), "{status}");
+    assert!(ctl(&["dead", "orders"]).contains(&id));
+    state.status.store(200, Ordering::Relaxed);
+    let requeued = ctl(&["requeue", "orders", &id]);
+    assert!(requeued.contains("1 dead letter(s) requeued"), "{requeued}");
+    let delivered = until(Duration::from_secs(10), || state.delivered() == [id.clone()]).await;
+    assert!(delivered, "requeue delivers: {:?}", state.got());
+    let (_, v) = admin(&c, router.admin, "GET", path).await;
+    assert!(v["dead_letters"].as_array().unwrap().is_empty(), "{v}");
+    // The metrics count it.
+    let req = Request::get(format!("http://{}/metrics", router.admin))
+        .header("authorization", format!("Bearer {TOKEN}"))
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let text = c.request(req).await.unwrap().into_body().collect().await.unwrap().to_bytes();
+    let text = String::from_utf8_lossy(&text);
+    for line in [
+        "rondo_queue_messages_dead_lettered_total{queue=\"orders\"} 1",
+        "rondo_queue_messages_accepted_total{queue=\"orders\"} 1",
+        "rondo_queue_delivery_retries_total{queue=\"orders\"} 2",
+        "rondo_queue_dead_letters{queue=\"orders\"} 0",
+    ] {
+        assert!(text.contains(line), "no {line} in\n{text}");
+    }
+    let purged = ctl(&["purge", "orders", "--all"]);
+    assert!(purged.contains("0 dead letter(s) purged"), "{purged}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limits_answer_413_and_503_with_retry_after_and_a_damaged_store_stops_the_start() {
+    let dir = TempDir::new("queue-limits");
+    let member: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let cfg = config(&dir, member, "max_messages = 5\nmax_message_bytes = 1024");
+    let mut router = start_router(&dir, &cfg);
+    let c = client();
+    let (status, _, body) = post(&c, router.intake, vec![b'x'; 2000], &[]).await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{body}");
+    assert!(body.contains("max_message_bytes (1024)"), "{body}");
+    for _ in 0..5 {
+        let (status, _, _) = post(&c, router.intake, vec![b'x'; 1024], &[]).await;
+        assert_eq!(status, StatusCode::ACCEPTED);
+    }
+    let (status, headers, body) = post(&c, router.intake, "one more", &[]).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert_eq!(headers["retry-after"], "1");
+    assert!(body.contains("max_messages 5"), "{body}");
+    // No queue of the name, another method.
+    let req = Request::get(format!("http://{}/queues/orders", router.intake))
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    assert_eq!(c.request(req).await.unwrap().status(), StatusCode::METHOD_NOT_ALLOWED);
+    let req = Request::post(format!("http://{}/queues/other", router.intake))
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    assert_eq!(c.request(req).await.unwrap().status(), StatusCode::NOT_FOUND);
+    router.proc.kill();
+
+    // A damaged store file: the start stops, naming the file; the file is left as it was.
+    let file = dir.0.join("store").join("orders.redb");
+    let junk = b"not a queue store, whatever it was before\n".repeat(200);
+    std::fs::write(&file, &junk).unwrap();
+    std::fs::write(dir.0.join("rondo.toml"), &cfg).unwrap();
+    let out = Command::new(BIN)
+        .arg("serve")
+        .arg(dir.0.join("rondo.toml"))
+        .stdin(Stdio::null())
+        .output()
+        .expect("rondo serve");
+    assert!(!out.status.success(), "a damaged store must not start");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(&file.display().to_string()), "the error names the file: {err}");
+    assert_eq!(std::fs::read(&file).unwrap(), junk, "no silent reset");
+}
+
+/// `nats-server -js` on a free loopback port with its store in `dir`; killed by PID on drop.
+#[cfg(feature = "nats")]
+fn nats_server(dir: &TempDir) -> (common::ChildGuard, SocketAddr) {
+    let port = free_port();
+    // Debian installs it in /usr/sbin, which not every PATH holds.
+    let bin = ["nats-server", "/usr/sbin/nats-server"]
+        .into_iter()
+        .find(|b| Command::new(b).arg("--version").output().is_ok())
+        .expect("nats-server (Debian's nats-server package; .ci/run installs it)");
+    let child = Command::new(bin)
+        .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
+        .arg(dir.0.join("nats"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start nats-server");
+    let guard = common::ChildGuard(child);
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(addr).is_err() {
+        assert!(Instant::now() < deadline, "nats-server did not start on {addr}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    (guard, addr)
+}
+
+#[cfg(feature = "nats")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_two_routers_consume_one_queue_and_one_killed_mid_delivery_loses_none() {
+    let dir = TempDir::new("queue-nats");
+    let (_nats, nats) = nats_server(&dir);
+    let member: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let state = SinkState::new(200, 300);
+    let _sink = sink(member, state.clone()).await;
+    let cfg = config(&dir, member, "").replace(
+        &format!("directory = \"{}\"", dir.0.join("store").display()),
+        &format!(
+            "backend = \"nats\"\nnats_url = \"{nats}\"\nlease_ms = 2000\nconcurrency = 4\n\
+             backoff_initial_ms = 100"
+        ),
+    );
+    let (dir_a, dir_b) = (TempDir::new("queue-nats-a"), TempDir::new("queue-nats-b"));
+    let mut a = start_router(&dir_a, &cfg);
+    let b = start_router(&dir_b, &cfg);
+    let c = client();
+    let mut accepted = HashSet::new();
+    for i in 0..300 {
+        let at = if i % 2 == 0 { a.intake } else { b.intake };
+        let (status, _, body) = post(&c, at, format!("message {i}"), &[]).await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+        accepted.insert(id_of(&body));
+    }
+    assert_eq!(accepted.len(), 300, "ids are unique across both routers");
+    let started = until(Duration::from_secs(20), || state.delivered().len() >= 40).await;
+    assert!(started, "deliveries began");
+    // Both routers take messages from the one work queue.
+    let (_, qa) = admin(&c, a.admin, "GET", "/api/v1/queues").await;
+    let (_, qb) = admin(&c, b.admin, "GET", "/api/v1/queues").await;
+    assert!(qa["queues"][0]["delivered"].as_u64().unwrap() > 0, "{qa}");
+    assert!(qb["queues"][0]["delivered"].as_u64().unwrap() > 0, "{qb}");
+    assert_eq!(qa["queues"][0]["backend"], "nats");
+    a.proc.kill();
+    let before_kill = state.delivered().len();
+    assert!(before_kill < 300, "the kill came mid-delivery");
+    let all = until(Duration::from_secs(60), || {
+        let got: HashSet<String> = state.delivered().into_iter().collect();
+        accepted.iter().all(|id| got.contains(id))
+    })
+    .await;
+    let delivered = state.delivered();
+    let unique: HashSet<&String> = delivered.iter().collect();
+    let lost = accepted.iter().filter(|id| !unique.contains(id)).count();
+    eprintln!(
+        "nats, two routers, one killed after {before_kill} deliveries: {lost} lost, {} \
+         duplicates",
+        delivered.len() - unique.len()
+    );
+    assert!(all && lost == 0, "lost {lost} accepted messages");
+    drop(b);
+}
+
+#[cfg(feature = "nats")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_poison_message_is_dead_lettered_and_requeued() {
+    let dir = TempDir::new("queue-nats-dlq");
+    let (_nats, nats) = nats_server(&dir);
+    let member: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let state = SinkState::new(500, 0);
+    let _sink = sink(member, state.clone()).await;
+    let cfg = config(&dir, member, "").replace(
+        &format!("directory = \"{}\"", dir.0.join("store").display()),
+        &format!(
+            "backend = \"nats\"\nnats_url = \"{nats}\"\nmax_attempts = 3\nbackoff_initial_ms = 50"
+        ),
+    );
+    let router = start_router(&dir, &cfg);
+    let c = client();
+    let (status, _, body) = post(&c, router.intake, "poison", &[]).await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    let id = id_of(&body);
+    let path = "/api/v1/queues/orders/dead";
+    let mut found = false;
+    for _ in 0..100 {
+        let (_, v) = admin(&c, router.admin, "GET", path).await;
+        if v["dead_letters"].as_array().is_some_and(|l| !l.is_empty()) {
+            assert_eq!(v["dead_letters"][0]["id"], id.as_str(), "{v}");
+            found = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(found, "the message reached the dead-letter stream");
+    let (_, one) = admin(&c, router.admin, "GET", &format!("{path}/{id}")).await;
+    let tries = one["tries"].as_array().unwrap();
+    assert_eq!(tries.len(), 3, "{one}");
+    assert!(tries.iter().all(|t| t["reason"].as_str().unwrap().contains("answered 500")), "{one}");
+    state.status.store(200, Ordering::Relaxed);
+    let (s, v) = admin(&c, router.admin, "POST", &format!("{path}/{id}/requeue")).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let delivered = until(Duration::from_secs(10), || state.delivered() == [id.clone()]).await;
+    assert!(delivered, "requeue delivers it with its id: {:?}", state.got());
+}
