@@ -58,6 +58,8 @@ pub struct Router {
     slots: Vec<(Arc<Semaphore>, u32)>,
     /// The HTTP listeners' shared state (their sticky sessions).
     http: Vec<Arc<HttpCtx>>,
+    /// The accept loops (they end on [`Router::stop`]).
+    accepting: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
 impl Router {
@@ -82,6 +84,12 @@ impl Router {
     /// Resolves when no client connection is open on any listener (after [`Router::stop`] and
     /// the process's drain, once the last one has finished).
     pub async fn drained(&self) {
+        // First the accept loops' end: a connection accepted just before the stop holds its
+        // slot by then, so that it is waited for too.
+        let loops = std::mem::take(&mut *self.accepting.lock().unwrap_or_else(|e| e.into_inner()));
+        for l in loops {
+            let _ = l.await;
+        }
         for (slots, max) in &self.slots {
             let _ = slots.acquire_many(*max).await;
         }
@@ -143,6 +151,7 @@ pub async fn start(listeners: &[ListenerSpec], live: Arc<Live>) -> std::io::Resu
     let mut bound = Vec::new();
     let mut slots = Vec::new();
     let mut http = Vec::new();
+    let mut accepting = Vec::new();
     // Queue listeners are rondo-queue's (their messages are delivered later, not proxied).
     for spec in listeners.iter().filter(|l| l.protocol != ListenerProtocol::Queue) {
         let what = format!("listener {}", spec.name);
@@ -192,11 +201,11 @@ pub async fn start(listeners: &[ListenerSpec], live: Arc<Live>) -> std::io::Resu
                     copies: Default::default(),
                 });
                 http.push(ctx.clone());
-                tokio::spawn(accept_http(socket, ctx, tls, limit, stopped.clone()));
+                accepting.push(tokio::spawn(accept_http(socket, ctx, tls, limit, stopped.clone())));
             }
             ListenerProtocol::Queue => {}
             ListenerProtocol::Tcp => {
-                tokio::spawn(accept_tcp(
+                accepting.push(tokio::spawn(accept_tcp(
                     socket,
                     live.clone(),
                     spec.name.as_str().into(),
@@ -204,12 +213,12 @@ pub async fn start(listeners: &[ListenerSpec], live: Arc<Live>) -> std::io::Resu
                     spec.header_read_timeout,
                     (limit, metrics),
                     stopped.clone(),
-                ));
+                )));
             }
         }
         tracing::info!(listener = %spec.name, %addr, protocol = spec.protocol.as_str(), tls = spec.tls.is_some(), "listening");
     }
-    Ok(Router { listeners: bound, stop, slots, http })
+    Ok(Router { listeners: bound, stop, slots, http, accepting: std::sync::Mutex::new(accepting) })
 }
 
 /// Streams the client reset before the router accepted them, per HTTP/2 connection, past which
@@ -261,6 +270,8 @@ async fn accept_http(
     let rejecter = Rejecter::spawn(&ctx.listener.name, ctx.listener.max_connections);
     loop {
         let (stream, peer) = tokio::select! {
+            biased;
+            _ = stopped.changed() => return,
             r = socket.accept() => match r {
                 Ok(x) => x,
                 Err(e) => {
@@ -269,7 +280,6 @@ async fn accept_http(
                     continue;
                 }
             },
-            _ = stopped.changed() => return,
         };
         let Ok(permit) = limit.clone().try_acquire_owned() else {
             ctx.metrics.refused.inc();
@@ -452,6 +462,8 @@ async fn accept_tcp(
 ) {
     loop {
         let (stream, peer) = tokio::select! {
+            biased;
+            _ = stopped.changed() => return,
             r = socket.accept() => match r {
                 Ok(x) => x,
                 Err(_) => {
@@ -459,7 +471,6 @@ async fn accept_tcp(
                     continue;
                 }
             },
-            _ = stopped.changed() => return,
         };
         let Ok(permit) = limit.clone().try_acquire_owned() else {
             metrics.refused.inc();

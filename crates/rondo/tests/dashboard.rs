@@ -273,8 +273,9 @@ impl Stack {
         let mut serve =
             Proc::start(&["serve", "--workers", "1", "--config", path.to_str().unwrap()]);
         let web = serve.addr_after("rondo: listener web on ");
-        let intake = serve.addr_after("rondo: queue listener intake on ");
+        // In the order `rondo serve` prints them: the admin API before the queues.
         let admin = serve.addr_after("rondo: admin API on ");
+        let intake = serve.addr_after("rondo: queue listener intake on ");
 
         Stack { web, intake, admin, _serve: serve, _members: members, dir }
     }

@@ -190,8 +190,9 @@ struct Router {
 
 fn start_router(dir: &TempDir, config: &str) -> Router {
     let mut proc = serve(dir, config);
-    let intake = proc.addr_after("rondo: queue listener in on ");
+    // In the order `rondo serve` prints them: the admin API before the queues.
     let admin = proc.addr_after("rondo: admin API on ");
+    let intake = proc.addr_after("rondo: queue listener in on ");
     Router { proc, intake, admin }
 }
 

@@ -1010,3 +1010,142 @@ async fn a_service_manager_hears_ready_and_the_new_main_pid() {
     let status = tokio::task::spawn_blocking(move || second.proc.child.wait()).await.unwrap();
     assert!(status.unwrap().success());
 }
+
+/// A member that records the `Idempotency-Key` of every request and answers 200.
+async fn key_member(keys: Arc<std::sync::Mutex<std::collections::HashSet<String>>>) -> SocketAddr {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((s, _)) = l.accept().await {
+            let keys = keys.clone();
+            tokio::spawn(async move {
+                let mut s = BufReader::new(s);
+                loop {
+                    let mut line = String::new();
+                    if s.read_line(&mut line).await.unwrap_or(0) == 0 {
+                        return;
+                    }
+                    let (mut key, mut len) = (None, 0usize);
+                    loop {
+                        line.clear();
+                        if s.read_line(&mut line).await.unwrap_or(0) == 0 {
+                            return;
+                        }
+                        if line == "\r\n" {
+                            break;
+                        }
+                        let lower = line.to_ascii_lowercase();
+                        if let Some(v) = lower.strip_prefix("idempotency-key:") {
+                            key = Some(v.trim().to_owned());
+                        }
+                        if let Some(v) = lower.strip_prefix("content-length:") {
+                            len = v.trim().parse().unwrap_or(0);
+                        }
+                    }
+                    let mut body = vec![0; len];
+                    if s.read_exact(&mut body).await.is_err() {
+                        return;
+                    }
+                    if let Some(k) = key {
+                        keys.lock().unwrap().insert(k);
+                    }
+                    let ok = "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n";
+                    if s.get_mut().write_all(ok.as_bytes()).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queued_messages_accepted_across_an_upgrade_are_all_delivered() {
+    let dir = TempDir::new("upgrade-queue");
+    let keys = Arc::new(std::sync::Mutex::new(std::collections::HashSet::new()));
+    let member = key_member(keys.clone()).await;
+    let path = dir.0.join("rondo.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[router]\nupgrade_socket = \"{}\"\n\n[[listener]]\nname = \"in\"\n\
+             listen = \"127.0.0.1:0\"\nprotocol = \"queue\"\n\n[[route]]\nlistener = \"in\"\n\
+             cluster = \"c\"\n\n[cluster.c]\nmembers = [{{ name = \"m1\", address = \"{member}\" }}]\n\n\
+             [[queue]]\nname = \"orders\"\ndirectory = \"{}\"\n",
+            dir.0.join("upgrade.sock").display(),
+            dir.0.join("store").display()
+        ),
+    )
+    .unwrap();
+    let p = path.clone();
+    let (mut old, intake) = tokio::task::spawn_blocking(move || {
+        let mut proc = Proc::start(&["serve", "--config", p.to_str().unwrap()]);
+        let intake =
+            addr_of(&proc.line_with("rondo: queue listener in on", Duration::from_secs(20)));
+        proc.line_with("rondo: reloading on changes", Duration::from_secs(20));
+        (proc, intake)
+    })
+    .await
+    .unwrap();
+    // Messages posted one after another while the upgrade runs; each 202 names its id.
+    let stop = Arc::new(AtomicBool::new(false));
+    let poster = tokio::spawn({
+        let stop = stop.clone();
+        async move {
+            let (mut accepted, mut refused, mut unavailable) = (Vec::new(), 0, 0);
+            let started = Instant::now();
+            while !stop.load(Ordering::Relaxed) && started.elapsed() < LOAD_LIMIT {
+                let Ok(s) = TcpStream::connect(intake).await else {
+                    refused += 1;
+                    continue;
+                };
+                let mut s = BufReader::new(s);
+                let req = "POST /queues/orders HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\n\
+                           Connection: close\r\n\r\nhello";
+                s.get_mut().write_all(req.as_bytes()).await.unwrap();
+                match read_response(&mut s).await {
+                    Ok((202, _, body)) => {
+                        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+                        accepted.push(v["id"].as_str().unwrap().to_owned());
+                    }
+                    // A message the old process could no longer store (after its hand-over):
+                    // refused, so the client sends it again; never accepted and lost.
+                    Ok((503, _, _)) => unavailable += 1,
+                    other => panic!("a post answered {other:?}"),
+                }
+            }
+            (accepted, refused, unavailable)
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let p = path.clone();
+    let new = tokio::task::spawn_blocking(move || {
+        let mut proc = Proc::start(&["serve", "--upgrade", "--config", p.to_str().unwrap()]);
+        proc.line_with("rondo: reloading on changes", Duration::from_secs(20));
+        proc
+    })
+    .await
+    .unwrap();
+    old.line_with(&format!("handed over to pid {}", new.child.id()), Duration::from_secs(10));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.store(true, Ordering::Relaxed);
+    let (accepted, refused, unavailable) = poster.await.unwrap();
+    eprintln!("{} accepted, {refused} refused, {unavailable} answered 503", accepted.len());
+    assert_eq!(refused, 0, "connections to the queue listener were refused");
+    assert!(accepted.len() > 10);
+    // Every accepted message reaches the member (at least once), from one process or the other.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let lost = {
+            let keys = keys.lock().unwrap();
+            accepted.iter().filter(|id| !keys.contains(*id)).count()
+        };
+        if lost == 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{lost} accepted messages never delivered");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    drop(new);
+}
