@@ -49,13 +49,32 @@ struct Ctx {
 /// Seconds a client is told to wait when a queue is full or its store failed.
 pub const RETRY_AFTER_SECS: u32 = 1;
 
-/// Binds `spec`'s address and serves it until `stop` turns true; the bound address.
+/// A running intake: its bound address, its connection slots and its accept loop.
+#[derive(Debug)]
+pub struct Intake {
+    /// The bound address.
+    pub addr: SocketAddr,
+    slots: (Arc<Semaphore>, u32),
+    accepting: tokio::task::JoinHandle<()>,
+}
+
+impl Intake {
+    /// Resolves once the accept loop has ended (after the stop) and no connection is open.
+    pub async fn drained(self) {
+        let _ = self.accepting.await;
+        let _ = self.slots.0.acquire_many(self.slots.1).await;
+    }
+}
+
+/// Binds `spec`'s address and serves it until `stop` turns true. On the stop, a connection
+/// still gets [`rondo_runtime::drain::IDLE_GRACE`] to send its request (answered) before it is
+/// closed, like the router's.
 pub async fn start(
     spec: &ListenerSpec,
     queues: Arc<HashMap<String, Entry>>,
     live: Arc<Live>,
     mut stop: tokio::sync::watch::Receiver<bool>,
-) -> std::io::Result<SocketAddr> {
+) -> std::io::Result<Intake> {
     let what = format!("queue listener {}", spec.name);
     let socket = live.sockets.tcp_listener(&what, spec.listen).await.map_err(|e| {
         std::io::Error::new(
@@ -66,16 +85,19 @@ pub async fn start(
     let addr = socket.local_addr()?;
     let ctx = Arc::new(Ctx { listener: spec.clone(), queues, live });
     let limit = Arc::new(Semaphore::new(spec.max_connections as usize));
-    tokio::spawn(async move {
+    let slots = (limit.clone(), spec.max_connections);
+    let accepting = tokio::spawn(async move {
         loop {
             let permit = tokio::select! {
-                p = limit.clone().acquire_owned() => p,
+                biased;
                 _ = stop.changed() => return,
+                p = limit.clone().acquire_owned() => p,
             };
             let Ok(permit) = permit else { return };
             let accepted = tokio::select! {
-                a = socket.accept() => a,
+                biased;
                 _ = stop.changed() => return,
+                a = socket.accept() => a,
             };
             let (stream, peer) = match accepted {
                 Ok(a) => a,
@@ -99,7 +121,10 @@ pub async fn start(
                 tokio::pin!(conn);
                 tokio::select! {
                     _ = conn.as_mut() => {}
-                    _ = stop.changed() => {
+                    _ = async {
+                        let _ = stop.wait_for(|s| *s).await;
+                        tokio::time::sleep(rondo_runtime::drain::IDLE_GRACE).await;
+                    } => {
                         conn.as_mut().graceful_shutdown();
                         let _ = conn.await;
                     }
@@ -108,7 +133,7 @@ pub async fn start(
         }
     });
     tracing::info!(listener = %spec.name, %addr, protocol = "queue", "listening");
-    Ok(addr)
+    Ok(Intake { addr, slots, accepting })
 }
 
 fn text(status: StatusCode, body: impl Into<String>) -> Response<Full<Bytes>> {

@@ -51,6 +51,8 @@ pub struct Queues {
     set: Arc<QueueSet>,
     embedded: Vec<Arc<embedded::Embedded>>,
     stop: tokio::sync::watch::Sender<bool>,
+    /// The queue listeners, until [`Queues::drained`] waits for them.
+    intakes: std::sync::Mutex<Vec<intake::Intake>>,
 }
 
 impl Queues {
@@ -62,6 +64,14 @@ impl Queues {
     /// The queues, for the admin API ([`QueueOps`]).
     pub fn ops(&self) -> Arc<dyn QueueOps> {
         self.set.clone()
+    }
+
+    /// Resolves once (after [`Queues::stop`]) no queue listener has a connection open.
+    pub async fn drained(&self) {
+        let intakes = std::mem::take(&mut *self.intakes.lock().unwrap_or_else(|e| e.into_inner()));
+        for i in intakes {
+            i.drained().await;
+        }
     }
 
     /// Stops accepting and delivering; stores commit what they were given.
@@ -129,14 +139,15 @@ pub async fn start(config: &Config, live: Arc<Live>) -> Result<Queues, StartErro
     }
     let by_name: Arc<HashMap<String, Entry>> =
         Arc::new(entries.iter().map(|e| (e.spec.name.clone(), e.clone())).collect());
-    let mut listeners = Vec::new();
+    let (mut listeners, mut intakes) = (Vec::new(), Vec::new());
     for l in config.listeners.iter().filter(|l| l.protocol == ListenerProtocol::Queue) {
-        let addr = intake::start(l, by_name.clone(), live.clone(), stopped.clone()).await?;
-        listeners.push((l.name.clone(), addr));
+        let intake = intake::start(l, by_name.clone(), live.clone(), stopped.clone()).await?;
+        listeners.push((l.name.clone(), intake.addr));
+        intakes.push(intake);
     }
     let set = Arc::new(QueueSet { entries });
     let _ = live.metrics.queues.set(set.clone());
-    Ok(Queues { listeners, set, embedded, stop })
+    Ok(Queues { listeners, set, embedded, stop, intakes: std::sync::Mutex::new(intakes) })
 }
 
 /// Every queue of the process, as [`QueueOps`].

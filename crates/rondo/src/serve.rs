@@ -314,6 +314,21 @@ async fn run(
     };
     // SIGHUP also reopens access log files (after a rotation renamed them).
     let reopen = reopen_access_logs_on_sighup();
+    // What this process hands to the one that replaces it: the live state, the router's
+    // sessions, the agent receiver's epoch.
+    let export: Arc<dyn Fn() -> handoff::StateDoc + Send + Sync> = {
+        let (live, router, receiver) = (live.clone(), router.clone(), receiver.clone());
+        Arc::new(move || {
+            let mut doc = handoff::export(&live);
+            doc.parts.insert("router".to_owned(), router.export_sessions());
+            if let Some(r) = &receiver
+                && let Ok(v) = serde_json::to_value(r.resume())
+            {
+                doc.parts.insert("agent".to_owned(), v);
+            }
+            doc
+        })
+    };
     // Hitless upgrades: the upgrade socket, `SIGUSR2` and the admin API's `upgrade`.
     let invocation = Invocation::current();
     let (ready_tx, mut ready_rx) = tokio::sync::mpsc::channel(1);
@@ -325,20 +340,7 @@ async fn run(
                 return Ok(ExitCode::FAILURE);
             }
         };
-        let export = {
-            let (live, router, receiver) = (live.clone(), router.clone(), receiver.clone());
-            Arc::new(move || {
-                let mut doc = handoff::export(&live);
-                doc.parts.insert("router".to_owned(), router.export_sessions());
-                if let Some(r) = &receiver
-                    && let Ok(v) = serde_json::to_value(r.resume())
-                {
-                    doc.parts.insert("agent".to_owned(), v);
-                }
-                doc
-            })
-        };
-        crate::upgrade::serve(listener, live.clone(), export, ready_tx)
+        crate::upgrade::serve(listener, live.clone(), export.clone(), ready_tx)
             .context("starting the upgrade socket's thread")?;
         let inv = invocation.clone();
         live.upgrader.set(move || crate::upgrade::spawn_successor(&inv.exe, &inv.args));
@@ -375,14 +377,7 @@ async fn run(
                 if let Some(q) = &queues {
                     q.stop();
                 }
-                let mut doc = handoff::export(&live);
-                doc.parts.insert("router".to_owned(), router.export_sessions());
-                if let Some(r) = &receiver
-                    && let Ok(v) = serde_json::to_value(r.resume())
-                {
-                    doc.parts.insert("agent".to_owned(), v);
-                }
-                let _ = ready.reply.send(doc);
+                let _ = ready.reply.send(export());
                 break End::Upgraded(ready.pid);
             }
             _ = usr2.recv() => {
@@ -421,8 +416,17 @@ async fn run(
     }
     out.flush()?;
     let timeout = config.router.drain_timeout;
+    if let Some(q) = &queues {
+        q.stop();
+    }
+    let drained = async {
+        router.drained().await;
+        if let Some(q) = &queues {
+            q.drained().await;
+        }
+    };
     tokio::select! {
-        () = router.drained() => tracing::info!("drained: every connection finished"),
+        () = drained => tracing::info!("drained: every connection finished"),
         () = tokio::time::sleep(timeout) => tracing::warn!(
             open = router.open_connections(),
             "drain timeout ({} ms) reached: the connections still open are cut",
@@ -436,9 +440,6 @@ async fn run(
             open = router.open_connections(),
             "a second SIGINT: the connections still open are cut"
         ),
-    }
-    if let Some(q) = &queues {
-        q.stop();
     }
     drop(naming);
     writeln!(out, "rondo: stopped")?;
