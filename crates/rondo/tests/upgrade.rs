@@ -63,6 +63,26 @@ async fn tcp_echo() -> SocketAddr {
     addr
 }
 
+/// Reads one request head from `s`: its first line and its header lines, lower-cased (`None`:
+/// the connection ended first).
+async fn read_head<R: tokio::io::AsyncBufRead + Unpin>(s: &mut R) -> Option<(String, Vec<String>)> {
+    let mut first = String::new();
+    if s.read_line(&mut first).await.unwrap_or(0) == 0 {
+        return None;
+    }
+    let mut fields = Vec::new();
+    loop {
+        let mut line = String::new();
+        if s.read_line(&mut line).await.unwrap_or(0) == 0 {
+            return None;
+        }
+        if line == "\r\n" {
+            return Some((first, fields));
+        }
+        fields.push(line.to_ascii_lowercase());
+    }
+}
+
 /// A WebSocket-like member: answers an `Upgrade: websocket` request with 101, then echoes.
 async fn ws_member() -> SocketAddr {
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -71,15 +91,8 @@ async fn ws_member() -> SocketAddr {
         while let Ok((s, _)) = l.accept().await {
             tokio::spawn(async move {
                 let mut s = BufReader::new(s);
-                let mut line = String::new();
-                loop {
-                    line.clear();
-                    if s.read_line(&mut line).await.unwrap_or(0) == 0 {
-                        return;
-                    }
-                    if line == "\r\n" {
-                        break;
-                    }
+                if read_head(&mut s).await.is_none() {
+                    return;
                 }
                 let answer = "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\n\
                               Upgrade: websocket\r\n\r\n";
@@ -667,21 +680,7 @@ async fn sick_member(name: &'static str) -> SocketAddr {
         while let Ok((s, _)) = l.accept().await {
             tokio::spawn(async move {
                 let mut s = BufReader::new(s);
-                loop {
-                    let mut first = String::new();
-                    if s.read_line(&mut first).await.unwrap_or(0) == 0 {
-                        return;
-                    }
-                    let mut line = String::new();
-                    loop {
-                        line.clear();
-                        if s.read_line(&mut line).await.unwrap_or(0) == 0 {
-                            return;
-                        }
-                        if line == "\r\n" {
-                            break;
-                        }
-                    }
+                while let Some((first, _)) = read_head(&mut s).await {
                     let (status, body) = if first.starts_with("GET /health") {
                         ("503 Service Unavailable", "sick\n".to_owned())
                     } else {
@@ -1020,25 +1019,13 @@ async fn key_member(keys: Arc<std::sync::Mutex<std::collections::HashSet<String>
             let keys = keys.clone();
             tokio::spawn(async move {
                 let mut s = BufReader::new(s);
-                loop {
-                    let mut line = String::new();
-                    if s.read_line(&mut line).await.unwrap_or(0) == 0 {
-                        return;
-                    }
+                while let Some((_, fields)) = read_head(&mut s).await {
                     let (mut key, mut len) = (None, 0usize);
-                    loop {
-                        line.clear();
-                        if s.read_line(&mut line).await.unwrap_or(0) == 0 {
-                            return;
-                        }
-                        if line == "\r\n" {
-                            break;
-                        }
-                        let lower = line.to_ascii_lowercase();
-                        if let Some(v) = lower.strip_prefix("idempotency-key:") {
+                    for f in &fields {
+                        if let Some(v) = f.strip_prefix("idempotency-key:") {
                             key = Some(v.trim().to_owned());
                         }
-                        if let Some(v) = lower.strip_prefix("content-length:") {
+                        if let Some(v) = f.strip_prefix("content-length:") {
                             len = v.trim().parse().unwrap_or(0);
                         }
                     }
