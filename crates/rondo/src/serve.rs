@@ -37,8 +37,8 @@ impl Invocation {
 enum End {
     /// `SIGTERM` or `SIGINT`: drain, then exit.
     Signal,
-    /// A new process took over.
-    Upgraded(u32),
+    /// A new process took over (its pid), once the hand-over is written to it.
+    Upgraded(u32, tokio::sync::oneshot::Receiver<Result<(), String>>),
 }
 
 /// Runs the router from the configuration at `path` on `workers` threads (default: one per
@@ -378,7 +378,7 @@ async fn run(
                     q.stop();
                 }
                 let _ = ready.reply.send(export());
-                break End::Upgraded(ready.pid);
+                break End::Upgraded(ready.pid, ready.sent);
             }
             _ = usr2.recv() => {
                 if config.router.upgrade_socket.is_none() {
@@ -410,7 +410,20 @@ async fn run(
     let open = router.open_connections();
     match end {
         End::Signal => writeln!(out, "rondo: shutting down: draining {open} connection(s)")?,
-        End::Upgraded(pid) => {
+        End::Upgraded(pid, sent) => {
+            // The hand-over is written by the upgrade socket's thread: this process exits only
+            // after it is (an exit before would leave the new process without its state, and
+            // it gives up).
+            match tokio::time::timeout(crate::upgrade::HANDOVER_WRITE_TIMEOUT, sent).await {
+                Ok(Ok(Ok(()))) => {}
+                Ok(Ok(Err(e))) => tracing::error!(pid, "upgrade: {e}"),
+                Ok(Err(_)) => tracing::error!(pid, "upgrade: the hand-over was never written"),
+                Err(_) => tracing::error!(
+                    pid,
+                    "upgrade: the hand-over was not written in {} s",
+                    crate::upgrade::HANDOVER_WRITE_TIMEOUT.as_secs()
+                ),
+            }
             writeln!(out, "rondo: handed over to pid {pid}: draining {open} connection(s)")?
         }
     }

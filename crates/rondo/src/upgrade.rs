@@ -165,7 +165,14 @@ pub struct Ready {
     pub pid: u32,
     /// Where the state goes once the process has stopped accepting and released the registry.
     pub reply: std::sync::mpsc::SyncSender<StateDoc>,
+    /// Resolves once the hand-over is written to the new process (or failed to be): the
+    /// process must not exit before, or the new one is left waiting for it and gives up.
+    pub sent: tokio::sync::oneshot::Receiver<Result<(), String>>,
 }
+
+/// How long the running process waits for its hand-over to be written to the new process
+/// before it goes on draining regardless.
+pub const HANDOVER_WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The running process's side: answers upgrade requests on `listener` (a thread per request),
 /// with `export` for the state and `live`'s sockets; asks `events` to stop accepting once a new
@@ -258,11 +265,14 @@ fn answer(
     }
     tracing::info!(pid, "upgrade: the new process is ready; this one stops accepting and drains");
     let (reply, state) = std::sync::mpsc::sync_channel(1);
-    events.blocking_send(Ready { pid, reply }).context("the serving task is gone")?;
+    let (sent_tx, sent) = tokio::sync::oneshot::channel();
+    events.blocking_send(Ready { pid, reply, sent }).context("the serving task is gone")?;
     let state = state.recv().context("the serving task gave no state")?;
-    write_msg(stream, &Msg::Handover { state: Box::new(state) }, &[])
-        .context("sending the hand-over")?;
-    Ok(())
+    stream.set_write_timeout(Some(HANDOVER_WRITE_TIMEOUT))?;
+    let written = write_msg(stream, &Msg::Handover { state: Box::new(state) }, &[])
+        .context("sending the hand-over");
+    let _ = sent_tx.send(written.as_ref().map(|_| ()).map_err(|e| format!("{e:#}")));
+    written
 }
 
 /// Starts `rondo serve --upgrade` with this process's own command line, from the executable

@@ -908,6 +908,69 @@ async fn ctl_upgrade_and_sigusr2_start_the_successor_themselves() {
     assert!(answered_by(web, 3).await.iter().all(|n| n == "m1"));
 }
 
+/// Regression: the running process wrote the hand-over on its upgrade socket's thread and
+/// could exit (nothing to drain) before that write finished, leaving the new process with a
+/// frame cut short ("waiting for the hand-over: the other process hung up"; it then exits and
+/// nobody serves). A state larger than the socket's buffers and a new process slow to read it
+/// made that certain; now the old process exits only once the hand-over is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_old_process_stays_until_its_hand_over_is_written() {
+    let dir = TempDir::new("upgrade-slow-reader");
+    let sock = dir.0.join("upgrade.sock");
+    // 4,000 members (no health checks, never asked): a state of about 1 MB.
+    let members: Vec<String> = (0..4000)
+        .map(|i| format!("{{ name = \"m{i}\", address = \"127.0.0.1:{}\" }}", 20000 + i))
+        .collect();
+    let path = dir.0.join("rondo.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[router]\nupgrade_socket = \"{}\"\n\n[[listener]]\nname = \"web\"\n\
+             listen = \"127.0.0.1:0\"\n\n[[route]]\nlistener = \"web\"\ncluster = \"big\"\n\n\
+             [cluster.big]\nmembers = [{}]\n",
+            sock.display(),
+            members.join(", ")
+        ),
+    )
+    .unwrap();
+    let mut old = tokio::task::spawn_blocking(move || {
+        let mut proc = Proc::start(&["serve", "--config", path.to_str().unwrap()]);
+        proc.line_with("rondo: reloading on changes", Duration::from_secs(30));
+        proc
+    })
+    .await
+    .unwrap();
+    let handover = tokio::task::spawn_blocking(move || {
+        use std::io::Read;
+        let mut s = std::os::unix::net::UnixStream::connect(&sock).unwrap();
+        send_frame(&mut s, r#"{"type":"hello","pid":1,"version":"test"}"#);
+        assert_eq!(read_frame(&mut s)["type"], "offer");
+        let state = read_frame(&mut s);
+        assert_eq!(state["type"], "state");
+        assert_eq!(state["state"]["clusters"]["big"]["members"].as_array().unwrap().len(), 4000);
+        send_frame(&mut s, r#"{"type":"ready"}"#);
+        // Slow to read: the old process has nothing to drain and would be gone by now.
+        std::thread::sleep(Duration::from_millis(1500));
+        let mut len = [0u8; 4];
+        s.read_exact(&mut len).unwrap();
+        let mut body = vec![0; u32::from_be_bytes(len) as usize];
+        assert!(
+            body.len() > 1 << 19,
+            "a hand-over of {} bytes fits the socket buffers",
+            body.len()
+        );
+        s.read_exact(&mut body).expect("the whole hand-over, not a frame cut short");
+        serde_json::from_slice::<serde_json::Value>(&body).unwrap()
+    })
+    .await
+    .unwrap();
+    assert_eq!(handover["type"], "handover");
+    assert_eq!(handover["state"]["clusters"]["big"]["members"].as_array().unwrap().len(), 4000);
+    old.line_with("rondo: handed over to pid 1", Duration::from_secs(10));
+    let status = tokio::task::spawn_blocking(move || old.child.wait()).await.unwrap().unwrap();
+    assert!(status.success(), "{status}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_drains_what_is_in_flight_and_a_second_one_cuts_it_short() {
     let (dir, _app, path) = one_member_setup("upgrade-term").await;

@@ -44,12 +44,18 @@ pub struct Proc {
 }
 
 impl Proc {
+    /// Starts `rondo ARGS`; its stderr is dropped, or shown with the test's output when
+    /// `RONDO_TEST_STDERR` is set (to see why a process of a failing test ended).
     pub fn start(args: &[&str]) -> Proc {
         let child = Command::new(BIN)
             .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(if std::env::var_os("RONDO_TEST_STDERR").is_some() {
+                Stdio::inherit()
+            } else {
+                Stdio::null()
+            })
             .spawn()
             .expect("start rondo");
         Proc::from_child(child)
