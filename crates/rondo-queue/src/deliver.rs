@@ -23,44 +23,22 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue, Request};
 use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
 use rondo_config::QueueSpec;
-use rondo_core::{Failover, FailureKind, HashKeySource, Outcome, TryFailure, UpstreamProtocol};
+use rondo_core::{Failover, FailureKind, HashKeySource, Outcome, TryFailure};
 use rondo_runtime::queues::TryRecord;
 use rondo_runtime::{Live, Refused, clock};
 
 use crate::store::{Lease, Message, Store, unix_ms};
 
-/// The HTTP clients deliveries use (pooled connections to members): HTTP/1.1, and HTTP/2 with
-/// prior knowledge for clusters with `upstream_protocol = "http2"`.
-#[derive(Debug, Clone)]
-pub struct Clients {
-    http1: Client<HttpConnector, Full<Bytes>>,
-    http2: Client<HttpConnector, Full<Bytes>>,
-}
+/// The HTTP clients deliveries use: the router's pools ([`rondo_runtime::pools`]), so a cluster
+/// is reached the same way from a queue as from a request: HTTP/1.1, HTTP/2 with prior
+/// knowledge for `upstream_protocol = "http2"`, TLS (members verified against the cluster's
+/// `ca`, the router's certificate presented) with `upstream_tls`, pools renewed by
+/// `max_connection_age_ms`.
+pub type Clients = rondo_runtime::pools::Clients<Full<Bytes>>;
 
-impl Clients {
-    /// New pools.
-    pub fn new() -> Clients {
-        let mut c = HttpConnector::new();
-        c.set_nodelay(true);
-        c.set_connect_timeout(Some(Duration::from_secs(5)));
-        Clients {
-            http1: Client::builder(TokioExecutor::new())
-                .pool_idle_timeout(Duration::from_secs(30))
-                .build(c.clone()),
-            http2: Client::builder(TokioExecutor::new()).http2_only(true).build(c),
-        }
-    }
-}
-
-impl Default for Clients {
-    fn default() -> Self {
-        Clients::new()
-    }
-}
+/// How long a delivery waits for a member's TCP connection.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Runs one worker of `store` until `stop` turns true.
 pub async fn worker(
@@ -226,9 +204,20 @@ async fn attempt_delivery(
         let ms = &rt.spec.members[member];
         let started = Instant::now();
         let try_timeout = failover.try_timeout(clock::from_std(started));
-        let client = match rt.spec.upstream_protocol {
-            UpstreamProtocol::Http2 => &clients.http2,
-            _ => &clients.http1,
+        let client = match clients.for_cluster(rt) {
+            Ok(c) => c,
+            Err(why_not) => {
+                // The cluster's `upstream_tls` files could not be loaded with this view: no
+                // member of it can be reached (the router's requests get the same 502).
+                why.push(format!("{cluster}/{}: {why_not}", ms.name));
+                live.metrics.tls_member_failure(cluster, &ms.name, why_not);
+                let latency = Duration::ZERO;
+                rt.end_request(member, Outcome::Failure { kind: FailureKind::Connect, latency });
+                if failover.failed(TryFailure::NOTHING_SENT, clock::now()).is_err() {
+                    break;
+                }
+                continue;
+            }
         };
         let request = build(m, &ms.address, &spec.name, &lease.id, attempt);
         let sent = tokio::time::timeout(try_timeout, async {
@@ -256,11 +245,29 @@ async fn attempt_delivery(
                 }
             }
             Ok(Err(e)) if e.is_connect() => {
-                why.push(format!("{cluster}/{}: cannot connect ({})", ms.name, root_cause(&e)));
+                match rondo_runtime::pools::tls_failure(&e) {
+                    Some(tls) => {
+                        live.metrics.tls_member_failure(cluster, &ms.name, tls);
+                        why.push(format!("{cluster}/{}: {tls} ({})", ms.name, root_cause(&e)));
+                    }
+                    None => why.push(format!(
+                        "{cluster}/{}: cannot connect ({})",
+                        ms.name,
+                        root_cause(&e)
+                    )),
+                }
                 (TryFailure::NOTHING_SENT, Some(FailureKind::Connect))
             }
             Ok(Err(e)) => {
-                why.push(format!("{cluster}/{}: {}", ms.name, root_cause(&e)));
+                // A TLS 1.3 member refuses the router's certificate (or its lack of one) only
+                // after the handshake: the refusal comes as the request's error.
+                match rondo_runtime::pools::tls_failure(&e) {
+                    Some(tls) => {
+                        live.metrics.tls_member_failure(cluster, &ms.name, tls);
+                        why.push(format!("{cluster}/{}: {tls} ({})", ms.name, root_cause(&e)));
+                    }
+                    None => why.push(format!("{cluster}/{}: {}", ms.name, root_cause(&e))),
+                }
                 (TryFailure::after_sending(true), Some(FailureKind::Reset))
             }
             Err(_) => {

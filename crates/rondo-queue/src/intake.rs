@@ -27,6 +27,9 @@ use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use rondo_config::{ListenerSpec, QueueSpec};
 use rondo_runtime::Live;
+use rondo_runtime::tls_server::{
+    ALPN_HTTP1, CLIENT_CERT_SAN, CLIENT_CERT_SUBJECT, ClientCert, TlsServer, client_cert,
+};
 use tokio::sync::Semaphore;
 
 use crate::store::{AppendError, Message, Store};
@@ -83,6 +86,25 @@ pub async fn start(
         )
     })?;
     let addr = socket.local_addr()?;
+    // TLS termination (`tls`): HTTP/1.1 only (ALPN `http/1.1`), certificates chosen by SNI,
+    // client certificates as `client_auth` says, files reloaded when they change.
+    let tls = match &spec.tls {
+        None => None,
+        Some(t) => {
+            let server = TlsServer::new(
+                &spec.name,
+                t,
+                ALPN_HTTP1,
+                spec.header_read_timeout,
+                live.metrics.clone(),
+            )
+            .map_err(|e| {
+                std::io::Error::other(format!("queue listener {}: tls: {e}", spec.name))
+            })?;
+            server.clone().watch(stop.clone());
+            Some(server)
+        }
+    };
     let ctx = Arc::new(Ctx { listener: spec.clone(), queues, live });
     let limit = Arc::new(Semaphore::new(spec.max_connections as usize));
     let slots = (limit.clone(), spec.max_connections);
@@ -109,31 +131,62 @@ pub async fn start(
             };
             let _ = stream.set_nodelay(true);
             let ctx = ctx.clone();
-            let mut stop = stop.clone();
+            let stop = stop.clone();
+            let tls = tls.clone();
             tokio::spawn(async move {
                 let _permit = permit;
-                let service = hyper::service::service_fn(|req| handle(req, ctx.clone(), peer));
-                let conn = hyper::server::conn::http1::Builder::new()
-                    .timer(TokioTimer::new())
-                    .header_read_timeout(ctx.listener.header_read_timeout)
-                    .max_buf_size(ctx.listener.max_header_bytes.max(8192) as usize)
-                    .serve_connection(TokioIo::new(stream), service);
-                tokio::pin!(conn);
-                tokio::select! {
-                    _ = conn.as_mut() => {}
-                    _ = async {
-                        let _ = stop.wait_for(|s| *s).await;
-                        tokio::time::sleep(rondo_runtime::drain::IDLE_GRACE).await;
-                    } => {
-                        conn.as_mut().graceful_shutdown();
-                        let _ = conn.await;
-                    }
+                match tls {
+                    None => serve_connection(TokioIo::new(stream), ctx, peer, None, stop).await,
+                    Some(t) => match t.accept(stream).await {
+                        Ok(s) => {
+                            let cert = s
+                                .get_ref()
+                                .1
+                                .peer_certificates()
+                                .and_then(|c| c.first())
+                                .map(|c| client_cert(c))
+                                .unwrap_or_default();
+                            serve_connection(TokioIo::new(s), ctx, peer, Some(cert), stop).await
+                        }
+                        Err(e) => tracing::debug!(listener = %ctx.listener.name, %peer, "{e}"),
+                    },
                 }
             });
         }
     });
     tracing::info!(listener = %spec.name, %addr, protocol = "queue", "listening");
     Ok(Intake { addr, slots, accepting })
+}
+
+/// Serves one connection (plain or TLS; `cert`: the TLS client's certificate, empty when it
+/// sent none) until it closes, or until the stop and [`rondo_runtime::drain::IDLE_GRACE`].
+async fn serve_connection<I>(
+    io: TokioIo<I>,
+    ctx: Arc<Ctx>,
+    peer: SocketAddr,
+    cert: Option<ClientCert>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let cert = cert.map(Arc::new);
+    let service = hyper::service::service_fn(|req| handle(req, ctx.clone(), peer, cert.clone()));
+    let conn = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(ctx.listener.header_read_timeout)
+        .max_buf_size(ctx.listener.max_header_bytes.max(8192) as usize)
+        .serve_connection(io, service);
+    tokio::pin!(conn);
+    tokio::select! {
+        _ = conn.as_mut() => {}
+        _ = async {
+            let _ = stop.wait_for(|s| *s).await;
+            tokio::time::sleep(rondo_runtime::drain::IDLE_GRACE).await;
+        } => {
+            conn.as_mut().graceful_shutdown();
+            let _ = conn.await;
+        }
+    }
 }
 
 fn text(status: StatusCode, body: impl Into<String>) -> Response<Full<Bytes>> {
@@ -176,11 +229,32 @@ async fn handle(
     req: Request<Incoming>,
     ctx: Arc<Ctx>,
     peer: SocketAddr,
+    cert: Option<Arc<ClientCert>>,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
-    Ok(intake(req, &ctx, peer).await)
+    Ok(intake(req, &ctx, peer, cert.as_deref()).await)
 }
 
-async fn intake(req: Request<Incoming>, ctx: &Ctx, peer: SocketAddr) -> Response<Full<Bytes>> {
+async fn intake(
+    mut req: Request<Incoming>,
+    ctx: &Ctx,
+    peer: SocketAddr,
+    cert: Option<&ClientCert>,
+) -> Response<Full<Bytes>> {
+    // What the client's TLS certificate says, and only that: copies a client sent are dropped
+    // (on plain listeners too), and a TLS listener's messages say they came over https. Routes
+    // match on them like on any header field.
+    let h = req.headers_mut();
+    h.remove(CLIENT_CERT_SUBJECT);
+    h.remove(CLIENT_CERT_SAN);
+    if let Some(cert) = cert {
+        h.insert("x-forwarded-proto", HeaderValue::from_static("https"));
+        if let Some(v) = &cert.subject {
+            h.insert(CLIENT_CERT_SUBJECT, v.clone());
+        }
+        if let Some(v) = &cert.san {
+            h.insert(CLIENT_CERT_SAN, v.clone());
+        }
+    }
     // Routes match, and members get, the normalized path (`/queues/%6Frders` is `/queues/orders`).
     let path = rondo_core::path::normalize(req.uri().path())
         .unwrap_or_else(|| req.uri().path().to_owned());

@@ -125,7 +125,7 @@ pub async fn start(config: &Config, live: Arc<Live>) -> Result<Queues, StartErro
         };
         entries.push(Entry { spec: Arc::new(spec.clone()), store });
     }
-    let clients = deliver::Clients::new();
+    let clients = deliver::Clients::new(deliver::CONNECT_TIMEOUT);
     for e in &entries {
         for _ in 0..e.spec.concurrency {
             tokio::spawn(deliver::worker(

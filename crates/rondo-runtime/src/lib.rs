@@ -15,6 +15,7 @@ pub mod handoff;
 pub mod host;
 pub mod live;
 pub mod metrics;
+pub mod pools;
 pub mod probe;
 pub mod process;
 pub mod queues;

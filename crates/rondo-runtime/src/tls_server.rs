@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use arc_swap::ArcSwap;
+use http::HeaderValue;
 use rondo_config::tls::{self as ctls, ClientAuth, ListenerTls};
 use rustls::ServerConfig;
 use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
@@ -333,6 +334,72 @@ impl Drop for TlsIncoming {
     }
 }
 
+// ---------------------------------------------------------------------------------------------
+// What a verified client certificate tells members (router listeners and queue listeners).
+// ---------------------------------------------------------------------------------------------
+
+/// The header carrying a verified client certificate's subject (RFC 4514 form).
+pub const CLIENT_CERT_SUBJECT: &str = "x-client-cert-subject";
+/// The header carrying a verified client certificate's subject alternative names
+/// (`DNS:a.example, IP:127.0.0.1, URI:spiffe://..., email:x@y`, comma separated).
+pub const CLIENT_CERT_SAN: &str = "x-client-cert-san";
+
+/// What a completed handshake tells members.
+#[derive(Debug, Clone, Default)]
+pub struct ClientCert {
+    /// [`CLIENT_CERT_SUBJECT`]'s value.
+    pub subject: Option<HeaderValue>,
+    /// [`CLIENT_CERT_SAN`]'s value.
+    pub san: Option<HeaderValue>,
+}
+
+/// A header value from text, with anything not visible ASCII escaped (`\u{..}`).
+fn header_value(s: &str) -> Option<HeaderValue> {
+    let clean: String = s
+        .chars()
+        .flat_map(|c| {
+            if c.is_ascii_graphic() || c == ' ' { vec![c] } else { c.escape_unicode().collect() }
+        })
+        .collect();
+    HeaderValue::from_str(&clean).ok()
+}
+
+/// The subject and subject alternative names of a (verified) client certificate.
+pub fn client_cert(der: &[u8]) -> ClientCert {
+    use x509_parser::extensions::GeneralName;
+    let Ok((_, cert)) = x509_parser::parse_x509_certificate(der) else {
+        return ClientCert::default();
+    };
+    let subject = header_value(&cert.subject().to_string());
+    let mut sans = Vec::new();
+    if let Ok(Some(san)) = cert.subject_alternative_name() {
+        for n in &san.value.general_names {
+            match n {
+                GeneralName::DNSName(d) => sans.push(format!("DNS:{d}")),
+                GeneralName::RFC822Name(e) => sans.push(format!("email:{e}")),
+                GeneralName::URI(u) => sans.push(format!("URI:{u}")),
+                GeneralName::IPAddress(b) => {
+                    let ip = match b.len() {
+                        4 => <[u8; 4]>::try_from(*b)
+                            .ok()
+                            .map(|a| std::net::IpAddr::from(a).to_string()),
+                        16 => <[u8; 16]>::try_from(*b)
+                            .ok()
+                            .map(|a| std::net::IpAddr::from(a).to_string()),
+                        _ => None,
+                    };
+                    if let Some(ip) = ip {
+                        sans.push(format!("IP:{ip}"));
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    let san = (!sans.is_empty()).then(|| header_value(&sans.join(", "))).flatten();
+    ClientCert { subject, san }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -351,5 +418,11 @@ mod tests {
         assert_eq!(choose(&certs, Some("nowhere.test")), Some(&"default"));
         assert_eq!(choose(&certs, None), Some(&"default"));
         assert_eq!(choose::<&str>(&[], Some("a.test")), None);
+    }
+
+    #[test]
+    fn header_values_escape_what_a_header_cannot_hold() {
+        assert_eq!(header_value("CN=a, O=b").unwrap(), "CN=a, O=b");
+        assert_eq!(header_value("CN=\u{e9}\n").unwrap(), "CN=\\u{e9}\\u{a}");
     }
 }

@@ -799,6 +799,9 @@ fn dev_ca_certificates_serve_a_tls_listener() {
 /// The kind of each handshake the member named `resume` completed (`Some(Full)`, `Some(Resumed)`).
 static RESUME_KINDS: Mutex<Vec<String>> = Mutex::new(Vec::new());
 
+/// What the member named `record` was sent: one line per request.
+static RECORDED: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
 /// Handshakes completed by the member named `pooled`.
 static POOLED_HANDSHAKES: AtomicU64 = AtomicU64::new(0);
 
@@ -855,6 +858,20 @@ fn tls_member(
                 let client =
                     if tls.get_ref().1.peer_certificates().is_some() { "yes" } else { "no" };
                 let service = hyper::service::service_fn(move |req: http::Request<_>| async move {
+                    if name == "record" {
+                        let h = |n: &str| {
+                            req.headers().get(n).and_then(|v| v.to_str().ok()).unwrap_or("-")
+                        };
+                        RECORDED.lock().unwrap().push(format!(
+                            "{} {} subject={} san={} proto={} key={} client={client}",
+                            req.method(),
+                            req.uri().path(),
+                            h("x-client-cert-subject"),
+                            h("x-client-cert-san"),
+                            h("x-forwarded-proto"),
+                            h("idempotency-key"),
+                        ));
+                    }
                     let body = format!("{name} client={client} version={:?}\n", req.version());
                     let mut resp =
                         http::Response::new(http_body_util::Full::new(Bytes::from(body)));
@@ -1841,4 +1858,155 @@ fn check_finds_control_plane_tls_problems_at_their_field() {
         "{:?}",
         config.warnings.iter().map(|w| w.as_warning()).collect::<Vec<_>>()
     );
+}
+
+// A `queue` listener terminates TLS (a required client certificate, reloadable files, ALPN
+// http/1.1): curl posts messages over HTTPS with a certificate, and the messages are delivered
+// over mTLS to a member of an `upstream_tls` cluster, carrying what the poster's certificate
+// says (forged copies dropped); a client without a certificate gets no message in; a cluster
+// whose member's certificate is for another name dead-letters the message with the TLS reason.
+#[test]
+fn queue_listeners_take_messages_over_mtls_and_deliver_them_to_tls_members() {
+    let s = Setup::new();
+    let d = &s.dir.0;
+    let members_ca = ca("members CA");
+    write(d, "members-ca.pem", &members_ca.pem);
+    let (rc, rk) = leaf(&s.ca, "router", &["router.internal"], true, false);
+    write(d, "router.pem", &rc);
+    write(d, "router.key", &rk);
+    let rt =
+        tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    let good = leaf(&members_ca, "api.internal", &["api.internal"], false, false);
+    let wrong = leaf(&members_ca, "other", &["other.internal"], false, false);
+    // The member requires the router's certificate (signed by the test CA).
+    let m_good = tls_member(&rt, "record", (&good.0, &good.1), Some(&s.ca.pem));
+    let m_wrong = tls_member(&rt, "wrong", (&wrong.0, &wrong.1), None);
+    let tls_to = r#"upstream_tls = { ca = "members-ca.pem", server_name = "api.internal", cert = "router.pem", key = "router.key" }"#;
+    let config = format!(
+        r#"
+[admin]
+listen = "127.0.0.1:0"
+token = "t"
+
+[[listener]]
+name = "intake"
+listen = "127.0.0.1:0"
+protocol = "queue"
+tls = {{ certs = [ {{ cert = "a.pem", key = "a.key" }} ], client_ca = "ca.pem", client_auth = "required" }}
+
+[[route]]
+listener = "intake"
+match = {{ path_prefix = "/queues/orders" }}
+cluster = "good"
+
+[[route]]
+listener = "intake"
+match = {{ path_prefix = "/queues/misnamed" }}
+cluster = "wrong"
+
+[cluster.good]
+{tls_to}
+members = [{{ name = "good-1", address = "{m_good}" }}]
+
+[cluster.wrong]
+{tls_to}
+members = [{{ name = "wrong-1", address = "{m_wrong}" }}]
+
+[[queue]]
+name = "orders"
+directory = "{store}"
+
+[[queue]]
+name = "misnamed"
+directory = "{store}"
+max_attempts = 1
+"#,
+        store = d.join("store").display()
+    );
+    let path = write(d, "rondo.toml", &config);
+    let check = Command::new(BIN).args(["check", path.to_str().unwrap()]).output().unwrap();
+    assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stderr));
+    let mut serve = Serve::start(&path);
+    let admin = serve.proc.addr_after("admin API on");
+    let intake = serve.addr("intake");
+    let port = intake.port();
+    let resolve = format!("a.test:{port}:127.0.0.1");
+    let post = |queue: &str, cert: bool| {
+        let url = format!("https://a.test:{port}/queues/{queue}");
+        let mut args = vec![
+            "--cacert".to_owned(),
+            s.path("ca.pem"),
+            "--resolve".to_owned(),
+            resolve.clone(),
+            "-H".to_owned(),
+            "x-client-cert-subject: CN=mallory".to_owned(),
+            "--data".to_owned(),
+            "one order".to_owned(),
+            "-w".to_owned(),
+            "\n%{http_code}".to_owned(),
+        ];
+        if cert {
+            args.extend(["--cert".to_owned(), s.path("alice.pem")]);
+            args.extend(["--key".to_owned(), s.path("alice.key")]);
+        }
+        args.push(url);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        curl(&args)
+    };
+
+    let (ok, out, err) = post("orders", true);
+    assert!(ok, "{err}");
+    let (body, code) = out.rsplit_once('\n').unwrap();
+    assert_eq!(code, "202", "{body}");
+    let id =
+        serde_json::from_str::<serde_json::Value>(body).unwrap()["id"].as_str().unwrap().to_owned();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while RECORDED.lock().unwrap().is_empty() {
+        assert!(Instant::now() < deadline, "the message never reached the member");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        RECORDED.lock().unwrap().clone(),
+        [format!(
+            "POST /queues/orders subject=CN=alice san=DNS:alice.clients.test proto=https \
+             key={id} client=yes"
+        )]
+    );
+
+    // No certificate: refused in the handshake, nothing accepted.
+    let (ok, _, _) = post("orders", false);
+    assert!(!ok, "a client without a certificate got a message in");
+
+    // A member whose certificate is for another name: the attempt fails with the TLS reason,
+    // and with `max_attempts = 1` the message is a dead letter saying so.
+    let (ok, out, err) = post("misnamed", true);
+    assert!(ok && out.ends_with("202"), "{out} {err}");
+    let dead = |path: &str| {
+        let (ok, out, err) =
+            curl(&["-H", "authorization: Bearer t", &format!("http://{admin}{path}")]);
+        assert!(ok, "{err}");
+        serde_json::from_str::<serde_json::Value>(&out).unwrap()
+    };
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let letters = loop {
+        let v = dead("/api/v1/queues/misnamed/dead");
+        if !v["dead_letters"].as_array().unwrap().is_empty() {
+            break v;
+        }
+        assert!(Instant::now() < deadline, "no dead letter: {v}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let one = dead(&format!(
+        "/api/v1/queues/misnamed/dead/{}",
+        letters["dead_letters"][0]["id"].as_str().unwrap()
+    ));
+    let reason = one["tries"][0]["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("wrong/wrong-1: tls: certificate not valid for the server name"),
+        "{reason}"
+    );
+    let series = "rondo_tls_member_failures_total{cluster=\"wrong\",member=\"wrong-1\",reason=\"not_valid_for_name\"}";
+    assert!(metric(admin, series) >= 1.0, "{series}");
+    assert_eq!(RECORDED.lock().unwrap().len(), 1, "the wrong member is not the recording one");
+    drop(rt);
 }

@@ -90,13 +90,8 @@ pub(super) fn compile_listener(
     if access_log.is_some() && protocol == ListenerProtocol::Tcp {
         c.err(path.key("access_log"), "tcp listeners have no access log (it logs HTTP requests)");
     }
-    if protocol == ListenerProtocol::Queue {
-        if access_log.is_some() {
-            c.err(path.key("access_log"), "queue listeners have no access log yet");
-        }
-        if l.tls.is_some() {
-            c.err(path.key("tls"), "queue listeners do not terminate TLS yet");
-        }
+    if protocol == ListenerProtocol::Queue && access_log.is_some() {
+        c.err(path.key("access_log"), "queue listeners have no access log yet");
     }
     let tunnels = (protocol == ListenerProtocol::Tcp)
         .then_some("tcp listeners carry tunnels, which are not cut by age or count");

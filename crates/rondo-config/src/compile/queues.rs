@@ -214,20 +214,10 @@ pub(super) fn check_queue_route(
         let Some(cluster) = clusters.get(name) else { continue };
         if cluster.upstream_protocol == UpstreamProtocol::Tcp {
             c.err(
-                p.clone(),
+                p,
                 format!(
                     "queue listener `{}` cannot deliver to cluster `{name}` with upstream_protocol \
                      `tcp`, it needs `http1` or `http2`",
-                    r.listener
-                ),
-            );
-        }
-        if cluster.upstream_tls.is_some() {
-            c.err(
-                p,
-                format!(
-                    "queue listener `{}` cannot deliver to cluster `{name}` yet: it has \
-                     `upstream_tls`, and queue delivery speaks plain HTTP to members",
                     r.listener
                 ),
             );

@@ -1,0 +1,295 @@
+//! Connections to members, for the router's request path and the queues' deliveries alike: one
+//! keep-alive pool per member address (hyper-util's pooled client, keyed by authority), HTTP/1.1
+//! or HTTP/2 prior knowledge per cluster, generic over the request body. A cluster with
+//! `upstream_tls` has pools of its own whose connector does the TLS handshake after the TCP
+//! connect ([`TlsConnector`]: members verified against the cluster's `ca`, the router's
+//! certificate presented when set), so TLS connections are pooled like plain ones; its pools are
+//! made again when a new view brings the files read again.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use http::Uri;
+use hyper_util::client::legacy::connect::{Connected, Connection, HttpConnector};
+use hyper_util::client::legacy::{Client, ResponseFuture};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use rondo_core::{TlsFailure, UpstreamProtocol};
+use tokio::net::TcpStream;
+
+use crate::ClusterRt;
+use crate::upstream_tls::UpstreamTlsRt;
+
+/// A pooled client sending bodies of type `B`.
+pub type Pool<B> = Client<HttpConnector, B>;
+/// A pooled client speaking TLS to members.
+pub type TlsPool<B> = Client<TlsConnector, B>;
+
+/// What a request body must be for the pools (hyper-util's client's bounds).
+pub trait PoolBody: hyper::body::Body + Send + Unpin + 'static
+where
+    Self::Data: Send,
+    Self::Error: Into<BoxError>,
+{
+}
+
+impl<B> PoolBody for B
+where
+    B: hyper::body::Body + Send + Unpin + 'static,
+    B::Data: Send,
+    B::Error: Into<BoxError>,
+{
+}
+
+/// How long an idle pooled connection is kept.
+const POOL_IDLE: Duration = Duration::from_secs(90);
+
+/// The pools of one router (or of one process's queue deliveries).
+pub struct Clients<B> {
+    h1: Pool<B>,
+    h2: Pool<B>,
+    connector: HttpConnector,
+    /// Per cluster with `upstream_tls`: the loaded settings its pool was made with, when, and
+    /// the pool.
+    tls: Arc<Mutex<TlsPools<B>>>,
+    /// Per plain cluster with `max_connection_age_ms`: when its own pool was made, and the pool.
+    aged: Arc<Mutex<AgedPools<B>>>,
+}
+
+impl<B> Clone for Clients<B> {
+    fn clone(&self) -> Self {
+        Clients {
+            h1: self.h1.clone(),
+            h2: self.h2.clone(),
+            connector: self.connector.clone(),
+            tls: self.tls.clone(),
+            aged: self.aged.clone(),
+        }
+    }
+}
+
+impl<B> std::fmt::Debug for Clients<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Clients").finish_non_exhaustive()
+    }
+}
+
+/// Per cluster name: when its own pool was made, and the pool.
+type AgedPools<B> = HashMap<String, (Instant, Arc<Pool<B>>)>;
+
+/// Per cluster name: the loaded `upstream_tls` a pool was made with, when, and the pool.
+type TlsPools<B> = HashMap<String, (Arc<UpstreamTlsRt>, Instant, Arc<TlsPool<B>>)>;
+
+/// Whether a pool made at `made` is still young under the cluster's `max_connection_age_ms`
+/// (hyper's pools count no age per connection: a cluster with the limit gets a pool of its own,
+/// made anew once it is that old; the old pool's connections close as their requests end).
+fn young(made: Instant, rt: &ClusterRt) -> bool {
+    rt.spec.policy.connections.max_age.is_none_or(|age| made.elapsed() < age)
+}
+
+/// Where a try is sent.
+pub enum Sender<'a, B> {
+    /// A plain pool.
+    Plain(&'a Pool<B>),
+    /// A cluster's TLS pool.
+    Tls(Arc<TlsPool<B>>),
+    /// A plain pool of a cluster's own (one with `max_connection_age_ms`).
+    Own(Arc<Pool<B>>),
+}
+
+impl<B> std::fmt::Debug for Sender<'_, B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Sender::Plain(_) => "Sender::Plain",
+            Sender::Tls(_) => "Sender::Tls",
+            Sender::Own(_) => "Sender::Own",
+        })
+    }
+}
+
+impl<B: PoolBody> Sender<'_, B>
+where
+    B::Data: Send,
+    B::Error: Into<BoxError>,
+{
+    /// Sends `req` through the pool.
+    pub fn request(&self, req: http::Request<B>) -> ResponseFuture {
+        match self {
+            Sender::Plain(p) => p.request(req),
+            Sender::Tls(p) => p.request(req),
+            Sender::Own(p) => p.request(req),
+        }
+    }
+}
+
+fn pool<C, B>(connector: C, protocol: UpstreamProtocol) -> Client<C, B>
+where
+    C: hyper_util::client::legacy::connect::Connect + Clone,
+    B: PoolBody,
+    B::Data: Send,
+    B::Error: Into<BoxError>,
+{
+    let mut b = Client::builder(TokioExecutor::new());
+    b.pool_idle_timeout(POOL_IDLE).pool_timer(TokioTimer::new());
+    if protocol == UpstreamProtocol::Http2 {
+        b.http2_only(true).timer(TokioTimer::new());
+    }
+    b.build(connector)
+}
+
+impl<B: PoolBody> Clients<B>
+where
+    B::Data: Send,
+    B::Error: Into<BoxError>,
+{
+    /// Pools with `connect_timeout` for new connections.
+    pub fn new(connect_timeout: Duration) -> Self {
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        connector.set_connect_timeout(Some(connect_timeout));
+        connector.enforce_http(true);
+        let h1 = pool(connector.clone(), UpstreamProtocol::Http1);
+        let h2 = pool(connector.clone(), UpstreamProtocol::Http2);
+        Clients { h1, h2, connector, tls: Arc::default(), aged: Arc::default() }
+    }
+
+    /// The pool for a cluster's protocol.
+    pub fn for_protocol(&self, p: UpstreamProtocol) -> &Pool<B> {
+        match p {
+            UpstreamProtocol::Http2 => &self.h2,
+            UpstreamProtocol::Http1 | UpstreamProtocol::Tcp => &self.h1,
+        }
+    }
+
+    /// Where a try to a member of `rt` goes: its TLS pool when it has `upstream_tls` (an error
+    /// when its files could not be loaded), else the plain pool of its protocol.
+    pub fn for_cluster<'a>(&'a self, rt: &ClusterRt) -> Result<Sender<'a, B>, TlsFailure> {
+        let tls = match &rt.tls {
+            None if rt.spec.policy.connections.max_age.is_none() => {
+                return Ok(Sender::Plain(self.for_protocol(rt.spec.upstream_protocol)));
+            }
+            None => {
+                let mut pools = self.aged.lock().unwrap_or_else(|e| e.into_inner());
+                if let Some((made, p)) = pools.get(&rt.spec.name)
+                    && young(*made, rt)
+                {
+                    return Ok(Sender::Own(p.clone()));
+                }
+                let p = Arc::new(pool(self.connector.clone(), rt.spec.upstream_protocol));
+                pools.insert(rt.spec.name.clone(), (Instant::now(), p.clone()));
+                return Ok(Sender::Own(p));
+            }
+            Some(Err(_)) => return Err(TlsFailure::Config),
+            Some(Ok(t)) => t,
+        };
+        let mut pools = self.tls.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((loaded, made, p)) = pools.get(&rt.spec.name)
+            && Arc::ptr_eq(loaded, tls)
+            && young(*made, rt)
+        {
+            return Ok(Sender::Tls(p.clone()));
+        }
+        let connector = TlsConnector { http: self.connector.clone(), tls: tls.clone() };
+        let p = Arc::new(pool(connector, rt.spec.upstream_protocol));
+        pools.insert(rt.spec.name.clone(), (tls.clone(), Instant::now(), p.clone()));
+        Ok(Sender::Tls(p))
+    }
+}
+
+/// Why a try failed in TLS, when it did: the connector's error, or a rustls alert, in `e`'s
+/// chain.
+pub fn tls_failure(e: &(dyn std::error::Error + 'static)) -> Option<TlsFailure> {
+    crate::upstream_tls::failure_in(e)
+}
+
+/// hyper-util's connector for TLS members: TCP through the plain connector, then the handshake
+/// for the member's host (or the cluster's `server_name`).
+#[derive(Debug, Clone)]
+pub struct TlsConnector {
+    http: HttpConnector,
+    tls: Arc<UpstreamTlsRt>,
+}
+
+/// The error type of hyper-util's connectors and bodies.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+impl tower_service::Service<Uri> for TlsConnector {
+    type Response = TlsConn;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<TlsConn, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        self.http.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, uri: Uri) -> Self::Future {
+        let mut http = self.http.clone();
+        let tls = self.tls.clone();
+        Box::pin(async move {
+            let host = uri.host().unwrap_or_default().to_owned();
+            let tcp = http.call(uri).await?.into_inner();
+            match tls.connect(tcp, &host).await {
+                Ok(s) => Ok(TlsConn(TokioIo::new(s))),
+                Err(e) => {
+                    tracing::debug!("tls to member {host} failed: {e}");
+                    Err(Box::new(e) as BoxError)
+                }
+            }
+        })
+    }
+}
+
+/// A TLS connection to a member, as hyper-util's pool holds it.
+#[derive(Debug)]
+pub struct TlsConn(TokioIo<tokio_rustls::client::TlsStream<TcpStream>>);
+
+impl hyper::rt::Read for TlsConn {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: hyper::rt::ReadBufCursor<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().0).poll_read(cx, buf)
+    }
+}
+
+impl hyper::rt::Write for TlsConn {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().0).poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().0).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().0).poll_shutdown(cx)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.0.is_write_vectored()
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().0).poll_write_vectored(cx, bufs)
+    }
+}
+
+impl Connection for TlsConn {
+    fn connected(&self) -> Connected {
+        let (tcp, session) = self.0.inner().get_ref();
+        let c = tcp.connected();
+        if session.alpn_protocol() == Some(b"h2") { c.negotiated_h2() } else { c }
+    }
+}
