@@ -116,6 +116,44 @@ async fn a_registration_writes_a_flat_number_of_bytes_and_rebuilds_only_its_clus
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Regression: a registration into a big service composed that service's whole view before it
+/// was answered, so registrations made one at a time cost O(service) each (~28 ms apiece at
+/// 10,000 members in a release build, `rondo-registry --concurrency 1`). From
+/// `DEFERRED_VIEW_MEMBERS` on, the view is composed after the answers, paced, and shared by
+/// every registration that arrived meanwhile: far fewer views than registrations (counted by
+/// view ids, not timed), and every registration visible soon after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn registrations_into_a_big_service_share_its_view_compositions() {
+    use rondo_naming::embedded::DEFERRED_VIEW_MEMBERS;
+    let n = DEFERRED_VIEW_MEMBERS * 3;
+    let live = live();
+    let r = Embedded::start_with(live.clone(), None, limits(), 1 << 20).unwrap();
+    // Below the threshold: visible when answered, one view per registration made alone.
+    for i in 0..DEFERRED_VIEW_MEMBERS - 2 {
+        r.register(reg(&format!("r{i}"), i)).await.expect("registered");
+    }
+    let before = live.load().view.id;
+    r.register(reg("r-last-small", DEFERRED_VIEW_MEMBERS - 2)).await.expect("registered");
+    assert_eq!(live.load().view.id, before + 1, "a small service's view is composed at once");
+    assert!(registered(&live).contains(&"r-last-small".to_owned()));
+    // From the threshold on: the remaining registrations share a few compositions.
+    let before = live.load().view.id;
+    let past = n - (DEFERRED_VIEW_MEMBERS - 1);
+    for i in DEFERRED_VIEW_MEMBERS - 1..n {
+        r.register(reg(&format!("r{i}"), i)).await.expect("registered");
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while registered(&live).len() < n {
+        assert!(std::time::Instant::now() < deadline, "{} of {n} visible", registered(&live).len());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let views = live.load().view.id - before;
+    eprintln!("{past} registrations one at a time into a service of {n}: {views} views");
+    assert!(views <= (past / 4) as u64, "{views} views for {past} registrations");
+    assert_eq!(live.load().view.clusters["c"].members.len(), n + 1);
+    r.stop();
+}
+
 /// Deregistrations go through the log too and survive a restart; so does a re-registration.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deregistrations_and_re_registrations_are_replayed_from_the_log() {

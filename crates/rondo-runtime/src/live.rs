@@ -522,7 +522,25 @@ pub struct Live {
     pub drain: crate::drain::Drain,
     /// How the admin API starts a hitless upgrade.
     pub upgrader: crate::handoff::Upgrader,
+    /// What [`Live::update_registered`] replaced, kept for [`RETIRED_GRACE`] and then dropped by
+    /// the thread that updates the view ([`Live::reap_retired`]): a cluster of 10,000
+    /// registered members takes milliseconds to free, and the request thread that happened to
+    /// hold the last old snapshot would otherwise free it and stall the requests it carries.
+    retired: Mutex<Vec<Retired>>,
 }
+
+/// A cluster runtime (with its spec) and the names of its registered members, replaced in a
+/// view, and when.
+#[derive(Debug)]
+struct Retired {
+    at: std::time::Instant,
+    _rt: Arc<ClusterRt>,
+    _names: Option<Arc<BTreeSet<String>>>,
+}
+
+/// How long [`Live::update_registered`] keeps what it replaced before the updating thread drops
+/// it: longer than a request holds a snapshot, short enough to hold few.
+pub const RETIRED_GRACE: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// One cluster's registered members, and the cluster their registrations declared.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -669,6 +687,7 @@ impl Live {
             sockets: Default::default(),
             drain: Default::default(),
             upgrader: Default::default(),
+            retired: Mutex::default(),
         }
     }
 
@@ -862,6 +881,17 @@ impl Live {
         let mut clusters = old.clusters.clone();
         let mut built = Vec::with_capacity(changed.len());
         let now = clock::now();
+        let retiring = std::time::Instant::now();
+        let mut retired: Vec<Retired> = changed
+            .iter()
+            .filter_map(|name| {
+                Some(Retired {
+                    at: retiring,
+                    _rt: old.clusters.get(name)?.clone(),
+                    _names: old.registered.get(name).cloned(),
+                })
+            })
+            .collect();
         for name in changed {
             let composed = layers.base_of(&name).and_then(|(base, is_declared)| {
                 let members = layers.registered.get(&name).map_or(&[][..], |r| &r.members[..]);
@@ -905,7 +935,22 @@ impl Live {
         let snapshot = Arc::new(Snapshot { view: Arc::new(view), clusters, registered, declared });
         self.current.store(snapshot.clone());
         self.view_id.send_replace(id);
+        drop(old);
+        self.retired.lock().unwrap_or_else(|e| e.into_inner()).append(&mut retired);
+        self.reap_retired();
         (snapshot, built)
+    }
+
+    /// Drops what [`Live::update_registered`] replaced more than [`RETIRED_GRACE`] ago (called
+    /// by it, and by the registry's writer between batches), on the calling thread.
+    pub fn reap_retired(&self) {
+        let due: Vec<Retired> = {
+            let mut retired = self.retired.lock().unwrap_or_else(|e| e.into_inner());
+            let keep = retired.iter().position(|r| r.at.elapsed() < RETIRED_GRACE);
+            let upto = keep.unwrap_or(retired.len());
+            retired.drain(..upto).collect()
+        };
+        drop(due);
     }
 
     /// Composes the layers and swaps the result in, with an id above the current one.
@@ -1284,6 +1329,25 @@ mod tests {
         // A cluster the configuration lacks: kept in the layers, in no view.
         let (snap, built) = live.update_registered(vec![("nope".into(), regd(vec![member("x")]))]);
         assert!(built.is_empty() && !snap.view.clusters.contains_key("nope"));
+    }
+
+    /// A runtime replaced by a registration is not freed by whichever thread drops the last
+    /// old snapshot (a request's): `update_registered` keeps it for `RETIRED_GRACE`, and the
+    /// updating thread frees it once that has passed.
+    #[test]
+    fn a_replaced_runtime_is_freed_by_the_updating_thread_after_the_grace() {
+        let live = live();
+        let before = live.load();
+        let old = Arc::downgrade(&before.clusters["c"]);
+        live.update_registered(vec![("c".into(), regd(vec![member("r1")]))]);
+        // A request that held the old snapshot lets go of it: the runtime outlives it.
+        drop(before);
+        assert!(old.upgrade().is_some(), "freed by the thread that dropped the old snapshot");
+        live.reap_retired();
+        assert!(old.upgrade().is_some(), "freed before the grace");
+        std::thread::sleep(RETIRED_GRACE + Duration::from_millis(20));
+        live.reap_retired();
+        assert!(old.upgrade().is_none(), "kept after the grace");
     }
 
     #[test]
