@@ -10,7 +10,7 @@
 //! batch. A success therefore means "visible in lookups and on disk", and a registration costs
 //! its own record on disk and its own cluster in the view, never a pass over the whole registry.
 //! A service of [`DEFERRED_VIEW_MEMBERS`] registered members or more is the exception: its view
-//! is composed after the answers, paced to at most half the writer's time ([`Deferred`]), so
+//! is composed after the answers, paced to at most half the writer's time (`Deferred`), so
 //! that its registrations stay O(1) amortised; a success there means "on disk, and in lookups
 //! within about two compositions of that service's view".
 //! Once the log holds as many bytes as the last snapshot (and at least
@@ -57,7 +57,7 @@ pub const MAX_BATCH: usize = 8192;
 /// snapshot when that is more.
 pub const DEFAULT_COMPACT_BYTES: u64 = 1 << 20;
 /// A service with at least this many registered members has its view composed after the
-/// batch is answered, paced (see [`Deferred`]); a smaller one before.
+/// batch is answered, paced (see `Deferred`); a smaller one before.
 pub const DEFERRED_VIEW_MEMBERS: usize = 1000;
 
 /// The services whose view the writer composes after answering, paced so that composing takes
