@@ -813,17 +813,7 @@ impl Store for Embedded {
                 self.summary(seq, d)
             };
             let (m, tries) = self.read_blocking(seq).await.map_err(QueueError::Store)?;
-            Ok(DeadLetter {
-                summary,
-                tries,
-                path: m.path,
-                headers: m
-                    .headers
-                    .iter()
-                    .map(|(n, v)| (n.clone(), String::from_utf8_lossy(v).into_owned()))
-                    .collect(),
-                body: m.body.to_vec(),
-            })
+            Ok(m.into_dead_letter(summary, tries))
         })
     }
 

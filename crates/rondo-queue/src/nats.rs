@@ -206,6 +206,15 @@ impl Nats {
             .ok_or_else(|| QueueError::Store("the lease is gone".to_owned()))
     }
 
+    /// Every dead letter (`id`: the one with that id, an error when there is none).
+    async fn scan_for(&self, id: Option<&str>) -> Result<Vec<(u64, DeadLetter)>, QueueError> {
+        let found = self.scan(usize::MAX, id).await?;
+        match id {
+            Some(id) if found.is_empty() => Err(QueueError::UnknownMessage(id.to_owned())),
+            _ => Ok(found),
+        }
+    }
+
     /// The dead letters, oldest first: (sequence in the dead-letter stream, summary, message).
     async fn scan(
         &self,
@@ -273,17 +282,7 @@ fn decode_dead(h: Option<&HeaderMap>, payload: &[u8]) -> Option<DeadLetter> {
         last_reason: tries.last().map(|t| t.reason.clone()).unwrap_or_default(),
         session: header(h, SESSION).map(str::to_owned),
     };
-    Some(DeadLetter {
-        summary,
-        tries,
-        path: m.path,
-        headers: m
-            .headers
-            .iter()
-            .map(|(n, v)| (n.clone(), String::from_utf8_lossy(v).into_owned()))
-            .collect(),
-        body: m.body.to_vec(),
-    })
+    Some(m.into_dead_letter(summary, tries))
 }
 
 impl Store for Nats {
@@ -477,12 +476,8 @@ impl Store for Nats {
     fn requeue(&self, id: Option<&str>) -> BoxFuture<'_, Result<u64, QueueError>> {
         let id = id.map(str::to_owned);
         Box::pin(async move {
-            let found = self.scan(usize::MAX, id.as_deref()).await?;
-            if let (Some(id), true) = (&id, found.is_empty()) {
-                return Err(QueueError::UnknownMessage(id.clone()));
-            }
             let mut n = 0;
-            for (seq, d) in found {
+            for (seq, d) in self.scan_for(id.as_deref()).await? {
                 let raw = self.dlq.get_raw_message(seq).await.map_err(store_err)?;
                 let len = u32::from_le_bytes(raw.payload[..4].try_into().expect("4 bytes"));
                 let message = raw.payload.slice(4 + len as usize..);
@@ -508,12 +503,8 @@ impl Store for Nats {
     fn purge(&self, id: Option<&str>) -> BoxFuture<'_, Result<u64, QueueError>> {
         let id = id.map(str::to_owned);
         Box::pin(async move {
-            let found = self.scan(usize::MAX, id.as_deref()).await?;
-            if let (Some(id), true) = (&id, found.is_empty()) {
-                return Err(QueueError::UnknownMessage(id.clone()));
-            }
             let mut n = 0;
-            for (seq, _) in found {
+            for (seq, _) in self.scan_for(id.as_deref()).await? {
                 self.dlq.delete_message(seq).await.map_err(store_err)?;
                 n += 1;
             }

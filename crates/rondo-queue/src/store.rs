@@ -47,6 +47,22 @@ impl Message {
     pub fn header(&self, name: &str) -> Option<&[u8]> {
         self.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_ref())
     }
+
+    /// The dead letter this message makes, with its `summary` and `tries` (every backend's
+    /// admin view of one).
+    pub fn into_dead_letter(self, summary: DeadLetterSummary, tries: Vec<TryRecord>) -> DeadLetter {
+        DeadLetter {
+            summary,
+            tries,
+            path: self.path,
+            headers: self
+                .headers
+                .iter()
+                .map(|(n, v)| (n.clone(), String::from_utf8_lossy(v).into_owned()))
+                .collect(),
+            body: self.body.to_vec(),
+        }
+    }
 }
 
 /// One message handed out for a delivery attempt.
