@@ -22,12 +22,13 @@ LAYERS = {
     "rondo-naming": 3,
     "rondo-lab": 3,
     "rondo-admin": 3,
-    # Durable queues: intake, stores (embedded redb, NATS JetStream), delivery.
-    "rondo-queue": 3,
-    "rondo": 4,
+    # Durable queues: intake, stores (embedded redb, NATS JetStream), delivery. Above the
+    # router, whose route stage (sign-on tokens) a queue listener shares.
+    "rondo-queue": 4,
+    "rondo": 5,
     # Tools over everything: benchmarks and golden vectors.
-    "rondo-bench": 5,
-    "rondo-golden": 5,
+    "rondo-bench": 6,
+    "rondo-golden": 6,
 }
 CLIENT_MAY_USE = {"rondo-core", "rondo-clock"}
 

@@ -45,6 +45,7 @@ pub(crate) struct RawQueue {
     pub lease_ms: Option<u64>,
     pub concurrency: Option<u64>,
     pub session_header: Option<String>,
+    pub session_partitions: Option<u64>,
 }
 
 /// `[router]`.

@@ -448,6 +448,9 @@ pub enum QueueBackend {
     Nats {
         /// `host:port` of the NATS server.
         url: String,
+        /// How many subjects (each with its own one-at-a-time consumer) the session keys are
+        /// hashed over; every router of a tier must name the same number.
+        session_partitions: u32,
     },
 }
 
@@ -512,6 +515,10 @@ impl QueueSpec {
     pub const MAX_CONCURRENCY: u64 = 10_000;
     /// Largest `max_attempts`.
     pub const MAX_ATTEMPTS: u64 = 1000;
+    /// Default `session_partitions` (NATS).
+    pub const DEFAULT_SESSION_PARTITIONS: u32 = 16;
+    /// Largest `session_partitions` (NATS).
+    pub const MAX_SESSION_PARTITIONS: u64 = 1024;
 
     /// The wait after failed attempt `attempt` (1-based): `backoff_initial` doubled for each
     /// attempt after the first, at most `backoff_max`.

@@ -1957,7 +1957,7 @@ fn queue_mistakes_are_reported_at_their_fields() {
         "\"queue\"",
         "queue listener `in` has no queue to accept messages into",
     );
-    // Its routes: no tcp clusters, no sni, no auth.
+    // Its routes: no tcp clusters.
     let tcp = with(&format!(
         "{}\n[cluster.raw]\nupstream_protocol = \"tcp\"\nmembers = []\n\n[[queue]]\nname = \"o\"\n\
          directory = \"q\"\n",
@@ -1975,4 +1975,25 @@ fn queue_mistakes_are_reported_at_their_fields() {
     assert!(parse_str(&nats, Path::new(FILE), 1).is_ok());
     let errs = parse_str_with(&nats, Path::new(FILE), 1, Features::NONE).unwrap_err();
     assert!(errs.iter().any(|e| e.field == "queue[0].backend" && e.message.contains("`nats`")));
+    // Session partitions: NATS only, 1 to 1024, 16 by default.
+    let partitions = |c: &Config| match &c.queues[0].backend {
+        rondo_config::QueueBackend::Nats { session_partitions, .. } => *session_partitions,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(partitions(&parse_str(&nats, Path::new(FILE), 1).unwrap()), 16);
+    let nats64 = q("name = \"o\"\nbackend = \"nats\"\nnats_url = \"127.0.0.1:4222\"\n\
+                    session_partitions = 64");
+    assert_eq!(partitions(&parse_str(&nats64, Path::new(FILE), 1).unwrap()), 64);
+    fails_once(
+        &nats64.replace("= 64", "= 2000"),
+        "queue[0].session_partitions",
+        "2000",
+        "must be between 1 and 1024, got 2000",
+    );
+    fails_once(
+        &q("name = \"o\"\ndirectory = \"q\"\nsession_partitions = 4"),
+        "queue[0].session_partitions",
+        "$4",
+        "`session_partitions` is for `backend = \"nats\"`",
+    );
 }

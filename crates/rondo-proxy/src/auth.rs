@@ -275,15 +275,16 @@ impl Auth {
         Ok(identity)
     }
 
-    /// The route stage's one call: `Ok(None)` on a route without `auth`, the verified identity
-    /// on one with it, or the 401 the client gets (counted in `rondo_auth_refusals_total`).
+    /// The route stage's one call (the router's and a queue listener's): `Ok(None)` on a route
+    /// without `auth`, the verified identity on one with it, or the refusal the client is
+    /// answered 401 for (counted in `rondo_auth_refusals_total`).
     pub fn gate<'h>(
         &self,
         route: &Route,
         live: &Live,
         header: &dyn Fn(&str) -> Option<&'h str>,
         cookie: &dyn Fn(&str) -> Option<&'h str>,
-    ) -> Result<Option<Identity>, ProxyError> {
+    ) -> Result<Option<Identity>, AuthError> {
         let Some(spec) = &route.auth else { return Ok(None) };
         let now = SystemTime::now();
         let tier = live.tier_key();
@@ -291,7 +292,7 @@ impl Auth {
             Ok(identity) => Ok(Some(identity)),
             Err(e) => {
                 live.metrics.auth_refused(&route.name, e.refusal.as_str());
-                Err(e.into_proxy_error(&route.name, &route.cluster))
+                Err(e)
             }
         }
     }

@@ -236,7 +236,7 @@ async fn proxy(
         .gate(route, &ctx.live, &|n| headers.get(n).and_then(|v| v.to_str().ok()), &|n| {
             sticky::cookie(headers, n)
         })
-        .map_err(|e| (e, route.idle_timeout))?;
+        .map_err(|e| (e.into_proxy_error(&route.name, &route.cluster), route.idle_timeout))?;
     let branches = crate::multicast::branches(route, &routed.also);
     if !branches.is_empty() {
         // Every branch gets the same body: all of it is read first, within the route's limit.

@@ -5,6 +5,7 @@
 //! |---|---|
 //! | `202 Accepted`, `{"id": "...", "queue": "..."}` and `X-Rondo-Message-Id` | the message is durable (its batch committed) |
 //! | `400` | the body broke off |
+//! | `401` with `WWW-Authenticate` | the matching route has `auth` and the message's sign-on token (or tier session) does not hold |
 //! | `404` | no queue of that name, or no route of the listener matches the message |
 //! | `405` with `Allow: POST` | another method |
 //! | `413` | the body is over the queue's `max_message_bytes` |
@@ -13,7 +14,11 @@
 //! Routes match a message as they match a request (host, normalized path, method `POST`,
 //! header fields), here to refuse what no route would deliver, and again at every delivery
 //! attempt. Hop-by-hop header fields (and `Content-Length`, `Idempotency-Key`, `X-Rondo-*`,
-//! which the delivery sets) are not kept.
+//! which the delivery sets) are not kept. A route with `auth` checks the token at intake, as
+//! the router's route stage does ([`rondo_proxy::auth`]); the message then keeps the identity
+//! it verified (`x-rondo-subject`, `x-rondo-claim-*`), which every attempt carries, however
+//! much later. Identity headers a client sent, their underscore spellings and the tier session
+//! cookie are never kept, on any route.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -26,6 +31,7 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use rondo_config::{ListenerSpec, QueueSpec};
+use rondo_proxy::auth::{self, Auth, Identity};
 use rondo_runtime::Live;
 use rondo_runtime::tls_server::{
     ALPN_HTTP1, CLIENT_CERT_SAN, CLIENT_CERT_SUBJECT, ClientCert, TlsServer, client_cert,
@@ -47,6 +53,7 @@ struct Ctx {
     listener: ListenerSpec,
     queues: Arc<HashMap<String, Entry>>,
     live: Arc<Live>,
+    auth: Auth,
 }
 
 /// Seconds a client is told to wait when a queue is full or its store failed.
@@ -105,7 +112,7 @@ pub async fn start(
             Some(server)
         }
     };
-    let ctx = Arc::new(Ctx { listener: spec.clone(), queues, live });
+    let ctx = Arc::new(Ctx { listener: spec.clone(), queues, live, auth: Auth::default() });
     let limit = Arc::new(Semaphore::new(spec.max_connections as usize));
     let slots = (limit.clone(), spec.max_connections);
     let accepting = tokio::spawn(async move {
@@ -295,8 +302,8 @@ async fn intake(
         Err(_) => return text(StatusCode::BAD_REQUEST, "the message body broke off"),
     };
     // Routes match the message as they would a request (body filters read its body); none:
-    // it would never be delivered.
-    {
+    // it would never be delivered. A route with `auth` admits only a message whose token holds.
+    let identity: Option<Identity> = {
         let snapshot = ctx.live.load();
         let headers = &parts.headers;
         let header = |n: &str| headers.get(n).and_then(|v| v.to_str().ok());
@@ -315,13 +322,26 @@ async fn intake(
             present: &present,
             body: Some(rondo_core::BodyPeek { bytes: &body, complete: true }),
         };
-        if snapshot.view.route(&ctx.listener.name, &facts).is_none() {
+        let Some(route) = snapshot.view.route(&ctx.listener.name, &facts) else {
             return text(
                 StatusCode::NOT_FOUND,
                 format!("no route of listener {} matches the message", ctx.listener.name),
             );
+        };
+        let cookie = |n: &str| rondo_proxy::sticky::cookie(headers, n);
+        match ctx.auth.gate(route, &ctx.live, &header, &cookie) {
+            Ok(identity) => identity,
+            Err(e) => {
+                let mut r =
+                    text(StatusCode::UNAUTHORIZED, format!("route {}: {}", route.name, e.detail));
+                r.headers_mut().insert(header::WWW_AUTHENTICATE, e.refusal.challenge());
+                return r;
+            }
         }
-    }
+    };
+    let mut parts = parts;
+    // Identity headers (any spelling) and the tier session cookie never reach a member.
+    auth::apply(&mut parts.headers, None);
     let connection_named: Vec<String> = parts
         .headers
         .get_all(header::CONNECTION)
@@ -333,6 +353,7 @@ async fn intake(
         .headers
         .iter()
         .filter(|(n, _)| kept(n.as_str(), &connection_named))
+        .chain(identity.iter().flat_map(Identity::headers))
         .map(|(n, v)| (n.as_str().to_owned(), Bytes::copy_from_slice(v.as_bytes())))
         .collect();
     let session = entry.spec.session_header.as_deref().and_then(|h| {

@@ -109,8 +109,8 @@ pub async fn start(config: &Config, live: Arc<Live>) -> Result<Queues, StartErro
                 e
             }
             #[cfg(feature = "nats")]
-            QueueBackend::Nats { url } => Arc::new(
-                nats::Nats::connect(spec, url)
+            QueueBackend::Nats { url, session_partitions } => Arc::new(
+                nats::Nats::connect(spec, url, *session_partitions)
                     .await
                     .map_err(|e| StartError::Store(e.to_string()))?,
             ),

@@ -5,9 +5,9 @@
 //!
 //! | rondo | JetStream |
 //! |---|---|
-//! | queue `NAME` | stream `RONDO_Q_NAME` on subject `rondo.q.NAME`, work-queue retention, file storage, `discard = new` at `max_messages` / `max_bytes` (a full stream refuses the publish: 503) |
+//! | queue `NAME` | stream `RONDO_Q_NAME` on subjects `rondo.q.NAME` (messages without a session key) and `rondo.q.NAME.p.K` (session keys, hashed over `session_partitions`), work-queue retention, file storage, `discard = new` at `max_messages` / `max_bytes` (a full stream refuses the publish: 503) |
 //! | accepted (202) | the publish acknowledged by the server (stored, fsynced by its own policy) |
-//! | peek-lock lease | the durable pull consumer `rondo` every router shares, explicit acks, `ack_wait` = `lease_ms` + 5 s |
+//! | peek-lock lease | durable pull consumers every router shares, explicit acks, `ack_wait` = `lease_ms` + 5 s: `rondo` on `rondo.q.NAME`, and `rondo-pK` on each partition with `max_ack_pending = 1` |
 //! | complete | `ack` (acknowledged by the server: double ack) |
 //! | retry with backoff | `nak` with the backoff as its delay |
 //! | dead-letter | the message published to stream `RONDO_DLQ_NAME` (`rondo.dlq.NAME`) with its tries, then `term` |
@@ -15,9 +15,14 @@
 //!
 //! The consumer's `max_deliver` is left unlimited: rondo counts attempts itself (the server's
 //! delivery count included, so attempts lost with a router count too) and dead-letters on the
-//! `max_attempts`-th, so no message is stranded by the server's own limit. Session keys are
-//! kept with each message but do not order deliveries here: routers compete for messages, and
-//! JetStream keeps no per-key lock (docs/queues.md).
+//! `max_attempts`-th, so no message is stranded by the server's own limit.
+//!
+//! Sessions: the server holds each partition's one unacknowledged message for the whole tier (a
+//! `nak` with a delay keeps it pending through its backoff, a lease lost with a router holds it
+//! until the ack wait), so a session key's messages go one at a time, in the order they were
+//! accepted, whichever router takes them. Keys that hash to one partition wait for each other;
+//! `session_partitions` trades that against a consumer per partition. The stream's description
+//! records the number, and a router configured with another one refuses to start.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -32,6 +37,8 @@ use rondo_config::QueueSpec;
 use rondo_runtime::queues::{
     BoxFuture, DeadLetter, DeadLetterSummary, QueueError, QueueStats, TryRecord,
 };
+use tokio::sync::mpsc;
+use tokio::time::Instant;
 
 use crate::record;
 use crate::store::{AppendError, Lease, Message, Store, unix_ms};
@@ -61,17 +68,24 @@ struct Counters {
     rejected_too_large: AtomicU64,
 }
 
+/// A message a consumer handed out, and when; or why a consumer failed.
+type Pulled = Result<(Instant, jetstream::Message), String>;
+
 /// A queue in NATS JetStream; see the module docs.
 pub struct Nats {
     spec: QueueSpec,
     js: jetstream::Context,
+    /// `rondo.q.NAME`: messages without a session key; `.p.K` added for partition `K`.
     subject: String,
+    partitions: u32,
     dlq_subject: String,
     dlq: stream::Stream,
     tries: stream::Stream,
     tries_prefix: String,
     uid: u32,
-    messages: tokio::sync::Mutex<consumer::pull::Stream>,
+    /// What every consumer hands out, for the delivery workers.
+    messages: tokio::sync::Mutex<mpsc::Receiver<Pulled>>,
+    pumps: Vec<tokio::task::JoinHandle<()>>,
     leased: Mutex<HashMap<u64, jetstream::Message>>,
     next_key: AtomicU64,
     cached: Arc<Mutex<Cached>>,
@@ -88,6 +102,9 @@ impl std::fmt::Debug for Nats {
 impl Drop for Nats {
     fn drop(&mut self) {
         self.poller.abort();
+        for p in &self.pumps {
+            p.abort();
+        }
     }
 }
 
@@ -100,8 +117,9 @@ fn header<'a>(h: Option<&'a HeaderMap>, name: &str) -> Option<&'a str> {
 }
 
 impl Nats {
-    /// Connects to `url`, creates (or opens) the queue's streams, consumer and bucket.
-    pub async fn connect(spec: &QueueSpec, url: &str) -> Result<Nats, String> {
+    /// Connects to `url`, creates (or opens) the queue's streams and consumers; `partitions`
+    /// is its `session_partitions`.
+    pub async fn connect(spec: &QueueSpec, url: &str, partitions: u32) -> Result<Nats, String> {
         let fail = |what: &str, e: &dyn std::fmt::Display| {
             format!("queue {}: nats {url}: {what}: {e}", spec.name)
         };
@@ -114,10 +132,13 @@ impl Nats {
         let name = &spec.name;
         let subject = format!("rondo.q.{name}");
         let dlq_subject = format!("rondo.dlq.{name}");
+        let stream_name = format!("RONDO_Q_{name}");
+        let description = format!("rondo queue {name}, session_partitions = {partitions}");
         let mut main = js
             .get_or_create_stream(stream::Config {
-                name: format!("RONDO_Q_{name}"),
-                subjects: vec![subject.clone()],
+                name: stream_name.clone(),
+                description: Some(description.clone()),
+                subjects: vec![subject.clone(), format!("{subject}.p.*")],
                 retention: stream::RetentionPolicy::WorkQueue,
                 storage: stream::StorageType::File,
                 discard: stream::DiscardPolicy::New,
@@ -127,7 +148,20 @@ impl Nats {
             })
             .await
             .map_err(|e| fail("stream", &e))?;
-        let created = main.info().await.map_err(|e| fail("stream info", &e))?.created;
+        let info = main.info().await.map_err(|e| fail("stream info", &e))?;
+        if info.config.description.as_deref() != Some(description.as_str()) {
+            // Another number would put a key's messages on two subjects, ordered by neither.
+            return Err(fail(
+                &format!("stream {stream_name}"),
+                &format!(
+                    "it was made as `{}`, this router's config says `{description}`: every \
+                     router of a tier must name the same session_partitions (to change it, \
+                     let the queue drain and delete the stream)",
+                    info.config.description.as_deref().unwrap_or("(no description)")
+                ),
+            ));
+        }
+        let created = info.created;
         let uid = rondo_core::hash::hash_key(
             format!("{name}/{}", created.unix_timestamp_nanos()).as_bytes(),
         ) as u32;
@@ -151,43 +185,70 @@ impl Nats {
             })
             .await
             .map_err(|e| fail("tries stream", &e))?;
-        let consumer: consumer::PullConsumer = main
-            .get_or_create_consumer(
-                "rondo",
-                consumer::pull::Config {
-                    durable_name: Some("rondo".to_owned()),
-                    ack_policy: consumer::AckPolicy::Explicit,
-                    ack_wait: spec.lease + Duration::from_secs(5),
-                    max_deliver: -1,
-                    ..Default::default()
-                },
-            )
-            .await
-            .map_err(|e| fail("consumer", &e))?;
-        let messages = consumer
-            .stream()
-            .max_messages_per_batch(spec.concurrency as usize)
-            .messages()
-            .await
-            .map_err(|e| fail("consumer messages", &e))?;
+        // Channel room for one message per consumer: what a worker takes next is never far
+        // behind what the server handed out.
+        let (tx, rx) = mpsc::channel(partitions as usize + 1);
+        let (mut consumers, mut pumps) = (Vec::new(), Vec::new());
+        let wanted = std::iter::once(("rondo".to_owned(), subject.clone(), None)).chain(
+            (0..partitions).map(|k| (format!("rondo-p{k}"), format!("{subject}.p.{k}"), Some(1))),
+        );
+        for (durable, filter, max_ack_pending) in wanted {
+            let consumer: consumer::PullConsumer = main
+                .get_or_create_consumer(
+                    &durable,
+                    consumer::pull::Config {
+                        durable_name: Some(durable.clone()),
+                        filter_subject: filter,
+                        ack_policy: consumer::AckPolicy::Explicit,
+                        ack_wait: spec.lease + Duration::from_secs(5),
+                        max_deliver: -1,
+                        max_ack_pending: max_ack_pending.unwrap_or_default(),
+                        ..Default::default()
+                    },
+                )
+                .await
+                .map_err(|e| fail(&format!("consumer {durable}"), &e))?;
+            let batch = if max_ack_pending.is_some() { 1 } else { spec.concurrency as usize };
+            let messages = consumer
+                .stream()
+                .max_messages_per_batch(batch)
+                .messages()
+                .await
+                .map_err(|e| fail(&format!("consumer {durable} messages"), &e))?;
+            pumps.push(tokio::spawn(pump(messages, tx.clone())));
+            consumers.push(consumer);
+        }
         let cached = Arc::new(Mutex::new(Cached::default()));
-        let poller = tokio::spawn(poll(main, dlq.clone(), consumer, cached.clone()));
+        let poller = tokio::spawn(poll(main, dlq.clone(), consumers, cached.clone()));
         Ok(Nats {
             spec: spec.clone(),
             js,
             subject,
+            partitions,
             dlq_subject,
             dlq,
             tries,
             tries_prefix,
             uid,
-            messages: tokio::sync::Mutex::new(messages),
+            messages: tokio::sync::Mutex::new(rx),
+            pumps,
             leased: Mutex::new(HashMap::new()),
             next_key: AtomicU64::new(1),
             cached,
             counters: Counters::default(),
             poller,
         })
+    }
+
+    /// The subject a message with session key `session` is published to.
+    fn subject_for(&self, session: Option<&str>) -> String {
+        match session {
+            None => self.subject.clone(),
+            Some(s) => {
+                let k = rondo_core::hash::hash_key(s.as_bytes()) % u64::from(self.partitions);
+                format!("{}.p.{k}", self.subject)
+            }
+        }
     }
 
     fn tries_subject(&self, id: &str) -> String {
@@ -242,11 +303,22 @@ impl Nats {
     }
 }
 
+/// Hands what `messages` pulls to the delivery workers, until they are gone.
+async fn pump(mut messages: consumer::pull::Stream, tx: mpsc::Sender<Pulled>) {
+    while let Some(m) = messages.next().await {
+        let pulled = m.map(|m| (Instant::now(), m)).map_err(|e| e.to_string());
+        if tx.send(pulled).await.is_err() {
+            return;
+        }
+    }
+    let _ = tx.send(Err("a consumer closed".to_owned())).await;
+}
+
 /// Refreshes the figures every 500 ms (the server's counts: tier-wide).
 async fn poll(
     mut main: stream::Stream,
     mut dlq: stream::Stream,
-    mut consumer: consumer::PullConsumer,
+    mut consumers: Vec<consumer::PullConsumer>,
     cached: Arc<Mutex<Cached>>,
 ) {
     loop {
@@ -261,8 +333,15 @@ async fn poll(
             c.dead = i.state.messages;
             c.dead_bytes = i.state.bytes;
         }
-        if let Ok(i) = consumer.info().await {
-            c.in_delivery = i.num_ack_pending as u64;
+        let mut in_delivery = Some(0);
+        for consumer in &mut consumers {
+            in_delivery = match consumer.info().await {
+                Ok(i) => in_delivery.map(|n| n + i.num_ack_pending as u64),
+                Err(_) => None,
+            };
+        }
+        if let Some(n) = in_delivery {
+            c.in_delivery = n;
         }
         *cached.lock().unwrap_or_else(|e| e.into_inner()) = c;
         tokio::time::sleep(Duration::from_millis(500)).await;
@@ -307,7 +386,8 @@ impl Store for Nats {
                 h.insert(SESSION, s.as_str());
             }
             let payload = Bytes::from(record::encode_message(&message));
-            let ack = match self.js.publish_with_headers(self.subject.clone(), h, payload).await {
+            let subject = self.subject_for(session.as_deref());
+            let ack = match self.js.publish_with_headers(subject, h, payload).await {
                 Ok(f) => f.await,
                 Err(e) => {
                     return Err(AppendError::Store { queue, error: e.to_string() });
@@ -333,14 +413,19 @@ impl Store for Nats {
 
     fn next(&self) -> BoxFuture<'_, Result<Lease, QueueError>> {
         Box::pin(async move {
-            let m = {
-                let mut stream = self.messages.lock().await;
-                match stream.next().await {
+            let (pulled, m) = {
+                let mut messages = self.messages.lock().await;
+                match messages.recv().await {
                     Some(Ok(m)) => m,
-                    Some(Err(e)) => return Err(store_err(e)),
-                    None => return Err(QueueError::Store("the consumer closed".to_owned())),
+                    Some(Err(e)) => return Err(QueueError::Store(e)),
+                    None => return Err(QueueError::Store("the consumers closed".to_owned())),
                 }
             };
+            if pulled.elapsed() > Duration::from_secs(1) {
+                // It waited for a free worker: its ack wait starts again now, so the server
+                // does not hand it to another router while this one delivers it.
+                let _ = m.ack_with(AckKind::Progress).await;
+            }
             let info = m.info().map_err(store_err)?;
             let (seq, delivered) = (info.stream_sequence, info.delivered.max(1) as u32);
             let h = m.headers.as_ref();
@@ -487,11 +572,9 @@ impl Store for Nats {
                 if let Some(s) = &d.summary.session {
                     h.insert(SESSION, s.as_str());
                 }
-                let published = self
-                    .js
-                    .publish_with_headers(self.subject.clone(), h, message)
-                    .await
-                    .map_err(store_err)?;
+                let subject = self.subject_for(d.summary.session.as_deref());
+                let published =
+                    self.js.publish_with_headers(subject, h, message).await.map_err(store_err)?;
                 published.await.map_err(store_err)?;
                 self.dlq.delete_message(seq).await.map_err(store_err)?;
                 n += 1;

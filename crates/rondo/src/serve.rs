@@ -267,7 +267,7 @@ async fn run(
                                 .display()
                                 .to_string()
                         }
-                        rondo_config::QueueBackend::Nats { url } => format!("nats {url}"),
+                        rondo_config::QueueBackend::Nats { url, .. } => format!("nats {url}"),
                     };
                     writeln!(out, "rondo: queue {} ({}, {at})", spec.name, spec.backend.as_str())?;
                 }

@@ -35,6 +35,14 @@ struct Got {
     session: Option<String>,
     body: String,
     answered: u16,
+    /// Every header field, lower-case names.
+    headers: Vec<(String, String)>,
+}
+
+impl Got {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+    }
 }
 
 /// What a test member saw, and how it answers.
@@ -106,6 +114,10 @@ async fn answer(
     let id = text("idempotency-key").unwrap_or_default();
     let attempt = text("x-rondo-attempt").and_then(|a| a.parse().ok()).unwrap_or(0);
     let session = text("x-session");
+    let headers = h
+        .iter()
+        .map(|(n, v)| (n.as_str().to_owned(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
+        .collect();
     let body = req.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
     if let Some(s) = &session {
         let mut m = state.in_progress.lock().unwrap();
@@ -129,6 +141,7 @@ async fn answer(
         session,
         body: String::from_utf8_lossy(&body).into_owned(),
         answered: status,
+        headers,
     });
     let mut r = Response::new(Full::new(Bytes::from_static(b"ok")));
     *r.status_mut() = StatusCode::from_u16(status).unwrap();
@@ -623,4 +636,155 @@ async fn nats_poison_message_is_dead_lettered_and_requeued() {
     assert_eq!(s, StatusCode::OK, "{v}");
     let delivered = until(Duration::from_secs(10), || state.delivered() == [id.clone()]).await;
     assert!(delivered, "requeue delivers it with its id: {:?}", state.got());
+}
+
+#[cfg(feature = "nats")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_two_routers_deliver_each_session_in_order_one_at_a_time() {
+    let dir = TempDir::new("queue-nats-order");
+    let (_nats, nats) = nats_server(&dir);
+    let member: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let cfg = config(&dir, member, "").replace(
+        &format!("directory = \"{}\"", dir.0.join("store").display()),
+        &format!(
+            "backend = \"nats\"\nnats_url = \"{nats}\"\nsession_header = \"x-session\"\n\
+             backoff_initial_ms = 100\nbackoff_max_ms = 800\nmax_attempts = 100\nconcurrency = 4"
+        ),
+    );
+    let (dir_a, dir_b) = (TempDir::new("queue-nats-order-a"), TempDir::new("queue-nats-order-b"));
+    let a = start_router(&dir_a, &cfg);
+    let b = start_router(&dir_b, &cfg);
+    let c = client();
+    let mut sent: HashMap<String, Vec<u32>> = HashMap::new();
+    for i in 0..60u32 {
+        let session = format!("s{}", i % 3);
+        let at = if i % 2 == 0 { a.intake } else { b.intake };
+        let (status, _, body) = post(&c, at, i.to_string(), &[("x-session", &session)]).await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+        sent.entry(session).or_default().push(i);
+    }
+    // The member is down for 3 s: both routers retry, each message with its own backoff.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let state = SinkState::new(200, 10);
+    let _sink = sink(member, state.clone()).await;
+    let all = until(Duration::from_secs(60), || state.delivered().len() >= 60).await;
+    assert!(all, "delivered {} of 60", state.delivered().len());
+    let mut by_session: HashMap<String, Vec<u32>> = HashMap::new();
+    for g in state.got().into_iter().filter(|g| g.answered < 300) {
+        by_session.entry(g.session.unwrap()).or_default().push(g.body.parse().unwrap());
+    }
+    assert_eq!(by_session, sent, "each session's messages in the order they were accepted");
+    assert!(!state.overlap.load(Ordering::Relaxed), "one message of a session at a time");
+
+    // A router that would hash the keys over another number of subjects must not join.
+    let other = TempDir::new("queue-nats-order-c");
+    let cfg = cfg.replace("concurrency = 4", "concurrency = 4\nsession_partitions = 8");
+    std::fs::write(other.0.join("rondo.toml"), &cfg).unwrap();
+    let out = Command::new(BIN)
+        .arg("serve")
+        .arg(other.0.join("rondo.toml"))
+        .stdin(Stdio::null())
+        .output()
+        .expect("rondo serve");
+    assert!(!out.status.success(), "a router with another session_partitions must not start");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("RONDO_Q_orders")
+            && err.contains("session_partitions = 16")
+            && err.contains("session_partitions = 8"),
+        "the error names the stream and both numbers: {err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_route_with_auth_takes_only_messages_whose_token_holds() {
+    use base64::Engine as _;
+    let dir = TempDir::new("queue-auth");
+    let member: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let state = SinkState::new(200, 0);
+    let _sink = sink(member, state.clone()).await;
+    let secret = b"a queue test secret of at least 32 bytes";
+    let k = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(secret);
+    std::fs::write(
+        dir.0.join("keys.json"),
+        format!(r#"{{"keys": [{{"kty": "oct", "kid": "q1", "k": "{k}"}}]}}"#),
+    )
+    .unwrap();
+    let cfg = config(&dir, member, "").replace(
+        "cluster = \"c\"\n",
+        &format!(
+            "cluster = \"c\"\nauth = {{ issuer = \"https://issuer.test\", audience = \"orders\", \
+             keys = \"{}\", claims = [\"email\"] }}\n",
+            dir.0.join("keys.json").display()
+        ),
+    );
+    let router = start_router(&dir, &cfg);
+    let c = client();
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap();
+    let sign = |sub: &str, exp: u64| {
+        let mut h = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256);
+        h.kid = Some("q1".to_owned());
+        let claims = serde_json::json!({
+            "iss": "https://issuer.test", "aud": "orders", "sub": sub, "exp": exp,
+            "email": format!("{sub}@example.test"),
+        });
+        jsonwebtoken::encode(&h, &claims, &jsonwebtoken::EncodingKey::from_secret(secret)).unwrap()
+    };
+    let good = format!("Bearer {}", sign("alice", now.as_secs() + 600));
+    let expired = format!("Bearer {}", sign("mallory", now.as_secs() - 3600));
+
+    // No token, an expired one, a forged signature: 401 with the challenge, nothing stored.
+    let (status, headers, body) = post(&c, router.intake, "no token", &[]).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
+    assert_eq!(headers["www-authenticate"], "Bearer realm=\"rondo\"");
+    let (status, headers, body) =
+        post(&c, router.intake, "expired", &[("authorization", &expired)]).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
+    assert!(headers["www-authenticate"].to_str().unwrap().contains("invalid_token"), "{headers:?}");
+    let forged = format!("{}x", &good[..good.len() - 1]);
+    let (status, _, body) = post(&c, router.intake, "forged", &[("authorization", &forged)]).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
+
+    // A good token: accepted, and delivered with the identity the router verified, never the
+    // one the client claimed.
+    let (status, _, body) = post(
+        &c,
+        router.intake,
+        "signed",
+        &[
+            ("authorization", &good),
+            ("x-rondo-subject", "root"),
+            ("x_rondo_subject", "root"),
+            ("cookie", "rondo-session=stolen; theme=dark"),
+        ],
+    )
+    .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    let id = id_of(&body);
+    let delivered = until(Duration::from_secs(10), || state.delivered() == [id.clone()]).await;
+    assert!(delivered, "only the signed message is delivered: {:?}", state.got());
+    let got = state.got().pop().unwrap();
+    assert_eq!(got.body, "signed");
+    assert_eq!(got.header("x-rondo-subject"), Some("alice"), "{:?}", got.headers);
+    assert_eq!(got.header("x-rondo-claim-email"), Some("alice@example.test"));
+    assert_eq!(got.header("x_rondo_subject"), None, "{:?}", got.headers);
+    assert_eq!(got.header("cookie"), Some("theme=dark"), "the tier session cookie is not kept");
+    let (_, q) = admin(&c, router.admin, "GET", "/api/v1/queues").await;
+    assert_eq!(q["queues"][0]["accepted"], 1, "{q}");
+    let metrics = {
+        let req = Request::get(format!("http://{}/metrics", router.admin))
+            .header("authorization", format!("Bearer {TOKEN}"))
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        let body = c.request(req).await.unwrap().into_body().collect().await.unwrap();
+        String::from_utf8_lossy(&body.to_bytes()).into_owned()
+    };
+    let refusals: Vec<&str> =
+        metrics.lines().filter(|l| l.starts_with("rondo_auth_refusals_total{")).collect();
+    assert!(
+        refusals.iter().any(|l| l.contains("reason=\"missing\"") && l.ends_with(" 1"))
+            && refusals.iter().any(|l| l.contains("reason=\"expired\"") && l.ends_with(" 1"))
+            && refusals.iter().any(|l| l.contains("reason=\"bad_signature\"") && l.ends_with(" 1")),
+        "the refusals are counted by reason: {refusals:?}"
+    );
 }

@@ -25,6 +25,13 @@ pub(super) fn compile_queue(c: &mut Compiler<'_>, i: usize, q: &RawQueue) -> Que
             if q.nats_url.is_some() {
                 c.err(path.key("nats_url"), "`nats_url` is for `backend = \"nats\"`");
             }
+            if q.session_partitions.is_some() {
+                c.err(
+                    path.key("session_partitions"),
+                    "`session_partitions` is for `backend = \"nats\"` (the embedded store \
+                     orders each session key on its own)",
+                );
+            }
             let directory = match &q.directory {
                 Some(d) => c.file_path(path.key("directory"), d).unwrap_or_default(),
                 None => {
@@ -56,7 +63,14 @@ pub(super) fn compile_queue(c: &mut Compiler<'_>, i: usize, q: &RawQueue) -> Que
                     String::new()
                 }
             };
-            QueueBackend::Nats { url }
+            let session_partitions = c.int(
+                path.key("session_partitions"),
+                q.session_partitions,
+                u64::from(QueueSpec::DEFAULT_SESSION_PARTITIONS),
+                1,
+                QueueSpec::MAX_SESSION_PARTITIONS,
+            ) as u32;
+            QueueBackend::Nats { url, session_partitions }
         }
         other => {
             c.err(
@@ -175,8 +189,8 @@ pub(super) fn check_queues(c: &mut Compiler<'_>, raw: &RawConfig) {
     }
 }
 
-/// What a route on a `queue` listener may not do: match on `sni`, require a token, sign users
-/// on, or send to a cluster whose members the queue cannot reach over plain HTTP.
+/// What a route on a `queue` listener may not do: match on `sni`, sign users on, or send to a
+/// cluster whose members the queue cannot deliver to over HTTP.
 pub(super) fn check_queue_route(
     c: &mut Compiler<'_>,
     path: &FieldPath,
@@ -190,16 +204,6 @@ pub(super) fn check_queue_route(
         c.err(
             path.key("match").key("sni"),
             format!("route on queue listener `{}` cannot match on `sni`", r.listener),
-        );
-    }
-    if r.auth.is_some() {
-        c.err(
-            path.key("auth"),
-            format!(
-                "route on queue listener `{}` cannot require a token yet (messages are \
-                 accepted without sign-on)",
-                r.listener
-            ),
         );
     }
     if r.login.is_some() {

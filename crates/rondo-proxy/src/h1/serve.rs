@@ -588,7 +588,10 @@ impl<'a, S: ClientStream> OwnTries<'a, S> {
             .gate(route, &self.ctx.live, &|n| headers.get_str(n), &|n| sticky::cookie(&headers, n));
         let identity = match gate {
             Ok(identity) => identity,
-            Err(e) => return Ok(self.fail((e, route.idle_timeout)).await),
+            Err(e) => {
+                let e = e.into_proxy_error(&route.name, &route.cluster);
+                return Ok(self.fail((e, route.idle_timeout)).await);
+            }
         };
         if let Err(failure) = self.prepare(route, identity.as_ref()) {
             return Ok(self.fail(failure).await);
