@@ -44,6 +44,13 @@ struct Args {
     /// JetStream publisher beside it (feature `nats`).
     #[arg(long, value_name = "HOST:PORT")]
     nats: Option<String>,
+    /// Session keys the messages are spread over (`x-session: s{i % N}`, the queue's
+    /// `session_header`): each key's messages go one at a time. 0: no session keys.
+    #[arg(long, default_value_t = 0)]
+    sessions: u64,
+    /// The NATS queue's `session_partitions` (with `--sessions`).
+    #[arg(long)]
+    session_partitions: Option<u32>,
 }
 
 #[tokio::main]
@@ -56,10 +63,16 @@ async fn main() -> anyhow::Result<()> {
     // The member's socket: bound now, accepting from phase 2 on.
     let member = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let member_addr = member.local_addr()?;
-    let backend = match &args.nats {
+    let mut backend = match &args.nats {
         Some(url) => format!("backend = \"nats\"\nnats_url = \"{url}\""),
         None => format!("directory = \"{}\"", dir.display()),
     };
+    if args.sessions > 0 {
+        backend.push_str("\nsession_header = \"x-session\"");
+    }
+    if let Some(n) = args.session_partitions {
+        backend.push_str(&format!("\nsession_partitions = {n}"));
+    }
     let text = format!(
         r#"
 [[listener]]
@@ -95,8 +108,9 @@ lease_ms = 600000
         None => format!("embedded, {}", dir.join("bench.redb").display()),
     };
     println!(
-        "queue bench: {} messages of {} bytes, {} client connections, concurrency {}, {store}",
-        args.messages, args.bytes, args.clients, args.concurrency
+        "queue bench: {} messages of {} bytes, {} client connections, concurrency {}, {} \
+         session keys, {store}",
+        args.messages, args.bytes, args.clients, args.concurrency, args.sessions
     );
 
     // Phase 1: intake alone.
@@ -106,7 +120,7 @@ lease_ms = 600000
     let mut tasks = tokio::task::JoinSet::new();
     for _ in 0..args.clients {
         let (next, body, n) = (next.clone(), body.clone(), args.messages);
-        tasks.spawn(post_loop(intake, next, n, body));
+        tasks.spawn(post_loop(intake, next, n, body, args.sessions));
     }
     let mut latencies = Vec::with_capacity(args.messages as usize);
     while let Some(r) = tasks.join_next().await {
@@ -188,12 +202,21 @@ async fn post_loop(
     next: Arc<AtomicU64>,
     n: u64,
     body: Bytes,
+    sessions: u64,
 ) -> anyhow::Result<Vec<Duration>> {
     let client: Client<_, Full<Bytes>> =
         Client::builder(TokioExecutor::new()).pool_max_idle_per_host(1).build_http();
     let mut out = Vec::new();
-    while next.fetch_add(1, Ordering::Relaxed) < n {
-        let req = Request::post(format!("http://{at}/queues/bench"))
+    loop {
+        let i = next.fetch_add(1, Ordering::Relaxed);
+        if i >= n {
+            break;
+        }
+        let mut req = Request::post(format!("http://{at}/queues/bench"));
+        if sessions > 0 {
+            req = req.header("x-session", format!("s{}", i % sessions));
+        }
+        let req = req
             .body(Full::new(body.clone()))
             .expect("request");
         let t = Instant::now();
