@@ -216,9 +216,7 @@ async fn post_loop(
         if sessions > 0 {
             req = req.header("x-session", format!("s{}", i % sessions));
         }
-        let req = req
-            .body(Full::new(body.clone()))
-            .expect("request");
+        let req = req.body(Full::new(body.clone())).expect("request");
         let t = Instant::now();
         let resp = client.request(req).await.context("post")?;
         let status = resp.status();
