@@ -122,6 +122,10 @@ pub(crate) async fn serve<S: ClientStream>(
     let aged_at = ctx.listener.connections.max_age.map(|age| born + age);
     // When the wait for the next request ends (set as it begins).
     let mut wait_until = None;
+    // One timer for the connection, not one per wait: see `wait_before`.
+    let timer = tokio::time::sleep_until(born);
+    tokio::pin!(timer);
+    let mut armed = false;
     loop {
         if c.carry.is_none() {
             // No buffer while waiting: only the socket's readiness, or the process's drain,
@@ -140,24 +144,34 @@ pub(crate) async fn serve<S: ClientStream>(
             };
             let idle_until = (!c.idle.is_zero())
                 .then(|| *wait_until.get_or_insert_with(|| tokio::time::Instant::now() + c.idle));
-            let ready = match (idle_until, aged_at) {
-                (None, None) => Ok(ready.await),
-                (Some(t), None) | (None, Some(t)) => tokio::time::timeout_at(t, ready).await,
-                (Some(a), Some(b)) => tokio::time::timeout_at(a.min(b), ready).await,
+            let end = match (idle_until, aged_at) {
+                (None, None) => None,
+                (Some(t), None) | (None, Some(t)) => Some(t),
+                (Some(a), Some(b)) => Some(a.min(b)),
+            };
+            let ready = match end {
+                None => Some(ready.await),
+                Some(end) => {
+                    if !armed || timer.deadline() > end {
+                        timer.as_mut().reset(end);
+                        armed = true;
+                    }
+                    wait_before(timer.as_mut(), end, ready).await
+                }
             };
             match ready {
-                Ok(Some(Ok(()))) => {}
-                Ok(Some(Err(_))) => return None,
-                Ok(None) => {
+                Some(Some(Ok(()))) => {}
+                Some(Some(Err(_))) => return None,
+                Some(None) => {
                     Box::pin(linger(&mut c.stream)).await;
                     return None;
                 }
-                Err(_) if aged_at.is_some_and(|t| t <= tokio::time::Instant::now()) => {
+                None if aged_at.is_some_and(|t| t <= tokio::time::Instant::now()) => {
                     // Old enough: closed between requests, so that the client reconnects.
                     Box::pin(linger(&mut c.stream)).await;
                     return None;
                 }
-                Err(_) => {
+                None => {
                     ctx.metrics.idle_timeouts.inc();
                     return None;
                 }
@@ -192,6 +206,31 @@ pub(crate) async fn serve<S: ClientStream>(
     }
 }
 
+/// `wait` if it ends before `end`, else `None`; `timer` is the connection's and fires at `end`
+/// or earlier. Moving a timer in tokio's wheel for every request (one `Timeout` per wait) cost
+/// more than the rest of the wait; so the timer is moved only to an earlier end, and one that
+/// fires before its wait's `end` (set for a wait that began earlier) is set again to `end`
+/// then: once per idle timeout's length of traffic, not once per request. Meanwhile it may
+/// wake the connection's task during a request, for nothing, as rarely.
+async fn wait_before<F: Future>(
+    mut timer: std::pin::Pin<&mut tokio::time::Sleep>,
+    end: tokio::time::Instant,
+    wait: F,
+) -> Option<F::Output> {
+    let mut wait = std::pin::pin!(wait);
+    loop {
+        tokio::select! {
+            biased;
+            r = &mut wait => return Some(r),
+            () = timer.as_mut() => {}
+        }
+        if timer.deadline() >= end {
+            return None;
+        }
+        timer.as_mut().reset(end);
+    }
+}
+
 /// Closes the write side, then reads and drops what the client still sends, bounded.
 async fn linger<S: ClientStream>(stream: &mut S) {
     let _ = stream.shutdown().await;
@@ -216,6 +255,10 @@ pub(crate) trait ClientStream: AsyncRead + AsyncWrite + Unpin + Send + Sync {
     /// Resolves when the client has closed its side; never while it only sends more (a
     /// pipelined request, left for later).
     fn closed(&self) -> impl Future<Output = ()> + Send;
+
+    /// Resolves when the socket under the client has anything new to read, a close included;
+    /// waiting costs no system call.
+    fn stirs(&self) -> impl Future<Output = ()> + Send;
 
     /// Reads what has arrived into `buf` without waiting (`WouldBlock` when nothing has).
     fn read_ready(&mut self, buf: &mut Vec<u8>) -> std::io::Result<usize> {
@@ -246,9 +289,15 @@ impl ClientStream for TcpStream {
         tcp_closed(self).await;
     }
 
-    fn read_ready(&mut self, buf: &mut Vec<u8>) -> std::io::Result<usize> {
-        self.try_read_buf(buf)
+    async fn stirs(&self) {
+        let _ = self.readable().await;
     }
+
+    // `read_ready` is the trait's, through tokio's `poll_read` and not `try_read_buf`: a read
+    // that leaves the buffer part empty has drained the socket, and only `poll_read` then
+    // forgets the readiness. With `try_read_buf` the next wait for a request found the socket
+    // "ready" and made a read that returned `EAGAIN`, one per request on a keep-alive
+    // connection.
 }
 
 impl ClientStream for tokio_rustls::server::TlsStream<TcpStream> {
@@ -260,6 +309,10 @@ impl ClientStream for tokio_rustls::server::TlsStream<TcpStream> {
 
     async fn closed(&self) {
         tcp_closed(self.get_ref().0).await;
+    }
+
+    async fn stirs(&self) {
+        let _ = self.get_ref().0.readable().await;
     }
 }
 
@@ -1246,8 +1299,13 @@ async fn read_response_head<S: ClientStream>(
 async fn client_gone<S: ClientStream>(client: Option<&S>) {
     match client {
         Some(client) => {
-            // Not at once: most members answer sooner, and looking costs a system call.
-            tokio::time::sleep(WATCH_CLIENT_AFTER).await;
+            // Not at once: most members answer sooner, and looking costs a system call. Nor
+            // while the client's socket stays quiet, the usual case: waiting for its readiness
+            // (which the read that drained it cleared) costs nothing, where a timer set for
+            // every request cost its place in tokio's wheel.
+            let look_at = tokio::time::Instant::now() + WATCH_CLIENT_AFTER;
+            client.stirs().await;
+            tokio::time::sleep_until(look_at).await;
             client.closed().await;
         }
         None => std::future::pending().await,
