@@ -391,6 +391,32 @@ async fn slow_member_gets_504_after_the_request_timeout() {
     still_serves(&r).await;
 }
 
+// The own HTTP/1 path times a try on the connection's one timer, which also times the wait for
+// the next request (a later deadline here): on one keep-alive connection, a slow answer after
+// fast ones, and again after a pause, must each end at the request timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_request_timeout_holds_on_a_kept_alive_connection() {
+    let (r, _ms) = setup("header_read_timeout_ms = 30000", "request_timeout_ms = 300").await;
+    let mut conn = support::raw_connect(r.addr("web")).await;
+    for round in 0..2 {
+        for _ in 0..3 {
+            let resp = support::raw_request(&mut conn, GET).await;
+            assert_eq!(resp.status, 200, "round {round}");
+        }
+        let started = std::time::Instant::now();
+        let slow = "GET /slow/3000 HTTP/1.1\r\nHost: limits.test\r\n\r\n";
+        let resp = support::raw_request(&mut conn, slow).await;
+        let took = started.elapsed();
+        assert_eq!(resp.status, 504, "round {round}: {}", resp.text());
+        assert!(took >= Duration::from_millis(250), "round {round}: 504 after {took:?}");
+        assert!(took < Duration::from_millis(2000), "round {round}: 504 after {took:?}");
+        if resp.header("connection").is_some_and(|v| v.eq_ignore_ascii_case("close")) {
+            conn = support::raw_connect(r.addr("web")).await;
+        }
+        tokio::time::sleep(Duration::from_millis(400)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connection_over_max_connections_gets_503_then_recovers() {
     // A long header timer so the idle connections are not closed under the test.
