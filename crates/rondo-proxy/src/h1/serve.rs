@@ -122,6 +122,10 @@ pub(crate) async fn serve<S: ClientStream>(
     let aged_at = ctx.listener.connections.max_age.map(|age| born + age);
     // When the wait for the next request ends (set as it begins).
     let mut wait_until = None;
+    // The connection's one timer, for each wait for a request and each try: see
+    // `wait_before`. Set in the past, it is moved to the first deadline when first used.
+    let timer = tokio::time::sleep_until(born);
+    tokio::pin!(timer);
     loop {
         if c.carry.is_none() {
             // No buffer while waiting: only the socket's readiness, or the process's drain,
@@ -134,30 +138,36 @@ pub(crate) async fn serve<S: ClientStream>(
                     r = c.stream.ready() => Some(r),
                     () = async {
                         drain.started().await;
-                        tokio::time::sleep(crate::DRAIN_IDLE_GRACE).await;
+                        // Boxed: made only when the process drains, it takes no room in every
+                        // idle connection's future (which holds the connection's timer).
+                        Box::pin(tokio::time::sleep(crate::DRAIN_IDLE_GRACE)).await;
                     } => None,
                 }
             };
             let idle_until = (!c.idle.is_zero())
                 .then(|| *wait_until.get_or_insert_with(|| tokio::time::Instant::now() + c.idle));
-            let ready = match (idle_until, aged_at) {
-                (None, None) => Ok(ready.await),
-                (Some(t), None) | (None, Some(t)) => tokio::time::timeout_at(t, ready).await,
-                (Some(a), Some(b)) => tokio::time::timeout_at(a.min(b), ready).await,
+            let end = match (idle_until, aged_at) {
+                (None, None) => None,
+                (Some(t), None) | (None, Some(t)) => Some(t),
+                (Some(a), Some(b)) => Some(a.min(b)),
+            };
+            let ready = match end {
+                None => Some(ready.await),
+                Some(end) => wait_before(timer.as_mut(), end, std::pin::pin!(ready)).await,
             };
             match ready {
-                Ok(Some(Ok(()))) => {}
-                Ok(Some(Err(_))) => return None,
-                Ok(None) => {
+                Some(Some(Ok(()))) => {}
+                Some(Some(Err(_))) => return None,
+                Some(None) => {
                     Box::pin(linger(&mut c.stream)).await;
                     return None;
                 }
-                Err(_) if aged_at.is_some_and(|t| t <= tokio::time::Instant::now()) => {
+                None if aged_at.is_some_and(|t| t <= tokio::time::Instant::now()) => {
                     // Old enough: closed between requests, so that the client reconnects.
                     Box::pin(linger(&mut c.stream)).await;
                     return None;
                 }
-                Err(_) => {
+                None => {
                     ctx.metrics.idle_timeouts.inc();
                     return None;
                 }
@@ -180,7 +190,7 @@ pub(crate) async fn serve<S: ClientStream>(
         }
         wait_until = None;
         // Boxed: the request's state exists only while a request is in flight.
-        match Box::pin(request(ctx, &mut c)).await {
+        match Box::pin(request(ctx, &mut c, timer.as_mut())).await {
             Next::KeepAlive => {}
             Next::Close => {
                 // Boxed, as the request is: an idle connection's task carries neither.
@@ -189,6 +199,37 @@ pub(crate) async fn serve<S: ClientStream>(
             }
             Next::Decline(bytes) => return Some((c.stream, c.tls, bytes)),
         }
+    }
+}
+
+/// `wait` if it ends before `end`, else `None`; `timer` is the connection's. A `Timeout` per
+/// wait put a timer into tokio's wheel and took it out again for every request (and woke the
+/// driver through its eventfd when it was the earliest). So the timer is moved only to an
+/// earlier end; one that fires before its wait's `end` (it was set for an earlier wait or
+/// try) is set again to `end` then: about once per timeout's length of traffic, not once per
+/// request. Meanwhile it may wake the connection's task during a request, for nothing, as
+/// rarely.
+///
+/// `wait` is pinned by the caller: moved in, it took its room twice in the connection's future
+/// (as the argument and as the pinned local).
+async fn wait_before<F: Future>(
+    mut timer: std::pin::Pin<&mut tokio::time::Sleep>,
+    end: tokio::time::Instant,
+    mut wait: std::pin::Pin<&mut F>,
+) -> Option<F::Output> {
+    if timer.deadline() > end {
+        timer.as_mut().reset(end);
+    }
+    loop {
+        tokio::select! {
+            biased;
+            r = &mut wait => return Some(r),
+            () = timer.as_mut() => {}
+        }
+        if timer.deadline() >= end {
+            return None;
+        }
+        timer.as_mut().reset(end);
     }
 }
 
@@ -216,6 +257,10 @@ pub(crate) trait ClientStream: AsyncRead + AsyncWrite + Unpin + Send + Sync {
     /// Resolves when the client has closed its side; never while it only sends more (a
     /// pipelined request, left for later).
     fn closed(&self) -> impl Future<Output = ()> + Send;
+
+    /// Resolves when the socket under the client has anything new to read, a close included;
+    /// waiting costs no system call.
+    fn stirs(&self) -> impl Future<Output = ()> + Send;
 
     /// Reads what has arrived into `buf` without waiting (`WouldBlock` when nothing has).
     fn read_ready(&mut self, buf: &mut Vec<u8>) -> std::io::Result<usize> {
@@ -246,9 +291,15 @@ impl ClientStream for TcpStream {
         tcp_closed(self).await;
     }
 
-    fn read_ready(&mut self, buf: &mut Vec<u8>) -> std::io::Result<usize> {
-        self.try_read_buf(buf)
+    async fn stirs(&self) {
+        let _ = self.readable().await;
     }
+
+    // `read_ready` is the trait's, through tokio's `poll_read` and not `try_read_buf`: a read
+    // that leaves the buffer part empty has drained the socket, and only `poll_read` then
+    // forgets the readiness. With `try_read_buf` the next wait for a request found the socket
+    // "ready" and made a read that returned `EAGAIN`, one per request on a keep-alive
+    // connection.
 }
 
 impl ClientStream for tokio_rustls::server::TlsStream<TcpStream> {
@@ -260,6 +311,10 @@ impl ClientStream for tokio_rustls::server::TlsStream<TcpStream> {
 
     async fn closed(&self) {
         tcp_closed(self.get_ref().0).await;
+    }
+
+    async fn stirs(&self) {
+        let _ = self.get_ref().0.readable().await;
     }
 }
 
@@ -298,7 +353,11 @@ async fn read_more<R: AsyncRead + Unpin>(
 
 /// One request: its head read and checked, then routed and forwarded (or answered by the
 /// router itself, or declined to hyper).
-async fn request<S: ClientStream>(ctx: &Arc<HttpCtx>, c: &mut Client<S>) -> Next {
+async fn request<S: ClientStream>(
+    ctx: &Arc<HttpCtx>,
+    c: &mut Client<S>,
+    timer: std::pin::Pin<&mut tokio::time::Sleep>,
+) -> Next {
     let mut buf = c.carry.take().unwrap_or_else(pool::take);
     let listener = &ctx.listener;
     let limits = Limits {
@@ -378,7 +437,7 @@ async fn request<S: ClientStream>(ctx: &Arc<HttpCtx>, c: &mut Client<S>) -> Next
         return Next::Decline(buf);
     }
     let snapshot = ctx.live.load();
-    let mut req = OwnTries::new(ctx, c, buf, head);
+    let mut req = OwnTries::new(ctx, c, timer, buf, head);
     let next = req.serve(&snapshot).await;
     let OwnTries { buf, head, body, extra, out, .. } = req;
     pool::give(out);
@@ -457,6 +516,8 @@ struct ReqBody {
 struct OwnTries<'a, S> {
     ctx: &'a Arc<HttpCtx>,
     c: &'a mut Client<S>,
+    /// The connection's timer, for the tries' timeouts (taken while a try runs).
+    timer: Option<std::pin::Pin<&'a mut tokio::time::Sleep>>,
     buf: Vec<u8>,
     head: RequestHead,
     body: ReqBody,
@@ -477,7 +538,13 @@ struct OwnTries<'a, S> {
 }
 
 impl<'a, S: ClientStream> OwnTries<'a, S> {
-    fn new(ctx: &'a Arc<HttpCtx>, c: &'a mut Client<S>, buf: Vec<u8>, head: RequestHead) -> Self {
+    fn new(
+        ctx: &'a Arc<HttpCtx>,
+        c: &'a mut Client<S>,
+        timer: std::pin::Pin<&'a mut tokio::time::Sleep>,
+        buf: Vec<u8>,
+        head: RequestHead,
+    ) -> Self {
         let body = ReqBody {
             framing: head.framing,
             in_buf: 0,
@@ -497,6 +564,7 @@ impl<'a, S: ClientStream> OwnTries<'a, S> {
         OwnTries {
             ctx,
             c,
+            timer: Some(timer),
             buf,
             head,
             body,
@@ -737,12 +805,24 @@ impl<S: ClientStream> Tries for OwnTries<'_, S> {
         let idle = &view.idle[member];
         let address = &rt.spec.members[member].address;
         let waiting_client = AtomicBool::new(false);
-        let exchanged =
-            tokio::time::timeout(per_try, self.exchange(idle, address, &waiting_client)).await;
+        // On the connection's timer (no `Timeout` of its own): taken, as the exchange borrows
+        // all of `self`.
+        let mut timer = self.timer.take();
+        let end = tokio::time::Instant::from_std(started).checked_add(per_try);
+        let exchange = self.exchange(idle, address, &waiting_client);
+        let exchanged = match (timer.as_mut(), end) {
+            (Some(timer), Some(end)) => {
+                wait_before(timer.as_mut(), end, std::pin::pin!(exchange)).await
+            }
+            // Only if an earlier try of this request was dropped while it held the timer.
+            (None, Some(_)) => tokio::time::timeout(per_try, exchange).await.ok(),
+            (_, None) => Some(exchange.await),
+        };
+        self.timer = timer;
         let failed = |kind: FailureKind| Outcome::Failure { kind, latency: started.elapsed() };
         let (upstream, rbuf, rhead, early) = match exchanged {
-            Ok(Ok(x)) => x,
-            Ok(Err(kind)) => {
+            Some(Ok(x)) => x,
+            Some(Err(kind)) => {
                 begun.end(match kind {
                     Kind::Connect | Kind::Resolve => failed(FailureKind::Connect),
                     Kind::Reset | Kind::BadStatus => failed(FailureKind::Reset),
@@ -750,13 +830,13 @@ impl<S: ClientStream> Tries for OwnTries<'_, S> {
                 });
                 return Err(kind);
             }
-            Err(_elapsed) if waiting_client.load(Ordering::Relaxed) => {
+            None if waiting_client.load(Ordering::Relaxed) => {
                 // The try waited on the client's body, not on the member: 408, and the member
                 // is not charged.
                 begun.end(Outcome::Cancelled);
                 return Err(Kind::ClientBodyTimeout);
             }
-            Err(_elapsed) => {
+            None => {
                 begun.end(failed(FailureKind::Timeout));
                 return Err(Kind::Timeout);
             }
@@ -1246,8 +1326,13 @@ async fn read_response_head<S: ClientStream>(
 async fn client_gone<S: ClientStream>(client: Option<&S>) {
     match client {
         Some(client) => {
-            // Not at once: most members answer sooner, and looking costs a system call.
-            tokio::time::sleep(WATCH_CLIENT_AFTER).await;
+            // Not at once: most members answer sooner, and looking costs a system call. Nor
+            // while the client's socket stays quiet, the usual case: waiting for its readiness
+            // (which the read that drained it cleared) costs nothing, where a timer set for
+            // every request cost its place in tokio's wheel.
+            let look_at = tokio::time::Instant::now() + WATCH_CLIENT_AFTER;
+            client.stirs().await;
+            tokio::time::sleep_until(look_at).await;
             client.closed().await;
         }
         None => std::future::pending().await,
@@ -1464,7 +1549,9 @@ mod tests {
     /// its lingering close are boxed): it must stay small, or every idle connection pays.
     #[tokio::test]
     async fn an_idle_connection_holds_a_small_future() {
-        // (It was 4.5 KiB with the lingering close's scratch buffer inline.)
+        // (It was 4.5 KiB with the lingering close's scratch buffer inline; 1,008 bytes before
+        // the connection kept its one timer, a tokio `Sleep`, for all its waits and tries,
+        // 1,088 with it: a timer per wait was made and dropped for every request instead.)
         let config = rondo_config::parse_str(
             "[[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:0\"\n",
             std::path::Path::new("t.toml"),
@@ -1488,6 +1575,6 @@ mod tests {
         let future = serve(&ctx, server, peer, None);
         let size = std::mem::size_of_val(&future);
         drop(client);
-        assert!(size <= 1024, "an idle connection's future is {size} bytes");
+        assert!(size <= 1152, "an idle connection's future is {size} bytes");
     }
 }

@@ -132,6 +132,28 @@ async fn idle_keep_alive_connection_is_closed_quietly_after_the_route_idle_timeo
     still_serves(&r).await;
 }
 
+// The own HTTP/1 path keeps one timer per connection and moves it later only when it fires
+// (not once per request): a connection busy for longer than the idle timeout must not be
+// closed by the deadline of its first wait, and must still be closed once it is idle.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_http1_connection_is_not_closed_as_idle_and_is_once_it_idles() {
+    let (r, _ms) = setup("header_read_timeout_ms = 30000", "idle_timeout_ms = 300").await;
+    let mut conn = support::raw_connect(r.addr("web")).await;
+    // Requests more often than the idle timeout, for about three times its length.
+    for i in 0..9 {
+        let resp = support::raw_request(&mut conn, GET).await;
+        assert_eq!(resp.status, 200, "request {i} on a busy keep-alive connection");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let started = std::time::Instant::now();
+    let (rest, closed) = support::read_until_closed(&mut conn, CLOSE_WAIT).await;
+    assert!(closed, "idle keep-alive connection not closed by the route's idle timeout");
+    assert!(rest.is_empty(), "idle close sent bytes: {:?}", String::from_utf8_lossy(&rest));
+    // The last wait began about 100 ms before `started`: its timeout ends about 200 ms after.
+    assert!(started.elapsed() >= Duration::from_millis(100), "closed before the idle timeout");
+    still_serves(&r).await;
+}
+
 /// An h2c connection and its connection task (which ends when the router closes it).
 async fn h2(
     addr: SocketAddr,
@@ -367,6 +389,32 @@ async fn slow_member_gets_504_after_the_request_timeout() {
     let reply = support::get(&client, &r.url("web", "/")).await;
     assert_eq!((reply.status, reply.body.trim()), (StatusCode::OK, "m1"));
     still_serves(&r).await;
+}
+
+// The own HTTP/1 path times a try on the connection's one timer, which also times the wait for
+// the next request (a later deadline here): on one keep-alive connection, a slow answer after
+// fast ones, and again after a pause, must each end at the request timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_request_timeout_holds_on_a_kept_alive_connection() {
+    let (r, _ms) = setup("header_read_timeout_ms = 30000", "request_timeout_ms = 300").await;
+    let mut conn = support::raw_connect(r.addr("web")).await;
+    for round in 0..2 {
+        for _ in 0..3 {
+            let resp = support::raw_request(&mut conn, GET).await;
+            assert_eq!(resp.status, 200, "round {round}");
+        }
+        let started = std::time::Instant::now();
+        let slow = "GET /slow/3000 HTTP/1.1\r\nHost: limits.test\r\n\r\n";
+        let resp = support::raw_request(&mut conn, slow).await;
+        let took = started.elapsed();
+        assert_eq!(resp.status, 504, "round {round}: {}", resp.text());
+        assert!(took >= Duration::from_millis(250), "round {round}: 504 after {took:?}");
+        assert!(took < Duration::from_millis(2000), "round {round}: 504 after {took:?}");
+        if resp.header("connection").is_some_and(|v| v.eq_ignore_ascii_case("close")) {
+            conn = support::raw_connect(r.addr("web")).await;
+        }
+        tokio::time::sleep(Duration::from_millis(400)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
