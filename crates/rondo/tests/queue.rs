@@ -267,6 +267,18 @@ async fn until(wait: Duration, mut done: impl FnMut() -> bool) -> bool {
     done()
 }
 
+/// Asserts the member got each session's messages (bodies: their numbers) in the order they
+/// were `sent`, and never two of one session at once.
+#[track_caller]
+fn assert_in_order_per_session(state: &SinkState, sent: &HashMap<String, Vec<u32>>) {
+    let mut by_session: HashMap<String, Vec<u32>> = HashMap::new();
+    for g in state.got().into_iter().filter(|g| g.answered < 300) {
+        by_session.entry(g.session.unwrap()).or_default().push(g.body.parse().unwrap());
+    }
+    assert_eq!(&by_session, sent, "each session's messages in the order they were accepted");
+    assert!(!state.overlap.load(Ordering::Relaxed), "one message of a session at a time");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_with_1000_accepted_undelivered_messages_loses_none() {
     let dir = TempDir::new("queue-kill");
@@ -378,12 +390,7 @@ async fn members_down_10s_then_every_message_in_order_per_session_key() {
     let _sink = sink(member, state.clone()).await;
     let all = until(Duration::from_secs(30), || state.delivered().len() >= 60).await;
     assert!(all, "delivered {} of 60", state.delivered().len());
-    let mut by_session: HashMap<String, Vec<u32>> = HashMap::new();
-    for g in state.got().into_iter().filter(|g| g.answered < 300) {
-        by_session.entry(g.session.unwrap()).or_default().push(g.body.parse().unwrap());
-    }
-    assert_eq!(by_session, sent, "each session's messages in the order they were accepted");
-    assert!(!state.overlap.load(Ordering::Relaxed), "one message of a session at a time");
+    assert_in_order_per_session(&state, &sent);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -669,12 +676,7 @@ async fn nats_two_routers_deliver_each_session_in_order_one_at_a_time() {
     let _sink = sink(member, state.clone()).await;
     let all = until(Duration::from_secs(60), || state.delivered().len() >= 60).await;
     assert!(all, "delivered {} of 60", state.delivered().len());
-    let mut by_session: HashMap<String, Vec<u32>> = HashMap::new();
-    for g in state.got().into_iter().filter(|g| g.answered < 300) {
-        by_session.entry(g.session.unwrap()).or_default().push(g.body.parse().unwrap());
-    }
-    assert_eq!(by_session, sent, "each session's messages in the order they were accepted");
-    assert!(!state.overlap.load(Ordering::Relaxed), "one message of a session at a time");
+    assert_in_order_per_session(&state, &sent);
 
     // A router that would hash the keys over another number of subjects must not join.
     let other = TempDir::new("queue-nats-order-c");
