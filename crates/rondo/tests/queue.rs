@@ -255,6 +255,20 @@ async fn admin(
     (status, serde_json::from_slice(&body).unwrap_or(Value::Null))
 }
 
+/// Runs `rondo serve` on `config` (written to `dir`), which must fail (`why`): its stderr.
+#[track_caller]
+fn refused_start(dir: &TempDir, config: &str, why: &str) -> String {
+    std::fs::write(dir.0.join("rondo.toml"), config).unwrap();
+    let out = Command::new(BIN)
+        .arg("serve")
+        .arg(dir.0.join("rondo.toml"))
+        .stdin(Stdio::null())
+        .output()
+        .expect("rondo serve");
+    assert!(!out.status.success(), "{why}");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
 /// Waits up to `wait` for `done`, polling every 50 ms.
 async fn until(wait: Duration, mut done: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + wait;
@@ -508,15 +522,7 @@ async fn limits_answer_413_and_503_with_retry_after_and_a_damaged_store_stops_th
     let file = dir.0.join("store").join("orders.redb");
     let junk = b"not a queue store, whatever it was before\n".repeat(200);
     std::fs::write(&file, &junk).unwrap();
-    std::fs::write(dir.0.join("rondo.toml"), &cfg).unwrap();
-    let out = Command::new(BIN)
-        .arg("serve")
-        .arg(dir.0.join("rondo.toml"))
-        .stdin(Stdio::null())
-        .output()
-        .expect("rondo serve");
-    assert!(!out.status.success(), "a damaged store must not start");
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = refused_start(&dir, &cfg, "a damaged store must not start");
     assert!(err.contains(&file.display().to_string()), "the error names the file: {err}");
     assert_eq!(std::fs::read(&file).unwrap(), junk, "no silent reset");
 }
@@ -681,15 +687,8 @@ async fn nats_two_routers_deliver_each_session_in_order_one_at_a_time() {
     // A router that would hash the keys over another number of subjects must not join.
     let other = TempDir::new("queue-nats-order-c");
     let cfg = cfg.replace("concurrency = 4", "concurrency = 4\nsession_partitions = 8");
-    std::fs::write(other.0.join("rondo.toml"), &cfg).unwrap();
-    let out = Command::new(BIN)
-        .arg("serve")
-        .arg(other.0.join("rondo.toml"))
-        .stdin(Stdio::null())
-        .output()
-        .expect("rondo serve");
-    assert!(!out.status.success(), "a router with another session_partitions must not start");
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err =
+        refused_start(&other, &cfg, "a router with another session_partitions must not start");
     assert!(
         err.contains("RONDO_Q_orders")
             && err.contains("session_partitions = 16")
