@@ -57,6 +57,10 @@ struct SlotInner {
     /// The last read of the client's body found nothing yet: the forwarding waits on the
     /// client, not on the member.
     waiting_on_client: AtomicBool,
+    /// Reading the client's body failed (it broke off, or was malformed): a try's error after
+    /// that is the client's, whatever the member connection reports (an HTTP/2 member's
+    /// stream is reset, which hyper returns without the body's error as its cause).
+    failed_by_client: AtomicBool,
     /// Body bytes passed on (whichever try read them; the body is read once).
     received: AtomicU64,
 }
@@ -77,6 +81,7 @@ impl BodySlot {
             whole: false,
             complete: AtomicBool::new(false),
             waiting_on_client: AtomicBool::new(false),
+            failed_by_client: AtomicBool::new(false),
             received: AtomicU64::new(received),
         }))
     }
@@ -91,6 +96,7 @@ impl BodySlot {
             whole: true,
             complete: AtomicBool::new(true),
             waiting_on_client: AtomicBool::new(false),
+            failed_by_client: AtomicBool::new(false),
             received: AtomicU64::new(received),
         }))
     }
@@ -117,6 +123,11 @@ impl BodySlot {
         !self.0.complete.load(Ordering::Relaxed)
             && !self.is_untouched()
             && self.0.waiting_on_client.load(Ordering::Relaxed)
+    }
+
+    /// Whether reading the client's body failed (see [`SlotInner::failed_by_client`]).
+    pub fn failed_by_client(&self) -> bool {
+        self.0.failed_by_client.load(Ordering::Relaxed)
     }
 
     fn take(&self) -> Option<Incoming> {
@@ -209,7 +220,10 @@ impl Body for UpstreamBody {
                         }
                         Poll::Ready(Some(Ok(frame)))
                     }
-                    Some(Err(e)) => Poll::Ready(Some(Err(Box::new(ClientBodyError(e))))),
+                    Some(Err(e)) => {
+                        slot.0.failed_by_client.store(true, Ordering::Relaxed);
+                        Poll::Ready(Some(Err(Box::new(ClientBodyError(e)))))
+                    }
                     None => {
                         slot.0.complete.store(true, Ordering::Relaxed);
                         Poll::Ready(None)

@@ -283,6 +283,9 @@ pub struct TimedIo {
     idle_counted: bool,
     // Bytes read from the connection before hyper took it (by the own HTTP/1 path), read first.
     prefix: bytes::Bytes,
+    // On HTTP/1: the requests' framing, followed so that chunked bodies meet the own path's
+    // rules (set by `following`).
+    follow: Option<crate::h1::follow::Follow>,
 }
 
 impl std::fmt::Debug for TimedIo {
@@ -322,7 +325,15 @@ impl TimedIo {
             },
             idle_counted: false,
             prefix: bytes::Bytes::new(),
+            follow: None,
         }
+    }
+
+    /// The same, following HTTP/1 requests' framing within `limits` (the listener's) so that
+    /// a malformed chunked body fails the read ([`crate::h1::follow`]).
+    pub fn following(mut self, limits: crate::h1::parse::Limits) -> Self {
+        self.follow = Some(crate::h1::follow::Follow::new(limits));
+        self
     }
 
     /// The same, with `prefix` (bytes already read from the connection) to be read first.
@@ -467,6 +478,9 @@ impl AsyncRead for TimedIo {
             }
             return Poll::Ready(Ok(()));
         }
+        if let Some(e) = this.follow.as_ref().and_then(crate::h1::follow::Follow::refused) {
+            return Poll::Ready(Err(io::Error::new(io::ErrorKind::InvalidData, e)));
+        }
         let before = buf.filled().len();
         if !this.prefix.is_empty() {
             let n = this.prefix.len().min(buf.remaining());
@@ -540,6 +554,17 @@ impl AsyncRead for TimedIo {
                         this.sleep.as_mut().reset(Instant::now() + this.header_timeout);
                     }
                     this.received += new.len() as u64;
+                }
+                if let Some(follow) = &mut this.follow
+                    && let Err((at, e)) = follow.feed(&buf.filled()[before..])
+                {
+                    tracing::debug!(peer = %this.side.peer, "{e}");
+                    // hyper gets the bytes before the malformed one (the head, so that it
+                    // answers the request), and the next read fails.
+                    buf.set_filled(before + at);
+                    if at == 0 {
+                        return Poll::Ready(Err(io::Error::new(io::ErrorKind::InvalidData, e)));
+                    }
                 }
             }
         }

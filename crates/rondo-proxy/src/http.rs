@@ -861,7 +861,10 @@ async fn attempt(
             begun.end(Outcome::Cancelled);
             Err(Kind::BodyTooLarge)
         }
-        Ok(Err(e)) if caused_by::<ClientBodyError>(&e) => {
+        Ok(Err(e))
+            if caused_by::<ClientBodyError>(&e)
+                || req.slot.as_ref().is_some_and(BodySlot::failed_by_client) =>
+        {
             // The client's body failed (aborted mid-way): not the member's fault.
             begun.end(Outcome::Cancelled);
             Err(Kind::ClientBody)

@@ -365,8 +365,13 @@ impl Hyper<'_> {
         let header_timeout = ctx.listener.header_read_timeout;
         let shutdown_timeout = ctx.listener.http2.shutdown_timeout;
         let state = ConnState::with_tls(header_timeout, client_ip, ctx.metrics.clone(), cert);
+        let limits = h1::parse::Limits {
+            max_bytes: ctx.listener.max_header_bytes as usize,
+            max_fields: ctx.listener.max_headers as usize,
+        };
         let io = TimedIo::new(stream, state.clone(), header_timeout, budget, peer.ip())
-            .with_prefix(read);
+            .with_prefix(read)
+            .following(limits);
         let handler = state.clone();
         let live = ctx.live.clone();
         // The listener's `max_connection_age_ms` and `max_requests_per_connection`: GOAWAY

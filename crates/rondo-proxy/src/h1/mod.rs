@@ -8,9 +8,11 @@
 //! listener, unless the client chose `h2` by ALPN); the first request this path declines (the
 //! HTTP/2 preface, HTTP/1.0, a target that is not origin-form, `Upgrade`, a route whose clusters
 //! speak TLS or HTTP/2 to their members) hands the connection, with every byte already read, to
-//! hyper for the rest of its life.
+//! hyper for the rest of its life. There, [`follow`] still checks chunked bodies by this
+//! path's rules (hyper does not read chunk extensions).
 
 pub mod chunked;
+pub mod follow;
 pub mod fuzz;
 pub mod parse;
 pub mod pool;

@@ -209,6 +209,47 @@ async fn a_nul_in_a_chunk_extension_is_refused_and_the_connection_closed() {
     }
 }
 
+/// The same probes on connections this path hands to hyper, which does not read chunk
+/// extensions: the connection's bytes are followed under hyper (`h1::follow`), so the request
+/// fails with 400 there too (to a member that reads the whole body before it answers: one that
+/// has begun answering has its response cut), the connection closes and the pipelined canary is
+/// not answered. The member is not charged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nul_in_a_chunk_extension_is_refused_on_hyper_path_too() {
+    // Declined for its HTTP/2 members (the request streams to them), and for its target form.
+    let (h2, _ms) = setup("upstream_protocol = \"http2\"").await;
+    let (plain, _ms2) = setup("").await;
+    let cases = [(&h2, "/collect", 4), (&plain, "http://x/collect", 2)];
+    for (r, target, reason) in cases {
+        for ext in ["a\0b", "a\rb", "a\x01"] {
+            let before = handoffs(r)[reason];
+            let mut conn = support::raw_connect(r.addr("web")).await;
+            let request = format!(
+                "POST {target} HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5;{ext}\r\nhello\r\n0\r\n\r\nGET /canary HTTP/1.1\r\nHost: x\r\n\r\n"
+            );
+            support::raw_send(&mut conn, request.as_bytes()).await;
+            let (bytes, closed) =
+                support::read_until_closed(&mut conn, Duration::from_secs(5)).await;
+            let text = String::from_utf8_lossy(&bytes);
+            assert!(text.starts_with("HTTP/1.1 400"), "{target} {ext:?}: {text}");
+            assert!(closed, "{target} {ext:?}: the connection stays open");
+            assert_eq!(
+                text.matches("HTTP/1.1").count(),
+                1,
+                "{target} {ext:?}: the canary was answered: {text}"
+            );
+            assert_eq!(handoffs(r)[reason], before + 1, "{target} {ext:?}: not hyper's");
+        }
+        // A well-formed extension still passes.
+        let mut conn = support::raw_connect(r.addr("web")).await;
+        let request = format!(
+            "POST {target} HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5;name=\"v\"\r\nhello\r\n0\r\n\r\n"
+        );
+        let resp = support::raw_request(&mut conn, &request).await;
+        assert_eq!((resp.status, resp.text().as_str()), (200, "m1 got 5 bytes\n"), "{target}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn heads_larger_than_a_pooled_buffer_stay_on_the_own_path_up_to_the_limit() {
     let (r, _ms) = setup("").await;
