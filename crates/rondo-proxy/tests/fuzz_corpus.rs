@@ -1,6 +1,6 @@
-//! Replays every file of the fuzz corpora `fuzz/corpus/h1_head` and `fuzz/corpus/h1_chunked`
-//! through the functions the fuzz targets call (`h1::fuzz::head_input`,
-//! `h1::fuzz::chunked_input`), so `cargo test` keeps every seed and every input the fuzzer
+//! Replays every file of the fuzz corpora `fuzz/corpus/h1_head`, `fuzz/corpus/h1_chunked` and
+//! `fuzz/corpus/h1_follow` through the functions the fuzz targets call (`h1::fuzz::head_input`,
+//! `h1::fuzz::chunked_input`, `h1::fuzz::follow_input`), so `cargo test` keeps every seed and every input the fuzzer
 //! found (crashes included, once fixed) passing without nightly or cargo-fuzz. The request
 //! corpus of the differential test (`testdata/h1`) goes through the head target too.
 
@@ -44,4 +44,9 @@ fn every_differential_case_passes_the_head_fuzz_target() {
 #[test]
 fn every_chunked_corpus_file_passes_the_fuzz_target() {
     replay("fuzz/corpus/h1_chunked", 20, fuzz::chunked_input);
+}
+
+#[test]
+fn every_follow_corpus_file_passes_the_fuzz_target() {
+    replay("fuzz/corpus/h1_follow", 12, fuzz::follow_input);
 }

@@ -1,12 +1,14 @@
-//! What the fuzz targets `h1_head` and `h1_chunked` (in `fuzz/`) run on arbitrary bytes, as
+//! What the fuzz targets `h1_head`, `h1_chunked` and `h1_follow` (in `fuzz/`) run on arbitrary bytes, as
 //! plain functions so the crate's own tests replay the checked-in corpus without nightly. Each
 //! panics when an invariant of the parsers breaks; the invariants are the ones the connection
 //! loop relies on: a head lies inside its input and its limits, every span lies inside the head,
 //! and a verdict does not depend on how the bytes arrived (a refused prefix is never accepted
 //! later, an accepted head is never refused or completed early by a shorter prefix, and a
-//! chunked body reads the same whole, split in two or byte by byte).
+//! chunked body reads the same whole, split in two or byte by byte; so does a connection's
+//! byte stream under hyper, as [`super::follow`] follows it).
 
 use super::chunked::Chunked;
+use super::follow::Follow;
 use super::parse::{self, Framing, Limits};
 
 /// The limits a head is parsed under when the input does not choose its own: the router's
@@ -177,4 +179,40 @@ fn follow<'a>(
         assert_eq!(n, piece.len(), "stopped inside a piece without being done");
     }
     Ok((taken, c.is_done()))
+}
+
+/// The limits of the `h1_follow` target: small, so that inputs reach them.
+const FOLLOW_LIMITS: Limits = Limits { max_bytes: 1024, max_fields: 32 };
+
+/// The `h1_follow` fuzz target: the first byte says where to split the rest (at `4 * b0`),
+/// a client's bytes on a connection hyper serves. Followed whole, in those two pieces and byte
+/// by byte, the verdict must be the same: well formed throughout (and following or not), or
+/// refused at the same byte; a refusal never points past what was fed, and it stays.
+pub fn follow_input(data: &[u8]) {
+    let Some((&s, stream)) = data.split_first() else { return };
+    let whole = follow_stream([stream]);
+    let split = (4 * usize::from(s)).min(stream.len());
+    let halves = follow_stream([&stream[..split], &stream[split..]]);
+    assert_eq!(whole, halves, "followed whole and split at {split}");
+    let bytewise = follow_stream(stream.chunks(1));
+    assert_eq!(whole, bytewise, "followed whole and byte by byte");
+}
+
+/// Follows `pieces` in turn: where the stream was refused (its byte's offset), or whether the
+/// follower still follows it.
+fn follow_stream<'a>(pieces: impl IntoIterator<Item = &'a [u8]>) -> Result<bool, usize> {
+    let mut f = Follow::new(FOLLOW_LIMITS);
+    let mut fed = 0;
+    for piece in pieces {
+        match f.feed(piece) {
+            Ok(()) => fed += piece.len(),
+            Err((at, e)) => {
+                assert!(at < piece.len(), "refused at {at} of {} bytes", piece.len());
+                assert_eq!(f.refused(), Some(e));
+                assert_eq!(f.feed(b"GET / HTTP/1.1\r\n"), Err((0, e)), "the refusal stays");
+                return Err(fed + at);
+            }
+        }
+    }
+    Ok(!f.is_off())
 }
