@@ -815,7 +815,11 @@ fn members_of(st: &State, cluster: &str) -> RegisteredCluster {
         .regs
         .range((cluster.to_owned(), String::new())..)
         .take_while(|((c, _), _)| c == cluster)
-        .map(|(_, e)| e.member.clone())
+        .enumerate()
+        .map(|(i, (_, e))| {
+            rondo_runtime::live::yield_now_and_then(i);
+            e.member.clone()
+        })
         .collect();
     RegisteredCluster { members, declared: declared_of(st, cluster) }
 }

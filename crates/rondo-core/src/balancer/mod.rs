@@ -128,12 +128,34 @@ impl Balancer {
     /// from `old` (matched by name): health, load, EWMA, sessions, admin changes by operators.
     /// New members join with slow start; members whose configured admin state changed take it.
     pub fn carry_over(spec: Arc<ClusterSpec>, old: &Balancer, now: Instant) -> Self {
+        Self::carry_over_pausing(spec, old, now, &mut |_| {})
+    }
+
+    /// [`Balancer::carry_over`], calling `pause` with each member's index as it goes (twice
+    /// per member: the old list, then the new one), so that a caller composing a big cluster
+    /// can let other work run between members (the runtime gives up its CPU every few hundred).
+    pub fn carry_over_pausing(
+        spec: Arc<ClusterSpec>,
+        old: &Balancer,
+        now: Instant,
+        pause: &mut dyn FnMut(usize),
+    ) -> Self {
         // By name, in one pass each way (a view swap of a 10,000-member cluster stays linear).
-        let previous: HashMap<&str, usize> =
-            old.spec.members.iter().enumerate().map(|(i, m)| (m.name.as_str(), i)).collect();
+        let previous: HashMap<&str, usize> = old
+            .spec
+            .members
+            .iter()
+            .enumerate()
+            .map(|(i, m)| {
+                pause(i);
+                (m.name.as_str(), i)
+            })
+            .collect();
         let states = spec
             .members
             .iter()
+            .enumerate()
+            .map(|(i, m)| (pause(i), m).1)
             .map(|m| match previous.get(m.name.as_str()) {
                 Some(&i) => {
                     let mut st = old.states[i].clone();

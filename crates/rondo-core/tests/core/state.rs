@@ -102,6 +102,24 @@ fn carry_over_keeps_surviving_members_state_and_slow_starts_newcomers() {
     assert_eq!(by_name("m1").up_since, None);
 }
 
+/// The pausing carry-over (a big cluster's view composed in stretches) calls its pause for
+/// every member of both lists, in order, and carries the same state as the plain one.
+#[test]
+fn carry_over_pausing_pauses_at_every_member_and_carries_the_same_state() {
+    let mut old = balancer(Algorithm::LeastSessions, 5);
+    old.open_session(3);
+    old.set_health(1, false, Actor::HealthCheck, Instant::ZERO);
+    let mut members = named(7);
+    members.swap(0, 6);
+    let spec = Arc::new(ClusterSpec { members, ..(**old.spec()).clone() });
+    let now = Instant::from_millis(20);
+    let mut pauses = Vec::new();
+    let paused = Balancer::carry_over_pausing(spec.clone(), &old, now, &mut |i| pauses.push(i));
+    assert_eq!(pauses, [(0..5).collect::<Vec<_>>(), (0..7).collect()].concat());
+    let plain = Balancer::carry_over(spec, &old, now);
+    assert_eq!(paused.states(), plain.states());
+}
+
 #[test]
 fn ewma_and_ejection_survive_an_unrelated_change() {
     let mut old = balancer(Algorithm::P2cEwma, 3);
