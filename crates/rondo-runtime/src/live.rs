@@ -534,8 +534,34 @@ pub struct Live {
 #[derive(Debug)]
 struct Retired {
     at: std::time::Instant,
-    _rt: Arc<ClusterRt>,
-    _names: Option<Arc<BTreeSet<String>>>,
+    rt: Arc<ClusterRt>,
+    names: Option<Arc<BTreeSet<String>>>,
+}
+
+impl Retired {
+    /// Frees what this held, when it held the last reference, a stretch of
+    /// [`MEMBERS_PER_YIELD`] members at a time (a 10,000-member cluster's member list, names and
+    /// balancer take milliseconds to free, which in one stretch would hold the CPU as a long
+    /// composition does; see [`yield_now_and_then`]). What another holder still references is
+    /// freed by that holder.
+    fn dispose(self) {
+        if let Some(names) = self.names.and_then(|n| Arc::try_unwrap(n).ok()) {
+            for (i, name) in names.into_iter().enumerate() {
+                yield_now_and_then(i);
+                drop(name);
+            }
+        }
+        let Ok(rt) = Arc::try_unwrap(self.rt) else { return };
+        let ClusterRt { spec, inner, data_plane, successor, .. } = rt;
+        // The balancer holds the other reference to the spec.
+        drop((inner, data_plane, successor));
+        if let Ok(spec) = Arc::try_unwrap(spec) {
+            for (i, member) in spec.members.into_iter().enumerate() {
+                yield_now_and_then(i);
+                drop(member);
+            }
+        }
+    }
 }
 
 /// How long [`Live::update_registered`] keeps what it replaced before the updating thread drops
@@ -924,8 +950,8 @@ impl Live {
             .filter_map(|name| {
                 Some(Retired {
                     at: retiring,
-                    _rt: old.clusters.get(name)?.clone(),
-                    _names: old.registered.get(name).cloned(),
+                    rt: old.clusters.get(name)?.clone(),
+                    names: old.registered.get(name).cloned(),
                 })
             })
             .collect();
@@ -987,7 +1013,9 @@ impl Live {
             let upto = keep.unwrap_or(retired.len());
             retired.drain(..upto).collect()
         };
-        drop(due);
+        for r in due {
+            r.dispose();
+        }
     }
 
     /// Composes the layers and swaps the result in, with an id above the current one.
