@@ -704,7 +704,7 @@ pub const MEMBERS_PER_YIELD: usize = 256;
 /// p99 while a big service takes registrations). With yields, it waits for one stretch of 256
 /// members at most; with no thread waiting, a yield returns at once.
 pub fn yield_now_and_then(i: usize) {
-    if i > 0 && i % MEMBERS_PER_YIELD == 0 {
+    if i > 0 && i.is_multiple_of(MEMBERS_PER_YIELD) {
         std::thread::yield_now();
     }
 }
