@@ -125,7 +125,7 @@ impl BodySlot {
             && self.0.waiting_on_client.load(Ordering::Relaxed)
     }
 
-    /// Whether reading the client's body failed (see [`SlotInner::failed_by_client`]).
+    /// Whether reading the client's body failed: a try's error after that is the client's.
     pub fn failed_by_client(&self) -> bool {
         self.0.failed_by_client.load(Ordering::Relaxed)
     }
