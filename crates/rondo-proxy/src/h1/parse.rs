@@ -458,12 +458,16 @@ fn content_length(v: &[u8]) -> Option<u64> {
 
 /// Refuses a bare LF (httparse accepts one as a line end).
 fn check_line_ends(head: &[u8]) -> Result<(), HeadError> {
-    let mut prev = 0u8;
-    for &b in head {
-        if b == b'\n' && prev != b'\r' {
-            return Err(HeadError::bad("a line of the request head ends in a bare LF"));
-        }
-        prev = b;
+    // A fold over byte pairs without an early exit, which the compiler turns into vector
+    // instructions: a byte at a time with a return inside the loop cost six instructions per
+    // byte of every head (1.3 % of the router's instructions per request).
+    let first = head.first() == Some(&b'\n');
+    let bare = head
+        .iter()
+        .zip(&head[1.min(head.len())..])
+        .fold(first, |bare, (&prev, &b)| bare | ((b == b'\n') & (prev != b'\r')));
+    if bare {
+        return Err(HeadError::bad("a line of the request head ends in a bare LF"));
     }
     Ok(())
 }
@@ -533,6 +537,23 @@ mod tests {
             "GET  / HTTP/1.1\r\nHost: a\r\n\r\n",
         ] {
             assert_eq!(status(bad), 400, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_bare_lf_is_found_wherever_it_is() {
+        // The check is a fold over byte pairs, vectorized: every position must count, the
+        // first byte, the last, and those past a vector's width.
+        assert!(check_line_ends(b"").is_ok());
+        assert!(check_line_ends(b"\r\n").is_ok());
+        assert!(check_line_ends(b"\n").is_err());
+        assert!(check_line_ends(b"\nGET").is_err());
+        let line = b"GET /a/long/enough/path HTTP/1.1\r\nHost: example.com\r\nAccept: */*\r\n\r\n";
+        assert!(check_line_ends(line).is_ok());
+        for i in (0..line.len()).filter(|&i| !b"\r\n".contains(&line[i])) {
+            let mut bad = line.to_vec();
+            bad[i] = b'\n';
+            assert!(check_line_ends(&bad).is_err(), "LF at {i}");
         }
     }
 
