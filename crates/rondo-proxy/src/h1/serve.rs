@@ -282,9 +282,19 @@ async fn tcp_closed(stream: &TcpStream) {
     }
 }
 
+/// Resolves when `tcp` has something to read (or is closed, or failed). Through tokio's
+/// `poll_read_ready`, not `readable()`: `readable()` puts a waiter into the socket's list under
+/// its lock and takes it out again under the lock when dropped, twice per request (the wait for
+/// the next request, the watch on the client while the member thinks); `poll_read_ready` keeps
+/// one waker in the socket's reader slot, which nothing else uses while these wait (the client
+/// is not read meanwhile).
+async fn tcp_read_ready(tcp: &TcpStream) -> std::io::Result<()> {
+    std::future::poll_fn(|cx| tcp.poll_read_ready(cx)).await
+}
+
 impl ClientStream for TcpStream {
     async fn ready(&self) -> std::io::Result<()> {
-        self.readable().await
+        tcp_read_ready(self).await
     }
 
     async fn closed(&self) {
@@ -292,7 +302,7 @@ impl ClientStream for TcpStream {
     }
 
     async fn stirs(&self) {
-        let _ = self.readable().await;
+        let _ = tcp_read_ready(self).await;
     }
 
     // `read_ready` is the trait's, through tokio's `poll_read` and not `try_read_buf`: a read
@@ -306,7 +316,7 @@ impl ClientStream for tokio_rustls::server::TlsStream<TcpStream> {
     async fn ready(&self) -> std::io::Result<()> {
         let (tcp, tls) = self.get_ref();
         // Plaintext rustls already holds is ready now; else the socket must bring more.
-        if tls.wants_read() { tcp.readable().await } else { Ok(()) }
+        if tls.wants_read() { tcp_read_ready(tcp).await } else { Ok(()) }
     }
 
     async fn closed(&self) {
@@ -314,7 +324,7 @@ impl ClientStream for tokio_rustls::server::TlsStream<TcpStream> {
     }
 
     async fn stirs(&self) {
-        let _ = self.get_ref().0.readable().await;
+        let _ = tcp_read_ready(self.get_ref().0).await;
     }
 }
 
@@ -535,6 +545,8 @@ struct OwnTries<'a, S> {
     idempotent: bool,
     /// The request target with its path normalized, when that changed it (members get this).
     target: Option<String>,
+    /// The `Host` value without its port (members get it as `X-Forwarded-Host`).
+    host: parse::Span,
 }
 
 impl<'a, S: ClientStream> OwnTries<'a, S> {
@@ -572,15 +584,12 @@ impl<'a, S: ClientStream> OwnTries<'a, S> {
             extra: Vec::new(),
             route: None,
             target: None,
+            host: parse::Span::default(),
             start,
             close,
             gone: false,
             idempotent: false,
         }
-    }
-
-    fn text(&self, span: parse::Span) -> &str {
-        std::str::from_utf8(span.get(&self.buf)).unwrap_or("")
     }
 
     /// The stages, then the response the client gets.
@@ -595,21 +604,29 @@ impl<'a, S: ClientStream> OwnTries<'a, S> {
     }
 
     async fn stages(&mut self, snapshot: &'a Snapshot) -> Result<Next, Decline> {
+        // The request line and the host are made text once each (the method and the target
+        // are parts of the line, the path is the target's start, the host without its port is
+        // kept for the head members get): every conversion checks its UTF-8 again.
+        let buf = &self.buf;
+        let (method, target) = request_line(buf, &self.head);
+        self.idempotent = is_idempotent_method(method);
+        let path_len = (self.head.path.end - self.head.path.start) as usize;
+        let path = target.get(..path_len).unwrap_or(target);
         // Routes match, and members get, the normalized path (`/%6Frders` is `/orders`).
-        self.target = rondo_core::path::normalize(self.text(self.head.path)).map(|path| {
-            let target = self.text(self.head.target);
-            match target.split_once('?') {
-                Some((_, query)) => format!("{path}?{query}"),
-                None => path,
-            }
+        self.target = rondo_core::path::normalize(path).map(|path| match target.split_once('?') {
+            Some((_, query)) => format!("{path}?{query}"),
+            None => path,
         });
-        let host = without_port(self.text(self.head.host));
+        let host = without_port(text(buf, self.head.host));
+        self.host = parse::Span {
+            start: self.head.host.start,
+            end: self.head.host.start + host.len() as u32,
+        };
         let headers = OwnHead { buf: &self.buf, fields: &self.head.fields };
         let found = if has_looped(&headers) {
             Err(looped())
         } else {
-            let method = self.text(self.head.method);
-            let target = self.target.as_deref().unwrap_or_else(|| self.text(self.head.target));
+            let target = self.target.as_deref().unwrap_or(target);
             let (path, query) = match target.split_once('?') {
                 Some((path, query)) => (path, Some(query)),
                 None => (target, None),
@@ -664,8 +681,7 @@ impl<'a, S: ClientStream> OwnTries<'a, S> {
         if let Err(failure) = self.prepare(route, identity.as_ref()) {
             return Ok(self.fail(failure).await);
         }
-        let idempotent = is_idempotent_method(self.text(self.head.method));
-        self.idempotent = idempotent;
+        let idempotent = self.idempotent;
         let peer = self.c.peer;
         Ok(match forward(self.ctx, snapshot, peer, route, idempotent, self).await {
             Ok(next) => next,
@@ -712,7 +728,7 @@ impl<'a, S: ClientStream> OwnTries<'a, S> {
             return Err(on_route(route, Kind::BodyTooLarge, detail));
         }
         let mut out = std::mem::take(&mut self.out);
-        let host = without_port(std::str::from_utf8(self.head.host.get(&self.buf)).unwrap_or(""));
+        let host = self.host.get(&self.buf);
         out.clear();
         let client = (self.c.ip.as_bytes(), self.c.tls.as_ref());
         let target = self.target.as_deref().map(str::as_bytes);
@@ -775,6 +791,24 @@ impl<'a, S: ClientStream> OwnTries<'a, S> {
 
 /// `stages` gave the request to hyper.
 struct Decline;
+
+/// The text of a span of a head (empty if it is not UTF-8, which the parser already refused).
+fn text(buf: &[u8], span: parse::Span) -> &str {
+    std::str::from_utf8(span.get(buf)).unwrap_or("")
+}
+
+/// The method and the target of `head`, from one conversion of the request line's start (the
+/// parser's spans of both, with the space between).
+fn request_line<'b>(buf: &'b [u8], head: &RequestHead) -> (&'b str, &'b str) {
+    let (method, target) = (head.method, head.target);
+    let line = text(buf, parse::Span { start: method.start, end: target.end });
+    let part = |span: parse::Span| {
+        let (start, end) =
+            ((span.start - method.start) as usize, (span.end - method.start) as usize);
+        line.get(start..end).unwrap_or("")
+    };
+    (part(method), part(target))
+}
 
 impl<S: ClientStream> Tries for OwnTries<'_, S> {
     type Response = Next;
@@ -1051,43 +1085,49 @@ impl<S: ClientStream> OwnTries<'_, S> {
         } else {
             // The member answered before the body was over (a stream, an echo): both ways at
             // once, until the response ends; a client body that then fails cuts the response.
+            // Boxed: the two pumps side by side took 1 KiB more in every request's future, which
+            // is made (and copied into its box) for every request, and this case is rare.
             self.close = true;
             let limit = self.ctx.listener.max_body_bytes;
-            let never = AtomicBool::new(false);
-            let (mut client_read, mut client_write) = tokio::io::split(&mut self.c.stream);
-            let (mut up_read, mut up_write) = upstream.split();
-            let body = pump_body(
-                &mut self.body,
-                &mut self.extra,
-                limit,
-                &mut client_read,
-                &mut up_write,
-                None,
-                &never,
-            );
-            let response = pump_response(
-                &rhead,
-                &mut out,
-                &mut rbuf,
-                &mut up_read,
-                &mut client_write,
-                &mut finish,
-            );
-            tokio::pin!(body, response);
-            let mut body_over = false;
-            loop {
-                tokio::select! {
-                    r = &mut response => break r,
-                    r = &mut body, if !body_over => {
-                        body_over = true;
-                        // A member that stops reading the body (it answered, then closed) still
-                        // gets its answer to the client; a client whose body fails does not.
-                        if let Err(SendError::Client(_)) = r {
-                            break (false, false, false);
+            Box::pin(async {
+                let never = AtomicBool::new(false);
+                let (mut client_read, mut client_write) = tokio::io::split(&mut self.c.stream);
+                let (mut up_read, mut up_write) = upstream.split();
+                let body = pump_body(
+                    &mut self.body,
+                    &mut self.extra,
+                    limit,
+                    &mut client_read,
+                    &mut up_write,
+                    None,
+                    &never,
+                );
+                let response = pump_response(
+                    &rhead,
+                    &mut out,
+                    &mut rbuf,
+                    &mut up_read,
+                    &mut client_write,
+                    &mut finish,
+                );
+                tokio::pin!(body, response);
+                let mut body_over = false;
+                loop {
+                    tokio::select! {
+                        r = &mut response => break r,
+                        r = &mut body, if !body_over => {
+                            body_over = true;
+                            // A member that stops reading the body (it answered, then closed)
+                            // still gets its answer to the client; a client whose body fails
+                            // does not.
+                            if let Err(SendError::Client(_)) = r {
+                                break (false, false, false);
+                            }
                         }
                     }
                 }
-            }
+            })
+            .await
         };
         self.out = out;
         if !whole {
@@ -1388,7 +1428,7 @@ fn write_request_head(
     (head, target): (&RequestHead, Option<&[u8]>),
     ctx: &HttpCtx,
     (ip, tls): (&[u8], Option<&crate::tls::ClientCert>),
-    host: &str,
+    host: &[u8],
     identity: Option<&Identity>,
 ) {
     out.extend_from_slice(head.method.get(buf));
@@ -1461,7 +1501,7 @@ fn write_request_head(
         }
     }
     if !host.is_empty() {
-        field(out, b"x-forwarded-host", host.as_bytes());
+        field(out, b"x-forwarded-host", host);
     }
     write_via(out, &vias);
     out.extend_from_slice(b"\r\n");
