@@ -40,6 +40,15 @@ impl Drain {
         self.on.load(Ordering::Acquire)
     }
 
+    /// A future that resolves at the drain's start, for a waiter that waits many times (a
+    /// keep-alive connection between its requests): made once and pinned, it stays in the
+    /// notify's list between waits, where [`Drain::started`] joins the list and leaves it again
+    /// under its lock for every wait. It hears a start from its creation on; ask
+    /// [`Drain::is_on`] before each wait (once it has resolved, it is done).
+    pub fn notified(&self) -> tokio::sync::futures::Notified<'_> {
+        self.notify.notified()
+    }
+
     /// Resolves once the drain has started (at once if it has).
     pub async fn started(&self) {
         // Created before the check: `notify_waiters` reaches a `Notified` from its creation on,

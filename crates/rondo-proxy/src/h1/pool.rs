@@ -80,9 +80,9 @@ impl Idle {
     /// The newest idle connection that is still open and quiet (a member that closed it, or
     /// sent bytes nobody asked for, loses it). One idle for less than [`PROBE_AFTER`] is taken
     /// without the system call that checks: a member closes a keep-alive connection after an
-    /// idle time of its own, not within a second of its last answer.
-    pub fn take(&self) -> Option<TcpStream> {
-        let now = Instant::now();
+    /// idle time of its own, not within a second of its last answer. `now` is the try's start
+    /// (a clock reading the caller has made already).
+    pub fn take(&self, now: Instant) -> Option<TcpStream> {
         loop {
             let (conn, since) = self.conns.lock().unwrap_or_else(|e| e.into_inner()).pop()?;
             let idle = now.duration_since(since);

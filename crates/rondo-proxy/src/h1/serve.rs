@@ -126,18 +126,23 @@ pub(crate) async fn serve<S: ClientStream>(
     // `wait_before`. Set in the past, it is moved to the first deadline when first used.
     let timer = tokio::time::sleep_until(born);
     tokio::pin!(timer);
+    // The process's drain, heard by one waiter for all of the connection's waits.
+    let drain = &ctx.live.drain;
+    let drained = drain.notified();
+    tokio::pin!(drained);
     loop {
         if c.carry.is_none() {
             // No buffer while waiting: only the socket's readiness, or the process's drain,
             // which closes a connection that stays idle for `DRAIN_IDLE_GRACE` after it began
             // (a request that comes sooner is served, with `Connection: close`).
-            let drain = &ctx.live.drain;
             let ready = async {
                 tokio::select! {
                     biased;
                     r = c.stream.ready() => Some(r),
                     () = async {
-                        drain.started().await;
+                        if !drain.is_on() {
+                            drained.as_mut().await;
+                        }
                         // Boxed: made only when the process drains, it takes no room in every
                         // idle connection's future (which holds the connection's timer).
                         Box::pin(tokio::time::sleep(crate::DRAIN_IDLE_GRACE)).await;
@@ -843,7 +848,7 @@ impl<S: ClientStream> Tries for OwnTries<'_, S> {
         // all of `self`.
         let mut timer = self.timer.take();
         let end = tokio::time::Instant::from_std(started).checked_add(per_try);
-        let exchange = self.exchange(idle, address, &waiting_client);
+        let exchange = self.exchange(idle, address, started, &waiting_client);
         let exchanged = match (timer.as_mut(), end) {
             (Some(timer), Some(end)) => {
                 wait_before(timer.as_mut(), end, std::pin::pin!(exchange)).await
@@ -947,9 +952,13 @@ impl<S: ClientStream> OwnTries<'_, S> {
         &mut self,
         idle: &Idle,
         address: &str,
+        started: Instant,
         waiting_client: &AtomicBool,
     ) -> Result<(TcpStream, Vec<u8>, ResponseHead, bool), Kind> {
-        let mut pooled = idle.take();
+        let mut pooled = idle.take(started);
+        // A body that came with the head is sent in the time of a write: the try's start is
+        // then the start of the wait for the answer, without another clock reading.
+        let sent_at_start = self.body.complete;
         loop {
             let reused = pooled.is_some();
             let mut upstream = match pooled.take() {
@@ -964,7 +973,12 @@ impl<S: ClientStream> OwnTries<'_, S> {
                 Ok(early) => {
                     let mut rbuf = pool::take();
                     // While the member thinks, a client that closes its connection ends the try.
-                    let watch = (!early).then_some(&self.c.stream);
+                    let since = if sent_at_start {
+                        tokio::time::Instant::from_std(started)
+                    } else {
+                        tokio::time::Instant::now()
+                    };
+                    let watch = (!early).then_some((&self.c.stream, since + WATCH_CLIENT_AFTER));
                     let head_request = self.is_head();
                     match read_response_head(&mut upstream, &mut rbuf, head_request, watch).await {
                         Ok(head) => return Ok((upstream, rbuf, head, early)),
@@ -1326,7 +1340,7 @@ async fn read_response_head<S: ClientStream>(
     upstream: &mut TcpStream,
     rbuf: &mut Vec<u8>,
     head_request: bool,
-    client: Option<&S>,
+    client: Option<(&S, tokio::time::Instant)>,
 ) -> Result<ResponseHead, HeadFailure> {
     let mut seen_any = false;
     loop {
@@ -1362,15 +1376,15 @@ async fn read_response_head<S: ClientStream>(
 }
 
 /// Resolves when the client (if any is watched) has closed its connection; never when it sends
-/// more (a pipelined request, left for later).
-async fn client_gone<S: ClientStream>(client: Option<&S>) {
+/// more (a pipelined request, left for later). It is looked at no sooner than `look_at`
+/// ([`WATCH_CLIENT_AFTER`] into the wait for the answer).
+async fn client_gone<S: ClientStream>(client: Option<(&S, tokio::time::Instant)>) {
     match client {
-        Some(client) => {
+        Some((client, look_at)) => {
             // Not at once: most members answer sooner, and looking costs a system call. Nor
             // while the client's socket stays quiet, the usual case: waiting for its readiness
             // (which the read that drained it cleared) costs nothing, where a timer set for
             // every request cost its place in tokio's wheel.
-            let look_at = tokio::time::Instant::now() + WATCH_CLIENT_AFTER;
             client.stirs().await;
             tokio::time::sleep_until(look_at).await;
             client.closed().await;
@@ -1591,7 +1605,9 @@ mod tests {
     async fn an_idle_connection_holds_a_small_future() {
         // (It was 4.5 KiB with the lingering close's scratch buffer inline; 1,008 bytes before
         // the connection kept its one timer, a tokio `Sleep`, for all its waits and tries,
-        // 1,088 with it: a timer per wait was made and dropped for every request instead.)
+        // 1,088 with it: a timer per wait was made and dropped for every request instead; 984
+        // since the drain's waiter is one pinned `Notified` for all waits, not a `started()`
+        // future per wait.)
         let config = rondo_config::parse_str(
             "[[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:0\"\n",
             std::path::Path::new("t.toml"),
