@@ -120,4 +120,33 @@ mod tests {
         // After the start, at once.
         drain.started().await;
     }
+
+    #[tokio::test]
+    async fn one_notified_hears_a_start_after_many_waits() {
+        let drain = std::sync::Arc::new(Drain::default());
+        let d = drain.clone();
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<()>(1);
+        let waiter = tokio::spawn(async move {
+            let drained = d.notified();
+            tokio::pin!(drained);
+            // Waits that end for another reason leave it registered for the next.
+            for _ in 0..3 {
+                tokio::select! {
+                    biased;
+                    _ = rx.recv() => {}
+                    () = drained.as_mut() => return false,
+                }
+            }
+            if !d.is_on() {
+                drained.as_mut().await;
+            }
+            true
+        });
+        for _ in 0..3 {
+            tx.send(()).await.unwrap();
+        }
+        tokio::task::yield_now().await;
+        drain.start();
+        assert!(waiter.await.unwrap());
+    }
 }
