@@ -80,7 +80,7 @@ pub struct Failover {
     max_here: u32,
     per_try: Option<Duration>,
     /// Members tried in the current cluster.
-    tried: Vec<usize>,
+    tried: Tried,
     total: u32,
     /// A try failed after reaching its member: later tries are retries.
     sent: bool,
@@ -99,7 +99,7 @@ impl Failover {
             here: 0,
             max_here: 1,
             per_try: None,
-            tried: Vec::new(),
+            tried: Tried::Inline([0; TRIED_INLINE], 0),
             total: 0,
             sent: false,
             deposited: false,
@@ -113,7 +113,10 @@ impl Failover {
 
     /// Members already tried in the current cluster: the pick must exclude them.
     pub fn tried(&self) -> &[usize] {
-        &self.tried
+        match &self.tried {
+            Tried::Inline(members, n) => &members[..usize::from(*n)],
+            Tried::Heap(members) => members,
+        }
     }
 
     /// Tries begun so far, over all clusters.
@@ -149,7 +152,18 @@ impl Failover {
 
     /// The admitted try was placed on `member`.
     pub fn began(&mut self, member: usize) {
-        self.tried.push(member);
+        match &mut self.tried {
+            Tried::Inline(members, n) if usize::from(*n) < TRIED_INLINE => {
+                members[usize::from(*n)] = member;
+                *n += 1;
+            }
+            Tried::Inline(members, _) => {
+                let mut heap = members.to_vec();
+                heap.push(member);
+                self.tried = Tried::Heap(heap);
+            }
+            Tried::Heap(members) => members.push(member),
+        }
         self.here += 1;
         self.total += 1;
     }
@@ -193,8 +207,23 @@ impl Failover {
     fn next_cluster(&mut self) {
         self.cluster += 1;
         self.here = 0;
-        self.tried.clear();
+        match &mut self.tried {
+            Tried::Inline(_, n) => *n = 0,
+            Tried::Heap(members) => members.clear(),
+        }
     }
+}
+
+/// Members tried in a cluster held inline up to this many (a request rarely tries more).
+const TRIED_INLINE: usize = 4;
+
+/// The members tried in the current cluster: inline for the first [`TRIED_INLINE`], on the heap
+/// past them. A `Vec` allocated on every request's first try (its `push`), on every path that
+/// drives the engine.
+#[derive(Debug, Clone)]
+enum Tried {
+    Inline([usize; TRIED_INLINE], u8),
+    Heap(Vec<usize>),
 }
 
 /// Whether a request with this method may be sent twice with the same effect (RFC 9110
@@ -251,6 +280,21 @@ mod tests {
         // A budget of nothing (no floor, no ratio): the retry is refused.
         assert_eq!(f.admit(&mut b, t), Err(Stop::Budget));
         assert_eq!(f.tried(), &[0, 1]);
+    }
+
+    #[test]
+    fn tried_members_are_kept_in_order_past_the_inline_ones() {
+        let mut f = Failover::new(2, true, Instant::ZERO, Duration::from_secs(1));
+        let members: Vec<usize> = (0..TRIED_INLINE + 3).map(|m| m * 7).collect();
+        for (i, m) in members.iter().enumerate() {
+            f.began(*m);
+            assert_eq!(f.tried(), &members[..=i]);
+        }
+        // The next cluster starts with none tried, inline or not.
+        f.none_eligible();
+        assert_eq!(f.tried(), &[] as &[usize]);
+        f.began(3);
+        assert_eq!(f.tried(), &[3]);
     }
 
     #[test]

@@ -620,7 +620,11 @@ pub(crate) async fn forward<T: Tries>(
     req: &mut T,
 ) -> Result<T::Response, Failure> {
     let clusters = 1 + route.backups.len();
-    let mut failover = Failover::new(clusters, idempotent, req.now(), route.request_timeout);
+    // One clock reading per turn of the loop: the request's start serves its first placement,
+    // the reading after a failed try both that failure and the next placement (microseconds
+    // apart, each was a reading of its own).
+    let mut now = req.now();
+    let mut failover = Failover::new(clusters, idempotent, now, route.request_timeout);
     let mut attempts: Vec<Attempt> = Vec::new();
     let metrics = &ctx.live.metrics;
     let stop = loop {
@@ -630,7 +634,7 @@ pub(crate) async fn forward<T: Tries>(
             failover.none_eligible();
             continue;
         };
-        let choice = match place(ctx, rt, &mut failover, req.headers(), peer, req.now()) {
+        let choice = match place(ctx, rt, &mut failover, req.headers(), peer, now) {
             Ok(choice) => choice,
             Err(Refused::Stop(stop)) => {
                 tracing::warn!(route = %route.name, cluster = %cluster, "retry budget exhausted");
@@ -686,7 +690,8 @@ pub(crate) async fn forward<T: Tries>(
             member_failed: kind.is_retryable(),
             replayable: req.replayable(),
         };
-        if let Err(stop) = failover.failed(failure, req.now()) {
+        now = req.now();
+        if let Err(stop) = failover.failed(failure, now) {
             break stop;
         }
     };

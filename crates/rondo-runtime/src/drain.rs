@@ -40,6 +40,15 @@ impl Drain {
         self.on.load(Ordering::Acquire)
     }
 
+    /// A future that resolves at the drain's start, for a waiter that waits many times (a
+    /// keep-alive connection between its requests): made once and pinned, it stays in the
+    /// notify's list between waits, where [`Drain::started`] joins the list and leaves it again
+    /// under its lock for every wait. It hears a start from its creation on; ask
+    /// [`Drain::is_on`] before each wait (once it has resolved, it is done).
+    pub fn notified(&self) -> tokio::sync::futures::Notified<'_> {
+        self.notify.notified()
+    }
+
     /// Resolves once the drain has started (at once if it has).
     pub async fn started(&self) {
         // Created before the check: `notify_waiters` reaches a `Notified` from its creation on,
@@ -110,5 +119,34 @@ mod tests {
         assert!(drain.is_on());
         // After the start, at once.
         drain.started().await;
+    }
+
+    #[tokio::test]
+    async fn one_notified_hears_a_start_after_many_waits() {
+        let drain = std::sync::Arc::new(Drain::default());
+        let d = drain.clone();
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<()>(1);
+        let waiter = tokio::spawn(async move {
+            let drained = d.notified();
+            tokio::pin!(drained);
+            // Waits that end for another reason leave it registered for the next.
+            for _ in 0..3 {
+                tokio::select! {
+                    biased;
+                    _ = rx.recv() => {}
+                    () = drained.as_mut() => return false,
+                }
+            }
+            if !d.is_on() {
+                drained.as_mut().await;
+            }
+            true
+        });
+        for _ in 0..3 {
+            tx.send(()).await.unwrap();
+        }
+        tokio::task::yield_now().await;
+        drain.start();
+        assert!(waiter.await.unwrap());
     }
 }

@@ -56,6 +56,77 @@ pub struct Field {
     pub value: Span,
 }
 
+/// A head's fields, in a vector lent by this worker's pool and given back when the head is
+/// dropped: two heads a request (the client's, the member's) made two allocations and two frees
+/// of the heap for every request.
+#[derive(Debug, Default)]
+pub struct Fields(Vec<Field>);
+
+/// Field vectors kept per worker thread, at most.
+const MAX_POOLED_FIELDS: usize = 256;
+/// A field vector grown beyond this many fields (a large head) is not pooled again.
+const MAX_POOLED_CAPACITY: usize = 128;
+
+thread_local! {
+    static FIELDS: std::cell::RefCell<Vec<Vec<Field>>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+impl Fields {
+    /// An empty vector for at least `n` fields, from this worker's pool when it has one.
+    fn with_capacity(n: usize) -> Self {
+        let pooled = FIELDS.try_with(|p| p.borrow_mut().pop()).ok().flatten();
+        let mut v = pooled.unwrap_or_default();
+        v.reserve(n);
+        Fields(v)
+    }
+}
+
+impl Drop for Fields {
+    fn drop(&mut self) {
+        let mut v = std::mem::take(&mut self.0);
+        if v.capacity() == 0 || v.capacity() > MAX_POOLED_CAPACITY {
+            return;
+        }
+        v.clear();
+        // (`try_with`: a head dropped while its thread exits has no pool to go back to.)
+        let _ = FIELDS.try_with(|p| {
+            let mut p = p.borrow_mut();
+            if p.len() < MAX_POOLED_FIELDS {
+                p.push(v);
+            }
+        });
+    }
+}
+
+impl Clone for Fields {
+    fn clone(&self) -> Self {
+        let mut v = Fields::with_capacity(self.0.len());
+        v.0.extend_from_slice(&self.0);
+        v
+    }
+}
+
+impl std::ops::Deref for Fields {
+    type Target = Vec<Field>;
+    fn deref(&self) -> &Vec<Field> {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Fields {
+    fn deref_mut(&mut self) -> &mut Vec<Field> {
+        &mut self.0
+    }
+}
+
+impl<'a> IntoIterator for &'a Fields {
+    type Item = &'a Field;
+    type IntoIter = std::slice::Iter<'a, Field>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter()
+    }
+}
+
 /// How a message's body is delimited.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Framing {
@@ -94,7 +165,7 @@ pub struct RequestHead {
     /// The `Host` value.
     pub host: Span,
     /// Header fields, in order.
-    pub fields: Vec<Field>,
+    pub fields: Fields,
     /// How the body is delimited.
     pub framing: Framing,
     /// Whether the client asked to close the connection after this request.
@@ -115,7 +186,7 @@ pub struct ResponseHead {
     /// The reason phrase.
     pub reason: Span,
     /// Header fields, in order.
-    pub fields: Vec<Field>,
+    pub fields: Fields,
     /// How the body is delimited (given the request's method).
     pub framing: Framing,
     /// Whether the connection can carry another request after this response.
@@ -241,7 +312,7 @@ pub fn request(buf: &[u8], limits: Limits) -> Result<Option<RequestHead>, HeadEr
         target: Span::of(buf, target_bytes),
         path: Span::default(),
         host: Span::default(),
-        fields: Vec::with_capacity(req.headers.len() + 4),
+        fields: Fields::with_capacity(req.headers.len() + 4),
         framing: Framing::None,
         close: false,
         expect_continue: false,
@@ -356,7 +427,7 @@ pub fn response(buf: &[u8], head_request: bool) -> Result<Option<ResponseHead>, 
         len,
         status,
         reason: Span::of(buf, resp.reason.unwrap_or("").as_bytes()),
-        fields: Vec::with_capacity(resp.headers.len() + 3),
+        fields: Fields::with_capacity(resp.headers.len() + 3),
         framing: Framing::None,
         reusable: minor == 1,
     };
@@ -458,12 +529,16 @@ fn content_length(v: &[u8]) -> Option<u64> {
 
 /// Refuses a bare LF (httparse accepts one as a line end).
 fn check_line_ends(head: &[u8]) -> Result<(), HeadError> {
-    let mut prev = 0u8;
-    for &b in head {
-        if b == b'\n' && prev != b'\r' {
-            return Err(HeadError::bad("a line of the request head ends in a bare LF"));
-        }
-        prev = b;
+    // A fold over byte pairs without an early exit, which the compiler turns into vector
+    // instructions: a byte at a time with a return inside the loop cost six instructions per
+    // byte of every head (1.3 % of the router's instructions per request).
+    let first = head.first() == Some(&b'\n');
+    let bare = head
+        .iter()
+        .zip(&head[1.min(head.len())..])
+        .fold(first, |bare, (&prev, &b)| bare | ((b == b'\n') & (prev != b'\r')));
+    if bare {
+        return Err(HeadError::bad("a line of the request head ends in a bare LF"));
     }
     Ok(())
 }
@@ -533,6 +608,23 @@ mod tests {
             "GET  / HTTP/1.1\r\nHost: a\r\n\r\n",
         ] {
             assert_eq!(status(bad), 400, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_bare_lf_is_found_wherever_it_is() {
+        // The check is a fold over byte pairs, vectorized: every position must count, the
+        // first byte, the last, and those past a vector's width.
+        assert!(check_line_ends(b"").is_ok());
+        assert!(check_line_ends(b"\r\n").is_ok());
+        assert!(check_line_ends(b"\n").is_err());
+        assert!(check_line_ends(b"\nGET").is_err());
+        let line = b"GET /a/long/enough/path HTTP/1.1\r\nHost: example.com\r\nAccept: */*\r\n\r\n";
+        assert!(check_line_ends(line).is_ok());
+        for i in (0..line.len()).filter(|&i| !b"\r\n".contains(&line[i])) {
+            let mut bad = line.to_vec();
+            bad[i] = b'\n';
+            assert!(check_line_ends(&bad).is_err(), "LF at {i}");
         }
     }
 

@@ -126,18 +126,23 @@ pub(crate) async fn serve<S: ClientStream>(
     // `wait_before`. Set in the past, it is moved to the first deadline when first used.
     let timer = tokio::time::sleep_until(born);
     tokio::pin!(timer);
+    // The process's drain, heard by one waiter for all of the connection's waits.
+    let drain = &ctx.live.drain;
+    let drained = drain.notified();
+    tokio::pin!(drained);
     loop {
         if c.carry.is_none() {
             // No buffer while waiting: only the socket's readiness, or the process's drain,
             // which closes a connection that stays idle for `DRAIN_IDLE_GRACE` after it began
             // (a request that comes sooner is served, with `Connection: close`).
-            let drain = &ctx.live.drain;
             let ready = async {
                 tokio::select! {
                     biased;
                     r = c.stream.ready() => Some(r),
                     () = async {
-                        drain.started().await;
+                        if !drain.is_on() {
+                            drained.as_mut().await;
+                        }
                         // Boxed: made only when the process drains, it takes no room in every
                         // idle connection's future (which holds the connection's timer).
                         Box::pin(tokio::time::sleep(crate::DRAIN_IDLE_GRACE)).await;
@@ -282,9 +287,19 @@ async fn tcp_closed(stream: &TcpStream) {
     }
 }
 
+/// Resolves when `tcp` has something to read (or is closed, or failed). Through tokio's
+/// `poll_read_ready`, not `readable()`: `readable()` puts a waiter into the socket's list under
+/// its lock and takes it out again under the lock when dropped, twice per request (the wait for
+/// the next request, the watch on the client while the member thinks); `poll_read_ready` keeps
+/// one waker in the socket's reader slot, which nothing else uses while these wait (the client
+/// is not read meanwhile).
+async fn tcp_read_ready(tcp: &TcpStream) -> std::io::Result<()> {
+    std::future::poll_fn(|cx| tcp.poll_read_ready(cx)).await
+}
+
 impl ClientStream for TcpStream {
     async fn ready(&self) -> std::io::Result<()> {
-        self.readable().await
+        tcp_read_ready(self).await
     }
 
     async fn closed(&self) {
@@ -292,7 +307,7 @@ impl ClientStream for TcpStream {
     }
 
     async fn stirs(&self) {
-        let _ = self.readable().await;
+        let _ = tcp_read_ready(self).await;
     }
 
     // `read_ready` is the trait's, through tokio's `poll_read` and not `try_read_buf`: a read
@@ -306,7 +321,7 @@ impl ClientStream for tokio_rustls::server::TlsStream<TcpStream> {
     async fn ready(&self) -> std::io::Result<()> {
         let (tcp, tls) = self.get_ref();
         // Plaintext rustls already holds is ready now; else the socket must bring more.
-        if tls.wants_read() { tcp.readable().await } else { Ok(()) }
+        if tls.wants_read() { tcp_read_ready(tcp).await } else { Ok(()) }
     }
 
     async fn closed(&self) {
@@ -314,7 +329,7 @@ impl ClientStream for tokio_rustls::server::TlsStream<TcpStream> {
     }
 
     async fn stirs(&self) {
-        let _ = self.get_ref().0.readable().await;
+        let _ = tcp_read_ready(self.get_ref().0).await;
     }
 }
 
@@ -535,6 +550,8 @@ struct OwnTries<'a, S> {
     idempotent: bool,
     /// The request target with its path normalized, when that changed it (members get this).
     target: Option<String>,
+    /// The `Host` value without its port (members get it as `X-Forwarded-Host`).
+    host: parse::Span,
 }
 
 impl<'a, S: ClientStream> OwnTries<'a, S> {
@@ -572,15 +589,12 @@ impl<'a, S: ClientStream> OwnTries<'a, S> {
             extra: Vec::new(),
             route: None,
             target: None,
+            host: parse::Span::default(),
             start,
             close,
             gone: false,
             idempotent: false,
         }
-    }
-
-    fn text(&self, span: parse::Span) -> &str {
-        std::str::from_utf8(span.get(&self.buf)).unwrap_or("")
     }
 
     /// The stages, then the response the client gets.
@@ -595,21 +609,29 @@ impl<'a, S: ClientStream> OwnTries<'a, S> {
     }
 
     async fn stages(&mut self, snapshot: &'a Snapshot) -> Result<Next, Decline> {
+        // The request line and the host are made text once each (the method and the target
+        // are parts of the line, the path is the target's start, the host without its port is
+        // kept for the head members get): every conversion checks its UTF-8 again.
+        let buf = &self.buf;
+        let (method, target) = request_line(buf, &self.head);
+        self.idempotent = is_idempotent_method(method);
+        let path_len = (self.head.path.end - self.head.path.start) as usize;
+        let path = target.get(..path_len).unwrap_or(target);
         // Routes match, and members get, the normalized path (`/%6Frders` is `/orders`).
-        self.target = rondo_core::path::normalize(self.text(self.head.path)).map(|path| {
-            let target = self.text(self.head.target);
-            match target.split_once('?') {
-                Some((_, query)) => format!("{path}?{query}"),
-                None => path,
-            }
+        self.target = rondo_core::path::normalize(path).map(|path| match target.split_once('?') {
+            Some((_, query)) => format!("{path}?{query}"),
+            None => path,
         });
-        let host = without_port(self.text(self.head.host));
+        let host = without_port(text(buf, self.head.host));
+        self.host = parse::Span {
+            start: self.head.host.start,
+            end: self.head.host.start + host.len() as u32,
+        };
         let headers = OwnHead { buf: &self.buf, fields: &self.head.fields };
         let found = if has_looped(&headers) {
             Err(looped())
         } else {
-            let method = self.text(self.head.method);
-            let target = self.target.as_deref().unwrap_or_else(|| self.text(self.head.target));
+            let target = self.target.as_deref().unwrap_or(target);
             let (path, query) = match target.split_once('?') {
                 Some((path, query)) => (path, Some(query)),
                 None => (target, None),
@@ -664,8 +686,7 @@ impl<'a, S: ClientStream> OwnTries<'a, S> {
         if let Err(failure) = self.prepare(route, identity.as_ref()) {
             return Ok(self.fail(failure).await);
         }
-        let idempotent = is_idempotent_method(self.text(self.head.method));
-        self.idempotent = idempotent;
+        let idempotent = self.idempotent;
         let peer = self.c.peer;
         Ok(match forward(self.ctx, snapshot, peer, route, idempotent, self).await {
             Ok(next) => next,
@@ -712,7 +733,7 @@ impl<'a, S: ClientStream> OwnTries<'a, S> {
             return Err(on_route(route, Kind::BodyTooLarge, detail));
         }
         let mut out = std::mem::take(&mut self.out);
-        let host = without_port(std::str::from_utf8(self.head.host.get(&self.buf)).unwrap_or(""));
+        let host = self.host.get(&self.buf);
         out.clear();
         let client = (self.c.ip.as_bytes(), self.c.tls.as_ref());
         let target = self.target.as_deref().map(str::as_bytes);
@@ -776,6 +797,24 @@ impl<'a, S: ClientStream> OwnTries<'a, S> {
 /// `stages` gave the request to hyper.
 struct Decline;
 
+/// The text of a span of a head (empty if it is not UTF-8, which the parser already refused).
+fn text(buf: &[u8], span: parse::Span) -> &str {
+    std::str::from_utf8(span.get(buf)).unwrap_or("")
+}
+
+/// The method and the target of `head`, from one conversion of the request line's start (the
+/// parser's spans of both, with the space between).
+fn request_line<'b>(buf: &'b [u8], head: &RequestHead) -> (&'b str, &'b str) {
+    let (method, target) = (head.method, head.target);
+    let line = text(buf, parse::Span { start: method.start, end: target.end });
+    let part = |span: parse::Span| {
+        let (start, end) =
+            ((span.start - method.start) as usize, (span.end - method.start) as usize);
+        line.get(start..end).unwrap_or("")
+    };
+    (part(method), part(target))
+}
+
 impl<S: ClientStream> Tries for OwnTries<'_, S> {
     type Response = Next;
     type Headers = Self;
@@ -809,7 +848,7 @@ impl<S: ClientStream> Tries for OwnTries<'_, S> {
         // all of `self`.
         let mut timer = self.timer.take();
         let end = tokio::time::Instant::from_std(started).checked_add(per_try);
-        let exchange = self.exchange(idle, address, &waiting_client);
+        let exchange = self.exchange(idle, address, started, &waiting_client);
         let exchanged = match (timer.as_mut(), end) {
             (Some(timer), Some(end)) => {
                 wait_before(timer.as_mut(), end, std::pin::pin!(exchange)).await
@@ -913,9 +952,13 @@ impl<S: ClientStream> OwnTries<'_, S> {
         &mut self,
         idle: &Idle,
         address: &str,
+        started: Instant,
         waiting_client: &AtomicBool,
     ) -> Result<(TcpStream, Vec<u8>, ResponseHead, bool), Kind> {
-        let mut pooled = idle.take();
+        let mut pooled = idle.take(started);
+        // A body that came with the head is sent in the time of a write: the try's start is
+        // then the start of the wait for the answer, without another clock reading.
+        let sent_at_start = self.body.complete;
         loop {
             let reused = pooled.is_some();
             let mut upstream = match pooled.take() {
@@ -930,7 +973,12 @@ impl<S: ClientStream> OwnTries<'_, S> {
                 Ok(early) => {
                     let mut rbuf = pool::take();
                     // While the member thinks, a client that closes its connection ends the try.
-                    let watch = (!early).then_some(&self.c.stream);
+                    let since = if sent_at_start {
+                        tokio::time::Instant::from_std(started)
+                    } else {
+                        tokio::time::Instant::now()
+                    };
+                    let watch = (!early).then_some((&self.c.stream, since + WATCH_CLIENT_AFTER));
                     let head_request = self.is_head();
                     match read_response_head(&mut upstream, &mut rbuf, head_request, watch).await {
                         Ok(head) => return Ok((upstream, rbuf, head, early)),
@@ -1051,43 +1099,49 @@ impl<S: ClientStream> OwnTries<'_, S> {
         } else {
             // The member answered before the body was over (a stream, an echo): both ways at
             // once, until the response ends; a client body that then fails cuts the response.
+            // Boxed: the two pumps side by side took 1 KiB more in every request's future, which
+            // is made (and copied into its box) for every request, and this case is rare.
             self.close = true;
             let limit = self.ctx.listener.max_body_bytes;
-            let never = AtomicBool::new(false);
-            let (mut client_read, mut client_write) = tokio::io::split(&mut self.c.stream);
-            let (mut up_read, mut up_write) = upstream.split();
-            let body = pump_body(
-                &mut self.body,
-                &mut self.extra,
-                limit,
-                &mut client_read,
-                &mut up_write,
-                None,
-                &never,
-            );
-            let response = pump_response(
-                &rhead,
-                &mut out,
-                &mut rbuf,
-                &mut up_read,
-                &mut client_write,
-                &mut finish,
-            );
-            tokio::pin!(body, response);
-            let mut body_over = false;
-            loop {
-                tokio::select! {
-                    r = &mut response => break r,
-                    r = &mut body, if !body_over => {
-                        body_over = true;
-                        // A member that stops reading the body (it answered, then closed) still
-                        // gets its answer to the client; a client whose body fails does not.
-                        if let Err(SendError::Client(_)) = r {
-                            break (false, false, false);
+            Box::pin(async {
+                let never = AtomicBool::new(false);
+                let (mut client_read, mut client_write) = tokio::io::split(&mut self.c.stream);
+                let (mut up_read, mut up_write) = upstream.split();
+                let body = pump_body(
+                    &mut self.body,
+                    &mut self.extra,
+                    limit,
+                    &mut client_read,
+                    &mut up_write,
+                    None,
+                    &never,
+                );
+                let response = pump_response(
+                    &rhead,
+                    &mut out,
+                    &mut rbuf,
+                    &mut up_read,
+                    &mut client_write,
+                    &mut finish,
+                );
+                tokio::pin!(body, response);
+                let mut body_over = false;
+                loop {
+                    tokio::select! {
+                        r = &mut response => break r,
+                        r = &mut body, if !body_over => {
+                            body_over = true;
+                            // A member that stops reading the body (it answered, then closed)
+                            // still gets its answer to the client; a client whose body fails
+                            // does not.
+                            if let Err(SendError::Client(_)) = r {
+                                break (false, false, false);
+                            }
                         }
                     }
                 }
-            }
+            })
+            .await
         };
         self.out = out;
         if !whole {
@@ -1286,7 +1340,7 @@ async fn read_response_head<S: ClientStream>(
     upstream: &mut TcpStream,
     rbuf: &mut Vec<u8>,
     head_request: bool,
-    client: Option<&S>,
+    client: Option<(&S, tokio::time::Instant)>,
 ) -> Result<ResponseHead, HeadFailure> {
     let mut seen_any = false;
     loop {
@@ -1322,15 +1376,15 @@ async fn read_response_head<S: ClientStream>(
 }
 
 /// Resolves when the client (if any is watched) has closed its connection; never when it sends
-/// more (a pipelined request, left for later).
-async fn client_gone<S: ClientStream>(client: Option<&S>) {
+/// more (a pipelined request, left for later). It is looked at no sooner than `look_at`
+/// ([`WATCH_CLIENT_AFTER`] into the wait for the answer).
+async fn client_gone<S: ClientStream>(client: Option<(&S, tokio::time::Instant)>) {
     match client {
-        Some(client) => {
+        Some((client, look_at)) => {
             // Not at once: most members answer sooner, and looking costs a system call. Nor
             // while the client's socket stays quiet, the usual case: waiting for its readiness
             // (which the read that drained it cleared) costs nothing, where a timer set for
             // every request cost its place in tokio's wheel.
-            let look_at = tokio::time::Instant::now() + WATCH_CLIENT_AFTER;
             client.stirs().await;
             tokio::time::sleep_until(look_at).await;
             client.closed().await;
@@ -1388,7 +1442,7 @@ fn write_request_head(
     (head, target): (&RequestHead, Option<&[u8]>),
     ctx: &HttpCtx,
     (ip, tls): (&[u8], Option<&crate::tls::ClientCert>),
-    host: &str,
+    host: &[u8],
     identity: Option<&Identity>,
 ) {
     out.extend_from_slice(head.method.get(buf));
@@ -1461,7 +1515,7 @@ fn write_request_head(
         }
     }
     if !host.is_empty() {
-        field(out, b"x-forwarded-host", host.as_bytes());
+        field(out, b"x-forwarded-host", host);
     }
     write_via(out, &vias);
     out.extend_from_slice(b"\r\n");
@@ -1551,7 +1605,9 @@ mod tests {
     async fn an_idle_connection_holds_a_small_future() {
         // (It was 4.5 KiB with the lingering close's scratch buffer inline; 1,008 bytes before
         // the connection kept its one timer, a tokio `Sleep`, for all its waits and tries,
-        // 1,088 with it: a timer per wait was made and dropped for every request instead.)
+        // 1,088 with it: a timer per wait was made and dropped for every request instead; 984
+        // since the drain's waiter is one pinned `Notified` for all waits, not a `started()`
+        // future per wait.)
         let config = rondo_config::parse_str(
             "[[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:0\"\n",
             std::path::Path::new("t.toml"),
