@@ -126,7 +126,7 @@ for v in off on; do
   start "$v" "$PROXY_CPU" "$RONDO" serve --config "$TMP/$v.toml" --workers 1
 done
 for v in off on; do wait_port "${PORT[$v]}" "$v"; done
-log "rondo $("$RONDO" --version | awk '{print $2}'); access log $format; $ROUNDS x ${DUR}s at $rate req/s; load $(cut -d' ' -f1-3 /proc/loadavg)"
+log "rondo $("$RONDO" --version | awk 'NR == 1 {print $2}'); access log $format; $ROUNDS x ${DUR}s at $rate req/s; load $(cut -d' ' -f1-3 /proc/loadavg)"
 
 declare -A CPU P50 P99 OK ERR
 for round in $(seq "$ROUNDS"); do

@@ -360,7 +360,7 @@ for t in direct "${PROXIES[@]}"; do
   [ "$(kv "$out" ok)" -gt 0 ] && [ "$(kv "$out" errors)" = 0 ] && [ "$(kv "$out" bad_status)" = 0 ] \
     || die "$t: smoke test failed: $out"
 done
-log "members ($members) and proxies up; rondo $("$RONDO" --version | awk '{print $2}'), $(haproxy -v | awk 'NR == 1' | awk '{print $1, $3}'), $(nginx -v 2>&1 | sed 's/.*: //')"
+log "members ($members) and proxies up; rondo $("$RONDO" --version | awk 'NR == 1 {print $2}'), $(haproxy -v | awk 'NR == 1' | awk '{print $1, $3}'), $(nginx -v 2>&1 | sed 's/.*: //')"
 
 # --- (a)+(c) throughput -------------------------------------------------------------------------
 # wrk_run NAME PORT SECONDS: prints "requests rps errors cpu_us_per_request"
@@ -530,7 +530,7 @@ verdict() { awk -v v="$1" -v op="$2" -v t="$3" 'BEGIN {ok = (op == ">=") ? v >= 
 
 hv=$(haproxy -v | awk 'NR == 1' | awk '{print $3}' | sed 's/-.*//')
 nv=$(nginx -v 2>&1 | sed 's/.*nginx\///')
-rv=$("$RONDO" --version | awk '{print $2}')
+rv=$("$RONDO" --version | awk 'NR == 1 {print $2}')
 mode=full
 cmd=bench/run.sh
 if [ "$quick" = 1 ]; then mode=quick cmd+=" --quick"; fi
