@@ -19,7 +19,9 @@
 #   --no-build                use the binaries already in target/release
 #
 # Environment: BENCH_PROXY_CPU (default 0) and BENCH_LOAD_CPU (default 1) choose the cores;
-# BENCH_PORT_BASE (default 18000) the ports; BENCH_KEEP_TMP=1 keeps the temporary directory.
+# BENCH_PORT_BASE (default 18000) the ports; BENCH_KEEP_TMP=1 keeps the temporary directory;
+# BENCH_LAT_ROUNDS (default: the throughput rounds, 3) how many latency rounds (b) makes, for a
+# p99 that one disturbed minute moves less (each round is 12 s per target).
 #
 # What it measures, for each proxy (all three run at once, each pinned to BENCH_PROXY_CPU; the
 # members, wrk and the load generator share BENCH_LOAD_CPU; throughput and latency runs are
@@ -28,7 +30,7 @@
 #   (b) latency at a fixed 5,000 requests/s for 10 s (after 2 s unmeasured) from rondo-loadgen
 #       (open loop, 64 keep-alive connections; a request's latency runs from its release on
 #       the fixed schedule, queueing behind slow responses included, so no coordinated
-#       omission), median of 3 rounds; the same run straight at the members
+#       omission), median of 3 rounds (BENCH_LAT_ROUNDS); the same run straight at the members
 #       is the baseline, and "added" latency is proxy minus direct;
 #   (c) CPU per request: utime+stime of all the proxy's processes (/proc/PID/stat) across each
 #       throughput run divided by the requests wrk completed (and the same at 5,000 req/s);
@@ -79,6 +81,8 @@ if [ "$quick" = 1 ]; then
 else
   TP_WARM=2 TP_DUR=10 ROUNDS=3 LAT_WARM=2 LAT_DUR=10
 fi
+LAT_ROUNDS=${BENCH_LAT_ROUNDS:-$ROUNDS}
+case "$LAT_ROUNDS" in ''|*[!0-9]*|0) echo "bench/run.sh: BENCH_LAT_ROUNDS is a positive number" >&2; exit 2 ;; esac
 RATE=5000          # fixed rate of the latency runs, requests/s
 TP_CONNS=64        # wrk connections
 LAT_CONNS=64       # load generator connections at the fixed rate
@@ -409,8 +413,8 @@ done
 
 # --- (b) latency at a fixed rate ----------------------------------------------------------------
 declare -A L50 L99 L999 LMAX LERR LCPU LAG
-log "latency: $RATE req/s open loop, ${LAT_DUR}s (after ${LAT_WARM}s) x $ROUNDS rounds"
-for round in $(seq "$ROUNDS"); do
+log "latency: $RATE req/s open loop, ${LAT_DUR}s (after ${LAT_WARM}s) x $LAT_ROUNDS rounds"
+for round in $(seq "$LAT_ROUNDS"); do
   for t in direct "${PROXIES[@]}"; do
     pids=()
     [ "$t" != direct ] && read -r -a pids <<<"${PPIDS[$t]}"
@@ -536,6 +540,7 @@ cmd=bench/run.sh
 if [ "$quick" = 1 ]; then mode=quick cmd+=" --quick"; fi
 if [ "$members" != nginx ]; then cmd+=" --members $members"; fi
 if [ "$profile" = 1 ]; then cmd+=" --profile"; fi
+if [ "$LAT_ROUNDS" != "$ROUNDS" ]; then cmd="BENCH_LAT_ROUNDS=$LAT_ROUNDS $cmd"; fi
 
 r_tp=$(ratio "${M_RPS[rondo]}" "${M_RPS[haproxy]}")
 r_tp_n=$(ratio "${M_RPS[rondo]}" "${M_RPS[nginx]}")
@@ -554,7 +559,7 @@ r_core_n=$(ratio "${M_CPU[nginx]}" "${M_CPU[rondo]}")
 
 row() { printf '| %s | %s | %s | %s | %s |\n' "$@"; }
 report() {
-  echo "Measured $(date -u +%Y-%m-%dT%H:%MZ) with \`$cmd\` ($mode run: ${ROUNDS} round(s), medians);"
+  echo "Measured $(date -u +%Y-%m-%dT%H:%MZ) with \`$cmd\` ($mode run: ${ROUNDS} round(s)$([ "$LAT_ROUNDS" != "$ROUNDS" ] && echo ", $LAT_ROUNDS latency rounds"), medians);"
   echo "rondo built from git $REV."
   echo "Machine: $(nproc) vCPU ($(awk -F': ' '/model name/{print $2; exit}' /proc/cpuinfo)), Linux $(uname -r);"
   echo "proxy on CPU $PROXY_CPU; members ($members), wrk and rondo-loadgen on CPU $LOAD_CPU; load average at start: $LOADAVG."
