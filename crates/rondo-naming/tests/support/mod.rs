@@ -15,9 +15,19 @@ use std::time::{Duration, Instant};
 /// The etcd binary the tests run.
 pub const ETCD: &str = "/usr/bin/etcd";
 
-/// A free loopback TCP port (bound, then released).
+/// A free loopback TCP port (bound, then released), never the same twice in this process (the
+/// kernel may hand a released port out again at once).
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").expect("bind a free port").local_addr().unwrap().port()
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    loop {
+        let l = TcpListener::bind("127.0.0.1:0").expect("bind a free port");
+        let port = l.local_addr().unwrap().port();
+        let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+        if !given.contains(&port) {
+            given.push(port);
+            return port;
+        }
+    }
 }
 
 /// A unique, fresh directory under the system temporary directory.

@@ -128,10 +128,19 @@ pub fn collect_lines(pipe: impl Read + Send + 'static) -> Arc<Mutex<Vec<String>>
     lines
 }
 
-/// A port free right now (bound, then released).
+/// A port free right now (bound, then released), never the same twice in this process (the
+/// kernel may hand a released port out again at once).
 pub fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    l.local_addr().expect("local addr").port()
+    static GIVEN: Mutex<Vec<u16>> = Mutex::new(Vec::new());
+    loop {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = l.local_addr().expect("local addr").port();
+        let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+        if !given.contains(&port) {
+            given.push(port);
+            return port;
+        }
+    }
 }
 
 /// Starts `rondo member --name NAME --listen LISTEN` and returns it with its address.

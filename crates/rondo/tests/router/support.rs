@@ -41,10 +41,29 @@ pub(crate) fn any_port() -> SocketAddr {
     "127.0.0.1:0".parse().unwrap()
 }
 
-/// An address nobody listens on (bound once, then released).
+/// An address nobody listens on (bound once, then released), never the same twice in this
+/// process: the kernel may hand a released port out again at once, and two members of one
+/// cluster on the same address are a configuration error.
 pub(crate) fn dead_addr() -> SocketAddr {
-    let l = std::net::TcpListener::bind(any_port()).expect("bind");
-    l.local_addr().expect("local addr")
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    loop {
+        let l = std::net::TcpListener::bind(any_port()).expect("bind");
+        let addr = l.local_addr().expect("local addr");
+        let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+        if !given.contains(&addr.port()) {
+            given.push(addr.port());
+            return addr;
+        }
+    }
+}
+
+#[test]
+fn dead_addresses_are_distinct() {
+    // 12 in a row once gave the same port twice (`concurrent_weight_changes_all_land`).
+    let mut ports: Vec<u16> = (0..500).map(|_| dead_addr().port()).collect();
+    ports.sort_unstable();
+    ports.dedup();
+    assert_eq!(ports.len(), 500);
 }
 
 /// Starts in-process member `name` on a free port, waiting `delay_ms` before each answer.
