@@ -77,7 +77,7 @@ pub async fn start(spec: &AdminSpec, live: Arc<Live>) -> std::io::Result<AdminSe
             "admin API has no token configured: every call will be refused with 403"
         );
     }
-    let listener = live.sockets.tcp_listener("admin", spec.listen).await?;
+    let listener = live.sockets.tcp_listener("admin", spec.listen)?;
     let addr = listener.local_addr()?;
     let tls = match &spec.tls {
         Some(t) => Some(

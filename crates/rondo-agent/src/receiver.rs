@@ -233,7 +233,7 @@ impl Drop for Receiver {
 /// Binds the TCP listener, then a UDP socket on the same address and port, and starts the
 /// hello, heartbeat and watcher tasks.
 pub async fn start(opts: ReceiverOpts, live: Arc<Live>) -> io::Result<Receiver> {
-    let tcp = live.sockets.tcp_listener("agent tcp", opts.listen).await?;
+    let tcp = live.sockets.tcp_listener("agent tcp", opts.listen)?;
     let addr = tcp.local_addr()?;
     // With port 0, the UDP socket takes the TCP listener's port (one number for both).
     let udp = live.sockets.udp("agent udp", opts.listen, addr).await?;

@@ -112,8 +112,11 @@ pub struct ListenerSpec {
     pub listen: SocketAddr,
     /// What clients speak.
     pub protocol: ListenerProtocol,
-    /// Connections accepted at once; more wait in the backlog.
+    /// Client connections open at once; one over it is refused (HTTP: 503) and closed.
     pub max_connections: u32,
+    /// The listen backlog: connections the kernel completes and queues until the router
+    /// accepts them (capped by the kernel at `net.core.somaxconn`).
+    pub backlog: u32,
     /// Time allowed for a request's header to arrive (HTTP only).
     pub header_read_timeout: Duration,
     /// Largest request header accepted, bytes (HTTP only).
@@ -252,6 +255,11 @@ impl LogSpec {
 impl ListenerSpec {
     /// Default `max_connections`.
     pub const DEFAULT_MAX_CONNECTIONS: u32 = 10_000;
+    /// Default `backlog`: Linux's default `net.core.somaxconn` (the standard library and tokio
+    /// listen with 128, which a burst of new connections overflows between two accepts).
+    pub const DEFAULT_BACKLOG: u32 = 4096;
+    /// Largest `backlog` accepted (the kernel caps it at `net.core.somaxconn` anyway).
+    pub const MAX_BACKLOG: u64 = 65_535;
     /// Default `header_read_timeout_ms`.
     pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
     /// Default `max_header_bytes`.

@@ -123,6 +123,7 @@ name = "web"
 listen = "127.0.0.1:8080"
 protocol = "http"
 max_connections = 500
+backlog = 1024
 header_read_timeout_ms = 2500
 max_header_bytes = 8192
 max_body_bytes = 1048576
@@ -231,6 +232,7 @@ fn full_config_compiles_into_the_expected_view() {
                 listen: "127.0.0.1:8080".parse().unwrap(),
                 protocol: ListenerProtocol::Http,
                 max_connections: 500,
+                backlog: 1024,
                 header_read_timeout: Duration::from_millis(2500),
                 max_header_bytes: 8192,
                 max_headers: 50,
@@ -254,6 +256,7 @@ fn full_config_compiles_into_the_expected_view() {
                 listen: "[::1]:5433".parse().unwrap(),
                 protocol: ListenerProtocol::Tcp,
                 max_connections: ListenerSpec::DEFAULT_MAX_CONNECTIONS,
+                backlog: ListenerSpec::DEFAULT_BACKLOG,
                 header_read_timeout: ListenerSpec::DEFAULT_HEADER_READ_TIMEOUT,
                 max_header_bytes: ListenerSpec::DEFAULT_MAX_HEADER_BYTES,
                 max_headers: ListenerSpec::DEFAULT_MAX_HEADERS,
@@ -408,7 +411,7 @@ fn defaults_come_from_the_core_model() {
     assert!(checked.members.is_empty());
     let l = &c.listeners[0];
     assert_eq!(l.protocol, ListenerProtocol::Http);
-    assert_eq!(l.max_connections, 10_000);
+    assert_eq!((l.max_connections, l.backlog), (10_000, 4096));
     assert_eq!(l.header_read_timeout, Duration::from_secs(10));
     assert_eq!((l.max_header_bytes, l.max_headers, l.trust_forwarded_for), (65_536, 100, false));
     assert_eq!(l.error_detail, ErrorDetail::Full, "loopback listeners explain errors in full");
@@ -904,6 +907,12 @@ fn health_counts_and_durations_must_be_positive() {
     let listener_line = |line: &str| {
         BASE.replace("listen = \"127.0.0.1:8080\"", &format!("listen = \"127.0.0.1:8080\"\n{line}"))
     };
+    for (v, at) in [("0", "0\n"), ("65536", "65536")] {
+        let text = listener_line(&format!("backlog = {v}"));
+        let msg = format!("must be between 1 and 65535, got {v}");
+        fails_once(&text, "listener[0].backlog", at, &msg);
+    }
+    assert_eq!(ok(&listener_line("backlog = 65535")).listeners[0].backlog, 65_535);
     for field in ["h2_keepalive_timeout_ms", "h2_shutdown_timeout_ms", "h2_max_resets"] {
         let text = listener_line(&format!("{field} = 0"));
         fails_once(&text, &format!("listener[0].{field}"), "0\n", "must be greater than 0");

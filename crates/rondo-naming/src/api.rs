@@ -144,7 +144,7 @@ pub async fn start_with(
     registry: Registry,
     mut opts: ApiOptions,
 ) -> std::io::Result<NamingServer> {
-    let listener = live.sockets.tcp_listener("naming", listen).await?;
+    let listener = live.sockets.tcp_listener("naming", listen)?;
     let addr = listener.local_addr()?;
     let tls = match opts.tls.take() {
         Some(t) => Some(

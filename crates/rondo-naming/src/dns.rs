@@ -131,7 +131,8 @@ async fn bind(
     if listen.port() != 0 || sockets.is_inherited(udp, listen) {
         let u = sockets.udp(udp, listen, listen).await?;
         let at = u.local_addr()?;
-        let t = sockets.tcp_listener_at(tcp, listen, at).await?;
+        let t =
+            sockets.tcp_listener_at(tcp, listen, at, rondo_runtime::sockets::DEFAULT_BACKLOG)?;
         return Ok((u, t));
     }
     // The UDP port the system picks may be taken for TCP: try a few.
@@ -146,7 +147,12 @@ async fn bind(
                 // Both free at `at`: bound again through the process's sockets, so that an
                 // upgrade can hand them over.
                 match sockets.udp(udp, listen, at).await {
-                    Ok(u) => match sockets.tcp_listener_at(tcp, listen, at).await {
+                    Ok(u) => match sockets.tcp_listener_at(
+                        tcp,
+                        listen,
+                        at,
+                        rondo_runtime::sockets::DEFAULT_BACKLOG,
+                    ) {
                         Ok(t) => return Ok((u, t)),
                         Err(e) => last = Some(e),
                     },

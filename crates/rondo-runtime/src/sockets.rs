@@ -19,6 +19,13 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::sync::Mutex;
 
+/// The listen backlog of a TCP socket bound without one of its own (a router listener's is
+/// its `backlog`): Linux's default `net.core.somaxconn`. tokio's `TcpListener::bind` listens
+/// with 128 (the standard library's choice), which a burst of new connections overflows
+/// between two accepts: the kernel then drops their SYNs and each such client waits a second
+/// or more for its retransmission.
+pub const DEFAULT_BACKLOG: u32 = 4096;
+
 /// The most descriptors one hand-off carries (the kernel's `SCM_MAX_FD` is 253).
 pub const MAX_FDS: usize = 200;
 
@@ -67,31 +74,47 @@ impl Sockets {
         self.inherited.lock().unwrap_or_else(|e| e.into_inner()).contains_key(&key(what, addr))
     }
 
-    /// The TCP listener for `what` at `addr`: the previous process's, or bound now.
-    pub async fn tcp_listener(
+    /// The TCP listener for `what` at `addr`: the previous process's, or bound now, with the
+    /// [`DEFAULT_BACKLOG`].
+    pub fn tcp_listener(
         &self,
         what: &str,
         addr: SocketAddr,
     ) -> io::Result<tokio::net::TcpListener> {
-        self.tcp_listener_at(what, addr, addr).await
+        self.tcp_listener_at(what, addr, addr, DEFAULT_BACKLOG)
     }
 
     /// The TCP listener for `what` configured at `addr`: the previous process's, or bound now
-    /// to `bind` (the port of a socket beside it when `addr` has port 0).
-    pub async fn tcp_listener_at(
+    /// to `bind` (the port of a socket beside it when `addr` has port 0). Either way it listens
+    /// with `backlog` (the kernel caps it at `net.core.somaxconn`): a socket taken over is set
+    /// to this process's backlog, which the process it replaces then shares.
+    pub fn tcp_listener_at(
         &self,
         what: &str,
         addr: SocketAddr,
         bind: SocketAddr,
+        backlog: u32,
     ) -> io::Result<tokio::net::TcpListener> {
         let key = key(what, addr);
+        let backlog = backlog.clamp(1, i32::MAX as u32);
         let listener = match self.take(&key) {
             Some(fd) => {
+                // Listening again on a listening socket only sets its backlog (Linux).
+                rustix::net::listen(&fd, backlog as i32)?;
                 let std = std::net::TcpListener::from(fd);
                 std.set_nonblocking(true)?;
                 tokio::net::TcpListener::from_std(std)?
             }
-            None => tokio::net::TcpListener::bind(bind).await?,
+            None => {
+                let socket = match bind {
+                    SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+                    SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+                };
+                // As `TcpListener::bind` does: a restart can bind again at once.
+                socket.set_reuseaddr(true)?;
+                socket.bind(bind)?;
+                socket.listen(backlog)?
+            }
         };
         self.keep(key, listener.as_fd())?;
         Ok(listener)
@@ -218,8 +241,7 @@ mod tests {
     async fn a_listener_handed_over_keeps_its_port_and_its_accept_queue() {
         let old = Sockets::default();
         old.keep_for_successor();
-        let listener =
-            old.tcp_listener("listener web", "127.0.0.1:0".parse().unwrap()).await.unwrap();
+        let listener = old.tcp_listener("listener web", "127.0.0.1:0".parse().unwrap()).unwrap();
         let addr = listener.local_addr().unwrap();
         // A client connects before the hand-off: it waits in the queue the new process shares.
         let client = std::net::TcpStream::connect(addr).unwrap();
@@ -236,11 +258,55 @@ mod tests {
         let new = Sockets::default();
         new.inherit(vec![handed[0].0.clone()], got);
         assert!(new.is_inherited("listener web", "127.0.0.1:0"));
-        let taken = new.tcp_listener("listener web", "127.0.0.1:0".parse().unwrap()).await.unwrap();
+        let taken = new.tcp_listener("listener web", "127.0.0.1:0".parse().unwrap()).unwrap();
         assert_eq!(taken.local_addr().unwrap(), addr);
         let (_, peer) = taken.accept().await.unwrap();
         assert_eq!(peer, client.local_addr().unwrap());
         assert!(new.unused().is_empty());
+    }
+
+    /// How many connections to `addr` complete, one after another, while nobody accepts: the
+    /// accept queue's room (Linux queues `backlog + 1`, then drops SYNs, so the next connect
+    /// times out). At most `most` are tried.
+    fn queued_connections(addr: SocketAddr, most: usize) -> usize {
+        let mut held = Vec::new();
+        while held.len() < most {
+            match std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_millis(300))
+            {
+                Ok(s) => held.push(s),
+                Err(_) => break,
+            }
+        }
+        held.len()
+    }
+
+    #[tokio::test]
+    async fn a_listener_listens_with_its_backlog_and_one_taken_over_with_the_new_one() {
+        let old = Sockets::default();
+        old.keep_for_successor();
+        let any = "127.0.0.1:0".parse().unwrap();
+        let listener = old.tcp_listener_at("listener web", any, any, 2).unwrap();
+        let addr = listener.local_addr().unwrap();
+        // tokio's `bind` would have queued 128.
+        assert_eq!(queued_connections(addr, 20), 3, "backlog 2 queues 3");
+        // Taken over by a process whose backlog is 6: the same queue, with room for 7.
+        let (a, b) = UnixStream::pair().unwrap();
+        let handed = old.for_successor();
+        send_fds(&a, b"web", &[handed[0].1.as_fd()]).unwrap();
+        let (_, got) = recv_fds(&b, &mut [0u8; 4]).unwrap();
+        let new = Sockets::default();
+        new.inherit(vec![handed[0].0.clone()], got);
+        let taken = new.tcp_listener_at("listener web", any, any, 6).unwrap();
+        assert_eq!(taken.local_addr().unwrap(), addr);
+        // The 3 connections of the first check, closed by their clients, are still queued.
+        assert_eq!(queued_connections(addr, 20), 4, "backlog 6 queues 7, 3 of them taken");
+        drop(listener);
+        drop(taken);
+        old.release();
+        // Bound without a backlog of its own: the default, far above tokio's 128.
+        let plain = Sockets::default().tcp_listener("admin", any).unwrap();
+        let many = queued_connections(plain.local_addr().unwrap(), 200);
+        assert_eq!(many, 200, "the default backlog queues more than 128");
     }
 
     #[tokio::test]
@@ -248,14 +314,14 @@ mod tests {
         let s = Sockets::default();
         s.keep_for_successor();
         let (a, b) = UnixStream::pair().unwrap();
-        let first = s.tcp_listener("admin", "127.0.0.1:0".parse().unwrap()).await.unwrap();
+        let first = s.tcp_listener("admin", "127.0.0.1:0".parse().unwrap()).unwrap();
         let handed = s.for_successor();
         send_fds(&a, b"x", &[handed[0].1.as_fd()]).unwrap();
         let (_, got) = recv_fds(&b, &mut [0u8; 4]).unwrap();
         let new = Sockets::default();
         new.inherit(vec!["admin 127.0.0.1:0".to_owned()], got);
         // The same `what` at another configured address is not the old socket.
-        let other = new.tcp_listener("naming", "127.0.0.1:0".parse().unwrap()).await.unwrap();
+        let other = new.tcp_listener("naming", "127.0.0.1:0".parse().unwrap()).unwrap();
         assert_ne!(other.local_addr().unwrap(), first.local_addr().unwrap());
         assert_eq!(new.unused(), vec!["admin 127.0.0.1:0".to_owned()]);
     }

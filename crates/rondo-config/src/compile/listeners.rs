@@ -44,6 +44,14 @@ pub(super) fn compile_listener(
         ListenerSpec::DEFAULT_MAX_CONNECTIONS,
         1,
     );
+    let backlog = c.int(
+        path.key("backlog"),
+        l.backlog,
+        u64::from(ListenerSpec::DEFAULT_BACKLOG),
+        1,
+        ListenerSpec::MAX_BACKLOG,
+    );
+    let backlog = u32::try_from(backlog).unwrap_or(ListenerSpec::DEFAULT_BACKLOG);
     let header_read_timeout = c.ms(
         path.key("header_read_timeout_ms"),
         l.header_read_timeout_ms,
@@ -102,6 +110,7 @@ pub(super) fn compile_listener(
         listen,
         protocol,
         max_connections,
+        backlog,
         header_read_timeout,
         max_header_bytes,
         max_headers,

@@ -72,6 +72,52 @@ fn serve_with_an_invalid_config_exits_1_naming_the_place() {
     assert!(!String::from_utf8_lossy(&out.stdout).contains("listener"), "it started serving");
 }
 
+/// A listener's `backlog` is the kernel's accept queue: while the router is stopped
+/// (SIGSTOP), `backlog + 1` connections complete and wait, the next one's SYN is dropped; once
+/// it continues, the queued ones are served. Before `backlog` existed every router listener
+/// queued 128 (tokio's `bind`), whatever the config said.
+#[test]
+fn a_stopped_router_queues_its_backlog_and_serves_it_after() {
+    use std::io::{Read, Write};
+    let dir = TempDir::new("serve");
+    let (_m1, a1) = start_member("m1");
+    let path = dir.0.join("rondo.toml");
+    let text = format!(
+        "[[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:0\"\nbacklog = 2\n\n\
+         [[route]]\nlistener = \"web\"\ncluster = \"c\"\n\n\
+         [cluster.c]\nmembers = [{{ name = \"m1\", address = \"{a1}\" }}]\n"
+    );
+    std::fs::write(&path, text).expect("write config");
+    let mut router =
+        Proc::start(&["serve", "--config", path.to_str().expect("utf-8 path"), "--workers", "1"]);
+    let addr = router.addr_after("listener web on");
+    let pid = router.child.id().to_string();
+    let kill = |sig: &str| {
+        let ok = Command::new("kill").args([sig, &pid]).status().expect("run kill").success();
+        assert!(ok, "kill {sig} {pid} failed");
+    };
+    kill("-STOP");
+    let mut queued = Vec::new();
+    while queued.len() < 10 {
+        match std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(300)) {
+            Ok(s) => queued.push(s),
+            Err(_) => break,
+        }
+    }
+    let n = queued.len();
+    for s in &mut queued {
+        s.write_all(b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n").expect("send");
+        s.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
+    }
+    kill("-CONT");
+    assert_eq!(n, 3, "backlog 2: three connections queue, the fourth waits for its SYN");
+    for mut s in queued {
+        let mut answer = String::new();
+        s.read_to_string(&mut answer).expect("read the answer");
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    }
+}
+
 #[test]
 fn help_lists_serve_check_and_member() {
     let out = Command::new(BIN).arg("--help").output().expect("run rondo --help");
