@@ -154,16 +154,7 @@ pub async fn start(listeners: &[ListenerSpec], live: Arc<Live>) -> std::io::Resu
     let mut accepting = Vec::new();
     // Queue listeners are rondo-queue's (their messages are delivered later, not proxied).
     for spec in listeners.iter().filter(|l| l.protocol != ListenerProtocol::Queue) {
-        let what = format!("listener {}", spec.name);
-        let socket = live
-            .sockets
-            .tcp_listener_at(&what, spec.listen, spec.listen, spec.backlog)
-            .map_err(|e| {
-                std::io::Error::new(
-                    e.kind(),
-                    format!("cannot bind listener {} to {}: {e}", spec.name, spec.listen),
-                )
-            })?;
+        let socket = live.sockets.config_listener("listener", spec)?;
         let addr = socket.local_addr()?;
         bound.push((spec.name.clone(), addr));
         let limit = Arc::new(Semaphore::new(spec.max_connections as usize));

@@ -85,16 +85,7 @@ pub async fn start(
     live: Arc<Live>,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) -> std::io::Result<Intake> {
-    let what = format!("queue listener {}", spec.name);
-    let socket = live
-        .sockets
-        .tcp_listener_at(&what, spec.listen, spec.listen, spec.backlog)
-        .map_err(|e| {
-            std::io::Error::new(
-                e.kind(),
-                format!("cannot bind queue listener {} to {}: {e}", spec.name, spec.listen),
-            )
-        })?;
+    let socket = live.sockets.config_listener("queue listener", spec)?;
     let addr = socket.local_addr()?;
     // TLS termination (`tls`): HTTP/1.1 only (ALPN `http/1.1`), certificates chosen by SNI,
     // client certificates as `client_auth` says, files reloaded when they change.

@@ -84,6 +84,20 @@ impl Sockets {
         self.tcp_listener_at(what, addr, addr, DEFAULT_BACKLOG)
     }
 
+    /// The socket of a `[[listener]]` of `kind` (`"listener"`, `"queue listener"`), keyed
+    /// `"{kind} {name}"` at its configured address, with its `backlog`; an error names the
+    /// listener and the address.
+    pub fn config_listener(
+        &self,
+        kind: &str,
+        spec: &rondo_config::ListenerSpec,
+    ) -> io::Result<tokio::net::TcpListener> {
+        let what = format!("{kind} {}", spec.name);
+        self.tcp_listener_at(&what, spec.listen, spec.listen, spec.backlog).map_err(|e| {
+            io::Error::new(e.kind(), format!("cannot bind {what} to {}: {e}", spec.listen))
+        })
+    }
+
     /// The TCP listener for `what` configured at `addr`: the previous process's, or bound now
     /// to `bind` (the port of a socket beside it when `addr` has port 0). Either way it listens
     /// with `backlog` (the kernel caps it at `net.core.somaxconn`): a socket taken over is set
