@@ -19,12 +19,12 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::sync::Mutex;
 
-/// The listen backlog of a TCP socket bound without one of its own (a router listener's is
-/// its `backlog`): Linux's default `net.core.somaxconn`. tokio's `TcpListener::bind` listens
-/// with 128 (the standard library's choice), which a burst of new connections overflows
-/// between two accepts: the kernel then drops their SYNs and each such client waits a second
-/// or more for its retransmission.
-pub const DEFAULT_BACKLOG: u32 = 4096;
+/// The listen backlog of a TCP socket bound without one of its own (admin, naming, DNS,
+/// agents): a router listener's default `backlog`, Linux's default `net.core.somaxconn`.
+/// tokio's `TcpListener::bind` listens with 128 (the standard library's choice), which a burst
+/// of new connections overflows between two accepts: the kernel then drops their SYNs and each
+/// such client waits a second or more for its retransmission.
+pub const DEFAULT_BACKLOG: u32 = rondo_config::ListenerSpec::DEFAULT_BACKLOG;
 
 /// The most descriptors one hand-off carries (the kernel's `SCM_MAX_FD` is 253).
 pub const MAX_FDS: usize = 200;
