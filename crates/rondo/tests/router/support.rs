@@ -42,19 +42,10 @@ pub(crate) fn any_port() -> SocketAddr {
 }
 
 /// An address nobody listens on (bound once, then released), never the same twice in this
-/// process: the kernel may hand a released port out again at once, and two members of one
-/// cluster on the same address are a configuration error.
+/// process ([`crate::common::free_port`]): two members of one cluster on the same address are a
+/// configuration error.
 pub(crate) fn dead_addr() -> SocketAddr {
-    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
-    loop {
-        let l = std::net::TcpListener::bind(any_port()).expect("bind");
-        let addr = l.local_addr().expect("local addr");
-        let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
-        if !given.contains(&addr.port()) {
-            given.push(addr.port());
-            return addr;
-        }
-    }
+    SocketAddr::from(([127, 0, 0, 1], crate::common::free_port()))
 }
 
 #[test]
