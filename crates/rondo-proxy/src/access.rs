@@ -181,6 +181,11 @@ impl Pending {
         Pending { log: log.clone(), start, status, failed: None }
     }
 
+    /// The request's start, for a line that is written otherwise after all.
+    pub(crate) fn into_start(self) -> Start {
+        self.start
+    }
+
     /// The router's own response to the request of `start`, for failure `e`.
     pub fn failed(log: &AccessLog, start: Start, e: &ProxyError) -> Pending {
         let member = e.attempts.iter().rev().find_map(|a| a.member.clone());

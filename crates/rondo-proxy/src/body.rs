@@ -339,6 +339,12 @@ impl Finish {
         self.received += n;
     }
 
+    /// The access log line this response would complete, taken back: the response never
+    /// reached the client, so the line is the router's own answer's to write.
+    pub(crate) fn take_log(&mut self) -> Option<Pending> {
+        self.log.take().map(|line| *line)
+    }
+
     /// The response broke off: the member's request ends as a failure.
     pub(crate) fn failed(&mut self) {
         if let Some((_, _, outcome)) = &mut self.request {

@@ -48,6 +48,9 @@ pub enum Kind {
     Loop,
     /// A member answered with a status outside 100-599.
     BadStatus,
+    /// A member's response body broke its own framing (a chunk-size line that is not one)
+    /// before any byte of the response reached the client.
+    BadBody,
     /// A member's host name did not resolve.
     Resolve,
     /// TLS to a member failed (its certificate, or it refused the router's).
@@ -120,6 +123,7 @@ impl Kind {
             | Kind::Reset
             | Kind::Timeout
             | Kind::BadStatus
+            | Kind::BadBody
             | Kind::Resolve
             | Kind::Replay
             | Kind::Tls(_) => Side::Member,
@@ -135,6 +139,7 @@ impl Kind {
                 | Kind::Timeout
                 | Kind::NoEligible
                 | Kind::BadStatus
+                | Kind::BadBody
                 | Kind::Resolve
                 | Kind::Replay
                 | Kind::Tls(_)
@@ -149,6 +154,7 @@ impl Kind {
             Kind::Connect
             | Kind::Reset
             | Kind::BadStatus
+            | Kind::BadBody
             | Kind::Resolve
             | Kind::Replay
             | Kind::Tls(_) => StatusCode::BAD_GATEWAY,
@@ -169,6 +175,7 @@ impl Kind {
             Kind::Connect
             | Kind::Reset
             | Kind::BadStatus
+            | Kind::BadBody
             | Kind::Resolve
             | Kind::Replay
             | Kind::Tls(_) => "bad gateway: no server answered",
@@ -211,6 +218,7 @@ impl Kind {
             Kind::BadRequest => "bad request",
             Kind::Loop => "request loop",
             Kind::BadStatus => "answered with a status outside 100-599",
+            Kind::BadBody => "sent a malformed response body (broken chunked coding)",
             Kind::Resolve => "host name did not resolve",
             Kind::Unauthorized(_) => "sign-on token refused",
             Kind::Replay => "replaying the session's requests failed",

@@ -701,12 +701,19 @@ pub(crate) async fn forward<T: Tries>(
 /// The error of a request that ran out of tries: the most telling failure among its attempts.
 fn gave_up(route: &Route, attempts: Vec<Attempt>, stop: Stop) -> Failure {
     let tls = attempts.iter().find(|a| matches!(a.outcome, Kind::Tls(_))).map(|a| a.outcome);
-    let kind =
-        [Kind::Timeout, Kind::Reset, Kind::BadStatus, Kind::Replay, Kind::Connect, Kind::Resolve]
-            .into_iter()
-            .find(|k| attempts.iter().any(|a| a.outcome == *k))
-            .or(tls)
-            .unwrap_or(Kind::NoEligible);
+    let kind = [
+        Kind::Timeout,
+        Kind::Reset,
+        Kind::BadStatus,
+        Kind::BadBody,
+        Kind::Replay,
+        Kind::Connect,
+        Kind::Resolve,
+    ]
+    .into_iter()
+    .find(|k| attempts.iter().any(|a| a.outcome == *k))
+    .or(tls)
+    .unwrap_or(Kind::NoEligible);
     let mut detail = match kind {
         Kind::Timeout => "member too slow: no response in time".to_owned(),
         Kind::NoEligible => "no eligible member to serve the request".to_owned(),

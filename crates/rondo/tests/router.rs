@@ -8,6 +8,7 @@ mod router {
     pub(crate) mod support;
 
     mod balancing;
+    mod desync;
     mod errors;
     mod filters;
     mod h1_smuggling;

@@ -16,9 +16,6 @@ use tokio::net::TcpStream;
 
 /// How long an idle upstream connection is kept.
 pub const IDLE_FOR: Duration = Duration::from_secs(90);
-/// An idle upstream connection older than this is checked (a read that must find nothing)
-/// before it is used again.
-pub const PROBE_AFTER: Duration = Duration::from_secs(1);
 /// Idle upstream connections kept per member, at most.
 const MAX_IDLE: usize = 256;
 /// A buffer's size when it is made.
@@ -77,25 +74,21 @@ impl Idle {
         young && fresh
     }
 
-    /// The newest idle connection that is still open and quiet (a member that closed it, or
-    /// sent bytes nobody asked for, loses it). One idle for less than [`PROBE_AFTER`] is taken
-    /// without the system call that checks: a member closes a keep-alive connection after an
-    /// idle time of its own, not within a second of its last answer. `now` is the try's start
-    /// (a clock reading the caller has made already).
+    /// The newest idle connection that is still open and quiet. A member that closed it, or
+    /// sent bytes nobody asked for (a second response, padding), loses it: those bytes would
+    /// otherwise be read as the answer to the next request, another client's. Every idle
+    /// connection stays registered with the reactor, which marks it readable when anything
+    /// arrives; the read here asks the system only when that mark is set, so a quiet
+    /// connection is checked without a system call. `now` is the try's start (a clock reading
+    /// the caller has made already).
     pub fn take(&self, now: Instant) -> Option<TcpStream> {
         loop {
             let (conn, since) = self.conns.lock().unwrap_or_else(|e| e.into_inner()).pop()?;
-            let idle = now.duration_since(since);
-            if idle > IDLE_FOR || !self.lives_on(&conn, now, false) {
+            if now.duration_since(since) > IDLE_FOR || !self.lives_on(&conn, now, false) {
                 continue;
             }
-            if idle < PROBE_AFTER {
+            if is_quiet(&conn) {
                 return Some(conn);
-            }
-            let mut probe = [0u8; 1];
-            match conn.try_read(&mut probe) {
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Some(conn),
-                _ => continue,
             }
         }
     }
@@ -122,6 +115,13 @@ impl Idle {
             conns.push((conn, now));
         }
     }
+}
+
+/// Whether an idle member connection has nothing to read and is still open: `try_read` finds
+/// no readiness (no system call), or the system says the read would block.
+fn is_quiet(conn: &TcpStream) -> bool {
+    let mut probe = [0u8; 1];
+    matches!(conn.try_read(&mut probe), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
 }
 
 /// Buffers lent by [`take`] and not yet given back: with every connection idle, none.

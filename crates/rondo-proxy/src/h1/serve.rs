@@ -16,7 +16,7 @@ use rondo_runtime::{ClusterRt, Snapshot, clock};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use super::chunked::Chunked;
+use super::chunked::{ChunkError, Chunked};
 use super::parse::{self, Field, Framing, HeadError, Limits, RequestHead, ResponseHead};
 use super::pool::{self, Idle};
 use crate::access::{self, Reason};
@@ -903,7 +903,7 @@ impl<S: ClientStream> Tries for OwnTries<'_, S> {
             // The member answered before the whole body arrived: the rest is never read.
             self.close = true;
         }
-        Ok(self.respond(upstream, idle, rbuf, rhead, choice.set_cookie, finish).await)
+        self.respond(upstream, idle, rbuf, rhead, choice.set_cookie, finish).await
     }
 }
 
@@ -1059,7 +1059,9 @@ impl<S: ClientStream> OwnTries<'_, S> {
     }
 
     /// Streams the member's response to the client; the member connection goes back to its
-    /// pool when the response was whole and the member keeps it open.
+    /// pool when the response was whole and the member keeps it open. A body that broke its
+    /// framing before any byte went to the client is the try's failure (`BadBody`): the client
+    /// then gets the router's 502, or another member's answer, instead of nothing.
     async fn respond(
         &mut self,
         mut upstream: TcpStream,
@@ -1068,7 +1070,7 @@ impl<S: ClientStream> OwnTries<'_, S> {
         rhead: ResponseHead,
         set_cookie: Option<HeaderValue>,
         finish: Finish,
-    ) -> Next {
+    ) -> Result<Next, Kind> {
         let mut finish = Some(finish);
         if let Some(f) = finish.as_mut() {
             // A body still streaming (the member answered early) is counted as far as it came.
@@ -1093,7 +1095,7 @@ impl<S: ClientStream> OwnTries<'_, S> {
         // connection past the listener's age limit.
         self.close |= self.ctx.live.drain.is_on() || self.c.spent(&self.ctx.listener.connections);
         write_response_head(&mut out, &rbuf, &rhead, cookies, self.close);
-        let (whole, client_ok, clean) = if self.body.complete {
+        let pumped = if self.body.complete {
             let client = &mut self.c.stream;
             pump_response(&rhead, &mut out, &mut rbuf, &mut upstream, client, &mut finish).await
         } else {
@@ -1135,7 +1137,7 @@ impl<S: ClientStream> OwnTries<'_, S> {
                             // still gets its answer to the client; a client whose body fails
                             // does not.
                             if let Err(SendError::Client(_)) = r {
-                                break (false, false, false);
+                                break Ok((false, false, false));
                             }
                         }
                     }
@@ -1144,10 +1146,24 @@ impl<S: ClientStream> OwnTries<'_, S> {
             .await
         };
         self.out = out;
+        pool::give(rbuf);
+        let (whole, client_ok, clean) = match pumped {
+            Ok(pumped) => pumped,
+            Err(Unsent(why)) => {
+                tracing::debug!(error = why.0, "member's response body refused before it was sent");
+                self.close |= !self.body.complete;
+                if let Some(mut f) = finish.take() {
+                    f.failed();
+                    // The line is the router's answer's now (written with the 502, or with
+                    // the next member's response).
+                    self.start = f.take_log().map(access::Pending::into_start);
+                }
+                return Err(Kind::BadBody);
+            }
+        };
         if !whole {
             self.close = true;
         }
-        pool::give(rbuf);
         if whole && clean && rhead.reusable && self.body.complete {
             idle.give(upstream);
         } else if !whole && client_ok {
@@ -1157,7 +1173,7 @@ impl<S: ClientStream> OwnTries<'_, S> {
             }
         }
         drop(finish);
-        if self.close || !client_ok { Next::Close } else { Next::KeepAlive }
+        Ok(if self.close || !client_ok { Next::Close } else { Next::KeepAlive })
     }
 }
 
@@ -1235,7 +1251,8 @@ async fn answered(watch: Option<&TcpStream>) {
 /// in `rbuf` after the member's head, then the rest from `from`. Returns whether the body was
 /// whole, whether the client took every byte, and whether nothing followed the response (else
 /// the member connection goes). A member that sent bytes past its response loses its
-/// connection, not the client its own.
+/// connection, not the client its own. A body that breaks its chunked coding before the head
+/// was written is [`Unsent`]: nothing reached the client.
 async fn pump_response<R, W>(
     rhead: &ResponseHead,
     head: &mut Vec<u8>,
@@ -1243,7 +1260,7 @@ async fn pump_response<R, W>(
     from: &mut R,
     to: &mut W,
     finish: &mut Option<Finish>,
-) -> (bool, bool, bool)
+) -> Result<(bool, bool, bool), Unsent>
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
@@ -1265,7 +1282,8 @@ where
             }
             (Framing::Chunked, Some(c)) => match c.feed(avail) {
                 Ok(k) => (k, c.is_done()),
-                Err(_) => return (false, true, false),
+                Err(why) if !head.is_empty() => return Err(Unsent(why)),
+                Err(_) => return Ok((false, true, false)),
             },
             _ => (avail.len(), false),
         };
@@ -1295,11 +1313,11 @@ where
         };
         head.clear();
         if written.is_err() {
-            return (false, false, false);
+            return Ok((false, false, false));
         }
         if done {
             // Bytes past the response: the member spoke out of turn; its connection goes.
-            return (true, true, take == avail.len());
+            return Ok((true, true, take == avail.len()));
         }
         rbuf.clear();
         pending = 0;
@@ -1307,13 +1325,16 @@ where
             // A body delimited by the close is whole when the member closes.
             Ok(0) if rhead.framing == Framing::Close => {
                 drop(finish.take());
-                return (true, true, false);
+                return Ok((true, true, false));
             }
-            Ok(0) | Err(_) => return (false, true, false),
+            Ok(0) | Err(_) => return Ok((false, true, false)),
             Ok(_) => {}
         }
     }
 }
+
+/// A member's response body was refused before any of it went to the client.
+struct Unsent(ChunkError);
 
 /// Why sending a request failed.
 enum SendError {
