@@ -1,6 +1,7 @@
-//! Replays every file of the fuzz corpora `fuzz/corpus/h1_head`, `fuzz/corpus/h1_chunked` and
-//! `fuzz/corpus/h1_follow` through the functions the fuzz targets call (`h1::fuzz::head_input`,
-//! `h1::fuzz::chunked_input`, `h1::fuzz::follow_input`), so `cargo test` keeps every seed and every input the fuzzer
+//! Replays every file of the fuzz corpora `fuzz/corpus/h1_head`, `fuzz/corpus/h1_chunked`,
+//! `fuzz/corpus/h1_follow` and `fuzz/corpus/h1_member` through the functions the fuzz targets
+//! call (`h1::fuzz::head_input`, `h1::fuzz::chunked_input`, `h1::fuzz::follow_input`,
+//! `h1::fuzz::member_input`), so `cargo test` keeps every seed and every input the fuzzer
 //! found (crashes included, once fixed) passing without nightly or cargo-fuzz. The request
 //! corpus of the differential test (`testdata/h1`) goes through the head target too.
 
@@ -49,4 +50,9 @@ fn every_chunked_corpus_file_passes_the_fuzz_target() {
 #[test]
 fn every_follow_corpus_file_passes_the_fuzz_target() {
     replay("fuzz/corpus/h1_follow", 12, fuzz::follow_input);
+}
+
+#[test]
+fn every_member_corpus_file_passes_the_fuzz_target() {
+    replay("fuzz/corpus/h1_member", 20, fuzz::member_input);
 }

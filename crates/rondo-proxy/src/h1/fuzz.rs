@@ -216,3 +216,102 @@ fn follow_stream<'a>(pieces: impl IntoIterator<Item = &'a [u8]>) -> Result<bool,
     }
     Ok(!f.is_off())
 }
+
+/// The `h1_member` fuzz target: a member's bytes on one pooled connection, after the router
+/// sent it a request. The first byte says whether the request was `HEAD` (its low bit) and the
+/// second how many bytes each read returns; the rest is everything the member sends. Read as
+/// the own path reads it (the response head, then its body streamed to the client), the
+/// invariant is that no byte of this exchange lands in another:
+/// - the client gets only body bytes that follow the response's head on the wire, at most the
+///   framing's length, never a byte past it;
+/// - a connection that goes back to the pool had exactly this response read off it (a later
+///   byte is the pool's to refuse when the connection is taken: `pool::Idle::take`);
+/// - the verdict, and a whole body's bytes, do not depend on how the bytes arrived (read in
+///   the given pieces, byte by byte and whole), except that a body refused in the first read
+///   is refused before the head goes (a 502) rather than after it.
+pub fn member_input(data: &[u8]) {
+    let [flags, step, stream @ ..] = data else { return };
+    let head_request = flags & 1 == 1;
+    let runs = [usize::from(*step).max(1), 1, stream.len().max(1)];
+    let relayed =
+        runs.map(|step| RUNTIME.with(|rt| rt.block_on(relay(stream, step, head_request))));
+    let [first, bytewise, whole] = &relayed;
+    for other in [bytewise, whole] {
+        assert_eq!(first.0, other.0, "the head was read differently in another arrival");
+        match (&first.1, &other.1) {
+            (Some(a), Some(b)) if a.whole || b.whole => {
+                assert_eq!((a.whole, &a.body), (b.whole, &b.body), "arrival mattered");
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Relays `stream` read `step` bytes at a time and checks what the client got: where the head
+/// ended on the wire and the body, if a head was read.
+async fn relay(
+    stream: &[u8],
+    step: usize,
+    head_request: bool,
+) -> (Option<usize>, Option<super::serve::Relayed>) {
+    let mut member = Pieces { data: stream, step, read: 0 };
+    let mut rbuf = Vec::new();
+    let Some(head) = super::serve::relay_head(&mut member, &mut rbuf, head_request).await else {
+        return (None, None);
+    };
+    // The head ends where what was read stops, less what followed it in the buffer (which
+    // starts with the head).
+    assert!(head.len <= rbuf.len(), "a head longer than the bytes read");
+    let head_end = member.read - (rbuf.len() - head.len);
+    let at = head_end - head.len;
+    let again = parse::response(&stream[at..], head_request);
+    assert!(matches!(&again, Ok(Some(h)) if h.len == head.len), "no such head on the wire");
+    let relayed = super::serve::relay_body(&mut member, rbuf, &head).await;
+    let body = &relayed.body;
+    assert!(stream[head_end..].starts_with(body), "the client got bytes that are not the body");
+    if relayed.unsent {
+        assert!(body.is_empty() && !relayed.pooled, "a refused body was sent");
+    }
+    match head.framing {
+        Framing::Length(n) => assert!(body.len() as u64 <= n, "past the content-length"),
+        Framing::None => assert!(body.is_empty(), "a body where none is framed"),
+        Framing::Chunked if !relayed.unsent => {
+            let mut c = Chunked::new(super::serve::MAX_RESPONSE_HEAD);
+            assert_eq!(c.feed(body), Ok(body.len()), "the client got bytes past the last chunk");
+            assert_eq!(c.is_done(), relayed.whole);
+        }
+        Framing::Chunked => {}
+        Framing::Close => assert!(!relayed.pooled),
+    }
+    if relayed.pooled {
+        assert!(relayed.whole);
+        assert_eq!(head_end + body.len(), member.read, "a pooled connection had more read off it");
+    }
+    (Some(head_end), Some(relayed))
+}
+
+/// A member's bytes, `step` at a time; `read` counts what was read.
+struct Pieces<'a> {
+    data: &'a [u8],
+    step: usize,
+    read: usize,
+}
+
+impl tokio::io::AsyncRead for Pieces<'_> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let n = self.step.min(self.data.len() - self.read).min(buf.remaining());
+        buf.put_slice(&self.data[self.read..self.read + n]);
+        self.read += n;
+        std::task::Poll::Ready(Ok(()))
+    }
+}
+
+thread_local! {
+    /// One runtime per fuzzing thread (the relay never waits on a timer or a socket).
+    static RUNTIME: tokio::runtime::Runtime =
+        tokio::runtime::Builder::new_current_thread().build().expect("a current-thread runtime");
+}

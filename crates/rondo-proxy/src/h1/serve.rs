@@ -37,7 +37,7 @@ const WATCH_CLIENT_AFTER: Duration = Duration::from_millis(50);
 /// Body bytes that arrived with a response head are sent with it in one write up to this many.
 const COALESCE: usize = 16 * 1024;
 /// A response head from a member larger than this is refused (502).
-const MAX_RESPONSE_HEAD: usize = 64 * 1024;
+pub(super) const MAX_RESPONSE_HEAD: usize = 64 * 1024;
 /// How long a member connection may take to open.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// After the router closes a connection, at most this much of what the client still sends is
@@ -1357,8 +1357,8 @@ enum HeadFailure {
 use HeadFailure::{Failed, Stale};
 
 /// Reads the member's response head (skipping interim 1xx responses) into `rbuf`.
-async fn read_response_head<S: ClientStream>(
-    upstream: &mut TcpStream,
+async fn read_response_head<S: ClientStream, R: AsyncRead + Unpin>(
+    upstream: &mut R,
     rbuf: &mut Vec<u8>,
     head_request: bool,
     client: Option<(&S, tokio::time::Instant)>,
@@ -1393,6 +1393,52 @@ async fn read_response_head<S: ClientStream>(
             Ok(0) | Err(_) => return Err(Failed(Kind::Reset)),
             Ok(_) => seen_any = true,
         }
+    }
+}
+
+/// What the own path made of a member's response body, for the `h1_member` fuzz target
+/// (`super::fuzz::member_input`).
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct Relayed {
+    /// The response body bytes the client got (after the head).
+    pub(super) body: Vec<u8>,
+    /// Whether the body was whole.
+    pub(super) whole: bool,
+    /// Whether the member connection would go back to the pool.
+    pub(super) pooled: bool,
+    /// Whether the body was refused before anything went to the client.
+    pub(super) unsent: bool,
+}
+
+/// Reads a response head off `member` into `rbuf` as a try does (interim responses skipped):
+/// its length and framing, with what followed it left in `rbuf`.
+pub(super) async fn relay_head<R: AsyncRead + Unpin>(
+    member: &mut R,
+    rbuf: &mut Vec<u8>,
+    head_request: bool,
+) -> Option<ResponseHead> {
+    let none = None::<(&TcpStream, tokio::time::Instant)>;
+    read_response_head(member, rbuf, head_request, none).await.ok()
+}
+
+/// Streams the body of `rhead` as [`OwnTries::respond`] does, to a client that takes every
+/// byte.
+pub(super) async fn relay_body<R: AsyncRead + Unpin>(
+    member: &mut R,
+    mut rbuf: Vec<u8>,
+    rhead: &ResponseHead,
+) -> Relayed {
+    // A one-byte head marks where the body starts in what the client got.
+    let (mut head, mut client) = (vec![b'#'], Vec::new());
+    let pumped = pump_response(rhead, &mut head, &mut rbuf, member, &mut client, &mut None).await;
+    match pumped {
+        Ok((whole, _, clean)) => Relayed {
+            body: client.split_off(1.min(client.len())),
+            whole,
+            pooled: whole && clean && rhead.reusable,
+            unsent: false,
+        },
+        Err(Unsent(_)) => Relayed { body: Vec::new(), whole: false, pooled: false, unsent: true },
     }
 }
 
