@@ -489,6 +489,87 @@ async fn a_poison_message_is_dead_lettered_with_its_tries_and_requeue_delivers_i
     assert!(purged.contains("0 dead letter(s) purged"), "{purged}");
 }
 
+/// A member that answers each delivery 200, then, while the connection sits idle, sends an
+/// unsolicited `500`: the attempt number of every delivery it got (issue 41: a member's extra
+/// bytes must not answer the next delivery).
+async fn out_of_turn_member(addr: SocketAddr) -> Arc<Mutex<Vec<u32>>> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let l = tokio::net::TcpListener::bind(addr).await.expect("bind member");
+    let attempts = Arc::new(Mutex::new(Vec::new()));
+    let seen = attempts.clone();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            let seen = seen.clone();
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                // At most 16 deliveries per connection, each under 64 KiB.
+                for _ in 0..16 {
+                    let head = loop {
+                        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                            let head = String::from_utf8_lossy(&buf[..end]).to_lowercase();
+                            let len = head
+                                .lines()
+                                .find_map(|l| l.strip_prefix("content-length:"))
+                                .and_then(|v| v.trim().parse::<usize>().ok())
+                                .unwrap_or(0);
+                            if buf.len() >= end + 4 + len {
+                                buf.drain(..end + 4 + len);
+                                break head;
+                            }
+                        }
+                        match s.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) if buf.len() + n < 65536 => buf.extend_from_slice(&chunk[..n]),
+                            Ok(_) => return,
+                        }
+                    };
+                    let attempt = head
+                        .lines()
+                        .find_map(|l| l.strip_prefix("x-rondo-attempt:"))
+                        .and_then(|v| v.trim().parse().ok())
+                        .unwrap_or(0);
+                    seen.lock().unwrap().push(attempt);
+                    if s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok").await.is_err()
+                    {
+                        return;
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    let stale =
+                        b"HTTP/1.1 500 Internal Server Error\r\ncontent-length: 5\r\n\r\nSTALE";
+                    if s.write_all(stale).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    attempts
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_members_unsolicited_response_answers_no_later_delivery() {
+    let dir = TempDir::new("queue-out-of-turn");
+    let member: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let attempts = out_of_turn_member(member).await;
+    // One attempt each: a stale 500 taken as a delivery's answer would dead-letter it.
+    let cfg = config(&dir, member, "max_attempts = 1");
+    let router = start_router(&dir, &cfg);
+    let c = client();
+    for i in 0..3 {
+        let (status, _, _) = post(&c, router.intake, format!("m{i}"), &[]).await;
+        assert_eq!(status, StatusCode::ACCEPTED);
+        let delivered = until(Duration::from_secs(10), || attempts.lock().unwrap().len() > i).await;
+        assert!(delivered, "message {i} delivered");
+        // The member's stale answer arrives while the connection is idle.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    assert_eq!(*attempts.lock().unwrap(), [1, 1, 1], "each message delivered once, first try");
+    let (s, v) = admin(&c, router.admin, "GET", "/api/v1/queues/orders/dead").await;
+    assert_eq!(s, StatusCode::OK);
+    assert!(v["dead_letters"].as_array().unwrap().is_empty(), "a stale 500 was taken: {v}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn limits_answer_413_and_503_with_retry_after_and_a_damaged_store_stops_the_start() {
     let dir = TempDir::new("queue-limits");
