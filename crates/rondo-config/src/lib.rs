@@ -44,7 +44,7 @@ pub use spec::{
 pub use warnings::Features;
 
 use crate::error::{escape_controls, line_column};
-use crate::path::{FieldPath, path_at, span_of};
+use crate::path::{FieldPath, key_value_spans, path_at, span_of};
 
 /// A checked configuration, compiled.
 #[derive(Debug, Clone, PartialEq)]
@@ -116,6 +116,101 @@ pub fn fuzz_input(data: &[u8]) {
     }
 }
 
+/// At most this many errors are read from a file that does not fit the schema (each unknown
+/// field after the first costs one more parse of the text).
+const MAX_READ_ERRORS: usize = 32;
+
+/// The errors of a text that does not fit the schema, where each is, and its field path. serde
+/// stops at the first; an unknown field is blanked out (its key and value, and the comma that
+/// joined it to an inline table, turned into spaces, so every byte offset and line stays where
+/// it was) and the text read again, so every misspelt field of a file is reported in one run,
+/// each with the nearest field name the schema has (`did you mean`).
+fn read_errors(
+    text: &str,
+    first: toml::de::Error,
+    table: Option<&toml_edit::Table>,
+) -> Vec<(Option<std::ops::Range<usize>>, Option<FieldPath>, String)> {
+    let mut errors = Vec::new();
+    let mut blanked = text.to_owned();
+    let mut next = Some(first);
+    while let Some(e) = next.take() {
+        let span = e.span();
+        let mut message = e.message().trim_end_matches('.').to_owned();
+        let mut path = match (table, &span) {
+            (Some(t), Some(s)) => path_at(t, s.start),
+            _ => None,
+        };
+        if let Some(missing) =
+            message.strip_prefix("missing field `").and_then(|m| m.strip_suffix('`'))
+        {
+            path = Some(path.unwrap_or_else(FieldPath::root).key(missing));
+        }
+        if message == "duplicate key"
+            && let Some(s) = &span
+            && let Some(key) = text.get(s.clone())
+        {
+            message = format!("duplicate key `{key}`");
+        }
+        let unknown = message.starts_with("unknown field `");
+        if unknown {
+            message = suggest(&message);
+        }
+        let spans = table.zip(path.as_ref()).and_then(|(t, p)| key_value_spans(t, p));
+        errors.push((span, path, message));
+        if !unknown || errors.len() >= MAX_READ_ERRORS {
+            break;
+        }
+        // Only a key/value pair can be blanked out; an unknown table stays the last error.
+        let Some((key, value)) = spans else { break };
+        blank(&mut blanked, key.start..value.end);
+        next = toml::from_str::<raw::RawConfig>(&blanked).err();
+    }
+    errors
+}
+
+/// Turns the key/value pair at `pair` into spaces (newlines kept), with the comma that joins it
+/// to the rest of an inline table (after it, else before it).
+fn blank(text: &mut String, pair: std::ops::Range<usize>) {
+    let bytes = text.as_bytes();
+    let is_space = |b: &u8| *b == b' ' || *b == b'\t';
+    let after = bytes[pair.end..].iter().take_while(|b| is_space(b)).count();
+    let before = bytes[..pair.start].iter().rev().take_while(|b| is_space(b)).count();
+    let range = if bytes.get(pair.end + after) == Some(&b',') {
+        pair.start..pair.end + after + 1
+    } else if pair.start > before && bytes[pair.start - before - 1] == b',' {
+        pair.start - before - 1..pair.end
+    } else {
+        pair
+    };
+    let spaces: String =
+        text[range.clone()].chars().map(|c| if c == '\n' { '\n' } else { ' ' }).collect();
+    // Each char became one byte: pad to keep the offsets of what follows.
+    let pad = range.len() - spaces.len();
+    text.replace_range(range, &(spaces + &" ".repeat(pad)));
+}
+
+/// serde's `unknown field `x`, expected one of `a`, `b`, ...` as `unknown field `x`, did you
+/// mean `a`?` when one expected name is close (Damerau–Levenshtein distance at most a third
+/// of its length, at least 1), else as it is.
+fn suggest(message: &str) -> String {
+    let Some((head, expected)) = message.split_once(", expected ") else {
+        return message.to_owned();
+    };
+    let Some(unknown) = head.strip_prefix("unknown field `").and_then(|u| u.strip_suffix('`'))
+    else {
+        return message.to_owned();
+    };
+    let names = expected.split('`').skip(1).step_by(2);
+    let nearest = names
+        .map(|name| (strsim::damerau_levenshtein(unknown, name), name))
+        .filter(|(d, name)| *d <= (name.len() / 3).max(1))
+        .min();
+    match nearest {
+        Some((_, name)) => format!("{head}, did you mean `{name}`?"),
+        None => message.to_owned(),
+    }
+}
+
 /// Reads and checks the configuration file at `path`; the view gets id `view_id`. Every optional
 /// feature is taken as available ([`load_file_with`] checks against a build's).
 ///
@@ -166,25 +261,11 @@ pub fn parse_str_with(
     let raw: raw::RawConfig = match toml::from_str(text) {
         Ok(raw) => raw,
         Err(e) => {
-            let span = e.span();
-            let mut message = e.message().trim_end_matches('.').to_owned();
-            let mut path = match (table, &span) {
-                (Some(t), Some(s)) => path_at(t, s.start),
-                _ => None,
-            };
-            if let Some(missing) =
-                message.strip_prefix("missing field `").and_then(|m| m.strip_suffix('`'))
-            {
-                path = Some(path.unwrap_or_else(FieldPath::root).key(missing));
-            }
-            if message == "duplicate key"
-                && let Some(s) = &span
-                && let Some(key) = text.get(s.clone())
-            {
-                message = format!("duplicate key `{key}`");
-            }
-            let field = path.map(|p| p.to_string()).unwrap_or_default();
-            return Err(ConfigErrors { errors: vec![error_at(span, field, message)] });
+            let errors = read_errors(text, e, table);
+            let errors = errors.into_iter().map(|(span, field, message)| {
+                error_at(span, field.map(|p| p.to_string()).unwrap_or_default(), message)
+            });
+            return Err(ConfigErrors { errors: errors.collect() });
         }
     };
 

@@ -158,6 +158,24 @@ pub(crate) fn span_of(doc: &Table, path: &FieldPath) -> Option<Range<usize>> {
     best
 }
 
+/// The spans of the key and of the value of the key/value pair at `path` (inline ones
+/// included); `None` for a standard table or an array of tables, which have no value text.
+pub(crate) fn key_value_spans(
+    doc: &Table,
+    path: &FieldPath,
+) -> Option<(Range<usize>, Range<usize>)> {
+    let (last, parents) = path.0.split_last()?;
+    let mut node = Node::Table(doc);
+    for seg in parents {
+        node = node.child(seg)?.0;
+    }
+    let (child, key) = node.child(last)?;
+    match child.normalize() {
+        Node::Value(v) => Some((key?, v.span()?)),
+        _ => None,
+    }
+}
+
 /// The field path whose own text (key, value, or table header) most narrowly contains byte
 /// `offset`; among equally narrow ones the deepest (an `[[x]]` header is both `x` and `x[N]`).
 pub(crate) fn path_at(doc: &Table, offset: usize) -> Option<FieldPath> {

@@ -17,8 +17,7 @@ pub const LONG_VERSION: &str = concat!(
 
 /// rondo, a load balancer.
 ///
-/// Logs go to stderr, filtered by the RONDO_LOG environment variable (default `warn`; e.g.
-/// `RONDO_LOG=info`).
+/// Logs go to stderr, at `info` by default (see Logging below).
 #[derive(Debug, Parser)]
 #[command(
     name = "rondo",
@@ -512,12 +511,24 @@ pub struct MemberArgs {
     /// The name it answers with.
     #[arg(long)]
     pub name: String,
-    /// Where to listen.
-    #[arg(long, value_name = "ADDR")]
+    /// Where to listen: an IP address and a port, like `127.0.0.1:9101`.
+    #[arg(long, value_name = "ADDR", value_parser = listen_address)]
     pub listen: SocketAddr,
     /// Wait this long before every answer, milliseconds.
     #[arg(long, value_name = "MS", default_value_t = 0)]
     pub delay_ms: u64,
+}
+
+/// `--listen`'s value: an IP address and port, with an example when it is not one (a bare
+/// port, a host name or a scheme is the usual slip).
+fn listen_address(value: &str) -> Result<SocketAddr, String> {
+    value.parse().map_err(|_| {
+        let example = match value.parse::<u16>() {
+            Ok(port) => format!("127.0.0.1:{port}"),
+            Err(_) => "127.0.0.1:9101".to_owned(),
+        };
+        format!("`{value}` is not an IP address and port; write it like `{example}`")
+    })
 }
 
 /// Options of `rondo demo`.

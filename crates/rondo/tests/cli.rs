@@ -247,11 +247,10 @@ fn check_reports_a_typo_with_file_line_column_and_field() {
     let stderr = text(&out.stderr);
     let (line, column) = pos(&broken, "algoritm");
     let want = format!(
-        "{}:{line}:{column}: field `cluster.assets.algoritm`: unknown field `algoritm`, expected one of `algorithm`,",
+        "{}:{line}:{column}: field `cluster.assets.algoritm`: unknown field `algoritm`, did you mean `algorithm`?\n",
         path.display()
     );
-    assert!(stderr.starts_with(&want), "stderr: {stderr}");
-    assert_eq!(stderr.lines().count(), 1, "stderr: {stderr}");
+    assert_eq!(stderr, want, "stderr: {stderr}");
 }
 
 #[test]
@@ -373,6 +372,16 @@ fn version_and_help() {
         "{help}"
     );
     assert!(help.contains("RONDO_LOG"), "{help}");
+    // One default log level, the true one, in the first lines and in the footer alike.
+    assert!(help.lines().next().unwrap_or("").contains("rondo, a load balancer"), "{help}");
+    assert!(help.contains("at `info` by default"), "{help}");
+    assert!(!help.contains("default `warn`"), "{help}");
+
+    // A bare port for an address gets an example to copy.
+    let out = rondo(&["member", "--name", "m", "--listen", "9109"]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("write it like `127.0.0.1:9109`"), "{stderr}");
 
     let out = rondo(&["check"]);
     assert_eq!(out.status.code(), Some(2), "a missing file is a usage error");

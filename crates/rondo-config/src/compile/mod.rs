@@ -112,6 +112,16 @@ fn is_token(s: &str) -> bool {
 
 /// Checks a `host:port` address (host a DNS name, an IPv4 address or a bracketed IPv6 address).
 fn check_host_port(addr: &str) -> Result<(), String> {
+    if let Some((scheme, rest)) = addr.split_once("://") {
+        // A URL where an address goes: show the address it names.
+        let authority = rest.split(['/', '?', '#']).next().unwrap_or(rest);
+        let port = if scheme.eq_ignore_ascii_case("https") { "443" } else { "80" };
+        let fixed = match authority.rsplit_once(':') {
+            Some((_, p)) if !p.is_empty() && !p.contains(']') => authority.to_owned(),
+            _ => format!("{authority}:{port}"),
+        };
+        return Err(format!("an address is host:port without a scheme: write `{fixed}`"));
+    }
     let Some((host, port)) = addr.rsplit_once(':') else {
         return Err(format!("`{addr}` is not host:port"));
     };
