@@ -421,6 +421,12 @@ fn peek_header(token: &str) -> Result<(String, Option<String>), AuthError> {
         return Err(malformed());
     };
     let bytes = URL_SAFE_NO_PAD.decode(head).map_err(|_| malformed())?;
+    if let Some(name) = duplicate_name(&bytes) {
+        return Err(AuthError::new(
+            Refusal::Malformed,
+            format!("the token's header names {name} twice"),
+        ));
+    }
     let v: Value = serde_json::from_slice(&bytes).map_err(|_| malformed())?;
     // RFC 7515 section 4.1.11: a token whose `crit` names extensions must be refused by a
     // verifier that does not understand them, and this one understands none.
@@ -435,6 +441,73 @@ fn peek_header(token: &str) -> Result<(String, Option<String>), AuthError> {
     Ok((alg, kid))
 }
 
+/// The first name an object of the JSON text `json` holds twice, at any depth (printable, at
+/// most 64 characters), or `None`: none does, or the text is no JSON (which the reader of the
+/// text then reports).
+fn duplicate_name(json: &[u8]) -> Option<String> {
+    let found = std::cell::RefCell::new(None);
+    let mut de = serde_json::Deserializer::from_slice(json);
+    let _ = serde::de::DeserializeSeed::deserialize(Unique(&found), &mut de);
+    found.into_inner().map(|n: String| printable(&n).chars().take(64).collect())
+}
+
+/// A JSON value walked (not kept) to find a duplicated object member name, which it records
+/// before stopping the parse with an error.
+#[derive(Clone, Copy)]
+struct Unique<'a>(&'a std::cell::RefCell<Option<String>>);
+
+impl<'de> serde::de::DeserializeSeed<'de> for Unique<'_> {
+    type Value = ();
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Unique<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_str<E>(self, _: &str) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_unit<E>(self) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while seq.next_element_seed(self)?.is_some() {}
+        Ok(())
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let mut names = std::collections::HashSet::new();
+        while let Some(name) = map.next_key::<String>()? {
+            if !names.insert(name.clone()) {
+                *self.0.borrow_mut() = Some(name);
+                return Err(serde::de::Error::custom("duplicate name"));
+            }
+            map.next_value_seed(self)?;
+        }
+        Ok(())
+    }
+}
+
 fn verify(
     spec: &RouteAuth,
     keys: &Keys,
@@ -445,6 +518,15 @@ fn verify(
         return Err(AuthError::new(Refusal::Malformed, "the bearer token is too long"));
     }
     let (alg_name, kid) = peek_header(token)?;
+    // The claims the crate reads keep the last of a duplicated name (or refuse some with a
+    // misleading error): one name must mean one value (RFC 7519 section 4), so refuse first.
+    let payload = token.split('.').nth(1).and_then(|p| URL_SAFE_NO_PAD.decode(p).ok());
+    if let Some(name) = payload.as_deref().and_then(duplicate_name) {
+        return Err(AuthError::new(
+            Refusal::Malformed,
+            format!("the token's claims name {name} twice"),
+        ));
+    }
     if alg_name.eq_ignore_ascii_case("none") {
         return Err(AuthError::new(Refusal::Unsigned, "unsigned tokens (alg none) are refused"));
     }
@@ -858,6 +940,53 @@ mod tests {
         let good = token(&claims(), SECRET);
         let rest = good.split_once('.').unwrap().1;
         assert_eq!(refusal(&format!("{head}.{rest}")), Refusal::Malformed);
+    }
+
+    /// A token of raw header and claims JSON text, signed (HS256 with the test key) so that the
+    /// text is the only fault.
+    fn raw_token(header: &str, claims: &str) -> String {
+        let msg = format!("{}.{}", URL_SAFE_NO_PAD.encode(header), URL_SAFE_NO_PAD.encode(claims));
+        let key = EncodingKey::from_secret(SECRET);
+        let sig = jsonwebtoken::crypto::sign(msg.as_bytes(), &key, Algorithm::HS256).unwrap();
+        format!("{msg}.{sig}")
+    }
+
+    /// Issue 41 item 9: one claim (or header parameter) name, one value. A duplicate is refused
+    /// with a message that names it, whichever claim it is, however it is spelled.
+    #[test]
+    fn a_name_given_twice_is_refused_and_named() {
+        const HEAD: &str = r#"{"alg":"HS256","typ":"JWT","kid":"h1"}"#;
+        let good = claims().to_string();
+        assert!(verify(&spec(), &keys(), &raw_token(HEAD, &good), now()).is_ok());
+        let cases = [
+            (r#""scope":"orders:read""#, "scope"),
+            (r#""sub":"mallory""#, "sub"),
+            (r#""iss":"https://issuer.test""#, "iss"),
+            (r#""aud":"orders""#, "aud"),
+            (r#""exp":1800000600"#, "exp"),
+            // The same name in another spelling of the same JSON string.
+            (r#""s\u0075b":"mallory""#, "sub"),
+            // Inside a claim's value (what a member would read in its claim header).
+            (r#""address":{"a":1,"a":2}"#, "a"),
+        ];
+        for (extra, name) in cases {
+            let text = format!("{},{extra}}}", good.strip_suffix('}').unwrap());
+            let e = verify(&spec(), &keys(), &raw_token(HEAD, &text), now()).unwrap_err();
+            assert_eq!(e.refusal, Refusal::Malformed, "{text}");
+            assert_eq!(e.detail, format!("the token's claims name {name} twice"), "{text}");
+        }
+        for head in [
+            r#"{"alg":"HS256","typ":"JWT","kid":"h1","alg":"HS256"}"#,
+            r#"{"alg":"HS256","typ":"JWT","kid":"h1","kid":"h2"}"#,
+        ] {
+            let e = verify(&spec(), &keys(), &raw_token(head, &good), now()).unwrap_err();
+            assert_eq!(e.refusal, Refusal::Malformed, "{head}");
+            assert!(e.detail.starts_with("the token's header names "), "{head}: {}", e.detail);
+            assert!(e.detail.ends_with(" twice"), "{head}: {}", e.detail);
+        }
+        // Not JSON at all is still the malformed token it was.
+        let e = verify(&spec(), &keys(), &raw_token(HEAD, "{\"sub\":"), now()).unwrap_err();
+        assert_eq!(e.detail, "the bearer token's claims are not a JSON object");
     }
 
     #[test]
