@@ -28,6 +28,7 @@ use rondo_runtime::secret::TierKey;
 use serde_json::Value;
 
 use crate::error::{Kind, ProxyError};
+use crate::head::Headers;
 
 /// The header members read the verified subject from.
 pub const SUBJECT_HEADER: &str = "x-rondo-subject";
@@ -76,6 +77,10 @@ pub enum Refusal {
     Revoked,
     /// The route's key file could not be read or holds no usable key.
     Keys,
+    /// Two `Authorization` fields (not a list field, RFC 9110 section 11.6.2), or, without a
+    /// bearer token, tier sessions that differ: which one the client meant is unknown, so none
+    /// is checked and the request is refused as malformed (400, RFC 6750 `invalid_request`).
+    Ambiguous,
 }
 
 impl Refusal {
@@ -95,16 +100,31 @@ impl Refusal {
             Refusal::Claim => "missing_claim",
             Refusal::Revoked => "revoked",
             Refusal::Keys => "keys_unavailable",
+            Refusal::Ambiguous => "ambiguous",
+        }
+    }
+
+    /// The status the client is answered with: 400 for a request that is malformed as a whole
+    /// ([`Refusal::Ambiguous`]), 401 for a refused token (RFC 6750 section 3.1).
+    pub fn status(self) -> http::StatusCode {
+        match self {
+            Refusal::Ambiguous => http::StatusCode::BAD_REQUEST,
+            _ => http::StatusCode::UNAUTHORIZED,
         }
     }
 
     /// The `WWW-Authenticate` challenge (RFC 6750 section 3): no error code when the request
-    /// carried no token, `invalid_token` when it did, `insufficient_scope` for a claim.
+    /// carried no token, `invalid_token` when it did, `insufficient_scope` for a claim,
+    /// `invalid_request` for an ambiguous request.
     pub fn challenge(self) -> HeaderValue {
         let v = match self {
             Refusal::Missing => "Bearer realm=\"rondo\"".to_owned(),
             Refusal::Claim => format!(
                 "Bearer realm=\"rondo\", error=\"insufficient_scope\", error_description=\"{}\"",
+                self.as_str()
+            ),
+            Refusal::Ambiguous => format!(
+                "Bearer realm=\"rondo\", error=\"invalid_request\", error_description=\"{}\"",
                 self.as_str()
             ),
             _ => format!(
@@ -131,7 +151,7 @@ impl AuthError {
         AuthError { refusal, detail: detail.into() }
     }
 
-    /// The proxy error the client is answered with: 401 and the challenge.
+    /// The proxy error the client is answered with: the refusal's status and the challenge.
     pub fn into_proxy_error(self, route: &str, cluster: &str) -> ProxyError {
         ProxyError::on_route(Kind::Unauthorized(self.refusal), route, cluster, self.detail)
     }
@@ -237,6 +257,39 @@ fn strip_session_cookie(headers: &mut HeaderMap) {
     }
 }
 
+/// A request's sign-on credentials as the route stage reads them: its one `Authorization` field
+/// and its tier session cookie. Read once, from every field, so that a second field cannot
+/// hide behind the first (only the first would be checked, and both would reach the member).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Credentials<'h> {
+    authorization: Option<&'h str>,
+    session: Option<&'h str>,
+    sessions_differ: bool,
+}
+
+impl<'h> Credentials<'h> {
+    /// The credentials of a request head; a second `Authorization` field is refused here
+    /// ([`Refusal::Ambiguous`]), sessions that differ only when one would be checked.
+    pub fn read(headers: &'h impl Headers) -> Result<Self, AuthError> {
+        let mut fields = headers.values("authorization");
+        let authorization = fields.next();
+        if fields.next().is_some() {
+            return Err(AuthError::new(
+                Refusal::Ambiguous,
+                "the request has more than one Authorization field",
+            ));
+        }
+        let mut sessions = crate::sticky::cookies(headers, SESSION_COOKIE);
+        let session = sessions.next();
+        let sessions_differ = sessions.any(|other| Some(other) != session);
+        Ok(Credentials {
+            authorization: authorization.and_then(crate::head::visible_ascii),
+            session,
+            sessions_differ,
+        })
+    }
+}
+
 /// The token checker of a router: the routes' key files, each loaded once and reloaded when it
 /// changes. Shared by every listener.
 #[derive(Debug, Default)]
@@ -245,25 +298,30 @@ pub struct Auth {
 }
 
 impl Auth {
-    /// Verifies the request's token for `spec`: `header` looks a request header up by lower-case
-    /// name, `cookie` a cookie by name; `now` is the wall clock (tokens carry Unix times). A
-    /// bearer token is checked against the route's keys; without one, a tier session cookie
-    /// (when the tier has a key) stands for its subject. Either is refused when revoked.
-    pub fn check<'h>(
+    /// Verifies the request's credentials for `spec`; `now` is the wall clock (tokens carry
+    /// Unix times). A bearer token is checked against the route's keys; without one, a tier
+    /// session cookie (when the tier has a key) stands for its subject. Either is refused when
+    /// revoked.
+    pub fn check(
         &self,
         spec: &RouteAuth,
-        header: &dyn Fn(&str) -> Option<&'h str>,
-        cookie: &dyn Fn(&str) -> Option<&'h str>,
+        credentials: Credentials<'_>,
         tier: Option<&TierKey>,
         revoked: &Revocations,
         now: SystemTime,
     ) -> Result<Identity, AuthError> {
-        let identity = match bearer(header("authorization")) {
+        let identity = match bearer(credentials.authorization) {
             Some(token) => {
                 let keys = self.file(&spec.keys).current();
                 verify(spec, &keys, token, now)?
             }
-            None => match (tier, cookie(SESSION_COOKIE)) {
+            None if credentials.sessions_differ => {
+                return Err(AuthError::new(
+                    Refusal::Ambiguous,
+                    "the request has more than one tier session (rondo-session cookies that differ)",
+                ));
+            }
+            None => match (tier, credentials.session) {
                 (Some(key), Some(value)) => session_identity(spec, key, value, now)?,
                 _ => return Err(AuthError::new(Refusal::Missing, "a bearer token is required")),
             },
@@ -275,20 +333,22 @@ impl Auth {
         Ok(identity)
     }
 
-    /// The route stage's one call (the router's and a queue listener's): `Ok(None)` on a route
-    /// without `auth`, the verified identity on one with it, or the refusal the client is
-    /// answered 401 for (counted in `rondo_auth_refusals_total`).
-    pub fn gate<'h>(
+    /// The route stage's one call (the router's and a queue listener's), given the request's
+    /// header fields: `Ok(None)` on a route without `auth`, the verified identity on one with
+    /// it, or the refusal the client is answered 401 (or 400) for (counted in
+    /// `rondo_auth_refusals_total`).
+    pub fn gate(
         &self,
         route: &Route,
         live: &Live,
-        header: &dyn Fn(&str) -> Option<&'h str>,
-        cookie: &dyn Fn(&str) -> Option<&'h str>,
+        headers: &impl Headers,
     ) -> Result<Option<Identity>, AuthError> {
         let Some(spec) = &route.auth else { return Ok(None) };
         let now = SystemTime::now();
         let tier = live.tier_key();
-        match self.check(spec, header, cookie, tier.as_deref(), &live.revocations, now) {
+        let checked = Credentials::read(headers)
+            .and_then(|c| self.check(spec, c, tier.as_deref(), &live.revocations, now));
+        match checked {
             Ok(identity) => Ok(Some(identity)),
             Err(e) => {
                 live.metrics.auth_refused(&route.name, e.refusal.as_str());
