@@ -117,7 +117,7 @@ fn config(algorithm: &str, members: &[(&str, SocketAddr, u32)], pad: usize) -> S
 }
 
 /// Writes `text` to a temporary file beside `path` and renames it over `path`, as editors do.
-fn save_by_rename(path: &Path, text: impl AsRef<[u8]>) {
+fn save_by_rename(path: &Path, text: &str) {
     let tmp = path.with_extension("toml.tmp");
     std::fs::write(&tmp, text).expect("write temp file");
     std::fs::rename(&tmp, path).expect("rename over the config");
@@ -232,7 +232,9 @@ async fn serve_reloads_on_rename_sighup_and_keeps_the_old_view_on_errors() {
     let line = text[..at].matches('\n').count() + 1;
     let mut bad = text.into_bytes();
     bad[at] = 0xff;
-    save_by_rename(&path, &bad);
+    let tmp = path.with_extension("toml.tmp");
+    std::fs::write(&tmp, &bad).expect("write temp file");
+    std::fs::rename(&tmp, &path).expect("rename over the config");
     let logged = serve
         .stderr_with(
             &[&format!("{}:{line}:2", path.display()), "not UTF-8"],
