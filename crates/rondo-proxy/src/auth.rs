@@ -7,8 +7,9 @@
 //! identity by sending the header itself).
 //!
 //! The API is free of hyper types, so every request path (hyper's, and a hand-written HTTP/1
-//! one) makes the same three calls: [`Auth::check`] once the route is known (a refusal is a
-//! [`Refusal`], answered 401 with `WWW-Authenticate` through [`Kind::Unauthorized`]), then
+//! one) makes the same three calls: [`Auth::gate`] with the head's fields once the route is
+//! known (a refusal is a [`Refusal`], answered 401 with `WWW-Authenticate` through
+//! [`Kind::Unauthorized`], or 400 for a request with two credentials), then
 //! [`strip`] and [`Identity::headers`] on the head members get.
 
 use std::collections::HashMap;
