@@ -215,7 +215,7 @@ fn suggest(message: &str) -> String {
 /// feature is taken as available ([`load_file_with`] checks against a build's).
 ///
 /// A file that cannot be read is one [`ConfigError`] without a position (line 0) naming the file
-/// and the I/O error.
+/// and the I/O error; one that is not UTF-8 is one at its first bad byte.
 pub fn load_file(path: &Path, view_id: u64) -> Result<Config, ConfigErrors> {
     load_file_with(path, view_id, Features::ALL)
 }
@@ -226,10 +226,28 @@ pub fn load_file_with(
     view_id: u64,
     features: Features,
 ) -> Result<Config, ConfigErrors> {
-    match std::fs::read_to_string(path) {
-        Ok(text) => parse_str_with(&text, path, view_id, features),
-        Err(e) => Err(ConfigErrors::whole_file(path, format!("cannot read config file: {e}"))),
+    let bytes = match std::fs::read(path) {
+        Ok(bytes) => bytes,
+        Err(e) => {
+            return Err(ConfigErrors::whole_file(path, format!("cannot read config file: {e}")));
+        }
+    };
+    match std::str::from_utf8(&bytes) {
+        Ok(text) => parse_str_with(text, path, view_id, features),
+        Err(e) => Err(ConfigErrors { errors: vec![not_utf8(path, &bytes, &e)] }),
     }
+}
+
+/// The error of a file that is not UTF-8 (TOML must be), at the line and column of its first
+/// bad byte, like every other problem of the file: an editor can go there.
+fn not_utf8(file: &Path, bytes: &[u8], e: &std::str::Utf8Error) -> ConfigError {
+    let good = e.valid_up_to();
+    // Everything before the first bad byte is UTF-8, so it counts lines and characters.
+    let before = std::str::from_utf8(&bytes[..good]).unwrap_or_default();
+    let (line, column) = line_column(before, good);
+    let message =
+        format!("the file is not UTF-8 (as TOML must be): bad byte 0x{:02x}", bytes[good]);
+    ConfigError { file: file.to_path_buf(), line, column, field: String::new(), message }
 }
 
 /// Parses and checks configuration `text`; `file` names it in errors and anchors relative paths

@@ -7,8 +7,9 @@
 //! identity by sending the header itself).
 //!
 //! The API is free of hyper types, so every request path (hyper's, and a hand-written HTTP/1
-//! one) makes the same three calls: [`Auth::check`] once the route is known (a refusal is a
-//! [`Refusal`], answered 401 with `WWW-Authenticate` through [`Kind::Unauthorized`]), then
+//! one) makes the same three calls: [`Auth::gate`] with the head's fields once the route is
+//! known (a refusal is a [`Refusal`], answered 401 with `WWW-Authenticate` through
+//! [`Kind::Unauthorized`], or 400 for a request with two credentials), then
 //! [`strip`] and [`Identity::headers`] on the head members get.
 
 use std::collections::HashMap;
@@ -28,6 +29,7 @@ use rondo_runtime::secret::TierKey;
 use serde_json::Value;
 
 use crate::error::{Kind, ProxyError};
+use crate::head::Headers;
 
 /// The header members read the verified subject from.
 pub const SUBJECT_HEADER: &str = "x-rondo-subject";
@@ -76,6 +78,10 @@ pub enum Refusal {
     Revoked,
     /// The route's key file could not be read or holds no usable key.
     Keys,
+    /// Two `Authorization` fields (not a list field, RFC 9110 section 11.6.2), or, without a
+    /// bearer token, tier sessions that differ: which one the client meant is unknown, so none
+    /// is checked and the request is refused as malformed (400, RFC 6750 `invalid_request`).
+    Ambiguous,
 }
 
 impl Refusal {
@@ -95,16 +101,31 @@ impl Refusal {
             Refusal::Claim => "missing_claim",
             Refusal::Revoked => "revoked",
             Refusal::Keys => "keys_unavailable",
+            Refusal::Ambiguous => "ambiguous",
+        }
+    }
+
+    /// The status the client is answered with: 400 for a request that is malformed as a whole
+    /// ([`Refusal::Ambiguous`]), 401 for a refused token (RFC 6750 section 3.1).
+    pub fn status(self) -> http::StatusCode {
+        match self {
+            Refusal::Ambiguous => http::StatusCode::BAD_REQUEST,
+            _ => http::StatusCode::UNAUTHORIZED,
         }
     }
 
     /// The `WWW-Authenticate` challenge (RFC 6750 section 3): no error code when the request
-    /// carried no token, `invalid_token` when it did, `insufficient_scope` for a claim.
+    /// carried no token, `invalid_token` when it did, `insufficient_scope` for a claim,
+    /// `invalid_request` for an ambiguous request.
     pub fn challenge(self) -> HeaderValue {
         let v = match self {
             Refusal::Missing => "Bearer realm=\"rondo\"".to_owned(),
             Refusal::Claim => format!(
                 "Bearer realm=\"rondo\", error=\"insufficient_scope\", error_description=\"{}\"",
+                self.as_str()
+            ),
+            Refusal::Ambiguous => format!(
+                "Bearer realm=\"rondo\", error=\"invalid_request\", error_description=\"{}\"",
                 self.as_str()
             ),
             _ => format!(
@@ -131,7 +152,7 @@ impl AuthError {
         AuthError { refusal, detail: detail.into() }
     }
 
-    /// The proxy error the client is answered with: 401 and the challenge.
+    /// The proxy error the client is answered with: the refusal's status and the challenge.
     pub fn into_proxy_error(self, route: &str, cluster: &str) -> ProxyError {
         ProxyError::on_route(Kind::Unauthorized(self.refusal), route, cluster, self.detail)
     }
@@ -237,6 +258,39 @@ fn strip_session_cookie(headers: &mut HeaderMap) {
     }
 }
 
+/// A request's sign-on credentials as the route stage reads them: its one `Authorization` field
+/// and its tier session cookie. Read once, from every field, so that a second field cannot
+/// hide behind the first (only the first would be checked, and both would reach the member).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Credentials<'h> {
+    authorization: Option<&'h str>,
+    session: Option<&'h str>,
+    sessions_differ: bool,
+}
+
+impl<'h> Credentials<'h> {
+    /// The credentials of a request head; a second `Authorization` field is refused here
+    /// ([`Refusal::Ambiguous`]), sessions that differ only when one would be checked.
+    pub fn read(headers: &'h impl Headers) -> Result<Self, AuthError> {
+        let mut fields = headers.values("authorization");
+        let authorization = fields.next();
+        if fields.next().is_some() {
+            return Err(AuthError::new(
+                Refusal::Ambiguous,
+                "the request has more than one Authorization field",
+            ));
+        }
+        let mut sessions = crate::sticky::cookies(headers, SESSION_COOKIE);
+        let session = sessions.next();
+        let sessions_differ = sessions.any(|other| Some(other) != session);
+        Ok(Credentials {
+            authorization: authorization.and_then(crate::head::visible_ascii),
+            session,
+            sessions_differ,
+        })
+    }
+}
+
 /// The token checker of a router: the routes' key files, each loaded once and reloaded when it
 /// changes. Shared by every listener.
 #[derive(Debug, Default)]
@@ -245,25 +299,30 @@ pub struct Auth {
 }
 
 impl Auth {
-    /// Verifies the request's token for `spec`: `header` looks a request header up by lower-case
-    /// name, `cookie` a cookie by name; `now` is the wall clock (tokens carry Unix times). A
-    /// bearer token is checked against the route's keys; without one, a tier session cookie
-    /// (when the tier has a key) stands for its subject. Either is refused when revoked.
-    pub fn check<'h>(
+    /// Verifies the request's credentials for `spec`; `now` is the wall clock (tokens carry
+    /// Unix times). A bearer token is checked against the route's keys; without one, a tier
+    /// session cookie (when the tier has a key) stands for its subject. Either is refused when
+    /// revoked.
+    pub fn check(
         &self,
         spec: &RouteAuth,
-        header: &dyn Fn(&str) -> Option<&'h str>,
-        cookie: &dyn Fn(&str) -> Option<&'h str>,
+        credentials: Credentials<'_>,
         tier: Option<&TierKey>,
         revoked: &Revocations,
         now: SystemTime,
     ) -> Result<Identity, AuthError> {
-        let identity = match bearer(header("authorization")) {
+        let identity = match bearer(credentials.authorization) {
             Some(token) => {
                 let keys = self.file(&spec.keys).current();
                 verify(spec, &keys, token, now)?
             }
-            None => match (tier, cookie(SESSION_COOKIE)) {
+            None if credentials.sessions_differ => {
+                return Err(AuthError::new(
+                    Refusal::Ambiguous,
+                    "the request has more than one tier session (rondo-session cookies that differ)",
+                ));
+            }
+            None => match (tier, credentials.session) {
                 (Some(key), Some(value)) => session_identity(spec, key, value, now)?,
                 _ => return Err(AuthError::new(Refusal::Missing, "a bearer token is required")),
             },
@@ -275,20 +334,22 @@ impl Auth {
         Ok(identity)
     }
 
-    /// The route stage's one call (the router's and a queue listener's): `Ok(None)` on a route
-    /// without `auth`, the verified identity on one with it, or the refusal the client is
-    /// answered 401 for (counted in `rondo_auth_refusals_total`).
-    pub fn gate<'h>(
+    /// The route stage's one call (the router's and a queue listener's), given the request's
+    /// header fields: `Ok(None)` on a route without `auth`, the verified identity on one with
+    /// it, or the refusal the client is answered 401 (or 400) for (counted in
+    /// `rondo_auth_refusals_total`).
+    pub fn gate(
         &self,
         route: &Route,
         live: &Live,
-        header: &dyn Fn(&str) -> Option<&'h str>,
-        cookie: &dyn Fn(&str) -> Option<&'h str>,
+        headers: &impl Headers,
     ) -> Result<Option<Identity>, AuthError> {
         let Some(spec) = &route.auth else { return Ok(None) };
         let now = SystemTime::now();
         let tier = live.tier_key();
-        match self.check(spec, header, cookie, tier.as_deref(), &live.revocations, now) {
+        let checked = Credentials::read(headers)
+            .and_then(|c| self.check(spec, c, tier.as_deref(), &live.revocations, now));
+        match checked {
             Ok(identity) => Ok(Some(identity)),
             Err(e) => {
                 live.metrics.auth_refused(&route.name, e.refusal.as_str());
@@ -421,6 +482,12 @@ fn peek_header(token: &str) -> Result<(String, Option<String>), AuthError> {
         return Err(malformed());
     };
     let bytes = URL_SAFE_NO_PAD.decode(head).map_err(|_| malformed())?;
+    if let Some(name) = duplicate_name(&bytes) {
+        return Err(AuthError::new(
+            Refusal::Malformed,
+            format!("the token's header names {name} twice"),
+        ));
+    }
     let v: Value = serde_json::from_slice(&bytes).map_err(|_| malformed())?;
     // RFC 7515 section 4.1.11: a token whose `crit` names extensions must be refused by a
     // verifier that does not understand them, and this one understands none.
@@ -435,6 +502,73 @@ fn peek_header(token: &str) -> Result<(String, Option<String>), AuthError> {
     Ok((alg, kid))
 }
 
+/// The first name an object of the JSON text `json` holds twice, at any depth (printable, at
+/// most 64 characters), or `None`: none does, or the text is no JSON (which the reader of the
+/// text then reports).
+fn duplicate_name(json: &[u8]) -> Option<String> {
+    let found = std::cell::RefCell::new(None);
+    let mut de = serde_json::Deserializer::from_slice(json);
+    let _ = serde::de::DeserializeSeed::deserialize(Unique(&found), &mut de);
+    found.into_inner().map(|n: String| printable(&n).chars().take(64).collect())
+}
+
+/// A JSON value walked (not kept) to find a duplicated object member name, which it records
+/// before stopping the parse with an error.
+#[derive(Clone, Copy)]
+struct Unique<'a>(&'a std::cell::RefCell<Option<String>>);
+
+impl<'de> serde::de::DeserializeSeed<'de> for Unique<'_> {
+    type Value = ();
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Unique<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_str<E>(self, _: &str) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_unit<E>(self) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while seq.next_element_seed(self)?.is_some() {}
+        Ok(())
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let mut names = std::collections::HashSet::new();
+        while let Some(name) = map.next_key::<String>()? {
+            if !names.insert(name.clone()) {
+                *self.0.borrow_mut() = Some(name);
+                return Err(serde::de::Error::custom("duplicate name"));
+            }
+            map.next_value_seed(self)?;
+        }
+        Ok(())
+    }
+}
+
 fn verify(
     spec: &RouteAuth,
     keys: &Keys,
@@ -445,6 +579,15 @@ fn verify(
         return Err(AuthError::new(Refusal::Malformed, "the bearer token is too long"));
     }
     let (alg_name, kid) = peek_header(token)?;
+    // The claims the crate reads keep the last of a duplicated name (or refuse some with a
+    // misleading error): one name must mean one value (RFC 7519 section 4), so refuse first.
+    let payload = token.split('.').nth(1).and_then(|p| URL_SAFE_NO_PAD.decode(p).ok());
+    if let Some(name) = payload.as_deref().and_then(duplicate_name) {
+        return Err(AuthError::new(
+            Refusal::Malformed,
+            format!("the token's claims name {name} twice"),
+        ));
+    }
     if alg_name.eq_ignore_ascii_case("none") {
         return Err(AuthError::new(Refusal::Unsigned, "unsigned tokens (alg none) are refused"));
     }
@@ -858,6 +1001,53 @@ mod tests {
         let good = token(&claims(), SECRET);
         let rest = good.split_once('.').unwrap().1;
         assert_eq!(refusal(&format!("{head}.{rest}")), Refusal::Malformed);
+    }
+
+    /// A token of raw header and claims JSON text, signed (HS256 with the test key) so that the
+    /// text is the only fault.
+    fn raw_token(header: &str, claims: &str) -> String {
+        let msg = format!("{}.{}", URL_SAFE_NO_PAD.encode(header), URL_SAFE_NO_PAD.encode(claims));
+        let key = EncodingKey::from_secret(SECRET);
+        let sig = jsonwebtoken::crypto::sign(msg.as_bytes(), &key, Algorithm::HS256).unwrap();
+        format!("{msg}.{sig}")
+    }
+
+    /// Issue 41 item 9: one claim (or header parameter) name, one value. A duplicate is refused
+    /// with a message that names it, whichever claim it is, however it is spelled.
+    #[test]
+    fn a_name_given_twice_is_refused_and_named() {
+        const HEAD: &str = r#"{"alg":"HS256","typ":"JWT","kid":"h1"}"#;
+        let good = claims().to_string();
+        assert!(verify(&spec(), &keys(), &raw_token(HEAD, &good), now()).is_ok());
+        let cases = [
+            (r#""scope":"orders:read""#, "scope"),
+            (r#""sub":"mallory""#, "sub"),
+            (r#""iss":"https://issuer.test""#, "iss"),
+            (r#""aud":"orders""#, "aud"),
+            (r#""exp":1800000600"#, "exp"),
+            // The same name in another spelling of the same JSON string.
+            (r#""s\u0075b":"mallory""#, "sub"),
+            // Inside a claim's value (what a member would read in its claim header).
+            (r#""address":{"a":1,"a":2}"#, "a"),
+        ];
+        for (extra, name) in cases {
+            let text = format!("{},{extra}}}", good.strip_suffix('}').unwrap());
+            let e = verify(&spec(), &keys(), &raw_token(HEAD, &text), now()).unwrap_err();
+            assert_eq!(e.refusal, Refusal::Malformed, "{text}");
+            assert_eq!(e.detail, format!("the token's claims name {name} twice"), "{text}");
+        }
+        for head in [
+            r#"{"alg":"HS256","typ":"JWT","kid":"h1","alg":"HS256"}"#,
+            r#"{"alg":"HS256","typ":"JWT","kid":"h1","kid":"h2"}"#,
+        ] {
+            let e = verify(&spec(), &keys(), &raw_token(head, &good), now()).unwrap_err();
+            assert_eq!(e.refusal, Refusal::Malformed, "{head}");
+            assert!(e.detail.starts_with("the token's header names "), "{head}: {}", e.detail);
+            assert!(e.detail.ends_with(" twice"), "{head}: {}", e.detail);
+        }
+        // Not JSON at all is still the malformed token it was.
+        let e = verify(&spec(), &keys(), &raw_token(HEAD, "{\"sub\":"), now()).unwrap_err();
+        assert_eq!(e.detail, "the bearer token's claims are not a JSON object");
     }
 
     #[test]

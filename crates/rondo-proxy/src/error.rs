@@ -163,7 +163,7 @@ impl Kind {
             Kind::ClientBody | Kind::BadRequest => StatusCode::BAD_REQUEST,
             Kind::ClientBodyTimeout => StatusCode::REQUEST_TIMEOUT,
             Kind::Loop => StatusCode::LOOP_DETECTED,
-            Kind::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            Kind::Unauthorized(refusal) => refusal.status(),
         }
     }
 

@@ -230,12 +230,9 @@ async fn proxy(
     let route = routed.route;
     // Should the client abandon the request, the connection then idles under this route's timeout.
     conn.set_idle(route.idle_timeout);
-    let headers = req.headers();
     let identity = ctx
         .auth
-        .gate(route, &ctx.live, &|n| headers.get(n).and_then(|v| v.to_str().ok()), &|n| {
-            sticky::cookie(headers, n)
-        })
+        .gate(route, &ctx.live, req.headers())
         .map_err(|e| (e.into_proxy_error(&route.name, &route.cluster), route.idle_timeout))?;
     let branches = crate::multicast::branches(route, &routed.also);
     if !branches.is_empty() {

@@ -104,13 +104,19 @@ pub fn unix_now() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
-/// A cookie's value from the request.
+/// A cookie's value from the request (the first, when it has several).
 pub fn cookie<'a>(headers: &'a impl Headers, name: &str) -> Option<&'a str> {
+    cookies(headers, name).next()
+}
+
+/// Every value of cookie `name` in the request's `Cookie` fields, in order (a browser sends one
+/// per path and domain it was set for).
+pub fn cookies<'a>(headers: &'a impl Headers, name: &str) -> impl Iterator<Item = &'a str> {
     headers
         .values("cookie")
         .filter_map(crate::head::visible_ascii)
         .flat_map(|v| v.split(';'))
-        .find_map(|kv| {
+        .filter_map(move |kv| {
             let (k, v) = kv.trim().split_once('=')?;
             (k == name).then_some(v.trim_matches('"'))
         })

@@ -322,12 +322,10 @@ async fn intake(
                 format!("no route of listener {} matches the message", ctx.listener.name),
             );
         };
-        let cookie = |n: &str| rondo_proxy::sticky::cookie(headers, n);
-        match ctx.auth.gate(route, &ctx.live, &header, &cookie) {
+        match ctx.auth.gate(route, &ctx.live, headers) {
             Ok(identity) => identity,
             Err(e) => {
-                let mut r =
-                    text(StatusCode::UNAUTHORIZED, format!("route {}: {}", route.name, e.detail));
+                let mut r = text(e.refusal.status(), format!("route {}: {}", route.name, e.detail));
                 r.headers_mut().insert(header::WWW_AUTHENTICATE, e.refusal.challenge());
                 return r;
             }

@@ -310,6 +310,27 @@ fn check_reports_a_missing_file() {
     assert_eq!(text(&out.stderr), stderr);
 }
 
+/// Issue 41 item 8: a file that is not UTF-8 is named at its first bad byte's line and column
+/// (in characters, so the `é` before it counts once), not as a position-less read error.
+#[test]
+fn check_reports_a_file_that_is_not_utf8_at_its_first_bad_byte() {
+    let dir = TempDir::new("cli");
+    let path = dir.0.join("rondo.toml");
+    let mut bytes = b"# caf\xc3\xa9\n[[listener]]\nname = \"w\xc3\xa9b\xff\"\n".to_vec();
+    bytes.extend_from_slice(b"listen = \"127.0.0.1:0\"\n");
+    std::fs::write(&path, &bytes).expect("write config");
+    let out = rondo(&["check", "--config", path.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(out.stdout.is_empty());
+    assert_eq!(
+        text(&out.stderr),
+        format!(
+            "{}:3:12: the file is not UTF-8 (as TOML must be): bad byte 0xff\n",
+            path.display()
+        )
+    );
+}
+
 #[test]
 fn version_and_help() {
     let out = rondo(&["-V"]);

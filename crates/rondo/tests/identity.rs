@@ -462,3 +462,133 @@ fn a_route_whose_key_file_is_missing_does_not_start() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("cannot read auth keys") && err.contains("missing.json"), "{err}");
 }
+
+/// `curl --http2-prior-knowledge` (h2c, so hyper's path) GET of `path` with header lines:
+/// status, the response's header lines (lower-case names) and body.
+fn curl_h2(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> Answer {
+    let mut cmd = Command::new("curl");
+    cmd.args(["-s", "--http2-prior-knowledge", "--max-time", "10", "-D", "-"]);
+    for (n, v) in headers {
+        cmd.args(["-H", &format!("{n}: {v}")]);
+    }
+    let out = cmd.arg(format!("http://{addr}{path}")).output().expect("run curl");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let mut lines = head.lines();
+    let first = lines.next().unwrap_or_default();
+    assert!(first.starts_with("HTTP/2 "), "not an HTTP/2 answer: {text}");
+    let status = first.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_owned()))
+        .collect();
+    Answer { status, headers, body: body.to_owned() }
+}
+
+/// An HTTP/1.0 GET (the own path hands it to hyper's): status and body.
+fn get_http10(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> (u16, String) {
+    let mut s = std::net::TcpStream::connect(addr).expect("connect to the router");
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut head = format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n");
+    for (n, v) in headers {
+        head.push_str(&format!("{n}: {v}\r\n"));
+    }
+    head.push_str("\r\n");
+    s.write_all(head.as_bytes()).unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).unwrap();
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let status = text.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    (status, text)
+}
+
+/// Issue 41 item 4: `Authorization` is no list field (RFC 9110 section 11.6.2). A request with
+/// two (a good token first) was let through on the first, and the member got both beside the
+/// first's `x-rondo-subject`; tier sessions that differ were decided by the first. Now either
+/// is a 400 with `invalid_request`, on the own HTTP/1.1 path, on hyper's (HTTP/1.0 and h2c),
+/// and no member sees the request. One session sent twice is still one session.
+#[test]
+fn two_authorization_fields_or_differing_sessions_are_refused_on_every_path() {
+    let dir = TempDir::new("identity-twice");
+    let secret = b"the secret of the two-field test";
+    let keys = json!({"keys": [{"kty": "oct", "kid": "h1", "k": URL_SAFE_NO_PAD.encode(secret)}]});
+    std::fs::write(dir.0.join("keys.json"), keys.to_string()).unwrap();
+    let (_member, m1) = start_member("m1", "127.0.0.1:0");
+    let config = format!(
+        "[router]\ntier_key = \"the tier key of the two-field test\"\n\n\
+         [admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"admin-secret\"\n\n\
+         [[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:0\"\n\n\
+         [[route]]\nname = \"login\"\nlistener = \"web\"\ncluster = \"c\"\n\
+         match = {{ path_prefix = \"/login/\" }}\nlogin = {{ ttl_ms = 600000 }}\n\n\
+         [[route]]\nname = \"orders\"\nlistener = \"web\"\ncluster = \"c\"\n\
+         auth = {{ issuer = \"{ISSUER}\", audience = \"{AUDIENCE}\", keys = \"keys.json\" }}\n\n\
+         [cluster.c]\nmembers = [{{ name = \"m1\", address = \"{m1}\" }}]\n"
+    );
+    let file = dir.0.join("rondo.toml");
+    std::fs::write(&file, config).unwrap();
+    let mut router = Proc::start(&["serve", "--config", file.to_str().unwrap()]);
+    let web = router.addr_after("rondo: listener web on");
+    let admin = router.addr_after("rondo: admin API on");
+    let key = EncodingKey::from_secret(secret);
+    let alice = bearer(&sign(Algorithm::HS256, "h1", &claims(), &key));
+    let mut of_bob = claims();
+    of_bob["sub"] = json!("bob");
+    let bob = bearer(&sign(Algorithm::HS256, "h1", &of_bob, &key));
+
+    // Each path on its own passes one good token (so a 400 below is the second field's doing).
+    let a = get(web, "/headers", &[("Authorization", &alice)]);
+    assert_eq!(a.status, 200, "{}", a.body);
+    assert!(a.body.contains("x-rondo-subject: alice"), "{}", a.body);
+    let (status, text) = get_http10(web, "/headers", &[("Authorization", &alice)]);
+    assert_eq!(status, 200, "{text}");
+    let a = curl_h2(web, "/headers", &[("Authorization", &alice)]);
+    assert_eq!(a.status, 200, "{}", a.body);
+    assert!(a.body.contains("x-rondo-subject: alice"), "{}", a.body);
+    // The login route hands out a tier session (the member vouches for carol).
+    let a = get(web, "/login/carol", &[]);
+    let set = a.header("set-cookie").expect("a session cookie");
+    let session = set.split(';').next().unwrap().to_owned();
+    let a = get(web, "/headers", &[("Cookie", &session)]);
+    assert_eq!(a.status, 200, "{}", a.body);
+    assert!(a.body.contains("x-rondo-subject: carol"), "{}", a.body);
+    // The same session twice (two paths of one cookie, or two Cookie fields) is one session.
+    let twice = format!("{session}; {session}");
+    let a = get(web, "/headers", &[("Cookie", &twice)]);
+    assert_eq!(a.status, 200, "{}", a.body);
+    let a = curl_h2(web, "/headers", &[("Cookie", &session), ("Cookie", &session)]);
+    assert_eq!(a.status, 200, "{}", a.body);
+    let before = served(admin, "m1");
+    assert_eq!(before, 7, "the member's responses are counted");
+
+    let other = format!("{}x", &session[..session.len() - 1]);
+    let differ = format!("{session}; {other}");
+    let two_tokens: [(&str, &str); 2] = [("Authorization", &alice), ("Authorization", &bob)];
+    let same_token: [(&str, &str); 2] = [("Authorization", &alice), ("Authorization", &alice)];
+    let token_then_basic: [(&str, &str); 2] =
+        [("Authorization", &alice), ("Authorization", "Basic YWxpY2U6eA==")];
+    let two_sessions: [(&str, &str); 1] = [("Cookie", &differ)];
+    let two_cookie_fields: [(&str, &str); 2] = [("Cookie", &session), ("Cookie", &other)];
+    let cases: [(&str, &[(&str, &str)]); 5] = [
+        ("two tokens", &two_tokens),
+        ("one token twice", &same_token),
+        ("a token and basic", &token_then_basic),
+        ("two sessions in one field", &two_sessions),
+        ("two sessions in two fields", &two_cookie_fields),
+    ];
+    let mut refused = 0;
+    for (what, headers) in cases {
+        let a = get(web, "/headers", headers);
+        assert_eq!(a.status, 400, "HTTP/1.1, {what}: {}", a.body);
+        let www = a.header("www-authenticate").unwrap_or_else(|| panic!("{what}: no challenge"));
+        assert!(www.contains("error=\"invalid_request\""), "{what}: {www}");
+        assert!(a.body.contains("more than one"), "{what}: {}", a.body);
+        let (status, text) = get_http10(web, "/headers", headers);
+        assert_eq!(status, 400, "HTTP/1.0, {what}: {text}");
+        let a = curl_h2(web, "/headers", headers);
+        assert_eq!(a.status, 400, "h2c, {what}: {}", a.body);
+        assert!(a.header("www-authenticate").is_some_and(|w| w.contains("invalid_request")));
+        refused += 3;
+    }
+    assert_eq!(served(admin, "m1"), before, "a refused request reached the member");
+    assert_eq!(refusals(admin, "orders"), [("ambiguous".to_owned(), refused)]);
+}

@@ -827,6 +827,21 @@ async fn a_queue_route_with_auth_takes_only_messages_whose_token_holds() {
     let (status, _, body) = post(&c, router.intake, "forged", &[("authorization", &forged)]).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
 
+    // Two Authorization fields (issue 41 item 4), a good token first, or tier sessions that
+    // differ: 400 with `invalid_request`, nothing stored (only the signed message below is
+    // ever accepted and delivered).
+    for (what, headers) in [
+        ("two tokens", [("authorization", good.as_str()), ("authorization", expired.as_str())]),
+        ("one token twice", [("authorization", good.as_str()), ("authorization", good.as_str())]),
+        ("two sessions", [("cookie", "rondo-session=a.b"), ("cookie", "rondo-session=c.d")]),
+    ] {
+        let (status, headers, body) = post(&c, router.intake, what, &headers).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{what}: {body}");
+        assert!(body.contains("more than one"), "{what}: {body}");
+        let www = headers["www-authenticate"].to_str().unwrap();
+        assert!(www.contains("error=\"invalid_request\""), "{what}: {www}");
+    }
+
     // A good token: accepted, and delivered with the identity the router verified, never the
     // one the client claimed.
     let (status, _, body) = post(
@@ -866,7 +881,8 @@ async fn a_queue_route_with_auth_takes_only_messages_whose_token_holds() {
     assert!(
         refusals.iter().any(|l| l.contains("reason=\"missing\"") && l.ends_with(" 1"))
             && refusals.iter().any(|l| l.contains("reason=\"expired\"") && l.ends_with(" 1"))
-            && refusals.iter().any(|l| l.contains("reason=\"bad_signature\"") && l.ends_with(" 1")),
+            && refusals.iter().any(|l| l.contains("reason=\"bad_signature\"") && l.ends_with(" 1"))
+            && refusals.iter().any(|l| l.contains("reason=\"ambiguous\"") && l.ends_with(" 3")),
         "the refusals are counted by reason: {refusals:?}"
     );
 }

@@ -225,6 +225,26 @@ async fn serve_reloads_on_rename_sighup_and_keeps_the_old_view_on_errors() {
     assert_eq!(served_set(&c, &url, 20).await, ["m3"].map(String::from).into());
     serve.assert_running();
 
+    // A file that is not UTF-8 (issue 41 item 8): logged at the first bad byte's line and
+    // column, the old view stays.
+    let text = config("round-robin", &[m(0)], PAD);
+    let at = text.find("#-").expect("padding") + 1;
+    let line = text[..at].matches('\n').count() + 1;
+    let mut bad = text.into_bytes();
+    bad[at] = 0xff;
+    let tmp = path.with_extension("toml.tmp");
+    std::fs::write(&tmp, &bad).expect("write temp file");
+    std::fs::rename(&tmp, &path).expect("rename over the config");
+    let logged = serve
+        .stderr_with(
+            &[&format!("{}:{line}:2", path.display()), "not UTF-8"],
+            Duration::from_secs(3),
+        )
+        .await;
+    assert!(logged.contains("bad byte 0xff"), "{logged}");
+    assert_eq!(served_set(&c, &url, 20).await, ["m3"].map(String::from).into());
+    serve.assert_running();
+
     // Fixed, it applies again.
     save_by_rename(&path, &config("round-robin", &[m(0), m(2)], PAD));
     until_served_by(&c, &url, &["m1", "m3"], Duration::from_secs(3)).await;

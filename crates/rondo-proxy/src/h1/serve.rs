@@ -29,7 +29,6 @@ use crate::http::{
     Begun, Choice, ClusterView, Decided, Failure, HttpCtx, Target, Tries, find_route, forward,
     looped, needs_hyper, on_route,
 };
-use crate::sticky;
 
 /// While a member has not answered for this long, the router watches whether the client went
 /// away (a request it abandoned is ended on its member, not left counted in flight).
@@ -672,10 +671,7 @@ impl<'a, S: ClientStream> OwnTries<'a, S> {
         self.c.idle = route.idle_timeout;
         // Sign-on: a route with `auth` forwards only a request whose token holds.
         let headers = OwnHead { buf: &self.buf, fields: &self.head.fields };
-        let gate = self
-            .ctx
-            .auth
-            .gate(route, &self.ctx.live, &|n| headers.get_str(n), &|n| sticky::cookie(&headers, n));
+        let gate = self.ctx.auth.gate(route, &self.ctx.live, &headers);
         let identity = match gate {
             Ok(identity) => identity,
             Err(e) => {
