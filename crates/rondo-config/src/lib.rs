@@ -226,16 +226,19 @@ pub fn load_file_with(
     view_id: u64,
     features: Features,
 ) -> Result<Config, ConfigErrors> {
-    let bytes = match std::fs::read(path) {
-        Ok(bytes) => bytes,
-        Err(e) => {
-            return Err(ConfigErrors::whole_file(path, format!("cannot read config file: {e}")));
-        }
-    };
-    match std::str::from_utf8(&bytes) {
-        Ok(text) => parse_str_with(text, path, view_id, features),
-        Err(e) => Err(ConfigErrors { errors: vec![not_utf8(path, &bytes, &e)] }),
-    }
+    parse_str_with(&read_text(path)?, path, view_id, features)
+}
+
+/// The text of the configuration file at `path`: a file that cannot be read is one error
+/// without a position naming the I/O error, one that is not UTF-8 an error at its first bad
+/// byte (`rondo check`, `serve`, reloads and `rondo ctl apply` read files through this).
+pub fn read_text(path: &Path) -> Result<String, ConfigErrors> {
+    let bytes = std::fs::read(path)
+        .map_err(|e| ConfigErrors::whole_file(path, format!("cannot read config file: {e}")))?;
+    String::from_utf8(bytes).map_err(|e| {
+        let error = not_utf8(path, e.as_bytes(), &e.utf8_error());
+        ConfigErrors { errors: vec![error] }
+    })
 }
 
 /// The error of a file that is not UTF-8 (TOML must be), at the line and column of its first

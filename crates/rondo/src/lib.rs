@@ -225,10 +225,10 @@ fn ctl(args: cli::CtlArgs, out: &mut dyn Write, err: &mut dyn Write) -> anyhow::
                 C::QueueChange { queue, id, requeue: false }
             }
         },
-        cli::CtlCommand::Apply { file } => match std::fs::read_to_string(&file) {
+        cli::CtlCommand::Apply { file } => match rondo_config::read_text(&file) {
             Ok(text) => C::Apply { file: file.display().to_string(), text },
             Err(e) => {
-                writeln!(err, "rondo ctl: cannot read {}: {e}", file.display())?;
+                writeln!(err, "rondo ctl: {e}")?;
                 return Ok(ExitCode::FAILURE);
             }
         },

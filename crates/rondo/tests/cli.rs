@@ -329,6 +329,17 @@ fn check_reports_a_file_that_is_not_utf8_at_its_first_bad_byte() {
             path.display()
         )
     );
+    // `rondo ctl apply` reads the file the same way, before it calls any admin API.
+    let out =
+        rondo(&["ctl", "--admin", "127.0.0.1:9", "--token", "t", "apply", path.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        text(&out.stderr),
+        format!(
+            "rondo ctl: {}:3:12: the file is not UTF-8 (as TOML must be): bad byte 0xff\n",
+            path.display()
+        )
+    );
 }
 
 #[test]
