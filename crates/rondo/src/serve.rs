@@ -314,12 +314,12 @@ async fn run(
     };
     // SIGHUP also reopens access log files (after a rotation renamed them).
     let reopen = reopen_access_logs_on_sighup();
-    // What this process hands to the one that replaces it: the live state, the router's
-    // sessions, the agent receiver's epoch.
-    let export: Arc<dyn Fn() -> handoff::StateDoc + Send + Sync> = {
+    // What this process hands to the one that replaces it: the live state and revocations, the
+    // router's sessions and kept requests, the agent receiver's epoch (`last`: the hand-over).
+    let export: Arc<dyn Fn(bool) -> handoff::StateDoc + Send + Sync> = {
         let (live, router, receiver) = (live.clone(), router.clone(), receiver.clone());
-        Arc::new(move || {
-            let mut doc = handoff::export(&live);
+        Arc::new(move |last| {
+            let mut doc = handoff::export(&live, last);
             doc.parts.insert("router".to_owned(), router.export_sessions());
             if let Some(r) = &receiver
                 && let Ok(v) = serde_json::to_value(r.resume())
@@ -377,7 +377,7 @@ async fn run(
                 if let Some(q) = &queues {
                     q.stop();
                 }
-                let _ = ready.reply.send(export());
+                let _ = ready.reply.send(export(true));
                 break End::Upgraded(ready.pid, ready.sent);
             }
             _ = usr2.recv() => {

@@ -1208,3 +1208,96 @@ async fn queued_messages_accepted_across_an_upgrade_are_all_delivered() {
     }
     drop(new);
 }
+
+/// `GET /` on `web` with `token` as the bearer: the status.
+async fn status_with_token(web: SocketAddr, token: &str) -> u16 {
+    let mut s = BufReader::new(TcpStream::connect(web).await.unwrap());
+    let req = format!(
+        "GET / HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n"
+    );
+    s.get_mut().write_all(req.as_bytes()).await.unwrap();
+    read_response(&mut s).await.unwrap().0
+}
+
+/// A token of `subject` signed with the dev key in `keys`, and its `jti`.
+fn dev_token(keys: &Path, subject: &str) -> (String, String) {
+    use base64::Engine as _;
+    let out = std::process::Command::new(common::BIN)
+        .args(["auth", "token", "--key", keys.join("dev-key.pem").to_str().unwrap()])
+        .args(["--issuer", "iss", "--audience", "aud", "--subject", subject])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let token = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+    let payload = token.split('.').nth(1).unwrap();
+    let claims: serde_json::Value = serde_json::from_slice(
+        &base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(payload).unwrap(),
+    )
+    .unwrap();
+    (token, claims["jti"].as_str().expect("a jti").to_owned())
+}
+
+/// Issue 41 item 6: a router without `[naming]` (so without a revocation store) kept its own
+/// revocations in memory only, and they were not in the hand-over: after `rondo ctl upgrade`
+/// the new process accepted a revoked token again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn revocations_are_handed_to_the_new_process() {
+    let dir = TempDir::new("upgrade-revoked");
+    let keys = dir.0.join("keys");
+    let made = std::process::Command::new(common::BIN)
+        .args(["auth", "dev-key", keys.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    let m1 =
+        rondo::member::spawn("m1", "127.0.0.1:0".parse().unwrap(), Duration::ZERO).await.unwrap();
+    let path = dir.0.join("rondo.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[router]\nupgrade_socket = \"{}\"\n\n[admin]\nlisten = \"127.0.0.1:0\"\n\
+             token = \"{TOKEN}\"\n\n[[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:0\"\n\n\
+             [[route]]\nlistener = \"web\"\ncluster = \"app\"\n\
+             auth = {{ issuer = \"iss\", audience = \"aud\", keys = \"keys/jwks.json\" }}\n\n\
+             [cluster.app]\nmembers = [{{ name = \"m1\", address = \"{}\" }}]\n",
+            dir.0.join("upgrade.sock").display(),
+            m1.addr,
+        ),
+    )
+    .unwrap();
+    let mut first = tokio::task::spawn_blocking(move || {
+        let mut proc = Proc::start(&["serve", "--config", path.to_str().unwrap()]);
+        let web = addr_of(&proc.line_with("rondo: listener web on", Duration::from_secs(20)));
+        let admin = addr_of(&proc.line_with("rondo: admin API on", Duration::from_secs(20)));
+        proc.line_with("rondo: reloading on changes", Duration::from_secs(20));
+        (proc, web, admin)
+    })
+    .await
+    .unwrap();
+    let (web, admin) = (first.1, first.2);
+    let (alice, _) = dev_token(&keys, "alice");
+    let (bob, bob_jti) = dev_token(&keys, "bob");
+    let (carol, _) = dev_token(&keys, "carol");
+    for t in [&alice, &bob, &carol] {
+        assert_eq!(status_with_token(web, t).await, 200);
+    }
+    ctl(admin, &["revoke", "--subject", "alice"]).expect("revoke alice");
+    ctl(admin, &["revoke", "--token-id", &bob_jti]).expect("revoke bob's token");
+    assert_eq!(status_with_token(web, &alice).await, 401);
+    assert_eq!(status_with_token(web, &bob).await, 401);
+
+    let said = ctl(admin, &["upgrade"]).expect("ctl upgrade");
+    assert!(said.starts_with("upgrade started"), "{said}");
+    let second =
+        handed_to(&first.0.line_with("rondo: handed over to pid", Duration::from_secs(20)));
+    let _second = KillOnDrop(second);
+    let _ = tokio::task::spawn_blocking(move || first.0.child.wait()).await.unwrap();
+    assert_eq!(status(admin).await["pid"], second, "the new process answers");
+    // Only the new process is left: it refuses both, and still lets carol in.
+    assert_eq!(status_with_token(web, &alice).await, 401, "alice's subject revoked");
+    assert_eq!(status_with_token(web, &bob).await, 401, "bob's token revoked");
+    assert_eq!(status_with_token(web, &carol).await, 200);
+    let listed = ctl(admin, &["revocations"]).expect("ctl revocations");
+    assert!(listed.contains("subject alice") && listed.contains(&bob_jti), "{listed}");
+    drop(m1);
+}
