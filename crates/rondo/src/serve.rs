@@ -147,7 +147,8 @@ async fn run(
     if let Some(t) = &takeover
         && let Some(sessions) = t.state.parts.get("router")
     {
-        router.import_sessions(sessions, &live);
+        let (pinned, logs) = router.import_sessions(sessions, &live);
+        tracing::info!(pinned, logs, "upgrade: sessions and kept requests taken over");
     }
     // The process's own sockets, which the naming service refuses as member addresses.
     let mut own: Vec<rondo_naming::api::OwnAddress> = Vec::new();
@@ -298,8 +299,12 @@ async fn run(
         }
     }
     if let Some(state) = &handed {
-        // Again, now that the registered members are in the view.
+        // Again, now that the registered members are in the view; and the sessions as of the
+        // hand-over (those the old process served since the offer).
         handoff::import(&live, state);
+        if let Some(sessions) = state.parts.get("router") {
+            router.import_sessions(sessions, &live);
+        }
     }
     // Live reconfiguration: the config file's changes (polled, debounced) and SIGHUP.
     let reloader = Arc::new(Reloader::new(path, live.clone(), config));

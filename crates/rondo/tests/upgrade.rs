@@ -1301,3 +1301,114 @@ async fn revocations_are_handed_to_the_new_process() {
     assert!(listed.contains("subject alice") && listed.contains(&bob_jti), "{listed}");
     drop(m1);
 }
+
+/// What a [`recording_member`] saw of one request: its target and whether it was a replay.
+type SeenLog = Arc<std::sync::Mutex<Vec<(String, bool)>>>;
+
+/// A member that answers every request 200 with its name, and logs each request's target and
+/// whether it carried `x-rondo-replay` (after reading its `Content-Length` body whole).
+async fn recording_member(name: &'static str) -> (SocketAddr, SeenLog) {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let seen = SeenLog::default();
+    let log = seen.clone();
+    tokio::spawn(async move {
+        while let Ok((s, _)) = l.accept().await {
+            let log = log.clone();
+            tokio::spawn(async move {
+                let mut s = BufReader::new(s);
+                while let Some((first, fields)) = read_head(&mut s).await {
+                    let len = fields
+                        .iter()
+                        .find_map(|f| f.strip_prefix("content-length:"))
+                        .map_or(0, |v| v.trim().parse::<usize>().unwrap_or(0));
+                    let mut body = vec![0; len.min(1 << 20)];
+                    if s.read_exact(&mut body).await.is_err() {
+                        return;
+                    }
+                    let target = first.split(' ').nth(1).unwrap_or("").to_owned();
+                    let replay = fields.iter().any(|f| f.starts_with("x-rondo-replay:"));
+                    log.lock().unwrap().push((target, replay));
+                    let answer = format!(
+                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{name}\n",
+                        name.len() + 1
+                    );
+                    if s.get_mut().write_all(answer.as_bytes()).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (addr, seen)
+}
+
+/// `POST target` of header session `id` on `web`: the member that answered.
+async fn session_post(web: SocketAddr, id: &str, target: &str) -> String {
+    let mut s = BufReader::new(TcpStream::connect(web).await.unwrap());
+    let body = format!("body of {target}");
+    let req = format!(
+        "POST {target} HTTP/1.1\r\nHost: t\r\nX-Session: {id}\r\nContent-Length: {}\r\n\
+         Connection: close\r\n\r\n{body}",
+        body.len()
+    );
+    s.get_mut().write_all(req.as_bytes()).await.unwrap();
+    let (code, _, answer) = read_response(&mut s).await.unwrap();
+    assert_eq!(code, 200, "{answer}");
+    answer.trim().to_owned()
+}
+
+/// Issue 41 item 6: a session's kept requests (`session_replay`) were not in the hand-over, so
+/// a session that moved to another member after an upgrade got there without its history.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kept_requests_are_replayed_by_the_new_process() {
+    let dir = TempDir::new("upgrade-replay");
+    let ((a1, seen1), (a2, seen2)) = (recording_member("m1").await, recording_member("m2").await);
+    let path = dir.0.join("rondo.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[router]\nupgrade_socket = \"{}\"\n\n[admin]\nlisten = \"127.0.0.1:0\"\n\
+             token = \"{TOKEN}\"\n\n[[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:0\"\n\n\
+             [[route]]\nname = \"s\"\nlistener = \"web\"\ncluster = \"sess\"\n\
+             session_replay = {{ max_messages = 16 }}\n\n\
+             [cluster.sess]\ngranularity = \"session\"\nsession = {{ header = \"x-session\" }}\n\
+             members = [{{ name = \"m1\", address = \"{a1}\" }}, \
+             {{ name = \"m2\", address = \"{a2}\" }}]\n",
+            dir.0.join("upgrade.sock").display(),
+        ),
+    )
+    .unwrap();
+    let mut first = tokio::task::spawn_blocking(move || {
+        let mut proc = Proc::start(&["serve", "--config", path.to_str().unwrap()]);
+        let web = addr_of(&proc.line_with("rondo: listener web on", Duration::from_secs(20)));
+        let admin = addr_of(&proc.line_with("rondo: admin API on", Duration::from_secs(20)));
+        proc.line_with("rondo: reloading on changes", Duration::from_secs(20));
+        (proc, web, admin)
+    })
+    .await
+    .unwrap();
+    let (web, admin) = (first.1, first.2);
+    let holder = session_post(web, "s1", "/m/0").await;
+    for i in 1..4 {
+        assert_eq!(session_post(web, "s1", &format!("/m/{i}")).await, holder, "it sticks");
+    }
+    let said = ctl(admin, &["upgrade"]).expect("ctl upgrade");
+    assert!(said.starts_with("upgrade started"), "{said}");
+    let second =
+        handed_to(&first.0.line_with("rondo: handed over to pid", Duration::from_secs(20)));
+    let _second = KillOnDrop(second);
+    let _ = tokio::task::spawn_blocking(move || first.0.child.wait()).await.unwrap();
+    assert_eq!(status(admin).await["pid"], second, "the new process answers");
+
+    // The session's member is disabled on the new process: the session moves, and the member
+    // taking it over gets the four kept requests, in order and marked, then the new one.
+    ctl(admin, &["disable", "sess", &holder]).expect("disable the session's member");
+    let heir = session_post(web, "s1", "/m/4").await;
+    assert_ne!(heir, holder, "the session moved");
+    let seen = if heir == "m1" { &seen1 } else { &seen2 };
+    let want: Vec<(String, bool)> = (0..5).map(|i| (format!("/m/{i}"), i < 4)).collect();
+    assert_eq!(*seen.lock().unwrap(), want, "the heir's requests: (target, replayed)");
+    assert_eq!(session_post(web, "s1", "/m/5").await, heir, "replayed once, then it sticks");
+    assert_eq!(seen.lock().unwrap().len(), 6);
+}
