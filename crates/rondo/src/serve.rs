@@ -121,6 +121,17 @@ async fn run(
         let members = handoff::import(&live, &t.state);
         tracing::info!(from = t.from, members, "upgrade: sockets and state taken over");
     }
+    // This router's own revocations, loaded before the admin API can make one (and written
+    // again with what the process it replaced handed over).
+    if let Some(store) = revocations_file(config) {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        if let Err(e) = live.revocations.set_store(store, now) {
+            writeln!(err, "rondo serve: {e}")?;
+            return Ok(ExitCode::FAILURE);
+        }
+    }
     if let Some(k) = &config.router.tier_key {
         match rondo_runtime::secret::read_token(k) {
             Ok(bytes) if bytes.len() >= 16 => {
@@ -514,16 +525,6 @@ async fn start_naming(
     own: Vec<rondo_naming::api::OwnAddress>,
     out: &mut dyn Write,
 ) -> anyhow::Result<Naming> {
-    // The embedded registry keeps this router's revocations beside its snapshot (an etcd tier
-    // keeps them in etcd).
-    if let rondo_config::RegistrySpec::Embedded { snapshot: Some(snapshot) } = &spec.registry {
-        let mut path = snapshot.clone().into_os_string();
-        path.push(".revoked");
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
-        live.revocations.set_store(path.into(), now).map_err(|e| anyhow::anyhow!("naming: {e}"))?;
-    }
     let limits = rondo_naming::Limits::of(spec);
     live.allow_declared(spec.allow_registered_clusters);
     let registry = rondo_naming::start_registry_with(&spec.registry, limits, live.clone())
@@ -567,6 +568,21 @@ async fn start_naming(
         #[cfg(feature = "dns")]
         _dns: dns,
     })
+}
+
+/// Where this router's own revocations are kept: `[router] revocations_file`, else beside the
+/// embedded registry's snapshot (an etcd tier keeps them in etcd too), else nowhere.
+fn revocations_file(config: &rondo_config::Config) -> Option<std::path::PathBuf> {
+    if let Some(f) = &config.router.revocations_file {
+        return Some(f.clone());
+    }
+    let naming = config.naming.as_ref()?;
+    let rondo_config::RegistrySpec::Embedded { snapshot: Some(snapshot) } = &naming.registry else {
+        return None;
+    };
+    let mut path = snapshot.clone().into_os_string();
+    path.push(".revoked");
+    Some(path.into())
 }
 
 /// The agents' shared key: inline, or a file's content without its trailing newline.

@@ -1412,3 +1412,62 @@ async fn kept_requests_are_replayed_by_the_new_process() {
     assert_eq!(session_post(web, "s1", "/m/5").await, heir, "replayed once, then it sticks");
     assert_eq!(seen.lock().unwrap().len(), 6);
 }
+
+/// Issue 41 item 6: an acknowledged revocation of a router without `[naming]` was in memory
+/// only, so `kill -9` and a restart forgot it; `[router] revocations_file` keeps it (written and
+/// fsynced before the 201). A damaged file stops the start, naming the file and the line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn revocations_survive_kill_9_with_a_revocations_file() {
+    let dir = TempDir::new("upgrade-revoked-kill");
+    let keys = dir.0.join("keys");
+    let made = std::process::Command::new(common::BIN)
+        .args(["auth", "dev-key", keys.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    let m1 =
+        rondo::member::spawn("m1", "127.0.0.1:0".parse().unwrap(), Duration::ZERO).await.unwrap();
+    let path = dir.0.join("rondo.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[router]\nrevocations_file = \"state/revoked\"\n\n[admin]\n\
+             listen = \"127.0.0.1:0\"\ntoken = \"{TOKEN}\"\n\n[[listener]]\nname = \"web\"\n\
+             listen = \"127.0.0.1:0\"\n\n[[route]]\nlistener = \"web\"\ncluster = \"app\"\n\
+             auth = {{ issuer = \"iss\", audience = \"aud\", keys = \"keys/jwks.json\" }}\n\n\
+             [cluster.app]\nmembers = [{{ name = \"m1\", address = \"{}\" }}]\n",
+            m1.addr,
+        ),
+    )
+    .unwrap();
+    std::fs::create_dir_all(dir.0.join("state")).unwrap();
+    let start = |path: std::path::PathBuf| {
+        tokio::task::spawn_blocking(move || {
+            let mut proc = Proc::start(&["serve", "--config", path.to_str().unwrap()]);
+            let web = addr_of(&proc.line_with("rondo: listener web on", Duration::from_secs(20)));
+            let admin = addr_of(&proc.line_with("rondo: admin API on", Duration::from_secs(20)));
+            proc.line_with("rondo: reloading on changes", Duration::from_secs(20));
+            (proc, web, admin)
+        })
+    };
+    let (mut first, web, admin) = start(path.clone()).await.unwrap();
+    let (alice, _) = dev_token(&keys, "alice");
+    let (carol, _) = dev_token(&keys, "carol");
+    ctl(admin, &["revoke", "--subject", "alice"]).expect("revoke alice");
+    assert_eq!(status_with_token(web, &alice).await, 401);
+    first.kill();
+    let (_second, web, _) = start(path.clone()).await.unwrap();
+    assert_eq!(status_with_token(web, &alice).await, 401, "alice's revocation kept");
+    assert_eq!(status_with_token(web, &carol).await, 200);
+    drop(_second);
+    // A damaged file: the start fails and says where.
+    std::fs::write(dir.0.join("state/revoked"), "subject\talice\n").unwrap();
+    let out = std::process::Command::new(common::BIN)
+        .args(["serve", "--config", path.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(said.contains("state/revoked") && said.contains("line 1"), "{said}");
+    drop(m1);
+}
