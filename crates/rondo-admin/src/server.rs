@@ -547,7 +547,7 @@ fn unix_now() -> u64 {
 /// Revokes sign-on tokens by id or subject: in force on this router at once, and on every
 /// router of the tier as the registry shares it (etcd: within about a second).
 async fn revoke(State(st): State<AppState>, bytes: Bytes) -> Response {
-    use rondo_runtime::revoke::{Revocation, RevokeKind};
+    use rondo_runtime::revoke::{Revocation, RevokeError, RevokeKind};
     let b: RevokeBody = match body(&bytes) {
         Ok(b) => b,
         Err(r) => return r,
@@ -557,7 +557,7 @@ async fn revoke(State(st): State<AppState>, bytes: Bytes) -> Response {
         (None, Some(s)) => (RevokeKind::Subject, s),
         _ => return error(StatusCode::BAD_REQUEST, "give one of `token_id` or `subject`"),
     };
-    if value.is_empty() || value.len() > 256 || value.chars().any(char::is_control) {
+    if !rondo_runtime::revoke::valid_value(&value) {
         return error(
             StatusCode::BAD_REQUEST,
             format!("field `{}`: 1 to 256 characters, no control characters", kind.as_str()),
@@ -575,7 +575,10 @@ async fn revoke(State(st): State<AppState>, bytes: Bytes) -> Response {
     let r = Revocation { kind, value: value.clone(), until };
     let shared = match st.live.revocations.revoke(r, now) {
         Ok(shared) => shared,
-        Err(e) => return error(StatusCode::INSUFFICIENT_STORAGE, e),
+        Err(e @ RevokeError::HandedOver) => {
+            return error(StatusCode::SERVICE_UNAVAILABLE, e.to_string());
+        }
+        Err(RevokeError::Refused(e)) => return error(StatusCode::INSUFFICIENT_STORAGE, e),
     };
     // With a tier (etcd), answered once the tier has it: a 201 means every router will refuse
     // the token; otherwise the operator learns that only this router does.

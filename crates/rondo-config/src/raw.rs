@@ -57,6 +57,7 @@ pub(crate) struct RawRouter {
     pub tier_key_file: Option<String>,
     pub upgrade_socket: Option<String>,
     pub drain_timeout_ms: Option<u64>,
+    pub revocations_file: Option<String>,
 }
 
 /// `[admin]`.

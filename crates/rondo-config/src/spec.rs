@@ -284,6 +284,9 @@ pub struct RouterSpec {
     /// How long a draining process (after `SIGTERM` or an upgrade) lets requests, streams and
     /// tunnels in progress finish before it exits anyway.
     pub drain_timeout: Duration,
+    /// Where this router's own revocations are kept across restarts; `None`: beside the
+    /// embedded registry's snapshot (`SNAPSHOT.revoked`) when there is one, else nowhere.
+    pub revocations_file: Option<PathBuf>,
 }
 
 /// [`RouterSpec::drain_timeout`]'s default.
@@ -296,6 +299,7 @@ impl Default for RouterSpec {
             tier_key: None,
             upgrade_socket: None,
             drain_timeout: DEFAULT_DRAIN_TIMEOUT,
+            revocations_file: None,
         }
     }
 }

@@ -1225,6 +1225,15 @@ fn names_must_be_non_empty() {
 }
 
 #[test]
+fn revocations_file_is_relative_to_the_config_file_and_not_empty() {
+    let c = ok(&with("[router]\nrevocations_file = \"state/revoked\"\n"));
+    assert_eq!(c.router.revocations_file, Some(Path::new("conf/state/revoked").to_path_buf()));
+    assert_eq!(ok(BASE).router.revocations_file, None, "default: none (the snapshot's, if any)");
+    let text = with("[router]\nrevocations_file = \"\"\n");
+    fails_once(&text, "router.revocations_file", "\"\"", "path must not be empty");
+}
+
+#[test]
 fn errors_display_one_per_line() {
     let text = BASE
         .replace("cluster = \"app\"", "cluster = \"x\"")

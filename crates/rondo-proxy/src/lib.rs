@@ -39,6 +39,7 @@ use hyper_util::server::conn::auto;
 use rondo_config::{ListenerProtocol, ListenerSpec};
 use rondo_runtime::Live;
 use rondo_runtime::metrics::ListenerMetrics;
+use serde::Deserialize as _;
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
 
@@ -95,35 +96,62 @@ impl Router {
         }
     }
 
-    /// The HTTP listeners' sticky sessions, for the process that replaces this one.
+    /// The HTTP listeners' sticky sessions and sessions' kept requests, for the process that
+    /// replaces this one ([`RouterHandoff`]).
     pub fn export_sessions(&self) -> serde_json::Value {
         let now = std::time::Instant::now();
-        let by_listener: std::collections::BTreeMap<&str, Vec<sticky::Handoff>> = self
-            .http
-            .iter()
-            .map(|ctx| (ctx.listener.name.as_str(), ctx.sessions.export(now)))
-            .collect();
-        serde_json::json!({ "sessions": by_listener })
+        let mut budget = session_replay::MAX_HANDOFF_BYTES;
+        let mut doc = RouterHandoff::default();
+        for ctx in &self.http {
+            let name = ctx.listener.name.clone();
+            doc.sessions.insert(name.clone(), ctx.sessions.export(now));
+            doc.replay.insert(name, ctx.sessions.replay.export(now, &mut budget));
+        }
+        serde_json::to_value(doc).unwrap_or_default()
     }
 
-    /// Takes over sticky sessions a previous process exported ([`Router::export_sessions`]),
-    /// by listener, cluster and member name; returns how many were pinned.
-    pub fn import_sessions(&self, from: &serde_json::Value, live: &Live) -> usize {
-        let Some(by_listener) = from.get("sessions").and_then(|s| s.as_object()) else {
-            return 0;
+    /// Takes over what a previous process exported ([`Router::export_sessions`]), by listener,
+    /// route, cluster and member name: at the offer, and again at the hand-over (what this
+    /// process changed since wins); returns how many sessions were pinned and how many logs
+    /// of kept requests were taken.
+    pub fn import_sessions(&self, from: &serde_json::Value, live: &Live) -> (usize, usize) {
+        let doc = match RouterHandoff::deserialize(from) {
+            Ok(d) => d,
+            Err(e) => {
+                tracing::warn!("upgrade: the router's sessions are not taken over: {e}");
+                return (0, 0);
+            }
         };
         let snapshot = live.load();
         let now = std::time::Instant::now();
-        let mut pinned = 0;
+        let limits = |route: &str| {
+            let r = snapshot.view.routes.iter().find(|r| r.name == route)?;
+            let rt = snapshot.clusters.get(&r.cluster)?;
+            Some((r.session_replay?, rt.spec.sticky.idle_timeout))
+        };
+        let (mut pinned, mut logs) = (0, 0);
         for ctx in &self.http {
-            let Some(list) = by_listener.get(&ctx.listener.name) else { continue };
-            let Ok(list) = serde_json::from_value::<Vec<sticky::Handoff>>(list.clone()) else {
-                continue;
-            };
-            pinned += ctx.sessions.import(&list, &snapshot, now);
+            if let Some(list) = doc.sessions.get(&ctx.listener.name) {
+                pinned += ctx.sessions.import(list, &snapshot, now);
+            }
+            if let Some(list) = doc.replay.get(&ctx.listener.name) {
+                logs += ctx.sessions.replay.import(list, &limits, now);
+            }
         }
-        pinned
+        (pinned, logs)
     }
+}
+
+/// The router's part of an upgrade's state document, by listener name. Fields added later
+/// have serde defaults: a new process accepts an older one's document.
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
+pub struct RouterHandoff {
+    /// Header-identified sticky sessions.
+    #[serde(default)]
+    pub sessions: std::collections::BTreeMap<String, Vec<sticky::Handoff>>,
+    /// Sessions' kept requests, for replay.
+    #[serde(default)]
+    pub replay: std::collections::BTreeMap<String, Vec<session_replay::Handoff>>,
 }
 
 impl Drop for Router {

@@ -213,8 +213,8 @@ impl Sessions {
     }
 
     /// Pins the sessions a previous process exported, each to its member by name in
-    /// `snapshot` (a member or cluster gone, or a session idle past its timeout, is skipped);
-    /// returns how many were pinned.
+    /// `snapshot` (a member or cluster gone, a session idle past its timeout, or one used here
+    /// since it was last used there, is skipped); returns how many were pinned.
     pub fn import(
         &self,
         list: &[Handoff],
@@ -231,10 +231,22 @@ impl Sessions {
             if idle >= rt.spec.sticky.idle_timeout || h.id.len() > MAX_SESSION_ID {
                 continue;
             }
+            let last = now.checked_sub(idle).unwrap_or(now);
+            let key = (h.cluster.clone(), h.id.clone());
+            // Taken over again at the hand-over: a session this process moved since wins.
+            let newer_here = self
+                .map
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(&key)
+                .is_some_and(|e| e.last >= last);
+            if newer_here {
+                continue;
+            }
             self.pin(rt, &h.id, member);
             let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some(e) = map.get_mut(&(h.cluster.clone(), h.id.clone())) {
-                e.last = now.checked_sub(idle).unwrap_or(now);
+            if let Some(e) = map.get_mut(&key) {
+                e.last = last;
                 pinned += 1;
             }
         }

@@ -1,8 +1,12 @@
 //! What a running process hands to the process that replaces it in a hitless upgrade, besides
 //! its sockets ([`crate::sockets`]): the view id (ids keep growing across processes), every
 //! cluster's member state by name ([`rondo_core::handoff`]: health, drains and who set them,
-//! ejections, EWMA, probe rankings, agent reports, the retry budget), and the data plane's own
-//! state and the agent receiver's, opaque here.
+//! ejections, EWMA, probe rankings, agent reports, the retry budget), the router's own
+//! revocations ([`crate::revoke`]), and the data plane's own state and the agent receiver's,
+//! opaque here.
+//!
+//! A field added later has a serde default, so that a new process accepts the document of an
+//! older one that lacks it (an older process sends no revocations: an empty list).
 
 use std::collections::BTreeMap;
 
@@ -10,6 +14,7 @@ use rondo_core::handoff::ClusterHandoff;
 use serde::{Deserialize, Serialize};
 
 use crate::Live;
+use crate::revoke::Revocation;
 
 /// The state document, sent as JSON.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -20,13 +25,17 @@ pub struct StateDoc {
     pub view_id: u64,
     /// Every cluster's state, by cluster name.
     pub clusters: BTreeMap<String, ClusterHandoff>,
+    /// This router's own revocations in force (at most [`crate::revoke::MAX_REVOCATIONS`]).
+    #[serde(default)]
+    pub revoked: Vec<Revocation>,
     /// The state of the process's other parts, each in its own format, by part: `"router"`
     /// (its sticky sessions), `"agent"` (the receiver's epoch and sequence numbers).
     pub parts: BTreeMap<String, serde_json::Value>,
 }
 
-/// `live`'s state now.
-pub fn export(live: &Live) -> StateDoc {
+/// `live`'s state now; with `last`, the hand-over itself: revocations are no longer made here
+/// ([`crate::revoke::Revocations::hand_over`]).
+pub fn export(live: &Live, last: bool) -> StateDoc {
     let now = crate::clock::now();
     let snapshot = live.load();
     let clusters = snapshot
@@ -38,13 +47,23 @@ pub fn export(live: &Live) -> StateDoc {
         pid: std::process::id(),
         view_id: snapshot.view.id,
         clusters,
+        revoked: live.revocations.hand_over(unix_now(), last),
         parts: BTreeMap::new(),
     }
 }
 
-/// Takes over `doc` into `live`'s clusters (by cluster and member name); returns how many
-/// members of the view it had state for.
+fn unix_now() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+/// Takes over `doc` into `live`'s clusters (by cluster and member name) and its revocations;
+/// returns how many members of the view it had state for.
 pub fn import(live: &Live, doc: &StateDoc) -> usize {
+    match live.revocations.take_over(&doc.revoked, unix_now()) {
+        Ok(n) if n > 0 => tracing::info!(revocations = n, "upgrade: revocations taken over"),
+        Ok(_) => {}
+        Err(e) => tracing::error!("upgrade: revocations taken over but not kept: {e}"),
+    }
     let now = crate::clock::now();
     let snapshot = live.load();
     let mut matched = 0;
@@ -83,5 +102,21 @@ impl Upgrader {
     /// be upgraded (no `[router] upgrade_socket`).
     pub fn start(&self) -> Option<Result<u32, String>> {
         self.0.get().map(|start| start())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_older_process_without_revocations_is_still_understood() {
+        let older = r#"{"pid": 7, "view_id": 3, "clusters": {}, "parts": {}}"#;
+        let doc: StateDoc = serde_json::from_str(older).unwrap();
+        assert_eq!((doc.pid, doc.view_id, doc.revoked.len()), (7, 3, 0));
+        let newer = r#"{"pid": 7, "view_id": 3, "clusters": {}, "parts": {},
+            "revoked": [{"kind": "subject", "value": "alice", "until": 99}]}"#;
+        let doc: StateDoc = serde_json::from_str(newer).unwrap();
+        assert_eq!(doc.revoked[0].kind, crate::revoke::RevokeKind::Subject);
     }
 }

@@ -121,6 +121,17 @@ async fn run(
         let members = handoff::import(&live, &t.state);
         tracing::info!(from = t.from, members, "upgrade: sockets and state taken over");
     }
+    // This router's own revocations, loaded before the admin API can make one (and written
+    // again with what the process it replaced handed over).
+    if let Some(store) = revocations_file(config) {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        if let Err(e) = live.revocations.set_store(store, now) {
+            writeln!(err, "rondo serve: {e}")?;
+            return Ok(ExitCode::FAILURE);
+        }
+    }
     if let Some(k) = &config.router.tier_key {
         match rondo_runtime::secret::read_token(k) {
             Ok(bytes) if bytes.len() >= 16 => {
@@ -147,7 +158,8 @@ async fn run(
     if let Some(t) = &takeover
         && let Some(sessions) = t.state.parts.get("router")
     {
-        router.import_sessions(sessions, &live);
+        let (pinned, logs) = router.import_sessions(sessions, &live);
+        tracing::info!(pinned, logs, "upgrade: sessions and kept requests taken over");
     }
     // The process's own sockets, which the naming service refuses as member addresses.
     let mut own: Vec<rondo_naming::api::OwnAddress> = Vec::new();
@@ -298,8 +310,12 @@ async fn run(
         }
     }
     if let Some(state) = &handed {
-        // Again, now that the registered members are in the view.
+        // Again, now that the registered members are in the view; and the sessions as of the
+        // hand-over (those the old process served since the offer).
         handoff::import(&live, state);
+        if let Some(sessions) = state.parts.get("router") {
+            router.import_sessions(sessions, &live);
+        }
     }
     // Live reconfiguration: the config file's changes (polled, debounced) and SIGHUP.
     let reloader = Arc::new(Reloader::new(path, live.clone(), config));
@@ -314,12 +330,12 @@ async fn run(
     };
     // SIGHUP also reopens access log files (after a rotation renamed them).
     let reopen = reopen_access_logs_on_sighup();
-    // What this process hands to the one that replaces it: the live state, the router's
-    // sessions, the agent receiver's epoch.
-    let export: Arc<dyn Fn() -> handoff::StateDoc + Send + Sync> = {
+    // What this process hands to the one that replaces it: the live state and revocations, the
+    // router's sessions and kept requests, the agent receiver's epoch (`last`: the hand-over).
+    let export: Arc<dyn Fn(bool) -> handoff::StateDoc + Send + Sync> = {
         let (live, router, receiver) = (live.clone(), router.clone(), receiver.clone());
-        Arc::new(move || {
-            let mut doc = handoff::export(&live);
+        Arc::new(move |last| {
+            let mut doc = handoff::export(&live, last);
             doc.parts.insert("router".to_owned(), router.export_sessions());
             if let Some(r) = &receiver
                 && let Ok(v) = serde_json::to_value(r.resume())
@@ -377,7 +393,7 @@ async fn run(
                 if let Some(q) = &queues {
                     q.stop();
                 }
-                let _ = ready.reply.send(export());
+                let _ = ready.reply.send(export(true));
                 break End::Upgraded(ready.pid, ready.sent);
             }
             _ = usr2.recv() => {
@@ -509,16 +525,6 @@ async fn start_naming(
     own: Vec<rondo_naming::api::OwnAddress>,
     out: &mut dyn Write,
 ) -> anyhow::Result<Naming> {
-    // The embedded registry keeps this router's revocations beside its snapshot (an etcd tier
-    // keeps them in etcd).
-    if let rondo_config::RegistrySpec::Embedded { snapshot: Some(snapshot) } = &spec.registry {
-        let mut path = snapshot.clone().into_os_string();
-        path.push(".revoked");
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
-        live.revocations.set_store(path.into(), now).map_err(|e| anyhow::anyhow!("naming: {e}"))?;
-    }
     let limits = rondo_naming::Limits::of(spec);
     live.allow_declared(spec.allow_registered_clusters);
     let registry = rondo_naming::start_registry_with(&spec.registry, limits, live.clone())
@@ -562,6 +568,21 @@ async fn start_naming(
         #[cfg(feature = "dns")]
         _dns: dns,
     })
+}
+
+/// Where this router's own revocations are kept: `[router] revocations_file`, else beside the
+/// embedded registry's snapshot (an etcd tier keeps them in etcd too), else nowhere.
+fn revocations_file(config: &rondo_config::Config) -> Option<std::path::PathBuf> {
+    if let Some(f) = &config.router.revocations_file {
+        return Some(f.clone());
+    }
+    let naming = config.naming.as_ref()?;
+    let rondo_config::RegistrySpec::Embedded { snapshot: Some(snapshot) } = &naming.registry else {
+        return None;
+    };
+    let mut path = snapshot.clone().into_os_string();
+    path.push(".revoked");
+    Some(path.into())
 }
 
 /// The agents' shared key: inline, or a file's content without its trailing newline.

@@ -7,11 +7,13 @@
 //!  │ load and check the config (an error ends here: the running one never hears of it)
 //!  ├─ Hello {pid, version} ───────────────▶ busy with another upgrade? ──▶ Refused {reason}
 //!  │◀── Offer {socket keys} + SCM_RIGHTS ──┤ every listening socket it has
-//!  │◀── State {state} ──────────────────────┤ view id, member state, sessions, agent epoch
+//!  │◀── State {state} ──────────────────────┤ view id, member state, revocations,
+//!  │                                          sessions, kept requests, agent epoch
 //!  │ take the sockets (same kernel sockets: both accept from one queue), import the state,
 //!  │ start router, agent, admin
 //!  ├─ Ready ───────────────────────────────▶ stop accepting; the registry's writer ends
-//!  │◀── Handover {state} ────────────────────┤ the state as of now; then drain and exit
+//!  │◀── Handover {state} ────────────────────┤ the state as of now (no revocation is made
+//!  │                                          here after it); then drain and exit
 //!  │ import it again, open the registry, start naming; serve
 //! ```
 //!
@@ -180,7 +182,7 @@ pub const HANDOVER_WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 pub fn serve(
     listener: UnixListener,
     live: Arc<Live>,
-    export: Arc<dyn Fn() -> StateDoc + Send + Sync>,
+    export: Arc<dyn Fn(bool) -> StateDoc + Send + Sync>,
     events: tokio::sync::mpsc::Sender<Ready>,
 ) -> io::Result<()> {
     let busy = Arc::new(AtomicBool::new(false));
@@ -220,7 +222,7 @@ pub fn serve(
 fn answer(
     stream: &UnixStream,
     live: &Live,
-    export: &(dyn Fn() -> StateDoc + Send + Sync),
+    export: &(dyn Fn(bool) -> StateDoc + Send + Sync),
     events: &tokio::sync::mpsc::Sender<Ready>,
     busy: &AtomicBool,
 ) -> anyhow::Result<()> {
@@ -248,7 +250,7 @@ fn answer(
         let fds: Vec<BorrowedFd<'_>> = sockets.iter().map(|(_, fd)| fd.as_fd()).collect();
         let keys = sockets.iter().map(|(k, _)| k.clone()).collect();
         write_msg(stream, &Msg::Offer { sockets: keys }, &fds).context("sending the sockets")?;
-        write_msg(stream, &Msg::State { state: Box::new(export()) }, &[])
+        write_msg(stream, &Msg::State { state: Box::new(export(false)) }, &[])
             .context("sending the state")?;
         stream.set_read_timeout(Some(READY_TIMEOUT))?;
         match read_msg(stream).context("waiting for ready")?.0 {

@@ -1208,3 +1208,266 @@ async fn queued_messages_accepted_across_an_upgrade_are_all_delivered() {
     }
     drop(new);
 }
+
+/// `GET /` on `web` with `token` as the bearer: the status.
+async fn status_with_token(web: SocketAddr, token: &str) -> u16 {
+    let mut s = BufReader::new(TcpStream::connect(web).await.unwrap());
+    let req = format!(
+        "GET / HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n"
+    );
+    s.get_mut().write_all(req.as_bytes()).await.unwrap();
+    read_response(&mut s).await.unwrap().0
+}
+
+/// A token of `subject` signed with the dev key in `keys`, and its `jti`.
+fn dev_token(keys: &Path, subject: &str) -> (String, String) {
+    use base64::Engine as _;
+    let out = std::process::Command::new(common::BIN)
+        .args(["auth", "token", "--key", keys.join("dev-key.pem").to_str().unwrap()])
+        .args(["--issuer", "iss", "--audience", "aud", "--subject", subject])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let token = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+    let payload = token.split('.').nth(1).unwrap();
+    let claims: serde_json::Value = serde_json::from_slice(
+        &base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(payload).unwrap(),
+    )
+    .unwrap();
+    (token, claims["jti"].as_str().expect("a jti").to_owned())
+}
+
+/// Issue 41 item 6: a router without `[naming]` (so without a revocation store) kept its own
+/// revocations in memory only, and they were not in the hand-over: after `rondo ctl upgrade`
+/// the new process accepted a revoked token again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn revocations_are_handed_to_the_new_process() {
+    let dir = TempDir::new("upgrade-revoked");
+    let keys = dir.0.join("keys");
+    let made = std::process::Command::new(common::BIN)
+        .args(["auth", "dev-key", keys.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    let m1 =
+        rondo::member::spawn("m1", "127.0.0.1:0".parse().unwrap(), Duration::ZERO).await.unwrap();
+    let path = dir.0.join("rondo.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[router]\nupgrade_socket = \"{}\"\n\n[admin]\nlisten = \"127.0.0.1:0\"\n\
+             token = \"{TOKEN}\"\n\n[[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:0\"\n\n\
+             [[route]]\nlistener = \"web\"\ncluster = \"app\"\n\
+             auth = {{ issuer = \"iss\", audience = \"aud\", keys = \"keys/jwks.json\" }}\n\n\
+             [cluster.app]\nmembers = [{{ name = \"m1\", address = \"{}\" }}]\n",
+            dir.0.join("upgrade.sock").display(),
+            m1.addr,
+        ),
+    )
+    .unwrap();
+    let mut first = tokio::task::spawn_blocking(move || {
+        let mut proc = Proc::start(&["serve", "--config", path.to_str().unwrap()]);
+        let web = addr_of(&proc.line_with("rondo: listener web on", Duration::from_secs(20)));
+        let admin = addr_of(&proc.line_with("rondo: admin API on", Duration::from_secs(20)));
+        proc.line_with("rondo: reloading on changes", Duration::from_secs(20));
+        (proc, web, admin)
+    })
+    .await
+    .unwrap();
+    let (web, admin) = (first.1, first.2);
+    let (alice, _) = dev_token(&keys, "alice");
+    let (bob, bob_jti) = dev_token(&keys, "bob");
+    let (carol, _) = dev_token(&keys, "carol");
+    for t in [&alice, &bob, &carol] {
+        assert_eq!(status_with_token(web, t).await, 200);
+    }
+    ctl(admin, &["revoke", "--subject", "alice"]).expect("revoke alice");
+    ctl(admin, &["revoke", "--token-id", &bob_jti]).expect("revoke bob's token");
+    assert_eq!(status_with_token(web, &alice).await, 401);
+    assert_eq!(status_with_token(web, &bob).await, 401);
+
+    let said = ctl(admin, &["upgrade"]).expect("ctl upgrade");
+    assert!(said.starts_with("upgrade started"), "{said}");
+    let second =
+        handed_to(&first.0.line_with("rondo: handed over to pid", Duration::from_secs(20)));
+    let _second = KillOnDrop(second);
+    let _ = tokio::task::spawn_blocking(move || first.0.child.wait()).await.unwrap();
+    assert_eq!(status(admin).await["pid"], second, "the new process answers");
+    // Only the new process is left: it refuses both, and still lets carol in.
+    assert_eq!(status_with_token(web, &alice).await, 401, "alice's subject revoked");
+    assert_eq!(status_with_token(web, &bob).await, 401, "bob's token revoked");
+    assert_eq!(status_with_token(web, &carol).await, 200);
+    let listed = ctl(admin, &["revocations"]).expect("ctl revocations");
+    assert!(listed.contains("subject alice") && listed.contains(&bob_jti), "{listed}");
+    drop(m1);
+}
+
+/// What a [`recording_member`] saw of one request: its target and whether it was a replay.
+type SeenLog = Arc<std::sync::Mutex<Vec<(String, bool)>>>;
+
+/// A member that answers every request 200 with its name, and logs each request's target and
+/// whether it carried `x-rondo-replay` (after reading its `Content-Length` body whole).
+async fn recording_member(name: &'static str) -> (SocketAddr, SeenLog) {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let seen = SeenLog::default();
+    let log = seen.clone();
+    tokio::spawn(async move {
+        while let Ok((s, _)) = l.accept().await {
+            let log = log.clone();
+            tokio::spawn(async move {
+                let mut s = BufReader::new(s);
+                while let Some((first, fields)) = read_head(&mut s).await {
+                    let len = fields
+                        .iter()
+                        .find_map(|f| f.strip_prefix("content-length:"))
+                        .map_or(0, |v| v.trim().parse::<usize>().unwrap_or(0));
+                    let mut body = vec![0; len.min(1 << 20)];
+                    if s.read_exact(&mut body).await.is_err() {
+                        return;
+                    }
+                    let target = first.split(' ').nth(1).unwrap_or("").to_owned();
+                    let replay = fields.iter().any(|f| f.starts_with("x-rondo-replay:"));
+                    log.lock().unwrap().push((target, replay));
+                    let answer = format!(
+                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{name}\n",
+                        name.len() + 1
+                    );
+                    if s.get_mut().write_all(answer.as_bytes()).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (addr, seen)
+}
+
+/// `POST target` of header session `id` on `web`: the member that answered.
+async fn session_post(web: SocketAddr, id: &str, target: &str) -> String {
+    let mut s = BufReader::new(TcpStream::connect(web).await.unwrap());
+    let body = format!("body of {target}");
+    let req = format!(
+        "POST {target} HTTP/1.1\r\nHost: t\r\nX-Session: {id}\r\nContent-Length: {}\r\n\
+         Connection: close\r\n\r\n{body}",
+        body.len()
+    );
+    s.get_mut().write_all(req.as_bytes()).await.unwrap();
+    let (code, _, answer) = read_response(&mut s).await.unwrap();
+    assert_eq!(code, 200, "{answer}");
+    answer.trim().to_owned()
+}
+
+/// Issue 41 item 6: a session's kept requests (`session_replay`) were not in the hand-over, so
+/// a session that moved to another member after an upgrade got there without its history.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kept_requests_are_replayed_by_the_new_process() {
+    let dir = TempDir::new("upgrade-replay");
+    let ((a1, seen1), (a2, seen2)) = (recording_member("m1").await, recording_member("m2").await);
+    let path = dir.0.join("rondo.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[router]\nupgrade_socket = \"{}\"\n\n[admin]\nlisten = \"127.0.0.1:0\"\n\
+             token = \"{TOKEN}\"\n\n[[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:0\"\n\n\
+             [[route]]\nname = \"s\"\nlistener = \"web\"\ncluster = \"sess\"\n\
+             session_replay = {{ max_messages = 16 }}\n\n\
+             [cluster.sess]\ngranularity = \"session\"\nsession = {{ header = \"x-session\" }}\n\
+             members = [{{ name = \"m1\", address = \"{a1}\" }}, \
+             {{ name = \"m2\", address = \"{a2}\" }}]\n",
+            dir.0.join("upgrade.sock").display(),
+        ),
+    )
+    .unwrap();
+    let mut first = tokio::task::spawn_blocking(move || {
+        let mut proc = Proc::start(&["serve", "--config", path.to_str().unwrap()]);
+        let web = addr_of(&proc.line_with("rondo: listener web on", Duration::from_secs(20)));
+        let admin = addr_of(&proc.line_with("rondo: admin API on", Duration::from_secs(20)));
+        proc.line_with("rondo: reloading on changes", Duration::from_secs(20));
+        (proc, web, admin)
+    })
+    .await
+    .unwrap();
+    let (web, admin) = (first.1, first.2);
+    let holder = session_post(web, "s1", "/m/0").await;
+    for i in 1..4 {
+        assert_eq!(session_post(web, "s1", &format!("/m/{i}")).await, holder, "it sticks");
+    }
+    let said = ctl(admin, &["upgrade"]).expect("ctl upgrade");
+    assert!(said.starts_with("upgrade started"), "{said}");
+    let second =
+        handed_to(&first.0.line_with("rondo: handed over to pid", Duration::from_secs(20)));
+    let _second = KillOnDrop(second);
+    let _ = tokio::task::spawn_blocking(move || first.0.child.wait()).await.unwrap();
+    assert_eq!(status(admin).await["pid"], second, "the new process answers");
+
+    // The session's member is disabled on the new process: the session moves, and the member
+    // taking it over gets the four kept requests, in order and marked, then the new one.
+    ctl(admin, &["disable", "sess", &holder]).expect("disable the session's member");
+    let heir = session_post(web, "s1", "/m/4").await;
+    assert_ne!(heir, holder, "the session moved");
+    let seen = if heir == "m1" { &seen1 } else { &seen2 };
+    let want: Vec<(String, bool)> = (0..5).map(|i| (format!("/m/{i}"), i < 4)).collect();
+    assert_eq!(*seen.lock().unwrap(), want, "the heir's requests: (target, replayed)");
+    assert_eq!(session_post(web, "s1", "/m/5").await, heir, "replayed once, then it sticks");
+    assert_eq!(seen.lock().unwrap().len(), 6);
+}
+
+/// Issue 41 item 6: an acknowledged revocation of a router without `[naming]` was in memory
+/// only, so `kill -9` and a restart forgot it; `[router] revocations_file` keeps it (written and
+/// fsynced before the 201). A damaged file stops the start, naming the file and the line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn revocations_survive_kill_9_with_a_revocations_file() {
+    let dir = TempDir::new("upgrade-revoked-kill");
+    let keys = dir.0.join("keys");
+    let made = std::process::Command::new(common::BIN)
+        .args(["auth", "dev-key", keys.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    let m1 =
+        rondo::member::spawn("m1", "127.0.0.1:0".parse().unwrap(), Duration::ZERO).await.unwrap();
+    let path = dir.0.join("rondo.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[router]\nrevocations_file = \"state/revoked\"\n\n[admin]\n\
+             listen = \"127.0.0.1:0\"\ntoken = \"{TOKEN}\"\n\n[[listener]]\nname = \"web\"\n\
+             listen = \"127.0.0.1:0\"\n\n[[route]]\nlistener = \"web\"\ncluster = \"app\"\n\
+             auth = {{ issuer = \"iss\", audience = \"aud\", keys = \"keys/jwks.json\" }}\n\n\
+             [cluster.app]\nmembers = [{{ name = \"m1\", address = \"{}\" }}]\n",
+            m1.addr,
+        ),
+    )
+    .unwrap();
+    std::fs::create_dir_all(dir.0.join("state")).unwrap();
+    let start = |path: std::path::PathBuf| {
+        tokio::task::spawn_blocking(move || {
+            let mut proc = Proc::start(&["serve", "--config", path.to_str().unwrap()]);
+            let web = addr_of(&proc.line_with("rondo: listener web on", Duration::from_secs(20)));
+            let admin = addr_of(&proc.line_with("rondo: admin API on", Duration::from_secs(20)));
+            proc.line_with("rondo: reloading on changes", Duration::from_secs(20));
+            (proc, web, admin)
+        })
+    };
+    let (mut first, web, admin) = start(path.clone()).await.unwrap();
+    let (alice, _) = dev_token(&keys, "alice");
+    let (carol, _) = dev_token(&keys, "carol");
+    ctl(admin, &["revoke", "--subject", "alice"]).expect("revoke alice");
+    assert_eq!(status_with_token(web, &alice).await, 401);
+    first.kill();
+    let (_second, web, _) = start(path.clone()).await.unwrap();
+    assert_eq!(status_with_token(web, &alice).await, 401, "alice's revocation kept");
+    assert_eq!(status_with_token(web, &carol).await, 200);
+    drop(_second);
+    // A damaged file: the start fails and says where.
+    std::fs::write(dir.0.join("state/revoked"), "subject\talice\n").unwrap();
+    let out = std::process::Command::new(common::BIN)
+        .args(["serve", "--config", path.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(said.contains("state/revoked") && said.contains("line 1"), "{said}");
+    drop(m1);
+}

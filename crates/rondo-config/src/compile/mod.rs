@@ -345,7 +345,15 @@ pub(crate) fn compile(
                     crate::spec::DEFAULT_DRAIN_TIMEOUT
                 }
             };
-            RouterSpec { group: r.group.clone(), tier_key, upgrade_socket, drain_timeout }
+            let revocations_file =
+                r.revocations_file.as_ref().and_then(|f| c.file_path(p.key("revocations_file"), f));
+            RouterSpec {
+                group: r.group.clone(),
+                tier_key,
+                upgrade_socket,
+                drain_timeout,
+                revocations_file,
+            }
         }
     };
     let admin = raw.admin.as_ref().map(|a| compile_admin(&mut c, a));
