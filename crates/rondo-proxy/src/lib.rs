@@ -238,7 +238,8 @@ pub async fn start(listeners: &[ListenerSpec], live: Arc<Live>) -> std::io::Resu
                 )));
             }
         }
-        tracing::info!(listener = %spec.name, %addr, protocol = spec.protocol.as_str(), tls = spec.tls.is_some(), "listening");
+        // Announced by the caller (`rondo serve`'s status line) once every part is bound.
+        tracing::debug!(listener = %spec.name, %addr, protocol = spec.protocol.as_str(), tls = spec.tls.is_some(), "listening");
     }
     Ok(Router { listeners: bound, stop, slots, http, accepting: std::sync::Mutex::new(accepting) })
 }

@@ -112,6 +112,10 @@ async fn run(
     // First: a signal from here on is handled, never the default that ends the process (a
     // `SIGUSR2` sent as soon as the admin API answers must not kill it).
     let Signals { mut term, mut int, mut usr2 } = Signals::new()?;
+    // Status lines wait until every part is bound: a part that cannot start (its port taken)
+    // stops the start before anything was announced as up. `out` is the buffer until then.
+    let mut announced: Vec<u8> = Vec::new();
+    let (stdout, out) = (out, &mut announced as &mut dyn Write);
     let live = Arc::new(Live::new(config.view.clone(), config.router.group.clone()));
     if config.router.upgrade_socket.is_some() {
         live.sockets.keep_for_successor();
@@ -367,6 +371,8 @@ async fn run(
         tracing::info!(sockets = ?unused, "upgrade: sockets the new configuration does not use are closed");
     }
     writeln!(out, "rondo: reloading on changes to {} and on SIGHUP", path.display())?;
+    let out = stdout;
+    out.write_all(&announced)?;
     out.flush()?;
     crate::upgrade::notify(&if handed.is_some() {
         format!("MAINPID={}\nREADY=1", std::process::id())

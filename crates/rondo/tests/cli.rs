@@ -573,3 +573,24 @@ fn serve_logs_the_warnings_at_start_and_on_reload() {
     let (l, c) = pos(&changed, "[cluster.other]");
     wait_for(&format!("): {p}:{l}:{c}: warning: field `cluster.other`: no route"));
 }
+
+#[test]
+fn serve_announces_nothing_when_a_part_cannot_bind() {
+    // The admin port is taken: `serve` fails naming it, and has not said the listener is up.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let dir = TempDir::new("cli");
+    let path = dir.0.join("rondo.toml");
+    let config = format!(
+        "[admin]\nlisten = \"{}\"\ntoken = \"cli-test-token-0123456789\"\n\n\
+         [[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:0\"\n\n\
+         [[route]]\nlistener = \"web\"\ncluster = \"c\"\n\n\
+         [cluster.c]\nmembers = [{{ name = \"m1\", address = \"127.0.0.1:9\" }}]\n",
+        taken.local_addr().unwrap()
+    );
+    std::fs::write(&path, config).expect("write config");
+    let out = rondo(&["serve", path.to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert_eq!(text(&out.stdout), "", "announced before every part was bound");
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("admin API on"), "{stderr}");
+}
