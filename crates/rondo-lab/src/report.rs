@@ -185,20 +185,19 @@ pub fn overload_note(q: &Queueing, r: &PickerResult) -> String {
         if left == 0 {
             continue;
         }
-        let mut text = format!("{} ({left} requests left", m.name);
+        let mut text = format!("{} (", m.name);
         if !q.phases.iter().any(|p| p.member == i) {
             let sent = r.picks[i] as f64 / seconds;
             let capacity = f64::from(m.concurrency) / (m.service.mean() / 1e9);
-            let _ = write!(text, "; sent {sent:.1}/s, serves {capacity:.1}/s");
+            let _ = write!(text, "sent {sent:.1}/s, serves {capacity:.1}/s; ");
         }
-        text.push(')');
+        let _ = write!(text, "{left} requests left)");
         members.push(text);
     }
     format!(
-        "note: {} overloaded {}: the run ended {seconds} s after the arrivals stopped with {} \
-         requests still queued, counted with their age as latency, so its percentiles are the \
-         age of a queue that only grew (more picks than the member can serve), not a fault in \
-         the simulation",
+        "note: {} overloaded {}: its queue only grew, and {} requests were still queued {seconds} s \
+         after the arrivals stopped; they count with their age as latency, so this row's tail is \
+         that queue's age, not a fault in the simulation",
         r.picker.name(),
         members.join(", "),
         r.unfinished,

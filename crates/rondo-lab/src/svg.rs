@@ -251,7 +251,7 @@ pub fn latency_tail(scenario: &str, results: &[PickerResult]) -> String {
             let y = y_of(ms);
             let _ = writeln!(
                 s,
-                r##"<line x1="{LEFT}" y1="{y:.1}" x2="{}" y2="{y:.1}" stroke="#eee"/><text class="y-tick" data-ms="{ms}" x="{}" y="{:.1}" text-anchor="end">{}</text>"##,
+                r##"<line class="y-grid" data-ms="{ms}" x1="{LEFT}" y1="{y:.1}" x2="{}" y2="{y:.1}" stroke="#eee"/><text class="y-tick" x="{}" y="{:.1}" text-anchor="end">{}</text>"##,
                 LEFT + pw,
                 LEFT - 6.0,
                 y + 4.0,
