@@ -153,8 +153,10 @@ fn series_line(s: &mut String, name: &str, style: Style, points: &[(f64, f64)]) 
 }
 
 /// The legend in the scenario's order, each entry drawn as its line is.
-fn legend(s: &mut String, entries: &[(String, Style)]) {
-    for (i, (name, style)) in entries.iter().enumerate() {
+fn legend(s: &mut String, results: &[PickerResult], styles: &[Style]) {
+    let entries = results.iter().zip(styles).filter(|(r, _)| !r.latencies.is_empty());
+    for (i, (r, style)) in entries.enumerate() {
+        let name = r.picker.name();
         let y = TOP + 10.0 + i as f64 * 18.0;
         let x = W - RIGHT + 15.0;
         let _ = writeln!(
@@ -169,7 +171,7 @@ fn legend(s: &mut String, entries: &[(String, Style)]) {
             y + 4.0,
             escape(&match style.role {
                 "best" => format!("{name} (best)"),
-                _ => name.clone(),
+                _ => name.to_owned(),
             })
         );
     }
@@ -267,13 +269,7 @@ pub fn latency_tail(scenario: &str, results: &[PickerResult]) -> String {
         let pts: Vec<(f64, f64)> = curves[i].iter().map(|&(p, ms)| (x_of(p), y_of(ms))).collect();
         series_line(&mut s, results[i].picker.name(), styles[i], &pts);
     }
-    let entries: Vec<(String, Style)> = results
-        .iter()
-        .zip(&styles)
-        .filter(|(r, _)| !r.latencies.is_empty())
-        .map(|(r, st)| (r.picker.name().to_owned(), *st))
-        .collect();
-    legend(&mut s, &entries);
+    legend(&mut s, results, &styles);
     s.push_str("</svg>\n");
     s
 }
@@ -335,13 +331,7 @@ pub fn latency_cdf(scenario: &str, results: &[PickerResult]) -> String {
             .collect();
         series_line(&mut s, r.picker.name(), styles[i], &pts);
     }
-    let entries: Vec<(String, Style)> = results
-        .iter()
-        .zip(&styles)
-        .filter(|(r, _)| !r.latencies.is_empty())
-        .map(|(r, st)| (r.picker.name().to_owned(), *st))
-        .collect();
-    legend(&mut s, &entries);
+    legend(&mut s, results, &styles);
     s.push_str("</svg>\n");
     s
 }
