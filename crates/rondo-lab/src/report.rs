@@ -120,6 +120,90 @@ fn reaction_text(x: Option<Option<u64>>) -> String {
     }
 }
 
+/// The main table, one row per picker, and a note under it for each run that overloaded a
+/// member: such a run's tail is the age of a queue that only grew, which reads like a bug in
+/// the lab unless the table says what happened.
+fn results_table(t: &mut String, q: &Queueing, results: &[PickerResult]) {
+    let oracle_p99 = results
+        .iter()
+        .find(|r| r.picker == Picker::Oracle)
+        .and_then(|r| quantile(&r.latencies, 0.99));
+    let _ = writeln!(
+        t,
+        "| algorithm | requests | p50 ms | p99 ms | p99.9 ms | errors | unfinished | p99 / oracle | Jain |"
+    );
+    let _ = writeln!(t, "|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for r in results {
+        let p99 = quantile(&r.latencies, 0.99);
+        let ratio = match (p99, oracle_p99) {
+            (Some(a), Some(o)) if o > 0 => format!("{:.2}", a as f64 / o as f64),
+            _ => "-".to_owned(),
+        };
+        let mark = if r.stopped_early {
+            " (event bound hit)"
+        } else if overloaded(r) {
+            " (overloaded, see note)"
+        } else {
+            ""
+        };
+        let _ = writeln!(
+            t,
+            "| {}{} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            r.picker.name(),
+            mark,
+            r.requests,
+            ms(quantile(&r.latencies, 0.5)),
+            ms(p99),
+            ms(quantile(&r.latencies, 0.999)),
+            r.errors,
+            r.unfinished,
+            ratio,
+            jain_of(q, r).map_or("-".to_owned(), |j| format!("{j:.4}")),
+        );
+    }
+    for r in results.iter().filter(|r| overloaded(r)) {
+        let _ = writeln!(t);
+        let _ = writeln!(t, "{}", overload_note(q, r));
+    }
+}
+
+/// A run overloaded a member when work it was sent was still queued at the end: arrivals stop
+/// at `duration_s` and the run then follows the work in flight for another `duration_s`, so a
+/// member that had kept up would have emptied its queue. A run the event bound stopped ended
+/// early for another reason and says so instead.
+pub fn overloaded(r: &PickerResult) -> bool {
+    !r.stopped_early && r.unfinished > 0
+}
+
+/// The note under the table for an overloaded run: which members were left with work, how
+/// much, and, for a member no phase changes, the rate it was sent against what it can serve.
+pub fn overload_note(q: &Queueing, r: &PickerResult) -> String {
+    let seconds = q.duration as f64 / 1e9;
+    let mut members = Vec::new();
+    for (i, m) in q.members.iter().enumerate() {
+        let left = r.unfinished_by_member.get(i).copied().unwrap_or(0);
+        if left == 0 {
+            continue;
+        }
+        let mut text = format!("{} (", m.name);
+        if !q.phases.iter().any(|p| p.member == i) {
+            let sent = r.picks[i] as f64 / seconds;
+            let capacity = f64::from(m.concurrency) / (m.service.mean() / 1e9);
+            let _ = write!(text, "sent {sent:.1}/s, serves {capacity:.1}/s; ");
+        }
+        let _ = write!(text, "{left} requests left)");
+        members.push(text);
+    }
+    format!(
+        "note: {} overloaded {}: its queue only grew, and {} requests were still queued {seconds} s \
+         after the arrivals stopped; they count with their age as latency, so this row's tail is \
+         that queue's age, not a fault in the simulation",
+        r.picker.name(),
+        members.join(", "),
+        r.unfinished,
+    )
+}
+
 /// Renders the tables and plots.
 pub fn render(s: &Scenario, q: &Queueing, results: &[PickerResult]) -> LabOutput {
     let mut t = String::new();
@@ -146,36 +230,7 @@ pub fn render(s: &Scenario, q: &Queueing, results: &[PickerResult]) -> LabOutput
         )),
     );
     let _ = writeln!(t);
-    let oracle_p99 = results
-        .iter()
-        .find(|r| r.picker == Picker::Oracle)
-        .and_then(|r| quantile(&r.latencies, 0.99));
-    let _ = writeln!(
-        t,
-        "| algorithm | requests | p50 ms | p99 ms | p99.9 ms | errors | unfinished | p99 / oracle | Jain |"
-    );
-    let _ = writeln!(t, "|---|---:|---:|---:|---:|---:|---:|---:|---:|");
-    for r in results {
-        let p99 = quantile(&r.latencies, 0.99);
-        let ratio = match (p99, oracle_p99) {
-            (Some(a), Some(o)) if o > 0 => format!("{:.2}", a as f64 / o as f64),
-            _ => "-".to_owned(),
-        };
-        let _ = writeln!(
-            t,
-            "| {}{} | {} | {} | {} | {} | {} | {} | {} | {} |",
-            r.picker.name(),
-            if r.stopped_early { " (event bound hit)" } else { "" },
-            r.requests,
-            ms(quantile(&r.latencies, 0.5)),
-            ms(p99),
-            ms(quantile(&r.latencies, 0.999)),
-            r.errors,
-            r.unfinished,
-            ratio,
-            jain_of(q, r).map_or("-".to_owned(), |j| format!("{j:.4}")),
-        );
-    }
+    results_table(&mut t, q, results);
     if !q.phases.is_empty() {
         let _ = writeln!(t);
         let _ =
@@ -251,15 +306,15 @@ pub fn render(s: &Scenario, q: &Queueing, results: &[PickerResult]) -> LabOutput
             let _ = writeln!(t);
         }
     }
-    let mut plots = vec![("latency-cdf.svg".to_owned(), svg::latency_cdf(&s.name, results))];
-    if !results.iter().all(|r| r.buckets.is_empty()) {
-        for r in results {
-            let names: Vec<&str> = q.members.iter().map(|m| m.name.as_str()).collect();
-            plots.push((
-                format!("load-{}.svg", r.picker.name()),
-                svg::load_over_time(&s.name, r.picker.name(), &names, &r.buckets),
-            ));
-        }
+    let mut plots = vec![
+        ("latency-tail.svg".to_owned(), svg::latency_tail(&s.name, results)),
+        ("latency-cdf.svg".to_owned(), svg::latency_cdf(&s.name, results)),
+    ];
+    for r in results.iter().filter(|r| !r.buckets.is_empty()) {
+        plots.push((
+            format!("load-{}.svg", r.picker.name()),
+            svg::load_over_time(&s.name, r.picker.name(), q, &r.buckets),
+        ));
     }
     LabOutput { table: t, plots }
 }

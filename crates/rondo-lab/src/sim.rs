@@ -51,6 +51,8 @@ pub struct PickerResult {
     /// Requests that arrived after the warm-up and were still unfinished when the run ended
     /// (their age at the end is in `latencies` as a lower bound).
     pub unfinished: u64,
+    /// `unfinished` per member: which members' queues the picker overloaded.
+    pub unfinished_by_member: Vec<u64>,
     /// Requests that arrived after the warm-up.
     pub requests: u64,
     /// Picks per member over the whole run.
@@ -245,6 +247,7 @@ pub fn run_one(
             latencies: Vec::new(),
             errors: 0,
             unfinished: 0,
+            unfinished_by_member: vec![0; q.members.len()],
             requests: 0,
             picks: vec![0; q.members.len()],
             buckets: if bucketed {
@@ -695,10 +698,11 @@ impl Sim<'_> {
     fn finish(&mut self) {
         let warmup = self.q.warmup;
         let now = self.now;
-        for r in &self.members {
+        for (m, r) in self.members.iter().enumerate() {
             for a in r.queue.iter().map(|q| q.arrival).chain(r.serving.iter().copied()) {
                 if a >= warmup {
                     self.res.unfinished += 1;
+                    self.res.unfinished_by_member[m] += 1;
                     self.res.latencies.push(now.saturating_sub(a));
                 }
             }
