@@ -789,3 +789,56 @@ async fn a_queue_route_with_auth_takes_only_messages_whose_token_holds() {
         "the refusals are counted by reason: {refusals:?}"
     );
 }
+
+/// Everything a raw connection reads until the router closes it (at most `wait`).
+async fn read_until_closed(s: &mut tokio::net::TcpStream, wait: Duration) -> String {
+    use tokio::io::AsyncReadExt;
+    let mut got = Vec::new();
+    let read = tokio::time::timeout(wait, s.read_to_end(&mut got)).await;
+    assert!(
+        read.is_ok(),
+        "no close within {wait:?}; got so far: {:?}",
+        String::from_utf8_lossy(&got)
+    );
+    String::from_utf8_lossy(&got).into_owned()
+}
+
+// Issue 41: a queue listener at `max_connections` answered nothing for as long as its
+// connections stayed open, and connections whose body stalled stayed open for ever. Now one
+// over the limit gets 503 with `Retry-After` at once, a stalled body gets 408 after
+// `body_read_timeout_ms` and its connection closes, and the freed slots take messages again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_max_connections_503_at_once_and_a_stalled_body_gets_408_and_frees_its_slot() {
+    use tokio::io::AsyncWriteExt;
+    let dir = TempDir::new("queue-stall");
+    let member: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let cfg = config(&dir, member, "").replace(
+        "protocol = \"queue\"\n",
+        "protocol = \"queue\"\nmax_connections = 4\nbody_read_timeout_ms = 2000\n",
+    );
+    let router = start_router(&dir, &cfg);
+    let head = "POST /queues/orders HTTP/1.1\r\nhost: q\r\ncontent-length: 1000\r\n\r\n";
+    let mut stalled = Vec::new();
+    for _ in 0..4 {
+        let mut s = tokio::net::TcpStream::connect(router.intake).await.unwrap();
+        s.write_all(head.as_bytes()).await.unwrap();
+        s.write_all(&[b'x'; 10]).await.unwrap();
+        stalled.push(s);
+    }
+    // Accepted after the four (the backlog is first in, first out): over the limit. It sends
+    // nothing, so the router's close cannot turn into a reset that would destroy the answer.
+    let mut over = tokio::net::TcpStream::connect(router.intake).await.unwrap();
+    let answer = read_until_closed(&mut over, Duration::from_secs(10)).await;
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+    assert!(answer.contains("Retry-After: 1\r\n"), "{answer}");
+    assert!(answer.contains("limit of 4 client connections"), "{answer}");
+    for s in &mut stalled {
+        let answer = read_until_closed(s, Duration::from_secs(20)).await;
+        assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+        assert!(answer.contains("body_read_timeout_ms"), "{answer}");
+    }
+    // The slots are free again: a message is accepted.
+    let c = client();
+    let (status, _, body) = post(&c, router.intake, "after the stall", &[]).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+}
