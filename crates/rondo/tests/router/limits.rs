@@ -303,6 +303,21 @@ async fn a_body_stalled_for_body_read_timeout_gets_408_and_is_closed() {
             assert_eq!(st.load.in_flight, 0, "member {i}");
         }
     });
+    // A route that reads the body to choose (body filters): the same rule while it peeks.
+    let filtered = support::router(&support::web_config(
+        "header_read_timeout_ms = 30000\nbody_read_timeout_ms = 500",
+        "request_timeout_ms = 60000\nmatch = { body_json = { \"$.kind\" = \"a\" } }",
+        &support::member_list(&ms),
+    ))
+    .await;
+    let mut conn = support::raw_connect(filtered.addr("web")).await;
+    let head = "POST /collect HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{\"kind\"";
+    support::raw_send(&mut conn, head.as_bytes()).await;
+    let (out, closed) = support::read_until_closed(&mut conn, CLOSE_WAIT).await;
+    let text = String::from_utf8_lossy(&out);
+    assert!(text.starts_with("HTTP/1.1 408"), "{text}");
+    assert!(text.contains("body_read_timeout_ms"), "{text}");
+    assert!(closed, "connection kept after a stalled body on a body filter's route");
     // The member answers (an echo) before the body is over: the stall cuts the response.
     let mut conn = support::raw_connect(r.addr("web")).await;
     let head = "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n0123456789";
