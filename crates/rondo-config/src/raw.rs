@@ -127,6 +127,7 @@ pub(crate) struct RawListener {
     pub max_connections: Option<u64>,
     pub backlog: Option<u64>,
     pub header_read_timeout_ms: Option<u64>,
+    pub body_read_timeout_ms: Option<u64>,
     pub max_header_bytes: Option<u64>,
     pub max_headers: Option<u64>,
     pub max_body_bytes: Option<u64>,

@@ -119,6 +119,10 @@ pub struct ListenerSpec {
     pub backlog: u32,
     /// Time allowed for a request's header to arrive (HTTP only).
     pub header_read_timeout: Duration,
+    /// Longest wait for the next byte of a request body from the client (HTTP and queue
+    /// listeners); past it the client gets 408 (when no byte of the response went out yet) and
+    /// the connection is closed.
+    pub body_read_timeout: Duration,
     /// Largest request header accepted, bytes (HTTP only).
     pub max_header_bytes: u32,
     /// Most header fields accepted (HTTP only).
@@ -262,6 +266,9 @@ impl ListenerSpec {
     pub const MAX_BACKLOG: u64 = 65_535;
     /// Default `header_read_timeout_ms`.
     pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+    /// Default `body_read_timeout_ms`: HAProxy's common `timeout client 30s`, so a client
+    /// that stalls mid-body holds its connection slot no longer than there.
+    pub const DEFAULT_BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
     /// Default `max_header_bytes`.
     pub const DEFAULT_MAX_HEADER_BYTES: u32 = 64 * 1024;
     /// Smallest `max_header_bytes` (hyper's smallest read buffer).

@@ -125,6 +125,7 @@ protocol = "http"
 max_connections = 500
 backlog = 1024
 header_read_timeout_ms = 2500
+body_read_timeout_ms = 4000
 max_header_bytes = 8192
 max_body_bytes = 1048576
 max_headers = 50
@@ -234,6 +235,7 @@ fn full_config_compiles_into_the_expected_view() {
                 max_connections: 500,
                 backlog: 1024,
                 header_read_timeout: Duration::from_millis(2500),
+                body_read_timeout: Duration::from_secs(4),
                 max_header_bytes: 8192,
                 max_headers: 50,
                 max_body_bytes: 1_048_576,
@@ -258,6 +260,7 @@ fn full_config_compiles_into_the_expected_view() {
                 max_connections: ListenerSpec::DEFAULT_MAX_CONNECTIONS,
                 backlog: ListenerSpec::DEFAULT_BACKLOG,
                 header_read_timeout: ListenerSpec::DEFAULT_HEADER_READ_TIMEOUT,
+                body_read_timeout: ListenerSpec::DEFAULT_BODY_READ_TIMEOUT,
                 max_header_bytes: ListenerSpec::DEFAULT_MAX_HEADER_BYTES,
                 max_headers: ListenerSpec::DEFAULT_MAX_HEADERS,
                 max_body_bytes: 0,
@@ -957,7 +960,12 @@ fn health_counts_and_durations_must_be_positive() {
         fails_once(&text, "listener[0].backlog", at, &msg);
     }
     assert_eq!(ok(&listener_line("backlog = 65535")).listeners[0].backlog, 65_535);
-    for field in ["h2_keepalive_timeout_ms", "h2_shutdown_timeout_ms", "h2_max_resets"] {
+    for field in [
+        "h2_keepalive_timeout_ms",
+        "h2_shutdown_timeout_ms",
+        "h2_max_resets",
+        "body_read_timeout_ms",
+    ] {
         let text = listener_line(&format!("{field} = 0"));
         fails_once(&text, &format!("listener[0].{field}"), "0\n", "must be greater than 0");
     }
@@ -1094,6 +1102,17 @@ fn tcp_routes_cannot_match_on_http_facts() {
         "route[1].match",
         "{ method",
         "route on tcp listener `db` cannot match on `method`",
+    );
+}
+
+#[test]
+fn tcp_listeners_have_no_body_read_timeout() {
+    let text = tcp_config("").replace("5433\"\n", "5433\"\nbody_read_timeout_ms = 5000\n");
+    fails_once(
+        &text,
+        "listener[1].body_read_timeout_ms",
+        "5000",
+        "tcp listeners read no request bodies",
     );
 }
 

@@ -31,6 +31,12 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 #[error("the client's request body failed: {0}")]
 pub struct ClientBodyError(#[source] pub hyper::Error);
 
+/// No byte of the client's body arrived for the listener's `body_read_timeout_ms`: the
+/// client's fault (408), not the member's.
+#[derive(Debug, thiserror::Error)]
+#[error("no byte of the request body arrived for {} ms", .0.as_millis())]
+pub struct BodyStalled(pub Duration);
+
 /// The request body was over the listener's limit.
 #[derive(Debug, thiserror::Error)]
 #[error("request body over the limit of {0} bytes")]
@@ -57,6 +63,9 @@ struct SlotInner {
     /// The last read of the client's body found nothing yet: the forwarding waits on the
     /// client, not on the member.
     waiting_on_client: AtomicBool,
+    /// No byte of the client's body came for the listener's `body_read_timeout_ms`: a try's
+    /// error after that is the client's 408, whatever the member connection reports.
+    stalled: AtomicBool,
     /// Reading the client's body failed (it broke off, or was malformed): a try's error after
     /// that is the client's, whatever the member connection reports (an HTTP/2 member's
     /// stream is reset, which hyper returns without the body's error as its cause).
@@ -81,6 +90,7 @@ impl BodySlot {
             whole: false,
             complete: AtomicBool::new(false),
             waiting_on_client: AtomicBool::new(false),
+            stalled: AtomicBool::new(false),
             failed_by_client: AtomicBool::new(false),
             received: AtomicU64::new(received),
         }))
@@ -96,6 +106,7 @@ impl BodySlot {
             whole: true,
             complete: AtomicBool::new(true),
             waiting_on_client: AtomicBool::new(false),
+            stalled: AtomicBool::new(false),
             failed_by_client: AtomicBool::new(false),
             received: AtomicU64::new(received),
         }))
@@ -123,6 +134,12 @@ impl BodySlot {
         !self.0.complete.load(Ordering::Relaxed)
             && !self.is_untouched()
             && self.0.waiting_on_client.load(Ordering::Relaxed)
+    }
+
+    /// Whether the client's body stalled for `body_read_timeout_ms`: a try's error after that is
+    /// the client's 408.
+    pub fn stalled(&self) -> bool {
+        self.0.stalled.load(Ordering::Relaxed)
     }
 
     /// Whether reading the client's body failed: a try's error after that is the client's.
@@ -155,15 +172,21 @@ pub enum UpstreamBody {
         seen: u64,
         /// 0: the slot's head is still to send; 1: its trailers (a whole body); 2: the rest.
         stage: u8,
+        /// The longest wait for the client's next frame (`body_read_timeout_ms`; `None`: a
+        /// whole body, read already), and its timer while a wait is on.
+        stall: Option<Duration>,
+        /// Runs while the client's body has nothing for us.
+        timer: Option<Pin<Box<tokio::time::Sleep>>>,
     },
     /// No body.
     Empty,
 }
 
 impl UpstreamBody {
-    /// Streams the body in `slot`, failing once more than `limit` bytes (0 = no limit) passed.
-    pub fn stream(slot: BodySlot, limit: u64) -> Self {
-        UpstreamBody::Stream { slot, inner: None, limit, seen: 0, stage: 0 }
+    /// Streams the body in `slot`, failing once more than `limit` bytes (0 = no limit) passed,
+    /// or once no frame of the client's came for `stall`.
+    pub fn stream(slot: BodySlot, limit: u64, stall: Option<Duration>) -> Self {
+        UpstreamBody::Stream { slot, inner: None, limit, seen: 0, stage: 0, stall, timer: None }
     }
 }
 
@@ -177,7 +200,7 @@ impl Body for UpstreamBody {
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         match self.get_mut() {
             UpstreamBody::Empty => Poll::Ready(None),
-            UpstreamBody::Stream { slot, inner, limit, seen, stage } => {
+            UpstreamBody::Stream { slot, inner, limit, seen, stage, stall, timer } => {
                 if *stage == 0 {
                     *stage = 1;
                     let head = slot.0.head.clone();
@@ -206,6 +229,15 @@ impl Body for UpstreamBody {
                 let Some(body) = inner.as_mut() else { return Poll::Ready(None) };
                 let polled = Pin::new(body).poll_frame(cx);
                 slot.0.waiting_on_client.store(polled.is_pending(), Ordering::Relaxed);
+                if polled.is_ready() {
+                    *timer = None;
+                } else if let Some(stall) = *stall {
+                    let t = timer.get_or_insert_with(|| Box::pin(tokio::time::sleep(stall)));
+                    if t.as_mut().poll(cx).is_ready() {
+                        slot.0.stalled.store(true, Ordering::Relaxed);
+                        return Poll::Ready(Some(Err(Box::new(BodyStalled(stall)))));
+                    }
+                }
                 match std::task::ready!(polled) {
                     Some(Ok(mut frame)) => {
                         if let Some(trailers) = frame.trailers_mut() {

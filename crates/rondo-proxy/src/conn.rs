@@ -1,10 +1,10 @@
-//! Client connections: `Rejecter`, which answers connections over a listener's limit with a
-//! 503 from one task per listener, and [`TimedIo`], which
-//! enforces the header read timeout and the keep-alive idle timeout on HTTP/1 connections, and
-//! the idle timeout on HTTP/2 connections (no open stream for the route's idle timeout, or for
-//! the header read timeout before the first request: [`ConnState::idle`] fires and the accept
-//! loop shuts the connection down gracefully, with GOAWAY). Frames a client sends do not
-//! restart an HTTP/2 idle timer: only streams do.
+//! Client connections: [`Rejecter`], which answers connections over a listener's limit (HTTP
+//! and queue listeners) with a 503 from one task per listener, and [`TimedIo`], which enforces
+//! the header read timeout and the keep-alive idle timeout on HTTP/1 connections, and the idle
+//! timeout on HTTP/2 connections (no open stream for the route's idle timeout, or for the
+//! header read timeout before the first request: [`ConnState::idle`] fires and the accept loop
+//! shuts the connection down gracefully, with GOAWAY). Frames a client sends do not restart an
+//! HTTP/2 idle timer: only streams do.
 //!
 //! On HTTP/2 connections `TimedIo` also follows the frames both ways ([`crate::frames`]): a
 //! frame of a size RFC 9113 forbids, or more stream resets than the listener's budget (the
@@ -648,7 +648,7 @@ const REJECT_TIME: Duration = Duration::from_secs(1);
 /// all from one task per listener: a flood of refused connections costs no task each, and at
 /// most [`MAX_REJECTING`] are being answered at once.
 #[derive(Debug)]
-pub(crate) struct Rejecter {
+pub struct Rejecter {
     queue: tokio::sync::mpsc::UnboundedSender<TcpStream>,
     /// Connections queued or being answered.
     busy: Arc<AtomicUsize>,
@@ -657,7 +657,7 @@ pub(crate) struct Rejecter {
 impl Rejecter {
     /// Starts the answering task of `listener`, whose limit is `limit` connections; it ends
     /// when the `Rejecter` is dropped and the 503s under way are done.
-    pub(crate) fn spawn(listener: &str, limit: u32) -> Self {
+    pub fn spawn(listener: &str, limit: u32) -> Self {
         let body = format!(
             "rondo: 503 listener {listener} is at its limit of {limit} client connections; retry shortly\n"
         );
@@ -673,7 +673,7 @@ impl Rejecter {
 
     /// Answers `stream` with the 503, or closes it at once when [`MAX_REJECTING`] are under way;
     /// whether a 503 goes out.
-    pub(crate) fn reject(&self, stream: TcpStream) -> bool {
+    pub fn reject(&self, stream: TcpStream) -> bool {
         let taken = self.busy.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
             (n < MAX_REJECTING).then_some(n + 1)
         });

@@ -39,7 +39,9 @@ use rondo_runtime::{ClusterRt, Live, Placed, Refused, Snapshot, clock};
 
 use crate::access::{self, AccessLog, Reason};
 
-use crate::body::{BodySlot, ClientBodyError, Finish, ProxyBody, TooLarge, UpstreamBody};
+use crate::body::{
+    BodySlot, BodyStalled, ClientBodyError, Finish, ProxyBody, TooLarge, UpstreamBody,
+};
 use crate::conn::ConnState;
 use crate::error::{Attempt, Kind, ProxyError, Side};
 use crate::head::Headers;
@@ -468,13 +470,19 @@ async fn peek_body(
         ));
     }
     let timeout = route.map_or(PEEK_TIMEOUT, |r| r.request_timeout);
+    let stall = ctx.listener.body_read_timeout;
     let body = req.body_mut();
     let mut bytes = bytes::BytesMut::new();
     let mut trailers = None;
     let mut ended = false;
     let read = async {
         while (bytes.len() as u64) < want && !body.is_end_stream() {
-            match http_body_util::BodyExt::frame(&mut *body).await {
+            let Ok(frame) =
+                tokio::time::timeout(stall, http_body_util::BodyExt::frame(&mut *body)).await
+            else {
+                return Err(Kind::ClientBodyTimeout);
+            };
+            match frame {
                 None => {
                     ended = true;
                     break;
@@ -504,6 +512,13 @@ async fn peek_body(
         Ok(Err(Kind::BodyTooLarge)) => {
             let detail = format!("request body over the limit of {limit} bytes");
             return Err(failure(Kind::BodyTooLarge, detail));
+        }
+        Ok(Err(Kind::ClientBodyTimeout)) => {
+            let detail = format!(
+                "the request body did not arrive in time (no byte for body_read_timeout_ms, {} ms)",
+                stall.as_millis()
+            );
+            return Err(failure(Kind::ClientBodyTimeout, detail));
         }
         Ok(Err(kind)) => {
             let detail = "the request body broke off before it was complete".to_owned();
@@ -665,7 +680,11 @@ pub(crate) async fn forward<T: Tries>(
                 Kind::BodyTooLarge => {
                     format!("request body over the limit of {} bytes", ctx.listener.max_body_bytes)
                 }
-                Kind::ClientBodyTimeout => "the request body did not arrive in time".to_owned(),
+                Kind::ClientBodyTimeout => format!(
+                    "the request body did not arrive in time (no byte for body_read_timeout_ms, \
+                     {} ms, or the route's request_timeout_ms ran out)",
+                    ctx.listener.body_read_timeout.as_millis()
+                ),
                 _ => "the request body broke off before it was complete".to_owned(),
             };
             return Err(on_route(route, kind, detail));
@@ -814,7 +833,10 @@ async fn attempt(
     }
     let body = match &req.slot {
         None => UpstreamBody::Empty,
-        Some(slot) => UpstreamBody::stream(slot.clone(), ctx.listener.max_body_bytes),
+        Some(slot) => {
+            let (limit, stall) = (ctx.listener.max_body_bytes, ctx.listener.body_read_timeout);
+            UpstreamBody::stream(slot.clone(), limit, Some(stall))
+        }
     };
     let parts = &req.parts;
     let request =
@@ -869,6 +891,14 @@ async fn attempt(
         Ok(Err(e)) if caused_by::<TooLarge>(&e) => {
             begun.end(Outcome::Cancelled);
             Err(Kind::BodyTooLarge)
+        }
+        Ok(Err(e))
+            if caused_by::<BodyStalled>(&e) || req.slot.as_ref().is_some_and(BodySlot::stalled) =>
+        {
+            // No byte of the client's body for `body_read_timeout_ms`: 408, the member is not
+            // charged.
+            begun.end(Outcome::Cancelled);
+            Err(Kind::ClientBodyTimeout)
         }
         Ok(Err(e))
             if caused_by::<ClientBodyError>(&e)

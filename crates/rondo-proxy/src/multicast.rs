@@ -221,7 +221,7 @@ impl Tries for Copy {
         let begun = Begun::new(rt, member);
         let body = match &self.slot {
             None => UpstreamBody::Empty,
-            Some(slot) => UpstreamBody::stream(slot.clone(), 0),
+            Some(slot) => UpstreamBody::stream(slot.clone(), 0, None),
         };
         let request =
             upstream_request(&self.method, &self.headers, rt, member, &self.path_and_query, body);

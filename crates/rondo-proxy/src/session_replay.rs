@@ -543,7 +543,7 @@ pub(crate) async fn replay(
         let mut headers = k.headers();
         headers.insert(REPLAY_HEADER, http::HeaderValue::from_static("1"));
         let slot = crate::body::BodySlot::whole(k.body.clone(), k.trailers.clone());
-        let body = crate::body::UpstreamBody::stream(slot, 0);
+        let body = crate::body::UpstreamBody::stream(slot, 0, None);
         let request =
             crate::http::upstream_request(&k.method, &headers, rt, member, &k.path_and_query, body);
         let answer = async {

@@ -15,6 +15,12 @@
 //! redb database, or whose records cannot be read, refuses to open with an error naming the
 //! file: a store is never silently reset.
 //!
+//! **I/O errors.** After a failed write (a full disk) redb refuses every later one until the
+//! file is opened again: the writer thread opens it again with backoff, refusing new messages at
+//! once meanwhile and holding the other changes, makes the file and the index agree (a commit
+//! reported failed may still have reached the file), and takes messages again once a write
+//! succeeds. A message answered 503 is never delivered; one answered 202 is never lost.
+//!
 //! **The index.** Messages not yet delivered by sequence (so the oldest is the first), the
 //! ready set ordered by due time, one FIFO per session key (only its head is ever ready or in
 //! delivery: messages of a session go in order, one at a time), the leases, and the dead
@@ -459,82 +465,201 @@ fn load(db: &Database, spec: &QueueSpec) -> Result<(u32, Index), String> {
     Ok((uid, index))
 }
 
-/// The writer thread: batches, one durable commit each, then the answers and the index.
+/// The writer thread: batches, one durable commit each, then the answers and the index. After
+/// an I/O error, the store is opened again ([`reopen`]) before the next batch.
 fn writer(s: Arc<Shared>, rx: mpsc::Receiver<Op>) {
-    while let Ok(first) = rx.recv() {
-        let mut bytes = first.bytes();
-        let mut batch = vec![first];
-        while batch.len() < MAX_BATCH && bytes < MAX_BATCH_BYTES {
-            match rx.try_recv() {
-                Ok(op) => {
-                    bytes += op.bytes();
-                    batch.push(op);
-                }
-                Err(_) => break,
-            }
-        }
-        let result = s.with_db(|db| write_batch(db, &batch));
+    let mut held = Vec::new();
+    // The wait before the next reopen: doubled by each one, back to the first after a commit
+    // (a disk still full fails the first write after a reopen, and is not tried ten times a
+    // second).
+    let mut backoff = REOPEN_FIRST;
+    loop {
+        let batch = if held.is_empty() {
+            let Ok(first) = rx.recv() else { return };
+            gather(first, &rx)
+        } else {
+            std::mem::take(&mut held)
+        };
+        let mut io = false;
+        let result = s.with_db(|db| {
+            write_batch(db, &batch).map_err(|e| {
+                io = matches!(e, redb::Error::Io(_) | redb::Error::PreviousIo);
+                e.to_string()
+            })
+        });
         if result.is_ok() {
             s.counters.commits.fetch_add(1, Ordering::Relaxed);
+            backoff = REOPEN_FIRST;
         } else if let Err(e) = &result {
             tracing::error!(queue = %s.name, path = %s.path.display(), "queue store commit failed: {e}");
         }
         apply(&s, batch, result);
         s.notify.notify_waiters();
+        if io {
+            match reopen(&s, &rx, &mut backoff) {
+                Some(h) => held = h,
+                None => return,
+            }
+        }
     }
 }
 
-fn write_batch(db: &Database, batch: &[Op]) -> Result<(), String> {
+/// `first` and the changes waiting behind it, up to [`MAX_BATCH`] or [`MAX_BATCH_BYTES`].
+fn gather(first: Op, rx: &mpsc::Receiver<Op>) -> Vec<Op> {
+    let mut bytes = first.bytes();
+    let mut batch = vec![first];
+    while batch.len() < MAX_BATCH && bytes < MAX_BATCH_BYTES {
+        match rx.try_recv() {
+            Ok(op) => {
+                bytes += op.bytes();
+                batch.push(op);
+            }
+            Err(_) => break,
+        }
+    }
+    batch
+}
+
+/// First wait before the store is opened again after an I/O error.
+const REOPEN_FIRST: Duration = Duration::from_millis(100);
+/// Longest wait between two tries to open it again.
+const REOPEN_MAX: Duration = Duration::from_secs(5);
+
+/// After an I/O error (a full disk) redb refuses every later write until the file is opened
+/// again (`Previous I/O error occurred`): closes it and opens it again, which brings it to its
+/// last commit, after waiting `backoff` (doubled by each try, up to [`REOPEN_MAX`]). Meanwhile new messages are refused at once (503 with `Retry-After`) rather
+/// than held; the other changes (deliveries' outcomes, the admin API's), as many as there are
+/// callers waiting for them, are held and returned, to be written first. `None`: the store is
+/// being closed (held changes answered with an error).
+fn reopen(s: &Shared, rx: &mpsc::Receiver<Op>, backoff: &mut Duration) -> Option<Vec<Op>> {
+    let refused = || Err("the store is being opened again after an I/O error".to_owned());
+
+    // Released first: redb holds a lock on the file while it is open.
+    s.db.write().unwrap_or_else(|e| e.into_inner()).take();
+    let mut held = Vec::new();
+    loop {
+        let until = Instant::now() + *backoff;
+        *backoff = (*backoff * 2).min(REOPEN_MAX);
+        while let Some(left) = until.checked_duration_since(Instant::now()) {
+            match rx.recv_timeout(left) {
+                Ok(op @ Op::Append { .. }) => apply(s, vec![op], refused()),
+                Ok(op) => held.push(op),
+                Err(mpsc::RecvTimeoutError::Timeout) => break,
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    apply(s, held, refused());
+                    return None;
+                }
+            }
+        }
+        let opened = Database::create(&s.path).map_err(|e| e.to_string());
+        match opened.and_then(|db| reconcile(s, &db).map(|()| db)) {
+            Ok(db) => {
+                *s.db.write().unwrap_or_else(|e| e.into_inner()) = Some(db);
+                tracing::info!(queue = %s.name, path = %s.path.display(), "queue store opened again after an I/O error");
+                return Some(held);
+            }
+            Err(e) => {
+                let next = backoff.as_millis();
+                tracing::warn!(queue = %s.name, path = %s.path.display(), "queue store cannot be opened again yet (next try in {next} ms): {e}");
+            }
+        }
+    }
+}
+
+/// Makes the reopened file and the index agree. A commit reported failed may still have
+/// reached the file (its writes went through and only the flush failed): a message refused
+/// with 503 is removed from the file (its client sends it again; it must not also be
+/// delivered), and a message whose delivery or purge is on the file but not in the index
+/// leaves the index (else it would be handed out and found missing for ever).
+fn reconcile(s: &Shared, db: &Database) -> Result<(), String> {
     let err = |x: &dyn std::fmt::Display| x.to_string();
-    let mut txn = db.begin_write().map_err(|x| err(&x))?;
-    txn.set_durability(Durability::Immediate).map_err(|x| err(&x))?;
+    let on_file: BTreeSet<u64> = {
+        let txn = db.begin_read().map_err(|x| err(&x))?;
+        let meta = txn.open_table(META).map_err(|x| err(&x))?;
+        let keys = meta.iter().map_err(|x| err(&x))?;
+        keys.map(|r| r.map(|(k, _)| k.value())).collect::<Result<_, _>>().map_err(|x| err(&x))?
+    };
+    let stray: Vec<u64> = {
+        let mut ix = s.index();
+        let gone: Vec<u64> = ix
+            .live
+            .keys()
+            .chain(ix.dead.keys())
+            .filter(|q| !on_file.contains(q))
+            .copied()
+            .collect();
+        for seq in gone {
+            let size = match ix.unlink(seq) {
+                Some(l) => l.meta.size,
+                None => ix.dead.remove(&seq).map_or(0, |d| d.meta.size),
+            };
+            ix.count -= 1;
+            ix.bytes -= size;
+        }
+        on_file
+            .iter()
+            .filter(|q| !ix.live.contains_key(q) && !ix.dead.contains_key(q))
+            .copied()
+            .collect()
+    };
+    if stray.is_empty() {
+        return Ok(());
+    }
+    tracing::warn!(queue = %s.name, "{} message(s) refused by a failed commit reached the store file: removed", stray.len());
+    let (reply, _) = oneshot::channel();
+    write_batch(db, &[Op::Purge { seqs: stray, reply }]).map_err(|x| err(&x))
+}
+
+fn write_batch(db: &Database, batch: &[Op]) -> Result<(), redb::Error> {
+    let mut txn = db.begin_write()?;
+    txn.set_durability(Durability::Immediate)?;
     {
-        let mut meta = txn.open_table(META).map_err(|x| err(&x))?;
-        let mut msgs = txn.open_table(MESSAGES).map_err(|x| err(&x))?;
-        let mut tries = txn.open_table(TRIES).map_err(|x| err(&x))?;
-        let mut dead = txn.open_table(DEAD).map_err(|x| err(&x))?;
-        let mut info = txn.open_table(INFO).map_err(|x| err(&x))?;
+        let mut meta = txn.open_table(META)?;
+        let mut msgs = txn.open_table(MESSAGES)?;
+        let mut tries = txn.open_table(TRIES)?;
+        let mut dead = txn.open_table(DEAD)?;
+        let mut info = txn.open_table(INFO)?;
         let mut next_seq = None;
         for op in batch {
             match op {
                 Op::Append { seq, meta: m, message, .. } => {
-                    meta.insert(*seq, record::encode_meta(m).as_slice()).map_err(|x| err(&x))?;
-                    msgs.insert(*seq, message.as_slice()).map_err(|x| err(&x))?;
+                    meta.insert(*seq, record::encode_meta(m).as_slice())?;
+                    msgs.insert(*seq, message.as_slice())?;
                     next_seq = Some(seq + 1);
                 }
                 Op::Complete { seq, .. } => {
-                    meta.remove(*seq).map_err(|x| err(&x))?;
-                    msgs.remove(*seq).map_err(|x| err(&x))?;
-                    tries.remove(*seq).map_err(|x| err(&x))?;
+                    meta.remove(*seq)?;
+                    msgs.remove(*seq)?;
+                    tries.remove(*seq)?;
                 }
                 Op::Retry { seq, tries: t, .. } => {
-                    tries.insert(*seq, t.as_slice()).map_err(|x| err(&x))?;
+                    tries.insert(*seq, t.as_slice())?;
                 }
                 Op::Dead { seq, tries: t, .. } => {
-                    tries.insert(*seq, t.as_slice()).map_err(|x| err(&x))?;
-                    dead.insert(*seq, unix_ms()).map_err(|x| err(&x))?;
+                    tries.insert(*seq, t.as_slice())?;
+                    dead.insert(*seq, unix_ms())?;
                 }
                 Op::Requeue { seqs, .. } => {
                     for seq in seqs {
-                        dead.remove(*seq).map_err(|x| err(&x))?;
-                        tries.remove(*seq).map_err(|x| err(&x))?;
+                        dead.remove(*seq)?;
+                        tries.remove(*seq)?;
                     }
                 }
                 Op::Purge { seqs, .. } => {
                     for seq in seqs {
-                        meta.remove(*seq).map_err(|x| err(&x))?;
-                        msgs.remove(*seq).map_err(|x| err(&x))?;
-                        tries.remove(*seq).map_err(|x| err(&x))?;
-                        dead.remove(*seq).map_err(|x| err(&x))?;
+                        meta.remove(*seq)?;
+                        msgs.remove(*seq)?;
+                        tries.remove(*seq)?;
+                        dead.remove(*seq)?;
                     }
                 }
             }
         }
         if let Some(n) = next_seq {
-            info.insert("next_seq", n).map_err(|x| err(&x))?;
+            info.insert("next_seq", n)?;
         }
     }
-    txn.commit().map_err(|x| err(&x))
+    txn.commit().map_err(redb::Error::from)
 }
 
 /// After the batch's commit (or its failure): the index, the counters and the answers.
@@ -963,6 +1088,45 @@ mod tests {
         assert_eq!(s.purge(None).await.unwrap(), 1);
         assert_eq!(s.stats().bytes, 0);
         assert!(matches!(s.dead_letter_get(&id).await, Err(QueueError::UnknownMessage(_))));
+        drop(s);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    // A commit reported failed may still reach the file. When the store is opened again after
+    // an I/O error, a message refused that way leaves the file (its client was told 503), and
+    // one whose delivery reached the file leaves the index (else it would be handed out and
+    // found missing for ever).
+    #[tokio::test]
+    async fn opened_again_the_file_and_the_index_agree() {
+        let dir = tempdir("reconcile");
+        let (spec, d) = spec(&dir);
+        let s = Embedded::open(&spec, &d).unwrap();
+        let a = s.append(msg("a"), None).await.unwrap();
+        let b = s.append(msg("b"), None).await.unwrap();
+        let seq = |id: &str| s.seq_of(id).unwrap();
+        let stray = seq(&b) + 1;
+        let ((r1, _), (r2, _)) = (oneshot::channel(), oneshot::channel());
+        let behind_its_back = [
+            Op::Append {
+                seq: stray,
+                meta: MetaRecord { accepted_ms: 0, size: 1, session: None },
+                message: record::encode_message(&msg("x")),
+                reply: r1,
+            },
+            Op::Complete { seq: seq(&a), reply: r2 },
+        ];
+        s.shared
+            .with_db(|db| write_batch(db, &behind_its_back).map_err(|e| e.to_string()))
+            .unwrap();
+        s.shared.with_db(|db| reconcile(&s.shared, db)).unwrap();
+        let st = s.stats();
+        assert_eq!((st.depth, st.bytes), (1, msg("b").size()));
+        assert_eq!(next(&s).await.unwrap().id, b);
+        assert!(next(&s).await.is_none(), "neither the delivered nor the refused one");
+        s.close();
+        drop(s);
+        let s = Embedded::open(&spec, &d).unwrap();
+        assert_eq!(s.stats().depth, 1, "the refused message is gone from the file");
         drop(s);
         let _ = std::fs::remove_dir_all(&dir);
     }

@@ -5,11 +5,12 @@
 //! |---|---|
 //! | `202 Accepted`, `{"id": "...", "queue": "..."}` and `X-Rondo-Message-Id` | the message is durable (its batch committed) |
 //! | `400` | the body broke off |
+//! | `408`, then the connection closes | no byte of the body arrived for the listener's `body_read_timeout_ms` |
 //! | `401` with `WWW-Authenticate` | the matching route has `auth` and the message's sign-on token (or tier session) does not hold |
 //! | `404` | no queue of that name, or no route of the listener matches the message |
 //! | `405` with `Allow: POST` | another method |
 //! | `413` | the body is over the queue's `max_message_bytes` |
-//! | `503` with `Retry-After` | the queue is at `max_messages` or `max_bytes`, or its store failed |
+//! | `503` with `Retry-After` | the queue is at `max_messages` or `max_bytes`, or its store failed (or is being reopened after an I/O error); or, as the connection's only answer, the listener is at `max_connections` |
 //!
 //! Routes match a message as they match a request (host, normalized path, method `POST`,
 //! header fields), here to refuse what no route would deliver, and again at every delivery
@@ -24,14 +25,16 @@ use std::collections::HashMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use http::{HeaderValue, Request, Response, StatusCode, header};
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use rondo_config::{ListenerSpec, QueueSpec};
 use rondo_proxy::auth::{self, Auth, Identity};
+use rondo_proxy::conn::Rejecter;
 use rondo_runtime::Live;
 use rondo_runtime::tls_server::{
     ALPN_HTTP1, CLIENT_CERT_SAN, CLIENT_CERT_SUBJECT, ClientCert, TlsServer, client_cert,
@@ -106,17 +109,15 @@ pub async fn start(
             Some(server)
         }
     };
+    let metrics = live.metrics.listener(&spec.name);
     let ctx = Arc::new(Ctx { listener: spec.clone(), queues, live, auth: Auth::default() });
     let limit = Arc::new(Semaphore::new(spec.max_connections as usize));
     let slots = (limit.clone(), spec.max_connections);
+    // Connections over the limit get a 503 from one task for the whole listener, as on `http`
+    // listeners: accepted and told to come back, not left unanswered in the backlog.
+    let rejecter = Rejecter::spawn(&spec.name, spec.max_connections);
     let accepting = tokio::spawn(async move {
         loop {
-            let permit = tokio::select! {
-                biased;
-                _ = stop.changed() => return,
-                p = limit.clone().acquire_owned() => p,
-            };
-            let Ok(permit) = permit else { return };
             let accepted = tokio::select! {
                 biased;
                 _ = stop.changed() => return,
@@ -126,9 +127,17 @@ pub async fn start(
                 Ok(a) => a,
                 Err(e) => {
                     tracing::warn!(listener = %ctx.listener.name, "accept failed: {e}");
-                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 }
+            };
+            let Ok(permit) = limit.clone().try_acquire_owned() else {
+                metrics.refused.inc();
+                // A TLS client cannot read a plain-text 503: it is closed at once.
+                if tls.is_none() && rejecter.reject(stream) {
+                    metrics.router_response(503, None, None);
+                }
+                continue;
             };
             let _ = stream.set_nodelay(true);
             let ctx = ctx.clone();
@@ -202,6 +211,38 @@ fn busy(body: String) -> Response<Full<Bytes>> {
     let mut r = text(StatusCode::SERVICE_UNAVAILABLE, body);
     r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECS));
     r
+}
+
+/// Why a message body was not read.
+enum BodyFailure {
+    /// Over the queue's `max_message_bytes`.
+    TooLarge,
+    /// The connection failed or closed before the body's end.
+    BrokeOff,
+    /// No byte arrived for the listener's `body_read_timeout_ms`.
+    Stalled,
+}
+
+/// Reads a message body of at most `max` bytes, waiting at most `stall` for each next part of
+/// it: an inactivity limit, so a slow client that keeps sending is never cut, and one that
+/// stops cannot hold its connection slot for ever.
+async fn read_body(mut body: Incoming, max: u64, stall: Duration) -> Result<Bytes, BodyFailure> {
+    let mut bytes = BytesMut::new();
+    loop {
+        match tokio::time::timeout(stall, body.frame()).await {
+            Err(_) => return Err(BodyFailure::Stalled),
+            Ok(None) => return Ok(bytes.freeze()),
+            Ok(Some(Err(_))) => return Err(BodyFailure::BrokeOff),
+            Ok(Some(Ok(frame))) => {
+                if let Ok(data) = frame.into_data() {
+                    if (bytes.len() + data.len()) as u64 > max {
+                        return Err(BodyFailure::TooLarge);
+                    }
+                    bytes.extend_from_slice(&data);
+                }
+            }
+        }
+    }
 }
 
 /// Header fields a message does not keep: hop-by-hop ones, the ones the connection names, and
@@ -288,12 +329,24 @@ async fn intake(
         return too_large();
     }
     let (parts, body) = req.into_parts();
-    let body = match Limited::new(body, max as usize).collect().await {
-        Ok(b) => b.to_bytes(),
-        Err(e) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => {
-            return too_large();
+    let stall = ctx.listener.body_read_timeout;
+    let body = match read_body(body, max, stall).await {
+        Ok(b) => b,
+        Err(BodyFailure::TooLarge) => return too_large(),
+        Err(BodyFailure::BrokeOff) => {
+            return text(StatusCode::BAD_REQUEST, "the message body broke off");
         }
-        Err(_) => return text(StatusCode::BAD_REQUEST, "the message body broke off"),
+        Err(BodyFailure::Stalled) => {
+            // The rest of the body may still come: the connection cannot carry another
+            // request, and closing it frees its slot.
+            let detail = format!(
+                "no byte of the message body arrived for {} ms (body_read_timeout_ms)",
+                stall.as_millis()
+            );
+            let mut r = text(StatusCode::REQUEST_TIMEOUT, detail);
+            r.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+            return r;
+        }
     };
     // Routes match the message as they would a request (body filters read its body); none:
     // it would never be delivered. A route with `auth` admits only a message whose token holds.

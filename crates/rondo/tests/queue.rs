@@ -886,3 +886,203 @@ async fn a_queue_route_with_auth_takes_only_messages_whose_token_holds() {
         "the refusals are counted by reason: {refusals:?}"
     );
 }
+
+/// Everything a raw connection reads until the router closes it (at most `wait`).
+async fn read_until_closed(s: &mut tokio::net::TcpStream, wait: Duration) -> String {
+    use tokio::io::AsyncReadExt;
+    let mut got = Vec::new();
+    let read = tokio::time::timeout(wait, s.read_to_end(&mut got)).await;
+    assert!(
+        read.is_ok(),
+        "no close within {wait:?}; got so far: {:?}",
+        String::from_utf8_lossy(&got)
+    );
+    String::from_utf8_lossy(&got).into_owned()
+}
+
+// Issue 41: a queue listener at `max_connections` answered nothing for as long as its
+// connections stayed open, and connections whose body stalled stayed open for ever. Now one
+// over the limit gets 503 with `Retry-After` at once, a stalled body gets 408 after
+// `body_read_timeout_ms` and its connection closes, and the freed slots take messages again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_max_connections_503_at_once_and_a_stalled_body_gets_408_and_frees_its_slot() {
+    use tokio::io::AsyncWriteExt;
+    let dir = TempDir::new("queue-stall");
+    let member: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let cfg = config(&dir, member, "").replace(
+        "protocol = \"queue\"\n",
+        "protocol = \"queue\"\nmax_connections = 4\nbody_read_timeout_ms = 2000\n",
+    );
+    let router = start_router(&dir, &cfg);
+    let head = "POST /queues/orders HTTP/1.1\r\nhost: q\r\ncontent-length: 1000\r\n\r\n";
+    let mut stalled = Vec::new();
+    for _ in 0..4 {
+        let mut s = tokio::net::TcpStream::connect(router.intake).await.unwrap();
+        s.write_all(head.as_bytes()).await.unwrap();
+        s.write_all(&[b'x'; 10]).await.unwrap();
+        stalled.push(s);
+    }
+    // Accepted after the four (the backlog is first in, first out): over the limit. It sends
+    // nothing, so the router's close cannot turn into a reset that would destroy the answer.
+    let mut over = tokio::net::TcpStream::connect(router.intake).await.unwrap();
+    let answer = read_until_closed(&mut over, Duration::from_secs(10)).await;
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+    assert!(answer.contains("Retry-After: 1\r\n"), "{answer}");
+    assert!(answer.contains("limit of 4 client connections"), "{answer}");
+    for s in &mut stalled {
+        let answer = read_until_closed(s, Duration::from_secs(20)).await;
+        assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+        assert!(answer.contains("body_read_timeout_ms"), "{answer}");
+    }
+    // The slots are free again: a message is accepted.
+    let c = client();
+    let (status, _, body) = post(&c, router.intake, "after the stall", &[]).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+}
+
+/// A tmpfs of `size` mounted on `dir` (which it creates); unmounted when dropped, also when the
+/// test fails. `None` when it cannot be mounted (not root); under `CI` that fails the test.
+struct Tmpfs(std::path::PathBuf);
+
+impl Tmpfs {
+    fn mount(dir: &std::path::Path, size: &str) -> Option<Tmpfs> {
+        std::fs::create_dir_all(dir).expect("mount point");
+        let mounted = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir)
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        let ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false");
+        assert!(mounted || !ci, "cannot mount a tmpfs (CI runs as root, so this test must run)");
+        mounted.then(|| Tmpfs(dir.to_owned()))
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// Writes `path` until the file system is full: the bytes written.
+fn fill(path: &std::path::Path) -> u64 {
+    use std::io::Write;
+    let mut f = std::fs::File::create(path).expect("filler file");
+    let chunk = vec![0u8; 16 * 1024];
+    let mut written = 0;
+    // At most 1 GiB, though the tmpfs is far smaller.
+    for _ in 0..65_536 {
+        match f.write(&chunk) {
+            Ok(n) if n > 0 => written += n as u64,
+            _ => break,
+        }
+    }
+    let _ = f.sync_all();
+    written
+}
+
+// Issue 41: after one write failed on a full disk, redb refused every later write ("Previous
+// I/O error occurred") and the queue answered 503 until a restart. Now the store is opened
+// again with backoff, and once space is freed messages are accepted again; every message
+// answered 202 is delivered exactly once, and none answered 503 is delivered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_full_disk_is_freed_messages_are_accepted_again_and_none_is_lost() {
+    let dir = TempDir::new("queue-enospc");
+    let store = dir.0.join("store");
+    let Some(_tmpfs) = Tmpfs::mount(&store, "4m") else {
+        eprintln!("skipped: cannot mount a tmpfs (not root)");
+        return;
+    };
+    let member: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let extra = "max_attempts = 1000\nbackoff_initial_ms = 20\nbackoff_max_ms = 200";
+    let router = start_router(&dir, &config(&dir, member, extra));
+    let c = client();
+    let mut accepted: Vec<(u32, String)> = Vec::new();
+    let mut refused: Vec<u32> = Vec::new();
+    let mut n = 0u32;
+    let send = async |n: u32, accepted: &mut Vec<(u32, String)>, refused: &mut Vec<u32>| {
+        let (status, headers, body) =
+            post(&c, router.intake, format!("{n} {}", "x".repeat(4000)), &[]).await;
+        match status {
+            StatusCode::ACCEPTED => accepted.push((n, id_of(&body))),
+            StatusCode::SERVICE_UNAVAILABLE => {
+                assert_eq!(headers["retry-after"], "1", "{body}");
+                refused.push(n);
+            }
+            other => panic!("message {n}: {other} {body}"),
+        }
+        status
+    };
+    // A few messages while there is room; then the disk is full (the member is down: they
+    // all wait in the store).
+    for _ in 0..5 {
+        n += 1;
+        assert_eq!(send(n, &mut accepted, &mut refused).await, StatusCode::ACCEPTED);
+    }
+    let filler = store.join("filler");
+    assert!(fill(&filler) > 0, "the filler took the tmpfs's room");
+    // Messages until the store fails (each takes pages the full disk does not have).
+    for _ in 0..500 {
+        n += 1;
+        if send(n, &mut accepted, &mut refused).await != StatusCode::ACCEPTED {
+            break;
+        }
+    }
+    assert!(!refused.is_empty(), "the full disk refused a message");
+    // Still full: a few more, whatever they get.
+    for _ in 0..5 {
+        n += 1;
+        send(n, &mut accepted, &mut refused).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Room again: within a bounded time the queue takes messages again.
+    std::fs::remove_file(&filler).unwrap();
+    let mut again = false;
+    for _ in 0..150 {
+        n += 1;
+        if send(n, &mut accepted, &mut refused).await == StatusCode::ACCEPTED {
+            again = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let log = std::fs::read_to_string(dir.0.join("stderr")).unwrap_or_default();
+    assert!(again, "no message accepted within 30 s of the space being freed; log:\n{log}");
+    for _ in 0..5 {
+        n += 1;
+        assert_eq!(send(n, &mut accepted, &mut refused).await, StatusCode::ACCEPTED);
+    }
+    // Every 202 is one message of its own.
+    let ids: HashSet<&String> = accepted.iter().map(|(_, id)| id).collect();
+    assert_eq!(ids.len(), accepted.len(), "no id acknowledged twice");
+
+    // The member comes up: every accepted message arrives once, no refused one at all.
+    let state = SinkState::new(200, 0);
+    let _sink = sink(member, state.clone()).await;
+    let all = until(Duration::from_secs(60), || {
+        let got: HashSet<String> = state.delivered().into_iter().collect();
+        ids.iter().all(|id| got.contains(*id))
+    })
+    .await;
+    // Anything delivered twice or out of thin air would have arrived by now too.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let delivered = state.got();
+    let mut got_ids: Vec<&str> = delivered.iter().map(|g| g.id.as_str()).collect();
+    got_ids.sort_unstable();
+    let mut want: Vec<&str> = ids.iter().map(|s| s.as_str()).collect();
+    want.sort_unstable();
+    eprintln!(
+        "full disk: {} accepted, {} refused (503), {} delivered",
+        accepted.len(),
+        refused.len(),
+        delivered.len()
+    );
+    assert!(all, "not every accepted message was delivered");
+    assert_eq!(got_ids, want, "each accepted message delivered exactly once, nothing else");
+    let refused: HashSet<u32> = refused.into_iter().collect();
+    for g in &delivered {
+        let number: u32 = g.body.split(' ').next().unwrap().parse().unwrap();
+        assert!(!refused.contains(&number), "message {number} was refused but delivered");
+    }
+}

@@ -58,6 +58,12 @@ pub(super) fn compile_listener(
         ListenerSpec::DEFAULT_HEADER_READ_TIMEOUT,
         false,
     );
+    let body_read_timeout = c.ms(
+        path.key("body_read_timeout_ms"),
+        l.body_read_timeout_ms,
+        ListenerSpec::DEFAULT_BODY_READ_TIMEOUT,
+        false,
+    );
     let max_header_bytes = c.u32(
         path.key("max_header_bytes"),
         l.max_header_bytes,
@@ -92,6 +98,9 @@ pub(super) fn compile_listener(
             "tcp listeners route each connection once (`all-matches` copies HTTP requests)",
         );
     }
+    if l.body_read_timeout_ms.is_some() && protocol == ListenerProtocol::Tcp {
+        c.err(path.key("body_read_timeout_ms"), "tcp listeners read no request bodies");
+    }
     let listen = listen?;
     let access_log =
         l.access_log.as_ref().map(|a| compile_access_log(c, path.key("access_log"), a));
@@ -112,6 +121,7 @@ pub(super) fn compile_listener(
         max_connections,
         backlog,
         header_read_timeout,
+        body_read_timeout,
         max_header_bytes,
         max_headers,
         max_body_bytes,

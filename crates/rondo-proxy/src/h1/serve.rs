@@ -1036,7 +1036,7 @@ impl<S: ClientStream> OwnTries<'_, S> {
         if !in_buf.is_empty() && upstream.write_all(in_buf).await.is_err() {
             return Err(SendError::Member);
         }
-        let limit = self.ctx.listener.max_body_bytes;
+        let limit = (self.ctx.listener.max_body_bytes, self.ctx.listener.body_read_timeout);
         let (up_read, mut up_write) = upstream.split();
         let sent = pump_body(
             &mut self.body,
@@ -1100,7 +1100,7 @@ impl<S: ClientStream> OwnTries<'_, S> {
             // Boxed: the two pumps side by side took 1 KiB more in every request's future, which
             // is made (and copied into its box) for every request, and this case is rare.
             self.close = true;
-            let limit = self.ctx.listener.max_body_bytes;
+            let limit = (self.ctx.listener.max_body_bytes, self.ctx.listener.body_read_timeout);
             Box::pin(async {
                 let never = AtomicBool::new(false);
                 let (mut client_read, mut client_write) = tokio::io::split(&mut self.c.stream);
@@ -1174,12 +1174,14 @@ impl<S: ClientStream> OwnTries<'_, S> {
 }
 
 /// Streams the rest of the request body from the client (`from`) to the member (`to`), held to
-/// the listener's body `limit`; bytes past the body's end are kept in `extra`. With `watch`,
-/// stops as soon as the member starts answering: `Ok(true)`.
+/// the listener's body `limit` and waiting at most `stall` (`body_read_timeout_ms`) for each
+/// next byte (then [`Kind::ClientBodyTimeout`]: 408, or a cut response when the member already
+/// answered); bytes past the body's end are kept in `extra`. With `watch`, stops as soon as the
+/// member starts answering: `Ok(true)`.
 async fn pump_body<R, W>(
     body: &mut ReqBody,
     extra: &mut Vec<u8>,
-    limit: u64,
+    (limit, stall): (u64, Duration),
     from: &mut R,
     to: &mut W,
     watch: Option<&TcpStream>,
@@ -1200,13 +1202,14 @@ where
         let read = tokio::select! {
             biased;
             () = answered(watch) => None,
-            r = read_more(from, &mut chunk) => Some(r),
+            r = tokio::time::timeout(stall, read_more(from, &mut chunk)) => Some(r),
         };
         waiting_client.store(false, Ordering::Relaxed);
         let n = match read {
             None => break Ok(true),
-            Some(Ok(0)) | Some(Err(_)) => break Err(SendError::Client(Kind::ClientBody)),
-            Some(Ok(n)) => n,
+            Some(Err(_stalled)) => break Err(SendError::Client(Kind::ClientBodyTimeout)),
+            Some(Ok(Ok(0) | Err(_))) => break Err(SendError::Client(Kind::ClientBody)),
+            Some(Ok(Ok(n))) => n,
         };
         let take = match &mut body.chunked {
             Some(c) => match c.feed(&chunk[..n]) {

@@ -268,6 +268,81 @@ async fn a_stalled_request_body_gets_408_and_does_not_charge_the_member() {
     still_serves(&r).await;
 }
 
+// Issue 41: a client that sends a body's head and a few bytes, then nothing, held its
+// connection (and slot) until the route's request timeout ran out, and for ever once the member
+// had begun to answer. Now no byte for `body_read_timeout_ms` is a 408 and a close, on the own
+// HTTP/1.1 path and on hyper's (HTTP/1.0), whatever the request timeout, and the member is not
+// charged; a response already under way is cut. A slow body that keeps coming is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_stalled_for_body_read_timeout_gets_408_and_is_closed() {
+    let ms = support::members(2, Duration::ZERO).await;
+    let cluster =
+        format!("outlier = {{ consecutive_failures = 1 }}\n{}", support::member_list(&ms));
+    let r = support::router(&support::web_config(
+        "header_read_timeout_ms = 30000\nbody_read_timeout_ms = 500",
+        "request_timeout_ms = 60000",
+        &cluster,
+    ))
+    .await;
+    for (version, sent) in [("1.1", "0123456789"), ("1.1", ""), ("1.0", ""), ("1.0", "01")] {
+        let mut conn = support::raw_connect(r.addr("web")).await;
+        let head = format!(
+            "POST /collect HTTP/{version}\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{sent}"
+        );
+        support::raw_send(&mut conn, head.as_bytes()).await;
+        let (out, closed) = support::read_until_closed(&mut conn, CLOSE_WAIT).await;
+        let text = String::from_utf8_lossy(&out);
+        assert!(text.starts_with("HTTP/1.1 408") || text.starts_with("HTTP/1.0 408"), "{text}");
+        assert!(text.contains("body_read_timeout_ms"), "{text}");
+        assert!(closed, "connection kept after a stalled body (HTTP/{version}, sent {sent:?})");
+    }
+    let rt = r.live.load().clusters["c"].clone();
+    rt.with(|b| {
+        for (i, st) in b.states().iter().enumerate() {
+            assert_eq!(st.ejected_until, None, "member {i} charged for the client's stall");
+            assert_eq!(st.load.in_flight, 0, "member {i}");
+        }
+    });
+    // A route that reads the body to choose (body filters): the same rule while it peeks.
+    let filtered = support::router(&support::web_config(
+        "header_read_timeout_ms = 30000\nbody_read_timeout_ms = 500",
+        "request_timeout_ms = 60000\nmatch = { body_json = { \"$.kind\" = \"a\" } }",
+        &support::member_list(&ms),
+    ))
+    .await;
+    let mut conn = support::raw_connect(filtered.addr("web")).await;
+    let head = "POST /collect HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{\"kind\"";
+    support::raw_send(&mut conn, head.as_bytes()).await;
+    let (out, closed) = support::read_until_closed(&mut conn, CLOSE_WAIT).await;
+    let text = String::from_utf8_lossy(&out);
+    assert!(text.starts_with("HTTP/1.1 408"), "{text}");
+    assert!(text.contains("body_read_timeout_ms"), "{text}");
+    assert!(closed, "connection kept after a stalled body on a body filter's route");
+    // The member answers (an echo) before the body is over: the stall cuts the response.
+    let mut conn = support::raw_connect(r.addr("web")).await;
+    let head = "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n0123456789";
+    support::raw_send(&mut conn, head.as_bytes()).await;
+    let (out, closed) = support::read_until_closed(&mut conn, CLOSE_WAIT).await;
+    let text = String::from_utf8_lossy(&out);
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    assert!(closed, "a response to a stalled body kept its connection: {text}");
+    // Each byte within the timeout, the whole body over twice as long: served.
+    let mut conn = support::raw_connect(r.addr("web")).await;
+    support::raw_send(
+        &mut conn,
+        b"POST /collect HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n",
+    )
+    .await;
+    for b in b"0123456789" {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        support::raw_send(&mut conn, &[*b]).await;
+    }
+    let resp = support::read_response(&mut conn).await.expect("response");
+    assert_eq!(resp.status, 200, "{}", resp.text());
+    assert!(resp.text().contains("got 10 bytes"), "{}", resp.text());
+    still_serves(&r).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn oversized_request_head_gets_431() {
     let (r, _ms) = setup("max_header_bytes = 8192", "").await;
