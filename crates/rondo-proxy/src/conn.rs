@@ -416,12 +416,11 @@ impl TimedIo {
 
     /// Follows the frames the router wrote: resets of the client's streams for its own errors
     /// count against its budget, and so does a connection error of the client's (h2's GOAWAY
-    /// with an error code, as for a WINDOW_UPDATE of 0), as a reset of every stream it cut off.
+    /// with an error code, as for a WINDOW_UPDATE of 0), as the connection's whole budget.
     fn track_written(&mut self, written: &[u8], cx: &mut Context<'_>) {
         let side = &mut self.side;
         let mut over = false;
         let (resets, budget, peer) = (&mut side.resets, &side.budget, side.peer);
-        let open = &self.state.open;
         side.tx.feed(written, true, |seen| {
             let now = std::time::Instant::now();
             over |= match seen {
@@ -429,8 +428,9 @@ impl TimedIo {
                     resets.note(budget, peer, now)
                 }
                 Seen::GoawayCode(code) if code != frames::NO_ERROR => {
-                    let cut_off = open.load(Ordering::Relaxed).max(1);
-                    resets.note_many(budget, peer, now, cut_off)
+                    // Which of its streams were still open is a race with their handlers'
+                    // ends: the connection's whole budget is the cost, as if it had spent it.
+                    resets.note_many(budget, peer, now, budget.limits.max_resets)
                 }
                 _ => false,
             };

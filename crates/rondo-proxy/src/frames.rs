@@ -348,8 +348,8 @@ impl ConnResets {
         self.note_many(budget, ip, now, 1)
     }
 
-    /// Counts `resets` resets at once (the streams a connection error of the client's cut
-    /// off): whether the connection or its address is now over budget.
+    /// Counts `resets` resets at once (a connection error of the client's counts as its whole
+    /// budget): whether the connection or its address is now over budget.
     pub fn note_many(
         &mut self,
         budget: &ResetBudget,
