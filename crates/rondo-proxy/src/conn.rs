@@ -10,7 +10,8 @@
 //! frame of a size RFC 9113 forbids, or more stream resets than the listener's budget (the
 //! client's `RST_STREAM`s and the router's resets for the client's protocol errors), ends the
 //! connection with a GOAWAY of the right code (`FRAME_SIZE_ERROR`, `ENHANCE_YOUR_CALM`), put
-//! between two of hyper's frames, then a lingering close.
+//! between two of hyper's frames, then a lingering close. A connection from an address whose
+//! standing is [`frames::Standing::Refused`] gets that GOAWAY right after its preface.
 //!
 //! hyper's own `header_read_timeout` closes the connection silently (and is off unless a timer
 //! is configured); a demanding client deserves `408 Request Timeout` when it started a request

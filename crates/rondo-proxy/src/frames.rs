@@ -2,7 +2,10 @@
 //! HTTP/2 protections: [`Frames`] follows frame boundaries in one direction of a connection
 //! reading only each frame's 9-byte header (and the 4-byte error code of `RST_STREAM`), so the
 //! router can check frame sizes the h2 library gets wrong, count stream resets, and put a GOAWAY
-//! of its own choosing between two frames; [`ResetBudget`] counts resets per client address.
+//! of its own choosing between two frames; [`ResetBudget`] counts resets per client address
+//! and says what a new connection from an address over its budget may do ([`Standing`]: fewer
+//! concurrent streams, then none), so that a flood that reconnects after each GOAWAY does not
+//! get a whole connection's streams forwarded every time.
 //!
 //! hyper has no API to close a connection with a chosen error code, and h2 answers a few
 //! malformed frames with `PROTOCOL_ERROR` where RFC 9113 requires `FRAME_SIZE_ERROR`; following
@@ -477,6 +480,44 @@ mod tests {
         assert!(!c.note(&budget, "192.0.2.2".parse().unwrap(), t0));
         let later = t0 + Http2Limits::RESET_WINDOW;
         assert!(!a.note(&budget, ip, later));
+    }
+
+    // Issue 41 item 5: an address over its budget had every new connection served as the
+    // first, so a flood that reconnected after each GOAWAY got a whole connection's streams
+    // forwarded every time.
+    #[test]
+    fn an_address_over_its_budget_gets_fewer_streams_then_none_until_its_window_ends() {
+        let limits = Http2Limits { max_resets: 2, max_resets_per_address: 4, ..Default::default() };
+        let budget = ResetBudget::new(limits);
+        let ip: IpAddr = "192.0.2.1".parse().unwrap();
+        let t0 = Instant::now();
+        assert_eq!(budget.standing(ip, t0), Standing::Good);
+        let mut first = ConnResets::default();
+        assert!((0..2).all(|_| !first.note(&budget, ip, t0)));
+        let mut second = ConnResets::default();
+        assert!((0..2).all(|_| !second.note(&budget, ip, t0)));
+        assert_eq!(budget.standing(ip, t0), Standing::Good, "at its budget, not over");
+        // The 5th reset is over: a strike, and the address's new connections are reduced.
+        assert!(second.note(&budget, ip, t0));
+        assert!(second.note(&budget, ip, t0), "one strike per connection however many resets");
+        assert_eq!(budget.standing(ip, t0), Standing::Reduced);
+        assert_eq!(budget.standing("192.0.2.2".parse().unwrap(), t0), Standing::Good);
+        // Reduced connections still ended for their resets: after REDUCED_CHANCES more, refused.
+        for i in 0..REDUCED_CHANCES {
+            assert_eq!(budget.standing(ip, t0), Standing::Reduced, "strike {}", i + 2);
+            assert!(ConnResets::default().note(&budget, ip, t0));
+        }
+        assert_eq!(budget.standing(ip, t0), Standing::Refused);
+        // The budget recovers with the next window.
+        assert_eq!(budget.standing(ip, t0 + Http2Limits::RESET_WINDOW), Standing::Good);
+        // A connection error counts as a connection's whole budget: the third puts the
+        // address over its 4.
+        let later = t0 + Http2Limits::RESET_WINDOW;
+        let errors: Vec<bool> = (0..3)
+            .map(|_| ConnResets::default().note_many(&budget, ip, later, limits.max_resets))
+            .collect();
+        assert_eq!(errors, [false, false, true]);
+        assert_eq!(budget.standing(ip, later), Standing::Reduced);
     }
 
     #[test]

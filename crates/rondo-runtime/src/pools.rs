@@ -4,7 +4,9 @@
 //! `upstream_tls` has pools of its own whose connector does the TLS handshake after the TCP
 //! connect ([`TlsConnector`]: members verified against the cluster's `ca`, the router's
 //! certificate presented when set), so TLS connections are pooled like plain ones; its pools are
-//! made again when a new view brings the files read again.
+//! made again when a new view brings the files read again. A plain connection opened for a
+//! request that was dropped before it was ready is kept for the next request to that member
+//! ([`KeepConnector`]), not closed unused.
 
 use std::collections::HashMap;
 use std::future::Future;
