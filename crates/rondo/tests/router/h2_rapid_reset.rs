@@ -100,6 +100,8 @@ struct Seen {
     max_streams: Option<u32>,
     /// GOAWAY codes.
     goaways: Vec<u32>,
+    /// A GOAWAY `ENHANCE_YOUR_CALM` naming no stream: the connection was refused before any.
+    refused: bool,
 }
 
 /// One attacking connection from [`ATTACKER`]: bursts of `BURST` GETs of `/slow`, each
@@ -121,7 +123,10 @@ async fn attack_once(addr: SocketAddr, pause: Duration, then: &impl Fn(u32) -> V
                     }
                 }
             }
-            seen.goaways.extend(f.goaway_code());
+            if let Some(code) = f.goaway_code() {
+                seen.refused |= code == ENHANCE_YOUR_CALM && f.payload[..4] == [0; 4];
+                seen.goaways.push(code);
+            }
         }
         seen
     });
@@ -162,6 +167,7 @@ async fn attack_once(addr: SocketAddr, pause: Duration, then: &impl Fn(u32) -> V
 struct Attack {
     connections: u32,
     calmed: u32,
+    refused: u32,
     smallest_allowance: Option<u32>,
 }
 
@@ -178,6 +184,7 @@ async fn attack(addr: SocketAddr, pause: Duration, then: impl Fn(u32) -> Vec<u8>
         if seen.goaways.contains(&ENHANCE_YOUR_CALM) {
             a.calmed += 1;
         }
+        a.refused += u32::from(seen.refused);
         if let Some(m) = seen.max_streams {
             a.smallest_allowance = Some(a.smallest_allowance.map_or(m, |s| s.min(m)));
         }
@@ -242,8 +249,8 @@ async fn attack_and_count(what: &str, pause: Duration, then: impl Fn(u32) -> Vec
     let conns = member.connections.load(Ordering::Relaxed) - before_conns;
     let reqs = member.requests.load(Ordering::Relaxed) - before_reqs;
     eprintln!(
-        "{what}: {} attacking connections ({} got ENHANCE_YOUR_CALM, smallest stream allowance {:?}); at the member {reqs} requests (the innocent client's {served} among them) over {conns} new connections; innocent p99 quiet {quiet:?}, under attack {loaded:?}",
-        a.connections, a.calmed, a.smallest_allowance
+        "{what}: {} attacking connections ({} got ENHANCE_YOUR_CALM, {} before any stream; smallest stream allowance {:?}); at the member {reqs} requests (the innocent client's {served} among them) over {conns} new connections; innocent p99 quiet {quiet:?}, under attack {loaded:?}",
+        a.connections, a.calmed, a.refused, a.smallest_allowance
     );
     // The attack was one: many connections, the address went over its budget.
     assert!(a.connections >= 20, "{what}: only {} attacking connections", a.connections);
@@ -263,6 +270,13 @@ async fn attack_and_count(what: &str, pause: Duration, then: impl Fn(u32) -> Vec
     a
 }
 
+/// The attacker's new connections got fewer streams than it opens at once, then none.
+fn assert_reduced_then_refused(a: &Attack) {
+    let allowance = a.smallest_allowance.expect("the router announced a stream allowance");
+    assert!(allowance < BURST, "new connections of an address over budget may open {allowance}");
+    assert!(a.refused > 0, "no connection of the address was refused before its streams");
+}
+
 // Issue 41 item 5: after the address went over its budget, every new connection still had
 // its first streams forwarded before its GOAWAY (2,000 requests in 3 s reached the member).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -271,8 +285,7 @@ async fn client_resets_across_reconnects_are_bounded_at_the_member() {
         frame(RST_STREAM, 0, id, &CANCEL.to_be_bytes())
     })
     .await;
-    let allowance = a.smallest_allowance.expect("the router announced a stream allowance");
-    assert!(allowance < BURST, "new connections of an address over budget may open {allowance}");
+    assert_reduced_then_refused(&a);
 }
 
 // The same with "made you reset": a WINDOW_UPDATE of 0 on each stream, which the router must
@@ -283,6 +296,5 @@ async fn router_made_resets_across_reconnects_are_bounded_at_the_member() {
         frame(WINDOW_UPDATE, 0, id, &0u32.to_be_bytes())
     })
     .await;
-    let allowance = a.smallest_allowance.expect("the router announced a stream allowance");
-    assert!(allowance < BURST, "new connections of an address over budget may open {allowance}");
+    assert_reduced_then_refused(&a);
 }
