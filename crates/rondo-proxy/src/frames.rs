@@ -1,9 +1,9 @@
 //! HTTP/2 frame tracking for client connections, the pure part of [`crate::conn::TimedIo`]'s
 //! HTTP/2 protections: [`Frames`] follows frame boundaries in one direction of a connection
-//! reading only each frame's 9-byte header (and the 4-byte error code of `RST_STREAM`), so the
-//! router can check frame sizes the h2 library gets wrong, count stream resets, and put a GOAWAY
-//! of its own choosing between two frames; [`ResetBudget`] counts resets per client address
-//! and says what a new connection from an address over its budget may do ([`Standing`]: fewer
+//! reading only each frame's 9-byte header (and the error codes of `RST_STREAM` and `GOAWAY`),
+//! so the router can check frame sizes the h2 library gets wrong, count stream resets, and put
+//! a GOAWAY of its own choosing between two frames; [`ResetBudget`] counts resets per client
+//! address and says what a new connection from an address over its budget may do ([`Standing`]: fewer
 //! concurrent streams, then none), so that a flood that reconnects after each GOAWAY does not
 //! get a whole connection's streams forwarded every time.
 //!
@@ -94,9 +94,9 @@ impl Frames {
     }
 
     /// Follows `bytes`, calling `on` with each complete frame header and, when `reset_codes`,
-    /// each `RST_STREAM` and `GOAWAY` error code. When `on` returns `true` for a header, following stops and
-    /// the offset in `bytes` where that frame began is returned (0 when it began in an earlier
-    /// chunk); the tracker is then left inside that frame.
+    /// each `RST_STREAM` and `GOAWAY` error code. When `on` returns `true` for a header,
+    /// following stops and the offset in `bytes` where that frame began is returned (0 when it
+    /// began in an earlier chunk); the tracker is then left inside that frame.
     pub fn feed(
         &mut self,
         bytes: &[u8],

@@ -234,7 +234,8 @@ impl KeepConnector {
             // Nothing may have come yet on a connection no request was sent on: a read that
             // would block says it is open, anything else (the member closed it) that it is not.
             let mut byte = [0u8; 1];
-            let open = matches!(s.try_read(&mut byte), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock);
+            let read = s.try_read(&mut byte);
+            let open = matches!(read, Err(e) if e.kind() == std::io::ErrorKind::WouldBlock);
             if open && kept.elapsed() < SPARE_TTL {
                 found = Some(s);
                 break;
