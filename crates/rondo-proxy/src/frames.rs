@@ -3,9 +3,9 @@
 //! reading only each frame's 9-byte header (and the error codes of `RST_STREAM` and `GOAWAY`),
 //! so the router can check frame sizes the h2 library gets wrong, count stream resets, and put
 //! a GOAWAY of its own choosing between two frames; [`ResetBudget`] counts resets per client
-//! address and says what a new connection from an address over its budget may do ([`Standing`]: fewer
-//! concurrent streams, then none), so that a flood that reconnects after each GOAWAY does not
-//! get a whole connection's streams forwarded every time.
+//! address and says what a new connection from an address over its budget may do
+//! ([`Standing`]: fewer concurrent streams, then none), so that a flood that reconnects after
+//! each GOAWAY does not get a whole connection's streams forwarded every time.
 //!
 //! hyper has no API to close a connection with a chosen error code, and h2 answers a few
 //! malformed frames with `PROTOCOL_ERROR` where RFC 9113 requires `FRAME_SIZE_ERROR`; following
