@@ -10,7 +10,8 @@
 //! frame of a size RFC 9113 forbids, or more stream resets than the listener's budget (the
 //! client's `RST_STREAM`s and the router's resets for the client's protocol errors), ends the
 //! connection with a GOAWAY of the right code (`FRAME_SIZE_ERROR`, `ENHANCE_YOUR_CALM`), put
-//! between two of hyper's frames, then a lingering close.
+//! between two of hyper's frames, then a lingering close. A connection from an address whose
+//! standing is [`frames::Standing::Refused`] gets that GOAWAY right after its preface.
 //!
 //! hyper's own `header_read_timeout` closes the connection silently (and is off unless a timer
 //! is configured); a demanding client deserves `408 Request Timeout` when it started a request
@@ -278,6 +279,9 @@ pub struct TimedIo {
     h2: Option<bool>,
     // Bytes of the HTTP/2 client preface seen so far.
     preface: usize,
+    // HTTP/2 from this client is refused (its address is over its reset budget and kept
+    // resetting): GOAWAY `ENHANCE_YOUR_CALM` right after the preface.
+    refuse_h2: bool,
     side: H2Side,
     // The idle close was counted (its end of stream is returned again on every read).
     idle_counted: bool,
@@ -314,6 +318,7 @@ impl TimedIo {
             received: 0,
             h2: None,
             preface: 0,
+            refuse_h2: false,
             side: H2Side {
                 rx: Frames::default(),
                 tx: Frames::default(),
@@ -333,6 +338,13 @@ impl TimedIo {
     /// a malformed chunked body fails the read ([`crate::h1::follow`]).
     pub fn following(mut self, limits: crate::h1::parse::Limits) -> Self {
         self.follow = Some(crate::h1::follow::Follow::new(limits));
+        self
+    }
+
+    /// The same, answering an HTTP/2 preface with GOAWAY `ENHANCE_YOUR_CALM` before any
+    /// stream ([`frames::Standing::Refused`]); HTTP/1 requests are served as ever.
+    pub fn refusing_h2(mut self, refuse: bool) -> Self {
+        self.refuse_h2 = refuse;
         self
     }
 
@@ -404,18 +416,25 @@ impl TimedIo {
     }
 
     /// Follows the frames the router wrote: resets of the client's streams for its own errors
-    /// count against its budget.
+    /// count against its budget, and so does a connection error of the client's (h2's GOAWAY
+    /// with an error code, as for a WINDOW_UPDATE of 0), as the connection's whole budget.
     fn track_written(&mut self, written: &[u8], cx: &mut Context<'_>) {
         let side = &mut self.side;
         let mut over = false;
         let (resets, budget, peer) = (&mut side.resets, &side.budget, side.peer);
         side.tx.feed(written, true, |seen| {
-            if let Seen::ResetCode(code) = seen
-                && frames::counts_against_client(code)
-                && resets.note(budget, peer, std::time::Instant::now())
-            {
-                over = true;
-            }
+            let now = std::time::Instant::now();
+            over |= match seen {
+                Seen::ResetCode(code) if frames::counts_against_client(code) => {
+                    resets.note(budget, peer, now)
+                }
+                Seen::GoawayCode(code) if code != frames::NO_ERROR => {
+                    // Which of its streams were still open is a race with their handlers'
+                    // ends: the connection's whole budget is the cost, as if it had spent it.
+                    resets.note_many(budget, peer, now, budget.limits.max_resets)
+                }
+                _ => false,
+            };
             false
         });
         if over {
@@ -511,6 +530,12 @@ impl AsyncRead for TimedIo {
                 frames_from = n;
                 if this.preface == H2_PREFACE.len() {
                     this.h2 = Some(true);
+                    if this.refuse_h2 {
+                        // hyper gets the preface and nothing after it, then the GOAWAY's error.
+                        buf.set_filled(before + frames_from);
+                        this.start_abort(frames::ENHANCE_YOUR_CALM);
+                        return Poll::Ready(Ok(()));
+                    }
                 }
             }
         }

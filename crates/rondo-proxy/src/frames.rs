@@ -1,8 +1,11 @@
 //! HTTP/2 frame tracking for client connections, the pure part of [`crate::conn::TimedIo`]'s
 //! HTTP/2 protections: [`Frames`] follows frame boundaries in one direction of a connection
-//! reading only each frame's 9-byte header (and the 4-byte error code of `RST_STREAM`), so the
-//! router can check frame sizes the h2 library gets wrong, count stream resets, and put a GOAWAY
-//! of its own choosing between two frames; [`ResetBudget`] counts resets per client address.
+//! reading only each frame's 9-byte header (and the error codes of `RST_STREAM` and `GOAWAY`),
+//! so the router can check frame sizes the h2 library gets wrong, count stream resets, and put
+//! a GOAWAY of its own choosing between two frames; [`ResetBudget`] counts resets per client
+//! address and says what a new connection from an address over its budget may do
+//! ([`Standing`]: fewer concurrent streams, then none), so that a flood that reconnects after
+//! each GOAWAY does not get a whole connection's streams forwarded every time.
 //!
 //! hyper has no API to close a connection with a chosen error code, and h2 answers a few
 //! malformed frames with `PROTOCOL_ERROR` where RFC 9113 requires `FRAME_SIZE_ERROR`; following
@@ -30,6 +33,8 @@ pub const WINDOW_UPDATE: u8 = 0x8;
 /// The `ACK` flag of `SETTINGS` and `PING`.
 pub const ACK: u8 = 0x1;
 
+/// Error code `NO_ERROR`.
+pub const NO_ERROR: u32 = 0x0;
 /// Error code `FRAME_SIZE_ERROR`.
 pub const FRAME_SIZE_ERROR: u32 = 0x6;
 /// Error code `ENHANCE_YOUR_CALM`.
@@ -55,6 +60,8 @@ pub enum Seen {
     Head(Head),
     /// The error code of the `RST_STREAM` frame whose header came last.
     ResetCode(u32),
+    /// The error code of the `GOAWAY` frame whose header came last.
+    GoawayCode(u32),
 }
 
 /// Follows the frames of one direction of an HTTP/2 connection (after the client preface).
@@ -64,10 +71,14 @@ pub struct Frames {
     head_len: u8,
     /// Payload bytes of the current frame still to pass.
     rest: u32,
-    /// Whether the current frame's payload is an `RST_STREAM` error code to collect.
+    /// Whether the current frame's payload holds an error code to collect (`RST_STREAM`,
+    /// `GOAWAY`), after `skip` more bytes.
     want_code: bool,
+    skip: u8,
     code: [u8; 4],
     code_len: u8,
+    /// The current frame's type.
+    kind: u8,
 }
 
 impl Frames {
@@ -83,9 +94,9 @@ impl Frames {
     }
 
     /// Follows `bytes`, calling `on` with each complete frame header and, when `reset_codes`,
-    /// each `RST_STREAM` error code. When `on` returns `true` for a header, following stops and
-    /// the offset in `bytes` where that frame began is returned (0 when it began in an earlier
-    /// chunk); the tracker is then left inside that frame.
+    /// each `RST_STREAM` and `GOAWAY` error code. When `on` returns `true` for a header,
+    /// following stops and the offset in `bytes` where that frame began is returned (0 when it
+    /// began in an earlier chunk); the tracker is then left inside that frame.
     pub fn feed(
         &mut self,
         bytes: &[u8],
@@ -96,7 +107,12 @@ impl Frames {
         while i < bytes.len() {
             if self.rest > 0 {
                 if self.want_code {
-                    while self.code_len < 4 && self.rest > 0 && i < bytes.len() {
+                    // A GOAWAY's code follows its last stream identifier.
+                    let n = usize::from(self.skip).min(bytes.len() - i);
+                    self.skip -= n as u8;
+                    self.rest -= n as u32;
+                    i += n;
+                    while self.skip == 0 && self.code_len < 4 && self.rest > 0 && i < bytes.len() {
                         self.code[usize::from(self.code_len)] = bytes[i];
                         self.code_len += 1;
                         self.rest -= 1;
@@ -104,7 +120,12 @@ impl Frames {
                     }
                     if self.code_len == 4 {
                         self.want_code = false;
-                        on(Seen::ResetCode(u32::from_be_bytes(self.code)));
+                        let code = u32::from_be_bytes(self.code);
+                        on(if self.kind == GOAWAY {
+                            Seen::GoawayCode(code)
+                        } else {
+                            Seen::ResetCode(code)
+                        });
                     }
                     continue;
                 }
@@ -131,7 +152,11 @@ impl Frames {
                 stream: u32::from_be_bytes([h[5], h[6], h[7], h[8]]) & 0x7fff_ffff,
             };
             self.rest = head.len;
-            self.want_code = reset_codes && head.kind == RST_STREAM && head.len == 4;
+            self.want_code = reset_codes
+                && ((head.kind == RST_STREAM && head.len == 4)
+                    || (head.kind == GOAWAY && head.len >= 8));
+            self.skip = if head.kind == GOAWAY { 4 } else { 0 };
+            self.kind = head.kind;
             self.code_len = 0;
             if on(Seen::Head(head)) {
                 return Some(start);
@@ -175,17 +200,40 @@ pub fn goaway(last_stream: u32, code: u32) -> [u8; 17] {
 /// addresses are not tracked until old windows expire (each connection keeps its own budget).
 const MAX_TRACKED_ADDRESSES: usize = 4096;
 
+/// Streams a new connection from an address over its budget may have open at once
+/// (`SETTINGS_MAX_CONCURRENT_STREAMS`), instead of hyper's 200.
+pub const REDUCED_STREAMS: u32 = 8;
+
+/// Connections from an address over its budget that get [`REDUCED_STREAMS`] and are still
+/// ended for their resets; after that many, its new HTTP/2 connections are refused until the
+/// window ends.
+const REDUCED_CHANCES: u32 = 3;
+
+/// What a new HTTP/2 connection from a client address may do, by the address's reset budget.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Standing {
+    /// Within its budget: the listener's usual limits.
+    Good,
+    /// Over its budget: at most [`REDUCED_STREAMS`] concurrent streams.
+    Reduced,
+    /// Over its budget and still resetting on reduced connections: GOAWAY `ENHANCE_YOUR_CALM`
+    /// before any stream.
+    Refused,
+}
+
 /// Resets and streams counted over one window.
 #[derive(Debug, Clone, Copy)]
 struct Tally {
     end: Instant,
     resets: u32,
     streams: u32,
+    /// Connections ended for their resets while the address was over its budget.
+    strikes: u32,
 }
 
 impl Tally {
     fn new(now: Instant) -> Self {
-        Tally { end: now + Http2Limits::RESET_WINDOW, resets: 0, streams: 0 }
+        Tally { end: now + Http2Limits::RESET_WINDOW, resets: 0, streams: 0, strikes: 0 }
     }
 
     /// Starts a new window if this one is over.
@@ -224,9 +272,22 @@ impl ResetBudget {
         ResetBudget { limits, by_address: Mutex::default() }
     }
 
-    /// Counts one reset from `ip` at `now`, and `streams` streams it opened since its last
-    /// report: whether the address is over its budget. Locked once per reset, never per stream.
-    fn note(&self, ip: IpAddr, now: Instant, streams: u32) -> bool {
+    /// What a new HTTP/2 connection from `ip` may do at `now`: the address's standing stays
+    /// until its window ends (the budget recovers with the next window).
+    pub fn standing(&self, ip: IpAddr, now: Instant) -> Standing {
+        let a = self.by_address.lock().unwrap_or_else(|e| e.into_inner());
+        match a.tallies.get(&client_key(ip)) {
+            Some(t) if t.end > now && t.over(self.limits.max_resets_per_address) => {
+                if t.strikes > REDUCED_CHANCES { Standing::Refused } else { Standing::Reduced }
+            }
+            _ => Standing::Good,
+        }
+    }
+
+    /// Counts `resets` resets from `ip` at `now`, and `streams` streams it opened since its
+    /// last report: whether the address is over its budget (then a connection of it is ended,
+    /// a strike against it when `strike`). Locked once per reset, never per stream.
+    fn note(&self, ip: IpAddr, now: Instant, resets: u32, streams: u32, strike: bool) -> bool {
         let ip = client_key(ip);
         let mut a = self.by_address.lock().unwrap_or_else(|e| e.into_inner());
         if a.tallies.len() >= MAX_TRACKED_ADDRESSES && !a.tallies.contains_key(&ip) {
@@ -243,9 +304,13 @@ impl ResetBudget {
         }
         let t = a.tallies.entry(ip).or_insert_with(|| Tally::new(now));
         t.roll(now);
-        t.resets = t.resets.saturating_add(1);
+        t.resets = t.resets.saturating_add(resets);
         t.streams = t.streams.saturating_add(streams);
-        t.over(self.limits.max_resets_per_address)
+        let over = t.over(self.limits.max_resets_per_address);
+        if over && strike {
+            t.strikes = t.strikes.saturating_add(1);
+        }
+        over
     }
 }
 
@@ -267,6 +332,8 @@ pub struct ConnResets {
     tally: Option<Tally>,
     /// Streams opened since the address's tally last heard from this connection.
     unreported: u32,
+    /// The connection was over its address's budget (counted as a strike once).
+    struck: bool,
 }
 
 impl ConnResets {
@@ -281,11 +348,26 @@ impl ConnResets {
     /// Counts one reset on this connection from `ip`: whether the connection or its address
     /// is now over budget.
     pub fn note(&mut self, budget: &ResetBudget, ip: IpAddr, now: Instant) -> bool {
+        self.note_many(budget, ip, now, 1)
+    }
+
+    /// Counts `resets` resets at once (a connection error of the client's counts as its whole
+    /// budget): whether the connection or its address is now over budget.
+    pub fn note_many(
+        &mut self,
+        budget: &ResetBudget,
+        ip: IpAddr,
+        now: Instant,
+        resets: u32,
+    ) -> bool {
         let t = self.tally.get_or_insert_with(|| Tally::new(now));
         t.roll(now);
-        t.resets = t.resets.saturating_add(1);
+        t.resets = t.resets.saturating_add(resets);
         let conn_over = t.over(budget.limits.max_resets);
-        let address_over = budget.note(ip, now, std::mem::take(&mut self.unreported));
+        let streams = std::mem::take(&mut self.unreported);
+        let address_over = budget.note(ip, now, resets, streams, !self.struck);
+        // One strike per connection, however many of its resets come after the address is over.
+        self.struck |= address_over;
         conn_over || address_over
     }
 }
@@ -322,10 +404,12 @@ mod tests {
         let mut wire = frame(0x0, 0, 1, &[7; 100]);
         wire.extend(frame(RST_STREAM, 0, 3, &8u32.to_be_bytes()));
         wire.extend(frame(PING, 0, 0, &[1; 8]));
+        wire.extend(&goaway(7, 1));
         let whole = all_seen(&mut Frames::default(), &[&wire]);
-        assert_eq!(whole.len(), 4, "{whole:?}");
+        assert_eq!(whole.len(), 6, "{whole:?}");
         assert_eq!(whole[2], Seen::ResetCode(8));
         assert!(matches!(whole[3], Seen::Head(Head { kind: PING, len: 8, .. })));
+        assert_eq!(whole[5], Seen::GoawayCode(1));
         for cut in 1..wire.len() {
             let mut f = Frames::default();
             let (a, b) = wire.split_at(cut);
@@ -396,6 +480,44 @@ mod tests {
         assert!(!c.note(&budget, "192.0.2.2".parse().unwrap(), t0));
         let later = t0 + Http2Limits::RESET_WINDOW;
         assert!(!a.note(&budget, ip, later));
+    }
+
+    // Issue 41 item 5: an address over its budget had every new connection served as the
+    // first, so a flood that reconnected after each GOAWAY got a whole connection's streams
+    // forwarded every time.
+    #[test]
+    fn an_address_over_its_budget_gets_fewer_streams_then_none_until_its_window_ends() {
+        let limits = Http2Limits { max_resets: 2, max_resets_per_address: 4, ..Default::default() };
+        let budget = ResetBudget::new(limits);
+        let ip: IpAddr = "192.0.2.1".parse().unwrap();
+        let t0 = Instant::now();
+        assert_eq!(budget.standing(ip, t0), Standing::Good);
+        let mut first = ConnResets::default();
+        assert!((0..2).all(|_| !first.note(&budget, ip, t0)));
+        let mut second = ConnResets::default();
+        assert!((0..2).all(|_| !second.note(&budget, ip, t0)));
+        assert_eq!(budget.standing(ip, t0), Standing::Good, "at its budget, not over");
+        // The 5th reset is over: a strike, and the address's new connections are reduced.
+        assert!(second.note(&budget, ip, t0));
+        assert!(second.note(&budget, ip, t0), "one strike per connection however many resets");
+        assert_eq!(budget.standing(ip, t0), Standing::Reduced);
+        assert_eq!(budget.standing("192.0.2.2".parse().unwrap(), t0), Standing::Good);
+        // Reduced connections still ended for their resets: after REDUCED_CHANCES more, refused.
+        for i in 0..REDUCED_CHANCES {
+            assert_eq!(budget.standing(ip, t0), Standing::Reduced, "strike {}", i + 2);
+            assert!(ConnResets::default().note(&budget, ip, t0));
+        }
+        assert_eq!(budget.standing(ip, t0), Standing::Refused);
+        // The budget recovers with the next window.
+        assert_eq!(budget.standing(ip, t0 + Http2Limits::RESET_WINDOW), Standing::Good);
+        // A connection error counts as a connection's whole budget: the third puts the
+        // address over its 4.
+        let later = t0 + Http2Limits::RESET_WINDOW;
+        let errors: Vec<bool> = (0..3)
+            .map(|_| ConnResets::default().note_many(&budget, ip, later, limits.max_resets))
+            .collect();
+        assert_eq!(errors, [false, false, true]);
+        assert_eq!(budget.standing(ip, later), Standing::Reduced);
     }
 
     #[test]

@@ -262,7 +262,9 @@ pub const DRAIN_IDLE_GRACE: Duration = rondo_runtime::drain::IDLE_GRACE;
 /// lingering close before it is dropped.
 const ABORT_LINGER: Duration = Duration::from_secs(1);
 
-fn http_builder(spec: &ListenerSpec) -> auto::Builder<TokioExecutor> {
+/// The hyper server for `spec`'s connections; `max_streams`: the HTTP/2 streams a connection
+/// may have open at once (`None`: hyper's 200).
+fn http_builder(spec: &ListenerSpec, max_streams: Option<u32>) -> auto::Builder<TokioExecutor> {
     let mut b = auto::Builder::new(TokioExecutor::new());
     b.http1()
         .keep_alive(true)
@@ -277,7 +279,17 @@ fn http_builder(spec: &ListenerSpec) -> auto::Builder<TokioExecutor> {
         .keep_alive_timeout(spec.http2.keepalive_timeout)
         .max_pending_accept_reset_streams(MAX_PENDING_ACCEPT_RESETS)
         .max_local_error_reset_streams(MAX_LOCAL_ERROR_RESETS);
+    if let Some(n) = max_streams {
+        b.http2().max_concurrent_streams(n);
+    }
     b
+}
+
+/// A listener's hyper servers: the usual one, and the one for connections from an address
+/// over its HTTP/2 reset budget ([`frames::Standing::Reduced`]).
+struct Builders {
+    usual: auto::Builder<TokioExecutor>,
+    reduced: auto::Builder<TokioExecutor>,
 }
 
 async fn accept_http(
@@ -287,7 +299,10 @@ async fn accept_http(
     limit: Arc<Semaphore>,
     mut stopped: watch::Receiver<bool>,
 ) {
-    let builder = Arc::new(http_builder(&ctx.listener));
+    let builder = Arc::new(Builders {
+        usual: http_builder(&ctx.listener, None),
+        reduced: http_builder(&ctx.listener, Some(frames::REDUCED_STREAMS)),
+    });
     let budget = Arc::new(ResetBudget::new(ctx.listener.http2));
     // Connections over the limit get a 503 from one task for the whole listener.
     let rejecter = Rejecter::spawn(&ctx.listener.name, ctx.listener.max_connections);
@@ -374,7 +389,7 @@ impl ServedCount {
 /// A connection's way to hyper's server.
 struct Hyper<'a> {
     ctx: &'a Arc<HttpCtx>,
-    builder: Arc<auto::Builder<TokioExecutor>>,
+    builder: Arc<Builders>,
     budget: Arc<ResetBudget>,
     peer: SocketAddr,
 }
@@ -392,9 +407,18 @@ impl Hyper<'_> {
             max_bytes: ctx.listener.max_header_bytes as usize,
             max_fields: ctx.listener.max_headers as usize,
         };
-        let io = TimedIo::new(stream, state.clone(), header_timeout, budget, peer.ip())
+        // An address over its reset budget gets fewer HTTP/2 streams, then none, until its
+        // window ends: a flood that reconnects after each GOAWAY no longer gets a full
+        // connection's streams forwarded each time.
+        let standing = budget.standing(peer.ip(), std::time::Instant::now());
+        let builder = match standing {
+            frames::Standing::Good => &builder.usual,
+            _ => &builder.reduced,
+        };
+        let io = TimedIo::new(stream, state.clone(), header_timeout, budget.clone(), peer.ip())
             .with_prefix(read)
-            .following(limits);
+            .following(limits)
+            .refusing_h2(standing == frames::Standing::Refused);
         let handler = state.clone();
         let live = ctx.live.clone();
         // The listener's `max_connection_age_ms` and `max_requests_per_connection`: GOAWAY

@@ -4,7 +4,9 @@
 //! `upstream_tls` has pools of its own whose connector does the TLS handshake after the TCP
 //! connect ([`TlsConnector`]: members verified against the cluster's `ca`, the router's
 //! certificate presented when set), so TLS connections are pooled like plain ones; its pools are
-//! made again when a new view brings the files read again.
+//! made again when a new view brings the files read again. A plain connection opened for a
+//! request that was dropped before it was ready is kept for the next request to that member
+//! ([`KeepConnector`]), not closed unused.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -24,7 +26,7 @@ use crate::ClusterRt;
 use crate::upstream_tls::UpstreamTlsRt;
 
 /// A pooled client sending bodies of type `B`.
-pub type Pool<B> = Client<HttpConnector, B>;
+pub type Pool<B> = Client<KeepConnector, B>;
 /// A pooled client speaking TLS to members.
 pub type TlsPool<B> = Client<TlsConnector, B>;
 
@@ -51,7 +53,7 @@ const POOL_IDLE: Duration = Duration::from_secs(90);
 pub struct Clients<B> {
     h1: Pool<B>,
     h2: Pool<B>,
-    connector: HttpConnector,
+    connector: KeepConnector,
     /// Per cluster with `upstream_tls`: the loaded settings its pool was made with, when, and
     /// the pool.
     tls: Arc<Mutex<TlsPools<B>>>,
@@ -151,6 +153,7 @@ where
         connector.set_nodelay(true);
         connector.set_connect_timeout(Some(connect_timeout));
         connector.enforce_http(true);
+        let connector = KeepConnector { http: connector, spare: Arc::default() };
         let h1 = pool(connector.clone(), UpstreamProtocol::Http1);
         let h2 = pool(connector.clone(), UpstreamProtocol::Http2);
         Clients { h1, h2, connector, tls: Arc::default(), aged: Arc::default() }
@@ -199,6 +202,132 @@ where
     }
 }
 
+/// Connections opened for requests that were dropped before they got them, kept per member
+/// address at most this many ([`KeepConnector`]).
+const MAX_SPARE: usize = 32;
+
+/// How long such a connection is kept for the next request to its member.
+const SPARE_TTL: Duration = Duration::from_secs(2);
+
+/// Per member authority: connections opened for requests that no longer wanted them, newest
+/// last, with when they were kept.
+type Spares = HashMap<String, Vec<(Instant, TcpStream)>>;
+
+/// hyper-util's plain connector, with the connect in a task of its own: when the request that
+/// started it is dropped first (its client reset the HTTP/2 stream), the connection is still
+/// made and kept (at most [`MAX_SPARE`] per member, for [`SPARE_TTL`]) for the next request to
+/// that member, which takes it instead of connecting. Without it, a client that resets its
+/// streams as fast as the router connects for them opens member connections that carry nothing.
+#[derive(Debug, Clone)]
+pub struct KeepConnector {
+    http: HttpConnector,
+    spare: Arc<Mutex<Spares>>,
+}
+
+impl KeepConnector {
+    /// A kept connection to `key` that is still open, if any.
+    fn take(&self, key: &str) -> Option<TcpStream> {
+        let mut spare = self.spare.lock().unwrap_or_else(|e| e.into_inner());
+        let list = spare.get_mut(key)?;
+        let mut found = None;
+        while let Some((kept, s)) = list.pop() {
+            // Nothing may have come yet on a connection no request was sent on: a read that
+            // would block says it is open, anything else (the member closed it) that it is not.
+            let mut byte = [0u8; 1];
+            let read = s.try_read(&mut byte);
+            let open = matches!(read, Err(e) if e.kind() == std::io::ErrorKind::WouldBlock);
+            if open && kept.elapsed() < SPARE_TTL {
+                found = Some(s);
+                break;
+            }
+        }
+        if list.is_empty() {
+            spare.remove(key);
+        }
+        found
+    }
+
+    /// Keeps `s`, opened to `key` for a request that was dropped, until [`SPARE_TTL`] has
+    /// passed or a request takes it.
+    fn keep(spare: &Arc<Mutex<Spares>>, key: String, s: TcpStream) {
+        let mut table = spare.lock().unwrap_or_else(|e| e.into_inner());
+        let list = table.entry(key).or_default();
+        if list.len() >= MAX_SPARE {
+            return;
+        }
+        list.push((Instant::now(), s));
+        drop(table);
+        // Closed when its time is up even if no request to any member comes again (one task
+        // per kept connection: at most MAX_SPARE per member, each for SPARE_TTL).
+        let spare = Arc::downgrade(spare);
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+        runtime.spawn(async move {
+            tokio::time::sleep(SPARE_TTL).await;
+            if let Some(spare) = spare.upgrade() {
+                let mut table = spare.lock().unwrap_or_else(|e| e.into_inner());
+                table.retain(|_, list| {
+                    list.retain(|(kept, _)| kept.elapsed() < SPARE_TTL);
+                    !list.is_empty()
+                });
+            }
+        });
+    }
+}
+
+impl tower_service::Service<Uri> for KeepConnector {
+    type Response = TokioIo<TcpStream>;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<TokioIo<TcpStream>, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        self.http.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, uri: Uri) -> Self::Future {
+        let key = uri.authority().map(|a| a.as_str().to_owned()).unwrap_or_default();
+        if let Some(s) = self.take(&key) {
+            return Box::pin(std::future::ready(Ok(TokioIo::new(s))));
+        }
+        let mut http = self.http.clone();
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let spare = self.spare.clone();
+        let mut waiting = Waiting { rx, spare: spare.clone(), key: key.clone() };
+        // Bounded by the connector's connect timeout.
+        tokio::spawn(async move {
+            if let Err(Ok(io)) = tx.send(http.call(uri).await) {
+                KeepConnector::keep(&spare, key, io.into_inner());
+            }
+        });
+        Box::pin(async move {
+            match (&mut waiting.rx).await {
+                Ok(r) => r.map_err(Into::into),
+                Err(_) => Err("the connect task ended without an answer".into()),
+            }
+        })
+    }
+}
+
+/// What a connect's task answers.
+type ConnectAnswer =
+    Result<TokioIo<TcpStream>, <HttpConnector as tower_service::Service<Uri>>::Error>;
+
+/// The waiting side of a [`KeepConnector`] connect: dropped after its task sent the connection
+/// but before it was taken, it keeps the connection too.
+struct Waiting {
+    rx: tokio::sync::oneshot::Receiver<ConnectAnswer>,
+    spare: Arc<Mutex<Spares>>,
+    key: String,
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        self.rx.close();
+        if let Ok(Ok(io)) = self.rx.try_recv() {
+            KeepConnector::keep(&self.spare, std::mem::take(&mut self.key), io.into_inner());
+        }
+    }
+}
+
 /// Why a try failed in TLS, when it did: the connector's error, or a rustls alert, in `e`'s
 /// chain.
 pub fn tls_failure(e: &(dyn std::error::Error + 'static)) -> Option<TlsFailure> {
@@ -209,7 +338,7 @@ pub fn tls_failure(e: &(dyn std::error::Error + 'static)) -> Option<TlsFailure> 
 /// for the member's host (or the cluster's `server_name`).
 #[derive(Debug, Clone)]
 pub struct TlsConnector {
-    http: HttpConnector,
+    http: KeepConnector,
     tls: Arc<UpstreamTlsRt>,
 }
 
@@ -291,5 +420,95 @@ impl Connection for TlsConn {
         let (tcp, session) = self.0.inner().get_ref();
         let c = tcp.connected();
         if session.alpn_protocol() == Some(b"h2") { c.negotiated_h2() } else { c }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+
+    use super::*;
+
+    /// A member that counts the connections it accepts and the requests they carry, and
+    /// answers each request head with an empty 200.
+    async fn counting_member() -> (std::net::SocketAddr, Arc<AtomicU64>, Arc<AtomicU64>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (accepted, requests) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+        let (a, r) = (accepted.clone(), requests.clone());
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = listener.accept().await {
+                a.fetch_add(1, Ordering::Relaxed);
+                let r = r.clone();
+                tokio::spawn(async move {
+                    let mut head = Vec::new();
+                    let mut buf = [0u8; 1024];
+                    while let Ok(n @ 1..) = s.read(&mut buf).await {
+                        head.extend_from_slice(&buf[..n]);
+                        while let Some(end) = head.windows(4).position(|w| w == b"\r\n\r\n") {
+                            head.drain(..end + 4);
+                            r.fetch_add(1, Ordering::Relaxed);
+                            let ok = b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n";
+                            if s.write_all(ok).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        (addr, accepted, requests)
+    }
+
+    // Issue 41 item 5: a request dropped while its connection was being opened (its client
+    // reset the HTTP/2 stream) left a member connection that carried nothing; a flood of such
+    // resets opened one each. The connection is now kept and carries the next request.
+    // One thread: the connect's task runs only once the request was dropped, as when the
+    // client's reset comes first (on two threads the connect can finish during the first
+    // poll, and hyper-util's handshake then owns it).
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_connection_opened_for_a_dropped_request_carries_the_next_one() {
+        let (addr, accepted, requests) = counting_member().await;
+        let clients = Clients::<String>::new(Duration::from_secs(5));
+        let pool = clients.for_protocol(UpstreamProtocol::Http1);
+        let get =
+            || http::Request::get(format!("http://{addr}/")).body(String::new()).expect("request");
+        // Polled once (the connect starts), then dropped.
+        poll_once(pool.request(get())).await;
+        for _ in 0..200 {
+            if accepted.load(Ordering::Relaxed) > 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(accepted.load(Ordering::Relaxed), 1, "the dropped request's connection");
+        // The connect's task keeps the connection as it completes; give it a moment.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let resp = tokio::time::timeout(Duration::from_secs(10), pool.request(get()))
+            .await
+            .expect("answered in time")
+            .expect("answered");
+        assert_eq!(resp.status(), 200);
+        assert_eq!(requests.load(Ordering::Relaxed), 1);
+        assert_eq!(
+            accepted.load(Ordering::Relaxed),
+            1,
+            "the next request opened another connection instead of taking the kept one"
+        );
+    }
+
+    /// Polls `f` once, which must not be ready yet, and drops it.
+    async fn poll_once<R: std::fmt::Debug>(f: impl Future<Output = R>) {
+        let mut f = std::pin::pin!(f);
+        std::future::poll_fn(|cx| {
+            if let Poll::Ready(r) = f.as_mut().poll(cx) {
+                panic!("ready at its first poll: {r:?}");
+            }
+            Poll::Ready(())
+        })
+        .await;
     }
 }

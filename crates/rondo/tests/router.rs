@@ -13,8 +13,9 @@ mod router {
     mod filters;
     mod h1_smuggling;
     mod h1path;
+    mod h2_rapid_reset;
     mod hardening;
-    mod hardening_h2;
+    pub(crate) mod hardening_h2;
     mod limits;
     mod multicast;
     mod protocols;

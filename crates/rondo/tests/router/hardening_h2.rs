@@ -17,28 +17,28 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 
 use super::support::{self, TestRouter};
 
-const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+pub(crate) const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
 const DATA: u8 = 0x0;
-const HEADERS: u8 = 0x1;
-const RST_STREAM: u8 = 0x3;
-const SETTINGS: u8 = 0x4;
+pub(crate) const HEADERS: u8 = 0x1;
+pub(crate) const RST_STREAM: u8 = 0x3;
+pub(crate) const SETTINGS: u8 = 0x4;
 const PING: u8 = 0x6;
-const GOAWAY: u8 = 0x7;
+pub(crate) const GOAWAY: u8 = 0x7;
 
 const END_STREAM: u8 = 0x1;
 const ACK: u8 = 0x1;
 const END_HEADERS: u8 = 0x4;
 
-const CANCEL: u32 = 0x8;
+pub(crate) const CANCEL: u32 = 0x8;
 const FRAME_SIZE_ERROR: u32 = 0x6;
-const ENHANCE_YOUR_CALM: u32 = 0xb;
+pub(crate) const ENHANCE_YOUR_CALM: u32 = 0xb;
 
 /// Upper bound for any single wait of a test.
 const GUARD: Duration = Duration::from_secs(10);
 
 /// One HTTP/2 frame.
-fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+pub(crate) fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
     let mut f = (payload.len() as u32).to_be_bytes()[1..].to_vec();
     f.push(kind);
     f.push(flags);
@@ -57,7 +57,7 @@ fn literal(s: &str) -> Vec<u8> {
 
 /// A HEADERS frame opening `stream` with `method` (2 = GET, 3 = POST: HPACK static indexes
 /// 0x82, 0x83) on `path`, with a `content-length` when given.
-fn request(
+pub(crate) fn request(
     stream: u32,
     post: bool,
     path: &str,
@@ -90,23 +90,23 @@ async fn open(addr: SocketAddr) -> (OwnedReadHalf, OwnedWriteHalf) {
 
 /// A frame read off the wire: type, flags, stream, payload.
 #[derive(Debug)]
-struct Frame {
-    kind: u8,
-    flags: u8,
-    stream: u32,
-    payload: Vec<u8>,
+pub(crate) struct Frame {
+    pub(crate) kind: u8,
+    pub(crate) flags: u8,
+    pub(crate) stream: u32,
+    pub(crate) payload: Vec<u8>,
 }
 
 impl Frame {
     /// A GOAWAY's error code.
-    fn goaway_code(&self) -> Option<u32> {
+    pub(crate) fn goaway_code(&self) -> Option<u32> {
         (self.kind == GOAWAY && self.payload.len() >= 8)
             .then(|| u32::from_be_bytes(self.payload[4..8].try_into().unwrap()))
     }
 }
 
 /// The next frame, or `None` when the connection ended (or failed).
-async fn next_frame(r: &mut OwnedReadHalf) -> Option<Frame> {
+pub(crate) async fn next_frame(r: &mut OwnedReadHalf) -> Option<Frame> {
     let mut head = [0u8; 9];
     r.read_exact(&mut head).await.ok()?;
     let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
