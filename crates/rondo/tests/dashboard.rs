@@ -404,19 +404,43 @@ fn serve_prints_the_token_link_to_a_terminal_only() {
         .spawn()
         .expect("start script");
     let mut tty = Proc::from_child(child);
+    // `rondo serve` is `script`'s child (the shell `exec`s it), not ours: killing `script` would
+    // only hang up its terminal (SIGHUP, which `rondo serve` takes as "reload"), so it is ended
+    // by its own pid, also when an assertion below fails.
+    let _serve = Pid::child_of(tty.child.id());
     let line = tty.line_with("rondo: dashboard on ", Duration::from_secs(10));
     let link = line.trim().strip_prefix("rondo: dashboard on ").expect("link");
     let (addr, given) = parse_link(link);
     assert_eq!(given, token, "{link}");
     let (status, body) = http(addr, "GET", "/api/v1/status", Some(token));
-    // `rondo serve` under `script` is not `script`'s child we hold: end it by its own pid.
-    let pid = serde_json::from_str::<serde_json::Value>(&body).ok().and_then(|v| v["pid"].as_u64());
-    if let Some(pid) = pid {
-        let _ = Command::new("kill").args(["-TERM", &pid.to_string()]).status();
-    }
     assert!(status.contains(" 200 "), "{status}: {body}");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while tty.child.try_wait().unwrap().is_none() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(50));
+}
+
+/// A process this test started through another (`script`), killed (`kill -9`) when dropped.
+struct Pid(Option<u32>);
+
+impl Pid {
+    /// The first child of `parent`, waiting at most 10 s for it to appear.
+    fn child_of(parent: u32) -> Pid {
+        let children = format!("/proc/{parent}/task/{parent}/children");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let text = std::fs::read_to_string(&children).unwrap_or_default();
+            if let Some(pid) = text.split_whitespace().next().and_then(|p| p.parse().ok()) {
+                return Pid(Some(pid));
+            }
+            if Instant::now() >= deadline {
+                return Pid(None);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Pid {
+    fn drop(&mut self) {
+        if let Some(pid) = self.0 {
+            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+        }
     }
 }
