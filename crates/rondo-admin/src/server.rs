@@ -32,18 +32,32 @@ use serde_json::{Value, json};
 pub const OPERATOR_HEADER: &str = "x-rondo-operator";
 
 /// A running admin API.
-#[derive(Debug)]
 pub struct AdminServer {
     /// The bound address.
     pub addr: SocketAddr,
     task: tokio::task::JoinHandle<()>,
     tls: bool,
+    /// The token, for the dashboard link only (kept out of `Debug`).
+    token: Option<Arc<Vec<u8>>>,
+}
+
+impl std::fmt::Debug for AdminServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AdminServer").field("addr", &self.addr).field("tls", &self.tls).finish()
+    }
 }
 
 impl AdminServer {
     /// `https` with `tls`, else `http`.
     pub fn scheme(&self) -> &'static str {
         if self.tls { "https" } else { "http" }
+    }
+
+    /// The dashboard's address, carrying the token in the fragment when `with_token` and a token
+    /// is configured ([`crate::dashboard::link`]).
+    pub fn dashboard_link(&self, with_token: bool) -> String {
+        let token = self.token.as_deref().filter(|_| with_token).map(Vec::as_slice);
+        crate::dashboard::link(self.scheme(), self.addr, token)
     }
 
     /// Stops accepting connections.
@@ -87,7 +101,8 @@ pub async fn start(spec: &AdminSpec, live: Arc<Live>) -> std::io::Result<AdminSe
         None => None,
     };
     let live_for_drain = live.clone();
-    let app = router(live, token);
+    let app = router(live, token.clone());
+    let token = token.map(Arc::new);
     // The process's drain stops accepting and lets the requests in progress finish.
     let drain = live_for_drain;
     let task = tokio::spawn(async move {
@@ -110,7 +125,7 @@ pub async fn start(spec: &AdminSpec, live: Arc<Live>) -> std::io::Result<AdminSe
             tracing::error!(error = %e, "admin API stopped");
         }
     });
-    Ok(AdminServer { addr, task, tls: spec.tls.is_some() })
+    Ok(AdminServer { addr, task, tls: spec.tls.is_some(), token })
 }
 
 /// The admin listener with `tls`: connections come out of their handshake (rondo-runtime's
@@ -285,6 +300,20 @@ fn health_word(s: &rondo_core::MemberState, checked: bool) -> &'static str {
     }
 }
 
+/// What the member's current health rests on. `health_by` names who last *changed* it, and a
+/// member that health checks keep finding up was never changed: it still says `config` though
+/// the checks have confirmed it since. So: `health-check` once a check has answered (passed or
+/// failed short of `fall`), `assumed` while the checks run but none has answered yet, `null`
+/// when nothing checks the member, and otherwise whoever set it (registry, operator, ...).
+fn health_source(s: &rondo_core::MemberState, checked: bool) -> Option<String> {
+    match &s.health_by {
+        Actor::Config if !checked => None,
+        Actor::Config if s.probe_streak == (0, 0) => Some("assumed".to_owned()),
+        Actor::Config => Some(Actor::HealthCheck.to_string()),
+        by => Some(by.to_string()),
+    }
+}
+
 fn cluster_status(rt: &ClusterRt, now: rondo_core::Instant, group: Option<&str>) -> Value {
     let spec = &rt.spec;
     let policy = &spec.policy;
@@ -307,6 +336,8 @@ fn cluster_status(rt: &ClusterRt, now: rondo_core::Instant, group: Option<&str>)
                             "free_mib": r.mem_free >> 20,
                             "age_ms": ms(now.since(r.at)) })
                 });
+                let checked = policy.health.is_some();
+                let sampled = s.load.ewma.sampled_at();
                 json!({
                     "name": m.name,
                     "address": m.address,
@@ -315,8 +346,10 @@ fn cluster_status(rt: &ClusterRt, now: rondo_core::Instant, group: Option<&str>)
                     "admin": s.admin.as_str(),
                     "admin_by": s.admin_by.to_string(),
                     "healthy": s.healthy,
-                    "health": health_word(s, policy.health.is_some()),
+                    "health": health_word(s, checked),
                     "health_by": s.health_by.to_string(),
+                    "health_source": health_source(s, checked),
+                    "checks_in_a_row": {"passed": s.probe_streak.0, "failed": s.probe_streak.1},
                     "last_probe_failure": s.last_probe_failure.map(|(f, _)| f.to_string()),
                     "last_probe_failure_ago_ms": s.last_probe_failure.map(|(_, at)| ms(now.since(at))),
                     "eligible": e.eligible,
@@ -326,6 +359,9 @@ fn cluster_status(rt: &ClusterRt, now: rondo_core::Instant, group: Option<&str>)
                     "sessions": s.load.sessions,
                     "served": s.load.completed,
                     "ewma_us": (s.load.ewma.get_at(now, policy.ewma.decay) / 1000.0) as u64,
+                    "ewma_sample_ago_ms": sampled.map(|at| ms(now.since(at))),
+                    "ewma_at_sample_us": sampled.map(|_| (s.load.ewma.last().0 / 1000.0) as u64),
+                    "probe_rtt_us": s.load.probe_rtt.map(|r| r.as_micros() as u64),
                     "rank": ranked.iter().position(|&(_, j)| j == i),
                     "agent": agent,
                 })

@@ -17,19 +17,23 @@ use crate::time::Instant;
 pub struct PeakEwma {
     estimate_ns: f64,
     stamp: Instant,
+    /// Whether any round trip was folded in (or handed over by a previous process): before
+    /// that the estimate is the configured default, which status pages should not show as a
+    /// measurement.
+    sampled: bool,
 }
 
 impl PeakEwma {
     /// An estimate that starts at `initial`.
     pub fn new(initial: Duration, now: Instant) -> Self {
-        PeakEwma { estimate_ns: initial.as_nanos() as f64, stamp: now }
+        PeakEwma { estimate_ns: initial.as_nanos() as f64, stamp: now, sampled: false }
     }
 
     /// An estimate of `estimate_ns` last updated at `stamp` (a previous process's
     /// [`PeakEwma::last`], moved onto this process's clock).
     pub fn restore(estimate_ns: f64, stamp: Instant) -> Self {
         let estimate_ns = if estimate_ns.is_finite() { estimate_ns.max(0.0) } else { 0.0 };
-        PeakEwma { estimate_ns, stamp }
+        PeakEwma { estimate_ns, stamp, sampled: true }
     }
 
     /// Folds in one observed round trip.
@@ -41,6 +45,7 @@ impl PeakEwma {
         let current = self.estimate_ns * w;
         self.estimate_ns = if rtt_ns > current { rtt_ns } else { current * w + rtt_ns * (1.0 - w) };
         self.stamp = now;
+        self.sampled = true;
     }
 
     /// Folds in a failure, counted as a round trip of at least `penalty` (and at least twice the
@@ -59,6 +64,12 @@ impl PeakEwma {
     #[inline]
     pub fn last(&self) -> (f64, Instant) {
         (self.estimate_ns, self.stamp)
+    }
+
+    /// When the latest round trip was folded in; `None` while the estimate is still the
+    /// configured default (no request to the member has ended yet).
+    pub fn sampled_at(&self) -> Option<Instant> {
+        self.sampled.then_some(self.stamp)
     }
 
     /// [`PeakEwma::get_at`] with `1 / decay_ns` computed once by the caller (saves a division
@@ -174,6 +185,17 @@ mod tests {
         e.observe(Duration::from_millis(10), Instant::from_millis(1001), DECAY);
         let after = e.get_at(Instant::from_millis(1001), DECAY);
         assert!(after > 10e6 && after < 100e6, "after {after}");
+    }
+
+    #[test]
+    fn the_default_estimate_is_no_sample() {
+        let mut e = PeakEwma::new(Duration::from_millis(30), Instant::from_millis(5));
+        assert_eq!(e.sampled_at(), None);
+        e.observe(Duration::from_millis(2), Instant::from_millis(9), DECAY);
+        assert_eq!(e.sampled_at(), Some(Instant::from_millis(9)));
+        // Handed over by a previous process: that process measured it.
+        let restored = PeakEwma::restore(2e6, Instant::from_millis(3));
+        assert_eq!(restored.sampled_at(), Some(Instant::from_millis(3)));
     }
 
     #[test]

@@ -95,13 +95,13 @@ async fn run(
         let token = random_token();
         let spec = rondo_config::AdminSpec {
             listen: loopback,
-            token: Some(rondo_config::AdminToken::Inline(token.clone())),
+            token: Some(rondo_config::AdminToken::Inline(token)),
             tls: None,
         };
         let server = rondo_admin::start(&spec, live.clone())
             .await
             .with_context(|| format!("admin API: cannot listen on {loopback}"))?;
-        Some((server, token))
+        Some(server)
     } else {
         None
     };
@@ -166,8 +166,8 @@ async fn run(
             let slow = if m.name == slow_name { " (slow)" } else { "" };
             writeln!(out, "  {:<16}http://{}/{slow}", m.name, m.addr)?;
         }
-        if let Some((server, token)) = &admin {
-            writeln!(out, "  dashboard: http://{}/ (token: {token})", server.addr)?;
+        if let Some(server) = &admin {
+            writeln!(out, "  dashboard: {}", server.dashboard_link(true))?;
         }
         out.flush()?;
         let _ = tokio::signal::ctrl_c().await;

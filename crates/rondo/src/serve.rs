@@ -229,12 +229,9 @@ async fn run(
         match rondo_admin::start(spec, live.clone()).await {
             Ok(a) => {
                 writeln!(out, "rondo: admin API on {}", a.addr)?;
-                writeln!(
-                    out,
-                    "rondo: dashboard on {}://{}/ (it asks for the admin token)",
-                    a.scheme(),
-                    a.addr
-                )?;
+                // The token only to a terminal: a service's output goes to its log.
+                let link = a.dashboard_link(std::io::IsTerminal::is_terminal(&std::io::stdout()));
+                writeln!(out, "rondo: dashboard on {link}")?;
                 own.push(rondo_naming::api::OwnAddress {
                     what: "admin API".to_owned(),
                     addr: a.addr,

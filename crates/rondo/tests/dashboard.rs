@@ -1,8 +1,12 @@
 //! The dashboard in a real headless Chromium: a `rondo serve` process with three `rondo member`
 //! processes and an admin API, driven by `tests/ui/dashboard.mjs` (Node + playwright-core). The
-//! page loads, refuses a wrong token, shows the members, starts a shadow algorithm whose panel
-//! shows a report that adds up, and a Drain click makes the member draining (the status API
-//! agrees). Screenshot: `dashboard.png` beside playwright-core (`target/ui-test/dashboard.png`).
+//! link with the token in its fragment connects and leaves no token in the address bar; the
+//! page refuses a wrong token, shows the members (agent columns hidden without agents; no EWMA
+//! before a member's first request, a decayed one marked; health resting on the checks, probe
+//! round trips and ranks; a full-width chart with time ticks and a readable y axis), starts a
+//! shadow algorithm whose panel shows a report that adds up, and a Drain click makes the member
+//! draining (the status API agrees). Screenshot: `dashboard.png` beside playwright-core
+//! (`target/ui-test/dashboard.png`).
 //!
 //! Needs Debian's `chromium` (or `RONDO_CHROMIUM`), `node`, and playwright-core in
 //! `target/ui-test` (or `RONDO_UI_TEST_DIR`, or `$CARGO_TARGET_DIR/ui-test` when
@@ -20,11 +24,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use common::{Proc, TempDir};
+use serde_json::json;
 
 const TOKEN: &str = "dashboard-test-token";
 const MEMBERS: [&str; 3] = ["m1", "m2", "m3"];
 const DRAINED: &str = "m2";
 const SHADOW: &str = "random";
+/// A cluster with health checks and no route: probed, never sent a request.
+const IDLE: &str = "idle";
+const IDLE_MEMBERS: [&str; 2] = ["i1", "i2"];
 
 /// The browser, the playwright-core folder and the script, or what is missing.
 struct Tools {
@@ -158,6 +166,8 @@ fn dashboard_shows_members_and_drains_one_in_headless_chromium() {
         .env("DRAIN", DRAINED)
         .env("SHADOW", SHADOW)
         .env("QUEUE", "orders")
+        .env("IDLE_CLUSTER", IDLE)
+        .env("IDLE_MEMBERS", IDLE_MEMBERS.join(","))
         .env("SCREENSHOT", &screenshot)
         .env("CHROMIUM", &tools.chromium)
         .env("PLAYWRIGHT_DIR", &tools.playwright)
@@ -188,7 +198,8 @@ fn dashboard_shows_members_and_drains_one_in_headless_chromium() {
     let (status, body) = http(admin, "GET", "/api/v1/status", Some(TOKEN));
     assert!(status.contains(" 200 "), "{status}");
     let v: serde_json::Value = serde_json::from_str(&body).expect("status JSON");
-    let members_json = v["clusters"][0]["members"].as_array().expect("members");
+    let web = v["clusters"].as_array().unwrap().iter().find(|c| c["name"] == "web").unwrap();
+    let members_json = web["members"].as_array().expect("members");
     for m in members_json {
         let want = if m["name"] == DRAINED { "draining" } else { "active" };
         assert_eq!(m["admin"], want, "{m}");
@@ -196,7 +207,7 @@ fn dashboard_shows_members_and_drains_one_in_headless_chromium() {
     let served: u64 = members_json.iter().map(|m| m["served"].as_u64().unwrap_or(0)).sum();
     assert!(served > 0, "the status counts served requests: {v}");
     // The shadow the page started is running, and its report adds up.
-    assert_eq!(v["clusters"][0]["shadow"], SHADOW, "{v}");
+    assert_eq!(web["shadow"], SHADOW, "{v}");
     let (status, body) = http(admin, "GET", "/api/v1/clusters/web/shadow", Some(TOKEN));
     assert!(status.contains(" 200 "), "{status}: {body}");
     let r: serde_json::Value = serde_json::from_str(&body).expect("shadow report JSON");
@@ -229,8 +240,39 @@ fn the_page_needs_no_token_but_the_api_does() {
     }
     let (_, body) = http(stack.admin, "GET", "/api/v1/status", Some(TOKEN));
     let v: serde_json::Value = serde_json::from_str(&body).expect("status JSON");
-    for m in v["clusters"][0]["members"].as_array().expect("members") {
+    let clusters = v["clusters"].as_array().expect("clusters");
+    let cluster = |name: &str| clusters.iter().find(|c| c["name"] == name).expect(name);
+    for m in cluster("web")["members"].as_array().expect("members") {
         assert_eq!(m["served"], 2, "{m}");
+        // Measured: the latest sample is recent, and the estimate then is given.
+        assert!(m["ewma_sample_ago_ms"].as_u64().is_some_and(|a| a < 60_000), "{m}");
+        assert!(m["ewma_at_sample_us"].is_u64(), "{m}");
+        // Nothing checks these members.
+        assert_eq!((&m["health"], &m["health_source"]), (&json!("unchecked"), &json!(null)));
+    }
+    // The idle cluster's members got no request: no sample (the EWMA is the configured
+    // default), and once a check has answered, their health rests on the checks, with the
+    // probe's round trip and rank.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_, body) = http(stack.admin, "GET", "/api/v1/status", Some(TOKEN));
+        let v: serde_json::Value = serde_json::from_str(&body).expect("status JSON");
+        let idle = v["clusters"].as_array().unwrap().iter().find(|c| c["name"] == IDLE).unwrap();
+        let members = idle["members"].as_array().expect("members");
+        let probed = members.iter().all(|m| m["probe_rtt_us"].is_u64() && m["rank"].is_u64());
+        if probed || Instant::now() >= deadline {
+            for m in members {
+                assert_eq!(m["ewma_sample_ago_ms"], json!(null), "{m}");
+                assert_eq!(m["ewma_at_sample_us"], json!(null), "{m}");
+                assert_eq!(m["health"], "up", "{m}");
+                assert_eq!(m["health_by"], "config", "who last changed it: nobody since the start");
+                assert_eq!(m["health_source"], "health-check", "{m}");
+                assert!(m["checks_in_a_row"]["passed"].as_u64().is_some_and(|n| n >= 1), "{m}");
+                assert!(m["probe_rtt_us"].is_u64() && m["rank"].is_u64(), "{m}");
+            }
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
     }
 }
 
@@ -250,10 +292,14 @@ impl Stack {
     fn start() -> Stack {
         let mut members = Vec::new();
         let mut entries = Vec::new();
+        let mut idle = Vec::new();
         for name in MEMBERS {
             let mut p = Proc::start(&["member", "--name", name, "--listen", "127.0.0.1:0"]);
             let addr = p.addr_after(&format!("rondo member {name} on "));
             entries.push(format!("{{ name = \"{name}\", address = \"{addr}\" }}"));
+            if let Some(i) = IDLE_MEMBERS.get(idle.len()) {
+                idle.push(format!("{{ name = \"{i}\", address = \"{addr}\" }}"));
+            }
             members.push(p);
         }
         let dir = TempDir::new("dashboard");
@@ -262,10 +308,13 @@ impl Stack {
                  [[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:0\"\n\n\
                  [[route]]\nlistener = \"web\"\ncluster = \"web\"\n\n\
                  [cluster.web]\nalgorithm = \"round-robin\"\nmembers = [{}]\n\n\
+                 [cluster.{IDLE}]\nalgorithm = \"response-time\"\nmembers = [{}]\n\
+                 health = {{ path = \"/\", interval_ms = 100, rise = 1, fall = 2 }}\n\n\
                  [[listener]]\nname = \"intake\"\nlisten = \"127.0.0.1:0\"\nprotocol = \"queue\"\n\n\
                  [[route]]\nlistener = \"intake\"\ncluster = \"web\"\n\n\
                  [[queue]]\nname = \"orders\"\ndirectory = \"{}\"\n",
             entries.join(", "),
+            idle.join(", "),
             dir.0.join("queues").display()
         );
         let path = dir.0.join("rondo.toml");
@@ -281,19 +330,117 @@ impl Stack {
     }
 }
 
+/// The token from a dashboard link `http://ADDR/#token=TOKEN` (percent-decoded), and `ADDR`.
+fn parse_link(link: &str) -> (SocketAddr, String) {
+    let rest = link.trim().strip_prefix("http://").expect("an http link");
+    let (addr, token) = rest.split_once("/#token=").expect("a token in the fragment");
+    let mut bytes = Vec::new();
+    let mut it = token.bytes();
+    while let Some(b) = it.next() {
+        if b == b'%' {
+            let hex: String = it.by_ref().take(2).map(char::from).collect();
+            bytes.push(u8::from_str_radix(&hex, 16).expect("percent escape"));
+        } else {
+            bytes.push(b);
+        }
+    }
+    (addr.parse().expect("address"), String::from_utf8(bytes).expect("utf-8 token"))
+}
+
 #[test]
-fn demo_serve_prints_the_dashboard_address_and_token() {
+fn demo_serve_prints_the_dashboard_link_with_its_token() {
     let mut demo = Proc::start(&["demo", "--serve", "--calls", "12"]);
     let line = demo.line_with("dashboard: ", Duration::from_secs(60));
-    // `  dashboard: http://127.0.0.1:PORT/ (token: HEX)`
-    let rest = line.trim().strip_prefix("dashboard: http://").expect("dashboard line");
-    let (addr, token) = rest.split_once("/ (token: ").expect("token");
-    let token = token.strip_suffix(')').expect("closing parenthesis");
+    // `  dashboard: http://127.0.0.1:PORT/#token=HEX`
+    let (addr, token) =
+        parse_link(line.trim().strip_prefix("dashboard: ").expect("dashboard line"));
     assert_eq!(token.len(), 32, "{line}");
-    let addr: SocketAddr = addr.parse().expect("address");
     let (status, body) = http(addr, "GET", "/", None);
     assert!(status.contains(" 200 ") && body.contains("rondo dashboard"), "{status}");
-    let (status, body) = http(addr, "GET", "/api/v1/status", Some(token));
+    let (status, body) = http(addr, "GET", "/api/v1/status", Some(&token));
     assert!(status.contains(" 200 "), "{status}");
     assert!(body.contains("\"round-robin\""), "{body}");
+}
+
+/// `rondo serve` prints the link with the token to a terminal (under `script`, which gives it
+/// one), and without it to a pipe: a service's output goes to its log.
+#[test]
+fn serve_prints_the_token_link_to_a_terminal_only() {
+    let Ok(script) = Command::new("script").arg("--version").output() else {
+        eprintln!("SKIPPED: no `script` (util-linux) to give rondo serve a terminal");
+        return;
+    };
+    assert!(script.status.success());
+    let dir = TempDir::new("dashboard-tty");
+    // A token that needs percent-encoding in a link.
+    let token = "a+b&c#d%e f";
+    let config = dir.0.join("rondo.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"{token}\"\n\n\
+             [[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:0\"\n\n\
+             [[route]]\nlistener = \"web\"\ncluster = \"web\"\n\n\
+             [cluster.web]\nmembers = [{{ name = \"m1\", address = \"127.0.0.1:9\" }}]\n"
+        ),
+    )
+    .unwrap();
+    let config = config.to_str().unwrap();
+
+    let mut piped = Proc::start(&["serve", "--config", config]);
+    let line = piped.line_with("rondo: dashboard on ", Duration::from_secs(10));
+    assert!(
+        line.ends_with("/ (it asks for the admin token)") && !line.contains("token="),
+        "{line}"
+    );
+    drop(piped);
+
+    let command = format!("exec {} serve --config {config}", env!("CARGO_BIN_EXE_rondo"));
+    let child = Command::new("script")
+        .args(["-qfec", &command, "/dev/null"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start script");
+    let mut tty = Proc::from_child(child);
+    // `rondo serve` is `script`'s child (the shell `exec`s it), not ours: killing `script` would
+    // only hang up its terminal (SIGHUP, which `rondo serve` takes as "reload"), so it is ended
+    // by its own pid, also when an assertion below fails.
+    let _serve = Pid::child_of(tty.child.id());
+    let line = tty.line_with("rondo: dashboard on ", Duration::from_secs(10));
+    let link = line.trim().strip_prefix("rondo: dashboard on ").expect("link");
+    let (addr, given) = parse_link(link);
+    assert_eq!(given, token, "{link}");
+    let (status, body) = http(addr, "GET", "/api/v1/status", Some(token));
+    assert!(status.contains(" 200 "), "{status}: {body}");
+}
+
+/// A process this test started through another (`script`), killed (`kill -9`) when dropped.
+struct Pid(Option<u32>);
+
+impl Pid {
+    /// The first child of `parent`, waiting at most 10 s for it to appear.
+    fn child_of(parent: u32) -> Pid {
+        let children = format!("/proc/{parent}/task/{parent}/children");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let text = std::fs::read_to_string(&children).unwrap_or_default();
+            if let Some(pid) = text.split_whitespace().next().and_then(|p| p.parse().ok()) {
+                return Pid(Some(pid));
+            }
+            if Instant::now() >= deadline {
+                return Pid(None);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Pid {
+    fn drop(&mut self) {
+        if let Some(pid) = self.0 {
+            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+        }
+    }
 }
