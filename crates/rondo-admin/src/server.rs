@@ -54,7 +54,7 @@ impl AdminServer {
     }
 
     /// The dashboard's address, carrying the token in the fragment when `with_token` and a token
-    /// is configured ([`crate::dashboard::link`]).
+    /// is configured (made by `dashboard::link`).
     pub fn dashboard_link(&self, with_token: bool) -> String {
         let token = self.token.as_deref().filter(|_| with_token).map(Vec::as_slice);
         crate::dashboard::link(self.scheme(), self.addr, token)

@@ -215,7 +215,7 @@ type Spares = HashMap<String, Vec<(Instant, TcpStream)>>;
 
 /// hyper-util's plain connector, with the connect in a task of its own: when the request that
 /// started it is dropped first (its client reset the HTTP/2 stream), the connection is still
-/// made and kept (at most [`MAX_SPARE`] per member, for [`SPARE_TTL`]) for the next request to
+/// made and kept (at most `MAX_SPARE` per member, for `SPARE_TTL`) for the next request to
 /// that member, which takes it instead of connecting. Without it, a client that resets its
 /// streams as fast as the router connects for them opens member connections that carry nothing.
 #[derive(Debug, Clone)]
