@@ -338,7 +338,7 @@ async fn accept_http(
             match &tls {
                 None => {
                     // The own HTTP/1 path first; hyper gets the connection if it declines.
-                    if let Some((s, _, read)) = h1::serve::serve(&ctx, stream, peer, None).await {
+                    if let Some((s, _, read)) = h1::conn::serve(&ctx, stream, peer, None).await {
                         Box::pin(hyper.serve(ClientIo::from(s), None, read)).await;
                     }
                 }
@@ -352,7 +352,7 @@ async fn accept_http(
                                     ctx.metrics.handoffs[0].inc();
                                     hyper.serve(ClientIo::from(s), cert, Vec::new()).await;
                                 } else if let Some((s, cert, read)) =
-                                    h1::serve::serve(&ctx, s, peer, cert).await
+                                    h1::conn::serve(&ctx, s, peer, cert).await
                                 {
                                     Box::pin(hyper.serve(ClientIo::from(s), cert, read)).await;
                                 }

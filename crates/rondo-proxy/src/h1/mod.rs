@@ -12,8 +12,12 @@
 //! path's rules (hyper does not read chunk extensions).
 
 pub mod chunked;
+pub(crate) mod conn;
+mod exchange;
 pub mod follow;
 pub mod fuzz;
 pub mod parse;
 pub mod pool;
-pub(crate) mod serve;
+mod pump;
+mod tries;
+mod write;
