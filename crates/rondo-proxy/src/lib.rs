@@ -20,6 +20,7 @@ pub mod h1;
 pub mod head;
 pub mod headers;
 pub mod http;
+mod hyper_path;
 pub mod multicast;
 pub mod replay;
 pub mod session_replay;
@@ -432,7 +433,7 @@ impl Hyper<'_> {
             if let Some((n, c)) = &count {
                 c.served(*n);
             }
-            http::handle(ctx.clone(), handler.clone(), peer, req)
+            hyper_path::handle(ctx.clone(), handler.clone(), peer, req)
         });
         let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
         tokio::pin!(conn);
