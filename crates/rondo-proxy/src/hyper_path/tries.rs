@@ -4,7 +4,7 @@
 //! client's body).
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::header::{self, HeaderValue};
@@ -72,47 +72,15 @@ async fn attempt(
     let session = crate::session_replay::session_of(route, rt, &req.parts.headers, tls);
     let mut replayed = None;
     if let Some((key, _)) = &session {
-        let store = &ctx.sessions.replay;
-        let name = &rt.spec.members[member].name;
-        match store.plan(&route.name, key, name) {
-            crate::session_replay::Plan::Nothing => {}
-            crate::session_replay::Plan::Skipped => {
-                tracing::info!(route = %route.name, member = %name, "session over its replay limits: failed over without replay");
-                ctx.live.metrics.replay(&route.name, "skipped");
-                store.moved(&route.name, key, name);
-                replayed = Some(None);
-            }
-            crate::session_replay::Plan::Replay(kept) => {
-                let started = Instant::now();
-                let timeout = failover.try_timeout(clock::from_std(started));
-                match crate::session_replay::replay(ctx, rt, member, &kept, timeout).await {
-                    Ok(n) => {
-                        tracing::info!(route = %route.name, member = %name, replayed = n, "session replayed to the member taking it over");
-                        ctx.live.metrics.replay(&route.name, "replayed");
-                        store.moved(&route.name, key, name);
-                        replayed = Some(Some(n));
-                    }
-                    Err(()) => {
-                        tracing::info!(route = %route.name, member = %name, "session replay failed: trying the next member");
-                        ctx.live.metrics.replay(&route.name, "failed");
-                        let latency = started.elapsed();
-                        begun.end(Outcome::Failure { kind: FailureKind::Reset, latency });
-                        return Err(Kind::Replay);
-                    }
-                }
+        match replay_moved(ctx, route, rt, member, key, failover).await {
+            Ok(r) => replayed = r,
+            Err(latency) => {
+                begun.end(Outcome::Failure { kind: FailureKind::Reset, latency });
+                return Err(Kind::Replay);
             }
         }
     }
-    let body = match &req.slot {
-        None => UpstreamBody::Empty,
-        Some(slot) => {
-            let (limit, stall) = (ctx.listener.max_body_bytes, ctx.listener.body_read_timeout);
-            UpstreamBody::stream(slot.clone(), limit, Some(stall))
-        }
-    };
-    let parts = &req.parts;
-    let request =
-        upstream_request(&parts.method, &parts.headers, rt, member, &req.path_and_query, body);
+    let request = member_request(ctx, rt, member, req);
     // The try's time and its latency start as it is sent (the pick, a session sweep and a wait
     // for the cluster's lock are not the member's), and the try ends by the request's deadline.
     let started = Instant::now();
@@ -137,22 +105,9 @@ async fn attempt(
             let status = resp.status().as_u16();
             let tls = ctx.listener.tls.is_some();
             crate::auth::on_response(route, status, resp.headers_mut(), &ctx.live, tls);
-            if let (Some((key, cookie)), Some(limits)) = (&session, route.session_replay) {
-                keep_for_replay(ctx, route, rt, member, req, key, limits, resp.headers_mut());
+            if let (Some(session), Some(limits)) = (&session, route.session_replay) {
                 let h = resp.headers_mut();
-                match replayed {
-                    Some(Some(n)) => {
-                        h.insert(crate::session_replay::REPLAYED_HEADER, HeaderValue::from(n));
-                    }
-                    Some(None) => {
-                        let skipped = HeaderValue::from_static("skipped");
-                        h.insert(crate::session_replay::REPLAY_HEADER, skipped);
-                    }
-                    None => {}
-                }
-                if let Some(cookie) = cookie {
-                    h.append(header::SET_COOKIE, cookie.clone());
-                }
+                session_answered(ctx, route, rt, member, req, session, limits, replayed, h);
             }
             let counted = record_response(rt, &route.name, member, status, latency.as_secs_f64());
             begun.disarm();
@@ -203,6 +158,97 @@ async fn attempt(
         Err(_elapsed) => {
             begun.end(failed(FailureKind::Timeout));
             Err(Kind::Timeout)
+        }
+    }
+}
+
+/// The request as hyper's client sends it to `member`: the prepared head, and the body from its
+/// slot under the listener's body limit and read timeout.
+fn member_request(
+    ctx: &HttpCtx,
+    rt: &ClusterRt,
+    member: usize,
+    req: &Prepared,
+) -> Request<UpstreamBody> {
+    let body = match &req.slot {
+        None => UpstreamBody::Empty,
+        Some(slot) => {
+            let (limit, stall) = (ctx.listener.max_body_bytes, ctx.listener.body_read_timeout);
+            UpstreamBody::stream(slot.clone(), limit, Some(stall))
+        }
+    };
+    let parts = &req.parts;
+    upstream_request(&parts.method, &parts.headers, rt, member, &req.path_and_query, body)
+}
+
+/// A kept session's side of its member's answer: the request kept for replay (or the log
+/// emptied at the member's checkpoint), what a replay to the member did, and the session's
+/// cookie.
+#[allow(clippy::too_many_arguments)]
+fn session_answered(
+    ctx: &HttpCtx,
+    route: &Route,
+    rt: &ClusterRt,
+    member: usize,
+    req: &Prepared,
+    (key, cookie): &(String, Option<HeaderValue>),
+    limits: rondo_core::SessionReplay,
+    replayed: Option<Option<usize>>,
+    h: &mut http::HeaderMap,
+) {
+    keep_for_replay(ctx, route, rt, member, req, key, limits, h);
+    match replayed {
+        Some(Some(n)) => {
+            h.insert(crate::session_replay::REPLAYED_HEADER, HeaderValue::from(n));
+        }
+        Some(None) => {
+            let skipped = HeaderValue::from_static("skipped");
+            h.insert(crate::session_replay::REPLAY_HEADER, skipped);
+        }
+        None => {}
+    }
+    if let Some(cookie) = cookie {
+        h.append(header::SET_COOKIE, cookie.clone());
+    }
+}
+
+/// A session that moved to `member` gets its kept requests first. `Ok(None)`: nothing to
+/// replay; `Ok(Some(None))`: skipped, the session is over its replay limits; `Ok(Some(Some(n)))`:
+/// `n` requests replayed; `Err`: the replay failed after this long.
+async fn replay_moved(
+    ctx: &HttpCtx,
+    route: &Route,
+    rt: &Arc<ClusterRt>,
+    member: usize,
+    key: &str,
+    failover: &Failover,
+) -> Result<Option<Option<usize>>, Duration> {
+    let store = &ctx.sessions.replay;
+    let name = &rt.spec.members[member].name;
+    match store.plan(&route.name, key, name) {
+        crate::session_replay::Plan::Nothing => Ok(None),
+        crate::session_replay::Plan::Skipped => {
+            tracing::info!(route = %route.name, member = %name, "session over its replay limits: failed over without replay");
+            ctx.live.metrics.replay(&route.name, "skipped");
+            store.moved(&route.name, key, name);
+            Ok(Some(None))
+        }
+        crate::session_replay::Plan::Replay(kept) => {
+            let started = Instant::now();
+            let timeout = failover.try_timeout(clock::from_std(started));
+            match crate::session_replay::replay(ctx, rt, member, &kept, timeout).await {
+                Ok(n) => {
+                    tracing::info!(route = %route.name, member = %name, replayed = n, "session replayed to the member taking it over");
+                    ctx.live.metrics.replay(&route.name, "replayed");
+                    store.moved(&route.name, key, name);
+                    Ok(Some(Some(n)))
+                }
+                Err(()) => {
+                    tracing::info!(route = %route.name, member = %name, "session replay failed: trying the next member");
+                    ctx.live.metrics.replay(&route.name, "failed");
+                    Err(started.elapsed())
+                }
+            }
         }
     }
 }
