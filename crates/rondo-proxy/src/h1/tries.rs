@@ -18,7 +18,7 @@ use super::chunked::Chunked;
 use super::conn::{Client, ClientStream, Next, wait_before};
 use super::parse::{self, Field, Framing, RequestHead};
 use super::pool;
-use super::write::{local_head, without_port, write_request_head};
+use super::write::{local_head, write_request_head};
 use crate::access::{self, Reason};
 use crate::auth::Identity;
 use crate::body::Finish;
@@ -27,7 +27,7 @@ use crate::head::Headers;
 use crate::headers::has_looped;
 use crate::http::{
     Begun, Choice, ClusterView, Decided, Failure, HttpCtx, Target, Tries, find_route, forward,
-    looped, needs_hyper, on_route,
+    looped, needs_hyper, on_route, without_port,
 };
 
 /// A parsed request head over its buffer: the stages' view of its header fields.

@@ -7,7 +7,7 @@ use http::HeaderValue;
 
 use super::parse::{self, Field, RequestHead, ResponseHead};
 use crate::auth::{self, Identity, LOGIN_HEADER};
-use crate::headers::via_id;
+use crate::headers::{HOP_BY_HOP_BUT_FRAMING, via_id};
 use crate::http::HttpCtx;
 
 /// The head of a response the router makes itself.
@@ -35,18 +35,10 @@ pub(super) fn is(name: &[u8], lower: &[u8]) -> bool {
     name.eq_ignore_ascii_case(lower)
 }
 
-/// Hop-by-hop fields (RFC 9110 7.6.1), never forwarded either way.
+/// Hop-by-hop fields (RFC 9110 7.6.1), never forwarded either way; the transfer coding stays,
+/// as the body passes through with its framing.
 fn hop_by_hop(name: &[u8]) -> bool {
-    [
-        &b"connection"[..],
-        b"keep-alive",
-        b"proxy-connection",
-        b"te",
-        b"upgrade",
-        b"proxy-authorization",
-    ]
-    .iter()
-    .any(|h| is(name, h))
+    HOP_BY_HOP_BUT_FRAMING.iter().any(|h| is(name, h.as_str().as_bytes()))
 }
 
 /// The fields `Connection` names in `fields` (never `Host`, nor the framing fields: bodies pass
@@ -224,10 +216,26 @@ fn write_via(out: &mut Vec<u8>, prior: &[&[u8]]) {
     out.extend_from_slice(b"\r\n");
 }
 
-/// `host[:port]` without the port, minding IPv6 literals.
-pub(super) fn without_port(full: &str) -> &str {
-    match full.rfind(':') {
-        Some(i) if !full[i..].contains(']') => &full[..i],
-        _ => full,
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The own path drops the hop-by-hop fields hyper's path drops ([`crate::headers`]' one
+    /// list), except the transfer coding, which frames the body it passes through as it came.
+    #[test]
+    fn a_response_head_loses_every_hop_by_hop_field_but_its_framing() {
+        let rbuf = b"HTTP/1.1 200 OK\r\nConnection: keep-alive\r\nKeep-Alive: timeout=5\r\n\
+            Proxy-Connection: keep-alive\r\nTE: trailers\r\nUpgrade: h2c\r\n\
+            Proxy-Authorization: Basic eA==\r\nTransfer-Encoding: chunked\r\nX-Kept: 1\r\n\r\n\
+            0\r\n\r\n";
+        let head = parse::response(rbuf, false).expect("parses").expect("whole");
+        let mut out = Vec::new();
+        write_response_head(&mut out, rbuf, &head, [None, None], false);
+        let out = String::from_utf8(out).expect("text").to_ascii_lowercase();
+        for gone in crate::headers::HOP_BY_HOP_BUT_FRAMING {
+            assert!(!out.contains(&format!("\n{gone}:")), "{gone} was forwarded:\n{out}");
+        }
+        assert!(out.contains("\ntransfer-encoding: chunked\r\n"), "{out}");
+        assert!(out.contains("\nx-kept: 1\r\n"), "{out}");
     }
 }

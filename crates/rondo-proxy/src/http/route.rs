@@ -94,3 +94,17 @@ pub(crate) fn without_port(full: &str) -> &str {
         _ => full,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::without_port;
+
+    #[test]
+    fn a_host_loses_its_port_and_an_ipv6_literal_keeps_its_colons() {
+        assert_eq!(without_port("example.com:8080"), "example.com");
+        assert_eq!(without_port("example.com"), "example.com");
+        assert_eq!(without_port("[::1]:8080"), "[::1]");
+        assert_eq!(without_port("[::1]"), "[::1]");
+        assert_eq!(without_port("127.0.0.1:80"), "127.0.0.1");
+    }
+}
