@@ -20,6 +20,7 @@ pub mod h1;
 pub mod head;
 pub mod headers;
 pub mod http;
+mod hyper_path;
 pub mod multicast;
 pub mod replay;
 pub mod session_replay;
@@ -338,7 +339,7 @@ async fn accept_http(
             match &tls {
                 None => {
                     // The own HTTP/1 path first; hyper gets the connection if it declines.
-                    if let Some((s, _, read)) = h1::serve::serve(&ctx, stream, peer, None).await {
+                    if let Some((s, _, read)) = h1::conn::serve(&ctx, stream, peer, None).await {
                         Box::pin(hyper.serve(ClientIo::from(s), None, read)).await;
                     }
                 }
@@ -352,7 +353,7 @@ async fn accept_http(
                                     ctx.metrics.handoffs[0].inc();
                                     hyper.serve(ClientIo::from(s), cert, Vec::new()).await;
                                 } else if let Some((s, cert, read)) =
-                                    h1::serve::serve(&ctx, s, peer, cert).await
+                                    h1::conn::serve(&ctx, s, peer, cert).await
                                 {
                                     Box::pin(hyper.serve(ClientIo::from(s), cert, read)).await;
                                 }
@@ -432,7 +433,7 @@ impl Hyper<'_> {
             if let Some((n, c)) = &count {
                 c.served(*n);
             }
-            http::handle(ctx.clone(), handler.clone(), peer, req)
+            hyper_path::handle(ctx.clone(), handler.clone(), peer, req)
         });
         let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
         tokio::pin!(conn);

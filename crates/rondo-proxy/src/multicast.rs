@@ -29,7 +29,8 @@ use rondo_runtime::{ClusterRt, Snapshot, clock};
 
 use crate::body::{BodySlot, UpstreamBody};
 use crate::error::Kind;
-use crate::http::{Begun, Choice, HttpCtx, Tries, forward, record_response, upstream_request};
+use crate::http::{Begun, Choice, HttpCtx, Tries, forward, record_response};
+use crate::hyper_path::tries::upstream_request;
 
 /// One branch a request is copied to: a route like the one that matched, but for the branch's
 /// cluster and backups (its name, timeouts and metrics labels are the route's), and the

@@ -544,8 +544,14 @@ pub(crate) async fn replay(
         headers.insert(REPLAY_HEADER, http::HeaderValue::from_static("1"));
         let slot = crate::body::BodySlot::whole(k.body.clone(), k.trailers.clone());
         let body = crate::body::UpstreamBody::stream(slot, 0, None);
-        let request =
-            crate::http::upstream_request(&k.method, &headers, rt, member, &k.path_and_query, body);
+        let request = crate::hyper_path::tries::upstream_request(
+            &k.method,
+            &headers,
+            rt,
+            member,
+            &k.path_and_query,
+            body,
+        );
         let answer = async {
             let resp = client.request(request).await.map_err(|_| ())?;
             let status = resp.status().as_u16();

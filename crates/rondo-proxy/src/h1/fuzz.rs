@@ -253,10 +253,10 @@ async fn relay(
     stream: &[u8],
     step: usize,
     head_request: bool,
-) -> (Option<usize>, Option<super::serve::Relayed>) {
+) -> (Option<usize>, Option<super::pump::Relayed>) {
     let mut member = Pieces { data: stream, step, read: 0 };
     let mut rbuf = Vec::new();
-    let Some(head) = super::serve::relay_head(&mut member, &mut rbuf, head_request).await else {
+    let Some(head) = super::pump::relay_head(&mut member, &mut rbuf, head_request).await else {
         return (None, None);
     };
     // The head ends where what was read stops, less what followed it in the buffer (which
@@ -266,7 +266,7 @@ async fn relay(
     let at = head_end - head.len;
     let again = parse::response(&stream[at..], head_request);
     assert!(matches!(&again, Ok(Some(h)) if h.len == head.len), "no such head on the wire");
-    let relayed = super::serve::relay_body(&mut member, rbuf, &head).await;
+    let relayed = super::pump::relay_body(&mut member, rbuf, &head).await;
     let body = &relayed.body;
     assert!(stream[head_end..].starts_with(body), "the client got bytes that are not the body");
     if relayed.unsent {
@@ -276,7 +276,7 @@ async fn relay(
         Framing::Length(n) => assert!(body.len() as u64 <= n, "past the content-length"),
         Framing::None => assert!(body.is_empty(), "a body where none is framed"),
         Framing::Chunked if !relayed.unsent => {
-            let mut c = Chunked::new(super::serve::MAX_RESPONSE_HEAD);
+            let mut c = Chunked::new(super::pump::MAX_RESPONSE_HEAD);
             assert_eq!(c.feed(body), Ok(body.len()), "the client got bytes past the last chunk");
             assert_eq!(c.is_done(), relayed.whole);
         }

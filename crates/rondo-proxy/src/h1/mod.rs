@@ -1,8 +1,10 @@
 //! The router's own HTTP/1.1 forwarding path, for HTTP listeners, plain or TLS: heads parsed
 //! in place ([`parse`]), chunked bodies followed byte by byte as they pass ([`chunked`]), member
 //! connections pooled per member and buffers borrowed only while a request is in flight
-//! ([`pool`]), and the connection loop (`serve`) that runs the same request stages as hyper's
-//! path ([`crate::http`]) in the connection's own task.
+//! ([`pool`]), and the stages as this path runs them in the connection's own task, the same as
+//! hyper's path ([`crate::http`]): the connection loop (`conn`), the request's stages and tries
+//! (`tries`), a try's exchange with a member and the response (`exchange`), the byte pumps
+//! (`pump`) and the heads written (`write`).
 //!
 //! The path is chosen per connection: an HTTP listener's connections start here (on a TLS
 //! listener, unless the client chose `h2` by ALPN); the first request this path declines (the
@@ -12,8 +14,12 @@
 //! path's rules (hyper does not read chunk extensions).
 
 pub mod chunked;
+pub(crate) mod conn;
+mod exchange;
 pub mod follow;
 pub mod fuzz;
 pub mod parse;
 pub mod pool;
-pub(crate) mod serve;
+mod pump;
+mod tries;
+mod write;

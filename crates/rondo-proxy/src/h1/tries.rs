@@ -1,0 +1,466 @@
+//! One request on the own path, as the shared stages run it: [`OwnTries`] routes the parsed
+//! head ([`crate::http::find_route`]), declines to hyper what is hyper's, gates it (`auth`),
+//! prepares the head members get, and hands itself to the one failover loop
+//! ([`crate::http::forward`]) as a [`Tries`]: each `attempt` places the try's accounting and its
+//! timeout around an exchange with a member ([`super::exchange`]). A request the router answers
+//! itself (no route, a refusal, tries run out) is answered here (`fail`).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use rondo_core::failover::is_idempotent_method;
+use rondo_core::{Failover, FailureKind, Outcome, Route, UpstreamProtocol};
+use rondo_runtime::{ClusterRt, Snapshot, clock};
+use tokio::io::AsyncWriteExt;
+
+use super::chunked::Chunked;
+use super::conn::{Client, ClientStream, Next, wait_before};
+use super::parse::{self, Field, Framing, RequestHead};
+use super::pool;
+use super::write::{local_head, write_request_head};
+use crate::access::{self, Reason};
+use crate::auth::Identity;
+use crate::body::Finish;
+use crate::error::Kind;
+use crate::head::Headers;
+use crate::headers::has_looped;
+use crate::http::{
+    Begun, Choice, ClusterView, Decided, Failure, HttpCtx, Target, Tries, find_route, forward,
+    looped, needs_hyper, on_route, without_port,
+};
+
+/// A parsed request head over its buffer: the stages' view of its header fields.
+struct OwnHead<'a> {
+    buf: &'a [u8],
+    fields: &'a [Field],
+}
+
+impl Headers for OwnHead<'_> {
+    fn values<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a [u8]> + 'a {
+        self.fields
+            .iter()
+            .filter(move |f| f.name.get(self.buf).eq_ignore_ascii_case(name.as_bytes()))
+            .map(|f| f.value.get(self.buf))
+    }
+
+    fn get(&self, name: &str) -> Option<&[u8]> {
+        self.fields
+            .iter()
+            .find(|f| f.name.get(self.buf).eq_ignore_ascii_case(name.as_bytes()))
+            .map(|f| f.value.get(self.buf))
+    }
+}
+
+/// Where a request's body stands.
+#[derive(Debug)]
+pub(super) struct ReqBody {
+    pub(super) framing: Framing,
+    /// Body bytes in the buffer right after the head.
+    pub(super) in_buf: usize,
+    /// Whether the whole body is in the buffer (a try can always send it again).
+    pub(super) complete: bool,
+    /// A try began reading the rest of the body from the client: no other try can send it.
+    pub(super) touched: bool,
+    /// Content-length bytes still to come from the client.
+    pub(super) remaining: u64,
+    /// The chunked framing, past the bytes in the buffer.
+    pub(super) chunked: Option<Chunked>,
+    /// Body bytes received in all.
+    pub(super) received: u64,
+}
+
+/// A request on the own path, with what its tries need.
+pub(super) struct OwnTries<'a, S> {
+    pub(super) ctx: &'a Arc<HttpCtx>,
+    pub(super) c: &'a mut Client<S>,
+    /// The connection's timer, for the tries' timeouts (taken while a try runs).
+    pub(super) timer: Option<std::pin::Pin<&'a mut tokio::time::Sleep>>,
+    pub(super) buf: Vec<u8>,
+    pub(super) head: RequestHead,
+    pub(super) body: ReqBody,
+    /// The head (and a body wholly in the buffer) as members get it.
+    pub(super) out: Vec<u8>,
+    /// Bytes read from the client past the end of the body (the next request's start).
+    pub(super) extra: Vec<u8>,
+    pub(super) route: Option<&'a Route>,
+    pub(super) start: Option<access::Start>,
+    /// Whether the connection must close after this request.
+    pub(super) close: bool,
+    /// The client closed its connection while its request was in flight.
+    pub(super) gone: bool,
+    /// Whether the method is idempotent (a pooled connection found closed may be replaced).
+    pub(super) idempotent: bool,
+    /// The request target with its path normalized, when that changed it (members get this).
+    pub(super) target: Option<String>,
+    /// The `Host` value without its port (members get it as `X-Forwarded-Host`).
+    pub(super) host: parse::Span,
+}
+
+impl<'a, S: ClientStream> OwnTries<'a, S> {
+    pub(super) fn new(
+        ctx: &'a Arc<HttpCtx>,
+        c: &'a mut Client<S>,
+        timer: std::pin::Pin<&'a mut tokio::time::Sleep>,
+        buf: Vec<u8>,
+        head: RequestHead,
+    ) -> Self {
+        let body = ReqBody {
+            framing: head.framing,
+            in_buf: 0,
+            complete: true,
+            touched: false,
+            remaining: 0,
+            chunked: None,
+            received: 0,
+        };
+        let start = ctx.access.as_ref().map(|_| {
+            let method = std::str::from_utf8(head.method.get(&buf)).unwrap_or("");
+            let target = std::str::from_utf8(head.target.get(&buf)).unwrap_or("/");
+            access::Start::from_head(c.peer, method, target)
+        });
+        c.served += 1;
+        let close = head.close || c.spent(&ctx.listener.connections);
+        OwnTries {
+            ctx,
+            c,
+            timer: Some(timer),
+            buf,
+            head,
+            body,
+            out: pool::take(),
+            extra: Vec::new(),
+            route: None,
+            target: None,
+            host: parse::Span::default(),
+            start,
+            close,
+            gone: false,
+            idempotent: false,
+        }
+    }
+
+    /// The stages, then the response the client gets.
+    pub(super) async fn serve(&mut self, snapshot: &'a Snapshot) -> Next {
+        match self.stages(snapshot).await {
+            Ok(next) => next,
+            Err(Decline) => {
+                pool::disown();
+                Next::Decline(std::mem::take(&mut self.buf))
+            }
+        }
+    }
+
+    async fn stages(&mut self, snapshot: &'a Snapshot) -> Result<Next, Decline> {
+        // The request line and the host are made text once each (the method and the target
+        // are parts of the line, the path is the target's start, the host without its port is
+        // kept for the head members get): every conversion checks its UTF-8 again.
+        let buf = &self.buf;
+        let (method, target) = request_line(buf, &self.head);
+        self.idempotent = is_idempotent_method(method);
+        let path_len = (self.head.path.end - self.head.path.start) as usize;
+        let path = target.get(..path_len).unwrap_or(target);
+        // Routes match, and members get, the normalized path (`/%6Frders` is `/orders`).
+        self.target = rondo_core::path::normalize(path).map(|path| match target.split_once('?') {
+            Some((_, query)) => format!("{path}?{query}"),
+            None => path,
+        });
+        let host = without_port(text(buf, self.head.host));
+        self.host = parse::Span {
+            start: self.head.host.start,
+            end: self.head.host.start + host.len() as u32,
+        };
+        let headers = OwnHead { buf: &self.buf, fields: &self.head.fields };
+        let found = if has_looped(&headers) {
+            Err(looped())
+        } else {
+            let target = self.target.as_deref().unwrap_or(target);
+            let (path, query) = match target.split_once('?') {
+                Some((path, query)) => (path, Some(query)),
+                None => (target, None),
+            };
+            let target = Target { host: Some(host), method, path, query };
+            // A body that came whole with the head is there for body filters to read; any
+            // other body makes a route that reads it hyper's (which reads it before routing).
+            let after = &self.buf[self.head.len..];
+            let body = match self.head.framing {
+                Framing::None | Framing::Length(0) => Some(&after[..0]),
+                Framing::Length(n) => usize::try_from(n).ok().and_then(|n| after.get(..n)),
+                _ => None,
+            };
+            let body = body.map(|bytes| rondo_core::BodyPeek { bytes, complete: true });
+            find_route(self.ctx, snapshot, &headers, target, body)
+        };
+        let route = match found {
+            Ok(Decided::Route(routed)) if !needs_hyper(&routed) => routed.route,
+            // Body filters, multicast copies and session replay are hyper's path's.
+            Ok(_) => {
+                self.ctx.metrics.handoffs[5].inc();
+                return Err(Decline);
+            }
+            Err(failure) => return Ok(self.fail(failure).await),
+        };
+        self.route = Some(route);
+        // Members spoken to over TLS or HTTP/2 are hyper's: the whole connection goes there
+        // before anything is sent.
+        let plain = |name: &String| {
+            snapshot.clusters.get(name).is_none_or(|rt| {
+                rt.tls.is_none() && rt.spec.upstream_protocol != UpstreamProtocol::Http2
+            })
+        };
+        if !plain(&route.cluster) || !route.backups.iter().all(plain) {
+            self.ctx.metrics.handoffs[4].inc();
+            return Err(Decline);
+        }
+        self.c.idle = route.idle_timeout;
+        // Sign-on: a route with `auth` forwards only a request whose token holds.
+        let headers = OwnHead { buf: &self.buf, fields: &self.head.fields };
+        let gate = self.ctx.auth.gate(route, &self.ctx.live, &headers);
+        let identity = match gate {
+            Ok(identity) => identity,
+            Err(e) => {
+                let e = e.into_proxy_error(&route.name, &route.cluster);
+                return Ok(self.fail((e, route.idle_timeout)).await);
+            }
+        };
+        if let Err(failure) = self.prepare(route, identity.as_ref()) {
+            return Ok(self.fail(failure).await);
+        }
+        let idempotent = self.idempotent;
+        let peer = self.c.peer;
+        Ok(match forward(self.ctx, snapshot, peer, route, idempotent, self).await {
+            Ok(next) => next,
+            // Nobody is left to answer.
+            Err(_) if self.gone => Next::Close,
+            Err(failure) => self.fail(failure).await,
+        })
+    }
+
+    /// The body limit and the body's start; the head as members get it.
+    fn prepare(&mut self, route: &Route, identity: Option<&Identity>) -> Result<(), Failure> {
+        let limit = self.ctx.listener.max_body_bytes;
+        let after = &self.buf[self.head.len..];
+        match self.body.framing {
+            Framing::Length(n) => {
+                if limit > 0 && n > limit {
+                    self.close = true;
+                    let detail = format!("request body over the limit of {limit} bytes");
+                    return Err(on_route(route, Kind::BodyTooLarge, detail));
+                }
+                let have = (after.len() as u64).min(n);
+                self.body.in_buf = have as usize;
+                self.body.remaining = n - have;
+                self.body.complete = self.body.remaining == 0;
+            }
+            Framing::Chunked => {
+                let mut chunked = Chunked::new(self.ctx.listener.max_header_bytes as usize);
+                match chunked.feed(after) {
+                    Ok(n) => self.body.in_buf = n,
+                    Err(e) => {
+                        self.close = true;
+                        return Err(on_route(route, Kind::ClientBody, e.to_string()));
+                    }
+                }
+                self.body.complete = chunked.is_done();
+                self.body.chunked = Some(chunked);
+            }
+            Framing::None | Framing::Close => {}
+        }
+        self.body.received = self.body.in_buf as u64;
+        if limit > 0 && self.body.received > limit {
+            self.close = true;
+            let detail = format!("request body over the limit of {limit} bytes");
+            return Err(on_route(route, Kind::BodyTooLarge, detail));
+        }
+        let mut out = std::mem::take(&mut self.out);
+        let host = self.host.get(&self.buf);
+        out.clear();
+        let client = (self.c.ip.as_bytes(), self.c.tls.as_ref());
+        let target = self.target.as_deref().map(str::as_bytes);
+        let head = (&self.head, target);
+        write_request_head(&mut out, &self.buf, head, self.ctx, client, host, identity);
+        if self.body.complete {
+            let start = self.head.len;
+            out.extend_from_slice(&self.buf[start..start + self.body.in_buf]);
+        }
+        self.out = out;
+        Ok(())
+    }
+
+    /// The router's own answer to a request it could not serve.
+    async fn fail(&mut self, (e, idle): Failure) -> Next {
+        self.c.idle = idle;
+        let ctx = self.ctx;
+        let status = e.kind.status().as_u16();
+        ctx.metrics.router_response(status, e.route.as_deref(), e.cluster.as_deref());
+        tracing::debug!(listener = %ctx.listener.name, error = %e, "request failed");
+        let text = e.render(ctx.listener.error_detail);
+        // The connection can carry another request only when this one's body is behind us.
+        let close = self.close
+            || ctx.live.drain.is_on()
+            || self.c.spent(&ctx.listener.connections)
+            || !self.body.complete
+            || matches!(
+                e.kind,
+                Kind::BodyTooLarge | Kind::ClientBody | Kind::ClientBodyTimeout | Kind::BadRequest
+            );
+        let mut out = std::mem::take(&mut self.out);
+        out.clear();
+        let challenge;
+        let extra: &[&str] = match e.kind {
+            Kind::NoEligible => &["retry-after: 1"],
+            Kind::Unauthorized(refusal) => {
+                let value = refusal.challenge();
+                challenge = [format!("www-authenticate: {}", value.to_str().unwrap_or("Bearer"))];
+                &[challenge[0].as_str()]
+            }
+            _ => &[],
+        };
+        local_head(&mut out, status, text.len(), extra, close);
+        if !self.is_head() {
+            out.extend_from_slice(text.as_bytes());
+        }
+        let written = self.c.stream.write_all(&out).await.is_ok();
+        self.out = out;
+        if let (Some(log), Some(start)) = (&ctx.access, self.start.take()) {
+            let line = access::Pending::failed(log, start, &e);
+            line.finish(None, 0, Reason::None, self.body.received, text.len() as u64);
+        }
+        if close || !written { Next::Close } else { Next::KeepAlive }
+    }
+
+    pub(super) fn is_head(&self) -> bool {
+        self.head.method.get(&self.buf) == b"HEAD"
+    }
+}
+
+/// `stages` gave the request to hyper.
+struct Decline;
+
+/// The text of a span of a head (empty if it is not UTF-8, which the parser already refused).
+fn text(buf: &[u8], span: parse::Span) -> &str {
+    std::str::from_utf8(span.get(buf)).unwrap_or("")
+}
+
+/// The method and the target of `head`, from one conversion of the request line's start (the
+/// parser's spans of both, with the space between).
+fn request_line<'b>(buf: &'b [u8], head: &RequestHead) -> (&'b str, &'b str) {
+    let (method, target) = (head.method, head.target);
+    let line = text(buf, parse::Span { start: method.start, end: target.end });
+    let part = |span: parse::Span| {
+        let (start, end) =
+            ((span.start - method.start) as usize, (span.end - method.start) as usize);
+        line.get(start..end).unwrap_or("")
+    };
+    (part(method), part(target))
+}
+
+impl<S: ClientStream> Tries for OwnTries<'_, S> {
+    type Response = Next;
+    type Headers = Self;
+
+    fn headers(&self) -> &Self {
+        self
+    }
+
+    fn replayable(&self) -> bool {
+        self.body.complete || !self.body.touched
+    }
+
+    async fn attempt(
+        &mut self,
+        rt: &Arc<ClusterRt>,
+        choice: Choice,
+        failover: &Failover,
+    ) -> Result<Next, Kind> {
+        let member = choice.member;
+        let begun = Begun::new(rt, member);
+        let started = Instant::now();
+        let per_try = failover.try_timeout(clock::from_std(started));
+        let Some(view) = ClusterView::of(rt) else {
+            begun.end(Outcome::Cancelled);
+            return Err(Kind::Connect);
+        };
+        let idle = &view.idle[member];
+        let address = &rt.spec.members[member].address;
+        let waiting_client = AtomicBool::new(false);
+        // On the connection's timer (no `Timeout` of its own): taken, as the exchange borrows
+        // all of `self`.
+        let mut timer = self.timer.take();
+        let end = tokio::time::Instant::from_std(started).checked_add(per_try);
+        let exchange = self.exchange(idle, address, started, &waiting_client);
+        let exchanged = match (timer.as_mut(), end) {
+            (Some(timer), Some(end)) => {
+                wait_before(timer.as_mut(), end, std::pin::pin!(exchange)).await
+            }
+            // Only if an earlier try of this request was dropped while it held the timer.
+            (None, Some(_)) => tokio::time::timeout(per_try, exchange).await.ok(),
+            (_, None) => Some(exchange.await),
+        };
+        self.timer = timer;
+        let failed = |kind: FailureKind| Outcome::Failure { kind, latency: started.elapsed() };
+        let (upstream, rbuf, rhead, early) = match exchanged {
+            Some(Ok(x)) => x,
+            Some(Err(kind)) => {
+                begun.end(match kind {
+                    Kind::Connect | Kind::Resolve => failed(FailureKind::Connect),
+                    Kind::Reset | Kind::BadStatus => failed(FailureKind::Reset),
+                    _ => Outcome::Cancelled,
+                });
+                return Err(kind);
+            }
+            None if waiting_client.load(Ordering::Relaxed) => {
+                // The try waited on the client's body, not on the member: 408, and the member
+                // is not charged.
+                begun.end(Outcome::Cancelled);
+                return Err(Kind::ClientBodyTimeout);
+            }
+            None => {
+                begun.end(failed(FailureKind::Timeout));
+                return Err(Kind::Timeout);
+            }
+        };
+        let latency = started.elapsed();
+        let route = self.route.map_or("", |r| r.name.as_str());
+        let latency_s = latency.as_secs_f64();
+        let counted = crate::http::record_response(rt, route, member, rhead.status, latency_s);
+        begun.disarm();
+        let outcome = if rhead.status >= 500 {
+            Outcome::Failure { kind: FailureKind::Status5xx, latency }
+        } else {
+            Outcome::Success { latency }
+        };
+        let mut finish = Finish::default().request(rt.clone(), member, outcome).served(
+            counted,
+            None,
+            failover.tries(),
+            choice.reason,
+        );
+        if let (Some(log), Some(start)) = (&self.ctx.access, self.start.take()) {
+            finish = finish.log(Some(access::Pending::served(log, start, rhead.status)));
+        }
+        if early {
+            // The member answered before the whole body arrived: the rest is never read.
+            self.close = true;
+        }
+        self.respond(upstream, idle, rbuf, rhead, choice.set_cookie, finish).await
+    }
+}
+
+impl<S> Headers for OwnTries<'_, S> {
+    fn values<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a [u8]> + 'a {
+        self.head
+            .fields
+            .iter()
+            .filter(move |f| f.name.get(&self.buf).eq_ignore_ascii_case(name.as_bytes()))
+            .map(|f| f.value.get(&self.buf))
+    }
+
+    fn get(&self, name: &str) -> Option<&[u8]> {
+        self.head
+            .fields
+            .iter()
+            .find(|f| f.name.get(&self.buf).eq_ignore_ascii_case(name.as_bytes()))
+            .map(|f| f.value.get(&self.buf))
+    }
+}

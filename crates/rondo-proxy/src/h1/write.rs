@@ -1,0 +1,241 @@
+//! The heads the own path writes: the request head as members get it
+//! ([`write_request_head`]), the member's response head as the client gets it
+//! ([`write_response_head`]), both without hop-by-hop fields and with this hop in `Via`, and
+//! the head of a response the router makes itself ([`local_head`]).
+
+use http::HeaderValue;
+
+use super::parse::{self, Field, RequestHead, ResponseHead};
+use crate::auth::{self, Identity, LOGIN_HEADER};
+use crate::headers::{HOP_BY_HOP_BUT_FRAMING, via_id};
+use crate::http::HttpCtx;
+
+/// The head of a response the router makes itself.
+pub(super) fn local_head(out: &mut Vec<u8>, status: u16, len: usize, extra: &[&str], close: bool) {
+    use std::io::Write as _;
+    let reason =
+        http::StatusCode::from_u16(status).ok().and_then(|s| s.canonical_reason()).unwrap_or("");
+    let _ = write!(
+        out,
+        "HTTP/1.1 {status} {reason}\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: {len}\r\ndate: {}\r\n",
+        httpdate::fmt_http_date(std::time::SystemTime::now())
+    );
+    for h in extra {
+        out.extend_from_slice(h.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    if close {
+        out.extend_from_slice(b"connection: close\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Whether `name` (as sent) is `lower` (lower case), ignoring case.
+pub(super) fn is(name: &[u8], lower: &[u8]) -> bool {
+    name.eq_ignore_ascii_case(lower)
+}
+
+/// Hop-by-hop fields (RFC 9110 7.6.1), never forwarded either way; the transfer coding stays,
+/// as the body passes through with its framing.
+fn hop_by_hop(name: &[u8]) -> bool {
+    HOP_BY_HOP_BUT_FRAMING.iter().any(|h| is(name, h.as_str().as_bytes()))
+}
+
+/// The fields `Connection` names in `fields` (never `Host`, nor the framing fields: bodies pass
+/// through as they came, so the fields that delimit them must too, or a member reads the body
+/// of `Connection: Content-Length` as a request of its own).
+fn connection_named<'b>(buf: &'b [u8], fields: &[Field]) -> Vec<&'b [u8]> {
+    let mut named = Vec::new();
+    for f in fields.iter().filter(|f| is(f.name.get(buf), b"connection")) {
+        named.extend(parse::tokens(f.value.get(buf)).filter(|t| {
+            !is(t, b"host") && !is(t, b"content-length") && !is(t, b"transfer-encoding")
+        }));
+    }
+    named
+}
+
+/// Whether a client's field `name` never reaches a member: an identity header
+/// (`x-rondo-subject`, `x-rondo-claim-*`, in any spelling), the router's to set, or an
+/// underscore spelling of a field the router owns (`X_Forwarded_For`).
+fn is_identity_header(name: &[u8]) -> bool {
+    auth::is_identity_header(name) || crate::headers::is_reserved_alias(name)
+}
+
+/// The request head as members get it: the request line and fields as the client sent them,
+/// minus hop-by-hop fields, those `Connection` names, incoming forwarding, certificate and
+/// identity fields; plus `X-Forwarded-*`, the identity the route verified and this hop in
+/// `Via`. The target is `target` when the path was normalized.
+pub(super) fn write_request_head(
+    out: &mut Vec<u8>,
+    buf: &[u8],
+    (head, target): (&RequestHead, Option<&[u8]>),
+    ctx: &HttpCtx,
+    (ip, tls): (&[u8], Option<&crate::tls::ClientCert>),
+    host: &[u8],
+    identity: Option<&Identity>,
+) {
+    out.extend_from_slice(head.method.get(buf));
+    out.push(b' ');
+    out.extend_from_slice(target.unwrap_or_else(|| head.target.get(buf)));
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+    let named = connection_named(buf, &head.fields);
+    let mut te_trailers = false;
+    let mut prior_xff: Option<&[u8]> = None;
+    let mut vias: Vec<&[u8]> = Vec::new();
+    for f in &head.fields {
+        let (name, value) = (f.name.get(buf), f.value.get(buf));
+        if is(name, b"te") {
+            te_trailers |= parse::tokens(value).any(|t| is(t, b"trailers"));
+            continue;
+        }
+        if is(name, b"x-forwarded-for") {
+            prior_xff.get_or_insert(value);
+            continue;
+        }
+        if is(name, b"via") {
+            vias.push(value);
+            continue;
+        }
+        if hop_by_hop(name)
+            || is(name, b"expect")
+            || is(name, b"x-forwarded-proto")
+            || is(name, b"x-forwarded-host")
+            || is(name, crate::tls::CLIENT_CERT_SUBJECT.as_bytes())
+            || is(name, crate::tls::CLIENT_CERT_SAN.as_bytes())
+            || is_identity_header(name)
+            || named.iter().any(|n| is(name, n))
+        {
+            continue;
+        }
+        if is(name, b"cookie")
+            && let Some(rest) = auth::cookie_without_session(value)
+        {
+            // The tier session's cookie is no member's to see.
+            if !rest.is_empty() {
+                field(out, name, &rest);
+            }
+            continue;
+        }
+        field(out, name, value);
+    }
+    for (name, value) in identity.into_iter().flat_map(Identity::headers) {
+        field(out, name.as_str().as_bytes(), value.as_bytes());
+    }
+    if te_trailers {
+        out.extend_from_slice(b"te: trailers\r\n");
+    }
+    out.extend_from_slice(b"x-forwarded-for: ");
+    if let Some(prior) = prior_xff.filter(|_| ctx.listener.trust_forwarded_for) {
+        out.extend_from_slice(prior);
+        out.extend_from_slice(b", ");
+    }
+    out.extend_from_slice(ip);
+    out.extend_from_slice(b"\r\n");
+    match tls {
+        None => out.extend_from_slice(b"x-forwarded-proto: http\r\n"),
+        Some(cert) => {
+            out.extend_from_slice(b"x-forwarded-proto: https\r\n");
+            let names = [crate::tls::CLIENT_CERT_SUBJECT, crate::tls::CLIENT_CERT_SAN];
+            for (name, value) in names.into_iter().zip([&cert.subject, &cert.san]) {
+                if let Some(v) = value {
+                    field(out, name.as_bytes(), v.as_bytes());
+                }
+            }
+        }
+    }
+    if !host.is_empty() {
+        field(out, b"x-forwarded-host", host);
+    }
+    write_via(out, &vias);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// The member's response head as the client gets it: status line in HTTP/1.1, fields minus
+/// hop-by-hop ones (the transfer coding stays: the body passes through as it came), this hop
+/// in `Via`, a new session cookie, and `Connection: close` when the connection ends after it.
+pub(super) fn write_response_head(
+    out: &mut Vec<u8>,
+    rbuf: &[u8],
+    head: &ResponseHead,
+    cookies: [Option<&HeaderValue>; 2],
+    close: bool,
+) {
+    // The status has three digits (the parser reads exactly three).
+    let s = head.status;
+    let digits = [b'0' + (s / 100 % 10) as u8, b'0' + (s / 10 % 10) as u8, b'0' + (s % 10) as u8];
+    out.extend_from_slice(b"HTTP/1.1 ");
+    out.extend_from_slice(&digits);
+    out.push(b' ');
+    out.extend_from_slice(head.reason.get(rbuf));
+    out.extend_from_slice(b"\r\n");
+    let named = connection_named(rbuf, &head.fields);
+    let has_te = head.fields.iter().any(|f| is(f.name.get(rbuf), b"transfer-encoding"));
+    let mut vias: Vec<&[u8]> = Vec::new();
+    for f in &head.fields {
+        let (name, value) = (f.name.get(rbuf), f.value.get(rbuf));
+        if is(name, b"via") {
+            vias.push(value);
+            continue;
+        }
+        // RFC 9112 6.3: with both, the transfer coding frames the body and the length is wrong.
+        if hop_by_hop(name)
+            || (has_te && is(name, b"content-length"))
+            || is(name, LOGIN_HEADER.as_bytes())
+            || named.iter().any(|n| is(name, n))
+        {
+            continue;
+        }
+        field(out, name, value);
+    }
+    write_via(out, &vias);
+    for cookie in cookies.into_iter().flatten() {
+        field(out, b"set-cookie", cookie.as_bytes());
+    }
+    if close {
+        out.extend_from_slice(b"connection: close\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+fn field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+    out.extend_from_slice(name);
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// `Via` with the prior hops, then this one.
+fn write_via(out: &mut Vec<u8>, prior: &[&[u8]]) {
+    out.extend_from_slice(b"via: ");
+    for v in prior {
+        out.extend_from_slice(v);
+        out.extend_from_slice(b", ");
+    }
+    out.extend_from_slice(b"1.1 ");
+    out.extend_from_slice(via_id().as_bytes());
+    out.extend_from_slice(b"\r\n");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The own path drops the hop-by-hop fields hyper's path drops ([`crate::headers`]' one
+    /// list), except the transfer coding, which frames the body it passes through as it came.
+    #[test]
+    fn a_response_head_loses_every_hop_by_hop_field_but_its_framing() {
+        let rbuf = b"HTTP/1.1 200 OK\r\nConnection: keep-alive\r\nKeep-Alive: timeout=5\r\n\
+            Proxy-Connection: keep-alive\r\nTE: trailers\r\nUpgrade: h2c\r\n\
+            Proxy-Authorization: Basic eA==\r\nTransfer-Encoding: chunked\r\nX-Kept: 1\r\n\r\n\
+            0\r\n\r\n";
+        let head = parse::response(rbuf, false).expect("parses").expect("whole");
+        let mut out = Vec::new();
+        write_response_head(&mut out, rbuf, &head, [None, None], false);
+        let out = String::from_utf8(out).expect("text").to_ascii_lowercase();
+        for gone in crate::headers::HOP_BY_HOP_BUT_FRAMING {
+            assert!(!out.contains(&format!("\n{gone}:")), "{gone} was forwarded:\n{out}");
+        }
+        assert!(out.contains("\ntransfer-encoding: chunked\r\n"), "{out}");
+        assert!(out.contains("\nx-kept: 1\r\n"), "{out}");
+    }
+}

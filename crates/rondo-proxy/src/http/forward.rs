@@ -1,0 +1,284 @@
+//! The forward stage: the one failover loop ([`forward`]), written once over a codec's way of
+//! making a try ([`Tries`]); placing each try on a member ([`place`]: session, hash key or the
+//! cluster's picker); the guard of a try's accounting ([`Begun`]); and the error of a request
+//! that ran out of tries.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use http::header::HeaderValue;
+use rondo_core::{Failover, Granularity, HashKeySource, Outcome, Route, Stop, TryFailure};
+use rondo_runtime::{ClusterRt, Placed, Refused, Snapshot, clock};
+
+use super::{Failure, HttpCtx, on_route};
+use crate::access::Reason;
+
+use crate::error::{Attempt, Kind, ProxyError, Side};
+use crate::head::Headers;
+use crate::sticky;
+
+/// One path's way of trying a request on a member: hyper's ([`Prepared`]) or the router's own
+/// HTTP/1 path's. The failover loop ([`forward`]) is written once over it.
+pub(crate) trait Tries {
+    /// What a successful try gives.
+    type Response;
+    /// The request's header fields (sessions, hash keys).
+    type Headers: Headers;
+    /// The request's header fields.
+    fn headers(&self) -> &Self::Headers;
+    /// Whether the request can still be sent again (no try has consumed its body).
+    fn replayable(&self) -> bool;
+    /// Now, on the core's clock: the wall clock for requests (a replay of recorded scenarios,
+    /// [`crate::replay`], gives the scenario's time).
+    fn now(&self) -> rondo_core::Instant {
+        clock::now()
+    }
+    /// One try on the member `choice` placed it on, within the try's timeout from `failover`;
+    /// the member's answer, or the failure classified.
+    async fn attempt(
+        &mut self,
+        rt: &Arc<ClusterRt>,
+        choice: Choice,
+        failover: &Failover,
+    ) -> Result<Self::Response, Kind>;
+}
+
+/// Stage 3: the failover loop. The core's [`Failover`] decides where each try goes and whether
+/// a failed one may go elsewhere; this only carries its decisions out.
+pub(crate) async fn forward<T: Tries>(
+    ctx: &HttpCtx,
+    snapshot: &Snapshot,
+    peer: SocketAddr,
+    route: &Route,
+    idempotent: bool,
+    req: &mut T,
+) -> Result<T::Response, Failure> {
+    let clusters = 1 + route.backups.len();
+    // One clock reading per turn of the loop: the request's start serves its first placement,
+    // the reading after a failed try both that failure and the next placement (microseconds
+    // apart, each was a reading of its own).
+    let mut now = req.now();
+    let mut failover = Failover::new(clusters, idempotent, now, route.request_timeout);
+    let mut attempts: Vec<Attempt> = Vec::new();
+    let metrics = &ctx.live.metrics;
+    let stop = loop {
+        let Some(i) = failover.cluster() else { break Stop::Exhausted };
+        let cluster = if i == 0 { &route.cluster } else { &route.backups[i - 1] };
+        let Some(rt) = snapshot.clusters.get(cluster) else {
+            failover.none_eligible();
+            continue;
+        };
+        let choice = match place(ctx, rt, &mut failover, req.headers(), peer, now) {
+            Ok(choice) => choice,
+            Err(Refused::Stop(stop)) => {
+                tracing::warn!(route = %route.name, cluster = %cluster, "retry budget exhausted");
+                metrics.budget_exhausted(&route.name, cluster);
+                break stop;
+            }
+            Err(Refused::NoEligible(e)) => {
+                tracing::debug!(route = %route.name, error = %e, "no member");
+                let outcome = Kind::NoEligible;
+                attempts.push(Attempt {
+                    cluster: cluster.clone(),
+                    member: None,
+                    outcome,
+                    expected: None,
+                });
+                failover.none_eligible();
+                continue;
+            }
+        };
+        if failover.tries() > 1 {
+            metrics.retry(&route.name, cluster);
+        }
+        let member = choice.member;
+        let kind = match req.attempt(rt, choice, &failover).await {
+            Ok(resp) => return Ok(resp),
+            Err(kind) => kind,
+        };
+        if kind.side() == Side::Client {
+            // The request's own failure: no member is to blame and none can do better.
+            let detail = match kind {
+                Kind::BodyTooLarge => {
+                    format!("request body over the limit of {} bytes", ctx.listener.max_body_bytes)
+                }
+                Kind::ClientBodyTimeout => format!(
+                    "the request body did not arrive in time (no byte for body_read_timeout_ms, \
+                     {} ms, or the route's request_timeout_ms ran out)",
+                    ctx.listener.body_read_timeout.as_millis()
+                ),
+                _ => "the request body broke off before it was complete".to_owned(),
+            };
+            return Err(on_route(route, kind, detail));
+        }
+        let name = &rt.spec.members[member].name;
+        tracing::debug!(route = %route.name, cluster = %cluster, member = %name, ?kind, "attempt failed");
+        if let Kind::Tls(why) = kind {
+            metrics.tls_member_failure(cluster, name, why);
+        }
+        attempts.push(Attempt {
+            cluster: cluster.clone(),
+            member: Some(name.clone()),
+            outcome: kind,
+            expected: crate::error::expected_name(kind, rt, member),
+        });
+        let failure = TryFailure {
+            // A replay that failed sent the member the session's kept requests, not this one.
+            reached: !matches!(kind, Kind::Connect | Kind::Resolve | Kind::Tls(_) | Kind::Replay),
+            member_failed: kind.is_retryable(),
+            replayable: req.replayable(),
+        };
+        now = req.now();
+        if let Err(stop) = failover.failed(failure, now) {
+            break stop;
+        }
+    };
+    Err(gave_up(route, attempts, stop))
+}
+
+/// The error of a request that ran out of tries: the most telling failure among its attempts.
+fn gave_up(route: &Route, attempts: Vec<Attempt>, stop: Stop) -> Failure {
+    let tls = attempts.iter().find(|a| matches!(a.outcome, Kind::Tls(_))).map(|a| a.outcome);
+    let kind = [
+        Kind::Timeout,
+        Kind::Reset,
+        Kind::BadStatus,
+        Kind::BadBody,
+        Kind::Replay,
+        Kind::Connect,
+        Kind::Resolve,
+    ]
+    .into_iter()
+    .find(|k| attempts.iter().any(|a| a.outcome == *k))
+    .or(tls)
+    .unwrap_or(Kind::NoEligible);
+    let mut detail = match kind {
+        Kind::Timeout => "member too slow: no response in time".to_owned(),
+        Kind::NoEligible => "no eligible member to serve the request".to_owned(),
+        Kind::Tls(_) => "bad gateway: tls to the member failed".to_owned(),
+        _ => "bad gateway: no member answered".to_owned(),
+    };
+    if stop == Stop::Budget {
+        detail.push_str(" (retry budget exhausted)");
+    }
+    let mut e = ProxyError::on_route(kind, &route.name, &route.cluster, detail);
+    e.attempts = attempts;
+    e.stop = Some(stop);
+    (e, route.idle_timeout)
+}
+
+/// A request counted as begun on a member; ends it as cancelled when dropped unless an outcome
+/// was recorded or the response body took over. The one guard of a try's accounting.
+pub(crate) struct Begun {
+    rt: Arc<ClusterRt>,
+    member: usize,
+    armed: bool,
+}
+
+impl Begun {
+    /// Counts a try begun on `member` of `rt` (its request was begun by `place`).
+    pub(crate) fn new(rt: &Arc<ClusterRt>, member: usize) -> Self {
+        Begun { rt: rt.clone(), member, armed: true }
+    }
+
+    /// Ends the try with `outcome`.
+    pub(crate) fn end(mut self, outcome: Outcome) {
+        self.armed = false;
+        self.rt.end_request(self.member, outcome);
+    }
+
+    /// The response's end will end the try.
+    pub(crate) fn disarm(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for Begun {
+    fn drop(&mut self) {
+        if self.armed {
+            self.rt.end_request(self.member, Outcome::Cancelled);
+        }
+    }
+}
+
+/// Where a try went, and the session cookie its response must carry.
+pub(crate) struct Choice {
+    pub(crate) member: usize,
+    pub(crate) set_cookie: Option<HeaderValue>,
+    /// Why this member (for the access log).
+    pub(crate) reason: Reason,
+}
+
+/// Places the next try (one lock hold, [`ClusterRt::place`]): on its session's member when it
+/// has one that can keep it, else through the cluster's picker; a new placement of a session is
+/// pinned (header sessions) or told to the client (cookie sessions).
+pub(crate) fn place(
+    ctx: &HttpCtx,
+    rt: &Arc<ClusterRt>,
+    failover: &mut Failover,
+    headers: &impl Headers,
+    peer: SocketAddr,
+    now: rondo_core::Instant,
+) -> Result<Choice, Refused> {
+    let spec = &rt.spec;
+    let session = spec.policy.granularity == Granularity::Session;
+    let mut header_session = None;
+    let mut held = None;
+    // Only sessions sign or read cookies with the tier's key.
+    let tier = if session { ctx.live.tier_key() } else { None };
+    let tier = tier.as_deref();
+    let tls = ctx.listener.tls.is_some();
+    let mut renew = false;
+    if session {
+        held = match &spec.sticky.header {
+            Some(h) => {
+                let id = headers.get_str(h.as_str());
+                header_session = id;
+                id.and_then(|id| ctx.sessions.get(rt, id))
+            }
+            None => sticky::cookie(headers, &spec.sticky.cookie)
+                .and_then(|t| sticky::held_by_cookie(spec, t, tier, sticky::unix_now()))
+                .map(|(m, due)| {
+                    renew = due;
+                    m
+                }),
+        };
+    }
+    let hash = (spec.policy.algorithm == rondo_core::Algorithm::Hash)
+        .then(|| hash_key(&spec.policy.hash.key, headers, peer))
+        .flatten();
+    let group = ctx.live.group.as_deref();
+    let (member, reason) = match rt.place(failover, now, group, hash, held)? {
+        Placed::Kept(m) => {
+            // A signed cookie past half its life gets a new expiry.
+            let set_cookie =
+                renew.then(|| sticky::set_cookie(spec, m, tier, sticky::unix_now(), tls)).flatten();
+            return Ok(Choice { member: m, set_cookie, reason: Reason::Session });
+        }
+        Placed::Picked(m, algorithm, why) => (m, Reason::Pick(algorithm, why)),
+    };
+    let mut set_cookie = None;
+    if session {
+        ctx.sessions.sweep();
+        match header_session {
+            Some(id) => ctx.sessions.pin(rt, id, member),
+            None if spec.sticky.header.is_none() => {
+                set_cookie = sticky::set_cookie(spec, member, tier, sticky::unix_now(), tls);
+            }
+            None => {}
+        }
+    }
+    Ok(Choice { member, set_cookie, reason })
+}
+
+fn hash_key(source: &HashKeySource, headers: &impl Headers, peer: SocketAddr) -> Option<u64> {
+    use rondo_core::hash::hash_key;
+    match source {
+        HashKeySource::ClientAddress => Some(match peer.ip() {
+            std::net::IpAddr::V4(ip) => hash_key(&ip.octets()),
+            std::net::IpAddr::V6(ip) => hash_key(&ip.octets()),
+        }),
+        HashKeySource::Header(h) => headers.get(h.as_str()).map(hash_key),
+        HashKeySource::Cookie(c) => sticky::cookie(headers, c).map(|v| hash_key(v.as_bytes())),
+    }
+}

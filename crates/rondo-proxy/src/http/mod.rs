@@ -1,0 +1,76 @@
+//! The HTTP request path's shared stages, which both codecs run in the same order: the router's
+//! own HTTP/1 path (`crate::h1`) and hyper's (`crate::hyper_path`), each with its own
+//! accept/connection loop and its own way of making a try.
+//!
+//! 1. accept/connection: `crate::h1::conn` (and `lib.rs`'s hyper server, whose requests enter
+//!    at `crate::hyper_path::handle`);
+//! 2. `route`: refuse loops and malformed `Host`s, find the first matching route in the filter
+//!    table (priority, then file order); on hyper's path, when a route that reads the body
+//!    (`body_json`, `body_xml`) could match, its first bytes are read and the table looked at
+//!    again;
+//! 3. filters: the route's gate (`auth`), then the request as members get it (each codec's
+//!    `prepare`; multicast copies leave here, `crate::multicast`);
+//! 4. `forward`: the one failover loop, over a `Tries`. The core's `Failover`
+//!    engine says which cluster the next try goes to and whether a failed try may go elsewhere;
+//!    `place` puts the try on a member (sticky session, hash key or the cluster's algorithm)
+//!    in the same lock hold as the retry budget; each codec's `attempt` sends the try with its
+//!    timeout and classifies a failure;
+//! 5. respond: the member's answer streamed back with header hygiene (each codec's `respond`);
+//!    or, when the tries ran out, an error that explains itself (`gave_up`).
+//!
+//! What the router keeps per view of a cluster for both codecs is in `view`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rondo_config::ListenerSpec;
+use rondo_core::Route;
+use rondo_runtime::Live;
+use rondo_runtime::metrics::ListenerMetrics;
+
+use crate::access::AccessLog;
+
+use crate::error::{Kind, ProxyError};
+use crate::sticky::Sessions;
+use crate::upstream::Clients;
+
+/// Idle timeout after a response that matched no route.
+pub(crate) const DEFAULT_IDLE: Duration = Duration::from_secs(60);
+
+/// Everything a listener's requests share.
+#[derive(Debug)]
+pub struct HttpCtx {
+    /// The listener's settings.
+    pub listener: ListenerSpec,
+    /// Live views and balancers.
+    pub live: Arc<Live>,
+    /// Upstream pools.
+    pub clients: Clients,
+    /// Header-identified sessions.
+    pub sessions: Sessions,
+    /// The listener's connection and own-response metrics.
+    pub metrics: Arc<ListenerMetrics>,
+    /// The listener's access log, when configured.
+    pub access: Option<AccessLog>,
+    /// Sign-on token checks (routes' `auth`), shared by every listener.
+    pub auth: Arc<crate::auth::Auth>,
+    /// The multicast branches' queues.
+    pub copies: crate::multicast::Queues,
+}
+
+/// A failure the client is answered with, and the idle timeout its connection keeps.
+pub(crate) type Failure = (ProxyError, Duration);
+
+pub(crate) fn on_route(route: &Route, kind: Kind, detail: String) -> Failure {
+    (ProxyError::on_route(kind, &route.name, &route.cluster, detail), route.idle_timeout)
+}
+
+pub(crate) mod forward;
+pub(crate) mod route;
+pub(crate) mod view;
+
+pub(crate) use forward::{Begun, Choice, Tries, forward, place};
+pub(crate) use route::{Decided, Target, find_route, looped, needs_hyper, without_port};
+pub(crate) use view::{ClusterView, record_response, route_metrics};
+
+pub use crate::hyper_path::handle;

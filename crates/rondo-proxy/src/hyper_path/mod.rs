@@ -1,0 +1,174 @@
+//! The hyper codec: requests on connections hyper serves (HTTP/2, HTTP/1.0, upgrades, routes
+//! with body filters, multicast or session replay, members over TLS or HTTP/2) run the shared
+//! stages ([`crate::http`]) here: [`handle`] is hyper's service, `proxy` the request's walk:
+//! [`request`] (the guards, the route, the body peek, `prepare`), the failover loop of
+//! [`crate::http::forward`] over [`tries`], and [`respond`].
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use http::{Request, Response, Version};
+use http_body::Body as _;
+use hyper::body::Incoming;
+use rondo_runtime::Snapshot;
+
+use self::request::{decide, no_route, peek_body, prepare, route};
+use self::tries::HyperTries;
+use crate::access;
+use crate::http::{Decided, Failure, HttpCtx, forward, on_route};
+
+use crate::body::{Finish, ProxyBody};
+use crate::conn::ConnState;
+use crate::error::Kind;
+
+/// Serves one request.
+pub async fn handle(
+    ctx: Arc<HttpCtx>,
+    conn: Arc<ConnState>,
+    peer: SocketAddr,
+    req: Request<Incoming>,
+) -> Result<Response<ProxyBody>, Infallible> {
+    conn.request_started();
+    // Until the response exists, a drop of this future (an HTTP/2 stream the client reset)
+    // must still end the request on the connection, or its idle timer would never run again.
+    let open = Open(Some(conn.clone()));
+    let version = req.version();
+    if version == Version::HTTP_2 {
+        // hyper drops a stream's handler when the client resets it, but only once the handler
+        // waits: yield once, so a stream already reset when its handler first runs (opened and
+        // reset at once) reaches neither the pick nor a member connection.
+        tokio::task::yield_now().await;
+    }
+    let snapshot = ctx.live.load();
+    let start = ctx.access.as_ref().map(|_| access::Start::new(peer, &req));
+    let mut resp = match proxy(&ctx, &snapshot, &conn, peer, req).await {
+        Ok(mut resp) => {
+            if let (Some(log), Some(start)) = (&ctx.access, start) {
+                let line = access::Pending::served(log, start, resp.status().as_u16());
+                resp.body_mut().log(line);
+            }
+            resp
+        }
+        Err((e, idle)) => {
+            tracing::debug!(listener = %ctx.listener.name, error = %e, "request failed");
+            let status = e.kind.status().as_u16();
+            ctx.metrics.router_response(status, e.route.as_deref(), e.cluster.as_deref());
+            let line =
+                ctx.access.as_ref().zip(start).map(|(l, s)| access::Pending::failed(l, s, &e));
+            let mut resp = e.into_response(ctx.listener.error_detail);
+            resp.body_mut().set_finish(Finish::default().conn(conn, idle).log(line));
+            resp
+        }
+    };
+    *resp.version_mut() =
+        if version == Version::HTTP_2 { Version::HTTP_2 } else { Version::HTTP_11 };
+    // The response body's end now reports to the connection.
+    open.disarm();
+    Ok(resp)
+}
+
+/// A request begun on its connection and not yet handed to a response body.
+struct Open(Option<Arc<ConnState>>);
+
+impl Open {
+    fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        if let Some(conn) = self.0.take() {
+            conn.request_abandoned();
+        }
+    }
+}
+
+/// The request path in four stages: [`route`] (the guards and the route; a route with a body
+/// filter first peeks at the body, [`peek_body`]), [`prepare`] (the request as members get it;
+/// multicast copies leave here, [`crate::multicast`]), the failover loop of [`forward`] over
+/// [`attempt`]s, and [`respond`] with the member's answer.
+async fn proxy(
+    ctx: &Arc<HttpCtx>,
+    snapshot: &Arc<Snapshot>,
+    conn: &Arc<ConnState>,
+    peer: SocketAddr,
+    mut req: Request<Incoming>,
+) -> Result<Response<ProxyBody>, Failure> {
+    let (decided, host) = route(ctx, snapshot, &mut req)?;
+    let (routed, mut read) = match decided {
+        Decided::Route(routed) => (routed, None),
+        Decided::NeedsBody(n) => {
+            // A body filter decides: read the body's first bytes, then look again.
+            let peeked = peek_body(ctx, None, &mut req, n).await?;
+            let routed = match decide(ctx, snapshot, &req, host.as_deref(), Some(&peeked))? {
+                Decided::Route(routed) => routed,
+                // Never: the body was read as far as every route needs.
+                Decided::NeedsBody(_) => return Err(no_route(ctx, &req, host.as_deref())),
+            };
+            (routed, Some(peeked))
+        }
+    };
+    let route = routed.route;
+    // Should the client abandon the request, the connection then idles under this route's timeout.
+    conn.set_idle(route.idle_timeout);
+    let identity = ctx
+        .auth
+        .gate(route, &ctx.live, req.headers())
+        .map_err(|e| (e.into_proxy_error(&route.name, &route.cluster), route.idle_timeout))?;
+    let branches = crate::multicast::branches(route, &routed.also);
+    if !branches.is_empty() {
+        // Every branch gets the same body: all of it is read first, within the route's limit.
+        let limit = route.multicast_max_body_bytes;
+        if req.body().size_hint().lower() > limit {
+            let detail = format!(
+                "request body over the multicast limit of {limit} bytes (multicast_max_body_bytes)"
+            );
+            return Err(on_route(route, Kind::BodyTooLarge, detail));
+        }
+        let whole = peek_body(ctx, Some(route), &mut req, limit.saturating_add(1)).await?;
+        let whole = match read.take() {
+            Some(first) => first.then(whole),
+            None => whole,
+        };
+        if whole.bytes.len() as u64 > limit || !whole.complete {
+            let detail = format!(
+                "request body over the multicast limit of {limit} bytes (multicast_max_body_bytes)"
+            );
+            return Err(on_route(route, Kind::BodyTooLarge, detail));
+        }
+        read = Some(whole);
+    }
+    if let Some(limits) = route.session_replay
+        && !read.as_ref().is_some_and(|r| r.complete)
+    {
+        // A session's request is kept whole for replay: its body is read first, up to the
+        // session's limit (a larger one streams on, and the session is no longer kept).
+        let more =
+            peek_body(ctx, Some(route), &mut req, limits.max_bytes.saturating_add(1)).await?;
+        read = Some(match read.take() {
+            Some(first) => first.then(more),
+            None => more,
+        });
+    }
+    let req = prepare(ctx, conn, route, req, host.as_deref(), identity.as_ref(), read)?;
+    if !branches.is_empty() {
+        crate::multicast::spawn(
+            ctx,
+            snapshot,
+            peer,
+            route,
+            branches,
+            &req.parts,
+            &req.path_and_query,
+            req.slot.as_ref(),
+        );
+    }
+    let idempotent = req.idempotent;
+    forward(ctx, snapshot, peer, route, idempotent, &mut HyperTries { ctx, conn, route, req }).await
+}
+
+pub(crate) mod request;
+pub(crate) mod respond;
+pub(crate) mod tries;
