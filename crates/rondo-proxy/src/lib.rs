@@ -21,6 +21,7 @@ pub mod head;
 pub mod headers;
 pub mod http;
 pub mod multicast;
+#[cfg(feature = "replay")]
 pub mod replay;
 pub mod session_replay;
 pub mod sni;

@@ -13,7 +13,10 @@
 
 pub mod chunked;
 pub mod follow;
+#[cfg(feature = "fuzzing")]
 pub mod fuzz;
 pub mod parse;
 pub mod pool;
+// `relay_head` and `relay_body` serve only `fuzz` (the fuzzing feature; CI builds with it).
+#[cfg_attr(not(feature = "fuzzing"), allow(dead_code))]
 pub(crate) mod serve;
