@@ -22,8 +22,6 @@ use axum::routing::{get, post, put};
 use rondo_config::AdminSpec;
 use rondo_core::ShadowReport;
 use rondo_core::{Actor, AdminState, Algorithm, View};
-use rondo_runtime::drain::Draining;
-use rondo_runtime::tls_server::{ALPN_HTTP1, HANDSHAKE_TIMEOUT, TlsIncoming, TlsServer};
 use rondo_runtime::{ClusterRt, Live, Snapshot, clock, probe};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -93,60 +91,11 @@ pub async fn start(spec: &AdminSpec, live: Arc<Live>) -> std::io::Result<AdminSe
     }
     let listener = live.sockets.tcp_listener("admin", spec.listen)?;
     let addr = listener.local_addr()?;
-    let tls = match &spec.tls {
-        Some(t) => Some(
-            TlsServer::new("[admin]", t, ALPN_HTTP1, HANDSHAKE_TIMEOUT, live.metrics.clone())
-                .map_err(|e| std::io::Error::other(format!("[admin] tls: {e}")))?,
-        ),
-        None => None,
-    };
-    let live_for_drain = live.clone();
-    let app = router(live, token.clone());
+    let tls = rondo_runtime::http_api::tls("[admin]", spec.tls.as_ref(), &live)?;
+    let app = router(live.clone(), token.clone());
     let token = token.map(Arc::new);
-    // The process's drain stops accepting and lets the requests in progress finish.
-    let drain = live_for_drain;
-    let task = tokio::spawn(async move {
-        let served = match tls {
-            Some(tls) => match TlsIncoming::new(listener, tls) {
-                Ok(incoming) => {
-                    axum::serve(Draining::new(TlsListener(incoming), drain.clone()), app)
-                        .with_graceful_shutdown(rondo_runtime::drain::drained(drain))
-                        .await
-                }
-                Err(e) => Err(e),
-            },
-            None => {
-                axum::serve(Draining::new(listener, drain.clone()), app)
-                    .with_graceful_shutdown(rondo_runtime::drain::drained(drain))
-                    .await
-            }
-        };
-        if let Err(e) = served {
-            tracing::error!(error = %e, "admin API stopped");
-        }
-    });
+    let task = rondo_runtime::http_api::spawn("admin API", listener, tls, app, live);
     Ok(AdminServer { addr, task, tls: spec.tls.is_some(), token })
-}
-
-/// The admin listener with `tls`: connections come out of their handshake (rondo-runtime's
-/// [`TlsIncoming`], which runs handshakes side by side and counts them) into axum.
-struct TlsListener(TlsIncoming);
-
-impl axum::serve::Listener for TlsListener {
-    type Io = tokio_rustls::server::TlsStream<tokio::net::TcpStream>;
-    type Addr = SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        match self.0.next().await {
-            Some(conn) => conn,
-            // The acceptor only stops when the server is dropped.
-            None => std::future::pending().await,
-        }
-    }
-
-    fn local_addr(&self) -> std::io::Result<SocketAddr> {
-        Ok(self.0.local_addr())
-    }
 }
 
 /// The API as an axum router (for embedding); `token: None` refuses every call with 403.

@@ -5,6 +5,13 @@
 //! `https://service/path` goes to `https://member-address/path`). A handshake that fails is an
 //! error naming the host and why: `tls to 10.0.0.7:8443: certificate not valid for 10.0.0.7 (it
 //! is for api.internal)`.
+//!
+//! This looks like `rondo_runtime::upstream_tls` (the router's TLS to members) and stays apart
+//! on purpose: the client may use only `rondo-core` and `rondo-clock`, and what the two share
+//! is written over rustls's types (the config builder, the reading of `rustls::Error`), which
+//! the pure core must not depend on. The parts differ besides: the runtime sorts a failure into
+//! `TlsFailure` for metrics and 502s, this file words it for a library user with the names and
+//! roots involved, and only this one is a hyper-util connector for `http` and `https` URIs.
 
 use std::future::Future;
 use std::path::Path;

@@ -48,8 +48,6 @@ use axum::routing::{get, post, put};
 use rondo_core::MemberSpec;
 use rondo_core::wire::{self, Register, VIEW_ID_HEADER};
 use rondo_runtime::Live;
-use rondo_runtime::drain::Draining;
-use rondo_runtime::tls_server::{ALPN_HTTP1, HANDSHAKE_TIMEOUT, TlsIncoming, TlsServer};
 use serde_json::json;
 
 use crate::answer::{self, AnswerError, LookupFacts};
@@ -146,63 +144,14 @@ pub async fn start_with(
 ) -> std::io::Result<NamingServer> {
     let listener = live.sockets.tcp_listener("naming", listen)?;
     let addr = listener.local_addr()?;
-    let tls = match opts.tls.take() {
-        Some(t) => Some(
-            TlsServer::new("[naming]", &t, ALPN_HTTP1, HANDSHAKE_TIMEOUT, live.metrics.clone())
-                .map_err(|e| std::io::Error::other(format!("[naming] tls: {e}")))?,
-        ),
-        None => None,
-    };
+    let tls = rondo_runtime::http_api::tls("[naming]", opts.tls.take().as_ref(), &live)?;
     opts.own.push(OwnAddress { what: "naming API".to_owned(), addr });
     // Member state changes (drain, health, agent availability) become new view ids, so that
     // watchers refetch answers that changed.
     let touch = Live::spawn_touch(&live);
-    let live_for_drain = live.clone();
-    let app = router_with(addr, live, registry, opts);
-    // The process's drain stops accepting and lets the requests in progress finish.
-    let drain = live_for_drain;
-    let task = tokio::spawn(async move {
-        let served = match tls {
-            Some(tls) => match TlsIncoming::new(listener, tls) {
-                Ok(incoming) => {
-                    axum::serve(Draining::new(TlsListener(incoming), drain.clone()), app)
-                        .with_graceful_shutdown(rondo_runtime::drain::drained(drain))
-                        .await
-                }
-                Err(e) => Err(e),
-            },
-            None => {
-                axum::serve(Draining::new(listener, drain.clone()), app)
-                    .with_graceful_shutdown(rondo_runtime::drain::drained(drain))
-                    .await
-            }
-        };
-        if let Err(e) = served {
-            tracing::error!(error = %e, "naming API stopped");
-        }
-    });
+    let app = router_with(addr, live.clone(), registry, opts);
+    let task = rondo_runtime::http_api::spawn("naming API", listener, tls, app, live);
     Ok(NamingServer { addr, task, touch })
-}
-
-/// The naming listener with `tls`: connections come out of their handshake (rondo-runtime's
-/// [`TlsIncoming`], which runs handshakes side by side and counts them) into axum.
-struct TlsListener(TlsIncoming);
-
-impl axum::serve::Listener for TlsListener {
-    type Io = tokio_rustls::server::TlsStream<tokio::net::TcpStream>;
-    type Addr = SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        match self.0.next().await {
-            Some(conn) => conn,
-            // The acceptor only stops when the server is dropped.
-            None => std::future::pending().await,
-        }
-    }
-
-    fn local_addr(&self) -> std::io::Result<SocketAddr> {
-        Ok(self.0.local_addr())
-    }
 }
 
 /// The API as an axum router (for embedding), answering loopback hosts only.

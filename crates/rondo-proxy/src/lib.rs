@@ -22,6 +22,7 @@ pub mod headers;
 pub mod http;
 mod hyper_path;
 pub mod multicast;
+#[cfg(feature = "replay")]
 pub mod replay;
 pub mod session_replay;
 pub mod sni;

@@ -41,7 +41,7 @@ use rondo_runtime::queues::{
 use tokio::sync::{Notify, oneshot};
 
 use crate::record::{self, MetaRecord};
-use crate::store::{AppendError, Lease, Message, Store, unix_ms};
+use crate::store::{AppendError, Counters, Lease, Message, Store, unix_ms};
 
 const META: TableDefinition<u64, &[u8]> = TableDefinition::new("meta");
 const MESSAGES: TableDefinition<u64, &[u8]> = TableDefinition::new("messages");
@@ -200,17 +200,6 @@ impl Op {
     }
 }
 
-#[derive(Debug, Default)]
-struct Counters {
-    accepted: AtomicU64,
-    delivered: AtomicU64,
-    retried: AtomicU64,
-    dead_lettered: AtomicU64,
-    rejected_full: AtomicU64,
-    rejected_too_large: AtomicU64,
-    commits: AtomicU64,
-}
-
 struct Shared {
     name: String,
     path: PathBuf,
@@ -222,6 +211,8 @@ struct Shared {
     index: Mutex<Index>,
     notify: Notify,
     counters: Counters,
+    /// Transactions committed (each one fsync).
+    commits: AtomicU64,
 }
 
 impl Shared {
@@ -285,6 +276,7 @@ impl Embedded {
             index: Mutex::new(index),
             notify: Notify::new(),
             counters: Counters::default(),
+            commits: AtomicU64::new(0),
         });
         let (tx, rx) = mpsc::channel();
         let s = shared.clone();
@@ -302,7 +294,7 @@ impl Embedded {
 
     /// Commits made so far (each is one fsync).
     pub fn commits(&self) -> u64 {
-        self.shared.counters.commits.load(Ordering::Relaxed)
+        self.shared.commits.load(Ordering::Relaxed)
     }
 
     fn send(&self, op: Op) -> Result<(), String> {
@@ -488,7 +480,7 @@ fn writer(s: Arc<Shared>, rx: mpsc::Receiver<Op>) {
             })
         });
         if result.is_ok() {
-            s.counters.commits.fetch_add(1, Ordering::Relaxed);
+            s.commits.fetch_add(1, Ordering::Relaxed);
             backoff = REOPEN_FIRST;
         } else if let Err(e) = &result {
             tracing::error!(queue = %s.name, path = %s.path.display(), "queue store commit failed: {e}");
@@ -892,7 +884,6 @@ impl Store for Embedded {
     }
 
     fn stats(&self) -> QueueStats {
-        let c = &self.shared.counters;
         let spec = &self.shared.spec;
         let ix = self.shared.index();
         let now = unix_ms();
@@ -908,14 +899,9 @@ impl Store for Embedded {
                 .values()
                 .next()
                 .map(|l| Duration::from_millis(now.saturating_sub(l.meta.accepted_ms))),
-            accepted: c.accepted.load(Ordering::Relaxed),
-            delivered: c.delivered.load(Ordering::Relaxed),
-            retried: c.retried.load(Ordering::Relaxed),
-            dead_lettered: c.dead_lettered.load(Ordering::Relaxed),
-            rejected_full: c.rejected_full.load(Ordering::Relaxed),
-            rejected_too_large: c.rejected_too_large.load(Ordering::Relaxed),
             max_messages: spec.max_messages,
             max_bytes: spec.max_bytes,
+            ..self.shared.counters.stats()
         }
     }
 

@@ -41,7 +41,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::record;
-use crate::store::{AppendError, Lease, Message, Store, unix_ms};
+use crate::store::{AppendError, Counters, Lease, Message, Store, unix_ms};
 
 const ID: &str = "Rondo-Id";
 const ACCEPTED: &str = "Rondo-Accepted";
@@ -56,16 +56,6 @@ struct Cached {
     dead_bytes: u64,
     in_delivery: u64,
     oldest_ms: Option<u64>,
-}
-
-#[derive(Debug, Default)]
-struct Counters {
-    accepted: AtomicU64,
-    delivered: AtomicU64,
-    retried: AtomicU64,
-    dead_lettered: AtomicU64,
-    rejected_full: AtomicU64,
-    rejected_too_large: AtomicU64,
 }
 
 /// A message a consumer handed out, and when; or why a consumer failed.
@@ -521,7 +511,6 @@ impl Store for Nats {
 
     fn stats(&self) -> QueueStats {
         let c = self.cached.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        let n = &self.counters;
         QueueStats {
             name: self.spec.name.clone(),
             backend: "nats",
@@ -530,14 +519,9 @@ impl Store for Nats {
             dead_letters: c.dead,
             bytes: c.bytes + c.dead_bytes,
             oldest_age: c.oldest_ms.map(|t| Duration::from_millis(unix_ms().saturating_sub(t))),
-            accepted: n.accepted.load(Ordering::Relaxed),
-            delivered: n.delivered.load(Ordering::Relaxed),
-            retried: n.retried.load(Ordering::Relaxed),
-            dead_lettered: n.dead_lettered.load(Ordering::Relaxed),
-            rejected_full: n.rejected_full.load(Ordering::Relaxed),
-            rejected_too_large: n.rejected_too_large.load(Ordering::Relaxed),
             max_messages: self.spec.max_messages,
             max_bytes: self.spec.max_bytes,
+            ..self.counters.stats()
         }
     }
 

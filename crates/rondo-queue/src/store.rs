@@ -14,6 +14,7 @@
 //!   where duplicates come from.
 
 use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -148,4 +149,30 @@ pub(crate) fn unix_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// What a backend counts since start, for its [`QueueStats`].
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    pub accepted: AtomicU64,
+    pub delivered: AtomicU64,
+    pub retried: AtomicU64,
+    pub dead_lettered: AtomicU64,
+    pub rejected_full: AtomicU64,
+    pub rejected_too_large: AtomicU64,
+}
+
+impl Counters {
+    /// The counts as stats, the rest of them left for the backend to fill in (`..`).
+    pub fn stats(&self) -> QueueStats {
+        QueueStats {
+            accepted: self.accepted.load(Ordering::Relaxed),
+            delivered: self.delivered.load(Ordering::Relaxed),
+            retried: self.retried.load(Ordering::Relaxed),
+            dead_lettered: self.dead_lettered.load(Ordering::Relaxed),
+            rejected_full: self.rejected_full.load(Ordering::Relaxed),
+            rejected_too_large: self.rejected_too_large.load(Ordering::Relaxed),
+            ..QueueStats::default()
+        }
+    }
 }

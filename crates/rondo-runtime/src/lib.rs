@@ -13,6 +13,7 @@ pub mod clock;
 pub mod drain;
 pub mod handoff;
 pub mod host;
+pub mod http_api;
 pub mod live;
 pub mod metrics;
 pub mod pools;

@@ -102,239 +102,61 @@ pub fn serve(
     code
 }
 
-async fn run(
-    path: &Path,
-    config: &rondo_config::Config,
-    mut takeover: Option<crate::upgrade::Takeover>,
-    out: &mut dyn Write,
-    err: &mut dyn Write,
-) -> anyhow::Result<ExitCode> {
-    // First: a signal from here on is handled, never the default that ends the process (a
-    // `SIGUSR2` sent as soon as the admin API answers must not kill it).
-    let Signals { mut term, mut int, mut usr2 } = Signals::new()?;
-    // Status lines wait until every part is bound: a part that cannot start (its port taken)
-    // stops the start before anything was announced as up. `out` is the buffer until then.
-    let mut announced: Vec<u8> = Vec::new();
-    let (stdout, out) = (out, &mut announced as &mut dyn Write);
-    let live = Arc::new(Live::new(config.view.clone(), config.router.group.clone()));
-    if config.router.upgrade_socket.is_some() {
-        live.sockets.keep_for_successor();
+/// What a hitless upgrade hands to the process that replaces it (`true`: the hand-over itself,
+/// `false`: the offer).
+type Export = Arc<dyn Fn(bool) -> handoff::StateDoc + Send + Sync>;
+
+/// Why the start stopped: a line for stderr (the exit then fails, and nothing was announced as
+/// up), or a failure of the process itself (an error of `run`).
+enum Stop {
+    Refused(String),
+    Failed(anyhow::Error),
+}
+
+impl From<anyhow::Error> for Stop {
+    fn from(e: anyhow::Error) -> Self {
+        Stop::Failed(e)
     }
-    if let Some(t) = takeover.as_mut() {
-        live.sockets.inherit(std::mem::take(&mut t.keys), std::mem::take(&mut t.fds));
-        let members = handoff::import(&live, &t.state);
-        tracing::info!(from = t.from, members, "upgrade: sockets and state taken over");
+}
+
+impl From<std::io::Error> for Stop {
+    fn from(e: std::io::Error) -> Self {
+        Stop::Failed(e.into())
     }
-    // This router's own revocations, loaded before the admin API can make one (and written
-    // again with what the process it replaced handed over).
-    if let Some(store) = revocations_file(config) {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
-        if let Err(e) = live.revocations.set_store(store, now) {
-            writeln!(err, "rondo serve: {e}")?;
-            return Ok(ExitCode::FAILURE);
+}
+
+/// `rondo serve: {e}`, the line of a part that could not start.
+fn refused(e: impl std::fmt::Display) -> Stop {
+    Stop::Refused(format!("rondo serve: {e}"))
+}
+
+/// The parts that serve; dropping them stops what is left of them (fields drop in this order).
+struct Parts {
+    naming: Option<Naming>,
+    queues: Option<rondo_queue::Queues>,
+    _admin: Option<rondo_admin::AdminServer>,
+    receiver: Option<Arc<rondo_agent::Receiver>>,
+    router: Arc<rondo_proxy::Router>,
+    live: Arc<Live>,
+}
+
+impl Parts {
+    /// Nothing new is accepted anywhere: the router's listeners and the agent receiver stop,
+    /// and the process's drain starts (the APIs stop accepting, connections close when idle).
+    fn stop_accepting(&self) {
+        self.router.stop();
+        if let Some(r) = &self.receiver {
+            r.stop();
         }
+        self.live.drain.start();
     }
-    if let Some(k) = &config.router.tier_key {
-        match rondo_runtime::secret::read_token(k) {
-            Ok(bytes) if bytes.len() >= 16 => {
-                live.set_tier_key(rondo_runtime::secret::TierKey::new(&bytes))
-            }
-            Ok(_) => {
-                writeln!(err, "rondo serve: the tier key must be at least 16 bytes")?;
-                return Ok(ExitCode::FAILURE);
-            }
-            Err(e) => {
-                writeln!(err, "rondo serve: tier key: {e}")?;
-                return Ok(ExitCode::FAILURE);
-            }
-        }
-    }
-    probe::spawn(&live.load());
-    let router = match rondo_proxy::start(&config.listeners, live.clone()).await {
-        Ok(r) => Arc::new(r),
-        Err(e) => {
-            writeln!(err, "rondo serve: {e}")?;
-            return Ok(ExitCode::FAILURE);
-        }
-    };
-    if let Some(t) = &takeover
-        && let Some(sessions) = t.state.parts.get("router")
-    {
-        let (pinned, logs) = router.import_sessions(sessions, &live);
-        tracing::info!(pinned, logs, "upgrade: sessions and kept requests taken over");
-    }
-    // The process's own sockets, which the naming service refuses as member addresses.
-    let mut own: Vec<rondo_naming::api::OwnAddress> = Vec::new();
-    for (name, addr) in &router.listeners {
-        writeln!(out, "rondo: listener {name} on {addr}")?;
-        own.push(rondo_naming::api::OwnAddress { what: format!("listener {name}"), addr: *addr });
-    }
-    let mut receiver = None;
-    if let Some(spec) = &config.agent {
-        let key = match read_key(&spec.key) {
-            Ok(k) => k,
-            Err(e) => {
-                writeln!(err, "rondo serve: {e}")?;
-                return Ok(ExitCode::FAILURE);
-            }
-        };
-        let tls = match &spec.tls {
-            None => None,
-            Some(t) => match rondo_runtime::tls_server::TlsServer::new(
-                "[agent]",
-                t,
-                &[],
-                rondo_runtime::tls_server::HANDSHAKE_TIMEOUT,
-                live.metrics.clone(),
-            ) {
-                Ok(t) => Some(t),
-                Err(e) => {
-                    writeln!(err, "rondo serve: [agent] tls: {e}")?;
-                    return Ok(ExitCode::FAILURE);
-                }
-            },
-        };
-        let resume = takeover
-            .as_ref()
-            .and_then(|t| t.state.parts.get("agent"))
-            .and_then(|v| serde_json::from_value(v.clone()).ok());
-        let opts = rondo_agent::ReceiverOpts {
-            listen: spec.listen,
-            key: rondo_agent::Key::new(&key),
-            interval: spec.interval,
-            tls,
-            resume,
-        };
-        match rondo_agent::receiver::start(opts, live.clone()).await {
-            Ok(r) => {
-                let tls = if spec.tls.is_some() { ", tls on tcp" } else { "" };
-                writeln!(out, "rondo: agent receiver on {} (tcp and udp{tls})", r.addr)?;
-                own.push(rondo_naming::api::OwnAddress {
-                    what: "agent receiver".to_owned(),
-                    addr: r.addr,
-                });
-                receiver = Some(Arc::new(r));
-            }
-            Err(e) => {
-                writeln!(err, "rondo serve: agent receiver on {}: {e}", spec.listen)?;
-                return Ok(ExitCode::FAILURE);
-            }
-        }
-    }
-    // The admin API (`[admin]`), stopped when the server returns.
-    let mut _admin = None;
-    if let Some(spec) = &config.admin {
-        match rondo_admin::start(spec, live.clone()).await {
-            Ok(a) => {
-                writeln!(out, "rondo: admin API on {}", a.addr)?;
-                // The token only to a terminal: a service's output goes to its log.
-                let link = a.dashboard_link(std::io::IsTerminal::is_terminal(&std::io::stdout()));
-                writeln!(out, "rondo: dashboard on {link}")?;
-                own.push(rondo_naming::api::OwnAddress {
-                    what: "admin API".to_owned(),
-                    addr: a.addr,
-                });
-                _admin = Some(a);
-            }
-            Err(e) => {
-                writeln!(err, "rondo serve: admin API on {}: {e}", spec.listen)?;
-                return Ok(ExitCode::FAILURE);
-            }
-        }
-    }
-    // Taking over: ready to serve. The running process stops accepting, its registry's writer
-    // ends, and its state as of then comes back.
-    let mut handed = None;
-    if let Some(t) = takeover.take() {
-        let from = t.from;
-        match tokio::task::spawn_blocking(move || t.ready()).await {
-            Ok(Ok(state)) => {
-                handoff::import(&live, &state);
-                tracing::info!(from, "upgrade: the old process handed over and drains");
-                handed = Some(state);
-            }
-            Ok(Err(e)) => {
-                writeln!(err, "rondo serve --upgrade: {e:#}")?;
-                return Ok(ExitCode::FAILURE);
-            }
-            Err(e) => {
-                writeln!(err, "rondo serve --upgrade: {e}")?;
-                return Ok(ExitCode::FAILURE);
-            }
-        }
-    }
-    // The durable queues (`[[queue]]`, `queue` listeners): stores opened (a damaged store file
-    // stops the start, naming it), delivery workers started. After a hand-over, since the old
-    // process held the embedded stores until then.
-    let queues = if config.queues.is_empty() {
-        None
-    } else {
-        match rondo_queue::start(config, live.clone()).await {
-            Ok(q) => {
-                for spec in &config.queues {
-                    let at = match &spec.backend {
-                        rondo_config::QueueBackend::Embedded { directory } => {
-                            rondo_queue::embedded::store_path(directory, &spec.name)
-                                .display()
-                                .to_string()
-                        }
-                        rondo_config::QueueBackend::Nats { url, .. } => format!("nats {url}"),
-                    };
-                    writeln!(out, "rondo: queue {} ({}, {at})", spec.name, spec.backend.as_str())?;
-                }
-                for (name, addr) in &q.listeners {
-                    writeln!(out, "rondo: queue listener {name} on {addr}")?;
-                    own.push(rondo_naming::api::OwnAddress {
-                        what: format!("queue listener {name}"),
-                        addr: *addr,
-                    });
-                }
-                Some(q)
-            }
-            Err(e) => {
-                writeln!(err, "rondo serve: {e}")?;
-                return Ok(ExitCode::FAILURE);
-            }
-        }
-    };
-    // The naming service (`[naming]`): registry, HTTP API, DNS; stopped when serve returns.
-    let mut naming = None;
-    if let Some(spec) = &config.naming {
-        match start_naming(spec, live.clone(), own, out).await {
-            Ok(n) => naming = Some(n),
-            Err(e) => {
-                writeln!(err, "rondo serve: {e}")?;
-                return Ok(ExitCode::FAILURE);
-            }
-        }
-    }
-    if let Some(state) = &handed {
-        // Again, now that the registered members are in the view; and the sessions as of the
-        // hand-over (those the old process served since the offer).
-        handoff::import(&live, state);
-        if let Some(sessions) = state.parts.get("router") {
-            router.import_sessions(sessions, &live);
-        }
-    }
-    // Live reconfiguration: the config file's changes (polled, debounced) and SIGHUP.
-    let reloader = Arc::new(Reloader::new(path, live.clone(), config));
-    let watcher =
-        reload::watch_file(reloader.clone(), reload::DEFAULT_POLL, reload::DEFAULT_SETTLE);
-    let hup = match reload::on_sighup(reloader.clone()) {
-        Ok(h) => Some(h),
-        Err(e) => {
-            tracing::warn!("cannot handle SIGHUP, reload by saving the config file: {e}");
-            None
-        }
-    };
-    // SIGHUP also reopens access log files (after a rotation renamed them).
-    let reopen = reopen_access_logs_on_sighup();
-    // What this process hands to the one that replaces it: the live state and revocations, the
-    // router's sessions and kept requests, the agent receiver's epoch (`last`: the hand-over).
-    let export: Arc<dyn Fn(bool) -> handoff::StateDoc + Send + Sync> = {
-        let (live, router, receiver) = (live.clone(), router.clone(), receiver.clone());
+
+    /// What this process hands to the one that replaces it: the live state and revocations,
+    /// the router's sessions and kept requests, the agent receiver's epoch (`last`: the
+    /// hand-over).
+    fn exporter(&self) -> Export {
+        let (live, router, receiver) =
+            (self.live.clone(), self.router.clone(), self.receiver.clone());
         Arc::new(move |last| {
             let mut doc = handoff::export(&live, last);
             doc.parts.insert("router".to_owned(), router.export_sessions());
@@ -345,115 +167,438 @@ async fn run(
             }
             doc
         })
-    };
-    // Hitless upgrades: the upgrade socket, `SIGUSR2` and the admin API's `upgrade`.
-    let invocation = Invocation::current();
-    let (ready_tx, mut ready_rx) = tokio::sync::mpsc::channel(1);
-    if let Some(socket) = &config.router.upgrade_socket {
-        let listener = match live.sockets.unix_listener("upgrade", socket) {
-            Ok(l) => l,
-            Err(e) => {
-                writeln!(err, "rondo serve: [router] upgrade_socket {}: {e}", socket.display())?;
+    }
+}
+
+/// Everything started and bound, not yet announced.
+struct Started {
+    parts: Parts,
+    reloading: Reloading,
+    export: Export,
+    /// A new process ready to take over (nothing comes without `[router] upgrade_socket`).
+    ready: tokio::sync::mpsc::Receiver<crate::upgrade::Ready>,
+    /// The state the process this one replaced handed over.
+    handed: Option<handoff::StateDoc>,
+}
+
+async fn run(
+    path: &Path,
+    config: &rondo_config::Config,
+    takeover: Option<crate::upgrade::Takeover>,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> anyhow::Result<ExitCode> {
+    // First: a signal from here on is handled, never the default that ends the process (a
+    // `SIGUSR2` sent as soon as the admin API answers must not kill it).
+    let mut signals = Signals::new()?;
+    // Status lines wait until every part is bound: a part that cannot start (its port taken)
+    // stops the start before anything was announced as up. This is the buffer until then.
+    let mut announced: Vec<u8> = Vec::new();
+    let Started { parts, reloading, export, mut ready, handed } =
+        match start(path, config, takeover, &mut announced).await {
+            Ok(s) => s,
+            Err(Stop::Refused(line)) => {
+                writeln!(err, "{line}")?;
                 return Ok(ExitCode::FAILURE);
             }
+            Err(Stop::Failed(e)) => return Err(e),
         };
-        crate::upgrade::serve(listener, live.clone(), export.clone(), ready_tx)
-            .context("starting the upgrade socket's thread")?;
-        let inv = invocation.clone();
-        live.upgrader.set(move || crate::upgrade::spawn_successor(&inv.exe, &inv.args));
-        writeln!(out, "rondo: upgrades on {} (rondo serve --upgrade, SIGUSR2)", socket.display())?;
+    announce(&parts.live, path, announced, handed.is_some(), out)?;
+    let end = wait_for_end(&mut signals, &mut ready, &parts, &export, config).await;
+    reloading.stop();
+    drain(&mut signals, parts, end, config, out).await?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Starts every part in order, each announcing itself into `out` (the buffer).
+async fn start(
+    path: &Path,
+    config: &rondo_config::Config,
+    mut takeover: Option<crate::upgrade::Takeover>,
+    out: &mut dyn Write,
+) -> Result<Started, Stop> {
+    let live = live_state(config, takeover.as_mut());
+    load_revocations(config, &live)?;
+    set_tier_key(config, &live)?;
+    probe::spawn(&live.load());
+    let router = start_router(config, &live, takeover.as_ref()).await?;
+    // The process's own sockets, which the naming service refuses as member addresses.
+    let mut own: Vec<rondo_naming::api::OwnAddress> = Vec::new();
+    for (name, addr) in &router.listeners {
+        writeln!(out, "rondo: listener {name} on {addr}")?;
+        own.push(rondo_naming::api::OwnAddress { what: format!("listener {name}"), addr: *addr });
     }
+    let receiver = start_agent_receiver(config, &live, takeover.as_ref(), &mut own, out).await?;
+    let admin = start_admin(config, &live, &mut own, out).await?;
+    let handed = match takeover {
+        Some(t) => Some(take_over(t, &live).await?),
+        None => None,
+    };
+    let queues = start_queues(config, &live, &mut own, out).await?;
+    // The naming service (`[naming]`): registry, HTTP API, DNS; stopped when serve returns.
+    let naming = match &config.naming {
+        Some(spec) => Some(start_naming(spec, live.clone(), own, out).await.map_err(refused)?),
+        None => None,
+    };
+    if let Some(state) = &handed {
+        // Again, now that the registered members are in the view; and the sessions as of the
+        // hand-over (those the old process served since the offer).
+        handoff::import(&live, state);
+        if let Some(sessions) = state.parts.get("router") {
+            router.import_sessions(sessions, &live);
+        }
+    }
+    let reloading = Reloading::start(path, &live, config);
+    let parts = Parts { naming, queues, _admin: admin, receiver, router, live };
+    let export = parts.exporter();
+    let ready = start_upgrades(config, &parts.live, &export, out)?;
+    Ok(Started { parts, reloading, export, ready, handed })
+}
+
+/// The live state, with the sockets (kept for a successor, or taken over) and the state of
+/// the process this one replaces.
+fn live_state(
+    config: &rondo_config::Config,
+    takeover: Option<&mut crate::upgrade::Takeover>,
+) -> Arc<Live> {
+    let live = Arc::new(Live::new(config.view.clone(), config.router.group.clone()));
+    if config.router.upgrade_socket.is_some() {
+        live.sockets.keep_for_successor();
+    }
+    if let Some(t) = takeover {
+        live.sockets.inherit(std::mem::take(&mut t.keys), std::mem::take(&mut t.fds));
+        let members = handoff::import(&live, &t.state);
+        tracing::info!(from = t.from, members, "upgrade: sockets and state taken over");
+    }
+    live
+}
+
+/// This router's own revocations, loaded before the admin API can make one (and written again
+/// with what the process it replaced handed over).
+fn load_revocations(config: &rondo_config::Config, live: &Live) -> Result<(), Stop> {
+    if let Some(store) = revocations_file(config) {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        live.revocations.set_store(store, now).map_err(refused)?;
+    }
+    Ok(())
+}
+
+/// The tier key (`[router] tier_key`), which signs sticky cookies and sessions.
+fn set_tier_key(config: &rondo_config::Config, live: &Live) -> Result<(), Stop> {
+    let Some(k) = &config.router.tier_key else { return Ok(()) };
+    match rondo_runtime::secret::read_token(k) {
+        Ok(bytes) if bytes.len() >= 16 => {
+            live.set_tier_key(rondo_runtime::secret::TierKey::new(&bytes));
+            Ok(())
+        }
+        Ok(_) => Err(refused("the tier key must be at least 16 bytes")),
+        Err(e) => Err(refused(format_args!("tier key: {e}"))),
+    }
+}
+
+/// The router's listeners, with the sessions of the process it replaces.
+async fn start_router(
+    config: &rondo_config::Config,
+    live: &Arc<Live>,
+    takeover: Option<&crate::upgrade::Takeover>,
+) -> Result<Arc<rondo_proxy::Router>, Stop> {
+    let router =
+        Arc::new(rondo_proxy::start(&config.listeners, live.clone()).await.map_err(refused)?);
+    if let Some(t) = takeover
+        && let Some(sessions) = t.state.parts.get("router")
+    {
+        let (pinned, logs) = router.import_sessions(sessions, live);
+        tracing::info!(pinned, logs, "upgrade: sessions and kept requests taken over");
+    }
+    Ok(router)
+}
+
+/// The load agents' receiver (`[agent]`), resuming the epoch of the process it replaces.
+async fn start_agent_receiver(
+    config: &rondo_config::Config,
+    live: &Arc<Live>,
+    takeover: Option<&crate::upgrade::Takeover>,
+    own: &mut Vec<rondo_naming::api::OwnAddress>,
+    out: &mut dyn Write,
+) -> Result<Option<Arc<rondo_agent::Receiver>>, Stop> {
+    let Some(spec) = &config.agent else { return Ok(None) };
+    let key = read_key(&spec.key).map_err(refused)?;
+    let tls = match &spec.tls {
+        None => None,
+        Some(t) => Some(
+            rondo_runtime::tls_server::TlsServer::new(
+                "[agent]",
+                t,
+                &[],
+                rondo_runtime::tls_server::HANDSHAKE_TIMEOUT,
+                live.metrics.clone(),
+            )
+            .map_err(|e| refused(format_args!("[agent] tls: {e}")))?,
+        ),
+    };
+    let resume = takeover
+        .and_then(|t| t.state.parts.get("agent"))
+        .and_then(|v| serde_json::from_value(v.clone()).ok());
+    let opts = rondo_agent::ReceiverOpts {
+        listen: spec.listen,
+        key: rondo_agent::Key::new(&key),
+        interval: spec.interval,
+        tls,
+        resume,
+    };
+    let r = rondo_agent::receiver::start(opts, live.clone())
+        .await
+        .map_err(|e| refused(format_args!("agent receiver on {}: {e}", spec.listen)))?;
+    let tls = if spec.tls.is_some() { ", tls on tcp" } else { "" };
+    writeln!(out, "rondo: agent receiver on {} (tcp and udp{tls})", r.addr)?;
+    own.push(rondo_naming::api::OwnAddress { what: "agent receiver".to_owned(), addr: r.addr });
+    Ok(Some(Arc::new(r)))
+}
+
+/// The admin API (`[admin]`) and its dashboard.
+async fn start_admin(
+    config: &rondo_config::Config,
+    live: &Arc<Live>,
+    own: &mut Vec<rondo_naming::api::OwnAddress>,
+    out: &mut dyn Write,
+) -> Result<Option<rondo_admin::AdminServer>, Stop> {
+    let Some(spec) = &config.admin else { return Ok(None) };
+    let a = rondo_admin::start(spec, live.clone())
+        .await
+        .map_err(|e| refused(format_args!("admin API on {}: {e}", spec.listen)))?;
+    writeln!(out, "rondo: admin API on {}", a.addr)?;
+    // The token only to a terminal: a service's output goes to its log.
+    let link = a.dashboard_link(std::io::IsTerminal::is_terminal(&std::io::stdout()));
+    writeln!(out, "rondo: dashboard on {link}")?;
+    own.push(rondo_naming::api::OwnAddress { what: "admin API".to_owned(), addr: a.addr });
+    Ok(Some(a))
+}
+
+/// Taking over: ready to serve. The running process stops accepting, its registry's writer
+/// ends, and its state as of then comes back.
+async fn take_over(
+    t: crate::upgrade::Takeover,
+    live: &Arc<Live>,
+) -> Result<handoff::StateDoc, Stop> {
+    let from = t.from;
+    match tokio::task::spawn_blocking(move || t.ready()).await {
+        Ok(Ok(state)) => {
+            handoff::import(live, &state);
+            tracing::info!(from, "upgrade: the old process handed over and drains");
+            Ok(state)
+        }
+        Ok(Err(e)) => Err(Stop::Refused(format!("rondo serve --upgrade: {e:#}"))),
+        Err(e) => Err(Stop::Refused(format!("rondo serve --upgrade: {e}"))),
+    }
+}
+
+/// The durable queues (`[[queue]]`, `queue` listeners): stores opened (a damaged store file
+/// stops the start, naming it), delivery workers started. After a hand-over, since the old
+/// process held the embedded stores until then.
+async fn start_queues(
+    config: &rondo_config::Config,
+    live: &Arc<Live>,
+    own: &mut Vec<rondo_naming::api::OwnAddress>,
+    out: &mut dyn Write,
+) -> Result<Option<rondo_queue::Queues>, Stop> {
+    if config.queues.is_empty() {
+        return Ok(None);
+    }
+    let q = rondo_queue::start(config, live.clone()).await.map_err(refused)?;
+    for spec in &config.queues {
+        let at = match &spec.backend {
+            rondo_config::QueueBackend::Embedded { directory } => {
+                rondo_queue::embedded::store_path(directory, &spec.name).display().to_string()
+            }
+            rondo_config::QueueBackend::Nats { url, .. } => format!("nats {url}"),
+        };
+        writeln!(out, "rondo: queue {} ({}, {at})", spec.name, spec.backend.as_str())?;
+    }
+    for (name, addr) in &q.listeners {
+        writeln!(out, "rondo: queue listener {name} on {addr}")?;
+        own.push(rondo_naming::api::OwnAddress {
+            what: format!("queue listener {name}"),
+            addr: *addr,
+        });
+    }
+    Ok(Some(q))
+}
+
+/// Live reconfiguration: the config file's changes (polled, debounced) and SIGHUP, which also
+/// reopens access log files (after a rotation renamed them).
+struct Reloading {
+    watcher: tokio::task::JoinHandle<()>,
+    hup: Option<tokio::task::JoinHandle<()>>,
+    reopen: tokio::task::JoinHandle<()>,
+}
+
+impl Reloading {
+    fn start(path: &Path, live: &Arc<Live>, config: &rondo_config::Config) -> Self {
+        let reloader = Arc::new(Reloader::new(path, live.clone(), config));
+        let watcher =
+            reload::watch_file(reloader.clone(), reload::DEFAULT_POLL, reload::DEFAULT_SETTLE);
+        let hup = match reload::on_sighup(reloader) {
+            Ok(h) => Some(h),
+            Err(e) => {
+                tracing::warn!("cannot handle SIGHUP, reload by saving the config file: {e}");
+                None
+            }
+        };
+        Reloading { watcher, hup, reopen: reopen_access_logs_on_sighup() }
+    }
+
+    fn stop(self) {
+        self.watcher.abort();
+        if let Some(h) = self.hup {
+            h.abort();
+        }
+        self.reopen.abort();
+    }
+}
+
+/// Hitless upgrades: the upgrade socket (`[router] upgrade_socket`), `SIGUSR2` and the admin
+/// API's `upgrade`. New processes ready to take over come out of the receiver.
+fn start_upgrades(
+    config: &rondo_config::Config,
+    live: &Arc<Live>,
+    export: &Export,
+    out: &mut dyn Write,
+) -> Result<tokio::sync::mpsc::Receiver<crate::upgrade::Ready>, Stop> {
+    let (ready_tx, ready_rx) = tokio::sync::mpsc::channel(1);
+    let Some(socket) = &config.router.upgrade_socket else { return Ok(ready_rx) };
+    let listener = live
+        .sockets
+        .unix_listener("upgrade", socket)
+        .map_err(|e| refused(format_args!("[router] upgrade_socket {}: {e}", socket.display())))?;
+    crate::upgrade::serve(listener, live.clone(), export.clone(), ready_tx)
+        .context("starting the upgrade socket's thread")?;
+    let inv = Invocation::current();
+    live.upgrader.set(move || crate::upgrade::spawn_successor(&inv.exe, &inv.args));
+    writeln!(out, "rondo: upgrades on {} (rondo serve --upgrade, SIGUSR2)", socket.display())?;
+    Ok(ready_rx)
+}
+
+/// Everything is bound: the sockets no part took are closed, the status lines printed, and the
+/// service manager told.
+fn announce(
+    live: &Live,
+    path: &Path,
+    mut announced: Vec<u8>,
+    handed: bool,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
     let unused = live.sockets.unused();
     if !unused.is_empty() {
         tracing::info!(sockets = ?unused, "upgrade: sockets the new configuration does not use are closed");
     }
-    writeln!(out, "rondo: reloading on changes to {} and on SIGHUP", path.display())?;
-    let out = stdout;
+    writeln!(announced, "rondo: reloading on changes to {} and on SIGHUP", path.display())?;
     out.write_all(&announced)?;
     out.flush()?;
-    crate::upgrade::notify(&if handed.is_some() {
+    crate::upgrade::notify(&if handed {
         format!("MAINPID={}\nREADY=1", std::process::id())
     } else {
         "READY=1".to_owned()
     });
-    let end = loop {
+    Ok(())
+}
+
+/// Serves until `SIGTERM` or `SIGINT`, or until a new process took over; starts upgrades on
+/// `SIGUSR2`.
+async fn wait_for_end(
+    signals: &mut Signals,
+    ready: &mut tokio::sync::mpsc::Receiver<crate::upgrade::Ready>,
+    parts: &Parts,
+    export: &Export,
+    config: &rondo_config::Config,
+) -> End {
+    loop {
         tokio::select! {
-            _ = term.recv() => break End::Signal,
-            _ = int.recv() => break End::Signal,
-            Some(ready) = ready_rx.recv() => {
+            _ = signals.term.recv() => return End::Signal,
+            _ = signals.int.recv() => return End::Signal,
+            Some(ready) = ready.recv() => {
                 // Stop accepting everywhere; the registry's writer ends so that the new process
                 // can open its files; then the state as of now.
-                router.stop();
-                if let Some(r) = &receiver {
-                    r.stop();
-                }
-                live.drain.start();
-                if let Some(n) = &naming {
+                parts.stop_accepting();
+                if let Some(n) = &parts.naming {
                     n.release();
                 }
                 // The queues stop delivering and close their stores, for the new process to
                 // open (a message in delivery is delivered again there: at least once).
-                if let Some(q) = &queues {
+                if let Some(q) = &parts.queues {
                     q.stop();
                 }
                 let _ = ready.reply.send(export(true));
-                break End::Upgraded(ready.pid, ready.sent);
+                return End::Upgraded(ready.pid, ready.sent);
             }
-            _ = usr2.recv() => {
+            _ = signals.usr2.recv() => {
                 if config.router.upgrade_socket.is_none() {
                     tracing::warn!("SIGUSR2: no [router] upgrade_socket, so no upgrade");
-                } else if let Some(Err(e)) = live.upgrader.start() {
+                } else if let Some(Err(e)) = parts.live.upgrader.start() {
                     tracing::warn!("SIGUSR2: upgrade not started: {e}");
                 }
             }
         }
-    };
-    watcher.abort();
-    if let Some(h) = hup {
-        h.abort();
     }
-    reopen.abort();
-    // The drain: nothing new is accepted; requests, streams and tunnels in progress get
-    // `drain_timeout`; idle connections close.
-    router.stop();
-    if let Some(r) = &receiver {
-        r.stop();
-    }
-    live.drain.start();
-    live.sockets.release();
+}
+
+/// The drain: nothing new is accepted; requests, streams and tunnels in progress get
+/// `drain_timeout`; idle connections close. Then every part stops.
+async fn drain(
+    signals: &mut Signals,
+    mut parts: Parts,
+    end: End,
+    config: &rondo_config::Config,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
+    parts.stop_accepting();
+    parts.live.sockets.release();
     if matches!(end, End::Signal) {
         // (Not after a hand-over: the new process is the service's main process by now, or is
         // about to say so, and a STOPPING=1 from this one could stop the service.)
         crate::upgrade::notify("STOPPING=1");
     }
-    let open = router.open_connections();
+    let open = parts.router.open_connections();
     match end {
         End::Signal => writeln!(out, "rondo: shutting down: draining {open} connection(s)")?,
         End::Upgraded(pid, sent) => {
-            // The hand-over is written by the upgrade socket's thread: this process exits only
-            // after it is (an exit before would leave the new process without its state, and
-            // it gives up).
-            match tokio::time::timeout(crate::upgrade::HANDOVER_WRITE_TIMEOUT, sent).await {
-                Ok(Ok(Ok(()))) => {}
-                Ok(Ok(Err(e))) => tracing::error!(pid, "upgrade: {e}"),
-                Ok(Err(_)) => tracing::error!(pid, "upgrade: the hand-over was never written"),
-                Err(_) => tracing::error!(
-                    pid,
-                    "upgrade: the hand-over was not written in {} s",
-                    crate::upgrade::HANDOVER_WRITE_TIMEOUT.as_secs()
-                ),
-            }
+            handover_written(pid, sent).await;
             writeln!(out, "rondo: handed over to pid {pid}: draining {open} connection(s)")?
         }
     }
     out.flush()?;
-    let timeout = config.router.drain_timeout;
-    if let Some(q) = &queues {
+    if let Some(q) = &parts.queues {
         q.stop();
     }
+    wait_for_drained(signals, &parts, config.router.drain_timeout).await;
+    drop(parts.naming.take());
+    writeln!(out, "rondo: stopped")?;
+    Ok(())
+}
+
+/// The hand-over is written by the upgrade socket's thread: this process exits only after it
+/// is (an exit before would leave the new process without its state, and it gives up).
+async fn handover_written(pid: u32, sent: tokio::sync::oneshot::Receiver<Result<(), String>>) {
+    match tokio::time::timeout(crate::upgrade::HANDOVER_WRITE_TIMEOUT, sent).await {
+        Ok(Ok(Ok(()))) => {}
+        Ok(Ok(Err(e))) => tracing::error!(pid, "upgrade: {e}"),
+        Ok(Err(_)) => tracing::error!(pid, "upgrade: the hand-over was never written"),
+        Err(_) => tracing::error!(
+            pid,
+            "upgrade: the hand-over was not written in {} s",
+            crate::upgrade::HANDOVER_WRITE_TIMEOUT.as_secs()
+        ),
+    }
+}
+
+/// Until the router's connections and the queues' deliveries end, `timeout` passes or a second
+/// `SIGTERM` or `SIGINT` cuts it short.
+async fn wait_for_drained(signals: &mut Signals, parts: &Parts, timeout: std::time::Duration) {
+    let router = &parts.router;
     let drained = async {
         router.drained().await;
-        if let Some(q) = &queues {
+        if let Some(q) = &parts.queues {
             q.drained().await;
         }
     };
@@ -464,18 +609,15 @@ async fn run(
             "drain timeout ({} ms) reached: the connections still open are cut",
             timeout.as_millis()
         ),
-        _ = term.recv() => tracing::warn!(
+        _ = signals.term.recv() => tracing::warn!(
             open = router.open_connections(),
             "a second SIGTERM: the connections still open are cut"
         ),
-        _ = int.recv() => tracing::warn!(
+        _ = signals.int.recv() => tracing::warn!(
             open = router.open_connections(),
             "a second SIGINT: the connections still open are cut"
         ),
     }
-    drop(naming);
-    writeln!(out, "rondo: stopped")?;
-    Ok(ExitCode::SUCCESS)
 }
 
 /// The signals `rondo serve` answers: `SIGTERM` and `SIGINT` (drain and exit; a second one

@@ -17,6 +17,7 @@ pub mod chunked;
 pub(crate) mod conn;
 mod exchange;
 pub mod follow;
+#[cfg(feature = "fuzzing")]
 pub mod fuzz;
 pub mod parse;
 pub mod pool;

@@ -259,6 +259,7 @@ pub(super) async fn read_response_head<S: ClientStream, R: AsyncRead + Unpin>(
 
 /// What the own path made of a member's response body, for the `h1_member` fuzz target
 /// (`super::fuzz::member_input`).
+#[cfg(feature = "fuzzing")]
 #[derive(Debug, PartialEq, Eq)]
 pub(super) struct Relayed {
     /// The response body bytes the client got (after the head).
@@ -273,6 +274,7 @@ pub(super) struct Relayed {
 
 /// Reads a response head off `member` into `rbuf` as a try does (interim responses skipped):
 /// its length and framing, with what followed it left in `rbuf`.
+#[cfg(feature = "fuzzing")]
 pub(super) async fn relay_head<R: AsyncRead + Unpin>(
     member: &mut R,
     rbuf: &mut Vec<u8>,
@@ -282,8 +284,8 @@ pub(super) async fn relay_head<R: AsyncRead + Unpin>(
     read_response_head(member, rbuf, head_request, none).await.ok()
 }
 
-/// Streams the body of `rhead` as [`super::tries::OwnTries::respond`] does, to a client that takes every
-/// byte.
+/// Streams the body of `rhead` as the respond stage does, to a client that takes every byte.
+#[cfg(feature = "fuzzing")]
 pub(super) async fn relay_body<R: AsyncRead + Unpin>(
     member: &mut R,
     mut rbuf: Vec<u8>,

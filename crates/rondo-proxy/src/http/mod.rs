@@ -69,7 +69,9 @@ pub(crate) mod forward;
 pub(crate) mod route;
 pub(crate) mod view;
 
-pub(crate) use forward::{Begun, Choice, Tries, forward, place};
+#[cfg(feature = "replay")]
+pub(crate) use forward::place;
+pub(crate) use forward::{Begun, Choice, Tries, forward};
 pub(crate) use route::{Decided, Target, find_route, looped, needs_hyper, without_port};
 pub(crate) use view::{ClusterView, record_response, route_metrics};
 

@@ -1,0 +1,80 @@
+//! Serving an axum API (the admin API, the naming API) on one of the process's TCP listeners:
+//! plain or over TLS, stopping with the process's drain. Written once here so that both APIs
+//! take TLS, handshakes and the drain the same way.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use rondo_config::tls::ListenerTls;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+
+use crate::Live;
+use crate::drain::{Draining, drained};
+use crate::tls_server::{ALPN_HTTP1, HANDSHAKE_TIMEOUT, TlsIncoming, TlsServer};
+
+/// The TLS server of an API whose section is `section` (`[admin]`, `[naming]`): HTTP/1 only,
+/// its handshakes counted in `live`'s metrics; `None` without `spec`.
+pub fn tls(
+    section: &str,
+    spec: Option<&ListenerTls>,
+    live: &Live,
+) -> std::io::Result<Option<Arc<TlsServer>>> {
+    let Some(spec) = spec else { return Ok(None) };
+    TlsServer::new(section, spec, ALPN_HTTP1, HANDSHAKE_TIMEOUT, live.metrics.clone())
+        .map(Some)
+        .map_err(|e| std::io::Error::other(format!("{section} tls: {e}")))
+}
+
+/// Serves `app` on `listener` (through `tls` when set) until the process drains: the drain
+/// stops accepting and lets the requests in progress finish. A failure is logged as `what`
+/// stopped (`admin API`, `naming API`).
+pub fn spawn(
+    what: &'static str,
+    listener: TcpListener,
+    tls: Option<Arc<TlsServer>>,
+    app: axum::Router,
+    live: Arc<Live>,
+) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let served = match tls {
+            Some(tls) => match TlsIncoming::new(listener, tls) {
+                Ok(incoming) => {
+                    axum::serve(Draining::new(TlsListener(incoming), live.clone()), app)
+                        .with_graceful_shutdown(drained(live))
+                        .await
+                }
+                Err(e) => Err(e),
+            },
+            None => {
+                axum::serve(Draining::new(listener, live.clone()), app)
+                    .with_graceful_shutdown(drained(live))
+                    .await
+            }
+        };
+        if let Err(e) = served {
+            tracing::error!(error = %e, "{what} stopped");
+        }
+    })
+}
+
+/// An API listener with TLS: connections come out of their handshake ([`TlsIncoming`], which
+/// runs handshakes side by side and counts them) into axum.
+struct TlsListener(TlsIncoming);
+
+impl axum::serve::Listener for TlsListener {
+    type Io = tokio_rustls::server::TlsStream<tokio::net::TcpStream>;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        match self.0.next().await {
+            Some(conn) => conn,
+            // The acceptor only stops when the server is dropped.
+            None => std::future::pending().await,
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        Ok(self.0.local_addr())
+    }
+}
