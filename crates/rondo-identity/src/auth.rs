@@ -6,11 +6,11 @@
 //! are stripped from every request on every route (a client must never be able to claim an
 //! identity by sending the header itself).
 //!
-//! The API is free of hyper types, so every request path (hyper's, and a hand-written HTTP/1
-//! one) makes the same three calls: [`Auth::gate`] with the head's fields once the route is
-//! known (a refusal is a [`Refusal`], answered 401 with `WWW-Authenticate` through
-//! [`Kind::Unauthorized`], or 400 for a request with two credentials), then
-//! [`strip`] and [`Identity::headers`] on the head members get.
+//! The API is free of hyper types and of any product's, so every request path (the router's
+//! two HTTP paths, a queue listener's intake) makes the same three calls: [`Auth::gate`] with
+//! the head's fields once the route is known (a refusal is a [`Refusal`], answered 401 with
+//! `WWW-Authenticate`, or 400 for a request with two credentials; the router maps it to its
+//! own error kind), then [`strip`] and [`Identity::headers`] on the head members get.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -28,8 +28,8 @@ use rondo_runtime::revoke::Revocations;
 use rondo_runtime::secret::TierKey;
 use serde_json::Value;
 
-use crate::error::{Kind, ProxyError};
 use crate::head::Headers;
+use crate::names;
 
 /// The header members read the verified subject from.
 pub const SUBJECT_HEADER: &str = "x-rondo-subject";
@@ -151,11 +151,6 @@ impl AuthError {
     fn new(refusal: Refusal, detail: impl Into<String>) -> Self {
         AuthError { refusal, detail: detail.into() }
     }
-
-    /// The proxy error the client is answered with: the refusal's status and the challenge.
-    pub fn into_proxy_error(self, route: &str, cluster: &str) -> ProxyError {
-        ProxyError::on_route(Kind::Unauthorized(self.refusal), route, cluster, self.detail)
-    }
 }
 
 /// Who a verified token says the caller is, as members are told.
@@ -180,20 +175,19 @@ impl Identity {
 /// set, never the client's.
 pub fn is_identity_header(name: &[u8]) -> bool {
     // Any case, and `x_rondo_subject` too: CGI-style servers read it as `x-rondo-subject`.
-    crate::headers::name_is(name, SUBJECT_HEADER)
-        || crate::headers::name_starts_with(name, CLAIM_PREFIX)
+    names::name_is(name, SUBJECT_HEADER) || names::name_starts_with(name, CLAIM_PREFIX)
 }
 
 /// Whether a request head's field `name` is one no member may get from a client: an identity
 /// header, or an underscore spelling of a field the router owns.
 fn stripped(name: &[u8]) -> bool {
-    is_identity_header(name) || crate::headers::is_reserved_alias(name)
+    is_identity_header(name) || names::is_reserved_alias(name)
 }
 
 /// Removes every identity header (and underscore spelling of a field the router owns) from a
 /// request head, on every route, with or without `auth`.
 pub fn strip(headers: &mut HeaderMap) {
-    crate::headers::remove_names(headers, stripped);
+    names::remove_names(headers, stripped);
 }
 
 /// [`strip`], then the identity's headers (when the route verified one).
@@ -280,7 +274,7 @@ impl<'h> Credentials<'h> {
                 "the request has more than one Authorization field",
             ));
         }
-        let mut sessions = crate::sticky::cookies(headers, SESSION_COOKIE);
+        let mut sessions = crate::head::cookies(headers, SESSION_COOKIE);
         let session = sessions.next();
         let sessions_differ = sessions.any(|other| Some(other) != session);
         Ok(Credentials {
