@@ -50,3 +50,19 @@ pub fn remove_names(headers: &mut HeaderMap, drop: impl Fn(&[u8]) -> bool) {
         headers.remove(&n);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_compare_in_any_case_and_with_underscores() {
+        assert!(name_is(b"X_Rondo_Subject", "x-rondo-subject"));
+        assert!(!name_is(b"x-rondo-subjects", "x-rondo-subject"));
+        assert!(name_starts_with(b"X-RONDO-CLAIM-role", "x-rondo-claim-"));
+        // `-` never stands for `_`: the router's names are written with `-`.
+        assert!(!name_is(b"x-rondo-subject", "x_rondo_subject"));
+        assert!(is_reserved(b"X-Client-Cert-San") && !is_reserved(b"x-rondox"));
+        assert!(is_reserved_alias(b"x_forwarded_for") && !is_reserved_alias(b"x-forwarded-for"));
+    }
+}
