@@ -1,5 +1,5 @@
-//! Client connections: [`Rejecter`], which answers connections over a listener's limit (HTTP
-//! and queue listeners) with a 503 from one task per listener, and [`TimedIo`], which enforces
+//! Client connections: [`TimedIo`] (the 503 over a listener's limit, [`Rejecter`], is
+//! rondo-runtime's, named here for the accept loops), which enforces
 //! the header read timeout and the keep-alive idle timeout on HTTP/1 connections, and the idle
 //! timeout on HTTP/2 connections (no open stream for the route's idle timeout, or for the
 //! header read timeout before the first request: [`ConnState::idle`] fires and the accept loop
