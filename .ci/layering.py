@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """The workspace's layering, checked from `cargo metadata` (ARCHITECTURE.md, "Layers").
 
-A crate's normal (non-dev) dependencies on workspace crates may only go to a lower layer, and
+A crate's normal (non-dev) dependencies on workspace crates may only go to a lower layer;
 rondo-client (the published library) may depend on no workspace crate but rondo-core and
-rondo-clock (both published with it). A new
-workspace crate must be given a layer here. Exits 1 naming every edge that breaks the rule.
+rondo-clock (both published with it); and a product never depends on another product (what
+two products share goes below them, as sign-on went to rondo-identity). A new workspace crate
+must be given a layer here. Exits 1 naming every edge that breaks a rule.
 """
 import json
 import subprocess
@@ -17,13 +18,15 @@ LAYERS = {
     "rondo-config": 1,
     "rondo-client": 2,
     "rondo-runtime": 2,
-    "rondo-proxy": 3,
-    "rondo-agent": 3,
-    "rondo-naming": 3,
-    "rondo-lab": 3,
-    "rondo-admin": 3,
-    # Durable queues: intake, stores (embedded redb, NATS JetStream), delivery. Above the
-    # router, whose route stage (sign-on tokens) a queue listener shares.
+    # Who a request is (sign-on tokens, tier sessions, the identity headers): the router and a
+    # queue listener's intake check it alike, so it sits below both.
+    "rondo-identity": 3,
+    "rondo-proxy": 4,
+    "rondo-agent": 4,
+    "rondo-naming": 4,
+    "rondo-lab": 4,
+    "rondo-admin": 4,
+    # Durable queues: intake, stores (embedded redb, NATS JetStream), delivery.
     "rondo-queue": 4,
     "rondo": 5,
     # Tools over everything: benchmarks and golden vectors.
@@ -31,6 +34,9 @@ LAYERS = {
     "rondo-golden": 6,
 }
 CLIENT_MAY_USE = {"rondo-core", "rondo-clock"}
+# The products: each is one thing a user runs, and none is built on another (a rule of its own,
+# not only of the layers, so that moving a product to another layer cannot hide such an edge).
+PRODUCTS = {"rondo-proxy", "rondo-queue", "rondo-naming", "rondo-admin", "rondo-agent"}
 
 
 def main() -> int:
@@ -54,7 +60,12 @@ def main() -> int:
             dep = d["name"]
             if d["kind"] is not None or dep not in members:
                 continue
-            if name == "rondo-client" and dep not in CLIENT_MAY_USE:
+            if name in PRODUCTS and dep in PRODUCTS:
+                errors.append(
+                    f"{name} depends on {dep}: a product never depends on another product; "
+                    "move what they share below both"
+                )
+            elif name == "rondo-client" and dep not in CLIENT_MAY_USE:
                 errors.append(
                     f"rondo-client depends on {dep}: the client library may use only "
                     "rondo-core and rondo-clock"

@@ -278,6 +278,12 @@ impl ProxyError {
         }
     }
 
+    /// A refused sign-on token on `route` (the identity crate's refusal, as this router's
+    /// error): the refusal's status and, in the response, its challenge.
+    pub fn unauthorized(e: crate::auth::AuthError, route: &str, cluster: &str) -> Self {
+        ProxyError::on_route(Kind::Unauthorized(e.refusal), route, cluster, e.detail)
+    }
+
     /// The text a client gets with `detail` (the `Display` form is the full one, for logs).
     pub fn render(&self, detail: ErrorDetail) -> String {
         let status = self.kind.status().as_u16();

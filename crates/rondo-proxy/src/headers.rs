@@ -36,56 +36,17 @@ static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 static X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
 
-/// Field names the router sets or strips in heads (identity, forwarding, client certificates,
-/// a login), compared with `_` as `-`: a trailer section must carry none of them, either way.
-const RESERVED_PREFIXES: [&str; 3] = ["x-rondo-", "x-forwarded-", "x-client-cert-"];
-
-/// Whether field name byte `a` stands for `b` (lower case): ASCII case folded, and `_` for `-`,
-/// as CGI-style servers (WSGI, Rack, PHP) read both as `_`.
-fn same_byte(a: u8, b: u8) -> bool {
-    a.to_ascii_lowercase() == b || (a == b'_' && b == b'-')
-}
-
-/// Whether field name `name` begins with `prefix` (lower case), in any case and with `_` for
-/// `-`.
-pub fn name_starts_with(name: &[u8], prefix: &str) -> bool {
-    name.len() >= prefix.len() && name.iter().zip(prefix.bytes()).all(|(&a, b)| same_byte(a, b))
-}
-
-/// Whether field name `name` is `other` (lower case), in any case and with `_` for `-`.
-pub fn name_is(name: &[u8], other: &str) -> bool {
-    name.len() == other.len() && name_starts_with(name, other)
-}
-
-/// Whether field name `name` is one the router owns (`x-rondo-*`, `x-forwarded-*`, `x-client-cert-*`).
-pub fn is_reserved(name: &[u8]) -> bool {
-    RESERVED_PREFIXES.iter().any(|p| name_starts_with(name, p))
-}
-
-/// Whether a request head's field `name` is an underscore spelling of one the router owns
-/// (`X_Forwarded_For`, `x_rondo_subject`): dropped from every request, since a CGI-style member
-/// would read it as the router's own.
-pub fn is_reserved_alias(name: &[u8]) -> bool {
-    name.contains(&b'_') && is_reserved(name)
-}
+// The names the router owns, and how a field name is compared with them, are the identity
+// crate's (its identity headers are among them); the hygiene here and the own HTTP/1 path use
+// them under these names.
+pub use rondo_identity::names::{
+    is_reserved, is_reserved_alias, name_is, name_starts_with, remove_names,
+};
 
 /// Removes every field the router owns from a trailer section (hyper's path; the own path's
 /// chunked decoder refuses them instead).
 pub fn strip_reserved_trailers(trailers: &mut HeaderMap) {
     remove_names(trailers, is_reserved);
-}
-
-/// Removes every field whose name `drop` picks: one pass over the names, and no allocation
-/// when there is none (the common case).
-pub fn remove_names(headers: &mut HeaderMap, drop: impl Fn(&[u8]) -> bool) {
-    if !headers.keys().any(|n| drop(n.as_str().as_bytes())) {
-        return;
-    }
-    let names: Vec<HeaderName> =
-        headers.keys().filter(|n| drop(n.as_str().as_bytes())).cloned().collect();
-    for n in names {
-        headers.remove(&n);
-    }
 }
 
 /// Whether the request asks to switch protocols (WebSocket and friends).

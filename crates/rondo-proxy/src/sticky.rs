@@ -18,13 +18,16 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::head::Headers;
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use http::HeaderValue;
 use rondo_core::ClusterSpec;
 use rondo_runtime::ClusterRt;
 use rondo_runtime::secret::TierKey;
+
+// The cookie readers are the identity crate's (the tier session is a cookie too); the request
+// stages name them here, beside the sticky cookie they read.
+pub use rondo_identity::head::{cookie, cookies};
 
 /// The cookie token for a member name: 16 hex digits, stable across routers and restarts.
 pub fn token(member: &str) -> String {
@@ -102,24 +105,6 @@ pub fn set_cookie(
 /// Seconds since the Unix epoch (signed cookies carry wall-clock expiries).
 pub fn unix_now() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
-}
-
-/// A cookie's value from the request (the first, when it has several).
-pub fn cookie<'a>(headers: &'a impl Headers, name: &str) -> Option<&'a str> {
-    cookies(headers, name).next()
-}
-
-/// Every value of cookie `name` in the request's `Cookie` fields, in order (a browser sends one
-/// per path and domain it was set for).
-pub fn cookies<'a>(headers: &'a impl Headers, name: &str) -> impl Iterator<Item = &'a str> {
-    headers
-        .values("cookie")
-        .filter_map(crate::head::visible_ascii)
-        .flat_map(|v| v.split(';'))
-        .filter_map(move |kv| {
-            let (k, v) = kv.trim().split_once('=')?;
-            (k == name).then_some(v.trim_matches('"'))
-        })
 }
 
 /// Session ids longer than this are ignored (the request is placed without a session): ids are

@@ -16,7 +16,7 @@
 //! header fields), here to refuse what no route would deliver, and again at every delivery
 //! attempt. Hop-by-hop header fields (and `Content-Length`, `Idempotency-Key`, `X-Rondo-*`,
 //! which the delivery sets) are not kept. A route with `auth` checks the token at intake, as
-//! the router's route stage does ([`rondo_proxy::auth`]); the message then keeps the identity
+//! the router's route stage does ([`rondo_identity::auth`]); the message then keeps the identity
 //! it verified (`x-rondo-subject`, `x-rondo-claim-*`), which every attempt carries, however
 //! much later. Identity headers a client sent, their underscore spellings and the tier session
 //! cookie are never kept, on any route.
@@ -33,9 +33,9 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use rondo_config::{ListenerSpec, QueueSpec};
-use rondo_proxy::auth::{self, Auth, Identity};
-use rondo_proxy::conn::Rejecter;
+use rondo_identity::auth::{self, Auth, Identity};
 use rondo_runtime::Live;
+use rondo_runtime::reject::Rejecter;
 use rondo_runtime::tls_server::{
     ALPN_HTTP1, CLIENT_CERT_SAN, CLIENT_CERT_SUBJECT, ClientCert, TlsServer, client_cert,
 };

@@ -20,6 +20,7 @@ pub mod pools;
 pub mod probe;
 pub mod process;
 pub mod queues;
+pub mod reject;
 pub mod reload;
 pub mod revoke;
 pub mod secret;

@@ -219,7 +219,7 @@ impl<'a, S: ClientStream> OwnTries<'a, S> {
         let identity = match gate {
             Ok(identity) => identity,
             Err(e) => {
-                let e = e.into_proxy_error(&route.name, &route.cluster);
+                let e = crate::error::ProxyError::unauthorized(e, &route.name, &route.cluster);
                 return Ok(self.fail((e, route.idle_timeout)).await);
             }
         };

@@ -20,7 +20,7 @@ use crate::http::{Decided, Failure, HttpCtx, forward, on_route};
 
 use crate::body::{Finish, ProxyBody};
 use crate::conn::ConnState;
-use crate::error::Kind;
+use crate::error::{Kind, ProxyError};
 
 /// Serves one request.
 pub async fn handle(
@@ -113,10 +113,9 @@ async fn proxy(
     let route = routed.route;
     // Should the client abandon the request, the connection then idles under this route's timeout.
     conn.set_idle(route.idle_timeout);
-    let identity = ctx
-        .auth
-        .gate(route, &ctx.live, req.headers())
-        .map_err(|e| (e.into_proxy_error(&route.name, &route.cluster), route.idle_timeout))?;
+    let identity = ctx.auth.gate(route, &ctx.live, req.headers()).map_err(|e| {
+        (ProxyError::unauthorized(e, &route.name, &route.cluster), route.idle_timeout)
+    })?;
     let branches = crate::multicast::branches(route, &routed.also);
     if !branches.is_empty() {
         // Every branch gets the same body: all of it is read first, within the route's limit.

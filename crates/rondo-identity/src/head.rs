@@ -1,7 +1,7 @@
 //! A request's header fields as the request stages read them, whichever path parsed the
-//! request: hyper's `HeaderMap`, or the spans of the router's own HTTP/1 parser
-//! ([`crate::h1`]). Routing, loop detection, sticky sessions and hash keys are written once
-//! against this.
+//! request: hyper's `HeaderMap`, or the spans of the router's own HTTP/1 parser (rondo-proxy's
+//! `h1`). Routing, loop detection, sign-on, sticky sessions and hash keys are written once
+//! against this, and so are the cookies read from it ([`cookie`], [`cookies`]).
 
 use http::HeaderMap;
 
@@ -36,4 +36,20 @@ impl Headers for HeaderMap {
     fn get(&self, name: &str) -> Option<&[u8]> {
         HeaderMap::get(self, name).map(|v| v.as_bytes())
     }
+}
+
+/// A cookie's value from the request (the first, when it has several).
+pub fn cookie<'a>(headers: &'a impl Headers, name: &str) -> Option<&'a str> {
+    cookies(headers, name).next()
+}
+
+/// Every value of cookie `name` in the request's `Cookie` fields, in order (a browser sends one
+/// per path and domain it was set for).
+pub fn cookies<'a>(headers: &'a impl Headers, name: &str) -> impl Iterator<Item = &'a str> {
+    headers.values("cookie").filter_map(visible_ascii).flat_map(|v| v.split(';')).filter_map(
+        move |kv| {
+            let (k, v) = kv.trim().split_once('=')?;
+            (k == name).then_some(v.trim_matches('"'))
+        },
+    )
 }
