@@ -15,22 +15,37 @@ use std::sync::OnceLock;
 use http::Version;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 
-/// Hop-by-hop fields (RFC 9110 7.6.1), never forwarded either way: the one list of both paths.
-/// The last, `Transfer-Encoding`, frames the body: the own HTTP/1 path passes bodies through as
-/// they came and keeps it ([`HOP_BY_HOP_BUT_FRAMING`]); hyper's decodes them and drops it.
-static HOP_BY_HOP: [HeaderName; 7] = [
-    header::CONNECTION,
-    HeaderName::from_static("keep-alive"),
-    HeaderName::from_static("proxy-connection"),
-    header::TE,
-    header::UPGRADE,
-    header::PROXY_AUTHORIZATION,
-    header::TRANSFER_ENCODING,
+/// Hop-by-hop fields (RFC 9110 7.6.1), never forwarded either way: the one list of both paths,
+/// lower case. The last, `Transfer-Encoding`, frames the body: the own HTTP/1 path passes
+/// bodies through as they came and keeps it ([`HOP_BY_HOP_BUT_FRAMING`], compared as bytes on
+/// every field of every head); hyper's decodes them and drops it ([`HOP_BY_HOP`]).
+const HOP_BY_HOP_NAMES: [&str; 7] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "te",
+    "upgrade",
+    "proxy-authorization",
+    "transfer-encoding",
 ];
 
-/// [`HOP_BY_HOP`] without `Transfer-Encoding`, for a path that forwards bodies with their framing.
-/// (Split at compile time: the list is not empty.)
-pub(crate) static HOP_BY_HOP_BUT_FRAMING: &[HeaderName] = HOP_BY_HOP.split_last().unwrap().1;
+/// [`HOP_BY_HOP_NAMES`] as hyper's header names.
+static HOP_BY_HOP: [HeaderName; 7] = {
+    let n = HOP_BY_HOP_NAMES;
+    [
+        HeaderName::from_static(n[0]),
+        HeaderName::from_static(n[1]),
+        HeaderName::from_static(n[2]),
+        HeaderName::from_static(n[3]),
+        HeaderName::from_static(n[4]),
+        HeaderName::from_static(n[5]),
+        HeaderName::from_static(n[6]),
+    ]
+};
+
+/// [`HOP_BY_HOP_NAMES`] without `Transfer-Encoding`, for a path that forwards bodies with their
+/// framing. (Split at compile time: the list is not empty.)
+pub(crate) const HOP_BY_HOP_BUT_FRAMING: &[&str] = HOP_BY_HOP_NAMES.split_last().unwrap().1;
 
 static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");

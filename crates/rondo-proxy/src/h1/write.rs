@@ -38,7 +38,7 @@ pub(super) fn is(name: &[u8], lower: &[u8]) -> bool {
 /// Hop-by-hop fields (RFC 9110 7.6.1), never forwarded either way; the transfer coding stays,
 /// as the body passes through with its framing.
 fn hop_by_hop(name: &[u8]) -> bool {
-    HOP_BY_HOP_BUT_FRAMING.iter().any(|h| is(name, h.as_str().as_bytes()))
+    HOP_BY_HOP_BUT_FRAMING.iter().any(|h| is(name, h.as_bytes()))
 }
 
 /// The fields `Connection` names in `fields` (never `Host`, nor the framing fields: bodies pass
