@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 
 use super::support;
 
@@ -54,20 +54,8 @@ async fn scripted(script: Script) -> Scripted {
 /// At most 64 requests on one connection, each head at most 64 KiB.
 async fn answer(mut s: tokio::net::TcpStream, script: Script) {
     let mut buf = Vec::new();
-    let mut chunk = [0u8; 4096];
     for _ in 0..64 {
-        while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
-            match s.read(&mut chunk).await {
-                Ok(0) | Err(_) => return,
-                Ok(n) => buf.extend_from_slice(&chunk[..n]),
-            }
-            if buf.len() > 65536 {
-                return;
-            }
-        }
-        let end = buf.windows(4).position(|w| w == b"\r\n\r\n").unwrap_or(0) + 4;
-        let head = String::from_utf8_lossy(&buf[..end]).into_owned();
-        buf.drain(..end);
+        let Some(head) = support::next_head(&mut s, &mut buf).await else { return };
         let path = head.split(' ').nth(1).unwrap_or("?").to_owned();
         let honest = format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n{path}", path.len());
         let sent = match script {

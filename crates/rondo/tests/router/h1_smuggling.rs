@@ -17,7 +17,7 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 
 use super::support;
@@ -188,19 +188,10 @@ async fn raw_member(response: &'static [u8], close_after: bool) -> SocketAddr {
         while let Ok((mut s, _)) = listener.accept().await {
             tokio::spawn(async move {
                 let mut buf = Vec::new();
-                let mut chunk = [0u8; 4096];
                 for _ in 0..16 {
-                    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
-                        match s.read(&mut chunk).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                        }
-                        if buf.len() > 65536 {
-                            return;
-                        }
+                    if support::next_head(&mut s, &mut buf).await.is_none() {
+                        return;
                     }
-                    let end = buf.windows(4).position(|w| w == b"\r\n\r\n").unwrap_or(0) + 4;
-                    buf.drain(..end);
                     if s.write_all(response).await.is_err() || close_after {
                         return;
                     }

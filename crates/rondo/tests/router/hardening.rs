@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 
 use super::support;
 
@@ -30,20 +30,11 @@ async fn raw_member(response: &'static [u8]) -> RawMember {
             let counted = counted.clone();
             tokio::spawn(async move {
                 let mut buf = Vec::new();
-                let mut chunk = [0u8; 4096];
                 // At most 64 requests per connection and 64 KiB of head each.
                 for _ in 0..64 {
-                    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
-                        match s.read(&mut chunk).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                        }
-                        if buf.len() > 65536 {
-                            return;
-                        }
+                    if support::next_head(&mut s, &mut buf).await.is_none() {
+                        return;
                     }
-                    let end = buf.windows(4).position(|w| w == b"\r\n\r\n").unwrap_or(0) + 4;
-                    buf.drain(..end);
                     counted.fetch_add(1, Ordering::SeqCst);
                     if s.write_all(response).await.is_err() {
                         return;

@@ -510,3 +510,24 @@ pub(crate) async fn json_call(
     };
     (status, headers, v)
 }
+
+/// Reads the next request head a member got on `s` (at most 64 KiB), what follows it kept in
+/// `buf` for the next call; `None` once the connection ends or the head is over the bound.
+pub(crate) async fn next_head(s: &mut tokio::net::TcpStream, buf: &mut Vec<u8>) -> Option<String> {
+    use tokio::io::AsyncReadExt;
+    let mut chunk = [0u8; 4096];
+    loop {
+        if let Some(at) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..at + 4]).into_owned();
+            buf.drain(..at + 4);
+            return Some(head);
+        }
+        match s.read(&mut chunk).await {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+        if buf.len() > 65536 {
+            return None;
+        }
+    }
+}
