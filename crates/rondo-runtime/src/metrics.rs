@@ -207,7 +207,7 @@ pub struct ClosedLabels {
 pub struct HandoffLabels {
     /// Listener name.
     pub listener: String,
-    /// One of [`ListenerMetrics::HANDOFF_REASONS`].
+    /// A [`Handoff`]'s label.
     pub reason: &'static str,
 }
 
@@ -323,9 +323,8 @@ pub struct ListenerMetrics {
     pub idle_timeouts: Counter,
     /// Access log lines dropped because the writer fell behind (`rondo_access_log_dropped_total`).
     pub access_dropped: Counter,
-    /// Connections handed to hyper, per reason (`rondo_http1_handoffs_total`), in the order of
-    /// [`ListenerMetrics::HANDOFF_REASONS`].
-    pub handoffs: [Counter; 6],
+    /// Connections handed to hyper, per reason (`rondo_http1_handoffs_total`).
+    pub handoffs: Handoffs,
     responses: Family<RouterResponseLabels, Counter>,
     /// The router's own responses seen so far by route, cluster and status, so that a flood of
     /// them builds no label set after the first.
@@ -342,14 +341,70 @@ impl Drop for OpenConn {
     }
 }
 
-impl ListenerMetrics {
-    /// Why the own HTTP/1 path hands a connection to hyper: HTTP/2 (the h2c preface, or ALPN h2), an
-    /// HTTP/1.0 request, a target that is not origin-form, `Upgrade`, a route whose members are
-    /// spoken to over TLS or HTTP/2, a route that reads or holds the body (body filters,
-    /// multicast, session replay).
-    pub const HANDOFF_REASONS: [&'static str; 6] =
-        ["h2", "http10", "target_form", "upgrade", "upstream", "route"];
+/// Why the own HTTP/1 path hands a connection to hyper (the `reason` of
+/// `rondo_http1_handoffs_total`, the table in `docs/router.md`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Handoff {
+    /// HTTP/2: the h2c preface, or `h2` chosen by ALPN.
+    H2,
+    /// An HTTP/1.0 request.
+    Http10,
+    /// A target that is not origin-form.
+    TargetForm,
+    /// A request carrying `Upgrade`.
+    Upgrade,
+    /// A route whose members are spoken to over TLS or HTTP/2.
+    Upstream,
+    /// A route that reads or holds the body (body filters, multicast, session replay).
+    Route,
+}
 
+impl Handoff {
+    /// Every reason, in the order [`Handoffs`] keeps their counters.
+    pub const ALL: [Handoff; 6] = [
+        Handoff::H2,
+        Handoff::Http10,
+        Handoff::TargetForm,
+        Handoff::Upgrade,
+        Handoff::Upstream,
+        Handoff::Route,
+    ];
+
+    /// The metric's `reason` label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Handoff::H2 => "h2",
+            Handoff::Http10 => "http10",
+            Handoff::TargetForm => "target_form",
+            Handoff::Upgrade => "upgrade",
+            Handoff::Upstream => "upstream",
+            Handoff::Route => "route",
+        }
+    }
+}
+
+/// A listener's hand-off counters, one per [`Handoff`], resolved when the listener starts.
+#[derive(Debug)]
+pub struct Handoffs([Counter; 6]);
+
+impl Handoffs {
+    /// Counts a connection handed to hyper for `reason`.
+    pub fn inc(&self, reason: Handoff) {
+        self.0[reason as usize].inc();
+    }
+
+    /// Connections handed to hyper for `reason` so far.
+    pub fn get(&self, reason: Handoff) -> u64 {
+        self.0[reason as usize].get()
+    }
+
+    /// Every reason with its count so far, in [`Handoff::ALL`]'s order.
+    pub fn counts(&self) -> Vec<(Handoff, u64)> {
+        Handoff::ALL.iter().map(|&r| (r, self.get(r))).collect()
+    }
+}
+
+impl ListenerMetrics {
     /// Counts a connection accepted and open until the returned guard is dropped.
     pub fn opened(self: &Arc<Self>) -> OpenConn {
         self.accepted.inc();
@@ -804,10 +859,10 @@ impl Metrics {
             header_timeouts: closed("header_timeout"),
             idle_timeouts: closed("idle_timeout"),
             access_dropped: self.access_dropped.get_or_create(&l).clone(),
-            handoffs: ListenerMetrics::HANDOFF_REASONS.map(|reason| {
-                let labels = HandoffLabels { listener: name.to_owned(), reason };
+            handoffs: Handoffs(Handoff::ALL.map(|reason| {
+                let labels = HandoffLabels { listener: name.to_owned(), reason: reason.label() };
                 self.http1_handoffs.get_or_create(&labels).clone()
-            }),
+            })),
             responses: self.router_responses.clone(),
             local: RwLock::new(Vec::new()),
         })
@@ -981,5 +1036,42 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("rondo_config_reloads_total{result=\"rejected\"} 0\n"), "{text}");
+    }
+
+    fn empty_snapshot() -> Snapshot {
+        Snapshot {
+            view: Arc::new(rondo_core::View {
+                id: 1,
+                routes: vec![],
+                clusters: Default::default(),
+            }),
+            clusters: Default::default(),
+            registered: Default::default(),
+            declared: Default::default(),
+        }
+    }
+
+    /// Each typed reason counts under its own label, the one `docs/router.md` names.
+    #[test]
+    fn each_handoff_reason_counts_under_its_documented_label() {
+        let documented = ["h2", "http10", "target_form", "upgrade", "upstream", "route"];
+        let m = Metrics::new();
+        let l = m.listener("web");
+        for (n, reason) in Handoff::ALL.into_iter().enumerate() {
+            for _ in 0..=n {
+                l.handoffs.inc(reason);
+            }
+        }
+        let text = m.render(&empty_snapshot());
+        for (n, label) in documented.iter().enumerate() {
+            let line = format!(
+                "rondo_http1_handoffs_total{{listener=\"web\",reason=\"{label}\"}} {}\n",
+                n + 1
+            );
+            assert!(text.contains(&line), "{line}: {text}");
+        }
+        let counts: Vec<u64> = l.handoffs.counts().into_iter().map(|(_, c)| c).collect();
+        assert_eq!(counts, vec![1, 2, 3, 4, 5, 6]);
+        assert_eq!(l.handoffs.get(Handoff::Route), 6);
     }
 }
