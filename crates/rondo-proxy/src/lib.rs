@@ -42,7 +42,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use rondo_config::{ListenerProtocol, ListenerSpec};
 use rondo_runtime::Live;
-use rondo_runtime::metrics::ListenerMetrics;
+use rondo_runtime::metrics::{Handoff, ListenerMetrics};
 use serde::Deserialize as _;
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
@@ -353,7 +353,7 @@ async fn accept_http(
                             Ok((s, cert)) => {
                                 let cert = Some(cert.unwrap_or_default());
                                 if s.get_ref().1.alpn_protocol() == Some(b"h2") {
-                                    ctx.metrics.handoffs[0].inc();
+                                    ctx.metrics.handoffs.inc(Handoff::H2);
                                     hyper.serve(ClientIo::from(s), cert, Vec::new()).await;
                                 } else if let Some((s, cert, read)) =
                                     h1::conn::serve(&ctx, s, peer, cert).await

@@ -10,6 +10,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use rondo_runtime::metrics::Handoff;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -333,7 +334,7 @@ async fn read_head<S: ClientStream>(
     loop {
         if parse::is_h2_preface(&buf) {
             if buf.len() >= 24 {
-                ctx.metrics.handoffs[0].inc();
+                ctx.metrics.handoffs.inc(Handoff::H2);
                 pool::disown();
                 return Err(Next::Decline(buf));
             }
@@ -404,11 +405,11 @@ async fn request<S: ClientStream>(
     if let Some(why) = head.decline {
         tracing::trace!(listener = %ctx.listener.name, ?why, "request declined to hyper");
         let reason = match why {
-            parse::Decline::Http10 => 1,
-            parse::Decline::TargetForm => 2,
-            parse::Decline::Upgrade => 3,
+            parse::Decline::Http10 => Handoff::Http10,
+            parse::Decline::TargetForm => Handoff::TargetForm,
+            parse::Decline::Upgrade => Handoff::Upgrade,
         };
-        ctx.metrics.handoffs[reason].inc();
+        ctx.metrics.handoffs.inc(reason);
         pool::disown();
         return Next::Decline(buf);
     }

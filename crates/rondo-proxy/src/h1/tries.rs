@@ -11,6 +11,7 @@ use std::time::Instant;
 
 use rondo_core::failover::is_idempotent_method;
 use rondo_core::{Failover, FailureKind, Outcome, Route, UpstreamProtocol};
+use rondo_runtime::metrics::Handoff;
 use rondo_runtime::{ClusterRt, Snapshot, clock};
 use tokio::io::AsyncWriteExt;
 
@@ -195,7 +196,7 @@ impl<'a, S: ClientStream> OwnTries<'a, S> {
             Ok(Decided::Route(routed)) if !needs_hyper(&routed) => routed.route,
             // Body filters, multicast copies and session replay are hyper's path's.
             Ok(_) => {
-                self.ctx.metrics.handoffs[5].inc();
+                self.ctx.metrics.handoffs.inc(Handoff::Route);
                 return Err(Decline);
             }
             Err(failure) => return Ok(self.fail(failure).await),
@@ -209,7 +210,7 @@ impl<'a, S: ClientStream> OwnTries<'a, S> {
             })
         };
         if !plain(&route.cluster) || !route.backups.iter().all(plain) {
-            self.ctx.metrics.handoffs[4].inc();
+            self.ctx.metrics.handoffs.inc(Handoff::Upstream);
             return Err(Decline);
         }
         self.c.idle = route.idle_timeout;

@@ -223,7 +223,7 @@ async fn the_own_http1_path_decides_whole_bodies_and_hands_the_rest_to_hyper() {
     let m = "{ body_json = { \"$.order.region\" = \"eu\" } }";
     let (r, _m) = setup(m, "").await;
     let handoffs = |r: &TestRouter| -> Vec<u64> {
-        r.live.metrics.listener("web").handoffs.iter().map(|c| c.get()).collect()
+        r.live.metrics.listener("web").handoffs.counts().into_iter().map(|(_, n)| n).collect()
     };
     // A body that arrives with its head (one write, Content-Length): decided on the own path.
     let mut conn = support::raw_connect(r.addr("web")).await;

@@ -4,11 +4,18 @@
 
 use std::time::Duration;
 
+use rondo_runtime::metrics::Handoff;
+
 use super::support::{self, RawConn, TestRouter};
 
-/// The listener `web`'s hand-off counters, in `ListenerMetrics::HANDOFF_REASONS` order.
+/// The listener `web`'s hand-off counters, in `Handoff::ALL` order.
 fn handoffs(r: &TestRouter) -> Vec<u64> {
-    r.live.metrics.listener("web").handoffs.iter().map(|c| c.get()).collect()
+    r.live.metrics.listener("web").handoffs.counts().into_iter().map(|(_, n)| n).collect()
+}
+
+/// The listener `web`'s hand-offs for `reason`.
+fn handoff(r: &TestRouter, reason: Handoff) -> u64 {
+    r.live.metrics.listener("web").handoffs.get(reason)
 }
 
 async fn setup(cluster_extra: &str) -> (TestRouter, Vec<rondo::member::Member>) {
@@ -52,13 +59,17 @@ async fn keep_alive_and_pipelined_requests_stay_on_the_own_path() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_declined_request_goes_to_hyper_with_its_connection() {
     let (r, _ms) = setup("").await;
-    let cases: [(&str, &str, usize); 3] = [
-        ("HTTP/1.0", "GET / HTTP/1.0\r\nHost: x\r\n\r\n", 1),
-        ("absolute-form", "GET http://x/ HTTP/1.1\r\nHost: x\r\n\r\n", 2),
-        ("Upgrade", "GET / HTTP/1.1\r\nHost: x\r\nConnection: upgrade\r\nUpgrade: demo\r\n\r\n", 3),
+    let cases: [(&str, &str, Handoff); 3] = [
+        ("HTTP/1.0", "GET / HTTP/1.0\r\nHost: x\r\n\r\n", Handoff::Http10),
+        ("absolute-form", "GET http://x/ HTTP/1.1\r\nHost: x\r\n\r\n", Handoff::TargetForm),
+        (
+            "Upgrade",
+            "GET / HTTP/1.1\r\nHost: x\r\nConnection: upgrade\r\nUpgrade: demo\r\n\r\n",
+            Handoff::Upgrade,
+        ),
     ];
     for (what, request, reason) in cases {
-        let before = handoffs(&r);
+        let before = handoff(&r, reason);
         let mut conn = support::raw_connect(r.addr("web")).await;
         // A first request on the own path, then the declined one on the same connection.
         let first = support::raw_request(&mut conn, "GET / HTTP/1.1\r\nHost: x\r\n\r\n").await;
@@ -76,7 +87,7 @@ async fn each_declined_request_goes_to_hyper_with_its_connection() {
             assert_eq!(resp.status, 200, "{what}: {}", resp.text());
         }
         let after = handoffs(&r);
-        assert_eq!(after[reason], before[reason] + 1, "{what}: counted as {reason}: {after:?}");
+        assert_eq!(handoff(&r, reason), before + 1, "{what}: counted as {reason:?}: {after:?}");
         if what != "HTTP/1.0" {
             // hyper now serves the rest of the connection.
             let again = support::raw_request(&mut conn, "GET / HTTP/1.1\r\nHost: x\r\n\r\n").await;
@@ -86,7 +97,7 @@ async fn each_declined_request_goes_to_hyper_with_its_connection() {
     // HTTP/2 prior knowledge (h2c) is recognised by its preface.
     let reply = support::get(&support::h2_client(), &r.url("web", "/")).await;
     assert_eq!(reply.status, 200);
-    assert_eq!(handoffs(&r)[0], 1, "h2c counted");
+    assert_eq!(handoff(&r, Handoff::H2), 1, "h2c counted");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -95,7 +106,7 @@ async fn a_route_to_http2_members_goes_to_hyper() {
     let mut conn = support::raw_connect(r.addr("web")).await;
     let resp = support::raw_request(&mut conn, "GET / HTTP/1.1\r\nHost: x\r\n\r\n").await;
     assert_eq!(resp.status, 200, "{}", resp.text());
-    assert_eq!(handoffs(&r)[4], 1, "counted as upstream");
+    assert_eq!(handoff(&r, Handoff::Upstream), 1, "counted as upstream");
 }
 
 /// A member that answers GETs and, for each POST, reads it whole and closes the connection
@@ -219,10 +230,11 @@ async fn a_nul_in_a_chunk_extension_is_refused_on_hyper_path_too() {
     // Declined for its HTTP/2 members (the request streams to them), and for its target form.
     let (h2, _ms) = setup("upstream_protocol = \"http2\"").await;
     let (plain, _ms2) = setup("").await;
-    let cases = [(&h2, "/collect", 4), (&plain, "http://x/collect", 2)];
+    let cases =
+        [(&h2, "/collect", Handoff::Upstream), (&plain, "http://x/collect", Handoff::TargetForm)];
     for (r, target, reason) in cases {
         for ext in ["a\0b", "a\rb", "a\x01"] {
-            let before = handoffs(r)[reason];
+            let before = handoff(r, reason);
             let mut conn = support::raw_connect(r.addr("web")).await;
             let request = format!(
                 "POST {target} HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5;{ext}\r\nhello\r\n0\r\n\r\nGET /canary HTTP/1.1\r\nHost: x\r\n\r\n"
@@ -238,7 +250,7 @@ async fn a_nul_in_a_chunk_extension_is_refused_on_hyper_path_too() {
                 1,
                 "{target} {ext:?}: the canary was answered: {text}"
             );
-            assert_eq!(handoffs(r)[reason], before + 1, "{target} {ext:?}: not hyper's");
+            assert_eq!(handoff(r, reason), before + 1, "{target} {ext:?}: not hyper's");
         }
         // A well-formed extension still passes.
         let mut conn = support::raw_connect(r.addr("web")).await;

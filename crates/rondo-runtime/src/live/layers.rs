@@ -1,0 +1,278 @@
+//! The layered view: the configuration file's view (with admin API changes), replaced by the
+//! tier's shared configuration while one is set, composed with the registered members and
+//! swapped in with a higher view id, each cluster's runtime carried over; long compositions
+//! yield the CPU every [`MEMBERS_PER_YIELD`] members.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use rondo_core::{Balancer, ClusterSpec, View};
+
+use crate::clock;
+
+use super::registered::with_registered;
+use super::{ClusterRt, Clusters, Live, Registered, Snapshot};
+
+/// The layers the view in effect is composed from, behind [`Live`]'s replacement lock.
+#[derive(Debug)]
+pub(super) struct Layers {
+    /// The config file's view, with admin API changes.
+    pub(super) file: View,
+    /// The tier's shared configuration (etcd), which replaces `file` while set.
+    pub(super) shared: Option<View>,
+    /// Registered members by cluster.
+    pub(super) registered: Registered,
+    /// Whether registrations may declare clusters the configuration lacks (`[naming]
+    /// allow_registered_clusters`); off, their members wait for a configured cluster, whatever
+    /// a snapshot or another router of the tier recorded.
+    pub(super) allow_declared: bool,
+}
+
+impl Layers {
+    pub(super) fn configured(&self) -> &View {
+        self.shared.as_ref().unwrap_or(&self.file)
+    }
+
+    /// The view in effect: the configuration with registered members appended to their
+    /// clusters (a registered name that a configured member already has is left out).
+    /// Clusters the configuration lacks come in as their registrations declared them.
+    pub(super) fn compose(
+        &self,
+    ) -> (View, BTreeMap<String, Arc<BTreeSet<String>>>, BTreeSet<String>) {
+        let mut view = self.configured().clone();
+        let mut names = BTreeMap::new();
+        let mut declared = BTreeSet::new();
+        for (cluster, reg) in &self.registered {
+            let Some((base, is_declared)) = self.base_of(cluster) else { continue };
+            if let Some((with, added)) = with_registered(&base, &reg.members) {
+                view.clusters.insert(cluster.clone(), with);
+                names.insert(cluster.clone(), added);
+                if is_declared {
+                    declared.insert(cluster.clone());
+                }
+            }
+        }
+        (view, names, declared)
+    }
+
+    /// What `cluster`'s registered members are appended to: the configured cluster, else the
+    /// cluster they declared (`true`), else nothing (they wait for a configured one).
+    pub(super) fn base_of(&self, cluster: &str) -> Option<(Arc<ClusterSpec>, bool)> {
+        match self.configured().clusters.get(cluster) {
+            Some(spec) => Some((spec.clone(), false)),
+            None if self.allow_declared => {
+                self.registered.get(cluster)?.declared.clone().map(|d| (d, true))
+            }
+            None => None,
+        }
+    }
+}
+
+/// Members composed between two yields of the thread composing a big cluster's view.
+pub const MEMBERS_PER_YIELD: usize = 256;
+
+/// Every [`MEMBERS_PER_YIELD`]th member (`i`) of a long composition, gives the CPU to any thread
+/// waiting for it (`sched_yield`). A composition of 10,000 registered members takes tens of
+/// milliseconds; run in one stretch, it holds its CPU for a whole scheduler slice at a time, and
+/// a request thread woken on that CPU waits the slice out (milliseconds added to the proxied
+/// p99 while a big service takes registrations). With yields, it waits for one stretch of 256
+/// members at most; with no thread waiting, a yield returns at once.
+pub fn yield_now_and_then(i: usize) {
+    if i > 0 && i.is_multiple_of(MEMBERS_PER_YIELD) {
+        std::thread::yield_now();
+    }
+}
+
+impl Live {
+    /// Replaces the config file's view (a reload, or a config applied through the admin API),
+    /// keeping the state of every cluster and member that survives. The new view's id is raised
+    /// above the current one if needed. Returns the new snapshot.
+    pub fn apply(&self, view: View) -> Arc<Snapshot> {
+        let mut layers = self.layers();
+        let id = view.id;
+        layers.file = view;
+        self.swap(&layers, id)
+    }
+
+    /// Like [`Live::apply`], only when the current view's id is `expected` (checked and swapped
+    /// under one lock); else the current id. For the admin API's `If-Match`.
+    pub fn apply_if(&self, view: View, expected: u64) -> Result<Arc<Snapshot>, u64> {
+        let mut layers = self.layers();
+        let current = self.current.load().view.id;
+        if current != expected {
+            return Err(current);
+        }
+        let id = view.id;
+        layers.file = view;
+        Ok(self.swap(&layers, id))
+    }
+
+    /// The configuration in effect (the shared one when set, else the file's), without
+    /// registered members: the base for a change such as a new weight.
+    pub fn configured(&self) -> View {
+        self.layers().configured().clone()
+    }
+
+    /// Changes the configuration in effect (the shared one when set, else the file's) with
+    /// `change`, read, modified and swapped in under one lock, so that two concurrent changes
+    /// (two admin calls, or one racing a registration) both land. An `Err` from `change` leaves
+    /// everything as it was.
+    pub fn update_configured<E>(
+        &self,
+        change: impl FnOnce(&mut View) -> Result<(), E>,
+    ) -> Result<Arc<Snapshot>, E> {
+        let mut layers = self.layers();
+        let mut view = layers.configured().clone();
+        change(&mut view)?;
+        match &mut layers.shared {
+            Some(shared) => *shared = view,
+            None => layers.file = view,
+        }
+        Ok(self.swap(&layers, 0))
+    }
+
+    /// Whether the tier's shared configuration (etcd) is in effect, replacing the file's.
+    pub fn has_shared(&self) -> bool {
+        self.layers().shared.is_some()
+    }
+
+    /// Sets or clears the tier's shared configuration; `None` goes back to the file's.
+    pub fn set_shared(&self, view: Option<View>) -> Arc<Snapshot> {
+        let mut layers = self.layers();
+        let id = view.as_ref().map_or(0, |v| v.id);
+        layers.shared = view;
+        self.swap(&layers, id)
+    }
+
+    /// Composes the layers and swaps the result in, with an id above the current one.
+    pub(super) fn swap(&self, layers: &Layers, id: u64) -> Arc<Snapshot> {
+        let (mut view, registered, declared) = layers.compose();
+        let old = self.current.load_full();
+        // View ids only ever grow, whoever built the view (file reload, admin API, registry)
+        // and whatever id it guessed: two changes computed from the same view get distinct,
+        // ordered ids.
+        view.id = id.max(old.view.id + 1);
+        let now = clock::now();
+        let clusters: Clusters = view
+            .clusters
+            .iter()
+            .map(|(name, spec)| (name.clone(), self.runtime_for(spec, old.clusters.get(name), now)))
+            .collect();
+        let id = view.id;
+        let declared = Arc::new(declared);
+        let snapshot = Arc::new(Snapshot { view: Arc::new(view), clusters, registered, declared });
+        self.current.store(snapshot.clone());
+        self.view_id.send_replace(id);
+        snapshot
+    }
+
+    /// The runtime of `spec` in a new view: `prev`'s state carried over when the cluster was
+    /// in the previous view, else a fresh one.
+    pub(super) fn runtime_for(
+        &self,
+        spec: &Arc<ClusterSpec>,
+        prev: Option<&Arc<ClusterRt>>,
+        now: rondo_core::Instant,
+    ) -> Arc<ClusterRt> {
+        match prev {
+            // Copy the state and link the successor under the old runtime's lock, so no
+            // request can end on the old runtime after its counts were copied.
+            Some(prev) => prev.with(|b| {
+                let balancer =
+                    Balancer::carry_over_pausing(spec.clone(), b, now, &mut yield_now_and_then);
+                let rt =
+                    Arc::new(ClusterRt::new(balancer, self.metrics.clone(), self.signal.clone()));
+                let _ = prev.successor.set(rt.clone());
+                rt
+            }),
+            None => {
+                let balancer = Balancer::new(spec.clone(), now);
+                Arc::new(ClusterRt::new(balancer, self.metrics.clone(), self.signal.clone()))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    use crate::live::tests::{live, names};
+
+    #[test]
+    fn view_ids_only_grow_even_when_two_changes_guess_the_same_id() {
+        let live = live();
+        let base = (*live.load().view).clone();
+        let a = live.apply(View { id: 2, ..base.clone() }).view.id;
+        let b = live.apply(View { id: 2, ..base.clone() }).view.id;
+        let c = live.apply(View { id: 1, ..base }).view.id;
+        assert_eq!((a, b, c), (2, 3, 4));
+    }
+
+    #[test]
+    fn a_shared_config_replaces_the_file_until_cleared() {
+        let live = live();
+        let file = live.configured();
+        let mut shared = file.clone();
+        let mut c = (*shared.clusters["c"]).clone();
+        c.members.truncate(1);
+        shared.clusters.insert("c".into(), Arc::new(c));
+        let id1 = live.set_shared(Some(shared)).view.id;
+        assert_eq!(names(&live.load()), ["a"]);
+        // An admin change edits the configuration in effect: the shared one.
+        let id2 = live
+            .update_configured(|v| {
+                assert_eq!(v.clusters["c"].members.len(), 1);
+                Ok::<(), ()>(())
+            })
+            .unwrap()
+            .view
+            .id;
+        // A file reload while the shared config is set changes the file layer only.
+        let id3 = live.apply(file).view.id;
+        assert_eq!(names(&live.load()), ["a"]);
+        let id4 = live.set_shared(None).view.id;
+        assert_eq!(names(&live.load()), ["a", "b"], "back to the file's");
+        assert!(id1 < id2 && id2 < id3 && id3 < id4, "{id1} {id2} {id3} {id4}");
+    }
+
+    /// Regression: the admin API read the configuration, changed it and applied it in separate
+    /// steps, so of two concurrent changes the later silently undid the earlier. Here one change
+    /// is held open while a second is made: the second waits, and both land.
+    #[test]
+    fn concurrent_changes_to_the_configuration_both_land() {
+        let live = Arc::new(live());
+        let (inside_tx, inside_rx) = std::sync::mpsc::channel();
+        let first = {
+            let live = live.clone();
+            std::thread::spawn(move || {
+                live.update_configured(|v| {
+                    inside_tx.send(()).unwrap();
+                    std::thread::sleep(Duration::from_millis(100));
+                    let mut c = (*v.clusters["c"]).clone();
+                    c.members[0].weight = 7;
+                    v.clusters.insert("c".into(), Arc::new(c));
+                    Ok::<(), ()>(())
+                })
+            })
+        };
+        inside_rx.recv().unwrap();
+        live.update_configured(|v| {
+            let mut c = (*v.clusters["c"]).clone();
+            c.members[1].weight = 9;
+            v.clusters.insert("c".into(), Arc::new(c));
+            Ok::<(), ()>(())
+        })
+        .unwrap();
+        first.join().unwrap().unwrap();
+        let weights: Vec<u32> =
+            live.load().view.clusters["c"].members.iter().map(|m| m.weight).collect();
+        assert_eq!(weights, [7, 9]);
+        // A refused change leaves everything as it was.
+        let id = live.load().view.id;
+        assert_eq!(live.update_configured(|_| Err("no")).unwrap_err(), "no");
+        assert_eq!(live.load().view.id, id);
+    }
+}
