@@ -28,8 +28,10 @@ use crate::model::{Actor, AdminState, Algorithm, ClusterSpec};
 use crate::rng::Entropy;
 use crate::time::Instant;
 
+pub use crate::ineligible::Ineligible;
+pub use crate::member::health_reason;
 use candidates::Candidates;
-pub use candidates::{Eligibility, Ineligible, health_reason, own_reason};
+pub use candidates::{Eligibility, own_reason};
 pub use pickers::{ADAPTIVE_EXPLORE_ONE_IN, ADAPTIVE_SCAN};
 use pickers::{AlgoState, OwnPicks};
 

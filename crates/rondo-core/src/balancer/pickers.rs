@@ -13,7 +13,7 @@ use crate::tree::MinTree;
 
 use super::candidates::Candidates;
 use super::hashing::Table;
-use super::least::LeastIndex;
+use super::least::{LeastIndex, gcd};
 use super::{NONE, PickRequest};
 
 /// Fixed-point scale of the smooth-weighted phases.
@@ -568,10 +568,6 @@ impl WeightedKey {
 fn weighted_advance(tree: &mut MinTree<WeightedKey>, slot: u32) {
     let key = WeightedKey { next: tree.key(slot).next + PHASE_SCALE, ..*tree.key(slot) };
     tree.set(slot, key, WeightedKey::less);
-}
-
-pub(super) fn gcd(a: u64, b: u64) -> u64 {
-    if b == 0 { a } else { gcd(b, a % b) }
 }
 
 /// `active / weight`, exactly, by cross-multiplication.
