@@ -653,20 +653,6 @@ pub fn status_table(v: &Value) -> String {
     out
 }
 
-/// Aligned rows, the first being the head.
-fn table(rows: &[Vec<String>]) -> String {
-    let n = rows.first().map_or(0, Vec::len);
-    let widths: Vec<usize> =
-        (0..n).map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0)).collect();
-    let mut out = String::new();
-    for r in rows {
-        let line: Vec<String> =
-            r.iter().zip(&widths).map(|(cell, w)| format!("{cell:<w$}")).collect();
-        let _ = writeln!(out, "{}", line.join("  ").trim_end());
-    }
-    out
-}
-
 fn cell(x: &Value) -> String {
     match x {
         Value::Null => "-".to_owned(),
@@ -712,7 +698,7 @@ pub fn queue_table(v: &Value) -> String {
             rejected.to_string(),
         ]);
     }
-    table(&rows)
+    aligned(&rows)
 }
 
 /// `rondo ctl queue dead`: one row per dead letter.
@@ -732,7 +718,7 @@ pub fn dead_table(v: &Value) -> String {
             cell(&d["last_reason"]),
         ]);
     }
-    table(&rows)
+    aligned(&rows)
 }
 
 /// `rondo ctl queue show`: a dead letter's facts, its tries, header fields and body.

@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use crate::ineligible::Ineligible;
 use crate::load::Load;
 use crate::model::{Actor, AdminState, Policy};
 use crate::time::Instant;
@@ -95,9 +96,9 @@ impl MemberState {
 
     /// Up by every measure at `now`: probes, passive ejection, and agent heartbeats (a member
     /// whose agent has reported once and then fell silent past the timeout is unavailable).
-    /// The rules are [`crate::balancer::health_reason`]'s.
+    /// The rules are [`health_reason`]'s.
     pub fn is_healthy(&self, now: Instant, policy: &Policy) -> bool {
-        crate::balancer::health_reason(self, now, policy).is_none()
+        health_reason(self, now, policy).is_none()
     }
 
     /// Whether an existing (sticky) session may stay on this member: draining members keep their
@@ -168,4 +169,22 @@ pub struct Ejection {
     pub until: Instant,
     /// Consecutive ejections including this one.
     pub count: u32,
+}
+
+/// Why the member's health keeps it out at `now`, or `None` when it is up by every measure:
+/// probes (or the registry), passive ejection, and agent heartbeats (a member whose agent has
+/// reported once and then fell silent past the timeout is unavailable).
+/// [`MemberState::is_healthy`] is this returning `None`.
+pub fn health_reason(st: &MemberState, now: Instant, policy: &Policy) -> Option<Ineligible> {
+    if !st.healthy {
+        Some(Ineligible::HealthCheck)
+    } else if st.load.agent.is_some_and(|r| !r.is_fresh(now, policy.agent.timeout)) {
+        Some(Ineligible::AgentSilent)
+    } else if st.ejected_until.is_some_and(|until| now < until) {
+        // Last: passive ejection is this router's own observation, which the naming service
+        // leaves out of its answers; the reasons before it speak for every caller.
+        Some(Ineligible::Ejected)
+    } else {
+        None
+    }
 }

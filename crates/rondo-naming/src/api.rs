@@ -50,10 +50,9 @@ use rondo_core::wire::{self, Register, VIEW_ID_HEADER};
 use rondo_runtime::Live;
 use serde_json::json;
 
+use crate::Registry;
 use crate::answer::{self, AnswerError, LookupFacts};
-use crate::registry::{
-    self, DEFAULT_TTL, Declared, PolicyClaim, Registration, Registry, RegistryError,
-};
+use crate::registry::{self, DEFAULT_TTL, Declared, PolicyClaim, Registration, RegistryError};
 
 /// Default `timeout_ms` of a watch.
 pub const DEFAULT_WATCH: Duration = Duration::from_secs(30);

@@ -15,6 +15,7 @@
 
 pub mod answer;
 pub mod api;
+mod backend;
 pub mod embedded;
 mod journal;
 pub mod registry;
@@ -24,37 +25,5 @@ pub mod dns;
 #[cfg(feature = "etcd")]
 pub mod etcd;
 
-pub use registry::{Limits, Registration, Registry, RegistryError, RegistryStatus, StartError};
-
-use std::sync::Arc;
-
-use rondo_config::RegistrySpec;
-use rondo_runtime::Live;
-
-/// Starts the configured registry backend feeding `live` (inside a tokio runtime) with the
-/// default [`Limits`]. Fails with a message naming what failed: an unreadable or invalid
-/// snapshot file, or a backend this build leaves out.
-pub fn start_registry(spec: &RegistrySpec, live: Arc<Live>) -> Result<Registry, StartError> {
-    start_registry_with(spec, Limits::default(), live)
-}
-
-/// [`start_registry`] with the caps on registrations `limits`.
-pub fn start_registry_with(
-    spec: &RegistrySpec,
-    limits: Limits,
-    live: Arc<Live>,
-) -> Result<Registry, StartError> {
-    match spec {
-        RegistrySpec::Embedded { snapshot } => {
-            embedded::Embedded::start(live, snapshot.clone(), limits).map(Registry::Embedded)
-        }
-        #[cfg(feature = "etcd")]
-        RegistrySpec::Etcd { endpoints, prefix } => {
-            let r = etcd::EtcdRegistry::start(endpoints.clone(), prefix.clone(), live);
-            r.set_limits(limits);
-            Ok(Registry::Etcd(r))
-        }
-        #[cfg(not(feature = "etcd"))]
-        RegistrySpec::Etcd { .. } => Err(StartError::NotBuilt { backend: "etcd", feature: "etcd" }),
-    }
-}
+pub use backend::{Registry, start_registry, start_registry_with};
+pub use registry::{Limits, Registration, RegistryError, RegistryStatus, StartError};

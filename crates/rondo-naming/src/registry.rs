@@ -1,6 +1,6 @@
-//! Registrations with leases, behind one interface over the backends: [`Registry::Embedded`]
-//! (in-process, the default) and `Registry::Etcd` (feature `etcd`, shared by a tier of
-//! routers). A backend owns the registrations and feeds them into the live view: the embedded
+//! Registrations with leases, and what every backend shares: the registration, its limits,
+//! errors and status, and the settling of declared policies. The interface over the backends
+//! ([`crate::Registry`]) is in `backend`, above them. A backend owns the registrations and feeds them into the live view: the embedded
 //! one the member lists of the clusters a batch changed (`Live::update_registered`), the etcd
 //! one the whole set whenever it changes (`Live::set_registered`), and the tier's shared
 //! configuration (`Live::set_shared`).
@@ -8,10 +8,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use rondo_core::wire::Lease;
 use rondo_core::{ClusterSpec, MemberSpec};
-
-use crate::embedded::Embedded;
 
 /// Default lease time to live.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(10);
@@ -334,96 +331,6 @@ pub struct RegistryStatus {
     pub registrations: usize,
     /// Full resynchronisations done (etcd: at start, after a reconnect or a compacted watch).
     pub resyncs: u64,
-}
-
-/// The registry backend in use.
-#[derive(Debug, Clone)]
-pub enum Registry {
-    /// In-process.
-    Embedded(Arc<Embedded>),
-    /// etcd.
-    #[cfg(feature = "etcd")]
-    Etcd(Arc<crate::etcd::EtcdRegistry>),
-}
-
-impl Registry {
-    /// Registers (or re-registers, replacing the address, weight and group) a member with a
-    /// new lease.
-    pub async fn register(&self, reg: Registration) -> Result<Lease, RegistryError> {
-        match self {
-            Registry::Embedded(r) => r.register(reg).await,
-            #[cfg(feature = "etcd")]
-            Registry::Etcd(r) => r.register(reg).await,
-        }
-    }
-
-    /// Renews a lease for its full time to live.
-    pub async fn keepalive(&self, lease: &str) -> Result<Lease, RegistryError> {
-        match self {
-            Registry::Embedded(r) => r.keepalive(lease),
-            #[cfg(feature = "etcd")]
-            Registry::Etcd(r) => r.keepalive(lease).await,
-        }
-    }
-
-    /// Removes a registered member now.
-    pub async fn deregister(&self, cluster: &str, member: &str) -> Result<(), RegistryError> {
-        match self {
-            Registry::Embedded(r) => r.deregister(cluster, member).await,
-            #[cfg(feature = "etcd")]
-            Registry::Etcd(r) => r.deregister(cluster, member).await,
-        }
-    }
-
-    /// Stores the tier's shared configuration (TOML, the config file's schema; its routes and
-    /// clusters replace every router's own). Only the etcd backend shares one.
-    pub async fn put_config(&self, text: String) -> Result<(), RegistryError> {
-        match self {
-            Registry::Embedded(_) => {
-                let _ = text;
-                Err(RegistryError::Unsupported(
-                    "the embedded registry has no shared configuration; edit the config file or \
-                     use the admin API (`registry = \"etcd\"` shares one across routers)"
-                        .to_owned(),
-                ))
-            }
-            #[cfg(feature = "etcd")]
-            Registry::Etcd(r) => r.put_config(text).await,
-        }
-    }
-
-    /// Backend, connection and counts.
-    pub fn status(&self) -> RegistryStatus {
-        match self {
-            Registry::Embedded(r) => r.status(),
-            #[cfg(feature = "etcd")]
-            Registry::Etcd(r) => r.status(),
-        }
-    }
-
-    /// Stops the backend's background tasks.
-    pub fn stop(&self) {
-        match self {
-            Registry::Embedded(r) => r.stop(),
-            #[cfg(feature = "etcd")]
-            Registry::Etcd(r) => r.stop(),
-        }
-    }
-
-    /// Stops for a hitless upgrade's hand-off: the embedded registry's writer finishes its
-    /// batch in progress and ends, so the new process can open its files (waits at most
-    /// `timeout`; returns whether it ended in time); an etcd registry just stops (etcd keeps
-    /// the registrations).
-    pub fn release(&self, timeout: std::time::Duration) -> bool {
-        match self {
-            Registry::Embedded(r) => r.release(timeout),
-            #[cfg(feature = "etcd")]
-            Registry::Etcd(r) => {
-                r.stop();
-                true
-            }
-        }
-    }
 }
 
 #[cfg(test)]

@@ -34,7 +34,6 @@ use bytes::Bytes;
 use http::uri::PathAndQuery;
 use http::{HeaderMap, Method};
 use rondo_core::SessionReplay;
-use rondo_runtime::ClusterRt;
 
 /// The cookie that names a cookie session for replay.
 pub const REPLAY_COOKIE: &str = "rondo-replay";
@@ -47,6 +46,11 @@ pub const REPLAY_HEADER: &str = "x-rondo-replay";
 pub const REPLAYED_HEADER: &str = "x-rondo-replayed";
 /// Sessions kept at most per listener; past it new sessions are not kept (as over the limits).
 pub const MAX_LOGS: usize = 100_000;
+/// Session ids longer than this are ignored (the request is placed without a session, and its
+/// requests are not kept): ids are client-chosen, so neither their size nor their number may
+/// grow the sticky table or the replay logs without bound. Sticky sessions' limit too
+/// (`crate::sticky` re-exports it); defined here, below `sticky`, which holds the replay [`Store`].
+pub const MAX_SESSION_ID: usize = 128;
 /// Bytes of kept requests handed to a new process at most, over every listener: the state
 /// travels in one frame of the upgrade socket.
 pub const MAX_HANDOFF_BYTES: u64 = 64 << 20;
@@ -425,7 +429,7 @@ impl Store {
         for h in list {
             let Some((route_limits, idle)) = limits(&h.route) else { continue };
             let idle_for = Duration::from_millis(h.idle_ms);
-            if idle_for >= idle || h.session.len() > crate::sticky::MAX_SESSION_ID {
+            if idle_for >= idle || h.session.len() > MAX_SESSION_ID {
                 continue;
             }
             let id = (h.route.clone(), h.session.clone());
@@ -495,72 +499,6 @@ fn sweep(inner: &mut Inner, now: Instant) {
     for (route, n) in freed {
         inner.drop_kept(&route, n);
     }
-}
-
-/// The session a request of `route` on cluster `rt` belongs to, for replay: its header
-/// session's id, or its replay cookie's; a cookie session without one gets a new id and the
-/// `Set-Cookie` that gives it to the client.
-pub(crate) fn session_of(
-    route: &rondo_core::Route,
-    rt: &ClusterRt,
-    headers: &HeaderMap,
-    secure: bool,
-) -> Option<(String, Option<http::HeaderValue>)> {
-    route.session_replay?;
-    let spec = &rt.spec;
-    if spec.policy.granularity != rondo_core::Granularity::Session {
-        return None;
-    }
-    if let Some(h) = &spec.sticky.header {
-        let id = crate::head::Headers::get_str(headers, h.as_str())?;
-        return (id.len() <= crate::sticky::MAX_SESSION_ID).then(|| (id.to_owned(), None));
-    }
-    if let Some(id) = crate::sticky::cookie(headers, REPLAY_COOKIE)
-        && id.len() == 32
-        && id.bytes().all(|b| b.is_ascii_hexdigit())
-    {
-        return Some((id.to_owned(), None));
-    }
-    let id = new_id();
-    let secure = if secure { "; Secure" } else { "" };
-    let cookie = format!("{REPLAY_COOKIE}={id}; Path=/; HttpOnly; SameSite=Lax{secure}");
-    Some((id, http::HeaderValue::from_str(&cookie).ok()))
-}
-
-/// Replays `kept` to `member` of `rt`, in order, each within `timeout` (a request of its
-/// own, marked `x-rondo-replay: 1`, its answer read and dropped): how many, or the failure
-/// (no answer, or a 5xx: the member could not take the session over).
-pub(crate) async fn replay(
-    ctx: &crate::http::HttpCtx,
-    rt: &ClusterRt,
-    member: usize,
-    kept: &[Arc<Kept>],
-    timeout: Duration,
-) -> Result<usize, ()> {
-    use http_body_util::BodyExt as _;
-    let client = ctx.clients.for_cluster(rt).map_err(|_| ())?;
-    for k in kept {
-        let mut headers = k.headers();
-        headers.insert(REPLAY_HEADER, http::HeaderValue::from_static("1"));
-        let slot = crate::body::BodySlot::whole(k.body.clone(), k.trailers.clone());
-        let body = crate::body::UpstreamBody::stream(slot, 0, None);
-        let request = crate::hyper_path::tries::upstream_request(
-            &k.method,
-            &headers,
-            rt,
-            member,
-            &k.path_and_query,
-            body,
-        );
-        let answer = async {
-            let resp = client.request(request).await.map_err(|_| ())?;
-            let status = resp.status().as_u16();
-            resp.into_body().collect().await.map_err(|_| ())?;
-            if status >= 500 { Err(()) } else { Ok(()) }
-        };
-        tokio::time::timeout(timeout, answer).await.map_err(|_| ())??;
-    }
-    Ok(kept.len())
 }
 
 /// A new random session id for the replay cookie (128 bits, hex).

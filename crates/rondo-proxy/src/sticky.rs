@@ -25,6 +25,8 @@ use rondo_core::ClusterSpec;
 use rondo_runtime::ClusterRt;
 use rondo_runtime::secret::TierKey;
 
+pub use crate::session_replay::MAX_SESSION_ID;
+
 // The cookie readers are the identity crate's (the tier session is a cookie too); the request
 // stages name them here, beside the sticky cookie they read.
 pub use rondo_identity::head::{cookie, cookies};
@@ -107,9 +109,6 @@ pub fn unix_now() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
-/// Session ids longer than this are ignored (the request is placed without a session): ids are
-/// client-chosen, so neither their size nor their number may grow the table without bound.
-pub const MAX_SESSION_ID: usize = 128;
 /// At most this many header sessions are tracked per router; past it, new sessions are placed
 /// without being pinned until idle ones are forgotten.
 pub const MAX_SESSIONS: usize = 100_000;

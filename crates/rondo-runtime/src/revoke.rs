@@ -207,17 +207,7 @@ impl Revocations {
         if last {
             self.handed_over.store(true, std::sync::atomic::Ordering::Release);
         }
-        let mut v: Vec<Revocation> = local
-            .iter()
-            .filter(|(_, u)| **u > now)
-            .map(|((kind, value), until)| Revocation {
-                kind: *kind,
-                value: value.clone(),
-                until: *until,
-            })
-            .collect();
-        v.sort_by(|a, b| (a.kind, &a.value).cmp(&(b.kind, &b.value)));
-        v
+        in_force(&local, now)
     }
 
     /// Takes over the revocations a previous process handed over ([`Revocations::hand_over`]):
@@ -257,19 +247,7 @@ impl Revocations {
 
     /// Every revocation in force at `now`, sorted.
     pub fn list(&self, now: u64) -> Vec<Revocation> {
-        let mut v: Vec<Revocation> = self
-            .merged
-            .load()
-            .iter()
-            .filter(|(_, u)| **u > now)
-            .map(|((kind, value), until)| Revocation {
-                kind: *kind,
-                value: value.clone(),
-                until: *until,
-            })
-            .collect();
-        v.sort_by(|a, b| (a.kind, &a.value).cmp(&(b.kind, &b.value)));
-        v
+        in_force(&self.merged.load(), now)
     }
 
     fn merge(&self, now: u64) {
@@ -287,6 +265,21 @@ impl Revocations {
 
 /// The store's format: one revocation a line, `KIND<TAB>VALUE<TAB>UNTIL` (values hold no control
 /// character, the admin API refuses them).
+/// The revocations of `set` in force at `now`, sorted (by kind, then value).
+fn in_force(set: &Set, now: u64) -> Vec<Revocation> {
+    let mut v: Vec<Revocation> = set
+        .iter()
+        .filter(|(_, u)| **u > now)
+        .map(|((kind, value), until)| Revocation {
+            kind: *kind,
+            value: value.clone(),
+            until: *until,
+        })
+        .collect();
+    v.sort_by(|a, b| (a.kind, &a.value).cmp(&(b.kind, &b.value)));
+    v
+}
+
 fn write_store(path: &Path, set: &Set) -> std::io::Result<()> {
     let mut text = String::new();
     for ((kind, value), until) in set {

@@ -20,54 +20,12 @@
 //! view can disagree with the picks about who gets traffic.
 
 use crate::explain::Scope;
-use crate::member::MemberState;
+use crate::ineligible::Ineligible;
+use crate::member::{MemberState, health_reason};
 use crate::model::{AdminState, ClusterSpec, Policy};
 use crate::time::Instant;
 
 use super::NONE;
-
-/// Why a member takes no new requests or sessions, in the order the rules are checked.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Ineligible {
-    /// The operator (or config) disabled it.
-    Disabled,
-    /// The operator (or config) is draining it: sticky sessions stay, nothing new.
-    Draining,
-    /// Its health checks (or the registry) say it is down.
-    HealthCheck,
-    /// Its load agent reported once and has been silent past the agent timeout.
-    AgentSilent,
-    /// Passive outlier detection ejected it for a while.
-    Ejected,
-    /// Up, but the cluster prefers the caller's locality group and this member is in another.
-    OtherGroup,
-}
-
-impl Ineligible {
-    /// The reason as status pages, metrics and logs show it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Ineligible::Disabled => "disabled",
-            Ineligible::Draining => "draining",
-            Ineligible::HealthCheck => "health_check",
-            Ineligible::Ejected => "ejected",
-            Ineligible::AgentSilent => "agent_silent",
-            Ineligible::OtherGroup => "other_group",
-        }
-    }
-
-    /// Whether the reason is the member's health (probes, ejection, agent), which panic mode
-    /// overrides, rather than the operator's word or locality.
-    pub fn is_health(self) -> bool {
-        matches!(self, Ineligible::HealthCheck | Ineligible::Ejected | Ineligible::AgentSilent)
-    }
-}
-
-impl std::fmt::Display for Ineligible {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
 
 /// Whether one member is a candidate for new requests now, and what keeps it out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,24 +35,6 @@ pub struct Eligibility {
     /// What is wrong with it: the reason it is not eligible, or, while the cluster is in panic
     /// mode, the health reason it is eligible despite. `None` for a member with nothing wrong.
     pub reason: Option<Ineligible>,
-}
-
-/// Why the member's health keeps it out at `now`, or `None` when it is up by every measure:
-/// probes (or the registry), passive ejection, and agent heartbeats (a member whose agent has
-/// reported once and then fell silent past the timeout is unavailable).
-/// [`MemberState::is_healthy`] is this returning `None`.
-pub fn health_reason(st: &MemberState, now: Instant, policy: &Policy) -> Option<Ineligible> {
-    if !st.healthy {
-        Some(Ineligible::HealthCheck)
-    } else if st.load.agent.is_some_and(|r| !r.is_fresh(now, policy.agent.timeout)) {
-        Some(Ineligible::AgentSilent)
-    } else if st.ejected_until.is_some_and(|until| now < until) {
-        // Last: passive ejection is this router's own observation, which the naming service
-        // leaves out of its answers; the reasons before it speak for every caller.
-        Some(Ineligible::Ejected)
-    } else {
-        None
-    }
 }
 
 /// The member's own reason to stay out at `now` (admin state first, then health), before the

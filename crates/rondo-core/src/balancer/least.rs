@@ -197,7 +197,7 @@ fn load_scales(weights: &[u64]) -> Vec<u64> {
     const LIMIT: u64 = 1 << 24;
     let mut lcm = 1u64;
     for &w in weights {
-        lcm = lcm / super::pickers::gcd(lcm, w) * w;
+        lcm = lcm / gcd(lcm, w) * w;
         if lcm > LIMIT {
             let max = weights.iter().copied().max().unwrap_or(1) as f64;
             return weights
@@ -207,6 +207,11 @@ fn load_scales(weights: &[u64]) -> Vec<u64> {
         }
     }
     weights.iter().map(|&w| lcm / w).collect()
+}
+
+/// Greatest common divisor (Euclid), for reducing weights.
+pub(super) fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 { a } else { gcd(b, a % b) }
 }
 
 #[cfg(test)]

@@ -28,8 +28,10 @@ use crate::model::{Actor, AdminState, Algorithm, ClusterSpec};
 use crate::rng::Entropy;
 use crate::time::Instant;
 
+pub use crate::ineligible::Ineligible;
+pub use crate::member::health_reason;
 use candidates::Candidates;
-pub use candidates::{Eligibility, Ineligible, health_reason, own_reason};
+pub use candidates::{Eligibility, own_reason};
 pub use pickers::{ADAPTIVE_EXPLORE_ONE_IN, ADAPTIVE_SCAN};
 use pickers::{AlgoState, OwnPicks};
 
@@ -175,13 +177,7 @@ impl Balancer {
         let mut b = Self::with_states(spec, states);
         // Order state that outlives a view: `rotating`'s list, `response-time`'s round trips.
         if matches!(b.spec.policy.algorithm, Algorithm::Rotating | Algorithm::ResponseTime) {
-            let index: HashMap<&str, u32> = b
-                .spec
-                .members
-                .iter()
-                .enumerate()
-                .map(|(i, m)| (m.name.as_str(), i as u32))
-                .collect();
+            let index = b.index_by_name();
             b.algo = AlgoState::carry_over(b.spec.policy.algorithm, &old.algo, |m| {
                 index.get(old.spec.members[m as usize].name.as_str()).copied()
             });
@@ -197,6 +193,11 @@ impl Balancer {
         b
     }
 
+    /// Member name -> index in this version of the cluster, to carry order state over by name.
+    fn index_by_name(&self) -> HashMap<&str, u32> {
+        self.spec.members.iter().enumerate().map(|(i, m)| (m.name.as_str(), i as u32)).collect()
+    }
+
     /// `old`'s shadow in this new version of its cluster: algorithm state kept as the live
     /// one's is (by member name), the tally too, restarted when the live algorithm changed
     /// (its live side would mix two algorithms).
@@ -209,13 +210,7 @@ impl Balancer {
     ) -> Shadow {
         let old_of: Vec<Option<usize>> =
             self.spec.members.iter().map(|m| previous.get(m.name.as_str()).copied()).collect();
-        let index: HashMap<&str, u32> = self
-            .spec
-            .members
-            .iter()
-            .enumerate()
-            .map(|(i, m)| (m.name.as_str(), i as u32))
-            .collect();
+        let index = self.index_by_name();
         let algo = AlgoState::carry_over(sh.algorithm, &sh.algo, |m| {
             index.get(old.spec.members[m as usize].name.as_str()).copied()
         });

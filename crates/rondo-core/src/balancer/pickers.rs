@@ -13,7 +13,7 @@ use crate::tree::MinTree;
 
 use super::candidates::Candidates;
 use super::hashing::Table;
-use super::least::LeastIndex;
+use super::least::{LeastIndex, gcd};
 use super::{NONE, PickRequest};
 
 /// Fixed-point scale of the smooth-weighted phases.
@@ -570,10 +570,6 @@ fn weighted_advance(tree: &mut MinTree<WeightedKey>, slot: u32) {
     tree.set(slot, key, WeightedKey::less);
 }
 
-pub(super) fn gcd(a: u64, b: u64) -> u64 {
-    if b == 0 { a } else { gcd(b, a % b) }
-}
-
 /// `active / weight`, exactly, by cross-multiplication.
 fn load_cmp(cands: &Candidates, states: &[MemberState], a: usize, b: usize) -> Ordering {
     let la = states[cands.slots[a] as usize].load.active();
@@ -664,6 +660,13 @@ fn agent_pick<R: Recency>(
     }
 }
 
+/// A number below `m` from the low 32 bits of `bits` (multiply-shift; clusters are far below
+/// 2^32 members), so one 64-bit draw gives two.
+#[inline(always)]
+fn below32(bits: u64, m: usize) -> usize {
+    (((bits & 0xFFFF_FFFF) * m as u64) >> 32) as usize
+}
+
 /// Power of two choices (Mitzenmacher, "The Power of Two Choices in Randomized Load
 /// Balancing", 2001) over Finagle's peak-EWMA cost: two distinct candidates at random, the
 /// cheaper wins. Cost = latency estimate x (in-flight + 1) / weight.
@@ -680,15 +683,13 @@ fn p2c(
     if n == 1 {
         return (0, Why::Only);
     }
-    // Two draws of 64 bits give the exploration coin and both samples (32-bit multiply-shift;
-    // clusters are far below 2^32 members).
+    // Two draws of 64 bits give the exploration coin and both samples (`below32`).
     let r = rng.next_u64();
-    let below = |bits: u64, m: usize| (((bits & 0xFFFF_FFFF) * m as u64) >> 32) as usize;
-    if below(r, P2C_EXPLORE_ONE_IN) == 0 {
+    if below32(r, P2C_EXPLORE_ONE_IN) == 0 {
         return (rng.below(n) as u32, Why::P2cExplore);
     }
-    let a = below(r >> 32, n);
-    let mut b = below(rng.next_u64(), n - 1);
+    let a = below32(r >> 32, n);
+    let mut b = below32(rng.next_u64(), n - 1);
     if b >= a {
         b += 1;
     }
@@ -745,12 +746,11 @@ fn adaptive(
         return (0, Why::Only);
     }
     let r = rng.next_u64();
-    let below = |bits: u64, m: usize| (((bits & 0xFFFF_FFFF) * m as u64) >> 32) as usize;
-    if below(r, ADAPTIVE_EXPLORE_ONE_IN) == 0 {
-        return (below(r >> 32, n) as u32, Why::AdaptiveExplore);
+    if below32(r, ADAPTIVE_EXPLORE_ONE_IN) == 0 {
+        return (below32(r >> 32, n) as u32, Why::AdaptiveExplore);
     }
     // The candidates compared: all of them from a random start, or a sample in large clusters.
-    let start = below(r >> 32, n);
+    let start = below32(r >> 32, n);
     let draws = n.min(ADAPTIVE_SCAN);
     let mut slots = [0usize; ADAPTIVE_SCAN];
     for (k, s) in slots.iter_mut().enumerate().take(draws) {

@@ -55,7 +55,7 @@ pub struct HttpCtx {
     /// Sign-on token checks (routes' `auth`), shared by every listener.
     pub auth: Arc<crate::auth::Auth>,
     /// The multicast branches' queues.
-    pub copies: crate::multicast::Queues,
+    pub copies: crate::multicast::queues::Queues,
 }
 
 /// A failure the client is answered with, and the idle timeout its connection keeps.
@@ -74,5 +74,3 @@ pub(crate) use forward::place;
 pub(crate) use forward::{Begun, Choice, Tries, forward};
 pub(crate) use route::{Decided, Target, find_route, looped, needs_hyper, without_port};
 pub(crate) use view::{ClusterView, record_response, route_metrics};
-
-pub use crate::hyper_path::handle;

@@ -56,7 +56,7 @@ pub async fn handle(
             ctx.metrics.router_response(status, e.route.as_deref(), e.cluster.as_deref());
             let line =
                 ctx.access.as_ref().zip(start).map(|(l, s)| access::Pending::failed(l, s, &e));
-            let mut resp = e.into_response(ctx.listener.error_detail);
+            let mut resp = respond::failure(e, ctx.listener.error_detail);
             resp.body_mut().set_finish(Finish::default().conn(conn, idle).log(line));
             resp
         }

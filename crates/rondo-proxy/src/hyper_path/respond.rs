@@ -1,14 +1,16 @@
 //! The respond stage on hyper's path: the member's answer on its way back with header hygiene,
 //! `Via` and a session cookie, its end reported to the member and the connection; a protocol
-//! switch joins the two upgraded connections ([`tunnel`]).
+//! switch joins the two upgraded connections ([`tunnel`]). A failure's own answer is
+//! [`failure`].
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::header;
-use http::{Response, StatusCode};
+use bytes::Bytes;
+use http::{HeaderValue, Response, StatusCode, header};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
+use rondo_config::ErrorDetail;
 use rondo_core::{FailureKind, Outcome, Route};
 use rondo_runtime::ClusterRt;
 use rondo_runtime::metrics::RouteMetrics;
@@ -17,6 +19,7 @@ use crate::http::Choice;
 
 use crate::body::{BodySlot, Finish, ProxyBody};
 use crate::conn::ConnState;
+use crate::error::{Kind, ProxyError};
 use crate::headers::{append_via, strip_hop_by_hop};
 
 /// Stage 4: the member's answer on its way back: framing fixed, hop-by-hop headers gone (or a
@@ -90,4 +93,26 @@ fn tunnel(
         }
         rt.close_session(member);
     });
+}
+
+/// The response the client gets for failure `e`, as much explained as the listener's `detail`
+/// allows ([`ProxyError::render`]).
+pub(super) fn failure(e: ProxyError, detail: ErrorDetail) -> Response<ProxyBody> {
+    let mut resp = Response::new(ProxyBody::local(Bytes::from(e.render(detail))));
+    *resp.status_mut() = e.kind.status();
+    let headers = resp.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    if let Kind::Unauthorized(refusal) = e.kind {
+        headers.insert(header::WWW_AUTHENTICATE, refusal.challenge());
+    }
+    if e.kind == Kind::NoEligible {
+        headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    }
+    if matches!(
+        e.kind,
+        Kind::BodyTooLarge | Kind::ClientBody | Kind::ClientBodyTimeout | Kind::BadRequest
+    ) {
+        headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    resp
 }

@@ -69,7 +69,7 @@ async fn attempt(
     let begun = Begun::new(rt, member);
     // Session replay: a session that moved to this member gets its kept requests first.
     let tls = ctx.listener.tls.is_some();
-    let session = crate::session_replay::session_of(route, rt, &req.parts.headers, tls);
+    let session = session_of(route, rt, &req.parts.headers, tls);
     let mut replayed = None;
     if let Some((key, _)) = &session {
         match replay_moved(ctx, route, rt, member, key, failover).await {
@@ -236,7 +236,7 @@ async fn replay_moved(
         crate::session_replay::Plan::Replay(kept) => {
             let started = Instant::now();
             let timeout = failover.try_timeout(clock::from_std(started));
-            match crate::session_replay::replay(ctx, rt, member, &kept, timeout).await {
+            match replay(ctx, rt, member, &kept, timeout).await {
                 Ok(n) => {
                     tracing::info!(route = %route.name, member = %name, replayed = n, "session replayed to the member taking it over");
                     ctx.live.metrics.replay(&route.name, "replayed");
@@ -336,4 +336,66 @@ pub(crate) fn upstream_request(
         _ => Version::HTTP_11,
     };
     req
+}
+
+/// The session a request of `route` on cluster `rt` belongs to, for replay: its header
+/// session's id, or its replay cookie's; a cookie session without one gets a new id and the
+/// `Set-Cookie` that gives it to the client.
+pub(crate) fn session_of(
+    route: &rondo_core::Route,
+    rt: &ClusterRt,
+    headers: &http::HeaderMap,
+    secure: bool,
+) -> Option<(String, Option<http::HeaderValue>)> {
+    route.session_replay?;
+    let spec = &rt.spec;
+    if spec.policy.granularity != rondo_core::Granularity::Session {
+        return None;
+    }
+    if let Some(h) = &spec.sticky.header {
+        let id = crate::head::Headers::get_str(headers, h.as_str())?;
+        return (id.len() <= crate::session_replay::MAX_SESSION_ID).then(|| (id.to_owned(), None));
+    }
+    if let Some(id) = crate::sticky::cookie(headers, crate::session_replay::REPLAY_COOKIE)
+        && id.len() == 32
+        && id.bytes().all(|b| b.is_ascii_hexdigit())
+    {
+        return Some((id.to_owned(), None));
+    }
+    let id = crate::session_replay::new_id();
+    let secure = if secure { "; Secure" } else { "" };
+    let cookie = format!(
+        "{}={id}; Path=/; HttpOnly; SameSite=Lax{secure}",
+        crate::session_replay::REPLAY_COOKIE
+    );
+    Some((id, http::HeaderValue::from_str(&cookie).ok()))
+}
+
+/// Replays `kept` to `member` of `rt`, in order, each within `timeout` (a request of its
+/// own, marked `x-rondo-replay: 1`, its answer read and dropped): how many, or the failure
+/// (no answer, or a 5xx: the member could not take the session over).
+pub(crate) async fn replay(
+    ctx: &HttpCtx,
+    rt: &ClusterRt,
+    member: usize,
+    kept: &[Arc<crate::session_replay::Kept>],
+    timeout: Duration,
+) -> Result<usize, ()> {
+    use http_body_util::BodyExt as _;
+    let client = ctx.clients.for_cluster(rt).map_err(|_| ())?;
+    for k in kept {
+        let mut headers = k.headers();
+        headers.insert(crate::session_replay::REPLAY_HEADER, http::HeaderValue::from_static("1"));
+        let slot = crate::body::BodySlot::whole(k.body.clone(), k.trailers.clone());
+        let body = crate::body::UpstreamBody::stream(slot, 0, None);
+        let request = upstream_request(&k.method, &headers, rt, member, &k.path_and_query, body);
+        let answer = async {
+            let resp = client.request(request).await.map_err(|_| ())?;
+            let status = resp.status().as_u16();
+            resp.into_body().collect().await.map_err(|_| ())?;
+            if status >= 500 { Err(()) } else { Ok(()) }
+        };
+        tokio::time::timeout(timeout, answer).await.map_err(|_| ())??;
+    }
+    Ok(kept.len())
 }

@@ -13,10 +13,9 @@
 //! first, then every 100th). Every copy's outcome is counted by route, branch and outcome
 //! (`answered`, `5xx`, `failed`, `overflow`) and logged when it failed.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use http::request::Parts;
@@ -31,6 +30,11 @@ use crate::body::{BodySlot, UpstreamBody};
 use crate::error::Kind;
 use crate::http::{Begun, Choice, HttpCtx, Tries, forward, record_response};
 use crate::hyper_path::tries::upstream_request;
+
+use queues::Held;
+pub use queues::Queues;
+
+pub(crate) mod queues;
 
 /// One branch a request is copied to: a route like the one that matched, but for the branch's
 /// cluster and backups (its name, timeouts and metrics labels are the route's), and the
@@ -87,34 +91,6 @@ pub(crate) fn branches(route: &Route, also: &[&Route]) -> Vec<Plan> {
         }
     }
     out
-}
-
-/// The copies waiting or in flight per (route, branch cluster) of one listener.
-#[derive(Debug, Default)]
-pub struct Queues {
-    map: Mutex<HashMap<(String, String), Arc<Queue>>>,
-}
-
-#[derive(Debug, Default)]
-struct Queue {
-    pending: AtomicU32,
-    overflowed: AtomicU64,
-}
-
-impl Queues {
-    fn of(&self, route: &str, cluster: &str) -> Arc<Queue> {
-        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
-        map.entry((route.to_owned(), cluster.to_owned())).or_default().clone()
-    }
-}
-
-/// A place in a branch's queue, given back when the copy is over.
-struct Held(Arc<Queue>);
-
-impl Drop for Held {
-    fn drop(&mut self) {
-        self.0.pending.fetch_sub(1, Ordering::AcqRel);
-    }
 }
 
 /// Sends a copy of the prepared request (`parts`, `path_and_query`, the whole body in `slot`)
