@@ -163,6 +163,11 @@ fn read_errors(
         // Only a key/value pair can be blanked out; an unknown table stays the last error.
         let Some((key, value)) = spans else { break };
         blank(&mut blanked, key.start..value.end);
+        // Blanking the last part of a dotted key (`tls.fooo = 1`) leaves `tls.` behind, which
+        // no longer parses: stop there rather than report a syntax error the file has not.
+        if toml_edit::Document::parse(blanked.as_str()).is_err() {
+            break;
+        }
         next = toml::from_str::<raw::RawConfig>(&blanked).err();
     }
     errors

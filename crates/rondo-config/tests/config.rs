@@ -575,6 +575,9 @@ fn every_typo_of_a_file_is_reported_in_one_run_with_the_nearest_name() {
         "zzzzzz",
         "unknown field `zzzzzz`, expected one of `",
     );
+    // A misspelt dotted key is one error, not also a syntax error the file does not have.
+    let text = with("\n[cluster.other]\nmembers = []\nhealth.pathh = \"/h\"\n");
+    fails_once(&text, "cluster.other.health.pathh", "pathh", "did you mean `path`?");
     // After the last unknown field, another kind of error is still reported.
     let text = with("\n[cluster.other]\nalgoritm = \"random\"\nmembers = 5\n");
     let errs = errors(&text);

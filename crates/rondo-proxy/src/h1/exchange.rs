@@ -183,8 +183,9 @@ impl<S: ClientStream> OwnTries<'_, S> {
         if rhead.framing == Framing::Close {
             self.close = true;
         }
-        let mut out = std::mem::take(&mut self.out);
-        out.clear();
+        // The client's head in a buffer of its own: `self.out` keeps the request as members get
+        // it, for another try should this response turn out broken before any of it went.
+        let mut out = pool::take();
         // A member's `x-rondo-login` never reaches the client (`write_response_head` drops it
         // on every route); on a login route it becomes the tier session's cookie.
         let login = self.route.filter(|route| route.login.is_some()).and_then(|route| {
@@ -210,7 +211,7 @@ impl<S: ClientStream> OwnTries<'_, S> {
             let both = self.pump_both(&rhead, &mut out, &mut rbuf, &mut upstream, &mut finish);
             Box::pin(both).await
         };
-        self.out = out;
+        pool::give(out);
         pool::give(rbuf);
         let (whole, client_ok, clean) = match pumped {
             Ok(pumped) => pumped,

@@ -76,11 +76,9 @@ impl Idle {
 
     /// The newest idle connection that is still open and quiet. A member that closed it, or
     /// sent bytes nobody asked for (a second response, padding), loses it: those bytes would
-    /// otherwise be read as the answer to the next request, another client's. Every idle
-    /// connection stays registered with the reactor, which marks it readable when anything
-    /// arrives; the read here asks the system only when that mark is set, so a quiet
-    /// connection is checked without a system call. `now` is the try's start (a clock reading
-    /// the caller has made already).
+    /// otherwise be read as the answer to the next request, another client's ([`is_quiet`]
+    /// asks the kernel). `now` is the try's start (a clock reading the caller has made
+    /// already).
     pub fn take(&self, now: Instant) -> Option<TcpStream> {
         loop {
             let (conn, since) = self.conns.lock().unwrap_or_else(|e| e.into_inner()).pop()?;
@@ -117,11 +115,15 @@ impl Idle {
     }
 }
 
-/// Whether an idle member connection has nothing to read and is still open: `try_read` finds
-/// no readiness (no system call), or the system says the read would block.
+/// Whether an idle member connection has nothing to read and is still open, asked of the
+/// kernel (a peek that must find nothing): tokio's readiness mark is not enough, since a busy
+/// worker polls the reactor only now and then, and bytes that came after the last read may
+/// not be marked yet. One system call per connection taken.
 fn is_quiet(conn: &TcpStream) -> bool {
+    use rustix::net::{RecvFlags, recv};
     let mut probe = [0u8; 1];
-    matches!(conn.try_read(&mut probe), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+    let peeked = recv(conn, &mut probe, RecvFlags::PEEK | RecvFlags::DONTWAIT);
+    matches!(peeked, Err(e) if e == rustix::io::Errno::AGAIN)
 }
 
 /// Buffers lent by [`take`] and not yet given back: with every connection idle, none.

@@ -365,7 +365,9 @@ impl<S: ClientStream> Tries for OwnTries<'_, S> {
     }
 
     fn replayable(&self) -> bool {
-        self.body.complete || !self.body.touched
+        // A body streamed from the client (touched) is gone once sent, complete or not: only
+        // one that came whole with the head is in the request buffer to send again.
+        !self.body.touched
     }
 
     async fn attempt(

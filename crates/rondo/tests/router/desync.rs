@@ -25,6 +25,10 @@ enum Script {
     /// A chunked answer with one good chunk, then after a pause a chunk-size line that is not
     /// hex.
     LateBrokenChunk,
+    /// An honest answer, nothing more.
+    Honest,
+    /// Reads a request's head and its `content-length` body, then closes without an answer.
+    TakeBodyAndClose,
 }
 
 const STALE: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nSTALE";
@@ -35,30 +39,51 @@ const STALE: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nSTALE";
 struct Scripted {
     addr: SocketAddr,
     conns: Arc<AtomicUsize>,
+    /// The first line of every request head it read.
+    lines: Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 async fn scripted(script: Script) -> Scripted {
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = l.local_addr().expect("addr");
     let conns = Arc::new(AtomicUsize::new(0));
-    let counted = conns.clone();
+    let lines = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let (counted, seen) = (conns.clone(), lines.clone());
     tokio::spawn(async move {
         while let Ok((s, _)) = l.accept().await {
             counted.fetch_add(1, Ordering::SeqCst);
-            tokio::spawn(answer(s, script));
+            tokio::spawn(answer(s, script, seen.clone()));
         }
     });
-    Scripted { addr, conns }
+    Scripted { addr, conns, lines }
 }
 
 /// At most 64 requests on one connection, each head at most 64 KiB.
-async fn answer(mut s: tokio::net::TcpStream, script: Script) {
+async fn answer(
+    mut s: tokio::net::TcpStream,
+    script: Script,
+    lines: Arc<std::sync::Mutex<Vec<String>>>,
+) {
     let mut buf = Vec::new();
     for _ in 0..64 {
         let Some(head) = support::next_head(&mut s, &mut buf).await else { return };
+        lines.lock().unwrap().push(head.lines().next().unwrap_or("").to_owned());
         let path = head.split(' ').nth(1).unwrap_or("?").to_owned();
         let honest = format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n{path}", path.len());
         let sent = match script {
+            Script::Honest => s.write_all(honest.as_bytes()).await,
+            Script::TakeBodyAndClose => {
+                let lower = head.to_ascii_lowercase();
+                let len = lower
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length:"))
+                    .and_then(|v| v.trim().parse::<usize>().ok())
+                    .unwrap_or(0);
+                let mut body = vec![0u8; len.saturating_sub(buf.len()).min(65536)];
+                use tokio::io::AsyncReadExt;
+                let _ = s.read_exact(&mut body).await;
+                return;
+            }
             Script::Unsolicited => {
                 if s.write_all(honest.as_bytes()).await.is_err() {
                     return;
@@ -171,4 +196,53 @@ async fn a_chunked_body_broken_after_bytes_went_resets_the_client() {
     let (rest, closed) = support::read_until_closed(&mut conn, Duration::from_secs(5)).await;
     assert!(closed, "the connection stays open after a broken body");
     assert!(!rest.starts_with(b"0\r\n"), "a last chunk was made up: {rest:?}");
+}
+
+/// A router over members `a` then `b` (round-robin from `a`), one cluster.
+async fn router_over(a: &Scripted, b: &Scripted) -> support::TestRouter {
+    let entries = [support::member_entry("a", a.addr, ""), support::member_entry("b", b.addr, "")];
+    support::router(&support::one_cluster(&support::members_of(entries))).await
+}
+
+#[tokio::test]
+async fn a_try_after_a_broken_body_sends_the_next_member_the_request_not_the_response() {
+    let (a, b) = (scripted(Script::BrokenChunk).await, scripted(Script::Honest).await);
+    let r = router_over(&a, &b).await;
+    // Whichever member each GET meets first, every answer is the honest member's.
+    for path in ["/x", "/y", "/z", "/w"] {
+        let mut conn = support::raw_connect(r.addr("web")).await;
+        let resp =
+            support::raw_request(&mut conn, format!("GET {path} HTTP/1.1\r\nhost: x\r\n\r\n"))
+                .await;
+        assert_eq!((resp.status, resp.text()), (200, path.to_owned()));
+    }
+    assert!(!a.lines.lock().unwrap().is_empty(), "the broken member was never tried");
+    for line in b.lines.lock().unwrap().iter() {
+        assert!(line.starts_with("GET /"), "the honest member was sent {line:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_streamed_body_is_never_sent_again_without_itself() {
+    // Member a takes a PUT's body and closes; a PUT is idempotent, but its body was streamed
+    // from the client, so no member can be sent it again: 502, and b is sent nothing.
+    let (a, b) = (scripted(Script::TakeBodyAndClose).await, scripted(Script::Honest).await);
+    let r = router_over(&a, &b).await;
+    let mut status = Vec::new();
+    for _ in 0..2 {
+        let mut conn = support::raw_connect(r.addr("web")).await;
+        support::raw_send(&mut conn, b"PUT /p HTTP/1.1\r\nhost: x\r\ncontent-length: 5\r\n\r\n")
+            .await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        support::raw_send(&mut conn, b"hello").await;
+        let (s, _) = support::read_head(&mut conn).await.expect("an answer");
+        status.push(s);
+        if !a.lines.lock().unwrap().is_empty() {
+            break;
+        }
+    }
+    assert!(!a.lines.lock().unwrap().is_empty(), "member a was never tried");
+    assert_eq!(status.last(), Some(&502), "{status:?}");
+    let sent_b: Vec<String> = b.lines.lock().unwrap().clone();
+    assert!(sent_b.len() < status.len(), "b was sent the body-less PUT again: {sent_b:?}");
 }
