@@ -76,7 +76,7 @@ impl Idle {
 
     /// The newest idle connection that is still open and quiet. A member that closed it, or
     /// sent bytes nobody asked for (a second response, padding), loses it: those bytes would
-    /// otherwise be read as the answer to the next request, another client's ([`is_quiet`]
+    /// otherwise be read as the answer to the next request, another client's (`is_quiet`
     /// asks the kernel). `now` is the try's start (a clock reading the caller has made
     /// already).
     pub fn take(&self, now: Instant) -> Option<TcpStream> {
