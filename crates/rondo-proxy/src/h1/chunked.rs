@@ -106,6 +106,10 @@ impl Chunked {
         Ok(i)
     }
 
+    /// One byte through the chunked coding's state machine. One `match` over the states on
+    /// purpose (over the ~100 lines a function gets elsewhere): each arm is one state's
+    /// transition, read side by side against RFC 9112 section 7.1, and the fuzz target checks
+    /// that feeding byte by byte and whole agree.
     fn step(&mut self, b: u8) -> Result<(), ChunkError> {
         self.state = match self.state {
             State::Size => match b {
