@@ -258,11 +258,11 @@ impl HeadScan {
 /// Parses the request head at the start of `buf`. `Ok(None)`: incomplete, read more (unless
 /// `buf` already holds `limits.max_bytes`, which is an error here).
 ///
-/// Longer than the ~100 lines a function gets elsewhere, on purpose: the strict rules (one
-/// `Host`, one framing, no obs-fold, controls, duplicate or conflicting `Content-Length`,
-/// `Transfer-Encoding` shapes) are checked in one pass over the fields in the order the
-/// differential test and the smuggling corpus pin, and each rule's verdict depends on what the
-/// pass has seen so far; split into helpers, that state would travel through every call.
+/// Longer than the ~100 lines a function gets elsewhere, on purpose: after httparse, the
+/// strict rules are checked in one pass over the fields, and each verdict depends on what the
+/// pass has seen so far (a second `Host`, a second or conflicting `Content-Length`,
+/// `Transfer-Encoding` beside a length); split into helpers, that state would travel through
+/// every call. The differential test and the smuggling corpus pin its verdicts.
 pub fn request(buf: &[u8], limits: Limits) -> Result<Option<RequestHead>, HeadError> {
     let window = &buf[..buf.len().min(limits.max_bytes)];
     let mut stack: [MaybeUninit<httparse::Header<'_>>; STACK_FIELDS] =
