@@ -747,6 +747,7 @@ fn ctl_drain_wait_returns_once_the_member_has_nothing_in_flight() {
 
     // One request in flight on m1.
     let (done_tx, done) = std::sync::mpsc::channel();
+    let sent = std::time::Instant::now();
     std::thread::spawn(move || {
         let answer = common::request(web, "GET", "/", b"");
         let _ = done_tx.send(answer);
@@ -778,7 +779,17 @@ fn ctl_drain_wait_returns_once_the_member_has_nothing_in_flight() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout.starts_with("c/m1: drained after ") && stdout.ends_with(" ms\n"), "{stdout}");
-    let (status, body) = done.try_recv().expect("drained while the request was still in flight");
+    // The member holds the request for 3 s from its arrival, so a wait that returned
+    // earlier returned with the request still in flight. (The answer itself reaches the
+    // client thread a moment after the router counts the request done, so the channel is
+    // read with a bound rather than asserted empty-or-full at this instant.)
+    assert!(
+        sent.elapsed() >= Duration::from_millis(2900),
+        "drained {:?} after the request was sent, before the member could answer",
+        sent.elapsed()
+    );
+    let (status, body) =
+        done.recv_timeout(Duration::from_secs(10)).expect("the in-flight request got no answer");
     assert_eq!((status, body.trim()), (200, "m1"));
 
     // The router logged the moment and counted it once.
