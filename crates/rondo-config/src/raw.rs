@@ -143,6 +143,7 @@ pub(crate) struct RawListener {
     pub max_connection_age_ms: Option<u64>,
     pub max_requests_per_connection: Option<u64>,
     pub routing: Option<String>,
+    pub filters: Option<Vec<RawFilter>>,
 }
 
 /// A listener's `tls`: terminate TLS with these certificates.
@@ -171,6 +172,8 @@ pub(crate) struct RawRoute {
     pub listener: String,
     #[serde(rename = "match")]
     pub matcher: Option<RawMatch>,
+    /// Empty when absent: a route whose filters answer every request needs none.
+    #[serde(default)]
     pub cluster: String,
     #[serde(default)]
     pub backups: Vec<String>,
@@ -182,6 +185,81 @@ pub(crate) struct RawRoute {
     pub multicast: Option<Vec<RawBranch>>,
     pub multicast_max_body_bytes: Option<u64>,
     pub session_replay: Option<RawSessionReplay>,
+    pub filters: Option<Vec<RawFilter>>,
+}
+
+/// One of a route's (or a listener's) `filters`: an inline table with exactly one key, the
+/// filter's name (a struct of options rather than an enum, so that an unknown name is an
+/// unknown field with a suggestion, and the schema reaches every filter's fields).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawFilter {
+    pub request_id: Option<RawRequestId>,
+    pub headers: Option<RawHeaders>,
+    pub rewrite: Option<RawRewrite>,
+    pub redirect: Option<RawRedirect>,
+    pub respond: Option<RawRespond>,
+}
+
+/// `request_id`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawRequestId {
+    pub header: Option<String>,
+    pub trace: Option<bool>,
+}
+
+/// `headers`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawHeaders {
+    pub request: Option<RawFieldEdits>,
+    pub response: Option<RawFieldEdits>,
+}
+
+/// `headers.request` and `headers.response`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawFieldEdits {
+    #[serde(default)]
+    pub set: BTreeMap<String, String>,
+    #[serde(default)]
+    pub add: BTreeMap<String, String>,
+    #[serde(default)]
+    pub remove: Vec<String>,
+}
+
+/// `rewrite`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawRewrite {
+    pub path_prefix: Option<String>,
+    pub path_regex: Option<String>,
+    pub to: Option<String>,
+    pub host: Option<String>,
+}
+
+/// `redirect`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawRedirect {
+    pub scheme: Option<String>,
+    pub host: Option<String>,
+    pub port: Option<u64>,
+    pub path: Option<String>,
+    pub status: Option<u64>,
+    pub keep_query: Option<bool>,
+}
+
+/// `respond`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawRespond {
+    pub status: Option<u64>,
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    pub body: Option<String>,
+    pub body_file: Option<String>,
 }
 
 /// One of a route's `multicast` branches.
@@ -227,6 +305,7 @@ pub(crate) struct RawAuth {
 pub(crate) struct RawMatch {
     pub host: Option<String>,
     pub path_prefix: Option<String>,
+    pub path: Option<String>,
     pub method: Option<OneOrMany>,
     pub headers: Option<BTreeMap<String, String>>,
     pub headers_present: Option<Vec<String>>,

@@ -147,6 +147,8 @@ pub struct ListenerSpec {
     pub connections: rondo_core::ConnectionLimits,
     /// Which matching routes get a request (HTTP only).
     pub routing: Routing,
+    /// Filters every request of the listener runs before its route's (`filters`, HTTP only).
+    pub filters: Vec<rondo_core::traffic::TrafficFilter>,
 }
 
 /// A listener's HTTP/2 protections: keepalive PINGs, a bounded wait after GOAWAY, and the stream

@@ -252,6 +252,7 @@ fn full_config_compiles_into_the_expected_view() {
                 tls: None,
                 connections: Default::default(),
                 routing: Default::default(),
+                filters: vec![],
             },
             ListenerSpec {
                 name: "db".into(),
@@ -271,6 +272,7 @@ fn full_config_compiles_into_the_expected_view() {
                 tls: None,
                 connections: Default::default(),
                 routing: Default::default(),
+                filters: vec![],
             },
         ]
     );
@@ -1549,7 +1551,12 @@ fn the_reference_documents_every_field_of_the_schema() {
     let rows = reference_rows();
     let fields = rondo_config::schema_fields();
     assert!(fields.len() > 80, "the schema walk found only {fields:?}");
-    let missing: Vec<&String> = fields.iter().filter(|f| !rows.contains(f)).collect();
+    // A listener's filters are a route's: documented once, under `route.filters`.
+    let documented = |f: &String| match f.strip_prefix("listener.filters.") {
+        Some(rest) => rows.contains(&format!("route.filters.{rest}")),
+        None => rows.contains(f),
+    };
+    let missing: Vec<&String> = fields.iter().filter(|f| !documented(f)).collect();
     assert!(
         missing.is_empty(),
         "docs/config.md has no row (`| `FIELD` | type | default | meaning |`) for: {missing:?}"

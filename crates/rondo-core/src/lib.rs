@@ -14,6 +14,7 @@ pub mod model;
 pub mod path;
 pub mod rng;
 pub mod time;
+pub mod traffic;
 #[cfg(feature = "serde")]
 pub mod wire;
 

@@ -690,6 +690,8 @@ pub struct RouteMatch {
     pub host: Option<String>,
     /// Path prefix, compared on the raw path.
     pub path_prefix: Option<String>,
+    /// The whole path (without the query), compared exactly.
+    pub path: Option<String>,
     /// Method, upper case.
     pub methods: Vec<String>,
     /// Header name (lower case) and exact value.
@@ -801,6 +803,11 @@ impl RouteMatch {
         }
         if let Some(prefix) = &self.path_prefix
             && !req.path.starts_with(prefix.as_str())
+        {
+            return false;
+        }
+        if let Some(path) = &self.path
+            && req.path != path
         {
             return false;
         }
@@ -938,6 +945,38 @@ pub struct Route {
     /// The requests of each sticky session kept for replay to the member that takes the
     /// session over (WCF session recovery), when set.
     pub session_replay: Option<SessionReplay>,
+    /// The route's traffic filters, in order (`filters`): edits, answers and limits.
+    pub filters: Vec<crate::traffic::TrafficFilter>,
+    /// What the router compiles from `filters`, once per view.
+    pub compiled: Slot,
+}
+
+/// A slot the core carries for a data plane and never looks into: what a data plane derives
+/// once from a part of the view (a route's compiled filter chain) lives beside it, made at first
+/// use. Clones share it; it compares equal to every other slot (it is derived, not policy).
+#[derive(Clone, Default)]
+pub struct Slot(Arc<std::sync::OnceLock<Arc<dyn std::any::Any + Send + Sync>>>);
+
+impl Slot {
+    /// The value, made by `make` at the first call.
+    pub fn get_or_init(
+        &self,
+        make: impl FnOnce() -> Arc<dyn std::any::Any + Send + Sync>,
+    ) -> &Arc<dyn std::any::Any + Send + Sync> {
+        self.0.get_or_init(make)
+    }
+}
+
+impl PartialEq for Slot {
+    fn eq(&self, _: &Slot) -> bool {
+        true
+    }
+}
+
+impl std::fmt::Debug for Slot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.get().is_some() { "Slot(made)" } else { "Slot(empty)" })
+    }
 }
 
 impl Route {

@@ -12,6 +12,7 @@
 
 pub mod access;
 pub mod body;
+mod chain;
 pub mod conn;
 pub mod error;
 pub mod frames;

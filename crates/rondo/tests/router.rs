@@ -22,4 +22,5 @@ mod router {
     mod rebalance;
     mod serve;
     mod session_replay;
+    mod traffic;
 }

@@ -114,6 +114,10 @@ pub(super) fn compile_listener(
         .then_some("tcp listeners carry tunnels, which are not cut by age or count");
     let limits = (l.max_connection_age_ms, l.max_requests_per_connection);
     let connections = c.connection_limits(&path, limits, tunnels);
+    let filters = super::traffic::compile_filters(c, &path.key("filters"), l.filters.as_deref());
+    if !filters.is_empty() && protocol != ListenerProtocol::Http {
+        c.err(path.key("filters"), "only http listeners run filters");
+    }
     Some(ListenerSpec {
         name: l.name.clone(),
         listen,
@@ -132,6 +136,7 @@ pub(super) fn compile_listener(
         access_log,
         connections,
         routing,
+        filters,
     })
 }
 

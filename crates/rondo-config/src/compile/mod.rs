@@ -12,6 +12,7 @@ mod listeners;
 mod queues;
 mod routes;
 mod services;
+mod traffic;
 
 use clusters::compile_cluster;
 pub use clusters::{DeclaredPolicyError, compile_declared_policy};

@@ -30,7 +30,17 @@ pub(super) fn compile_route(
     };
     // With `[naming] allow_registered_clusters` a cluster the file lacks is one a registration
     // may declare; until one does the route finds no member (503), and `rondo check` warns.
-    if !clusters.contains_key(&r.cluster) && !declared_ok {
+    let filters = super::traffic::compile_filters(c, &path.key("filters"), r.filters.as_deref());
+    if r.cluster.is_empty() {
+        // Only a route whose filters answer every request may go without a cluster.
+        if !filters.iter().any(|f| f.always_answers()) {
+            c.err(
+                path.key("cluster"),
+                "a route needs a `cluster`, unless a filter answers every request \
+                 (`redirect`, `respond`)",
+            );
+        }
+    } else if !clusters.contains_key(&r.cluster) && !declared_ok {
         c.err(path.key("cluster"), unknown_cluster(&r.cluster));
     }
     let mut seen = BTreeSet::new();
@@ -129,6 +139,8 @@ pub(super) fn compile_route(
         multicast,
         multicast_max_body_bytes,
         session_replay,
+        filters,
+        compiled: Default::default(),
     }
 }
 
@@ -238,6 +250,11 @@ pub(super) fn compile_match(
         && !p.starts_with('/')
     {
         c.err(path.key("path_prefix"), format!("`{p}` must start with `/`"));
+    }
+    if let Some(p) = &m.path
+        && (!p.starts_with('/') || p.contains('?'))
+    {
+        c.err(path.key("path"), format!("`{p}` must start with `/` and hold no query"));
     }
     let mut methods: Vec<String> = Vec::new();
     if let Some(list) = &m.method {
@@ -376,6 +393,7 @@ pub(super) fn compile_match(
     RouteMatch {
         host: m.host.clone(),
         path_prefix: m.path_prefix.clone(),
+        path: m.path.clone(),
         methods,
         headers,
         headers_present,
@@ -437,6 +455,9 @@ pub(super) fn check_route_protocol(
         }
         if m.path_prefix.is_some() {
             conds.push("path_prefix");
+        }
+        if m.path.is_some() {
+            conds.push("path");
         }
         if m.method.is_some() {
             conds.push("method");

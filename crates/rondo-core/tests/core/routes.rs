@@ -43,6 +43,8 @@ fn route(name: &str, position: usize, matcher: RouteMatch) -> Route {
         multicast: vec![],
         multicast_max_body_bytes: Route::DEFAULT_MULTICAST_MAX_BODY,
         session_replay: None,
+        filters: vec![],
+        compiled: Default::default(),
     }
 }
 

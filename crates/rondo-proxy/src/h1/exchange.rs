@@ -20,6 +20,7 @@ use super::write::{is, write_response_head};
 use crate::access;
 use crate::auth::{self, LOGIN_HEADER};
 use crate::body::Finish;
+use crate::chain::FieldOps;
 use crate::error::Kind;
 use crate::http::Tries;
 
@@ -166,6 +167,7 @@ impl<S: ClientStream> OwnTries<'_, S> {
     /// pool when the response was whole and the member keeps it open. A body that broke its
     /// framing before any byte went to the client is the try's failure (`BadBody`): the client
     /// then gets the router's 502, or another member's answer, instead of nothing.
+    #[allow(clippy::too_many_arguments)]
     pub(super) async fn respond(
         &mut self,
         mut upstream: TcpStream,
@@ -173,6 +175,7 @@ impl<S: ClientStream> OwnTries<'_, S> {
         mut rbuf: Vec<u8>,
         rhead: ResponseHead,
         set_cookie: Option<HeaderValue>,
+        edits: Option<FieldOps>,
         finish: Finish,
     ) -> Result<Next, Kind> {
         let mut finish = Some(finish);
@@ -199,7 +202,7 @@ impl<S: ClientStream> OwnTries<'_, S> {
         // A draining process says so on the response in progress, and then closes; so does a
         // connection past the listener's age limit.
         self.close |= self.ctx.live.drain.is_on() || self.c.spent(&self.ctx.listener.connections);
-        write_response_head(&mut out, &rbuf, &rhead, cookies, self.close);
+        write_response_head(&mut out, &rbuf, &rhead, cookies, edits.as_ref(), self.close);
         let pumped = if self.body.complete {
             let client = &mut self.c.stream;
             pump_response(&rhead, &mut out, &mut rbuf, &mut upstream, client, &mut finish).await

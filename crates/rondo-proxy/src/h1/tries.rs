@@ -19,10 +19,11 @@ use super::chunked::Chunked;
 use super::conn::{Client, ClientStream, Next, wait_before};
 use super::parse::{self, Field, Framing, RequestHead};
 use super::pool;
-use super::write::{local_head, write_request_head};
+use super::write::{self, local_head, write_request_head};
 use crate::access::{self, Reason};
 use crate::auth::Identity;
 use crate::body::Finish;
+use crate::chain::{Answer, Applied, Chain, Info, port_of};
 use crate::error::Kind;
 use crate::head::Headers;
 use crate::headers::has_looped;
@@ -96,6 +97,8 @@ pub(super) struct OwnTries<'a, S> {
     pub(super) target: Option<String>,
     /// The `Host` value without its port (members get it as `X-Forwarded-Host`).
     pub(super) host: parse::Span,
+    /// What the route's filter chain made of the request.
+    pub(super) applied: Option<Applied>,
 }
 
 impl<'a, S: ClientStream> OwnTries<'a, S> {
@@ -134,6 +137,7 @@ impl<'a, S: ClientStream> OwnTries<'a, S> {
             route: None,
             target: None,
             host: parse::Span::default(),
+            applied: None,
             start,
             close,
             gone: false,
@@ -224,6 +228,37 @@ impl<'a, S: ClientStream> OwnTries<'a, S> {
                 return Ok(self.fail((e, route.idle_timeout)).await);
             }
         };
+        // The route's filters: edits for the tries and the response, or an answer of their own.
+        if let Some(chain) = Chain::of(self.ctx, route) {
+            let headers = OwnHead { buf: &self.buf, fields: &self.head.fields };
+            let (_, target) = request_line(&self.buf, &self.head);
+            let target = self.target.as_deref().unwrap_or(target);
+            let (path, query) = match target.split_once('?') {
+                Some((path, query)) => (path, Some(query)),
+                None => (target, None),
+            };
+            let info = Info {
+                client_ip: std::str::from_utf8(self.c.ip.as_bytes()).unwrap_or(""),
+                tls: self.c.tls.is_some(),
+                host: Some(text(&self.buf, self.host)),
+                port: port_of(text(&self.buf, self.head.host)),
+                path,
+                query,
+                subject: identity.as_ref().map(|i| i.subject.as_str()),
+            };
+            match chain.request(&info, &headers) {
+                Ok(applied) => {
+                    if let Some(target) = applied.target(query) {
+                        self.target = Some(target);
+                    }
+                    self.applied = Some(applied);
+                }
+                Err(answered) => {
+                    let (answer, applied) = *answered;
+                    return Ok(self.answer(route, answer, &applied).await);
+                }
+            }
+        }
         if let Err(failure) = self.prepare(route, identity.as_ref()) {
             return Ok(self.fail(failure).await);
         }
@@ -279,7 +314,9 @@ impl<'a, S: ClientStream> OwnTries<'a, S> {
         let client = (self.c.ip.as_bytes(), self.c.tls.as_ref());
         let target = self.target.as_deref().map(str::as_bytes);
         let head = (&self.head, target);
-        write_request_head(&mut out, &self.buf, head, self.ctx, client, host, identity);
+        let applied = self.applied.as_ref();
+        let added = (identity, applied);
+        write_request_head(&mut out, &self.buf, head, self.ctx, client, host, added);
         if self.body.complete {
             let start = self.head.len;
             out.extend_from_slice(&self.buf[start..start + self.body.in_buf]);
@@ -326,6 +363,32 @@ impl<'a, S: ClientStream> OwnTries<'a, S> {
         if let (Some(log), Some(start)) = (&ctx.access, self.start.take()) {
             let line = access::Pending::failed(log, start, &e);
             line.finish(None, 0, Reason::None, self.body.received, text.len() as u64);
+        }
+        if close || !written { Next::Close } else { Next::KeepAlive }
+    }
+
+    /// A filter's own answer (a redirect, a direct response).
+    async fn answer(&mut self, route: &Route, answer: Answer, applied: &Applied) -> Next {
+        let ctx = self.ctx;
+        self.c.idle = route.idle_timeout;
+        ctx.metrics.router_response(answer.status, Some(&route.name), Some(&route.cluster));
+        // The request's body was not read: the connection can carry no other request.
+        let close = self.close
+            || !self.body.complete
+            || !matches!(self.head.framing, Framing::None | Framing::Length(0))
+            || ctx.live.drain.is_on()
+            || self.c.spent(&ctx.listener.connections);
+        let mut out = std::mem::take(&mut self.out);
+        out.clear();
+        write::answer_head(&mut out, &answer, &applied.response(""), close);
+        if !self.is_head() {
+            out.extend_from_slice(&answer.body);
+        }
+        let written = self.c.stream.write_all(&out).await.is_ok();
+        self.out = out;
+        if let (Some(log), Some(start)) = (&ctx.access, self.start.take()) {
+            let line = access::Pending::served(log, start, answer.status);
+            line.finish(None, 0, Reason::None, 0, answer.body.len() as u64);
         }
         if close || !written { Next::Close } else { Next::KeepAlive }
     }
@@ -386,6 +449,13 @@ impl<S: ClientStream> Tries for OwnTries<'_, S> {
         };
         let idle = &view.idle[member];
         let address = &rt.spec.members[member].address;
+        if failover.tries() > 1
+            && let Some(span) = self.applied.as_ref().and_then(Applied::next_span)
+        {
+            // Each try is a span of its own: the head's `traceparent` (of a fixed length) gets
+            // this try's.
+            write::replace_traceparent(&mut self.out, span.as_bytes());
+        }
         let waiting_client = AtomicBool::new(false);
         // On the connection's timer (no `Timeout` of its own): taken, as the exchange borrows
         // all of `self`.
@@ -446,7 +516,12 @@ impl<S: ClientStream> Tries for OwnTries<'_, S> {
             // The member answered before the whole body arrived: the rest is never read.
             self.close = true;
         }
-        self.respond(upstream, idle, rbuf, rhead, choice.set_cookie, finish).await
+        let edits = self
+            .applied
+            .as_ref()
+            .filter(|a| a.edits_response())
+            .map(|a| a.response(&rt.spec.members[member].name));
+        self.respond(upstream, idle, rbuf, rhead, choice.set_cookie, edits, finish).await
     }
 }
 

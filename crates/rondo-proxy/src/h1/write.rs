@@ -7,6 +7,7 @@ use http::HeaderValue;
 
 use super::parse::{self, Field, RequestHead, ResponseHead};
 use crate::auth::{self, Identity, LOGIN_HEADER};
+use crate::chain::{Answer, Applied, FieldOps};
 use crate::headers::{HOP_BY_HOP_BUT_FRAMING, via_id};
 use crate::http::HttpCtx;
 
@@ -72,7 +73,7 @@ pub(super) fn write_request_head(
     ctx: &HttpCtx,
     (ip, tls): (&[u8], Option<&crate::tls::ClientCert>),
     host: &[u8],
-    identity: Option<&Identity>,
+    (identity, applied): (Option<&Identity>, Option<&Applied>),
 ) {
     out.extend_from_slice(head.method.get(buf));
     out.push(b' ');
@@ -107,6 +108,11 @@ pub(super) fn write_request_head(
         {
             continue;
         }
+        if let Some(a) = applied
+            && (a.request.drops(name) || (a.host.is_some() && is(name, b"host")))
+        {
+            continue;
+        }
         if is(name, b"cookie")
             && let Some(rest) = auth::cookie_without_session(value)
         {
@@ -120,6 +126,12 @@ pub(super) fn write_request_head(
     }
     for (name, value) in identity.into_iter().flat_map(Identity::headers) {
         field(out, name.as_str().as_bytes(), value.as_bytes());
+    }
+    if let Some(a) = applied {
+        if let Some(host) = &a.host {
+            field(out, b"host", host.as_bytes());
+        }
+        edited(out, &a.request);
     }
     if te_trailers {
         out.extend_from_slice(b"te: trailers\r\n");
@@ -158,6 +170,7 @@ pub(super) fn write_response_head(
     rbuf: &[u8],
     head: &ResponseHead,
     cookies: [Option<&HeaderValue>; 2],
+    edits: Option<&FieldOps>,
     close: bool,
 ) {
     // The status has three digits (the parser reads exactly three).
@@ -182,12 +195,16 @@ pub(super) fn write_response_head(
             || (has_te && is(name, b"content-length"))
             || is(name, LOGIN_HEADER.as_bytes())
             || named.iter().any(|n| is(name, n))
+            || edits.is_some_and(|e| e.drops(name))
         {
             continue;
         }
         field(out, name, value);
     }
     write_via(out, &vias);
+    if let Some(edits) = edits {
+        edited(out, edits);
+    }
     for cookie in cookies.into_iter().flatten() {
         field(out, b"set-cookie", cookie.as_bytes());
     }
@@ -195,6 +212,52 @@ pub(super) fn write_response_head(
         out.extend_from_slice(b"connection: close\r\n");
     }
     out.extend_from_slice(b"\r\n");
+}
+
+/// The head of a filter's own answer (a redirect, a direct response): its fields, then the
+/// response edits of the filters before it.
+pub(super) fn answer_head(out: &mut Vec<u8>, answer: &Answer, edits: &FieldOps, close: bool) {
+    use std::io::Write as _;
+    let reason = http::StatusCode::from_u16(answer.status)
+        .ok()
+        .and_then(|s| s.canonical_reason())
+        .unwrap_or("");
+    let _ = write!(
+        out,
+        "HTTP/1.1 {} {reason}\r\ncontent-length: {}\r\ndate: {}\r\n",
+        answer.status,
+        answer.body.len(),
+        httpdate::fmt_http_date(std::time::SystemTime::now())
+    );
+    for (name, value) in &answer.headers {
+        field(out, name.as_str().as_bytes(), value.as_bytes());
+    }
+    edited(out, edits);
+    if close {
+        out.extend_from_slice(b"connection: close\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Puts `span` (a whole `traceparent` value, as long as every version-00 one) in place of the
+/// one in the request head at the start of `out`.
+pub(super) fn replace_traceparent(out: &mut [u8], span: &[u8]) {
+    const NAME: &[u8] = b"\r\ntraceparent: ";
+    let head_end = out.windows(4).position(|w| w == b"\r\n\r\n").unwrap_or(out.len());
+    let Some(at) = out[..head_end].windows(NAME.len()).position(|w| w == NAME) else { return };
+    let start = at + NAME.len();
+    if let Some(old) = out.get_mut(start..start + span.len())
+        && old.iter().all(|b| *b != b'\r')
+    {
+        old.copy_from_slice(span);
+    }
+}
+
+/// The fields the filters added.
+fn edited(out: &mut Vec<u8>, edits: &FieldOps) {
+    for (name, value) in &edits.append {
+        field(out, name.as_str().as_bytes(), value.as_bytes());
+    }
 }
 
 fn field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
@@ -230,7 +293,7 @@ mod tests {
             0\r\n\r\n";
         let head = parse::response(rbuf, false).expect("parses").expect("whole");
         let mut out = Vec::new();
-        write_response_head(&mut out, rbuf, &head, [None, None], false);
+        write_response_head(&mut out, rbuf, &head, [None, None], None, false);
         let out = String::from_utf8(out).expect("text").to_ascii_lowercase();
         for gone in crate::headers::HOP_BY_HOP_BUT_FRAMING {
             assert!(!out.contains(&format!("\n{gone}:")), "{gone} was forwarded:\n{out}");

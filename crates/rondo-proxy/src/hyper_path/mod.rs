@@ -19,6 +19,7 @@ use crate::access;
 use crate::http::{Decided, Failure, HttpCtx, forward, on_route};
 
 use crate::body::{Finish, ProxyBody};
+use crate::chain::Chain;
 use crate::conn::ConnState;
 use crate::error::{Kind, ProxyError};
 
@@ -116,6 +117,20 @@ async fn proxy(
     let identity = ctx.auth.gate(route, &ctx.live, req.headers()).map_err(|e| {
         (ProxyError::unauthorized(e, &route.name, &route.cluster), route.idle_timeout)
     })?;
+    // The route's filters: edits for the tries and the response, or an answer of their own.
+    let applied = match Chain::of(ctx, route) {
+        None => None,
+        Some(chain) => {
+            let info = request::info(ctx, conn, &req, host.as_deref(), identity.as_ref());
+            match chain.request(&info, req.headers()) {
+                Ok(applied) => Some(applied),
+                Err(answered) => {
+                    let (answer, applied) = *answered;
+                    return Ok(respond::answered(ctx, conn, route, answer, &applied));
+                }
+            }
+        }
+    };
     let branches = crate::multicast::branches(route, &routed.also);
     if !branches.is_empty() {
         // Every branch gets the same body: all of it is read first, within the route's limit.
@@ -151,7 +166,7 @@ async fn proxy(
             None => more,
         });
     }
-    let req = prepare(ctx, conn, route, req, host.as_deref(), identity.as_ref(), read)?;
+    let req = prepare(ctx, conn, route, req, host.as_deref(), identity.as_ref(), read, applied)?;
     if !branches.is_empty() {
         crate::multicast::spawn(
             ctx,

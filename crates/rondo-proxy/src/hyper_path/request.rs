@@ -20,6 +20,7 @@ use crate::http::{
 };
 
 use crate::body::BodySlot;
+use crate::chain::{Applied, Info, port_of};
 use crate::conn::ConnState;
 use crate::error::{Kind, ProxyError};
 use crate::headers::{add_forwarded, has_looped, is_upgrade, strip_hop_by_hop};
@@ -259,6 +260,9 @@ pub(super) struct Prepared {
     pub(super) slot: Option<BodySlot>,
     pub(super) client_upgrade: Option<hyper::upgrade::OnUpgrade>,
     pub(super) idempotent: bool,
+    /// What the route's filter chain made of the request (its tries' trace spans, the
+    /// response's edits).
+    pub(super) applied: Option<Applied>,
 }
 
 impl Prepared {
@@ -268,7 +272,29 @@ impl Prepared {
     }
 }
 
+/// What of `req` the route's filters read.
+pub(super) fn info<'a>(
+    ctx: &HttpCtx,
+    conn: &'a ConnState,
+    req: &'a Request<Incoming>,
+    host: Option<&'a str>,
+    identity: Option<&'a crate::auth::Identity>,
+) -> Info<'a> {
+    // `request_host` left exactly one `Host`, the `:authority`'s on HTTP/2.
+    let full = req.headers().get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("");
+    Info {
+        client_ip: conn.client_ip.to_str().unwrap_or(""),
+        tls: ctx.listener.tls.is_some(),
+        host,
+        port: port_of(full),
+        path: req.uri().path(),
+        query: req.uri().query(),
+        subject: identity.map(|i| i.subject.as_str()),
+    }
+}
+
 /// Stage 2: the body limit, then the head as members get it.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn prepare(
     ctx: &HttpCtx,
     conn: &ConnState,
@@ -277,6 +303,7 @@ pub(super) fn prepare(
     host: Option<&str>,
     identity: Option<&crate::auth::Identity>,
     read: Option<Peeked>,
+    applied: Option<Applied>,
 ) -> Result<Prepared, Failure> {
     let limit = ctx.listener.max_body_bytes;
     if read.is_none() && limit > 0 && req.body().size_hint().lower() > limit {
@@ -301,8 +328,18 @@ pub(super) fn prepare(
         // Only the router marks a replay.
         parts.headers.remove(crate::session_replay::REPLAY_HEADER);
     }
-    let path_and_query =
+    let mut path_and_query =
         parts.uri.path_and_query().cloned().unwrap_or_else(|| PathAndQuery::from_static("/"));
+    if let Some(a) = &applied {
+        a.request.apply(&mut parts.headers);
+        if let Some(host) = &a.host {
+            parts.headers.insert(header::HOST, host.clone());
+        }
+        // A rewritten path is visible ASCII already (the chain refuses any other).
+        if let Some(pq) = a.target(parts.uri.query()).and_then(|t| PathAndQuery::try_from(t).ok()) {
+            path_and_query = pq;
+        }
+    }
     let slot = match read {
         Some(p) if p.complete => (!p.bytes.is_empty() || p.trailers.is_some())
             .then(|| BodySlot::whole(p.bytes, p.trailers)),
@@ -310,5 +347,5 @@ pub(super) fn prepare(
         None => (!body.is_end_stream()).then(|| BodySlot::new(body)),
     };
     let idempotent = is_idempotent_method(parts.method.as_str());
-    Ok(Prepared { parts, path_and_query, slot, client_upgrade, idempotent })
+    Ok(Prepared { parts, path_and_query, slot, client_upgrade, idempotent, applied })
 }

@@ -15,6 +15,7 @@ use rondo_core::{FailureKind, Outcome, Route};
 use rondo_runtime::ClusterRt;
 use rondo_runtime::metrics::RouteMetrics;
 
+use crate::chain::{Answer, Applied};
 use crate::http::Choice;
 
 use crate::body::{BodySlot, Finish, ProxyBody};
@@ -93,6 +94,27 @@ fn tunnel(
         }
         rt.close_session(member);
     });
+}
+
+/// The answer a route's filter made (a redirect, a direct response), with the response edits
+/// the filters before it made; counted as the router's own response.
+pub(super) fn answered(
+    ctx: &crate::http::HttpCtx,
+    conn: &Arc<ConnState>,
+    route: &Route,
+    answer: Answer,
+    applied: &Applied,
+) -> Response<ProxyBody> {
+    ctx.metrics.router_response(answer.status, Some(&route.name), Some(&route.cluster));
+    let mut resp = Response::new(ProxyBody::local(answer.body));
+    *resp.status_mut() = StatusCode::from_u16(answer.status).unwrap_or(StatusCode::OK);
+    let headers = resp.headers_mut();
+    for (name, value) in answer.headers {
+        headers.append(name, value);
+    }
+    applied.response("").apply(headers);
+    resp.body_mut().set_finish(Finish::default().conn(conn.clone(), route.idle_timeout));
+    resp
 }
 
 /// The response the client gets for failure `e`, as much explained as the listener's `detail`

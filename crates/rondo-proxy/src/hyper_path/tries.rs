@@ -15,6 +15,7 @@ use rondo_runtime::{ClusterRt, clock};
 
 use super::request::Prepared;
 use super::respond::{Served, respond};
+use crate::chain::{Applied, TRACEPARENT};
 use crate::http::{Begun, Choice, ClusterView, HttpCtx, Tries, record_response};
 
 use crate::body::{BodySlot, BodyStalled, ClientBodyError, ProxyBody, TooLarge, UpstreamBody};
@@ -113,7 +114,11 @@ async fn attempt(
             begun.disarm();
             let served = Served { counted, slot: req.slot.clone(), tries: failover.tries() };
             let upgrade = req.client_upgrade.take();
-            Ok(respond(conn, route, rt, choice, upgrade, resp, latency, served))
+            let mut resp = respond(conn, route, rt, choice, upgrade, resp, latency, served);
+            if let Some(applied) = req.applied.as_ref().filter(|a| a.edits_response()) {
+                applied.response(&rt.spec.members[member].name).apply(resp.headers_mut());
+            }
+            Ok(resp)
         }
         Ok(Err(e)) if caused_by::<TooLarge>(&e) => {
             begun.end(Outcome::Cancelled);
@@ -178,7 +183,13 @@ fn member_request(
         }
     };
     let parts = &req.parts;
-    upstream_request(&parts.method, &parts.headers, rt, member, &req.path_and_query, body)
+    let mut request =
+        upstream_request(&parts.method, &parts.headers, rt, member, &req.path_and_query, body);
+    // Each try is a span of its own in the request's trace.
+    if let Some(span) = req.applied.as_ref().and_then(Applied::next_span) {
+        request.headers_mut().insert(TRACEPARENT, span);
+    }
+    request
 }
 
 /// A kept session's side of its member's answer: the request kept for replay (or the log

@@ -27,6 +27,8 @@ pub(crate) struct Seen {
     pub(crate) id: String,
     pub(crate) method: String,
     pub(crate) path: String,
+    /// The path with its query, as the request line had it.
+    pub(crate) target: String,
     pub(crate) body: Vec<u8>,
     pub(crate) headers: http::HeaderMap,
 }
@@ -175,6 +177,7 @@ async fn answer(
         id: id.clone(),
         method: parts.method.to_string(),
         path: parts.uri.path().to_owned(),
+        target: parts.uri.path_and_query().map_or("/".to_owned(), |pq| pq.to_string()),
         body,
         headers: parts.headers,
     });

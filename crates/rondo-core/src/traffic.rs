@@ -1,0 +1,263 @@
+//! Traffic policy as data: the filters a route (or a listener) names in its `filters` list,
+//! validated by the configuration and run by the router's filter chain. Pure descriptions only:
+//! what to set, rewrite, redirect or answer, never how a codec does it. (The route match's
+//! own conditions, regular expressions and body paths, are [`crate::FilterRef`]s: they decide
+//! whether a route matches, not what happens to its requests.)
+
+use std::sync::Arc;
+
+/// One filter of a route's or a listener's chain, in the order the configuration lists them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TrafficFilter {
+    /// Keep or make a request id and a W3C trace context.
+    RequestId(RequestId),
+    /// Set, add and remove header fields on the request and the response.
+    Headers(HeaderEdits),
+    /// Rewrite the path (and host) members see.
+    Rewrite(Rewrite),
+    /// Answer with a redirect.
+    Redirect(Redirect),
+    /// Answer directly.
+    Respond(Respond),
+}
+
+impl TrafficFilter {
+    /// The name it has in the configuration.
+    pub fn name(&self) -> &'static str {
+        match self {
+            TrafficFilter::RequestId(_) => "request_id",
+            TrafficFilter::Headers(_) => "headers",
+            TrafficFilter::Rewrite(_) => "rewrite",
+            TrafficFilter::Redirect(_) => "redirect",
+            TrafficFilter::Respond(_) => "respond",
+        }
+    }
+
+    /// Whether it answers every request itself, so that the route needs no cluster.
+    pub fn always_answers(&self) -> bool {
+        matches!(self, TrafficFilter::Redirect(_) | TrafficFilter::Respond(_))
+    }
+}
+
+/// `request_id`: the request's id header (kept when the client sent a valid one, else made),
+/// passed to members and echoed on the response; and, when `trace` is on, a W3C `traceparent`
+/// kept or started, with a new span id for each try.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestId {
+    /// The id's header name, lower case (default `x-request-id`).
+    pub header: String,
+    /// Whether `traceparent` is kept or started (default on).
+    pub trace: bool,
+}
+
+impl RequestId {
+    /// The default header name.
+    pub const DEFAULT_HEADER: &'static str = "x-request-id";
+}
+
+/// A value with variables (`${client_ip}`, ...), parsed once at load.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Template {
+    /// Literal text and variables, in order.
+    pub parts: Vec<Part>,
+}
+
+/// A piece of a [`Template`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Part {
+    /// Text as written.
+    Literal(String),
+    /// A value of the request (or of the response).
+    Var(Var),
+}
+
+/// The variables a header value may use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Var {
+    /// The client's address (the connection's peer), without port.
+    ClientIp,
+    /// The request's host, without port.
+    Host,
+    /// The request's path (after normalization and rewrites), without the query.
+    Path,
+    /// The request id (`request_id` filter); empty without one.
+    RequestId,
+    /// The verified identity's subject (`auth`); empty without one.
+    IdentitySub,
+    /// The name of the member that answered (response fields only).
+    Member,
+}
+
+impl Var {
+    /// Every variable with its name.
+    pub const ALL: [(&'static str, Var); 6] = [
+        ("client_ip", Var::ClientIp),
+        ("host", Var::Host),
+        ("path", Var::Path),
+        ("request_id", Var::RequestId),
+        ("identity.sub", Var::IdentitySub),
+        ("member", Var::Member),
+    ];
+}
+
+impl Template {
+    /// Parses `text`: `${name}` is a variable, `$$` a literal `$`. `response` says whether the
+    /// value goes on a response (where `${member}` is known).
+    pub fn parse(text: &str, response: bool) -> Result<Template, String> {
+        let mut parts = Vec::new();
+        let mut literal = String::new();
+        let mut rest = text;
+        while let Some(i) = rest.find('$') {
+            literal.push_str(&rest[..i]);
+            rest = &rest[i + 1..];
+            if let Some(after) = rest.strip_prefix('$') {
+                literal.push('$');
+                rest = after;
+                continue;
+            }
+            let Some(body) = rest.strip_prefix('{') else {
+                return Err("a `$` starts a variable, `${name}` (write `$$` for a `$`)".to_owned());
+            };
+            let Some(end) = body.find('}') else {
+                return Err("a variable `${` has no closing `}`".to_owned());
+            };
+            let name = &body[..end];
+            let Some(&(_, var)) = Var::ALL.iter().find(|(n, _)| *n == name) else {
+                let known = Var::ALL.iter().map(|(n, _)| format!("${{{n}}}"));
+                return Err(format!(
+                    "unknown variable `${{{name}}}`, expected one of {}",
+                    known.collect::<Vec<_>>().join(", ")
+                ));
+            };
+            if var == Var::Member && !response {
+                return Err("`${member}` is known only on the response".to_owned());
+            }
+            if !literal.is_empty() {
+                parts.push(Part::Literal(std::mem::take(&mut literal)));
+            }
+            parts.push(Part::Var(var));
+            rest = &body[end + 1..];
+        }
+        literal.push_str(rest);
+        if !literal.is_empty() {
+            parts.push(Part::Literal(literal));
+        }
+        Ok(Template { parts })
+    }
+
+    /// The text itself when it has no variable.
+    pub fn as_literal(&self) -> Option<&str> {
+        match self.parts.as_slice() {
+            [] => Some(""),
+            [Part::Literal(s)] => Some(s),
+            _ => None,
+        }
+    }
+
+    /// The value, with each variable's value from `value`.
+    pub fn render(&self, value: impl Fn(Var) -> String) -> String {
+        let mut out = String::new();
+        for p in &self.parts {
+            match p {
+                Part::Literal(s) => out.push_str(s),
+                Part::Var(v) => out.push_str(&value(*v)),
+            }
+        }
+        out
+    }
+}
+
+/// Header edits of one direction, in the order they apply: `remove` (every field of the name),
+/// then `set` (replacing every field of the name), then `add` (another field).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct FieldEdits {
+    /// Names (lower case) whose fields go.
+    pub remove: Vec<String>,
+    /// Names (lower case) set to one value.
+    pub set: Vec<(String, Template)>,
+    /// Names (lower case) given one more field.
+    pub add: Vec<(String, Template)>,
+}
+
+impl FieldEdits {
+    /// Whether it changes nothing.
+    pub fn is_empty(&self) -> bool {
+        self.remove.is_empty() && self.set.is_empty() && self.add.is_empty()
+    }
+}
+
+/// `headers`: edits of the request members get and of the response the client gets.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct HeaderEdits {
+    /// On the request.
+    pub request: FieldEdits,
+    /// On the response.
+    pub response: FieldEdits,
+}
+
+/// `rewrite`: the path and host members see.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Rewrite {
+    /// Replaces the prefix the route's match named (`match.path_prefix`, or `/`).
+    pub path_prefix: Option<String>,
+    /// A regular expression over the path and its replacement (`$1` for captures); checked at
+    /// load, compiled by the router.
+    pub path_regex: Option<(String, String)>,
+    /// The `Host` members see.
+    pub host: Option<String>,
+}
+
+/// `redirect`: answers with a redirect to the request's own URL with the given parts changed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Redirect {
+    /// `http` or `https`; `None`: the request's own.
+    pub scheme: Option<String>,
+    /// `None`: the request's host.
+    pub host: Option<String>,
+    /// `None`: the scheme's default port when the scheme changed, else the request's port.
+    pub port: Option<u16>,
+    /// `None`: the request's path.
+    pub path: Option<String>,
+    /// 301, 302, 303, 307 or 308 (default 301).
+    pub status: u16,
+    /// Whether the query goes along (default true).
+    pub keep_query: bool,
+}
+
+impl Redirect {
+    /// The statuses a redirect may have.
+    pub const STATUSES: [u16; 5] = [301, 302, 303, 307, 308];
+}
+
+/// `respond`: a direct answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Respond {
+    /// The status (100–599, not 1xx: default 200).
+    pub status: u16,
+    /// Fields of the answer, names lower case.
+    pub headers: Vec<(String, String)>,
+    /// The body (inline, or read from a file at load).
+    pub body: Arc<[u8]>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn templates_parse_variables_and_refuse_unknown_ones() {
+        let t = Template::parse("for ${client_ip} at ${host}$$", false).unwrap();
+        let v = t.render(|v| match v {
+            Var::ClientIp => "10.0.0.1".into(),
+            Var::Host => "h".into(),
+            _ => String::new(),
+        });
+        assert_eq!(v, "for 10.0.0.1 at h$");
+        assert_eq!(Template::parse("plain", false).unwrap().as_literal(), Some("plain"));
+        assert!(Template::parse("${nope}", false).unwrap_err().contains("unknown variable"));
+        assert!(Template::parse("${member}", false).unwrap_err().contains("response"));
+        assert!(Template::parse("${member}", true).is_ok());
+        assert!(Template::parse("${host", false).is_err());
+        assert!(Template::parse("$host", false).is_err());
+    }
+}

@@ -1,0 +1,117 @@
+//! The chain's request phase on a request as both codecs describe it (pure: no socket).
+
+use rondo_core::traffic::{FieldEdits, HeaderEdits, Redirect, Template, TrafficFilter};
+
+use super::*;
+
+struct Fields(Vec<(&'static str, &'static str)>);
+
+impl Headers for Fields {
+    fn values<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a [u8]> + 'a {
+        self.0.iter().filter(move |(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_bytes())
+    }
+
+    fn get(&self, name: &str) -> Option<&[u8]> {
+        self.0.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_bytes())
+    }
+}
+
+fn info() -> Info<'static> {
+    Info {
+        client_ip: "10.0.0.7",
+        tls: false,
+        host: Some("example.com"),
+        port: Some(8080),
+        path: "/api/items",
+        query: Some("a=1"),
+        subject: None,
+    }
+}
+
+fn chain(filters: Vec<TrafficFilter>) -> Chain {
+    let route = Route {
+        name: "r".into(),
+        listener: "web".into(),
+        matcher: rondo_core::RouteMatch { path_prefix: Some("/api/".into()), ..Default::default() },
+        cluster: "c".into(),
+        backups: vec![],
+        idle_timeout: std::time::Duration::from_secs(1),
+        request_timeout: std::time::Duration::from_secs(1),
+        auth: None,
+        login: None,
+        priority: 0,
+        position: 0,
+        multicast: vec![],
+        multicast_max_body_bytes: 1,
+        session_replay: None,
+        filters: vec![],
+        compiled: Default::default(),
+    };
+    Chain::compile(filters.iter(), &route)
+}
+
+fn t(s: &str, response: bool) -> Template {
+    Template::parse(s, response).unwrap()
+}
+
+#[test]
+fn header_edits_apply_in_order_with_variables() {
+    let edits = HeaderEdits {
+        request: FieldEdits {
+            remove: vec!["x-debug".into()],
+            set: vec![("x-env".into(), t("prod-${client_ip}", false))],
+            add: vec![("x-tag".into(), t("a", false))],
+        },
+        response: FieldEdits {
+            set: vec![("x-served-by".into(), t("${member} for ${host}", true))],
+            ..Default::default()
+        },
+    };
+    let c = chain(vec![TrafficFilter::Headers(edits)]);
+    let applied = c.request(&info(), &Fields(vec![])).ok().expect("no answer");
+    assert_eq!(applied.request.drop, ["x-debug", "x-env"]);
+    let appended: Vec<_> =
+        applied.request.append.iter().map(|(n, v)| (n.as_str(), v.to_str().unwrap())).collect();
+    assert_eq!(appended, [("x-env", "prod-10.0.0.7"), ("x-tag", "a")]);
+    let resp = applied.response("m2");
+    assert_eq!(resp.append[0].1, "m2 for example.com");
+    assert_eq!(resp.drop, ["x-served-by"]);
+}
+
+#[test]
+fn a_prefix_rewrite_replaces_the_matched_prefix_and_a_redirect_keeps_the_query() {
+    let rewrite =
+        rondo_core::traffic::Rewrite { path_prefix: Some("/v2/".into()), ..Default::default() };
+    let c = chain(vec![TrafficFilter::Rewrite(rewrite)]);
+    let applied = c.request(&info(), &Fields(vec![])).ok().expect("no answer");
+    assert_eq!(applied.target(Some("a=1")).as_deref(), Some("/v2/items?a=1"));
+
+    let r = Redirect {
+        scheme: Some("https".into()),
+        host: None,
+        port: None,
+        path: None,
+        status: 308,
+        keep_query: true,
+    };
+    let c = chain(vec![TrafficFilter::Redirect(r)]);
+    let Err(answered) = c.request(&info(), &Fields(vec![])) else { panic!("no redirect") };
+    let (answer, _) = *answered;
+    assert_eq!(answer.status, 308);
+    // The scheme changed, so the plain port goes.
+    assert_eq!(answer.headers[0].1, "https://example.com/api/items?a=1");
+}
+
+#[test]
+fn a_request_id_is_kept_or_made_and_echoed() {
+    let spec = rondo_core::traffic::RequestId { header: "x-request-id".into(), trace: true };
+    let c = chain(vec![TrafficFilter::RequestId(spec)]);
+    let sent = Fields(vec![("X-Request-Id", "abc-123")]);
+    let applied = c.request(&info(), &sent).ok().expect("no answer");
+    assert_eq!(applied.request_id.as_deref(), Some("abc-123"));
+    assert_eq!(applied.response("").append[0].1, "abc-123");
+    assert!(applied.next_span().is_some());
+    let bad = Fields(vec![("X-Request-Id", "has space")]);
+    let made = c.request(&info(), &bad).ok().expect("no answer");
+    assert_eq!(made.request_id.as_ref().map(String::len), Some(36));
+}
