@@ -119,6 +119,7 @@ pub(crate) fn warnings(config: &Config) -> Vec<Problem> {
 
     let routes = &config.view.routes;
     tls_names(config, &mut out);
+    redirect_loops(config, &mut out);
     for (i, route) in routes.iter().enumerate() {
         // Under `routing = "all-matches"` a later route still gets its copy.
         let all_matches = config
@@ -167,7 +168,8 @@ pub(crate) fn warnings(config: &Config) -> Vec<Problem> {
                     .map(|(j, b)| (root.key("route").index(i).key("backups").index(j), b)),
             );
         for (path, name) in targets {
-            if !config.view.clusters.contains_key(name) {
+            // An empty name: a route whose filters answer every request has no cluster.
+            if !name.is_empty() && !config.view.clusters.contains_key(name) {
                 out.push(Problem {
                     path,
                     message: format!(
@@ -269,10 +271,56 @@ fn tls_names(config: &Config, out: &mut Vec<Problem>) {
 }
 
 /// Whether `m` matches every request.
+/// Redirects that send a client back to a request the same route matches again: a redirect
+/// that changes nothing, or only to the listener's own scheme, or to a path its route matches,
+/// on the same host and port.
+fn redirect_loops(config: &Config, out: &mut Vec<Problem>) {
+    use rondo_core::traffic::TrafficFilter;
+    let root = FieldPath::root();
+    for (i, route) in config.view.routes.iter().enumerate() {
+        let Some((k, listener)) =
+            config.listeners.iter().enumerate().find(|(_, l)| l.name == route.listener)
+        else {
+            continue;
+        };
+        let own = if listener.tls.is_some() { "https" } else { "http" };
+        let filters = listener.filters.iter().map(|f| (true, f));
+        for (j, (on_listener, f)) in
+            filters.chain(route.filters.iter().map(|f| (false, f))).enumerate()
+        {
+            let TrafficFilter::Redirect(r) = f else { continue };
+            let same_origin = r.scheme.as_deref().is_none_or(|s| s == own)
+                && r.host.is_none()
+                && r.port.is_none_or(|p| p == listener.listen.port());
+            let same_path = match &r.path {
+                None => true,
+                Some(p) => route.matcher.path.as_deref().map_or_else(
+                    || route.matcher.path_prefix.as_deref().is_none_or(|pre| p.starts_with(pre)),
+                    |exact| exact == p,
+                ),
+            };
+            if same_origin && same_path {
+                let path = if on_listener {
+                    root.key("listener").index(k).key("filters").index(j)
+                } else {
+                    root.key("route").index(i).key("filters").index(j - listener.filters.len())
+                };
+                out.push(Problem {
+                    path,
+                    message: "this redirect sends the client back to a request the same route \
+                              matches (same scheme, host, port and a path it matches): a loop"
+                        .to_owned(),
+                });
+            }
+        }
+    }
+}
+
 fn is_catch_all(m: &RouteMatch) -> bool {
     m.host.is_none()
         && m.sni.is_none()
         && m.path_prefix.as_deref().is_none_or(str::is_empty)
+        && m.path.is_none()
         && m.methods.is_empty()
         && m.headers.is_empty()
         && m.headers_present.is_empty()
@@ -298,10 +346,15 @@ fn covers(a: &RouteMatch, b: &RouteMatch) -> bool {
                 })
         }
     };
-    let path = match (&a.path_prefix, &b.path_prefix) {
+    // `b`'s paths: exactly one (`path`), or those under a prefix.
+    let path = match (&a.path_prefix, b.path.as_ref().or(b.path_prefix.as_ref())) {
         (None, _) => true,
         (Some(a), None) => a.is_empty(),
         (Some(a), Some(b)) => b.starts_with(a.as_str()),
+    } && match (&a.path, &b.path) {
+        (None, _) => true,
+        (Some(a), Some(b)) => a == b,
+        (Some(_), None) => false,
     };
     let methods = a.methods.is_empty()
         || (!b.methods.is_empty() && b.methods.iter().all(|m| a.methods.contains(m)));

@@ -97,9 +97,16 @@ pub struct Start {
     client: SocketAddr,
     method: Method,
     path: Option<PathAndQuery>,
+    /// The request's id (a route's `request_id` filter).
+    request_id: Option<String>,
 }
 
 impl Start {
+    /// Names the request's id in its line.
+    pub(crate) fn set_request_id(&mut self, id: Option<&str>) {
+        self.request_id = id.map(str::to_owned);
+    }
+
     /// The request `req` from `client`, arriving now.
     pub fn new<B>(client: SocketAddr, req: &Request<B>) -> Start {
         Start {
@@ -108,6 +115,7 @@ impl Start {
             client,
             method: req.method().clone(),
             path: req.uri().path_and_query().cloned(),
+            request_id: None,
         }
     }
 }
@@ -121,6 +129,7 @@ impl Start {
             client,
             method: Method::from_bytes(method.as_bytes()).unwrap_or_default(),
             path: PathAndQuery::try_from(target).ok(),
+            request_id: None,
         }
     }
 }
@@ -310,6 +319,8 @@ impl Entry {
                     tries: u32,
                     reason: Option<&'a str>,
                     error: Option<&'a str>,
+                    #[serde(skip_serializing_if = "Option::is_none")]
+                    request_id: Option<&'a str>,
                 }
                 let line = Line {
                     time,
@@ -326,6 +337,7 @@ impl Entry {
                     tries: self.tries,
                     reason,
                     error: self.error(),
+                    request_id: self.start.request_id.as_deref(),
                 };
                 // Serialising plain fields cannot fail.
                 if let Ok(text) = serde_json::to_string(&line) {
@@ -363,6 +375,10 @@ impl Entry {
                 value(out, reason);
                 out.push_str(" error=");
                 value(out, self.error());
+                if let Some(id) = &self.start.request_id {
+                    out.push_str(" request_id=");
+                    value(out, Some(id));
+                }
             }
         }
         out.push('\n');

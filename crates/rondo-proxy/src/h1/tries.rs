@@ -251,10 +251,16 @@ impl<'a, S: ClientStream> OwnTries<'a, S> {
                     if let Some(target) = applied.target(query) {
                         self.target = Some(target);
                     }
+                    if let Some(start) = self.start.as_mut() {
+                        start.set_request_id(applied.request_id.as_deref());
+                    }
                     self.applied = Some(applied);
                 }
                 Err(answered) => {
                     let (answer, applied) = *answered;
+                    if let Some(start) = self.start.as_mut() {
+                        start.set_request_id(applied.request_id.as_deref());
+                    }
                     return Ok(self.answer(route, answer, &applied).await);
                 }
             }

@@ -42,8 +42,8 @@ pub async fn handle(
         tokio::task::yield_now().await;
     }
     let snapshot = ctx.live.load();
-    let start = ctx.access.as_ref().map(|_| access::Start::new(peer, &req));
-    let mut resp = match proxy(&ctx, &snapshot, &conn, peer, req).await {
+    let mut start = ctx.access.as_ref().map(|_| access::Start::new(peer, &req));
+    let mut resp = match proxy(&ctx, &snapshot, &conn, peer, req, &mut start).await {
         Ok(mut resp) => {
             if let (Some(log), Some(start)) = (&ctx.access, start) {
                 let line = access::Pending::served(log, start, resp.status().as_u16());
@@ -96,6 +96,7 @@ async fn proxy(
     conn: &Arc<ConnState>,
     peer: SocketAddr,
     mut req: Request<Incoming>,
+    start: &mut Option<access::Start>,
 ) -> Result<Response<ProxyBody>, Failure> {
     let (decided, host) = route(ctx, snapshot, &mut req)?;
     let (routed, mut read) = match decided {
@@ -122,7 +123,15 @@ async fn proxy(
         None => None,
         Some(chain) => {
             let info = request::info(ctx, conn, &req, host.as_deref(), identity.as_ref());
-            match chain.request(&info, req.headers()) {
+            let outcome = chain.request(&info, req.headers());
+            let applied = match &outcome {
+                Ok(applied) => applied,
+                Err(answered) => &answered.1,
+            };
+            if let Some(start) = start.as_mut() {
+                start.set_request_id(applied.request_id.as_deref());
+            }
+            match outcome {
                 Ok(applied) => Some(applied),
                 Err(answered) => {
                     let (answer, applied) = *answered;

@@ -234,3 +234,52 @@ cluster = "c"
         assert_eq!(m.seen().len(), before + 1);
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_request_id_is_in_the_access_log_line() {
+    let m = Recorder::spawn("m1");
+    let dir = std::env::temp_dir().join(format!("rondo-traffic-log-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let log = dir.join("access.log");
+    let config = format!(
+        r#"[[listener]]
+name = "web"
+listen = "127.0.0.1:0"
+access_log = {{ path = "{}" }}
+filters = [ {{ request_id = {{}} }} ]
+
+[[route]]
+listener = "web"
+match = {{ path = "/answered" }}
+filters = [ {{ respond = {{ status = 204 }} }} ]
+
+[[route]]
+listener = "web"
+cluster = "c"
+
+{}"#,
+        log.display(),
+        cluster(&m)
+    );
+    let (_r, addr) = start(config).await;
+    for (h2, path, id) in
+        [(false, "/x", "id-h1"), (true, "/x", "id-h2"), (false, "/answered", "id-204")]
+    {
+        let url = format!("http://127.0.0.1:{}{path}", addr.port());
+        let header = format!("x-request-id: {id}");
+        tokio::task::spawn_blocking(move || curl(h2, &url, &[&header])).await.unwrap();
+    }
+    let start = std::time::Instant::now();
+    loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let found = ["id-h1", "id-h2", "id-204"]
+            .iter()
+            .all(|id| text.lines().any(|l| l.contains(&format!(" request_id={id}"))));
+        if found {
+            break;
+        }
+        assert!(start.elapsed() < std::time::Duration::from_secs(5), "log lines:\n{text}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
