@@ -330,3 +330,49 @@ async fn a_hundred_swaps_under_load_fail_no_request() {
     });
     router.stop();
 }
+
+/// GETs `url`: the value of the response's `x-policy` field (the request must answer 200).
+async fn policy_of(client: &Client<HttpConnector, Empty<Bytes>>, url: &str) -> String {
+    let fut = client.request(Request::get(url).body(Empty::new()).unwrap());
+    let resp = tokio::time::timeout(Duration::from_secs(10), fut)
+        .await
+        .expect("reply within 10 s")
+        .expect("request succeeds");
+    assert_eq!(resp.status(), StatusCode::OK);
+    let v = resp.headers().get("x-policy").map(|v| v.to_str().unwrap().to_owned());
+    v.unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_changes_filters_for_new_requests_and_not_for_those_in_flight() {
+    let dir = TempDir::new("reload-filters");
+    // A member that holds each request 1.5 s, so one is in flight across the reload.
+    let ms = members(1, Duration::from_millis(1500)).await;
+    let with_policy = |v: &str| {
+        config("round-robin", &[(ms[0].name.as_str(), ms[0].addr, 100)], 0).replace(
+            "cluster = \"c\"\n",
+            &format!(
+                "cluster = \"c\"\nfilters = [ {{ headers = {{ response = {{ set = {{ \"x-policy\" = \"{v}\" }} }} }} }} ]\n"
+            ),
+        )
+    };
+    let path = dir.0.join("rondo.toml");
+    std::fs::write(&path, with_policy("v1")).expect("write config");
+    let mut serve = Serve::start(&path);
+    let line = serve.line_with("listener web on", Duration::from_secs(10));
+    let addr: SocketAddr = line.rsplit(' ').next().and_then(|a| a.parse().ok()).expect("address");
+    serve.line_with("rondo: reloading on changes", Duration::from_secs(10));
+    let url = format!("http://{addr}/");
+    let in_flight = {
+        let url = url.clone();
+        tokio::spawn(async move { policy_of(&client(), &url).await })
+    };
+    // The request is at the member (it holds it 1.5 s) when the new filter is saved.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    save_by_rename(&path, &with_policy("v2"));
+    serve.stderr_with(&["config reload", "applied"], Duration::from_secs(3)).await;
+    assert!(!in_flight.is_finished(), "the request ended before the reload: nothing tested");
+    assert_eq!(in_flight.await.unwrap(), "v1", "a request in flight keeps its chain");
+    assert_eq!(policy_of(&client(), &url).await, "v2", "a new request gets the new chain");
+    serve.assert_running();
+}
