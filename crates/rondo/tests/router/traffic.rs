@@ -204,7 +204,7 @@ cluster = "c"
 {}"#,
         cluster(&m)
     );
-    let (_r, addr) = start(config).await;
+    let (r, addr) = start(config).await;
     let port = addr.port();
     for h2 in [false, true] {
         let before = m.seen().len();
@@ -233,6 +233,13 @@ cluster = "c"
         assert_eq!((got.status, got.header("x-listener")), (200, Some("web")), "h2={h2}");
         assert_eq!(m.seen().len(), before + 1);
     }
+    // The filters' answers count as the router's own responses, by status.
+    let text = r.live.metrics.render(&r.live.load());
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("rondo_router_responses_total") && l.contains("status=\"308\""))
+        .unwrap_or_else(|| panic!("no 308 counted:\n{text}"));
+    assert!(line.ends_with(" 2"), "one per protocol: {line}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
