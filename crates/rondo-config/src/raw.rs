@@ -199,6 +199,15 @@ pub(crate) struct RawFilter {
     pub rewrite: Option<RawRewrite>,
     pub redirect: Option<RawRedirect>,
     pub respond: Option<RawRespond>,
+    pub soap: Option<RawSoap>,
+}
+
+/// `soap`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawSoap {
+    pub to: String,
+    pub max_body_bytes: Option<u64>,
 }
 
 /// `request_id`.

@@ -77,6 +77,8 @@ fn each_filter_mistake_is_located_with_its_field_path() {
     fails_at(&t, "route[0].filters[0].redirect.scheme", "\"ftp\"", "`http` or `https`");
     let t = base(r#"filters = [ { respond = { status = 42 } } ]"#);
     fails_at(&t, "route[0].filters[0].respond.status", "42", "between 200 and 599");
+    let t = base(r#"filters = [ { soap = { to = "2.0" } } ]"#);
+    fails_at(&t, "route[0].filters[0].soap.to", "\"2.0\"", "not a SOAP version");
     let t = base(r#"filters = [ { respond = { body_file = "missing.txt" } } ]"#);
     fails_at(&t, "route[0].filters[0].respond.body_file", "\"missing.txt\"", "cannot read");
     // Two names in one entry, and a typo with a suggestion.

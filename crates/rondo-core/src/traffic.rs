@@ -19,6 +19,8 @@ pub enum TrafficFilter {
     Redirect(Redirect),
     /// Answer directly.
     Respond(Respond),
+    /// Convert SOAP messages between 1.1 and 1.2 (WCF's message transformation).
+    Soap(Soap),
 }
 
 impl TrafficFilter {
@@ -30,6 +32,7 @@ impl TrafficFilter {
             TrafficFilter::Rewrite(_) => "rewrite",
             TrafficFilter::Redirect(_) => "redirect",
             TrafficFilter::Respond(_) => "respond",
+            TrafficFilter::Soap(_) => "soap",
         }
     }
 
@@ -238,6 +241,30 @@ pub struct Respond {
     pub headers: Vec<(String, String)>,
     /// The body (inline, or read from a file at load).
     pub body: Arc<[u8]>,
+}
+
+/// `soap`: a client of one SOAP version reaches a service of the other.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Soap {
+    /// The version the service speaks: requests of the other are converted to it, and its
+    /// responses back.
+    pub to: SoapVersion,
+    /// The largest message converted, each way (the whole message is read first).
+    pub max_body_bytes: u64,
+}
+
+impl Soap {
+    /// Default `max_body_bytes`: 1 MiB.
+    pub const DEFAULT_MAX_BODY: u64 = 1 << 20;
+}
+
+/// A SOAP version.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SoapVersion {
+    /// SOAP 1.1 (`text/xml`, `SOAPAction`).
+    V11,
+    /// SOAP 1.2 (`application/soap+xml`, its `action` parameter).
+    V12,
 }
 
 #[cfg(test)]

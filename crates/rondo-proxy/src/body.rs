@@ -444,6 +444,15 @@ impl ProxyBody {
         ProxyBody::Upstream { inner, finish: Some(finish) }
     }
 
+    /// A member's body and what its end runs, taken back to be read here (a filter that
+    /// converts the whole message); `None` for a body the router made.
+    pub(crate) fn into_upstream(self) -> Option<(Incoming, Option<Finish>)> {
+        match self {
+            ProxyBody::Upstream { inner, finish } => Some((inner, finish)),
+            ProxyBody::Local { .. } => None,
+        }
+    }
+
     /// Runs `f` when the body is done (replacing nothing already set for a member's body).
     pub fn set_finish(&mut self, f: Finish) {
         match self {

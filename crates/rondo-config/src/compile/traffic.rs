@@ -6,12 +6,13 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use rondo_core::traffic::{
-    FieldEdits, HeaderEdits, Redirect, RequestId, Respond, Rewrite, Template, TrafficFilter,
+    FieldEdits, HeaderEdits, Redirect, RequestId, Respond, Rewrite, Soap, SoapVersion, Template,
+    TrafficFilter,
 };
 
 use super::{Compiler, is_token};
 use crate::path::FieldPath;
-use crate::raw::{RawFieldEdits, RawFilter, RawRedirect, RawRespond, RawRewrite};
+use crate::raw::{RawFieldEdits, RawFilter, RawRedirect, RawRespond, RawRewrite, RawSoap};
 
 /// Compiles a `filters` list.
 pub(super) fn compile_filters(
@@ -28,12 +29,13 @@ pub(super) fn compile_filters(
             f.rewrite.is_some(),
             f.redirect.is_some(),
             f.respond.is_some(),
+            f.soap.is_some(),
         ];
         if named.iter().filter(|n| **n).count() != 1 {
             c.err(
                 p,
                 "each filter is an inline table with exactly one key, the filter's name: \
-                 request_id, headers, rewrite, redirect or respond",
+                 request_id, headers, rewrite, redirect, respond or soap",
             );
             continue;
         }
@@ -50,6 +52,8 @@ pub(super) fn compile_filters(
             rewrite(c, &p.key("rewrite"), r).map(TrafficFilter::Rewrite)
         } else if let Some(r) = &f.redirect {
             redirect(c, &p.key("redirect"), r).map(TrafficFilter::Redirect)
+        } else if let Some(s) = &f.soap {
+            soap(c, &p.key("soap"), s).map(TrafficFilter::Soap)
         } else {
             f.respond.as_ref().and_then(|r| respond(c, &p.key("respond"), r))
         };
@@ -261,4 +265,19 @@ fn respond(c: &mut Compiler<'_>, path: &FieldPath, r: &RawRespond) -> Option<Tra
         (None, None) => Arc::from(&b""[..]),
     };
     Some(TrafficFilter::Respond(Respond { status, headers, body }))
+}
+
+fn soap(c: &mut Compiler<'_>, path: &FieldPath, s: &RawSoap) -> Option<Soap> {
+    let to = match s.to.as_str() {
+        "1.1" => SoapVersion::V11,
+        "1.2" => SoapVersion::V12,
+        other => {
+            c.err(path.key("to"), format!("`{other}` is not a SOAP version: `1.1` or `1.2`"));
+            return None;
+        }
+    };
+    let max = (1 << 30) as u64;
+    let max_body_bytes =
+        c.int(path.key("max_body_bytes"), s.max_body_bytes, Soap::DEFAULT_MAX_BODY, 1, max);
+    Some(Soap { to, max_body_bytes })
 }

@@ -26,6 +26,7 @@ use crate::http::HttpCtx;
 mod answer;
 mod fields;
 mod rewrite;
+pub(crate) mod soap;
 mod trace;
 
 pub(crate) use fields::FieldOps;
@@ -42,6 +43,8 @@ pub(crate) fn port_of(host: &str) -> Option<u16> {
 /// A route's chain, compiled from its listener's filters and its own.
 pub(crate) struct Chain {
     steps: Box<[Step]>,
+    /// A filter transforms bodies: the request is hyper's path's.
+    needs_hyper: bool,
 }
 
 /// One compiled filter.
@@ -51,6 +54,7 @@ enum Step {
     Rewrite(rewrite::RewriteStep),
     Redirect(rondo_core::traffic::Redirect),
     Respond(answer::RespondStep),
+    Soap(rondo_core::traffic::Soap),
 }
 
 impl Chain {
@@ -75,9 +79,17 @@ impl Chain {
                 TrafficFilter::Rewrite(r) => Step::Rewrite(rewrite::RewriteStep::new(r, route)),
                 TrafficFilter::Redirect(r) => Step::Redirect(r.clone()),
                 TrafficFilter::Respond(r) => Step::Respond(answer::RespondStep::new(r)),
+                TrafficFilter::Soap(s) => Step::Soap(*s),
             })
-            .collect();
-        Chain { steps }
+            .collect::<Box<[Step]>>();
+        let needs_hyper = steps.iter().any(|s| matches!(s, Step::Soap(_)));
+        Chain { steps, needs_hyper }
+    }
+
+    /// Whether a filter transforms bodies, which only hyper's path does: the own path hands
+    /// such a route's requests over.
+    pub(crate) fn needs_hyper(&self) -> bool {
+        self.needs_hyper
     }
 
     /// The request phase: every filter in order, until one answers. The edits gathered so far
@@ -104,6 +116,10 @@ impl Chain {
                 }
                 Step::Redirect(r) => Some(answer::redirect(r, info, &applied)),
                 Step::Respond(s) => Some(s.answer()),
+                Step::Soap(s) => {
+                    soap::request(s, headers, &mut applied);
+                    None
+                }
             };
             if let Some(answer) = answer {
                 return Err(Box::new((answer, applied)));
@@ -168,6 +184,8 @@ pub(crate) struct Applied {
     pub(crate) request_id: Option<String>,
     /// The trace this request belongs to (`request_id` with `trace`).
     trace: Option<trace::Trace>,
+    /// The request's message is converted to another SOAP version, and its response back.
+    pub(crate) soap: Option<soap::Plan>,
 }
 
 impl Applied {

@@ -119,7 +119,7 @@ async fn proxy(
         (ProxyError::unauthorized(e, &route.name, &route.cluster), route.idle_timeout)
     })?;
     // The route's filters: edits for the tries and the response, or an answer of their own.
-    let applied = match Chain::of(ctx, route) {
+    let mut applied = match Chain::of(ctx, route) {
         None => None,
         Some(chain) => {
             let info = request::info(ctx, conn, &req, host.as_deref(), identity.as_ref());
@@ -140,6 +140,10 @@ async fn proxy(
             }
         }
     };
+    if let Some((plan, applied)) = applied.as_mut().and_then(|a| Some((a.soap?, a))) {
+        // The message is converted whole before anything is sent (or copied).
+        read = Some(soap::request(ctx, route, &mut req, read.take(), plan, applied).await?);
+    }
     let branches = crate::multicast::branches(route, &routed.also);
     if !branches.is_empty() {
         // Every branch gets the same body: all of it is read first, within the route's limit.
@@ -194,4 +198,5 @@ async fn proxy(
 
 pub(crate) mod request;
 pub(crate) mod respond;
+mod soap;
 pub(crate) mod tries;

@@ -118,6 +118,9 @@ async fn attempt(
             if let Some(applied) = req.applied.as_ref().filter(|a| a.edits_response()) {
                 applied.response(&rt.spec.members[member].name).apply(resp.headers_mut());
             }
+            if let Some(plan) = req.applied.as_ref().and_then(|a| a.soap) {
+                resp = super::soap::response(resp, plan, route).await;
+            }
             Ok(resp)
         }
         Ok(Err(e)) if caused_by::<TooLarge>(&e) => {
