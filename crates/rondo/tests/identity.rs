@@ -592,3 +592,40 @@ fn two_authorization_fields_or_differing_sessions_are_refused_on_every_path() {
     assert_eq!(served(admin, "m1"), before, "a refused request reached the member");
     assert_eq!(refusals(admin, "orders"), [("ambiguous".to_owned(), refused)]);
 }
+
+/// `auth` is a step of the route's filter chain: the listener's filters run before it, the
+/// route's after it, and they see the verified subject (`${identity.sub}`).
+#[test]
+fn filters_around_auth_see_the_verified_subject() {
+    let dir = TempDir::new("identity-filters");
+    let keys = dir.0.join("keys");
+    run(&["auth", "dev-key", keys.to_str().unwrap()]);
+    let (_member, m1) = start_member("m1", "127.0.0.1:0");
+    let config = format!(
+        "[[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:0\"\n\
+         filters = [ {{ request_id = {{}} }} ]\n\n\
+         [[route]]\nname = \"orders\"\nlistener = \"web\"\ncluster = \"c\"\n\
+         auth = {{ issuer = \"{ISSUER}\", audience = \"{AUDIENCE}\", keys = \"keys/jwks.json\" }}\n\
+         filters = [ {{ headers = {{ request = {{ set = {{ \"x-user\" = \"user=${{identity.sub}}\" }} }}, \
+         response = {{ set = {{ \"x-sub\" = \"${{identity.sub}}\" }} }} }} }} ]\n\n\
+         [cluster.c]\nmembers = [{{ name = \"m1\", address = \"{m1}\" }}]\n"
+    );
+    let file = dir.0.join("rondo.toml");
+    std::fs::write(&file, config).unwrap();
+    let mut router = Proc::start(&["serve", "--config", file.to_str().unwrap()]);
+    let web = router.addr_after("rondo: listener web on");
+    let token = bearer(&sign(Algorithm::EdDSA, "dev-1", &claims(), &dev_key(&keys)));
+    for h2 in [false, true] {
+        let call = |headers: &[(&str, &str)]| {
+            if h2 { curl_h2(web, "/headers", headers) } else { get(web, "/headers", headers) }
+        };
+        let a = call(&[("authorization", &token), ("x-request-id", "rid-1")]);
+        assert_eq!(a.status, 200, "h2={h2}: {}", a.body);
+        assert!(a.body.to_lowercase().contains("x-user: user=alice"), "h2={h2}: {}", a.body);
+        assert_eq!(a.header("x-sub"), Some("alice"), "h2={h2}");
+        assert_eq!(a.header("x-request-id"), Some("rid-1"), "h2={h2}");
+        let refused = call(&[("x-user", "user=mallory")]);
+        assert_eq!(refused.status, 401, "h2={h2}: {}", refused.body);
+        assert_eq!(refused.header("x-sub"), None, "h2={h2}: no route filter ran");
+    }
+}

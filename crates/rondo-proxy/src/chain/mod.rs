@@ -20,6 +20,8 @@ use http::{HeaderName, HeaderValue};
 use rondo_core::Route;
 use rondo_core::traffic::{TrafficFilter, Var};
 
+use crate::auth::Identity;
+use crate::error::ProxyError;
 use crate::head::Headers;
 use crate::http::HttpCtx;
 
@@ -49,6 +51,8 @@ pub(crate) struct Chain {
 
 /// One compiled filter.
 enum Step {
+    /// The route's `auth`: the request's token checked, its identity kept for members.
+    Auth,
     RequestId(trace::RequestIdStep),
     Headers(fields::HeaderStep),
     Rewrite(rewrite::RewriteStep),
@@ -61,29 +65,44 @@ impl Chain {
     /// `route`'s chain (its listener's filters first), compiled at its first request in this
     /// view and kept in the route's slot; `None` when neither has a filter.
     pub(crate) fn of<'r>(ctx: &HttpCtx, route: &'r Route) -> Option<&'r Chain> {
-        if route.filters.is_empty() && ctx.listener.filters.is_empty() {
+        if route.filters.is_empty() && ctx.listener.filters.is_empty() && route.auth.is_none() {
             return None;
         }
         let made = route.compiled.get_or_init(|| {
-            let filters = ctx.listener.filters.iter().chain(&route.filters);
-            Arc::new(Chain::compile(filters, route))
+            let listener = ctx.listener.filters.iter().map(Some);
+            // The route's `auth` gates its own filters; the listener's run first (a redirect
+            // to https needs no token; a refused request's log line has its request id).
+            let auth = route.auth.is_some().then_some(None);
+            let own = route.filters.iter().map(Some);
+            Arc::new(Chain::compile(listener.chain(auth).chain(own), route))
         });
         made.downcast_ref::<Chain>()
     }
 
-    fn compile<'f>(filters: impl Iterator<Item = &'f TrafficFilter>, route: &Route) -> Chain {
+    /// `None` among `filters` stands for the route's `auth`.
+    fn compile<'f>(
+        filters: impl Iterator<Item = Option<&'f TrafficFilter>>,
+        route: &Route,
+    ) -> Chain {
         let steps = filters
             .map(|f| match f {
-                TrafficFilter::RequestId(r) => Step::RequestId(trace::RequestIdStep::new(r)),
-                TrafficFilter::Headers(h) => Step::Headers(fields::HeaderStep::new(h)),
-                TrafficFilter::Rewrite(r) => Step::Rewrite(rewrite::RewriteStep::new(r, route)),
-                TrafficFilter::Redirect(r) => Step::Redirect(r.clone()),
-                TrafficFilter::Respond(r) => Step::Respond(answer::RespondStep::new(r)),
-                TrafficFilter::Soap(s) => Step::Soap(*s),
+                None => Step::Auth,
+                Some(f) => Self::step(f, route),
             })
             .collect::<Box<[Step]>>();
         let needs_hyper = steps.iter().any(|s| matches!(s, Step::Soap(_)));
         Chain { steps, needs_hyper }
+    }
+
+    fn step(f: &TrafficFilter, route: &Route) -> Step {
+        match f {
+            TrafficFilter::RequestId(r) => Step::RequestId(trace::RequestIdStep::new(r)),
+            TrafficFilter::Headers(h) => Step::Headers(fields::HeaderStep::new(h)),
+            TrafficFilter::Rewrite(r) => Step::Rewrite(rewrite::RewriteStep::new(r, route)),
+            TrafficFilter::Redirect(r) => Step::Redirect(r.clone()),
+            TrafficFilter::Respond(r) => Step::Respond(answer::RespondStep::new(r)),
+            TrafficFilter::Soap(s) => Step::Soap(*s),
+        }
     }
 
     /// Whether a filter transforms bodies, which only hyper's path does: the own path hands
@@ -92,16 +111,25 @@ impl Chain {
         self.needs_hyper
     }
 
-    /// The request phase: every filter in order, until one answers. The edits gathered so far
-    /// apply to an answer's head too (a request id, a response field).
-    pub(crate) fn request(
+    /// The request phase: every filter in order, until one answers or `auth` refuses. The
+    /// edits gathered so far apply to an answer's head too (a request id, a response field).
+    /// `auth` is the route's gate ([`gate`]).
+    pub(crate) fn request<H: Headers>(
         &self,
         info: &Info<'_>,
-        headers: &impl Headers,
-    ) -> Result<Applied, Box<(Answer, Applied)>> {
+        headers: &H,
+        auth: impl Fn(&H) -> Result<Option<Identity>, ProxyError>,
+    ) -> Result<Applied, Box<Stopped>> {
         let mut applied = Applied::default();
         for step in &self.steps {
             let answer = match step {
+                Step::Auth => match auth(headers) {
+                    Ok(identity) => {
+                        applied.identity = identity;
+                        None
+                    }
+                    Err(e) => return Err(Box::new(Stopped::Refused(e, applied))),
+                },
                 Step::RequestId(s) => {
                     s.request(headers, &mut applied);
                     None
@@ -122,10 +150,40 @@ impl Chain {
                 }
             };
             if let Some(answer) = answer {
-                return Err(Box::new((answer, applied)));
+                return Err(Box::new(Stopped::Answered(answer, applied)));
             }
         }
         Ok(applied)
+    }
+}
+
+/// The route's `auth`: the request's token checked against the route's keys (counted in
+/// `rondo_auth_refusals_total` when refused).
+pub(crate) fn gate<'a, H: Headers>(
+    ctx: &'a HttpCtx,
+    route: &'a Route,
+) -> impl Fn(&H) -> Result<Option<Identity>, ProxyError> + 'a {
+    move |headers| {
+        ctx.auth
+            .gate(route, &ctx.live, headers)
+            .map_err(|e| ProxyError::unauthorized(e, &route.name, &route.cluster))
+    }
+}
+
+/// Why the request phase stopped before the tries.
+pub(crate) enum Stopped {
+    /// A filter answered: its answer, and the edits of the filters before it.
+    Answered(Answer, Applied),
+    /// The route's `auth` refused the request (answered 401 or 400 as the router's errors are).
+    Refused(ProxyError, Applied),
+}
+
+impl Stopped {
+    /// What the filters before the stop made of the request.
+    pub(crate) fn applied(&self) -> &Applied {
+        match self {
+            Stopped::Answered(_, applied) | Stopped::Refused(_, applied) => applied,
+        }
     }
 }
 
@@ -143,8 +201,6 @@ pub(crate) struct Info<'a> {
     pub(crate) path: &'a str,
     /// The query, without its `?`.
     pub(crate) query: Option<&'a str>,
-    /// The verified identity's subject.
-    pub(crate) subject: Option<&'a str>,
 }
 
 impl Info<'_> {
@@ -157,7 +213,10 @@ impl Info<'_> {
             Var::RequestId => applied.request_id.clone().unwrap_or_default(),
             // Without control characters: one would end the field, and `\u{1}` stands for the
             // member.
-            Var::IdentitySub => self.subject.unwrap_or("").replace(char::is_control, ""),
+            Var::IdentitySub => applied
+                .identity
+                .as_ref()
+                .map_or(String::new(), |i| i.subject.replace(char::is_control, "")),
             Var::Member => MEMBER.to_owned(),
         }
     }
@@ -186,6 +245,8 @@ pub(crate) struct Applied {
     trace: Option<trace::Trace>,
     /// The request's message is converted to another SOAP version, and its response back.
     pub(crate) soap: Option<soap::Plan>,
+    /// Who the request is, as the route's `auth` verified it (members get it).
+    pub(crate) identity: Option<Identity>,
 }
 
 impl Applied {

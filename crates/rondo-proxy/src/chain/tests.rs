@@ -24,7 +24,6 @@ fn info() -> Info<'static> {
         port: Some(8080),
         path: "/api/items",
         query: Some("a=1"),
-        subject: None,
     }
 }
 
@@ -47,7 +46,11 @@ fn chain(filters: Vec<TrafficFilter>) -> Chain {
         filters: vec![],
         compiled: Default::default(),
     };
-    Chain::compile(filters.iter(), &route)
+    Chain::compile(filters.iter().map(Some), &route)
+}
+
+fn no_auth(_: &Fields) -> Result<Option<crate::auth::Identity>, ProxyError> {
+    Ok(None)
 }
 
 fn t(s: &str, response: bool) -> Template {
@@ -68,7 +71,7 @@ fn header_edits_apply_in_order_with_variables() {
         },
     };
     let c = chain(vec![TrafficFilter::Headers(edits)]);
-    let applied = c.request(&info(), &Fields(vec![])).ok().expect("no answer");
+    let applied = c.request(&info(), &Fields(vec![]), no_auth).ok().expect("no answer");
     assert_eq!(applied.request.drop, ["x-debug", "x-env"]);
     let appended: Vec<_> =
         applied.request.append.iter().map(|(n, v)| (n.as_str(), v.to_str().unwrap())).collect();
@@ -83,7 +86,7 @@ fn a_prefix_rewrite_replaces_the_matched_prefix_and_a_redirect_keeps_the_query()
     let rewrite =
         rondo_core::traffic::Rewrite { path_prefix: Some("/v2/".into()), ..Default::default() };
     let c = chain(vec![TrafficFilter::Rewrite(rewrite)]);
-    let applied = c.request(&info(), &Fields(vec![])).ok().expect("no answer");
+    let applied = c.request(&info(), &Fields(vec![]), no_auth).ok().expect("no answer");
     assert_eq!(applied.target(Some("a=1")).as_deref(), Some("/v2/items?a=1"));
 
     let r = Redirect {
@@ -95,8 +98,8 @@ fn a_prefix_rewrite_replaces_the_matched_prefix_and_a_redirect_keeps_the_query()
         keep_query: true,
     };
     let c = chain(vec![TrafficFilter::Redirect(r)]);
-    let Err(answered) = c.request(&info(), &Fields(vec![])) else { panic!("no redirect") };
-    let (answer, _) = *answered;
+    let Err(stopped) = c.request(&info(), &Fields(vec![]), no_auth) else { panic!("no redirect") };
+    let Stopped::Answered(answer, _) = *stopped else { panic!("refused") };
     assert_eq!(answer.status, 308);
     // The scheme changed, so the plain port goes.
     assert_eq!(answer.headers[0].1, "https://example.com/api/items?a=1");
@@ -107,11 +110,11 @@ fn a_request_id_is_kept_or_made_and_echoed() {
     let spec = rondo_core::traffic::RequestId { header: "x-request-id".into(), trace: true };
     let c = chain(vec![TrafficFilter::RequestId(spec)]);
     let sent = Fields(vec![("X-Request-Id", "abc-123")]);
-    let applied = c.request(&info(), &sent).ok().expect("no answer");
+    let applied = c.request(&info(), &sent, no_auth).ok().expect("no answer");
     assert_eq!(applied.request_id.as_deref(), Some("abc-123"));
     assert_eq!(applied.response("").append[0].1, "abc-123");
     assert!(applied.next_span().is_some());
     let bad = Fields(vec![("X-Request-Id", "has space")]);
-    let made = c.request(&info(), &bad).ok().expect("no answer");
+    let made = c.request(&info(), &bad, no_auth).ok().expect("no answer");
     assert_eq!(made.request_id.as_ref().map(String::len), Some(36));
 }

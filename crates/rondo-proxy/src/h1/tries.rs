@@ -21,9 +21,8 @@ use super::parse::{self, Field, Framing, RequestHead};
 use super::pool;
 use super::write::{self, local_head, write_request_head};
 use crate::access::{self, Reason};
-use crate::auth::Identity;
 use crate::body::Finish;
-use crate::chain::{Answer, Applied, Chain, Info, port_of};
+use crate::chain::{Answer, Applied, Chain, Info, Stopped, gate, port_of};
 use crate::error::Kind;
 use crate::head::Headers;
 use crate::headers::has_looped;
@@ -223,54 +222,17 @@ impl<'a, S: ClientStream> OwnTries<'a, S> {
             return Err(Decline);
         }
         self.c.idle = route.idle_timeout;
-        // Sign-on: a route with `auth` forwards only a request whose token holds.
-        let headers = OwnHead { buf: &self.buf, fields: &self.head.fields };
-        let gate = self.ctx.auth.gate(route, &self.ctx.live, &headers);
-        let identity = match gate {
-            Ok(identity) => identity,
-            Err(e) => {
-                let e = crate::error::ProxyError::unauthorized(e, &route.name, &route.cluster);
-                return Ok(self.fail((e, route.idle_timeout)).await);
-            }
-        };
-        // The route's filters: edits for the tries and the response, or an answer of their own.
-        if let Some(chain) = Chain::of(self.ctx, route) {
-            let headers = OwnHead { buf: &self.buf, fields: &self.head.fields };
-            let (_, target) = request_line(&self.buf, &self.head);
-            let target = self.target.as_deref().unwrap_or(target);
-            let (path, query) = match target.split_once('?') {
-                Some((path, query)) => (path, Some(query)),
-                None => (target, None),
-            };
-            let info = Info {
-                client_ip: std::str::from_utf8(self.c.ip.as_bytes()).unwrap_or(""),
-                tls: self.c.tls.is_some(),
-                host: Some(text(&self.buf, self.host)),
-                port: port_of(text(&self.buf, self.head.host)),
-                path,
-                query,
-                subject: identity.as_ref().map(|i| i.subject.as_str()),
-            };
-            match chain.request(&info, &headers) {
-                Ok(applied) => {
-                    if let Some(target) = applied.target(query) {
-                        self.target = Some(target);
-                    }
-                    if let Some(start) = self.start.as_mut() {
-                        start.set_request_id(applied.request_id.as_deref());
-                    }
-                    self.applied = Some(applied);
-                }
-                Err(answered) => {
-                    let (answer, applied) = *answered;
-                    if let Some(start) = self.start.as_mut() {
-                        start.set_request_id(applied.request_id.as_deref());
-                    }
-                    return Ok(self.answer(route, answer, &applied).await);
-                }
-            }
+        // The route's filters (its `auth` among them): edits for the tries and the response,
+        // or an answer of their own.
+        if let Some(chain) = Chain::of(self.ctx, route)
+            && let Err(stopped) = self.filters(chain, route)
+        {
+            return Ok(match *stopped {
+                Stopped::Answered(answer, applied) => self.answer(route, answer, &applied).await,
+                Stopped::Refused(e, _) => self.fail((e, route.idle_timeout)).await,
+            });
         }
-        if let Err(failure) = self.prepare(route, identity.as_ref()) {
+        if let Err(failure) = self.prepare(route) {
             return Ok(self.fail(failure).await);
         }
         let idempotent = self.idempotent;
@@ -283,8 +245,42 @@ impl<'a, S: ClientStream> OwnTries<'a, S> {
         })
     }
 
+    /// The request phase of the route's filter chain; its edits are kept for the head members
+    /// get, the tries and the response.
+    fn filters(&mut self, chain: &Chain, route: &Route) -> Result<(), Box<Stopped>> {
+        let headers = OwnHead { buf: &self.buf, fields: &self.head.fields };
+        let (_, target) = request_line(&self.buf, &self.head);
+        let target = self.target.as_deref().unwrap_or(target);
+        let (path, query) = match target.split_once('?') {
+            Some((path, query)) => (path, Some(query)),
+            None => (target, None),
+        };
+        let info = Info {
+            client_ip: std::str::from_utf8(self.c.ip.as_bytes()).unwrap_or(""),
+            tls: self.c.tls.is_some(),
+            host: Some(text(&self.buf, self.host)),
+            port: port_of(text(&self.buf, self.head.host)),
+            path,
+            query,
+        };
+        let outcome = chain.request(&info, &headers, gate(self.ctx, route));
+        let applied = match &outcome {
+            Ok(applied) => applied,
+            Err(stopped) => stopped.applied(),
+        };
+        if let Some(start) = self.start.as_mut() {
+            start.set_request_id(applied.request_id.as_deref());
+        }
+        let applied = outcome?;
+        if let Some(target) = applied.target(query) {
+            self.target = Some(target);
+        }
+        self.applied = Some(applied);
+        Ok(())
+    }
+
     /// The body limit and the body's start; the head as members get it.
-    fn prepare(&mut self, route: &Route, identity: Option<&Identity>) -> Result<(), Failure> {
+    fn prepare(&mut self, route: &Route) -> Result<(), Failure> {
         let limit = self.ctx.listener.max_body_bytes;
         let after = &self.buf[self.head.len..];
         match self.body.framing {
@@ -326,7 +322,7 @@ impl<'a, S: ClientStream> OwnTries<'a, S> {
         let target = self.target.as_deref().map(str::as_bytes);
         let head = (&self.head, target);
         let applied = self.applied.as_ref();
-        let added = (identity, applied);
+        let added = (applied.and_then(|a| a.identity.as_ref()), applied);
         write_request_head(&mut out, &self.buf, head, self.ctx, client, host, added);
         if self.body.complete {
             let start = self.head.len;

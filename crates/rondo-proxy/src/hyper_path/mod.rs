@@ -19,9 +19,9 @@ use crate::access;
 use crate::http::{Decided, Failure, HttpCtx, forward, on_route};
 
 use crate::body::{Finish, ProxyBody};
-use crate::chain::Chain;
+use crate::chain::{Chain, Stopped, gate};
 use crate::conn::ConnState;
-use crate::error::{Kind, ProxyError};
+use crate::error::Kind;
 
 /// Serves one request.
 pub async fn handle(
@@ -115,28 +115,28 @@ async fn proxy(
     let route = routed.route;
     // Should the client abandon the request, the connection then idles under this route's timeout.
     conn.set_idle(route.idle_timeout);
-    let identity = ctx.auth.gate(route, &ctx.live, req.headers()).map_err(|e| {
-        (ProxyError::unauthorized(e, &route.name, &route.cluster), route.idle_timeout)
-    })?;
-    // The route's filters: edits for the tries and the response, or an answer of their own.
+    // The route's filters (its `auth` among them): edits for the tries and the response, or
+    // an answer of their own.
     let mut applied = match Chain::of(ctx, route) {
         None => None,
         Some(chain) => {
-            let info = request::info(ctx, conn, &req, host.as_deref(), identity.as_ref());
-            let outcome = chain.request(&info, req.headers());
+            let info = request::info(ctx, conn, &req, host.as_deref());
+            let outcome = chain.request(&info, req.headers(), gate(ctx, route));
             let applied = match &outcome {
                 Ok(applied) => applied,
-                Err(answered) => &answered.1,
+                Err(stopped) => stopped.applied(),
             };
             if let Some(start) = start.as_mut() {
                 start.set_request_id(applied.request_id.as_deref());
             }
             match outcome {
                 Ok(applied) => Some(applied),
-                Err(answered) => {
-                    let (answer, applied) = *answered;
-                    return Ok(respond::answered(ctx, conn, route, answer, &applied));
-                }
+                Err(stopped) => match *stopped {
+                    Stopped::Answered(answer, applied) => {
+                        return Ok(respond::answered(ctx, conn, route, answer, &applied));
+                    }
+                    Stopped::Refused(e, _) => return Err((e, route.idle_timeout)),
+                },
             }
         }
     };
@@ -179,7 +179,7 @@ async fn proxy(
             None => more,
         });
     }
-    let req = prepare(ctx, conn, route, req, host.as_deref(), identity.as_ref(), read, applied)?;
+    let req = prepare(ctx, conn, route, req, host.as_deref(), read, applied)?;
     if !branches.is_empty() {
         crate::multicast::spawn(
             ctx,

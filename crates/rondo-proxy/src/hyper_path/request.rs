@@ -278,7 +278,6 @@ pub(super) fn info<'a>(
     conn: &'a ConnState,
     req: &'a Request<Incoming>,
     host: Option<&'a str>,
-    identity: Option<&'a crate::auth::Identity>,
 ) -> Info<'a> {
     // `request_host` left exactly one `Host`, the `:authority`'s on HTTP/2.
     let full = req.headers().get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("");
@@ -289,19 +288,16 @@ pub(super) fn info<'a>(
         port: port_of(full),
         path: req.uri().path(),
         query: req.uri().query(),
-        subject: identity.map(|i| i.subject.as_str()),
     }
 }
 
 /// Stage 2: the body limit, then the head as members get it.
-#[allow(clippy::too_many_arguments)]
 pub(super) fn prepare(
     ctx: &HttpCtx,
     conn: &ConnState,
     route: &Route,
     mut req: Request<Incoming>,
     host: Option<&str>,
-    identity: Option<&crate::auth::Identity>,
     read: Option<Peeked>,
     applied: Option<Applied>,
 ) -> Result<Prepared, Failure> {
@@ -323,7 +319,7 @@ pub(super) fn prepare(
         ctx.listener.trust_forwarded_for,
     );
     crate::headers::add_client_cert(&mut parts.headers, conn.tls.as_ref());
-    crate::auth::apply(&mut parts.headers, identity);
+    crate::auth::apply(&mut parts.headers, applied.as_ref().and_then(|a| a.identity.as_ref()));
     if route.session_replay.is_some() {
         // Only the router marks a replay.
         parts.headers.remove(crate::session_replay::REPLAY_HEADER);
