@@ -58,6 +58,10 @@ pub enum ProbeFailure {
     NotHttp,
     /// TLS to the member failed.
     Tls(crate::TlsFailure),
+    /// A gRPC health check was answered with this non-OK gRPC status.
+    Grpc(crate::grpc::Code),
+    /// A gRPC health check was answered, but not `SERVING`.
+    NotServing,
 }
 
 impl std::fmt::Display for ProbeFailure {
@@ -71,6 +75,8 @@ impl std::fmt::Display for ProbeFailure {
             ProbeFailure::Unreachable => f.write_str("unreachable"),
             ProbeFailure::NotHttp => f.write_str("not http"),
             ProbeFailure::Tls(t) => t.fmt(f),
+            ProbeFailure::Grpc(code) => write!(f, "grpc status {}", code.name()),
+            ProbeFailure::NotServing => f.write_str("not serving"),
         }
     }
 }
