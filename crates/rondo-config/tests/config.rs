@@ -877,7 +877,7 @@ fn unknown_spellings_list_the_valid_ones() {
             "health = { kind = \"icmp\" }",
             "cluster.app.health.kind",
             "\"icmp\"",
-            "unknown health check kind `icmp`, expected `http` or `tcp`",
+            "unknown health check kind `icmp`, expected `grpc`, `http` or `tcp`",
         ),
     ];
     for (line, field, needle, msg) in cases {

@@ -163,7 +163,7 @@ fn get_varint(buf: &mut &[u8]) -> Option<u64> {
 /// The status of a length-prefixed `HealthCheckResponse`: field 1's value (0, `UNKNOWN`, when
 /// absent, as protobuf's default); `None` for a malformed or compressed message.
 fn serving_status(body: &[u8]) -> Option<u64> {
-    let (&[0, a, b, c, d], rest) = body.split_first_chunk::<5>().map(|(h, r)| (h, r))? else {
+    let (&[0, a, b, c, d], rest) = body.split_first_chunk::<5>()? else {
         return None;
     };
     let len = u32::from_be_bytes([a, b, c, d]) as usize;
