@@ -1,7 +1,8 @@
 //! gRPC as the balancer sees it: status codes ([`Code`], [`Codes`]), the `grpc-status` and
 //! `grpc-timeout` fields parsed ([`parse_status`], [`parse_timeout`]) and written
-//! ([`encode_timeout`], [`encode_message`]), and a call's status mapped to the member's
-//! [`Outcome`] under its cluster's [`GrpcPolicy`] ([`outcome`]).
+//! ([`encode_timeout`], [`encode_message`]), and whether a call's status is the member's failure
+//! under its cluster's [`GrpcPolicy`] ([`GrpcPolicy::is_failure`]; the member's outcome:
+//! [`crate::Outcome::of_grpc`]).
 //!
 //! A gRPC call is answered HTTP 200 whatever became of it; its status is in `grpc-status`, in
 //! the response head (a trailers-only response) or in the trailers. The codes a cluster names
@@ -11,8 +12,6 @@
 //! `doc/statuscodes.md`.
 
 use std::time::Duration;
-
-use crate::member::{FailureKind, Outcome};
 
 /// A gRPC status code (0-16; anything else a member sends is read as [`Code::UNKNOWN`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -120,6 +119,12 @@ pub struct GrpcPolicy {
 }
 
 impl GrpcPolicy {
+    /// Whether `code` is the member's failure (counted like a 5xx), not an answer: an
+    /// application's own error, such as `not-found`, is an answer.
+    pub fn is_failure(&self, code: Code) -> bool {
+        self.failure_codes.contains(code)
+    }
+
     /// The default failure codes: the server could not serve the call (`unavailable`,
     /// `unimplemented`), or broke while serving it (`internal`, `unknown`).
     pub const DEFAULT_FAILURE_CODES: [Code; 4] =
@@ -214,17 +219,6 @@ pub fn encode_message(message: &str) -> String {
     out
 }
 
-/// The member's outcome for a call answered with `code` after `latency` (to the answer's head):
-/// a failure, counted like a 5xx, when `policy` names the code as the member's; a success
-/// otherwise (an application's own error, such as `not-found`, is an answer).
-pub fn outcome(code: Code, policy: &GrpcPolicy, latency: Duration) -> Outcome {
-    if policy.failure_codes.contains(code) {
-        Outcome::Failure { kind: FailureKind::Status5xx, latency }
-    } else {
-        Outcome::Success { latency }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -280,22 +274,17 @@ mod tests {
     }
 
     #[test]
-    fn default_failure_codes_count_like_a_5xx_and_others_succeed() {
+    fn default_failure_codes_are_the_servers_and_others_are_answers() {
         let p = GrpcPolicy::default();
-        let latency = Duration::from_millis(3);
         for code in ["unavailable", "unimplemented", "internal", "unknown"] {
-            let o = outcome(Code::parse(code).unwrap(), &p, latency);
-            assert_eq!(o, Outcome::Failure { kind: FailureKind::Status5xx, latency }, "{code}");
+            assert!(p.is_failure(Code::parse(code).unwrap()), "{code}");
         }
         for code in ["ok", "not-found", "cancelled", "deadline-exceeded", "resource-exhausted"] {
-            let o = outcome(Code::parse(code).unwrap(), &p, latency);
-            assert_eq!(o, Outcome::Success { latency }, "{code}");
+            assert!(!p.is_failure(Code::parse(code).unwrap()), "{code}");
         }
         let only_internal = GrpcPolicy { failure_codes: Codes::of(&[Code::INTERNAL]), ..p };
-        assert_eq!(
-            outcome(Code::UNAVAILABLE, &only_internal, latency),
-            Outcome::Success { latency }
-        );
+        assert!(!only_internal.is_failure(Code::UNAVAILABLE));
+        assert!(only_internal.is_failure(Code::INTERNAL));
         assert_eq!(Codes::of(&GrpcPolicy::DEFAULT_FAILURE_CODES).iter().count(), 4);
     }
 

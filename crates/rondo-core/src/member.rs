@@ -153,6 +153,23 @@ pub enum Outcome {
     Cancelled,
 }
 
+impl Outcome {
+    /// The outcome of a gRPC call answered with `code` after `latency` (to the answer's head):
+    /// a failure counted like a 5xx when `policy` names the code as the member's
+    /// (`grpc_failure_codes`), a success otherwise.
+    pub fn of_grpc(
+        code: crate::grpc::Code,
+        policy: &crate::grpc::GrpcPolicy,
+        latency: Duration,
+    ) -> Outcome {
+        if policy.is_failure(code) {
+            Outcome::Failure { kind: FailureKind::Status5xx, latency }
+        } else {
+            Outcome::Success { latency }
+        }
+    }
+}
+
 /// What went wrong with a member.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum FailureKind {

@@ -440,7 +440,7 @@ impl Finish {
         if let Some((rt, _, outcome)) = &mut self.request
             && let Outcome::Success { latency } = *outcome
         {
-            *outcome = rondo_core::grpc::outcome(code, &rt.spec.policy.grpc, latency);
+            *outcome = Outcome::of_grpc(code, &rt.spec.policy.grpc, latency);
         }
         if let Some(s) = &self.served {
             s.route.grpc_status(code);
