@@ -390,6 +390,7 @@ pub(crate) struct RawCluster {
     pub upstream_tls: Option<RawUpstreamTls>,
     pub max_connection_age_ms: Option<u64>,
     pub max_requests_per_connection: Option<u64>,
+    pub grpc_failure_codes: Option<Vec<String>>,
 }
 
 /// A cluster's `upstream_tls`: TLS (and mTLS) to its members.
@@ -424,6 +425,14 @@ pub(crate) struct RawHealth {
     pub timeout_ms: Option<u64>,
     pub rise: Option<u64>,
     pub fall: Option<u64>,
+    pub grpc: Option<RawGrpcHealth>,
+}
+
+/// A cluster's `health.grpc`: gRPC's health-checking protocol.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawGrpcHealth {
+    pub service: Option<String>,
 }
 
 /// A cluster's `outlier`.
@@ -445,6 +454,7 @@ pub(crate) struct RawRetry {
     pub per_try_timeout_ms: Option<u64>,
     pub budget_percent: Option<u64>,
     pub budget_min_per_sec: Option<u64>,
+    pub retry_on: Option<Vec<String>>,
 }
 
 /// A cluster's `slow_start`.

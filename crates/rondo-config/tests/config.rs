@@ -879,7 +879,7 @@ fn unknown_spellings_list_the_valid_ones() {
             "health = { kind = \"icmp\" }",
             "cluster.app.health.kind",
             "\"icmp\"",
-            "unknown health check kind `icmp`, expected `http` or `tcp`",
+            "unknown health check kind `icmp`, expected `grpc`, `http` or `tcp`",
         ),
     ];
     for (line, field, needle, msg) in cases {
@@ -2086,5 +2086,40 @@ fn queue_mistakes_are_reported_at_their_fields() {
         "queue[0].session_partitions",
         "$4",
         "`session_partitions` is for `backend = \"nats\"`",
+    );
+}
+
+#[test]
+fn grpc_codes_and_the_grpc_health_check_compile_and_unknown_codes_are_refused() {
+    use rondo_core::grpc::{Code, Codes, GrpcPolicy};
+    let c = ok(BASE);
+    assert_eq!(c.view.cluster("app").unwrap().policy.grpc, GrpcPolicy::default());
+    let text = cluster_line(
+        "grpc_failure_codes = [\"internal\"]\nretry = { retry_on = [\"unavailable\", \
+         \"RESOURCE_EXHAUSTED\"] }\nhealth = { grpc = { service = \"my.Service\" } }",
+    );
+    let c = ok(&text);
+    let p = &c.view.cluster("app").unwrap().policy;
+    assert_eq!(p.grpc.failure_codes, Codes::of(&[Code::INTERNAL]));
+    assert_eq!(p.grpc.retry_on, Codes::of(&[Code::UNAVAILABLE, Code::RESOURCE_EXHAUSTED]));
+    let kind = p.health.clone().unwrap().kind;
+    assert_eq!(kind, HealthCheckKind::Grpc { service: "my.Service".into() });
+    fails_once(
+        &cluster_line("grpc_failure_codes = [\"internal\", \"unavailible\"]"),
+        "cluster.app.grpc_failure_codes[1]",
+        "\"unavailible\"",
+        "unknown grpc status `unavailible`, expected `ok`,",
+    );
+    fails_once(
+        &cluster_line("retry = { retry_on = [\"busy\"] }"),
+        "cluster.app.retry.retry_on[0]",
+        "\"busy\"",
+        "unknown grpc status `busy`",
+    );
+    fails_once(
+        &cluster_line("health = { kind = \"tcp\", grpc = { service = \"s\" } }"),
+        "cluster.app.health.grpc",
+        "{ service",
+        "only applies to health checks of kind `grpc`",
     );
 }

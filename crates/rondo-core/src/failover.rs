@@ -40,16 +40,20 @@ pub struct TryFailure {
     pub member_failed: bool,
     /// Whether the request can still be sent again (its body was not consumed).
     pub replayable: bool,
+    /// Whether the member declined the request in a way its cluster's policy lets go elsewhere
+    /// whatever the method (a gRPC trailers-only answer with a status in `retry.retry_on`): a
+    /// retry, within the budget, even of a request that is not idempotent.
+    pub declined: bool,
 }
 
 impl TryFailure {
     /// A failure before anything was sent (refused, unresolved, never left), the request intact.
     pub const NOTHING_SENT: TryFailure =
-        TryFailure { reached: false, member_failed: true, replayable: true };
+        TryFailure { reached: false, member_failed: true, replayable: true, declined: false };
 
     /// A member's failure after the request may have reached it.
     pub fn after_sending(replayable: bool) -> TryFailure {
-        TryFailure { reached: true, member_failed: true, replayable }
+        TryFailure { reached: true, member_failed: true, replayable, declined: false }
     }
 }
 
@@ -189,7 +193,8 @@ impl Failover {
     /// (ask [`Failover::cluster`] where), or why it stops.
     pub fn failed(&mut self, failure: TryFailure, now: Instant) -> Result<(), Stop> {
         self.sent |= failure.reached;
-        if !failure.member_failed || !failure.replayable || (failure.reached && !self.idempotent) {
+        let unsafe_again = failure.reached && !self.idempotent && !failure.declined;
+        if !failure.member_failed || !failure.replayable || unsafe_again {
             return Err(Stop::NotRetryable);
         }
         if now >= self.deadline {
@@ -330,6 +335,12 @@ mod tests {
         assert_eq!(run(false, TryFailure::after_sending(true), t), Err(Stop::NotRetryable));
         assert_eq!(run(false, TryFailure::NOTHING_SENT, t), Ok(()));
         assert_eq!(run(true, TryFailure::after_sending(false), t), Err(Stop::NotRetryable));
+        // A declined answer goes elsewhere whatever the method, as a retry...
+        let declined = TryFailure { declined: true, ..TryFailure::after_sending(true) };
+        assert_eq!(run(false, declined, t), Ok(()));
+        // ...but only with a body that can be sent again.
+        let spent = TryFailure { declined: true, ..TryFailure::after_sending(false) };
+        assert_eq!(run(false, spent, t), Err(Stop::NotRetryable));
         let own = TryFailure { member_failed: false, ..TryFailure::NOTHING_SENT };
         assert_eq!(run(true, own, t), Err(Stop::NotRetryable));
         assert_eq!(

@@ -26,6 +26,7 @@ pub mod balancer;
 pub mod budget;
 pub mod explain;
 pub mod failover;
+pub mod grpc;
 mod ineligible;
 pub mod load;
 pub mod member;

@@ -58,6 +58,10 @@ pub enum ProbeFailure {
     NotHttp,
     /// TLS to the member failed.
     Tls(crate::TlsFailure),
+    /// A gRPC health check was answered with this non-OK gRPC status.
+    Grpc(crate::grpc::Code),
+    /// A gRPC health check was answered, but not `SERVING`.
+    NotServing,
 }
 
 impl std::fmt::Display for ProbeFailure {
@@ -71,6 +75,8 @@ impl std::fmt::Display for ProbeFailure {
             ProbeFailure::Unreachable => f.write_str("unreachable"),
             ProbeFailure::NotHttp => f.write_str("not http"),
             ProbeFailure::Tls(t) => t.fmt(f),
+            ProbeFailure::Grpc(code) => write!(f, "grpc status {}", code.name()),
+            ProbeFailure::NotServing => f.write_str("not serving"),
         }
     }
 }
@@ -145,6 +151,23 @@ pub enum Outcome {
     },
     /// The caller gave up or the request was abandoned for reasons not the member's fault.
     Cancelled,
+}
+
+impl Outcome {
+    /// The outcome of a gRPC call answered with `code` after `latency` (to the answer's head):
+    /// a failure counted like a 5xx when `policy` names the code as the member's
+    /// (`grpc_failure_codes`), a success otherwise.
+    pub fn of_grpc(
+        code: crate::grpc::Code,
+        policy: &crate::grpc::GrpcPolicy,
+        latency: Duration,
+    ) -> Outcome {
+        if policy.is_failure(code) {
+            Outcome::Failure { kind: FailureKind::Status5xx, latency }
+        } else {
+            Outcome::Success { latency }
+        }
+    }
 }
 
 /// What went wrong with a member.

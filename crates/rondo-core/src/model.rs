@@ -337,6 +337,12 @@ pub enum HealthCheckKind {
         /// Highest passing status.
         expect_max: u16,
     },
+    /// gRPC's health-checking protocol (`grpc.health.v1.Health/Check`) for `service` (empty:
+    /// the server as a whole); only `SERVING` passes.
+    Grpc {
+        /// The service asked about.
+        service: String,
+    },
 }
 
 impl Default for HealthCheck {
@@ -492,6 +498,8 @@ pub struct Policy {
     pub ewma: EwmaPolicy,
     /// How long the data plane's connections to members live.
     pub connections: ConnectionLimits,
+    /// How gRPC answers count (failure codes, codes retried).
+    pub grpc: crate::grpc::GrpcPolicy,
 }
 
 /// How long a connection lives before it is replaced (so that long-lived clients spread onto
@@ -522,6 +530,7 @@ impl Default for Policy {
             agent: AgentPolicy::default(),
             ewma: EwmaPolicy::default(),
             connections: ConnectionLimits::default(),
+            grpc: crate::grpc::GrpcPolicy::default(),
         }
     }
 }

@@ -72,6 +72,18 @@ struct SlotInner {
     failed_by_client: AtomicBool,
     /// Body bytes passed on (whichever try read them; the body is read once).
     received: AtomicU64,
+    /// A copy of what was passed on, kept so that a declined gRPC call can be sent again
+    /// ([`BodySlot::keep_copy`]).
+    copy: Mutex<Option<Copy>>,
+}
+
+/// The copy a slot keeps of its body while it fits `limit` bytes.
+#[derive(Debug)]
+struct Copy {
+    data: Vec<Bytes>,
+    trailers: Option<http::HeaderMap>,
+    len: u64,
+    limit: u64,
 }
 
 impl BodySlot {
@@ -93,6 +105,7 @@ impl BodySlot {
             stalled: AtomicBool::new(false),
             failed_by_client: AtomicBool::new(false),
             received: AtomicU64::new(received),
+            copy: Mutex::new(None),
         }))
     }
 
@@ -109,6 +122,7 @@ impl BodySlot {
             stalled: AtomicBool::new(false),
             failed_by_client: AtomicBool::new(false),
             received: AtomicU64::new(received),
+            copy: Mutex::new(None),
         }))
     }
 
@@ -145,6 +159,47 @@ impl BodySlot {
     /// Whether reading the client's body failed: a try's error after that is the client's.
     pub fn failed_by_client(&self) -> bool {
         self.0.failed_by_client.load(Ordering::Relaxed)
+    }
+
+    /// Keeps a copy of the body as it is passed on, up to `limit` bytes, so that a try the
+    /// member declined can be followed by another ([`BodySlot::copied`]).
+    pub fn keep_copy(&self, limit: u64) {
+        let mut copy = self.0.copy.lock().unwrap_or_else(|e| e.into_inner());
+        copy.get_or_insert(Copy { data: Vec::new(), trailers: None, len: 0, limit });
+    }
+
+    /// The whole body as a new slot every try can send, when all of it passed on within the
+    /// copy's limit ([`BodySlot::keep_copy`]).
+    pub fn copied(&self) -> Option<BodySlot> {
+        if self.0.whole {
+            return Some(self.clone());
+        }
+        if !self.0.complete.load(Ordering::Relaxed) {
+            return None;
+        }
+        let copy = self.0.copy.lock().unwrap_or_else(|e| e.into_inner());
+        let copy = copy.as_ref().filter(|c| c.len <= c.limit)?;
+        let mut body = bytes::BytesMut::with_capacity(copy.len as usize);
+        for d in &copy.data {
+            body.extend_from_slice(d);
+        }
+        Some(BodySlot::whole(body.freeze(), copy.trailers.clone()))
+    }
+
+    /// Adds `frame` to the copy, if one is kept; past its limit the copy is given up.
+    fn copy(&self, frame: &Frame<Bytes>) {
+        let mut copy = self.0.copy.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(c) = copy.as_mut().filter(|c| c.len <= c.limit) else { return };
+        if let Some(data) = frame.data_ref() {
+            c.len += data.len() as u64;
+            if c.len > c.limit {
+                c.data = Vec::new();
+            } else {
+                c.data.push(data.clone());
+            }
+        } else if let Some(t) = frame.trailers_ref() {
+            c.trailers = Some(t.clone());
+        }
     }
 
     fn take(&self) -> Option<Incoming> {
@@ -209,7 +264,9 @@ impl Body for UpstreamBody {
                         if *limit > 0 && *seen > *limit {
                             return Poll::Ready(Some(Err(Box::new(TooLarge(*limit)))));
                         }
-                        return Poll::Ready(Some(Ok(Frame::data(head))));
+                        let frame = Frame::data(head);
+                        slot.copy(&frame);
+                        return Poll::Ready(Some(Ok(frame)));
                     }
                 }
                 if *stage == 1 {
@@ -227,7 +284,7 @@ impl Body for UpstreamBody {
                     *inner = slot.take();
                 }
                 let Some(body) = inner.as_mut() else { return Poll::Ready(None) };
-                let polled = Pin::new(body).poll_frame(cx);
+                let polled = Pin::new(&mut *body).poll_frame(cx);
                 slot.0.waiting_on_client.store(polled.is_pending(), Ordering::Relaxed);
                 if polled.is_ready() {
                     *timer = None;
@@ -249,6 +306,12 @@ impl Body for UpstreamBody {
                             if *limit > 0 && *seen > *limit {
                                 return Poll::Ready(Some(Err(Box::new(TooLarge(*limit)))));
                             }
+                        }
+                        slot.copy(&frame);
+                        if body.is_end_stream() {
+                            // hyper sends no more once the body says it has ended: this was
+                            // its last frame, and no poll will see the end.
+                            slot.0.complete.store(true, Ordering::Relaxed);
                         }
                         Poll::Ready(Some(Ok(frame)))
                     }
@@ -319,6 +382,8 @@ pub struct Finish {
     /// path counts them itself).
     received: u64,
     log: Option<Box<Pending>>,
+    /// The response is a gRPC call's: its trailers' `grpc-status` decides the outcome.
+    grpc: bool,
 }
 
 /// How a member's response was reached, for the metrics and the access log.
@@ -359,6 +424,27 @@ impl Finish {
     pub fn log(mut self, line: Option<Pending>) -> Self {
         self.log = line.map(Box::new);
         self
+    }
+
+    /// A gRPC call's trailers passed: their status decides ([`Finish::grpc_status`]).
+    fn trailers(&mut self, trailers: &http::HeaderMap) {
+        if let Some(v) = trailers.get("grpc-status") {
+            let code = rondo_core::grpc::parse_status(v.as_bytes());
+            self.grpc_status(code.unwrap_or(rondo_core::grpc::Code::UNKNOWN));
+        }
+    }
+
+    /// A gRPC call ended with `code`: a status its cluster names as the member's failure turns
+    /// the outcome into one (counted like a 5xx), and the status is counted on the route.
+    fn grpc_status(&mut self, code: rondo_core::grpc::Code) {
+        if let Some((rt, _, outcome)) = &mut self.request
+            && let Outcome::Success { latency } = *outcome
+        {
+            *outcome = Outcome::of_grpc(code, &rt.spec.policy.grpc, latency);
+        }
+        if let Some(s) = &self.served {
+            s.route.grpc_status(code);
+        }
     }
 
     /// Counts `n` more response body bytes sent to the client.
@@ -462,6 +548,20 @@ impl ProxyBody {
         }
     }
 
+    /// The body answers a gRPC call: its status, `head`'s for a trailers-only answer, else the
+    /// trailers', decides the member's outcome and is counted on the route.
+    pub(crate) fn grpc(&mut self, head: Option<rondo_core::grpc::Code>) {
+        let (ProxyBody::Upstream { finish: Some(f), .. }
+        | ProxyBody::Local { finish: Some(f), .. }) = self
+        else {
+            return;
+        };
+        match head {
+            Some(code) => f.grpc_status(code),
+            None => f.grpc = true,
+        }
+    }
+
     /// Completes `line` of the access log when the body is done (a member's body: its finish
     /// is set already).
     pub fn log(&mut self, line: Pending) {
@@ -506,6 +606,9 @@ impl Body for ProxyBody {
                     && let Some(trailers) = frame.trailers_mut()
                 {
                     crate::headers::strip_reserved_trailers(trailers);
+                    if let Some(f) = finish.as_mut().filter(|f| f.grpc) {
+                        f.trailers(trailers);
+                    }
                 }
                 match &r {
                     None => {

@@ -57,6 +57,9 @@ pub enum Kind {
     /// Replaying a session's kept requests to the member taking it over failed (the request
     /// itself was not sent there).
     Replay,
+    /// A gRPC member answered trailers-only with a status of its cluster's `retry.retry_on`:
+    /// the call may go to another member.
+    Declined,
 }
 
 /// One try at one member.
@@ -123,6 +126,7 @@ impl Kind {
             | Kind::BadBody
             | Kind::Resolve
             | Kind::Replay
+            | Kind::Declined
             | Kind::Tls(_) => Side::Member,
         }
     }
@@ -139,6 +143,7 @@ impl Kind {
                 | Kind::BadBody
                 | Kind::Resolve
                 | Kind::Replay
+                | Kind::Declined
                 | Kind::Tls(_)
         )
     }
@@ -154,6 +159,7 @@ impl Kind {
             | Kind::BadBody
             | Kind::Resolve
             | Kind::Replay
+            | Kind::Declined
             | Kind::Tls(_) => StatusCode::BAD_GATEWAY,
             Kind::Timeout => StatusCode::GATEWAY_TIMEOUT,
             Kind::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
@@ -175,6 +181,7 @@ impl Kind {
             | Kind::BadBody
             | Kind::Resolve
             | Kind::Replay
+            | Kind::Declined
             | Kind::Tls(_) => "bad gateway: no server answered",
             Kind::Timeout => "gateway timeout: no response in time",
             Kind::Loop => "request loop detected",
@@ -219,6 +226,7 @@ impl Kind {
             Kind::Resolve => "host name did not resolve",
             Kind::Unauthorized(_) => "sign-on token refused",
             Kind::Replay => "replaying the session's requests failed",
+            Kind::Declined => "declined: a grpc status the cluster retries elsewhere",
         }
     }
 }

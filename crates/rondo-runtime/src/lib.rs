@@ -18,6 +18,7 @@ pub mod live;
 pub mod metrics;
 pub mod pools;
 pub mod probe;
+mod probe_h2;
 pub mod process;
 pub mod queues;
 pub mod reject;

@@ -5,6 +5,9 @@
 //! check is still probed (TCP connect, default interval) for the ranking, without touching
 //! health.
 //!
+//! An HTTP check of an `upstream_protocol = "http2"` cluster, and a gRPC check
+//! (`grpc.health.v1.Health/Check`), speak HTTP/2 (`probe_h2`).
+//!
 //! Every failed check records why ([`ProbeFailure`]: status NNN, timeout, refused, reset, dns,
 //! ...) on the member, for status pages and for the `member down` log line.
 //!
@@ -60,6 +63,7 @@ async fn run(rt: Weak<ClusterRt>, check: HealthCheck, judge: bool) {
             .map(|(i, m)| (i, m.name.clone(), m.address.clone()))
             .collect();
         let tls = cluster.tls.clone();
+        let http2 = cluster.spec.upstream_protocol == rondo_core::UpstreamProtocol::Http2;
         drop(cluster);
         let mut round = JoinSet::new();
         for (i, _, address) in &members {
@@ -68,8 +72,8 @@ async fn run(rt: Weak<ClusterRt>, check: HealthCheck, judge: bool) {
             let tls = tls.clone();
             round.spawn(async move {
                 let r = match &tls {
-                    None => check_once(&address, &kind, timeout).await,
-                    Some(Ok(t)) => check_once_tls(&address, &kind, timeout, Some(t)).await,
+                    None => check_once_tls(&address, &kind, timeout, None, http2).await,
+                    Some(Ok(t)) => check_once_tls(&address, &kind, timeout, Some(t), http2).await,
                     Some(Err(_)) => Err(ProbeFailure::Tls(rondo_core::TlsFailure::Config)),
                 };
                 (i, r)
@@ -142,7 +146,7 @@ pub async fn check_once(
     kind: &HealthCheckKind,
     timeout: Duration,
 ) -> Result<Duration, ProbeFailure> {
-    check_once_tls(address, kind, timeout, None).await
+    check_once_tls(address, kind, timeout, None, false).await
 }
 
 /// A client stream of a probe: plain or TLS.
@@ -150,12 +154,14 @@ trait ProbeStream: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {
 impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> ProbeStream for T {}
 
 /// [`check_once`] over TLS when `tls` is given (the cluster's `upstream_tls`): a TCP check is
-/// then a completed handshake, an HTTP check is sent over it.
+/// then a completed handshake, an HTTP check is sent over it. `http2`: an HTTP check speaks
+/// HTTP/2 (the cluster's `upstream_protocol`); a gRPC check always does.
 pub async fn check_once_tls(
     address: &str,
     kind: &HealthCheckKind,
     timeout: Duration,
     tls: Option<&crate::upstream_tls::UpstreamTlsRt>,
+    http2: bool,
 ) -> Result<Duration, ProbeFailure> {
     let start = Instant::now();
     let attempt = async {
@@ -163,14 +169,26 @@ pub async fn check_once_tls(
         let _ = tcp.set_nodelay(true);
         let mut stream: Box<dyn ProbeStream> = match tls {
             None => Box::new(tcp),
-            Some(t) => Box::new(
-                t.connect_probe(tcp, crate::upstream_tls::host_of(address))
-                    .await
-                    .map_err(|e| ProbeFailure::Tls(e.why))?,
-            ),
+            Some(t) => {
+                let host = crate::upstream_tls::host_of(address);
+                // An HTTP/2 check offers the cluster's ALPN (`h2`), an HTTP/1.1 one none.
+                let tls = if http2 || matches!(kind, HealthCheckKind::Grpc { .. }) {
+                    t.connect(tcp, host).await
+                } else {
+                    t.connect_probe(tcp, host).await
+                };
+                Box::new(tls.map_err(|e| ProbeFailure::Tls(e.why))?)
+            }
         };
         match kind {
             HealthCheckKind::Tcp => Ok(()),
+            HealthCheckKind::Http { path, expect_min, expect_max } if http2 => {
+                let expect = (*expect_min, *expect_max);
+                crate::probe_h2::http(stream, address, tls.is_some(), path, expect).await
+            }
+            HealthCheckKind::Grpc { service } => {
+                crate::probe_h2::grpc(stream, address, tls.is_some(), service).await
+            }
             HealthCheckKind::Http { path, expect_min, expect_max } => {
                 let req = format!(
                     "GET {path} HTTP/1.1\r\nHost: {address}\r\nUser-Agent: rondo-probe\r\nConnection: close\r\n\r\n"

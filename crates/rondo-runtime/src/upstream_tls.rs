@@ -18,8 +18,8 @@ use tokio_rustls::client::TlsStream;
 #[derive(Debug)]
 pub struct UpstreamTlsRt {
     config: Arc<ClientConfig>,
-    /// The same without ALPN, for health checks: they speak HTTP/1.1 whatever the cluster's
-    /// protocol, so they must not be told `h2`.
+    /// The same without ALPN, for HTTP/1.1 and TCP health checks, which must not be told `h2`
+    /// (an `http2` cluster's HTTP checks and gRPC checks use `config`, with `h2`).
     probe_config: Arc<ClientConfig>,
     /// `server_name`, parsed; `None`: each member's host.
     server_name: Option<ServerName<'static>>,
@@ -143,7 +143,7 @@ impl UpstreamTlsRt {
         self.connect_with(&self.config, tcp, host).await
     }
 
-    /// [`UpstreamTlsRt::connect`] for a health check (no ALPN: the check speaks HTTP/1.1).
+    /// [`UpstreamTlsRt::connect`] for an HTTP/1.1 or TCP health check (no ALPN).
     pub async fn connect_probe(
         &self,
         tcp: TcpStream,

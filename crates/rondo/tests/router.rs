@@ -11,6 +11,7 @@ mod router {
     mod desync;
     mod errors;
     mod filters;
+    mod grpc;
     mod h1_smuggling;
     mod h1path;
     mod h2_rapid_reset;

@@ -940,8 +940,8 @@ fn members_are_reached_over_mtls_and_bad_certificates_get_a_502_that_says_why() 
     );
     let clusters: [(&str, SocketAddr, &str, &str); 7] = [
         ("good", m_good, mtls, ""),
-        // Its health check speaks HTTP/1.1: its handshake must not offer `h2` (no panic mode,
-        // so a member the checks take down gets no request).
+        // Its health check speaks HTTP/2 over TLS, offering `h2` as its requests do (no panic
+        // mode, so a member the checks take down gets no request).
         (
             "h2",
             m_good,

@@ -272,6 +272,7 @@ where
                         reached: !connect,
                         member_failed: true,
                         replayable: call.untouched(),
+                        declined: false,
                     };
                     let failover = this.failover.as_mut().expect("set by the pick");
                     if let Err(stop) = failover.failed(failure, clock::now()) {

@@ -157,7 +157,7 @@ where
     }
 
     fn finish(self, inner: &Inner, resp: Response<RB>, mut ticket: Ticket) -> Self::Output {
-        if resp.status().is_server_error() {
+        if resp.status().is_server_error() || grpc_failure(inner, resp.headers()) {
             ticket.failed(FailureKind::Status5xx);
         } else {
             ticket.succeeded();
@@ -175,6 +175,20 @@ where
         ticket.end_when_dropped();
         resp.map(|body| Tracked::new(body, ticket))
     }
+}
+
+/// Whether `headers` are a gRPC call's trailers-only answer whose status the policy held names
+/// as the member's failure (`grpc_failure_codes`): counted like a 5xx. A non-gRPC response pays
+/// one `content-type` check; a status in the trailers is the caller's to read.
+fn grpc_failure(inner: &Inner, headers: &http::HeaderMap) -> bool {
+    use rondo_core::grpc::{Code, is_grpc_content_type, parse_status};
+    if !headers.get(http::header::CONTENT_TYPE).is_some_and(|v| is_grpc_content_type(v.as_bytes()))
+    {
+        return false;
+    }
+    let Some(status) = headers.get("grpc-status") else { return false };
+    let code = parse_status(status.as_bytes()).unwrap_or(Code::UNKNOWN);
+    inner.lock().answer.policy.grpc.is_failure(code)
 }
 
 /// The result of one try of a [`Balanced`](super::Balanced) request.

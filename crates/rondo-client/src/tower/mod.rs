@@ -11,7 +11,9 @@
 //!   ran out while the inner service was still not ready to take it (a saturated concurrency
 //!   limit) sent nothing: it goes on like a refused connection and its member is not charged;
 //! - a response, whatever its status, goes back to the caller (a 5xx counts as a failure of
-//!   the member for its estimators and outlier detection).
+//!   the member for its estimators and outlier detection, and so does a gRPC trailers-only
+//!   answer whose `grpc-status` the policy's `grpc_failure_codes` name; a status in the
+//!   trailers is not read here).
 //!
 //! The member's in-flight count ends when the response body's last frame passes (a body error
 //! counts as a reset). A response carrying a `rondo-view-id` header newer than the answer held

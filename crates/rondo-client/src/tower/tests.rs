@@ -156,6 +156,31 @@ async fn a_5xx_goes_back_to_the_caller_and_counts_against_the_member() {
     assert_eq!(st.balancer.states()[0].load.in_flight, 0);
 }
 
+#[tokio::test]
+async fn a_grpc_failure_status_counts_against_the_member_and_an_answer_does_not() {
+    let client = offline(&["a"]);
+    let answer = |status: &'static str| {
+        Fake(move |_req: Request<SlotBody<Full<Bytes>>>| async move {
+            Ok(Response::builder()
+                .header("content-type", "application/grpc")
+                .header("grpc-status", status)
+                .body(Full::new(Bytes::new()))
+                .unwrap())
+        })
+    };
+    let call = |inner| {
+        let mut svc = client.layer().layer(inner);
+        let req = Request::post("http://web/pkg.Svc/M").body(Full::new(Bytes::new())).unwrap();
+        async move { drop(svc.call(req).await.expect("a response")) }
+    };
+    // 5, NOT_FOUND: the application's answer.
+    call(answer("5")).await;
+    assert_eq!(client.inner.lock().balancer.states()[0].load.consecutive_failures, 0);
+    // 14, UNAVAILABLE: the member's failure, as a 5xx is.
+    call(answer("14")).await;
+    assert_eq!(client.inner.lock().balancer.states()[0].load.consecutive_failures, 1);
+}
+
 /// An inner service that is not ready on its first poll (and wakes its caller), then is.
 #[derive(Clone)]
 struct Slow {

@@ -2,6 +2,8 @@
 //! start, locality, hashing, agents, EWMA, sessions) and the members.
 
 use super::*;
+use rondo_core::grpc::{Code, Codes, GrpcPolicy};
+
 use crate::raw::{RawAgent, RawEwma, RawOutlier, RawRetry, RawSession, RawSlowStart};
 
 pub(super) fn compile_cluster(
@@ -137,6 +139,7 @@ fn compile_cluster_at(
         .then_some("tcp members carry one session per connection: no limit applies");
     let limits = (rc.max_connection_age_ms, rc.max_requests_per_connection);
     let connections = c.connection_limits(&path, limits, tunnels);
+    let grpc = grpc_policy(c, &path, rc);
     ClusterSpec {
         name: name.to_owned(),
         members,
@@ -153,6 +156,7 @@ fn compile_cluster_at(
             agent,
             ewma,
             connections,
+            grpc,
         },
         upstream_protocol,
         sticky,
@@ -249,43 +253,56 @@ pub(super) fn parse_status_range(s: &str) -> Result<(u16, u16), String> {
 pub(super) fn compile_health(c: &mut Compiler<'_>, path: &FieldPath, h: &RawHealth) -> HealthCheck {
     let hd = HealthCheck::default();
     let http_fields = h.path.is_some() || h.expect_status.is_some();
-    let is_http = match h.kind.as_deref() {
-        None => http_fields,
-        Some("http") => true,
-        Some("tcp") => {
-            for (field, set) in
-                [("path", h.path.is_some()), ("expect_status", h.expect_status.is_some())]
-            {
-                if set {
-                    c.err(path.key(field), "only applies to health checks of kind `http`");
-                }
-            }
-            false
-        }
+    let kind = match h.kind.as_deref() {
+        None if h.grpc.is_some() => "grpc",
+        None if http_fields => "http",
+        None => "tcp",
+        Some(k @ ("http" | "tcp" | "grpc")) => k,
         Some(other) => {
             c.err(
                 path.key("kind"),
                 format!("unknown health check kind `{other}`, expected {}", one_of(HEALTH_KINDS)),
             );
-            http_fields
+            if http_fields { "http" } else { "tcp" }
         }
     };
-    let kind = if is_http {
-        let p = h.path.clone().unwrap_or_else(|| DEFAULT_HEALTH_PATH.to_owned());
-        if !p.starts_with('/') {
-            c.err(path.key("path"), format!("`{p}` must start with `/`"));
-        }
-        let (expect_min, expect_max) = match h.expect_status.as_deref().map(parse_status_range) {
-            None => DEFAULT_EXPECT_STATUS,
-            Some(Ok(r)) => r,
-            Some(Err(msg)) => {
-                c.err(path.key("expect_status"), msg);
-                DEFAULT_EXPECT_STATUS
+    if kind != "http" {
+        for (field, set) in
+            [("path", h.path.is_some()), ("expect_status", h.expect_status.is_some())]
+        {
+            if set {
+                c.err(path.key(field), "only applies to health checks of kind `http`");
             }
-        };
-        HealthCheckKind::Http { path: p, expect_min, expect_max }
-    } else {
-        HealthCheckKind::Tcp
+        }
+    }
+    if kind != "grpc" && h.grpc.is_some() {
+        c.err(path.key("grpc"), "only applies to health checks of kind `grpc`");
+    }
+    let kind = match kind {
+        "http" => {
+            let p = h.path.clone().unwrap_or_else(|| DEFAULT_HEALTH_PATH.to_owned());
+            if !p.starts_with('/') {
+                c.err(path.key("path"), format!("`{p}` must start with `/`"));
+            }
+            let (expect_min, expect_max) = match h.expect_status.as_deref().map(parse_status_range)
+            {
+                None => DEFAULT_EXPECT_STATUS,
+                Some(Ok(r)) => r,
+                Some(Err(msg)) => {
+                    c.err(path.key("expect_status"), msg);
+                    DEFAULT_EXPECT_STATUS
+                }
+            };
+            HealthCheckKind::Http { path: p, expect_min, expect_max }
+        }
+        "grpc" => {
+            let service = h.grpc.as_ref().and_then(|g| g.service.clone()).unwrap_or_default();
+            if service.chars().any(|ch| ch.is_control()) {
+                c.err(path.key("grpc").key("service"), "must not contain control characters");
+            }
+            HealthCheckKind::Grpc { service }
+        }
+        _ => HealthCheckKind::Tcp,
     };
     HealthCheck {
         kind,
@@ -294,6 +311,35 @@ pub(super) fn compile_health(c: &mut Compiler<'_>, path: &FieldPath, h: &RawHeal
         rise: c.u32(path.key("rise"), h.rise, hd.rise, 1),
         fall: c.u32(path.key("fall"), h.fall, hd.fall, 1),
     }
+}
+
+/// `grpc_failure_codes` and `retry.retry_on`: how the cluster's gRPC answers count.
+fn grpc_policy(c: &mut Compiler<'_>, path: &FieldPath, rc: &RawCluster) -> GrpcPolicy {
+    let d = GrpcPolicy::default();
+    let failure_codes = rc
+        .grpc_failure_codes
+        .as_deref()
+        .map_or(d.failure_codes, |names| grpc_codes(c, &path.key("grpc_failure_codes"), names));
+    let retry_on = match rc.retry.as_ref().and_then(|r| r.retry_on.as_deref()) {
+        None => d.retry_on,
+        Some(names) => grpc_codes(c, &path.key("retry").key("retry_on"), names),
+    };
+    GrpcPolicy { failure_codes, retry_on }
+}
+
+/// A list of gRPC status codes by name, each unknown name an error at its own index.
+fn grpc_codes(c: &mut Compiler<'_>, path: &FieldPath, names: &[String]) -> Codes {
+    let mut codes = Vec::with_capacity(names.len());
+    for (i, name) in names.iter().enumerate() {
+        match Code::parse(name) {
+            Some(code) => codes.push(code),
+            None => c.err(
+                path.index(i),
+                format!("unknown grpc status `{name}`, expected {}", one_of(Code::NAMES)),
+            ),
+        }
+    }
+    Codes::of(&codes)
 }
 
 pub(super) fn compile_hash(

@@ -81,7 +81,7 @@ const GRANULARITIES: [Granularity; 3] =
     [Granularity::Request, Granularity::Session, Granularity::Lookup];
 const ADMIN_STATES: [AdminState; 3] =
     [AdminState::Active, AdminState::Draining, AdminState::Disabled];
-const HEALTH_KINDS: [&str; 2] = ["http", "tcp"];
+const HEALTH_KINDS: [&str; 3] = ["grpc", "http", "tcp"];
 const REGISTRIES: [&str; 2] = ["embedded", "etcd"];
 
 /// The configuration spelling of an upstream protocol.

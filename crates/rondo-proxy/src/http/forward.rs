@@ -28,6 +28,11 @@ pub(crate) trait Tries {
     fn headers(&self) -> &Self::Headers;
     /// Whether the request can still be sent again (no try has consumed its body).
     fn replayable(&self) -> bool;
+    /// The request's own deadline, when it sets one (gRPC's `grpc-timeout`): the route's
+    /// `request_timeout` still bounds it.
+    fn deadline(&self) -> Option<std::time::Duration> {
+        None
+    }
     /// Now, on the core's clock: the wall clock for requests (a replay of recorded scenarios,
     /// [`crate::replay`], gives the scenario's time).
     fn now(&self) -> rondo_core::Instant {
@@ -58,7 +63,8 @@ pub(crate) async fn forward<T: Tries>(
     // the reading after a failed try both that failure and the next placement (microseconds
     // apart, each was a reading of its own).
     let mut now = req.now();
-    let mut failover = Failover::new(clusters, idempotent, now, route.request_timeout);
+    let timeout = req.deadline().map_or(route.request_timeout, |d| d.min(route.request_timeout));
+    let mut failover = Failover::new(clusters, idempotent, now, timeout);
     let mut attempts: Vec<Attempt> = Vec::new();
     let metrics = &ctx.live.metrics;
     let stop = loop {
@@ -127,6 +133,7 @@ pub(crate) async fn forward<T: Tries>(
             reached: !matches!(kind, Kind::Connect | Kind::Resolve | Kind::Tls(_) | Kind::Replay),
             member_failed: kind.is_retryable(),
             replayable: req.replayable(),
+            declined: kind == Kind::Declined,
         };
         now = req.now();
         if let Err(stop) = failover.failed(failure, now) {

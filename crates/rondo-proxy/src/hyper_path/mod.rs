@@ -13,6 +13,7 @@ use http_body::Body as _;
 use hyper::body::Incoming;
 use rondo_runtime::Snapshot;
 
+use self::grpc::GrpcCall;
 use self::request::{decide, no_route, peek_body, prepare, route};
 use self::tries::HyperTries;
 use crate::access;
@@ -43,7 +44,8 @@ pub async fn handle(
     }
     let snapshot = ctx.live.load();
     let mut start = ctx.access.as_ref().map(|_| access::Start::new(peer, &req));
-    let mut resp = match proxy(&ctx, &snapshot, &conn, peer, req, &mut start).await {
+    let grpc = grpc::is_grpc(req.headers());
+    let mut resp = match proxy(&ctx, &snapshot, &conn, peer, req, grpc, &mut start).await {
         Ok(mut resp) => {
             if let (Some(log), Some(start)) = (&ctx.access, start) {
                 let line = access::Pending::served(log, start, resp.status().as_u16());
@@ -57,7 +59,11 @@ pub async fn handle(
             ctx.metrics.router_response(status, e.route.as_deref(), e.cluster.as_deref());
             let line =
                 ctx.access.as_ref().zip(start).map(|(l, s)| access::Pending::failed(l, s, &e));
-            let mut resp = respond::failure(e, ctx.listener.error_detail);
+            let mut resp = if grpc {
+                grpc::failure(&e, ctx.listener.error_detail, &ctx.live.metrics)
+            } else {
+                respond::failure(e, ctx.listener.error_detail)
+            };
             resp.body_mut().set_finish(Finish::default().conn(conn, idle).log(line));
             resp
         }
@@ -96,6 +102,7 @@ async fn proxy(
     conn: &Arc<ConnState>,
     peer: SocketAddr,
     mut req: Request<Incoming>,
+    grpc: bool,
     start: &mut Option<access::Start>,
 ) -> Result<Response<ProxyBody>, Failure> {
     let (decided, host) = route(ctx, snapshot, &mut req)?;
@@ -193,9 +200,22 @@ async fn proxy(
         );
     }
     let idempotent = req.idempotent;
-    forward(ctx, snapshot, peer, route, idempotent, &mut HyperTries { ctx, conn, route, req }).await
+    let grpc = grpc.then(|| GrpcCall::of(&req.parts.headers));
+    let mut tries = HyperTries { ctx, conn, route, req, grpc };
+    match forward(ctx, snapshot, peer, route, idempotent, &mut tries).await {
+        // A call a member declined last gets that member's answer.
+        Err((e, idle)) => match tries.grpc.as_mut().and_then(|g| g.declined_answer(&e)) {
+            Some(mut resp) => {
+                resp.body_mut().set_finish(Finish::default().conn(conn.clone(), idle));
+                Ok(resp)
+            }
+            None => Err((e, idle)),
+        },
+        ok => ok,
+    }
 }
 
+pub(crate) mod grpc;
 pub(crate) mod request;
 pub(crate) mod respond;
 mod soap;

@@ -13,6 +13,7 @@ use http::{Request, Response, Uri, Version};
 use rondo_core::{Failover, FailureKind, Outcome, Route};
 use rondo_runtime::{ClusterRt, clock};
 
+use super::grpc::GrpcCall;
 use super::request::Prepared;
 use super::respond::{Served, respond};
 use crate::chain::{Applied, TRACEPARENT};
@@ -28,6 +29,8 @@ pub(super) struct HyperTries<'a> {
     pub(super) conn: &'a Arc<ConnState>,
     pub(super) route: &'a Route,
     pub(super) req: Prepared,
+    /// A gRPC call's state, `None` for any other request.
+    pub(super) grpc: Option<GrpcCall>,
 }
 
 impl Tries for HyperTries<'_> {
@@ -42,13 +45,24 @@ impl Tries for HyperTries<'_> {
         self.req.replayable()
     }
 
+    fn deadline(&self) -> Option<Duration> {
+        self.grpc.as_ref().and_then(|g| g.deadline)
+    }
+
     async fn attempt(
         &mut self,
         rt: &Arc<ClusterRt>,
         choice: Choice,
         failover: &Failover,
     ) -> Result<Response<ProxyBody>, Kind> {
-        attempt(self.ctx, self.conn, self.route, rt, choice, &mut self.req, failover).await
+        let Some(grpc) = &mut self.grpc else {
+            return attempt(self.ctx, self.conn, self.route, rt, choice, &mut self.req, failover)
+                .await;
+        };
+        grpc.before(&mut self.req, rt, failover);
+        let resp =
+            attempt(self.ctx, self.conn, self.route, rt, choice, &mut self.req, failover).await?;
+        grpc.answered(resp, &mut self.req, rt)
     }
 }
 

@@ -42,8 +42,8 @@ pub use members::{
 };
 pub use naming::AgentLabels;
 pub use router::{
-    AuthLabels, MemberRouteLabels, MulticastLabels, ReplayLabels, ResponseHandles, ResponseLabels,
-    RouteClusterLabels, RouteMetrics,
+    AuthLabels, GrpcLabels, MemberRouteLabels, MulticastLabels, ReplayLabels, ResponseHandles,
+    ResponseLabels, RouteClusterLabels, RouteMetrics,
 };
 use router::{Histograms, latency_histogram};
 use tls::TlsFailureKey;
@@ -113,6 +113,8 @@ pub struct Metrics {
     pub bytes_in: Family<RouteClusterLabels, Counter>,
     /// Response body bytes passed to clients (`rondo_bytes_out_total`), by route and cluster.
     pub bytes_out: Family<RouteClusterLabels, Counter>,
+    /// gRPC calls by route, cluster and final status (`rondo_grpc_responses_total`).
+    pub grpc_responses: Family<GrpcLabels, Counter>,
     conn_active: Family<ListenerLabels, Gauge>,
     conn_accepted: Family<ListenerLabels, Counter>,
     conn_refused: Family<ListenerLabels, Counter>,
@@ -182,6 +184,7 @@ impl Metrics {
             replay_bytes: Gauge::default(),
             bytes_in: Family::default(),
             bytes_out: Family::default(),
+            grpc_responses: Family::default(),
             conn_active: Family::default(),
             conn_accepted: Family::default(),
             conn_refused: Family::default(),

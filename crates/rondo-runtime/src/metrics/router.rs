@@ -10,6 +10,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use rondo_core::grpc::Code;
+
 use super::Metrics;
 
 /// Labels of a response from a member.
@@ -43,6 +45,17 @@ pub struct RouteClusterLabels {
     pub route: String,
     /// Cluster name.
     pub cluster: String,
+}
+
+/// Labels of a gRPC call's final status (`rondo_grpc_responses_total`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct GrpcLabels {
+    /// Route name.
+    pub route: String,
+    /// Cluster name.
+    pub cluster: String,
+    /// The status's name (`ok`, `unavailable`, `deadline-exceeded`, ...).
+    pub grpc_status: &'static str,
 }
 
 /// Labels of a multicast copy's outcome (`rondo_multicast_copies_total`).
@@ -132,6 +145,9 @@ pub struct RouteMetrics {
     /// (`rondo_bytes_out_total`).
     pub bytes_out: Counter,
     members: Box<[OnceLock<ResponseHandles>]>,
+    /// gRPC calls' statuses, each code's counter created with its first call.
+    grpc: Box<[OnceLock<Counter>]>,
+    grpc_family: Family<GrpcLabels, Counter>,
 }
 
 impl RouteMetrics {
@@ -144,7 +160,24 @@ impl RouteMetrics {
             bytes_in: metrics.bytes_in.get_or_create(&labels).clone(),
             bytes_out: metrics.bytes_out.get_or_create(&labels).clone(),
             members: (0..members).map(|_| OnceLock::new()).collect(),
+            grpc: (0..Code::NAMES.len()).map(|_| OnceLock::new()).collect(),
+            grpc_family: metrics.grpc_responses.clone(),
         }
+    }
+
+    /// Counts a gRPC call on the route and cluster that ended with `code` (a member's status,
+    /// or the router's own answer).
+    pub fn grpc_status(&self, code: Code) {
+        let Some(slot) = self.grpc.get(code.number() as usize) else { return };
+        slot.get_or_init(|| {
+            let labels = GrpcLabels {
+                route: self.route.clone(),
+                cluster: self.cluster.clone(),
+                grpc_status: code.name(),
+            };
+            self.grpc_family.get_or_create(&labels).clone()
+        })
+        .inc();
     }
 
     /// Counts member `index` (called `name`)'s response with `status`, its head after
@@ -225,6 +258,11 @@ pub(super) fn register_outcomes(m: &Metrics, r: &mut Registry) {
         "session_replay_bytes",
         "Bytes of requests the session replay logs hold",
         m.replay_bytes.clone(),
+    );
+    r.register(
+        "grpc_responses",
+        "gRPC calls by route, cluster and final gRPC status (a member's, in its answer's head or trailers, or the router's own answer)",
+        m.grpc_responses.clone(),
     );
     r.register(
         "bytes_in",

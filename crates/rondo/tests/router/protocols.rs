@@ -198,7 +198,7 @@ async fn grpc_method(req: Request<Incoming>) -> Result<Response<GrpcBody>, Infal
 }
 
 /// A gRPC-shaped member: HTTP/2 only (an HTTP/1.1 request fails at the connection preface).
-async fn grpc_member() -> SocketAddr {
+pub(crate) async fn grpc_member() -> SocketAddr {
     accept_loop(|stream| async move {
         let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
             .serve_connection(TokioIo::new(stream), service_fn(grpc_method))
