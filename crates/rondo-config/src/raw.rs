@@ -199,6 +199,18 @@ pub(crate) struct RawFilter {
     pub rewrite: Option<RawRewrite>,
     pub redirect: Option<RawRedirect>,
     pub respond: Option<RawRespond>,
+    pub rate_limit: Option<RawRateLimit>,
+}
+
+/// `rate_limit`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawRateLimit {
+    pub key: Option<String>,
+    pub rate: Option<String>,
+    pub burst: Option<u64>,
+    pub max_keys: Option<u64>,
+    pub scope: Option<String>,
 }
 
 /// `request_id`.

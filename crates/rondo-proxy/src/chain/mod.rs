@@ -25,10 +25,12 @@ use crate::http::HttpCtx;
 
 mod answer;
 mod fields;
+mod limit;
 mod rewrite;
 mod trace;
 
 pub(crate) use fields::FieldOps;
+pub use limit::Limits;
 
 /// The W3C trace context's field, which each try gets anew ([`Applied::next_span`]).
 pub(crate) const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
@@ -51,6 +53,7 @@ enum Step {
     Rewrite(rewrite::RewriteStep),
     Redirect(rondo_core::traffic::Redirect),
     Respond(answer::RespondStep),
+    RateLimit(limit::LimitStep),
 }
 
 impl Chain {
@@ -62,19 +65,25 @@ impl Chain {
         }
         let made = route.compiled.get_or_init(|| {
             let filters = ctx.listener.filters.iter().chain(&route.filters);
-            Arc::new(Chain::compile(filters, route))
+            Arc::new(Chain::compile(filters, route, &limit::Binder::new(ctx, route)))
         });
         made.downcast_ref::<Chain>()
     }
 
-    fn compile<'f>(filters: impl Iterator<Item = &'f TrafficFilter>, route: &Route) -> Chain {
+    fn compile<'f>(
+        filters: impl Iterator<Item = &'f TrafficFilter>,
+        route: &Route,
+        limits: &limit::Binder<'_>,
+    ) -> Chain {
         let steps = filters
-            .map(|f| match f {
+            .enumerate()
+            .map(|(i, f)| match f {
                 TrafficFilter::RequestId(r) => Step::RequestId(trace::RequestIdStep::new(r)),
                 TrafficFilter::Headers(h) => Step::Headers(fields::HeaderStep::new(h)),
                 TrafficFilter::Rewrite(r) => Step::Rewrite(rewrite::RewriteStep::new(r, route)),
                 TrafficFilter::Redirect(r) => Step::Redirect(r.clone()),
                 TrafficFilter::Respond(r) => Step::Respond(answer::RespondStep::new(r)),
+                TrafficFilter::RateLimit(r) => Step::RateLimit(limits.step(i, r)),
             })
             .collect();
         Chain { steps }
@@ -104,6 +113,7 @@ impl Chain {
                 }
                 Step::Redirect(r) => Some(answer::redirect(r, info, &applied)),
                 Step::Respond(s) => Some(s.answer()),
+                Step::RateLimit(s) => s.request(info, headers, &mut applied),
             };
             if let Some(answer) = answer {
                 return Err(Box::new((answer, applied)));

@@ -47,7 +47,8 @@ fn chain(filters: Vec<TrafficFilter>) -> Chain {
         filters: vec![],
         compiled: Default::default(),
     };
-    Chain::compile(filters.iter(), &route)
+    let (limits, metrics) = (limit::Limits::default(), rondo_runtime::metrics::Metrics::new());
+    Chain::compile(filters.iter(), &route, &limit::Binder::detached(&limits, &metrics, "r"))
 }
 
 fn t(s: &str, response: bool) -> Template {
