@@ -163,3 +163,30 @@ async fn keys_keep_clients_apart_and_the_429_says_when_to_come_back() {
     }
     assert_eq!(m.seen().len(), 8, "three of alice's and one of bob's, twice");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_keeps_an_unchanged_filters_buckets_and_a_changed_one_starts_afresh() {
+    let m = Recorder::spawn("m1");
+    let filter = r#"{ key = "header:x-api-key", rate = "3/h", burst = 2 }"#;
+    let r = router(&config(&m, filter)).await;
+    let url = format!("http://localhost:{}/a", r.addr("web").port());
+    let key = ["x-api-key: k"];
+    let statuses = |h2| (0..3).map(|_| curl(h2, &url, &key).status).collect::<Vec<_>>();
+    assert_eq!(statuses(false), [200, 200, 429]);
+    // A new view (another route added, so every route's chain is compiled anew) with the
+    // same filter: its bucket is still empty, on either protocol.
+    let reload = |text: String, id| {
+        let mut c = rondo_config::parse_str(&text, std::path::Path::new("r.toml"), id).unwrap();
+        c.view.id = id;
+        r.live.apply(c.view);
+    };
+    let other = "\n[[route]]\nname = \"other\"\nlistener = \"web\"\ncluster = \"c\"\nmatch = { path_prefix = \"/other/\" }\n";
+    reload(format!("{}{other}", config(&m, filter)), 2);
+    assert_eq!(curl(false, &url, &key).status, 429, "the bucket outlived the reload");
+    assert_eq!(curl(true, &url, &key).status, 429, "h2c: the same bucket");
+    // A changed filter starts with full buckets.
+    let changed = r#"{ key = "header:x-api-key", rate = "3/h", burst = 3 }"#;
+    reload(config(&m, changed), 3);
+    assert_eq!(statuses(true), [200, 200, 200]);
+    assert_eq!(curl(false, &url, &key).status, 429);
+}
