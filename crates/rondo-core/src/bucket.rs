@@ -65,7 +65,8 @@ pub struct Taken {
     pub full_in: Duration,
 }
 
-/// One key's bucket: its level (in units of [`Rate::token`]) at the instant it was last seen.
+/// One key's bucket: its level (a token being the period in nanoseconds, refilled by `count` a
+/// nanosecond) at the instant it was last seen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Bucket {
     level: u128,
