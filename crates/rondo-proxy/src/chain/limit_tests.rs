@@ -138,3 +138,28 @@ fn an_unchanged_filter_keeps_its_buckets_across_compiles_a_changed_one_starts_af
     // Time refills it.
     assert!(kept.buckets.take(&s, Some(b""), t0 + Duration::from_millis(10)).admitted);
 }
+
+#[test]
+fn identity_and_route_keys_pick_the_bucket_from_the_request() {
+    let (limits, metrics) = (Limits::default(), Metrics::new());
+    let binder = Binder::detached(&limits, &metrics, "r");
+    let hourly = Rate { count: 1, per_secs: 3600 };
+    let by_identity =
+        binder.step(0, &RateLimit { rate: hourly, ..spec(LimitKey::Identity, 1, 10) });
+    let by_route = binder.step(1, &RateLimit { rate: hourly, ..spec(LimitKey::Route, 1, 10) });
+    let none = HeaderMap::new();
+    let as_whom = |subject: Option<&'static str>| Info { subject, ..info("10.0.0.1") };
+    let admitted = |step: &LimitStep, info: &Info<'_>| {
+        step.request(info, &none, &mut Applied::default()).is_none()
+    };
+    assert!(admitted(&by_identity, &as_whom(Some("alice"))));
+    assert!(!admitted(&by_identity, &as_whom(Some("alice"))));
+    assert!(admitted(&by_identity, &as_whom(Some("bob"))));
+    // Without a verified identity: one bucket for all, even apart from a subject so named.
+    assert!(admitted(&by_identity, &as_whom(None)));
+    assert!(!admitted(&by_identity, &Info { client_ip: "10.9.9.9", ..as_whom(None) }));
+    assert!(admitted(&by_identity, &as_whom(Some("anonymous"))));
+    // `route`: every client shares the one bucket.
+    assert!(admitted(&by_route, &info("10.0.0.1")));
+    assert!(!admitted(&by_route, &info("10.0.0.2")));
+}

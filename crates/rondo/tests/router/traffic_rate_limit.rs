@@ -190,3 +190,56 @@ async fn a_reload_keeps_an_unchanged_filters_buckets_and_a_changed_one_starts_af
     assert_eq!(statuses(true), [200, 200, 200]);
     assert_eq!(curl(false, &url, &key).status, 429);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listeners_limit_is_shared_by_its_routes_and_keeps_at_most_max_keys_buckets() {
+    let m = Recorder::spawn("m1");
+    let config = format!(
+        r#"[[listener]]
+name = "web"
+listen = "127.0.0.1:0"
+filters = [ {{ rate_limit = {{ key = "header:x-api-key", rate = "3/h", burst = 1, max_keys = 2 }} }} ]
+
+[[route]]
+name = "a"
+listener = "web"
+cluster = "c"
+match = {{ path_prefix = "/a/" }}
+
+[[route]]
+name = "b"
+listener = "web"
+cluster = "c"
+
+[cluster.c]
+members = [ {{ name = "{}", address = "{}" }} ]
+"#,
+        m.name, m.addr
+    );
+    let r = router(&config).await;
+    let port = r.addr("web").port();
+    let (a, b) = (format!("http://localhost:{port}/a/x"), format!("http://localhost:{port}/b"));
+    assert_eq!(curl(false, &a, &["x-api-key: one"]).status, 200);
+    // Route `b` shares the listener's bucket of key `one`.
+    assert_eq!(curl(true, &b, &["x-api-key: one"]).status, 429);
+    assert_eq!(curl(false, &b, &["x-api-key: two"]).status, 200);
+    // A third key drops the least recently used bucket (`one`'s), which starts full again.
+    assert_eq!(curl(false, &a, &["x-api-key: three"]).status, 200);
+    assert_eq!(curl(true, &a, &["x-api-key: two"]).status, 429);
+    assert_eq!(curl(false, &a, &["x-api-key: one"]).status, 200);
+    let metrics = r.live.metrics.render(&r.live.load());
+    let lines: Vec<_> =
+        metrics.lines().filter(|l| l.starts_with("rondo_filter_rate_limit")).collect();
+    assert!(
+        lines.contains(&"rondo_filter_rate_limited_total{listener=\"web\",route=\"b\"} 1"),
+        "{lines:?}"
+    );
+    assert!(
+        lines.contains(&"rondo_filter_rate_limited_total{listener=\"web\",route=\"a\"} 1"),
+        "{lines:?}"
+    );
+    assert!(
+        lines.contains(&"rondo_filter_rate_limit_evictions_total{listener=\"web\",route=\"\"} 2"),
+        "{lines:?}"
+    );
+}
