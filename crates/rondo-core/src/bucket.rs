@@ -61,8 +61,9 @@ pub struct Taken {
     pub remaining: u64,
     /// Time until the next token (zero while one is left).
     pub next_token: Duration,
-    /// Time until the bucket is full again.
-    pub full_in: Duration,
+    /// Time until `remaining` grows by one (a bucket is never full right after a take: it
+    /// either gave a token or had less than one).
+    pub more_in: Duration,
 }
 
 /// One key's bucket: its level (a token being the period in nanoseconds, refilled by `count` a
@@ -99,11 +100,12 @@ impl Bucket {
             let nanos = target.saturating_sub(self.level).div_ceil(count);
             Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
         };
+        let whole = self.level / token;
         Taken {
             admitted,
-            remaining: u64::try_from(self.level / token).unwrap_or(u64::MAX),
+            remaining: u64::try_from(whole).unwrap_or(u64::MAX),
             next_token: until(token),
-            full_in: until(capacity),
+            more_in: until((whole + 1) * token),
         }
     }
 }
@@ -143,7 +145,7 @@ mod tests {
         let refused = b.take(&R100, 200, t0);
         assert!(!refused.admitted);
         assert_eq!(refused.next_token, Duration::from_millis(10));
-        assert_eq!(refused.full_in, Duration::from_secs(2));
+        assert_eq!(refused.more_in, Duration::from_millis(10));
         // 9 ms later there is still no token; at 10 ms there is one.
         assert!(!b.take(&R100, 200, t0 + Duration::from_millis(9)).admitted);
         let t = b.take(&R100, 200, t0 + Duration::from_millis(10));
@@ -153,7 +155,13 @@ mod tests {
         assert!(!b.take(&R100, 200, t0).admitted);
         // Long idle fills it to the burst, no further.
         let t = b.take(&R100, 200, t0 + Duration::from_secs(3600));
-        assert_eq!((t.admitted, t.remaining, t.full_in), (true, 199, Duration::from_millis(10)));
+        assert_eq!((t.admitted, t.remaining, t.more_in), (true, 199, Duration::from_millis(10)));
+        // Between whole tokens, the next one is nearer.
+        let mut two = Bucket::full(&R100, 2, t0);
+        assert!(two.take(&R100, 2, t0).admitted);
+        let t = two.take(&R100, 2, t0 + Duration::from_millis(4));
+        assert_eq!((t.admitted, t.remaining, t.more_in), (true, 0, Duration::from_millis(6)));
+        assert_eq!(t.next_token, Duration::from_millis(6));
     }
 
     #[test]

@@ -194,8 +194,10 @@ impl<'a> Binder<'a> {
         let buckets =
             self.limits.buckets(slot, || self.metrics.rate_limit_evictions(self.listener, &owner));
         let id = format!("\"{}\"", spec.key.name());
-        let policy =
-            format!("{id};q={};w={};burst={}", spec.rate.count, spec.rate.per_secs, spec.burst);
+        let policy = format!(
+            "{id};q={};w={};rondo-burst={}",
+            spec.rate.count, spec.rate.per_secs, spec.burst
+        );
         LimitStep {
             spec: spec.clone(),
             buckets,
@@ -247,9 +249,9 @@ impl LimitStep {
         Some(Answer { status: 429, headers, body })
     }
 
-    /// `RateLimit-Policy` and `RateLimit` (whole tokens left, seconds until the bucket is full).
+    /// `RateLimit-Policy` and `RateLimit` (whole tokens left, seconds until one more).
     fn fields(&self, taken: &Taken, applied: &mut Applied) {
-        let state = format!("{};r={};t={}", self.id, taken.remaining, seconds(taken.full_in));
+        let state = format!("{};r={};t={}", self.id, taken.remaining, seconds(taken.more_in));
         applied.response.push(Pending::Add(RATELIMIT_POLICY, self.policy.clone()));
         applied.response.push(Pending::Add(RATELIMIT, state));
     }

@@ -89,7 +89,7 @@ fn a_step_admits_the_burst_with_fields_then_answers_429_with_retry_after() {
         let named = ops.append.iter().filter(|(n, _)| n == name);
         named.map(|(_, v)| v.to_str().unwrap().to_owned()).collect()
     };
-    assert_eq!(field("ratelimit-policy"), ["\"header:x-key\";q=1;w=3600;burst=2"]);
+    assert_eq!(field("ratelimit-policy"), ["\"header:x-key\";q=1;w=3600;rondo-burst=2"]);
     assert_eq!(field("ratelimit"), ["\"header:x-key\";r=1;t=3600"]);
     assert!(step.request(&info("10.0.0.1"), &one, &mut Applied::default()).is_none());
     let mut applied = Applied::default();
@@ -99,7 +99,7 @@ fn a_step_admits_the_burst_with_fields_then_answers_429_with_retry_after() {
     assert_eq!(retry.1, "3600");
     let ops = applied.response("");
     let rl = ops.append.iter().find(|(n, _)| n == "ratelimit").unwrap();
-    assert!(rl.1.to_str().unwrap().ends_with("\"header:x-key\";r=0;t=7200"), "{:?}", rl.1);
+    assert!(rl.1.to_str().unwrap().ends_with("\"header:x-key\";r=0;t=3600"), "{:?}", rl.1);
     // Another key's bucket is full.
     assert!(step.request(&info("10.0.0.1"), &two, &mut Applied::default()).is_none());
     let line = counted(&metrics, "rondo_filter_rate_limited_total");
