@@ -200,6 +200,7 @@ pub(crate) struct RawFilter {
     pub redirect: Option<RawRedirect>,
     pub respond: Option<RawRespond>,
     pub soap: Option<RawSoap>,
+    pub rate_limit: Option<RawRateLimit>,
 }
 
 /// `soap`.
@@ -208,6 +209,17 @@ pub(crate) struct RawFilter {
 pub(crate) struct RawSoap {
     pub to: String,
     pub max_body_bytes: Option<u64>,
+}
+
+/// `rate_limit`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawRateLimit {
+    pub key: Option<String>,
+    pub rate: Option<String>,
+    pub burst: Option<u64>,
+    pub max_keys: Option<u64>,
+    pub scope: Option<String>,
 }
 
 /// `request_id`.

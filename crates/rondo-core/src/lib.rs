@@ -23,6 +23,7 @@ pub use rng::{Entropy, SplitMix64};
 pub use time::Instant;
 
 pub mod balancer;
+pub mod bucket;
 pub mod budget;
 pub mod explain;
 pub mod failover;

@@ -21,6 +21,8 @@ pub enum TrafficFilter {
     Respond(Respond),
     /// Convert SOAP messages between 1.1 and 1.2 (WCF's message transformation).
     Soap(Soap),
+    /// Limit requests per key with a token bucket.
+    RateLimit(RateLimit),
 }
 
 impl TrafficFilter {
@@ -33,6 +35,7 @@ impl TrafficFilter {
             TrafficFilter::Redirect(_) => "redirect",
             TrafficFilter::Respond(_) => "respond",
             TrafficFilter::Soap(_) => "soap",
+            TrafficFilter::RateLimit(_) => "rate_limit",
         }
     }
 
@@ -265,6 +268,49 @@ pub enum SoapVersion {
     V11,
     /// SOAP 1.2 (`application/soap+xml`, its `action` parameter).
     V12,
+}
+
+/// `rate_limit`: a token bucket per key; a request finding its bucket empty is answered 429.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct RateLimit {
+    /// What a bucket is per (default the client's address).
+    pub key: LimitKey,
+    /// The sustained rate.
+    pub rate: crate::bucket::Rate,
+    /// The bucket's size: requests admitted at once after a quiet spell.
+    pub burst: u64,
+    /// Buckets kept at most; past it the least recently used goes.
+    pub max_keys: u64,
+}
+
+impl RateLimit {
+    /// The default `max_keys`.
+    pub const DEFAULT_MAX_KEYS: u64 = 100_000;
+}
+
+/// What a `rate_limit` bucket is per.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum LimitKey {
+    /// The client's address.
+    ClientIp,
+    /// A request header's value (name lower case); requests without it share one bucket.
+    Header(String),
+    /// The verified identity's subject (`auth`); requests without one share one bucket.
+    Identity,
+    /// One bucket for the whole route.
+    Route,
+}
+
+impl LimitKey {
+    /// The key as the configuration writes it (`client_ip`, `header:x-api-key`, ...).
+    pub fn name(&self) -> String {
+        match self {
+            LimitKey::ClientIp => "client_ip".into(),
+            LimitKey::Header(h) => format!("header:{h}"),
+            LimitKey::Identity => "identity".into(),
+            LimitKey::Route => "route".into(),
+        }
+    }
 }
 
 #[cfg(test)]

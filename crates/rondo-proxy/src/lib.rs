@@ -226,6 +226,7 @@ pub async fn start(listeners: &[ListenerSpec], live: Arc<Live>) -> std::io::Resu
                     access,
                     auth: auth.clone(),
                     copies: Default::default(),
+                    limits: Default::default(),
                 });
                 http.push(ctx.clone());
                 accepting.push(tokio::spawn(accept_http(socket, ctx, tls, limit, stopped.clone())));

@@ -57,6 +57,7 @@ impl Replayer {
             access: None,
             auth: Default::default(),
             copies: Default::default(),
+            limits: Default::default(),
         };
         Replayer { ctx }
     }

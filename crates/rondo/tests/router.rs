@@ -24,5 +24,6 @@ mod router {
     mod serve;
     mod session_replay;
     mod traffic;
+    mod traffic_rate_limit;
     mod traffic_soap;
 }

@@ -10,6 +10,7 @@
 mod clusters;
 mod listeners;
 mod queues;
+mod rate_limit;
 mod routes;
 mod services;
 mod traffic;

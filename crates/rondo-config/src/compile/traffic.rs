@@ -30,12 +30,13 @@ pub(super) fn compile_filters(
             f.redirect.is_some(),
             f.respond.is_some(),
             f.soap.is_some(),
+            f.rate_limit.is_some(),
         ];
         if named.iter().filter(|n| **n).count() != 1 {
             c.err(
                 p,
                 "each filter is an inline table with exactly one key, the filter's name: \
-                 request_id, headers, rewrite, redirect, respond or soap",
+                 request_id, headers, rewrite, redirect, respond, soap or rate_limit",
             );
             continue;
         }
@@ -54,6 +55,8 @@ pub(super) fn compile_filters(
             redirect(c, &p.key("redirect"), r).map(TrafficFilter::Redirect)
         } else if let Some(s) = &f.soap {
             soap(c, &p.key("soap"), s).map(TrafficFilter::Soap)
+        } else if let Some(r) = &f.rate_limit {
+            super::rate_limit::rate_limit(c, &p.key("rate_limit"), r).map(TrafficFilter::RateLimit)
         } else {
             f.respond.as_ref().and_then(|r| respond(c, &p.key("respond"), r))
         };

@@ -27,11 +27,13 @@ use crate::http::HttpCtx;
 
 mod answer;
 mod fields;
+mod limit;
 mod rewrite;
 pub(crate) mod soap;
 mod trace;
 
 pub(crate) use fields::FieldOps;
+pub use limit::Limits;
 
 /// The W3C trace context's field, which each try gets anew ([`Applied::next_span`]).
 pub(crate) const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
@@ -59,6 +61,7 @@ enum Step {
     Redirect(rondo_core::traffic::Redirect),
     Respond(answer::RespondStep),
     Soap(rondo_core::traffic::Soap),
+    RateLimit(limit::LimitStep),
 }
 
 impl Chain {
@@ -74,27 +77,35 @@ impl Chain {
             // to https needs no token; a refused request's log line has its request id).
             let auth = route.auth.is_some().then_some(None);
             let own = route.filters.iter().map(Some);
-            Arc::new(Chain::compile(listener.chain(auth).chain(own), route))
+            let limits = limit::Binder::new(ctx, route);
+            Arc::new(Chain::compile(listener.chain(auth).chain(own), route, &limits))
         });
         made.downcast_ref::<Chain>()
     }
 
-    /// `None` among `filters` stands for the route's `auth`.
+    /// `None` among `filters` stands for the route's `auth`; a filter's position is its
+    /// place among the listener's and the route's filters (what keeps a `rate_limit`'s buckets
+    /// across views).
     fn compile<'f>(
         filters: impl Iterator<Item = Option<&'f TrafficFilter>>,
         route: &Route,
+        limits: &limit::Binder<'_>,
     ) -> Chain {
+        let mut position = 0;
         let steps = filters
             .map(|f| match f {
                 None => Step::Auth,
-                Some(f) => Self::step(f, route),
+                Some(f) => {
+                    position += 1;
+                    Self::step(f, route, limits, position - 1)
+                }
             })
             .collect::<Box<[Step]>>();
         let needs_hyper = steps.iter().any(|s| matches!(s, Step::Soap(_)));
         Chain { steps, needs_hyper }
     }
 
-    fn step(f: &TrafficFilter, route: &Route) -> Step {
+    fn step(f: &TrafficFilter, route: &Route, limits: &limit::Binder<'_>, at: usize) -> Step {
         match f {
             TrafficFilter::RequestId(r) => Step::RequestId(trace::RequestIdStep::new(r)),
             TrafficFilter::Headers(h) => Step::Headers(fields::HeaderStep::new(h)),
@@ -102,6 +113,7 @@ impl Chain {
             TrafficFilter::Redirect(r) => Step::Redirect(r.clone()),
             TrafficFilter::Respond(r) => Step::Respond(answer::RespondStep::new(r)),
             TrafficFilter::Soap(s) => Step::Soap(*s),
+            TrafficFilter::RateLimit(r) => Step::RateLimit(limits.step(at, r)),
         }
     }
 
@@ -147,6 +159,14 @@ impl Chain {
                 Step::Soap(s) => {
                     soap::request(s, headers, &mut applied);
                     None
+                }
+                Step::RateLimit(s) => {
+                    // Taken out for the call (the step edits `applied`), then put back.
+                    let identity = applied.identity.take();
+                    let subject = identity.as_ref().map(|i| i.subject.as_str());
+                    let answer = s.request(info, subject, headers, &mut applied);
+                    applied.identity = identity;
+                    answer
                 }
             };
             if let Some(answer) = answer {

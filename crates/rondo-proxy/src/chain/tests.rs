@@ -46,7 +46,9 @@ fn chain(filters: Vec<TrafficFilter>) -> Chain {
         filters: vec![],
         compiled: Default::default(),
     };
-    Chain::compile(filters.iter().map(Some), &route)
+    let (limits, metrics) = (limit::Limits::default(), rondo_runtime::metrics::Metrics::new());
+    let binder = limit::Binder::detached(&limits, &metrics, "r");
+    Chain::compile(filters.iter().map(Some), &route, &binder)
 }
 
 fn no_auth(_: &Fields) -> Result<Option<crate::auth::Identity>, ProxyError> {

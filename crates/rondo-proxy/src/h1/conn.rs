@@ -480,6 +480,7 @@ mod tests {
             access: None,
             auth: Default::default(),
             copies: Default::default(),
+            limits: Default::default(),
         });
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let client = TcpStream::connect(listener.local_addr().expect("addr")).await.expect("c");

@@ -56,6 +56,8 @@ pub struct HttpCtx {
     pub auth: Arc<crate::auth::Auth>,
     /// The multicast branches' queues.
     pub copies: crate::multicast::queues::Queues,
+    /// The `rate_limit` filters' buckets, kept across views.
+    pub limits: crate::chain::Limits,
 }
 
 /// A failure the client is answered with, and the idle timeout its connection keeps.

@@ -16,6 +16,7 @@
 //! `tls`; the durable queues' figures are rendered by [`crate::queues`] and the process's by
 //! [`crate::process`].
 
+mod limits;
 mod listener;
 mod members;
 mod naming;
@@ -33,6 +34,7 @@ use prometheus_client::registry::Registry;
 
 use crate::{Snapshot, clock};
 
+pub use limits::LimitLabels;
 pub use listener::{
     ClosedLabels, Handoff, HandoffLabels, Handoffs, ListenerLabels, ListenerMetrics, OpenConn,
     RouterResponseLabels,
@@ -115,6 +117,8 @@ pub struct Metrics {
     pub bytes_out: Family<RouteClusterLabels, Counter>,
     /// gRPC calls by route, cluster and final status (`rondo_grpc_responses_total`).
     pub grpc_responses: Family<GrpcLabels, Counter>,
+    /// The `rate_limit` filters' figures.
+    limits: limits::LimitFamilies,
     conn_active: Family<ListenerLabels, Gauge>,
     conn_accepted: Family<ListenerLabels, Counter>,
     conn_refused: Family<ListenerLabels, Counter>,
@@ -185,6 +189,7 @@ impl Metrics {
             bytes_in: Family::default(),
             bytes_out: Family::default(),
             grpc_responses: Family::default(),
+            limits: Default::default(),
             conn_active: Family::default(),
             conn_accepted: Family::default(),
             conn_refused: Family::default(),
@@ -230,6 +235,7 @@ impl Metrics {
         naming::register(&m, &mut r);
         members::register_state(&m, &mut r);
         tls::register(&m, &mut r);
+        limits::register(&m, &mut r);
         m.registry = r;
         m
     }
