@@ -175,6 +175,8 @@ pub(crate) struct RawRoute {
     /// Empty when absent: a route whose filters answer every request needs none.
     #[serde(default)]
     pub cluster: String,
+    /// A weighted split instead of `cluster`.
+    pub clusters: Option<Vec<RawWeighted>>,
     #[serde(default)]
     pub backups: Vec<String>,
     pub idle_timeout_ms: Option<u64>,
@@ -260,6 +262,14 @@ pub(crate) struct RawRespond {
     pub headers: BTreeMap<String, String>,
     pub body: Option<String>,
     pub body_file: Option<String>,
+}
+
+/// One of a route's weighted `clusters`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawWeighted {
+    pub cluster: String,
+    pub weight: Option<u64>,
 }
 
 /// One of a route's `multicast` branches.

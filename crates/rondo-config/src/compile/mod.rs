@@ -12,6 +12,7 @@ mod listeners;
 mod queues;
 mod routes;
 mod services;
+mod split;
 mod traffic;
 
 use clusters::compile_cluster;

@@ -213,7 +213,8 @@ impl<'a, S: ClientStream> OwnTries<'a, S> {
                 rt.tls.is_none() && rt.spec.upstream_protocol != UpstreamProtocol::Http2
             })
         };
-        if !plain(&route.cluster) || !route.backups.iter().all(plain) {
+        let split = route.split.iter().map(|w| &w.cluster);
+        if !plain(&route.cluster) || !route.backups.iter().chain(split).all(plain) {
             self.ctx.metrics.handoffs.inc(Handoff::Upstream);
             return Err(Decline);
         }
@@ -521,7 +522,8 @@ impl<S: ClientStream> Tries for OwnTries<'_, S> {
             .as_ref()
             .filter(|a| a.edits_response())
             .map(|a| a.response(&rt.spec.members[member].name));
-        self.respond(upstream, idle, rbuf, rhead, choice.set_cookie, edits, finish).await
+        let cookies = [choice.set_cookie, choice.split_cookie];
+        self.respond(upstream, idle, rbuf, rhead, cookies, edits, finish).await
     }
 }
 

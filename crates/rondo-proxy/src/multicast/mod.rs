@@ -53,6 +53,7 @@ pub(crate) fn branches(route: &Route, also: &[&Route]) -> Vec<Plan> {
         return Vec::new();
     }
     let mut served: Vec<&str> = std::iter::once(route.cluster.as_str())
+        .chain(route.split.iter().map(|w| w.cluster.as_str()))
         .chain(route.backups.iter().map(String::as_str))
         .collect();
     let mut out = Vec::new();
@@ -63,6 +64,7 @@ pub(crate) fn branches(route: &Route, also: &[&Route]) -> Vec<Plan> {
         out.push(Plan {
             route: Route {
                 cluster: b.cluster.clone(),
+                split: Vec::new(),
                 backups: b.backups.clone(),
                 multicast: Vec::new(),
                 session_replay: None,

@@ -1,0 +1,135 @@
+//! `rondo check`-level tests of a route's weighted `clusters` (canary splits) and of the
+//! `fault` and `mirror` filters: what compiles into the view, and every refusal at its file,
+//! line, column and field path.
+
+use std::path::{Path, PathBuf};
+
+use rondo_config::{Config, ConfigError, parse_str};
+use rondo_core::split::WeightedCluster;
+
+const FILE: &str = "conf/rondo.toml";
+
+fn parse(text: &str) -> Result<Config, Vec<ConfigError>> {
+    parse_str(text, Path::new(FILE), 7).map_err(|e| e.errors)
+}
+
+fn ok(text: &str) -> Config {
+    match parse(text) {
+        Ok(c) => c,
+        Err(errors) => panic!("unexpected errors:\n{}", render(&errors)),
+    }
+}
+
+fn render(errors: &[ConfigError]) -> String {
+    errors.iter().map(|e| format!("{e}\n")).collect()
+}
+
+/// 1-based line and column of the first occurrence of `needle` in `text`.
+fn pos(text: &str, needle: &str) -> (usize, usize) {
+    let at = text.find(needle).unwrap_or_else(|| panic!("`{needle}` not in the text"));
+    let before = &text[..at];
+    let line = before.matches('\n').count() + 1;
+    let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+    (line, column)
+}
+
+/// Asserts the config fails with exactly one error, on `field`, at `needle`, whose message
+/// contains `message`.
+#[track_caller]
+fn fails_once(text: &str, field: &str, needle: &str, message: &str) {
+    let errs = match parse(text) {
+        Ok(_) => panic!("expected errors, the config was accepted:\n{text}"),
+        Err(e) => e,
+    };
+    assert_eq!(errs.len(), 1, "expected one error, got:\n{}", render(&errs));
+    let e = &errs[0];
+    assert_eq!(e.file, PathBuf::from(FILE));
+    assert_eq!(e.field, field, "{e}");
+    assert_eq!((e.line, e.column), pos(text, needle), "{e}");
+    assert!(e.message.contains(message), "message of `{e}` lacks `{message}`");
+    assert!(!e.message.ends_with('.'), "trailing period: {e}");
+    assert!(!e.message.starts_with(|c: char| c.is_uppercase()), "upper case: {e}");
+}
+
+const CLUSTERS: &str = r#"
+[cluster.v1]
+members = [{ name = "a1", address = "127.0.0.1:9001" }]
+
+[cluster.v2]
+members = [{ name = "b1", address = "127.0.0.1:9002" }]
+
+[cluster.shadow]
+members = [{ name = "s1", address = "127.0.0.1:9003" }]
+"#;
+
+/// A web listener, one route with `route` as its body, and the three clusters.
+fn config(route: &str) -> String {
+    format!(
+        "[[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:8080\"\n\n[[route]]\nlistener = \
+         \"web\"\n{route}\n{CLUSTERS}"
+    )
+}
+
+#[test]
+fn a_split_compiles_with_its_weights_and_names_its_first_weighted_cluster() {
+    let c = ok(&config(
+        "clusters = [ { cluster = \"v1\", weight = 0 }, { cluster = \"v2\", weight = 5 }, \
+         { cluster = \"shadow\", weight = 95 } ]\nbackups = []",
+    ));
+    let r = &c.view.routes[0];
+    let w = |c: &str, weight| WeightedCluster { cluster: c.into(), weight };
+    assert_eq!(r.split, vec![w("v1", 0), w("v2", 5), w("shadow", 95)]);
+    assert_eq!(r.cluster, "v2", "the first cluster of positive weight names the route");
+    let plain = ok(&config("cluster = \"v1\""));
+    assert!(plain.view.routes[0].split.is_empty());
+}
+
+#[test]
+fn a_split_is_refused_where_it_cannot_work() {
+    let both = config("cluster = \"v1\"\nclusters = [ { cluster = \"v2\", weight = 1 } ]");
+    fails_once(
+        &both,
+        "route[0].clusters",
+        "[ { cluster = \"v2\"",
+        "either `cluster` or `clusters`",
+    );
+    let unknown =
+        config("clusters = [ { cluster = \"v1\", weight = 1 }, { cluster = \"v9\", weight = 1 } ]");
+    fails_once(&unknown, "route[0].clusters[1].cluster", "\"v9\"", "unknown cluster `v9`");
+    let twice =
+        config("clusters = [ { cluster = \"v1\", weight = 1 }, { cluster = \"v1\", weight = 2 } ]");
+    fails_once(&twice, "route[0].clusters[1].cluster", "\"v1\", weight = 2", "listed twice");
+    let zero =
+        config("clusters = [ { cluster = \"v1\", weight = 0 }, { cluster = \"v2\", weight = 0 } ]");
+    fails_once(&zero, "route[0].clusters", "[ { cluster = \"v1\"", "must not all be 0");
+    let big = config("clusters = [ { cluster = \"v1\", weight = 2000000 } ]");
+    fails_once(&big, "route[0].clusters[0].weight", "2000000", "at most 1000000");
+    let negative = config("clusters = [ { cluster = \"v1\", weight = -1 } ]");
+    let errs = parse(&negative).expect_err("a negative weight");
+    assert_eq!(errs[0].field, "route[0].clusters[0].weight", "{}", render(&errs));
+    assert_eq!((errs[0].line, errs[0].column), pos(&negative, "-1"));
+    let missing = config("clusters = [ { cluster = \"v1\" } ]");
+    fails_once(&missing, "route[0].clusters[0]", "{ cluster = \"v1\" }", "needs a `weight`");
+    let empty = config("clusters = []");
+    fails_once(&empty, "route[0].clusters", "[]", "at least one cluster");
+    let backup = config("clusters = [ { cluster = \"v1\", weight = 1 } ]\nbackups = [\"v1\"]");
+    fails_once(&backup, "route[0].clusters[0].cluster", "\"v1\", weight", "also a backup");
+    let copied = config(
+        "clusters = [ { cluster = \"v1\", weight = 1 } ]\nmulticast = [ { cluster = \"v1\" } ]",
+    );
+    fails_once(&copied, "route[0].multicast[0].cluster", "\"v1\" } ]", "already serves the route");
+}
+
+#[test]
+fn tcp_and_queue_routes_have_no_split() {
+    let tcp = "[[listener]]\nname = \"t\"\nlisten = \"127.0.0.1:8081\"\nprotocol = \"tcp\"\n\n\
+               [[route]]\nlistener = \"t\"\nclusters = [ { cluster = \"raw\", weight = 1 } ]\n\n\
+               [cluster.raw]\nupstream_protocol = \"tcp\"\n\
+               members = [{ name = \"r1\", address = \"127.0.0.1:9009\" }]\n";
+    fails_once(tcp, "route[0].clusters", "[ { cluster = \"raw\"", "cannot split");
+    let queue = "[[listener]]\nname = \"in\"\nlisten = \"127.0.0.1:8081\"\nprotocol = \"queue\"\n\n\
+                 [[route]]\nlistener = \"in\"\nclusters = [ { cluster = \"v1\", weight = 1 } ]\n\n\
+                 [[queue]]\nname = \"orders\"\ndirectory = \"q\"\n"
+        .to_owned() + CLUSTERS;
+    fails_once(&queue, "route[0].clusters", "[ { cluster = \"v1\"", "not a weighted split");
+}
