@@ -201,6 +201,28 @@ pub(crate) struct RawFilter {
     pub rewrite: Option<RawRewrite>,
     pub redirect: Option<RawRedirect>,
     pub respond: Option<RawRespond>,
+    pub fault: Option<RawFault>,
+    pub mirror: Option<RawMirror>,
+}
+
+/// `fault`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawFault {
+    pub delay_ms: Option<u64>,
+    pub delay_percent: Option<f64>,
+    pub abort_status: Option<u64>,
+    pub abort_percent: Option<f64>,
+    pub header: Option<String>,
+}
+
+/// `mirror`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawMirror {
+    pub cluster: String,
+    pub percent: Option<f64>,
+    pub queue: Option<u64>,
 }
 
 /// `request_id`.

@@ -133,3 +133,83 @@ fn tcp_and_queue_routes_have_no_split() {
         .to_owned() + CLUSTERS;
     fails_once(&queue, "route[0].clusters", "[ { cluster = \"v1\"", "not a weighted split");
 }
+
+#[test]
+fn fault_compiles_percentages_into_parts_per_million() {
+    use rondo_core::traffic::{Fault, TrafficFilter};
+    use std::time::Duration;
+    let c = ok(&config(
+        "cluster = \"v1\"\nfilters = [ { fault = { delay_ms = 50, delay_percent = 1.5, \
+         abort_status = 503, abort_percent = 0.1, header = \"X-Rondo-Fault\" } }, \
+         { fault = { abort_status = 500 } } ]",
+    ));
+    let f = &c.view.routes[0].filters;
+    assert_eq!(
+        f[0],
+        TrafficFilter::Fault(Fault {
+            delay: Some(Duration::from_millis(50)),
+            delay_ppm: 15_000,
+            abort_status: Some(503),
+            abort_ppm: 1_000,
+            header: Some("x-rondo-fault".into()),
+        })
+    );
+    let TrafficFilter::Fault(second) = &f[1] else { panic!("{f:?}") };
+    assert_eq!((second.abort_ppm, second.delay), (1_000_000, None), "100 % unless given");
+}
+
+#[test]
+fn a_bad_fault_is_refused_at_its_field() {
+    let route =
+        |fault: &str| config(&format!("cluster = \"v1\"\nfilters = [ {{ fault = {fault} }} ]"));
+    let t = route("{ delay_percent = 5 }");
+    fails_once(
+        &t,
+        "route[0].filters[0].fault",
+        "{ delay_percent",
+        "needs `delay_ms`, `abort_status` or `header`",
+    );
+    let t = route("{ abort_status = 503, abort_percent = 120.0 }");
+    fails_once(&t, "route[0].filters[0].fault.abort_percent", "120.0", "percentage from 0 to 100");
+    let t = route("{ abort_status = 503, delay_percent = 1 }");
+    fails_once(&t, "route[0].filters[0].fault.delay_percent", "1 }", "needs `delay_ms`");
+    let t = route("{ abort_status = 999 }");
+    fails_once(&t, "route[0].filters[0].fault.abort_status", "999", "between 200 and 599");
+    let t = route("{ delay_ms = 0 }");
+    fails_once(&t, "route[0].filters[0].fault.delay_ms", "0 }", "between 1 and 3600000");
+    let t = route("{ header = \"bad header\" }");
+    fails_once(&t, "route[0].filters[0].fault.header", "\"bad header\"", "not a valid header name");
+    let t = route("{ abort = 503 }");
+    let errs = parse(&t).expect_err("unknown option");
+    assert!(errs[0].field.contains("fault"), "{}", render(&errs));
+}
+
+#[test]
+fn mirror_compiles_and_names_a_cluster_that_does_not_serve_the_route() {
+    use rondo_core::traffic::{Mirror, TrafficFilter};
+    let c = ok(&config(
+        "cluster = \"v1\"\nfilters = [ { mirror = { cluster = \"shadow\", percent = 5.0 } } ]",
+    ));
+    let want = Mirror { cluster: "shadow".into(), ppm: 50_000, queue: 1024 };
+    assert_eq!(c.view.routes[0].filters, vec![TrafficFilter::Mirror(want)]);
+    let route = |m: &str| config(&format!("cluster = \"v1\"\nfilters = [ {{ mirror = {m} }} ]"));
+    let t = route("{ cluster = \"nope\" }");
+    fails_once(&t, "route[0].filters[0].mirror.cluster", "\"nope\"", "unknown cluster `nope`");
+    let t = route("{ cluster = \"v1\" }");
+    fails_once(&t, "route[0].filters[0].mirror.cluster", "\"v1\" }", "already serves the route");
+    let t = route("{ cluster = \"shadow\", percent = -1.0 }");
+    fails_once(&t, "route[0].filters[0].mirror.percent", "-1.0", "percentage from 0 to 100");
+    let t = route("{ cluster = \"shadow\", queue = 0 }");
+    fails_once(&t, "route[0].filters[0].mirror.queue", "0 }", "greater than 0");
+    let listener = format!(
+        "[[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:8080\"\n\
+         filters = [ {{ mirror = {{ cluster = \"shadow\" }} }} ]\n\n\
+         [[route]]\nlistener = \"web\"\ncluster = \"v1\"\n{CLUSTERS}"
+    );
+    fails_once(
+        &listener,
+        "listener[0].filters[0].mirror",
+        "{ cluster = \"shadow\" }",
+        "a route's filter",
+    );
+}

@@ -28,6 +28,12 @@ impl Entropy for Local {
     }
 }
 
+/// Whether this draw falls in a share of `ppm` parts per million (sampled filters).
+pub(crate) fn chance(ppm: u32) -> bool {
+    const PPM: u32 = rondo_core::traffic::PPM;
+    ppm >= PPM || (ppm > 0 && Local.below(PPM as usize) < ppm as usize)
+}
+
 /// 64 random bits from the calling thread's generator.
 pub(crate) fn random() -> u64 {
     Local.next_u64()

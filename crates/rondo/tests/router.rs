@@ -22,6 +22,8 @@ mod router {
     mod rebalance;
     mod serve;
     mod session_replay;
-    mod traffic;
-    mod traffic_split;
+    pub(crate) mod traffic;
+    mod traffic_fault;
+    mod traffic_mirror;
+    pub(crate) mod traffic_split;
 }

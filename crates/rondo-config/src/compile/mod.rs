@@ -11,6 +11,7 @@ mod clusters;
 mod listeners;
 mod queues;
 mod routes;
+mod sampling;
 mod services;
 mod split;
 mod traffic;

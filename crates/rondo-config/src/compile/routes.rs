@@ -23,6 +23,7 @@ pub(super) fn compile_route(
     // may declare; until one does the route finds no member (503), and `rondo check` warns.
     let filters = super::traffic::compile_filters(c, &path.key("filters"), r.filters.as_deref());
     let split = super::split::compile_split(c, path, r, clusters, declared_ok);
+    super::sampling::check_mirrors(c, path, r, clusters, declared_ok);
     if split.is_some() {
         // A weighted split names the route's clusters (checked there).
     } else if r.cluster.is_empty() {

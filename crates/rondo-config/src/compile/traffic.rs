@@ -28,12 +28,14 @@ pub(super) fn compile_filters(
             f.rewrite.is_some(),
             f.redirect.is_some(),
             f.respond.is_some(),
+            f.fault.is_some(),
+            f.mirror.is_some(),
         ];
         if named.iter().filter(|n| **n).count() != 1 {
             c.err(
                 p,
                 "each filter is an inline table with exactly one key, the filter's name: \
-                 request_id, headers, rewrite, redirect or respond",
+                 request_id, headers, rewrite, redirect, respond, fault or mirror",
             );
             continue;
         }
@@ -50,8 +52,14 @@ pub(super) fn compile_filters(
             rewrite(c, &p.key("rewrite"), r).map(TrafficFilter::Rewrite)
         } else if let Some(r) = &f.redirect {
             redirect(c, &p.key("redirect"), r).map(TrafficFilter::Redirect)
+        } else if let Some(r) = &f.respond {
+            respond(c, &p.key("respond"), r)
+        } else if let Some(r) = &f.fault {
+            super::sampling::fault(c, &p.key("fault"), r).map(TrafficFilter::Fault)
         } else {
-            f.respond.as_ref().and_then(|r| respond(c, &p.key("respond"), r))
+            f.mirror
+                .as_ref()
+                .map(|m| TrafficFilter::Mirror(super::sampling::mirror(c, &p.key("mirror"), m)))
         };
         out.extend(filter);
     }
@@ -60,7 +68,7 @@ pub(super) fn compile_filters(
 
 /// A header name, lower case; refused when it is not a token or is one the router owns
 /// (hop-by-hop and framing fields: editing them would break the exchange).
-fn header_name(c: &mut Compiler<'_>, path: FieldPath, name: &str) -> String {
+pub(super) fn header_name(c: &mut Compiler<'_>, path: FieldPath, name: &str) -> String {
     const OWNED: [&str; 9] = [
         "connection",
         "keep-alive",

@@ -24,11 +24,15 @@ use crate::head::Headers;
 use crate::http::HttpCtx;
 
 mod answer;
+mod fault;
 mod fields;
+mod mirror;
 mod rewrite;
 mod trace;
 
+pub(crate) use fault::hold;
 pub(crate) use fields::FieldOps;
+pub(crate) use mirror::mirrors;
 
 /// The W3C trace context's field, which each try gets anew ([`Applied::next_span`]).
 pub(crate) const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
@@ -51,6 +55,8 @@ enum Step {
     Rewrite(rewrite::RewriteStep),
     Redirect(rondo_core::traffic::Redirect),
     Respond(answer::RespondStep),
+    Fault(fault::FaultStep),
+    Mirror(mirror::MirrorStep),
 }
 
 impl Chain {
@@ -62,7 +68,9 @@ impl Chain {
         }
         let made = route.compiled.get_or_init(|| {
             let filters = ctx.listener.filters.iter().chain(&route.filters);
-            Arc::new(Chain::compile(filters, route))
+            let mut chain = Chain::compile(filters, route);
+            chain.bind(&ctx.live.metrics, &route.name);
+            Arc::new(chain)
         });
         made.downcast_ref::<Chain>()
     }
@@ -75,9 +83,20 @@ impl Chain {
                 TrafficFilter::Rewrite(r) => Step::Rewrite(rewrite::RewriteStep::new(r, route)),
                 TrafficFilter::Redirect(r) => Step::Redirect(r.clone()),
                 TrafficFilter::Respond(r) => Step::Respond(answer::RespondStep::new(r)),
+                TrafficFilter::Fault(f) => Step::Fault(fault::FaultStep::new(f)),
+                TrafficFilter::Mirror(m) => Step::Mirror(mirror::MirrorStep::new(m)),
             })
             .collect();
         Chain { steps }
+    }
+
+    /// Gives the steps that count what they do their route's metrics.
+    fn bind(&mut self, metrics: &rondo_runtime::metrics::Metrics, route: &str) {
+        for step in &mut self.steps {
+            if let Step::Fault(s) = step {
+                s.bind(metrics, route);
+            }
+        }
     }
 
     /// The request phase: every filter in order, until one answers. The edits gathered so far
@@ -104,6 +123,11 @@ impl Chain {
                 }
                 Step::Redirect(r) => Some(answer::redirect(r, info, &applied)),
                 Step::Respond(s) => Some(s.answer()),
+                Step::Fault(s) => s.request(headers, &mut applied),
+                Step::Mirror(s) => {
+                    s.request(&mut applied);
+                    None
+                }
             };
             if let Some(answer) = answer {
                 return Err(Box::new((answer, applied)));
@@ -168,6 +192,10 @@ pub(crate) struct Applied {
     pub(crate) request_id: Option<String>,
     /// The trace this request belongs to (`request_id` with `trace`).
     trace: Option<trace::Trace>,
+    /// How long to hold the request before its first try (`fault`): [`hold`].
+    pub(crate) delay: Option<std::time::Duration>,
+    /// The mirrors this request was drawn for (`mirror`): copies of it go to their clusters.
+    pub(crate) mirrors: Vec<rondo_core::Branch>,
 }
 
 impl Applied {

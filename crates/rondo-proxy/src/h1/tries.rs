@@ -256,10 +256,13 @@ impl<'a, S: ClientStream> OwnTries<'a, S> {
                 }
                 Err(answered) => {
                     let (answer, applied) = *answered;
+                    crate::chain::hold(Some(&applied), route).await;
                     return Ok(self.answer(route, answer, &applied).await);
                 }
             }
         }
+        // An injected delay (`fault`) holds the request before its first try.
+        crate::chain::hold(self.applied.as_ref(), route).await;
         if let Err(failure) = self.prepare(route, identity.as_ref()) {
             return Ok(self.fail(failure).await);
         }

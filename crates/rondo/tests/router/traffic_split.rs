@@ -13,7 +13,7 @@ use super::traffic::curl;
 /// hyper's client, because curl 7.88 fails every request after the first on an h2c
 /// prior-knowledge connection it reuses ("Error in the HTTP2 framing layer", against any
 /// server).
-async fn send_many(h2: bool, url: &str, n: usize, headers: &[&str]) -> Vec<String> {
+pub(crate) async fn send_many(h2: bool, url: &str, n: usize, headers: &[&str]) -> Vec<String> {
     if h2 {
         let client = h2_client();
         let pairs: Vec<(&str, &str)> = headers.iter().filter_map(|h| h.split_once(": ")).collect();
