@@ -197,6 +197,10 @@ pub(crate) fn warnings(config: &Config) -> Vec<Problem> {
                             .iter()
                             .flat_map(|b| std::iter::once(&b.cluster).chain(&b.backups)),
                     )
+                    .chain(r.filters.iter().filter_map(|f| match f {
+                        rondo_core::traffic::TrafficFilter::Mirror(m) => Some(&m.cluster),
+                        _ => None,
+                    }))
             })
             .map(String::as_str)
             .collect();

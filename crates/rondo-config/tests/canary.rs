@@ -85,6 +85,15 @@ fn a_split_compiles_with_its_weights_and_names_its_first_weighted_cluster() {
 }
 
 #[test]
+fn clusters_reached_only_through_a_split_or_a_mirror_are_not_warned_about() {
+    let c = ok(&config(
+        "clusters = [ { cluster = \"v1\", weight = 1 }, { cluster = \"v2\", weight = 1 } ]\n\
+         filters = [ { mirror = { cluster = \"shadow\" } } ]",
+    ));
+    assert!(c.warnings.is_empty(), "{}", render(&c.warnings));
+}
+
+#[test]
 fn a_split_is_refused_where_it_cannot_work() {
     let both = config("cluster = \"v1\"\nclusters = [ { cluster = \"v2\", weight = 1 } ]");
     fails_once(

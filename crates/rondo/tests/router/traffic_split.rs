@@ -104,6 +104,31 @@ async fn a_95_5_split_sends_about_5_percent_to_the_canary_on_both_protocols() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_status_shows_the_split() {
+    let (v1, v2) = (Recorder::spawn("v1"), Recorder::spawn("v2"));
+    let (r, _) = start(&split_config(&v1, &v2, (95, 5), "")).await;
+    let spec = rondo_config::AdminSpec {
+        listen: super::support::any_port(),
+        token: Some(rondo_config::AdminToken::Inline("t".into())),
+        tls: None,
+    };
+    let admin = rondo_admin::start(&spec, r.live.clone()).await.expect("admin starts");
+    let url = format!("http://{}/api/v1/status", admin.addr);
+    let got = tokio::task::spawn_blocking(move || curl(false, &url, &["authorization: Bearer t"]))
+        .await
+        .unwrap();
+    assert_eq!(got.status, 200, "{}", got.body);
+    let v: serde_json::Value = serde_json::from_str(&got.body).expect("json");
+    let route = &v["routes"][0];
+    assert_eq!(route["cluster"], "shop-v1", "{route}");
+    let want = serde_json::json!([
+        { "cluster": "shop-v1", "weight": 95 },
+        { "cluster": "shop-v2", "weight": 5 }
+    ]);
+    assert_eq!(route["clusters"], want, "{route}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_stays_on_the_cluster_it_was_first_sent_to() {
     let (v1, v2) = (Recorder::spawn("v1"), Recorder::spawn("v2"));
     let config = split_config(&v1, &v2, (50, 50), "granularity = \"session\"");
