@@ -98,6 +98,18 @@ pub(crate) struct Problem {
     pub message: String,
 }
 
+/// The error of a cluster name the file does not define.
+fn unknown_cluster(name: &str, clusters: &BTreeMap<String, Arc<ClusterSpec>>) -> String {
+    format!(
+        "unknown cluster `{name}`, expected {}",
+        if clusters.is_empty() {
+            "a [cluster.NAME] to be defined".to_owned()
+        } else {
+            format!("one of {}", one_of(clusters.keys().map(String::as_str)))
+        }
+    )
+}
+
 /// `a`, `b` or `c` / `a` or `b` / `a`.
 fn one_of<'a>(items: impl IntoIterator<Item = &'a str>) -> String {
     let items: Vec<String> = items.into_iter().map(|s| format!("`{s}`")).collect();

@@ -141,18 +141,6 @@ pub(super) fn compile_route(
     }
 }
 
-/// The error of a cluster name the file does not define.
-pub(super) fn unknown_cluster(name: &str, clusters: &BTreeMap<String, Arc<ClusterSpec>>) -> String {
-    format!(
-        "unknown cluster `{name}`, expected {}",
-        if clusters.is_empty() {
-            "a [cluster.NAME] to be defined".to_owned()
-        } else {
-            format!("one of {}", one_of(clusters.keys().map(String::as_str)))
-        }
-    )
-}
-
 /// A route's `multicast` branches: known clusters, none the route's own primary or backups,
 /// none listed twice, their backups checked as a route's are.
 fn compile_multicast(

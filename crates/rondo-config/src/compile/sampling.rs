@@ -30,9 +30,18 @@ fn percent(c: &mut Compiler<'_>, path: FieldPath, v: Option<f64>, default: u32) 
     }
 }
 
+/// How a filter's header name is checked (`traffic`'s rule, handed in).
+pub(super) type HeaderName = fn(&mut Compiler<'_>, FieldPath, &str) -> String;
+
 /// A `fault`: a delay, an abort, or both, each with its share (100 % when not given), or a
-/// header that names the requests subject to them (and may name the fault itself).
-pub(super) fn fault(c: &mut Compiler<'_>, path: &FieldPath, r: &RawFault) -> Option<Fault> {
+/// header that names the requests subject to them (and may name the fault itself), checked by
+/// `header_name`.
+pub(super) fn fault(
+    c: &mut Compiler<'_>,
+    path: &FieldPath,
+    r: &RawFault,
+    header_name: HeaderName,
+) -> Option<Fault> {
     if r.delay_ms.is_none() && r.abort_status.is_none() && r.header.is_none() {
         c.err(path.clone(), "a fault needs `delay_ms`, `abort_status` or `header`");
         return None;
@@ -48,7 +57,7 @@ pub(super) fn fault(c: &mut Compiler<'_>, path: &FieldPath, r: &RawFault) -> Opt
     });
     let abort_status =
         r.abort_status.map(|s| c.int(path.key("abort_status"), Some(s), 503, 200, 599) as u16);
-    let header = r.header.as_ref().map(|h| super::traffic::header_name(c, path.key("header"), h));
+    let header = r.header.as_ref().map(|h| header_name(c, path.key("header"), h));
     Some(Fault {
         delay,
         delay_ppm: percent(c, path.key("delay_percent"), r.delay_percent, PPM),
@@ -91,7 +100,7 @@ pub(super) fn check_mirrors(
                 ),
             );
         } else if !clusters.contains_key(&m.cluster) && !declared_ok {
-            c.err(p, super::routes::unknown_cluster(&m.cluster, clusters));
+            c.err(p, super::unknown_cluster(&m.cluster, clusters));
         }
     }
 }

@@ -40,7 +40,7 @@ pub(super) fn compile_split(
                 format!("cluster `{}` is in the split and also a backup", w.cluster),
             );
         } else if !clusters.contains_key(&w.cluster) && !declared_ok {
-            c.err(p.key("cluster"), super::routes::unknown_cluster(&w.cluster, clusters));
+            c.err(p.key("cluster"), super::unknown_cluster(&w.cluster, clusters));
         }
         let weight = match w.weight {
             None => {

@@ -55,7 +55,7 @@ pub(super) fn compile_filters(
         } else if let Some(r) = &f.respond {
             respond(c, &p.key("respond"), r)
         } else if let Some(r) = &f.fault {
-            super::sampling::fault(c, &p.key("fault"), r).map(TrafficFilter::Fault)
+            super::sampling::fault(c, &p.key("fault"), r, header_name).map(TrafficFilter::Fault)
         } else {
             f.mirror
                 .as_ref()
@@ -68,7 +68,7 @@ pub(super) fn compile_filters(
 
 /// A header name, lower case; refused when it is not a token or is one the router owns
 /// (hop-by-hop and framing fields: editing them would break the exchange).
-pub(super) fn header_name(c: &mut Compiler<'_>, path: FieldPath, name: &str) -> String {
+fn header_name(c: &mut Compiler<'_>, path: FieldPath, name: &str) -> String {
     const OWNED: [&str; 9] = [
         "connection",
         "keep-alive",

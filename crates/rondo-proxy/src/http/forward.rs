@@ -70,7 +70,7 @@ pub(crate) async fn forward<T: Tries>(
             continue;
         };
         let choice = match place(ctx, rt, &mut failover, req.headers(), peer, now) {
-            Ok(choice) => primary.told(choice, i),
+            Ok(choice) => Choice { split_cookie: primary.cookie(i), ..choice },
             Err(Refused::Stop(stop)) => {
                 tracing::warn!(route = %route.name, cluster = %cluster, "retry budget exhausted");
                 metrics.budget_exhausted(&route.name, cluster);

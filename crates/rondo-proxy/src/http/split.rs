@@ -14,7 +14,7 @@ use http::HeaderValue;
 use rondo_core::{Granularity, Route};
 use rondo_runtime::Snapshot;
 
-use super::{Choice, HttpCtx};
+use super::HttpCtx;
 use crate::entropy::Local;
 use crate::head::Headers;
 use crate::sticky;
@@ -63,13 +63,10 @@ impl<'r> Primary<'r> {
         if i == 0 { self.cluster } else { &route.backups[i - 1] }
     }
 
-    /// `choice`, for a try in the failover's cluster `i`, with the split cookie to set (on any
-    /// try on the primary: the one that answers tells the client).
-    pub(crate) fn told(&self, mut choice: Choice, i: usize) -> Choice {
-        if i == 0 {
-            choice.split_cookie.clone_from(&self.cookie);
-        }
-        choice
+    /// The split cookie a try in the failover's cluster `i` sets (any try on the primary: the
+    /// one that answers tells the client).
+    pub(crate) fn cookie(&self, i: usize) -> Option<HeaderValue> {
+        if i == 0 { self.cookie.clone() } else { None }
     }
 }
 
