@@ -217,8 +217,15 @@ async fn status(State(st): State<AppState>) -> Response {
         .routes
         .iter()
         .map(|r| {
-            json!({ "name": r.name, "listener": r.listener, "cluster": r.cluster,
-                    "backups": r.backups })
+            let mut route = json!({ "name": r.name, "listener": r.listener, "cluster": r.cluster,
+                    "backups": r.backups });
+            if !r.split.is_empty() {
+                // A weighted split (`clusters`): `cluster` is its first cluster of positive weight.
+                let split =
+                    r.split.iter().map(|w| json!({ "cluster": w.cluster, "weight": w.weight }));
+                route["clusters"] = Value::Array(split.collect());
+            }
+            route
         })
         .collect();
     let clusters: Vec<Value> = snap

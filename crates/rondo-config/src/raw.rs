@@ -175,6 +175,8 @@ pub(crate) struct RawRoute {
     /// Empty when absent: a route whose filters answer every request needs none.
     #[serde(default)]
     pub cluster: String,
+    /// A weighted split instead of `cluster`.
+    pub clusters: Option<Vec<RawWeighted>>,
     #[serde(default)]
     pub backups: Vec<String>,
     pub idle_timeout_ms: Option<u64>,
@@ -201,6 +203,8 @@ pub(crate) struct RawFilter {
     pub respond: Option<RawRespond>,
     pub soap: Option<RawSoap>,
     pub rate_limit: Option<RawRateLimit>,
+    pub fault: Option<RawFault>,
+    pub mirror: Option<RawMirror>,
 }
 
 /// `soap`.
@@ -220,6 +224,26 @@ pub(crate) struct RawRateLimit {
     pub burst: Option<u64>,
     pub max_keys: Option<u64>,
     pub scope: Option<String>,
+}
+
+/// `fault`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawFault {
+    pub delay_ms: Option<u64>,
+    pub delay_percent: Option<f64>,
+    pub abort_status: Option<u64>,
+    pub abort_percent: Option<f64>,
+    pub header: Option<String>,
+}
+
+/// `mirror`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawMirror {
+    pub cluster: String,
+    pub percent: Option<f64>,
+    pub queue: Option<u64>,
 }
 
 /// `request_id`.
@@ -281,6 +305,14 @@ pub(crate) struct RawRespond {
     pub headers: BTreeMap<String, String>,
     pub body: Option<String>,
     pub body_file: Option<String>,
+}
+
+/// One of a route's weighted `clusters`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawWeighted {
+    pub cluster: String,
+    pub weight: Option<u64>,
 }
 
 /// One of a route's `multicast` branches.

@@ -159,7 +159,12 @@ pub(crate) fn warnings(config: &Config) -> Vec<Problem> {
     // A route to a cluster the file lacks (only valid with `allow_registered_clusters`).
     for route in routes {
         let i = route.position;
+        let split = route.split.iter().enumerate().map(|(j, w)| {
+            (root.key("route").index(i).key("clusters").index(j).key("cluster"), &w.cluster)
+        });
         let targets = std::iter::once((root.key("route").index(i).key("cluster"), &route.cluster))
+            .filter(|_| route.split.is_empty())
+            .chain(split)
             .chain(
                 route
                     .backups
@@ -186,9 +191,18 @@ pub(crate) fn warnings(config: &Config) -> Vec<Problem> {
         let used: BTreeSet<&str> = routes
             .iter()
             .flat_map(|r| {
-                std::iter::once(&r.cluster).chain(&r.backups).chain(
-                    r.multicast.iter().flat_map(|b| std::iter::once(&b.cluster).chain(&b.backups)),
-                )
+                std::iter::once(&r.cluster)
+                    .chain(r.split.iter().map(|w| &w.cluster))
+                    .chain(&r.backups)
+                    .chain(
+                        r.multicast
+                            .iter()
+                            .flat_map(|b| std::iter::once(&b.cluster).chain(&b.backups)),
+                    )
+                    .chain(r.filters.iter().filter_map(|f| match f {
+                        rondo_core::traffic::TrafficFilter::Mirror(m) => Some(&m.cluster),
+                        _ => None,
+                    }))
             })
             .map(String::as_str)
             .collect();

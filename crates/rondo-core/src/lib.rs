@@ -13,6 +13,7 @@ pub mod hash;
 pub mod model;
 pub mod path;
 pub mod rng;
+pub mod split;
 pub mod time;
 pub mod traffic;
 #[cfg(feature = "serde")]

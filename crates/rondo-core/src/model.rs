@@ -928,8 +928,12 @@ pub struct Route {
     pub listener: String,
     /// The condition.
     pub matcher: RouteMatch,
-    /// Primary cluster.
+    /// Primary cluster (with a split: its first cluster of positive weight, which names the
+    /// route in errors and labels).
     pub cluster: String,
+    /// The weighted clusters each request picks its primary from (`clusters`); empty: the
+    /// primary is always `cluster`.
+    pub split: Vec<crate::split::WeightedCluster>,
     /// Tried in order when the primary cannot serve.
     pub backups: Vec<String>,
     /// Idle timeout of a client connection on this route.

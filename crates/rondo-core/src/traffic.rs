@@ -23,6 +23,10 @@ pub enum TrafficFilter {
     Soap(Soap),
     /// Limit requests per key with a token bucket.
     RateLimit(RateLimit),
+    /// Inject delays and aborts (fault injection).
+    Fault(Fault),
+    /// Copy a sampled share of requests to another cluster.
+    Mirror(Mirror),
 }
 
 impl TrafficFilter {
@@ -36,6 +40,8 @@ impl TrafficFilter {
             TrafficFilter::Respond(_) => "respond",
             TrafficFilter::Soap(_) => "soap",
             TrafficFilter::RateLimit(_) => "rate_limit",
+            TrafficFilter::Fault(_) => "fault",
+            TrafficFilter::Mirror(_) => "mirror",
         }
     }
 
@@ -311,6 +317,37 @@ impl LimitKey {
             LimitKey::Route => "route".into(),
         }
     }
+}
+
+/// Parts per million: a percentage kept exact (and comparable) as an integer.
+pub const PPM: u32 = 1_000_000;
+
+/// `fault`: delay and abort a share of requests (or, with `header`, only requests carrying it),
+/// to test how clients cope.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fault {
+    /// The delay before the request is forwarded.
+    pub delay: Option<std::time::Duration>,
+    /// The share of requests delayed, in parts per million.
+    pub delay_ppm: u32,
+    /// The status of an aborted request.
+    pub abort_status: Option<u16>,
+    /// The share of requests aborted, in parts per million.
+    pub abort_ppm: u32,
+    /// Only requests carrying this header (lower case) are subject to faults; its value may
+    /// name the fault (`abort=503`, `delay=200`).
+    pub header: Option<String>,
+}
+
+/// `mirror`: a sampled share of requests copied to another cluster, fire and forget.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mirror {
+    /// The cluster that gets the copies.
+    pub cluster: String,
+    /// The share of requests copied, in parts per million.
+    pub ppm: u32,
+    /// Copies waiting or in flight at most; one more is dropped and counted.
+    pub queue: u32,
 }
 
 #[cfg(test)]

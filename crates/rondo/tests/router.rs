@@ -23,7 +23,10 @@ mod router {
     mod rebalance;
     mod serve;
     mod session_replay;
-    mod traffic;
+    pub(crate) mod traffic;
+    mod traffic_fault;
+    mod traffic_mirror;
     mod traffic_rate_limit;
     mod traffic_soap;
+    pub(crate) mod traffic_split;
 }

@@ -115,6 +115,7 @@ pub(super) fn compile_listener(
     let limits = (l.max_connection_age_ms, l.max_requests_per_connection);
     let connections = c.connection_limits(&path, limits, tunnels);
     let filters = super::traffic::compile_filters(c, &path.key("filters"), l.filters.as_deref());
+    super::sampling::refuse_listener_mirrors(c, &path, l.filters.as_deref());
     if !filters.is_empty() && protocol != ListenerProtocol::Http {
         c.err(path.key("filters"), "only http listeners run filters");
     }

@@ -12,7 +12,9 @@ mod listeners;
 mod queues;
 mod rate_limit;
 mod routes;
+mod sampling;
 mod services;
+mod split;
 mod traffic;
 
 use clusters::compile_cluster;
@@ -95,6 +97,18 @@ pub fn upstream_protocol_str(p: UpstreamProtocol) -> &'static str {
 pub(crate) struct Problem {
     pub path: FieldPath,
     pub message: String,
+}
+
+/// The error of a cluster name the file does not define.
+fn unknown_cluster(name: &str, clusters: &BTreeMap<String, Arc<ClusterSpec>>) -> String {
+    format!(
+        "unknown cluster `{name}`, expected {}",
+        if clusters.is_empty() {
+            "a [cluster.NAME] to be defined".to_owned()
+        } else {
+            format!("one of {}", one_of(clusters.keys().map(String::as_str)))
+        }
+    )
 }
 
 /// `a`, `b` or `c` / `a` or `b` / `a`.

@@ -189,7 +189,8 @@ pub(super) fn check_queues(c: &mut Compiler<'_>, raw: &RawConfig) {
     }
 }
 
-/// What a route on a `queue` listener may not do: match on `sni`, sign users on, or send to a
+/// What a route on a `queue` listener may not do: match on `sni`, sign users on, split over
+/// weighted clusters, or send to a
 /// cluster whose members the queue cannot deliver to over HTTP.
 pub(super) fn check_queue_route(
     c: &mut Compiler<'_>,
@@ -210,6 +211,15 @@ pub(super) fn check_queue_route(
         c.err(
             path.key("login"),
             format!("route on queue listener `{}` cannot sign users on", r.listener),
+        );
+    }
+    if r.clusters.is_some() {
+        c.err(
+            path.key("clusters"),
+            format!(
+                "route on queue listener `{}` delivers to one `cluster`, not a weighted split",
+                r.listener
+            ),
         );
     }
     let targets = std::iter::once((path.key("cluster"), &route.cluster))

@@ -18,20 +18,15 @@ pub(super) fn compile_route(
         }
         None => format!("route-{}", i + 1),
     };
-    let unknown_cluster = |name: &str| {
-        format!(
-            "unknown cluster `{name}`, expected {}",
-            if clusters.is_empty() {
-                "a [cluster.NAME] to be defined".to_owned()
-            } else {
-                format!("one of {}", one_of(clusters.keys().map(String::as_str)))
-            }
-        )
-    };
+    let unknown_cluster = |name: &str| unknown_cluster(name, clusters);
     // With `[naming] allow_registered_clusters` a cluster the file lacks is one a registration
     // may declare; until one does the route finds no member (503), and `rondo check` warns.
     let filters = super::traffic::compile_filters(c, &path.key("filters"), r.filters.as_deref());
-    if r.cluster.is_empty() {
+    let split = super::split::compile_split(c, path, r, clusters, declared_ok);
+    super::sampling::check_mirrors(c, path, r, clusters, declared_ok);
+    if split.is_some() {
+        // A weighted split names the route's clusters (checked there).
+    } else if r.cluster.is_empty() {
         // Only a route whose filters answer every request may go without a cluster.
         if !filters.iter().any(|f| f.always_answers()) {
             c.err(
@@ -112,11 +107,13 @@ pub(super) fn compile_route(
             ),
         }
     });
+    let (cluster, split) = split.unwrap_or_else(|| (r.cluster.clone(), Vec::new()));
     Route {
         name,
         listener: r.listener.clone(),
         matcher,
-        cluster: r.cluster.clone(),
+        cluster,
+        split,
         backups: r.backups.clone(),
         idle_timeout: c.ms(
             path.key("idle_timeout_ms"),
@@ -156,11 +153,12 @@ fn compile_multicast(
     let mut out: Vec<Branch> = Vec::new();
     for (j, b) in r.multicast.iter().flatten().enumerate() {
         let p = path.key("multicast").index(j);
-        if b.cluster == r.cluster || r.backups.contains(&b.cluster) {
+        let in_split = r.clusters.iter().flatten().any(|w| w.cluster == b.cluster);
+        if b.cluster == r.cluster || r.backups.contains(&b.cluster) || in_split {
             c.err(
                 p.key("cluster"),
                 format!(
-                    "cluster `{}` already serves the route (its cluster or a backup): a \
+                    "cluster `{}` already serves the route (its cluster, split or a backup): a \
                      multicast branch is another cluster that gets a copy",
                     b.cluster
                 ),
@@ -437,6 +435,16 @@ pub(super) fn check_route_protocol(
             ),
         );
     }
+    if proto == ListenerProtocol::Tcp && r.clusters.is_some() {
+        c.err(
+            path.key("clusters"),
+            format!(
+                "route on tcp listener `{}` cannot split its requests over weighted clusters: \
+                 it has `cluster`",
+                r.listener
+            ),
+        );
+    }
     if proto == ListenerProtocol::Tcp && r.auth.is_some() {
         c.err(
             path.key("auth"),
@@ -495,6 +503,8 @@ pub(super) fn check_route_protocol(
             .chain(b.backups.iter().enumerate().map(move |(k, x)| (p.key("backups").index(k), x)))
     });
     let targets = std::iter::once((path.key("cluster"), &route.cluster))
+        .filter(|_| route.split.is_empty())
+        .chain(super::split::targets(path, route))
         .chain(route.backups.iter().enumerate().map(|(j, b)| (path.key("backups").index(j), b)))
         .chain(branches);
     for (p, name) in targets {

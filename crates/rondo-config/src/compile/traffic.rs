@@ -31,12 +31,15 @@ pub(super) fn compile_filters(
             f.respond.is_some(),
             f.soap.is_some(),
             f.rate_limit.is_some(),
+            f.fault.is_some(),
+            f.mirror.is_some(),
         ];
         if named.iter().filter(|n| **n).count() != 1 {
             c.err(
                 p,
                 "each filter is an inline table with exactly one key, the filter's name: \
-                 request_id, headers, rewrite, redirect, respond, soap or rate_limit",
+                 request_id, headers, rewrite, redirect, respond, soap, rate_limit, fault or \
+                 mirror",
             );
             continue;
         }
@@ -57,8 +60,14 @@ pub(super) fn compile_filters(
             soap(c, &p.key("soap"), s).map(TrafficFilter::Soap)
         } else if let Some(r) = &f.rate_limit {
             super::rate_limit::rate_limit(c, &p.key("rate_limit"), r).map(TrafficFilter::RateLimit)
+        } else if let Some(r) = &f.respond {
+            respond(c, &p.key("respond"), r)
+        } else if let Some(r) = &f.fault {
+            super::sampling::fault(c, &p.key("fault"), r, header_name).map(TrafficFilter::Fault)
         } else {
-            f.respond.as_ref().and_then(|r| respond(c, &p.key("respond"), r))
+            f.mirror
+                .as_ref()
+                .map(|m| TrafficFilter::Mirror(super::sampling::mirror(c, &p.key("mirror"), m)))
         };
         out.extend(filter);
     }

@@ -33,6 +33,7 @@ fn route(name: &str, position: usize, matcher: RouteMatch) -> Route {
         listener: "web".into(),
         matcher,
         cluster: name.into(),
+        split: vec![],
         backups: vec![],
         idle_timeout: Duration::from_secs(1),
         request_timeout: Duration::from_secs(1),

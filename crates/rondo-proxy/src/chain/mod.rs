@@ -26,14 +26,18 @@ use crate::head::Headers;
 use crate::http::HttpCtx;
 
 mod answer;
+mod fault;
 mod fields;
 mod limit;
+mod mirror;
 mod rewrite;
 pub(crate) mod soap;
 mod trace;
 
+pub(crate) use fault::hold;
 pub(crate) use fields::FieldOps;
 pub use limit::Limits;
+pub(crate) use mirror::mirrors;
 
 /// The W3C trace context's field, which each try gets anew ([`Applied::next_span`]).
 pub(crate) const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
@@ -62,6 +66,8 @@ enum Step {
     Respond(answer::RespondStep),
     Soap(rondo_core::traffic::Soap),
     RateLimit(limit::LimitStep),
+    Fault(fault::FaultStep),
+    Mirror(mirror::MirrorStep),
 }
 
 impl Chain {
@@ -78,7 +84,9 @@ impl Chain {
             let auth = route.auth.is_some().then_some(None);
             let own = route.filters.iter().map(Some);
             let limits = limit::Binder::new(ctx, route);
-            Arc::new(Chain::compile(listener.chain(auth).chain(own), route, &limits))
+            let mut chain = Chain::compile(listener.chain(auth).chain(own), route, &limits);
+            chain.bind(&ctx.live.metrics, &route.name);
+            Arc::new(chain)
         });
         made.downcast_ref::<Chain>()
     }
@@ -114,6 +122,17 @@ impl Chain {
             TrafficFilter::Respond(r) => Step::Respond(answer::RespondStep::new(r)),
             TrafficFilter::Soap(s) => Step::Soap(*s),
             TrafficFilter::RateLimit(r) => Step::RateLimit(limits.step(at, r)),
+            TrafficFilter::Fault(f) => Step::Fault(fault::FaultStep::new(f)),
+            TrafficFilter::Mirror(m) => Step::Mirror(mirror::MirrorStep::new(m)),
+        }
+    }
+
+    /// Gives the steps that count what they do their route's metrics.
+    fn bind(&mut self, metrics: &rondo_runtime::metrics::Metrics, route: &str) {
+        for step in &mut self.steps {
+            if let Step::Fault(s) = step {
+                s.bind(metrics, route);
+            }
         }
     }
 
@@ -167,6 +186,11 @@ impl Chain {
                     let answer = s.request(info, subject, headers, &mut applied);
                     applied.identity = identity;
                     answer
+                }
+                Step::Fault(s) => s.request(headers, &mut applied),
+                Step::Mirror(s) => {
+                    s.request(&mut applied);
+                    None
                 }
             };
             if let Some(answer) = answer {
@@ -267,6 +291,10 @@ pub(crate) struct Applied {
     pub(crate) soap: Option<soap::Plan>,
     /// Who the request is, as the route's `auth` verified it (members get it).
     pub(crate) identity: Option<Identity>,
+    /// How long to hold the request before its first try (`fault`): [`hold`].
+    pub(crate) delay: Option<std::time::Duration>,
+    /// The mirrors this request was drawn for (`mirror`): copies of it go to their clusters.
+    pub(crate) mirrors: Vec<rondo_core::Branch>,
 }
 
 impl Applied {

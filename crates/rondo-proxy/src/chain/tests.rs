@@ -33,6 +33,7 @@ fn chain(filters: Vec<TrafficFilter>) -> Chain {
         listener: "web".into(),
         matcher: rondo_core::RouteMatch { path_prefix: Some("/api/".into()), ..Default::default() },
         cluster: "c".into(),
+        split: vec![],
         backups: vec![],
         idle_timeout: std::time::Duration::from_secs(1),
         request_timeout: std::time::Duration::from_secs(1),

@@ -3,14 +3,12 @@
 //! the client's trace kept or a new one started, with a new span id for each try, so that a
 //! retried request shows as two spans of one trace. `tracestate` passes through untouched.
 
-use std::cell::RefCell;
-
 use http::{HeaderName, HeaderValue};
 use rondo_core::traffic::RequestId;
-use rondo_core::{Entropy, SplitMix64};
 
 use super::fields::Pending;
 use super::{Applied, TRACEPARENT};
+use crate::entropy::random;
 use crate::head::Headers;
 
 /// The longest request id kept from a client; a longer one is replaced.
@@ -129,23 +127,6 @@ fn hex_into(out: &mut [u8], n: u64) {
     for (i, o) in out.iter_mut().enumerate().take(16) {
         *o = DIGITS[((n >> (60 - 4 * i)) & 0xf) as usize];
     }
-}
-
-thread_local! {
-    /// Each worker's generator of ids, seeded once from the system's randomness.
-    static RNG: RefCell<SplitMix64> = RefCell::new(SplitMix64::new(seed()));
-}
-
-fn seed() -> u64 {
-    use ring::rand::SecureRandom as _;
-    let mut bytes = [0u8; 8];
-    let _ = ring::rand::SystemRandom::new().fill(&mut bytes);
-    // A failed fill (never on Linux) still gives workers different streams.
-    u64::from_le_bytes(bytes) ^ (std::process::id() as u64) << 32
-}
-
-fn random() -> u64 {
-    RNG.with(|r| r.borrow_mut().next_u64())
 }
 
 #[cfg(test)]

@@ -174,7 +174,7 @@ impl<S: ClientStream> OwnTries<'_, S> {
         idle: &Idle,
         mut rbuf: Vec<u8>,
         rhead: ResponseHead,
-        set_cookie: Option<HeaderValue>,
+        set_cookie: [Option<HeaderValue>; 2],
         edits: Option<FieldOps>,
         finish: Finish,
     ) -> Result<Next, Kind> {
@@ -198,7 +198,8 @@ impl<S: ClientStream> OwnTries<'_, S> {
             let (value, now) = (vouched.value.get(&rbuf), SystemTime::now());
             auth::login_cookie(route, rhead.status, value, tier.as_deref(), tls, now)
         });
-        let cookies = [login.as_ref(), set_cookie.as_ref()];
+        let [sticky, split] = &set_cookie;
+        let cookies = [login.as_ref(), sticky.as_ref(), split.as_ref()];
         // A draining process says so on the response in progress, and then closes; so does a
         // connection past the listener's age limit.
         self.close |= self.ctx.live.drain.is_on() || self.c.spent(&self.ctx.listener.connections);

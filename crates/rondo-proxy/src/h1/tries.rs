@@ -217,7 +217,8 @@ impl<'a, S: ClientStream> OwnTries<'a, S> {
                 rt.tls.is_none() && rt.spec.upstream_protocol != UpstreamProtocol::Http2
             })
         };
-        if !plain(&route.cluster) || !route.backups.iter().all(plain) {
+        let split = route.split.iter().map(|w| &w.cluster);
+        if !plain(&route.cluster) || !route.backups.iter().chain(split).all(plain) {
             self.ctx.metrics.handoffs.inc(Handoff::Upstream);
             return Err(Decline);
         }
@@ -228,10 +229,15 @@ impl<'a, S: ClientStream> OwnTries<'a, S> {
             && let Err(stopped) = self.filters(chain, route)
         {
             return Ok(match *stopped {
-                Stopped::Answered(answer, applied) => self.answer(route, answer, &applied).await,
+                Stopped::Answered(answer, applied) => {
+                    crate::chain::hold(Some(&applied), route).await;
+                    self.answer(route, answer, &applied).await
+                }
                 Stopped::Refused(e, _) => self.fail((e, route.idle_timeout)).await,
             });
         }
+        // An injected delay (`fault`) holds the request before its first try.
+        crate::chain::hold(self.applied.as_ref(), route).await;
         if let Err(failure) = self.prepare(route) {
             return Ok(self.fail(failure).await);
         }
@@ -528,7 +534,8 @@ impl<S: ClientStream> Tries for OwnTries<'_, S> {
             .as_ref()
             .filter(|a| a.edits_response())
             .map(|a| a.response(&rt.spec.members[member].name));
-        self.respond(upstream, idle, rbuf, rhead, choice.set_cookie, edits, finish).await
+        let cookies = [choice.set_cookie, choice.split_cookie];
+        self.respond(upstream, idle, rbuf, rhead, cookies, edits, finish).await
     }
 }
 

@@ -169,7 +169,7 @@ pub(super) fn write_response_head(
     out: &mut Vec<u8>,
     rbuf: &[u8],
     head: &ResponseHead,
-    cookies: [Option<&HeaderValue>; 2],
+    cookies: [Option<&HeaderValue>; 3],
     edits: Option<&FieldOps>,
     close: bool,
 ) {
@@ -293,7 +293,7 @@ mod tests {
             0\r\n\r\n";
         let head = parse::response(rbuf, false).expect("parses").expect("whole");
         let mut out = Vec::new();
-        write_response_head(&mut out, rbuf, &head, [None, None], None, false);
+        write_response_head(&mut out, rbuf, &head, [None, None, None], None, false);
         let out = String::from_utf8(out).expect("text").to_ascii_lowercase();
         for gone in crate::headers::HOP_BY_HOP_BUT_FRAMING {
             assert!(!out.contains(&format!("\n{gone}:")), "{gone} was forwarded:\n{out}");

@@ -67,15 +67,16 @@ pub(crate) async fn forward<T: Tries>(
     let mut failover = Failover::new(clusters, idempotent, now, timeout);
     let mut attempts: Vec<Attempt> = Vec::new();
     let metrics = &ctx.live.metrics;
+    let primary = super::split::primary(ctx, snapshot, route, req.headers());
     let stop = loop {
         let Some(i) = failover.cluster() else { break Stop::Exhausted };
-        let cluster = if i == 0 { &route.cluster } else { &route.backups[i - 1] };
+        let cluster = primary.cluster(route, i);
         let Some(rt) = snapshot.clusters.get(cluster) else {
             failover.none_eligible();
             continue;
         };
         let choice = match place(ctx, rt, &mut failover, req.headers(), peer, now) {
-            Ok(choice) => choice,
+            Ok(choice) => Choice { split_cookie: primary.cookie(i), ..choice },
             Err(Refused::Stop(stop)) => {
                 tracing::warn!(route = %route.name, cluster = %cluster, "retry budget exhausted");
                 metrics.budget_exhausted(&route.name, cluster);
@@ -212,6 +213,9 @@ impl Drop for Begun {
 pub(crate) struct Choice {
     pub(crate) member: usize,
     pub(crate) set_cookie: Option<HeaderValue>,
+    /// The route's split cookie, when this try's cluster was drawn for a session
+    /// ([`super::split`]).
+    pub(crate) split_cookie: Option<HeaderValue>,
     /// Why this member (for the access log).
     pub(crate) reason: Reason,
 }
@@ -260,7 +264,12 @@ pub(crate) fn place(
             // A signed cookie past half its life gets a new expiry.
             let set_cookie =
                 renew.then(|| sticky::set_cookie(spec, m, tier, sticky::unix_now(), tls)).flatten();
-            return Ok(Choice { member: m, set_cookie, reason: Reason::Session });
+            return Ok(Choice {
+                member: m,
+                set_cookie,
+                split_cookie: None,
+                reason: Reason::Session,
+            });
         }
         Placed::Picked(m, algorithm, why) => (m, Reason::Pick(algorithm, why)),
     };
@@ -275,7 +284,7 @@ pub(crate) fn place(
             None => {}
         }
     }
-    Ok(Choice { member, set_cookie, reason })
+    Ok(Choice { member, set_cookie, split_cookie: None, reason })
 }
 
 fn hash_key(source: &HashKeySource, headers: &impl Headers, peer: SocketAddr) -> Option<u64> {

@@ -69,6 +69,7 @@ pub(crate) fn on_route(route: &Route, kind: Kind, detail: String) -> Failure {
 
 pub(crate) mod forward;
 pub(crate) mod route;
+pub(crate) mod split;
 pub(crate) mod view;
 
 #[cfg(feature = "replay")]

@@ -140,6 +140,7 @@ async fn proxy(
                 Ok(applied) => Some(applied),
                 Err(stopped) => match *stopped {
                     Stopped::Answered(answer, applied) => {
+                        crate::chain::hold(Some(&applied), route).await;
                         return Ok(respond::answered(ctx, conn, route, answer, &applied));
                     }
                     Stopped::Refused(e, _) => return Err((e, route.idle_timeout)),
@@ -147,32 +148,22 @@ async fn proxy(
             }
         }
     };
+    // An injected delay (`fault`) holds the request before anything is read or sent.
+    crate::chain::hold(applied.as_ref(), route).await;
     if let Some((plan, applied)) = applied.as_mut().and_then(|a| Some((a.soap?, a))) {
         // The message is converted whole before anything is sent (or copied).
         read = Some(soap::request(ctx, route, &mut req, read.take(), plan, applied).await?);
     }
-    let branches = crate::multicast::branches(route, &routed.also);
+    let mirrors = applied.as_ref().map_or(&[][..], |a| &a.mirrors[..]);
+    let mut branches = crate::multicast::branches(route, &routed.also, mirrors);
     if !branches.is_empty() {
-        // Every branch gets the same body: all of it is read first, within the route's limit.
+        // Only mirrors: a body too large to copy skips the copies, never the request.
+        let lenient = route.multicast.is_empty() && routed.also.is_empty();
+        read = copied_body(ctx, route, &mut req, read, lenient).await?;
         let limit = route.multicast_max_body_bytes;
-        if req.body().size_hint().lower() > limit {
-            let detail = format!(
-                "request body over the multicast limit of {limit} bytes (multicast_max_body_bytes)"
-            );
-            return Err(on_route(route, Kind::BodyTooLarge, detail));
+        if !read.as_ref().is_some_and(|r| r.complete && r.bytes.len() as u64 <= limit) {
+            crate::multicast::too_large(ctx, route, std::mem::take(&mut branches));
         }
-        let whole = peek_body(ctx, Some(route), &mut req, limit.saturating_add(1)).await?;
-        let whole = match read.take() {
-            Some(first) => first.then(whole),
-            None => whole,
-        };
-        if whole.bytes.len() as u64 > limit || !whole.complete {
-            let detail = format!(
-                "request body over the multicast limit of {limit} bytes (multicast_max_body_bytes)"
-            );
-            return Err(on_route(route, Kind::BodyTooLarge, detail));
-        }
-        read = Some(whole);
     }
     if let Some(limits) = route.session_replay
         && !read.as_ref().is_some_and(|r| r.complete)
@@ -216,6 +207,37 @@ async fn proxy(
 }
 
 pub(crate) mod grpc;
+/// The whole body every copy gets, read first within the route's `multicast_max_body_bytes`
+/// (after the bytes already `read`): over it, a 413, or when `lenient` (the copies are only
+/// mirrors) the bytes read so far, incomplete, with the rest left to stream to the member.
+async fn copied_body(
+    ctx: &HttpCtx,
+    route: &rondo_core::Route,
+    req: &mut Request<Incoming>,
+    read: Option<request::Peeked>,
+    lenient: bool,
+) -> Result<Option<request::Peeked>, Failure> {
+    let limit = route.multicast_max_body_bytes;
+    let too_large = || {
+        let detail = format!(
+            "request body over the multicast limit of {limit} bytes (multicast_max_body_bytes)"
+        );
+        Err(on_route(route, Kind::BodyTooLarge, detail))
+    };
+    if req.body().size_hint().lower() > limit {
+        return if lenient { Ok(read) } else { too_large() };
+    }
+    let more = peek_body(ctx, Some(route), req, limit.saturating_add(1)).await?;
+    let whole = match read {
+        Some(first) => first.then(more),
+        None => more,
+    };
+    if (whole.bytes.len() as u64 > limit || !whole.complete) && !lenient {
+        return too_large();
+    }
+    Ok(Some(whole))
+}
+
 pub(crate) mod request;
 pub(crate) mod respond;
 mod soap;

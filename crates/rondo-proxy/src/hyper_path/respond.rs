@@ -60,7 +60,7 @@ pub(super) fn respond(
         _ => strip_hop_by_hop(&mut parts.headers, false),
     }
     append_via(&mut parts.headers, parts.version);
-    if let Some(cookie) = choice.set_cookie {
+    for cookie in [choice.set_cookie, choice.split_cookie].into_iter().flatten() {
         parts.headers.append(header::SET_COOKIE, cookie);
     }
     let finish = Finish::default()

@@ -45,14 +45,16 @@ pub(crate) struct Plan {
     queue: u32,
 }
 
-/// The branches a request routed to `route` is copied to: the route's `multicast` list, then
-/// (routing `all-matches`) each other matching route's cluster with its backups and its own
-/// branches; a cluster that already gets the request is not given a second copy.
-pub(crate) fn branches(route: &Route, also: &[&Route]) -> Vec<Plan> {
-    if route.multicast.is_empty() && also.is_empty() {
+/// The branches a request routed to `route` is copied to: the route's `multicast` list, the
+/// `mirror`s drawn for this request, then (routing `all-matches`) each other matching route's
+/// cluster with its backups and its own branches; a cluster that already gets the request is
+/// not given a second copy.
+pub(crate) fn branches(route: &Route, also: &[&Route], mirrors: &[Branch]) -> Vec<Plan> {
+    if route.multicast.is_empty() && also.is_empty() && mirrors.is_empty() {
         return Vec::new();
     }
     let mut served: Vec<&str> = std::iter::once(route.cluster.as_str())
+        .chain(route.split.iter().map(|w| w.cluster.as_str()))
         .chain(route.backups.iter().map(String::as_str))
         .collect();
     let mut out = Vec::new();
@@ -63,9 +65,12 @@ pub(crate) fn branches(route: &Route, also: &[&Route]) -> Vec<Plan> {
         out.push(Plan {
             route: Route {
                 cluster: b.cluster.clone(),
+                split: Vec::new(),
                 backups: b.backups.clone(),
                 multicast: Vec::new(),
                 session_replay: None,
+                filters: Vec::new(),
+                compiled: Default::default(),
                 auth: None,
                 login: None,
                 ..from.clone()
@@ -73,7 +78,7 @@ pub(crate) fn branches(route: &Route, also: &[&Route]) -> Vec<Plan> {
             queue: b.queue,
         });
     };
-    for b in &route.multicast {
+    for b in route.multicast.iter().chain(mirrors) {
         add(route, b, &mut served);
         served.push(b.cluster.as_str());
     }
@@ -139,6 +144,15 @@ pub(crate) fn spawn(
             let _held = held;
             copy.run(&snapshot, peer, &plan.route).await;
         });
+    }
+}
+
+/// Counts the copies `plans` would have made of a request whose body is over the route's
+/// `multicast_max_body_bytes` (only mirrors skip such a request rather than refuse it).
+pub(crate) fn too_large(ctx: &HttpCtx, route: &Route, plans: Vec<Plan>) {
+    for plan in plans {
+        tracing::debug!(route = %route.name, branch = %plan.route.cluster, "mirror skipped: body too large");
+        ctx.live.metrics.multicast(&route.name, &plan.route.cluster, "too_large");
     }
 }
 

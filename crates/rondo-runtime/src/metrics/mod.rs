@@ -16,6 +16,7 @@
 //! `tls`; the durable queues' figures are rendered by [`crate::queues`] and the process's by
 //! [`crate::process`].
 
+mod fault;
 mod limits;
 mod listener;
 mod members;
@@ -34,6 +35,7 @@ use prometheus_client::registry::Registry;
 
 use crate::{Snapshot, clock};
 
+pub use fault::FaultLabels;
 pub use limits::LimitLabels;
 pub use listener::{
     ClosedLabels, Handoff, HandoffLabels, Handoffs, ListenerLabels, ListenerMetrics, OpenConn,
@@ -109,6 +111,8 @@ pub struct Metrics {
     pub multicast: Family<MulticastLabels, Counter>,
     /// Session replays by route and result (`rondo_session_replays_total`).
     pub replays: Family<ReplayLabels, Counter>,
+    /// Faults the `fault` filter injected, by route and kind (`rondo_filter_faults_total`).
+    pub faults: Family<FaultLabels, Counter>,
     /// Bytes the session replay logs hold now (`rondo_session_replay_bytes`).
     pub replay_bytes: Gauge,
     /// Request body bytes passed to members (`rondo_bytes_in_total`), by route and cluster.
@@ -185,6 +189,7 @@ impl Metrics {
             router_responses: Family::default(),
             multicast: Family::default(),
             replays: Family::default(),
+            faults: Family::default(),
             replay_bytes: Gauge::default(),
             bytes_in: Family::default(),
             bytes_out: Family::default(),
@@ -225,6 +230,7 @@ impl Metrics {
         router::register_outcomes(&m, &mut r);
         listener::register(&m, &mut r);
         router::register_tries(&m, &mut r);
+        fault::register(&m, &mut r);
         members::register_events(&m, &mut r);
         r.register(
             "config_reloads",

@@ -65,7 +65,8 @@ pub struct MulticastLabels {
     pub route: String,
     /// The branch's cluster.
     pub branch: String,
-    /// `answered`, `5xx`, `failed` (every try failed) or `overflow` (dropped: queue full).
+    /// `answered`, `5xx`, `failed` (every try failed), `overflow` (dropped: queue full) or
+    /// `too_large` (a mirror skipped: the body over `multicast_max_body_bytes`).
     pub outcome: &'static str,
 }
 
@@ -246,7 +247,7 @@ pub(super) fn register_outcomes(m: &Metrics, r: &mut Registry) {
         );
     r.register(
             "multicast_copies",
-            "Copies of requests sent to multicast branches, by route, branch cluster and outcome (answered, 5xx, failed, overflow: dropped with the branch's queue full)",
+            "Copies of requests sent to multicast branches and mirrors, by route, branch cluster and outcome (answered, 5xx, failed, overflow: dropped with the branch's queue full, too_large: a mirror skipped for its body)",
             m.multicast.clone(),
         );
     r.register(

@@ -10,21 +10,21 @@ use super::recorder::Recorder;
 use super::support::{TestRouter, router};
 
 /// What curl got: the status, the response's header fields (lower-case names) and the body.
-pub(super) struct Got {
-    pub(super) status: u16,
-    pub(super) headers: Vec<(String, String)>,
-    pub(super) body: String,
+pub(crate) struct Got {
+    pub(crate) status: u16,
+    pub(crate) headers: Vec<(String, String)>,
+    pub(crate) body: String,
 }
 
 impl Got {
-    pub(super) fn header(&self, name: &str) -> Option<&str> {
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
         self.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
     }
 }
 
 /// curl `url` (HTTP/1.1, or h2c with prior knowledge) with extra `-H` headers; never follows
 /// redirects.
-pub(super) fn curl(h2: bool, url: &str, headers: &[&str]) -> Got {
+pub(crate) fn curl(h2: bool, url: &str, headers: &[&str]) -> Got {
     let mut cmd = Command::new("curl");
     cmd.args(["-sS", "--max-time", "10", "-D", "-", "-o", "-"]);
     cmd.arg(if h2 { "--http2-prior-knowledge" } else { "--http1.1" });
