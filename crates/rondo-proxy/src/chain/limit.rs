@@ -27,7 +27,8 @@ use rondo_runtime::metrics::{Counter, Metrics};
 use super::fields::Pending;
 use super::{Answer, Applied, Info};
 use crate::head::Headers;
-use crate::http::HttpCtx;
+use rondo_config::ListenerSpec;
+use rondo_runtime::Live;
 
 /// The draft's field of a request's current limits.
 const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
@@ -151,27 +152,32 @@ pub(crate) struct Binder<'a> {
 }
 
 impl<'a> Binder<'a> {
-    /// For `route`'s chain on the listener of `ctx`; first drops the buckets of filters the
-    /// current view no longer has (a route removed, a spec changed).
-    pub(crate) fn new(ctx: &'a HttpCtx, route: &'a Route) -> Binder<'a> {
+    /// For `route`'s chain on `listener` (whose buckets are `limits`); first drops the buckets
+    /// of filters the current view no longer has (a route removed, a spec changed).
+    pub(crate) fn new(
+        limits: &'a Limits,
+        live: &'a Live,
+        listener: &'a ListenerSpec,
+        route: &'a Route,
+    ) -> Binder<'a> {
         let binder = Binder {
-            limits: &ctx.limits,
-            metrics: &ctx.live.metrics,
-            listener: &ctx.listener.name,
+            limits,
+            metrics: &live.metrics,
+            listener: &listener.name,
             route: &route.name,
-            own: ctx.listener.filters.len(),
+            own: listener.filters.len(),
         };
-        let view = ctx.live.load().view.clone();
-        let mut live = HashSet::new();
-        for r in view.routes.iter().filter(|r| r.listener == ctx.listener.name) {
-            let filters = ctx.listener.filters.iter().chain(&r.filters);
+        let view = live.load().view.clone();
+        let mut kept = HashSet::new();
+        for r in view.routes.iter().filter(|r| r.listener == listener.name) {
+            let filters = listener.filters.iter().chain(&r.filters);
             for (position, f) in filters.enumerate() {
                 if let TrafficFilter::RateLimit(spec) = f {
-                    live.insert(binder.slot(&r.name, position, spec));
+                    kept.insert(binder.slot(&r.name, position, spec));
                 }
             }
         }
-        binder.limits.keep(&live);
+        binder.limits.keep(&kept);
         binder
     }
 

@@ -83,7 +83,7 @@ impl Chain {
             // to https needs no token; a refused request's log line has its request id).
             let auth = route.auth.is_some().then_some(None);
             let own = route.filters.iter().map(Some);
-            let limits = limit::Binder::new(ctx, route);
+            let limits = limit::Binder::new(&ctx.limits, &ctx.live, &ctx.listener, route);
             let mut chain = Chain::compile(listener.chain(auth).chain(own), route, &limits);
             chain.bind(&ctx.live.metrics, &route.name);
             Arc::new(chain)
