@@ -120,6 +120,7 @@ pub(crate) fn warnings(config: &Config) -> Vec<Problem> {
     let routes = &config.view.routes;
     tls_names(config, &mut out);
     redirect_loops(config, &mut out);
+    lonely_tier_limits(config, &mut out);
     for (i, route) in routes.iter().enumerate() {
         // Under `routing = "all-matches"` a later route still gets its copy.
         let all_matches = config
@@ -323,6 +324,35 @@ fn redirect_loops(config: &Config, out: &mut Vec<Problem>) {
                     path,
                     message: "this redirect sends the client back to a request the same route \
                               matches (same scheme, host, port and a path it matches): a loop"
+                        .to_owned(),
+                });
+            }
+        }
+    }
+}
+
+/// `rate_limit`s with `scope = "tier"` on a router that has no etcd registry: it cannot see the
+/// tier's other routers, so it takes the whole rate.
+fn lonely_tier_limits(config: &Config, out: &mut Vec<Problem>) {
+    use rondo_core::traffic::TrafficFilter;
+    let etcd = config
+        .naming
+        .as_ref()
+        .is_some_and(|n| matches!(n.registry, crate::RegistrySpec::Etcd { .. }));
+    if etcd {
+        return;
+    }
+    let root = FieldPath::root();
+    for (i, route) in config.view.routes.iter().enumerate() {
+        for (j, f) in route.filters.iter().enumerate() {
+            if let TrafficFilter::RateLimit(r) = f
+                && r.tier
+            {
+                out.push(Problem {
+                    path: root.key("route").index(i).key("filters").index(j).key("rate_limit"),
+                    message: "`scope = \"tier\"` shares the rate among the routers present in \
+                              the etcd registry, but this router has none ([naming] registry = \
+                              \"etcd\"): it counts itself alone and takes the whole rate"
                         .to_owned(),
                 });
             }

@@ -78,8 +78,10 @@ fn defaults_burst_from_the_rate_and_keys_by_client_address() {
             rate: Rate { count: 100, per_secs: 1 },
             burst: 100,
             max_keys: 100_000,
+            tier: false,
         }
     );
+    assert!(limit(r#"{ rate_limit = { rate = "1/s", scope = "tier" } }"#).tier);
     // A per-minute rate below one a second still gets a burst of one.
     assert_eq!(limit(r#"{ rate_limit = { rate = "30/m" } }"#).burst, 1);
     assert_eq!(limit(r#"{ rate_limit = { rate = "7200/h" } }"#).burst, 2);
@@ -144,10 +146,10 @@ fn bad_keys_bursts_and_scopes_are_refused_at_the_field() {
         "between 1 and 10000000",
     );
     fails_once(
-        r#"{ rate_limit = { rate = "1/s", scope = "tier" } }"#,
+        r#"{ rate_limit = { rate = "1/s", scope = "galaxy" } }"#,
         &format!("{p}.scope"),
-        r#""tier""#,
-        "not available yet",
+        r#""galaxy""#,
+        "expected `router` or `tier`",
     );
     fails_once(
         r#"{ rate_limit = { rate = "1/s", scope = "world" } }"#,

@@ -287,11 +287,28 @@ pub struct RateLimit {
     pub burst: u64,
     /// Buckets kept at most; past it the least recently used goes.
     pub max_keys: u64,
+    /// `scope = "tier"`: the rate and burst are shared among the tier's routers present in the
+    /// etcd registry, each router taking an equal share.
+    pub tier: bool,
 }
 
 impl RateLimit {
     /// The default `max_keys`.
     pub const DEFAULT_MAX_KEYS: u64 = 100_000;
+
+    /// This router's share of the rate and the burst when `routers` share them (`tier`): the
+    /// rate's period stretched `routers` times (exact: no rounding), the burst divided and
+    /// rounded up (at least 1).
+    pub fn share(&self, routers: u64) -> (crate::bucket::Rate, u64) {
+        if !self.tier || routers <= 1 {
+            return (self.rate, self.burst);
+        }
+        let rate = crate::bucket::Rate {
+            count: self.rate.count,
+            per_secs: self.rate.per_secs.saturating_mul(routers),
+        };
+        (rate, self.burst.div_ceil(routers).max(1))
+    }
 }
 
 /// What a `rate_limit` bucket is per.
@@ -353,6 +370,24 @@ pub struct Mirror {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_tier_share_stretches_the_period_and_divides_the_burst() {
+        let r = RateLimit {
+            key: LimitKey::Route,
+            rate: crate::bucket::Rate { count: 100, per_secs: 1 },
+            burst: 5,
+            max_keys: 1,
+            tier: true,
+        };
+        let (rate, burst) = r.share(4);
+        assert_eq!((rate.count, rate.per_secs, burst), (100, 4, 2));
+        assert_eq!(r.share(1), (r.rate, 5));
+        assert_eq!(r.share(0), (r.rate, 5), "an unknown count is this router alone");
+        assert_eq!(r.share(10).1, 1, "at least one");
+        let local = RateLimit { tier: false, ..r };
+        assert_eq!(local.share(4), (local.rate, 5), "a router's own limit is never shared");
+    }
 
     #[test]
     fn templates_parse_variables_and_refuse_unknown_ones() {

@@ -64,6 +64,8 @@ pub struct EtcdRegistry {
     task: Mutex<Option<tokio::task::JoinHandle<()>>>,
     /// Puts this router's new revocations into etcd.
     publisher: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// Keeps this router's presence key alive ([`crate::presence`]).
+    presence: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 /// What the background task and the API requests share.
@@ -98,6 +100,8 @@ struct State {
     revoked: BTreeMap<(RevokeKind, String), u64>,
     /// Whether `revoked` changed since it was last handed to the live state.
     revoked_dirty: bool,
+    /// The tier's routers present in etcd, by id (this one among them once its key is in).
+    routers: std::collections::BTreeSet<String>,
 }
 
 /// A registered member as last read from etcd, and the policy it declared.
@@ -160,6 +164,8 @@ impl EtcdRegistry {
             limits: Mutex::new(Limits::default()),
         });
         let task = tokio::spawn(inner.clone().sync_loop());
+        let key = crate::presence::key(&inner.prefix);
+        let presence = tokio::spawn(crate::presence::keep(inner.endpoints.clone(), key));
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
         inner.live.revocations.set_publisher(tx);
         let putter = inner.clone();
@@ -177,6 +183,7 @@ impl EtcdRegistry {
             inner,
             task: Mutex::new(Some(task)),
             publisher: Mutex::new(Some(publisher)),
+            presence: Mutex::new(Some(presence)),
         })
     }
 
@@ -346,6 +353,10 @@ impl EtcdRegistry {
         if let Some(t) = self.publisher.lock().unwrap_or_else(|e| e.into_inner()).take() {
             t.abort();
         }
+        // The key stays until its lease runs out (`presence::TTL_SECS`).
+        if let Some(t) = self.presence.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            t.abort();
+        }
     }
 }
 
@@ -393,6 +404,16 @@ impl Inner {
             until: *until,
         });
         self.live.revocations.set_shared(set, unix_now());
+    }
+
+    fn routers_prefix(&self) -> String {
+        format!("{}/routers/", self.prefix)
+    }
+
+    /// Tells the live state how many routers the tier has (at least this one).
+    fn publish_routers(&self, st: &State) {
+        let n = i64::try_from(st.routers.len()).unwrap_or(i64::MAX).max(1);
+        self.live.metrics.tier_routers.set(n);
     }
 
     fn members_prefix(&self) -> String {
@@ -599,6 +620,7 @@ impl Inner {
         let old = std::mem::take(&mut st.members);
         st.revoked.clear();
         st.revoked_dirty = true;
+        st.routers.clear();
         let mut config_seen = false;
         for kv in kvs {
             config_seen |= kv.key() == self.config_key().as_bytes();
@@ -607,6 +629,7 @@ impl Inner {
         if !config_seen && st.config.is_some() {
             self.apply_config(&mut st, None);
         }
+        self.publish_routers(&st);
         let changed = old != st.members;
         if changed || st.resyncs == 1 {
             self.publish_members(&st);
@@ -644,6 +667,14 @@ impl Inner {
         let key = String::from_utf8_lossy(kv.key());
         if *key == self.config_key() {
             self.apply_config(st, put.then(|| kv.value()));
+            return false;
+        }
+        if let Some(id) = crate::presence::id_of(&key, &self.routers_prefix()) {
+            let changed =
+                if put { st.routers.insert(id.to_owned()) } else { st.routers.remove(id) };
+            if changed {
+                self.publish_routers(st);
+            }
             return false;
         }
         if let Some(rest) = key.strip_prefix(&self.revoked_prefix()) {

@@ -24,6 +24,8 @@ pub mod registry;
 pub mod dns;
 #[cfg(feature = "etcd")]
 pub mod etcd;
+#[cfg(feature = "etcd")]
+pub mod presence;
 
 pub use backend::{Registry, start_registry, start_registry_with};
 pub use registry::{Limits, Registration, RegistryError, RegistryStatus, StartError};

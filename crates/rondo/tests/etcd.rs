@@ -350,3 +350,78 @@ async fn a_router_cut_off_from_etcd_converges_to_the_changes_made_meanwhile() {
     println!("paused router converged {took:?} after SIGCONT");
     b.proc.kill();
 }
+
+/// A router of the tier with an admin API and a tier-wide `rate_limit` (one request an hour per
+/// `x-k`, burst 4: no refill while the test runs): its web and admin addresses.
+fn limited_router(etcd: &str, m1: &Member) -> (Proc, SocketAddr, SocketAddr, TempDir) {
+    let dir = TempDir::new("etcd-tier-limit");
+    let text = config(etcd, m1).replace(
+        "cluster = \"c\"\n\n",
+        "cluster = \"c\"\nfilters = [ { rate_limit = { key = \"header:x-k\", rate = \"1/h\", \
+         burst = 4, scope = \"tier\" } } ]\n\n",
+    ) + "\n[admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"tier-admin\"\n";
+    let file = dir.0.join("rondo.toml");
+    std::fs::write(&file, text).unwrap();
+    let mut proc = Proc::start(&["serve", "--config", file.to_str().unwrap()]);
+    let web = proc.addr_after("rondo: listener web on");
+    let admin = proc.addr_after("rondo: admin API on");
+    (proc, web, admin, dir)
+}
+
+/// `rondo_tier_routers` on the admin API at `admin`.
+fn tier_routers(admin: SocketAddr) -> Option<u64> {
+    let out = std::process::Command::new("curl")
+        .args(["-s", "-H", "Authorization: Bearer tier-admin"])
+        .arg(format!("http://{admin}/metrics"))
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    text.lines().find_map(|l| l.strip_prefix("rondo_tier_routers ")?.trim().parse().ok())
+}
+
+/// Waits (at most `limit`) until the router at `admin` counts `want` routers in its tier.
+async fn until_tier(admin: SocketAddr, want: u64, limit: Duration) {
+    let start = Instant::now();
+    loop {
+        let now = tier_routers(admin);
+        if now == Some(want) {
+            return;
+        }
+        assert!(start.elapsed() < limit, "tier still counts {now:?} routers, want {want}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Of 10 requests with `x-k: key` to `web`, how many were admitted (the rest got 429).
+async fn admitted(web: SocketAddr, key: &str) -> usize {
+    let c = client();
+    let mut n = 0;
+    for _ in 0..10 {
+        let r = get_with(&c, &format!("http://{web}/"), &[("x-k", key)]).await;
+        assert!(matches!(r.status.as_u16(), 200 | 429), "{r:?}");
+        n += usize::from(r.status == StatusCode::OK);
+    }
+    n
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tier_rate_limit_is_shared_by_the_routers_present_in_etcd() {
+    let etcd = Etcd::start();
+    let ms = members(1, Duration::ZERO).await;
+    let (_a, a_web, a_admin, _da) = limited_router(&etcd.endpoint(), &ms[0]);
+    until_tier(a_admin, 1, Duration::from_secs(10)).await;
+    assert_eq!(admitted(a_web, "alone").await, 4, "one router takes the whole burst");
+
+    // A second router joins: each takes half.
+    let (mut b, b_web, b_admin, _db) = limited_router(&etcd.endpoint(), &ms[0]);
+    until_tier(a_admin, 2, Duration::from_secs(10)).await;
+    until_tier(b_admin, 2, Duration::from_secs(10)).await;
+    assert_eq!(admitted(a_web, "pair").await, 2, "router a's share");
+    assert_eq!(admitted(b_web, "pair").await, 2, "router b's share");
+
+    // It dies without a word: its lease runs out and the other takes the whole rate again.
+    b.kill();
+    let ttl = rondo_naming::presence::TTL_SECS as u64;
+    until_tier(a_admin, 1, Duration::from_secs(ttl + 10)).await;
+    assert_eq!(admitted(a_web, "alone-again").await, 4);
+}

@@ -1,6 +1,5 @@
 //! The `rate_limit` filter's options: its key, its rate (`N/s`, `N/m`, `N/h`), its burst and
-//! how many buckets it keeps; `scope = "tier"` is refused until routers of a tier know each
-//! other (none registers itself anywhere yet, so a tier's share cannot be computed).
+//! how many buckets it keeps, and whether the tier's routers share it (`scope`).
 
 use rondo_core::bucket::Rate;
 use rondo_core::traffic::{LimitKey, RateLimit};
@@ -47,20 +46,18 @@ pub(super) fn rate_limit(
             None
         }
     };
-    match r.scope.as_deref() {
-        None | Some("router") => {}
-        Some("tier") => c.err(
-            path.key("scope"),
-            "`tier` is not available yet: routers of a tier do not register themselves, so \
-             none knows how many share the rate; use `router` (each router limits on its own)",
-        ),
+    let tier = match r.scope.as_deref() {
+        None | Some("router") => false,
+        Some("tier") => true,
         Some(other) => {
-            c.err(path.key("scope"), format!("unknown scope `{other}`, expected `router`"))
+            let expected = "expected `router` or `tier`";
+            c.err(path.key("scope"), format!("unknown scope `{other}`, {expected}"));
+            false
         }
-    }
+    };
     let max_keys =
         c.int(path.key("max_keys"), r.max_keys, RateLimit::DEFAULT_MAX_KEYS, 1, MAX_KEYS);
     let rate = rate?;
     let burst = c.int(path.key("burst"), r.burst, rate.per_second(), 1, Rate::MAX_COUNT);
-    Some(RateLimit { key: key?, rate, burst, max_keys })
+    Some(RateLimit { key: key?, rate, burst, max_keys, tier })
 }

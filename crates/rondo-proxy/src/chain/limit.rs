@@ -19,16 +19,16 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue, header};
 use lru::LruCache;
-use rondo_core::bucket::{Bucket, Taken};
+use rondo_config::ListenerSpec;
+use rondo_core::bucket::{Bucket, Rate, Taken};
 use rondo_core::traffic::{LimitKey, RateLimit, TrafficFilter};
 use rondo_core::{Instant, Route};
-use rondo_runtime::metrics::{Counter, Metrics};
+use rondo_runtime::Live;
+use rondo_runtime::metrics::{Counter, Gauge, Metrics};
 
 use super::fields::Pending;
 use super::{Answer, Applied, Info};
 use crate::head::Headers;
-use rondo_config::ListenerSpec;
-use rondo_runtime::Live;
 
 /// The draft's field of a request's current limits.
 const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
@@ -84,7 +84,14 @@ impl Buckets {
 
     /// Takes a token from `key`'s bucket at `now`; a key not seen (or dropped) starts full,
     /// dropping the least recently used bucket when `max_keys` are kept already.
-    pub(crate) fn take(&self, spec: &RateLimit, key: Option<&[u8]>, now: Instant) -> Taken {
+    /// Takes a token from `key`'s bucket of `rate` and `burst` (this router's share of the
+    /// filter's, [`RateLimit::share`]).
+    pub(crate) fn take(
+        &self,
+        (rate, burst): (Rate, u64),
+        key: Option<&[u8]>,
+        now: Instant,
+    ) -> Taken {
         let mut stored = [0u8; 1 + MAX_KEY];
         let len = match key {
             None => {
@@ -104,8 +111,8 @@ impl Buckets {
         };
         let mut map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
         let (bucket, dropped) =
-            map.get_or_push_mut_ref(&stored[..len], || Bucket::full(&spec.rate, spec.burst, now));
-        let taken = bucket.take(&spec.rate, spec.burst, now);
+            map.get_or_push_mut_ref(&stored[..len], || Bucket::full(&rate, burst, now));
+        let taken = bucket.take(&rate, burst, now);
         drop(map);
         if dropped.is_some() {
             self.evicted.inc();
@@ -208,6 +215,7 @@ impl<'a> Binder<'a> {
             spec: spec.clone(),
             buckets,
             limited: self.metrics.rate_limited(self.listener, self.route),
+            routers: spec.tier.then(|| self.metrics.tier_routers.clone()),
             id,
             policy,
         }
@@ -219,6 +227,8 @@ pub(crate) struct LimitStep {
     spec: RateLimit,
     buckets: Arc<Buckets>,
     limited: Counter,
+    /// `scope = "tier"`: the tier's routers present in etcd, kept up to date by the registry.
+    routers: Option<Gauge>,
     /// The policy's identifier, a structured-field string: the key's name.
     id: String,
     /// The `RateLimit-Policy` value.
@@ -242,7 +252,9 @@ impl LimitStep {
             LimitKey::Identity => subject.map(str::as_bytes),
             LimitKey::Route => Some(&b""[..]),
         };
-        let taken = self.buckets.take(&self.spec, key, rondo_runtime::clock::now());
+        let routers = self.routers.as_ref().map_or(1, |g| u64::try_from(g.get()).unwrap_or(1));
+        let share = self.spec.share(routers);
+        let taken = self.buckets.take(share, key, rondo_runtime::clock::now());
         self.fields(&taken, applied);
         if taken.admitted {
             return None;

@@ -11,7 +11,7 @@ use rondo_runtime::metrics::Metrics;
 use super::*;
 
 fn spec(key: LimitKey, burst: u64, max_keys: u64) -> RateLimit {
-    RateLimit { key, rate: Rate { count: 100, per_secs: 1 }, burst, max_keys }
+    RateLimit { key, rate: Rate { count: 100, per_secs: 1 }, burst, max_keys, tier: false }
 }
 
 fn info(client_ip: &str) -> Info<'_> {
@@ -30,16 +30,16 @@ fn at_most_max_keys_buckets_the_least_recently_used_dropped_and_counted() {
     let b = Buckets::new(2, metrics.rate_limit_evictions("web", "r"));
     let s = spec(LimitKey::ClientIp, 1, 2);
     let t0 = Instant::from_millis(1);
-    assert!(b.take(&s, Some(b"a"), t0).admitted);
-    assert!(b.take(&s, Some(b"b"), t0).admitted);
-    assert!(!b.take(&s, Some(b"a"), t0).admitted, "a's bucket is empty");
+    assert!(b.take(s.share(1), Some(b"a"), t0).admitted);
+    assert!(b.take(s.share(1), Some(b"b"), t0).admitted);
+    assert!(!b.take(s.share(1), Some(b"a"), t0).admitted, "a's bucket is empty");
     // `c` drops the least recently used, `b`.
-    assert!(b.take(&s, Some(b"c"), t0).admitted);
+    assert!(b.take(s.share(1), Some(b"c"), t0).admitted);
     assert_eq!(b.len(), 2);
-    assert!(!b.take(&s, Some(b"a"), t0).admitted, "a's bucket was kept");
+    assert!(!b.take(s.share(1), Some(b"a"), t0).admitted, "a's bucket was kept");
     // `b` starts full again, dropping `c`.
-    assert!(b.take(&s, Some(b"b"), t0).admitted);
-    assert!(!b.take(&s, Some(b"a"), t0).admitted);
+    assert!(b.take(s.share(1), Some(b"b"), t0).admitted);
+    assert!(!b.take(s.share(1), Some(b"a"), t0).admitted);
     assert_eq!(b.len(), 2);
     let line = counted(&metrics, "rondo_filter_rate_limit_evictions_total");
     assert_eq!(line, "rondo_filter_rate_limit_evictions_total{listener=\"web\",route=\"r\"} 2");
@@ -54,11 +54,11 @@ fn keys_long_or_absent_each_have_their_bucket() {
     let mut long_b = long_a.clone();
     long_b[999] = b'b';
     for key in [&long_a[..], &long_b[..], b"", b"\x02"] {
-        assert!(b.take(&s, Some(key), t0).admitted, "{key:?} has its own bucket");
+        assert!(b.take(s.share(1), Some(key), t0).admitted, "{key:?} has its own bucket");
     }
-    assert!(b.take(&s, None, t0).admitted, "absent: its own bucket");
-    assert!(!b.take(&s, None, t0).admitted, "absent: one shared bucket");
-    assert!(!b.take(&s, Some(&long_b), t0).admitted);
+    assert!(b.take(s.share(1), None, t0).admitted, "absent: its own bucket");
+    assert!(!b.take(s.share(1), None, t0).admitted, "absent: one shared bucket");
+    assert!(!b.take(s.share(1), Some(&long_b), t0).admitted);
     assert_eq!(b.len(), 5);
 }
 
@@ -105,12 +105,12 @@ fn an_unchanged_filter_keeps_its_buckets_across_compiles_a_changed_one_starts_af
     let t0 = Instant::from_millis(1);
     let first = Binder::detached(&limits, &metrics, "r").step(1, &s);
     for _ in 0..3 {
-        assert!(first.buckets.take(&s, Some(b""), t0).admitted);
+        assert!(first.buckets.take(s.share(1), Some(b""), t0).admitted);
     }
     // The next view's chain: the same filter finds the same, empty, bucket.
     let again = Binder::detached(&limits, &metrics, "r").step(1, &s);
     assert!(Arc::ptr_eq(&first.buckets, &again.buckets));
-    assert!(!again.buckets.take(&s, Some(b""), t0).admitted);
+    assert!(!again.buckets.take(s.share(1), Some(b""), t0).admitted);
     // Another route, another position or another spec: other buckets.
     let other_route = Binder::detached(&limits, &metrics, "q").step(1, &s);
     let other_position = Binder::detached(&limits, &metrics, "r").step(2, &s);
@@ -118,7 +118,7 @@ fn an_unchanged_filter_keeps_its_buckets_across_compiles_a_changed_one_starts_af
     let other_spec = Binder::detached(&limits, &metrics, "r").step(1, &changed);
     for b in [&other_route, &other_position, &other_spec] {
         assert!(!Arc::ptr_eq(&first.buckets, &b.buckets));
-        assert!(b.buckets.take(&b.spec, Some(b""), t0).admitted);
+        assert!(b.buckets.take(b.spec.share(1), Some(b""), t0).admitted);
     }
     assert_eq!(limits.len(), 4);
     // A view without them: only the filters it still has keep their buckets.
@@ -128,7 +128,7 @@ fn an_unchanged_filter_keeps_its_buckets_across_compiles_a_changed_one_starts_af
     let kept = binder.step(1, &s);
     assert!(Arc::ptr_eq(&first.buckets, &kept.buckets));
     // Time refills it.
-    assert!(kept.buckets.take(&s, Some(b""), t0 + Duration::from_millis(10)).admitted);
+    assert!(kept.buckets.take(s.share(1), Some(b""), t0 + Duration::from_millis(10)).admitted);
 }
 
 #[test]

@@ -30,7 +30,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use prometheus_client::encoding::EncodeLabelSet;
 pub use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
+pub use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 use crate::{Snapshot, clock};
@@ -91,6 +91,9 @@ pub struct Metrics {
     /// 1 while the registry backend is reachable (`rondo_registry_connected`; the embedded one
     /// always is), 0 while a router serves its last view without it.
     pub registry_connected: Gauge,
+    /// The tier's routers present in the etcd registry, this one included
+    /// (`rondo_tier_routers`; 1 without an etcd registry): a tier `rate_limit`'s divisor.
+    pub tier_routers: Gauge,
     /// Full resynchronisations with the registry (`rondo_registry_resyncs_total`).
     pub registry_resyncs: Counter,
     /// Registered members known (`rondo_registry_registrations`).
@@ -181,6 +184,11 @@ impl Metrics {
             drains_completed: Family::default(),
             reloads: Family::default(),
             registry_connected: Gauge::default(),
+            tier_routers: {
+                let g = Gauge::default();
+                g.set(1);
+                g
+            },
             registry_resyncs: Counter::default(),
             registrations: Gauge::default(),
             registry_bytes_written: Counter::default(),

@@ -33,6 +33,11 @@ pub(super) fn register(m: &Metrics, r: &mut Registry) {
             m.registry_connected.clone(),
         );
     r.register(
+        "tier_routers",
+        "Routers of the tier present in the etcd registry, this one included (1 without one)",
+        m.tier_routers.clone(),
+    );
+    r.register(
         "registry_resyncs",
         "Full resynchronisations with the naming registry (start, reconnect, compacted watch)",
         m.registry_resyncs.clone(),
