@@ -27,6 +27,9 @@ use std::time::Duration;
 
 use crate::{Balancer, Instant};
 
+pub mod drive;
+pub use drive::{Placement, TryMaker, drive};
+
 /// What one failed try was, as far as failing over is concerned; the caller classifies its
 /// failure once, here.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -237,7 +240,7 @@ mod tests {
     use super::*;
     use crate::{ClusterSpec, MemberSpec, Policy, RetryPolicy, UpstreamProtocol};
 
-    fn balancer(members: usize, attempts: u32, budget_min_per_sec: u32) -> Balancer {
+    pub(super) fn balancer(members: usize, attempts: u32, budget_min_per_sec: u32) -> Balancer {
         let members = (0..members)
             .map(|i| MemberSpec {
                 name: format!("m{i}"),
