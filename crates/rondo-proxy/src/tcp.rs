@@ -1,8 +1,9 @@
 //! TCP listeners: each connection is one session, placed once by the route's cluster (then its
 //! backups) and spliced to the member until either side closes. Where a connection goes when a
-//! member does not take it is the core's failover driver's decision ([`drive`]), as for HTTP: a refused
-//! connection moves on for free; a connect that timed out (the member may be overloaded) moves on
-//! as a retry, within the cluster's retry budget; at most the cluster's retry attempts each.
+//! member does not take it is the core's failover driver's decision ([`drive()`]), as for HTTP:
+//! a refused connection moves on for free; a connect that timed out (the member may be
+//! overloaded) moves on as a retry, within the cluster's retry budget; at most the cluster's
+//! retry attempts each.
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -1,4 +1,4 @@
-//! The failover driver: the one loop of a request's tries ([`drive`]), written once over how a
+//! The failover driver: the one loop of a request's tries ([`drive()`]), written once over how a
 //! caller places a try in a cluster and makes it ([`TryMaker`]). The router's HTTP and TCP paths
 //! and queue deliveries run it. The client library's call future must have a name (a tower
 //! service's response future, no box per call), so it cannot hold this `async fn`'s future: it
@@ -26,7 +26,7 @@ pub enum Placement<P> {
     Stop(Stop),
 }
 
-/// How a request's tries are placed and made: the one thing each caller of [`drive`] writes.
+/// How a request's tries are placed and made: the one thing each caller of [`drive()`] writes.
 pub trait TryMaker {
     /// What a placed try carries to [`TryMaker::attempt`] (its cluster and member).
     type Placed;

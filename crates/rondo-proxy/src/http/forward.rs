@@ -44,7 +44,7 @@ pub(crate) trait Tries {
     ) -> Result<Self::Response, Kind>;
 }
 
-/// Stage 3: the failover. The core's driver ([`drive`]) decides where each try goes and
+/// Stage 3: the failover. The core's driver ([`drive()`]) decides where each try goes and
 /// whether a failed one may go elsewhere; [`Course`] only carries its decisions out.
 pub(crate) async fn forward<T: Tries>(
     ctx: &HttpCtx,
