@@ -148,43 +148,16 @@ where
             match this.step.as_mut().project() {
                 StepProj::Pick => {
                     let start = Instant::now();
-                    let now = clock::from_std(start.into_std());
                     let failover = this.failover.get_or_insert_with(|| {
+                        let now = clock::from_std(start.into_std());
                         Failover::new(1, this.plan.idempotent, now, inner.call_timeout)
                     });
-                    // The core's driver places the try (its first half): the cluster is the
-                    // service, the pick `Inner::pick`.
-                    let mut no_member = None;
-                    let (plan, tried, context) = (&*this.plan, &*this.tried, &mut *this.context);
-                    let picked = failover.next_try(now, |_, failover, _| {
-                        match inner.pick(plan, tried, failover, context, start.into_std()) {
-                            Ok(ticket) => Placement::Placed(ticket),
-                            Err(Refused::Budget) => Placement::Stop(Stop::Budget),
-                            Err(Refused::Pick(e)) => {
-                                no_member = Some(e);
-                                Placement::NoEligible
-                            }
-                        }
-                    });
-                    let ticket = match picked {
+                    let (plan, context) = (&*this.plan, &mut *this.context);
+                    let placed =
+                        place(inner, plan, this.tried, context, failover, this.attempts, start);
+                    let ticket = match placed {
                         Ok(ticket) => ticket,
-                        Err(stop) => {
-                            let reason = match no_member {
-                                Some(e) => {
-                                    let reason = if this.tried.is_empty() {
-                                        GaveUp::NoMember
-                                    } else {
-                                        GaveUp::AllFailed
-                                    };
-                                    let e = AttemptError::NoMember(e);
-                                    this.attempts.push(Attempt::new(None, None, e));
-                                    reason
-                                }
-                                None => {
-                                    tracing::warn!(service = %inner.service, "retry budget exhausted");
-                                    gave_up(stop)
-                                }
-                            };
+                        Err(reason) => {
                             this.step.set(Step::Done);
                             return Poll::Ready(Err(give_up(inner, reason, this.attempts)));
                         }
@@ -302,6 +275,42 @@ where
             }
         }
     }
+}
+
+/// Places the call's next try, at `start`, through the core driver's first half
+/// ([`Failover::next_try`]; the service is the one cluster, [`Inner::pick`] the placing): the
+/// try's ticket, or why the call gives up (a pick's refusal recorded in `attempts`).
+fn place<E>(
+    inner: &Arc<Inner>,
+    plan: &Plan,
+    tried: &[Arc<str>],
+    context: &mut Option<u32>,
+    failover: &mut Failover,
+    attempts: &mut Vec<Attempt<E>>,
+    start: Instant,
+) -> Result<Ticket, GaveUp> {
+    let now = clock::from_std(start.into_std());
+    let mut no_member = None;
+    let placed = failover.next_try(now, |_, failover, _| {
+        match inner.pick(plan, tried, failover, context, start.into_std()) {
+            Ok(ticket) => Placement::Placed(ticket),
+            Err(Refused::Budget) => Placement::Stop(Stop::Budget),
+            Err(Refused::Pick(e)) => {
+                no_member = Some(e);
+                Placement::NoEligible
+            }
+        }
+    });
+    placed.map_err(|stop| match no_member {
+        Some(e) => {
+            attempts.push(Attempt::new(None, None, AttemptError::NoMember(e)));
+            if tried.is_empty() { GaveUp::NoMember } else { GaveUp::AllFailed }
+        }
+        None => {
+            tracing::warn!(service = %inner.service, "retry budget exhausted");
+            gave_up(stop)
+        }
+    })
 }
 
 /// Why the call gave up, from why its failover engine stopped.
