@@ -59,8 +59,6 @@ struct Scripted<'a> {
 
 impl TryMaker for Scripted<'_> {
     type Placed = (usize, usize);
-    type Held = ();
-    type Tried = Result<(), TryFailure>;
     type Value = ();
 
     fn now(&mut self) -> Instant {
@@ -90,10 +88,10 @@ impl TryMaker for Scripted<'_> {
         &mut self,
         placed: (usize, usize),
         _: &Failover,
-    ) -> ((), impl Future<Output = Result<(), TryFailure>>) {
+    ) -> impl Future<Output = Result<(), TryFailure>> {
         self.run.tries.push(placed);
         let failure = match self.fates.next() {
-            None | Some(Fate::Answer) => return ((), std::future::ready(Ok(()))),
+            None | Some(Fate::Answer) => return std::future::ready(Ok(())),
             Some(Fate::Refuse) => TryFailure::NOTHING_SENT,
             Some(Fate::Reset) => TryFailure::after_sending(true),
             Some(Fate::RequestOwn) => {
@@ -101,11 +99,7 @@ impl TryMaker for Scripted<'_> {
             }
         };
         self.run.reached.push(failure.reached);
-        ((), std::future::ready(Err(failure)))
-    }
-
-    fn judge(&mut self, _: (), tried: Result<(), TryFailure>) -> Result<(), TryFailure> {
-        tried
+        std::future::ready(Err(failure))
     }
 }
 
