@@ -287,6 +287,8 @@ struct Scripted<'p, 'r> {
 
 impl TryMaker for Scripted<'_, '_> {
     type Placed = (usize, String);
+    type Held = ();
+    type Tried = Option<TryFailure>;
     type Value = ();
 
     fn now(&mut self) -> Instant {
@@ -306,16 +308,22 @@ impl TryMaker for Scripted<'_, '_> {
         }
     }
 
+    fn hold(&mut self, _: &(usize, String)) {}
+
     fn attempt(
         &mut self,
         (cluster, name): (usize, String),
         _: &Failover,
-    ) -> impl std::future::Future<Output = Result<(), TryFailure>> {
+    ) -> impl std::future::Future<Output = Option<TryFailure>> {
         let fate = self.fates.next().copied().unwrap_or(TryFate::Ok);
         let (outcome, failure) = fate.outcome(self.r.latency);
         self.point.end_try(cluster, &name, self.r.now, outcome);
         self.tried.push((cluster, name));
-        std::future::ready(failure.map_or(Ok(()), Err))
+        std::future::ready(failure)
+    }
+
+    fn judge(&mut self, _: (), failure: Option<TryFailure>) -> Result<(), TryFailure> {
+        failure.map_or(Ok(()), Err)
     }
 }
 

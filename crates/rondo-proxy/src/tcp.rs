@@ -141,6 +141,8 @@ where
     C: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
     type Placed = Underway<'a>;
+    type Held = ();
+    type Tried = Result<(), TryFailure>;
     /// The session ran (or its first bytes could not be passed on): the connection is done.
     type Value = ();
 
@@ -169,7 +171,28 @@ where
         }
     }
 
-    async fn attempt(
+    fn hold(&mut self, _: &Underway<'a>) {}
+
+    fn attempt(
+        &mut self,
+        placed: Underway<'a>,
+        failover: &Failover,
+    ) -> impl Future<Output = Result<(), TryFailure>> {
+        self.connect(placed, failover)
+    }
+
+    fn judge(&mut self, _: (), tried: Self::Tried) -> Result<(), TryFailure> {
+        tried
+    }
+}
+
+impl<'a, C> Connecting<'a, C>
+where
+    C: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    /// Connects to the placed member (then TLS with `upstream_tls`) and, when it takes the
+    /// connection, splices the session to it.
+    async fn connect(
         &mut self,
         placed: Underway<'a>,
         failover: &Failover,

@@ -221,6 +221,8 @@ struct Underway<'a> {
 
 impl<'a> TryMaker for Delivery<'a> {
     type Placed = Underway<'a>;
+    type Held = ();
+    type Tried = Result<Option<String>, TryFailure>;
     /// The member that answered 2xx, or `None` when a member answered otherwise but not with a
     /// 5xx (it is up, and another would likely answer the same: the attempt ends there).
     type Value = Option<String>;
@@ -257,7 +259,25 @@ impl<'a> TryMaker for Delivery<'a> {
         }
     }
 
-    async fn attempt(
+    fn hold(&mut self, _: &Underway<'a>) {}
+
+    fn attempt(
+        &mut self,
+        placed: Underway<'a>,
+        failover: &Failover,
+    ) -> impl Future<Output = Result<Option<String>, TryFailure>> {
+        self.send(placed, failover)
+    }
+
+    fn judge(&mut self, _: (), tried: Self::Tried) -> Result<Option<String>, TryFailure> {
+        tried
+    }
+}
+
+impl<'a> Delivery<'a> {
+    /// Sends the message to the placed member: the member that answered 2xx, `None` for another
+    /// answer that is not a 5xx, or the failure.
+    async fn send(
         &mut self,
         placed: Underway<'a>,
         failover: &Failover,

@@ -30,6 +30,10 @@ pub enum Placement<P> {
 pub trait TryMaker {
     /// What a placed try carries to [`TryMaker::attempt`] (its cluster and member).
     type Placed;
+    /// What the caller keeps of a try while it runs, to judge it by (its member, say).
+    type Held;
+    /// What a try gives, for [`TryMaker::judge`].
+    type Tried;
     /// What a try that ends the request gives (an answer, or the request's own failure).
     type Value;
 
@@ -47,18 +51,26 @@ pub trait TryMaker {
         now: Instant,
     ) -> Placement<Self::Placed>;
 
-    /// Makes the placed try, within [`Failover::try_timeout`]: the value that ends the request,
-    /// or the try's failure, classified once.
+    /// What to judge the placed try by, once it has run (its member, say).
+    fn hold(&mut self, placed: &Self::Placed) -> Self::Held;
+
+    /// Makes the placed try, within [`Failover::try_timeout`]. (The caller's own future for the
+    /// try, awaited as it is: no future of the caller's wraps it, so the request path moves no
+    /// extra state per try.)
     fn attempt(
         &mut self,
         placed: Self::Placed,
         failover: &Failover,
-    ) -> impl Future<Output = Result<Self::Value, TryFailure>>;
+    ) -> impl Future<Output = Self::Tried>;
+
+    /// Judges the try `held` was kept for, which gave `tried`: the value that ends the request,
+    /// or the try's failure, classified once.
+    fn judge(&mut self, held: Self::Held, tried: Self::Tried) -> Result<Self::Value, TryFailure>;
 }
 
 /// Runs a request's tries: each placed where `failover` says (past clusters with no eligible
-/// member), made by `maker`, until one ends the request or the engine stops it. `now` is the
-/// first placement's time (the reading the engine was started with).
+/// member), made and judged by `maker`, until one ends the request or the engine stops it.
+/// `now` is the first placement's time (the reading the engine was started with).
 pub async fn drive<T: TryMaker>(
     maker: &mut T,
     failover: &mut Failover,
@@ -66,7 +78,9 @@ pub async fn drive<T: TryMaker>(
 ) -> Result<T::Value, Stop> {
     loop {
         let placed = failover.next_try(now, |cluster, f, now| maker.place(cluster, f, now))?;
-        let failure = match maker.attempt(placed, failover).await {
+        let held = maker.hold(&placed);
+        let tried = maker.attempt(placed, failover).await;
+        let failure = match maker.judge(held, tried) {
             Ok(value) => return Ok(value),
             Err(failure) => failure,
         };
@@ -146,6 +160,8 @@ mod tests {
 
     impl TryMaker for Fake {
         type Placed = (usize, usize);
+        type Held = (usize, usize);
+        type Tried = Option<TryFailure>;
         type Value = (usize, usize);
 
         fn now(&mut self) -> Instant {
@@ -177,16 +193,25 @@ mod tests {
             }
         }
 
+        fn hold(&mut self, placed: &(usize, usize)) -> (usize, usize) {
+            *placed
+        }
+
         fn attempt(
             &mut self,
             placed: (usize, usize),
             _: &Failover,
-        ) -> impl Future<Output = Result<(usize, usize), TryFailure>> {
+        ) -> impl Future<Output = Option<TryFailure>> {
             self.made.push(placed);
-            ready(match self.fates.next().flatten() {
-                None => Ok(placed),
-                Some(failure) => Err(failure),
-            })
+            ready(self.fates.next().flatten())
+        }
+
+        fn judge(
+            &mut self,
+            placed: (usize, usize),
+            failed: Option<TryFailure>,
+        ) -> Result<(usize, usize), TryFailure> {
+            failed.map_or(Ok(placed), Err)
         }
     }
 

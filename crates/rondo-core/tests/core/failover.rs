@@ -59,6 +59,8 @@ struct Scripted<'a> {
 
 impl TryMaker for Scripted<'_> {
     type Placed = (usize, usize);
+    type Held = ();
+    type Tried = Result<(), TryFailure>;
     type Value = ();
 
     fn now(&mut self) -> Instant {
@@ -84,6 +86,8 @@ impl TryMaker for Scripted<'_> {
         }
     }
 
+    fn hold(&mut self, _: &(usize, usize)) {}
+
     fn attempt(
         &mut self,
         placed: (usize, usize),
@@ -100,6 +104,10 @@ impl TryMaker for Scripted<'_> {
         };
         self.run.reached.push(failure.reached);
         std::future::ready(Err(failure))
+    }
+
+    fn judge(&mut self, _: (), tried: Result<(), TryFailure>) -> Result<(), TryFailure> {
+        tried
     }
 }
 

@@ -87,6 +87,9 @@ struct Underway<'a> {
 
 impl<'a, T: Tries> TryMaker for Course<'a, T> {
     type Placed = Underway<'a>;
+    /// The try's cluster, by name and run-time state, and its member.
+    type Held = (&'a String, &'a Arc<ClusterRt>, usize);
+    type Tried = Result<T::Response, Kind>;
     /// The member's answer, or the request's own failure (no member is to blame and none can
     /// do better: the request ends there).
     type Value = Result<T::Response, Failure>;
@@ -133,15 +136,25 @@ impl<'a, T: Tries> TryMaker for Course<'a, T> {
         }
     }
 
-    async fn attempt(
+    fn hold(&mut self, placed: &Underway<'a>) -> Self::Held {
+        (placed.cluster, placed.rt, placed.choice.member)
+    }
+
+    fn attempt(
         &mut self,
         placed: Underway<'a>,
         failover: &Failover,
+    ) -> impl Future<Output = Result<T::Response, Kind>> {
+        self.req.attempt(placed.rt, placed.choice, failover)
+    }
+
+    fn judge(
+        &mut self,
+        (cluster, rt, member): Self::Held,
+        tried: Result<T::Response, Kind>,
     ) -> Result<Self::Value, TryFailure> {
-        let Underway { cluster, rt, choice } = placed;
         let route = self.route;
-        let member = choice.member;
-        let kind = match self.req.attempt(rt, choice, failover).await {
+        let kind = match tried {
             Ok(resp) => return Ok(Ok(resp)),
             Err(kind) => kind,
         };
