@@ -1,6 +1,7 @@
 //! The failover engine: one request's tries, across its clusters and their members, under the
-//! retry policy and the retry budget. The router's HTTP and TCP paths and the client library's
-//! call loop all drive it; none keeps a loop of its own.
+//! retry policy and the retry budget. The one loop over a request's tries is its driver,
+//! [`drive()`] (in [`mod@drive`]): the router's HTTP and TCP paths, queue deliveries and the client
+//! library run it (or, the client, step through its halves); none keeps a loop of its own.
 //!
 //! A caller asks [`Failover::cluster`] where the next try goes, and then, under that cluster's
 //! lock, [`Failover::admit`] (which deposits into or withdraws from the cluster's retry budget in
@@ -26,6 +27,9 @@
 use std::time::Duration;
 
 use crate::{Balancer, Instant};
+
+pub mod drive;
+pub use drive::{Placement, TryMaker, drive};
 
 /// What one failed try was, as far as failing over is concerned; the caller classifies its
 /// failure once, here.
@@ -242,7 +246,7 @@ mod tests {
     use super::*;
     use crate::{ClusterSpec, MemberSpec, Policy, RetryPolicy, UpstreamProtocol};
 
-    fn balancer(members: usize, attempts: u32, budget_min_per_sec: u32) -> Balancer {
+    pub(super) fn balancer(members: usize, attempts: u32, budget_min_per_sec: u32) -> Balancer {
         let members = (0..members)
             .map(|i| MemberSpec {
                 name: format!("m{i}"),

@@ -50,7 +50,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use rondo_core::failover::is_idempotent_method;
+use rondo_core::failover::{self, TryMaker, drive, is_idempotent_method};
 use rondo_core::load::AgentReport;
 use rondo_core::{
     Actor, AdminState, Balancer, ClusterSpec, Failover, FailureKind, Instant, Outcome, PickRequest,
@@ -259,32 +259,72 @@ pub fn render_tries(clusters: &[String], tried: &[(usize, String)], stop: Option
     format!("{}!{why}", names.join(">"))
 }
 
-/// Runs one request with `tries` at `point` through a failover engine over `clusters` clusters
-/// (`c`, then the backups); the members tried, `m1>b/m2`, and `!why` when it failed.
+/// Runs one request with `tries` at `point` through the core's failover driver over `clusters`
+/// clusters (`c`, then the backups); the members tried, `m1>b/m2`, and `!why` when it failed.
 pub fn request(point: &mut dyn Point, clusters: &[String], r: Request<'_>) -> String {
     let mut f = Failover::new(clusters.len(), r.idempotent, r.now, Duration::from_secs(30));
-    let mut tried = Vec::new();
-    let mut fates = r.tries.iter();
-    let stop = loop {
-        let Some(cluster) = f.cluster() else { break Stop::Exhausted };
-        let name = match point.place(&mut f, r.now, r.key) {
-            Placement::Member { name, .. } => name,
-            Placement::Refused(Refusal::NoEligible) => {
-                f.none_eligible();
-                continue;
-            }
-            Placement::Refused(Refusal::Stop(stop)) => break stop,
-        };
-        tried.push((cluster, name.clone()));
-        let fate = fates.next().copied().unwrap_or(TryFate::Ok);
-        let (outcome, failure) = fate.outcome(r.latency);
-        point.end_try(cluster, &name, r.now, outcome);
-        let Some(failure) = failure else { return render_tries(clusters, &tried, None) };
-        if let Err(stop) = f.failed(failure, r.now) {
-            break stop;
+    let mut scripted = Scripted { point, r, fates: r.tries.iter(), tried: Vec::new() };
+    // The scripted tries are ready at once: one poll runs the request to its end.
+    let ended = {
+        let run = std::pin::pin!(drive(&mut scripted, &mut f, r.now));
+        let waker = std::task::Waker::noop();
+        match run.poll(&mut std::task::Context::from_waker(waker)) {
+            std::task::Poll::Ready(ended) => ended,
+            std::task::Poll::Pending => unreachable!("scripted tries never wait"),
         }
     };
-    render_tries(clusters, &tried, Some(stop))
+    render_tries(clusters, &scripted.tried, ended.err())
+}
+
+/// A request's tries placed through a point and made by the scenario's fates.
+struct Scripted<'p, 'r> {
+    point: &'p mut dyn Point,
+    r: Request<'r>,
+    fates: std::slice::Iter<'r, TryFate>,
+    /// The tries made, as (cluster index, member name).
+    tried: Vec<(usize, String)>,
+}
+
+impl TryMaker for Scripted<'_, '_> {
+    type Placed = (usize, String);
+    type Held = ();
+    type Tried = Option<TryFailure>;
+    type Value = ();
+
+    fn now(&mut self) -> Instant {
+        self.r.now
+    }
+
+    fn place(
+        &mut self,
+        cluster: usize,
+        f: &mut Failover,
+        now: Instant,
+    ) -> failover::Placement<(usize, String)> {
+        match self.point.place(f, now, self.r.key) {
+            Placement::Member { name, .. } => failover::Placement::Placed((cluster, name)),
+            Placement::Refused(Refusal::NoEligible) => failover::Placement::NoEligible,
+            Placement::Refused(Refusal::Stop(stop)) => failover::Placement::Stop(stop),
+        }
+    }
+
+    fn hold(&mut self, _: &(usize, String)) {}
+
+    fn attempt(
+        &mut self,
+        (cluster, name): (usize, String),
+        _: &Failover,
+    ) -> impl std::future::Future<Output = Option<TryFailure>> {
+        let fate = self.fates.next().copied().unwrap_or(TryFate::Ok);
+        let (outcome, failure) = fate.outcome(self.r.latency);
+        self.point.end_try(cluster, &name, self.r.now, outcome);
+        self.tried.push((cluster, name));
+        std::future::ready(failure)
+    }
+
+    fn judge(&mut self, _: (), failure: Option<TryFailure>) -> Result<(), TryFailure> {
+        failure.map_or(Ok(()), Err)
+    }
 }
 
 /// The scenarios in `testdata/golden`, by file, sorted.

@@ -1,15 +1,17 @@
 //! TCP listeners: each connection is one session, placed once by the route's cluster (then its
 //! backups) and spliced to the member until either side closes. Where a connection goes when a
-//! member does not take it is the core's [`Failover`] engine's decision, as for HTTP: a refused
-//! connection moves on for free; a connect that timed out (the member may be overloaded) moves on
-//! as a retry, within the cluster's retry budget; at most the cluster's retry attempts each.
+//! member does not take it is the core's failover driver's decision ([`drive()`]), as for HTTP:
+//! a refused connection moves on for free; a connect that timed out (the member may be
+//! overloaded) moves on as a retry, within the cluster's retry budget; at most the cluster's
+//! retry attempts each.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rondo_core::{Failover, FailureKind, Outcome, TryFailure};
-use rondo_runtime::{Live, Refused, clock};
+use rondo_core::failover::{Placement, TryMaker, drive};
+use rondo_core::{Failover, FailureKind, Outcome, Route, Stop, TryFailure};
+use rondo_runtime::{ClusterRt, Live, Refused, Snapshot, clock};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -70,7 +72,7 @@ pub async fn handle_plain(
 pub async fn handle<C>(
     live: Arc<Live>,
     listener: Arc<str>,
-    mut client: C,
+    client: C,
     peer: SocketAddr,
     sni: Option<&str>,
     first: &[u8],
@@ -94,31 +96,119 @@ pub async fn handle<C>(
     });
     // Nothing of the stream is sent before a member takes the connection: any member may take
     // it, so it is "idempotent"; the route's request timeout bounds the placing, not the session.
-    let mut failover =
-        Failover::new(1 + route.backups.len(), true, clock::now(), route.request_timeout);
-    while let Some(i) = failover.cluster() {
+    let now = clock::now();
+    let mut failover = Failover::new(1 + route.backups.len(), true, now, route.request_timeout);
+    let mut connecting = Connecting {
+        live: &live,
+        listener: &listener,
+        snapshot: &snapshot,
+        route,
+        hash,
+        client,
+        first,
+    };
+    match drive(&mut connecting, &mut failover, now).await {
+        // Told where the budget ran out.
+        Ok(()) | Err(Stop::Budget) => {}
+        Err(_) => {
+            tracing::warn!(%listener, route = %route.name, "no member accepted the tcp connection; closing")
+        }
+    }
+}
+
+/// One client connection's tries as the core's failover driver makes them: a connection to the
+/// member each is placed on (then TLS with `upstream_tls`), and the session spliced to the first
+/// member that takes it.
+struct Connecting<'a, C> {
+    live: &'a Live,
+    listener: &'a str,
+    snapshot: &'a Snapshot,
+    route: &'a Route,
+    hash: Option<u64>,
+    client: C,
+    first: &'a [u8],
+}
+
+/// A placed try: the cluster, by name and run-time state, and the member.
+struct Underway<'a> {
+    cluster: &'a String,
+    rt: &'a Arc<ClusterRt>,
+    member: usize,
+}
+
+impl<'a, C> TryMaker for Connecting<'a, C>
+where
+    C: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    type Placed = Underway<'a>;
+    type Held = ();
+    type Tried = Result<(), TryFailure>;
+    /// The session ran (or its first bytes could not be passed on): the connection is done.
+    type Value = ();
+
+    fn now(&mut self) -> rondo_core::Instant {
+        clock::now()
+    }
+
+    fn place(
+        &mut self,
+        i: usize,
+        failover: &mut Failover,
+        now: rondo_core::Instant,
+    ) -> Placement<Underway<'a>> {
+        let (route, listener) = (self.route, self.listener);
         let cluster = if i == 0 { &route.cluster } else { &route.backups[i - 1] };
-        let Some(rt) = snapshot.clusters.get(cluster) else {
-            failover.none_eligible();
-            continue;
+        let Some(rt) = self.snapshot.clusters.get(cluster) else {
+            return Placement::NoEligible;
         };
-        let member = match rt.place(&mut failover, clock::now(), live.group.as_deref(), hash, None)
-        {
-            Ok(placed) => placed.member(),
-            Err(Refused::NoEligible(_)) => {
-                failover.none_eligible();
-                continue;
-            }
-            Err(Refused::Stop(_)) => {
+        match rt.place(failover, now, self.live.group.as_deref(), self.hash, None) {
+            Ok(placed) => Placement::Placed(Underway { cluster, rt, member: placed.member() }),
+            Err(Refused::NoEligible(_)) => Placement::NoEligible,
+            Err(Refused::Stop(stop)) => {
                 tracing::warn!(%listener, route = %route.name, cluster = %cluster, "retry budget exhausted; closing the tcp connection");
-                return;
+                Placement::Stop(stop)
             }
-        };
+        }
+    }
+
+    fn hold(&mut self, _: &Underway<'a>) {}
+
+    fn attempt(
+        &mut self,
+        placed: Underway<'a>,
+        failover: &Failover,
+    ) -> impl Future<Output = Result<(), TryFailure>> {
+        self.connect(placed, failover)
+    }
+
+    fn judge(&mut self, _: (), tried: Self::Tried) -> Result<(), TryFailure> {
+        tried
+    }
+}
+
+impl<'a, C> Connecting<'a, C>
+where
+    C: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    /// Connects to the placed member (then TLS with `upstream_tls`) and, when it takes the
+    /// connection, splices the session to it.
+    async fn connect(
+        &mut self,
+        placed: Underway<'a>,
+        failover: &Failover,
+    ) -> Result<(), TryFailure> {
+        let Underway { cluster, rt, member } = placed;
+        let listener = self.listener;
         let m = &rt.spec.members[member];
         let started = Instant::now();
         let timeout = failover
             .try_timeout(clock::from_std(started))
             .min(rt.spec.policy.retry.per_try_timeout.unwrap_or(CONNECT_TIMEOUT));
+        let connect_failed = || {
+            let latency = started.elapsed();
+            rt.end_request(member, Outcome::Failure { kind: FailureKind::Connect, latency });
+            Err(TryFailure::NOTHING_SENT)
+        };
         let (kind, failure) = match tokio::time::timeout(timeout, TcpStream::connect(&m.address))
             .await
         {
@@ -128,17 +218,7 @@ pub async fn handle<C>(
                     None => Box::new(upstream),
                     Some(Err(_)) => {
                         tracing::warn!(%listener, cluster = %cluster, member = %m.name, "upstream_tls files could not be loaded");
-                        rt.end_request(
-                            member,
-                            Outcome::Failure {
-                                kind: FailureKind::Connect,
-                                latency: started.elapsed(),
-                            },
-                        );
-                        if failover.failed(TryFailure::NOTHING_SENT, clock::now()).is_err() {
-                            break;
-                        }
-                        continue;
+                        return connect_failed();
                     }
                     Some(Ok(tls)) => {
                         let host = rondo_runtime::upstream_tls::host_of(&m.address);
@@ -147,44 +227,35 @@ pub async fn handle<C>(
                             failed => {
                                 let why = match failed {
                                     Ok(Err(e)) => {
-                                        live.metrics.tls_member_failure(cluster, &m.name, e.why);
+                                        self.live
+                                            .metrics
+                                            .tls_member_failure(cluster, &m.name, e.why);
                                         e.to_string()
                                     }
                                     _ => "tls handshake timed out".to_owned(),
                                 };
                                 tracing::warn!(%listener, cluster = %cluster, member = %m.name, "tls to the member failed: {why}");
-                                rt.end_request(
-                                    member,
-                                    Outcome::Failure {
-                                        kind: FailureKind::Connect,
-                                        latency: started.elapsed(),
-                                    },
-                                );
-                                if failover.failed(TryFailure::NOTHING_SENT, clock::now()).is_err()
-                                {
-                                    break;
-                                }
-                                continue;
+                                return connect_failed();
                             }
                         }
                     }
                 };
-                if !first.is_empty() && upstream.write_all(first).await.is_err() {
+                if !self.first.is_empty() && upstream.write_all(self.first).await.is_err() {
                     let latency = started.elapsed();
                     rt.end_request(member, Outcome::Failure { kind: FailureKind::Reset, latency });
-                    return;
+                    return Ok(());
                 }
                 rt.end_request(member, Outcome::Success { latency: started.elapsed() });
                 rt.open_session(member);
-                let copied = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+                let copied = tokio::io::copy_bidirectional(&mut self.client, &mut upstream).await;
                 rt.close_session(member);
                 // Counted when the connection ends (an error loses its counts).
                 if let Ok((to_member, to_client)) = copied {
-                    let counted = crate::http::route_metrics(rt, &route.name);
+                    let counted = crate::http::route_metrics(rt, &self.route.name);
                     counted.bytes_in.inc_by(to_member);
                     counted.bytes_out.inc_by(to_client);
                 }
-                return;
+                return Ok(());
             }
             Ok(Err(_)) => (FailureKind::Connect, TryFailure::NOTHING_SENT),
             // The member may be overloaded: moving on is a retry, paid from the budget.
@@ -192,9 +263,6 @@ pub async fn handle<C>(
         };
         rt.end_request(member, Outcome::Failure { kind, latency: started.elapsed() });
         tracing::debug!(%listener, cluster = %cluster, member = %m.name, ?kind, "tcp connect failed");
-        if failover.failed(failure, clock::now()).is_err() {
-            break;
-        }
+        Err(failure)
     }
-    tracing::warn!(%listener, route = %route.name, "no member accepted the tcp connection; closing");
 }

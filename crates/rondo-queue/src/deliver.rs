@@ -3,7 +3,7 @@
 //!
 //! One **attempt** is what the router does for one request: the route that matches the message
 //! now (routes are matched again at each attempt, so a reload applies to messages waiting), then
-//! the core's failover engine over the route's cluster and backups with `ClusterRt::place`
+//! the core's failover driver over the route's cluster and backups with `ClusterRt::place`
 //! picking each member by the cluster's algorithm (the same call the router's HTTP and TCP paths
 //! make), within the route's request timeout and the queue's lease. A member's 2xx completes the
 //! message; any other answer, a refused connection, a reset or a timeout is that member's
@@ -24,9 +24,10 @@ use bytes::Bytes;
 use http::{HeaderName, HeaderValue, Request};
 use http_body_util::{BodyExt, Full};
 use rondo_config::QueueSpec;
-use rondo_core::{Failover, FailureKind, HashKeySource, Outcome, TryFailure};
+use rondo_core::failover::{Placement, TryMaker, drive};
+use rondo_core::{Failover, FailureKind, HashKeySource, Outcome, Route, TryFailure};
 use rondo_runtime::queues::TryRecord;
-use rondo_runtime::{Live, Refused, clock};
+use rondo_runtime::{ClusterRt, Live, Refused, Snapshot, clock};
 
 use crate::store::{Lease, Message, Store, unix_ms};
 
@@ -176,35 +177,117 @@ async fn attempt_delivery(
     let timeout = route.request_timeout.min(spec.lease);
     // The message id makes a second delivery recognisable: tries may move on like an
     // idempotent request's.
-    let mut failover = Failover::new(1 + route.backups.len(), true, clock::now(), timeout);
-    let mut why: Vec<String> = Vec::new();
-    while let Some(i) = failover.cluster() {
+    let now = clock::now();
+    let mut failover = Failover::new(1 + route.backups.len(), true, now, timeout);
+    let mut delivery = Delivery {
+        live,
+        clients,
+        spec,
+        lease,
+        attempt,
+        snapshot: &snapshot,
+        route,
+        why: Vec::new(),
+    };
+    if let Ok(Some(member)) = drive(&mut delivery, &mut failover, now).await {
+        return Ok(member);
+    }
+    let mut why = delivery.why;
+    if why.is_empty() {
+        why.push(format!("route {} found no member", route.name));
+    }
+    Err(why.join("; "))
+}
+
+/// One delivery attempt's tries as the core's failover driver makes them: the message sent to
+/// the member each is placed on, and why every member tried did not take it.
+struct Delivery<'a> {
+    live: &'a Live,
+    clients: &'a Clients,
+    spec: &'a QueueSpec,
+    lease: &'a Lease,
+    attempt: u32,
+    snapshot: &'a Snapshot,
+    route: &'a Route,
+    why: Vec<String>,
+}
+
+/// A placed try: the cluster, by name and run-time state, and the member.
+struct Underway<'a> {
+    cluster: &'a String,
+    rt: &'a Arc<ClusterRt>,
+    member: usize,
+}
+
+impl<'a> TryMaker for Delivery<'a> {
+    type Placed = Underway<'a>;
+    type Held = ();
+    type Tried = Result<Option<String>, TryFailure>;
+    /// The member that answered 2xx, or `None` when a member answered otherwise but not with a
+    /// 5xx (it is up, and another would likely answer the same: the attempt ends there).
+    type Value = Option<String>;
+
+    fn now(&mut self) -> rondo_core::Instant {
+        clock::now()
+    }
+
+    fn place(
+        &mut self,
+        i: usize,
+        failover: &mut Failover,
+        now: rondo_core::Instant,
+    ) -> Placement<Underway<'a>> {
+        let route = self.route;
         let cluster = if i == 0 { &route.cluster } else { &route.backups[i - 1] };
-        let Some(rt) = snapshot.clusters.get(cluster) else {
-            why.push(format!("cluster {cluster} is not in the view"));
-            failover.none_eligible();
-            continue;
+        let Some(rt) = self.snapshot.clusters.get(cluster) else {
+            self.why.push(format!("cluster {cluster} is not in the view"));
+            return Placement::NoEligible;
         };
         let hash = (rt.spec.policy.algorithm == rondo_core::Algorithm::Hash)
-            .then(|| hash_key(&rt.spec.policy.hash.key, m))
+            .then(|| hash_key(&rt.spec.policy.hash.key, &self.lease.message))
             .flatten();
-        let member = match rt.place(&mut failover, clock::now(), live.group.as_deref(), hash, None)
-        {
-            Ok(placed) => placed.member(),
+        match rt.place(failover, now, self.live.group.as_deref(), hash, None) {
+            Ok(placed) => Placement::Placed(Underway { cluster, rt, member: placed.member() }),
             Err(Refused::NoEligible(e)) => {
-                why.push(e.to_string());
-                failover.none_eligible();
-                continue;
+                self.why.push(e.to_string());
+                Placement::NoEligible
             }
-            Err(Refused::Stop(_)) => {
-                why.push(format!("cluster {cluster}: retry budget spent"));
-                break;
+            Err(Refused::Stop(stop)) => {
+                self.why.push(format!("cluster {cluster}: retry budget spent"));
+                Placement::Stop(stop)
             }
-        };
+        }
+    }
+
+    fn hold(&mut self, _: &Underway<'a>) {}
+
+    fn attempt(
+        &mut self,
+        placed: Underway<'a>,
+        failover: &Failover,
+    ) -> impl Future<Output = Result<Option<String>, TryFailure>> {
+        self.send(placed, failover)
+    }
+
+    fn judge(&mut self, _: (), tried: Self::Tried) -> Result<Option<String>, TryFailure> {
+        tried
+    }
+}
+
+impl<'a> Delivery<'a> {
+    /// Sends the message to the placed member: the member that answered 2xx, `None` for another
+    /// answer that is not a 5xx, or the failure.
+    async fn send(
+        &mut self,
+        placed: Underway<'a>,
+        failover: &Failover,
+    ) -> Result<Option<String>, TryFailure> {
+        let Underway { cluster, rt, member } = placed;
+        let (live, why) = (self.live, &mut self.why);
         let ms = &rt.spec.members[member];
         let started = Instant::now();
         let try_timeout = failover.try_timeout(clock::from_std(started));
-        let client = match clients.for_cluster(rt) {
+        let client = match self.clients.for_cluster(rt) {
             Ok(c) => c,
             Err(why_not) => {
                 // The cluster's `upstream_tls` files could not be loaded with this view: no
@@ -213,13 +296,11 @@ async fn attempt_delivery(
                 live.metrics.tls_member_failure(cluster, &ms.name, why_not);
                 let latency = Duration::ZERO;
                 rt.end_request(member, Outcome::Failure { kind: FailureKind::Connect, latency });
-                if failover.failed(TryFailure::NOTHING_SENT, clock::now()).is_err() {
-                    break;
-                }
-                continue;
+                return Err(TryFailure::NOTHING_SENT);
             }
         };
-        let request = build(m, &ms.address, &spec.name, &lease.id, attempt);
+        let m = &self.lease.message;
+        let request = build(m, &ms.address, &self.spec.name, &self.lease.id, self.attempt);
         let sent = tokio::time::timeout(try_timeout, async {
             let resp = client.request(request).await?;
             let status = resp.status();
@@ -232,16 +313,16 @@ async fn attempt_delivery(
         let (failure, kind) = match sent {
             Ok(Ok(status)) if status.is_success() => {
                 rt.end_request(member, Outcome::Success { latency });
-                return Ok(ms.name.clone());
+                return Ok(Some(ms.name.clone()));
             }
             Ok(Ok(status)) => {
                 why.push(format!("{cluster}/{}: answered {}", ms.name, status.as_u16()));
                 if status.is_server_error() {
-                    (TryFailure::after_sending(true), Some(FailureKind::Status5xx))
+                    (TryFailure::after_sending(true), FailureKind::Status5xx)
                 } else {
                     // The member answered: it is up, and another would likely answer the same.
                     rt.end_request(member, Outcome::Success { latency });
-                    break;
+                    return Ok(None);
                 }
             }
             Ok(Err(e)) if e.is_connect() => {
@@ -256,7 +337,7 @@ async fn attempt_delivery(
                         root_cause(&e)
                     )),
                 }
-                (TryFailure::NOTHING_SENT, Some(FailureKind::Connect))
+                (TryFailure::NOTHING_SENT, FailureKind::Connect)
             }
             Ok(Err(e)) => {
                 // A TLS 1.3 member refuses the router's certificate (or its lack of one) only
@@ -268,7 +349,7 @@ async fn attempt_delivery(
                     }
                     None => why.push(format!("{cluster}/{}: {}", ms.name, root_cause(&e))),
                 }
-                (TryFailure::after_sending(true), Some(FailureKind::Reset))
+                (TryFailure::after_sending(true), FailureKind::Reset)
             }
             Err(_) => {
                 why.push(format!(
@@ -276,20 +357,12 @@ async fn attempt_delivery(
                     ms.name,
                     try_timeout.as_millis()
                 ));
-                (TryFailure::after_sending(true), Some(FailureKind::Timeout))
+                (TryFailure::after_sending(true), FailureKind::Timeout)
             }
         };
-        if let Some(kind) = kind {
-            rt.end_request(member, Outcome::Failure { kind, latency });
-        }
-        if failover.failed(failure, clock::now()).is_err() {
-            break;
-        }
+        rt.end_request(member, Outcome::Failure { kind, latency });
+        Err(failure)
     }
-    if why.is_empty() {
-        why.push(format!("route {} found no member", route.name));
-    }
-    Err(why.join("; "))
 }
 
 /// The innermost error's text (hyper-util wraps the I/O error that says what happened).

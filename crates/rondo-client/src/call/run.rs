@@ -1,8 +1,10 @@
 //! The call loop as a named future, [`Run`], shared by [`crate::Client::call`], sessions and
 //! the tower layer: pick with the core, try with a deadline, report the outcome to the core's
 //! estimators, fail over to the next member. Where the next try may go, and whether it may go at
-//! all, is the core's failover engine's decision ([`Failover`]), the same as the router's: this
-//! loop only carries it out.
+//! all, is the core's failover driver's decision, the same as the router's: the pick steps
+//! through its first half ([`Failover::next_try`]), a failed try through its second
+//! ([`Failover::failed`]); this future only carries them out and keeps no loop of its own
+//! (its `poll` loops over the steps of one call, as any hand-written future does).
 //!
 //! It is written by hand rather than as an `async` block so that the tower layer can name its
 //! response future (no box per request) and every call moves one compact state machine instead
@@ -19,6 +21,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 
 use pin_project_lite::pin_project;
+use rondo_core::failover::Placement;
 use rondo_core::{Failover, FailureKind, Outcome, Stop, TryFailure};
 use tokio::time::{Instant, Timeout, timeout_at};
 
@@ -149,24 +152,12 @@ where
                         let now = clock::from_std(start.into_std());
                         Failover::new(1, this.plan.idempotent, now, inner.call_timeout)
                     });
-                    let picked =
-                        inner.pick(this.plan, this.tried, failover, this.context, start.into_std());
-                    let ticket = match picked {
+                    let (plan, context) = (&*this.plan, &mut *this.context);
+                    let placed =
+                        place(inner, plan, this.tried, context, failover, this.attempts, start);
+                    let ticket = match placed {
                         Ok(ticket) => ticket,
-                        Err(Refused::Budget) => {
-                            tracing::warn!(service = %inner.service, "retry budget exhausted");
-                            this.step.set(Step::Done);
-                            let e = give_up(inner, GaveUp::BudgetExhausted, this.attempts);
-                            return Poll::Ready(Err(e));
-                        }
-                        Err(Refused::Pick(e)) => {
-                            let reason = if this.tried.is_empty() {
-                                GaveUp::NoMember
-                            } else {
-                                GaveUp::AllFailed
-                            };
-                            let e = AttemptError::NoMember(e);
-                            this.attempts.push(Attempt::new(None, None, e));
+                        Err(reason) => {
                             this.step.set(Step::Done);
                             return Poll::Ready(Err(give_up(inner, reason, this.attempts)));
                         }
@@ -285,6 +276,42 @@ where
             }
         }
     }
+}
+
+/// Places the call's next try, at `start`, through the core driver's first half
+/// ([`Failover::next_try`]; the service is the one cluster, [`Inner::pick`] the placing): the
+/// try's ticket, or why the call gives up (a pick's refusal recorded in `attempts`).
+fn place<E>(
+    inner: &Arc<Inner>,
+    plan: &Plan,
+    tried: &[Arc<str>],
+    context: &mut Option<u32>,
+    failover: &mut Failover,
+    attempts: &mut Vec<Attempt<E>>,
+    start: Instant,
+) -> Result<Ticket, GaveUp> {
+    let now = clock::from_std(start.into_std());
+    let mut no_member = None;
+    let placed = failover.next_try(now, |_, failover, _| {
+        match inner.pick(plan, tried, failover, context, start.into_std()) {
+            Ok(ticket) => Placement::Placed(ticket),
+            Err(Refused::Budget) => Placement::Stop(Stop::Budget),
+            Err(Refused::Pick(e)) => {
+                no_member = Some(e);
+                Placement::NoEligible
+            }
+        }
+    });
+    placed.map_err(|stop| match no_member {
+        Some(e) => {
+            attempts.push(Attempt::new(None, None, AttemptError::NoMember(e)));
+            if tried.is_empty() { GaveUp::NoMember } else { GaveUp::AllFailed }
+        }
+        None => {
+            tracing::warn!(service = %inner.service, "retry budget exhausted");
+            gave_up(stop)
+        }
+    })
 }
 
 /// Why the call gave up, from why its failover engine stopped.

@@ -1,11 +1,13 @@
-//! Property tests of the failover engine driving real balancers: whatever the failures, no try
+//! Property tests of the failover engine and its driver over real balancers: whatever the failures, no try
 //! goes to a member already tried in its cluster while another is eligible, a non-idempotent
 //! request whose bytes reached a member is never sent again, and the tries never exceed the
 //! policy's attempts per cluster nor the retry budget.
 
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use proptest::prelude::*;
+use rondo_core::failover::{self, Placement, TryMaker};
 use rondo_core::{
     Algorithm, Balancer, Failover, Instant, PickRequest, Policy, RetryPolicy, Stop, TryFailure,
 };
@@ -45,50 +47,90 @@ struct Run {
     retries_admitted: Vec<u32>,
 }
 
+/// A request's tries through the core's failover driver, placed by real balancers and made by
+/// the drawn fates (a try past the last fate answers).
+struct Scripted<'a> {
+    balancers: &'a mut [Balancer],
+    rng: rondo_core::SplitMix64,
+    fates: std::slice::Iter<'a, Fate>,
+    now: Instant,
+    run: Run,
+}
+
+impl TryMaker for Scripted<'_> {
+    type Placed = (usize, usize);
+    type Held = ();
+    type Tried = Result<(), TryFailure>;
+    type Value = ();
+
+    fn now(&mut self) -> Instant {
+        self.now
+    }
+
+    fn place(&mut self, c: usize, f: &mut Failover, now: Instant) -> Placement<(usize, usize)> {
+        let b = &mut self.balancers[c];
+        let retry = f.retrying();
+        if let Err(stop) = f.admit(b, now) {
+            return Placement::Stop(stop);
+        }
+        if retry {
+            self.run.retries_admitted[c] += 1;
+        }
+        let req = PickRequest { now, exclude: f.tried(), ..PickRequest::default() };
+        match b.pick(&req, &mut self.rng) {
+            Ok(d) => {
+                f.began(d.member);
+                Placement::Placed((c, d.member))
+            }
+            Err(_) => Placement::NoEligible,
+        }
+    }
+
+    fn hold(&mut self, _: &(usize, usize)) {}
+
+    fn attempt(
+        &mut self,
+        placed: (usize, usize),
+        _: &Failover,
+    ) -> impl Future<Output = Result<(), TryFailure>> {
+        self.run.tries.push(placed);
+        let failure = match self.fates.next() {
+            None | Some(Fate::Answer) => return std::future::ready(Ok(())),
+            Some(Fate::Refuse) => TryFailure::NOTHING_SENT,
+            Some(Fate::Reset) => TryFailure::after_sending(true),
+            Some(Fate::RequestOwn) => {
+                TryFailure { member_failed: false, ..TryFailure::NOTHING_SENT }
+            }
+        };
+        self.run.reached.push(failure.reached);
+        std::future::ready(Err(failure))
+    }
+
+    fn judge(&mut self, _: (), tried: Result<(), TryFailure>) -> Result<(), TryFailure> {
+        tried
+    }
+}
+
 fn drive(balancers: &mut [Balancer], idempotent: bool, fates: &[Fate], seed: u64) -> Run {
-    let mut r = rng(seed);
     let now = Instant::from_millis(1);
     let mut f = Failover::new(balancers.len(), idempotent, now, Duration::from_secs(10));
-    let mut run = Run {
+    let run = Run {
         tries: Vec::new(),
         reached: Vec::new(),
         stop: None,
         retries_admitted: vec![0; balancers.len()],
     };
-    // Bounded: at most one try per fate, and fates are finite.
-    for fate in fates {
-        let Some(c) = f.cluster() else { break };
-        let b = &mut balancers[c];
-        let retry = f.retrying();
-        if let Err(stop) = f.admit(b, now) {
-            run.stop = Some(stop);
-            return run;
+    let mut scripted = Scripted { balancers, rng: rng(seed), fates: fates.iter(), now, run };
+    // Bounded: every try uses up a fate or answers, and each cluster's attempts are finite.
+    let ended = {
+        let driven = std::pin::pin!(failover::drive(&mut scripted, &mut f, now));
+        match driven.poll(&mut Context::from_waker(Waker::noop())) {
+            Poll::Ready(ended) => ended,
+            Poll::Pending => unreachable!("scripted tries never wait"),
         }
-        if retry {
-            run.retries_admitted[c] += 1;
-        }
-        let req = PickRequest { now, exclude: f.tried(), ..PickRequest::default() };
-        let member = match b.pick(&req, &mut r) {
-            Ok(d) => d.member,
-            Err(_) => {
-                f.none_eligible();
-                continue;
-            }
-        };
-        f.began(member);
-        run.tries.push((c, member));
-        let failure = match fate {
-            Fate::Answer => return run,
-            Fate::Refuse => TryFailure::NOTHING_SENT,
-            Fate::Reset => TryFailure::after_sending(true),
-            Fate::RequestOwn => TryFailure { member_failed: false, ..TryFailure::NOTHING_SENT },
-        };
-        run.reached.push(failure.reached);
-        if let Err(stop) = f.failed(failure, now) {
-            run.stop = Some(stop);
-            return run;
-        }
-    }
+    };
+    let mut run = scripted.run;
+    run.stop = ended.err();
     run
 }
 

@@ -1,5 +1,5 @@
-//! The forward stage: the one failover loop ([`forward`]), written once over a codec's way of
-//! making a try ([`Tries`]); placing each try on a member ([`place`]: session, hash key or the
+//! The forward stage ([`forward`]): a request's tries through the core's failover driver, made
+//! by a codec's way of trying ([`Tries`]); placing each try on a member ([`place`]: session, hash key or the
 //! cluster's picker); the guard of a try's accounting ([`Begun`]); and the error of a request
 //! that ran out of tries.
 
@@ -7,6 +7,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use http::header::HeaderValue;
+use rondo_core::failover::{Placement, TryMaker, drive};
 use rondo_core::{Failover, Granularity, HashKeySource, Outcome, Route, Stop, TryFailure};
 use rondo_runtime::{ClusterRt, Placed, Refused, Snapshot, clock};
 
@@ -18,7 +19,7 @@ use crate::head::Headers;
 use crate::sticky;
 
 /// One path's way of trying a request on a member: hyper's ([`Prepared`]) or the router's own
-/// HTTP/1 path's. The failover loop ([`forward`]) is written once over it.
+/// HTTP/1 path's. [`forward`] runs the core's failover driver over it.
 pub(crate) trait Tries {
     /// What a successful try gives.
     type Response;
@@ -48,8 +49,8 @@ pub(crate) trait Tries {
     ) -> Result<Self::Response, Kind>;
 }
 
-/// Stage 3: the failover loop. The core's [`Failover`] decides where each try goes and whether
-/// a failed one may go elsewhere; this only carries its decisions out.
+/// Stage 3: the failover. The core's driver ([`drive()`]) decides where each try goes and
+/// whether a failed one may go elsewhere; [`Course`] only carries its decisions out.
 pub(crate) async fn forward<T: Tries>(
     ctx: &HttpCtx,
     snapshot: &Snapshot,
@@ -58,90 +59,151 @@ pub(crate) async fn forward<T: Tries>(
     idempotent: bool,
     req: &mut T,
 ) -> Result<T::Response, Failure> {
+    // One clock reading per turn of the driver: the request's start serves its first
+    // placement, the reading after a failed try both that failure and the next placement
+    // (microseconds apart, each was a reading of its own).
+    let now = req.now();
     let clusters = 1 + route.backups.len();
-    // One clock reading per turn of the loop: the request's start serves its first placement,
-    // the reading after a failed try both that failure and the next placement (microseconds
-    // apart, each was a reading of its own).
-    let mut now = req.now();
     let timeout = req.deadline().map_or(route.request_timeout, |d| d.min(route.request_timeout));
     let mut failover = Failover::new(clusters, idempotent, now, timeout);
-    let mut attempts: Vec<Attempt> = Vec::new();
-    let metrics = &ctx.live.metrics;
     let primary = super::split::primary(ctx, snapshot, route, req.headers());
-    let stop = loop {
-        let Some(i) = failover.cluster() else { break Stop::Exhausted };
-        let cluster = primary.cluster(route, i);
-        let Some(rt) = snapshot.clusters.get(cluster) else {
-            failover.none_eligible();
-            continue;
+    let mut course = Course { ctx, snapshot, peer, route, req, primary, attempts: Vec::new() };
+    match drive(&mut course, &mut failover, now).await {
+        Ok(ended) => ended,
+        Err(stop) => Err(gave_up(route, course.attempts, stop)),
+    }
+}
+
+/// One request's tries as the core's failover driver makes them: each placed by [`place`] in
+/// the cluster the driver names (the first from the route's split, [`super::split`]) and made
+/// by the path's [`Tries`], every failure recorded.
+struct Course<'a, T> {
+    ctx: &'a HttpCtx,
+    snapshot: &'a Snapshot,
+    peer: SocketAddr,
+    route: &'a Route,
+    req: &'a mut T,
+    /// The request's primary cluster (drawn from the route's split, if it has one).
+    primary: super::split::Primary<'a>,
+    attempts: Vec<Attempt>,
+}
+
+/// A placed try: its cluster, by name and run-time state, and where in it the try went.
+struct Underway<'a> {
+    cluster: &'a String,
+    rt: &'a Arc<ClusterRt>,
+    choice: Choice,
+}
+
+impl<'a, T: Tries> TryMaker for Course<'a, T> {
+    type Placed = Underway<'a>;
+    /// The try's cluster, by name and run-time state, and its member.
+    type Held = (&'a String, &'a Arc<ClusterRt>, usize);
+    type Tried = Result<T::Response, Kind>;
+    /// The member's answer, or the request's own failure (no member is to blame and none can
+    /// do better: the request ends there).
+    type Value = Result<T::Response, Failure>;
+
+    fn now(&mut self) -> rondo_core::Instant {
+        self.req.now()
+    }
+
+    fn place(
+        &mut self,
+        i: usize,
+        failover: &mut Failover,
+        now: rondo_core::Instant,
+    ) -> Placement<Underway<'a>> {
+        let route = self.route;
+        let cluster = self.primary.cluster(route, i);
+        let Some(rt) = self.snapshot.clusters.get(cluster) else {
+            return Placement::NoEligible;
         };
-        let choice = match place(ctx, rt, &mut failover, req.headers(), peer, now) {
-            Ok(choice) => Choice { split_cookie: primary.cookie(i), ..choice },
+        let metrics = &self.ctx.live.metrics;
+        match place(self.ctx, rt, failover, self.req.headers(), self.peer, now) {
+            Ok(choice) => {
+                if failover.tries() > 1 {
+                    metrics.retry(&route.name, cluster);
+                }
+                let choice = Choice { split_cookie: self.primary.cookie(i), ..choice };
+                Placement::Placed(Underway { cluster, rt, choice })
+            }
             Err(Refused::Stop(stop)) => {
                 tracing::warn!(route = %route.name, cluster = %cluster, "retry budget exhausted");
                 metrics.budget_exhausted(&route.name, cluster);
-                break stop;
+                Placement::Stop(stop)
             }
             Err(Refused::NoEligible(e)) => {
                 tracing::debug!(route = %route.name, error = %e, "no member");
                 let outcome = Kind::NoEligible;
-                attempts.push(Attempt {
+                self.attempts.push(Attempt {
                     cluster: cluster.clone(),
                     member: None,
                     outcome,
                     expected: None,
                 });
-                failover.none_eligible();
-                continue;
+                Placement::NoEligible
             }
-        };
-        if failover.tries() > 1 {
-            metrics.retry(&route.name, cluster);
         }
-        let member = choice.member;
-        let kind = match req.attempt(rt, choice, &failover).await {
-            Ok(resp) => return Ok(resp),
+    }
+
+    fn hold(&mut self, placed: &Underway<'a>) -> Self::Held {
+        (placed.cluster, placed.rt, placed.choice.member)
+    }
+
+    fn attempt(
+        &mut self,
+        placed: Underway<'a>,
+        failover: &Failover,
+    ) -> impl Future<Output = Result<T::Response, Kind>> {
+        self.req.attempt(placed.rt, placed.choice, failover)
+    }
+
+    fn judge(
+        &mut self,
+        (cluster, rt, member): Self::Held,
+        tried: Result<T::Response, Kind>,
+    ) -> Result<Self::Value, TryFailure> {
+        let route = self.route;
+        let kind = match tried {
+            Ok(resp) => return Ok(Ok(resp)),
             Err(kind) => kind,
         };
         if kind.side() == Side::Client {
             // The request's own failure: no member is to blame and none can do better.
+            let listener = &self.ctx.listener;
             let detail = match kind {
                 Kind::BodyTooLarge => {
-                    format!("request body over the limit of {} bytes", ctx.listener.max_body_bytes)
+                    format!("request body over the limit of {} bytes", listener.max_body_bytes)
                 }
                 Kind::ClientBodyTimeout => format!(
                     "the request body did not arrive in time (no byte for body_read_timeout_ms, \
                      {} ms, or the route's request_timeout_ms ran out)",
-                    ctx.listener.body_read_timeout.as_millis()
+                    listener.body_read_timeout.as_millis()
                 ),
                 _ => "the request body broke off before it was complete".to_owned(),
             };
-            return Err(on_route(route, kind, detail));
+            return Ok(Err(on_route(route, kind, detail)));
         }
         let name = &rt.spec.members[member].name;
         tracing::debug!(route = %route.name, cluster = %cluster, member = %name, ?kind, "attempt failed");
         if let Kind::Tls(why) = kind {
-            metrics.tls_member_failure(cluster, name, why);
+            self.ctx.live.metrics.tls_member_failure(cluster, name, why);
         }
-        attempts.push(Attempt {
+        self.attempts.push(Attempt {
             cluster: cluster.clone(),
             member: Some(name.clone()),
             outcome: kind,
             expected: crate::error::expected_name(kind, rt, member),
         });
-        let failure = TryFailure {
+        Err(TryFailure {
             // A replay that failed sent the member the session's kept requests, not this one.
             reached: !matches!(kind, Kind::Connect | Kind::Resolve | Kind::Tls(_) | Kind::Replay),
             member_failed: kind.is_retryable(),
-            replayable: req.replayable(),
+            replayable: self.req.replayable(),
             declined: kind == Kind::Declined,
-        };
-        now = req.now();
-        if let Err(stop) = failover.failed(failure, now) {
-            break stop;
-        }
-    };
-    Err(gave_up(route, attempts, stop))
+        })
+    }
 }
 
 /// The error of a request that ran out of tries: the most telling failure among its attempts.
