@@ -199,6 +199,22 @@ pub(crate) struct RawFilter {
     pub rewrite: Option<RawRewrite>,
     pub redirect: Option<RawRedirect>,
     pub respond: Option<RawRespond>,
+    pub cors: Option<RawCors>,
+}
+
+/// `cors`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawCors {
+    #[serde(default)]
+    pub allow_origins: Vec<String>,
+    pub allow_methods: Option<Vec<String>>,
+    #[serde(default)]
+    pub allow_headers: Vec<String>,
+    #[serde(default)]
+    pub expose_headers: Vec<String>,
+    pub allow_credentials: Option<bool>,
+    pub max_age_s: Option<u64>,
 }
 
 /// `request_id`.

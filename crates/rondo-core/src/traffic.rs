@@ -6,6 +6,10 @@
 
 use std::sync::Arc;
 
+mod cors;
+
+pub use cors::{Cors, check_origin, origin_matches};
+
 /// One filter of a route's or a listener's chain, in the order the configuration lists them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TrafficFilter {
@@ -19,6 +23,8 @@ pub enum TrafficFilter {
     Redirect(Redirect),
     /// Answer directly.
     Respond(Respond),
+    /// Answer CORS preflights and mark responses for allowed origins.
+    Cors(Cors),
 }
 
 impl TrafficFilter {
@@ -30,6 +36,7 @@ impl TrafficFilter {
             TrafficFilter::Rewrite(_) => "rewrite",
             TrafficFilter::Redirect(_) => "redirect",
             TrafficFilter::Respond(_) => "respond",
+            TrafficFilter::Cors(_) => "cors",
         }
     }
 

@@ -23,4 +23,5 @@ mod router {
     mod serve;
     mod session_replay;
     mod traffic;
+    mod traffic_cors;
 }

@@ -13,6 +13,7 @@ mod queues;
 mod routes;
 mod services;
 mod traffic;
+mod traffic_edge;
 
 use clusters::compile_cluster;
 pub use clusters::{DeclaredPolicyError, compile_declared_policy};

@@ -28,12 +28,13 @@ pub(super) fn compile_filters(
             f.rewrite.is_some(),
             f.redirect.is_some(),
             f.respond.is_some(),
+            f.cors.is_some(),
         ];
         if named.iter().filter(|n| **n).count() != 1 {
             c.err(
                 p,
                 "each filter is an inline table with exactly one key, the filter's name: \
-                 request_id, headers, rewrite, redirect or respond",
+                 request_id, headers, rewrite, redirect, respond or cors",
             );
             continue;
         }
@@ -50,6 +51,8 @@ pub(super) fn compile_filters(
             rewrite(c, &p.key("rewrite"), r).map(TrafficFilter::Rewrite)
         } else if let Some(r) = &f.redirect {
             redirect(c, &p.key("redirect"), r).map(TrafficFilter::Redirect)
+        } else if let Some(r) = &f.cors {
+            super::traffic_edge::cors(c, &p.key("cors"), r).map(TrafficFilter::Cors)
         } else {
             f.respond.as_ref().and_then(|r| respond(c, &p.key("respond"), r))
         };

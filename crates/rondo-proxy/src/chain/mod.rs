@@ -24,6 +24,7 @@ use crate::head::Headers;
 use crate::http::HttpCtx;
 
 mod answer;
+mod cors;
 mod fields;
 mod rewrite;
 mod trace;
@@ -51,6 +52,7 @@ enum Step {
     Rewrite(rewrite::RewriteStep),
     Redirect(rondo_core::traffic::Redirect),
     Respond(answer::RespondStep),
+    Cors(cors::CorsStep),
 }
 
 impl Chain {
@@ -75,6 +77,7 @@ impl Chain {
                 TrafficFilter::Rewrite(r) => Step::Rewrite(rewrite::RewriteStep::new(r, route)),
                 TrafficFilter::Redirect(r) => Step::Redirect(r.clone()),
                 TrafficFilter::Respond(r) => Step::Respond(answer::RespondStep::new(r)),
+                TrafficFilter::Cors(c) => Step::Cors(cors::CorsStep::new(c)),
             })
             .collect();
         Chain { steps }
@@ -104,6 +107,7 @@ impl Chain {
                 }
                 Step::Redirect(r) => Some(answer::redirect(r, info, &applied)),
                 Step::Respond(s) => Some(s.answer()),
+                Step::Cors(s) => s.request(info, headers, &mut applied),
             };
             if let Some(answer) = answer {
                 return Err(Box::new((answer, applied)));
@@ -117,6 +121,8 @@ impl Chain {
 pub(crate) struct Info<'a> {
     /// The client's address, as text.
     pub(crate) client_ip: &'a str,
+    /// The request's method.
+    pub(crate) method: &'a str,
     /// Whether the client spoke TLS to the listener (the request's scheme is `https`).
     pub(crate) tls: bool,
     /// The request's host, without its port.

@@ -231,7 +231,7 @@ impl<'a, S: ClientStream> OwnTries<'a, S> {
         // The route's filters: edits for the tries and the response, or an answer of their own.
         if let Some(chain) = Chain::of(self.ctx, route) {
             let headers = OwnHead { buf: &self.buf, fields: &self.head.fields };
-            let (_, target) = request_line(&self.buf, &self.head);
+            let (method, target) = request_line(&self.buf, &self.head);
             let target = self.target.as_deref().unwrap_or(target);
             let (path, query) = match target.split_once('?') {
                 Some((path, query)) => (path, Some(query)),
@@ -239,6 +239,7 @@ impl<'a, S: ClientStream> OwnTries<'a, S> {
             };
             let info = Info {
                 client_ip: std::str::from_utf8(self.c.ip.as_bytes()).unwrap_or(""),
+                method,
                 tls: self.c.tls.is_some(),
                 host: Some(text(&self.buf, self.host)),
                 port: port_of(text(&self.buf, self.head.host)),
