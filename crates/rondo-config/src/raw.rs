@@ -200,6 +200,17 @@ pub(crate) struct RawFilter {
     pub redirect: Option<RawRedirect>,
     pub respond: Option<RawRespond>,
     pub cors: Option<RawCors>,
+    pub compress: Option<RawCompress>,
+}
+
+/// `compress`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawCompress {
+    pub types: Option<Vec<String>>,
+    pub min_bytes: Option<u64>,
+    pub level: Option<u64>,
+    pub encodings: Option<Vec<String>>,
 }
 
 /// `cors`.

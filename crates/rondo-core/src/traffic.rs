@@ -6,8 +6,10 @@
 
 use std::sync::Arc;
 
+mod compress;
 mod cors;
 
+pub use compress::{Compress, Encoding};
 pub use cors::{Cors, check_origin, origin_matches};
 
 /// One filter of a route's or a listener's chain, in the order the configuration lists them.
@@ -25,6 +27,8 @@ pub enum TrafficFilter {
     Respond(Respond),
     /// Answer CORS preflights and mark responses for allowed origins.
     Cors(Cors),
+    /// Compress responses (on hyper's path: see [`TrafficFilter::transforms_body`]).
+    Compress(Compress),
 }
 
 impl TrafficFilter {
@@ -37,7 +41,14 @@ impl TrafficFilter {
             TrafficFilter::Redirect(_) => "redirect",
             TrafficFilter::Respond(_) => "respond",
             TrafficFilter::Cors(_) => "cors",
+            TrafficFilter::Compress(_) => "compress",
         }
+    }
+
+    /// Whether it rewrites the response's body, which only hyper's path can (its own HTTP/1
+    /// path copies bodies as they come).
+    pub fn transforms_body(&self) -> bool {
+        matches!(self, TrafficFilter::Compress(_))
     }
 
     /// Whether it answers every request itself, so that the route needs no cluster.

@@ -14,6 +14,7 @@ pub mod access;
 pub mod body;
 mod chain;
 pub mod conn;
+pub mod encode;
 pub mod error;
 pub mod frames;
 pub mod h1;

@@ -23,5 +23,6 @@ mod router {
     mod serve;
     mod session_replay;
     mod traffic;
+    mod traffic_compress;
     mod traffic_cors;
 }

@@ -29,12 +29,13 @@ pub(super) fn compile_filters(
             f.redirect.is_some(),
             f.respond.is_some(),
             f.cors.is_some(),
+            f.compress.is_some(),
         ];
         if named.iter().filter(|n| **n).count() != 1 {
             c.err(
                 p,
                 "each filter is an inline table with exactly one key, the filter's name: \
-                 request_id, headers, rewrite, redirect, respond or cors",
+                 request_id, headers, rewrite, redirect, respond, cors or compress",
             );
             continue;
         }
@@ -53,6 +54,8 @@ pub(super) fn compile_filters(
             redirect(c, &p.key("redirect"), r).map(TrafficFilter::Redirect)
         } else if let Some(r) = &f.cors {
             super::traffic_edge::cors(c, &p.key("cors"), r).map(TrafficFilter::Cors)
+        } else if let Some(r) = &f.compress {
+            super::traffic_edge::compress(c, &p.key("compress"), r).map(TrafficFilter::Compress)
         } else {
             f.respond.as_ref().and_then(|r| respond(c, &p.key("respond"), r))
         };

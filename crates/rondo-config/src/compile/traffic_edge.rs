@@ -2,11 +2,11 @@
 //! (media types, sizes, levels, encodings), checked with their field paths and compiled into
 //! the core's specs.
 
-use rondo_core::traffic::{Cors, check_origin};
+use rondo_core::traffic::{Compress, Cors, Encoding, check_origin};
 
 use super::{Compiler, is_token};
 use crate::path::FieldPath;
-use crate::raw::RawCors;
+use crate::raw::{RawCompress, RawCors};
 
 /// The methods a `cors` filter may name (RFC 9110 section 9 and PATCH, RFC 5789).
 const METHODS: [&str; 9] =
@@ -67,4 +67,60 @@ pub(super) fn cors(c: &mut Compiler<'_>, path: &FieldPath, r: &RawCors) -> Optio
         allow_credentials,
         max_age_s,
     })
+}
+
+/// A `compress` filter.
+pub(super) fn compress(
+    c: &mut Compiler<'_>,
+    path: &FieldPath,
+    r: &RawCompress,
+) -> Option<Compress> {
+    let mut types = Vec::new();
+    match &r.types {
+        None => types.extend(Compress::DEFAULT_TYPES.map(str::to_owned)),
+        Some(list) if list.is_empty() => {
+            c.err(path.key("types"), "`types` needs one media type at least (`text/*`)");
+        }
+        Some(list) => {
+            for (i, t) in list.iter().enumerate() {
+                let ok = t.split_once('/').is_some_and(|(top, sub)| {
+                    is_token(top) && top != "*" && (sub == "*" || is_token(sub))
+                });
+                if ok {
+                    types.push(t.to_ascii_lowercase());
+                } else {
+                    c.err(
+                        path.key("types").index(i),
+                        format!(
+                            "`{t}` is not a media type (`type/subtype` or `type/*`, no parameters)"
+                        ),
+                    );
+                }
+            }
+        }
+    }
+    let min_bytes = r.min_bytes.unwrap_or(Compress::DEFAULT_MIN_BYTES);
+    let level = c.int(path.key("level"), r.level, u64::from(Compress::DEFAULT_LEVEL), 1, 9) as u32;
+    let mut encodings = Vec::new();
+    match &r.encodings {
+        None => encodings.extend(Encoding::ALL),
+        Some(list) if list.is_empty() => {
+            c.err(path.key("encodings"), "`encodings` needs one encoding at least (`gzip`)");
+        }
+        Some(list) => {
+            for (i, name) in list.iter().enumerate() {
+                let p = path.key("encodings").index(i);
+                match Encoding::ALL.into_iter().find(|e| e.name() == name) {
+                    Some(e) if encodings.contains(&e) => {
+                        c.err(p, format!("`{name}` is named twice"))
+                    }
+                    Some(e) => encodings.push(e),
+                    None => {
+                        c.err(p, format!("unknown encoding `{name}`, expected br, zstd or gzip"))
+                    }
+                }
+            }
+        }
+    }
+    Some(Compress { types, min_bytes, level, encodings })
 }

@@ -24,11 +24,13 @@ use crate::head::Headers;
 use crate::http::HttpCtx;
 
 mod answer;
+mod compress;
 mod cors;
 mod fields;
 mod rewrite;
 mod trace;
 
+pub(crate) use compress::respond as compress_response;
 pub(crate) use fields::FieldOps;
 
 /// The W3C trace context's field, which each try gets anew ([`Applied::next_span`]).
@@ -53,6 +55,7 @@ enum Step {
     Redirect(rondo_core::traffic::Redirect),
     Respond(answer::RespondStep),
     Cors(cors::CorsStep),
+    Compress(compress::CompressStep),
 }
 
 impl Chain {
@@ -78,6 +81,7 @@ impl Chain {
                 TrafficFilter::Redirect(r) => Step::Redirect(r.clone()),
                 TrafficFilter::Respond(r) => Step::Respond(answer::RespondStep::new(r)),
                 TrafficFilter::Cors(c) => Step::Cors(cors::CorsStep::new(c)),
+                TrafficFilter::Compress(c) => Step::Compress(compress::CompressStep::new(c)),
             })
             .collect();
         Chain { steps }
@@ -108,6 +112,10 @@ impl Chain {
                 Step::Redirect(r) => Some(answer::redirect(r, info, &applied)),
                 Step::Respond(s) => Some(s.answer()),
                 Step::Cors(s) => s.request(info, headers, &mut applied),
+                Step::Compress(s) => {
+                    s.request(info, headers, &mut applied);
+                    None
+                }
             };
             if let Some(answer) = answer {
                 return Err(Box::new((answer, applied)));
@@ -174,6 +182,8 @@ pub(crate) struct Applied {
     pub(crate) request_id: Option<String>,
     /// The trace this request belongs to (`request_id` with `trace`).
     trace: Option<trace::Trace>,
+    /// The response's compression (`compress`), decided in the response phase.
+    compress: Option<compress::Plan>,
 }
 
 impl Applied {

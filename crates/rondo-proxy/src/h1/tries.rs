@@ -197,8 +197,8 @@ impl<'a, S: ClientStream> OwnTries<'a, S> {
             find_route(self.ctx, snapshot, &headers, target, body)
         };
         let route = match found {
-            Ok(Decided::Route(routed)) if !needs_hyper(&routed) => routed.route,
-            // Body filters, multicast copies and session replay are hyper's path's.
+            Ok(Decided::Route(routed)) if !needs_hyper(self.ctx, &routed) => routed.route,
+            // Body filters, multicast copies, session replay and `compress` are hyper's path's.
             Ok(_) => {
                 self.ctx.metrics.handoffs.inc(Handoff::Route);
                 return Err(Decline);

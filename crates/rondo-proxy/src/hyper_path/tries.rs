@@ -115,8 +115,11 @@ async fn attempt(
             let served = Served { counted, slot: req.slot.clone(), tries: failover.tries() };
             let upgrade = req.client_upgrade.take();
             let mut resp = respond(conn, route, rt, choice, upgrade, resp, latency, served);
-            if let Some(applied) = req.applied.as_ref().filter(|a| a.edits_response()) {
-                applied.response(&rt.spec.members[member].name).apply(resp.headers_mut());
+            if let Some(applied) = req.applied.as_ref() {
+                if applied.edits_response() {
+                    applied.response(&rt.spec.members[member].name).apply(resp.headers_mut());
+                }
+                crate::chain::compress_response(applied, &route.name, &ctx.live.metrics, &mut resp);
             }
             Ok(resp)
         }

@@ -16,6 +16,7 @@
 //! `tls`; the durable queues' figures are rendered by [`crate::queues`] and the process's by
 //! [`crate::process`].
 
+mod filters;
 mod listener;
 mod members;
 mod naming;
@@ -33,6 +34,7 @@ use prometheus_client::registry::Registry;
 
 use crate::{Snapshot, clock};
 
+pub use filters::CompressLabels;
 pub use listener::{
     ClosedLabels, Handoff, HandoffLabels, Handoffs, ListenerLabels, ListenerMetrics, OpenConn,
     RouterResponseLabels,
@@ -113,6 +115,10 @@ pub struct Metrics {
     pub bytes_in: Family<RouteClusterLabels, Counter>,
     /// Response body bytes passed to clients (`rondo_bytes_out_total`), by route and cluster.
     pub bytes_out: Family<RouteClusterLabels, Counter>,
+    /// Bytes the `compress` filter took in (`rondo_compress_bytes_in_total`).
+    compress_in: Family<CompressLabels, Counter>,
+    /// Bytes the `compress` filter sent out (`rondo_compress_bytes_out_total`).
+    compress_out: Family<CompressLabels, Counter>,
     conn_active: Family<ListenerLabels, Gauge>,
     conn_accepted: Family<ListenerLabels, Counter>,
     conn_refused: Family<ListenerLabels, Counter>,
@@ -182,6 +188,8 @@ impl Metrics {
             replay_bytes: Gauge::default(),
             bytes_in: Family::default(),
             bytes_out: Family::default(),
+            compress_in: Family::default(),
+            compress_out: Family::default(),
             conn_active: Family::default(),
             conn_accepted: Family::default(),
             conn_refused: Family::default(),
@@ -227,6 +235,7 @@ impl Metrics {
         naming::register(&m, &mut r);
         members::register_state(&m, &mut r);
         tls::register(&m, &mut r);
+        filters::register(&m, &mut r);
         m.registry = r;
         m
     }
