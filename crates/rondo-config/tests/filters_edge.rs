@@ -102,3 +102,61 @@ fn cors_errors_name_the_option() {
         "at most 86400",
     );
 }
+
+#[test]
+fn a_compress_filter_compiles_with_defaults() {
+    use rondo_core::traffic::{Compress, Encoding, TrafficFilter};
+    let text = with(r#"compress = { types = ["text/*", "Application/JSON"], min_bytes = 2048 }"#);
+    let config = parse_str(&text, Path::new(FILE), 7).expect("valid");
+    let TrafficFilter::Compress(c) = &config.view.routes[0].filters[0] else { panic!() };
+    assert_eq!(c.types, ["text/*", "application/json"]);
+    assert_eq!(c.min_bytes, 2048);
+    assert_eq!(c.level, Compress::DEFAULT_LEVEL);
+    assert_eq!(c.encodings, [Encoding::Br, Encoding::Zstd, Encoding::Gzip]);
+    let text = with(r#"compress = { level = 9, encodings = ["gzip", "zstd"] }"#);
+    let config = parse_str(&text, Path::new(FILE), 7).expect("valid");
+    let TrafficFilter::Compress(c) = &config.view.routes[0].filters[0] else { panic!() };
+    assert_eq!(c.encodings, [Encoding::Gzip, Encoding::Zstd]);
+    assert_eq!(c.types.len(), Compress::DEFAULT_TYPES.len());
+    assert_eq!((c.level, c.min_bytes), (9, Compress::DEFAULT_MIN_BYTES));
+}
+
+#[test]
+fn compress_errors_name_the_option() {
+    let f = "route[0].filters[0].compress";
+    fails_once(
+        r#"compress = { types = ["text/*", "html"] }"#,
+        &format!("{f}.types[1]"),
+        "\"html\"",
+        "is not a media type",
+    );
+    fails_once(
+        r#"compress = { types = ["text/html; charset=utf-8"] }"#,
+        &format!("{f}.types[0]"),
+        "\"text/html; charset=utf-8\"",
+        "no parameters",
+    );
+    fails_once(
+        r#"compress = { types = ["*/*"] }"#,
+        &format!("{f}.types[0]"),
+        "\"*/*\"",
+        "is not a media type",
+    );
+    fails_once(r#"compress = { types = [] }"#, &format!("{f}.types"), "[]", "one media type");
+    fails_once(r#"compress = { level = 0 }"#, &format!("{f}.level"), "0 }", "between 1 and 9");
+    fails_once(r#"compress = { level = 10 }"#, &format!("{f}.level"), "10", "between 1 and 9");
+    fails_once(
+        r#"compress = { encodings = ["gzip", "deflate"] }"#,
+        &format!("{f}.encodings[1]"),
+        "\"deflate\"",
+        "unknown encoding `deflate`",
+    );
+    fails_once(
+        r#"compress = { encodings = ["gzip", "gzip"] }"#,
+        &format!("{f}.encodings[1]"),
+        "\"gzip\"]",
+        "named twice",
+    );
+    fails_once(r#"compress = { encodings = [] }"#, &format!("{f}.encodings"), "[]", "one encoding");
+    fails_once(r#"compress = { gzip = true }"#, &format!("{f}.gzip"), "gzip", "unknown field");
+}

@@ -21,6 +21,8 @@ use hyper_util::server::conn::auto;
 use tokio::io::AsyncWriteExt;
 use tokio::sync::{Notify, mpsc};
 
+use rondo_runtime::metrics::Handoff;
+
 use super::support::{TestRouter, client_of, router};
 
 /// The text bodies: lines that compress, but not to nothing.
@@ -253,7 +255,7 @@ async fn decode(encoding: &str, bytes: &[u8]) -> Vec<u8> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_encoding_decodes_to_the_members_exact_bytes() {
-    let (_r, _m, base) =
+    let (r, _m, base) =
         start(r#"{ types = ["text/*", "application/json"], min_bytes = 1024, level = 6 }"#, "")
             .await;
     let want = text(100_000);
@@ -297,6 +299,10 @@ async fn every_encoding_decodes_to_the_members_exact_bytes() {
                 .await;
         assert_eq!(got.header("etag"), Some("W/\"v1\""), "h2={h2}: a weak tag stays");
     }
+    // Every HTTP/1.1 connection went to hyper's path at its first request, which names a
+    // `compress` route.
+    let handed = r.live.metrics.listener("web").handoffs.get(Handoff::Route);
+    assert!(handed >= 4, "{handed} hand-offs");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
