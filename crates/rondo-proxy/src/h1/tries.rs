@@ -382,7 +382,8 @@ impl<'a, S: ClientStream> OwnTries<'a, S> {
         let mut out = std::mem::take(&mut self.out);
         out.clear();
         write::answer_head(&mut out, &answer, &applied.response(""), close);
-        if !self.is_head() {
+        // A 204 has no body (nor a length that would frame one).
+        if !self.is_head() && answer.status != 204 {
             out.extend_from_slice(&answer.body);
         }
         let written = self.c.stream.write_all(&out).await.is_ok();

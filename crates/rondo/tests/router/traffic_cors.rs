@@ -11,12 +11,12 @@ use super::traffic::{Got, parse};
 use crate::common::browser::{repo, run_node, tools_or_skip};
 use crate::common::{TempDir, free_port};
 
-fn config(m: &Recorder, extra_listener: &str, origins: &str) -> String {
+fn config(m: &Recorder, extra: &str, origins: &str) -> String {
     format!(
         r#"[[listener]]
 name = "web"
 listen = "127.0.0.1:0"
-{extra_listener}
+{extra}
 [[route]]
 listener = "web"
 cluster = "c"
@@ -79,6 +79,8 @@ async fn preflights_are_answered_by_the_router_and_refused_ones_lack_the_allow_f
         assert_eq!(got.header("access-control-max-age"), Some("600"), "h2={h2}");
         assert_eq!(got.header("vary"), Some("origin"), "h2={h2}");
         assert!(got.body.is_empty(), "h2={h2}");
+        // RFC 9110 section 8.6: no `Content-Length` on a 204.
+        assert_eq!(got.header("content-length"), None, "h2={h2}");
         // A wildcard origin: one or more labels before the suffix.
         let got =
             send(h2, "OPTIONS", &url, preflight("https://a.b.example.org", "PUT", None)).await;
@@ -189,4 +191,34 @@ filters = [ {{ respond = {{ headers = {{ "content-type" = "text/html" }}, body =
     let methods: Vec<&str> = seen.iter().map(|s| s.method.as_str()).collect();
     assert_eq!(methods, ["PUT"], "only the allowed request reached the member");
     assert_eq!(seen[0].body, br#"{"n":1}"#);
+}
+
+/// A 204 of the router's own (a preflight's, or a `respond` with status 204 even when given a
+/// body) carries no length and no body on HTTP/1.1: the next request on the connection is
+/// answered on its own, not read after stray body bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_204_answer_has_no_body_and_the_connection_carries_on() {
+    use super::support::{raw_connect, raw_send, read_response};
+    let m = Recorder::spawn("m1");
+    let extra = r#"
+[[route]]
+listener = "web"
+match = { path_prefix = "/gone" }
+filters = [ { respond = { status = 204, body = "stray bytes" } } ]
+"#;
+    let r = router(&config(&m, extra, ORIGINS)).await;
+    let mut conn = raw_connect(r.addr("web")).await;
+    let pipelined = "GET /gone HTTP/1.1\r\nhost: a\r\n\r\n\
+        OPTIONS /api HTTP/1.1\r\nhost: a\r\norigin: https://app.example.com\r\n\
+        access-control-request-method: GET\r\n\r\n\
+        GET /api HTTP/1.1\r\nhost: a\r\n\r\n";
+    raw_send(&mut conn, pipelined.as_bytes()).await;
+    let first = read_response(&mut conn).await.expect("the 204");
+    assert_eq!((first.status, first.header("content-length")), (204, None));
+    let second = read_response(&mut conn).await.expect("the preflight's 204");
+    assert_eq!(second.status, 204);
+    assert_eq!(second.header("access-control-allow-origin"), Some("https://app.example.com"));
+    let third = read_response(&mut conn).await.expect("the member's answer");
+    assert_eq!(third.status, 200);
+    assert!(third.text().starts_with("m1 "), "{}", third.text());
 }
