@@ -205,6 +205,8 @@ pub(crate) struct RawFilter {
     pub rate_limit: Option<RawRateLimit>,
     pub fault: Option<RawFault>,
     pub mirror: Option<RawMirror>,
+    pub cors: Option<RawCors>,
+    pub compress: Option<RawCompress>,
 }
 
 /// `soap`.
@@ -244,6 +246,31 @@ pub(crate) struct RawMirror {
     pub cluster: String,
     pub percent: Option<f64>,
     pub queue: Option<u64>,
+}
+
+/// `compress`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawCompress {
+    pub types: Option<Vec<String>>,
+    pub min_bytes: Option<u64>,
+    pub level: Option<u64>,
+    pub encodings: Option<Vec<String>>,
+}
+
+/// `cors`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawCors {
+    #[serde(default)]
+    pub allow_origins: Vec<String>,
+    pub allow_methods: Option<Vec<String>>,
+    #[serde(default)]
+    pub allow_headers: Vec<String>,
+    #[serde(default)]
+    pub expose_headers: Vec<String>,
+    pub allow_credentials: Option<bool>,
+    pub max_age_s: Option<u64>,
 }
 
 /// `request_id`.

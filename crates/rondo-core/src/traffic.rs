@@ -6,6 +6,12 @@
 
 use std::sync::Arc;
 
+mod compress;
+mod cors;
+
+pub use compress::{Compress, Encoding};
+pub use cors::{Cors, check_origin, origin_matches};
+
 /// One filter of a route's or a listener's chain, in the order the configuration lists them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TrafficFilter {
@@ -27,6 +33,10 @@ pub enum TrafficFilter {
     Fault(Fault),
     /// Copy a sampled share of requests to another cluster.
     Mirror(Mirror),
+    /// Answer CORS preflights and mark responses for allowed origins.
+    Cors(Cors),
+    /// Compress responses (on hyper's path: see [`TrafficFilter::transforms_body`]).
+    Compress(Compress),
 }
 
 impl TrafficFilter {
@@ -42,7 +52,15 @@ impl TrafficFilter {
             TrafficFilter::RateLimit(_) => "rate_limit",
             TrafficFilter::Fault(_) => "fault",
             TrafficFilter::Mirror(_) => "mirror",
+            TrafficFilter::Cors(_) => "cors",
+            TrafficFilter::Compress(_) => "compress",
         }
+    }
+
+    /// Whether it rewrites the response's body, which only hyper's path can (its own HTTP/1
+    /// path copies bodies as they come).
+    pub fn transforms_body(&self) -> bool {
+        matches!(self, TrafficFilter::Compress(_))
     }
 
     /// Whether it answers every request itself, so that the route needs no cluster.

@@ -516,6 +516,9 @@ pin_project! {
         Upstream { #[pin] inner: Incoming, finish: Option<Finish> },
         /// A response rondo made.
         Local { #[pin] inner: Full<Bytes>, finish: Option<Finish> },
+        /// A member's response, compressed as it streams (`compress`); `finish` counts what
+        /// the client got.
+        Encoded { #[pin] inner: crate::encode::Encoded, finish: Option<Finish> },
     }
 }
 
@@ -535,42 +538,48 @@ impl ProxyBody {
     pub(crate) fn into_upstream(self) -> Option<(Incoming, Option<Finish>)> {
         match self {
             ProxyBody::Upstream { inner, finish } => Some((inner, finish)),
-            ProxyBody::Local { .. } => None,
+            ProxyBody::Local { .. } | ProxyBody::Encoded { .. } => None,
         }
     }
 
     /// Runs `f` when the body is done (replacing nothing already set for a member's body).
     pub fn set_finish(&mut self, f: Finish) {
+        *self.finish_mut() = Some(f);
+    }
+
+    fn finish_mut(&mut self) -> &mut Option<Finish> {
         match self {
-            ProxyBody::Upstream { finish, .. } | ProxyBody::Local { finish, .. } => {
-                *finish = Some(f)
-            }
+            ProxyBody::Upstream { finish, .. }
+            | ProxyBody::Local { finish, .. }
+            | ProxyBody::Encoded { finish, .. } => finish,
         }
     }
 
     /// The body answers a gRPC call: its status, `head`'s for a trailers-only answer, else the
     /// trailers', decides the member's outcome and is counted on the route.
     pub(crate) fn grpc(&mut self, head: Option<rondo_core::grpc::Code>) {
-        let (ProxyBody::Upstream { finish: Some(f), .. }
-        | ProxyBody::Local { finish: Some(f), .. }) = self
-        else {
-            return;
-        };
+        let Some(f) = self.finish_mut() else { return };
         match head {
             Some(code) => f.grpc_status(code),
             None => f.grpc = true,
         }
     }
 
+    /// This body through `encode` (a member's body to compress), its finish moved outside so
+    /// that it counts the bytes the client gets.
+    pub(crate) fn encoded(
+        mut self,
+        encode: impl FnOnce(ProxyBody) -> crate::encode::Encoded,
+    ) -> ProxyBody {
+        let finish = self.finish_mut().take();
+        ProxyBody::Encoded { inner: encode(self), finish }
+    }
+
     /// Completes `line` of the access log when the body is done (a member's body: its finish
     /// is set already).
     pub fn log(&mut self, line: Pending) {
-        match self {
-            ProxyBody::Upstream { finish, .. } | ProxyBody::Local { finish, .. } => {
-                if let Some(f) = finish {
-                    f.log = Some(Box::new(line));
-                }
-            }
+        if let Some(f) = self.finish_mut() {
+            f.log = Some(Box::new(line));
         }
     }
 }
@@ -624,6 +633,20 @@ impl Body for ProxyBody {
                 }
                 Poll::Ready(r.map(|f| f.map_err(|e| Box::new(e) as BoxError)))
             }
+            ProxyProj::Encoded { inner, finish } => {
+                let r = std::task::ready!(inner.poll_frame(cx));
+                match &r {
+                    None => drop(finish.take()),
+                    Some(Ok(frame)) => count_sent(finish, frame),
+                    Some(Err(_)) => {
+                        if let Some(f) = finish.as_mut() {
+                            f.failed();
+                        }
+                        finish.take();
+                    }
+                }
+                Poll::Ready(r)
+            }
         }
     }
 
@@ -631,6 +654,7 @@ impl Body for ProxyBody {
         match self {
             ProxyBody::Upstream { inner, .. } => inner.is_end_stream(),
             ProxyBody::Local { inner, .. } => inner.is_end_stream(),
+            ProxyBody::Encoded { inner, .. } => inner.is_end_stream(),
         }
     }
 
@@ -638,6 +662,7 @@ impl Body for ProxyBody {
         match self {
             ProxyBody::Upstream { inner, .. } => inner.size_hint(),
             ProxyBody::Local { inner, .. } => inner.size_hint(),
+            ProxyBody::Encoded { inner, .. } => inner.size_hint(),
         }
     }
 }

@@ -14,6 +14,7 @@ pub mod access;
 pub mod body;
 mod chain;
 pub mod conn;
+pub mod encode;
 mod entropy;
 pub mod error;
 pub mod frames;

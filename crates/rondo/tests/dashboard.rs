@@ -17,12 +17,12 @@ mod common;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use common::browser::{repo, run_node, tools_or_skip};
 use common::{Proc, TempDir};
 use serde_json::json;
 
@@ -33,58 +33,6 @@ const SHADOW: &str = "random";
 /// A cluster with health checks and no route: probed, never sent a request.
 const IDLE: &str = "idle";
 const IDLE_MEMBERS: [&str; 2] = ["i1", "i2"];
-
-/// The browser, the playwright-core folder and the script, or what is missing.
-struct Tools {
-    chromium: PathBuf,
-    playwright: PathBuf,
-}
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-/// Where playwright-core is installed and the screenshot goes: `RONDO_UI_TEST_DIR`, else the
-/// repository's `target/ui-test` (where `.ci/run` installs it), else, when that has none and
-/// `CARGO_TARGET_DIR` is set, that target directory's `ui-test`.
-fn ui_test_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("RONDO_UI_TEST_DIR") {
-        return PathBuf::from(dir);
-    }
-    let repo_dir = repo().join("target/ui-test");
-    let installed = |d: &Path| d.join("node_modules/playwright-core/package.json").is_file();
-    match std::env::var_os("CARGO_TARGET_DIR").map(|t| PathBuf::from(t).join("ui-test")) {
-        Some(dir) if !installed(&repo_dir) && installed(&dir) => dir,
-        _ => repo_dir,
-    }
-}
-
-fn tools() -> Result<Tools, String> {
-    let chromium = std::env::var_os("RONDO_CHROMIUM")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/usr/bin/chromium"));
-    let playwright = ui_test_dir();
-    let mut missing = Vec::new();
-    if !chromium.is_file() {
-        missing.push(format!("chromium ({})", chromium.display()));
-    }
-    let node = Command::new("node").arg("--version").stdout(Stdio::null()).status();
-    if !node.is_ok_and(|s| s.success()) {
-        missing.push("node".to_owned());
-    }
-    if !playwright.join("node_modules/playwright-core/package.json").is_file() {
-        missing.push(format!(
-            "playwright-core (npm install --prefix {} playwright-core@1)",
-            playwright.display()
-        ));
-    }
-    if missing.is_empty() { Ok(Tools { chromium, playwright }) } else { Err(missing.join(", ")) }
-}
-
-/// `CI` set to anything but empty, `0` or `false`.
-fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false")
-}
 
 /// One HTTP/1.1 request with `Connection: close`; status line and body (5 s limit).
 fn http(addr: SocketAddr, method: &str, path: &str, token: Option<&str>) -> (String, String) {
@@ -131,18 +79,7 @@ impl Drop for Traffic {
 
 #[test]
 fn dashboard_shows_members_and_drains_one_in_headless_chromium() {
-    let tools = match tools() {
-        Ok(t) => t,
-        Err(missing) if in_ci() => {
-            panic!("CI is set but the browser test cannot run: missing {missing}")
-        }
-        Err(missing) => {
-            eprintln!(
-                "SKIPPED dashboard browser test: missing {missing} (bash .ci/run installs them)"
-            );
-            return;
-        }
-    };
+    let Some(tools) = tools_or_skip("dashboard browser test") else { return };
 
     let stack = Stack::start();
     let (web, admin) = (stack.web, stack.admin);
@@ -156,43 +93,23 @@ fn dashboard_shows_members_and_drains_one_in_headless_chromium() {
     std::fs::create_dir_all(&out_dir).unwrap();
     let screenshot = out_dir.join("dashboard.png");
     let _ = std::fs::remove_file(&screenshot);
-    let log = stack.dir.0.join("node.log");
-    let mut node = Command::new("node")
-        .arg(repo().join("crates/rondo/tests/ui/dashboard.mjs"))
-        .env("DASHBOARD_URL", format!("http://{admin}/"))
-        .env("TOKEN", TOKEN)
-        .env("CLUSTER", "web")
-        .env("MEMBERS", MEMBERS.join(","))
-        .env("DRAIN", DRAINED)
-        .env("SHADOW", SHADOW)
-        .env("QUEUE", "orders")
-        .env("IDLE_CLUSTER", IDLE)
-        .env("IDLE_MEMBERS", IDLE_MEMBERS.join(","))
-        .env("SCREENSHOT", &screenshot)
-        .env("CHROMIUM", &tools.chromium)
-        .env("PLAYWRIGHT_DIR", &tools.playwright)
-        .stdin(Stdio::null())
-        .stdout(std::fs::File::create(&log).unwrap())
-        .stderr(std::fs::File::create(stack.dir.0.join("node.err")).unwrap())
-        .spawn()
-        .expect("start node");
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let exit = loop {
-        if let Some(s) = node.try_wait().unwrap() {
-            break Some(s);
-        }
-        if Instant::now() >= deadline {
-            let _ = node.kill();
-            let _ = node.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    let stdout = std::fs::read_to_string(&log).unwrap_or_default();
-    let stderr = std::fs::read_to_string(stack.dir.0.join("node.err")).unwrap_or_default();
-    let exit = exit.unwrap_or_else(|| panic!("the browser run took over 120 s\n{stdout}{stderr}"));
-    assert!(exit.success(), "the browser run failed ({exit}):\n{stdout}{stderr}");
-    assert_eq!(stdout.trim(), "ok", "{stderr}");
+    let env = [
+        ("DASHBOARD_URL", format!("http://{admin}/")),
+        ("TOKEN", TOKEN.to_owned()),
+        ("CLUSTER", "web".to_owned()),
+        ("MEMBERS", MEMBERS.join(",")),
+        ("DRAIN", DRAINED.to_owned()),
+        ("SHADOW", SHADOW.to_owned()),
+        ("QUEUE", "orders".to_owned()),
+        ("IDLE_CLUSTER", IDLE.to_owned()),
+        ("IDLE_MEMBERS", IDLE_MEMBERS.join(",")),
+        ("SCREENSHOT", screenshot.display().to_string()),
+    ];
+    let script = repo().join("crates/rondo/tests/ui/dashboard.mjs");
+    let limit = Duration::from_secs(120);
+    if let Err(why) = run_node(&tools, &script, &env, &stack.dir.0, limit) {
+        panic!("{why}");
+    }
     assert!(screenshot.is_file(), "no screenshot at {}", screenshot.display());
 
     let (status, body) = http(admin, "GET", "/api/v1/status", Some(TOKEN));

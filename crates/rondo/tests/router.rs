@@ -24,6 +24,8 @@ mod router {
     mod serve;
     mod session_replay;
     pub(crate) mod traffic;
+    mod traffic_compress;
+    mod traffic_cors;
     mod traffic_fault;
     mod traffic_mirror;
     mod traffic_rate_limit;

@@ -16,6 +16,7 @@ mod sampling;
 mod services;
 mod split;
 mod traffic;
+mod traffic_edge;
 
 use clusters::compile_cluster;
 pub use clusters::{DeclaredPolicyError, compile_declared_policy};

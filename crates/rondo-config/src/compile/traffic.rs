@@ -33,13 +33,15 @@ pub(super) fn compile_filters(
             f.rate_limit.is_some(),
             f.fault.is_some(),
             f.mirror.is_some(),
+            f.cors.is_some(),
+            f.compress.is_some(),
         ];
         if named.iter().filter(|n| **n).count() != 1 {
             c.err(
                 p,
                 "each filter is an inline table with exactly one key, the filter's name: \
-                 request_id, headers, rewrite, redirect, respond, soap, rate_limit, fault or \
-                 mirror",
+                 request_id, headers, rewrite, redirect, respond, soap, rate_limit, fault, \
+                 mirror, cors or compress",
             );
             continue;
         }
@@ -64,6 +66,10 @@ pub(super) fn compile_filters(
             respond(c, &p.key("respond"), r)
         } else if let Some(r) = &f.fault {
             super::sampling::fault(c, &p.key("fault"), r, header_name).map(TrafficFilter::Fault)
+        } else if let Some(r) = &f.cors {
+            super::traffic_edge::cors(c, &p.key("cors"), r).map(TrafficFilter::Cors)
+        } else if let Some(r) = &f.compress {
+            super::traffic_edge::compress(c, &p.key("compress"), r).map(TrafficFilter::Compress)
         } else {
             f.mirror
                 .as_ref()

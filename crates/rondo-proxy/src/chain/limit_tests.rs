@@ -15,7 +15,15 @@ fn spec(key: LimitKey, burst: u64, max_keys: u64) -> RateLimit {
 }
 
 fn info(client_ip: &str) -> Info<'_> {
-    Info { client_ip, tls: false, host: Some("example.com"), port: None, path: "/", query: None }
+    Info {
+        client_ip,
+        method: "GET",
+        tls: false,
+        host: Some("example.com"),
+        port: None,
+        path: "/",
+        query: None,
+    }
 }
 
 fn counted(m: &Metrics, name: &str) -> String {

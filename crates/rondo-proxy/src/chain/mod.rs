@@ -26,6 +26,8 @@ use crate::head::Headers;
 use crate::http::HttpCtx;
 
 mod answer;
+mod compress;
+mod cors;
 mod fault;
 mod fields;
 mod limit;
@@ -34,6 +36,7 @@ mod rewrite;
 pub(crate) mod soap;
 mod trace;
 
+pub(crate) use compress::respond as compress_response;
 pub(crate) use fault::hold;
 pub(crate) use fields::FieldOps;
 pub use limit::Limits;
@@ -68,6 +71,8 @@ enum Step {
     RateLimit(limit::LimitStep),
     Fault(fault::FaultStep),
     Mirror(mirror::MirrorStep),
+    Cors(cors::CorsStep),
+    Compress(compress::CompressStep),
 }
 
 impl Chain {
@@ -124,6 +129,8 @@ impl Chain {
             TrafficFilter::RateLimit(r) => Step::RateLimit(limits.step(at, r)),
             TrafficFilter::Fault(f) => Step::Fault(fault::FaultStep::new(f)),
             TrafficFilter::Mirror(m) => Step::Mirror(mirror::MirrorStep::new(m)),
+            TrafficFilter::Cors(c) => Step::Cors(cors::CorsStep::new(c)),
+            TrafficFilter::Compress(c) => Step::Compress(compress::CompressStep::new(c)),
         }
     }
 
@@ -192,6 +199,11 @@ impl Chain {
                     s.request(&mut applied);
                     None
                 }
+                Step::Cors(s) => s.request(info, headers, &mut applied),
+                Step::Compress(s) => {
+                    s.request(info, headers, &mut applied);
+                    None
+                }
             };
             if let Some(answer) = answer {
                 return Err(Box::new(Stopped::Answered(answer, applied)));
@@ -235,6 +247,8 @@ impl Stopped {
 pub(crate) struct Info<'a> {
     /// The client's address, as text.
     pub(crate) client_ip: &'a str,
+    /// The request's method.
+    pub(crate) method: &'a str,
     /// Whether the client spoke TLS to the listener (the request's scheme is `https`).
     pub(crate) tls: bool,
     /// The request's host, without its port.
@@ -295,6 +309,8 @@ pub(crate) struct Applied {
     pub(crate) delay: Option<std::time::Duration>,
     /// The mirrors this request was drawn for (`mirror`): copies of it go to their clusters.
     pub(crate) mirrors: Vec<rondo_core::Branch>,
+    /// The response's compression (`compress`), decided in the response phase.
+    compress: Option<compress::Plan>,
 }
 
 impl Applied {

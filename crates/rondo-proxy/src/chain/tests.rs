@@ -19,6 +19,7 @@ impl Headers for Fields {
 fn info() -> Info<'static> {
     Info {
         client_ip: "10.0.0.7",
+        method: "GET",
         tls: false,
         host: Some("example.com"),
         port: Some(8080),

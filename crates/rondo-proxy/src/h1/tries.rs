@@ -196,8 +196,8 @@ impl<'a, S: ClientStream> OwnTries<'a, S> {
             find_route(self.ctx, snapshot, &headers, target, body)
         };
         let route = match found {
-            Ok(Decided::Route(routed)) if !needs_hyper(&routed) => routed.route,
-            // Body filters, multicast copies and session replay are hyper's path's.
+            Ok(Decided::Route(routed)) if !needs_hyper(self.ctx, &routed) => routed.route,
+            // Body filters, multicast copies, session replay and `compress` are hyper's path's.
             Ok(_) => {
                 self.ctx.metrics.handoffs.inc(Handoff::Route);
                 return Err(Decline);
@@ -255,7 +255,7 @@ impl<'a, S: ClientStream> OwnTries<'a, S> {
     /// get, the tries and the response.
     fn filters(&mut self, chain: &Chain, route: &Route) -> Result<(), Box<Stopped>> {
         let headers = OwnHead { buf: &self.buf, fields: &self.head.fields };
-        let (_, target) = request_line(&self.buf, &self.head);
+        let (method, target) = request_line(&self.buf, &self.head);
         let target = self.target.as_deref().unwrap_or(target);
         let (path, query) = match target.split_once('?') {
             Some((path, query)) => (path, Some(query)),
@@ -263,6 +263,7 @@ impl<'a, S: ClientStream> OwnTries<'a, S> {
         };
         let info = Info {
             client_ip: std::str::from_utf8(self.c.ip.as_bytes()).unwrap_or(""),
+            method,
             tls: self.c.tls.is_some(),
             host: Some(text(&self.buf, self.host)),
             port: port_of(text(&self.buf, self.head.host)),
@@ -394,7 +395,8 @@ impl<'a, S: ClientStream> OwnTries<'a, S> {
         let mut out = std::mem::take(&mut self.out);
         out.clear();
         write::answer_head(&mut out, &answer, &applied.response(""), close);
-        if !self.is_head() {
+        // A 204 has no body (nor a length that would frame one).
+        if !self.is_head() && answer.status != 204 {
             out.extend_from_slice(&answer.body);
         }
         let written = self.c.stream.write_all(&out).await.is_ok();

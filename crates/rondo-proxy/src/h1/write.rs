@@ -222,13 +222,12 @@ pub(super) fn answer_head(out: &mut Vec<u8>, answer: &Answer, edits: &FieldOps, 
         .ok()
         .and_then(|s| s.canonical_reason())
         .unwrap_or("");
-    let _ = write!(
-        out,
-        "HTTP/1.1 {} {reason}\r\ncontent-length: {}\r\ndate: {}\r\n",
-        answer.status,
-        answer.body.len(),
-        httpdate::fmt_http_date(std::time::SystemTime::now())
-    );
+    let date = httpdate::fmt_http_date(std::time::SystemTime::now());
+    let _ = write!(out, "HTTP/1.1 {} {reason}\r\ndate: {date}\r\n", answer.status);
+    // RFC 9110 section 8.6: a 204 has no `Content-Length` (a CORS preflight's answer).
+    if answer.status != 204 {
+        let _ = write!(out, "content-length: {}\r\n", answer.body.len());
+    }
     for (name, value) in &answer.headers {
         field(out, name.as_str().as_bytes(), value.as_bytes());
     }

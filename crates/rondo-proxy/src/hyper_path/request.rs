@@ -283,6 +283,7 @@ pub(super) fn info<'a>(
     let full = req.headers().get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("");
     Info {
         client_ip: conn.client_ip.to_str().unwrap_or(""),
+        method: req.method().as_str(),
         tls: ctx.listener.tls.is_some(),
         host,
         port: port_of(full),

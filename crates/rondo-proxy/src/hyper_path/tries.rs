@@ -129,11 +129,16 @@ async fn attempt(
             let served = Served { counted, slot: req.slot.clone(), tries: failover.tries() };
             let upgrade = req.client_upgrade.take();
             let mut resp = respond(conn, route, rt, choice, upgrade, resp, latency, served);
-            if let Some(applied) = req.applied.as_ref().filter(|a| a.edits_response()) {
-                applied.response(&rt.spec.members[member].name).apply(resp.headers_mut());
-            }
+            // A SOAP message is converted back first: compression then works on what the
+            // client reads.
             if let Some(plan) = req.applied.as_ref().and_then(|a| a.soap) {
                 resp = super::soap::response(resp, plan, route).await;
+            }
+            if let Some(applied) = req.applied.as_ref() {
+                if applied.edits_response() {
+                    applied.response(&rt.spec.members[member].name).apply(resp.headers_mut());
+                }
+                crate::chain::compress_response(applied, &route.name, &ctx.live.metrics, &mut resp);
             }
             Ok(resp)
         }

@@ -17,6 +17,7 @@
 //! [`crate::process`].
 
 mod fault;
+mod filters;
 mod limits;
 mod listener;
 mod members;
@@ -36,6 +37,7 @@ use prometheus_client::registry::Registry;
 use crate::{Snapshot, clock};
 
 pub use fault::FaultLabels;
+pub use filters::CompressLabels;
 pub use limits::LimitLabels;
 pub use listener::{
     ClosedLabels, Handoff, HandoffLabels, Handoffs, ListenerLabels, ListenerMetrics, OpenConn,
@@ -126,6 +128,10 @@ pub struct Metrics {
     pub grpc_responses: Family<GrpcLabels, Counter>,
     /// The `rate_limit` filters' figures.
     limits: limits::LimitFamilies,
+    /// Bytes the `compress` filter took in (`rondo_compress_bytes_in_total`).
+    compress_in: Family<CompressLabels, Counter>,
+    /// Bytes the `compress` filter sent out (`rondo_compress_bytes_out_total`).
+    compress_out: Family<CompressLabels, Counter>,
     conn_active: Family<ListenerLabels, Gauge>,
     conn_accepted: Family<ListenerLabels, Counter>,
     conn_refused: Family<ListenerLabels, Counter>,
@@ -203,6 +209,8 @@ impl Metrics {
             bytes_out: Family::default(),
             grpc_responses: Family::default(),
             limits: Default::default(),
+            compress_in: Family::default(),
+            compress_out: Family::default(),
             conn_active: Family::default(),
             conn_accepted: Family::default(),
             conn_refused: Family::default(),
@@ -250,6 +258,7 @@ impl Metrics {
         members::register_state(&m, &mut r);
         tls::register(&m, &mut r);
         limits::register(&m, &mut r);
+        filters::register(&m, &mut r);
         m.registry = r;
         m
     }

@@ -3,6 +3,8 @@
 //! processes. Each test binary compiles this module on its own and uses only part of it.
 #![allow(dead_code)]
 
+pub mod browser;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::SocketAddr;
 use std::path::PathBuf;

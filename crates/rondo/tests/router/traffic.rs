@@ -33,7 +33,12 @@ pub(crate) fn curl(h2: bool, url: &str, headers: &[&str]) -> Got {
     }
     let out = cmd.arg(url).output().expect("curl runs");
     assert!(out.status.success(), "curl failed: {}", String::from_utf8_lossy(&out.stderr));
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    parse(&out.stdout)
+}
+
+/// curl's `-D - -o -` output: the head, then the body.
+pub(super) fn parse(stdout: &[u8]) -> Got {
+    let text = String::from_utf8_lossy(stdout).into_owned();
     let (head, body) = text.split_once("\r\n\r\n").expect("a head");
     let mut lines = head.lines();
     let status = lines.next().and_then(|l| l.split(' ').nth(1)).and_then(|s| s.parse().ok());
