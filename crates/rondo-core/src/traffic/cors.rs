@@ -98,7 +98,7 @@ pub fn check_origin(pattern: &str) -> Result<(), String> {
         && host.starts_with('[')
         && host.len() >= 2
         && host.ends_with(']')
-        && host[1..host.len() - 1].parse::<std::net::Ipv6Addr>().is_ok();
+        && host[1..host.len() - 1].parse::<core::net::Ipv6Addr>().is_ok();
     if !(ipv6 || host.split('.').all(is_label)) {
         return Err(bad());
     }
