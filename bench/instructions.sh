@@ -10,6 +10,11 @@
 #   bench/instructions.sh --access-log text|json [--no-build BIN ...]
 #                                              the same with the listener's access log on
 #                                              (written to the temporary directory)
+#   bench/instructions.sh --filters [--no-build BIN ...]
+#                                              the same with the route's filter chain of
+#                                              issue 34: request_id, three header edits (two
+#                                              sets, one with ${client_ip}, one remove) and a
+#                                              rate_limit that never refuses
 #
 # With RONDO_KEEP_PROFILE=DIR each run's callgrind profile is kept as DIR/<binary name>.cg
 # (compare two with `callgrind_annotate --inclusive=yes`).
@@ -22,11 +27,17 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 access_log=""
-if [ "${1:-}" = "--access-log" ]; then
-  access_log=${2:-}
-  case "$access_log" in text|json) ;; *) echo "bench/instructions.sh: --access-log is text or json" >&2; exit 2 ;; esac
-  shift 2
-fi
+filters=0
+while :; do
+  case "${1:-}" in
+    --access-log)
+      access_log=${2:-}
+      case "$access_log" in text|json) ;; *) echo "bench/instructions.sh: --access-log is text or json" >&2; exit 2 ;; esac
+      shift 2 ;;
+    --filters) filters=1; shift ;;
+    *) break ;;
+  esac
+done
 build=1
 if [ "${1:-}" = "--no-build" ]; then
   build=0
@@ -62,6 +73,7 @@ listen = "127.0.0.1:19100"
 [[route]]
 listener = "web"
 cluster = "app"
+FILTERS
 
 [cluster.app]
 algorithm = "round-robin"
@@ -71,6 +83,15 @@ members = [
   { name = "m3", address = "127.0.0.1:19103" },
 ]
 EOF
+if [ "$filters" = 1 ]; then
+  # The chain of issue 34: what a route with the common filters costs per request. The rate is
+  # far above anything wrk reaches, so every request passes (a 429 would be cheaper).
+  chain='filters = [ { request_id = {} }, { headers = { request = { set = { "x-a" = "1", "x-b" = "${client_ip}" }, remove = ["x-debug"] } } }, { rate_limit = { key = "client_ip", rate = "1000000/s", burst = 1000000 } } ]'
+  awk -v c="$chain" '$0 == "FILTERS" {print c; next} {print}' "$tmp/rondo.toml" >"$tmp/rondo.toml.new"
+else
+  grep -v '^FILTERS$' "$tmp/rondo.toml" >"$tmp/rondo.toml.new"
+fi
+mv "$tmp/rondo.toml.new" "$tmp/rondo.toml"
 if [ -n "$access_log" ]; then
   sed -i "s|^listen = \"127.0.0.1:19100\"|&\naccess_log = { path = \"$tmp/access.log\", format = \"$access_log\" }|" "$tmp/rondo.toml"
 fi
@@ -105,6 +126,8 @@ for bin in "$@"; do
   requests=$(echo "$out" | awk '/requests in/ {print $1}')
   ir=$(callgrind_annotate "$tmp/cg.$vg.1" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')
   echo "$bin: $requests requests measured, $ir instructions, $((ir / requests)) per request"
+  non2xx=$(echo "$out" | awk '/Non-2xx/ {print $NF}')
+  [ -z "$non2xx" ] || echo "  warning: $non2xx responses were not 2xx (the count is not of proxied requests)"
   if [ -n "${RONDO_KEEP_PROFILE:-}" ]; then
     cp "$tmp/cg.$vg.1" "$RONDO_KEEP_PROFILE/$(basename "$bin").cg"
   fi
