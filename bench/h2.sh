@@ -2,7 +2,7 @@
 # HTTP/2 benchmark (issue 35): rondo vs HAProxy, side by side in one run, with h2load as the
 # client. Run through bench/run.sh:
 #
-#   bench/run.sh --h2               full run (about 6 minutes once built)
+#   bench/run.sh --h2               full run (about 7 minutes once built)
 #   bench/run.sh --h2 --quick       smoke test (about 2 minutes, one round, short runs)
 #
 # Options: --quick, --no-install (don't apt-get anything), --no-build (use the binaries already
