@@ -10,23 +10,41 @@
 #   bench/instructions.sh --access-log text|json [--no-build BIN ...]
 #                                              the same with the listener's access log on
 #                                              (written to the temporary directory)
+#   bench/instructions.sh --filters [--no-build BIN ...]
+#                                              the same with the route's filter chain of
+#                                              issue 34: request_id, three header edits (two
+#                                              sets, one with ${client_ip}, one remove) and a
+#                                              rate_limit that never refuses
+#   bench/instructions.sh --h2 [--no-build BIN ...]
+#                                              h2load (h2c, prior knowledge, -c8 -m10) as the
+#                                              client instead of wrk: HTTP/2 from the client,
+#                                              HTTP/1.1 to the members (may be combined with
+#                                              --filters or --access-log)
 #
 # With RONDO_KEEP_PROFILE=DIR each run's callgrind profile is kept as DIR/<binary name>.cg
 # (compare two with `callgrind_annotate --inclusive=yes`).
 # Each run: 3 s of unmeasured warm-up with instrumentation off, then instrumentation on for
 # 8 s of `wrk -t1 -c8`, dumped; prints the requests wrk completed in the measured part and
 # the instructions counted (Ir) per request. Needs valgrind, wrk and curl (apt-get install
-# valgrind wrk curl). Ports 19100-19103.
+# valgrind wrk curl; --h2 needs h2load: nghttp2-client). Ports 19100-19103.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 access_log=""
-if [ "${1:-}" = "--access-log" ]; then
-  access_log=${2:-}
-  case "$access_log" in text|json) ;; *) echo "bench/instructions.sh: --access-log is text or json" >&2; exit 2 ;; esac
-  shift 2
-fi
+filters=0
+h2=0
+while :; do
+  case "${1:-}" in
+    --access-log)
+      access_log=${2:-}
+      case "$access_log" in text|json) ;; *) echo "bench/instructions.sh: --access-log is text or json" >&2; exit 2 ;; esac
+      shift 2 ;;
+    --filters) filters=1; shift ;;
+    --h2) h2=1; shift ;;
+    *) break ;;
+  esac
+done
 build=1
 if [ "${1:-}" = "--no-build" ]; then
   build=0
@@ -36,7 +54,9 @@ if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then
   sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'
   exit 0
 fi
-for tool in valgrind callgrind_control callgrind_annotate wrk curl; do
+client=wrk
+[ "$h2" = 1 ] && client=h2load
+for tool in valgrind callgrind_control callgrind_annotate "$client" curl; do
   command -v "$tool" >/dev/null || { echo "bench/instructions.sh: $tool is missing" >&2; exit 1; }
 done
 if [ "$build" = 1 ]; then
@@ -62,6 +82,7 @@ listen = "127.0.0.1:19100"
 [[route]]
 listener = "web"
 cluster = "app"
+FILTERS
 
 [cluster.app]
 algorithm = "round-robin"
@@ -71,9 +92,27 @@ members = [
   { name = "m3", address = "127.0.0.1:19103" },
 ]
 EOF
+if [ "$filters" = 1 ]; then
+  # The chain of issue 34: what a route with the common filters costs per request. The rate is
+  # far above anything wrk reaches, so every request passes (a 429 would be cheaper).
+  chain='filters = [ { request_id = {} }, { headers = { request = { set = { "x-a" = "1", "x-b" = "${client_ip}" }, remove = ["x-debug"] } } }, { rate_limit = { key = "client_ip", rate = "1000000/s", burst = 1000000 } } ]'
+  awk -v c="$chain" '$0 == "FILTERS" {print c; next} {print}' "$tmp/rondo.toml" >"$tmp/rondo.toml.new"
+else
+  grep -v '^FILTERS$' "$tmp/rondo.toml" >"$tmp/rondo.toml.new"
+fi
+mv "$tmp/rondo.toml.new" "$tmp/rondo.toml"
 if [ -n "$access_log" ]; then
   sed -i "s|^listen = \"127.0.0.1:19100\"|&\naccess_log = { path = \"$tmp/access.log\", format = \"$access_log\" }|" "$tmp/rondo.toml"
 fi
+
+# load SECONDS: the client's run against the router.
+load() {
+  if [ "$h2" = 1 ]; then
+    h2load -c8 -m10 -t1 -D "$1" http://127.0.0.1:19100/
+  else
+    wrk -t1 -c8 -d"$1"s http://127.0.0.1:19100/
+  fi
+}
 
 for bin in "$@"; do
   [ -x "$bin" ] || { echo "bench/instructions.sh: $bin is not executable" >&2; exit 1; }
@@ -93,18 +132,26 @@ for bin in "$@"; do
     sleep 0.2
   done
   [ "$up" = 1 ] || { echo "bench/instructions.sh: rondo did not come up:" >&2; cat "$tmp/serve.log" >&2; exit 1; }
-  wrk -t1 -c8 -d3s http://127.0.0.1:19100/ >/dev/null
+  load 3 >/dev/null
   callgrind_control -i on "$vg" >/dev/null 2>&1
-  out=$(wrk -t1 -c8 -d8s http://127.0.0.1:19100/)
+  out=$(load 8)
   callgrind_control -i off "$vg" >/dev/null 2>&1
   callgrind_control -d "$vg" >/dev/null 2>&1
   kill -INT "$vg"
   wait "$vg" 2>/dev/null || true
   for p in "${members[@]}"; do kill "$p" 2>/dev/null || true; done
   wait "${members[@]}" 2>/dev/null || true
-  requests=$(echo "$out" | awk '/requests in/ {print $1}')
+  if [ "$h2" = 1 ]; then
+    # "requests: N total, N started, N done, N succeeded, ..."; "status codes: N 2xx, N 3xx, ..."
+    requests=$(echo "$out" | awk '/^requests:/ {print $8}')
+    non2xx=$(echo "$out" | awk '/^status codes:/ {n = $5 + $7 + $9; if (n) print n}')
+  else
+    requests=$(echo "$out" | awk '/requests in/ {print $1}')
+    non2xx=$(echo "$out" | awk '/Non-2xx/ {print $NF}')
+  fi
   ir=$(callgrind_annotate "$tmp/cg.$vg.1" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')
   echo "$bin: $requests requests measured, $ir instructions, $((ir / requests)) per request"
+  [ -z "$non2xx" ] || echo "  warning: $non2xx responses were not 2xx (the count is not of proxied requests)"
   if [ -n "${RONDO_KEEP_PROFILE:-}" ]; then
     cp "$tmp/cg.$vg.1" "$RONDO_KEEP_PROFILE/$(basename "$bin").cg"
   fi

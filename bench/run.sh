@@ -8,6 +8,11 @@
 #                             handshakes/s with ECDSA and RSA certificates, keep-alive requests/s
 #                             over TLS, RSS per idle TLS connection; --quick, --no-install and
 #                             --no-build apply)
+#   bench/run.sh --h2         the HTTP/2 benchmark instead, rondo vs HAProxy with h2load
+#                             (bench/h2.sh: h2c → HTTP/1.1, h2c → h2c and TLS h2 → HTTP/1.1
+#                             members; requests/s, CPU per request, p50/p99 at a fixed rate,
+#                             RSS per idle HTTP/2 connection; --quick, --no-install and
+#                             --no-build apply)
 #
 # Options:
 #   --members nginx|rondo     what serves as the three members (default nginx, see below)
@@ -54,6 +59,7 @@ ROOT=$(pwd)
 
 for arg in "$@"; do
   if [ "$arg" = --tls ]; then exec "$ROOT/bench/tls.sh" "$@"; fi
+  if [ "$arg" = --h2 ]; then exec "$ROOT/bench/h2.sh" "$@"; fi
 done
 
 quick=0

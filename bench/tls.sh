@@ -63,106 +63,15 @@ declare -A PORT=([rondo-ecdsa]=$((BASE + 10)) [rondo-rsa]=$((BASE + 11)) [haprox
 # Plain HTTP ports of the same processes: what TLS adds is the difference.
 declare -A PLAIN=([rondo]=$((BASE + 14)) [haproxy]=$((BASE + 15)))
 
-log() { printf '[bench-tls %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
-die() { printf 'bench/tls.sh: %s\n' "$*" >&2; exit 1; }
-
-# --- tools --------------------------------------------------------------------------------------
-need=(haproxy:haproxy nginx:nginx wrk:wrk taskset:util-linux openssl:openssl)
-missing=()
-for entry in "${need[@]}"; do
-  cmd=${entry%%:*} pkg=${entry#*:}
-  command -v "$cmd" >/dev/null 2>&1 || [ -x "/usr/sbin/$cmd" ] || missing+=("$pkg")
-done
-if [ "${#missing[@]}" -gt 0 ]; then
-  [ "$install" = 1 ] || die "missing ${missing[*]} (run without --no-install to apt-get them)"
-  log "installing ${missing[*]}"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
-export PATH="$PATH:/usr/sbin:/sbin"
-
-TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
-if [ "$build" = 1 ]; then
-  log "building rondo and rondo-loadgen (release)"
-  cargo build --release --quiet -p rondo -p rondo-bench
-fi
-RONDO=$TARGET_DIR/release/rondo
-LOADGEN=$TARGET_DIR/release/rondo-loadgen
-[ -x "$RONDO" ] && [ -x "$LOADGEN" ] || die "missing $RONDO or $LOADGEN (build them first)"
-
-LOADAVG=$(cut -d' ' -f1-3 /proc/loadavg)
-REV=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
-if [ -n "$(git -C "$ROOT" status --porcelain --untracked-files=no -- crates Cargo.toml Cargo.lock 2>/dev/null)" ]; then
-  REV+=" with uncommitted changes to crates/"
-fi
-
-# --- processes: every one started is tracked and ended on exit ----------------------------------
-TMP=$(mktemp -d /tmp/rondo-bench-tls.XXXXXX)
-PIDS=()
-children() { pgrep -P "$1" 2>/dev/null || true; }
-stop_pids() {
-  local all=() p
-  for p in "$@"; do all+=("$p" $(children "$p")); done
-  [ "${#all[@]}" -gt 0 ] || return 0
-  kill -TERM "${all[@]}" 2>/dev/null || true
-  for _ in $(seq 30); do
-    local alive=0
-    for p in "${all[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
-    [ "$alive" = 0 ] && break
-    sleep 0.1
-  done
-  kill -KILL "${all[@]}" 2>/dev/null || true
-  for p in "$@"; do wait "$p" 2>/dev/null || true; done
-}
-cleanup() {
-  local rc=$?
-  trap - EXIT INT TERM
-  stop_pids "${PIDS[@]}"
-  if [ "${BENCH_KEEP_TMP:-0}" = 1 ]; then log "kept $TMP"; else rm -rf "$TMP"; fi
-  exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-start() {
-  local name=$1 cpu=$2
-  shift 2
-  taskset -c "$cpu" "$@" >"$TMP/$name.log" 2>&1 &
-  PIDS+=($!)
-  eval "PID_$name=$!"
-}
-port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-wait_port() {
-  for _ in $(seq 100); do
-    port_open "$1" && return 0
-    sleep 0.1
-  done
-  cat "$TMP/$2.log" >&2 2>/dev/null || true
-  die "$2 did not listen on port $1 within 10 s"
-}
+BENCH_NAME=bench-tls TMP_PREFIX=rondo-bench-tls
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"
+bench_tools "$install" haproxy:haproxy nginx:nginx wrk:wrk taskset:util-linux openssl:openssl
+bench_binaries "$build"
+[ -x "$LOADGEN" ] || die "missing $LOADGEN (build it first)"
 for p in "${MEMBER_PORTS[@]}" "${PORT[@]}" "${PLAIN[@]}"; do
   port_open "$p" && die "port $p is taken (set BENCH_PORT_BASE)"
 done
-cpu_ticks() {
-  local total=0 p t
-  for p in "$@"; do
-    t=$(sed 's/^.*) //' "/proc/$p/stat" 2>/dev/null | awk '{print $12 + $13}') || t=0
-    total=$((total + ${t:-0}))
-  done
-  echo "$total"
-}
-rss_kib() {
-  local total=0 p r
-  for p in "$@"; do
-    r=$(awk '/^VmRSS:/{print $2}' "/proc/$p/status" 2>/dev/null) || r=0
-    total=$((total + ${r:-0}))
-  done
-  echo "$total"
-}
-TCK=$(getconf CLK_TCK)
-core_jiffies() { awk -v c="cpu$1" '$1 == c {print $2 + $3 + $4 + $7 + $8, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9}' /proc/stat; }
-busy() { awk -v a="$1" -v b="$2" 'BEGIN {split(a, x, " "); split(b, y, " "); printf "%.0f", (y[2] > x[2] ? 100 * (y[1] - x[1]) / (y[2] - x[2]) : 0)}'; }
-
 # --- certificates -------------------------------------------------------------------------------
 san="subjectAltName=DNS:localhost,IP:127.0.0.1"
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 7 -subj /CN=localhost \
@@ -296,22 +205,6 @@ for key in "${!PORT[@]}"; do
 done
 log "members and proxies up; rondo $("$RONDO" --version | awk 'NR == 1 {print $2}'), $(haproxy -v | awk 'NR == 1' | awk '{print $1, $3}'), $(openssl version | awk '{print $1, $2}') on the HAProxy side"
 
-# measure PROXY CMD...: runs CMD on the load core; prints "proxy_cpu_us proxy_busy load_busy" after CMD's output line.
-measure() {
-  local px=$1 before after p0 p1 l0 l1 out
-  shift
-  before=$(cpu_ticks "${PPID_OF[$px]}")
-  p0=$(core_jiffies "$PROXY_CPU") l0=$(core_jiffies "$LOAD_CPU")
-  out=$(taskset -c "$LOAD_CPU" "$@") || die "$px: $* failed: $out"
-  after=$(cpu_ticks "${PPID_OF[$px]}")
-  p1=$(core_jiffies "$PROXY_CPU") l1=$(core_jiffies "$LOAD_CPU")
-  echo "$out"
-  echo "cpu_us=$(( (after - before) * 1000000 / TCK )) pbusy=$(busy "$p0" "$p1") lbusy=$(busy "$l0" "$l1")"
-}
-kv() { tr ' \n' '\n\n' <<<"$1" | awk -F= -v k="$2" '$1 == k {print $2; exit}'; }
-median() { sort -g | awk '{v[NR] = $1} END {if (NR == 0) print "nan"; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
-med() { tr ' ' '\n' <<<"$1" | grep . | median; }
-
 # --- (a) full handshakes ------------------------------------------------------------------------
 declare -A HS HS_CORE HS_US HS_PB HS_LB HS_ERR
 log "full handshakes: $HS_CONNS in flight, ${DUR}s (after ${WARM}s) x $ROUNDS rounds"
@@ -409,9 +302,6 @@ for px in "${PROXIES[@]}" rondo-plain haproxy-plain; do
 done
 
 # --- results ------------------------------------------------------------------------------------
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN {if (b == 0) print "n/a"; else printf "%.2f", a / b}'; }
-per_conn() { awk -v a="$1" -v b="$2" -v n="$3" 'BEGIN {printf "%.1f", (a - b) / n}'; }
-verdict() { awk -v v="$1" -v t="$2" 'BEGIN {print (v >= t) ? "met" : "not met"}'; }
 hv=$(haproxy -v | awk 'NR == 1' | awk '{print $3}' | sed 's/-.*//')
 rv=$("$RONDO" --version | awk 'NR == 1 {print $2}')
 mode=full cmd="bench/run.sh --tls"
