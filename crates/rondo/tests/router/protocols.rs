@@ -68,6 +68,43 @@ async fn version_member() -> SocketAddr {
     .await
 }
 
+/// An HTTP/2-only member that answers how many `Host` fields its request carried beside its
+/// `:authority` (RFC 9113 8.3.1: a `Host` naming another authority is malformed; nginx answers
+/// it 400), the authority, and the `X-Forwarded-Host` it got.
+async fn authority_member() -> SocketAddr {
+    accept_loop(|stream| async move {
+        let svc = service_fn(|req: Request<Incoming>| async move {
+            let hosts = req.headers().get_all(http::header::HOST).iter().count();
+            let authority = req.uri().authority().map(|a| a.to_string()).unwrap_or_default();
+            let forwarded = req.headers().get("x-forwarded-host").cloned();
+            let forwarded = forwarded.map(|v| v.to_str().unwrap_or("?").to_owned());
+            let text = format!("{hosts} {authority} {}", forwarded.unwrap_or_default());
+            Ok::<_, Infallible>(Response::new(text_body(text)))
+        });
+        let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+            .serve_connection(TokioIo::new(stream), svc)
+            .await;
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http2_member_gets_one_authority_and_the_clients_host_forwarded() {
+    let a = authority_member().await;
+    let config = support::web_config(
+        "",
+        "",
+        &format!("upstream_protocol = \"http2\"\nmembers = [{}]", member("a", a)),
+    );
+    let r = support::router(&config).await;
+    for client in [support::client(), support::h2_client()] {
+        let url = format!("http://127.0.0.1:{}/", r.addr("web").port());
+        let reply = support::get(&client, &url).await;
+        assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
+        assert_eq!(reply.body, format!("0 {a} 127.0.0.1"), "{:?}", reply.version);
+    }
+}
+
 /// GET `url`: the response's version, status, Via header and body.
 async fn fetch(
     client: &Client<HttpConnector, Empty<Bytes>>,
