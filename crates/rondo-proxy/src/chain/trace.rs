@@ -111,14 +111,22 @@ fn new_id() -> String {
     let (a, b) = (random(), random());
     let a = (a & !0xf000) | 0x4000; // version 4
     let b = (b & !(0xc << 60)) | (0x8 << 60); // RFC 4122 variant
-    format!(
-        "{:08x}-{:04x}-{:04x}-{:04x}-{:012x}",
-        a >> 32,
-        (a >> 16) & 0xffff,
-        a & 0xffff,
-        b >> 48,
-        b & 0xffff_ffff_ffff
-    )
+    // 32 hex digits written at once, then the dashes put in (no formatting machinery: this
+    // runs for every request of a `request_id` route).
+    let mut hex = [0u8; 32];
+    hex_into(&mut hex[..16], a);
+    hex_into(&mut hex[16..], b);
+    let mut id = String::with_capacity(36);
+    for (i, part) in
+        [&hex[..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..]].into_iter().enumerate()
+    {
+        if i > 0 {
+            id.push('-');
+        }
+        // Hex digits are ASCII.
+        id.push_str(std::str::from_utf8(part).unwrap_or(""));
+    }
+    id
 }
 
 /// 16 lower-case hex digits of `n` into `out`.

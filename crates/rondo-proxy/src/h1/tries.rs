@@ -205,7 +205,8 @@ impl<'a, S: ClientStream> OwnTries<'a, S> {
             Err(failure) => return Ok(self.fail(failure).await),
         };
         self.route = Some(route);
-        if Chain::of(self.ctx, route).is_some_and(Chain::needs_hyper) {
+        let chain = Chain::of(self.ctx, route);
+        if chain.is_some_and(Chain::needs_hyper) {
             // A filter that converts bodies (`soap`) is hyper's path's.
             self.ctx.metrics.handoffs.inc(Handoff::Route);
             return Err(Decline);
@@ -224,20 +225,17 @@ impl<'a, S: ClientStream> OwnTries<'a, S> {
         }
         self.c.idle = route.idle_timeout;
         // The route's filters (its `auth` among them): edits for the tries and the response,
-        // or an answer of their own.
-        if let Some(chain) = Chain::of(self.ctx, route)
-            && let Err(stopped) = self.filters(chain, route)
-        {
-            return Ok(match *stopped {
-                Stopped::Answered(answer, applied) => {
-                    crate::chain::hold(Some(&applied), route).await;
-                    self.answer(route, answer, &applied).await
-                }
-                Stopped::Refused(e, _) => self.fail((e, route.idle_timeout)).await,
-            });
+        // or an answer of their own. Their rarer paths (an answer, a delay) are boxed: kept in
+        // this future, their state would be moved with every request's.
+        if let Some(chain) = chain {
+            if let Err(stopped) = self.filters(chain, route) {
+                return Ok(Box::pin(self.stopped(route, *stopped)).await);
+            }
+            if self.applied.as_ref().is_some_and(|a| a.delay.is_some()) {
+                // An injected delay (`fault`) holds the request before its first try.
+                Box::pin(crate::chain::hold(self.applied.as_ref(), route)).await;
+            }
         }
-        // An injected delay (`fault`) holds the request before its first try.
-        crate::chain::hold(self.applied.as_ref(), route).await;
         if let Err(failure) = self.prepare(route) {
             return Ok(self.fail(failure).await);
         }
@@ -249,6 +247,18 @@ impl<'a, S: ClientStream> OwnTries<'a, S> {
             Err(_) if self.gone => Next::Close,
             Err(failure) => self.fail(failure).await,
         })
+    }
+
+    /// The answer to a request the filter chain stopped: a filter's own (after its delay, if
+    /// one was drawn), or `auth`'s refusal.
+    async fn stopped(&mut self, route: &Route, stopped: Stopped) -> Next {
+        match stopped {
+            Stopped::Answered(answer, applied) => {
+                crate::chain::hold(Some(&applied), route).await;
+                self.answer(route, answer, &applied).await
+            }
+            Stopped::Refused(e, _) => self.fail((e, route.idle_timeout)).await,
+        }
     }
 
     /// The request phase of the route's filter chain; its edits are kept for the head members

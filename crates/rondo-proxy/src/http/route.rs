@@ -91,6 +91,7 @@ pub(crate) fn find_route<'s>(
 }
 
 /// `host[:port]` without the port, minding IPv6 literals.
+#[inline]
 pub(crate) fn without_port(full: &str) -> &str {
     match full.rfind(':') {
         Some(i) if !full[i..].contains(']') => &full[..i],
