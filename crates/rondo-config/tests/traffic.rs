@@ -124,7 +124,20 @@ fn the_policy_example_passes() {
     let listeners = c.listeners.iter().flat_map(|l| &l.filters);
     let routes = c.view.routes.iter().flat_map(|r| &r.filters);
     let names: Vec<&str> = listeners.chain(routes).map(TrafficFilter::name).collect();
-    for want in ["request_id", "headers", "rewrite", "redirect", "respond"] {
+    for want in [
+        "request_id",
+        "headers",
+        "rewrite",
+        "redirect",
+        "respond",
+        "rate_limit",
+        "cors",
+        "compress",
+        "fault",
+        "mirror",
+        "soap",
+    ] {
         assert!(names.contains(&want), "examples/policy.toml has no `{want}` filter");
     }
+    assert!(c.view.routes.iter().any(|r| !r.split.is_empty()), "no weighted clusters");
 }
