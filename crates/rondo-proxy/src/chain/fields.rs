@@ -57,6 +57,10 @@ pub(super) enum Pending {
     Remove(HeaderName),
     Set(HeaderName, String),
     Add(HeaderName, String),
+    /// A value made already (no `${member}` in it): cloned, not parsed, per response.
+    SetValue(HeaderName, HeaderValue),
+    /// The same, as one more field.
+    AddValue(HeaderName, HeaderValue),
 }
 
 /// The response's edits with `member` in place of its placeholder; a value that is then no
@@ -64,12 +68,17 @@ pub(super) enum Pending {
 pub(super) fn response_ops(pending: &[Pending], member: &str) -> FieldOps {
     let mut out = FieldOps::default();
     let value = |text: &str| {
-        let filled = if text.contains(MEMBER) { text.replace(MEMBER, member) } else { text.into() };
-        HeaderValue::from_bytes(filled.as_bytes()).ok()
+        if text.contains(MEMBER) {
+            HeaderValue::from_bytes(text.replace(MEMBER, member).as_bytes()).ok()
+        } else {
+            HeaderValue::from_bytes(text.as_bytes()).ok()
+        }
     };
     for p in pending {
         match p {
             Pending::Remove(n) => out.remove(n),
+            Pending::SetValue(n, v) => out.set(n, v.clone()),
+            Pending::AddValue(n, v) => out.add(n, v.clone()),
             Pending::Set(n, v) => {
                 if let Some(v) = value(v) {
                     out.set(n, v)
@@ -135,14 +144,16 @@ impl HeaderStep {
             }
         }
         for op in &self.response {
-            let render = |v: &Value| match v {
-                Value::Fixed(v) => String::from_utf8_lossy(v.as_bytes()).into_owned(),
-                Value::Template(t) => t.render(|var| info.var(applied, var)),
-            };
             let pending = match op {
                 Op::Remove(n) => Pending::Remove(n.clone()),
-                Op::Set(n, v) => Pending::Set(n.clone(), render(v)),
-                Op::Add(n, v) => Pending::Add(n.clone(), render(v)),
+                Op::Set(n, Value::Fixed(v)) => Pending::SetValue(n.clone(), v.clone()),
+                Op::Add(n, Value::Fixed(v)) => Pending::AddValue(n.clone(), v.clone()),
+                Op::Set(n, Value::Template(t)) => {
+                    Pending::Set(n.clone(), t.render(|var| info.var(applied, var)))
+                }
+                Op::Add(n, Value::Template(t)) => {
+                    Pending::Add(n.clone(), t.render(|var| info.var(applied, var)))
+                }
             };
             applied.response.push(pending);
         }

@@ -211,6 +211,8 @@ impl<'a> Binder<'a> {
             "{id};q={};w={};rondo-burst={}",
             spec.rate.count, spec.rate.per_secs, spec.burst
         );
+        // The key's name is a token and the numbers digits: always a valid value.
+        let policy = HeaderValue::from_str(&policy).unwrap_or(HeaderValue::from_static(""));
         LimitStep {
             spec: spec.clone(),
             buckets,
@@ -231,8 +233,8 @@ pub(crate) struct LimitStep {
     routers: Option<Gauge>,
     /// The policy's identifier, a structured-field string: the key's name.
     id: String,
-    /// The `RateLimit-Policy` value.
-    policy: String,
+    /// The `RateLimit-Policy` value, made once.
+    policy: HeaderValue,
 }
 
 impl LimitStep {
@@ -270,11 +272,35 @@ impl LimitStep {
     }
 
     /// `RateLimit-Policy` and `RateLimit` (whole tokens left, seconds until one more).
+    /// Written by hand rather than formatted: it runs for every request of the route.
     fn fields(&self, taken: &Taken, applied: &mut Applied) {
-        let state = format!("{};r={};t={}", self.id, taken.remaining, seconds(taken.more_in));
-        applied.response.push(Pending::Add(RATELIMIT_POLICY, self.policy.clone()));
-        applied.response.push(Pending::Add(RATELIMIT, state));
+        let mut state = Vec::with_capacity(self.id.len() + 24);
+        state.extend_from_slice(self.id.as_bytes());
+        state.extend_from_slice(b";r=");
+        push_digits(&mut state, taken.remaining);
+        state.extend_from_slice(b";t=");
+        push_digits(&mut state, seconds(taken.more_in));
+        applied.response.push(Pending::AddValue(RATELIMIT_POLICY, self.policy.clone()));
+        if let Ok(state) = HeaderValue::from_maybe_shared(Bytes::from(state)) {
+            applied.response.push(Pending::AddValue(RATELIMIT, state));
+        }
     }
+}
+
+/// `n` in decimal, appended.
+fn push_digits(out: &mut Vec<u8>, n: u64) {
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    let mut n = n;
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[i..]);
 }
 
 /// Whole seconds, rounded up.

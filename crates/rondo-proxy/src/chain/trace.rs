@@ -39,9 +39,9 @@ impl RequestIdStep {
             None => new_id(),
         };
         if let Ok(value) = HeaderValue::from_str(&id) {
-            applied.request.set(&self.header, value);
+            applied.request.set(&self.header, value.clone());
+            applied.response.push(Pending::SetValue(self.header.clone(), value));
         }
-        applied.response.push(Pending::Set(self.header.clone(), id.clone()));
         applied.request_id = Some(id);
         if self.trace {
             let trace =
