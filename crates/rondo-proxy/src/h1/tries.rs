@@ -97,7 +97,9 @@ pub(super) struct OwnTries<'a, S> {
     /// The `Host` value without its port (members get it as `X-Forwarded-Host`).
     pub(super) host: parse::Span,
     /// What the route's filter chain made of the request.
-    pub(super) applied: Option<Applied>,
+    /// Boxed: a few hundred bytes that every request's future would carry (and move) even on
+    /// routes without filters, and that pushed it past the allocator's small-block cache.
+    pub(super) applied: Option<Box<Applied>>,
 }
 
 impl<'a, S: ClientStream> OwnTries<'a, S> {
@@ -233,7 +235,7 @@ impl<'a, S: ClientStream> OwnTries<'a, S> {
             }
             if self.applied.as_ref().is_some_and(|a| a.delay.is_some()) {
                 // An injected delay (`fault`) holds the request before its first try.
-                Box::pin(crate::chain::hold(self.applied.as_ref(), route)).await;
+                Box::pin(crate::chain::hold(self.applied.as_deref(), route)).await;
             }
         }
         if let Err(failure) = self.prepare(route) {
@@ -292,7 +294,7 @@ impl<'a, S: ClientStream> OwnTries<'a, S> {
         if let Some(target) = applied.target(query) {
             self.target = Some(target);
         }
-        self.applied = Some(applied);
+        self.applied = Some(Box::new(applied));
         Ok(())
     }
 
@@ -338,7 +340,7 @@ impl<'a, S: ClientStream> OwnTries<'a, S> {
         let client = (self.c.ip.as_bytes(), self.c.tls.as_ref());
         let target = self.target.as_deref().map(str::as_bytes);
         let head = (&self.head, target);
-        let applied = self.applied.as_ref();
+        let applied = self.applied.as_deref();
         let added = (applied.and_then(|a| a.identity.as_ref()), applied);
         write_request_head(&mut out, &self.buf, head, self.ctx, client, host, added);
         if self.body.complete {
@@ -475,7 +477,7 @@ impl<S: ClientStream> Tries for OwnTries<'_, S> {
         let idle = &view.idle[member];
         let address = &rt.spec.members[member].address;
         if failover.tries() > 1
-            && let Some(span) = self.applied.as_ref().and_then(Applied::next_span)
+            && let Some(span) = self.applied.as_deref().and_then(Applied::next_span)
         {
             // Each try is a span of its own: the head's `traceparent` (of a fixed length) gets
             // this try's.
