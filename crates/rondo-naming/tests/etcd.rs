@@ -286,6 +286,9 @@ async fn a_killed_etcd_keeps_the_view_and_a_restarted_one_converges() {
     a.wait_connected().await;
     b.wait_connected().await;
     a.reg.register(registration("app", "r1", 8001, TTL)).await.expect("registered");
+    // Both routers learn it through their watches (the registering one too): both must have it
+    // before etcd goes, or the check below would test the watch's speed, not static stability.
+    wait_for("r1 on a", LIMIT, || a.has("app", "r1")).await;
     wait_for("r1 on b", LIMIT, || b.has("app", "r1")).await;
     let resyncs = a.reg.status().resyncs;
 
