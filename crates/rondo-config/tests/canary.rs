@@ -2,54 +2,10 @@
 //! `fault` and `mirror` filters: what compiles into the view, and every refusal at its file,
 //! line, column and field path.
 
-use std::path::{Path, PathBuf};
+mod support;
 
-use rondo_config::{Config, ConfigError, parse_str};
 use rondo_core::split::WeightedCluster;
-
-const FILE: &str = "conf/rondo.toml";
-
-fn parse(text: &str) -> Result<Config, Vec<ConfigError>> {
-    parse_str(text, Path::new(FILE), 7).map_err(|e| e.errors)
-}
-
-fn ok(text: &str) -> Config {
-    match parse(text) {
-        Ok(c) => c,
-        Err(errors) => panic!("unexpected errors:\n{}", render(&errors)),
-    }
-}
-
-fn render(errors: &[ConfigError]) -> String {
-    errors.iter().map(|e| format!("{e}\n")).collect()
-}
-
-/// 1-based line and column of the first occurrence of `needle` in `text`.
-fn pos(text: &str, needle: &str) -> (usize, usize) {
-    let at = text.find(needle).unwrap_or_else(|| panic!("`{needle}` not in the text"));
-    let before = &text[..at];
-    let line = before.matches('\n').count() + 1;
-    let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
-    (line, column)
-}
-
-/// Asserts the config fails with exactly one error, on `field`, at `needle`, whose message
-/// contains `message`.
-#[track_caller]
-fn fails_once(text: &str, field: &str, needle: &str, message: &str) {
-    let errs = match parse(text) {
-        Ok(_) => panic!("expected errors, the config was accepted:\n{text}"),
-        Err(e) => e,
-    };
-    assert_eq!(errs.len(), 1, "expected one error, got:\n{}", render(&errs));
-    let e = &errs[0];
-    assert_eq!(e.file, PathBuf::from(FILE));
-    assert_eq!(e.field, field, "{e}");
-    assert_eq!((e.line, e.column), pos(text, needle), "{e}");
-    assert!(e.message.contains(message), "message of `{e}` lacks `{message}`");
-    assert!(!e.message.ends_with('.'), "trailing period: {e}");
-    assert!(!e.message.starts_with(|c: char| c.is_uppercase()), "upper case: {e}");
-}
+use support::{fails_once, ok, parse, pos, render};
 
 const CLUSTERS: &str = r#"
 [cluster.v1]

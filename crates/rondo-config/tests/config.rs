@@ -10,78 +10,15 @@ use rondo_config::{
     ErrorDetail, Features, Http2Limits, ListenerProtocol, ListenerSpec, LogFormat, LogSpec,
     NamingSpec, RegistrySpec, load_file, parse_str, parse_str_with,
 };
+mod support;
+
+use support::*;
+
 use rondo_core::{
     AdminState, AgentPolicy, Algorithm, EwmaPolicy, Granularity, HashKeySource, HashPolicy,
     HashTable, HealthCheck, HealthCheckKind, Locality, OutlierDetection, Policy, RetryPolicy,
     RouteMatch, SlowStart, StickySession, UpstreamProtocol,
 };
-
-const FILE: &str = "conf/rondo.toml";
-
-fn parse(text: &str) -> Result<Config, Vec<ConfigError>> {
-    parse_str(text, Path::new(FILE), 7).map_err(|e| e.errors)
-}
-
-fn ok(text: &str) -> Config {
-    match parse(text) {
-        Ok(c) => c,
-        Err(errors) => panic!("unexpected errors:\n{}", render(&errors)),
-    }
-}
-
-fn errors(text: &str) -> Vec<ConfigError> {
-    match parse(text) {
-        Ok(_) => panic!("expected errors, the config was accepted:\n{text}"),
-        Err(e) => e,
-    }
-}
-
-fn render(errors: &[ConfigError]) -> String {
-    errors.iter().map(|e| format!("{e}\n")).collect()
-}
-
-/// 1-based line and column of the first occurrence of `needle` in `text`, or of the last one
-/// when `needle` starts with `$`.
-fn pos(text: &str, needle: &str) -> (usize, usize) {
-    let at = match needle.strip_prefix('$') {
-        Some(n) => text.rfind(n),
-        None => text.find(needle),
-    };
-    let at = at.unwrap_or_else(|| panic!("`{needle}` not in the text"));
-    let before = &text[..at];
-    let line = before.matches('\n').count() + 1;
-    let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
-    (line, column)
-}
-
-/// Asserts the config fails with exactly one error, on `field`, at `needle`, whose message
-/// contains `message`.
-#[track_caller]
-fn fails_once(text: &str, field: &str, needle: &str, message: &str) {
-    let errs = errors(text);
-    assert_eq!(errs.len(), 1, "expected one error, got:\n{}", render(&errs));
-    assert_error(&errs[0], text, field, needle, message);
-}
-
-/// Asserts some error is on `field`, at `needle`, with `message` in its text.
-#[track_caller]
-fn fails_with(text: &str, field: &str, needle: &str, message: &str) {
-    let errs = errors(text);
-    let Some(e) = errs.iter().find(|e| e.field == field) else {
-        panic!("no error on `{field}`, got:\n{}", render(&errs));
-    };
-    assert_error(e, text, field, needle, message);
-}
-
-#[track_caller]
-fn assert_error(e: &ConfigError, text: &str, field: &str, needle: &str, message: &str) {
-    assert_eq!(e.file, PathBuf::from(FILE));
-    assert_eq!(e.field, field, "{e}");
-    assert_eq!((e.line, e.column), pos(text, needle), "{e}");
-    assert!(e.message.contains(message), "message of `{e}` lacks `{message}`");
-    assert!(!e.message.ends_with('.'), "trailing period: {e}");
-    assert!(!e.message.starts_with(|c: char| c.is_uppercase()), "upper case: {e}");
-}
 
 /// A small valid config other tests append to or edit.
 const BASE: &str = r#"

@@ -1,25 +1,7 @@
 //! `rondo check`-level errors of the edge filters (`cors`, `compress`): each bad option is
 //! reported once, at its line and column, with its field path.
 
-use std::path::Path;
-
-use rondo_config::{ConfigError, parse_str};
-
-const FILE: &str = "conf/rondo.toml";
-
-fn errors(text: &str) -> Vec<ConfigError> {
-    match parse_str(text, Path::new(FILE), 7) {
-        Ok(_) => panic!("expected errors, the config was accepted:\n{text}"),
-        Err(e) => e.errors,
-    }
-}
-
-/// 1-based line and column of the first occurrence of `needle`.
-fn pos(text: &str, needle: &str) -> (usize, usize) {
-    let at = text.find(needle).unwrap_or_else(|| panic!("`{needle}` not in the text"));
-    let before = &text[..at];
-    (before.matches('\n').count() + 1, before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1)
-}
+mod support;
 
 /// A route with `filter` (one inline table's inside).
 fn with(filter: &str) -> String {
@@ -31,16 +13,7 @@ fn with(filter: &str) -> String {
 
 #[track_caller]
 fn fails_once(filter: &str, field: &str, needle: &str, message: &str) {
-    let text = with(filter);
-    let errs = errors(&text);
-    let shown: String = errs.iter().map(|e| format!("{e}\n")).collect();
-    assert_eq!(errs.len(), 1, "expected one error, got:\n{shown}");
-    let e = &errs[0];
-    assert_eq!(e.file, Path::new(FILE));
-    assert_eq!(e.field, field, "{e}");
-    assert_eq!((e.line, e.column), pos(&text, needle), "{e}");
-    assert!(e.message.contains(message), "message of `{e}` lacks `{message}`");
-    assert!(!e.message.ends_with('.') && !e.message.starts_with(char::is_uppercase), "{e}");
+    support::fails_once(&with(filter), field, needle, message);
 }
 
 #[test]
@@ -48,7 +21,7 @@ fn a_cors_filter_compiles() {
     let text = with(
         r#"cors = { allow_origins = ["https://app.example.com", "https://*.example.org"], allow_methods = ["GET", "POST"], allow_headers = ["Content-Type"], expose_headers = ["x-request-id"], allow_credentials = true, max_age_s = 600 }"#,
     );
-    let config = parse_str(&text, Path::new(FILE), 7).expect("valid");
+    let config = support::ok(&text);
     let route = &config.view.routes[0];
     let rondo_core::traffic::TrafficFilter::Cors(c) = &route.filters[0] else { panic!() };
     assert_eq!(c.allow_headers, ["content-type"]);
@@ -107,14 +80,14 @@ fn cors_errors_name_the_option() {
 fn a_compress_filter_compiles_with_defaults() {
     use rondo_core::traffic::{Compress, Encoding, TrafficFilter};
     let text = with(r#"compress = { types = ["text/*", "Application/JSON"], min_bytes = 2048 }"#);
-    let config = parse_str(&text, Path::new(FILE), 7).expect("valid");
+    let config = support::ok(&text);
     let TrafficFilter::Compress(c) = &config.view.routes[0].filters[0] else { panic!() };
     assert_eq!(c.types, ["text/*", "application/json"]);
     assert_eq!(c.min_bytes, 2048);
     assert_eq!(c.level, Compress::DEFAULT_LEVEL);
     assert_eq!(c.encodings, [Encoding::Br, Encoding::Zstd, Encoding::Gzip]);
     let text = with(r#"compress = { level = 9, encodings = ["gzip", "zstd"] }"#);
-    let config = parse_str(&text, Path::new(FILE), 7).expect("valid");
+    let config = support::ok(&text);
     let TrafficFilter::Compress(c) = &config.view.routes[0].filters[0] else { panic!() };
     assert_eq!(c.encodings, [Encoding::Gzip, Encoding::Zstd]);
     assert_eq!(c.types.len(), Compress::DEFAULT_TYPES.len());

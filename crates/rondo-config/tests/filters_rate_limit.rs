@@ -1,13 +1,11 @@
 //! The `rate_limit` filter's options as `rondo check` sees them: defaults, keys, and every
 //! refusal at its file, line, column and field path.
 
-use std::path::{Path, PathBuf};
+mod support;
 
-use rondo_config::{Config, ConfigError, parse_str};
 use rondo_core::bucket::Rate;
 use rondo_core::traffic::{LimitKey, RateLimit, TrafficFilter};
-
-const FILE: &str = "conf/rondo.toml";
+use support::parse;
 
 fn config(filters: &str) -> String {
     format!(
@@ -28,10 +26,6 @@ members = [{{ name = "a1", address = "127.0.0.1:9001" }}]
     )
 }
 
-fn parse(text: &str) -> Result<Config, Vec<ConfigError>> {
-    parse_str(text, Path::new(FILE), 7).map_err(|e| e.errors)
-}
-
 fn limit(filters: &str) -> RateLimit {
     let c = parse(&config(filters)).unwrap_or_else(|e| panic!("refused: {e:?}"));
     match &c.view.routes[0].filters[..] {
@@ -40,32 +34,11 @@ fn limit(filters: &str) -> RateLimit {
     }
 }
 
-/// 1-based line and column of the first occurrence of `needle` in `text`.
-fn pos(text: &str, needle: &str) -> (usize, usize) {
-    let at = text.find(needle).unwrap_or_else(|| panic!("`{needle}` not in the text"));
-    let before = &text[..at];
-    let line = before.matches('\n').count() + 1;
-    let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
-    (line, column)
-}
-
 /// Asserts the filter is refused with exactly one error, on `field`, at `needle`, whose
 /// message contains `message`.
 #[track_caller]
 fn fails_once(filters: &str, field: &str, needle: &str, message: &str) {
-    let text = config(filters);
-    let errs = match parse(&text) {
-        Ok(_) => panic!("accepted:\n{text}"),
-        Err(e) => e,
-    };
-    assert_eq!(errs.len(), 1, "expected one error, got {errs:?}");
-    let e = &errs[0];
-    assert_eq!(e.file, PathBuf::from(FILE));
-    assert_eq!(e.field, field, "{e}");
-    assert_eq!((e.line, e.column), pos(&text, needle), "{e}");
-    assert!(e.message.contains(message), "message of `{e}` lacks `{message}`");
-    assert!(!e.message.ends_with('.'), "trailing period: {e}");
-    assert!(!e.message.starts_with(|c: char| c.is_uppercase()), "upper case: {e}");
+    support::fails_once(&config(filters), field, needle, message);
 }
 
 #[test]

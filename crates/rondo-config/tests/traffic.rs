@@ -2,12 +2,14 @@
 //! field path, a route without a cluster needs a filter that always answers, redirect loops
 //! are warned about, and the worked example (`examples/policy.toml`) passes.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use rondo_config::{ConfigError, load_file, parse_str};
+use rondo_config::{load_file, parse_str};
+
+mod support;
+
 use rondo_core::traffic::TrafficFilter;
-
-const FILE: &str = "conf/rondo.toml";
+use support::{FILE, fails_with as fails_at};
 
 fn base(route_extra: &str) -> String {
     format!(
@@ -25,33 +27,6 @@ cluster = "app"
 members = [{{ name = "a1", address = "127.0.0.1:9001" }}]
 "#
     )
-}
-
-fn errors(text: &str) -> Vec<ConfigError> {
-    match parse_str(text, Path::new(FILE), 1) {
-        Ok(_) => panic!("expected errors, the config was accepted:\n{text}"),
-        Err(e) => e.errors,
-    }
-}
-
-/// 1-based line and column of `needle` in `text`.
-fn pos(text: &str, needle: &str) -> (usize, usize) {
-    let at = text.find(needle).unwrap_or_else(|| panic!("`{needle}` not in the text"));
-    let before = &text[..at];
-    let line = before.matches('\n').count() + 1;
-    (line, before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1)
-}
-
-#[track_caller]
-fn fails_at(text: &str, field: &str, needle: &str, message: &str) {
-    let errs = errors(text);
-    let Some(e) = errs.iter().find(|e| e.field == field) else {
-        let all: Vec<String> = errs.iter().map(ToString::to_string).collect();
-        panic!("no error on `{field}`, got:\n{}", all.join("\n"));
-    };
-    assert_eq!(e.file, PathBuf::from(FILE));
-    assert_eq!((e.line, e.column), pos(text, needle), "{e}");
-    assert!(e.message.contains(message), "message of `{e}` lacks `{message}`");
 }
 
 #[test]
