@@ -57,10 +57,14 @@ impl TrafficFilter {
         }
     }
 
-    /// Whether it rewrites the response's body, which only hyper's path can (its own HTTP/1
-    /// path copies bodies as they come).
-    pub fn transforms_body(&self) -> bool {
-        matches!(self, TrafficFilter::Compress(_))
+    /// Whether it holds or rewrites a body (`compress`, `soap`) or copies the request
+    /// (`mirror`), which only the router's hyper path does (its own HTTP/1 path passes bodies
+    /// through as they come).
+    pub fn needs_whole_bodies(&self) -> bool {
+        matches!(
+            self,
+            TrafficFilter::Compress(_) | TrafficFilter::Soap(_) | TrafficFilter::Mirror(_)
+        )
     }
 
     /// Whether it answers every request itself, so that the route needs no cluster.

@@ -5,7 +5,7 @@
 //! hyper's path, which holds the body a copy needs (`needs_hyper`).
 
 use rondo_core::Branch;
-use rondo_core::traffic::{Mirror, TrafficFilter};
+use rondo_core::traffic::Mirror;
 
 use super::Applied;
 use crate::entropy::chance;
@@ -29,9 +29,4 @@ impl MirrorStep {
             applied.mirrors.push(self.branch.clone());
         }
     }
-}
-
-/// Whether `filters` mirror requests (the route then takes hyper's path).
-pub(crate) fn mirrors(filters: &[TrafficFilter]) -> bool {
-    filters.iter().any(|f| matches!(f, TrafficFilter::Mirror(_)))
 }

@@ -40,7 +40,6 @@ pub(crate) use compress::respond as compress_response;
 pub(crate) use fault::hold;
 pub(crate) use fields::FieldOps;
 pub use limit::Limits;
-pub(crate) use mirror::mirrors;
 
 /// The W3C trace context's field, which each try gets anew ([`Applied::next_span`]).
 pub(crate) const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
@@ -105,16 +104,17 @@ impl Chain {
         limits: &limit::Binder<'_>,
     ) -> Chain {
         let mut position = 0;
+        let mut needs_hyper = false;
         let steps = filters
             .map(|f| match f {
                 None => Step::Auth,
                 Some(f) => {
                     position += 1;
+                    needs_hyper |= f.needs_whole_bodies();
                     Self::step(f, route, limits, position - 1)
                 }
             })
             .collect::<Box<[Step]>>();
-        let needs_hyper = steps.iter().any(|s| matches!(s, Step::Soap(_)));
         Chain { steps, needs_hyper }
     }
 
@@ -143,8 +143,8 @@ impl Chain {
         }
     }
 
-    /// Whether a filter transforms bodies, which only hyper's path does: the own path hands
-    /// such a route's requests over.
+    /// Whether a filter holds, rewrites or copies bodies (`compress`, `soap`, `mirror`), which
+    /// only hyper's path does: the own path hands such a route's requests over.
     pub(crate) fn needs_hyper(&self) -> bool {
         self.needs_hyper
     }

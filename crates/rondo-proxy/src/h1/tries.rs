@@ -208,11 +208,6 @@ impl<'a, S: ClientStream> OwnTries<'a, S> {
         };
         self.route = Some(route);
         let chain = Chain::of(self.ctx, route);
-        if chain.is_some_and(Chain::needs_hyper) {
-            // A filter that converts bodies (`soap`) is hyper's path's.
-            self.ctx.metrics.handoffs.inc(Handoff::Route);
-            return Err(Decline);
-        }
         // Members spoken to over TLS or HTTP/2 are hyper's: the whole connection goes there
         // before anything is sent.
         let plain = |name: &String| {

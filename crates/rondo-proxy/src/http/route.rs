@@ -12,16 +12,15 @@ use crate::error::{Kind, ProxyError};
 use crate::head::Headers;
 use crate::headers::via_id;
 
-/// Whether a request routed so must take hyper's path: its route copies it (multicast, a
-/// `mirror` filter, or the other matching routes of `all-matches`) or keeps it for session
-/// replay, both of which hold the request's parts and body as hyper's path has them; or a
-/// filter of the route (or of its listener) rewrites the response's body (`compress`).
+/// Whether a request routed so must take hyper's path: its route copies it (multicast, or the
+/// other matching routes of `all-matches`) or keeps it for session replay, both of which hold
+/// the request's parts and body as hyper's path has them; or a filter of the route (or of its
+/// listener) holds, rewrites or copies bodies (`Chain::needs_hyper`).
 pub(crate) fn needs_hyper(ctx: &HttpCtx, routed: &Routed<'_>) -> bool {
     !routed.route.multicast.is_empty()
         || !routed.also.is_empty()
         || routed.route.session_replay.is_some()
-        || crate::chain::mirrors(&routed.route.filters)
-        || routed.route.filters.iter().chain(&ctx.listener.filters).any(|f| f.transforms_body())
+        || crate::chain::Chain::of(ctx, routed.route).is_some_and(crate::chain::Chain::needs_hyper)
 }
 
 /// What the route stage found: the route, and (routing `all-matches`) the other routes that
