@@ -35,7 +35,7 @@ pub enum TrafficFilter {
     Mirror(Mirror),
     /// Answer CORS preflights and mark responses for allowed origins.
     Cors(Cors),
-    /// Compress responses (on hyper's path: see [`TrafficFilter::transforms_body`]).
+    /// Compress responses (on hyper's path: see [`TrafficFilter::needs_whole_bodies`]).
     Compress(Compress),
 }
 
