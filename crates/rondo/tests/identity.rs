@@ -591,6 +591,21 @@ fn two_authorization_fields_or_differing_sessions_are_refused_on_every_path() {
     }
     assert_eq!(served(admin, "m1"), before, "a refused request reached the member");
     assert_eq!(refusals(admin, "orders"), [("ambiguous".to_owned(), refused)]);
+
+    // Sign-on is the login route's chain step on hyper's path too (h2c, HTTP/1.0): the member's
+    // vouching header becomes the session cookie and never reaches the client.
+    let a = curl_h2(web, "/login/erin", &[]);
+    assert_eq!(a.status, 200, "{}", a.body);
+    assert!(a.header("x-rondo-login").is_none(), "the vouching header reached the client");
+    let set = a.header("set-cookie").expect("a session cookie over h2c");
+    let erin = set.split(';').next().unwrap().to_owned();
+    let a = get(web, "/headers", &[("Cookie", &erin)]);
+    assert!(a.body.contains("x-rondo-subject: erin"), "{}", a.body);
+    let (status, text) = get_http10(web, "/login/frank", &[]);
+    assert_eq!(status, 200, "{text}");
+    let lower = text.to_ascii_lowercase();
+    assert!(lower.contains("set-cookie: rondo-session="), "{text}");
+    assert!(!lower.contains("x-rondo-login"), "{text}");
 }
 
 /// `auth` is a step of the route's filter chain: the listener's filters run before it, the

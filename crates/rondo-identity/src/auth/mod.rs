@@ -33,7 +33,7 @@ use crate::head::Headers;
 use crate::names;
 use jwt::{KeyFile, verify};
 use session::session_identity;
-pub use session::{issue_session, login_cookie, on_response};
+pub use session::{issue_session, login_cookie};
 
 /// The header members read the verified subject from.
 pub const SUBJECT_HEADER: &str = "x-rondo-subject";

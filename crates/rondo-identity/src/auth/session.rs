@@ -6,14 +6,13 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use http::header::{HeaderMap, HeaderValue};
+use http::header::HeaderValue;
 use rondo_core::{Route, RouteAuth};
-use rondo_runtime::Live;
 use rondo_runtime::secret::TierKey;
 use serde_json::Value;
 
 use super::jwt::{identity_of, time_claim};
-use super::{AuthError, Identity, LOGIN_HEADER, MAX_TOKEN, Refusal, SESSION_COOKIE};
+use super::{AuthError, Identity, MAX_TOKEN, Refusal, SESSION_COOKIE};
 
 /// What the MAC of a session token covers (the context keeps a sticky cookie's MAC, made with
 /// the same key, from ever passing for one).
@@ -63,20 +62,10 @@ pub(super) fn session_identity(
     }
 }
 
-/// The response stage's one call on hyper's path: removes `x-rondo-login` from a member's
-/// response head and adds the session cookie [`login_cookie`] makes of it, if any.
-pub fn on_response(route: &Route, status: u16, headers: &mut HeaderMap, live: &Live, secure: bool) {
-    let Some(vouched) = headers.remove(LOGIN_HEADER) else { return };
-    let (tier, now) = (live.tier_key(), SystemTime::now());
-    if let Some(v) = login_cookie(route, status, vouched.as_bytes(), tier.as_deref(), secure, now) {
-        headers.append(http::header::SET_COOKIE, v);
-    }
-}
-
 /// The `Set-Cookie` of a new tier session for the subject a member vouched for in
 /// `x-rondo-login` (`vouched`): only on a login route (with a tier key), in a response below 400,
 /// for a subject of visible ASCII up to 256 bytes; `Secure` when the client came over TLS
-/// (`secure`). Both HTTP paths call this; the header itself never reaches the client.
+/// (`secure`). The router's `login` step calls this; the header itself never reaches the client.
 pub fn login_cookie(
     route: &Route,
     status: u16,
@@ -85,10 +74,7 @@ pub fn login_cookie(
     secure: bool,
     now: SystemTime,
 ) -> Option<HeaderValue> {
-    let (Some(login), Some(key)) = (&route.login, tier) else {
-        tracing::debug!(route = %route.name, "x-rondo-login from a member of a route without login: dropped");
-        return None;
-    };
+    let (Some(login), Some(key)) = (&route.login, tier) else { return None };
     let subject = match crate::head::visible_ascii(vouched) {
         Some(s) if status < 400 && !s.trim().is_empty() && s.len() <= 256 => s.trim(),
         _ => return None,

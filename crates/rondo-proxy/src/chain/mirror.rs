@@ -1,6 +1,6 @@
 //! `mirror`: a sampled share of a route's requests copied to another cluster, fire and forget.
 //! The request phase only draws ([`crate::entropy::chance`]) and names the branch in
-//! [`Applied::mirrors`]; the copying is multicast's ([`crate::multicast`]: a mirror is a
+//! [`Applied::copies`]; the copying is multicast's ([`crate::multicast`]: a mirror is a
 //! sampled multicast branch, with its bounded queue, its failover and its outcome counter), on
 //! hyper's path, which holds the body a copy needs (`needs_hyper`).
 
@@ -26,7 +26,7 @@ impl MirrorStep {
     /// Draws whether this request is mirrored.
     pub(super) fn request(&self, applied: &mut Applied) {
         if chance(self.ppm) {
-            applied.mirrors.push(self.branch.clone());
+            applied.copies.push(self.branch.clone());
         }
     }
 }

@@ -12,6 +12,13 @@
 //! try's trace span ([`Applied::next_span`]) and edits the response head
 //! ([`Applied::response`]) the client gets; the request id goes into the access log. A route
 //! with no filter (and a listener without) has no chain: the codecs look at one `Option`.
+//!
+//! The route's own features are steps too, after its filters: `auth` (among them, before the
+//! route's filters), `multicast` (the copies, beside `mirror`'s), `session_replay` ([`replay`]:
+//! before each try and at the member's answer) and `login` ([`login`]: at the response head).
+//! The codecs hold the stages and ask the request's [`Applied`] what to do; none of them looks
+//! at these route fields itself. A body filter's peek is not a step: it decides which route
+//! (and so which chain) a request takes, so it belongs to the route stage.
 
 use std::sync::Arc;
 
@@ -31,7 +38,9 @@ mod cors;
 mod fault;
 mod fields;
 mod limit;
+pub(crate) mod login;
 mod mirror;
+pub(crate) mod replay;
 mod rewrite;
 pub(crate) mod soap;
 mod trace;
@@ -72,13 +81,23 @@ enum Step {
     Mirror(mirror::MirrorStep),
     Cors(cors::CorsStep),
     Compress(compress::CompressStep),
+    /// The route's `multicast`: every request copied to its branches.
+    Multicast(Box<[rondo_core::Branch]>),
+    /// The route's `session_replay`: the request kept in its session's log ([`replay`]).
+    SessionReplay(rondo_core::SessionReplay),
+    /// The route's `login`: a member's `x-rondo-login` made a session cookie ([`login`]).
+    Login,
 }
 
 impl Chain {
     /// `route`'s chain (its listener's filters first), compiled at its first request in this
     /// view and kept in the route's slot; `None` when neither has a filter.
     pub(crate) fn of<'r>(ctx: &HttpCtx, route: &'r Route) -> Option<&'r Chain> {
-        if route.filters.is_empty() && ctx.listener.filters.is_empty() && route.auth.is_none() {
+        if route.filters.is_empty()
+            && ctx.listener.filters.is_empty()
+            && route.auth.is_none()
+            && !has_features(route)
+        {
             return None;
         }
         let made = route.compiled.get_or_init(|| {
@@ -97,7 +116,8 @@ impl Chain {
 
     /// `None` among `filters` stands for the route's `auth`; a filter's position is its
     /// place among the listener's and the route's filters (what keeps a `rate_limit`'s buckets
-    /// across views).
+    /// across views). The route's own features (`multicast`, `session_replay`, `login`) come
+    /// last: none of them answers, and each acts on the request as the filters left it.
     fn compile<'f>(
         filters: impl Iterator<Item = Option<&'f TrafficFilter>>,
         route: &Route,
@@ -114,7 +134,11 @@ impl Chain {
                     Self::step(f, route, limits, position - 1)
                 }
             })
+            .chain(features(route))
             .collect::<Box<[Step]>>();
+        // Copies and replays hold the whole request as only hyper's path has it.
+        needs_hyper |=
+            steps.iter().any(|s| matches!(s, Step::Multicast(_) | Step::SessionReplay(_)));
         Chain { steps, needs_hyper }
     }
 
@@ -204,6 +228,19 @@ impl Chain {
                     s.request(info, headers, &mut applied);
                     None
                 }
+                Step::Multicast(branches) => {
+                    applied.copies.extend(branches.iter().cloned());
+                    applied.copies_whole = true;
+                    None
+                }
+                Step::SessionReplay(limits) => {
+                    applied.replay = Some(*limits);
+                    None
+                }
+                Step::Login => {
+                    applied.login = true;
+                    None
+                }
             };
             if let Some(answer) = answer {
                 return Err(Box::new(Stopped::Answered(answer, applied)));
@@ -211,6 +248,21 @@ impl Chain {
         }
         Ok(applied)
     }
+}
+
+/// Whether `route` has a feature that runs as a step of its chain (`multicast`,
+/// `session_replay`, `login`).
+fn has_features(route: &Route) -> bool {
+    !route.multicast.is_empty() || route.session_replay.is_some() || route.login.is_some()
+}
+
+/// The steps of `route`'s own features, in the chain after its filters.
+fn features(route: &Route) -> impl Iterator<Item = Step> + '_ {
+    let multicast = (!route.multicast.is_empty())
+        .then(|| Step::Multicast(route.multicast.clone().into_boxed_slice()));
+    let replay = route.session_replay.map(Step::SessionReplay);
+    let login = route.login.as_ref().map(|_| Step::Login);
+    multicast.into_iter().chain(replay).chain(login)
 }
 
 /// The route's `auth`: the request's token checked against the route's keys (counted in
@@ -307,8 +359,16 @@ pub(crate) struct Applied {
     pub(crate) identity: Option<Identity>,
     /// How long to hold the request before its first try (`fault`): [`hold`].
     pub(crate) delay: Option<std::time::Duration>,
-    /// The mirrors this request was drawn for (`mirror`): copies of it go to their clusters.
-    pub(crate) mirrors: Vec<rondo_core::Branch>,
+    /// The branches copies of this request go to: the `mirror`s it was drawn for, the route's
+    /// `multicast` ([`crate::multicast`] sends them).
+    pub(crate) copies: Vec<rondo_core::Branch>,
+    /// A copy must have the whole body (`multicast`): a body too large for the copies is
+    /// refused. Mirrors alone skip their copies instead.
+    pub(crate) copies_whole: bool,
+    /// The route's session-replay limits (`session_replay`): the request is kept for replay.
+    pub(crate) replay: Option<rondo_core::SessionReplay>,
+    /// The route signs users on (`login`).
+    pub(crate) login: bool,
     /// The response's compression (`compress`), decided in the response phase.
     compress: Option<compress::Plan>,
 }

@@ -5,7 +5,7 @@
 //! another request.
 
 use std::sync::atomic::AtomicBool;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use http::HeaderValue;
 use tokio::io::AsyncWriteExt;
@@ -18,7 +18,7 @@ use super::pump::{HeadFailure, SendError, Unsent, pump_body, pump_response, read
 use super::tries::OwnTries;
 use super::write::{is, write_response_head};
 use crate::access;
-use crate::auth::{self, LOGIN_HEADER};
+use crate::auth::LOGIN_HEADER;
 use crate::body::Finish;
 use crate::chain::FieldOps;
 use crate::error::Kind;
@@ -190,13 +190,14 @@ impl<S: ClientStream> OwnTries<'_, S> {
         // it, for another try should this response turn out broken before any of it went.
         let mut out = pool::take();
         // A member's `x-rondo-login` never reaches the client (`write_response_head` drops it
-        // on every route); on a login route it becomes the tier session's cookie.
-        let login = self.route.filter(|route| route.login.is_some()).and_then(|route| {
+        // on every route); on a login route (its chain's `login` step) it becomes the tier
+        // session's cookie.
+        let applied = self.applied.as_deref().filter(|a| a.login);
+        let login = self.route.zip(applied).and_then(|(route, applied)| {
             let vouched =
                 rhead.fields.iter().find(|f| is(f.name.get(&rbuf), LOGIN_HEADER.as_bytes()))?;
-            let (tier, tls) = (self.ctx.live.tier_key(), self.ctx.listener.tls.is_some());
-            let (value, now) = (vouched.value.get(&rbuf), SystemTime::now());
-            auth::login_cookie(route, rhead.status, value, tier.as_deref(), tls, now)
+            let value = vouched.value.get(&rbuf);
+            crate::chain::login::cookie(Some(applied), self.ctx, route, rhead.status, value)
         });
         let [sticky, split] = &set_cookie;
         let cookies = [login.as_ref(), sticky.as_ref(), split.as_ref()];

@@ -12,14 +12,12 @@ use crate::error::{Kind, ProxyError};
 use crate::head::Headers;
 use crate::headers::via_id;
 
-/// Whether a request routed so must take hyper's path: its route copies it (multicast, or the
-/// other matching routes of `all-matches`) or keeps it for session replay, both of which hold
-/// the request's parts and body as hyper's path has them; or a filter of the route (or of its
-/// listener) holds, rewrites or copies bodies (`Chain::needs_hyper`).
+/// Whether a request routed so must take hyper's path: the other matching routes of
+/// `all-matches` get copies, or a step of the route's chain holds, rewrites or copies bodies
+/// (`compress`, `soap`, `mirror`, `multicast`) or keeps requests whole (`session_replay`), as
+/// only hyper's path has them (`Chain::needs_hyper`).
 pub(crate) fn needs_hyper(ctx: &HttpCtx, routed: &Routed<'_>) -> bool {
-    !routed.route.multicast.is_empty()
-        || !routed.also.is_empty()
-        || routed.route.session_replay.is_some()
+    !routed.also.is_empty()
         || crate::chain::Chain::of(ctx, routed.route).is_some_and(crate::chain::Chain::needs_hyper)
 }
 

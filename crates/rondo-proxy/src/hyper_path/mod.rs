@@ -154,18 +154,19 @@ async fn proxy(
         // The message is converted whole before anything is sent (or copied).
         read = Some(soap::request(ctx, route, &mut req, read.take(), plan, applied).await?);
     }
-    let mirrors = applied.as_ref().map_or(&[][..], |a| &a.mirrors[..]);
-    let mut branches = crate::multicast::branches(route, &routed.also, mirrors);
+    let copies = applied.as_ref().map_or(&[][..], |a| &a.copies[..]);
+    let mut branches = crate::multicast::branches(route, &routed.also, copies);
     if !branches.is_empty() {
         // Only mirrors: a body too large to copy skips the copies, never the request.
-        let lenient = route.multicast.is_empty() && routed.also.is_empty();
+        let whole = applied.as_ref().is_some_and(|a| a.copies_whole);
+        let lenient = !whole && routed.also.is_empty();
         read = copied_body(ctx, route, &mut req, read, lenient).await?;
         let limit = route.multicast_max_body_bytes;
         if !read.as_ref().is_some_and(|r| r.complete && r.bytes.len() as u64 <= limit) {
             crate::multicast::too_large(ctx, route, std::mem::take(&mut branches));
         }
     }
-    if let Some(limits) = route.session_replay
+    if let Some(limits) = applied.as_ref().and_then(|a| a.replay)
         && !read.as_ref().is_some_and(|r| r.complete)
     {
         // A session's request is kept whole for replay: its body is read first, up to the

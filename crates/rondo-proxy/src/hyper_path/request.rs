@@ -321,7 +321,7 @@ pub(super) fn prepare(
     );
     crate::headers::add_client_cert(&mut parts.headers, conn.tls.as_ref());
     crate::auth::apply(&mut parts.headers, applied.as_ref().and_then(|a| a.identity.as_ref()));
-    if route.session_replay.is_some() {
+    if applied.as_ref().is_some_and(|a| a.replay.is_some()) {
         // Only the router marks a replay.
         parts.headers.remove(crate::session_replay::REPLAY_HEADER);
     }

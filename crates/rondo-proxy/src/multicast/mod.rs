@@ -29,7 +29,6 @@ use rondo_runtime::{ClusterRt, Snapshot, clock};
 use crate::body::{BodySlot, UpstreamBody};
 use crate::error::Kind;
 use crate::http::{Begun, Choice, HttpCtx, Tries, forward, record_response};
-use crate::hyper_path::tries::upstream_request;
 
 use queues::Held;
 pub use queues::Queues;
@@ -45,12 +44,12 @@ pub(crate) struct Plan {
     queue: u32,
 }
 
-/// The branches a request routed to `route` is copied to: the route's `multicast` list, the
-/// `mirror`s drawn for this request, then (routing `all-matches`) each other matching route's
-/// cluster with its backups and its own branches; a cluster that already gets the request is
-/// not given a second copy.
-pub(crate) fn branches(route: &Route, also: &[&Route], mirrors: &[Branch]) -> Vec<Plan> {
-    if route.multicast.is_empty() && also.is_empty() && mirrors.is_empty() {
+/// The branches a request routed to `route` is copied to: its chain's copies (the route's
+/// `multicast` list, the `mirror`s drawn for this request), then (routing `all-matches`) each
+/// other matching route's cluster with its backups and its own branches; a cluster that
+/// already gets the request is not given a second copy.
+pub(crate) fn branches(route: &Route, also: &[&Route], copies: &[Branch]) -> Vec<Plan> {
+    if also.is_empty() && copies.is_empty() {
         return Vec::new();
     }
     let mut served: Vec<&str> = std::iter::once(route.cluster.as_str())
@@ -78,7 +77,7 @@ pub(crate) fn branches(route: &Route, also: &[&Route], mirrors: &[Branch]) -> Ve
             queue: b.queue,
         });
     };
-    for b in route.multicast.iter().chain(mirrors) {
+    for b in copies {
         add(route, b, &mut served);
         served.push(b.cluster.as_str());
     }
@@ -214,8 +213,14 @@ impl Tries for Copy {
             None => UpstreamBody::Empty,
             Some(slot) => UpstreamBody::stream(slot.clone(), 0, None),
         };
-        let request =
-            upstream_request(&self.method, &self.headers, rt, member, &self.path_and_query, body);
+        let request = crate::upstream::request(
+            &self.method,
+            &self.headers,
+            rt,
+            member,
+            &self.path_and_query,
+            body,
+        );
         let started = Instant::now();
         let per_try = failover.try_timeout(clock::from_std(started));
         let failed = |kind: FailureKind| Outcome::Failure { kind, latency: started.elapsed() };
