@@ -254,7 +254,11 @@ impl<'a, S: ClientStream> OwnTries<'a, S> {
                 crate::chain::hold(Some(&applied), route).await;
                 self.answer(route, answer, &applied).await
             }
-            Stopped::Refused(e, _) => self.fail((e, route.idle_timeout)).await,
+            Stopped::Refused(e, applied) => {
+                // The edits of the filters before `auth` apply to its refusal.
+                self.applied = Some(Box::new(applied));
+                self.fail((e, route.idle_timeout)).await
+            }
         }
     }
 
@@ -375,7 +379,9 @@ impl<'a, S: ClientStream> OwnTries<'a, S> {
             }
             _ => &[],
         };
-        local_head(&mut out, status, text.len(), extra, close);
+        // The filters' response edits (a request id, HSTS) apply to the router's own answer too.
+        let edits = self.applied.as_deref().filter(|a| a.edits_response()).map(|a| a.response(""));
+        local_head(&mut out, status, text.len(), extra, edits.as_ref(), close);
         if !self.is_head() {
             out.extend_from_slice(text.as_bytes());
         }

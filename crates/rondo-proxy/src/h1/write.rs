@@ -12,7 +12,14 @@ use crate::headers::{HOP_BY_HOP_BUT_FRAMING, via_id};
 use crate::http::HttpCtx;
 
 /// The head of a response the router makes itself.
-pub(super) fn local_head(out: &mut Vec<u8>, status: u16, len: usize, extra: &[&str], close: bool) {
+pub(super) fn local_head(
+    out: &mut Vec<u8>,
+    status: u16,
+    len: usize,
+    extra: &[&str],
+    edits: Option<&FieldOps>,
+    close: bool,
+) {
     use std::io::Write as _;
     let reason =
         http::StatusCode::from_u16(status).ok().and_then(|s| s.canonical_reason()).unwrap_or("");
@@ -24,6 +31,9 @@ pub(super) fn local_head(out: &mut Vec<u8>, status: u16, len: usize, extra: &[&s
     for h in extra {
         out.extend_from_slice(h.as_bytes());
         out.extend_from_slice(b"\r\n");
+    }
+    if let Some(edits) = edits {
+        edited(out, edits);
     }
     if close {
         out.extend_from_slice(b"connection: close\r\n");

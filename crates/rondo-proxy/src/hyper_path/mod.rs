@@ -17,10 +17,11 @@ use self::grpc::GrpcCall;
 use self::request::{decide, no_route, peek_body, prepare, route};
 use self::tries::HyperTries;
 use crate::access;
+use crate::http::route::Routed;
 use crate::http::{Decided, Failure, HttpCtx, forward, on_route};
 
 use crate::body::{Finish, ProxyBody};
-use crate::chain::{Chain, Stopped, gate};
+use crate::chain::{Applied, Chain, FieldOps, Stopped, gate};
 use crate::conn::ConnState;
 use crate::error::Kind;
 
@@ -53,7 +54,7 @@ pub async fn handle(
             }
             resp
         }
-        Err((e, idle)) => {
+        Err(Failed { failure: (e, idle), edits }) => {
             tracing::debug!(listener = %ctx.listener.name, error = %e, "request failed");
             let status = e.kind.status().as_u16();
             ctx.metrics.router_response(status, e.route.as_deref(), e.cluster.as_deref());
@@ -64,6 +65,9 @@ pub async fn handle(
             } else {
                 respond::failure(e, ctx.listener.error_detail)
             };
+            if let Some(edits) = edits {
+                edits.apply(resp.headers_mut());
+            }
             resp.body_mut().set_finish(Finish::default().conn(conn, idle).log(line));
             resp
         }
@@ -104,9 +108,9 @@ async fn proxy(
     mut req: Request<Incoming>,
     grpc: bool,
     start: &mut Option<access::Start>,
-) -> Result<Response<ProxyBody>, Failure> {
+) -> Result<Response<ProxyBody>, Failed> {
     let (decided, host) = route(ctx, snapshot, &mut req)?;
-    let (routed, mut read) = match decided {
+    let (routed, read) = match decided {
         Decided::Route(routed) => (routed, None),
         Decided::NeedsBody(n) => {
             // A body filter decides: read the body's first bytes, then look again.
@@ -114,7 +118,7 @@ async fn proxy(
             let routed = match decide(ctx, snapshot, &req, host.as_deref(), Some(&peeked))? {
                 Decided::Route(routed) => routed,
                 // Never: the body was read as far as every route needs.
-                Decided::NeedsBody(_) => return Err(no_route(ctx, &req, host.as_deref())),
+                Decided::NeedsBody(_) => return Err(no_route(ctx, &req, host.as_deref()).into()),
             };
             (routed, Some(peeked))
         }
@@ -143,13 +147,57 @@ async fn proxy(
                         crate::chain::hold(Some(&applied), route).await;
                         return Ok(respond::answered(ctx, conn, route, answer, &applied));
                     }
-                    Stopped::Refused(e, _) => return Err((e, route.idle_timeout)),
+                    Stopped::Refused(e, applied) => {
+                        // The edits of the filters before `auth` apply to its refusal.
+                        let edits = response_edits(Some(&applied));
+                        return Err(Failed { failure: (e, route.idle_timeout), edits });
+                    }
                 },
             }
         }
     };
     // An injected delay (`fault`) holds the request before anything is read or sent.
     crate::chain::hold(applied.as_ref(), route).await;
+    let sent =
+        send(ctx, snapshot, conn, peer, req, grpc, &routed, host.as_deref(), read, &mut applied);
+    // The filters' response edits (a request id, HSTS) apply to the router's own answer too.
+    sent.await.map_err(|failure| Failed { failure, edits: response_edits(applied.as_ref()) })
+}
+
+/// A request the router answers itself, with the response edits of the filters that ran.
+struct Failed {
+    failure: Failure,
+    edits: Option<FieldOps>,
+}
+
+impl From<Failure> for Failed {
+    fn from(failure: Failure) -> Failed {
+        Failed { failure, edits: None }
+    }
+}
+
+/// The response edits of a request's filters for an answer of the router's own.
+fn response_edits(applied: Option<&Applied>) -> Option<FieldOps> {
+    applied.filter(|a| a.edits_response()).map(|a| a.response(""))
+}
+
+/// After the filters: the body the steps need read first (a SOAP conversion, the copies, a
+/// session's log), the request as members get it, the copies sent, and the tries. `applied`
+/// goes into the request, and comes back should no member answer.
+#[allow(clippy::too_many_arguments)]
+async fn send(
+    ctx: &Arc<HttpCtx>,
+    snapshot: &Arc<Snapshot>,
+    conn: &Arc<ConnState>,
+    peer: SocketAddr,
+    mut req: Request<Incoming>,
+    grpc: bool,
+    routed: &Routed<'_>,
+    host: Option<&str>,
+    mut read: Option<request::Peeked>,
+    applied: &mut Option<Applied>,
+) -> Result<Response<ProxyBody>, Failure> {
+    let route = routed.route;
     if let Some((plan, applied)) = applied.as_mut().and_then(|a| Some((a.soap?, a))) {
         // The message is converted whole before anything is sent (or copied).
         read = Some(soap::request(ctx, route, &mut req, read.take(), plan, applied).await?);
@@ -178,7 +226,7 @@ async fn proxy(
             None => more,
         });
     }
-    let req = prepare(ctx, conn, route, req, host.as_deref(), read, applied)?;
+    let req = prepare(ctx, conn, route, req, host, read, applied)?;
     if !branches.is_empty() {
         crate::multicast::spawn(
             ctx,
@@ -201,7 +249,10 @@ async fn proxy(
                 resp.body_mut().set_finish(Finish::default().conn(conn.clone(), idle));
                 Ok(resp)
             }
-            None => Err((e, idle)),
+            None => {
+                *applied = tries.req.applied.take();
+                Err((e, idle))
+            }
         },
         ok => ok,
     }

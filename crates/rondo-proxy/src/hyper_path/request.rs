@@ -300,13 +300,15 @@ pub(super) fn prepare(
     mut req: Request<Incoming>,
     host: Option<&str>,
     read: Option<Peeked>,
-    applied: Option<Applied>,
+    applied: &mut Option<Applied>,
 ) -> Result<Prepared, Failure> {
     let limit = ctx.listener.max_body_bytes;
     if read.is_none() && limit > 0 && req.body().size_hint().lower() > limit {
         let detail = format!("request body over the limit of {limit} bytes");
         return Err(on_route(route, Kind::BodyTooLarge, detail));
     }
+    // Taken only now: a refused request keeps its filters' edits for the router's answer.
+    let applied = applied.take();
     let upgrade = req.version() == Version::HTTP_11 && is_upgrade(req.headers());
     let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
     let client_version = req.version();

@@ -295,3 +295,57 @@ cluster = "c"
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The router's own error answers carry the response edits of the filters that ran (as a
+/// filter's answer does): a 502 from a dead member and a 401 from `auth` have the request id
+/// and the listener's HSTS, on both paths. Before, they carried none of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_routers_own_error_answers_carry_the_response_edits() {
+    let dead = super::support::dead_addr();
+    let dir = std::env::temp_dir().join(format!("rondo-traffic-errors-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let keys = dir.join("keys.json");
+    std::fs::write(
+        &keys,
+        r#"{"keys": [{"kty": "oct", "kid": "k", "k": "dGhlIHNlY3JldCBvZiB0aGUgZXJyb3ItZWRpdHMgdGVzdA"}]}"#,
+    )
+    .unwrap();
+    let config = format!(
+        r#"[[listener]]
+name = "web"
+listen = "127.0.0.1:0"
+filters = [
+  {{ request_id = {{}} }},
+  {{ headers = {{ response = {{ add = {{ "strict-transport-security" = "max-age=31536000" }} }} }} }},
+]
+
+[[route]]
+listener = "web"
+match = {{ path_prefix = "/private/" }}
+cluster = "c"
+auth = {{ issuer = "https://issuer.test", audience = "rondo", keys = "{}" }}
+
+[[route]]
+listener = "web"
+cluster = "c"
+
+[cluster.c]
+members = [ {{ name = "gone", address = "{dead}" }} ]
+"#,
+        keys.display()
+    );
+    let (_r, addr) = start(config).await;
+    for h2 in [false, true] {
+        for (path, status) in [("/x", 502), ("/private/x", 401)] {
+            let url = format!("http://127.0.0.1:{}{path}", addr.port());
+            let got = tokio::task::spawn_blocking(move || curl(h2, &url, &["x-request-id: err-1"]))
+                .await
+                .unwrap();
+            assert_eq!(got.status, status, "h2={h2} {path}: {}", got.body);
+            assert_eq!(got.header("x-request-id"), Some("err-1"), "h2={h2} {path}");
+            let hsts = got.header("strict-transport-security");
+            assert_eq!(hsts, Some("max-age=31536000"), "h2={h2} {path}");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
