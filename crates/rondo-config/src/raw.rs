@@ -207,6 +207,14 @@ pub(crate) struct RawFilter {
     pub mirror: Option<RawMirror>,
     pub cors: Option<RawCors>,
     pub compress: Option<RawCompress>,
+    pub grpc_web: Option<RawGrpcWeb>,
+}
+
+/// `grpc_web`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawGrpcWeb {
+    pub max_body_bytes: Option<u64>,
 }
 
 /// `soap`.

@@ -54,6 +54,10 @@ fn each_filter_mistake_is_located_with_its_field_path() {
     fails_at(&t, "route[0].filters[0].respond.status", "42", "between 200 and 599");
     let t = base(r#"filters = [ { soap = { to = "2.0" } } ]"#);
     fails_at(&t, "route[0].filters[0].soap.to", "\"2.0\"", "not a SOAP version");
+    let t = base(r#"filters = [ { grpc_web = { max_body_bytes = 0 } } ]"#);
+    fails_at(&t, "route[0].filters[0].grpc_web.max_body_bytes", "0 } } ]", "between 1 and");
+    let t = base(r#"filters = [ { grpc_web = { max_bytes = 10 } } ]"#);
+    fails_at(&t, "route[0].filters[0].grpc_web.max_bytes", "max_bytes", "max_body_bytes");
     let t = base(r#"filters = [ { respond = { body_file = "missing.txt" } } ]"#);
     fails_at(&t, "route[0].filters[0].respond.body_file", "\"missing.txt\"", "cannot read");
     // Two names in one entry, and a typo with a suggestion.

@@ -37,6 +37,8 @@ pub enum TrafficFilter {
     Cors(Cors),
     /// Compress responses (on hyper's path: see [`TrafficFilter::needs_whole_bodies`]).
     Compress(Compress),
+    /// Translate gRPC-Web calls (browsers') to gRPC towards members, and their answers back.
+    GrpcWeb(GrpcWeb),
 }
 
 impl TrafficFilter {
@@ -54,16 +56,20 @@ impl TrafficFilter {
             TrafficFilter::Mirror(_) => "mirror",
             TrafficFilter::Cors(_) => "cors",
             TrafficFilter::Compress(_) => "compress",
+            TrafficFilter::GrpcWeb(_) => "grpc_web",
         }
     }
 
-    /// Whether it holds or rewrites a body (`compress`, `soap`) or copies the request
-    /// (`mirror`), which only the router's hyper path does (its own HTTP/1 path passes bodies
-    /// through as they come).
+    /// Whether it holds or rewrites a body (`compress`, `soap`, `grpc_web`) or copies the
+    /// request (`mirror`), which only the router's hyper path does (its own HTTP/1 path passes
+    /// bodies through as they come).
     pub fn needs_whole_bodies(&self) -> bool {
         matches!(
             self,
-            TrafficFilter::Compress(_) | TrafficFilter::Soap(_) | TrafficFilter::Mirror(_)
+            TrafficFilter::Compress(_)
+                | TrafficFilter::Soap(_)
+                | TrafficFilter::Mirror(_)
+                | TrafficFilter::GrpcWeb(_)
         )
     }
 
@@ -287,6 +293,21 @@ pub struct Soap {
 impl Soap {
     /// Default `max_body_bytes`: 1 MiB.
     pub const DEFAULT_MAX_BODY: u64 = 1 << 20;
+}
+
+/// `grpc_web` (Envoy's `grpc_web` filter): a call in `application/grpc-web` or
+/// `application/grpc-web-text` (the browser's gRPC) goes to members as gRPC over HTTP/2, and
+/// their answer comes back with its trailers as the body's last frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GrpcWeb {
+    /// The largest `grpc-web-text` request body (base64, decoded whole before it is sent;
+    /// binary bodies stream as they come).
+    pub max_body_bytes: u64,
+}
+
+impl GrpcWeb {
+    /// Default `max_body_bytes`: 4 MiB, gRPC's default largest message.
+    pub const DEFAULT_MAX_BODY: u64 = 4 << 20;
 }
 
 /// A SOAP version.

@@ -519,7 +519,21 @@ pin_project! {
         /// A member's response, compressed as it streams (`compress`); `finish` counts what
         /// the client got.
         Encoded { #[pin] inner: crate::encode::Encoded, finish: Option<Finish> },
+        /// A member's response in another framing as it streams (`grpc_web`); the member's
+        /// body inside keeps its finish, which counts and classifies what the member sent.
+        Converted { inner: Box<ProxyBody>, reframe: Box<dyn Reframe>, done: bool },
     }
+}
+
+/// A framing a member's body is sent on in (`grpc_web`'s): what each data frame, the trailers
+/// and the end become. An empty `Bytes` sends nothing.
+pub(crate) trait Reframe: Send {
+    /// A data frame's bytes.
+    fn data(&mut self, data: &[u8]) -> Bytes;
+    /// The trailers (the body's last frame).
+    fn trailers(&mut self, trailers: &http::HeaderMap) -> Bytes;
+    /// The end of a body without trailers.
+    fn end(&mut self) -> Bytes;
 }
 
 impl ProxyBody {
@@ -538,27 +552,38 @@ impl ProxyBody {
     pub(crate) fn into_upstream(self) -> Option<(Incoming, Option<Finish>)> {
         match self {
             ProxyBody::Upstream { inner, finish } => Some((inner, finish)),
-            ProxyBody::Local { .. } | ProxyBody::Encoded { .. } => None,
+            ProxyBody::Local { .. } | ProxyBody::Encoded { .. } | ProxyBody::Converted { .. } => {
+                None
+            }
         }
+    }
+
+    /// This body sent on in another framing as it streams (its finish stays inside).
+    pub(crate) fn reframed(self, reframe: Box<dyn Reframe>) -> ProxyBody {
+        ProxyBody::Converted { inner: Box::new(self), reframe, done: false }
     }
 
     /// Runs `f` when the body is done (replacing nothing already set for a member's body).
     pub fn set_finish(&mut self, f: Finish) {
-        *self.finish_mut() = Some(f);
+        if let Some(finish) = self.finish_mut() {
+            *finish = Some(f);
+        }
     }
 
-    fn finish_mut(&mut self) -> &mut Option<Finish> {
+    /// Where the body's finish is (a converted body's is its member's body's).
+    fn finish_mut(&mut self) -> Option<&mut Option<Finish>> {
         match self {
             ProxyBody::Upstream { finish, .. }
             | ProxyBody::Local { finish, .. }
-            | ProxyBody::Encoded { finish, .. } => finish,
+            | ProxyBody::Encoded { finish, .. } => Some(finish),
+            ProxyBody::Converted { inner, .. } => inner.finish_mut(),
         }
     }
 
     /// The body answers a gRPC call: its status, `head`'s for a trailers-only answer, else the
     /// trailers', decides the member's outcome and is counted on the route.
     pub(crate) fn grpc(&mut self, head: Option<rondo_core::grpc::Code>) {
-        let Some(f) = self.finish_mut() else { return };
+        let Some(f) = self.finish_mut().and_then(Option::as_mut) else { return };
         match head {
             Some(code) => f.grpc_status(code),
             None => f.grpc = true,
@@ -571,14 +596,14 @@ impl ProxyBody {
         mut self,
         encode: impl FnOnce(ProxyBody) -> crate::encode::Encoded,
     ) -> ProxyBody {
-        let finish = self.finish_mut().take();
+        let finish = self.finish_mut().and_then(Option::take);
         ProxyBody::Encoded { inner: encode(self), finish }
     }
 
     /// Completes `line` of the access log when the body is done (a member's body: its finish
     /// is set already).
     pub fn log(&mut self, line: Pending) {
-        if let Some(f) = self.finish_mut() {
+        if let Some(f) = self.finish_mut().and_then(Option::as_mut) {
             f.log = Some(Box::new(line));
         }
     }
@@ -647,6 +672,34 @@ impl Body for ProxyBody {
                 }
                 Poll::Ready(r)
             }
+            ProxyProj::Converted { inner, reframe, done } => loop {
+                if *done {
+                    return Poll::Ready(None);
+                }
+                let out = match std::task::ready!(Pin::new(&mut **inner).poll_frame(cx)) {
+                    Some(Ok(frame)) => match frame.into_data() {
+                        Ok(data) => reframe.data(&data),
+                        Err(frame) => match frame.into_trailers() {
+                            Ok(trailers) => {
+                                *done = true;
+                                reframe.trailers(&trailers)
+                            }
+                            Err(_) => continue,
+                        },
+                    },
+                    Some(Err(e)) => {
+                        *done = true;
+                        return Poll::Ready(Some(Err(e)));
+                    }
+                    None => {
+                        *done = true;
+                        reframe.end()
+                    }
+                };
+                if !out.is_empty() {
+                    return Poll::Ready(Some(Ok(Frame::data(out))));
+                }
+            },
         }
     }
 
@@ -655,6 +708,7 @@ impl Body for ProxyBody {
             ProxyBody::Upstream { inner, .. } => inner.is_end_stream(),
             ProxyBody::Local { inner, .. } => inner.is_end_stream(),
             ProxyBody::Encoded { inner, .. } => inner.is_end_stream(),
+            ProxyBody::Converted { done, .. } => *done,
         }
     }
 
@@ -663,6 +717,7 @@ impl Body for ProxyBody {
             ProxyBody::Upstream { inner, .. } => inner.size_hint(),
             ProxyBody::Local { inner, .. } => inner.size_hint(),
             ProxyBody::Encoded { inner, .. } => inner.size_hint(),
+            ProxyBody::Converted { .. } => SizeHint::default(),
         }
     }
 }

@@ -11,7 +11,8 @@ mod router {
     mod desync;
     mod errors;
     mod filters;
-    mod grpc;
+    pub(crate) mod grpc;
+    mod grpc_web;
     mod h1_smuggling;
     mod h1path;
     mod h2_rapid_reset;

@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use rondo_core::traffic::{
-    FieldEdits, HeaderEdits, Redirect, RequestId, Respond, Rewrite, Soap, SoapVersion, Template,
-    TrafficFilter,
+    FieldEdits, GrpcWeb, HeaderEdits, Redirect, RequestId, Respond, Rewrite, Soap, SoapVersion,
+    Template, TrafficFilter,
 };
 
 use super::{Compiler, is_token};
@@ -35,13 +35,14 @@ pub(super) fn compile_filters(
             f.mirror.is_some(),
             f.cors.is_some(),
             f.compress.is_some(),
+            f.grpc_web.is_some(),
         ];
         if named.iter().filter(|n| **n).count() != 1 {
             c.err(
                 p,
                 "each filter is an inline table with exactly one key, the filter's name: \
                  request_id, headers, rewrite, redirect, respond, soap, rate_limit, fault, \
-                 mirror, cors or compress",
+                 mirror, cors, compress or grpc_web",
             );
             continue;
         }
@@ -70,6 +71,10 @@ pub(super) fn compile_filters(
             super::traffic_edge::cors(c, &p.key("cors"), r).map(TrafficFilter::Cors)
         } else if let Some(r) = &f.compress {
             super::traffic_edge::compress(c, &p.key("compress"), r).map(TrafficFilter::Compress)
+        } else if let Some(g) = &f.grpc_web {
+            let path = p.key("grpc_web").key("max_body_bytes");
+            let max = c.int(path, g.max_body_bytes, GrpcWeb::DEFAULT_MAX_BODY, 1, 1 << 30);
+            Some(TrafficFilter::GrpcWeb(GrpcWeb { max_body_bytes: max }))
         } else {
             f.mirror
                 .as_ref()

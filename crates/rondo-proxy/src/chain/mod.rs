@@ -37,6 +37,7 @@ mod compress;
 mod cors;
 mod fault;
 mod fields;
+pub(crate) mod grpc_web;
 mod limit;
 pub(crate) mod login;
 mod mirror;
@@ -81,6 +82,7 @@ enum Step {
     Mirror(mirror::MirrorStep),
     Cors(cors::CorsStep),
     Compress(compress::CompressStep),
+    GrpcWeb(rondo_core::traffic::GrpcWeb),
     /// The route's `multicast`: every request copied to its branches.
     Multicast(Box<[rondo_core::Branch]>),
     /// The route's `session_replay`: the request kept in its session's log ([`replay`]).
@@ -155,6 +157,7 @@ impl Chain {
             TrafficFilter::Mirror(m) => Step::Mirror(mirror::MirrorStep::new(m)),
             TrafficFilter::Cors(c) => Step::Cors(cors::CorsStep::new(c)),
             TrafficFilter::Compress(c) => Step::Compress(compress::CompressStep::new(c)),
+            TrafficFilter::GrpcWeb(g) => Step::GrpcWeb(*g),
         }
     }
 
@@ -226,6 +229,10 @@ impl Chain {
                 Step::Cors(s) => s.request(info, headers, &mut applied),
                 Step::Compress(s) => {
                     s.request(info, headers, &mut applied);
+                    None
+                }
+                Step::GrpcWeb(spec) => {
+                    grpc_web::request(spec, headers, &mut applied);
                     None
                 }
                 Step::Multicast(branches) => {
@@ -369,6 +376,8 @@ pub(crate) struct Applied {
     pub(crate) replay: Option<rondo_core::SessionReplay>,
     /// The route signs users on (`login`).
     pub(crate) login: bool,
+    /// The request is a gRPC-Web call translated to gRPC (`grpc_web`).
+    pub(crate) grpc_web: Option<grpc_web::Plan>,
     /// The response's compression (`compress`), decided in the response phase.
     compress: Option<compress::Plan>,
 }

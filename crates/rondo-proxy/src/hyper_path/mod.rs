@@ -46,6 +46,8 @@ pub async fn handle(
     let snapshot = ctx.live.load();
     let mut start = ctx.access.as_ref().map(|_| access::Start::new(peer, &req));
     let grpc = grpc::is_grpc(req.headers());
+    // A gRPC-Web client reads the router's own errors in its own content type.
+    let web = if grpc { grpc_web::client_type(req.headers()) } else { None };
     let mut resp = match proxy(&ctx, &snapshot, &conn, peer, req, grpc, &mut start).await {
         Ok(mut resp) => {
             if let (Some(log), Some(start)) = (&ctx.access, start) {
@@ -61,7 +63,11 @@ pub async fn handle(
             let line =
                 ctx.access.as_ref().zip(start).map(|(l, s)| access::Pending::failed(l, s, &e));
             let mut resp = if grpc {
-                grpc::failure(&e, ctx.listener.error_detail, &ctx.live.metrics)
+                let mut resp = grpc::failure(&e, ctx.listener.error_detail, &ctx.live.metrics);
+                if let Some(web) = web {
+                    resp.headers_mut().insert(http::header::CONTENT_TYPE, web);
+                }
+                resp
             } else {
                 respond::failure(e, ctx.listener.error_detail)
             };
@@ -202,6 +208,11 @@ async fn send(
         // The message is converted whole before anything is sent (or copied).
         read = Some(soap::request(ctx, route, &mut req, read.take(), plan, applied).await?);
     }
+    let web = applied.as_ref().and_then(|a| a.grpc_web);
+    if let Some((plan, applied)) = web.filter(|w| w.text).zip(applied.as_mut()) {
+        // A text call's message is decoded whole before anything is sent.
+        read = Some(grpc_web::request(ctx, route, &mut req, read.take(), plan, applied).await?);
+    }
     let copies = applied.as_ref().map_or(&[][..], |a| &a.copies[..]);
     let mut branches = crate::multicast::branches(route, &routed.also, copies);
     if !branches.is_empty() {
@@ -242,7 +253,7 @@ async fn send(
     let idempotent = req.idempotent;
     let grpc = grpc.then(|| GrpcCall::of(&req.parts.headers));
     let mut tries = HyperTries { ctx, conn, route, req, grpc };
-    match forward(ctx, snapshot, peer, route, idempotent, &mut tries).await {
+    let answered = match forward(ctx, snapshot, peer, route, idempotent, &mut tries).await {
         // A call a member declined last gets that member's answer.
         Err((e, idle)) => match tries.grpc.as_mut().and_then(|g| g.declined_answer(&e)) {
             Some(mut resp) => {
@@ -255,10 +266,16 @@ async fn send(
             }
         },
         ok => ok,
+    };
+    // A gRPC-Web call's answer goes back in gRPC-Web's framing.
+    match web {
+        Some(plan) => answered.map(|resp| grpc_web::response(resp, plan)),
+        None => answered,
     }
 }
 
 pub(crate) mod grpc;
+mod grpc_web;
 /// The whole body every copy gets, read first within the route's `multicast_max_body_bytes`
 /// (after the bytes already `read`): over it, a 413, or when `lenient` (the copies are only
 /// mirrors) the bytes read so far, incomplete, with the rest left to stream to the member.

@@ -18,15 +18,15 @@ use crate::common::ChildGuard;
 const PEER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/router/grpc_peer.py");
 
 /// A grpcio member process, stopped when dropped.
-struct Peer {
-    name: String,
-    addr: SocketAddr,
+pub(crate) struct Peer {
+    pub(crate) name: String,
+    pub(crate) addr: SocketAddr,
     _child: ChildGuard,
 }
 
 /// Starts a grpcio member `name` answering `/test.Echo/Say` as `behaviour` and its health
 /// check as `health` (see `grpc_peer.py`).
-fn peer(name: &str, behaviour: &str, health: &str) -> Peer {
+pub(crate) fn peer(name: &str, behaviour: &str, health: &str) -> Peer {
     let mut child = Command::new("python3")
         .args([PEER, "serve", name, behaviour, health])
         .stdin(Stdio::piped())
@@ -56,7 +56,7 @@ async fn calls(addr: SocketAddr, count: usize) -> Vec<String> {
 }
 
 /// A cluster `c` of `peers` over HTTP/2, with `extra` keys, behind listener `web`.
-fn grpc_cluster(peers: &[&Peer], extra: &str) -> String {
+pub(crate) fn grpc_cluster(peers: &[&Peer], extra: &str) -> String {
     let members = members_of(peers.iter().map(|p| member_entry(&p.name, p.addr, "")));
     one_cluster(&format!("upstream_protocol = \"http2\"\n{members}\n{extra}"))
 }

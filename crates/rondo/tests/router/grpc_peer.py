@@ -7,6 +7,9 @@ messages are raw bytes, the health protocol's tiny protobuf written by hand).
       (answers after 1 s), remaining (answers the deadline left, in seconds, as the call saw it).
       HEALTH: serving | not-serving, the answer of grpc.health.v1.Health/Check for service
       `my.Service` (any other service: NOT_FOUND).
+      Whatever BEHAVIOUR, it also serves /test.Echo/Echo (answers `NAME:REQUEST`),
+      /test.Echo/Many (streams `NAME:0` to `NAME:4`, one message each) and /test.Echo/Deny
+      (PERMISSION_DENIED, "no entry for REQUEST"), for the gRPC-Web tests.
   grpc_peer.py call ADDR N
       makes N calls of /test.Echo/Say through ADDR, one line each: `OK REPLY` or
       `ERR CODE DETAILS`.
@@ -36,9 +39,25 @@ def serve(name, behaviour, health):
             context.abort(grpc.StatusCode.NOT_FOUND, f"unknown service {request!r}")
         return b"\x08\x01" if health == "serving" else b"\x08\x02"
 
+    def echo(request, context):
+        return name.encode() + b":" + request
+
+    def many(request, context):
+        for i in range(5):
+            yield f"{name}:{i}".encode()
+
+    def deny(request, context):
+        context.abort(grpc.StatusCode.PERMISSION_DENIED, f"no entry for {request.decode()}")
+
     handlers = [
         grpc.method_handlers_generic_handler(
-            "test.Echo", {"Say": grpc.unary_unary_rpc_method_handler(say)}
+            "test.Echo",
+            {
+                "Say": grpc.unary_unary_rpc_method_handler(say),
+                "Echo": grpc.unary_unary_rpc_method_handler(echo),
+                "Many": grpc.unary_stream_rpc_method_handler(many),
+                "Deny": grpc.unary_unary_rpc_method_handler(deny),
+            },
         ),
         grpc.method_handlers_generic_handler(
             "grpc.health.v1.Health", {"Check": grpc.unary_unary_rpc_method_handler(check)}
