@@ -55,6 +55,11 @@ impl TryFailure {
     pub const NOTHING_SENT: TryFailure =
         TryFailure { reached: false, member_failed: true, replayable: true, declined: false };
 
+    /// A member declined the call in a way its cluster retries elsewhere (a gRPC trailers-only
+    /// answer whose status `retry.retry_on` names: [`crate::grpc::GrpcPolicy::retries`]).
+    pub const DECLINED: TryFailure =
+        TryFailure { reached: true, member_failed: true, replayable: true, declined: true };
+
     /// A member's failure after the request may have reached it.
     pub fn after_sending(replayable: bool) -> TryFailure {
         TryFailure { reached: true, member_failed: true, replayable, declined: false }

@@ -125,6 +125,12 @@ impl GrpcPolicy {
         self.failure_codes.contains(code)
     }
 
+    /// Whether a trailers-only answer with `code` sends the call to another member
+    /// (`retry.retry_on`): the try then fails as [`crate::TryFailure::DECLINED`].
+    pub fn retries(&self, code: Code) -> bool {
+        self.retry_on.contains(code)
+    }
+
     /// The default failure codes: the server could not serve the call (`unavailable`,
     /// `unimplemented`), or broke while serving it (`internal`, `unknown`).
     pub const DEFAULT_FAILURE_CODES: [Code; 4] =

@@ -33,7 +33,9 @@
 //! failed = false           # or a connect failure after latency_ms
 //! hold = false             # true: the request stays in flight
 //! tries = ["reset", "ok"]  # optional: a whole request through the failover engine, one
-//!                          # outcome per try (ok, refused, reset, timeout); recorded as the
+//!                          # outcome per try (ok, refused, reset, timeout, or a gRPC
+//!                          # trailers-only answer `grpc:STATUS`, classified by the cluster's
+//!                          # `grpc_failure_codes` and `retry.retry_on`); recorded as the
 //!                          # members tried, `m1>m2`, backups as `b/m3`, and why it stopped
 //!                          # when it did not succeed (`m1>m2!budget`)
 //! method = "POST"          # optional, with `tries`: the request's method (default GET)
@@ -51,6 +53,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rondo_core::failover::{self, TryMaker, drive, is_idempotent_method};
+use rondo_core::grpc::{Code, GrpcPolicy};
 use rondo_core::load::AgentReport;
 use rondo_core::{
     Actor, AdminState, Balancer, ClusterSpec, Failover, FailureKind, Instant, Outcome, PickRequest,
@@ -140,7 +143,7 @@ pub struct Pick {
 
 /// What a try's member does, in a request with `tries`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "kebab-case")]
+#[serde(try_from = "String")]
 pub enum TryFate {
     /// Answers.
     Ok,
@@ -150,12 +153,36 @@ pub enum TryFate {
     Reset,
     /// Does not answer in time.
     Timeout,
+    /// Answers a gRPC call trailers-only with this status (`grpc:unavailable`).
+    Grpc(Code),
+}
+
+impl TryFrom<String> for TryFate {
+    type Error = String;
+
+    fn try_from(s: String) -> Result<TryFate, String> {
+        Ok(match s.as_str() {
+            "ok" => TryFate::Ok,
+            "refused" => TryFate::Refused,
+            "reset" => TryFate::Reset,
+            "timeout" => TryFate::Timeout,
+            _ => match s.strip_prefix("grpc:").and_then(Code::parse) {
+                Some(code) => TryFate::Grpc(code),
+                None => return Err(format!("unknown try fate `{s}`")),
+            },
+        })
+    }
 }
 
 impl TryFate {
-    /// The outcome the member's state records, and what the failover engine is told.
-    pub fn outcome(self, latency: Duration) -> (Outcome, Option<TryFailure>) {
+    /// The outcome the member's state records, and what the failover engine is told; a gRPC
+    /// answer is classified by the cluster's policy `grpc`, as every point classifies it.
+    pub fn outcome(self, latency: Duration, grpc: &GrpcPolicy) -> (Outcome, Option<TryFailure>) {
         match self {
+            TryFate::Grpc(code) => {
+                let declined = grpc.retries(code).then_some(TryFailure::DECLINED);
+                (Outcome::of_grpc(code, grpc, latency), declined)
+            }
             TryFate::Ok => (Outcome::Success { latency }, None),
             TryFate::Refused => (
                 Outcome::Failure { kind: FailureKind::Connect, latency },
@@ -186,6 +213,8 @@ pub struct Request<'a> {
     pub tries: &'a [TryFate],
     /// Each try's latency.
     pub latency: Duration,
+    /// The cluster's gRPC policy, which classifies `grpc:` fates.
+    pub grpc: GrpcPolicy,
 }
 
 /// One placed try, as [`Point::place`] reports it.
@@ -316,7 +345,7 @@ impl TryMaker for Scripted<'_, '_> {
         _: &Failover,
     ) -> impl std::future::Future<Output = Option<TryFailure>> {
         let fate = self.fates.next().copied().unwrap_or(TryFate::Ok);
-        let (outcome, failure) = fate.outcome(self.r.latency);
+        let (outcome, failure) = fate.outcome(self.r.latency, &self.r.grpc);
         self.point.end_try(cluster, &name, self.r.now, outcome);
         self.tried.push((cluster, name));
         std::future::ready(failure)
@@ -375,12 +404,14 @@ pub fn replay(s: &Scenario, point: &mut dyn Point, base: Instant) -> Vec<String>
     let mut picked = Vec::new();
     let clusters: Vec<String> =
         std::iter::once(CLUSTER.to_owned()).chain(s.backups.iter().cloned()).collect();
+    let grpc = s.cluster(Path::new("scenario")).policy.grpc;
     for p in &s.pick {
         let now = base + Duration::from_millis(p.at_ms);
         if !p.tries.is_empty() {
             let idempotent = p.method.as_deref().is_none_or(is_idempotent_method);
             let latency = Duration::from_millis(p.latency_ms.unwrap_or(1));
-            let r = Request { now, key: p.key.as_deref(), idempotent, tries: &p.tries, latency };
+            let (key, tries) = (p.key.as_deref(), &p.tries[..]);
+            let r = Request { now, key, idempotent, tries, latency, grpc };
             let own = point.own_request(&clusters, r);
             picked.push(own.unwrap_or_else(|| request(point, &clusters, r)));
             continue;

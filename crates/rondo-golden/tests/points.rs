@@ -141,12 +141,14 @@ impl Point for RouterPoint {
         let mut fates = r.tries.iter();
         let mut script = |_: &Arc<ClusterRt>, _: usize| {
             let fate = fates.next().copied().unwrap_or(TryFate::Ok);
-            let (outcome, failure) = fate.outcome(r.latency);
+            let (outcome, failure) = fate.outcome(r.latency, &r.grpc);
             let kind = match fate {
                 TryFate::Ok => None,
                 TryFate::Refused => Some(Kind::Connect),
                 TryFate::Reset => Some(Kind::Reset),
                 TryFate::Timeout => Some(Kind::Timeout),
+                // As `hyper_path::grpc` judges a trailers-only answer.
+                TryFate::Grpc(code) => r.grpc.retries(code).then_some(Kind::Declined),
             };
             assert_eq!(kind.is_some(), failure.is_some());
             (outcome, kind)

@@ -81,7 +81,7 @@ impl GrpcCall {
         let status = head_status(&parts.headers);
         body.grpc(status);
         resp = Response::from_parts(parts, body);
-        let Some(code) = status.filter(|c| rt.spec.policy.grpc.retry_on.contains(*c)) else {
+        let Some(code) = status.filter(|c| rt.spec.policy.grpc.retries(*c)) else {
             return Ok(resp);
         };
         let again = match &req.slot {
