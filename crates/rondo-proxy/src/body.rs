@@ -463,6 +463,17 @@ impl Finish {
         self.log.take().map(|line| *line)
     }
 
+    /// The response ran past the call's deadline: the member's request ends as a timeout.
+    pub(crate) fn timed_out(&mut self) {
+        if let Some((_, _, outcome)) = &mut self.request {
+            let latency = match *outcome {
+                Outcome::Success { latency } | Outcome::Failure { latency, .. } => latency,
+                Outcome::Cancelled => Duration::ZERO,
+            };
+            *outcome = Outcome::Failure { kind: FailureKind::Timeout, latency };
+        }
+    }
+
     /// The response broke off: the member's request ends as a failure.
     pub(crate) fn failed(&mut self) {
         if let Some((_, _, outcome)) = &mut self.request {
@@ -522,6 +533,10 @@ pin_project! {
         /// A member's response in another framing as it streams (`grpc_web`); the member's
         /// body inside keeps its finish, which counts and classifies what the member sent.
         Converted { inner: Box<ProxyBody>, reframe: Box<dyn Reframe>, done: bool },
+        /// A gRPC call's member body that must end by the call's deadline (`grpc-timeout`):
+        /// past it the member's stream is dropped and the client gets DEADLINE_EXCEEDED in
+        /// trailers.
+        Deadline { inner: Option<Box<ProxyBody>>, sleep: Pin<Box<tokio::time::Sleep>> },
     }
 }
 
@@ -552,10 +567,15 @@ impl ProxyBody {
     pub(crate) fn into_upstream(self) -> Option<(Incoming, Option<Finish>)> {
         match self {
             ProxyBody::Upstream { inner, finish } => Some((inner, finish)),
-            ProxyBody::Local { .. } | ProxyBody::Encoded { .. } | ProxyBody::Converted { .. } => {
-                None
-            }
+            _ => None,
         }
+    }
+
+    /// This body cut at `left` from now: a gRPC call's stream that runs past its deadline
+    /// ends there with `grpc-status: 4` in trailers, and its member's request as a timeout.
+    pub(crate) fn deadline(self, left: Duration) -> ProxyBody {
+        let sleep = Box::pin(tokio::time::sleep(left));
+        ProxyBody::Deadline { inner: Some(Box::new(self)), sleep }
     }
 
     /// This body sent on in another framing as it streams (its finish stays inside).
@@ -577,6 +597,7 @@ impl ProxyBody {
             | ProxyBody::Local { finish, .. }
             | ProxyBody::Encoded { finish, .. } => Some(finish),
             ProxyBody::Converted { inner, .. } => inner.finish_mut(),
+            ProxyBody::Deadline { inner, .. } => inner.as_mut()?.finish_mut(),
         }
     }
 
@@ -672,6 +693,27 @@ impl Body for ProxyBody {
                 }
                 Poll::Ready(r)
             }
+            ProxyProj::Deadline { inner, sleep } => {
+                let Some(body) = inner.as_mut() else { return Poll::Ready(None) };
+                if sleep.as_mut().poll(cx).is_ready() {
+                    // The member's stream goes (hyper resets it) and its request ends as a
+                    // timeout; the client learns why.
+                    if let Some(f) = body.finish_mut().and_then(Option::as_mut) {
+                        f.timed_out();
+                    }
+                    *inner = None;
+                    let mut trailers = http::HeaderMap::new();
+                    trailers.insert("grpc-status", http::HeaderValue::from_static("4"));
+                    let why = "deadline exceeded: the call ran past its grpc-timeout";
+                    trailers.insert("grpc-message", http::HeaderValue::from_static(why));
+                    return Poll::Ready(Some(Ok(Frame::trailers(trailers))));
+                }
+                let r = std::task::ready!(Pin::new(&mut **body).poll_frame(cx));
+                if r.is_none() {
+                    *inner = None;
+                }
+                Poll::Ready(r)
+            }
             ProxyProj::Converted { inner, reframe, done } => loop {
                 if *done {
                     return Poll::Ready(None);
@@ -709,6 +751,7 @@ impl Body for ProxyBody {
             ProxyBody::Local { inner, .. } => inner.is_end_stream(),
             ProxyBody::Encoded { inner, .. } => inner.is_end_stream(),
             ProxyBody::Converted { done, .. } => *done,
+            ProxyBody::Deadline { inner, .. } => inner.as_ref().is_none_or(|b| b.is_end_stream()),
         }
     }
 
@@ -717,7 +760,7 @@ impl Body for ProxyBody {
             ProxyBody::Upstream { inner, .. } => inner.size_hint(),
             ProxyBody::Local { inner, .. } => inner.size_hint(),
             ProxyBody::Encoded { inner, .. } => inner.size_hint(),
-            ProxyBody::Converted { .. } => SizeHint::default(),
+            ProxyBody::Converted { .. } | ProxyBody::Deadline { .. } => SizeHint::default(),
         }
     }
 }

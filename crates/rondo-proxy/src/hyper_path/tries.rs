@@ -60,7 +60,15 @@ impl Tries for HyperTries<'_> {
         grpc.before(&mut self.req, rt, failover);
         let resp =
             attempt(self.ctx, self.conn, self.route, rt, choice, &mut self.req, failover).await?;
-        grpc.answered(resp, &mut self.req, rt)
+        let resp = grpc.answered(resp, &mut self.req, rt)?;
+        // A call with a deadline ends by it, however far its answer has streamed.
+        Ok(match grpc.deadline {
+            Some(_) => {
+                let left = failover.deadline().since(clock::now());
+                resp.map(|body| body.deadline(left))
+            }
+            None => resp,
+        })
     }
 }
 

@@ -193,6 +193,75 @@ async fn grpc_timeout_is_the_calls_deadline() {
     assert!(took < Duration::from_millis(900), "the deadline was not applied: {took:?}");
 }
 
+/// An h2c member that ignores deadlines: every call is answered with a stream of ten
+/// messages, one each 300 ms, then `grpc-status: 0`.
+async fn dripping_member() -> SocketAddr {
+    use http_body_util::{BodyExt as _, StreamBody};
+    use hyper::body::Frame;
+    super::protocols::accept_loop(|stream| async move {
+        let svc = hyper::service::service_fn(|_req: Request<hyper::body::Incoming>| async {
+            let frames = futures_util::stream::unfold(0u8, |i| async move {
+                if i > 10 {
+                    return None;
+                }
+                let frame = if i == 10 {
+                    let mut t = http::HeaderMap::new();
+                    t.insert("grpc-status", http::HeaderValue::from_static("0"));
+                    Frame::trailers(t)
+                } else {
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                    Frame::data(Bytes::from(vec![0, 0, 0, 0, 3, b'm', b':', b'0' + i]))
+                };
+                Some((Ok::<_, std::convert::Infallible>(frame), i + 1))
+            });
+            let mut resp = http::Response::new(StreamBody::new(frames).boxed());
+            resp.headers_mut()
+                .insert("content-type", http::HeaderValue::from_static("application/grpc"));
+            Ok::<_, std::convert::Infallible>(resp)
+        });
+        let io = hyper_util::rt::TokioIo::new(stream);
+        let _ = hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+            .serve_connection(io, svc)
+            .await;
+    })
+    .await
+}
+
+/// A stream whose answer has begun still ends by the call's deadline: the member's stream is
+/// dropped and the client's trailers say DEADLINE_EXCEEDED; the member is charged a timeout.
+/// Before, the deadline bounded only the wait for the answer's head, and the stream ran on
+/// for as long as the member kept it (this member ignores deadlines).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deadline_cuts_a_stream_that_already_answers() {
+    let m = dripping_member().await;
+    let members = members_of([member_entry("m", m, "")]);
+    let r = router(&one_cluster(&format!("upstream_protocol = \"http2\"\n{members}"))).await;
+    let client = support::client_of::<Full<Bytes>>(true);
+    let req = Request::post(r.url("web", "/test.Echo/Drip"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .header("grpc-timeout", "700m")
+        .body(Full::new(Bytes::from_static(b"\x00\x00\x00\x00\x01x")))
+        .expect("request builds");
+    let start = Instant::now();
+    let call = async {
+        let resp = client.request(req).await.expect("an answer");
+        assert_eq!(resp.status(), StatusCode::OK);
+        assert!(resp.headers().get("grpc-status").is_none(), "not trailers-only: it streams");
+        resp.into_body().collect().await.expect("the body ends cleanly")
+    };
+    let body = tokio::time::timeout(Duration::from_secs(10), call).await.expect("within 10 s");
+    let took = start.elapsed();
+    let trailers = body.trailers().cloned().expect("trailers");
+    assert_eq!(trailers.get("grpc-status").map(|v| v.to_str().unwrap()), Some("4"));
+    let messages = body.to_bytes().len() / 8; // each message: 5 bytes of frame head, `m:N`
+    assert!((1..10).contains(&messages), "{messages} messages before the cut");
+    // The member's stream lasts 3 s; the call ends near its 700 ms deadline.
+    assert!(took < Duration::from_millis(2500), "the stream ran on: {took:?}");
+    let failures = r.live.load().clusters["c"].with(|b| b.states()[0].load.consecutive_failures);
+    assert_eq!(failures, 1, "the member is charged with the timeout");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_try_tells_the_member_the_time_left() {
     let m = peer("m", "remaining", "serving");

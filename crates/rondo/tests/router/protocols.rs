@@ -27,7 +27,7 @@ use super::support::{self, RawConn};
 const GUARD: Duration = Duration::from_secs(10);
 
 /// Accepts connections on a free port and runs `on_conn` for each until the test ends.
-async fn accept_loop<F, Fut>(on_conn: F) -> SocketAddr
+pub(crate) async fn accept_loop<F, Fut>(on_conn: F) -> SocketAddr
 where
     F: Fn(TcpStream) -> Fut + Send + 'static,
     Fut: Future<Output = ()> + Send + 'static,
