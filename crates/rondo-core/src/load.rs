@@ -80,6 +80,65 @@ impl PeakEwma {
     }
 }
 
+/// Requests a member's [`LatencyMean`] averages over: each new latency weighs at least
+/// `1 / LATENCY_WINDOW` (measured in the lab, issue 42: with 16 to 64 one heavy-tailed request
+/// still moves the mean too far; 128 does not, and a member that turns slow is still seen at
+/// once through [`LatencyMean::quiet_for`]).
+pub const LATENCY_WINDOW: u32 = 128;
+
+/// A member's mean latency over about its last [`LATENCY_WINDOW`] successful requests of this
+/// balancer's, and how long it has gone without finishing one while some were in flight:
+/// what `adaptive` estimates a member's delay from.
+///
+/// Unlike [`PeakEwma`], which takes any higher sample at once and lets lower ones pull it down
+/// over seconds, so that it holds about the highest recent latency, a plain mean over many
+/// requests is not moved far by one long request: under heavy-tailed service times (a
+/// lognormal's one request in a hundred at ten times the mean) a peak estimate makes a member
+/// that just served one long request look ten times slower than it is, and the picks follow
+/// that noise. C3 (NSDI 2015) smooths its servers' feedback for the same reason.
+///
+/// Kept with the member's [`Load`] across view swaps; a hand-off to a new process starts it
+/// afresh (`adaptive` uses the peak EWMA, which is handed over, until a request ends).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct LatencyMean {
+    mean_ns: f64,
+    samples: u32,
+    last_end: Option<Instant>,
+    quiet_since: Instant,
+}
+
+impl LatencyMean {
+    /// Folds in one successful request's `latency`, ended at `now`.
+    pub fn observe(&mut self, latency: Duration, now: Instant) {
+        self.samples = self.samples.saturating_add(1);
+        // The plain mean until the window fills, so that the first sample does not linger.
+        let weight = 1.0 / f64::from(self.samples.min(LATENCY_WINDOW));
+        self.mean_ns += (latency.as_nanos() as f64 - self.mean_ns) * weight;
+        self.last_end = Some(now);
+        self.quiet_since = now;
+    }
+
+    /// A request is being placed on the member while none of this balancer's is in flight
+    /// there: its quiet time ([`LatencyMean::quiet_for`]) starts now, not at its last end.
+    pub fn start_idle(&mut self, now: Instant) {
+        self.quiet_since = now;
+    }
+
+    /// The mean (ns) and when its latest sample ended; `None` before any.
+    #[inline]
+    pub fn mean(&self) -> Option<(f64, Instant)> {
+        self.last_end.map(|at| (self.mean_ns, at))
+    }
+
+    /// How long (ns) at `now` the member has gone without finishing a request of this
+    /// balancer's since it last finished one or last got one while idle. Meaningful while
+    /// requests are in flight: then the oldest of them has been out at least this long.
+    #[inline]
+    pub fn quiet_for(&self, now: Instant) -> u64 {
+        now.0.saturating_sub(self.quiet_since.0)
+    }
+}
+
 /// `1 / d` in nanoseconds, infinite for zero (everything decays at once).
 pub fn inverse_nanos(d: Duration) -> f64 {
     let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
@@ -147,6 +206,8 @@ pub struct Load {
     pub completed: u64,
     /// Failures in a row (passive outlier detection reads this).
     pub consecutive_failures: u32,
+    /// Mean latency of this balancer's own requests (`adaptive` reads it).
+    pub latency: LatencyMean,
 }
 
 impl Load {
@@ -160,6 +221,7 @@ impl Load {
             probe_rtt: None,
             completed: 0,
             consecutive_failures: 0,
+            latency: LatencyMean::default(),
         }
     }
 

@@ -1,9 +1,10 @@
 //! The p99-to-oracle summary over several scenarios, one row per scenario and one column per
 //! algorithm, as Markdown: the table in docs/algorithms.md.
 //!
-//! `cargo run --release -p rondo-lab --example suite -- examples/scenarios/drift.toml ...`
+//! `cargo run --release -p rondo-lab --example suite -- [--seed N] examples/scenarios/drift.toml ...`
 //!
-//! Each cell is the algorithm's p99 over the oracle's in that scenario (seed from the file),
+//! Each cell is the algorithm's p99 over the oracle's in that scenario (seed from the file
+//! unless `--seed` is given; `--full` prints each scenario's whole table before the summary),
 //! `-` where the scenario does not run it; the best algorithm of each row is in bold.
 
 use std::collections::BTreeSet;
@@ -14,9 +15,22 @@ use rondo_lab::scenario::{Kind, Picker, Scenario};
 use rondo_lab::stats::quantile;
 
 fn main() -> ExitCode {
-    let files: Vec<String> = std::env::args().skip(1).collect();
+    let mut files: Vec<String> = std::env::args().skip(1).collect();
+    let mut seed = None;
+    let full = files.first().is_some_and(|a| a == "--full");
+    if full {
+        files.remove(0);
+    }
+    if files.first().is_some_and(|a| a == "--seed") {
+        seed = files.get(1).and_then(|s| s.parse::<u64>().ok());
+        if seed.is_none() {
+            eprintln!("--seed needs a number");
+            return ExitCode::FAILURE;
+        }
+        files.drain(..2);
+    }
     if files.is_empty() {
-        eprintln!("usage: suite SCENARIO.toml...");
+        eprintln!("usage: suite [--full] [--seed N] SCENARIO.toml...");
         return ExitCode::FAILURE;
     }
     let mut rows = Vec::new();
@@ -30,7 +44,10 @@ fn main() -> ExitCode {
             }
         };
         let s = match Scenario::parse(&text, file) {
-            Ok(s) => s,
+            Ok(mut s) => {
+                s.seed = seed.unwrap_or(s.seed);
+                s
+            }
             Err(e) => {
                 eprintln!("{e}");
                 return ExitCode::FAILURE;
@@ -38,6 +55,9 @@ fn main() -> ExitCode {
         };
         let Kind::Queueing(q) = &s.kind else { continue };
         let results = rondo_lab::sim::run_all(&s, q, &mut |_| {});
+        if full {
+            println!("{}", rondo_lab::report::render(&s, q, &results).table);
+        }
         let p99 = |p: Picker| {
             results.iter().find(|r| r.picker == p).and_then(|r| quantile(&r.latencies, 0.99))
         };

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use rondo_core::Algorithm;
 use rondo_lab::run;
-use rondo_lab::scenario::{Kind, Picker, Queueing, Scenario, Service};
+use rondo_lab::scenario::{Kind, PhaseKind, Picker, Queueing, Scenario, Service};
 use rondo_lab::sim::run_one;
 use rondo_lab::stats::quantile;
 
@@ -133,4 +133,50 @@ fn routers_with_their_own_views_herd_where_one_router_does_not() {
     let least = Picker::Core(Algorithm::LeastSessions);
     let (alone, herd) = (p99(&single, least, s.seed), p99(&tier, least, s.seed));
     assert!(herd > 2 * alone, "4 routers {herd} vs 1 router {alone}");
+}
+
+/// `adaptive`'s p99 over the oracle's in a shipped scenario (seed from the file).
+fn adaptive_ratio(name: &str) -> f64 {
+    let (s, q) = shipped(name);
+    let adaptive = p99(&q, Picker::Core(Algorithm::Adaptive), s.seed);
+    adaptive as f64 / p99(&q, Picker::Oracle, s.seed) as f64
+}
+
+/// Issue 42's targets, met by `adaptive` (docs/algorithms.md has the table): p99 at most 1.1x
+/// the oracle's in every single-router scenario, at most 1.2x with four routers that share no
+/// view, and still at most 1.05x in issue 21's slow-member scenario.
+#[test]
+fn issue_42_adaptive_is_within_the_targets_of_the_oracle() {
+    for (name, target) in [
+        ("drift.toml", 1.1),
+        ("lognormal-mixed.toml", 1.1),
+        ("lognormal-slow.toml", 1.1),
+        ("pareto-mixed.toml", 1.1),
+        ("hanging.toml", 1.1),
+        ("tier-slow-member.toml", 1.2),
+        ("slow-member.toml", 1.05),
+    ] {
+        let ratio = adaptive_ratio(name);
+        assert!(ratio <= target, "{name}: adaptive p99 {ratio:.3}x the oracle's (target {target})");
+    }
+}
+
+/// The hanging member: with no health checks, `adaptive` sees it stop finishing requests and
+/// sends it almost nothing from its first second on (a handful of requests are lost to it,
+/// where round robin loses a tenth of every second's until outlier detection ejects it).
+#[test]
+fn issue_42_a_hanging_member_gets_almost_nothing_from_adaptive() {
+    let (s, q) = shipped("hanging.toml");
+    let phase =
+        q.phases.iter().position(|p| matches!(p.kind, PhaseKind::FailSlow(_))).expect("hang");
+    let r = run_one(&q, Picker::Core(Algorithm::Adaptive), s.seed, &mut |_| {});
+    let share = rondo_lab::report::first_second_share(&q, &r, phase).expect("buckets");
+    assert!(share <= 0.005, "the hanging member took {:.2} % of the first second", share * 100.0);
+    let rr = run_one(&q, Picker::Core(Algorithm::RoundRobin), s.seed, &mut |_| {});
+    assert!(
+        r.errors * 5 < rr.errors,
+        "adaptive lost {} requests, round robin {}",
+        r.errors,
+        rr.errors
+    );
 }
