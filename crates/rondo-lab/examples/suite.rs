@@ -4,7 +4,9 @@
 //! `cargo run --release -p rondo-lab --example suite -- [--seed N] examples/scenarios/drift.toml ...`
 //!
 //! Each cell is the algorithm's p99 over the oracle's in that scenario (seed from the file
-//! unless `--seed` is given; `--full` prints each scenario's whole table before the summary),
+//! unless `--seed` is given; `--full` prints each scenario's whole table before the summary;
+//! `--out DIR` writes each scenario's table and plots into `DIR/NAME`, as `rondo simulate
+//! --out` does),
 //! `-` where the scenario does not run it; the best algorithm of each row is in bold.
 
 use std::collections::BTreeSet;
@@ -21,6 +23,11 @@ fn main() -> ExitCode {
     if full {
         files.remove(0);
     }
+    let mut out_dir = None;
+    if files.first().is_some_and(|a| a == "--out") && files.len() > 1 {
+        out_dir = Some(std::path::PathBuf::from(files.remove(1)));
+        files.remove(0);
+    }
     if files.first().is_some_and(|a| a == "--seed") {
         seed = files.get(1).and_then(|s| s.parse::<u64>().ok());
         if seed.is_none() {
@@ -30,7 +37,7 @@ fn main() -> ExitCode {
         files.drain(..2);
     }
     if files.is_empty() {
-        eprintln!("usage: suite [--full] [--seed N] SCENARIO.toml...");
+        eprintln!("usage: suite [--full] [--out DIR] [--seed N] SCENARIO.toml...");
         return ExitCode::FAILURE;
     }
     let mut rows = Vec::new();
@@ -55,8 +62,24 @@ fn main() -> ExitCode {
         };
         let Kind::Queueing(q) = &s.kind else { continue };
         let results = rondo_lab::sim::run_all(&s, q, &mut |_| {});
+        let rendered = rondo_lab::report::render(&s, q, &results);
         if full {
-            println!("{}", rondo_lab::report::render(&s, q, &results).table);
+            println!("{}", rendered.table);
+        }
+        if let Some(dir) = &out_dir {
+            // What `rondo simulate --out DIR/NAME` writes, byte for byte.
+            let dir = dir.join(&s.name);
+            let written = std::fs::create_dir_all(&dir).and_then(|()| {
+                std::fs::write(dir.join("results.md"), &rendered.table)?;
+                rendered
+                    .plots
+                    .iter()
+                    .try_for_each(|(name, svg)| std::fs::write(dir.join(name), svg))
+            });
+            if let Err(e) = written {
+                eprintln!("{}: {e}", dir.display());
+                return ExitCode::FAILURE;
+            }
         }
         let p99 = |p: Picker| {
             results.iter().find(|r| r.picker == p).and_then(|r| quantile(&r.latencies, 0.99))
