@@ -255,3 +255,34 @@ fn a_member_gone_quiet_is_avoided_before_its_requests_end() {
     let h = histogram(&picks(&mut b, 1000, now, &mut r), 2);
     assert!(h[0] <= 1000 / ADAPTIVE_EXPLORE_ONE_IN, "the quiet member took {h:?}");
 }
+
+/// A member that fails one request in three (fast refusals between successes, never the five in
+/// a row that eject it) stays expensive although its mean latency is as good as the others':
+/// after each failure it is estimated by its peak EWMA, which holds the failure penalty, and
+/// only an exploration pick brings it the success that lets its mean count again.
+#[test]
+fn a_member_that_fails_now_and_then_stays_expensive() {
+    let mut b = balancer(Algorithm::Adaptive, 4);
+    let ms = Duration::from_millis;
+    let mut r = rng(12);
+    let mut h = [0usize; 4];
+    let mut flaky = 0u32;
+    for k in 0..4000u64 {
+        let now = Instant(k * 1_000_000);
+        let d = b.pick(&at(now), &mut r).expect("a member");
+        b.begin_request(d.member);
+        h[d.member] += 1;
+        let outcome = if d.member == 3 {
+            flaky += 1;
+            if flaky.is_multiple_of(3) {
+                Outcome::Failure { kind: FailureKind::Connect, latency: ms(1) }
+            } else {
+                Outcome::Success { latency: ms(5) }
+            }
+        } else {
+            Outcome::Success { latency: ms(5) }
+        };
+        b.end_request(d.member, now, outcome);
+    }
+    assert!(h[3] * 10 < h[0], "the flaky member took {h:?}");
+}
