@@ -37,8 +37,8 @@ mod tree;
 
 pub use balancer::handoff;
 pub use balancer::{
-    ADAPTIVE_EXPLORE_ONE_IN, ADAPTIVE_SCAN, Balancer, Eligibility, Ineligible, PickError,
-    PickRequest,
+    ADAPTIVE_EXPLORE_ONE_IN, ADAPTIVE_SCAN, ADAPTIVE_STALL, Balancer, Eligibility, Ineligible,
+    PickError, PickRequest,
 };
 pub use budget::RetryBudget;
 pub use explain::{CandidateInfo, Decision, Explanation, Scope, Why};

@@ -11,6 +11,7 @@
 pub mod bins;
 pub mod report;
 pub mod scenario;
+mod service;
 pub mod sim;
 pub mod stats;
 pub mod svg;

@@ -214,8 +214,13 @@ pub fn render(s: &Scenario, q: &Queueing, results: &[PickerResult]) -> LabOutput
     }
     let _ = writeln!(
         t,
-        "{} members, {} s of arrivals (warm-up {} s), seed {}, arrival rate {:.1}/s{}{}",
+        "{} members{}, {} s of arrivals (warm-up {} s), seed {}, arrival rate {:.1}/s{}{}",
         q.members.len(),
+        if q.routers > 1 {
+            format!(", {} routers each with its own view", q.routers)
+        } else {
+            String::new()
+        },
         q.duration as f64 / 1e9,
         q.warmup as f64 / 1e9,
         s.seed,

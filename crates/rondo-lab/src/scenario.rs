@@ -8,10 +8,15 @@ use rondo_core::Algorithm;
 use serde::Deserialize;
 use toml::Spanned;
 
+pub use crate::service::Service;
+use crate::service::{RawService, parse_service};
+
 /// Hard ceiling on events per algorithm, whatever the file says: a run always ends.
 pub const MAX_EVENTS_CEILING: u64 = 200_000_000;
 /// Hard ceiling on virtual time, seconds.
 pub const MAX_DURATION_S: f64 = 86_400.0;
+/// Hard ceiling on the routers of a tier (`routers`).
+pub const MAX_ROUTERS: u32 = 64;
 /// Hard ceiling on simulated members (and balls-into-bins bins).
 pub const MAX_MEMBERS: usize = 1_000_000;
 
@@ -124,6 +129,9 @@ pub struct Queueing {
     pub sessions: Option<u64>,
     /// The callers' locality group.
     pub caller_group: Option<String>,
+    /// Routers in the tier, each with its own `Balancer` fed only by the requests it placed
+    /// (arrivals take them in turn); 1 is a single router.
+    pub routers: u32,
 }
 
 /// Health checking as the router's prober would do it.
@@ -148,71 +156,6 @@ pub struct Arrivals {
     pub burst: Option<(u32, u64)>,
     /// A flash crowd: from `at` for `length` ns the rate is multiplied by `multiplier`.
     pub flash: Option<(u64, u64, f64)>,
-}
-
-/// A member's service-time distribution (its true one; the oracle knows it).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Service {
-    /// Always `mean`.
-    Constant {
-        /// ns.
-        mean: f64,
-    },
-    /// Exponential with `mean`.
-    Exponential {
-        /// ns.
-        mean: f64,
-    },
-    /// Lognormal with the given mean and shape `sigma`.
-    Lognormal {
-        /// ns.
-        mean: f64,
-        /// Shape (standard deviation of the log).
-        sigma: f64,
-    },
-    /// `slow` with probability `p`, else `fast`.
-    Bimodal {
-        /// ns.
-        fast: f64,
-        /// ns.
-        slow: f64,
-        /// Probability of `slow`.
-        p: f64,
-    },
-}
-
-impl Service {
-    /// The true mean, ns.
-    pub fn mean(self) -> f64 {
-        match self {
-            Service::Constant { mean }
-            | Service::Exponential { mean }
-            | Service::Lognormal { mean, .. } => mean,
-            Service::Bimodal { fast, slow, p } => fast * (1.0 - p) + slow * p,
-        }
-    }
-
-    /// A sample from two uniforms in [0, 1) (common random numbers: every algorithm sees the
-    /// same uniforms for the same request, so differences come from the picks alone).
-    pub fn sample(self, u1: f64, u2: f64) -> f64 {
-        match self {
-            Service::Constant { mean } => mean,
-            Service::Exponential { mean } => -mean * (1.0 - u1).ln(),
-            Service::Lognormal { mean, sigma } => {
-                // Box-Muller; mu chosen so that the mean is `mean`.
-                let z = (-2.0 * (1.0 - u1).ln()).sqrt() * (std::f64::consts::TAU * u2).cos();
-                let mu = mean.ln() - sigma * sigma / 2.0;
-                (mu + sigma * z).exp()
-            }
-            Service::Bimodal { fast, slow, p } => {
-                if u1 < p {
-                    slow
-                } else {
-                    fast
-                }
-            }
-        }
-    }
 }
 
 /// One simulated member.
@@ -295,6 +238,7 @@ struct RawScenario {
     keys: Option<Spanned<u64>>,
     sessions: Option<Spanned<u64>>,
     caller_group: Option<String>,
+    routers: Option<Spanned<u32>>,
     #[serde(default)]
     member: Vec<Spanned<RawMember>>,
     #[serde(default)]
@@ -349,17 +293,6 @@ struct RawMember {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RawService {
-    dist: Spanned<String>,
-    mean_ms: Option<f64>,
-    sigma: Option<f64>,
-    fast_ms: Option<f64>,
-    slow_ms: Option<f64>,
-    slow_fraction: Option<f64>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
 struct RawPhase {
     at_s: f64,
     member: Spanned<String>,
@@ -375,13 +308,13 @@ struct RawBins {
     trials: u32,
 }
 
-struct Ctx<'a> {
+pub(crate) struct Ctx<'a> {
     file: &'a str,
     text: &'a str,
 }
 
 impl Ctx<'_> {
-    fn err(
+    pub(crate) fn err(
         &self,
         offset: usize,
         field: impl Into<String>,
@@ -410,7 +343,7 @@ fn line_column(text: &str, offset: usize) -> (usize, usize) {
     (line, before[start..].chars().count() + 1)
 }
 
-fn ms(v: f64) -> f64 {
+pub(crate) fn ms(v: f64) -> f64 {
     v * 1e6
 }
 
@@ -480,11 +413,15 @@ fn parse_bins(
     b: &Spanned<RawBins>,
 ) -> Result<BallsIntoBins, ScenarioError> {
     let at = b.span().start;
-    if !raw.member.is_empty() || raw.arrivals.is_some() || !raw.phase.is_empty() {
+    if !raw.member.is_empty()
+        || raw.arrivals.is_some()
+        || !raw.phase.is_empty()
+        || raw.routers.is_some()
+    {
         return Err(cx.err(
             at,
             "balls_into_bins",
-            "a balls-into-bins scenario has no members, arrivals or phases",
+            "a balls-into-bins scenario has no members, arrivals, phases or routers",
         ));
     }
     let mut algorithms = Vec::new();
@@ -520,72 +457,6 @@ fn parse_bins(
         sizes: b.sizes.iter().map(|&n| n as usize).collect(),
         trials: b.trials,
         algorithms,
-    })
-}
-
-fn positive(v: Option<f64>) -> bool {
-    v.is_some_and(|v| v.is_finite() && v > 0.0)
-}
-
-fn parse_service(
-    cx: &Ctx<'_>,
-    s: &Spanned<RawService>,
-    field: &str,
-) -> Result<Service, ScenarioError> {
-    let at = s.span().start;
-    let r = s.get_ref();
-    let need_mean = |what: &str| -> Result<f64, ScenarioError> {
-        if !positive(r.mean_ms) {
-            return Err(cx.err(
-                at,
-                format!("{field}.mean_ms"),
-                format!("{what} needs a positive mean_ms"),
-            ));
-        }
-        Ok(ms(r.mean_ms.unwrap_or_default()))
-    };
-    Ok(match r.dist.get_ref().as_str() {
-        "constant" => Service::Constant { mean: need_mean("constant")? },
-        "exponential" => Service::Exponential { mean: need_mean("exponential")? },
-        "lognormal" => {
-            let mean = need_mean("lognormal")?;
-            let sigma = r.sigma.unwrap_or(1.0);
-            if !(sigma.is_finite() && sigma > 0.0 && sigma <= 4.0) {
-                return Err(cx.err(at, format!("{field}.sigma"), "sigma must be in (0, 4]"));
-            }
-            Service::Lognormal { mean, sigma }
-        }
-        "bimodal" => {
-            if !positive(r.fast_ms) || !positive(r.slow_ms) {
-                return Err(cx.err(
-                    at,
-                    format!("{field}.fast_ms"),
-                    "bimodal needs positive fast_ms and slow_ms",
-                ));
-            }
-            let p = r.slow_fraction.unwrap_or(0.1);
-            if !(0.0..=1.0).contains(&p) {
-                return Err(cx.err(
-                    at,
-                    format!("{field}.slow_fraction"),
-                    "slow_fraction must be in [0, 1]",
-                ));
-            }
-            Service::Bimodal {
-                fast: ms(r.fast_ms.unwrap_or_default()),
-                slow: ms(r.slow_ms.unwrap_or_default()),
-                p,
-            }
-        }
-        other => {
-            return Err(cx.err(
-                r.dist.span().start,
-                format!("{field}.dist"),
-                format!(
-                    "unknown distribution {other:?} (constant, exponential, lognormal, bimodal)"
-                ),
-            ));
-        }
     })
 }
 
@@ -867,6 +738,13 @@ fn parse_queueing(cx: &Ctx<'_>, raw: &RawScenario) -> Result<Queueing, ScenarioE
             "algorithm hash needs keys (how many distinct hash keys)",
         ));
     }
+    let routers = match &raw.routers {
+        Some(r) if !(1..=MAX_ROUTERS).contains(r.get_ref()) => {
+            return Err(cx.err(r.span().start, "routers", format!("must be 1..={MAX_ROUTERS}")));
+        }
+        Some(r) => *r.get_ref(),
+        None => 1,
+    };
     Ok(Queueing {
         duration: secs(d),
         warmup,
@@ -880,5 +758,6 @@ fn parse_queueing(cx: &Ctx<'_>, raw: &RawScenario) -> Result<Queueing, ScenarioE
         keys,
         sessions,
         caller_group: raw.caller_group.clone(),
+        routers,
     })
 }

@@ -9,6 +9,11 @@
 //! and leaves rebuild the cluster spec and carry the balancer's state over with
 //! `Balancer::carry_over`, as a registry change does in the router.
 //!
+//! With `routers = N` the tier has N balancers, one per router, and arrivals take the routers
+//! in turn; each balancer is fed only by the requests its router placed (its own in-flight
+//! counts and latencies, no shared view), while health-check and agent results, which every
+//! router would see alike, reach all of them.
+//!
 //! Every picker sees the same arrivals and the same per-request random numbers (common random
 //! numbers), so differences between rows come from the picks. A run is bounded by virtual time
 //! (arrivals stop at `duration_s`; work in flight is followed for at most another `duration_s`)
@@ -37,6 +42,8 @@ pub const MAX_BUCKETED_MEMBERS: usize = 64;
 const REFUSED_AFTER: u64 = 1_000_000;
 /// Network part of a probe's round trip, ns.
 const PROBE_NETWORK: u64 = 200_000;
+/// Spreads the routers' generator seeds apart (the golden ratio in 64 bits).
+const ROUTER_SEED: u64 = 0x9E37_79B9_7F4A_7C15;
 
 /// What one picker did over the scenario.
 #[derive(Debug, Clone)]
@@ -74,6 +81,7 @@ enum Ev {
         member: u32,
         epoch: u32,
         arrival: u64,
+        router: u16,
     },
     /// A request to a failing member failed.
     Fail {
@@ -81,6 +89,7 @@ enum Ev {
         epoch: u32,
         arrival: u64,
         timeout: bool,
+        router: u16,
     },
     Probe,
     Agent,
@@ -97,6 +106,8 @@ enum Mode {
 #[derive(Debug, Clone, Copy)]
 struct Req {
     arrival: u64,
+    /// The router that placed it (whose balancer hears its end).
+    router: u16,
     u1: f64,
     u2: f64,
 }
@@ -164,13 +175,19 @@ struct Sim<'a> {
     to_bal: Vec<Option<usize>>,
     /// Simulated member of each balancer index.
     from_bal: Vec<usize>,
-    balancer: Balancer,
+    /// One balancer per router of the tier, each fed only by the requests it placed.
+    balancers: Vec<Balancer>,
     policy: Policy,
     work_rng: SplitMix64,
     burst_rng: SplitMix64,
-    pick_rng: SplitMix64,
+    /// Each router's generator (router 0's is the single router's, so a tier of one picks as
+    /// before); the oracle draws from router 0's.
+    pick_rngs: Vec<SplitMix64>,
     probe_rng: SplitMix64,
-    sessions: Vec<Option<usize>>,
+    /// Each router's sticky sessions.
+    sessions: Vec<Vec<Option<usize>>>,
+    /// The router the next arrival reaches (arrivals take the routers in turn).
+    next_router: u16,
     agent_seq: u64,
     pending: u64,
     res: PickerResult,
@@ -231,15 +248,18 @@ pub fn run_one(
         heap: BinaryHeap::new(),
         to_bal: Vec::new(),
         from_bal: Vec::new(),
-        balancer: Balancer::new(spec, Instant::ZERO),
+        balancers: (0..q.routers).map(|_| Balancer::new(spec.clone(), Instant::ZERO)).collect(),
         members,
         policy,
         // Independent streams, the same for every picker.
         work_rng: SplitMix64::new(seed ^ 0x5EED_0000_0000_0001),
         burst_rng: SplitMix64::new(seed ^ 0x5EED_0000_0000_0002),
-        pick_rng: SplitMix64::new(seed ^ 0x5EED_0000_0000_0003),
+        pick_rngs: (0..u64::from(q.routers))
+            .map(|r| SplitMix64::new(seed ^ 0x5EED_0000_0000_0003 ^ r.wrapping_mul(ROUTER_SEED)))
+            .collect(),
         probe_rng: SplitMix64::new(seed ^ 0x5EED_0000_0000_0004),
-        sessions: vec![None; q.sessions.unwrap_or(0) as usize],
+        sessions: vec![vec![None; q.sessions.unwrap_or(0) as usize]; q.routers as usize],
+        next_router: 0,
         agent_seq: 0,
         pending: 0,
         res: PickerResult {
@@ -382,7 +402,7 @@ impl Sim<'_> {
                     self.push(next, Ev::Burst);
                 }
             }
-            Ev::Done { member, epoch, arrival } => {
+            Ev::Done { member, epoch, arrival, router } => {
                 let m = member as usize;
                 if self.members[m].epoch != epoch {
                     return;
@@ -398,13 +418,13 @@ impl Sim<'_> {
                 }
                 if let (Picker::Core(_), Some(b)) = (self.picker, self.to_bal[m]) {
                     let outcome = Outcome::Success { latency: Duration::from_nanos(latency) };
-                    self.balancer.end_request(b, Instant(self.now), outcome);
+                    self.balancers[usize::from(router)].end_request(b, Instant(self.now), outcome);
                 }
                 if let Some(next) = self.members[m].queue.pop_front() {
                     self.start(m, next);
                 }
             }
-            Ev::Fail { member, epoch, arrival, timeout } => {
+            Ev::Fail { member, epoch, arrival, timeout, router } => {
                 let m = member as usize;
                 if self.members[m].epoch != epoch {
                     return;
@@ -417,7 +437,7 @@ impl Sim<'_> {
                 if let (Picker::Core(_), Some(b)) = (self.picker, self.to_bal[m]) {
                     let kind = if timeout { FailureKind::Timeout } else { FailureKind::Connect };
                     let latency = Duration::from_nanos(self.now - arrival);
-                    self.balancer.end_request(
+                    self.balancers[usize::from(router)].end_request(
                         b,
                         Instant(self.now),
                         Outcome::Failure { kind, latency },
@@ -454,7 +474,9 @@ impl Sim<'_> {
             .q
             .sessions
             .map_or(0, |s| ((u128::from(rng.next_u64()) * u128::from(s)) >> 64) as u64);
-        (Req { arrival: self.now, u1, u2 }, key, session)
+        let router = self.next_router;
+        self.next_router = (router + 1) % self.q.routers as u16;
+        (Req { arrival: self.now, router, u1, u2 }, key, session)
     }
 
     fn set_busy(&mut self, m: usize, delta: i32) {
@@ -472,7 +494,7 @@ impl Sim<'_> {
         }
         let chosen = match self.picker {
             Picker::Oracle => self.oracle_pick(),
-            Picker::Core(_) => self.core_pick(key, session),
+            Picker::Core(_) => self.core_pick(usize::from(req.router), key, session),
         };
         let Some(m) = chosen else {
             if counted {
@@ -486,19 +508,31 @@ impl Sim<'_> {
             b[m] += 1;
         }
         if let (Picker::Core(_), Some(b)) = (self.picker, self.to_bal[m]) {
-            self.balancer.begin_request(b);
+            self.balancers[usize::from(req.router)].begin_request(b);
         }
         self.pending += 1;
         let epoch = self.members[m].epoch;
         match self.members[m].mode {
             Mode::FailFast => {
                 self.members[m].hanging += 1;
-                let ev = Ev::Fail { member: m as u32, epoch, arrival: req.arrival, timeout: false };
+                let ev = Ev::Fail {
+                    member: m as u32,
+                    epoch,
+                    arrival: req.arrival,
+                    timeout: false,
+                    router: req.router,
+                };
                 self.push(self.now + REFUSED_AFTER, ev);
             }
             Mode::FailSlow(t) => {
                 self.members[m].hanging += 1;
-                let ev = Ev::Fail { member: m as u32, epoch, arrival: req.arrival, timeout: true };
+                let ev = Ev::Fail {
+                    member: m as u32,
+                    epoch,
+                    arrival: req.arrival,
+                    timeout: true,
+                    router: req.router,
+                };
                 self.push(self.now + t, ev);
             }
             Mode::Normal(_) => {
@@ -519,25 +553,28 @@ impl Sim<'_> {
         let service = self.q.members[m].service.sample(req.u1, req.u2) * factor;
         self.set_busy(m, 1);
         self.members[m].serving.push(req.arrival);
-        let ev = Ev::Done { member: m as u32, epoch: self.members[m].epoch, arrival: req.arrival };
+        let epoch = self.members[m].epoch;
+        let ev = Ev::Done { member: m as u32, epoch, arrival: req.arrival, router: req.router };
         self.push(self.now + (service.max(1.0) as u64), ev);
     }
 
-    fn core_pick(&mut self, key: u64, session: u64) -> Option<usize> {
+    fn core_pick(&mut self, router: usize, key: u64, session: u64) -> Option<usize> {
         let now = Instant(self.now);
+        let balancer = &mut self.balancers[router];
+        let sessions = &mut self.sessions[router];
         if self.q.sessions.is_some()
-            && let Some(m) = self.sessions[session as usize]
+            && let Some(m) = sessions[session as usize]
         {
             if let Some(b) = self.to_bal[m]
-                && self.balancer.can_keep_session(b, now)
+                && balancer.can_keep_session(b, now)
             {
-                self.balancer.note_request(now);
+                balancer.note_request(now);
                 return Some(m);
             }
             if let Some(b) = self.to_bal[m] {
-                self.balancer.close_session(b);
+                balancer.close_session(b);
             }
-            self.sessions[session as usize] = None;
+            sessions[session as usize] = None;
         }
         let hash = self.q.keys.map(|_| rondo_core::hash::hash_key(&key.to_le_bytes()));
         let req = PickRequest {
@@ -547,12 +584,12 @@ impl Sim<'_> {
             context: None,
             exclude: &[],
         };
-        self.balancer.note_request(now);
-        let d = self.balancer.pick(&req, &mut self.pick_rng).ok()?;
+        balancer.note_request(now);
+        let d = balancer.pick(&req, &mut self.pick_rngs[router]).ok()?;
         let m = self.from_bal[d.member];
         if self.q.sessions.is_some() {
-            self.sessions[session as usize] = Some(m);
-            self.balancer.open_session(d.member);
+            sessions[session as usize] = Some(m);
+            balancer.open_session(d.member);
         }
         Some(m)
     }
@@ -562,7 +599,7 @@ impl Sim<'_> {
     /// that are present, not draining and not failing. Ties go to the first from a random start.
     fn oracle_pick(&mut self) -> Option<usize> {
         let n = self.members.len();
-        let start = self.pick_rng.below(n);
+        let start = self.pick_rngs[0].below(n);
         let mut best: Option<(f64, usize)> = None;
         for k in 0..n {
             let i = (start + k) % n;
@@ -606,7 +643,9 @@ impl Sim<'_> {
                     r.probe_fail = 0;
                     if !r.healthy && r.probe_pass >= h.rise {
                         r.healthy = true;
-                        self.balancer.set_health(b, true, Actor::HealthCheck, now);
+                        for bal in &mut self.balancers {
+                            bal.set_health(b, true, Actor::HealthCheck, now);
+                        }
                     }
                     round.push((b, Some(Duration::from_nanos(rtt))));
                 }
@@ -615,14 +654,20 @@ impl Sim<'_> {
                     r.probe_pass = 0;
                     if r.healthy && r.probe_fail >= h.fall {
                         r.healthy = false;
-                        self.balancer.set_health(b, false, Actor::HealthCheck, now);
+                        for bal in &mut self.balancers {
+                            bal.set_health(b, false, Actor::HealthCheck, now);
+                        }
                     }
-                    self.balancer.note_probe_failure(b, why, now);
+                    for bal in &mut self.balancers {
+                        bal.note_probe_failure(b, why, now);
+                    }
                     round.push((b, None));
                 }
             }
         }
-        self.balancer.record_probe_round(&round);
+        for bal in &mut self.balancers {
+            bal.record_probe_round(&round);
+        }
     }
 
     fn agent_round(&mut self) {
@@ -635,7 +680,7 @@ impl Sim<'_> {
             let servers = u128::from(self.q.members[i].concurrency);
             let cpu = (r.busy_acc as f64 / (interval as f64 * servers as f64)).clamp(0.0, 1.0);
             r.busy_acc = 0;
-            let sessions = self.balancer.states()[b].load.sessions;
+            let sessions = self.balancers.iter().map(|bal| bal.states()[b].load.sessions).sum();
             let report = AgentReport {
                 cpu_used: cpu as f32,
                 mem_free: 1 << 30,
@@ -643,7 +688,9 @@ impl Sim<'_> {
                 seq: self.agent_seq,
                 at: Instant(self.now),
             };
-            self.balancer.report_agent(b, report);
+            for bal in &mut self.balancers {
+                bal.report_agent(b, report);
+            }
         }
     }
 
@@ -658,7 +705,9 @@ impl Sim<'_> {
             PhaseKind::Drain => {
                 self.members[m].draining = true;
                 if let Some(b) = self.to_bal[m] {
-                    self.balancer.set_admin(b, AdminState::Draining, Actor::Operator("lab".into()));
+                    for bal in &mut self.balancers {
+                        bal.set_admin(b, AdminState::Draining, Actor::Operator("lab".into()));
+                    }
                 }
             }
             PhaseKind::Join => {
@@ -690,7 +739,9 @@ impl Sim<'_> {
 
     fn rebuild(&mut self) {
         let spec = cluster_spec(self.q, &self.members, &self.policy);
-        self.balancer = Balancer::carry_over(spec, &self.balancer, Instant(self.now));
+        for bal in &mut self.balancers {
+            *bal = Balancer::carry_over(spec.clone(), bal, Instant(self.now));
+        }
         self.remap();
     }
 

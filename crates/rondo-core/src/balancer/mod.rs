@@ -6,11 +6,13 @@
 //! A pick runs in three stages, the same for every algorithm:
 //! 1. **eligibility** (`candidates.rs`): active, healthy members; the caller's locality group
 //!    while it has one; every active member in panic mode. Cached until something changes.
-//! 2. **choice** (`pickers.rs`): the cluster's algorithm over the candidates.
+//! 2. **choice** (`pickers.rs`; the latency-aware `p2c-ewma` and `adaptive` in `delay.rs`): the
+//!    cluster's algorithm over the candidates.
 //! 3. **exclusion and slow start**: a member already tried for this request, or held back by its
 //!    slow-start ramp, gives way to the next eligible member.
 
 mod candidates;
+mod delay;
 pub mod handoff;
 mod hashing;
 mod least;
@@ -32,7 +34,7 @@ pub use crate::ineligible::Ineligible;
 pub use crate::member::health_reason;
 use candidates::Candidates;
 pub use candidates::{Eligibility, own_reason};
-pub use pickers::{ADAPTIVE_EXPLORE_ONE_IN, ADAPTIVE_SCAN};
+pub use delay::{ADAPTIVE_EXPLORE_ONE_IN, ADAPTIVE_SCAN, ADAPTIVE_STALL};
 use pickers::{AlgoState, OwnPicks};
 
 pub(crate) const NONE: u32 = u32::MAX;
@@ -323,6 +325,9 @@ impl Balancer {
         };
         self.seq += 1;
         self.states[member].last_pick = self.seq;
+        if self.states[member].load.in_flight == 0 {
+            self.states[member].load.latency.start_idle(req.now);
+        }
         self.algo.picked(&self.cands, member);
         Ok(Decision {
             member,
@@ -553,6 +558,7 @@ impl Balancer {
         match outcome {
             Outcome::Success { latency } => {
                 st.load.ewma.observe(latency, now, policy.ewma.decay);
+                st.load.latency.observe(latency, now);
                 st.load.consecutive_failures = 0;
                 if st.ejected_until.is_some_and(|u| now >= u) {
                     st.ejected_until = None;

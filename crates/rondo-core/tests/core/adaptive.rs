@@ -1,11 +1,16 @@
-//! `adaptive`: shortest expected delay from probe round trips, passive latency and in-flight
-//! counts, with an exploration floor. Checked against an independent statement of its rule.
+//! `adaptive`: shortest expected delay from each member's mean latency (or, after a failure,
+//! its peak EWMA), how long it has gone quiet, probe round trips and in-flight counts, with an
+//! exploration floor. Checked against an independent statement of its rule, and for issue
+//! 42's two behaviours: one long request does not make a member look slow, and a member that
+//! stops finishing requests is avoided before any of them ends.
 
 use std::time::Duration;
 
 use proptest::prelude::*;
+use rondo_core::load::exp_neg;
 use rondo_core::{
-    ADAPTIVE_EXPLORE_ONE_IN, ADAPTIVE_SCAN, Algorithm, Balancer, FailureKind, Instant, Outcome, Why,
+    ADAPTIVE_EXPLORE_ONE_IN, ADAPTIVE_SCAN, ADAPTIVE_STALL, Algorithm, Balancer, FailureKind,
+    Instant, Outcome, Why,
 };
 
 use super::support::*;
@@ -50,13 +55,25 @@ fn set_up(cases: &[Case]) -> Balancer {
     b
 }
 
-/// The rule, stated independently: max(decayed EWMA, probe) x (in-flight + 1) / weight.
+/// The rule, stated independently: with a success and no failure since, the mean latency
+/// faded by the time since its last sample, or the quiet time once that passes the stall
+/// factor times the mean while requests are in flight, over the probe weighted by how faded
+/// the mean is; otherwise max(decayed peak EWMA, probe). Times (in-flight + 1) / weight.
 fn reference_cost(b: &Balancer, i: usize, now: Instant) -> f64 {
     let st = &b.states()[i];
     let decay = b.spec().policy.ewma.decay;
-    let passive = st.load.ewma.get_at(now, decay);
     let probe = st.load.probe_rtt.map_or(0.0, |d| d.as_nanos() as f64);
-    passive.max(probe) * f64::from(st.load.in_flight + 1) / f64::from(b.spec().members[i].weight)
+    let estimate = match st.load.latency.mean() {
+        Some((mean, at)) if st.load.consecutive_failures == 0 => {
+            let fade = exp_neg(now.since(at).as_nanos() as f64 / decay.as_nanos() as f64);
+            let quiet = st.load.latency.quiet_for(now) as f64;
+            let stalled = st.load.in_flight > 0 && quiet > ADAPTIVE_STALL * mean;
+            let passive = if stalled { quiet.max(mean * fade) } else { mean * fade };
+            passive.max(probe * (1.0 - fade))
+        }
+        _ => st.load.ewma.get_at(now, decay).max(probe),
+    };
+    estimate * f64::from(st.load.in_flight + 1) / f64::from(b.spec().members[i].weight)
 }
 
 proptest! {
@@ -174,4 +191,98 @@ fn equal_members_share_evenly() {
     let sq: f64 = counts.iter().map(|c| c * c).sum();
     let jain = sum * sum / (n as f64 * sq);
     assert!(jain >= 0.99, "Jain's index {jain}: {counts:?}");
+}
+
+/// Issue 42, heavy tails: one request ten times slower than a member's usual does not make it
+/// look slow (a peak EWMA took that latency as the member's estimate and sent everything
+/// elsewhere until queues there were ten deep).
+#[test]
+fn one_long_request_does_not_make_a_member_look_slow() {
+    let mut b = balancer(Algorithm::Adaptive, 2);
+    let ms = Duration::from_millis;
+    for k in 0..200u64 {
+        for m in 0..2 {
+            b.begin_request(m);
+            b.end_request(m, Instant::from_millis(k), Outcome::Success { latency: ms(10) });
+        }
+    }
+    b.begin_request(0);
+    b.end_request(0, Instant::from_millis(200), Outcome::Success { latency: ms(100) });
+    // Requests held in flight: each member's in-flight count is what keeps them level.
+    let now = Instant::from_millis(201);
+    let mut r = rng(4);
+    let mut h = [0usize; 2];
+    for _ in 0..100 {
+        let d = b.pick(&at(now), &mut r).expect("a member");
+        b.begin_request(d.member);
+        h[d.member] += 1;
+    }
+    assert!(h[0] >= 40, "the member with one long request took {h:?}");
+}
+
+/// Issue 42, drift and hangs: a member that has gone more than the stall factor times its mean
+/// latency without finishing any of the requests it holds is avoided at once, before any of
+/// them ends (its mean alone would still say it is as fast as the others).
+#[test]
+fn a_member_gone_quiet_is_avoided_before_its_requests_end() {
+    let mut b = balancer(Algorithm::Adaptive, 2);
+    let ms = Duration::from_millis;
+    for k in 0..50u64 {
+        for m in 0..2 {
+            b.begin_request(m);
+            b.end_request(m, Instant::from_millis(k), Outcome::Success { latency: ms(10) });
+        }
+    }
+    // Member 0 gets a request at 50 ms that it never finishes; member 1 keeps finishing.
+    let mut r = rng(8);
+    let first = loop {
+        let d = b.pick(&at(Instant::from_millis(50)), &mut r).expect("a member");
+        b.begin_request(d.member);
+        if d.member == 0 {
+            break d;
+        }
+        b.end_request(d.member, Instant::from_millis(50), Outcome::Success { latency: ms(10) });
+    };
+    assert_eq!(first.member, 0);
+    // 100 ms later (ten times its mean) member 1 has two in flight and has just finished one:
+    // by in-flight counts and means alone member 0 (one in flight) is the cheaper, but it has
+    // been quiet too long.
+    b.begin_request(1);
+    b.begin_request(1);
+    b.begin_request(1);
+    b.end_request(1, Instant::from_millis(149), Outcome::Success { latency: ms(10) });
+    let now = Instant::from_millis(150);
+    let h = histogram(&picks(&mut b, 1000, now, &mut r), 2);
+    assert!(h[0] <= 1000 / ADAPTIVE_EXPLORE_ONE_IN, "the quiet member took {h:?}");
+}
+
+/// A member that fails one request in three (fast refusals between successes, never the five in
+/// a row that eject it) stays expensive although its mean latency is as good as the others':
+/// after each failure it is estimated by its peak EWMA, which holds the failure penalty, and
+/// only an exploration pick brings it the success that lets its mean count again.
+#[test]
+fn a_member_that_fails_now_and_then_stays_expensive() {
+    let mut b = balancer(Algorithm::Adaptive, 4);
+    let ms = Duration::from_millis;
+    let mut r = rng(12);
+    let mut h = [0usize; 4];
+    let mut flaky = 0u32;
+    for k in 0..4000u64 {
+        let now = Instant(k * 1_000_000);
+        let d = b.pick(&at(now), &mut r).expect("a member");
+        b.begin_request(d.member);
+        h[d.member] += 1;
+        let outcome = if d.member == 3 {
+            flaky += 1;
+            if flaky.is_multiple_of(3) {
+                Outcome::Failure { kind: FailureKind::Connect, latency: ms(1) }
+            } else {
+                Outcome::Success { latency: ms(5) }
+            }
+        } else {
+            Outcome::Success { latency: ms(5) }
+        };
+        b.end_request(d.member, now, outcome);
+    }
+    assert!(h[3] * 10 < h[0], "the flaky member took {h:?}");
 }
