@@ -48,7 +48,10 @@ pub async fn handle(
     let grpc = grpc::is_grpc(req.headers());
     // A gRPC-Web client reads the router's own errors in its own content type.
     let web = if grpc { grpc_web::client_type(req.headers()) } else { None };
-    let mut resp = match proxy(&ctx, &snapshot, &conn, peer, req, grpc, &mut start).await {
+    // Boxed: the request's walk is some kilobytes of state, and hyper moves this future into
+    // its stream task and tokio into the task's cell; a pointer moves instead.
+    let walk = Box::pin(proxy(&ctx, &snapshot, &conn, peer, req, grpc, &mut start));
+    let mut resp = match walk.await {
         Ok(mut resp) => {
             if let (Some(log), Some(start)) = (&ctx.access, start) {
                 let line = access::Pending::served(log, start, resp.status().as_u16());
