@@ -1,0 +1,194 @@
+//! One HTTP/3 connection: the QUIC handshake (bounded by the listener's
+//! `header_read_timeout_ms`), then each request stream as a task of its own, through
+//! [`crate::hyper_path::handle`] and back onto its stream. The connection keeps its slot of
+//! the listener's `max_connections` until it and its last request are over; a draining
+//! process sends GOAWAY after the drain's idle grace.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use bytes::Bytes;
+use h3::server::{RequestResolver, RequestStream};
+use http::{Response, header};
+use http_body_util::BodyExt as _;
+use rustls_pki_types::CertificateDer;
+use tokio::sync::OwnedSemaphorePermit;
+
+use super::Shared;
+use super::body::H3Body;
+use crate::body::ProxyBody;
+use crate::client_body::ClientBody;
+use crate::conn::ConnState;
+
+type Resolver = RequestResolver<h3_quinn::Connection, Bytes>;
+type SendHalf = RequestStream<h3_quinn::SendStream<Bytes>, Bytes>;
+
+/// What the connection's requests share with it.
+struct Conn {
+    shared: Arc<Shared>,
+    state: Arc<ConnState>,
+    peer: SocketAddr,
+    /// Request streams open now, against `http3_max_streams`.
+    streams: AtomicU32,
+    /// The listener slot and the open-connection gauge, released with the last holder.
+    _held: (OwnedSemaphorePermit, rondo_runtime::metrics::OpenConn),
+}
+
+/// Serves one connection from its handshake to its end.
+pub(super) async fn serve(
+    shared: Arc<Shared>,
+    connecting: quinn::Connecting,
+    permit: OwnedSemaphorePermit,
+) {
+    let ctx = &shared.ctx;
+    let handshake = tokio::time::timeout(ctx.listener.header_read_timeout, connecting).await;
+    shared.handshaking.fetch_sub(1, Ordering::Relaxed);
+    let quic = match handshake {
+        Ok(Ok(c)) => c,
+        Ok(Err(e)) => {
+            shared.metrics.handshake_failed.inc();
+            tracing::debug!(listener = %ctx.listener.name, "quic handshake failed: {e}");
+            return;
+        }
+        Err(_) => {
+            shared.metrics.handshake_failed.inc();
+            tracing::debug!(listener = %ctx.listener.name, "quic handshake timed out");
+            return;
+        }
+    };
+    shared.metrics.handshakes.inc();
+    let peer = quic.remote_address();
+    // As over TCP TLS: `Some` on a TLS listener, with no values when no certificate came.
+    let cert = quic
+        .peer_identity()
+        .and_then(|id| id.downcast::<Vec<CertificateDer<'static>>>().ok())
+        .and_then(|certs| certs.first().map(|c| crate::tls::client_cert(c)))
+        .unwrap_or_default();
+    let client_ip = crate::headers::client_ip_value(peer.ip());
+    let timeout = ctx.listener.header_read_timeout;
+    let state = ConnState::with_tls(timeout, client_ip, ctx.metrics.clone(), Some(cert));
+    let held = (permit, ctx.metrics.opened());
+    let conn = Arc::new(Conn {
+        shared: shared.clone(),
+        state,
+        peer,
+        streams: AtomicU32::new(0),
+        _held: held,
+    });
+    let mut builder = h3::server::builder();
+    builder.max_field_section_size(u64::from(ctx.listener.max_header_bytes));
+    let mut h3 = match builder.build(h3_quinn::Connection::new(quic.clone())).await {
+        Ok(h3) => h3,
+        Err(e) => {
+            tracing::debug!(listener = %ctx.listener.name, %peer, "http3 setup failed: {e}");
+            return;
+        }
+    };
+    let mut draining = false;
+    loop {
+        let drain = async {
+            if draining {
+                std::future::pending::<()>().await;
+            }
+            ctx.live.drain.started().await;
+            tokio::time::sleep(crate::DRAIN_IDLE_GRACE).await;
+        };
+        tokio::select! {
+            accepted = h3.accept() => match accepted {
+                Ok(Some(resolver)) => {
+                    tokio::spawn(request(conn.clone(), resolver));
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    if matches!(quic.close_reason(), Some(quinn::ConnectionError::TimedOut)) {
+                        shared.metrics.idle_timeouts.inc();
+                        ctx.metrics.idle_timeouts.inc();
+                    }
+                    tracing::debug!(listener = %ctx.listener.name, %peer, "http3 connection ended: {e}");
+                    break;
+                }
+            },
+            () = drain => {
+                // GOAWAY: requests in progress finish, the client opens no new ones here.
+                draining = true;
+                let _ = h3.shutdown(0).await;
+            }
+        }
+    }
+}
+
+/// One request stream: its head, then hyper's path, then the response onto the stream.
+async fn request(conn: Arc<Conn>, resolver: Resolver) {
+    let shared = &conn.shared;
+    let (req, stream) = match tokio::time::timeout(
+        shared.ctx.listener.header_read_timeout,
+        resolver.resolve_request(),
+    )
+    .await
+    {
+        Ok(Ok(r)) => r,
+        // A malformed head: h3 has reset the stream (or closed the connection) already.
+        Ok(Err(e)) => {
+            tracing::debug!(listener = %shared.ctx.listener.name, "http3 request refused: {e}");
+            return;
+        }
+        Err(_) => return,
+    };
+    shared.metrics.requests.inc();
+    let open = conn.streams.fetch_add(1, Ordering::Relaxed) + 1;
+    if open >= shared.spec.max_streams {
+        shared.metrics.streams_at_limit.inc();
+    }
+    let (mut send, recv) = stream.split();
+    let length = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    let body = H3Body::start(recv, length).await;
+    let req = req.map(|()| ClientBody::H3(Box::new(body)));
+    let Ok(resp) =
+        crate::hyper_path::handle(shared.ctx.clone(), conn.state.clone(), conn.peer, req).await;
+    write(&mut send, resp).await;
+    conn.streams.fetch_sub(1, Ordering::Relaxed);
+}
+
+/// Fields HTTP/3 forbids (RFC 9114 4.2: connection-specific), were any left.
+const CONNECTION_SPECIFIC: [header::HeaderName; 4] =
+    [header::CONNECTION, header::TRANSFER_ENCODING, header::UPGRADE, header::TE];
+
+/// Sends `resp` on the stream: its head, its body's frames as they come, its trailers. A
+/// client that resets the stream ends the sending (the body's end is then reported as for
+/// any client that went away).
+async fn write(send: &mut SendHalf, resp: Response<ProxyBody>) {
+    let (mut parts, body) = resp.into_parts();
+    for name in CONNECTION_SPECIFIC {
+        parts.headers.remove(name);
+    }
+    parts.headers.remove("keep-alive");
+    parts.headers.remove("proxy-connection");
+    if send.send_response(Response::from_parts(parts, ())).await.is_err() {
+        return;
+    }
+    let mut body = std::pin::pin!(body);
+    while let Some(frame) = body.as_mut().frame().await {
+        let sent = match frame.map(|f| f.into_data()) {
+            Ok(Ok(data)) if data.is_empty() => Ok(()),
+            Ok(Ok(data)) => send.send_data(data).await,
+            Ok(Err(frame)) => match frame.into_trailers() {
+                Ok(trailers) => send.send_trailers(trailers).await,
+                Err(_) => Ok(()),
+            },
+            Err(_) => {
+                // The member's body broke off: the client must not take it for whole.
+                send.stop_stream(h3::error::Code::H3_INTERNAL_ERROR);
+                return;
+            }
+        };
+        if sent.is_err() {
+            return;
+        }
+    }
+    let _ = send.finish().await;
+}
