@@ -7,7 +7,7 @@ CA_PEM for SERVER_NAME, and sends COUNT requests on it at once, one stream each,
 METHOD PATH with a body of BODY_BYTES bytes (0: none; the bytes are `abcdefghij...` repeated).
 Prints one JSON line per request, in request order:
 
-    {"status": 200, "headers": {...}, "body_len": N, "body_sha256": "...", "body": "first 200"}
+    {"status": 200, "headers": {...}, "body_len": N, "body_sha256": "...", "body": "first 2000"}
 
 or {"error": "..."} for a request that got no response. Every request (and the connect) has a
 10 s deadline, so the process always ends.
@@ -104,7 +104,7 @@ async def main():
                         "headers": answer["headers"],
                         "body_len": len(data),
                         "body_sha256": hashlib.sha256(data).hexdigest(),
-                        "body": data[:200].decode("utf-8", "replace"),
+                        "body": data[:2000].decode("utf-8", "replace"),
                     }
                 ),
                 flush=True,

@@ -1,0 +1,316 @@
+//! HTTP/3 listeners (issue 40, feature `http3`) against a real `rondo serve`, real `rondo member`
+//! processes (HTTP/1.1) and a real HTTP/3 client, aioquic's (`router/h3_client.py`; `pip
+//! install aioquic`): GET and POST with bodies, many streams on one connection, failover when a
+//! member is killed, junk datagrams and truncated Initials, the address-validation Retry, the
+//! connection cap, `Alt-Svc` on the TCP responses (curl), the counters, and `rondo check`.
+
+mod common;
+
+use std::net::{SocketAddr, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::{BIN, Proc, TempDir, free_port, start_member};
+use serde_json::Value;
+
+const CLIENT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/router/h3_client.py");
+const TOKEN: &str = "h3-token";
+
+/// A development CA and a `localhost` certificate in `dir/certs` (`rondo tls dev-ca`).
+fn certs(dir: &Path) -> PathBuf {
+    let certs = dir.join("certs");
+    let out = Command::new(BIN)
+        .args(["tls", "dev-ca", certs.to_str().unwrap(), "--name", "localhost"])
+        .output()
+        .expect("run rondo tls dev-ca");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    certs
+}
+
+/// A running `rondo serve` with an HTTP/3 listener `web` over cluster `c` of `members`.
+struct Router {
+    _dir: TempDir,
+    proc: Proc,
+    web: SocketAddr,
+    admin: SocketAddr,
+    ca: PathBuf,
+}
+
+/// Starts the router; `extra`: more keys of listener `web`.
+fn serve(members: &[(&str, SocketAddr)], extra: &str) -> Router {
+    let dir = TempDir::new("http3");
+    let certs = certs(&dir.0);
+    let (web, admin) = (free_port(), free_port());
+    let list: Vec<String> = members
+        .iter()
+        .map(|(name, addr)| format!("{{ name = \"{name}\", address = \"{addr}\" }}"))
+        .collect();
+    let text = format!(
+        r#"
+[admin]
+listen = "127.0.0.1:{admin}"
+token = "{TOKEN}"
+
+[[listener]]
+name = "web"
+listen = "127.0.0.1:{web}"
+http3 = true
+tls = {{ certs = [{{ cert = "{c}/localhost.pem", key = "{c}/localhost.key" }}] }}
+{extra}
+
+[[route]]
+listener = "web"
+cluster = "c"
+
+[cluster.c]
+members = [{list}]
+"#,
+        c = certs.display(),
+        list = list.join(", "),
+    );
+    let path = dir.0.join("rondo.toml");
+    std::fs::write(&path, text).unwrap();
+    let mut proc = Proc::start(&["serve", "--config", path.to_str().unwrap(), "--workers", "1"]);
+    proc.line_with("admin API on", Duration::from_secs(10));
+    let addr = |p: u16| SocketAddr::from(([127, 0, 0, 1], p));
+    Router { ca: certs.join("ca.pem"), _dir: dir, proc, web: addr(web), admin: addr(admin) }
+}
+
+impl Router {
+    /// `count` requests `method path` with a body of `body` bytes, at once on one HTTP/3
+    /// connection: one JSON object per request, in order.
+    fn h3(&self, method: &str, path: &str, body: usize, count: usize) -> Vec<Value> {
+        let out = Command::new("python3")
+            .args([CLIENT, &self.web.to_string(), self.ca.to_str().unwrap(), "localhost"])
+            .args([method, path, &body.to_string(), &count.to_string()])
+            .output()
+            .expect("python3 runs (aioquic installed: pip install aioquic)");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+        stdout.lines().map(|l| serde_json::from_str(l).expect("a JSON line")).collect()
+    }
+
+    /// `rondo_http3_events_total` of listener `web` for `event`.
+    fn event(&self, event: &str) -> u64 {
+        let out = Command::new("curl")
+            .args(["-s", "-H", &format!("Authorization: Bearer {TOKEN}")])
+            .arg(format!("http://{}/metrics", self.admin))
+            .output()
+            .expect("curl runs");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let prefix = format!("rondo_http3_events_total{{listener=\"web\",event=\"{event}\"}} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {prefix}in:\n{text}"))
+    }
+
+    /// The response head of `GET /` over TCP TLS, by curl with `version` (`--http1.1`,
+    /// `--http2`).
+    fn tcp_head(&self, version: &str) -> String {
+        let port = self.web.port();
+        let out = Command::new("curl")
+            .args(["-sk", version, "-o", "/dev/null", "-D", "-", "--max-time", "10"])
+            .args(["--resolve", &format!("localhost:{port}:127.0.0.1")])
+            .arg(format!("https://localhost:{port}/"))
+            .output()
+            .expect("curl runs");
+        String::from_utf8_lossy(&out.stdout).to_lowercase()
+    }
+}
+
+fn status(v: &Value) -> u64 {
+    v["status"].as_u64().unwrap_or_else(|| panic!("no response: {v}"))
+}
+
+/// The body `h3_client.py` sends for `n` bytes.
+fn pattern(n: usize) -> Vec<u8> {
+    b"abcdefghijklmnopqrstuvwxyz0123456789".iter().copied().cycle().take(n).collect()
+}
+
+fn sha256_hex(data: &[u8]) -> String {
+    let d = ring::digest::digest(&ring::digest::SHA256, data);
+    d.as_ref().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[test]
+fn get_post_and_many_streams_on_one_connection_reach_an_http1_member() {
+    let (_m1, a1) = start_member("m1", "127.0.0.1:0");
+    let r = serve(&[("m1", a1)], "");
+
+    let got = r.h3("GET", "/", 0, 3);
+    assert_eq!(got.len(), 3);
+    for g in &got {
+        assert_eq!((status(g), g["body"].as_str()), (200, Some("m1\n")), "{g}");
+    }
+    // The member gets the request in HTTP/1.1 with the forwarding fields, and no body.
+    let seen = r.h3("GET", "/headers", 0, 1);
+    let seen = seen[0]["body"].as_str().unwrap();
+    assert!(seen.contains("via: 3 rondo-"), "{seen}");
+    assert!(seen.contains("x-forwarded-proto: https"), "{seen}");
+    assert!(!seen.contains("transfer-encoding"), "{seen}");
+
+    // Bodies both ways.
+    for g in r.h3("POST", "/collect", 100_000, 2) {
+        assert_eq!((status(&g), g["body"].as_str()), (200, Some("m1 got 100000 bytes\n")));
+    }
+    // More streams than a connection may have open at once (100): the rest wait their turn.
+    let want = sha256_hex(&pattern(5000));
+    let echoed = r.h3("POST", "/echo", 5000, 150);
+    assert_eq!(echoed.len(), 150);
+    for g in &echoed {
+        assert_eq!(status(g), 200, "{g}");
+        assert_eq!(g["body_sha256"].as_str(), Some(want.as_str()), "{g}");
+    }
+
+    // Slow answers: the connection's 100 streams are all open at once, the rest wait.
+    let slow = r.h3("GET", "/slow/300", 0, 120);
+    assert!(slow.iter().all(|g| status(g) == 200), "{slow:?}");
+    assert!(r.event("streams_at_limit") >= 1);
+
+    // The TCP responses point at HTTP/3 on the same port.
+    let alt = format!("alt-svc: h3=\":{}\"", r.web.port());
+    for version in ["--http1.1", "--http2"] {
+        let head = r.tcp_head(version);
+        assert!(head.contains(&alt), "{version}: {head}");
+    }
+    assert!(r.event("requests") >= 276, "{}", r.event("requests"));
+    assert!(r.event("handshakes") >= 5);
+}
+
+#[test]
+fn requests_fail_over_when_a_member_is_killed() {
+    let (mut m1, a1) = start_member("m1", "127.0.0.1:0");
+    let (_m2, a2) = start_member("m2", "127.0.0.1:0");
+    let r = serve(&[("m1", a1), ("m2", a2)], "");
+    let names = |got: &[Value]| -> Vec<String> {
+        got.iter()
+            .map(|g| {
+                assert_eq!(status(g), 200, "{g}");
+                g["headers"]["x-member"].as_str().unwrap_or("").to_owned()
+            })
+            .collect()
+    };
+    let before = names(&r.h3("GET", "/", 0, 20));
+    assert!(before.iter().any(|n| n == "m1") && before.iter().any(|n| n == "m2"), "{before:?}");
+    m1.kill();
+    // Every request still gets an answer, from the member left.
+    let after = names(&r.h3("GET", "/", 0, 20));
+    assert!(after.iter().all(|n| n == "m2"), "{after:?}");
+}
+
+/// Datagrams no QUIC server should take: empty, tiny, random, and Initials cut short, with
+/// lengths past their end, impossible connection id lengths or an unknown version.
+fn junk() -> Vec<Vec<u8>> {
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let mut random = |n: usize| -> Vec<u8> {
+        (0..n)
+            .map(|_| {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                seed as u8
+            })
+            .collect()
+    };
+    let mut out = vec![Vec::new(), vec![0xc3], vec![0x40; 3]];
+    for n in [20, 200, 1200, 1500] {
+        out.push(random(n));
+    }
+    // Long header, Initial, version 1, 8-byte ids, no token, a length of 1232: cut at each
+    // point of the header, then padded to 1200 bytes with garbage that cannot decrypt.
+    let mut initial = vec![0xc3, 0, 0, 0, 1, 8];
+    initial.extend(random(8));
+    initial.push(8);
+    initial.extend(random(8));
+    initial.extend([0x00, 0x44, 0xd0]);
+    for cut in 1..initial.len() {
+        out.push(initial[..cut].to_vec());
+    }
+    let mut padded = initial.clone();
+    padded.extend(random(1200 - padded.len()));
+    out.push(padded);
+    // Connection id lengths over QUIC's 20, a token length past the end, an unknown version.
+    let mut long_ids = vec![0xc3, 0, 0, 0, 1, 255];
+    long_ids.extend(random(1194));
+    out.push(long_ids);
+    let mut token = initial[..23].to_vec();
+    token.extend([0x7f, 0xff, 0xff, 0xff]);
+    token.extend(random(1200 - token.len()));
+    out.push(token);
+    let mut version = initial.clone();
+    version[1..5].copy_from_slice(&[0x1a, 0x2a, 0x3a, 0x4a]);
+    version.extend(random(1200 - version.len()));
+    out.push(version);
+    out
+}
+
+#[test]
+fn junk_datagrams_and_truncated_initials_leave_the_listener_serving() {
+    let (_m1, a1) = start_member("m1", "127.0.0.1:0");
+    let mut r = serve(&[("m1", a1)], "");
+    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+    for _round in 0..20 {
+        for d in junk() {
+            let _ = socket.send_to(&d, r.web);
+        }
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(r.proc.child.try_wait().unwrap().is_none(), "rondo exited");
+    for g in r.h3("GET", "/", 0, 2) {
+        assert_eq!((status(&g), g["body"].as_str()), (200, Some("m1\n")));
+    }
+}
+
+#[test]
+fn under_load_a_client_proves_its_address_with_a_retry_first() {
+    let (_m1, a1) = start_member("m1", "127.0.0.1:0");
+    // 0: every client is asked for a Retry.
+    let r = serve(&[("m1", a1)], "http3_retry_above = 0");
+    for g in r.h3("GET", "/", 0, 2) {
+        assert_eq!(status(&g), 200, "{g}");
+    }
+    assert!(r.event("retried") >= 1);
+    assert_eq!(r.event("handshakes"), 1);
+}
+
+#[test]
+fn a_connection_over_max_connections_is_refused_and_the_next_served() {
+    let (_m1, a1) = start_member("m1", "127.0.0.1:0");
+    let r = serve(&[("m1", a1)], "max_connections = 1\nheader_read_timeout_ms = 10000");
+    // A TCP connection that never says anything holds the only slot.
+    let held = std::net::TcpStream::connect(r.web).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let refused = r.h3("GET", "/", 0, 1);
+    assert!(refused[0].get("error").is_some(), "{refused:?}");
+    assert!(r.event("refused") >= 1);
+    drop(held);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let got = r.h3("GET", "/", 0, 1);
+        if got[0].get("status").is_some() {
+            assert_eq!(status(&got[0]), 200);
+            break;
+        }
+        assert!(Instant::now() < deadline, "the slot was never freed: {got:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn rondo_check_refuses_http3_without_tls_at_the_field() {
+    let dir = TempDir::new("http3-check");
+    let path = dir.0.join("rondo.toml");
+    let text = "[[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:0\"\nhttp3 = true\n\n\
+                [[route]]\nlistener = \"web\"\ncluster = \"c\"\n\n\
+                [cluster.c]\nmembers = [{ name = \"a\", address = \"127.0.0.1:9\" }]\n";
+    std::fs::write(&path, text).unwrap();
+    let out = Command::new(BIN).args(["check", path.to_str().unwrap()]).output().unwrap();
+    assert!(!out.status.success());
+    let said =
+        format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(said.contains("rondo.toml:4:9"), "{said}");
+    assert!(said.contains("listener[0].http3"), "{said}");
+    assert!(said.contains("http3 needs `tls`"), "{said}");
+}
