@@ -1,6 +1,6 @@
 //! A client's request body on hyper's path, whichever codec received it: hyper's own
-//! (HTTP/1.x, HTTP/2) or an HTTP/3 request stream ([`crate::h3`], feature `http3`). The stages
-//! of [`crate::hyper_path`] read and forward it the same way; the own HTTP/1 path has bodies
+//! (HTTP/1.x, HTTP/2) or an HTTP/3 request stream (`h3/`, feature `http3`). The stages
+//! of hyper's path (`hyper_path/`) read and forward it the same way; the own HTTP/1 path has bodies
 //! of its own and never sees this.
 
 use std::pin::Pin;

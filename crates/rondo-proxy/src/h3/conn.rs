@@ -85,15 +85,14 @@ pub(super) async fn serve(
             return;
         }
     };
+    // One timer for the connection's life: requests arriving do not put the GOAWAY off.
+    let drain = async {
+        ctx.live.drain.started().await;
+        tokio::time::sleep(crate::DRAIN_IDLE_GRACE).await;
+    };
+    tokio::pin!(drain);
     let mut draining = false;
     loop {
-        let drain = async {
-            if draining {
-                std::future::pending::<()>().await;
-            }
-            ctx.live.drain.started().await;
-            tokio::time::sleep(crate::DRAIN_IDLE_GRACE).await;
-        };
         tokio::select! {
             accepted = h3.accept() => match accepted {
                 Ok(Some(resolver)) => {
@@ -109,7 +108,7 @@ pub(super) async fn serve(
                     break;
                 }
             },
-            () = drain => {
+            () = &mut drain, if !draining => {
                 // GOAWAY: requests in progress finish, the client opens no new ones here.
                 draining = true;
                 let _ = h3.shutdown(0).await;
