@@ -81,9 +81,21 @@ impl Router {
     /// `count` requests `method path` with a body of `body` bytes, at once on one HTTP/3
     /// connection: one JSON object per request, in order.
     fn h3(&self, method: &str, path: &str, body: usize, count: usize) -> Vec<Value> {
+        self.h3_holding(method, path, body, count, 0.0)
+    }
+
+    /// [`Router::h3`], the connection then kept open and silent for `hold` seconds.
+    fn h3_holding(
+        &self,
+        method: &str,
+        path: &str,
+        body: usize,
+        count: usize,
+        hold: f64,
+    ) -> Vec<Value> {
         let out = Command::new("python3")
             .args([CLIENT, &self.web.to_string(), self.ca.to_str().unwrap(), "localhost"])
-            .args([method, path, &body.to_string(), &count.to_string()])
+            .args([method, path, &body.to_string(), &count.to_string(), &hold.to_string()])
             .output()
             .expect("python3 runs (aioquic installed: pip install aioquic)");
         let stdout = String::from_utf8_lossy(&out.stdout);
@@ -141,6 +153,7 @@ fn get_post_and_many_streams_on_one_connection_reach_an_http1_member() {
 
     let got = r.h3("GET", "/", 0, 3);
     assert_eq!(got.len(), 3);
+    assert_eq!(got[0]["server_max_streams_bidi"], 100, "{}", got[0]);
     for g in &got {
         assert_eq!((status(g), g["body"].as_str()), (200, Some("m1\n")), "{g}");
     }
@@ -177,6 +190,19 @@ fn get_post_and_many_streams_on_one_connection_reach_an_http1_member() {
     }
     assert!(r.event("requests") >= 276, "{}", r.event("requests"));
     assert!(r.event("handshakes") >= 5);
+}
+
+#[test]
+fn the_stream_cap_and_the_idle_timeout_are_the_listeners() {
+    let (_m1, a1) = start_member("m1", "127.0.0.1:0");
+    let r = serve(&[("m1", a1)], "http3_max_streams = 7\nhttp3_idle_timeout_ms = 1000");
+    // 20 slow requests at once, 7 open at a time; then 3 s of silence on the connection.
+    let got = r.h3_holding("GET", "/slow/200", 0, 20, 3.0);
+    assert!(got.iter().all(|g| status(g) == 200), "{got:?}");
+    assert_eq!(got[0]["server_max_streams_bidi"], 7, "{}", got[0]);
+    assert_eq!(got[0]["server_idle_timeout_ms"], 1000, "{}", got[0]);
+    assert!(r.event("streams_at_limit") >= 1);
+    assert_eq!(r.event("idle_timeouts"), 1);
 }
 
 #[test]

@@ -1,6 +1,6 @@
 """A real HTTP/3 client for the router's HTTP/3 tests (crates/rondo/tests/http3.rs): aioquic's.
 
-    python3 h3_client.py ADDR CA_PEM SERVER_NAME METHOD PATH BODY_BYTES COUNT
+    python3 h3_client.py ADDR CA_PEM SERVER_NAME METHOD PATH BODY_BYTES COUNT [HOLD_SECONDS]
 
 opens ONE QUIC connection to ADDR (HOST:PORT), checking the router's certificate against
 CA_PEM for SERVER_NAME, and sends COUNT requests on it at once, one stream each, every one
@@ -9,7 +9,9 @@ Prints one JSON line per request, in request order:
 
     {"status": 200, "headers": {...}, "body_len": N, "body_sha256": "...", "body": "first 2000"}
 
-or {"error": "..."} for a request that got no response. Every request (and the connect) has a
+with the limits the server announced in its transport parameters beside them
+("server_max_streams_bidi", "server_idle_timeout_ms"), or {"error": "..."} for a request that
+got no response. With HOLD_SECONDS the connection is then kept open, silent, that long. Every request (and the connect) has a
 10 s deadline, so the process always ends.
 """
 
@@ -83,6 +85,7 @@ def body_of(n):
 
 async def main():
     addr, ca, server_name, method, path, body_bytes, count = sys.argv[1:8]
+    hold = float(sys.argv[8]) if len(sys.argv) > 8 else 0.0
     host, port = addr.rsplit(":", 1)
     config = QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN)
     config.load_verify_locations(ca)
@@ -105,10 +108,13 @@ async def main():
                         "body_len": len(data),
                         "body_sha256": hashlib.sha256(data).hexdigest(),
                         "body": data[:2000].decode("utf-8", "replace"),
+                        "server_max_streams_bidi": client._quic._remote_max_streams_bidi,
+                        "server_idle_timeout_ms": int(client._quic._remote_max_idle_timeout * 1000),
                     }
                 ),
                 flush=True,
             )
+        await asyncio.sleep(hold)
 
 
 async def bounded():
