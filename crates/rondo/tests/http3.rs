@@ -340,3 +340,91 @@ fn rondo_check_refuses_http3_without_tls_at_the_field() {
     assert!(said.contains("listener[0].http3"), "{said}");
     assert!(said.contains("http3 needs `tls`"), "{said}");
 }
+
+/// `count` GETs of `path` at once on one HTTP/3 connection to `web` (checked against `ca`): the
+/// statuses (0 for a request that got no answer).
+fn statuses(web: SocketAddr, ca: &Path, path: &str, count: usize) -> Vec<u64> {
+    let out = Command::new("python3")
+        .args([CLIENT, &web.to_string(), ca.to_str().unwrap(), "localhost"])
+        .args(["GET", path, "0", &count.to_string()])
+        .output()
+        .expect("python3 runs");
+    let said = String::from_utf8_lossy(&out.stdout);
+    let v: Vec<u64> = said
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).expect("a JSON line")["status"].as_u64().unwrap_or(0)
+        })
+        .collect();
+    v
+}
+
+#[test]
+fn upgrades_under_http3_load_fail_nothing() {
+    let (_m1, a1) = start_member("m1", "127.0.0.1:0");
+    let mut r = serve(&[("m1", a1)], "");
+    // The same file with an upgrade socket: the first process is replaced by one that has it.
+    let path = r._dir.0.join("rondo.toml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let sock = r._dir.0.join("upgrade.sock");
+    let text = format!(
+        "[router]\nupgrade_socket = \"{}\"\ndrain_timeout_ms = 5000\n{text}",
+        sock.display()
+    );
+    std::fs::write(&path, text).unwrap();
+    r.proc.kill();
+    let config = path.to_str().unwrap().to_owned();
+    let start = |upgrade: bool| {
+        let mut args = vec!["serve", "--config", config.as_str(), "--workers", "1"];
+        if upgrade {
+            args.insert(1, "--upgrade");
+        }
+        let mut p = Proc::start(&args);
+        p.line_with("admin API on", Duration::from_secs(20));
+        p
+    };
+    let mut current = start(false);
+    let (web, ca) = (r.web, r.ca.clone());
+
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        // Two clients, each one connection after another with 5 requests on each.
+        let loads: Vec<_> = (0..2)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut got = Vec::new();
+                    let deadline = Instant::now() + Duration::from_secs(120);
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed)
+                        && Instant::now() < deadline
+                    {
+                        got.extend(statuses(web, &ca, "/", 5));
+                    }
+                    got
+                })
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(500));
+        for round in 1..=3 {
+            // A connection with requests in flight through the upgrade: they finish on the
+            // old process.
+            let slow = scope.spawn(|| statuses(web, &ca, "/slow/1500", 3));
+            std::thread::sleep(Duration::from_millis(300));
+            let next = start(true);
+            let handed = format!("rondo: handed over to pid {}", next.child.id());
+            current.line_with(&handed, Duration::from_secs(20));
+            let mut old = std::mem::replace(&mut current, next);
+            assert_eq!(slow.join().unwrap(), vec![200; 3], "round {round}");
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while old.child.try_wait().unwrap().is_none() {
+                assert!(Instant::now() < deadline, "round {round}: the old process never exited");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        std::thread::sleep(Duration::from_millis(500));
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let got: Vec<u64> = loads.into_iter().flat_map(|l| l.join().unwrap()).collect();
+        eprintln!("{} requests over HTTP/3 through 3 upgrades", got.len());
+        assert!(!got.is_empty(), "no request went through");
+        assert!(got.iter().all(|s| *s == 200), "{got:?}");
+    });
+}
