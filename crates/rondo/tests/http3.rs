@@ -428,3 +428,26 @@ fn upgrades_under_http3_load_fail_nothing() {
         assert!(got.iter().all(|s| *s == 200), "{got:?}");
     });
 }
+
+#[test]
+fn new_certificates_reach_new_quic_handshakes() {
+    let (_m1, a1) = start_member("m1", "127.0.0.1:0");
+    let r = serve(&[("m1", a1)], "");
+    assert_eq!(statuses(r.web, &r.ca, "/", 1), vec![200]);
+    // Another CA's certificate for the same name, put in place by rename.
+    let other = certs(&r._dir.0.join("other"));
+    let live = r.ca.parent().unwrap();
+    for name in ["localhost.key", "localhost.pem"] {
+        let tmp = live.join(format!(".{name}.new"));
+        std::fs::copy(other.join(name), &tmp).unwrap();
+        std::fs::rename(&tmp, live.join(name)).unwrap();
+    }
+    let new_ca = other.join("ca.pem");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while statuses(r.web, &new_ca, "/", 1) != vec![200] {
+        assert!(Instant::now() < deadline, "the new certificate never reached HTTP/3");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // The old one is gone: a client that trusts only the old CA cannot connect.
+    assert_eq!(statuses(r.web, &r.ca, "/", 1), vec![0]);
+}
