@@ -14,6 +14,8 @@
 # run, divided by the requests answered, is its CPU per request; the median over the rounds is
 # reported, and HTTP/3's as a multiple of HTTP/2's. The clients differ (nghttp2 in C, quinn in
 # Rust), which moves the requests per second but not the router's CPU per request.
+# Then memory per idle HTTP/3 connection: `rondo-h3load --hold 500` opens 500 QUIC connections,
+# one GET on each, and holds them; the router's VmRSS after minus before, per connection.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROOT=$(pwd)
@@ -86,3 +88,12 @@ echo "|---|---|"
 echo "| HTTP/2 over TLS 1.3 (h2load -c10 -m10) | $m2 (${got[h2]% }) |"
 echo "| HTTP/3 (rondo-h3load, 10 connections x 10 streams) | $m3 (${got[h3]% }) |"
 awk -v a="$m3" -v b="$m2" 'BEGIN {printf "HTTP/3 costs %.2fx the router CPU per request of HTTP/2 over TLS (target <= 1.5x)\n", a / b}'
+rss() { awk '/^VmRSS:/{print $2}' "/proc/$router/status"; }
+before=$(rss)
+taskset -c "$LOAD_CPU" "$REL/rondo-h3load" "127.0.0.1:$port" --hold 500 --hold-seconds 20 >"$TMP/hold.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 200); do grep -q "^held" "$TMP/hold.log" && break; sleep 0.1; done
+grep -q "^held 500" "$TMP/hold.log" || { cat "$TMP/hold.log" >&2; exit 1; }
+sleep 1
+after=$(rss)
+awk -v a="$after" -v b="$before" 'BEGIN {printf "RSS per idle HTTP/3 connection: %.1f KiB (%d KiB before, %d KiB with 500 held)\n", (a - b) / 500, b, a}'

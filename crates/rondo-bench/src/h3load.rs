@@ -85,3 +85,39 @@ pub async fn run(
     endpoint.close(0u32.into(), b"done");
     Ok(Outcome { ok: ok.load(Ordering::Relaxed), failed: failed.load(Ordering::Relaxed), elapsed })
 }
+
+/// Opens `connections` QUIC connections to `addr`, one GET of `url_path` on each, then holds
+/// them open (each endpoint's keep-alive off: the router's idle timeout must be longer than
+/// `hold`) for `hold`; returns how many were opened and answered.
+pub async fn hold(
+    addr: SocketAddr,
+    server_name: &str,
+    url_path: &str,
+    connections: usize,
+    hold: Duration,
+) -> anyhow::Result<usize> {
+    let mut tls = (*crate::tls::client_config()).clone();
+    tls.alpn_protocols = vec![b"h3".to_vec()];
+    let crypto = QuicClientConfig::try_from(tls).context("quic tls")?;
+    let mut endpoint = quinn::Endpoint::client("127.0.0.1:0".parse()?)?;
+    endpoint.set_default_client_config(quinn::ClientConfig::new(Arc::new(crypto)));
+    let uri: http::Uri = format!("https://{server_name}{url_path}").parse()?;
+    let mut held = Vec::with_capacity(connections);
+    for _ in 0..connections {
+        let conn = endpoint.connect(addr, server_name)?.await.context("quic connect")?;
+        let (mut driver, mut send) = h3::client::new(h3_quinn::Connection::new(conn)).await?;
+        let task = tokio::spawn(async move {
+            let _ = std::future::poll_fn(|cx| driver.poll_close(cx)).await;
+        });
+        let mut stream = send.send_request(http::Request::get(uri.clone()).body(())?).await?;
+        stream.finish().await?;
+        stream.recv_response().await?;
+        while let Some(mut chunk) = stream.recv_data().await? {
+            chunk.advance(chunk.remaining());
+        }
+        held.push((task, send));
+    }
+    println!("held {}", held.len());
+    tokio::time::sleep(hold).await;
+    Ok(held.len())
+}

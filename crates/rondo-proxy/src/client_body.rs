@@ -10,7 +10,9 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 
-use crate::body::BoxError;
+/// What reading either body fails with (`crate::body::BoxError`, the same type: spelled here so
+/// that the bodies' module and this one do not use each other).
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// See the module docs.
 #[derive(Debug)]

@@ -9,7 +9,9 @@ use bytes::{Buf as _, Bytes};
 use h3::server::RequestStream;
 use http_body::{Body, Frame, SizeHint};
 
-use crate::body::BoxError;
+/// `crate::body::BoxError`, spelled out (the bodies' module uses this one through
+/// `crate::client_body`).
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// The receiving half of a request stream.
 pub(crate) type RecvHalf = RequestStream<h3_quinn::RecvStream, Bytes>;
