@@ -93,7 +93,21 @@ impl Router {
         count: usize,
         hold: f64,
     ) -> Vec<Value> {
+        self.h3_with(method, path, body, count, hold, "0:0")
+    }
+
+    /// [`Router::h3_holding`] with `extra` (`COUNT:BYTES`) more header fields on each request.
+    fn h3_with(
+        &self,
+        method: &str,
+        path: &str,
+        body: usize,
+        count: usize,
+        hold: f64,
+        extra: &str,
+    ) -> Vec<Value> {
         let out = Command::new("python3")
+            .env("H3_EXTRA_HEADERS", extra)
             .args([CLIENT, &self.web.to_string(), self.ca.to_str().unwrap(), "localhost"])
             .args([method, path, &body.to_string(), &count.to_string(), &hold.to_string()])
             .output()
@@ -203,6 +217,19 @@ fn the_stream_cap_and_the_idle_timeout_are_the_listeners() {
     assert_eq!(got[0]["server_idle_timeout_ms"], 1000, "{}", got[0]);
     assert!(r.event("streams_at_limit") >= 1);
     assert_eq!(r.event("idle_timeouts"), 1);
+}
+
+#[test]
+fn heads_over_the_listeners_limits_are_answered_431() {
+    let (_m1, a1) = start_member("m1", "127.0.0.1:0");
+    let r = serve(&[("m1", a1)], "max_headers = 20\nmax_header_bytes = 8192");
+    assert_eq!(status(&r.h3_with("GET", "/", 0, 1, 0.0, "10:10")[0]), 200);
+    // More fields than max_headers: the router's 431.
+    assert_eq!(status(&r.h3_with("GET", "/", 0, 1, 0.0, "30:10")[0]), 431);
+    // A head over max_header_bytes: h3's 431.
+    assert_eq!(status(&r.h3_with("GET", "/", 0, 1, 0.0, "1:9000")[0]), 431);
+    // The listener serves on.
+    assert_eq!(status(&r.h3("GET", "/", 0, 1)[0]), 200);
 }
 
 #[test]

@@ -135,6 +135,18 @@ async fn request(conn: Arc<Conn>, resolver: Resolver) {
         Err(_) => return,
     };
     shared.metrics.requests.inc();
+    // h3 answered a head over `max_header_bytes` (its field section size) with 431 itself; the
+    // count of fields is the listener's `max_headers`, as over TCP.
+    let max_headers = shared.ctx.listener.max_headers as usize;
+    if req.headers().len() > max_headers {
+        shared.ctx.metrics.router_response(431, None, None);
+        let (mut send, _) = stream.split();
+        let text = format!("rondo: 431 more than {max_headers} header fields (max_headers)\n");
+        let mut resp = Response::new(ProxyBody::local(Bytes::from(text)));
+        *resp.status_mut() = http::StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE;
+        write(&mut send, resp).await;
+        return;
+    }
     let open = conn.streams.fetch_add(1, Ordering::Relaxed) + 1;
     if open >= shared.spec.max_streams {
         shared.metrics.streams_at_limit.inc();

@@ -18,6 +18,7 @@ got no response. With HOLD_SECONDS the connection is then kept open, silent, tha
 import asyncio
 import hashlib
 import json
+import os
 import sys
 
 from aioquic.asyncio.client import connect
@@ -48,6 +49,9 @@ class Client(QuicConnectionProtocol):
         ]
         if body:
             headers.append((b"content-length", str(len(body)).encode()))
+        # H3_EXTRA_HEADERS=COUNT:BYTES adds COUNT fields of BYTES-byte values (limits tests).
+        count, size = map(int, os.environ.get("H3_EXTRA_HEADERS", "0:0").split(":"))
+        headers += [(f"x-extra-{i}".encode(), b"v" * size) for i in range(count)]
         self.h3.send_headers(stream, headers, end_stream=not body)
         if body:
             self.h3.send_data(stream, body, end_stream=True)
