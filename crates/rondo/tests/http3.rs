@@ -2,7 +2,8 @@
 //! processes (HTTP/1.1) and a real HTTP/3 client, aioquic's (`router/h3_client.py`; `pip
 //! install aioquic`): GET and POST with bodies, many streams on one connection, failover when a
 //! member is killed, junk datagrams and truncated Initials, the address-validation Retry, the
-//! connection cap, `Alt-Svc` on the TCP responses (curl), the counters, and `rondo check`.
+//! connection cap, `Alt-Svc` on the TCP responses (curl), certificate reloads, upgrades under
+//! HTTP/3 load, headless Chromium over forced QUIC, the counters, and `rondo check`.
 
 mod common;
 
@@ -477,4 +478,81 @@ fn new_certificates_reach_new_quic_handshakes() {
     }
     // The old one is gone: a client that trusts only the old CA cannot connect.
     assert_eq!(statuses(r.web, &r.ca, "/", 1), vec![0]);
+}
+
+#[test]
+fn headless_chromium_reaches_a_page_over_http3() {
+    // Only chromium is needed here (no playwright): `--dump-dom` prints the page.
+    let chromium = std::env::var_os("RONDO_CHROMIUM")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/usr/bin/chromium"));
+    if !chromium.is_file() {
+        assert!(!common::browser::in_ci(), "CI is set but {} is missing", chromium.display());
+        eprintln!("SKIPPED: no chromium at {}", chromium.display());
+        return;
+    }
+    let (_m1, a1) = start_member("m1", "127.0.0.1:0");
+    let r = serve(&[("m1", a1)], "");
+    // Chromium takes QUIC to a certificate of no public root only with its key named (the
+    // SPKI's SHA-256), and to localhost only when forced.
+    let cert = std::fs::read(r.ca.with_file_name("localhost.pem")).unwrap();
+    let cert = {
+        use rustls_pki_types::pem::PemObject as _;
+        rustls_pki_types::CertificateDer::from_pem_slice(&cert).unwrap()
+    };
+    let spki = spki_sha256(&cert);
+    let port = r.web.port();
+    let profile = TempDir::new("http3-chromium");
+    let out = Command::new(&chromium)
+        .args(["--headless", "--no-sandbox", "--disable-gpu", "--enable-quic"])
+        .arg(format!("--origin-to-force-quic-on=localhost:{port}"))
+        .arg(format!("--ignore-certificate-errors-spki-list={spki}"))
+        .arg("--host-resolver-rules=MAP localhost 127.0.0.1")
+        .arg(format!("--user-data-dir={}", profile.0.display()))
+        .args(["--timeout=15000", "--dump-dom"])
+        .arg(format!("https://localhost:{port}/headers"))
+        .output()
+        .expect("chromium runs");
+    let page = String::from_utf8_lossy(&out.stdout);
+    // The member saw the request come in over HTTP/3.
+    assert!(page.contains("via: 3 rondo-"), "{page}");
+    assert!(page.contains("HeadlessChrome"), "{page}");
+}
+
+/// base64 of the SHA-256 of `cert`'s SubjectPublicKeyInfo, as Chromium's
+/// `--ignore-certificate-errors-spki-list` takes it.
+fn spki_sha256(cert: &rustls_pki_types::CertificateDer<'_>) -> String {
+    use base64::Engine as _;
+    let spki = spki_of(cert.as_ref()).expect("a certificate's SubjectPublicKeyInfo");
+    let digest = ring::digest::digest(&ring::digest::SHA256, spki);
+    base64::engine::general_purpose::STANDARD.encode(digest.as_ref())
+}
+
+/// The SubjectPublicKeyInfo's DER inside a certificate's: Certificate → TBSCertificate →
+/// [version], serial, signature, issuer, validity, subject, subjectPublicKeyInfo.
+fn spki_of(der: &[u8]) -> Option<&[u8]> {
+    /// The element at the start of `b`: (its whole encoding, its contents, what follows).
+    fn element(b: &[u8]) -> Option<(&[u8], &[u8], &[u8])> {
+        let (_tag, rest) = b.split_first()?;
+        let (&len, rest) = rest.split_first()?;
+        let (len, rest) = if len < 0x80 {
+            (usize::from(len), rest)
+        } else {
+            let n = usize::from(len & 0x7f);
+            let (bytes, rest) = (rest.get(..n)?, rest.get(n..)?);
+            (bytes.iter().fold(0usize, |a, b| a << 8 | usize::from(*b)), rest)
+        };
+        let header = b.len() - rest.len();
+        Some((b.get(..header + len)?, rest.get(..len)?, rest.get(len..)?))
+    }
+    let (_, cert, _) = element(der)?;
+    let (_, mut tbs, _) = element(cert)?;
+    // An explicit version ([0]) first, when there is one.
+    if tbs.first() == Some(&0xa0) {
+        tbs = element(tbs)?.2;
+    }
+    for _ in 0..5 {
+        tbs = element(tbs)?.2;
+    }
+    Some(element(tbs)?.0)
 }
