@@ -148,6 +148,7 @@ pub(crate) struct RawListener {
     pub http3_max_streams: Option<u64>,
     pub http3_idle_timeout_ms: Option<u64>,
     pub http3_retry_above: Option<u64>,
+    pub http3_0rtt: Option<bool>,
 }
 
 /// A listener's `tls`: terminate TLS with these certificates.

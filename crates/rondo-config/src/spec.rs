@@ -165,6 +165,8 @@ pub struct Http3Spec {
     /// Handshakes in progress past which a new client must first prove its address with a
     /// Retry (`http3_retry_above`; 0: every client does).
     pub retry_above: u32,
+    /// Requests in 0-RTT early data accepted, safe methods only (`http3_0rtt`; off).
+    pub zero_rtt: bool,
 }
 
 impl Http3Spec {

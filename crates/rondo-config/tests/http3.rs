@@ -35,6 +35,7 @@ fn http3_is_off_unless_asked_and_has_defaults_when_on() {
             max_streams: Http3Spec::DEFAULT_MAX_STREAMS,
             idle_timeout: Http3Spec::DEFAULT_IDLE_TIMEOUT,
             retry_above: Http3Spec::DEFAULT_RETRY_ABOVE,
+            zero_rtt: false,
         })
     );
     let set =
@@ -79,5 +80,31 @@ fn http3_limits_need_http3_and_valid_values() {
         "listener[0].http3_idle_timeout_ms",
         "0\n",
         "must be greater than 0",
+    );
+}
+
+#[test]
+fn http3_0rtt_needs_http3_and_no_client_certificates() {
+    assert!(
+        ok(&config("http3 = true\nhttp3_0rtt = true", true)).listeners[0].http3.unwrap().zero_rtt
+    );
+    fails_once(
+        &config("http3_0rtt = true", true),
+        "listener[0].http3_0rtt",
+        "true",
+        "http3_0rtt needs `http3 = true`",
+    );
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/tls");
+    let text = config("http3 = true\nhttp3_0rtt = true", true).replace(
+        "localhost.key\" }] }",
+        &format!(
+            "localhost.key\" }}], client_ca = \"{dir}/ca.pem\", client_auth = \"optional\" }}"
+        ),
+    );
+    fails_once(
+        &text,
+        "listener[0].http3_0rtt",
+        "true",
+        "before the client's certificate is checked",
     );
 }

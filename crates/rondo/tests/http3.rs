@@ -107,8 +107,21 @@ impl Router {
         hold: f64,
         extra: &str,
     ) -> Vec<Value> {
+        self.h3_env(method, path, body, count, hold, &[("H3_EXTRA_HEADERS", extra)])
+    }
+
+    /// [`Router::h3_holding`] with the client's environment `env`.
+    fn h3_env(
+        &self,
+        method: &str,
+        path: &str,
+        body: usize,
+        count: usize,
+        hold: f64,
+        env: &[(&str, &str)],
+    ) -> Vec<Value> {
         let out = Command::new("python3")
-            .env("H3_EXTRA_HEADERS", extra)
+            .envs(env.iter().copied())
             .args([CLIENT, &self.web.to_string(), self.ca.to_str().unwrap(), "localhost"])
             .args([method, path, &body.to_string(), &count.to_string(), &hold.to_string()])
             .output()
@@ -231,6 +244,25 @@ fn heads_over_the_listeners_limits_are_answered_431() {
     assert_eq!(status(&r.h3_with("GET", "/", 0, 1, 0.0, "1:9000")[0]), 431);
     // The listener serves on.
     assert_eq!(status(&r.h3("GET", "/", 0, 1)[0]), 200);
+}
+
+#[test]
+fn early_data_serves_safe_methods_and_answers_others_425() {
+    let (_m1, a1) = start_member("m1", "127.0.0.1:0");
+    let zero_rtt = [("H3_ZERO_RTT", "1")];
+    // Off (the default): no early data; a resumed client's POST waits for the handshake.
+    let r = serve(&[("m1", a1)], "");
+    let got = r.h3_env("POST", "/collect", 10, 1, 0.0, &zero_rtt);
+    assert_eq!((status(&got[0]), got[0]["early_data"].as_bool()), (200, Some(false)), "{got:?}");
+    drop(r);
+    // On: a GET in early data is served, a POST answered 425 Too Early.
+    let r = serve(&[("m1", a1)], "http3_0rtt = true");
+    let got = r.h3_env("GET", "/", 0, 1, 0.0, &zero_rtt);
+    assert_eq!((status(&got[0]), got[0]["early_data"].as_bool()), (200, Some(true)), "{got:?}");
+    assert_eq!(got[0]["body"], "m1\n");
+    let got = r.h3_env("POST", "/collect", 10, 1, 0.0, &zero_rtt);
+    assert_eq!((status(&got[0]), got[0]["early_data"].as_bool()), (425, Some(true)), "{got:?}");
+    assert!(r.event("too_early") >= 1);
 }
 
 #[test]

@@ -164,6 +164,7 @@ fn compile_http3(
         ("http3_max_streams", l.http3_max_streams),
         ("http3_idle_timeout_ms", l.http3_idle_timeout_ms),
         ("http3_retry_above", l.http3_retry_above),
+        ("http3_0rtt", l.http3_0rtt.map(u64::from)),
     ];
     if !on {
         for (field, v) in limits {
@@ -172,6 +173,17 @@ fn compile_http3(
             }
         }
         return None;
+    }
+    let zero_rtt = l.http3_0rtt.unwrap_or(false);
+    let client_auth = l.tls.as_ref().and_then(|t| t.client_auth.as_deref()).unwrap_or("none");
+    if zero_rtt && client_auth != "none" {
+        c.err(
+            path.key("http3_0rtt"),
+            format!(
+                "http3_0rtt cannot be on with client_auth `{client_auth}`: early data arrives \
+                 before the client's certificate is checked"
+            ),
+        );
     }
     let max_streams = c.u32(
         path.key("http3_max_streams"),
@@ -191,7 +203,7 @@ fn compile_http3(
         Http3Spec::DEFAULT_RETRY_ABOVE,
         0,
     );
-    Some(Http3Spec { max_streams, idle_timeout, retry_above })
+    Some(Http3Spec { max_streams, idle_timeout, retry_above, zero_rtt })
 }
 
 /// A listener's `tls`: the settings, and every file they name loaded and checked (so `rondo

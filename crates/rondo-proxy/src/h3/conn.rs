@@ -6,7 +6,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use bytes::Bytes;
 use h3::server::{RequestResolver, RequestStream};
@@ -31,6 +31,9 @@ struct Conn {
     peer: SocketAddr,
     /// Request streams open now, against `http3_max_streams`.
     streams: AtomicU32,
+    /// The handshake of a 0-RTT connection is not complete yet: a request now may be early
+    /// data, replayable.
+    early: Arc<AtomicBool>,
     /// The listener slot and the open-connection gauge, released with the last holder.
     _held: (OwnedSemaphorePermit, rondo_runtime::metrics::OpenConn),
 }
@@ -42,7 +45,28 @@ pub(super) async fn serve(
     permit: OwnedSemaphorePermit,
 ) {
     let ctx = &shared.ctx;
-    let handshake = tokio::time::timeout(ctx.listener.header_read_timeout, connecting).await;
+    // With 0-RTT, the connection serves from its first packet; `early` stays set until the
+    // handshake is complete (never, for a replay: the replayer cannot complete it).
+    let early = Arc::new(AtomicBool::new(false));
+    let timeout = ctx.listener.header_read_timeout;
+    let handshake = if shared.spec.zero_rtt {
+        // (A server's `into_0rtt` always succeeds; the handshake is then bounded by the idle
+        // timeout.)
+        match connecting.into_0rtt() {
+            Ok((quic, done)) => {
+                early.store(true, Ordering::Relaxed);
+                let early = early.clone();
+                tokio::spawn(async move {
+                    done.await;
+                    early.store(false, Ordering::Relaxed);
+                });
+                Ok(Ok(quic))
+            }
+            Err(connecting) => tokio::time::timeout(timeout, connecting).await,
+        }
+    } else {
+        tokio::time::timeout(timeout, connecting).await
+    };
     shared.handshaking.fetch_sub(1, Ordering::Relaxed);
     let quic = match handshake {
         Ok(Ok(c)) => c,
@@ -66,7 +90,6 @@ pub(super) async fn serve(
         .and_then(|certs| certs.first().map(|c| crate::tls::client_cert(c)))
         .unwrap_or_default();
     let client_ip = crate::headers::client_ip_value(peer.ip());
-    let timeout = ctx.listener.header_read_timeout;
     let state = ConnState::with_tls(timeout, client_ip, ctx.metrics.clone(), Some(cert));
     let held = (permit, ctx.metrics.opened());
     let conn = Arc::new(Conn {
@@ -74,6 +97,7 @@ pub(super) async fn serve(
         state,
         peer,
         streams: AtomicU32::new(0),
+        early,
         _held: held,
     });
     let mut builder = h3::server::builder();
@@ -144,6 +168,18 @@ async fn request(conn: Arc<Conn>, resolver: Resolver) {
         let text = format!("rondo: 431 more than {max_headers} header fields (max_headers)\n");
         let mut resp = Response::new(ProxyBody::local(Bytes::from(text)));
         *resp.status_mut() = http::StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE;
+        write(&mut send, resp).await;
+        return;
+    }
+    // RFC 8470: only a safe method may be served from early data; the client sends any other
+    // again once the handshake is complete.
+    if conn.early.load(Ordering::Relaxed) && !req.method().is_safe() {
+        shared.metrics.too_early.inc();
+        shared.ctx.metrics.router_response(425, None, None);
+        let (mut send, _) = stream.split();
+        let text = "rondo: 425 too early: sent in 0-RTT early data, which may be replayed\n";
+        let mut resp = Response::new(ProxyBody::local(Bytes::from_static(text.as_bytes())));
+        *resp.status_mut() = http::StatusCode::TOO_EARLY;
         write(&mut send, resp).await;
         return;
     }

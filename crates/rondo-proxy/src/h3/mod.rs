@@ -11,7 +11,8 @@
 //! itself keeps the anti-amplification limit (three times what an unvalidated address sent),
 //! bounds the Initials waiting here, and drops datagrams that parse as no QUIC packet.
 //! [`conn`] serves one connection (its streams' cap and idle timeout are the transport's).
-//! 0-RTT is off: the TLS configuration accepts no early data.
+//! 0-RTT is off unless `http3_0rtt`; then [`conn`] answers 425 to unsafe requests that arrive
+//! before the handshake is complete.
 
 pub(crate) mod body;
 mod conn;
@@ -87,8 +88,10 @@ pub(crate) async fn start(
 fn server_config(tls: &Arc<TlsServer>, spec: Http3Spec) -> Result<quinn::ServerConfig, String> {
     let mut rustls = (*tls.config()).clone();
     rustls.alpn_protocols = vec![ALPN_H3.to_vec()];
-    // 0-RTT off: early data could be replayed by anyone who saw it.
-    rustls.max_early_data_size = 0;
+    // Early data only with `http3_0rtt` (QUIC allows no size but 0 or all): it can be replayed
+    // by anyone who saw it, so `conn` serves only safe methods from it. rustls accepts it only
+    // on a resumption its session cache has (each ticket once).
+    rustls.max_early_data_size = if spec.zero_rtt { u32::MAX } else { 0 };
     rustls.cert_resolver = Arc::new(Reloaded(tls.clone()));
     let crypto = QuicServerConfig::try_from(Arc::new(rustls)).map_err(|e| e.to_string())?;
     let mut config = quinn::ServerConfig::with_crypto(Arc::new(crypto));

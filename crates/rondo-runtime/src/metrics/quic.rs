@@ -38,6 +38,8 @@ pub struct Http3Metrics {
     pub streams_at_limit: Counter,
     /// Requests (request streams) served.
     pub requests: Counter,
+    /// Requests in 0-RTT early data answered 425 (`http3_0rtt`: an unsafe method).
+    pub too_early: Counter,
 }
 
 impl Metrics {
@@ -57,6 +59,7 @@ impl Metrics {
             idle_timeouts: c("idle_timeouts"),
             streams_at_limit: c("streams_at_limit"),
             requests: c("requests"),
+            too_early: c("too_early"),
         }
     }
 }
@@ -65,7 +68,7 @@ impl Metrics {
 pub(super) fn register(m: &Metrics, r: &mut Registry) {
     r.register(
         "http3_events",
-        "HTTP/3 listeners' QUIC events by listener: handshakes, handshake_failed, refused (max_connections), retried (address validation), ignored, idle_timeouts, streams_at_limit, requests",
+        "HTTP/3 listeners' QUIC events by listener: handshakes, handshake_failed, refused (max_connections), retried (address validation), ignored, idle_timeouts, streams_at_limit, requests, too_early (425 to early data)",
         m.http3_events.clone(),
     );
 }

@@ -11,7 +11,9 @@ Prints one JSON line per request, in request order:
 
 with the limits the server announced in its transport parameters beside them
 ("server_max_streams_bidi", "server_idle_timeout_ms"), or {"error": "..."} for a request that
-got no response. With HOLD_SECONDS the connection is then kept open, silent, that long. Every request (and the connect) has a
+got no response. With HOLD_SECONDS the connection is then kept open, silent, that long. With
+H3_ZERO_RTT=1 the requests go on a resumed connection, in 0-RTT early data when the server's
+ticket allows it (each line then also says "early_data": whether the server accepted it). Every request (and the connect) has a
 10 s deadline, so the process always ends.
 """
 
@@ -95,7 +97,29 @@ async def main():
     config.load_verify_locations(ca)
     config.server_name = server_name
     body = body_of(int(body_bytes))
-    async with connect(host, int(port), configuration=config, create_protocol=Client) as client:
+    zero_rtt = os.environ.get("H3_ZERO_RTT") == "1"
+    if zero_rtt:
+        # H3_ZERO_RTT=1: a first connection (one GET /) only to get a session ticket, then the
+        # requests sent at once on a resumed connection, in 0-RTT early data if the ticket
+        # allows it.
+        tickets = []
+        async with connect(
+            host, int(port), configuration=config, create_protocol=Client,
+            session_ticket_handler=tickets.append,
+        ) as first:
+            _, done = first.request("GET", server_name, "/", b"")
+            await asyncio.wait_for(done, DEADLINE)
+            for _ in range(100):
+                if tickets:
+                    break
+                await asyncio.sleep(0.02)
+        if not tickets:
+            raise RuntimeError("no session ticket")
+        config.session_ticket = tickets[-1]
+    async with connect(
+        host, int(port), configuration=config, create_protocol=Client,
+        wait_connected=not zero_rtt,
+    ) as client:
         sent = [client.request(method, server_name, path, body) for _ in range(int(count))]
         for _, done in sent:
             try:
@@ -114,6 +138,7 @@ async def main():
                         "body": data[:2000].decode("utf-8", "replace"),
                         "server_max_streams_bidi": client._quic._remote_max_streams_bidi,
                         "server_idle_timeout_ms": int(client._quic._remote_max_idle_timeout * 1000),
+                        "early_data": bool(getattr(client._quic.tls, "early_data_accepted", False)),
                     }
                 ),
                 flush=True,
