@@ -104,7 +104,7 @@ fn http3_0rtt_needs_http3_and_no_client_certificates() {
     fails_once(
         &text,
         "listener[0].http3_0rtt",
-        "true",
+        "$true",
         "before the client's certificate is checked",
     );
 }
