@@ -38,17 +38,17 @@ struct Conn {
     _held: (OwnedSemaphorePermit, rondo_runtime::metrics::OpenConn),
 }
 
-/// Serves one connection from its handshake to its end.
-pub(super) async fn serve(
-    shared: Arc<Shared>,
+/// The QUIC handshake, bounded by `header_read_timeout_ms` (with 0-RTT: begun, the connection
+/// then serving at once), counted; the connection and whether it may still be in early data.
+async fn handshake(
+    shared: &Shared,
     connecting: quinn::Connecting,
-    permit: OwnedSemaphorePermit,
-) {
-    let ctx = &shared.ctx;
+) -> Option<(quinn::Connection, Arc<AtomicBool>)> {
+    let name = &shared.ctx.listener.name;
     // With 0-RTT, the connection serves from its first packet; `early` stays set until the
     // handshake is complete (never, for a replay: the replayer cannot complete it).
     let early = Arc::new(AtomicBool::new(false));
-    let timeout = ctx.listener.header_read_timeout;
+    let timeout = shared.ctx.listener.header_read_timeout;
     let handshake = if shared.spec.zero_rtt {
         // (A server's `into_0rtt` always succeeds; the handshake is then bounded by the idle
         // timeout.)
@@ -68,20 +68,33 @@ pub(super) async fn serve(
         tokio::time::timeout(timeout, connecting).await
     };
     shared.handshaking.fetch_sub(1, Ordering::Relaxed);
-    let quic = match handshake {
-        Ok(Ok(c)) => c,
+    match handshake {
+        Ok(Ok(quic)) => {
+            shared.metrics.handshakes.inc();
+            Some((quic, early))
+        }
         Ok(Err(e)) => {
             shared.metrics.handshake_failed.inc();
-            tracing::debug!(listener = %ctx.listener.name, "quic handshake failed: {e}");
-            return;
+            tracing::debug!(listener = %name, "quic handshake failed: {e}");
+            None
         }
         Err(_) => {
             shared.metrics.handshake_failed.inc();
-            tracing::debug!(listener = %ctx.listener.name, "quic handshake timed out");
-            return;
+            tracing::debug!(listener = %name, "quic handshake timed out");
+            None
         }
-    };
-    shared.metrics.handshakes.inc();
+    }
+}
+
+/// Serves one connection from its handshake to its end.
+pub(super) async fn serve(
+    shared: Arc<Shared>,
+    connecting: quinn::Connecting,
+    permit: OwnedSemaphorePermit,
+) {
+    let ctx = &shared.ctx;
+    let Some((quic, early)) = handshake(&shared, connecting).await else { return };
+    let timeout = ctx.listener.header_read_timeout;
     let peer = quic.remote_address();
     // As over TCP TLS: `Some` on a TLS listener, with no values when no certificate came.
     let cert = quic
@@ -163,25 +176,21 @@ async fn request(conn: Arc<Conn>, resolver: Resolver) {
     // count of fields is the listener's `max_headers`, as over TCP.
     let max_headers = shared.ctx.listener.max_headers as usize;
     if req.headers().len() > max_headers {
-        shared.ctx.metrics.router_response(431, None, None);
-        let (mut send, _) = stream.split();
         let text = format!("rondo: 431 more than {max_headers} header fields (max_headers)\n");
-        let mut resp = Response::new(ProxyBody::local(Bytes::from(text)));
-        *resp.status_mut() = http::StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE;
-        write(&mut send, resp).await;
-        return;
+        return answer(
+            &shared.ctx,
+            stream,
+            http::StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            text,
+        )
+        .await;
     }
     // RFC 8470: only a safe method may be served from early data; the client sends any other
     // again once the handshake is complete.
     if conn.early.load(Ordering::Relaxed) && !req.method().is_safe() {
         shared.metrics.too_early.inc();
-        shared.ctx.metrics.router_response(425, None, None);
-        let (mut send, _) = stream.split();
         let text = "rondo: 425 too early: sent in 0-RTT early data, which may be replayed\n";
-        let mut resp = Response::new(ProxyBody::local(Bytes::from_static(text.as_bytes())));
-        *resp.status_mut() = http::StatusCode::TOO_EARLY;
-        write(&mut send, resp).await;
-        return;
+        return answer(&shared.ctx, stream, http::StatusCode::TOO_EARLY, text.to_owned()).await;
     }
     let open = conn.streams.fetch_add(1, Ordering::Relaxed) + 1;
     if open >= shared.spec.max_streams {
@@ -199,6 +208,20 @@ async fn request(conn: Arc<Conn>, resolver: Resolver) {
         crate::hyper_path::handle(shared.ctx.clone(), conn.state.clone(), conn.peer, req).await;
     write(&mut send, resp).await;
     conn.streams.fetch_sub(1, Ordering::Relaxed);
+}
+
+/// The router's own answer `status` with `text` on `stream`, counted as the listener's.
+async fn answer(
+    ctx: &crate::http::HttpCtx,
+    stream: RequestStream<h3_quinn::BidiStream<Bytes>, Bytes>,
+    status: http::StatusCode,
+    text: String,
+) {
+    ctx.metrics.router_response(status.as_u16(), None, None);
+    let (mut send, _) = stream.split();
+    let mut resp = Response::new(ProxyBody::local(Bytes::from(text)));
+    *resp.status_mut() = status;
+    write(&mut send, resp).await;
 }
 
 /// Fields HTTP/3 forbids (RFC 9114 4.2: connection-specific), were any left.
