@@ -349,6 +349,41 @@ fn junk_datagrams_and_truncated_initials_leave_the_listener_serving() {
     }
 }
 
+/// VmRSS of process `pid`, KiB.
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS")
+}
+
+#[test]
+fn a_flood_of_initials_from_many_addresses_holds_bounded_state() {
+    let (_m1, a1) = start_member("m1", "127.0.0.1:0");
+    let r = serve(&[("m1", a1)], "");
+    assert_eq!(status(&r.h3("GET", "/", 0, 1)[0]), 200);
+    let before = rss_kib(r.proc.child.id());
+    // 3,000 handshakes begun from 250 addresses and never finished: past 64 in progress
+    // (`http3_retry_above`), each gets a stateless Retry instead of a connection's state.
+    let out = Command::new("python3")
+        .args([CLIENT, "flood", &r.web.to_string(), "3000"])
+        .output()
+        .expect("python3 runs");
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains("sent 3000"), "{said}{}", String::from_utf8_lossy(&out.stderr));
+    std::thread::sleep(Duration::from_millis(500));
+    let grown = rss_kib(r.proc.child.id()).saturating_sub(before);
+    let retried = r.event("retried");
+    assert!(retried >= 2000, "{retried} retries");
+    // 64 half-open handshakes and 3,000 Retries: a few MiB at most (the 3,000 handshakes each
+    // kept would take tens of MiB).
+    assert!(grown < 16 * 1024, "the router grew by {grown} KiB");
+    // Real clients are still served (their first try may meet the Retry too).
+    assert_eq!(status(&r.h3("GET", "/", 0, 1)[0]), 200);
+}
+
 #[test]
 fn under_load_a_client_proves_its_address_with_a_retry_first() {
     let (_m1, a1) = start_member("m1", "127.0.0.1:0");

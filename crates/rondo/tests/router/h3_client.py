@@ -1,6 +1,7 @@
 """A real HTTP/3 client for the router's HTTP/3 tests (crates/rondo/tests/http3.rs): aioquic's.
 
     python3 h3_client.py ADDR CA_PEM SERVER_NAME METHOD PATH BODY_BYTES COUNT [HOLD_SECONDS]
+    python3 h3_client.py flood ADDR COUNT
 
 opens ONE QUIC connection to ADDR (HOST:PORT), checking the router's certificate against
 CA_PEM for SERVER_NAME, and sends COUNT requests on it at once, one stream each, every one
@@ -153,5 +154,39 @@ async def bounded():
         print(json.dumps({"error": f"connection: {type(e).__name__} {e}"}), flush=True)
 
 
+def flood(addr, count):
+    """The first flight (an Initial with a ClientHello) of COUNT new connections to ADDR, from
+    250 loopback source addresses (127.0.0.2 up), none ever answered: what a flood of Initials
+    from spoofed addresses costs the server. Prints `sent N`."""
+    import socket
+    import ssl
+    import time
+
+    from aioquic.quic.connection import QuicConnection
+
+    host, port = addr.rsplit(":", 1)
+    config = QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN)
+    config.verify_mode = ssl.CERT_NONE
+    socks = []
+    for i in range(250):
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.bind((f"127.0.0.{2 + i}", 0))
+        socks.append(s)
+    sent = 0
+    deadline = time.time() + 60
+    for i in range(count):
+        if time.time() > deadline:
+            break
+        c = QuicConnection(configuration=config)
+        c.connect((host, int(port)), now=time.time())
+        for data, _ in c.datagrams_to_send(now=time.time()):
+            socks[i % len(socks)].sendto(data, (host, int(port)))
+        sent += 1
+    print(f"sent {sent}", flush=True)
+
+
 if __name__ == "__main__":
-    asyncio.run(bounded())
+    if sys.argv[1] == "flood":
+        flood(sys.argv[2], int(sys.argv[3]))
+    else:
+        asyncio.run(bounded())
