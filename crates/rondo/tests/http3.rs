@@ -266,6 +266,20 @@ fn early_data_serves_safe_methods_and_answers_others_425() {
 }
 
 #[test]
+fn a_connection_takes_no_more_than_max_requests_per_connection() {
+    let (_m1, a1) = start_member("m1", "127.0.0.1:0");
+    let r = serve(&[("m1", a1)], "max_requests_per_connection = 2");
+    // Three at once on one connection: two served, the third refused (GOAWAY, then
+    // H3_REQUEST_REJECTED, which a client may send again on a new connection).
+    let got = r.h3("GET", "/slow/200", 0, 3);
+    let served = got.iter().filter(|g| g["status"] == 200).count();
+    let refused = got.iter().filter(|g| g.get("error").is_some()).count();
+    assert_eq!((served, refused), (2, 1), "{got:?}");
+    // A new connection is served again.
+    assert_eq!(status(&r.h3("GET", "/", 0, 1)[0]), 200);
+}
+
+#[test]
 fn requests_fail_over_when_a_member_is_killed() {
     let (mut m1, a1) = start_member("m1", "127.0.0.1:0");
     let (_m2, a2) = start_member("m2", "127.0.0.1:0");

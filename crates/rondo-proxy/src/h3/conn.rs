@@ -1,8 +1,9 @@
 //! One HTTP/3 connection: the QUIC handshake (bounded by the listener's
 //! `header_read_timeout_ms`), then each request stream as a task of its own, through
 //! [`crate::hyper_path::handle`] and back onto its stream. The connection keeps its slot of
-//! the listener's `max_connections` until it and its last request are over; a draining
-//! process sends GOAWAY after the drain's idle grace.
+//! the listener's `max_connections` until it and its last request are over. GOAWAY ends it
+//! after the drain's idle grace in a draining process, or once past the listener's
+//! `max_connection_age_ms` or `max_requests_per_connection`.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -122,18 +123,36 @@ pub(super) async fn serve(
             return;
         }
     };
-    // One timer for the connection's life: requests arriving do not put the GOAWAY off.
+    // One timer for the connection's life: requests arriving do not put the GOAWAY off. The
+    // listener's `max_connection_age_ms` and `max_requests_per_connection` end it the same way.
+    let limits = ctx.listener.connections;
     let drain = async {
-        ctx.live.drain.started().await;
-        tokio::time::sleep(crate::DRAIN_IDLE_GRACE).await;
+        let age = async {
+            match limits.max_age {
+                Some(age) => tokio::time::sleep(age).await,
+                None => std::future::pending().await,
+            }
+        };
+        let drained = async {
+            ctx.live.drain.started().await;
+            tokio::time::sleep(crate::DRAIN_IDLE_GRACE).await;
+        };
+        tokio::select! { () = age => {}, () = drained => {} }
     };
     tokio::pin!(drain);
-    let mut draining = false;
+    let (mut draining, mut served) = (false, 0u64);
     loop {
         tokio::select! {
             accepted = h3.accept() => match accepted {
                 Ok(Some(resolver)) => {
                     tokio::spawn(request(conn.clone(), resolver));
+                    served += 1;
+                    if !draining && limits.max_requests.is_some_and(|n| served >= n) {
+                        // Streams the client opened past this one are refused with
+                        // `H3_REQUEST_REJECTED`: it sends them again on a new connection.
+                        draining = true;
+                        let _ = h3.shutdown(0).await;
+                    }
                 }
                 Ok(None) => break,
                 Err(e) => {
