@@ -9,6 +9,8 @@
 //!   so the proxy's memory can be read while they are held.
 //! - [`tls`]: full TLS handshakes per second (no resumption) and idle TLS connections held
 //!   open, for `bench/run.sh --tls`.
+//! - [`h3load`] (feature `http3`, binary `rondo-h3load`): closed-loop HTTP/3 requests over
+//!   quinn and h3, for `bench/h3.sh`.
 //!
 //! Everything is bounded: request counts, durations, per-request timeouts and reconnects.
 //!
@@ -17,6 +19,8 @@
 //! the client library picking every call (see `docs/benchmarks.md`).
 
 pub mod client;
+#[cfg(feature = "http3")]
+pub mod h3load;
 pub mod hold;
 pub mod rate;
 pub mod stats;

@@ -27,7 +27,7 @@ use tokio_rustls::client::TlsStream;
 
 /// Accepts any certificate and any handshake signature (see the module text: benchmarks only).
 #[derive(Debug)]
-struct NoVerify(Vec<SignatureScheme>);
+pub(crate) struct NoVerify(pub(crate) Vec<SignatureScheme>);
 
 impl ServerCertVerifier for NoVerify {
     fn verify_server_cert(

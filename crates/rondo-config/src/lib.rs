@@ -38,8 +38,8 @@ pub use error::{ConfigError, ConfigErrors};
 pub use schema::fields as schema_fields;
 pub use spec::{
     AccessLogSpec, AccessLogTarget, AdminSpec, AdminToken, AgentKey, AgentSpec, DnsSpec,
-    ErrorDetail, Http2Limits, ListenerProtocol, ListenerSpec, LogFormat, LogSpec, NamingSpec,
-    QueueBackend, QueueSpec, RegistrySpec, RouterSpec, Routing,
+    ErrorDetail, Http2Limits, Http3Spec, ListenerProtocol, ListenerSpec, LogFormat, LogSpec,
+    NamingSpec, QueueBackend, QueueSpec, RegistrySpec, RouterSpec, Routing,
 };
 pub use warnings::Features;
 

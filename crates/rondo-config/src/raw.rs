@@ -144,6 +144,11 @@ pub(crate) struct RawListener {
     pub max_requests_per_connection: Option<u64>,
     pub routing: Option<String>,
     pub filters: Option<Vec<RawFilter>>,
+    pub http3: Option<bool>,
+    pub http3_max_streams: Option<u64>,
+    pub http3_idle_timeout_ms: Option<u64>,
+    pub http3_retry_above: Option<u64>,
+    pub http3_0rtt: Option<bool>,
 }
 
 /// A listener's `tls`: terminate TLS with these certificates.

@@ -149,6 +149,33 @@ pub struct ListenerSpec {
     pub routing: Routing,
     /// Filters every request of the listener runs before its route's (`filters`, HTTP only).
     pub filters: Vec<rondo_core::traffic::TrafficFilter>,
+    /// HTTP/3 over QUIC on the same port, UDP (`http3 = true`, TLS `http` listeners only);
+    /// `None`: TCP only (the default).
+    pub http3: Option<Http3Spec>,
+}
+
+/// A listener's HTTP/3 (`http3 = true` and the `http3_*` limits). QUIC connections count
+/// against the listener's `max_connections` with its TCP ones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Http3Spec {
+    /// Request streams one QUIC connection may have open at once (`http3_max_streams`).
+    pub max_streams: u32,
+    /// A QUIC connection with no packet for this long is closed (`http3_idle_timeout_ms`).
+    pub idle_timeout: Duration,
+    /// Handshakes in progress past which a new client must first prove its address with a
+    /// Retry (`http3_retry_above`; 0: every client does).
+    pub retry_above: u32,
+    /// Requests in 0-RTT early data accepted, safe methods only (`http3_0rtt`; off).
+    pub zero_rtt: bool,
+}
+
+impl Http3Spec {
+    /// Default `http3_max_streams`.
+    pub const DEFAULT_MAX_STREAMS: u32 = 100;
+    /// Default `http3_idle_timeout_ms`.
+    pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+    /// Default `http3_retry_above`.
+    pub const DEFAULT_RETRY_ABOVE: u32 = 64;
 }
 
 /// A listener's HTTP/2 protections: keepalive PINGs, a bounded wait after GOAWAY, and the stream

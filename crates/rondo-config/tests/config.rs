@@ -190,6 +190,7 @@ fn full_config_compiles_into_the_expected_view() {
                 connections: Default::default(),
                 routing: Default::default(),
                 filters: vec![],
+                http3: None,
             },
             ListenerSpec {
                 name: "db".into(),
@@ -210,6 +211,7 @@ fn full_config_compiles_into_the_expected_view() {
                 connections: Default::default(),
                 routing: Default::default(),
                 filters: vec![],
+                http3: None,
             },
         ]
     );

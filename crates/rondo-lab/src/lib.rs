@@ -9,6 +9,7 @@
 //! the router runs.
 
 pub mod bins;
+mod located;
 pub mod report;
 pub mod scenario;
 mod service;

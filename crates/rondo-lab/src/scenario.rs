@@ -2,12 +2,12 @@
 //! problem is a [`ScenarioError`] naming the file, line, column and field, like the router's
 //! configuration errors, so a typo in a scenario reads the same as a typo in `rondo.toml`.
 
-use std::fmt;
-
 use rondo_core::Algorithm;
 use serde::Deserialize;
 use toml::Spanned;
 
+use crate::located::Ctx;
+pub use crate::located::ScenarioError;
 pub use crate::service::Service;
 use crate::service::{RawService, parse_service};
 
@@ -19,35 +19,6 @@ pub const MAX_DURATION_S: f64 = 86_400.0;
 pub const MAX_ROUTERS: u32 = 64;
 /// Hard ceiling on simulated members (and balls-into-bins bins).
 pub const MAX_MEMBERS: usize = 1_000_000;
-
-/// One problem in a scenario file: `FILE:LINE:COLUMN: field `FIELD`: MESSAGE`.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub struct ScenarioError {
-    /// The scenario file.
-    pub file: String,
-    /// 1-based line; 0 when no position applies (an unreadable file).
-    pub line: usize,
-    /// 1-based column.
-    pub column: usize,
-    /// Field path such as `member[2].service.mean_ms`; empty when none can be named.
-    pub field: String,
-    /// What is wrong: lower case, no trailing period.
-    pub message: String,
-}
-
-impl fmt::Display for ScenarioError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.line == 0 {
-            write!(f, "{}: ", self.file)?;
-        } else {
-            write!(f, "{}:{}:{}: ", self.file, self.line, self.column)?;
-        }
-        if !self.field.is_empty() {
-            write!(f, "field `{}`: ", self.field)?;
-        }
-        f.write_str(&self.message)
-    }
-}
 
 /// A validated scenario.
 #[derive(Debug, Clone)]
@@ -306,45 +277,6 @@ struct RawPhase {
 struct RawBins {
     sizes: Vec<u64>,
     trials: u32,
-}
-
-pub(crate) struct Ctx<'a> {
-    file: &'a str,
-    text: &'a str,
-}
-
-impl Ctx<'_> {
-    pub(crate) fn err(
-        &self,
-        offset: usize,
-        field: impl Into<String>,
-        message: impl Into<String>,
-    ) -> ScenarioError {
-        let (line, column) = line_column(self.text, offset);
-        ScenarioError {
-            file: self.file.to_owned(),
-            line,
-            column,
-            field: field.into(),
-            message: message.into(),
-        }
-    }
-}
-
-/// 1-based line and column (in characters) of byte `offset` in `text`.
-fn line_column(text: &str, offset: usize) -> (usize, usize) {
-    let mut offset = offset.min(text.len());
-    while !text.is_char_boundary(offset) {
-        offset -= 1;
-    }
-    let before = &text[..offset];
-    let line = before.matches('\n').count() + 1;
-    let start = before.rfind('\n').map_or(0, |i| i + 1);
-    (line, before[start..].chars().count() + 1)
-}
-
-pub(crate) fn ms(v: f64) -> f64 {
-    v * 1e6
 }
 
 fn secs(v: f64) -> u64 {

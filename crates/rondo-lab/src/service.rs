@@ -6,7 +6,7 @@
 use serde::Deserialize;
 use toml::Spanned;
 
-use crate::scenario::{Ctx, ScenarioError, ms};
+use crate::located::{Ctx, ScenarioError, ms};
 
 /// A member's service-time distribution (its true one; the oracle knows it).
 #[derive(Debug, Clone, Copy, PartialEq)]

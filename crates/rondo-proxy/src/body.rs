@@ -20,6 +20,7 @@ use rondo_runtime::ClusterRt;
 use rondo_runtime::metrics::RouteMetrics;
 
 use crate::access::{Pending, Reason};
+use crate::client_body::ClientBody;
 use crate::conn::ConnState;
 
 /// Boxed error used by bodies.
@@ -29,7 +30,7 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// garbage): the client's fault, not the member's.
 #[derive(Debug, thiserror::Error)]
 #[error("the client's request body failed: {0}")]
-pub struct ClientBodyError(#[source] pub hyper::Error);
+pub struct ClientBodyError(#[source] pub BoxError);
 
 /// No byte of the client's body arrived for the listener's `body_read_timeout_ms`: the
 /// client's fault (408), not the member's.
@@ -50,7 +51,7 @@ pub struct BodySlot(Arc<SlotInner>);
 
 #[derive(Debug)]
 struct SlotInner {
-    body: Mutex<Option<Incoming>>,
+    body: Mutex<Option<ClientBody>>,
     /// The body's first bytes, read before the first try (a body filter's peek, a multicast
     /// copy's whole body): every try sends them first, then what is left in `body`.
     head: Bytes,
@@ -88,12 +89,12 @@ struct Copy {
 
 impl BodySlot {
     /// A slot holding `body`.
-    pub fn new(body: Incoming) -> Self {
+    pub fn new(body: ClientBody) -> Self {
         BodySlot::prefixed(Bytes::new(), body)
     }
 
     /// A slot whose body starts with `head`, read already, and goes on with `rest`.
-    pub fn prefixed(head: Bytes, rest: Incoming) -> Self {
+    pub fn prefixed(head: Bytes, rest: ClientBody) -> Self {
         let received = head.len() as u64;
         BodySlot(Arc::new(SlotInner {
             body: Mutex::new(Some(rest)),
@@ -202,12 +203,12 @@ impl BodySlot {
         }
     }
 
-    fn take(&self) -> Option<Incoming> {
+    fn take(&self) -> Option<ClientBody> {
         self.0.body.lock().unwrap_or_else(|e| e.into_inner()).take()
     }
 
     /// `f` of the body still waiting in the slot (`None` once a try took it).
-    fn peek<R>(&self, f: impl FnOnce(Option<&Incoming>) -> R) -> R {
+    fn peek<R>(&self, f: impl FnOnce(Option<&ClientBody>) -> R) -> R {
         f(self.0.body.lock().unwrap_or_else(|e| e.into_inner()).as_ref())
     }
 }
@@ -220,7 +221,7 @@ pub enum UpstreamBody {
         /// Where the body waits until read.
         slot: BodySlot,
         /// The body once taken.
-        inner: Option<Incoming>,
+        inner: Option<ClientBody>,
         /// Most bytes allowed (0: no limit).
         limit: u64,
         /// Bytes passed so far.
@@ -336,7 +337,7 @@ impl Body for UpstreamBody {
             UpstreamBody::Stream { stage: 0, slot, .. } if !slot.0.head.is_empty() => false,
             UpstreamBody::Stream { slot, inner, .. } => match inner {
                 Some(b) => b.is_end_stream(),
-                None => slot.peek(|b| b.is_none_or(Incoming::is_end_stream)),
+                None => slot.peek(|b| b.is_none_or(ClientBody::is_end_stream)),
             },
             UpstreamBody::Empty => true,
         }
@@ -352,7 +353,7 @@ impl Body for UpstreamBody {
                 let rest = match inner {
                     Some(b) => b.size_hint(),
                     None => slot
-                        .peek(|b| b.map_or_else(|| SizeHint::with_exact(0), Incoming::size_hint)),
+                        .peek(|b| b.map_or_else(|| SizeHint::with_exact(0), ClientBody::size_hint)),
                 };
                 let head = if *stage == 0 { slot.0.head.len() as u64 } else { 0 };
                 let mut hint = SizeHint::new();

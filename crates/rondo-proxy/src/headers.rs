@@ -188,16 +188,17 @@ pub fn via_id() -> &'static str {
 
 /// This hop's `Via` element for `version`, made once per process.
 fn via_hop(version: Version) -> &'static HeaderValue {
-    static HOPS: OnceLock<[HeaderValue; 3]> = OnceLock::new();
+    static HOPS: OnceLock<[HeaderValue; 4]> = OnceLock::new();
     let hops = HOPS.get_or_init(|| {
         let id = via_id();
-        [format!("1.0 {id}"), format!("1.1 {id}"), format!("2 {id}")].map(|v| {
+        [format!("1.0 {id}"), format!("1.1 {id}"), format!("2 {id}"), format!("3 {id}")].map(|v| {
             HeaderValue::from_str(&v).unwrap_or_else(|_| HeaderValue::from_static("1.1 rondo"))
         })
     });
     match version {
         Version::HTTP_10 => &hops[0],
         Version::HTTP_2 => &hops[2],
+        Version::HTTP_3 => &hops[3],
         _ => &hops[1],
     }
 }

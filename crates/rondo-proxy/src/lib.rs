@@ -8,17 +8,21 @@
 //! header and idle timers and the HTTP/2 idle timer, and (with [`frames`]) the HTTP/2 frame
 //! checks and stream reset budgets; [`headers`] the header hygiene, [`body`] the streaming
 //! bodies and in-flight accounting, [`error`] the explained errors, [`access`] the access logs.
-//! [`tls`] terminates TLS on listeners that have a `tls` table, under the same timers.
+//! [`tls`] terminates TLS on listeners that have a `tls` table, under the same timers; with
+//! `http3 = true` such a listener also serves HTTP/3 over QUIC (`h3/`, feature `http3`).
 
 pub mod access;
 pub mod body;
 mod chain;
+pub mod client_body;
 pub mod conn;
 pub mod encode;
 mod entropy;
 pub mod error;
 pub mod frames;
 pub mod h1;
+#[cfg(feature = "http3")]
+mod h3;
 pub mod headers;
 pub mod http;
 mod hyper_path;
@@ -219,6 +223,10 @@ pub async fn start(listeners: &[ListenerSpec], live: Arc<Live>) -> std::io::Resu
                     }
                     None => None,
                 };
+                // RFC 7838: the TCP responses point clients at the same port over UDP.
+                let alt_svc = spec.http3.and_then(|_| {
+                    ::http::HeaderValue::from_str(&format!("h3=\":{}\"", addr.port())).ok()
+                });
                 let ctx = Arc::new(HttpCtx {
                     listener: spec.clone(),
                     live: live.clone(),
@@ -229,8 +237,13 @@ pub async fn start(listeners: &[ListenerSpec], live: Arc<Live>) -> std::io::Resu
                     auth: auth.clone(),
                     copies: Default::default(),
                     limits: Default::default(),
+                    alt_svc,
                 });
                 http.push(ctx.clone());
+                if spec.http3.is_some() {
+                    let tls = tls.as_ref().map(|t| t.server());
+                    accepting.push(http3(&ctx, addr, tls, limit.clone(), stopped.clone()).await?);
+                }
                 accepting.push(tokio::spawn(accept_http(socket, ctx, tls, limit, stopped.clone())));
             }
             ListenerProtocol::Queue => {}
@@ -250,6 +263,36 @@ pub async fn start(listeners: &[ListenerSpec], live: Arc<Live>) -> std::io::Resu
         tracing::debug!(listener = %spec.name, %addr, protocol = spec.protocol.as_str(), tls = spec.tls.is_some(), "listening");
     }
     Ok(Router { listeners: bound, stop, slots, http, accepting: std::sync::Mutex::new(accepting) })
+}
+
+/// Serves HTTP/3 beside listener `ctx`'s TCP socket at `addr`, over its `tls`.
+#[cfg(feature = "http3")]
+async fn http3(
+    ctx: &Arc<HttpCtx>,
+    addr: SocketAddr,
+    tls: Option<&Arc<rondo_runtime::tls_server::TlsServer>>,
+    limit: Arc<Semaphore>,
+    stopped: watch::Receiver<bool>,
+) -> std::io::Result<tokio::task::JoinHandle<()>> {
+    let name = &ctx.listener.name;
+    let tls =
+        tls.ok_or_else(|| std::io::Error::other(format!("listener {name}: http3 needs tls")))?;
+    h3::start(ctx.clone(), addr, tls, limit, stopped).await
+}
+
+/// Without the `http3` feature, a listener with `http3 = true` is an error at start.
+#[cfg(not(feature = "http3"))]
+async fn http3(
+    ctx: &Arc<HttpCtx>,
+    _: SocketAddr,
+    _: Option<&Arc<rondo_runtime::tls_server::TlsServer>>,
+    _: Arc<Semaphore>,
+    _: watch::Receiver<bool>,
+) -> std::io::Result<tokio::task::JoinHandle<()>> {
+    Err(std::io::Error::other(format!(
+        "listener {}: http3 needs a rondo built with the `http3` feature",
+        ctx.listener.name
+    )))
 }
 
 /// Streams the client reset before the router accepted them, per HTTP/2 connection, past which
@@ -440,7 +483,12 @@ impl Hyper<'_> {
             if let Some((n, c)) = &count {
                 c.served(*n);
             }
-            hyper_path::handle(ctx.clone(), handler.clone(), peer, req)
+            hyper_path::handle(
+                ctx.clone(),
+                handler.clone(),
+                peer,
+                req.map(client_body::ClientBody::Hyper),
+            )
         });
         let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
         tokio::pin!(conn);

@@ -58,6 +58,7 @@ impl Replayer {
             auth: Default::default(),
             copies: Default::default(),
             limits: Default::default(),
+            alt_svc: None,
         };
         Replayer { ctx }
     }

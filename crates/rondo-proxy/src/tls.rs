@@ -44,6 +44,12 @@ impl Terminator {
         Ok(Arc::new(Terminator { server, handshake_timeout }))
     }
 
+    /// The listener's [`TlsServer`] (an HTTP/3 listener's QUIC handshakes take its
+    /// certificates, reloads included).
+    pub fn server(&self) -> &Arc<TlsServer> {
+        &self.server
+    }
+
     /// Reloads every file; on failure the configuration in force stays and the reason is
     /// logged. `source` says what asked (`file change`, `SIGHUP`).
     pub fn reload(&self, source: &str) -> Result<(), String> {

@@ -138,6 +138,12 @@ impl TlsServer {
         &self.name
     }
 
+    /// The rustls configuration in force (a reload swaps it; an HTTP/3 listener's QUIC
+    /// configuration asks it for each handshake's certificate).
+    pub fn config(&self) -> Arc<ServerConfig> {
+        self.current.load_full()
+    }
+
     /// Reloads every file; on failure the configuration in force stays and the reason is
     /// logged. `source` says what asked (`file change`, `SIGHUP`).
     pub fn reload(&self, source: &str) -> Result<(), String> {

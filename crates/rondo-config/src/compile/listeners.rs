@@ -138,7 +138,72 @@ pub(super) fn compile_listener(
         connections,
         routing,
         filters,
+        http3: compile_http3(c, &path, l, protocol),
     })
+}
+
+/// A listener's `http3` and its limits; HTTP/3 runs over QUIC, whose handshake is TLS 1.3, so
+/// only a TLS `http` listener has it. A limit set without `http3 = true` is refused too (it
+/// would do nothing).
+fn compile_http3(
+    c: &mut Compiler<'_>,
+    path: &FieldPath,
+    l: &RawListener,
+    protocol: ListenerProtocol,
+) -> Option<Http3Spec> {
+    let on = l.http3.unwrap_or(false);
+    if on && protocol != ListenerProtocol::Http {
+        c.err(path.key("http3"), "only http listeners serve HTTP/3");
+    } else if on && l.tls.is_none() {
+        c.err(
+            path.key("http3"),
+            "http3 needs `tls`: QUIC's handshake is TLS 1.3, with the listener's certificates",
+        );
+    }
+    let limits = [
+        ("http3_max_streams", l.http3_max_streams),
+        ("http3_idle_timeout_ms", l.http3_idle_timeout_ms),
+        ("http3_retry_above", l.http3_retry_above),
+        ("http3_0rtt", l.http3_0rtt.map(u64::from)),
+    ];
+    if !on {
+        for (field, v) in limits {
+            if v.is_some() {
+                c.err(path.key(field), format!("{field} needs `http3 = true`"));
+            }
+        }
+        return None;
+    }
+    let zero_rtt = l.http3_0rtt.unwrap_or(false);
+    let client_auth = l.tls.as_ref().and_then(|t| t.client_auth.as_deref()).unwrap_or("none");
+    if zero_rtt && client_auth != "none" {
+        c.err(
+            path.key("http3_0rtt"),
+            format!(
+                "http3_0rtt cannot be on with client_auth `{client_auth}`: early data arrives \
+                 before the client's certificate is checked"
+            ),
+        );
+    }
+    let max_streams = c.u32(
+        path.key("http3_max_streams"),
+        l.http3_max_streams,
+        Http3Spec::DEFAULT_MAX_STREAMS,
+        1,
+    );
+    let idle_timeout = c.ms(
+        path.key("http3_idle_timeout_ms"),
+        l.http3_idle_timeout_ms,
+        Http3Spec::DEFAULT_IDLE_TIMEOUT,
+        false,
+    );
+    let retry_above = c.u32(
+        path.key("http3_retry_above"),
+        l.http3_retry_above,
+        Http3Spec::DEFAULT_RETRY_ABOVE,
+        0,
+    );
+    Some(Http3Spec { max_streams, idle_timeout, retry_above, zero_rtt })
 }
 
 /// A listener's `tls`: the settings, and every file they name loaded and checked (so `rondo

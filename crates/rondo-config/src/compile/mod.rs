@@ -50,8 +50,8 @@ use crate::raw::{
 };
 use crate::spec::{
     AccessLogSpec, AccessLogTarget, AdminSpec, AdminToken, AgentKey, AgentSpec, DnsSpec,
-    ErrorDetail, Http2Limits, ListenerProtocol, ListenerSpec, LogFormat, LogSpec, NamingSpec,
-    QueueBackend, QueueSpec, RegistrySpec, RouterSpec, Routing,
+    ErrorDetail, Http2Limits, Http3Spec, ListenerProtocol, ListenerSpec, LogFormat, LogSpec,
+    NamingSpec, QueueBackend, QueueSpec, RegistrySpec, RouterSpec, Routing,
 };
 use crate::tls::{self, CertKeyPaths, ClientAuth, ListenerTls};
 

@@ -481,6 +481,7 @@ mod tests {
             auth: Default::default(),
             copies: Default::default(),
             limits: Default::default(),
+            alt_svc: None,
         });
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let client = TcpStream::connect(listener.local_addr().expect("addr")).await.expect("c");

@@ -204,7 +204,8 @@ impl<S: ClientStream> OwnTries<'_, S> {
         // A draining process says so on the response in progress, and then closes; so does a
         // connection past the listener's age limit.
         self.close |= self.ctx.live.drain.is_on() || self.c.spent(&self.ctx.listener.connections);
-        write_response_head(&mut out, &rbuf, &rhead, cookies, edits.as_ref(), self.close);
+        let alt_svc = self.ctx.alt_svc.as_ref();
+        write_response_head(&mut out, &rbuf, &rhead, cookies, edits.as_ref(), alt_svc, self.close);
         let pumped = if self.body.complete {
             let client = &mut self.c.stream;
             pump_response(&rhead, &mut out, &mut rbuf, &mut upstream, client, &mut finish).await

@@ -174,13 +174,15 @@ pub(super) fn write_request_head(
 
 /// The member's response head as the client gets it: status line in HTTP/1.1, fields minus
 /// hop-by-hop ones (the transfer coding stays: the body passes through as it came), this hop
-/// in `Via`, a new session cookie, and `Connection: close` when the connection ends after it.
+/// in `Via`, a new session cookie, the listener's `Alt-Svc` (when it serves HTTP/3 too), and
+/// `Connection: close` when the connection ends after it.
 pub(super) fn write_response_head(
     out: &mut Vec<u8>,
     rbuf: &[u8],
     head: &ResponseHead,
     cookies: [Option<&HeaderValue>; 3],
     edits: Option<&FieldOps>,
+    alt_svc: Option<&HeaderValue>,
     close: bool,
 ) {
     // The status has three digits (the parser reads exactly three).
@@ -217,6 +219,9 @@ pub(super) fn write_response_head(
     }
     for cookie in cookies.into_iter().flatten() {
         field(out, b"set-cookie", cookie.as_bytes());
+    }
+    if let Some(alt) = alt_svc {
+        field(out, b"alt-svc", alt.as_bytes());
     }
     if close {
         out.extend_from_slice(b"connection: close\r\n");
@@ -302,7 +307,7 @@ mod tests {
             0\r\n\r\n";
         let head = parse::response(rbuf, false).expect("parses").expect("whole");
         let mut out = Vec::new();
-        write_response_head(&mut out, rbuf, &head, [None, None, None], None, false);
+        write_response_head(&mut out, rbuf, &head, [None, None, None], None, None, false);
         let out = String::from_utf8(out).expect("text").to_ascii_lowercase();
         for gone in crate::headers::HOP_BY_HOP_BUT_FRAMING {
             assert!(!out.contains(&format!("\n{gone}:")), "{gone} was forwarded:\n{out}");

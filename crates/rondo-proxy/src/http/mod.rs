@@ -58,6 +58,8 @@ pub struct HttpCtx {
     pub copies: crate::multicast::queues::Queues,
     /// The `rate_limit` filters' buckets, kept across views.
     pub limits: crate::chain::Limits,
+    /// `Alt-Svc: h3=":PORT"` for the TCP responses of a listener that also serves HTTP/3.
+    pub alt_svc: Option<http::HeaderValue>,
 }
 
 /// A failure the client is answered with, and the idle timeout its connection keeps.

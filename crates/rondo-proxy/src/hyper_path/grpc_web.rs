@@ -7,11 +7,11 @@
 //! one last frame (flag `0x80`, `name:value\r\n` lines), since a browser cannot read HTTP
 //! trailers. A trailers-only answer keeps its status in the head, where gRPC-Web clients read it.
 
+use crate::client_body::ClientBody;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use bytes::{BufMut, Bytes, BytesMut};
 use http::{HeaderMap, HeaderValue, Request, Response, header};
-use hyper::body::Incoming;
 use rondo_core::Route;
 
 use super::request::{Peeked, peek_body};
@@ -26,7 +26,7 @@ use crate::http::{Failure, HttpCtx, on_route};
 pub(super) async fn request(
     ctx: &HttpCtx,
     route: &Route,
-    req: &mut Request<Incoming>,
+    req: &mut Request<ClientBody>,
     read: Option<Peeked>,
     plan: Plan,
     applied: &mut Applied,

@@ -8,9 +8,9 @@ use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use crate::client_body::ClientBody;
 use http::{Request, Response, Version};
 use http_body::Body as _;
-use hyper::body::Incoming;
 use rondo_runtime::Snapshot;
 
 use self::grpc::GrpcCall;
@@ -30,7 +30,7 @@ pub async fn handle(
     ctx: Arc<HttpCtx>,
     conn: Arc<ConnState>,
     peer: SocketAddr,
-    req: Request<Incoming>,
+    req: Request<ClientBody>,
 ) -> Result<Response<ProxyBody>, Infallible> {
     conn.request_started();
     // Until the response exists, a drop of this future (an HTTP/2 stream the client reset)
@@ -83,6 +83,10 @@ pub async fn handle(
     };
     *resp.version_mut() =
         if version == Version::HTTP_2 { Version::HTTP_2 } else { Version::HTTP_11 };
+    // A listener that also serves HTTP/3 says so on its TCP responses (RFC 7838).
+    if let Some(alt) = ctx.alt_svc.as_ref().filter(|_| version != Version::HTTP_3) {
+        resp.headers_mut().insert(http::header::ALT_SVC, alt.clone());
+    }
     // The response body's end now reports to the connection.
     open.disarm();
     Ok(resp)
@@ -114,7 +118,7 @@ async fn proxy(
     snapshot: &Arc<Snapshot>,
     conn: &Arc<ConnState>,
     peer: SocketAddr,
-    mut req: Request<Incoming>,
+    mut req: Request<ClientBody>,
     grpc: bool,
     start: &mut Option<access::Start>,
 ) -> Result<Response<ProxyBody>, Failed> {
@@ -199,7 +203,7 @@ async fn send(
     snapshot: &Arc<Snapshot>,
     conn: &Arc<ConnState>,
     peer: SocketAddr,
-    mut req: Request<Incoming>,
+    mut req: Request<ClientBody>,
     grpc: bool,
     routed: &Routed<'_>,
     host: Option<&str>,
@@ -285,7 +289,7 @@ mod grpc_web;
 async fn copied_body(
     ctx: &HttpCtx,
     route: &rondo_core::Route,
-    req: &mut Request<Incoming>,
+    req: &mut Request<ClientBody>,
     read: Option<request::Peeked>,
     lenient: bool,
 ) -> Result<Option<request::Peeked>, Failure> {

@@ -4,13 +4,13 @@
 
 use std::time::Duration;
 
+use crate::client_body::ClientBody;
 use bytes::Bytes;
 use http::header::{self, HeaderValue};
 use http::request::Parts;
 use http::uri::PathAndQuery;
 use http::{Request, Version};
 use http_body::Body as _;
-use hyper::body::Incoming;
 use rondo_core::failover::is_idempotent_method;
 use rondo_core::{BodyPeek, Route};
 use rondo_runtime::Snapshot;
@@ -30,11 +30,12 @@ use crate::headers::{add_forwarded, has_looped, is_upgrade, strip_hop_by_hop};
 /// request must carry exactly one `Host`; HTTP/2's `:authority` (which hyper puts in the URI)
 /// becomes the `Host`, and a `Host` header naming something else is refused. Errors are the
 /// client's, answered 400.
-fn request_host(req: &mut Request<Incoming>) -> Result<Option<String>, String> {
+fn request_host(req: &mut Request<ClientBody>) -> Result<Option<String>, String> {
     let from_uri = req.uri().authority().map(|a| a.as_str().to_owned());
     let full = if let Some(authority) = from_uri {
-        // RFC 9113 8.3.1: a Host naming another authority than `:authority` is malformed.
-        if req.version() == Version::HTTP_2
+        // RFC 9113 8.3.1 (and RFC 9114 4.3.1 for HTTP/3): a Host naming another authority
+        // than `:authority` is malformed.
+        if matches!(req.version(), Version::HTTP_2 | Version::HTTP_3)
             && req
                 .headers()
                 .get_all(header::HOST)
@@ -78,7 +79,7 @@ fn request_host(req: &mut Request<Incoming>) -> Result<Option<String>, String> {
 pub(super) fn route<'s>(
     ctx: &HttpCtx,
     snapshot: &'s Snapshot,
-    req: &mut Request<Incoming>,
+    req: &mut Request<ClientBody>,
 ) -> Result<(Decided<'s>, Option<String>), Failure> {
     if has_looped(req.headers()) {
         return Err(looped());
@@ -114,7 +115,7 @@ pub(super) fn route<'s>(
 pub(super) fn decide<'s>(
     ctx: &HttpCtx,
     snapshot: &'s Snapshot,
-    req: &Request<Incoming>,
+    req: &Request<ClientBody>,
     host: Option<&str>,
     body: Option<&Peeked>,
 ) -> Result<Decided<'s>, Failure> {
@@ -128,7 +129,7 @@ pub(super) fn decide<'s>(
 }
 
 /// The 404 of a request no route matches.
-pub(super) fn no_route(ctx: &HttpCtx, req: &Request<Incoming>, host: Option<&str>) -> Failure {
+pub(super) fn no_route(ctx: &HttpCtx, req: &Request<ClientBody>, host: Option<&str>) -> Failure {
     let detail = format!(
         "no route on listener {} matches {} {}{}",
         ctx.listener.name,
@@ -174,7 +175,7 @@ const PEEK_TIMEOUT: Duration = Duration::from_secs(30);
 pub(super) async fn peek_body(
     ctx: &HttpCtx,
     route: Option<&Route>,
-    req: &mut Request<Incoming>,
+    req: &mut Request<ClientBody>,
     want: u64,
 ) -> Result<Peeked, Failure> {
     let limit = ctx.listener.max_body_bytes;
@@ -276,7 +277,7 @@ impl Prepared {
 pub(super) fn info<'a>(
     ctx: &HttpCtx,
     conn: &'a ConnState,
-    req: &'a Request<Incoming>,
+    req: &'a Request<ClientBody>,
     host: Option<&'a str>,
 ) -> Info<'a> {
     // `request_host` left exactly one `Host`, the `:authority`'s on HTTP/2.
@@ -297,7 +298,7 @@ pub(super) fn prepare(
     ctx: &HttpCtx,
     conn: &ConnState,
     route: &Route,
-    mut req: Request<Incoming>,
+    mut req: Request<ClientBody>,
     host: Option<&str>,
     read: Option<Peeked>,
     applied: &mut Option<Applied>,

@@ -4,10 +4,10 @@
 //! ([`crate::chain::soap`] does the XML). Both are bounded in size and by the route's request
 //! timeout, so a slow or huge message holds nothing without bound.
 
+use crate::client_body::ClientBody;
 use bytes::Bytes;
 use http::{HeaderValue, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Limited};
-use hyper::body::Incoming;
 use rondo_core::Route;
 
 use super::request::{Peeked, peek_body};
@@ -23,7 +23,7 @@ use crate::http::{Failure, HttpCtx, on_route};
 pub(super) async fn request(
     ctx: &HttpCtx,
     route: &Route,
-    req: &mut Request<Incoming>,
+    req: &mut Request<ClientBody>,
     read: Option<Peeked>,
     plan: Plan,
     applied: &mut Applied,

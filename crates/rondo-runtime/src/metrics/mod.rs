@@ -13,7 +13,7 @@
 //!
 //! By product: `router` (the request path), `listener` (connections and hand-offs),
 //! `members` (cluster events and member state), `naming` (the registry and load agents),
-//! `tls`; the durable queues' figures are rendered by [`crate::queues`] and the process's by
+//! `tls`, `quic` (HTTP/3 listeners); the durable queues' figures are rendered by [`crate::queues`] and the process's by
 //! [`crate::process`].
 
 mod fault;
@@ -22,6 +22,7 @@ mod limits;
 mod listener;
 mod members;
 mod naming;
+mod quic;
 mod router;
 mod tls;
 
@@ -47,6 +48,7 @@ pub use members::{
     ClusterLabels, MemberLabels, MemberReasonLabels, ShadowLabels, ShadowPickLabels,
 };
 pub use naming::AgentLabels;
+pub use quic::{Http3Labels, Http3Metrics};
 pub use router::{
     AuthLabels, GrpcLabels, MemberRouteLabels, MulticastLabels, ReplayLabels, ResponseHandles,
     ResponseLabels, RouteClusterLabels, RouteMetrics,
@@ -137,6 +139,7 @@ pub struct Metrics {
     conn_refused: Family<ListenerLabels, Counter>,
     conn_closed: Family<ClosedLabels, Counter>,
     http1_handoffs: Family<HandoffLabels, Counter>,
+    http3_events: Family<Http3Labels, Counter>,
     access_dropped: Family<ListenerLabels, Counter>,
     /// The process's figures, without the `rondo_` prefix (the names every exporter uses).
     process: Registry,
@@ -216,6 +219,7 @@ impl Metrics {
             conn_refused: Family::default(),
             conn_closed: Family::default(),
             http1_handoffs: Family::default(),
+            http3_events: Family::default(),
             access_dropped: Family::default(),
             process: Registry::default(),
             view: Gauge::default(),
@@ -257,6 +261,7 @@ impl Metrics {
         naming::register(&m, &mut r);
         members::register_state(&m, &mut r);
         tls::register(&m, &mut r);
+        quic::register(&m, &mut r);
         limits::register(&m, &mut r);
         filters::register(&m, &mut r);
         m.registry = r;
