@@ -120,5 +120,15 @@ fn a_request_id_is_kept_or_made_and_echoed() {
     assert!(applied.next_span().is_some());
     let bad = Fields(vec![("X-Request-Id", "has space")]);
     let made = c.request(&info(), &bad, no_auth).ok().expect("no answer");
-    assert_eq!(made.request_id.as_ref().map(String::len), Some(36));
+    assert_eq!(made.request_id.as_deref().map(str::len), Some(36));
+}
+
+#[test]
+fn a_host_names_its_port_and_an_ipv6_literal_does_not_by_its_colons() {
+    assert_eq!(port_of("example.com:8080"), Some(8080));
+    assert_eq!(port_of("example.com"), None);
+    assert_eq!(port_of("[::1]:8443"), Some(8443));
+    assert_eq!(port_of("[::1]"), None);
+    assert_eq!(port_of("example.com:x"), None);
+    assert_eq!(port_of("example.com:"), None);
 }
