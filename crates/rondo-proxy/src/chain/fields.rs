@@ -132,6 +132,19 @@ impl FieldOps {
         self.append.push((name.clone(), value.into()));
     }
 
+    /// [`FieldOps::remove`] of a name no edit before touched (the chain knows it when compiled,
+    /// [`first_touches`]): nothing to look through.
+    pub(super) fn remove_first(&mut self, name: &HeaderName) {
+        debug_assert!(!self.drop.contains(name) && self.append.iter().all(|(n, _)| n != name));
+        self.drop.push(name.clone());
+    }
+
+    /// [`FieldOps::set`] of a name no edit before touched.
+    pub(super) fn set_first(&mut self, name: &HeaderName, value: impl Into<Value>) {
+        self.remove_first(name);
+        self.append.push((name.clone(), value.into()));
+    }
+
     /// `name` gets one more field.
     pub(crate) fn add(&mut self, name: &HeaderName, value: impl Into<Value>) {
         self.append.push((name.clone(), value.into()));
@@ -262,10 +275,29 @@ impl<'a> ResponseEdits<'a> {
     }
 }
 
+/// Which of `names`, the names a step edits on the request in order, no edit before touched in
+/// the chain (`seen`, to which they are added): those are set or removed without looking
+/// through the edits made so far. Names are few, and this runs once per compile.
+pub(super) fn first_touches<'n>(
+    names: impl Iterator<Item = &'n HeaderName>,
+    seen: &mut Vec<HeaderName>,
+) -> Vec<bool> {
+    names
+        .map(|n| {
+            let first = !seen.contains(n);
+            seen.push(n.clone());
+            first
+        })
+        .collect()
+}
+
 /// A `headers` filter, its names parsed once.
 pub(super) struct HeaderStep {
     request: Vec<Op>,
     response: Vec<Op>,
+    /// For each request edit, whether it is the first of its name in the chain
+    /// ([`first_touches`]; none until the chain says).
+    first: Vec<bool>,
 }
 
 enum Op {
@@ -282,23 +314,36 @@ enum Source {
 
 impl HeaderStep {
     pub(super) fn new(edits: &HeaderEdits) -> HeaderStep {
-        HeaderStep { request: ops(&edits.request), response: ops(&edits.response) }
+        let request = ops(&edits.request);
+        let first = vec![false; request.len()];
+        HeaderStep { request, response: ops(&edits.response), first }
+    }
+
+    /// Marks the request edits that are the first of their name in the chain.
+    pub(super) fn mark_first(&mut self, seen: &mut Vec<HeaderName>) {
+        let names = self.request.iter().map(|op| match op {
+            Op::Remove(n) | Op::Set(n, _) | Op::Add(n, _) => n,
+        });
+        self.first = first_touches(names, seen);
     }
 
     /// Adds this filter's edits to the request's and the response's.
     pub(super) fn request(&self, info: &Info<'_>, applied: &mut Applied) {
-        for op in &self.request {
+        for (op, first) in self.request.iter().zip(&self.first) {
             let render = |v: &Source, applied: &Applied| match v {
                 Source::Fixed(v) => Some(Value::Shared(v.clone())),
                 Source::Template(t) => render(t, info, applied),
             };
             match op {
+                Op::Remove(n) if *first => applied.request.remove_first(n),
                 Op::Remove(n) => applied.request.remove(n),
                 // A value a variable made unfit for a field (a subject with a line break):
                 // the field goes rather than carry the client's value on.
-                Op::Set(n, v) => match render(v, applied) {
-                    Some(v) => applied.request.set(n, v),
-                    None => applied.request.remove(n),
+                Op::Set(n, v) => match (render(v, applied), *first) {
+                    (Some(v), true) => applied.request.set_first(n, v),
+                    (Some(v), false) => applied.request.set(n, v),
+                    (None, true) => applied.request.remove_first(n),
+                    (None, false) => applied.request.remove(n),
                 },
                 Op::Add(n, v) => {
                     if let Some(v) = render(v, applied) {

@@ -108,7 +108,7 @@ impl Chain {
     ) -> Chain {
         let mut position = 0;
         let mut needs_hyper = false;
-        let steps = filters
+        let mut steps = filters
             .map(|f| match f {
                 None => Step::Auth,
                 Some(f) => {
@@ -118,6 +118,18 @@ impl Chain {
                 }
             })
             .collect::<Box<[Step]>>();
+        // The request edits that are the first of their name in the chain need not look
+        // through those made before (a `soap` filter's are not told apart: none are marked).
+        if !steps.iter().any(|s| matches!(s, Step::Soap(_))) {
+            let mut seen = Vec::new();
+            for step in steps.iter_mut() {
+                match step {
+                    Step::RequestId(s) => s.mark_first(&mut seen),
+                    Step::Headers(s) => s.mark_first(&mut seen),
+                    _ => {}
+                }
+            }
+        }
         let edits = steps.iter().fold((0, 0), |(req, resp), s| {
             let (a, b) = s.edits();
             (req + a, resp + b)

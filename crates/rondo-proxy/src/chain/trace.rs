@@ -6,7 +6,7 @@
 use http::{HeaderName, HeaderValue};
 use rondo_core::traffic::RequestId;
 
-use super::fields::{Pending, Value};
+use super::fields::{Pending, Value, first_touches};
 use super::{Applied, TRACEPARENT};
 use crate::entropy::random;
 use crate::head::Headers;
@@ -18,6 +18,9 @@ const MAX_ID: usize = 128;
 pub(super) struct RequestIdStep {
     header: HeaderName,
     trace: bool,
+    /// Whether the id's field and `traceparent` are the first request edits of their names in
+    /// the chain (`first_touches`; not until the chain says).
+    first: [bool; 2],
 }
 
 impl RequestIdStep {
@@ -29,7 +32,15 @@ impl RequestIdStep {
             HeaderName::from_bytes(spec.header.as_bytes())
                 .unwrap_or(HeaderName::from_static(RequestId::DEFAULT_HEADER))
         };
-        RequestIdStep { header, trace: spec.trace }
+        RequestIdStep { header, trace: spec.trace, first: [false; 2] }
+    }
+
+    /// Marks the request edits that are the first of their name in the chain.
+    pub(super) fn mark_first(&mut self, seen: &mut Vec<HeaderName>) {
+        let traceparent = TRACEPARENT;
+        let names = [&self.header].into_iter().chain(self.trace.then_some(&traceparent));
+        let first = first_touches(names, seen);
+        self.first = [first[0], first.get(1).copied().unwrap_or(false)];
     }
 
     /// Keeps or makes the id (and the trace), for members, the response and the log.
@@ -44,14 +55,22 @@ impl RequestIdStep {
         };
         // Visible ASCII: always a valid value.
         let value = Value::of_valid(id.as_bytes());
-        applied.request.set(&self.header, value.clone());
+        if self.first[0] {
+            applied.request.set_first(&self.header, value.clone());
+        } else {
+            applied.request.set(&self.header, value.clone());
+        }
         applied.response.push(Pending::SetValue(self.header.clone(), value));
         applied.request_id = Some(id);
         if self.trace {
             let trace =
                 headers.get(TRACEPARENT.as_str()).and_then(Trace::parse).unwrap_or_else(Trace::new);
             // The first try's span; each try after it gets its own ([`Applied::next_span`]).
-            applied.request.set(&TRACEPARENT, trace.span());
+            if self.first[1] {
+                applied.request.set_first(&TRACEPARENT, trace.span());
+            } else {
+                applied.request.set(&TRACEPARENT, trace.span());
+            }
             applied.trace = Some(trace);
         }
     }
