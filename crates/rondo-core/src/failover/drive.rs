@@ -77,9 +77,14 @@ pub async fn drive<T: TryMaker>(
     mut now: Instant,
 ) -> Result<T::Value, Stop> {
     loop {
-        let placed = failover.next_try(now, |cluster, f, now| maker.place(cluster, f, now))?;
-        let held = maker.hold(&placed);
-        let tried = maker.attempt(placed, failover).await;
+        // The placed try is gone into its future before that is awaited: borrowed (by `hold`)
+        // in the loop's scope, it would keep its room in the driver's state through every try.
+        let (held, attempt) = {
+            let placed = failover.next_try(now, |cluster, f, now| maker.place(cluster, f, now))?;
+            let held = maker.hold(&placed);
+            (held, maker.attempt(placed, failover))
+        };
+        let tried = attempt.await;
         let failure = match maker.judge(held, tried) {
             Ok(value) => return Ok(value),
             Err(failure) => failure,

@@ -26,7 +26,7 @@ use rondo_core::{Instant, Route};
 use rondo_runtime::Live;
 use rondo_runtime::metrics::{Counter, Gauge, Metrics};
 
-use super::fields::Pending;
+use super::fields::{Pending, Value};
 use super::{Answer, Applied, Info};
 use crate::head::Headers;
 
@@ -60,9 +60,10 @@ struct Slot {
     spec: RateLimit,
 }
 
-/// One filter's buckets.
+/// One filter's buckets, found by a seeded foldhash of the key (SipHash, the default, cost
+/// more than the rest of the look-up).
 pub(crate) struct Buckets {
-    map: Mutex<LruCache<Vec<u8>, Bucket>>,
+    map: Mutex<LruCache<Vec<u8>, Bucket, foldhash::quality::RandomState>>,
     seed: RandomState,
     evicted: Counter,
 }
@@ -77,8 +78,9 @@ impl fmt::Debug for Buckets {
 impl Buckets {
     fn new(max_keys: u64, evicted: Counter) -> Buckets {
         let cap = usize::try_from(max_keys).ok().and_then(NonZeroUsize::new);
-        // `sparse`: the map grows with the keys seen, not to `max_keys` at once.
-        let map = LruCache::sparse(cap.unwrap_or(NonZeroUsize::MIN));
+        // Unbounded, then bounded: the map grows with the keys seen, not to `max_keys` at once.
+        let mut map = LruCache::unbounded_with_hasher(foldhash::quality::RandomState::default());
+        map.resize(cap.unwrap_or(NonZeroUsize::MIN));
         Buckets { map: Mutex::new(map), seed: RandomState::new(), evicted }
     }
 
@@ -274,33 +276,29 @@ impl LimitStep {
     /// `RateLimit-Policy` and `RateLimit` (whole tokens left, seconds until one more).
     /// Written by hand rather than formatted: it runs for every request of the route.
     fn fields(&self, taken: &Taken, applied: &mut Applied) {
-        let mut state = Vec::with_capacity(self.id.len() + 24);
-        state.extend_from_slice(self.id.as_bytes());
-        state.extend_from_slice(b";r=");
-        push_digits(&mut state, taken.remaining);
-        state.extend_from_slice(b";t=");
-        push_digits(&mut state, seconds(taken.more_in));
-        applied.response.push(Pending::AddValue(RATELIMIT_POLICY, self.policy.clone()));
-        if let Ok(state) = HeaderValue::from_maybe_shared(Bytes::from(state)) {
-            applied.response.push(Pending::AddValue(RATELIMIT, state));
-        }
+        // The key's name (a token, quoted) and two numbers, always a valid value: kept in
+        // place, without an allocation.
+        let (mut r, mut t) = ([0u8; 20], [0u8; 20]);
+        let (r, t) = (digits(taken.remaining, &mut r), digits(seconds(taken.more_in), &mut t));
+        let state = Value::of_parts(&[self.id.as_bytes(), b";r=", r, b";t=", t]);
+        applied.response.push(Pending::AddValue(RATELIMIT_POLICY, self.policy.clone().into()));
+        applied.response.push(Pending::AddValue(RATELIMIT, state));
     }
 }
 
-/// `n` in decimal, appended.
-fn push_digits(out: &mut Vec<u8>, n: u64) {
-    let mut digits = [0u8; 20];
-    let mut i = digits.len();
+/// `n` in decimal, in the end of `buf`.
+fn digits(n: u64, buf: &mut [u8; 20]) -> &[u8] {
+    let mut i = buf.len();
     let mut n = n;
     loop {
         i -= 1;
-        digits[i] = b'0' + (n % 10) as u8;
+        buf[i] = b'0' + (n % 10) as u8;
         n /= 10;
         if n == 0 {
             break;
         }
     }
-    out.extend_from_slice(&digits[i..]);
+    &buf[i..]
 }
 
 /// Whole seconds, rounded up.

@@ -48,16 +48,17 @@ mod trace;
 
 pub(crate) use compress::respond as compress_response;
 pub(crate) use fault::hold;
-pub(crate) use fields::FieldOps;
+pub(crate) use fields::{FieldOps, ResponseEdits};
 pub use limit::Limits;
 
 /// The W3C trace context's field, which each try gets anew ([`Applied::next_span`]).
 pub(crate) const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
 
-/// The port of a `Host` value (`host:port`, `[v6]:port`), if it names one.
+/// The port of a `Host` value (`host:port`, `[v6]:port`), if it names one. Looked for from
+/// the end by hand (`rsplit_once` went through the generic searcher, for every request).
 pub(crate) fn port_of(host: &str) -> Option<u16> {
-    let (_, port) = host.rsplit_once(':')?;
-    if port.contains(']') { None } else { port.parse().ok() }
+    let colon = host.bytes().rposition(|b| b == b':' || b == b']')?;
+    if host.as_bytes()[colon] == b']' { None } else { host[colon + 1..].parse().ok() }
 }
 
 /// A route's chain, compiled from its listener's filters and its own.
@@ -65,6 +66,8 @@ pub(crate) struct Chain {
     steps: Box<[Step]>,
     /// A filter transforms bodies: the request is hyper's path's.
     needs_hyper: bool,
+    /// Room for the request's and the response's field edits, made once per request.
+    edits: (usize, usize),
 }
 
 /// One compiled filter.
@@ -127,7 +130,7 @@ impl Chain {
     ) -> Chain {
         let mut position = 0;
         let mut needs_hyper = false;
-        let steps = filters
+        let mut steps = filters
             .map(|f| match f {
                 None => Step::Auth,
                 Some(f) => {
@@ -141,7 +144,24 @@ impl Chain {
         // Copies and replays hold the whole request as only hyper's path has it.
         needs_hyper |=
             steps.iter().any(|s| matches!(s, Step::Multicast(_) | Step::SessionReplay(_)));
-        Chain { steps, needs_hyper }
+        // The request edits that are the first of their name in the chain need not look
+        // through those made before (`soap`'s and `grpc_web`'s are not told apart: none are
+        // marked then).
+        if !steps.iter().any(|s| matches!(s, Step::Soap(_) | Step::GrpcWeb(_))) {
+            let mut seen = Vec::new();
+            for step in steps.iter_mut() {
+                match step {
+                    Step::RequestId(s) => s.mark_first(&mut seen),
+                    Step::Headers(s) => s.mark_first(&mut seen),
+                    _ => {}
+                }
+            }
+        }
+        let edits = steps.iter().fold((0, 0), |(req, resp), s| {
+            let (a, b) = s.edits();
+            (req + a, resp + b)
+        });
+        Chain { steps, needs_hyper, edits }
     }
 
     fn step(f: &TrafficFilter, route: &Route, limits: &limit::Binder<'_>, at: usize) -> Step {
@@ -185,7 +205,11 @@ impl Chain {
         headers: &H,
         auth: impl Fn(&H) -> Result<Option<Identity>, ProxyError>,
     ) -> Result<Applied, Box<Stopped>> {
-        let mut applied = Applied::default();
+        let mut applied = Applied {
+            request: FieldOps::with_capacity(self.edits.0),
+            response: Vec::with_capacity(self.edits.1),
+            ..Applied::default()
+        };
         for step in &self.steps {
             let answer = match step {
                 Step::Auth => match auth(headers) {
@@ -272,6 +296,21 @@ fn features(route: &Route) -> impl Iterator<Item = Step> + '_ {
     multicast.into_iter().chain(replay).chain(login)
 }
 
+impl Step {
+    /// Fields the step may edit on the request and on the response.
+    fn edits(&self) -> (usize, usize) {
+        match self {
+            Step::RequestId(_) => (2, 1),
+            Step::Headers(s) => s.edits(),
+            Step::Soap(_) => (2, 0),
+            Step::RateLimit(_) => (0, 2),
+            Step::Cors(_) => (0, 4),
+            Step::GrpcWeb(_) => (3, 0),
+            _ => (0, 0),
+        }
+    }
+}
+
 /// The route's `auth`: the request's token checked against the route's keys (counted in
 /// `rondo_auth_refusals_total` when refused).
 pub(crate) fn gate<'a, H: Headers>(
@@ -322,19 +361,20 @@ pub(crate) struct Info<'a> {
 
 impl Info<'_> {
     /// A variable's value (`${member}` is the response's: a placeholder here, [`MEMBER`]).
-    fn var(&self, applied: &Applied, var: Var) -> String {
+    fn var<'v>(&'v self, applied: &'v Applied, var: Var) -> std::borrow::Cow<'v, str> {
+        use std::borrow::Cow;
         match var {
-            Var::ClientIp => self.client_ip.to_owned(),
-            Var::Host => self.host.unwrap_or("").to_owned(),
-            Var::Path => applied.path.as_deref().unwrap_or(self.path).to_owned(),
-            Var::RequestId => applied.request_id.clone().unwrap_or_default(),
+            Var::ClientIp => Cow::Borrowed(self.client_ip),
+            Var::Host => Cow::Borrowed(self.host.unwrap_or("")),
+            Var::Path => Cow::Borrowed(applied.path.as_deref().unwrap_or(self.path)),
+            Var::RequestId => Cow::Borrowed(applied.request_id.as_deref().unwrap_or("")),
             // Without control characters: one would end the field, and `\u{1}` stands for the
             // member.
             Var::IdentitySub => applied
                 .identity
                 .as_ref()
-                .map_or(String::new(), |i| i.subject.replace(char::is_control, "")),
-            Var::Member => MEMBER.to_owned(),
+                .map_or(Cow::Borrowed(""), |i| i.subject.replace(char::is_control, "").into()),
+            Var::Member => Cow::Borrowed(MEMBER),
         }
     }
 }
@@ -357,7 +397,7 @@ pub(crate) struct Applied {
     /// Edits of the response's fields (`${member}` still to fill in).
     response: Vec<fields::Pending>,
     /// The request id (`request_id`).
-    pub(crate) request_id: Option<String>,
+    pub(crate) request_id: Option<trace::Id>,
     /// The trace this request belongs to (`request_id` with `trace`).
     trace: Option<trace::Trace>,
     /// The request's message is converted to another SOAP version, and its response back.
@@ -403,6 +443,11 @@ impl Applied {
     /// answers).
     pub(crate) fn response(&self, member: &str) -> FieldOps {
         fields::response_ops(&self.response, member)
+    }
+
+    /// The same edits as the own path writes them into the head (nothing made in between).
+    pub(crate) fn response_edits<'a>(&'a self, member: &'a str) -> ResponseEdits<'a> {
+        ResponseEdits::new(&self.response, member)
     }
 
     /// Whether any response field is edited.

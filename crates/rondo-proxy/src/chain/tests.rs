@@ -120,5 +120,42 @@ fn a_request_id_is_kept_or_made_and_echoed() {
     assert!(applied.next_span().is_some());
     let bad = Fields(vec![("X-Request-Id", "has space")]);
     let made = c.request(&info(), &bad, no_auth).ok().expect("no answer");
-    assert_eq!(made.request_id.as_ref().map(String::len), Some(36));
+    assert_eq!(made.request_id.as_deref().map(str::len), Some(36));
+}
+
+#[test]
+fn a_host_names_its_port_and_an_ipv6_literal_does_not_by_its_colons() {
+    assert_eq!(port_of("example.com:8080"), Some(8080));
+    assert_eq!(port_of("example.com"), None);
+    assert_eq!(port_of("[::1]:8443"), Some(8443));
+    assert_eq!(port_of("[::1]"), None);
+    assert_eq!(port_of("example.com:x"), None);
+    assert_eq!(port_of("example.com:"), None);
+}
+
+/// A name edited by two filters: the later edits look through the earlier ones (only a chain's
+/// first edit of a name skips that), and the result is what the edits say in order.
+#[test]
+fn a_name_edited_by_two_filters_ends_as_the_last_edit_says() {
+    let request = |remove: &[&str], set: &[(&str, &str)], add: &[(&str, &str)]| HeaderEdits {
+        request: FieldEdits {
+            remove: remove.iter().map(|n| n.to_string()).collect(),
+            set: set.iter().map(|(n, v)| (n.to_string(), t(v, false))).collect(),
+            add: add.iter().map(|(n, v)| (n.to_string(), t(v, false))).collect(),
+        },
+        response: FieldEdits::default(),
+    };
+    let id = rondo_core::traffic::RequestId { header: "x-request-id".into(), trace: true };
+    let c = chain(vec![
+        TrafficFilter::RequestId(id),
+        TrafficFilter::Headers(request(&["x-request-id"], &[("x-a", "1")], &[("x-b", "2")])),
+        TrafficFilter::Headers(request(&[], &[("x-b", "3")], &[("x-a", "4")])),
+    ]);
+    let applied = c.request(&info(), &Fields(vec![]), no_auth).ok().expect("no answer");
+    assert_eq!(applied.request.drop, ["x-request-id", "traceparent", "x-a", "x-b"]);
+    let appended: Vec<_> =
+        applied.request.append.iter().map(|(n, v)| (n.as_str(), v.to_str().unwrap())).collect();
+    assert_eq!(appended.len(), 4, "{appended:?}");
+    assert_eq!(appended[0].0, "traceparent");
+    assert_eq!(appended[1..], [("x-a", "1"), ("x-b", "3"), ("x-a", "4")]);
 }

@@ -6,7 +6,7 @@
 use http::{HeaderName, HeaderValue};
 use rondo_core::traffic::RequestId;
 
-use super::fields::Pending;
+use super::fields::{Pending, Value, first_touches};
 use super::{Applied, TRACEPARENT};
 use crate::entropy::random;
 use crate::head::Headers;
@@ -18,13 +18,29 @@ const MAX_ID: usize = 128;
 pub(super) struct RequestIdStep {
     header: HeaderName,
     trace: bool,
+    /// Whether the id's field and `traceparent` are the first request edits of their names in
+    /// the chain (`first_touches`; not until the chain says).
+    first: [bool; 2],
 }
 
 impl RequestIdStep {
     pub(super) fn new(spec: &RequestId) -> RequestIdStep {
-        let header = HeaderName::from_bytes(spec.header.as_bytes())
-            .unwrap_or(HeaderName::from_static(RequestId::DEFAULT_HEADER));
-        RequestIdStep { header, trace: spec.trace }
+        // The default name made static: its clones, one per request and field, cost nothing.
+        let header = if spec.header == RequestId::DEFAULT_HEADER {
+            HeaderName::from_static(RequestId::DEFAULT_HEADER)
+        } else {
+            HeaderName::from_bytes(spec.header.as_bytes())
+                .unwrap_or(HeaderName::from_static(RequestId::DEFAULT_HEADER))
+        };
+        RequestIdStep { header, trace: spec.trace, first: [false; 2] }
+    }
+
+    /// Marks the request edits that are the first of their name in the chain.
+    pub(super) fn mark_first(&mut self, seen: &mut Vec<HeaderName>) {
+        let traceparent = TRACEPARENT;
+        let names = [&self.header].into_iter().chain(self.trace.then_some(&traceparent));
+        let first = first_touches(names, seen);
+        self.first = [first[0], first.get(1).copied().unwrap_or(false)];
     }
 
     /// Keeps or makes the id (and the trace), for members, the response and the log.
@@ -32,22 +48,29 @@ impl RequestIdStep {
         let kept = headers
             .get(self.header.as_str())
             .filter(|v| !v.is_empty() && v.len() <= MAX_ID)
-            .filter(|v| v.iter().all(|b| b.is_ascii_graphic()))
-            .and_then(|v| std::str::from_utf8(v).ok());
+            .filter(|v| v.iter().all(|b| b.is_ascii_graphic()));
         let id = match kept {
-            Some(id) => id.to_owned(),
+            Some(id) => Id::of(id),
             None => new_id(),
         };
-        if let Ok(value) = HeaderValue::from_str(&id) {
+        // Visible ASCII: always a valid value.
+        let value = Value::of_valid(id.as_bytes());
+        if self.first[0] {
+            applied.request.set_first(&self.header, value.clone());
+        } else {
             applied.request.set(&self.header, value.clone());
-            applied.response.push(Pending::SetValue(self.header.clone(), value));
         }
+        applied.response.push(Pending::SetValue(self.header.clone(), value));
         applied.request_id = Some(id);
         if self.trace {
             let trace =
                 headers.get(TRACEPARENT.as_str()).and_then(Trace::parse).unwrap_or_else(Trace::new);
             // The first try's span; each try after it gets its own ([`Applied::next_span`]).
-            applied.request.set(&TRACEPARENT, trace.next_span());
+            if self.first[1] {
+                applied.request.set_first(&TRACEPARENT, trace.span());
+            } else {
+                applied.request.set(&TRACEPARENT, trace.span());
+            }
             applied.trace = Some(trace);
         }
     }
@@ -86,16 +109,20 @@ impl Trace {
 
     /// `traceparent` for a new span of this trace.
     pub(super) fn next_span(&self) -> HeaderValue {
-        let mut v = Vec::with_capacity(55);
-        v.extend_from_slice(b"00-");
-        v.extend_from_slice(&self.id);
-        v.push(b'-');
-        let mut span = [0u8; 16];
-        hex_into(&mut span, random() | 1);
-        v.extend_from_slice(&span);
-        v.push(b'-');
-        v.extend_from_slice(&self.flags);
-        HeaderValue::from_bytes(&v).unwrap_or(HeaderValue::from_static(""))
+        self.span().to_header_value()
+    }
+
+    /// The same, kept in place.
+    fn span(&self) -> Value {
+        let mut v = [0u8; 55];
+        v[..3].copy_from_slice(b"00-");
+        v[3..35].copy_from_slice(&self.id);
+        v[35] = b'-';
+        hex_into(&mut v[36..52], random() | 1);
+        v[52] = b'-';
+        v[53..].copy_from_slice(&self.flags);
+        // Lower-case hex digits and dashes: a valid value.
+        Value::of_valid(&v)
     }
 }
 
@@ -106,35 +133,74 @@ fn split4(v: &[u8]) -> Option<[&[u8]; 4]> {
     parts.next().is_none().then_some(out)
 }
 
+/// A request's id, kept in place (at most [`MAX_ID`] bytes of visible ASCII): made for every
+/// request of a `request_id` route, it allocates nothing.
+#[derive(Clone)]
+pub(crate) struct Id {
+    len: u8,
+    bytes: [u8; MAX_ID],
+}
+
+impl Id {
+    /// `id`, which is at most [`MAX_ID`] bytes of visible ASCII.
+    fn of(id: &[u8]) -> Id {
+        let mut bytes = [0u8; MAX_ID];
+        let len = id.len().min(MAX_ID);
+        bytes[..len].copy_from_slice(&id[..len]);
+        Id { len: len as u8, bytes }
+    }
+
+    fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..self.len as usize]
+    }
+}
+
+impl std::ops::Deref for Id {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        // Visible ASCII, so always UTF-8.
+        std::str::from_utf8(self.as_bytes()).unwrap_or("")
+    }
+}
+
 /// A new request id: 128 random bits as a UUID (version 4 layout).
-fn new_id() -> String {
+fn new_id() -> Id {
     let (a, b) = (random(), random());
     let a = (a & !0xf000) | 0x4000; // version 4
     let b = (b & !(0xc << 60)) | (0x8 << 60); // RFC 4122 variant
-    // 32 hex digits written at once, then the dashes put in (no formatting machinery: this
-    // runs for every request of a `request_id` route).
-    let mut hex = [0u8; 32];
-    hex_into(&mut hex[..16], a);
-    hex_into(&mut hex[16..], b);
-    let mut id = String::with_capacity(36);
-    for (i, part) in
-        [&hex[..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..]].into_iter().enumerate()
-    {
-        if i > 0 {
-            id.push('-');
-        }
-        // Hex digits are ASCII.
-        id.push_str(std::str::from_utf8(part).unwrap_or(""));
-    }
+    // 32 hex digits written at once, then moved apart for the dashes (no formatting
+    // machinery: this runs for every request of a `request_id` route).
+    let mut id = Id { len: 36, bytes: [0u8; MAX_ID] };
+    let out = &mut id.bytes;
+    hex_into(&mut out[..16], a);
+    hex_into(&mut out[16..32], b);
+    // 8-4-4-4-12: from the back, each group moved to its place.
+    out.copy_within(20..32, 24);
+    out[23] = b'-';
+    out.copy_within(16..20, 19);
+    out[18] = b'-';
+    out.copy_within(12..16, 14);
+    out[13] = b'-';
+    out.copy_within(8..12, 9);
+    out[8] = b'-';
     id
 }
 
-/// 16 lower-case hex digits of `n` into `out`.
+/// 16 lower-case hex digits of `n` into `out`, eight at a time: each nibble spread into a byte
+/// of its own, then turned into its digit with the same arithmetic for all eight.
 fn hex_into(out: &mut [u8], n: u64) {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    for (i, o) in out.iter_mut().enumerate().take(16) {
-        *o = DIGITS[((n >> (60 - 4 * i)) & 0xf) as usize];
+    fn eight(x: u32) -> [u8; 8] {
+        let x = u64::from(x);
+        let x = (x | (x << 16)) & 0x0000_ffff_0000_ffff;
+        let x = (x | (x << 8)) & 0x00ff_00ff_00ff_00ff;
+        let x = (x | (x << 4)) & 0x0f0f_0f0f_0f0f_0f0f;
+        // A nibble of 10 or more gets 0x27 more ('a' - '0' - 10).
+        let letters = ((x + 0x0606_0606_0606_0606) >> 4) & 0x0101_0101_0101_0101;
+        (x + 0x3030_3030_3030_3030 + letters * 0x27).to_be_bytes()
     }
+    out[..8].copy_from_slice(&eight((n >> 32) as u32));
+    out[8..16].copy_from_slice(&eight(n as u32));
 }
 
 #[cfg(test)]
@@ -164,9 +230,22 @@ mod tests {
     }
 
     #[test]
+    fn hex_digits_are_those_of_the_number() {
+        for n in [0, 1, 0x0123_4567_89ab_cdef, u64::MAX, 0xa0b0_c0d0_e0f0_0909, random()] {
+            let mut out = [0u8; 16];
+            hex_into(&mut out, n);
+            assert_eq!(std::str::from_utf8(&out).unwrap(), format!("{n:016x}"));
+        }
+    }
+
+    #[test]
     fn new_ids_are_uuids_and_differ() {
         let (a, b) = (new_id(), new_id());
+        let (a, b) = (&*a, &*b);
         assert_ne!(a, b);
+        let groups: Vec<usize> = a.split('-').map(str::len).collect();
+        assert_eq!(groups, [8, 4, 4, 4, 12], "{a}");
+        assert!(a.bytes().all(|c| c == b'-' || c.is_ascii_hexdigit()), "{a}");
         assert_eq!(a.len(), 36);
         assert_eq!(&a[14..15], "4", "{a}");
         assert!(matches!(&a[19..20], "8" | "9" | "a" | "b"), "{a}");

@@ -491,4 +491,63 @@ mod tests {
         drop(client);
         assert!(size <= 1152, "an idle connection's future is {size} bytes");
     }
+
+    /// Every request's future is boxed (by `serve`), and so is each of its tries (the bulk of
+    /// its state, `OwnTries::attempt`): each must fit glibc's per-thread cache of small blocks
+    /// (1,032 bytes), or its allocation goes through the allocator's slower paths, and the larger
+    /// the future, the more is copied into its box. (3,208 bytes, all in one, before the tries were
+    /// boxed and what the awaits kept beside them was cut.)
+    #[tokio::test]
+    async fn a_request_and_its_tries_fit_the_allocators_small_block_cache() {
+        use crate::http::Tries as _;
+        let config = rondo_config::parse_str(
+            "[[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:0\"\n\n[[route]]\n\
+             listener = \"web\"\ncluster = \"app\"\n\n[cluster.app]\n\
+             members = [ { name = \"m1\", address = \"127.0.0.1:9\" } ]\n",
+            std::path::Path::new("t.toml"),
+            1,
+        )
+        .expect("config");
+        let live = Arc::new(rondo_runtime::Live::new(config.view.clone(), None));
+        let ctx = Arc::new(HttpCtx {
+            listener: config.listeners[0].clone(),
+            metrics: live.metrics.listener("web"),
+            live,
+            clients: crate::upstream::Clients::new(Duration::from_secs(1)),
+            sessions: Default::default(),
+            access: None,
+            auth: Default::default(),
+            copies: Default::default(),
+            limits: Default::default(),
+            alt_svc: None,
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let client = TcpStream::connect(listener.local_addr().expect("addr")).await.expect("c");
+        let (server, peer) = listener.accept().await.expect("accept");
+        let born = tokio::time::Instant::now();
+        let (ip, idle) = (IpText::new(peer.ip()), Duration::from_secs(1));
+        let mut c =
+            Client { stream: server, peer, tls: None, carry: None, idle, ip, born, served: 0 };
+        let timer = tokio::time::sleep_until(born);
+        tokio::pin!(timer);
+        let size = std::mem::size_of_val(&request(&ctx, &mut c, timer.as_mut()));
+        assert!(size <= 1032, "a request's future is {size} bytes");
+        let raw = b"GET / HTTP/1.1\r\nHost: a\r\n\r\n".to_vec();
+        let limits = Limits { max_bytes: 8192, max_fields: 100 };
+        let head = parse::request(&raw, limits).expect("valid").expect("whole");
+        let snapshot = ctx.live.load();
+        let rt = snapshot.clusters.get("app").expect("cluster").clone();
+        let mut req = OwnTries::new(&ctx, &mut c, timer.as_mut(), raw, head);
+        let now = rondo_runtime::clock::now();
+        let failover = rondo_core::Failover::new(1, true, now, Duration::from_secs(1));
+        let choice = crate::http::Choice {
+            member: 0,
+            set_cookie: None,
+            split_cookie: None,
+            reason: crate::access::Reason::None,
+        };
+        let size = std::mem::size_of_val(&*req.attempt(&rt, choice, &failover));
+        assert!(size <= 1032, "a try's future is {size} bytes");
+        drop(client);
+    }
 }

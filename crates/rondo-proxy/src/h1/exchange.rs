@@ -20,7 +20,7 @@ use super::write::{is, write_response_head};
 use crate::access;
 use crate::auth::LOGIN_HEADER;
 use crate::body::Finish;
-use crate::chain::FieldOps;
+use crate::chain::ResponseEdits;
 use crate::error::Kind;
 use crate::http::Tries;
 
@@ -69,7 +69,9 @@ impl<S: ClientStream> OwnTries<'_, S> {
             let mut upstream = match pooled.take() {
                 Some(s) => s,
                 None => {
-                    let s = connect(idle, address).await?;
+                    // Boxed: a new connection is the rare case on keep-alive traffic, and its
+                    // resolution and timer would take room in every try's future.
+                    let s = Box::pin(connect(idle, address)).await?;
                     idle.opened(&s);
                     s
                 }
@@ -129,6 +131,18 @@ impl<S: ClientStream> OwnTries<'_, S> {
         if self.body.complete {
             return Ok(false);
         }
+        // Boxed: a body that did not come whole with its head is the rarer case, and the
+        // pump's timer and waits would take room in every try's future.
+        Box::pin(self.send_rest(upstream, waiting_client)).await
+    }
+
+    /// The rest of [`OwnTries::send`]: the body beyond what came with the head, streamed from
+    /// the client.
+    async fn send_rest(
+        &mut self,
+        upstream: &mut TcpStream,
+        waiting_client: &AtomicBool,
+    ) -> Result<bool, SendError> {
         if self.body.touched {
             // Another try read part of the body already (never reached: not replayable).
             return Err(SendError::Client(Kind::ClientBody));
@@ -167,85 +181,108 @@ impl<S: ClientStream> OwnTries<'_, S> {
     /// pool when the response was whole and the member keeps it open. A body that broke its
     /// framing before any byte went to the client is the try's failure (`BadBody`): the client
     /// then gets the router's 502, or another member's answer, instead of nothing.
+    ///
+    /// An `async` block, not an `async fn`: an `async fn`'s future keeps each argument twice (as
+    /// passed, and as moved into its body), and these are large.
     #[allow(clippy::too_many_arguments)]
-    pub(super) async fn respond(
+    pub(super) fn respond(
         &mut self,
         mut upstream: TcpStream,
         idle: &Idle,
         mut rbuf: Vec<u8>,
         rhead: ResponseHead,
-        set_cookie: [Option<HeaderValue>; 2],
-        edits: Option<FieldOps>,
+        set_cookie: &[Option<HeaderValue>; 2],
+        edits: Option<ResponseEdits<'_>>,
         finish: Finish,
-    ) -> Result<Next, Kind> {
+    ) -> impl Future<Output = Result<Next, Kind>> {
         let mut finish = Some(finish);
-        if let Some(f) = finish.as_mut() {
-            // A body still streaming (the member answered early) is counted as far as it came.
-            f.received(self.body.received);
-        }
-        if rhead.framing == Framing::Close {
-            self.close = true;
-        }
-        // The client's head in a buffer of its own: `self.out` keeps the request as members get
-        // it, for another try should this response turn out broken before any of it went.
-        let mut out = pool::take();
-        // A member's `x-rondo-login` never reaches the client (`write_response_head` drops it
-        // on every route); on a login route (its chain's `login` step) it becomes the tier
-        // session's cookie.
-        let applied = self.applied.as_deref().filter(|a| a.login);
-        let login = self.route.zip(applied).and_then(|(route, applied)| {
-            let vouched =
-                rhead.fields.iter().find(|f| is(f.name.get(&rbuf), LOGIN_HEADER.as_bytes()))?;
-            let value = vouched.value.get(&rbuf);
-            crate::chain::login::cookie(Some(applied), self.ctx, route, rhead.status, value)
-        });
-        let [sticky, split] = &set_cookie;
-        let cookies = [login.as_ref(), sticky.as_ref(), split.as_ref()];
-        // A draining process says so on the response in progress, and then closes; so does a
-        // connection past the listener's age limit.
-        self.close |= self.ctx.live.drain.is_on() || self.c.spent(&self.ctx.listener.connections);
-        let alt_svc = self.ctx.alt_svc.as_ref();
-        write_response_head(&mut out, &rbuf, &rhead, cookies, edits.as_ref(), alt_svc, self.close);
-        let pumped = if self.body.complete {
-            let client = &mut self.c.stream;
-            pump_response(&rhead, &mut out, &mut rbuf, &mut upstream, client, &mut finish).await
-        } else {
-            // The member answered before the body was over (a stream, an echo): both ways at
-            // once. Boxed: the two pumps side by side took 1 KiB more in every request's future,
-            // which is made (and copied into its box) for every request, and this case is rare.
-            self.close = true;
-            let both = self.pump_both(&rhead, &mut out, &mut rbuf, &mut upstream, &mut finish);
-            Box::pin(both).await
-        };
-        pool::give(out);
-        pool::give(rbuf);
-        let (whole, client_ok, clean) = match pumped {
-            Ok(pumped) => pumped,
-            Err(Unsent(why)) => {
-                tracing::debug!(error = why.0, "member's response body refused before it was sent");
-                self.close |= !self.body.complete;
-                if let Some(mut f) = finish.take() {
-                    f.failed();
-                    // The line is the router's answer's now (written with the 502, or with
-                    // the next member's response).
-                    self.start = f.take_log().map(access::Pending::into_start);
-                }
-                return Err(Kind::BadBody);
-            }
-        };
-        if !whole {
-            self.close = true;
-        }
-        if whole && clean && rhead.reusable && self.body.complete {
-            idle.give(upstream);
-        } else if !whole && client_ok {
-            // The member broke off mid-body.
+        async move {
             if let Some(f) = finish.as_mut() {
-                f.failed();
+                // A body still streaming (the member answered early) is counted as far as it came.
+                f.received(self.body.received);
             }
+            if rhead.framing == Framing::Close {
+                self.close = true;
+            }
+            // The client's head in a buffer of its own: `self.out` keeps the request as members get
+            // it, for another try should this response turn out broken before any of it went.
+            let mut out = pool::take();
+            // A member's `x-rondo-login` never reaches the client (`write_response_head` drops it
+            // on every route); on a login route (its chain's `login` step) it becomes the tier
+            // session's cookie. In a block: the login cookie and the list that borrows it would
+            // otherwise keep their room through the pumps.
+            {
+                let applied = self.applied.as_deref().filter(|a| a.login);
+                let login = self.route.zip(applied).and_then(|(route, applied)| {
+                    let vouched = rhead
+                        .fields
+                        .iter()
+                        .find(|f| is(f.name.get(&rbuf), LOGIN_HEADER.as_bytes()))?;
+                    let value = vouched.value.get(&rbuf);
+                    crate::chain::login::cookie(Some(applied), self.ctx, route, rhead.status, value)
+                });
+                let [sticky, split] = set_cookie;
+                let cookies = [login.as_ref(), sticky.as_ref(), split.as_ref()];
+                // A draining process says so on the response in progress, and then closes; so does a
+                // connection past the listener's age limit.
+                self.close |=
+                    self.ctx.live.drain.is_on() || self.c.spent(&self.ctx.listener.connections);
+                let alt_svc = self.ctx.alt_svc.as_ref();
+                let close = self.close;
+                write_response_head(
+                    &mut out,
+                    &rbuf,
+                    &rhead,
+                    cookies,
+                    edits.as_ref(),
+                    alt_svc,
+                    close,
+                );
+            }
+            let pumped = if self.body.complete {
+                let client = &mut self.c.stream;
+                pump_response(&rhead, &mut out, &mut rbuf, &mut upstream, client, &mut finish).await
+            } else {
+                // The member answered before the body was over (a stream, an echo): both ways at
+                // once. Boxed: the two pumps side by side took 1 KiB more in every request's future,
+                // which is made (and copied into its box) for every request, and this case is rare.
+                self.close = true;
+                let both = self.pump_both(&rhead, &mut out, &mut rbuf, &mut upstream, &mut finish);
+                Box::pin(both).await
+            };
+            pool::give(out);
+            pool::give(rbuf);
+            let (whole, client_ok, clean) = match pumped {
+                Ok(pumped) => pumped,
+                Err(Unsent(why)) => {
+                    tracing::debug!(
+                        error = why.0,
+                        "member's response body refused before it was sent"
+                    );
+                    self.close |= !self.body.complete;
+                    if let Some(mut f) = finish.take() {
+                        f.failed();
+                        // The line is the router's answer's now (written with the 502, or with
+                        // the next member's response).
+                        self.start = f.take_log().map(access::Pending::into_start);
+                    }
+                    return Err(Kind::BadBody);
+                }
+            };
+            if !whole {
+                self.close = true;
+            }
+            if whole && clean && rhead.reusable && self.body.complete {
+                idle.give(upstream);
+            } else if !whole && client_ok {
+                // The member broke off mid-body.
+                if let Some(f) = finish.as_mut() {
+                    f.failed();
+                }
+            }
+            drop(finish);
+            Ok(if self.close || !client_ok { Next::Close } else { Next::KeepAlive })
         }
-        drop(finish);
-        Ok(if self.close || !client_ok { Next::Close } else { Next::KeepAlive })
     }
 
     /// Streams the rest of the request body to the member and its response to the client at

@@ -316,8 +316,13 @@ async fn client_gone<S: ClientStream>(client: Option<(&S, tokio::time::Instant)>
             // (which the read that drained it cleared) costs nothing, where a timer set for
             // every request cost its place in tokio's wheel.
             client.stirs().await;
-            tokio::time::sleep_until(look_at).await;
-            client.closed().await;
+            // Boxed: the rest runs only when the client's socket stirred while its member
+            // thinks (rare), and its timer would take room in every try's future.
+            Box::pin(async {
+                tokio::time::sleep_until(look_at).await;
+                client.closed().await;
+            })
+            .await;
         }
         None => std::future::pending().await,
     }

@@ -158,6 +158,42 @@ impl<'a, S: ClientStream> OwnTries<'a, S> {
     }
 
     async fn stages(&mut self, snapshot: &'a Snapshot) -> Result<Next, Decline> {
+        // Routing and the filters' request phase are plain calls: their locals, borrowed, would
+        // otherwise stay in this future (and be moved with it) through the tries.
+        let route = match self.routed(snapshot)? {
+            Ok(route) => route,
+            // The router's own answer, boxed as the rare path it is (one await for every such
+            // case: a value live across two would take its room beside the tries').
+            Err(early) => {
+                let answer = Box::pin(self.early(early));
+                return Ok(answer.await);
+            }
+        };
+        if self.applied.as_ref().is_some_and(|a| a.delay.is_some()) {
+            // An injected delay (`fault`) holds the request before its first try.
+            Box::pin(crate::chain::hold(self.applied.as_deref(), route)).await;
+        }
+        let (idempotent, peer) = (self.idempotent, self.c.peer);
+        // One await for the router's answer, whatever failed (the head, or every try): each
+        // await of it took room of its own.
+        // (`if let`: its scrutinee is gone before the `else`, a `match`'s would live through
+        // the tries.)
+        let failure = if let Err(failure) = self.prepare(route) {
+            failure
+        } else {
+            match forward(self.ctx, snapshot, peer, route, idempotent, self).await {
+                Ok(next) => return Ok(next),
+                // Nobody is left to answer.
+                Err(_) if self.gone => return Ok(Next::Close),
+                Err(failure) => failure,
+            }
+        };
+        Ok(self.fail(failure).await)
+    }
+
+    /// The request routed, declined to hyper, or stopped: what [`OwnTries::stages`] does
+    /// before the tries.
+    fn routed(&mut self, snapshot: &'a Snapshot) -> Result<Result<&'a Route, Early<'a>>, Decline> {
         // The request line and the host are made text once each (the method and the target
         // are parts of the line, the path is the target's start, the host without its port is
         // kept for the head members get): every conversion checks its UTF-8 again.
@@ -204,7 +240,7 @@ impl<'a, S: ClientStream> OwnTries<'a, S> {
                 self.ctx.metrics.handoffs.inc(Handoff::Route);
                 return Err(Decline);
             }
-            Err(failure) => return Ok(self.fail(failure).await),
+            Err(failure) => return Ok(Err(Early::Failed(failure))),
         };
         self.route = Some(route);
         let chain = Chain::of(self.ctx, route);
@@ -222,43 +258,31 @@ impl<'a, S: ClientStream> OwnTries<'a, S> {
         }
         self.c.idle = route.idle_timeout;
         // The route's filters (its `auth` among them): edits for the tries and the response,
-        // or an answer of their own. Their rarer paths (an answer, a delay) are boxed: kept in
-        // this future, their state would be moved with every request's.
-        if let Some(chain) = chain {
-            if let Err(stopped) = self.filters(chain, route) {
-                return Ok(Box::pin(self.stopped(route, *stopped)).await);
-            }
-            if self.applied.as_ref().is_some_and(|a| a.delay.is_some()) {
-                // An injected delay (`fault`) holds the request before its first try.
-                Box::pin(crate::chain::hold(self.applied.as_deref(), route)).await;
-            }
+        // or an answer of their own.
+        if let Some(chain) = chain
+            && let Err(stopped) = self.filters(chain, route)
+        {
+            return Ok(Err(Early::Stopped(route, stopped)));
         }
-        if let Err(failure) = self.prepare(route) {
-            return Ok(self.fail(failure).await);
-        }
-        let idempotent = self.idempotent;
-        let peer = self.c.peer;
-        Ok(match forward(self.ctx, snapshot, peer, route, idempotent, self).await {
-            Ok(next) => next,
-            // Nobody is left to answer.
-            Err(_) if self.gone => Next::Close,
-            Err(failure) => self.fail(failure).await,
-        })
+        Ok(Ok(route))
     }
 
-    /// The answer to a request the filter chain stopped: a filter's own (after its delay, if
-    /// one was drawn), or `auth`'s refusal.
-    async fn stopped(&mut self, route: &Route, stopped: Stopped) -> Next {
-        match stopped {
-            Stopped::Answered(answer, applied) => {
-                crate::chain::hold(Some(&applied), route).await;
-                self.answer(route, answer, &applied).await
-            }
-            Stopped::Refused(e, applied) => {
-                // The edits of the filters before `auth` apply to its refusal.
-                self.applied = Some(Box::new(applied));
-                self.fail((e, route.idle_timeout)).await
-            }
+    /// The answer to a request stopped before its tries: the router's (no route, a loop), a
+    /// filter's own (after its delay, if one was drawn), or `auth`'s refusal.
+    async fn early(&mut self, early: Early<'_>) -> Next {
+        match early {
+            Early::Failed(failure) => self.answer_failure(failure).await,
+            Early::Stopped(route, stopped) => match *stopped {
+                Stopped::Answered(answer, applied) => {
+                    crate::chain::hold(Some(&applied), route).await;
+                    self.answer(route, answer, &applied).await
+                }
+                Stopped::Refused(e, applied) => {
+                    // The edits of the filters before `auth` apply to its refusal.
+                    self.applied = Some(Box::new(applied));
+                    self.answer_failure((e, route.idle_timeout)).await
+                }
+            },
         }
     }
 
@@ -272,12 +296,15 @@ impl<'a, S: ClientStream> OwnTries<'a, S> {
             Some((path, query)) => (path, Some(query)),
             None => (target, None),
         };
+        // The host without its port is the start of the `Host` value: one conversion for both.
+        let full_host = text(&self.buf, self.head.host);
+        let host = full_host.get(..(self.host.end - self.host.start) as usize).unwrap_or(full_host);
         let info = Info {
             client_ip: std::str::from_utf8(self.c.ip.as_bytes()).unwrap_or(""),
             method,
             tls: self.c.tls.is_some(),
-            host: Some(text(&self.buf, self.host)),
-            port: port_of(text(&self.buf, self.head.host)),
+            host: Some(host),
+            port: port_of(full_host),
             path,
             query,
         };
@@ -350,8 +377,13 @@ impl<'a, S: ClientStream> OwnTries<'a, S> {
         Ok(())
     }
 
-    /// The router's own answer to a request it could not serve.
-    async fn fail(&mut self, (e, idle): Failure) -> Next {
+    /// The router's own answer to a request it could not serve. Boxed: a rare path, whose state
+    /// would take room in every request's future.
+    fn fail(&mut self, failure: Failure) -> impl Future<Output = Next> {
+        Box::pin(self.answer_failure(failure))
+    }
+
+    async fn answer_failure(&mut self, (e, idle): Failure) -> Next {
         self.c.idle = idle;
         let ctx = self.ctx;
         let status = e.kind.status().as_u16();
@@ -407,7 +439,7 @@ impl<'a, S: ClientStream> OwnTries<'a, S> {
             || self.c.spent(&ctx.listener.connections);
         let mut out = std::mem::take(&mut self.out);
         out.clear();
-        write::answer_head(&mut out, &answer, &applied.response(""), close);
+        write::answer_head(&mut out, &answer, &applied.response_edits(""), close);
         // A 204 has no body (nor a length that would frame one).
         if !self.is_head() && answer.status != 204 {
             out.extend_from_slice(&answer.body);
@@ -428,6 +460,14 @@ impl<'a, S: ClientStream> OwnTries<'a, S> {
 
 /// `stages` gave the request to hyper.
 struct Decline;
+
+/// A request [`OwnTries::routed`] stopped before its tries.
+enum Early<'a> {
+    /// The router answers it (no route, a loop).
+    Failed(Failure),
+    /// The route's filters stopped it.
+    Stopped(&'a Route, Box<Stopped>),
+}
 
 /// The text of a span of a head (empty if it is not UTF-8, which the parser already refused).
 fn text(buf: &[u8], span: parse::Span) -> &str {
@@ -461,96 +501,109 @@ impl<S: ClientStream> Tries for OwnTries<'_, S> {
         !self.body.touched
     }
 
-    async fn attempt(
+    /// Boxed, once per try: a try's state (the exchange's and the respond stage's) is the bulk
+    /// of a request's, and inline it made every request's future (boxed per request by
+    /// [`super::conn`]) too large for the allocator's cache of small blocks, and moved with the
+    /// failover driver's state. An `async` block, not an `async fn`: that keeps its arguments
+    /// twice.
+    #[allow(refining_impl_trait)]
+    fn attempt(
         &mut self,
         rt: &Arc<ClusterRt>,
         choice: Choice,
         failover: &Failover,
-    ) -> Result<Next, Kind> {
-        let member = choice.member;
-        let begun = Begun::new(rt, member);
-        let started = Instant::now();
-        let per_try = failover.try_timeout(clock::from_std(started));
-        let Some(view) = ClusterView::of(rt) else {
-            begun.end(Outcome::Cancelled);
-            return Err(Kind::Connect);
-        };
-        let idle = &view.idle[member];
-        let address = &rt.spec.members[member].address;
-        if failover.tries() > 1
-            && let Some(span) = self.applied.as_deref().and_then(Applied::next_span)
-        {
-            // Each try is a span of its own: the head's `traceparent` (of a fixed length) gets
-            // this try's.
-            write::replace_traceparent(&mut self.out, span.as_bytes());
-        }
-        let waiting_client = AtomicBool::new(false);
-        // On the connection's timer (no `Timeout` of its own): taken, as the exchange borrows
-        // all of `self`.
-        let mut timer = self.timer.take();
-        let end = tokio::time::Instant::from_std(started).checked_add(per_try);
-        let exchange = self.exchange(idle, address, started, &waiting_client);
-        let exchanged = match (timer.as_mut(), end) {
-            (Some(timer), Some(end)) => {
-                wait_before(timer.as_mut(), end, std::pin::pin!(exchange)).await
-            }
-            // Only if an earlier try of this request was dropped while it held the timer.
-            (None, Some(_)) => tokio::time::timeout(per_try, exchange).await.ok(),
-            (_, None) => Some(exchange.await),
-        };
-        self.timer = timer;
-        let failed = |kind: FailureKind| Outcome::Failure { kind, latency: started.elapsed() };
-        let (upstream, rbuf, rhead, early) = match exchanged {
-            Some(Ok(x)) => x,
-            Some(Err(kind)) => {
-                begun.end(match kind {
-                    Kind::Connect | Kind::Resolve => failed(FailureKind::Connect),
-                    Kind::Reset | Kind::BadStatus => failed(FailureKind::Reset),
-                    _ => Outcome::Cancelled,
-                });
-                return Err(kind);
-            }
-            None if waiting_client.load(Ordering::Relaxed) => {
-                // The try waited on the client's body, not on the member: 408, and the member
-                // is not charged.
+    ) -> std::pin::Pin<Box<impl Future<Output = Result<Next, Kind>>>> {
+        let Choice { member, set_cookie, split_cookie, reason } = choice;
+        let cookies = [set_cookie, split_cookie];
+        Box::pin(async move {
+            let begun = Begun::new(rt, member);
+            let started = Instant::now();
+            let per_try = failover.try_timeout(clock::from_std(started));
+            let Some(view) = ClusterView::of(rt) else {
                 begun.end(Outcome::Cancelled);
-                return Err(Kind::ClientBodyTimeout);
+                return Err(Kind::Connect);
+            };
+            let idle = &view.idle[member];
+            let address = &rt.spec.members[member].address;
+            if failover.tries() > 1
+                && let Some(span) = self.applied.as_deref().and_then(Applied::next_span)
+            {
+                // Each try is a span of its own: the head's `traceparent` (of a fixed length) gets
+                // this try's.
+                write::replace_traceparent(&mut self.out, span.as_bytes());
             }
-            None => {
-                begun.end(failed(FailureKind::Timeout));
-                return Err(Kind::Timeout);
+            // The exchange's state ends with this block: what it borrows would otherwise keep
+            // its room beside the respond stage's.
+            let (upstream, rbuf, rhead, early) = {
+                let waiting_client = AtomicBool::new(false);
+                // On the connection's timer (no `Timeout` of its own): taken, as the exchange borrows
+                // all of `self`.
+                let mut timer = self.timer.take();
+                let end = tokio::time::Instant::from_std(started).checked_add(per_try);
+                let exchange = self.exchange(idle, address, started, &waiting_client);
+                let exchanged = match (timer.as_mut(), end) {
+                    (Some(timer), Some(end)) => {
+                        wait_before(timer.as_mut(), end, std::pin::pin!(exchange)).await
+                    }
+                    // Only if an earlier try of this request was dropped while it held the timer.
+                    (None, Some(_)) => tokio::time::timeout(per_try, exchange).await.ok(),
+                    (_, None) => Some(exchange.await),
+                };
+                self.timer = timer;
+                let failed =
+                    |kind: FailureKind| Outcome::Failure { kind, latency: started.elapsed() };
+                match exchanged {
+                    Some(Ok(x)) => x,
+                    Some(Err(kind)) => {
+                        begun.end(match kind {
+                            Kind::Connect | Kind::Resolve => failed(FailureKind::Connect),
+                            Kind::Reset | Kind::BadStatus => failed(FailureKind::Reset),
+                            _ => Outcome::Cancelled,
+                        });
+                        return Err(kind);
+                    }
+                    None if waiting_client.load(Ordering::Relaxed) => {
+                        // The try waited on the client's body, not on the member: 408, and the member
+                        // is not charged.
+                        begun.end(Outcome::Cancelled);
+                        return Err(Kind::ClientBodyTimeout);
+                    }
+                    None => {
+                        begun.end(failed(FailureKind::Timeout));
+                        return Err(Kind::Timeout);
+                    }
+                }
+            };
+            let latency = started.elapsed();
+            let route = self.route.map_or("", |r| r.name.as_str());
+            let latency_s = latency.as_secs_f64();
+            let counted = crate::http::record_response(rt, route, member, rhead.status, latency_s);
+            begun.disarm();
+            let outcome = if rhead.status >= 500 {
+                Outcome::Failure { kind: FailureKind::Status5xx, latency }
+            } else {
+                Outcome::Success { latency }
+            };
+            let finish = Finish::default().request(rt.clone(), member, outcome);
+            let mut finish = finish.served(counted, None, failover.tries(), reason);
+            if let (Some(log), Some(start)) = (&self.ctx.access, self.start.take()) {
+                finish = finish.log(Some(access::Pending::served(log, start, rhead.status)));
             }
-        };
-        let latency = started.elapsed();
-        let route = self.route.map_or("", |r| r.name.as_str());
-        let latency_s = latency.as_secs_f64();
-        let counted = crate::http::record_response(rt, route, member, rhead.status, latency_s);
-        begun.disarm();
-        let outcome = if rhead.status >= 500 {
-            Outcome::Failure { kind: FailureKind::Status5xx, latency }
-        } else {
-            Outcome::Success { latency }
-        };
-        let mut finish = Finish::default().request(rt.clone(), member, outcome).served(
-            counted,
-            None,
-            failover.tries(),
-            choice.reason,
-        );
-        if let (Some(log), Some(start)) = (&self.ctx.access, self.start.take()) {
-            finish = finish.log(Some(access::Pending::served(log, start, rhead.status)));
-        }
-        if early {
-            // The member answered before the whole body arrived: the rest is never read.
-            self.close = true;
-        }
-        let edits = self
-            .applied
-            .as_ref()
-            .filter(|a| a.edits_response())
-            .map(|a| a.response(&rt.spec.members[member].name));
-        let cookies = [choice.set_cookie, choice.split_cookie];
-        self.respond(upstream, idle, rbuf, rhead, cookies, edits, finish).await
+            if early {
+                // The member answered before the whole body arrived: the rest is never read.
+                self.close = true;
+            }
+            // The response's edits are written into its head as they are (taken out for the
+            // respond stage, which borrows all of `self`, and put back for a next try).
+            let applied = self.applied.take();
+            let name = &rt.spec.members[member].name;
+            let edits = applied.as_deref().filter(|a| a.edits_response());
+            let edits = edits.map(|a| a.response_edits(name));
+            let responded =
+                self.respond(upstream, idle, rbuf, rhead, &cookies, edits, finish).await;
+            self.applied = applied;
+            responded
+        })
     }
 }
 

@@ -7,7 +7,7 @@ use http::HeaderValue;
 
 use super::parse::{self, Field, RequestHead, ResponseHead};
 use crate::auth::{self, Identity, LOGIN_HEADER};
-use crate::chain::{Answer, Applied, FieldOps};
+use crate::chain::{Answer, Applied, FieldOps, ResponseEdits};
 use crate::headers::{HOP_BY_HOP_BUT_FRAMING, via_id};
 use crate::http::HttpCtx;
 
@@ -181,7 +181,7 @@ pub(super) fn write_response_head(
     rbuf: &[u8],
     head: &ResponseHead,
     cookies: [Option<&HeaderValue>; 3],
-    edits: Option<&FieldOps>,
+    edits: Option<&ResponseEdits<'_>>,
     alt_svc: Option<&HeaderValue>,
     close: bool,
 ) {
@@ -215,7 +215,7 @@ pub(super) fn write_response_head(
     }
     write_via(out, &vias);
     if let Some(edits) = edits {
-        edited(out, edits);
+        edits.write(out);
     }
     for cookie in cookies.into_iter().flatten() {
         field(out, b"set-cookie", cookie.as_bytes());
@@ -231,7 +231,12 @@ pub(super) fn write_response_head(
 
 /// The head of a filter's own answer (a redirect, a direct response): its fields, then the
 /// response edits of the filters before it.
-pub(super) fn answer_head(out: &mut Vec<u8>, answer: &Answer, edits: &FieldOps, close: bool) {
+pub(super) fn answer_head(
+    out: &mut Vec<u8>,
+    answer: &Answer,
+    edits: &ResponseEdits<'_>,
+    close: bool,
+) {
     use std::io::Write as _;
     let reason = http::StatusCode::from_u16(answer.status)
         .ok()
@@ -246,7 +251,7 @@ pub(super) fn answer_head(out: &mut Vec<u8>, answer: &Answer, edits: &FieldOps, 
     for (name, value) in &answer.headers {
         field(out, name.as_str().as_bytes(), value.as_bytes());
     }
-    edited(out, edits);
+    edits.write(out);
     if close {
         out.extend_from_slice(b"connection: close\r\n");
     }

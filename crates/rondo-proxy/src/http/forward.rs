@@ -51,14 +51,17 @@ pub(crate) trait Tries {
 
 /// Stage 3: the failover. The core's driver ([`drive()`]) decides where each try goes and
 /// whether a failed one may go elsewhere; [`Course`] only carries its decisions out.
-pub(crate) async fn forward<T: Tries>(
-    ctx: &HttpCtx,
-    snapshot: &Snapshot,
+///
+/// The course is set up before the future is made, which holds only it and the driver (an
+/// `async fn` would keep its arguments as well: room in every request's future).
+pub(crate) fn forward<'a, T: Tries>(
+    ctx: &'a HttpCtx,
+    snapshot: &'a Snapshot,
     peer: SocketAddr,
-    route: &Route,
+    route: &'a Route,
     idempotent: bool,
-    req: &mut T,
-) -> Result<T::Response, Failure> {
+    req: &'a mut T,
+) -> impl Future<Output = Result<T::Response, Failure>> + 'a {
     // One clock reading per turn of the driver: the request's start serves its first
     // placement, the reading after a failed try both that failure and the next placement
     // (microseconds apart, each was a reading of its own).
@@ -68,9 +71,11 @@ pub(crate) async fn forward<T: Tries>(
     let mut failover = Failover::new(clusters, idempotent, now, timeout);
     let primary = super::split::primary(ctx, snapshot, route, req.headers());
     let mut course = Course { ctx, snapshot, peer, route, req, primary, attempts: Vec::new() };
-    match drive(&mut course, &mut failover, now).await {
-        Ok(ended) => ended,
-        Err(stop) => Err(gave_up(route, course.attempts, stop)),
+    async move {
+        match drive(&mut course, &mut failover, now).await {
+            Ok(ended) => ended,
+            Err(stop) => Err(gave_up(course.route, course.attempts, stop)),
+        }
     }
 }
 

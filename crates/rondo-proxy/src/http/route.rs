@@ -90,10 +90,16 @@ pub(crate) fn find_route<'s>(
 /// `host[:port]` without the port, minding IPv6 literals.
 #[inline]
 pub(crate) fn without_port(full: &str) -> &str {
-    match full.rfind(':') {
-        Some(i) if !full[i..].contains(']') => &full[..i],
-        _ => full,
+    // The last `:` with no `]` after it, looked for from the end by hand: `rfind` went through
+    // the generic searcher, a call per request (the port is a few bytes from the end).
+    for (i, b) in full.bytes().enumerate().rev() {
+        match b {
+            b':' => return &full[..i],
+            b']' => return full,
+            _ => {}
+        }
     }
+    full
 }
 
 #[cfg(test)]
