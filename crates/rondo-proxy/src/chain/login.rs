@@ -11,15 +11,16 @@ use crate::auth::LOGIN_HEADER;
 use crate::http::HttpCtx;
 
 /// The session cookie for the subject a member vouched for (`vouched`, the value of its
-/// `x-rondo-login`), when the request's chain has the route's `login`.
+/// `x-rondo-login`), when the request's chain has the route's `login` (`login`, from
+/// [`Applied::login`]).
 pub(crate) fn cookie(
-    applied: Option<&Applied>,
+    login: bool,
     ctx: &HttpCtx,
     route: &Route,
     status: u16,
     vouched: &[u8],
 ) -> Option<HeaderValue> {
-    if !applied.is_some_and(|a| a.login) {
+    if !login {
         tracing::debug!(route = %route.name, "x-rondo-login from a member of a route without login: dropped");
         return None;
     }
@@ -38,7 +39,8 @@ pub(crate) fn on_response(
     headers: &mut HeaderMap,
 ) {
     let Some(vouched) = headers.remove(LOGIN_HEADER) else { return };
-    if let Some(v) = cookie(applied, ctx, route, status, vouched.as_bytes()) {
+    let login = applied.is_some_and(|a| a.login);
+    if let Some(v) = cookie(login, ctx, route, status, vouched.as_bytes()) {
         headers.append(http::header::SET_COOKIE, v);
     }
 }

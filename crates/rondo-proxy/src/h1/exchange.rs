@@ -189,9 +189,8 @@ impl<S: ClientStream> OwnTries<'_, S> {
         &mut self,
         mut upstream: TcpStream,
         idle: &Idle,
-        mut rbuf: Vec<u8>,
-        rhead: ResponseHead,
-        set_cookie: &[Option<HeaderValue>; 2],
+        (mut rbuf, rhead): (Vec<u8>, ResponseHead),
+        (set_cookie, login): (&[Option<HeaderValue>; 2], bool),
         edits: Option<ResponseEdits<'_>>,
         finish: Finish,
     ) -> impl Future<Output = Result<Next, Kind>> {
@@ -212,14 +211,13 @@ impl<S: ClientStream> OwnTries<'_, S> {
             // session's cookie. In a block: the login cookie and the list that borrows it would
             // otherwise keep their room through the pumps.
             {
-                let applied = self.applied.as_deref().filter(|a| a.login);
-                let login = self.route.zip(applied).and_then(|(route, applied)| {
+                let login = self.route.filter(|_| login).and_then(|route| {
                     let vouched = rhead
                         .fields
                         .iter()
                         .find(|f| is(f.name.get(&rbuf), LOGIN_HEADER.as_bytes()))?;
                     let value = vouched.value.get(&rbuf);
-                    crate::chain::login::cookie(Some(applied), self.ctx, route, rhead.status, value)
+                    crate::chain::login::cookie(true, self.ctx, route, rhead.status, value)
                 });
                 let [sticky, split] = set_cookie;
                 let cookies = [login.as_ref(), sticky.as_ref(), split.as_ref()];
