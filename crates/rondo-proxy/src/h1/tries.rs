@@ -600,8 +600,8 @@ impl<S: ClientStream> Tries for OwnTries<'_, S> {
             let edits = applied.as_deref().filter(|a| a.edits_response());
             let edits = edits.map(|a| a.response_edits(name));
             let login = applied.as_deref().is_some_and(|a| a.login);
-            let (cookies, head) = ((&cookies, login), (rbuf, rhead));
-            let responded = self.respond(upstream, idle, head, cookies, edits, finish).await;
+            let responded =
+                self.respond(upstream, idle, rbuf, rhead, (&cookies, login), edits, finish).await;
             self.applied = applied;
             responded
         })
