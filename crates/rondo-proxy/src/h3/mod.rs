@@ -51,6 +51,34 @@ struct Shared {
     handshaking: AtomicU32,
 }
 
+/// The QUIC configuration new handshakes get, made again whenever the listener's TLS
+/// configuration in force changes (a reload of its certificates or of its `client_ca`: the
+/// client certificate checks are fixed in a rustls configuration, so they cannot be looked up
+/// per handshake as the certificate is).
+struct Current {
+    tls: Arc<TlsServer>,
+    /// The TLS configuration `quic` was made from, and `quic`.
+    made: (Arc<rustls::ServerConfig>, Arc<quinn::ServerConfig>),
+}
+
+impl Current {
+    /// The configuration for a new handshake: the one made last, or a new one when the TLS
+    /// configuration changed (one that cannot be made keeps the last: the reload was accepted
+    /// for TCP, so this cannot fail but on a QUIC-only limit).
+    fn get(&mut self, spec: Http3Spec) -> Arc<quinn::ServerConfig> {
+        let now = self.tls.config();
+        if !Arc::ptr_eq(&now, &self.made.0) {
+            match server_config(&self.tls, &now, spec) {
+                Ok(quic) => self.made = (now, Arc::new(quic)),
+                Err(e) => {
+                    tracing::warn!(error = %e, "http3: the reloaded tls configuration is not usable for quic")
+                }
+            }
+        }
+        self.made.1.clone()
+    }
+}
+
 /// Binds `ctx`'s listener's UDP socket at `addr` (its TCP socket's address: the same port;
 /// handed over in an upgrade like the TCP one) and serves HTTP/3 on it until `stopped`.
 pub(crate) async fn start(
@@ -68,25 +96,32 @@ pub(crate) async fn start(
     let socket = ctx.live.sockets.udp(&what, ctx.listener.listen, addr).await.map_err(|e| {
         std::io::Error::new(e.kind(), format!("cannot bind {what} to udp {addr}: {e}"))
     })?;
-    let config = server_config(tls, spec)
+    let base = tls.config();
+    let config = server_config(tls, &base, spec)
         .map_err(|e| std::io::Error::other(format!("listener {name}: http3: {e}")))?;
     let endpoint = quinn::Endpoint::new(
         quinn::EndpointConfig::default(),
-        Some(config),
+        Some(config.clone()),
         socket.into_std()?,
         Arc::new(quinn::TokioRuntime),
     )?;
     let metrics = ctx.live.metrics.http3(name);
+    let current = Current { tls: tls.clone(), made: (base, Arc::new(config)) };
     let shared = Arc::new(Shared { ctx, spec, metrics, handshaking: AtomicU32::new(0) });
     tracing::debug!(listener = %shared.ctx.listener.name, %addr, "listening for http3 (udp)");
-    Ok(tokio::spawn(accept(endpoint, shared, limit, stopped)))
+    Ok(tokio::spawn(accept(endpoint, shared, current, limit, stopped)))
 }
 
-/// The QUIC server configuration: the listener's TLS (its certificates as they are reloaded,
-/// its client certificate checks) with ALPN `h3`, TLS 1.3 only (QUIC's), no early data, and
+/// The QUIC server configuration made from the listener's TLS configuration `base` (its
+/// certificate looked up in the configuration in force at each handshake, its client
+/// certificate checks `base`'s) with ALPN `h3`, TLS 1.3 only (QUIC's), no early data, and
 /// the listener's stream cap and idle timeout.
-fn server_config(tls: &Arc<TlsServer>, spec: Http3Spec) -> Result<quinn::ServerConfig, String> {
-    let mut rustls = (*tls.config()).clone();
+fn server_config(
+    tls: &Arc<TlsServer>,
+    base: &rustls::ServerConfig,
+    spec: Http3Spec,
+) -> Result<quinn::ServerConfig, String> {
+    let mut rustls = base.clone();
     rustls.alpn_protocols = vec![ALPN_H3.to_vec()];
     // Early data only with `http3_0rtt` (QUIC allows no size but 0 or all): it can be replayed
     // by anyone who saw it, so `conn` serves only safe methods from it. rustls accepts it only
@@ -123,6 +158,7 @@ impl ResolvesServerCert for Reloaded {
 async fn accept(
     endpoint: quinn::Endpoint,
     shared: Arc<Shared>,
+    mut current: Current,
     limit: Arc<Semaphore>,
     mut stopped: watch::Receiver<bool>,
 ) {
@@ -155,7 +191,7 @@ async fn accept(
             incoming.refuse();
             continue;
         };
-        match incoming.accept() {
+        match incoming.accept_with(current.get(shared.spec)) {
             Ok(connecting) => {
                 shared.handshaking.fetch_add(1, Ordering::Relaxed);
                 tokio::spawn(conn::serve(shared.clone(), connecting, permit));

@@ -97,6 +97,9 @@ async def main():
     config = QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN)
     config.load_verify_locations(ca)
     config.server_name = server_name
+    if os.environ.get("H3_CLIENT_CERT"):
+        # H3_CLIENT_CERT and H3_CLIENT_KEY: the client's certificate, for listeners that ask.
+        config.load_cert_chain(os.environ["H3_CLIENT_CERT"], os.environ["H3_CLIENT_KEY"])
     body = body_of(int(body_bytes))
     zero_rtt = os.environ.get("H3_ZERO_RTT") == "1"
     if zero_rtt:
