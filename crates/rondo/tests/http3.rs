@@ -225,6 +225,22 @@ fn get_post_and_many_streams_on_one_connection_reach_an_http1_member() {
     assert!(r.event("handshakes") >= 5);
 }
 
+/// The router's own answers on the own HTTP/1 path point at HTTP/3 too: an error (502, its
+/// only member gone) and a filter's answer. Before, only members' responses carried `Alt-Svc`.
+#[test]
+fn the_routers_own_answers_carry_alt_svc() {
+    let gone = SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let r = serve(&[("gone", gone)], "");
+    let alt = format!("alt-svc: h3=\":{}\"", r.web.port());
+    let head = r.tcp_head("--http1.1");
+    assert!(head.starts_with("http/1.1 502"), "{head}");
+    assert!(head.contains(&alt), "{head}");
+    let r = serve(&[("gone", gone)], "filters = [ { respond = { status = 204 } } ]");
+    let alt = format!("alt-svc: h3=\":{}\"", r.web.port());
+    let head = r.tcp_head("--http1.1");
+    assert!(head.starts_with("http/1.1 204") && head.contains(&alt), "{head}");
+}
+
 #[test]
 fn the_stream_cap_and_the_idle_timeout_are_the_listeners() {
     let (_m1, a1) = start_member("m1", "127.0.0.1:0");

@@ -446,7 +446,7 @@ async fn refuse_head<S: ClientStream>(ctx: &HttpCtx, c: &mut Client<S>, e: HeadE
     ctx.metrics.router_response(e.status, None, None);
     let body = format!("rondo: {} {}\n", e.status, e.why);
     let mut out = Vec::with_capacity(256 + body.len());
-    local_head(&mut out, e.status, body.len(), &[], None, true);
+    local_head(&mut out, e.status, body.len(), &[], None, None, true);
     out.extend_from_slice(body.as_bytes());
     let _ = c.stream.write_all(&out).await;
 }

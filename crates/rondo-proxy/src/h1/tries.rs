@@ -413,7 +413,8 @@ impl<'a, S: ClientStream> OwnTries<'a, S> {
         };
         // The filters' response edits (a request id, HSTS) apply to the router's own answer too.
         let edits = self.applied.as_deref().filter(|a| a.edits_response()).map(|a| a.response(""));
-        local_head(&mut out, status, text.len(), extra, edits.as_ref(), close);
+        let alt_svc = ctx.alt_svc.as_ref();
+        local_head(&mut out, status, text.len(), extra, edits.as_ref(), alt_svc, close);
         if !self.is_head() {
             out.extend_from_slice(text.as_bytes());
         }
@@ -439,7 +440,8 @@ impl<'a, S: ClientStream> OwnTries<'a, S> {
             || self.c.spent(&ctx.listener.connections);
         let mut out = std::mem::take(&mut self.out);
         out.clear();
-        write::answer_head(&mut out, &answer, &applied.response_edits(""), close);
+        let (edits, alt_svc) = (applied.response_edits(""), self.ctx.alt_svc.as_ref());
+        write::answer_head(&mut out, &answer, &edits, alt_svc, close);
         // A 204 has no body (nor a length that would frame one).
         if !self.is_head() && answer.status != 204 {
             out.extend_from_slice(&answer.body);

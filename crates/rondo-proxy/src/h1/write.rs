@@ -18,6 +18,7 @@ pub(super) fn local_head(
     len: usize,
     extra: &[&str],
     edits: Option<&FieldOps>,
+    alt_svc: Option<&HeaderValue>,
     close: bool,
 ) {
     use std::io::Write as _;
@@ -34,6 +35,9 @@ pub(super) fn local_head(
     }
     if let Some(edits) = edits {
         edited(out, edits);
+    }
+    if let Some(alt) = alt_svc {
+        field(out, b"alt-svc", alt.as_bytes());
     }
     if close {
         out.extend_from_slice(b"connection: close\r\n");
@@ -235,6 +239,7 @@ pub(super) fn answer_head(
     out: &mut Vec<u8>,
     answer: &Answer,
     edits: &ResponseEdits<'_>,
+    alt_svc: Option<&HeaderValue>,
     close: bool,
 ) {
     use std::io::Write as _;
@@ -252,6 +257,9 @@ pub(super) fn answer_head(
         field(out, name.as_str().as_bytes(), value.as_bytes());
     }
     edits.write(out);
+    if let Some(alt) = alt_svc {
+        field(out, b"alt-svc", alt.as_bytes());
+    }
     if close {
         out.extend_from_slice(b"connection: close\r\n");
     }
