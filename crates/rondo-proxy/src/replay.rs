@@ -48,18 +48,7 @@ pub struct Replayed {
 impl Replayer {
     /// A replayer for `listener` over `live`.
     pub fn new(listener: ListenerSpec, live: Arc<Live>) -> Replayer {
-        let ctx = HttpCtx {
-            metrics: live.metrics.listener(&listener.name),
-            listener,
-            live,
-            clients: crate::upstream::Clients::new(std::time::Duration::from_secs(1)),
-            sessions: Default::default(),
-            access: None,
-            auth: Default::default(),
-            copies: Default::default(),
-            limits: Default::default(),
-            alt_svc: None,
-        };
+        let ctx = HttpCtx::detached(listener, live);
         Replayer { ctx }
     }
 

@@ -471,18 +471,7 @@ mod tests {
         )
         .expect("config");
         let live = Arc::new(rondo_runtime::Live::new(config.view.clone(), None));
-        let ctx = Arc::new(HttpCtx {
-            listener: config.listeners[0].clone(),
-            metrics: live.metrics.listener("web"),
-            live,
-            clients: crate::upstream::Clients::new(Duration::from_secs(1)),
-            sessions: Default::default(),
-            access: None,
-            auth: Default::default(),
-            copies: Default::default(),
-            limits: Default::default(),
-            alt_svc: None,
-        });
+        let ctx = Arc::new(HttpCtx::detached(config.listeners[0].clone(), live));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let client = TcpStream::connect(listener.local_addr().expect("addr")).await.expect("c");
         let (server, peer) = listener.accept().await.expect("accept");
@@ -509,18 +498,7 @@ mod tests {
         )
         .expect("config");
         let live = Arc::new(rondo_runtime::Live::new(config.view.clone(), None));
-        let ctx = Arc::new(HttpCtx {
-            listener: config.listeners[0].clone(),
-            metrics: live.metrics.listener("web"),
-            live,
-            clients: crate::upstream::Clients::new(Duration::from_secs(1)),
-            sessions: Default::default(),
-            access: None,
-            auth: Default::default(),
-            copies: Default::default(),
-            limits: Default::default(),
-            alt_svc: None,
-        });
+        let ctx = Arc::new(HttpCtx::detached(config.listeners[0].clone(), live));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let client = TcpStream::connect(listener.local_addr().expect("addr")).await.expect("c");
         let (server, peer) = listener.accept().await.expect("accept");

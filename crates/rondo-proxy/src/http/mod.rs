@@ -62,6 +62,26 @@ pub struct HttpCtx {
     pub alt_svc: Option<http::HeaderValue>,
 }
 
+impl HttpCtx {
+    /// A context for `listener` over `live` that serves no socket of its own (a replay of
+    /// recorded scenarios, a test): its own pools, sessions and buckets, no access log, no
+    /// `Alt-Svc`.
+    pub fn detached(listener: ListenerSpec, live: Arc<Live>) -> HttpCtx {
+        HttpCtx {
+            metrics: live.metrics.listener(&listener.name),
+            listener,
+            live,
+            clients: Clients::new(Duration::from_secs(1)),
+            sessions: Default::default(),
+            access: None,
+            auth: Default::default(),
+            copies: Default::default(),
+            limits: Default::default(),
+            alt_svc: None,
+        }
+    }
+}
+
 /// A failure the client is answered with, and the idle timeout its connection keeps.
 pub(crate) type Failure = (ProxyError, Duration);
 

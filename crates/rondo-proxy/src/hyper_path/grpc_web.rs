@@ -14,7 +14,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use http::{HeaderMap, HeaderValue, Request, Response, header};
 use rondo_core::Route;
 
-use super::request::{Peeked, peek_body};
+use super::request::{Peeked, whole_body};
 use crate::body::{ProxyBody, Reframe};
 use crate::chain::Applied;
 use crate::chain::grpc_web::Plan;
@@ -32,20 +32,7 @@ pub(super) async fn request(
     applied: &mut Applied,
 ) -> Result<Peeked, Failure> {
     let limit = plan.max_body_bytes;
-    let whole = match read {
-        Some(first) if first.complete => first,
-        first => {
-            let more = peek_body(ctx, Some(route), req, limit.saturating_add(1)).await?;
-            match first {
-                Some(first) => first.then(more),
-                None => more,
-            }
-        }
-    };
-    if whole.bytes.len() as u64 > limit || !whole.complete {
-        let detail = format!("grpc_web: the request is over the filter's limit of {limit} bytes");
-        return Err(on_route(route, Kind::BodyTooLarge, detail));
-    }
+    let whole = whole_body(ctx, route, req, read, limit, "grpc_web: the request").await?;
     let decoded = decode_text(&whole.bytes).map_err(|why| {
         let detail = format!("grpc_web: the grpc-web-text body is no base64: {why}");
         on_route(route, Kind::BadRequest, detail)

@@ -170,6 +170,34 @@ impl Peeked {
 /// is chosen yet).
 const PEEK_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// The request's whole body (after the bytes already `read`), for a filter that converts it
+/// (`soap`, `grpc_web`): at most `limit` bytes, or a 413 that names `what` and the filter's
+/// limit.
+pub(super) async fn whole_body(
+    ctx: &HttpCtx,
+    route: &Route,
+    req: &mut Request<ClientBody>,
+    read: Option<Peeked>,
+    limit: u64,
+    what: &str,
+) -> Result<Peeked, Failure> {
+    let whole = match read {
+        Some(first) if first.complete => first,
+        first => {
+            let more = peek_body(ctx, Some(route), req, limit.saturating_add(1)).await?;
+            match first {
+                Some(first) => first.then(more),
+                None => more,
+            }
+        }
+    };
+    if whole.bytes.len() as u64 > limit || !whole.complete {
+        let detail = format!("{what} is over the filter's limit of {limit} bytes");
+        return Err(on_route(route, Kind::BodyTooLarge, detail));
+    }
+    Ok(whole)
+}
+
 /// Reads the request body's first bytes, until at least `want` are in or the body ends (the
 /// listener's `max_body_bytes` holds: 413 past it). The rest stays in the request.
 pub(super) async fn peek_body(

@@ -10,7 +10,7 @@ use http::{HeaderValue, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Limited};
 use rondo_core::Route;
 
-use super::request::{Peeked, peek_body};
+use super::request::{Peeked, whole_body};
 use crate::body::ProxyBody;
 use crate::chain::Applied;
 use crate::chain::soap::{self, Plan, Version};
@@ -29,20 +29,7 @@ pub(super) async fn request(
     applied: &mut Applied,
 ) -> Result<Peeked, Failure> {
     let limit = plan.max_body_bytes;
-    let whole = match read {
-        Some(first) if first.complete => first,
-        first => {
-            let more = peek_body(ctx, Some(route), req, limit.saturating_add(1)).await?;
-            match first {
-                Some(first) => first.then(more),
-                None => more,
-            }
-        }
-    };
-    if whole.bytes.len() as u64 > limit || !whole.complete {
-        let detail = format!("soap: the message is over the filter's limit of {limit} bytes");
-        return Err(on_route(route, Kind::BodyTooLarge, detail));
-    }
+    let whole = whole_body(ctx, route, req, read, limit, "soap: the message").await?;
     let converted = soap::convert(&whole.bytes, plan.to).map_err(|why| {
         let detail = format!("soap: the request is no SOAP message the filter converts: {why}");
         on_route(route, Kind::BadRequest, detail)
