@@ -24,6 +24,13 @@ pub fn check(
 ) -> anyhow::Result<ExitCode> {
     match rondo_config::load_file_with(path, CHECK_VIEW_ID, crate::features()) {
         Ok(config) => {
+            let taken = udp_taken(path, &config);
+            if !taken.is_empty() {
+                for e in &taken {
+                    writeln!(err, "{e}").context("writing to stderr")?;
+                }
+                return Ok(ExitCode::FAILURE);
+            }
             for w in &config.warnings {
                 writeln!(err, "{}", w.as_warning()).context("writing to stderr")?;
             }
@@ -50,4 +57,39 @@ pub fn check(
             Ok(ExitCode::FAILURE)
         }
     }
+}
+
+/// HTTP/3 listeners whose UDP port another process holds while their TCP port is free, one
+/// error each at the listener's `listen` value. (A router already running on the file holds
+/// both ports: that is the usual case of `rondo check` before a reload, and no error. Port 0
+/// is never taken.)
+fn udp_taken(path: &Path, config: &rondo_config::Config) -> Vec<String> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let mut out = Vec::new();
+    for (i, l) in config.listeners.iter().enumerate() {
+        if l.http3.is_none() || l.listen.port() == 0 {
+            continue;
+        }
+        let tcp_free = std::net::TcpListener::bind(l.listen).is_ok();
+        let udp = std::net::UdpSocket::bind(l.listen);
+        let Err(e) = udp else { continue };
+        if !tcp_free || e.kind() != std::io::ErrorKind::AddrInUse {
+            continue;
+        }
+        let at = match text.find(&format!("\"{}\"", l.listen)) {
+            Some(offset) => {
+                let before = &text[..offset];
+                let line = before.matches('\n').count() + 1;
+                let start = before.rfind('\n').map_or(0, |n| n + 1);
+                format!("{}:{line}:{}", path.display(), before[start..].chars().count() + 1)
+            }
+            None => path.display().to_string(),
+        };
+        out.push(format!(
+            "{at}: field `listener[{i}].listen`: udp port {} is taken by another process (http3 \
+             serves on the listener's port over udp)",
+            l.listen.port()
+        ));
+    }
+    out
 }

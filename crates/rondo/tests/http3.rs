@@ -456,6 +456,33 @@ fn a_connection_over_max_connections_is_refused_and_the_next_served() {
 }
 
 #[test]
+fn rondo_check_refuses_a_udp_port_another_process_holds() {
+    let dir = TempDir::new("http3-check-udp");
+    let certs = certs(&dir.0);
+    let port = free_port();
+    let _holder = std::net::UdpSocket::bind(("127.0.0.1", port)).expect("bind udp");
+    let path = dir.0.join("rondo.toml");
+    let text = format!(
+        "[[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:{port}\"\nhttp3 = true\n\
+         tls = {{ certs = [{{ cert = \"{c}/localhost.pem\", key = \"{c}/localhost.key\" }}] }}\n\n\
+         [[route]]\nlistener = \"web\"\ncluster = \"c\"\n\n\
+         [cluster.c]\nmembers = [{{ name = \"a\", address = \"127.0.0.1:9\" }}]\n",
+        c = certs.display()
+    );
+    std::fs::write(&path, text).unwrap();
+    let out = Command::new(BIN).args(["check", path.to_str().unwrap()]).output().unwrap();
+    let said =
+        format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(!out.status.success(), "{said}");
+    assert!(said.contains("rondo.toml:3:10: field `listener[0].listen`"), "{said}");
+    assert!(said.contains("is taken by another process"), "{said}");
+    // Once the port is free, the same file passes.
+    drop(_holder);
+    let out = Command::new(BIN).args(["check", path.to_str().unwrap()]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
 fn rondo_check_refuses_http3_without_tls_at_the_field() {
     let dir = TempDir::new("http3-check");
     let path = dir.0.join("rondo.toml");
