@@ -87,8 +87,38 @@ impl Drop for Sink {
     }
 }
 
+/// Ports of members that come up later in a test, bound at once without listening (a
+/// connection to them is refused, as to a member that is down) and listened on by [`sink`].
+/// Without the reservation another process could take the port meanwhile (the routers' own
+/// connections draw from the same range), and the member could not come up.
+static RESERVED: Mutex<Vec<(SocketAddr, tokio::net::TcpSocket)>> = Mutex::new(Vec::new());
+
+/// A free loopback address for a member, reserved until [`sink`] listens on it.
+fn member_addr() -> SocketAddr {
+    loop {
+        let addr = SocketAddr::from(([127, 0, 0, 1], free_port()));
+        let socket = tokio::net::TcpSocket::new_v4().expect("a socket");
+        if socket.bind(addr).is_ok() {
+            RESERVED.lock().unwrap().push((addr, socket));
+            return addr;
+        }
+    }
+}
+
+/// A listener on `addr`: on its reserved socket ([`member_addr`]), or bound anew.
+async fn listen_on(addr: SocketAddr) -> tokio::net::TcpListener {
+    let reserved = {
+        let mut r = RESERVED.lock().unwrap();
+        r.iter().position(|(a, _)| *a == addr).map(|i| r.swap_remove(i).1)
+    };
+    match reserved {
+        Some(socket) => socket.listen(1024).expect("listen on the reserved port"),
+        None => tokio::net::TcpListener::bind(addr).await.expect("bind the test member"),
+    }
+}
+
 async fn sink(addr: SocketAddr, state: Arc<SinkState>) -> Sink {
-    let listener = tokio::net::TcpListener::bind(addr).await.expect("bind the test member");
+    let listener = listen_on(addr).await;
     Sink(tokio::spawn(async move {
         let mut conns = tokio::task::JoinSet::new();
         loop {
@@ -296,7 +326,7 @@ fn assert_in_order_per_session(state: &SinkState, sent: &HashMap<String, Vec<u32
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_with_1000_accepted_undelivered_messages_loses_none() {
     let dir = TempDir::new("queue-kill");
-    let member: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let member = member_addr();
     let cfg = config(
         &dir,
         member,
@@ -376,7 +406,7 @@ async fn kill_9_with_1000_accepted_undelivered_messages_loses_none() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn members_down_10s_then_every_message_in_order_per_session_key() {
     let dir = TempDir::new("queue-down");
-    let member: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let member = member_addr();
     let cfg = config(
         &dir,
         member,
@@ -410,7 +440,7 @@ async fn members_down_10s_then_every_message_in_order_per_session_key() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_poison_message_is_dead_lettered_with_its_tries_and_requeue_delivers_it() {
     let dir = TempDir::new("queue-poison");
-    let member: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let member = member_addr();
     let state = SinkState::new(500, 0);
     let _sink = sink(member, state.clone()).await;
     let cfg = config(&dir, member, "max_attempts = 3\nbackoff_initial_ms = 50");
@@ -494,7 +524,7 @@ async fn a_poison_message_is_dead_lettered_with_its_tries_and_requeue_delivers_i
 /// bytes must not answer the next delivery).
 async fn out_of_turn_member(addr: SocketAddr) -> Arc<Mutex<Vec<u32>>> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let l = tokio::net::TcpListener::bind(addr).await.expect("bind member");
+    let l = listen_on(addr).await;
     let attempts = Arc::new(Mutex::new(Vec::new()));
     let seen = attempts.clone();
     tokio::spawn(async move {
@@ -550,7 +580,7 @@ async fn out_of_turn_member(addr: SocketAddr) -> Arc<Mutex<Vec<u32>>> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_members_unsolicited_response_answers_no_later_delivery() {
     let dir = TempDir::new("queue-out-of-turn");
-    let member: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let member = member_addr();
     let attempts = out_of_turn_member(member).await;
     // One attempt each: a stale 500 taken as a delivery's answer would dead-letter it.
     let cfg = config(&dir, member, "max_attempts = 1");
@@ -573,7 +603,7 @@ async fn a_members_unsolicited_response_answers_no_later_delivery() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn limits_answer_413_and_503_with_retry_after_and_a_damaged_store_stops_the_start() {
     let dir = TempDir::new("queue-limits");
-    let member: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let member = member_addr();
     let cfg = config(&dir, member, "max_messages = 5\nmax_message_bytes = 1024");
     let mut router = start_router(&dir, &cfg);
     let c = client();
@@ -640,7 +670,7 @@ fn nats_server(dir: &TempDir) -> (common::ChildGuard, SocketAddr) {
 async fn nats_two_routers_consume_one_queue_and_one_killed_mid_delivery_loses_none() {
     let dir = TempDir::new("queue-nats");
     let (_nats, nats) = nats_server(&dir);
-    let member: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let member = member_addr();
     let state = SinkState::new(200, 300);
     let _sink = sink(member, state.clone()).await;
     let cfg = config(&dir, member, "").replace(
@@ -695,7 +725,7 @@ async fn nats_two_routers_consume_one_queue_and_one_killed_mid_delivery_loses_no
 async fn nats_poison_message_is_dead_lettered_and_requeued() {
     let dir = TempDir::new("queue-nats-dlq");
     let (_nats, nats) = nats_server(&dir);
-    let member: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let member = member_addr();
     let state = SinkState::new(500, 0);
     let _sink = sink(member, state.clone()).await;
     let cfg = config(&dir, member, "").replace(
@@ -737,7 +767,7 @@ async fn nats_poison_message_is_dead_lettered_and_requeued() {
 async fn nats_two_routers_deliver_each_session_in_order_one_at_a_time() {
     let dir = TempDir::new("queue-nats-order");
     let (_nats, nats) = nats_server(&dir);
-    let member: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let member = member_addr();
     let cfg = config(&dir, member, "").replace(
         &format!("directory = \"{}\"", dir.0.join("store").display()),
         &format!(
@@ -782,7 +812,7 @@ async fn nats_two_routers_deliver_each_session_in_order_one_at_a_time() {
 async fn a_queue_route_with_auth_takes_only_messages_whose_token_holds() {
     use base64::Engine as _;
     let dir = TempDir::new("queue-auth");
-    let member: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let member = member_addr();
     let state = SinkState::new(200, 0);
     let _sink = sink(member, state.clone()).await;
     let secret = b"a queue test secret of at least 32 bytes";
@@ -908,7 +938,7 @@ async fn read_until_closed(s: &mut tokio::net::TcpStream, wait: Duration) -> Str
 async fn at_max_connections_503_at_once_and_a_stalled_body_gets_408_and_frees_its_slot() {
     use tokio::io::AsyncWriteExt;
     let dir = TempDir::new("queue-stall");
-    let member: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let member = member_addr();
     let cfg = config(&dir, member, "").replace(
         "protocol = \"queue\"\n",
         "protocol = \"queue\"\nmax_connections = 4\nbody_read_timeout_ms = 2000\n",
@@ -994,7 +1024,7 @@ async fn after_a_full_disk_is_freed_messages_are_accepted_again_and_none_is_lost
         eprintln!("skipped: cannot mount a tmpfs (not root)");
         return;
     };
-    let member: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let member = member_addr();
     let extra = "max_attempts = 1000\nbackoff_initial_ms = 20\nbackoff_max_ms = 200";
     let router = start_router(&dir, &config(&dir, member, extra));
     let c = client();
