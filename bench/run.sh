@@ -100,8 +100,10 @@ MEMBER_PORTS=($((BASE + 1)) $((BASE + 2)) $((BASE + 3)))
 PROXIES=(rondo haproxy nginx)
 declare -A PORT=([rondo]=$((BASE + 10)) [haproxy]=$((BASE + 11)) [nginx]=$((BASE + 12)))
 
-log() { printf '[bench %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
-die() { printf 'bench/run.sh: %s\n' "$*" >&2; exit 1; }
+# Logging, process tracking and readings shared with the other benchmark scripts.
+BENCH_NAME=bench-run TMP_PREFIX=rondo-bench
+# shellcheck source=bench/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 # --- tools --------------------------------------------------------------------------------------
 need=(haproxy:haproxy nginx:nginx wrk:wrk taskset:util-linux)
@@ -137,79 +139,15 @@ cpus=$(nproc)
 [ "$cpus" -ge 2 ] || log "warning: only $cpus CPU: the proxy and the load share it"
 [ "$PROXY_CPU" -lt "$cpus" ] && [ "$LOAD_CPU" -lt "$cpus" ] || die "no CPU $PROXY_CPU or $LOAD_CPU here"
 
-# --- processes: every one started is tracked and ended on exit ----------------------------------
-TMP=$(mktemp -d /tmp/rondo-bench.XXXXXX)
-PIDS=()
-children() { pgrep -P "$1" 2>/dev/null || true; }
-stop_pids() {
-  local all=() p
-  for p in "$@"; do
-    all+=("$p" $(children "$p"))
-  done
-  [ "${#all[@]}" -gt 0 ] || return 0
-  kill -TERM "${all[@]}" 2>/dev/null || true
-  for _ in $(seq 30); do
-    local alive=0
-    for p in "${all[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
-    [ "$alive" = 0 ] && break
-    sleep 0.1
-  done
-  kill -KILL "${all[@]}" 2>/dev/null || true
-  for p in "$@"; do wait "$p" 2>/dev/null || true; done
-}
-cleanup() {
-  local rc=$?
-  trap - EXIT INT TERM
-  stop_pids "${PIDS[@]}"
-  if [ "${BENCH_KEEP_TMP:-0}" = 1 ]; then log "kept $TMP"; else rm -rf "$TMP"; fi
-  exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-# start NAME CPU CMD...: runs CMD pinned to CPU in the background, logs in $TMP/NAME.log.
-start() {
-  local name=$1 cpu=$2
-  shift 2
-  taskset -c "$cpu" "$@" >"$TMP/$name.log" 2>&1 &
-  PIDS+=($!)
-  eval "PID_$name=$!"
-}
-port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-wait_port() {
-  local port=$1 what=$2
-  for _ in $(seq 100); do
-    port_open "$port" && return 0
-    sleep 0.1
-  done
-  cat "$TMP/$what.log" >&2 2>/dev/null || true
-  die "$what did not listen on port $port within 10 s"
-}
+# --- processes (tracked by lib.sh) and ports ----------------------------------------------------
 for p in "${MEMBER_PORTS[@]}" "${PORT[@]}"; do
   port_open "$p" && die "port $p is taken (set BENCH_PORT_BASE)"
 done
 
 # The proxy's processes: the process itself and its children (nginx's workers).
 proxy_pids() { local p=${1}; echo "$p" $(children "$p"); }
-# utime+stime in clock ticks, summed over the given processes (all their threads).
-cpu_ticks() {
-  local total=0 p t
-  for p in "$@"; do
-    t=$(sed 's/^.*) //' "/proc/$p/stat" 2>/dev/null | awk '{print $12 + $13}') || t=0
-    total=$((total + ${t:-0}))
-  done
-  echo "$total"
-}
-rss_kib() {
-  local total=0 p r
-  for p in "$@"; do
-    r=$(awk '/^VmRSS:/{print $2}' "/proc/$p/status" 2>/dev/null) || r=0
-    total=$((total + ${r:-0}))
-  done
-  echo "$total"
-}
-TCK=$(getconf CLK_TCK)
-# "busy total steal" jiffies of one CPU from /proc/stat.
+# "busy total steal" jiffies of one CPU from /proc/stat (lib.sh's two, and the steal this
+# script reports).
 core_jiffies() { awk -v c="cpu$1" '$1 == c {print $2 + $3 + $4 + $7 + $8, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9, $9}' /proc/stat; }
 # Voluntary context switches (sleeps) summed over every thread of the given processes.
 sleeps() {
