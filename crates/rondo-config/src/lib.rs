@@ -25,6 +25,7 @@ mod raw;
 mod schema;
 mod spec;
 pub mod tls;
+mod units;
 mod warnings;
 
 use std::path::Path;
@@ -294,6 +295,15 @@ pub fn parse_str_with(
             return Err(ConfigErrors { errors: errors.collect() });
         }
     };
+
+    // `timeout = 5` parsed (the alias shares `timeout_ms`'s field) but has no unit.
+    let unitless = table.map(|t| units::unitless(t, &schema::fields())).unwrap_or_default();
+    if !unitless.is_empty() {
+        let errors = unitless
+            .into_iter()
+            .map(|(path, span, message)| error_at(Some(span), path.to_string(), message));
+        return Err(ConfigErrors { errors: errors.collect() });
+    }
 
     let located = |problems: Vec<compile::Problem>| {
         let mut errors: Vec<ConfigError> = problems

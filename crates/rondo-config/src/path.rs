@@ -176,6 +176,25 @@ pub(crate) fn key_value_spans(
     }
 }
 
+/// Every integer value of `doc`, with its path and span (for the unit-less aliases' check).
+pub(crate) fn integers(doc: &Table) -> Vec<(FieldPath, Range<usize>)> {
+    fn walk(node: Node<'_>, path: &mut FieldPath, out: &mut Vec<(FieldPath, Range<usize>)>) {
+        for (seg, _, child) in node.children() {
+            path.0.push(seg);
+            if let Node::Value(v @ Value::Integer(_)) = child.normalize()
+                && let Some(span) = v.span()
+            {
+                out.push((path.clone(), span));
+            }
+            walk(child, path, out);
+            path.0.pop();
+        }
+    }
+    let mut out = Vec::new();
+    walk(Node::Table(doc), &mut FieldPath::root(), &mut out);
+    out
+}
+
 /// The field path whose own text (key, value, or table header) most narrowly contains byte
 /// `offset`; among equally narrow ones the deepest (an `[[x]]` header is both `x` and `x[N]`).
 pub(crate) fn path_at(doc: &Table, offset: usize) -> Option<FieldPath> {

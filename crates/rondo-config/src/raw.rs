@@ -37,11 +37,16 @@ pub(crate) struct RawQueue {
     pub directory: Option<String>,
     pub nats_url: Option<String>,
     pub max_messages: Option<u64>,
+    #[serde(default, deserialize_with = "crate::units::bytes")]
     pub max_bytes: Option<u64>,
+    #[serde(default, deserialize_with = "crate::units::bytes")]
     pub max_message_bytes: Option<u64>,
     pub max_attempts: Option<u64>,
+    #[serde(default, deserialize_with = "crate::units::millis", alias = "backoff_initial")]
     pub backoff_initial_ms: Option<u64>,
+    #[serde(default, deserialize_with = "crate::units::millis", alias = "backoff_max")]
     pub backoff_max_ms: Option<u64>,
+    #[serde(default, deserialize_with = "crate::units::millis", alias = "lease")]
     pub lease_ms: Option<u64>,
     pub concurrency: Option<u64>,
     pub session_header: Option<String>,
@@ -56,8 +61,10 @@ pub(crate) struct RawRouter {
     pub tier_key: Option<String>,
     pub tier_key_file: Option<String>,
     pub upgrade_socket: Option<String>,
+    #[serde(default, deserialize_with = "crate::units::millis", alias = "drain_timeout")]
     pub drain_timeout_ms: Option<u64>,
     pub revocations_file: Option<String>,
+    pub watch_config: Option<bool>,
 }
 
 /// `[admin]`.
@@ -97,6 +104,7 @@ pub(crate) struct RawAgentReceiver {
     pub listen: Option<String>,
     pub key: Option<String>,
     pub key_file: Option<String>,
+    #[serde(default, deserialize_with = "crate::units::millis", alias = "interval")]
     pub interval_ms: Option<u64>,
     pub tls: Option<RawListenerTls>,
 }
@@ -126,26 +134,35 @@ pub(crate) struct RawListener {
     pub protocol: Option<String>,
     pub max_connections: Option<u64>,
     pub backlog: Option<u64>,
+    #[serde(default, deserialize_with = "crate::units::millis", alias = "header_read_timeout")]
     pub header_read_timeout_ms: Option<u64>,
+    #[serde(default, deserialize_with = "crate::units::millis", alias = "body_read_timeout")]
     pub body_read_timeout_ms: Option<u64>,
+    #[serde(default, deserialize_with = "crate::units::bytes")]
     pub max_header_bytes: Option<u64>,
     pub max_headers: Option<u64>,
+    #[serde(default, deserialize_with = "crate::units::bytes")]
     pub max_body_bytes: Option<u64>,
     pub trust_forwarded_for: Option<bool>,
     pub error_detail: Option<String>,
+    #[serde(default, deserialize_with = "crate::units::millis", alias = "h2_keepalive_interval")]
     pub h2_keepalive_interval_ms: Option<u64>,
+    #[serde(default, deserialize_with = "crate::units::millis", alias = "h2_keepalive_timeout")]
     pub h2_keepalive_timeout_ms: Option<u64>,
+    #[serde(default, deserialize_with = "crate::units::millis", alias = "h2_shutdown_timeout")]
     pub h2_shutdown_timeout_ms: Option<u64>,
     pub h2_max_resets: Option<u64>,
     pub h2_max_resets_per_address: Option<u64>,
     pub access_log: Option<RawAccessLog>,
     pub tls: Option<RawListenerTls>,
+    #[serde(default, deserialize_with = "crate::units::millis", alias = "max_connection_age")]
     pub max_connection_age_ms: Option<u64>,
     pub max_requests_per_connection: Option<u64>,
     pub routing: Option<String>,
     pub filters: Option<Vec<RawFilter>>,
     pub http3: Option<bool>,
     pub http3_max_streams: Option<u64>,
+    #[serde(default, deserialize_with = "crate::units::millis", alias = "http3_idle_timeout")]
     pub http3_idle_timeout_ms: Option<u64>,
     pub http3_retry_above: Option<u64>,
     pub http3_0rtt: Option<bool>,
@@ -184,12 +201,15 @@ pub(crate) struct RawRoute {
     pub clusters: Option<Vec<RawWeighted>>,
     #[serde(default)]
     pub backups: Vec<String>,
+    #[serde(default, deserialize_with = "crate::units::millis", alias = "idle_timeout")]
     pub idle_timeout_ms: Option<u64>,
+    #[serde(default, deserialize_with = "crate::units::millis", alias = "request_timeout")]
     pub request_timeout_ms: Option<u64>,
     pub auth: Option<RawAuth>,
     pub login: Option<RawLogin>,
     pub priority: Option<i64>,
     pub multicast: Option<Vec<RawBranch>>,
+    #[serde(default, deserialize_with = "crate::units::bytes")]
     pub multicast_max_body_bytes: Option<u64>,
     pub session_replay: Option<RawSessionReplay>,
     pub filters: Option<Vec<RawFilter>>,
@@ -219,6 +239,7 @@ pub(crate) struct RawFilter {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawGrpcWeb {
+    #[serde(default, deserialize_with = "crate::units::bytes")]
     pub max_body_bytes: Option<u64>,
 }
 
@@ -227,6 +248,7 @@ pub(crate) struct RawGrpcWeb {
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawSoap {
     pub to: String,
+    #[serde(default, deserialize_with = "crate::units::bytes")]
     pub max_body_bytes: Option<u64>,
 }
 
@@ -245,6 +267,7 @@ pub(crate) struct RawRateLimit {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawFault {
+    #[serde(default, deserialize_with = "crate::units::millis", alias = "delay")]
     pub delay_ms: Option<u64>,
     pub delay_percent: Option<f64>,
     pub abort_status: Option<u64>,
@@ -266,6 +289,7 @@ pub(crate) struct RawMirror {
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawCompress {
     pub types: Option<Vec<String>>,
+    #[serde(default, deserialize_with = "crate::units::bytes")]
     pub min_bytes: Option<u64>,
     pub level: Option<u64>,
     pub encodings: Option<Vec<String>>,
@@ -283,6 +307,7 @@ pub(crate) struct RawCors {
     #[serde(default)]
     pub expose_headers: Vec<String>,
     pub allow_credentials: Option<bool>,
+    #[serde(default, deserialize_with = "crate::units::seconds", alias = "max_age")]
     pub max_age_s: Option<u64>,
 }
 
@@ -370,7 +395,9 @@ pub(crate) struct RawBranch {
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawSessionReplay {
     pub max_messages: Option<u64>,
+    #[serde(default, deserialize_with = "crate::units::bytes")]
     pub max_bytes: Option<u64>,
+    #[serde(default, deserialize_with = "crate::units::bytes")]
     pub max_total_bytes: Option<u64>,
 }
 
@@ -378,6 +405,7 @@ pub(crate) struct RawSessionReplay {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawLogin {
+    #[serde(default, deserialize_with = "crate::units::millis", alias = "ttl")]
     pub ttl_ms: Option<u64>,
 }
 
@@ -408,6 +436,7 @@ pub(crate) struct RawMatch {
     pub query: Option<BTreeMap<String, String>>,
     pub body_json: Option<BTreeMap<String, String>>,
     pub body_xml: Option<RawBodyXml>,
+    #[serde(default, deserialize_with = "crate::units::bytes")]
     pub max_peek_bytes: Option<u64>,
     pub sni: Option<String>,
 }
@@ -472,6 +501,7 @@ pub(crate) struct RawCluster {
     pub ewma: Option<RawEwma>,
     pub session: Option<RawSession>,
     pub upstream_tls: Option<RawUpstreamTls>,
+    #[serde(default, deserialize_with = "crate::units::millis", alias = "max_connection_age")]
     pub max_connection_age_ms: Option<u64>,
     pub max_requests_per_connection: Option<u64>,
     pub grpc_failure_codes: Option<Vec<String>>,
@@ -505,7 +535,9 @@ pub(crate) struct RawHealth {
     pub kind: Option<String>,
     pub path: Option<String>,
     pub expect_status: Option<String>,
+    #[serde(default, deserialize_with = "crate::units::millis", alias = "interval")]
     pub interval_ms: Option<u64>,
+    #[serde(default, deserialize_with = "crate::units::millis", alias = "timeout")]
     pub timeout_ms: Option<u64>,
     pub rise: Option<u64>,
     pub fall: Option<u64>,
@@ -525,7 +557,9 @@ pub(crate) struct RawGrpcHealth {
 pub(crate) struct RawOutlier {
     pub consecutive_failures: Option<u64>,
     pub count_5xx: Option<bool>,
+    #[serde(default, deserialize_with = "crate::units::millis", alias = "base_ejection")]
     pub base_ejection_ms: Option<u64>,
+    #[serde(default, deserialize_with = "crate::units::millis", alias = "max_ejection")]
     pub max_ejection_ms: Option<u64>,
     pub max_ejected_percent: Option<u64>,
 }
@@ -535,6 +569,7 @@ pub(crate) struct RawOutlier {
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawRetry {
     pub attempts: Option<u64>,
+    #[serde(default, deserialize_with = "crate::units::millis", alias = "per_try_timeout")]
     pub per_try_timeout_ms: Option<u64>,
     pub budget_percent: Option<u64>,
     pub budget_min_per_sec: Option<u64>,
@@ -545,6 +580,7 @@ pub(crate) struct RawRetry {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawSlowStart {
+    #[serde(default, deserialize_with = "crate::units::millis", alias = "duration")]
     pub duration_ms: Option<u64>,
     pub initial_percent: Option<u64>,
 }
@@ -570,6 +606,7 @@ pub(crate) struct RawHash {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawAgent {
+    #[serde(default, deserialize_with = "crate::units::millis", alias = "timeout")]
     pub timeout_ms: Option<u64>,
     pub misses: Option<u64>,
 }
@@ -578,8 +615,11 @@ pub(crate) struct RawAgent {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawEwma {
+    #[serde(default, deserialize_with = "crate::units::millis", alias = "decay")]
     pub decay_ms: Option<u64>,
+    #[serde(default, deserialize_with = "crate::units::millis", alias = "default_rtt")]
     pub default_rtt_ms: Option<u64>,
+    #[serde(default, deserialize_with = "crate::units::millis", alias = "failure_penalty")]
     pub failure_penalty_ms: Option<u64>,
 }
 
@@ -589,5 +629,6 @@ pub(crate) struct RawEwma {
 pub(crate) struct RawSession {
     pub cookie: Option<String>,
     pub header: Option<String>,
+    #[serde(default, deserialize_with = "crate::units::millis", alias = "idle_timeout")]
     pub idle_timeout_ms: Option<u64>,
 }

@@ -109,8 +109,13 @@ impl<'de> Deserializer<'de> for Capture<'_> {
         v: V,
     ) -> Result<V::Value, Never> {
         let base = self.path.clone();
+        // serde lists aliases among the fields: the unit-less ones (`timeout` for `timeout_ms`,
+        // see `units`) name the same field, so they are left out.
+        let alias = |f: &str| {
+            crate::units::SUFFIXES.iter().any(|s| fields.contains(&format!("{f}{s}").as_str()))
+        };
         v.visit_map(Entries {
-            keys: fields.to_vec(),
+            keys: fields.iter().copied().filter(|f| !alias(f)).collect(),
             next: 0,
             out: self.out,
             path_of: Box::new(move |key| join(&base, key)),

@@ -323,6 +323,9 @@ pub struct RouterSpec {
     /// Where this router's own revocations are kept across restarts; `None`: beside the
     /// embedded registry's snapshot (`SNAPSHOT.revoked`) when there is one, else nowhere.
     pub revocations_file: Option<PathBuf>,
+    /// Whether saves of the config file are applied (polled, debounced); `false`
+    /// (`watch_config = false`): only SIGHUP and the admin API reload.
+    pub watch_config: bool,
 }
 
 /// [`RouterSpec::drain_timeout`]'s default.
@@ -336,6 +339,7 @@ impl Default for RouterSpec {
             upgrade_socket: None,
             drain_timeout: DEFAULT_DRAIN_TIMEOUT,
             revocations_file: None,
+            watch_config: true,
         }
     }
 }

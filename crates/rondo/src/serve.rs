@@ -203,7 +203,8 @@ async fn run(
             }
             Err(Stop::Failed(e)) => return Err(e),
         };
-    announce(&parts.live, path, announced, handed.is_some(), out)?;
+    let watched = config.router.watch_config.then_some(path);
+    announce(&parts.live, watched, announced, handed.is_some(), out)?;
     let end = wait_for_end(&mut signals, &mut ready, &parts, &export, config).await;
     reloading.stop();
     drain(&mut signals, parts, end, config, out).await?;
@@ -429,7 +430,8 @@ async fn start_queues(
 /// Live reconfiguration: the config file's changes (polled, debounced) and SIGHUP, which also
 /// reopens access log files (after a rotation renamed them).
 struct Reloading {
-    watcher: tokio::task::JoinHandle<()>,
+    /// `None` with `watch_config = false`.
+    watcher: Option<tokio::task::JoinHandle<()>>,
     hup: Option<tokio::task::JoinHandle<()>>,
     reopen: tokio::task::JoinHandle<()>,
 }
@@ -437,8 +439,9 @@ struct Reloading {
 impl Reloading {
     fn start(path: &Path, live: &Arc<Live>, config: &rondo_config::Config) -> Self {
         let reloader = Arc::new(Reloader::new(path, live.clone(), config));
-        let watcher =
-            reload::watch_file(reloader.clone(), reload::DEFAULT_POLL, reload::DEFAULT_SETTLE);
+        let watcher = config.router.watch_config.then(|| {
+            reload::watch_file(reloader.clone(), reload::DEFAULT_POLL, reload::DEFAULT_SETTLE)
+        });
         let hup = match reload::on_sighup(reloader) {
             Ok(h) => Some(h),
             Err(e) => {
@@ -450,7 +453,9 @@ impl Reloading {
     }
 
     fn stop(self) {
-        self.watcher.abort();
+        if let Some(w) = self.watcher {
+            w.abort();
+        }
         if let Some(h) = self.hup {
             h.abort();
         }
@@ -484,7 +489,7 @@ fn start_upgrades(
 /// service manager told.
 fn announce(
     live: &Live,
-    path: &Path,
+    watched: Option<&Path>,
     mut announced: Vec<u8>,
     handed: bool,
     out: &mut dyn Write,
@@ -493,7 +498,12 @@ fn announce(
     if !unused.is_empty() {
         tracing::info!(sockets = ?unused, "upgrade: sockets the new configuration does not use are closed");
     }
-    writeln!(announced, "rondo: reloading on changes to {} and on SIGHUP", path.display())?;
+    match watched {
+        Some(path) => {
+            writeln!(announced, "rondo: reloading on changes to {} and on SIGHUP", path.display())?
+        }
+        None => writeln!(announced, "rondo: reloading on SIGHUP and reload calls only")?,
+    }
     out.write_all(&announced)?;
     out.flush()?;
     crate::upgrade::notify(&if handed {

@@ -6,6 +6,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::time::Duration;
 
 use common::{BIN, Proc, TempDir, collect_lines};
 
@@ -572,6 +573,48 @@ fn serve_logs_the_warnings_at_start_and_on_reload() {
     assert!(ok, "kill -HUP failed");
     let (l, c) = pos(&changed, "[cluster.other]");
     wait_for(&format!("): {p}:{l}:{c}: warning: field `cluster.other`: no route"));
+}
+
+#[test]
+fn with_watch_config_off_a_save_waits_for_sighup() {
+    let dir = TempDir::new("cli");
+    let path = dir.0.join("rondo.toml");
+    let config = "[router]\nwatch_config = false\n\n[[listener]]\nname = \"web\"\n\
+                  listen = \"127.0.0.1:0\"\n\n[[route]]\nlistener = \"web\"\ncluster = \"c\"\n\n\
+                  [cluster.c]\nmembers = [{ name = \"m1\", address = \"127.0.0.1:9\" }]\n";
+    std::fs::write(&path, config).unwrap();
+    let child = Command::new(BIN)
+        .args(["serve", "--workers", "1", path.to_str().unwrap()])
+        .env("RONDO_LOG", "info")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start rondo serve");
+    let mut proc = Proc::from_child(child);
+    let stderr = collect_lines(proc.child.stderr.take().expect("stderr"));
+    proc.line_with("rondo: reloading on SIGHUP and reload calls only", Duration::from_secs(10));
+    let applied = || stderr.lock().unwrap().iter().any(|l| l.contains("applied from"));
+    // A save: the watcher (were it on) would apply it within 450 ms; wait four times that.
+    std::fs::write(
+        &path,
+        format!(
+            "{config}\n[cluster.d]\nmembers = [{{ name = \"m2\", address = \"127.0.0.1:9\" }}]\n"
+        ),
+    )
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(1800));
+    assert!(!applied(), "a save was applied with watch_config = false");
+    let ok = Command::new("kill")
+        .args(["-HUP", &proc.child.id().to_string()])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "kill -HUP failed");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !applied() {
+        assert!(std::time::Instant::now() < deadline, "SIGHUP did not reload:\n{:?}", stderr);
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 #[test]

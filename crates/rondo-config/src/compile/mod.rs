@@ -370,6 +370,7 @@ pub(crate) fn compile(
                 upgrade_socket,
                 drain_timeout,
                 revocations_file,
+                watch_config: r.watch_config.unwrap_or(true),
             }
         }
     };
