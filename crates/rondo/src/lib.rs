@@ -8,6 +8,7 @@ pub mod cli;
 pub mod demo;
 pub mod devca;
 pub mod devkey;
+mod json_lines;
 pub mod member;
 pub mod serve;
 pub mod simulate;
@@ -59,52 +60,63 @@ pub fn run(cli: Cli) -> ExitCode {
 /// started already (in-process tests).
 pub fn init_tracing(args: &cli::LogArgs, config: Option<&rondo_config::LogSpec>, default: &str) {
     use std::io::IsTerminal;
-    let filter = log_filter(
+    let (filter, ignored) = log_filter(
         args.log_level.as_deref(),
         std::env::var("RONDO_LOG").ok().as_deref(),
         config.and_then(|c| c.level.as_deref()),
         default,
     );
-    let json = match args.log_format.as_deref() {
-        Some(f) => f == "json",
-        None => config.is_some_and(|c| c.format == rondo_config::LogFormat::Json),
-    };
+    let json = log_is_json(args, config);
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(io::stderr);
     if json {
         // One object per line: timestamp, level, fields (the message among them), target.
         let _ = builder.json().with_current_span(false).with_span_list(false).try_init();
+        // A panic's message goes through the log too, as JSON.
+        std::panic::set_hook(Box::new(|info| tracing::error!(target: "rondo::panic", "{info}")));
     } else {
         let colour = io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
         let _ = builder.with_ansi(colour).try_init();
+    }
+    // Said through the log, once it exists, so it has the log's format.
+    if let Some(e) = ignored {
+        tracing::warn!("ignoring RONDO_LOG: {e}");
+    }
+}
+
+/// Whether the log is JSON: `--log-format`, else `[log] format`, else text.
+pub fn log_is_json(args: &cli::LogArgs, config: Option<&rondo_config::LogSpec>) -> bool {
+    match args.log_format.as_deref() {
+        Some(f) => f == "json",
+        None => config.is_some_and(|c| c.format == rondo_config::LogFormat::Json),
     }
 }
 
 /// The filter of a `--log-level`, a `RONDO_LOG` and a config's `[log] level`, first set wins.
 /// A level applies to rondo's own crates (their targets all start with `rondo`); libraries stay
 /// at `warn` (or `error` with `error`), so `info` is not flooded by a dependency's chatter.
+/// A `RONDO_LOG` that does not parse is ignored, and the reason returned beside the filter.
 fn log_filter(
     cli: Option<&str>,
     env: Option<&str>,
     config: Option<&str>,
     default: &str,
-) -> tracing_subscriber::EnvFilter {
+) -> (tracing_subscriber::EnvFilter, Option<String>) {
     use tracing_subscriber::EnvFilter;
     let for_level = |level: &str| {
         let others = if level == "error" { "error" } else { "warn" };
         EnvFilter::new(format!("{others},rondo={level}"))
     };
     if let Some(level) = cli {
-        return for_level(level);
+        return (for_level(level), None);
     }
+    let mut ignored = None;
     if let Some(env) = env.filter(|e| !e.trim().is_empty()) {
         match EnvFilter::try_new(env) {
-            Ok(f) => return f,
-            Err(e) => {
-                let _ = writeln!(io::stderr(), "rondo: ignoring RONDO_LOG={env:?}: {e}");
-            }
+            Ok(f) => return (f, None),
+            Err(e) => ignored = Some(format!("{env:?}: {e}")),
         }
     }
-    for_level(config.unwrap_or(default))
+    (for_level(config.unwrap_or(default)), ignored)
 }
 
 /// `rondo agent`: builds the options and runs the agent until interrupted.
@@ -439,7 +451,7 @@ mod tests {
     use super::log_filter;
 
     fn filter(cli: Option<&str>, env: Option<&str>, config: Option<&str>) -> String {
-        log_filter(cli, env, config, "info").to_string()
+        log_filter(cli, env, config, "info").0.to_string()
     }
 
     #[test]

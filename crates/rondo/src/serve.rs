@@ -45,6 +45,9 @@ enum End {
 /// core) until SIGINT or SIGTERM (then it drains: see [`crate::upgrade`]); the log starts from
 /// `log` and the config's `[log]`. With `upgrade`, it takes over from the process serving on
 /// `[router] upgrade_socket` instead of binding anew.
+///
+/// With a JSON log (`--log-format json` or `[log] format = "json"`), every line it writes is
+/// JSON: the status lines and refusals too (the `json_lines` module), and an error that ends it.
 pub fn serve(
     path: &Path,
     workers: Option<usize>,
@@ -54,7 +57,33 @@ pub fn serve(
     err: &mut dyn Write,
 ) -> anyhow::Result<ExitCode> {
     // Checked against this build's features before anything is bound.
-    let mut config = match rondo_config::load_file_with(path, FIRST_VIEW, crate::features()) {
+    let loaded = rondo_config::load_file_with(path, FIRST_VIEW, crate::features());
+    if !crate::log_is_json(log, loaded.as_ref().ok().map(|c| &c.log)) {
+        return serve_loaded(loaded, path, workers, upgrade, log, out, err);
+    }
+    let mut out = crate::json_lines::JsonLines::new(out, "INFO", "rondo::status");
+    let mut err = crate::json_lines::JsonLines::new(err, "ERROR", "rondo::serve");
+    match serve_loaded(loaded, path, workers, upgrade, log, &mut out, &mut err) {
+        Ok(code) => Ok(code),
+        Err(e) => {
+            writeln!(err, "error: {e:#}")?;
+            Ok(ExitCode::FAILURE)
+        }
+    }
+}
+
+/// [`serve`] once the file is read (`loaded`), writing status lines to `out` and refusals to
+/// `err`.
+fn serve_loaded(
+    loaded: Result<rondo_config::Config, rondo_config::ConfigErrors>,
+    path: &Path,
+    workers: Option<usize>,
+    upgrade: bool,
+    log: &crate::cli::LogArgs,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> anyhow::Result<ExitCode> {
+    let mut config = match loaded {
         Ok(c) => c,
         Err(errors) => {
             crate::init_tracing(log, None, "info");

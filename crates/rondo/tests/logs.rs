@@ -114,9 +114,19 @@ fn json_log_lines_parse_from_the_config_or_the_command_line() {
     std::fs::write(&path, text).expect("write config");
     let log = dir.0.join("stderr.log");
     let mut router = serve(&path, &log, &[]);
-    router.line_with("listener web on", Duration::from_secs(10));
+    // stdout's status lines are JSON too, in the log's shape.
+    let status = router.line_with("listener web on", Duration::from_secs(10));
+    let status: serde_json::Value =
+        serde_json::from_str(&status).unwrap_or_else(|e| panic!("not JSON ({e}): {status}"));
+    assert_eq!(status["level"], "INFO");
+    let message = status["fields"]["message"].as_str().expect("message");
+    assert!(message.starts_with("rondo: listener web on 127.0.0.1:"), "{status}");
     wait_for_line(&log, &["member down", "gone"]);
     router.kill();
+    for line in router.lines.try_iter() {
+        let v: Result<serde_json::Value, _> = serde_json::from_str(&line);
+        assert!(v.is_ok(), "a stdout line that is not JSON: {line}");
+    }
     let text = std::fs::read_to_string(&log).expect("read the log");
     let lines: Vec<serde_json::Value> = text
         .lines()
@@ -146,6 +156,29 @@ fn json_log_lines_parse_from_the_config_or_the_command_line() {
         assert_ne!(v["level"], "INFO", "an info line at --log-level warn: {l}");
     }
     assert!(!text.contains('\u{1b}'), "{text}");
+}
+
+#[test]
+fn with_a_json_log_refusals_and_a_bad_rondo_log_are_json_too() {
+    let dir = TempDir::new("logs");
+    let path = dir.0.join("rondo.toml");
+    // A config error, before any `[log]` is known: `--log-format json` decides.
+    std::fs::write(&path, "[cluster.c]\nalgoritm = \"x\"\n").expect("write config");
+    let out = Command::new(BIN)
+        .args(["serve", "--log-format", "json", path.to_str().expect("utf-8")])
+        .env("RONDO_LOG", "rondo=nonsense[")
+        .output()
+        .expect("run rondo serve");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<serde_json::Value> = stderr
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    let message = |v: &serde_json::Value| v["fields"]["message"].as_str().unwrap_or("").to_owned();
+    assert!(lines.iter().any(|v| message(v).contains("algoritm")), "{stderr}");
+    assert!(lines.iter().any(|v| message(v).contains("ignoring RONDO_LOG")), "{stderr}");
+    assert!(out.stdout.is_empty(), "{}", String::from_utf8_lossy(&out.stdout));
 }
 
 #[test]
