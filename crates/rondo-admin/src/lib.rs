@@ -8,6 +8,7 @@
 pub mod client;
 mod dashboard;
 mod metrics;
+mod probes;
 mod queues;
 mod server;
 

@@ -37,6 +37,8 @@ pub struct AdminServer {
     tls: bool,
     /// The token, for the dashboard link only (kept out of `Debug`).
     token: Option<Arc<Vec<u8>>>,
+    /// The probe listener of its own (`probe_listen`): its address and task.
+    probes: Option<(SocketAddr, tokio::task::JoinHandle<()>)>,
 }
 
 impl std::fmt::Debug for AdminServer {
@@ -58,15 +60,23 @@ impl AdminServer {
         crate::dashboard::link(self.scheme(), self.addr, token)
     }
 
+    /// The address of the probe listener of its own (`probe_listen`), if any.
+    pub fn probe_addr(&self) -> Option<SocketAddr> {
+        self.probes.as_ref().map(|(a, _)| *a)
+    }
+
     /// Stops accepting connections.
     pub fn stop(&self) {
         self.task.abort();
+        if let Some((_, t)) = &self.probes {
+            t.abort();
+        }
     }
 }
 
 impl Drop for AdminServer {
     fn drop(&mut self) {
-        self.task.abort();
+        self.stop();
     }
 }
 
@@ -92,10 +102,26 @@ pub async fn start(spec: &AdminSpec, live: Arc<Live>) -> std::io::Result<AdminSe
     let listener = live.sockets.tcp_listener("admin", spec.listen)?;
     let addr = listener.local_addr()?;
     let tls = rondo_runtime::http_api::tls("[admin]", spec.tls.as_ref(), &live)?;
-    let app = router(live.clone(), token.clone());
+    let mut app = router(live.clone(), token.clone());
+    let probes = match spec.probes.listen {
+        None => {
+            app = app.merge(crate::probes::routes(&live, &spec.probes));
+            None
+        }
+        Some(at) => {
+            let listener = live.sockets.tcp_listener("admin-probes", at).map_err(|e| {
+                std::io::Error::new(e.kind(), format!("its probe listener on {at}: {e}"))
+            })?;
+            let addr = listener.local_addr()?;
+            let own = crate::probes::own_listener(&live, &spec.probes);
+            let task =
+                rondo_runtime::http_api::spawn("probe listener", listener, None, own, live.clone());
+            Some((addr, task))
+        }
+    };
     let token = token.map(Arc::new);
     let task = rondo_runtime::http_api::spawn("admin API", listener, tls, app, live);
-    Ok(AdminServer { addr, task, tls: spec.tls.is_some(), token })
+    Ok(AdminServer { addr, task, tls: spec.tls.is_some(), token, probes })
 }
 
 /// The API as an axum router (for embedding); `token: None` refuses every call with 403.

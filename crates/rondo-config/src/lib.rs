@@ -40,7 +40,7 @@ pub use schema::fields as schema_fields;
 pub use spec::{
     AccessLogSpec, AccessLogTarget, AdminSpec, AdminToken, AgentKey, AgentSpec, DnsSpec,
     ErrorDetail, Http2Limits, Http3Spec, ListenerProtocol, ListenerSpec, LogFormat, LogSpec,
-    NamingSpec, QueueBackend, QueueSpec, RegistrySpec, RouterSpec, Routing,
+    NamingSpec, ProbeSpec, QueueBackend, QueueSpec, RegistrySpec, RouterSpec, Routing,
 };
 pub use warnings::Features;
 

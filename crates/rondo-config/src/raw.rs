@@ -75,6 +75,10 @@ pub(crate) struct RawAdmin {
     pub token: Option<String>,
     pub token_file: Option<String>,
     pub tls: Option<RawListenerTls>,
+    pub ready_path: Option<String>,
+    pub live_path: Option<String>,
+    pub probe_listen: Option<String>,
+    pub ready_clusters: Option<Vec<String>>,
 }
 
 /// `[naming]`.

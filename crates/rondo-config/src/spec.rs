@@ -363,6 +363,25 @@ pub struct AdminSpec {
     pub token: Option<AdminToken>,
     /// TLS (`tls`, the same table as a listener's), when set: the API speaks HTTPS only.
     pub tls: Option<crate::tls::ListenerTls>,
+    /// The unauthenticated readiness and liveness endpoints (`ready_path`, `live_path`,
+    /// `probe_listen`, `ready_clusters`).
+    pub probes: ProbeSpec,
+}
+
+/// The platform probes of `[admin]`: paths answered without a token, on the admin listener or
+/// on a plain HTTP listener of their own that answers nothing else.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ProbeSpec {
+    /// Readiness (`ready_path`): 200 once the process serves, every cluster of
+    /// [`ProbeSpec::ready_clusters`] has an eligible member and no drain has started; else 503
+    /// with the reasons.
+    pub ready_path: Option<String>,
+    /// Liveness (`live_path`): 200 while the process answers.
+    pub live_path: Option<String>,
+    /// A listener of their own (`probe_listen`), plain HTTP; `None`: the admin listener.
+    pub listen: Option<SocketAddr>,
+    /// The clusters readiness needs an eligible member in; `None`: every cluster of the view.
+    pub ready_clusters: Option<Vec<String>>,
 }
 
 impl AdminSpec {

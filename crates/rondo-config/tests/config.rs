@@ -140,6 +140,7 @@ fn full_config_compiles_into_the_expected_view() {
             listen: "127.0.0.1:9950".parse().unwrap(),
             token: Some(AdminToken::File(Path::new("conf").join("secrets/admin.token"))),
             tls: None,
+            probes: Default::default(),
         })
     );
     assert_eq!(
@@ -2061,4 +2062,37 @@ fn grpc_codes_and_the_grpc_health_check_compile_and_unknown_codes_are_refused() 
         "{ service",
         "only applies to health checks of kind `grpc`",
     );
+}
+
+#[test]
+fn probe_paths_and_their_listener_are_checked() {
+    let admin = |lines: &str| with(&format!("\n[admin]\nlisten = \"127.0.0.1:9950\"\n{lines}\n"));
+    let ok_text = admin(
+        "ready_path = \"/ready\"\nlive_path = \"/live\"\nprobe_listen = \"127.0.0.1:9951\"\n\
+         ready_clusters = [\"app\"]",
+    );
+    let probes = ok(&ok_text).admin.expect("admin").probes;
+    assert_eq!(
+        probes,
+        rondo_config::ProbeSpec {
+            ready_path: Some("/ready".into()),
+            live_path: Some("/live".into()),
+            listen: Some("127.0.0.1:9951".parse().unwrap()),
+            ready_clusters: Some(vec!["app".into()]),
+        }
+    );
+    let text = admin("ready_path = \"ready\"");
+    fails_once(&text, "admin.ready_path", "\"ready\"", "must start with `/`");
+    let text = admin("live_path = \"/api/v1/live\"");
+    fails_once(&text, "admin.live_path", "\"/api/v1/live\"", "a path of the admin API");
+    let text = admin("ready_path = \"/r\"\nlive_path = \"/r\"");
+    fails_once(&text, "admin.live_path", "$\"/r\"", "must differ from ready_path");
+    let text = admin("probe_listen = \"127.0.0.1:9951\"");
+    fails_once(&text, "admin.probe_listen", "\"127.0.0.1:9951\"", "needs ready_path or live_path");
+    let text = admin("live_path = \"/l\"\nprobe_listen = \"127.0.0.1:9950\"");
+    fails_once(&text, "admin.probe_listen", "$\"127.0.0.1:9950\"", "already used by admin.listen");
+    let text = admin("ready_path = \"/r\"\nready_clusters = [\"app\", \"nope\"]");
+    fails_once(&text, "admin.ready_clusters[1]", "\"nope\"", "no cluster named `nope`");
+    let text = admin("ready_clusters = [\"app\"]");
+    fails_once(&text, "admin.ready_clusters", "[\"app\"]", "needs ready_path");
 }

@@ -25,9 +25,21 @@ pub const IDLE_GRACE: Duration = Duration::from_secs(1);
 pub struct Drain {
     on: AtomicBool,
     notify: Notify,
+    /// Every part has started and the process said so (readiness waits for it).
+    serving: AtomicBool,
 }
 
 impl Drain {
+    /// Marks the process as serving: every part bound and announced.
+    pub fn set_serving(&self) {
+        self.serving.store(true, Ordering::Release);
+    }
+
+    /// Whether the process has started serving (it still is while it drains).
+    pub fn is_serving(&self) -> bool {
+        self.serving.load(Ordering::Acquire)
+    }
+
     /// Starts the drain (once; later calls change nothing).
     pub fn start(&self) {
         if !self.on.swap(true, Ordering::AcqRel) {

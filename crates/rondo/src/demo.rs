@@ -97,6 +97,7 @@ async fn run(
             listen: loopback,
             token: Some(rondo_config::AdminToken::Inline(token)),
             tls: None,
+            probes: Default::default(),
         };
         let server = rondo_admin::start(&spec, live.clone())
             .await

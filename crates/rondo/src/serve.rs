@@ -403,6 +403,10 @@ async fn start_admin(
     let link = a.dashboard_link(std::io::IsTerminal::is_terminal(&std::io::stdout()));
     writeln!(out, "rondo: dashboard on {link}")?;
     own.push(rondo_naming::api::OwnAddress { what: "admin API".to_owned(), addr: a.addr });
+    if let Some(addr) = a.probe_addr() {
+        writeln!(out, "rondo: probe listener on {addr}")?;
+        own.push(rondo_naming::api::OwnAddress { what: "probe listener".to_owned(), addr });
+    }
     Ok(Some(a))
 }
 
@@ -535,6 +539,7 @@ fn announce(
     }
     out.write_all(&announced)?;
     out.flush()?;
+    live.drain.set_serving();
     crate::upgrade::notify(&if handed {
         format!("MAINPID={}\nREADY=1", std::process::id())
     } else {

@@ -34,6 +34,7 @@ impl Setup {
             listen: any_port(),
             token: token.map(|t| AdminToken::Inline(t.to_owned())),
             tls: None,
+            probes: Default::default(),
         };
         let admin = rondo_admin::start(&spec, router.live.clone()).await.expect("admin starts");
         Setup { router, admin }
@@ -1034,4 +1035,91 @@ async fn a_failing_member_shows_in_the_shadows_failed_picks() {
     );
     let row = out.lines().find(|l| l.starts_with("dead ")).unwrap_or_else(|| panic!("{out}"));
     assert!(row.contains(&format!(" {live_tries}/{shadow_picks} ")), "{out}");
+}
+
+/// `rondo serve` with one member `m1` at `member`, health-checked every 100 ms, and `[admin]`
+/// with `probes` (lines of the table).
+fn serve_with_probes(dir: &TempDir, member: SocketAddr, probes: &str) -> Proc {
+    let path = dir.0.join("rondo.toml");
+    let config = format!(
+        "[admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"{TOKEN}\"\n{probes}\n\n\
+         [[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:0\"\n\n\
+         [[route]]\nlistener = \"web\"\ncluster = \"c\"\n\n\
+         [cluster.c]\nhealth = {{ kind = \"tcp\", interval = \"100ms\", fall = 1, rise = 1 }}\n\
+         members = [{{ name = \"m1\", address = \"{member}\" }}]\n"
+    );
+    std::fs::write(&path, config).expect("write config");
+    let child = Command::new(BIN)
+        .args(["serve", "--workers", "1", path.to_str().expect("utf-8")])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start rondo serve");
+    Proc::from_child(child)
+}
+
+/// GETs `path` at `addr` until its status is `want` (10 s at most): the last body.
+#[track_caller]
+fn until_status(addr: SocketAddr, path: &str, want: u16) -> String {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let (status, body) = common::request(addr, "GET", path, b"");
+        if status == want {
+            return body;
+        }
+        assert!(std::time::Instant::now() < deadline, "{path}: {status} {body}, not {want}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn probes_on_their_own_listener_answer_without_the_token_and_follow_the_members() {
+    let dir = TempDir::new("admin");
+    let (mut m1, member) = common::start_member("m1", "127.0.0.1:0");
+    let mut serve = serve_with_probes(
+        &dir,
+        member,
+        "ready_path = \"/ready\"\nlive_path = \"/live\"\nprobe_listen = \"127.0.0.1:0\"",
+    );
+    let admin = serve.addr_after("rondo: admin API on ");
+    let probes = serve.addr_after("rondo: probe listener on ");
+    serve.line_with("rondo: reloading on", Duration::from_secs(10));
+
+    assert_eq!(common::request(probes, "GET", "/ready", b""), (200, "ready\n".to_owned()));
+    assert_eq!(common::request(probes, "GET", "/live", b""), (200, "live\n".to_owned()));
+    // Nothing else on the probe listener; the probe paths are not on the admin listener.
+    assert_eq!(common::request(probes, "GET", "/api/v1/status", b"").0, 404);
+    assert_eq!(common::request(probes, "GET", "/metrics", b"").0, 404);
+    assert_eq!(common::request(admin, "GET", "/ready", b"").0, 401);
+
+    // The only member goes down: not ready, with the reason; alive all the same.
+    m1.kill();
+    let body = until_status(probes, "/ready", 503);
+    assert_eq!(body, "not ready\ncluster c: no eligible member\n");
+    assert_eq!(common::request(probes, "GET", "/live", b"").0, 200);
+    // It comes back on the same address: ready again.
+    let (_m1, _) = common::start_member("m1", &member.to_string());
+    until_status(probes, "/ready", 200);
+}
+
+#[test]
+fn probes_on_the_admin_listener_need_no_token_while_the_api_still_does() {
+    let dir = TempDir::new("admin");
+    let (_m1, member) = common::start_member("m1", "127.0.0.1:0");
+    let (mut dead, gone) = common::start_member("m2", "127.0.0.1:0");
+    dead.kill();
+    let probes = format!(
+        "ready_path = \"/healthz/ready\"\nready_clusters = [\"c\"]\n\n\
+         [cluster.spare]\nhealth = {{ kind = \"tcp\", interval = \"100ms\", fall = 1 }}\n\
+         members = [{{ name = \"m2\", address = \"{gone}\" }}]"
+    );
+    let mut serve = serve_with_probes(&dir, member, &probes);
+    let admin = serve.addr_after("rondo: admin API on ");
+    serve.line_with("rondo: reloading on", Duration::from_secs(10));
+    // `spare` has no live member, but readiness only asks about `c`.
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(common::request(admin, "GET", "/healthz/ready", b""), (200, "ready\n".to_owned()));
+    assert_eq!(common::request(admin, "GET", "/api/v1/status", b"").0, 401);
+    assert_eq!(common::request(admin, "GET", "/live", b"").0, 401);
 }

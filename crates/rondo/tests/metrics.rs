@@ -122,8 +122,12 @@ async fn metrics_count_responses_retries_and_state() {
     let config = rondo_config::load_file(&path, 1).expect("valid config");
 
     let r = router(&config_text).await;
-    let spec =
-        AdminSpec { listen: any_port(), token: Some(AdminToken::Inline(TOKEN.into())), tls: None };
+    let spec = AdminSpec {
+        listen: any_port(),
+        token: Some(AdminToken::Inline(TOKEN.into())),
+        tls: None,
+        probes: Default::default(),
+    };
     let admin = rondo_admin::start(&spec, r.live.clone()).await.expect("admin starts");
     let url = format!("http://{}/metrics", admin.addr);
 
@@ -222,8 +226,12 @@ async fn metrics_count_responses_retries_and_state() {
 async fn a_fresh_router_exposes_view_and_reload_counters_at_zero() {
     let ms = members(1, Duration::ZERO).await;
     let r = router(&one_cluster(&member_list(&ms))).await;
-    let spec =
-        AdminSpec { listen: any_port(), token: Some(AdminToken::Inline(TOKEN.into())), tls: None };
+    let spec = AdminSpec {
+        listen: any_port(),
+        token: Some(AdminToken::Inline(TOKEN.into())),
+        tls: None,
+        probes: Default::default(),
+    };
     let admin = rondo_admin::start(&spec, r.live.clone()).await.expect("admin starts");
     let (status, _, text) = scrape(&format!("http://{}/metrics", admin.addr), Some(TOKEN)).await;
     assert_eq!(status, StatusCode::OK, "{text}");

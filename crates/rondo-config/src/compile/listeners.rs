@@ -309,7 +309,7 @@ pub(super) fn compile_http2(
 }
 
 /// The sockets this config binds (port 0: any free port, never a clash), each with its field:
-/// the listeners, the admin and naming APIs, DNS (with `dns`), the agent receiver.
+/// the listeners, the admin and naming APIs and the probe listener, DNS (with `dns`), the agent receiver.
 pub(super) struct OwnSockets(Vec<(SocketAddr, FieldPath, bool)>);
 
 impl OwnSockets {
@@ -330,6 +330,9 @@ impl OwnSockets {
         }
         if let Some(a) = admin {
             own.push((a.listen, root.key("admin").key("listen"), false));
+            if let Some(p) = a.probes.listen {
+                own.push((p, root.key("admin").key("probe_listen"), false));
+            }
         }
         if let Some(n) = naming {
             own.push((n.listen, root.key("naming").key("listen"), false));

@@ -51,7 +51,7 @@ use crate::raw::{
 use crate::spec::{
     AccessLogSpec, AccessLogTarget, AdminSpec, AdminToken, AgentKey, AgentSpec, DnsSpec,
     ErrorDetail, Http2Limits, Http3Spec, ListenerProtocol, ListenerSpec, LogFormat, LogSpec,
-    NamingSpec, QueueBackend, QueueSpec, RegistrySpec, RouterSpec, Routing,
+    NamingSpec, ProbeSpec, QueueBackend, QueueSpec, RegistrySpec, RouterSpec, Routing,
 };
 use crate::tls::{self, CertKeyPaths, ClientAuth, ListenerTls};
 
@@ -374,7 +374,8 @@ pub(crate) fn compile(
             }
         }
     };
-    let admin = raw.admin.as_ref().map(|a| compile_admin(&mut c, a));
+    let cluster_names: Vec<&str> = raw.cluster.keys().map(String::as_str).collect();
+    let admin = raw.admin.as_ref().map(|a| compile_admin(&mut c, a, &cluster_names));
     let naming = raw.naming.as_ref().map(|n| compile_naming(&mut c, n));
     let agent = raw.agent.as_ref().map(|a| compile_agent(&mut c, a));
     let log = raw.log.as_ref().map(|l| compile_log(&mut c, l)).unwrap_or_default();

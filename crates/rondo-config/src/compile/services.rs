@@ -63,7 +63,7 @@ pub(super) fn compile_agent(c: &mut Compiler<'_>, a: &RawAgentReceiver) -> Agent
     AgentSpec { listen, key, interval, tls }
 }
 
-pub(super) fn compile_admin(c: &mut Compiler<'_>, a: &RawAdmin) -> AdminSpec {
+pub(super) fn compile_admin(c: &mut Compiler<'_>, a: &RawAdmin, clusters: &[&str]) -> AdminSpec {
     let path = FieldPath::root().key("admin");
     let listen = a.listen.as_deref().unwrap_or(AdminSpec::DEFAULT_LISTEN);
     let listen = c
@@ -71,7 +71,60 @@ pub(super) fn compile_admin(c: &mut Compiler<'_>, a: &RawAdmin) -> AdminSpec {
         .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)));
     let token = compile_token(c, &path, a.token.as_ref(), a.token_file.as_ref());
     let tls = a.tls.as_ref().map(|t| compile_listener_tls(c, &path.key("tls"), t));
-    AdminSpec { listen, token, tls }
+    let probes = compile_probes(c, &path, a, clusters);
+    AdminSpec { listen, token, tls, probes }
+}
+
+/// The paths the admin API answers itself, which a probe path may not take.
+const ADMIN_PATHS: [&str; 4] = ["/api/", "/metrics", "/dashboard", "/favicon"];
+
+/// `ready_path`, `live_path`, `probe_listen` and `ready_clusters` of `[admin]` (`clusters`: the
+/// file's cluster names).
+fn compile_probes(
+    c: &mut Compiler<'_>,
+    path: &FieldPath,
+    a: &RawAdmin,
+    clusters: &[&str],
+) -> ProbeSpec {
+    let mut probe_path = |key: &str, value: &Option<String>| {
+        let p = value.as_ref()?;
+        let bad = if !p.starts_with('/') {
+            Some("must start with `/`".to_owned())
+        } else if p == "/" || ADMIN_PATHS.iter().any(|a| p.starts_with(a.trim_end_matches('/'))) {
+            Some(format!("is a path of the admin API itself (`/`, {})", ADMIN_PATHS.join(", ")))
+        } else if p.bytes().any(|b| b.is_ascii_whitespace() || b.is_ascii_control() || b == b'?') {
+            Some("must be a plain path (no spaces, controls or query)".to_owned())
+        } else {
+            None
+        };
+        match bad {
+            Some(why) => {
+                c.err(path.key(key), format!("{key} {why}"));
+                None
+            }
+            None => Some(p.clone()),
+        }
+    };
+    let ready_path = probe_path("ready_path", &a.ready_path);
+    let live_path = probe_path("live_path", &a.live_path);
+    if ready_path.is_some() && ready_path == live_path {
+        c.err(path.key("live_path"), "live_path must differ from ready_path");
+    }
+    let listen = a.probe_listen.as_deref().and_then(|l| c.socket_addr(path.key("probe_listen"), l));
+    if a.probe_listen.is_some() && a.ready_path.is_none() && a.live_path.is_none() {
+        c.err(path.key("probe_listen"), "probe_listen needs ready_path or live_path");
+    }
+    if let Some(names) = &a.ready_clusters {
+        if a.ready_path.is_none() {
+            c.err(path.key("ready_clusters"), "ready_clusters needs ready_path");
+        }
+        for (i, n) in names.iter().enumerate() {
+            if !clusters.contains(&n.as_str()) {
+                c.err(path.key("ready_clusters").index(i), format!("no cluster named `{n}`"));
+            }
+        }
+    }
+    ProbeSpec { ready_path, live_path, listen, ready_clusters: a.ready_clusters.clone() }
 }
 
 /// `token` or `token_file` (not both, not empty) of the table at `path`.

@@ -111,6 +111,7 @@ async fn the_admin_status_shows_the_split() {
         listen: super::support::any_port(),
         token: Some(rondo_config::AdminToken::Inline("t".into())),
         tls: None,
+        probes: Default::default(),
     };
     let admin = rondo_admin::start(&spec, r.live.clone()).await.expect("admin starts");
     let url = format!("http://{}/api/v1/status", admin.addr);
