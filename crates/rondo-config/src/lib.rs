@@ -40,7 +40,8 @@ pub use schema::fields as schema_fields;
 pub use spec::{
     AccessLogSpec, AccessLogTarget, AdminSpec, AdminToken, AgentKey, AgentSpec, DnsSpec,
     ErrorDetail, Http2Limits, Http3Spec, ListenerProtocol, ListenerSpec, LogFormat, LogSpec,
-    NamingSpec, ProbeSpec, QueueBackend, QueueSpec, RegistrySpec, RouterSpec, Routing,
+    NamingSpec, ProbeSpec, ProxyProtocolMode, ProxyProtocolSpec, QueueBackend, QueueSpec,
+    RegistrySpec, RouterSpec, Routing, Trusted,
 };
 pub use warnings::Features;
 

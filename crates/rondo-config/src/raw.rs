@@ -147,7 +147,9 @@ pub(crate) struct RawListener {
     pub max_headers: Option<u64>,
     #[serde(default, deserialize_with = "crate::units::bytes")]
     pub max_body_bytes: Option<u64>,
-    pub trust_forwarded_for: Option<bool>,
+    pub trust_forwarded_for: Option<Trust>,
+    pub proxy_protocol: Option<String>,
+    pub trusted_sources: Option<OneOrMany>,
     pub error_detail: Option<String>,
     #[serde(default, deserialize_with = "crate::units::millis", alias = "h2_keepalive_interval")]
     pub h2_keepalive_interval_ms: Option<u64>,
@@ -452,6 +454,43 @@ pub(crate) struct RawBodyXml {
     pub path: String,
     pub ns: Option<BTreeMap<String, String>>,
     pub equals: Option<String>,
+}
+
+/// `trust_forwarded_for`: `true`, `false`, or networks (a CIDR or an array of them).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Trust {
+    All(bool),
+    Networks(Vec<String>),
+}
+
+impl<'de> Deserialize<'de> for Trust {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Trust;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("true, false, a CIDR or an array of CIDRs")
+            }
+
+            fn visit_bool<E: de::Error>(self, v: bool) -> Result<Trust, E> {
+                Ok(Trust::All(v))
+            }
+
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Trust, E> {
+                Ok(Trust::Networks(vec![v.to_owned()]))
+            }
+
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Trust, A::Error> {
+                let mut out = Vec::new();
+                while let Some(s) = seq.next_element::<String>()? {
+                    out.push(s);
+                }
+                Ok(Trust::Networks(out))
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
 
 /// A string or an array of strings (`method = "GET"` or `method = ["GET", "POST"]`).

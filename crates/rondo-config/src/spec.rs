@@ -103,6 +103,69 @@ impl ErrorDetail {
     }
 }
 
+/// The peers some setting trusts: nobody, everybody, or those in some networks.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Trusted {
+    /// Nobody (`false`, the default).
+    #[default]
+    Nobody,
+    /// Everybody (`true`).
+    Everyone,
+    /// Peers whose address is in one of these networks.
+    Networks(Vec<ipnet::IpNet>),
+}
+
+impl Trusted {
+    /// Whether a peer at `ip` is trusted (an IPv4-mapped IPv6 address counts as its IPv4 one).
+    pub fn trusts(&self, ip: std::net::IpAddr) -> bool {
+        match self {
+            Trusted::Nobody => false,
+            Trusted::Everyone => true,
+            Trusted::Networks(nets) => {
+                let ip = ip.to_canonical();
+                nets.iter().any(|n| n.contains(&ip))
+            }
+        }
+    }
+}
+
+/// Which PROXY protocol header a listener requires of its trusted sources.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProxyProtocolMode {
+    /// Version 1 (text), required.
+    V1,
+    /// Version 2 (binary), required.
+    V2,
+    /// Either version, or none (the connection's own address is used then).
+    Optional,
+}
+
+impl ProxyProtocolMode {
+    /// Every mode.
+    pub const ALL: [ProxyProtocolMode; 3] =
+        [ProxyProtocolMode::V1, ProxyProtocolMode::V2, ProxyProtocolMode::Optional];
+
+    /// The configuration spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProxyProtocolMode::V1 => "v1",
+            ProxyProtocolMode::V2 => "v2",
+            ProxyProtocolMode::Optional => "optional",
+        }
+    }
+}
+
+/// A listener's `proxy_protocol` and `trusted_sources`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProxyProtocolSpec {
+    /// What a trusted source's connection must start with.
+    pub mode: ProxyProtocolMode,
+    /// The proxies whose headers are believed (`trusted_sources`). On an `http` listener a
+    /// connection from anywhere else is served with its own address and refused if it carries
+    /// a header; on a `tcp` listener it is refused.
+    pub trusted: Vec<ipnet::IpNet>,
+}
+
 /// A `[[listener]]`: where the router accepts clients.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ListenerSpec {
@@ -129,8 +192,12 @@ pub struct ListenerSpec {
     pub max_headers: u32,
     /// Largest request body accepted, bytes; 0 means no limit (HTTP only).
     pub max_body_bytes: u64,
-    /// Whether an incoming `X-Forwarded-For` is kept and appended to rather than replaced.
-    pub trust_forwarded_for: bool,
+    /// Whose `X-Forwarded-For` is kept and appended to rather than replaced (and whose
+    /// `Forwarded` is passed on rather than removed).
+    pub trust_forwarded_for: Trusted,
+    /// The PROXY protocol header clients' connections start with (`proxy_protocol`,
+    /// `trusted_sources`); `None`: none is read.
+    pub proxy_protocol: Option<ProxyProtocolSpec>,
     /// What the router's own error responses name.
     pub error_detail: ErrorDetail,
     /// HTTP/2 (h2c) protections against single hostile clients (HTTP only).

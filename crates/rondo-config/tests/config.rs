@@ -177,7 +177,8 @@ fn full_config_compiles_into_the_expected_view() {
                 max_header_bytes: 8192,
                 max_headers: 50,
                 max_body_bytes: 1_048_576,
-                trust_forwarded_for: true,
+                trust_forwarded_for: rondo_config::Trusted::Everyone,
+                proxy_protocol: None,
                 error_detail: ErrorDetail::Full,
                 http2: Http2Limits {
                     keepalive_interval: None,
@@ -204,7 +205,8 @@ fn full_config_compiles_into_the_expected_view() {
                 max_header_bytes: ListenerSpec::DEFAULT_MAX_HEADER_BYTES,
                 max_headers: ListenerSpec::DEFAULT_MAX_HEADERS,
                 max_body_bytes: 0,
-                trust_forwarded_for: false,
+                trust_forwarded_for: rondo_config::Trusted::Nobody,
+                proxy_protocol: None,
                 error_detail: ErrorDetail::Full,
                 http2: Http2Limits::default(),
                 access_log: None,
@@ -358,7 +360,10 @@ fn defaults_come_from_the_core_model() {
     assert_eq!(l.protocol, ListenerProtocol::Http);
     assert_eq!((l.max_connections, l.backlog), (10_000, 4096));
     assert_eq!(l.header_read_timeout, Duration::from_secs(10));
-    assert_eq!((l.max_header_bytes, l.max_headers, l.trust_forwarded_for), (65_536, 100, false));
+    assert_eq!(
+        (l.max_header_bytes, l.max_headers, &l.trust_forwarded_for),
+        (65_536, 100, &rondo_config::Trusted::Nobody)
+    );
     assert_eq!(l.error_detail, ErrorDetail::Full, "loopback listeners explain errors in full");
     let h2 = l.http2;
     assert_eq!(
@@ -2095,4 +2100,44 @@ fn probe_paths_and_their_listener_are_checked() {
     fails_once(&text, "admin.ready_clusters[1]", "\"nope\"", "no cluster named `nope`");
     let text = admin("ready_clusters = [\"app\"]");
     fails_once(&text, "admin.ready_clusters", "[\"app\"]", "needs ready_path");
+}
+
+#[test]
+fn proxy_protocol_and_trusted_networks_are_checked() {
+    let listener = |lines: &str| {
+        format!(
+            "[[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:8080\"\n{lines}\n\n\
+             [[route]]\nlistener = \"web\"\ncluster = \"app\"\n\n\
+             [cluster.app]\nmembers = [{{ name = \"a1\", address = \"127.0.0.1:9001\" }}]\n"
+        )
+    };
+    let c = ok(&listener(
+        "proxy_protocol = \"v2\"\ntrusted_sources = [\"10.0.0.0/8\", \"192.0.2.7\"]\n\
+         trust_forwarded_for = \"172.16.0.0/12\"",
+    ));
+    let l = &c.listeners[0];
+    let pp = l.proxy_protocol.as_ref().expect("proxy_protocol");
+    assert_eq!(pp.mode, rondo_config::ProxyProtocolMode::V2);
+    assert_eq!(pp.trusted.len(), 2);
+    assert!(l.trust_forwarded_for.trusts("172.20.1.1".parse().unwrap()));
+    assert!(l.trust_forwarded_for.trusts("::ffff:172.20.1.1".parse().unwrap()));
+    assert!(!l.trust_forwarded_for.trusts("10.0.0.1".parse().unwrap()));
+    assert!(
+        ok(&listener("trust_forwarded_for = true")).listeners[0]
+            .trust_forwarded_for
+            .trusts("203.0.113.1".parse().unwrap())
+    );
+
+    let text = listener("proxy_protocol = \"v2\"");
+    fails_once(&text, "listener[0].proxy_protocol", "\"v2\"", "needs trusted_sources");
+    let text = listener("proxy_protocol = \"v3\"\ntrusted_sources = [\"10.0.0.0/8\"]");
+    fails_once(&text, "listener[0].proxy_protocol", "\"v3\"", "unknown proxy_protocol `v3`");
+    let text = listener("proxy_protocol = \"v1\"\ntrusted_sources = [\"10.0.0.0/33\"]");
+    fails_once(&text, "listener[0].trusted_sources[0]", "\"10.0.0.0/33\"", "is not a network");
+    let text = listener("trusted_sources = [\"10.0.0.0/8\"]");
+    fails_once(&text, "listener[0].trusted_sources", "[\"10.0.0.0/8\"]", "needs proxy_protocol");
+    let text = listener("trust_forwarded_for = [\"10.0.0.1\", \"nope\"]");
+    fails_once(&text, "listener[0].trust_forwarded_for[1]", "\"nope\"", "is not a network");
+    let text = listener("trust_forwarded_for = []");
+    fails_once(&text, "listener[0].trust_forwarded_for", "[]", "trusts nobody");
 }

@@ -65,6 +65,9 @@ pub struct ConnState {
     reader: Mutex<Option<Waker>>,
     /// The client's address as `X-Forwarded-For` gives it, made once per connection.
     pub(crate) client_ip: http::HeaderValue,
+    /// Whether the listener trusts this client's own `X-Forwarded-For` and `Forwarded`
+    /// (`trust_forwarded_for`), decided once per connection.
+    pub(crate) forwarded_trusted: bool,
     /// The listener's metrics (timeouts and the 408s written here are counted there).
     pub(crate) metrics: Arc<ListenerMetrics>,
     /// On a TLS listener: what members are told of the client's certificate (`Some` with no
@@ -77,7 +80,7 @@ impl ConnState {
     /// router terminated its TLS.
     pub(crate) fn with_tls(
         idle: Duration,
-        client_ip: http::HeaderValue,
+        (client_ip, forwarded_trusted): (http::HeaderValue, bool),
         metrics: Arc<ListenerMetrics>,
         tls: Option<crate::tls::ClientCert>,
     ) -> Arc<Self> {
@@ -90,6 +93,7 @@ impl ConnState {
             aborted: tokio::sync::Notify::new(),
             reader: Mutex::new(None),
             client_ip,
+            forwarded_trusted,
             metrics,
             tls,
         })
@@ -680,7 +684,7 @@ mod tests {
         let metrics = rondo_runtime::metrics::Metrics::new().listener("test");
         let state = ConnState::with_tls(
             Duration::from_secs(30),
-            http::HeaderValue::from_static("x"),
+            (http::HeaderValue::from_static("x"), false),
             metrics,
             None,
         );

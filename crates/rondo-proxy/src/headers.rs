@@ -1,8 +1,9 @@
 //! Header hygiene (RFC 9110 section 7.6): hop-by-hop headers and every header named in
 //! `Connection` are removed in both directions; `X-Forwarded-For`, `-Proto` and `-Host` and
 //! `Via` are added on the way in, `Via` on the way out. `Host` is kept (even when `Connection`
-//! names it). A client-sent `X-Forwarded-For` is replaced unless the listener trusts it, in which
-//! case the client's address is appended.
+//! names it). A client-sent `X-Forwarded-For` is replaced unless the listener trusts the client
+//! (`trust_forwarded_for`), in which case the client's address is appended; a client-sent
+//! `Forwarded` is removed unless trusted likewise.
 //!
 //! `Via` carries this process's own pseudonym (`rondo-` and 8 hex digits, random per process,
 //! [`via_id`]): a request that arrives with it already in its `Via` has come back through this
@@ -141,6 +142,10 @@ pub fn add_forwarded(
     };
     if let Some(v) = xff {
         headers.insert(X_FORWARDED_FOR.clone(), v);
+    }
+    // RFC 7239's field says the same as `X-Forwarded-For`: only a trusted peer's is passed on.
+    if !trust_forwarded_for {
+        headers.remove(header::FORWARDED);
     }
     headers.insert(X_FORWARDED_PROTO.clone(), HeaderValue::from_static("http"));
     if let Some(host) = host.and_then(|h| HeaderValue::from_str(h).ok()) {
@@ -290,12 +295,16 @@ mod tests {
         let ip: IpAddr = "127.0.0.9".parse().unwrap();
         let mut h = HeaderMap::new();
         h.insert("x-forwarded-for", HeaderValue::from_static("6.6.6.6"));
+        h.insert("forwarded", HeaderValue::from_static("for=6.6.6.6"));
         add_forwarded(&mut h, &client_ip_value(ip), Some("a.test"), Version::HTTP_11, false);
         assert_eq!(h.get("x-forwarded-for").unwrap(), "127.0.0.9");
+        assert_eq!(h.get("forwarded"), None);
         let mut h = HeaderMap::new();
         h.insert("x-forwarded-for", HeaderValue::from_static("10.0.0.1"));
+        h.insert("forwarded", HeaderValue::from_static("for=10.0.0.1"));
         add_forwarded(&mut h, &client_ip_value(ip), Some("a.test"), Version::HTTP_11, true);
         assert_eq!(h.get("x-forwarded-for").unwrap(), "10.0.0.1, 127.0.0.9");
+        assert_eq!(h.get("forwarded").unwrap(), "for=10.0.0.1");
         assert_eq!(h.get("x-forwarded-host").unwrap(), "a.test");
         assert_eq!(h.get("via").unwrap().to_str().unwrap(), format!("1.1 {}", via_id()));
     }

@@ -27,6 +27,7 @@ pub mod headers;
 pub mod http;
 mod hyper_path;
 pub mod multicast;
+mod proxy_protocol;
 #[cfg(feature = "replay")]
 pub mod replay;
 pub mod session_replay;
@@ -251,9 +252,8 @@ pub async fn start(listeners: &[ListenerSpec], live: Arc<Live>) -> std::io::Resu
                 accepting.push(tokio::spawn(accept_tcp(
                     socket,
                     live.clone(),
-                    spec.name.as_str().into(),
+                    Arc::new(spec.clone()),
                     tls,
-                    spec.header_read_timeout,
                     (limit, metrics),
                     stopped.clone(),
                 )));
@@ -385,6 +385,11 @@ async fn accept_http(
         let tls = tls.clone();
         let open = ctx.metrics.opened();
         tokio::spawn(async move {
+            let mut stream = stream;
+            let Some(peer) = client_address(&mut stream, peer, &ctx.listener, &ctx.metrics).await
+            else {
+                return;
+            };
             let hyper = Hyper { ctx: &ctx, builder, budget, peer };
             match &tls {
                 None => {
@@ -417,6 +422,33 @@ async fn accept_http(
             drop(permit);
             drop(open);
         });
+    }
+}
+
+/// The client's address: the connection's own, or the one its PROXY protocol header names
+/// (`proxy_protocol`); `None`: the connection was refused (counted; dropping it closes it).
+async fn client_address(
+    stream: &mut tokio::net::TcpStream,
+    peer: SocketAddr,
+    listener: &ListenerSpec,
+    metrics: &ListenerMetrics,
+) -> Option<SocketAddr> {
+    let Some(spec) = &listener.proxy_protocol else { return Some(peer) };
+    let tcp = listener.protocol == rondo_config::ListenerProtocol::Tcp;
+    let timeout = listener.header_read_timeout;
+    match proxy_protocol::read(stream, peer, spec, tcp, timeout).await {
+        Ok(outcome) => {
+            metrics.proxy_protocol(outcome.label());
+            Some(match outcome {
+                proxy_protocol::Outcome::Client(addr) => addr,
+                proxy_protocol::Outcome::Own => peer,
+            })
+        }
+        Err(refused) => {
+            metrics.proxy_protocol(refused.label());
+            tracing::debug!(listener = %listener.name, %peer, "PROXY protocol: {}", refused.label());
+            None
+        }
     }
 }
 
@@ -453,7 +485,9 @@ impl Hyper<'_> {
         let client_ip = headers::client_ip_value(peer.ip());
         let header_timeout = ctx.listener.header_read_timeout;
         let shutdown_timeout = ctx.listener.http2.shutdown_timeout;
-        let state = ConnState::with_tls(header_timeout, client_ip, ctx.metrics.clone(), cert);
+        let trusted = ctx.listener.trust_forwarded_for.trusts(peer.ip());
+        let state =
+            ConnState::with_tls(header_timeout, (client_ip, trusted), ctx.metrics.clone(), cert);
         let limits = h1::parse::Limits {
             max_bytes: ctx.listener.max_header_bytes as usize,
             max_fields: ctx.listener.max_headers as usize,
@@ -562,12 +596,13 @@ fn answered_by_hyper(e: &(dyn std::error::Error + 'static)) -> Option<u16> {
 async fn accept_tcp(
     socket: TcpListener,
     live: Arc<Live>,
-    name: Arc<str>,
+    spec: Arc<ListenerSpec>,
     tls: Option<Arc<tls::Terminator>>,
-    hello_timeout: Duration,
     (limit, metrics): (Arc<Semaphore>, Arc<ListenerMetrics>),
     mut stopped: watch::Receiver<bool>,
 ) {
+    let name: Arc<str> = spec.name.as_str().into();
+    let hello_timeout = spec.header_read_timeout;
     loop {
         let (stream, peer) = tokio::select! {
             biased;
@@ -586,9 +621,14 @@ async fn accept_tcp(
             continue;
         };
         let _ = stream.set_nodelay(true);
-        let (live, name, tls) = (live.clone(), name.clone(), tls.clone());
+        let (live, name, tls, spec) = (live.clone(), name.clone(), tls.clone(), spec.clone());
         let open = metrics.opened();
+        let metrics = metrics.clone();
         tokio::spawn(async move {
+            let mut stream = stream;
+            let Some(peer) = client_address(&mut stream, peer, &spec, &metrics).await else {
+                return;
+            };
             match tls {
                 None => tcp::handle_plain(live, name, stream, peer, hello_timeout).await,
                 Some(t) => match t.accept(stream).await {

@@ -21,6 +21,7 @@ mod router {
     mod limits;
     mod multicast;
     mod protocols;
+    mod proxy_protocol;
     mod rebalance;
     mod serve;
     mod session_replay;

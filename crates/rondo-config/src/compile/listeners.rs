@@ -3,6 +3,8 @@
 //! at one of them).
 
 use super::*;
+use crate::raw::Trust;
+use crate::spec::{ProxyProtocolMode, ProxyProtocolSpec, Trusted};
 
 pub(super) fn compile_access_log(
     c: &mut Compiler<'_>,
@@ -130,7 +132,8 @@ pub(super) fn compile_listener(
         max_header_bytes,
         max_headers,
         max_body_bytes,
-        trust_forwarded_for: l.trust_forwarded_for.unwrap_or(false),
+        trust_forwarded_for: compile_trust(c, &path, l.trust_forwarded_for.as_ref()),
+        proxy_protocol: compile_proxy_protocol(c, &path, l, protocol),
         error_detail: error_detail.unwrap_or_else(|| ErrorDetail::default_for(listen)),
         http2: compile_http2(c, &path, l),
         tls: l.tls.as_ref().map(|t| compile_listener_tls(c, &path.key("tls"), t)),
@@ -306,6 +309,79 @@ pub(super) fn compile_http2(
         max_resets,
         max_resets_per_address,
     }
+}
+
+/// Networks written as CIDRs (`10.0.0.0/8`) or single addresses (`10.1.2.3`, a /32 or /128).
+fn networks(c: &mut Compiler<'_>, path: &FieldPath, items: &[String]) -> Vec<ipnet::IpNet> {
+    let mut out = Vec::new();
+    for (i, s) in items.iter().enumerate() {
+        let parsed = s
+            .parse::<ipnet::IpNet>()
+            .or_else(|_| s.parse::<std::net::IpAddr>().map(ipnet::IpNet::from));
+        match parsed {
+            Ok(n) => out.push(n.trunc()),
+            Err(_) => c.err(
+                path.index(i),
+                format!("`{s}` is not a network: write a CIDR such as `10.0.0.0/8` or an address"),
+            ),
+        }
+    }
+    out
+}
+
+/// `trust_forwarded_for`: `true`, `false`, or networks.
+fn compile_trust(c: &mut Compiler<'_>, path: &FieldPath, t: Option<&Trust>) -> Trusted {
+    match t {
+        None | Some(Trust::All(false)) => Trusted::Nobody,
+        Some(Trust::All(true)) => Trusted::Everyone,
+        Some(Trust::Networks(items)) => {
+            let path = path.key("trust_forwarded_for");
+            if items.is_empty() {
+                c.err(path.clone(), "an empty list trusts nobody: write `false`");
+            }
+            Trusted::Networks(networks(c, &path, items))
+        }
+    }
+}
+
+/// `proxy_protocol` and `trusted_sources` (required with it: whose headers to believe).
+fn compile_proxy_protocol(
+    c: &mut Compiler<'_>,
+    path: &FieldPath,
+    l: &RawListener,
+    protocol: ListenerProtocol,
+) -> Option<ProxyProtocolSpec> {
+    let Some(mode) = &l.proxy_protocol else {
+        if l.trusted_sources.is_some() {
+            c.err(path.key("trusted_sources"), "trusted_sources needs proxy_protocol");
+        }
+        return None;
+    };
+    let mode = match ProxyProtocolMode::ALL.into_iter().find(|m| m.as_str() == mode) {
+        Some(m) => m,
+        None => {
+            let all = ProxyProtocolMode::ALL.map(ProxyProtocolMode::as_str);
+            let message = format!("unknown proxy_protocol `{mode}`, expected {}", one_of(all));
+            c.err(path.key("proxy_protocol"), message);
+            return None;
+        }
+    };
+    if protocol == ListenerProtocol::Queue {
+        c.err(path.key("proxy_protocol"), "queue listeners do not read PROXY headers yet");
+    }
+    let Some(sources) = &l.trusted_sources else {
+        c.err(
+            path.key("proxy_protocol"),
+            "proxy_protocol needs trusted_sources (the proxies in front, e.g. [\"10.0.0.0/8\"]; \
+             [\"0.0.0.0/0\", \"::/0\"] trusts everyone)",
+        );
+        return None;
+    };
+    let trusted = networks(c, &path.key("trusted_sources"), &sources.0);
+    if sources.0.is_empty() {
+        c.err(path.key("trusted_sources"), "trusted_sources must name at least one network");
+    }
+    Some(ProxyProtocolSpec { mode, trusted })
 }
 
 /// The sockets this config binds (port 0: any free port, never a clash), each with its field:

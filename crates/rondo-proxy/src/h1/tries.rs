@@ -363,12 +363,13 @@ impl<'a, S: ClientStream> OwnTries<'a, S> {
         let mut out = std::mem::take(&mut self.out);
         let host = self.host.get(&self.buf);
         out.clear();
-        let client = (self.c.ip.as_bytes(), self.c.tls.as_ref());
+        let trusted = self.ctx.listener.trust_forwarded_for.trusts(self.c.peer.ip());
+        let client = (self.c.ip.as_bytes(), self.c.tls.as_ref(), trusted);
         let target = self.target.as_deref().map(str::as_bytes);
         let head = (&self.head, target);
         let applied = self.applied.as_deref();
         let added = (applied.and_then(|a| a.identity.as_ref()), applied);
-        write_request_head(&mut out, &self.buf, head, self.ctx, client, host, added);
+        write_request_head(&mut out, &self.buf, head, client, host, added);
         if self.body.complete {
             let start = self.head.len;
             out.extend_from_slice(&self.buf[start..start + self.body.in_buf]);

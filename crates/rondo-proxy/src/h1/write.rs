@@ -9,7 +9,6 @@ use super::parse::{self, Field, RequestHead, ResponseHead};
 use crate::auth::{self, Identity, LOGIN_HEADER};
 use crate::chain::{Answer, Applied, FieldOps, ResponseEdits};
 use crate::headers::{HOP_BY_HOP_BUT_FRAMING, via_id};
-use crate::http::HttpCtx;
 
 /// The head of a response the router makes itself.
 pub(super) fn local_head(
@@ -84,8 +83,7 @@ pub(super) fn write_request_head(
     out: &mut Vec<u8>,
     buf: &[u8],
     (head, target): (&RequestHead, Option<&[u8]>),
-    ctx: &HttpCtx,
-    (ip, tls): (&[u8], Option<&crate::tls::ClientCert>),
+    (ip, tls, trusted): (&[u8], Option<&crate::tls::ClientCert>, bool),
     host: &[u8],
     (identity, applied): (Option<&Identity>, Option<&Applied>),
 ) {
@@ -115,6 +113,7 @@ pub(super) fn write_request_head(
             || is(name, b"expect")
             || is(name, b"x-forwarded-proto")
             || is(name, b"x-forwarded-host")
+            || (!trusted && is(name, b"forwarded"))
             || is(name, crate::tls::CLIENT_CERT_SUBJECT.as_bytes())
             || is(name, crate::tls::CLIENT_CERT_SAN.as_bytes())
             || is_identity_header(name)
@@ -151,7 +150,7 @@ pub(super) fn write_request_head(
         out.extend_from_slice(b"te: trailers\r\n");
     }
     out.extend_from_slice(b"x-forwarded-for: ");
-    if let Some(prior) = prior_xff.filter(|_| ctx.listener.trust_forwarded_for) {
+    if let Some(prior) = prior_xff.filter(|_| trusted) {
         out.extend_from_slice(prior);
         out.extend_from_slice(b", ");
     }

@@ -104,7 +104,8 @@ pub(super) async fn serve(
         .and_then(|certs| certs.first().map(|c| crate::tls::client_cert(c)))
         .unwrap_or_default();
     let client_ip = crate::headers::client_ip_value(peer.ip());
-    let state = ConnState::with_tls(timeout, client_ip, ctx.metrics.clone(), Some(cert));
+    let trusted = ctx.listener.trust_forwarded_for.trusts(peer.ip());
+    let state = ConnState::with_tls(timeout, (client_ip, trusted), ctx.metrics.clone(), Some(cert));
     let held = (permit, ctx.metrics.opened());
     let conn = Arc::new(Conn {
         shared: shared.clone(),

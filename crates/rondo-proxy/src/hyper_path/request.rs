@@ -348,7 +348,7 @@ pub(super) fn prepare(
         &conn.client_ip,
         host,
         client_version,
-        ctx.listener.trust_forwarded_for,
+        conn.forwarded_trusted,
     );
     crate::headers::add_client_cert(&mut parts.headers, conn.tls.as_ref());
     crate::auth::apply(&mut parts.headers, applied.as_ref().and_then(|a| a.identity.as_ref()));

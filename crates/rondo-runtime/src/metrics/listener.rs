@@ -29,6 +29,15 @@ pub struct ClosedLabels {
     pub reason: &'static str,
 }
 
+/// Labels of a connection's PROXY protocol header.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct ProxyProtocolLabels {
+    /// Listener name.
+    pub listener: String,
+    /// `accepted`, `own_address`, `refused_untrusted`, `refused_missing`, `refused_malformed`.
+    pub result: &'static str,
+}
+
 /// Labels of a connection the own HTTP/1 path handed to hyper.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct HandoffLabels {
@@ -72,6 +81,7 @@ pub struct ListenerMetrics {
     /// Connections handed to hyper, per reason (`rondo_http1_handoffs_total`).
     pub handoffs: Handoffs,
     responses: Family<RouterResponseLabels, Counter>,
+    proxy_protocol: Family<ProxyProtocolLabels, Counter>,
     /// The router's own responses seen so far by route, cluster and status, so that a flood of
     /// them builds no label set after the first.
     local: RwLock<Vec<(String, String, u16, Counter)>>,
@@ -151,6 +161,12 @@ impl Handoffs {
 }
 
 impl ListenerMetrics {
+    /// A connection's PROXY protocol header read with `result` (`rondo_proxy_protocol_total`).
+    pub fn proxy_protocol(&self, result: &'static str) {
+        let labels = ProxyProtocolLabels { listener: self.listener.clone(), result };
+        self.proxy_protocol.get_or_create(&labels).inc();
+    }
+
     /// Counts a connection accepted and open until the returned guard is dropped.
     pub fn opened(self: &Arc<Self>) -> OpenConn {
         self.accepted.inc();
@@ -215,6 +231,7 @@ impl Metrics {
                 self.http1_handoffs.get_or_create(&labels).clone()
             })),
             responses: self.router_responses.clone(),
+            proxy_protocol: self.proxy_protocol.clone(),
             local: RwLock::new(Vec::new()),
         })
     }
@@ -239,6 +256,11 @@ pub(super) fn register(m: &Metrics, r: &mut Registry) {
             "Client connections the router's own HTTP/1 path handed to hyper's, by the reason of the first request it declined",
             m.http1_handoffs.clone(),
         );
+    r.register(
+        "proxy_protocol",
+        "Client connections by what their PROXY protocol header said: accepted (a client address), own_address (LOCAL, UNKNOWN or no header where optional), or why they were refused",
+        m.proxy_protocol.clone(),
+    );
     r.register(
         "access_log_dropped",
         "Access log lines dropped because the writer fell behind",
