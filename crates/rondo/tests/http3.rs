@@ -517,11 +517,9 @@ fn statuses(web: SocketAddr, ca: &Path, path: &str, count: usize) -> Vec<u64> {
     v
 }
 
-#[test]
-fn upgrades_under_http3_load_fail_nothing() {
-    let (_m1, a1) = start_member("m1", "127.0.0.1:0");
-    let mut r = serve(&[("m1", a1)], "");
-    // The same file with an upgrade socket: the first process is replaced by one that has it.
+/// `r`'s configuration with an upgrade socket and a drain of 5 s, `r`'s process stopped: the
+/// file's path, for [`serve_config`].
+fn upgradable(r: &mut Router) -> String {
     let path = r._dir.0.join("rondo.toml");
     let text = std::fs::read_to_string(&path).unwrap();
     let sock = r._dir.0.join("upgrade.sock");
@@ -531,16 +529,27 @@ fn upgrades_under_http3_load_fail_nothing() {
     );
     std::fs::write(&path, text).unwrap();
     r.proc.kill();
-    let config = path.to_str().unwrap().to_owned();
-    let start = |upgrade: bool| {
-        let mut args = vec!["serve", "--config", config.as_str(), "--workers", "1"];
-        if upgrade {
-            args.insert(1, "--upgrade");
-        }
-        let mut p = Proc::start(&args);
-        p.line_with("admin API on", Duration::from_secs(20));
-        p
-    };
+    path.to_str().unwrap().to_owned()
+}
+
+/// `rondo serve` on `config` (with `upgrade`, taking over from the process running on it),
+/// once its admin API is up.
+fn serve_config(config: &str, upgrade: bool) -> Proc {
+    let mut args = vec!["serve", "--config", config, "--workers", "1"];
+    if upgrade {
+        args.insert(1, "--upgrade");
+    }
+    let mut p = Proc::start(&args);
+    p.line_with("admin API on", Duration::from_secs(20));
+    p
+}
+
+#[test]
+fn upgrades_under_http3_load_fail_nothing() {
+    let (_m1, a1) = start_member("m1", "127.0.0.1:0");
+    let mut r = serve(&[("m1", a1)], "");
+    let config = upgradable(&mut r);
+    let start = |upgrade: bool| serve_config(&config, upgrade);
     let mut current = start(false);
     let (web, ca) = (r.web, r.ca.clone());
 
@@ -585,6 +594,94 @@ fn upgrades_under_http3_load_fail_nothing() {
         assert!(!got.is_empty(), "no request went through");
         assert!(got.iter().all(|s| *s == 200), "{got:?}");
     });
+}
+
+/// One HTTP/3 connection kept open by `h3_client.py session`, driven a command at a time.
+struct Session {
+    child: std::process::Child,
+    stdin: std::process::ChildStdin,
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl Session {
+    fn start(web: SocketAddr, ca: &Path) -> Session {
+        let mut child = Command::new("python3")
+            .args([CLIENT, "session", &web.to_string(), ca.to_str().unwrap(), "localhost"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("python3 runs");
+        let stdin = child.stdin.take().unwrap();
+        let lines = common::send_lines(child.stdout.take().unwrap());
+        Session { child, stdin, lines }
+    }
+
+    /// Sends `command`; its `answers` JSON lines (30 s at most).
+    fn ask(&mut self, command: &str, answers: usize) -> Vec<Value> {
+        use std::io::Write as _;
+        writeln!(self.stdin, "{command}").unwrap();
+        self.stdin.flush().unwrap();
+        (0..answers)
+            .map(|_| {
+                let line = self.lines.recv_timeout(Duration::from_secs(30)).unwrap_or_else(|e| {
+                    panic!("{command}: no answer from the client ({e})");
+                });
+                serde_json::from_str(&line).expect("a JSON line")
+            })
+            .collect()
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn a_connection_open_through_an_upgrade_stays_with_the_old_process() {
+    let (_m1, a1) = start_member("m1", "127.0.0.1:0");
+    // Each process's access log on its own stdout: which process answered is on the record.
+    let mut r = serve(&[("m1", a1)], "access_log = { path = \"-\" }");
+    let config = upgradable(&mut r);
+    let mut old = serve_config(&config, false);
+    let wait = Duration::from_secs(10);
+    let mut s = Session::start(r.web, &r.ca);
+    let before = s.ask("get /before", 1);
+    assert_eq!((status(&before[0]), before[0]["body"].as_str()), (200, Some("m1\n")));
+    old.line_with("path=/before ", wait);
+    // Two uploads begun on the connection: their bodies go after the upgrade.
+    assert_eq!(s.ask("open 2 /collect 30000", 1)[0]["opened"], 2);
+    let new = serve_config(&config, true);
+    old.line_with(&format!("rondo: handed over to pid {}", new.child.id()), wait);
+    // The new process reads the UDP socket now. The same connection: new requests (before
+    // the drain's GOAWAY, a second after the hand-over) and the uploads' bodies.
+    for path in ["/after-1", "/after-2"] {
+        let got = s.ask(&format!("get {path}"), 1);
+        assert_eq!((status(&got[0]), got[0]["body"].as_str()), (200, Some("m1\n")), "{path}");
+        // Answered by the old process.
+        old.line_with(&format!("path={path} "), wait);
+    }
+    for got in s.ask("send", 2) {
+        assert_eq!((status(&got), got["body"].as_str()), (200, Some("m1 got 30000 bytes\n")));
+    }
+    // Their datagrams went through the new process, which passed them on.
+    let forwarded = r.event("forwarded");
+    eprintln!("{forwarded} datagrams passed on");
+    assert!(forwarded > 0, "{forwarded} datagrams passed on");
+    // A new connection is the new process's.
+    assert_eq!(statuses(r.web, &r.ca, "/new", 1), vec![200]);
+    let deadline = Instant::now() + wait;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let line = new.lines.recv_timeout(left).expect("the new process logs /new");
+        assert!(!line.contains("path=/after-"), "the new process answered {line}");
+        if line.contains("path=/new ") {
+            break;
+        }
+    }
+    s.ask("quit", 0);
 }
 
 #[test]
