@@ -421,6 +421,31 @@ fn a_flood_of_initials_from_many_addresses_holds_bounded_state() {
 }
 
 #[test]
+fn a_silent_client_meets_the_amplification_limit_and_it_is_counted() {
+    let (_m1, a1) = start_member("m1", "127.0.0.1:0");
+    let r = serve(&[("m1", a1)], "");
+    // A client that answers: its address is validated before the limit.
+    for g in r.h3("GET", "/", 0, 2) {
+        assert_eq!(status(&g), 200, "{g}");
+    }
+    assert_eq!(r.event("amplification_limited"), 0);
+    // One Initial, then silence: the router's first flight and its retransmissions stop at
+    // three times the Initial's bytes.
+    let out = Command::new("python3")
+        .args([CLIENT, "flood", &r.web.to_string(), "1"])
+        .output()
+        .expect("python3 runs");
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains("sent 1"), "{said}{}", String::from_utf8_lossy(&out.stderr));
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while r.event("amplification_limited") == 0 {
+        assert!(Instant::now() < deadline, "the limit was never counted");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(r.event("amplification_limited"), 1, "one address, one stop");
+}
+
+#[test]
 fn under_load_a_client_proves_its_address_with_a_retry_first() {
     let (_m1, a1) = start_member("m1", "127.0.0.1:0");
     // 0: every client is asked for a Retry.
@@ -575,11 +600,19 @@ fn upgrades_under_http3_load_fail_nothing() {
             // A connection with requests in flight through the upgrade: they finish on the
             // old process.
             let slow = scope.spawn(|| statuses(web, &ca, "/slow/1500", 3));
+            // A connection kept open across the upgrade: a request before, an upload begun,
+            // then a request and the upload's body after the new process took the socket.
+            let mut held = Session::start(web, &ca);
+            assert_eq!(status(&held.ask("get /", 1)[0]), 200, "round {round}");
+            assert_eq!(held.ask("open 1 /collect 20000", 1)[0]["opened"], 1);
             std::thread::sleep(Duration::from_millis(300));
             let next = start(true);
             let handed = format!("rondo: handed over to pid {}", next.child.id());
             current.line_with(&handed, Duration::from_secs(20));
             let mut old = std::mem::replace(&mut current, next);
+            assert_eq!(status(&held.ask("get /", 1)[0]), 200, "round {round}");
+            assert_eq!(status(&held.ask("send", 1)[0]), 200, "round {round}");
+            held.ask("quit", 0);
             assert_eq!(slow.join().unwrap(), vec![200; 3], "round {round}");
             let deadline = Instant::now() + Duration::from_secs(20);
             while old.child.try_wait().unwrap().is_none() {
