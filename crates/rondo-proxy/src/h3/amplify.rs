@@ -143,7 +143,8 @@ mod tests {
         assert!(a.sent(addr(1), 1200), "3600 sent for 1200 received");
         assert!(!a.sent(addr(1), 40), "the same stop is counted once");
         a.received(addr(1), Kind::Initial, 1200);
-        assert!(a.sent(addr(1), 1200), "a second stop after more came");
+        assert!(!a.sent(addr(1), 1200), "3640 sent for 2400 received");
+        assert!(a.sent(addr(1), 2400), "a second stop after more came");
         // Validated: no longer counted.
         a.received(addr(1), Kind::Handshake, 50);
         assert!(!a.sent(addr(1), 100_000));
