@@ -39,7 +39,7 @@ pub type Prefix = [u8; PREFIX_LEN];
 pub const MSG_DATAGRAM: u8 = 1;
 /// The prefixes the running process answers for (the first message on a new channel).
 const MSG_PREFIXES: u8 = 2;
-/// The new process steers (its answer to [`MSG_PREFIXES`]).
+/// The new process steers (its answer to the prefix list).
 pub const MSG_ACK: u8 = 3;
 
 /// At most this many prefixes go over one channel (a chain of processes still draining).
