@@ -159,8 +159,8 @@ impl Sockets {
     }
 
     /// The UDP socket of the QUIC listener `what` configured at `addr` ([`Sockets::udp`]) and
-    /// its connection-ID steering ([`crate::steer`]): with the channel to the process before
-    /// when that one handed it over, and not read until [`crate::steer::Steering::open`] when
+    /// its connection-ID steering ([`crate::steer`]): with the channels to the processes
+    /// before when the running one handed them over, and not read until [`crate::steer::Steering::open`] when
     /// the socket was taken over.
     pub async fn quic(
         &self,
@@ -171,8 +171,14 @@ impl Sockets {
         let inherited = self.is_inherited(what, addr);
         let socket = self.udp(what, addr, bind).await?;
         let channel_key = key(&format!("{what} steer"), addr);
-        let channel = self.take(&channel_key);
-        Ok((socket, self.steering.add(channel_key, inherited, channel)))
+        let mut channels: Vec<OwnedFd> = self.take(&channel_key).into_iter().collect();
+        for i in 1..crate::steer::MAX_CHAIN {
+            match self.take(&format!("{channel_key} {i}")) {
+                Some(fd) if !channels.is_empty() => channels.push(fd),
+                _ => break,
+            }
+        }
+        Ok((socket, self.steering.add(channel_key, inherited, channels)))
     }
 
     /// The Unix listener for `what` at `path`: the previous process's, or bound now (a stale

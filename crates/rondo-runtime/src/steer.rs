@@ -7,15 +7,18 @@
 //! Every process puts a random [`Prefix`] of its own at the start of every connection ID it
 //! issues. When a new process asks to take over, the running one makes a Unix datagram socket
 //! pair per QUIC socket and hands one end over with the sockets (keyed `"{what} steer
-//! {addr}"`); on it goes first the list of prefixes the running process answers for (its own
-//! and those it still forwards to a process before it). The new process draws a prefix not in
-//! that list and answers with an acknowledgement. It does not read the UDP socket until the
-//! hand-over is complete ([`Steering::open`]); the old one stops reading it at the hand-over
-//! once the new one has acknowledged ([`Steering::handed_over`]): the kernel socket has one
-//! reader at a time. From then on the new process passes the datagrams whose destination
-//! connection ID carries an old prefix over the channel; the old process answers on its own
-//! duplicate of the UDP socket. The channel closes when the old process's QUIC endpoint ends
-//! (its last connection closed) or the process exits (its drain deadline).
+//! {addr}"`), with a duplicate of each channel it has itself to a process before it that still
+//! drains (keyed `"{what} steer {addr} N"`): a chain of upgrades reaches the oldest process
+//! directly, whether the ones between have exited or not. On the new channel goes first the
+//! list of prefixes, the running process's and then those of the channels after it, in order.
+//! The new process draws a prefix not in that list and answers with an acknowledgement. It does
+//! not read the UDP socket until the hand-over is complete ([`Steering::open`]); the old one
+//! stops reading it at the hand-over once the new one has acknowledged
+//! ([`Steering::handed_over`]): the kernel socket has one reader at a time. From then on the
+//! new process passes the datagrams whose destination connection ID carries an old prefix over
+//! that process's channel; the old process answers on its own duplicate of the UDP socket. A
+//! channel closes when the old process's QUIC endpoint ends (its last connection closed) or
+//! the process exits (its drain deadline).
 //!
 //! Why not `SO_REUSEPORT` and a BPF program: the socket is handed over, not bound twice, and a
 //! reuseport group with a steering program needs the old process to leave the group without
@@ -42,13 +45,14 @@ const MSG_PREFIXES: u8 = 2;
 /// The new process steers (its answer to the prefix list).
 pub const MSG_ACK: u8 = 3;
 
-/// At most this many prefixes go over one channel (a chain of processes still draining).
-const MAX_PREFIXES: usize = 64;
+/// Older processes, still draining, that one process steers to at most (a chain of upgrades
+/// faster than drains); the oldest beyond are let go.
+pub const MAX_CHAIN: usize = 8;
 
-/// The process before this one and the prefixes it answers for.
+/// A process before this one that still drains: its prefix and its channel.
 #[derive(Debug)]
 struct Predecessor {
-    prefixes: Vec<Prefix>,
+    prefix: Prefix,
     channel: UnixDatagram,
 }
 
@@ -66,7 +70,7 @@ pub enum ForwardError {
 pub struct Steer {
     key: String,
     prefix: Prefix,
-    predecessor: Mutex<Option<Predecessor>>,
+    predecessors: Mutex<Vec<Predecessor>>,
     /// Whether this process reads the UDP socket (not while it takes over).
     reading: AtomicBool,
     /// This process handed over: it stops reading once the successor has acknowledged.
@@ -79,33 +83,37 @@ pub struct Steer {
 }
 
 impl Steer {
-    /// The state of the socket whose channel is keyed `key`, read by this process at once unless `inherited`;
-    /// `channel`: the end of the predecessor's channel handed over with it.
-    fn new(key: String, inherited: bool, channel: Option<OwnedFd>) -> Steer {
-        let predecessor = channel.and_then(|fd| match Predecessor::greet(fd) {
-            Ok(p) => Some(p),
+    /// The state of the socket whose channel is keyed `key`, read by this process at once
+    /// unless `inherited`; `channels`: the ends of the older processes' channels handed over
+    /// with it, the running process's first.
+    fn new(key: String, inherited: bool, channels: Vec<OwnedFd>) -> Steer {
+        let predecessors = match greet(channels) {
+            Ok(p) => p,
             Err(e) => {
                 tracing::warn!(socket = key.as_str(), "quic steering: no predecessor: {e}");
-                None
+                Vec::new()
             }
-        });
-        let taken: &[Prefix] = predecessor.as_ref().map_or(&[], |p| &p.prefixes);
+        };
         let prefix = loop {
             let p = random_prefix();
-            if !taken.contains(&p) {
+            if !predecessors.iter().any(|x| x.prefix == p) {
                 break p;
             }
         };
         Steer {
             key,
             prefix,
-            predecessor: Mutex::new(predecessor),
+            predecessors: Mutex::new(predecessors),
             reading: AtomicBool::new(!inherited),
             handed_over: AtomicBool::new(false),
             acked: AtomicBool::new(false),
             offered: Mutex::new(None),
             waker: Mutex::new(None),
         }
+    }
+
+    fn predecessors(&self) -> std::sync::MutexGuard<'_, Vec<Predecessor>> {
+        self.predecessors.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The prefix of this process's connection IDs on this socket.
@@ -143,70 +151,77 @@ impl Steer {
         self.offered.lock().unwrap_or_else(|e| e.into_inner()).take()
     }
 
-    /// Whether datagrams to connection IDs starting with `prefix` go to the process before.
+    /// Whether datagrams to connection IDs starting with `prefix` go to a process before.
     pub fn is_predecessors(&self, prefix: &[u8]) -> bool {
-        let p = self.predecessor.lock().unwrap_or_else(|e| e.into_inner());
-        p.as_ref().is_some_and(|p| p.prefixes.iter().any(|x| x.as_slice() == prefix))
+        self.predecessors().iter().any(|p| p.prefix.as_slice() == prefix)
     }
 
     /// Whether there is a process before this one to steer to.
     pub fn has_predecessor(&self) -> bool {
-        self.predecessor.lock().unwrap_or_else(|e| e.into_inner()).is_some()
+        !self.predecessors().is_empty()
     }
 
-    /// Passes `message` (a [`MSG_DATAGRAM`]) to the process before, without waiting; once it
-    /// is gone, it is forgotten and its datagrams stay here.
-    pub fn forward(&self, message: &[u8]) -> Result<(), ForwardError> {
-        let mut p = self.predecessor.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(pred) = p.as_ref() else { return Err(ForwardError::Gone) };
-        match pred.channel.send(message) {
+    /// Passes `message` (a [`MSG_DATAGRAM`]) to the process before this one whose prefix is
+    /// `prefix`, without waiting; once it is gone, it is forgotten and its datagrams stay
+    /// here.
+    pub fn forward(&self, prefix: &[u8], message: &[u8]) -> Result<(), ForwardError> {
+        let mut all = self.predecessors();
+        let Some(at) = all.iter().position(|p| p.prefix.as_slice() == prefix) else {
+            return Err(ForwardError::Gone);
+        };
+        match all[at].channel.send(message) {
             Ok(_) => Ok(()),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => Err(ForwardError::Full),
             Err(e) => {
                 tracing::info!(
                     socket = self.key.as_str(),
-                    "quic steering: the old process is gone ({e})"
+                    "quic steering: an old process is gone ({e})"
                 );
-                *p = None;
+                all.remove(at);
                 Err(ForwardError::Gone)
             }
         }
     }
 
-    /// A new channel to a successor: the prefixes this process answers for go first; the
-    /// other end is returned to be handed over. Replaces the channel of an earlier offer.
-    fn offer(&self) -> io::Result<OwnedFd> {
+    /// A new channel to a successor, with the prefixes this process and those before it
+    /// answer for first on it; returns the channels to hand over: its other end, then a
+    /// duplicate of each of this process's own channels to processes before. Replaces the
+    /// channel of an earlier offer.
+    fn offer(&self) -> io::Result<Vec<OwnedFd>> {
         let (ours, theirs) = UnixDatagram::pair()?;
-        let mut prefixes = vec![self.prefix];
-        if let Some(p) = self.predecessor.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
-            prefixes.extend(p.prefixes.iter().take(MAX_PREFIXES - 1));
-        }
         let mut hello = vec![MSG_PREFIXES];
-        for p in &prefixes {
-            hello.extend_from_slice(p);
+        hello.extend_from_slice(&self.prefix);
+        let mut fds = vec![OwnedFd::from(theirs)];
+        for p in self.predecessors().iter().take(MAX_CHAIN - 1) {
+            fds.push(p.channel.try_clone()?.into());
+            hello.extend_from_slice(&p.prefix);
         }
         ours.send(&hello)?;
         ours.set_nonblocking(true)?;
         self.acked.store(false, Ordering::Release);
         *self.offered.lock().unwrap_or_else(|e| e.into_inner()) = Some(ours);
         self.wake();
-        Ok(theirs.into())
+        Ok(fds)
     }
 }
 
-impl Predecessor {
-    /// Reads the predecessor's prefixes (sent before the channel was handed over) and
-    /// acknowledges them.
-    fn greet(fd: OwnedFd) -> io::Result<Predecessor> {
-        let channel = UnixDatagram::from(fd);
+/// The older processes of `channels` (the running process's first): the prefixes sent on the
+/// first before it was handed over, one per channel, read; the first acknowledged.
+fn greet(channels: Vec<OwnedFd>) -> io::Result<Vec<Predecessor>> {
+    let mut channels = channels.into_iter().map(UnixDatagram::from);
+    let Some(first) = channels.next() else { return Ok(Vec::new()) };
+    first.set_nonblocking(true)?;
+    let mut buf = [0u8; 1 + PREFIX_LEN * MAX_CHAIN];
+    let n = first.recv(&mut buf)?;
+    let prefixes = parse_prefixes(&buf[..n])
+        .ok_or_else(|| io::Error::other("the channel's first message is no prefix list"))?;
+    first.send(&[MSG_ACK])?;
+    let mut all = Vec::new();
+    for (prefix, channel) in prefixes.into_iter().zip(std::iter::once(first).chain(channels)) {
         channel.set_nonblocking(true)?;
-        let mut buf = [0u8; 1 + PREFIX_LEN * MAX_PREFIXES];
-        let n = channel.recv(&mut buf)?;
-        let prefixes = parse_prefixes(&buf[..n])
-            .ok_or_else(|| io::Error::other("the channel's first message is no prefix list"))?;
-        channel.send(&[MSG_ACK])?;
-        Ok(Predecessor { prefixes, channel })
+        all.push(Predecessor { prefix, channel });
     }
+    Ok(all)
 }
 
 /// The prefixes of a [`MSG_PREFIXES`] message.
@@ -234,11 +249,12 @@ pub struct Steering {
 }
 
 impl Steering {
-    /// The steering state of a QUIC socket whose channel is handed over keyed `key`:
-    /// `channel`, the predecessor's end handed over with it; `inherited`, whether the socket itself was (then it is not read until
+    /// The steering state of a QUIC socket whose channels are handed over keyed `key`:
+    /// `channels`, the older processes' handed over with it (the running one's first);
+    /// `inherited`, whether the socket itself was (then it is not read until
     /// [`Steering::open`]).
-    pub(crate) fn add(&self, key: String, inherited: bool, channel: Option<OwnedFd>) -> Arc<Steer> {
-        let steer = Arc::new(Steer::new(key, inherited, channel));
+    pub(crate) fn add(&self, key: String, inherited: bool, channels: Vec<OwnedFd>) -> Arc<Steer> {
+        let steer = Arc::new(Steer::new(key, inherited, channels));
         let mut steers = self.steers.lock().unwrap_or_else(|e| e.into_inner());
         steers.retain(|s| s.strong_count() > 0);
         steers.push(Arc::downgrade(&steer));
@@ -258,7 +274,10 @@ impl Steering {
         let mut out = Vec::new();
         for s in steers.iter().filter_map(Weak::upgrade) {
             match s.offer() {
-                Ok(fd) => out.push((s.key.clone(), fd)),
+                Ok(fds) => out.extend(fds.into_iter().enumerate().map(|(i, fd)| match i {
+                    0 => (s.key.clone(), fd),
+                    i => (format!("{} {i}", s.key), fd),
+                })),
                 Err(e) => tracing::warn!(socket = s.key.as_str(), "quic steering: no channel: {e}"),
             }
         }
@@ -287,16 +306,27 @@ impl Steering {
 mod tests {
     use super::*;
 
+    /// What `from` offers a successor, taken as the successor's [`Sockets::quic`] would.
+    ///
+    /// [`Sockets::quic`]: crate::sockets::Sockets::quic
+    fn take_over(from: &Steering) -> Arc<Steer> {
+        let offered = from.offer();
+        let key = offered[0].0.clone();
+        for (i, (k, _)) in offered.iter().enumerate().skip(1) {
+            assert_eq!(*k, format!("{key} {i}"));
+        }
+        Steering::default().add(key, true, offered.into_iter().map(|(_, fd)| fd).collect())
+    }
+
     #[test]
     fn a_successor_gets_every_prefix_and_draws_another() {
         let old = Steering::default();
-        let a = old.add("listener web quic 127.0.0.1:0".to_owned(), false, None);
+        let a = old.add("listener web quic steer 127.0.0.1:0".to_owned(), false, Vec::new());
         assert!(a.reads_udp());
+        let new = Steering::default();
         let offered = old.offer();
         assert_eq!(offered.len(), 1);
-        let (key, fd) = offered.into_iter().next().unwrap();
-        let new = Steering::default();
-        let b = new.add(key, true, Some(fd));
+        let b = new.add(offered[0].0.clone(), true, offered.into_iter().map(|(_, f)| f).collect());
         assert!(!b.reads_udp(), "a socket taken over is not read before the hand-over");
         assert!(b.is_predecessors(&a.prefix()));
         assert_ne!(a.prefix(), b.prefix());
@@ -312,33 +342,40 @@ mod tests {
         new.open();
         assert!(b.reads_udp());
         // Forwarded datagrams arrive whole; once the old end is gone, it is forgotten.
-        b.forward(&[MSG_DATAGRAM, 1, 2, 3]).unwrap();
+        b.forward(&a.prefix(), &[MSG_DATAGRAM, 1, 2, 3]).unwrap();
         assert_eq!(channel.recv(&mut buf).unwrap(), 4);
         drop(channel);
-        assert_eq!(b.forward(&[MSG_DATAGRAM]), Err(ForwardError::Gone));
+        assert_eq!(b.forward(&a.prefix(), &[MSG_DATAGRAM]), Err(ForwardError::Gone));
         assert!(!b.has_predecessor());
     }
 
     #[test]
     fn a_handed_over_process_whose_successor_does_not_steer_keeps_reading() {
         let old = Steering::default();
-        let a = old.add("k".to_owned(), false, None);
+        let a = old.add("k".to_owned(), false, Vec::new());
         let _unused = old.offer();
         old.handed_over();
         assert!(a.reads_udp(), "no acknowledgement: nobody would pass its datagrams on");
     }
 
     #[test]
-    fn a_chain_passes_the_oldest_prefixes_on() {
+    fn a_chain_reaches_the_oldest_process_directly() {
         let first = Steering::default();
-        let a = first.add("k".to_owned(), false, None);
-        let (_, fd) = first.offer().pop().unwrap();
+        let a = first.add("k".to_owned(), false, Vec::new());
         let second = Steering::default();
-        let b = second.add("k".to_owned(), true, Some(fd));
-        let (_, fd) = second.offer().pop().unwrap();
-        let c = Steering::default().add("k".to_owned(), true, Some(fd));
+        let offered = first.offer();
+        let b = second.add("k".to_owned(), true, offered.into_iter().map(|(_, f)| f).collect());
+        let c = take_over(&second);
         assert!(c.is_predecessors(&a.prefix()) && c.is_predecessors(&b.prefix()));
         assert!(!c.is_predecessors(&c.prefix()));
+        // The second process ends: the third still reaches the first.
+        let to_first = a.take_offered().unwrap();
+        drop((b, second));
+        c.forward(&a.prefix(), &[MSG_DATAGRAM, 7]).unwrap();
+        let mut buf = [0u8; 8];
+        assert_eq!(to_first.recv(&mut buf).unwrap(), 1, "the acknowledgement");
+        assert_eq!(to_first.recv(&mut buf).unwrap(), 2);
+        assert_eq!(&buf[..2], &[MSG_DATAGRAM, 7]);
         assert!(parse_prefixes(&[MSG_PREFIXES, 1, 2]).is_none());
         assert!(parse_prefixes(&[MSG_ACK]).is_none());
     }

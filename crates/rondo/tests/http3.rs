@@ -718,6 +718,28 @@ fn a_connection_open_through_an_upgrade_stays_with_the_old_process() {
 }
 
 #[test]
+fn an_upload_open_through_two_upgrades_finishes_on_the_first_process() {
+    let (_m1, a1) = start_member("m1", "127.0.0.1:0");
+    let mut r = serve(&[("m1", a1)], "access_log = { path = \"-\" }");
+    let config = upgradable(&mut r);
+    let mut first = serve_config(&config, false);
+    let wait = Duration::from_secs(10);
+    let mut s = Session::start(r.web, &r.ca);
+    assert_eq!(status(&s.ask("get /before", 1)[0]), 200);
+    assert_eq!(s.ask("open 1 /collect 30000", 1)[0]["opened"], 1);
+    // Replaced twice while the first process still drains: the third passes the first's
+    // datagrams to the second, which passes them on.
+    let mut second = serve_config(&config, true);
+    first.line_with(&format!("rondo: handed over to pid {}", second.child.id()), wait);
+    let third = serve_config(&config, true);
+    second.line_with(&format!("rondo: handed over to pid {}", third.child.id()), wait);
+    let got = s.ask("send", 1);
+    assert_eq!((status(&got[0]), got[0]["body"].as_str()), (200, Some("m1 got 30000 bytes\n")));
+    first.line_with("path=/collect ", wait);
+    s.ask("quit", 0);
+}
+
+#[test]
 fn new_certificates_reach_new_quic_handshakes() {
     let (_m1, a1) = start_member("m1", "127.0.0.1:0");
     let r = serve(&[("m1", a1)], "");

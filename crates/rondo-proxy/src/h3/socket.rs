@@ -256,16 +256,10 @@ impl Socket {
         let (mut read, mut write) = (0, 0);
         while read < m.len {
             let end = (read + stride).min(m.len);
-            let theirs =
-                dcid_prefix(&buf[read..end]).is_some_and(|p| self.steer.is_predecessors(p));
-            if theirs {
-                let message = encode(m.addr, m.dst_ip, m.ecn, &buf[read..end]);
-                match self.steer.forward(&message) {
-                    Ok(()) => self.counters.forwarded.inc(),
-                    Err(ForwardError::Full | ForwardError::Gone) => {
-                        self.counters.forward_dropped.inc()
-                    }
-                };
+            let theirs = dcid_prefix(&buf[read..end]).filter(|p| self.steer.is_predecessors(p));
+            if let Some(prefix) = theirs {
+                let prefix: Prefix = prefix.try_into().unwrap_or_default();
+                self.pass(&prefix, &encode(m.addr, m.dst_ip, m.ecn, &buf[read..end]));
             } else {
                 buf.copy_within(read..end, write);
                 write += end - read;
@@ -273,6 +267,15 @@ impl Socket {
             read = end;
         }
         write
+    }
+
+    /// Passes `message` (an [`encode`]d datagram) to the process before this one whose
+    /// prefix is `prefix`, counted.
+    fn pass(&self, prefix: &Prefix, message: &[u8]) {
+        match self.steer.forward(prefix, message) {
+            Ok(()) => self.counters.forwarded.inc(),
+            Err(ForwardError::Full | ForwardError::Gone) => self.counters.forward_dropped.inc(),
+        };
     }
 
     /// A datagram the process that took over passed here, into `bufs[0]`.
