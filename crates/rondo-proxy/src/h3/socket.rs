@@ -34,6 +34,9 @@ const CID_LEN: usize = PREFIX_LEN + 8;
 /// to another process (the endpoint's other work then gets its turn).
 const MAX_EMPTY_BATCHES: usize = 16;
 
+/// The largest steering message: a UDP datagram's largest payload and the header.
+const MAX_MESSAGE: usize = 65_535 + 64;
+
 /// Messages read from the steering channel in one call, at most, when none was a datagram.
 const MAX_CONTROL_MESSAGES: usize = 16;
 
@@ -153,6 +156,8 @@ struct FromSuccessor {
     channel: Option<tokio::net::UnixDatagram>,
     /// Which source the next call reads first: neither starves the other.
     channel_first: bool,
+    /// Where a message is read whole (a datagram and its header), made when the channel is.
+    scratch: Vec<u8>,
 }
 
 /// See the module docs.
@@ -286,10 +291,10 @@ impl Socket {
         meta: &mut [RecvMeta],
     ) -> Poll<usize> {
         let mut from = self.successor.lock().unwrap_or_else(|e| e.into_inner());
+        let from = &mut *from;
         for _ in 0..MAX_CONTROL_MESSAGES {
             let Some(channel) = &from.channel else { return Poll::Pending };
-            let buf: &mut [u8] = &mut bufs[0];
-            let mut read = tokio::io::ReadBuf::new(buf);
+            let mut read = tokio::io::ReadBuf::new(&mut from.scratch);
             match channel.poll_recv(cx, &mut read) {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(Err(e)) => {
@@ -299,17 +304,19 @@ impl Socket {
                 }
                 Poll::Ready(Ok(())) => {}
             }
-            let n = read.filled().len();
-            if read.filled().first() == Some(&MSG_ACK) {
+            let message = read.filled();
+            if message.first() == Some(&MSG_ACK) {
                 self.steer.set_acked();
                 continue;
             }
-            let Some((addr, dst_ip, ecn, at)) = decode(read.filled()) else { continue };
-            let len = n - at;
-            buf.copy_within(at..n, 0);
+            let Some((addr, dst_ip, ecn, at)) = decode(message) else { continue };
+            let datagram = &message[at..];
+            let Some(buf) = bufs[0].get_mut(..datagram.len()) else { continue };
+            buf.copy_from_slice(datagram);
+            let len = datagram.len();
             meta[0] = RecvMeta { addr, len, stride: len, ecn, dst_ip };
             self.counters.forwarded_in.inc();
-            self.received(addr, &buf[..len], len);
+            self.received(addr, &bufs[0][..len], len);
             return Poll::Ready(1);
         }
         cx.waker().wake_by_ref();
@@ -342,7 +349,10 @@ impl AsyncUdpSocket for Socket {
             let mut from = self.successor.lock().unwrap_or_else(|e| e.into_inner());
             if let Some(channel) = self.steer.take_offered() {
                 match tokio::net::UnixDatagram::from_std(channel) {
-                    Ok(c) => from.channel = Some(c),
+                    Ok(c) => {
+                        from.channel = Some(c);
+                        from.scratch.resize(MAX_MESSAGE, 0);
+                    }
                     Err(e) => tracing::warn!("quic steering: the channel to the new process: {e}"),
                 }
             }
