@@ -171,7 +171,7 @@ fn a_connection_open_through_an_upgrade_stays_with_the_old_process() {
     }
     // Their datagrams went through the new process, which passed them on.
     let forwarded = r.event("forwarded");
-    eprintln!("{forwarded} datagrams passed on");
+    eprintln!("{forwarded} datagrams passed on, {} dropped", r.event("forward_dropped"));
     assert!(forwarded > 0, "{forwarded} datagrams passed on");
     // A new connection is the new process's.
     assert_eq!(statuses(r.web, &r.ca, "/new", 1), vec![200]);
