@@ -26,6 +26,7 @@ pub mod reload;
 pub mod revoke;
 pub mod secret;
 pub mod sockets;
+pub mod steer;
 pub mod tls_client;
 pub mod tls_server;
 pub mod upstream_tls;

@@ -37,6 +37,9 @@ pub struct Sockets {
     /// Whether duplicates are kept for a successor (a process with `[router] upgrade_socket`);
     /// otherwise a part that stops closes its sockets for good.
     keep: std::sync::atomic::AtomicBool,
+    /// The QUIC sockets' connection-ID steering between this process and the ones before and
+    /// after it.
+    pub steering: crate::steer::Steering,
 }
 
 fn key(what: &str, addr: impl std::fmt::Display) -> String {
@@ -155,6 +158,29 @@ impl Sockets {
         Ok(socket)
     }
 
+    /// The UDP socket of the QUIC listener `what` configured at `addr` ([`Sockets::udp`]) and
+    /// its connection-ID steering ([`crate::steer`]): with the channels to the processes
+    /// before when the running one handed them over, and not read until [`crate::steer::Steering::open`] when
+    /// the socket was taken over.
+    pub async fn quic(
+        &self,
+        what: &str,
+        addr: SocketAddr,
+        bind: SocketAddr,
+    ) -> io::Result<(tokio::net::UdpSocket, std::sync::Arc<crate::steer::Steer>)> {
+        let inherited = self.is_inherited(what, addr);
+        let socket = self.udp(what, addr, bind).await?;
+        let channel_key = key(&format!("{what} steer"), addr);
+        let mut channels: Vec<OwnedFd> = self.take(&channel_key).into_iter().collect();
+        for i in 1..crate::steer::MAX_CHAIN {
+            match self.take(&format!("{channel_key} {i}")) {
+                Some(fd) if !channels.is_empty() => channels.push(fd),
+                _ => break,
+            }
+        }
+        Ok((socket, self.steering.add(channel_key, inherited, channels)))
+    }
+
     /// The Unix listener for `what` at `path`: the previous process's, or bound now (a stale
     /// socket file that nobody answers on is removed first; one that answers is an error).
     pub fn unix_listener(
@@ -186,10 +212,14 @@ impl Sockets {
         Ok(listener)
     }
 
-    /// Every socket this process uses, by key, for the process that replaces it.
+    /// Every socket this process uses, by key, for the process that replaces it, and a new
+    /// steering channel per QUIC socket ([`crate::steer`]).
     pub fn for_successor(&self) -> Vec<(String, OwnedFd)> {
         let bound = self.bound.lock().unwrap_or_else(|e| e.into_inner());
-        bound.iter().filter_map(|(k, fd)| Some((k.clone(), fd.try_clone().ok()?))).collect()
+        let mut all: Vec<(String, OwnedFd)> =
+            bound.iter().filter_map(|(k, fd)| Some((k.clone(), fd.try_clone().ok()?))).collect();
+        all.extend(self.steering.offer());
+        all
     }
 
     /// Closes the duplicates [`Sockets::for_successor`] would hand over, and what was inherited

@@ -419,6 +419,8 @@ async fn take_over(
     let from = t.from;
     match tokio::task::spawn_blocking(move || t.ready()).await {
         Ok(Ok(state)) => {
+            // The old process has stopped reading the QUIC sockets: this one reads them.
+            live.sockets.steering.open();
             handoff::import(live, &state);
             tracing::info!(from, "upgrade: the old process handed over and drains");
             Ok(state)
@@ -565,6 +567,9 @@ async fn wait_for_end(
                 // Stop accepting everywhere; the registry's writer ends so that the new process
                 // can open its files; then the state as of now.
                 parts.stop_accepting();
+                // The new process reads the QUIC sockets from now on and passes this one's
+                // datagrams over (once it said it would).
+                parts.live.sockets.steering.handed_over();
                 if let Some(n) = &parts.naming {
                     n.release();
                 }

@@ -46,6 +46,7 @@ async fn handshake(
     connecting: quinn::Connecting,
 ) -> Option<(quinn::Connection, Arc<AtomicBool>)> {
     let name = &shared.ctx.listener.name;
+    let peer = connecting.remote_address();
     // With 0-RTT, the connection serves from its first packet; `early` stays set until the
     // handshake is complete (never, for a replay: the replayer cannot complete it).
     let early = Arc::new(AtomicBool::new(false));
@@ -69,6 +70,8 @@ async fn handshake(
         tokio::time::timeout(timeout, connecting).await
     };
     shared.handshaking.fetch_sub(1, Ordering::Relaxed);
+    // Validated, or over: the amplification limit is no longer this address's to count.
+    shared.socket.forget(peer);
     match handshake {
         Ok(Ok(quic)) => {
             shared.metrics.handshakes.inc();

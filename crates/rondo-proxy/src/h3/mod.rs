@@ -14,8 +14,10 @@
 //! 0-RTT is off unless `http3_0rtt`; then [`conn`] answers 425 to unsafe requests that arrive
 //! before the handshake is complete.
 
+mod amplify;
 pub(crate) mod body;
 mod conn;
+mod socket;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -49,6 +51,8 @@ struct Shared {
     metrics: Http3Metrics,
     /// Handshakes begun and not finished.
     handshaking: AtomicU32,
+    /// The endpoint's socket (steering, amplification accounting).
+    socket: Arc<socket::Socket>,
 }
 
 /// The QUIC configuration new handshakes get, made again whenever the listener's TLS
@@ -93,21 +97,29 @@ pub(crate) async fn start(
         return Err(std::io::Error::other(format!("listener {name}: no http3")));
     };
     let what = format!("listener {name} quic");
-    let socket = ctx.live.sockets.udp(&what, ctx.listener.listen, addr).await.map_err(|e| {
-        std::io::Error::new(e.kind(), format!("cannot bind {what} to udp {addr}: {e}"))
-    })?;
+    let (socket, steer) =
+        ctx.live.sockets.quic(&what, ctx.listener.listen, addr).await.map_err(|e| {
+            std::io::Error::new(e.kind(), format!("cannot bind {what} to udp {addr}: {e}"))
+        })?;
     let base = tls.config();
     let config = server_config(tls, &base, spec)
         .map_err(|e| std::io::Error::other(format!("listener {name}: http3: {e}")))?;
-    let endpoint = quinn::Endpoint::new(
-        quinn::EndpointConfig::default(),
-        Some(config.clone()),
-        socket.into_std()?,
-        Arc::new(quinn::TokioRuntime),
-    )?;
     let metrics = ctx.live.metrics.http3(name);
+    let runtime = Arc::new(quinn::TokioRuntime);
+    let inner = quinn::Runtime::wrap_udp_socket(&*runtime, socket.into_std()?)?;
+    let prefix = steer.prefix();
+    let socket = Arc::new(socket::Socket::new(inner, steer, &metrics));
+    let mut endpoint_config = quinn::EndpointConfig::default();
+    // The connection ids say which process issued them: an upgrade steers by them.
+    endpoint_config.cid_generator(move || Box::new(socket::Cids(prefix)));
+    let endpoint = quinn::Endpoint::new_with_abstract_socket(
+        endpoint_config,
+        Some(config.clone()),
+        socket.clone(),
+        runtime,
+    )?;
     let current = Current { tls: tls.clone(), made: (base, Arc::new(config)) };
-    let shared = Arc::new(Shared { ctx, spec, metrics, handshaking: AtomicU32::new(0) });
+    let shared = Arc::new(Shared { ctx, spec, metrics, handshaking: AtomicU32::new(0), socket });
     tracing::debug!(listener = %shared.ctx.listener.name, %addr, "listening for http3 (udp)");
     Ok(tokio::spawn(accept(endpoint, shared, current, limit, stopped)))
 }
@@ -172,6 +184,10 @@ async fn accept(
             },
         };
         let m = &shared.metrics;
+        if incoming.remote_address_validated() {
+            // A Retry token: quinn lifted the amplification limit.
+            shared.socket.forget(incoming.remote_address());
+        }
         if !incoming.remote_address_validated()
             && shared.handshaking.load(Ordering::Relaxed) >= shared.spec.retry_above
         {

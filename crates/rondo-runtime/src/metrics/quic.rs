@@ -40,6 +40,16 @@ pub struct Http3Metrics {
     pub requests: Counter,
     /// Requests in 0-RTT early data answered 425 (`http3_0rtt`: an unsafe method).
     pub too_early: Counter,
+    /// Times the bytes sent to a not yet validated address reached three times the bytes
+    /// received from it: quinn then sends it nothing more until it hears from it (RFC 9000
+    /// 8.1).
+    pub amplification_limited: Counter,
+    /// Datagrams of an older process's connections passed to it during an upgrade.
+    pub forwarded: Counter,
+    /// Such datagrams dropped: the older process's channel was full, or it had just ended.
+    pub forward_dropped: Counter,
+    /// Datagrams of this process's connections passed to it by the process that took over.
+    pub forwarded_in: Counter,
 }
 
 impl Metrics {
@@ -60,6 +70,10 @@ impl Metrics {
             streams_at_limit: c("streams_at_limit"),
             requests: c("requests"),
             too_early: c("too_early"),
+            amplification_limited: c("amplification_limited"),
+            forwarded: c("forwarded"),
+            forward_dropped: c("forward_dropped"),
+            forwarded_in: c("forwarded_in"),
         }
     }
 }
@@ -68,7 +82,7 @@ impl Metrics {
 pub(super) fn register(m: &Metrics, r: &mut Registry) {
     r.register(
         "http3_events",
-        "HTTP/3 listeners' QUIC events by listener: handshakes, handshake_failed, refused (max_connections), retried (address validation), ignored, idle_timeouts, streams_at_limit, requests, too_early (425 to early data)",
+        "HTTP/3 listeners' QUIC events by listener: handshakes, handshake_failed, refused (max_connections), retried (address validation), ignored, idle_timeouts, streams_at_limit, requests, too_early (425 to early data), amplification_limited (3x limit reached before address validation), forwarded, forward_dropped, forwarded_in (datagrams steered between an old and a new process in an upgrade)",
         m.http3_events.clone(),
     );
 }

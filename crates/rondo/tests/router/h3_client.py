@@ -2,6 +2,7 @@
 
     python3 h3_client.py ADDR CA_PEM SERVER_NAME METHOD PATH BODY_BYTES COUNT [HOLD_SECONDS]
     python3 h3_client.py flood ADDR COUNT
+    python3 h3_client.py session ADDR CA_PEM SERVER_NAME
 
 opens ONE QUIC connection to ADDR (HOST:PORT), checking the router's certificate against
 CA_PEM for SERVER_NAME, and sends COUNT requests on it at once, one stream each, every one
@@ -16,6 +17,12 @@ got no response. With HOLD_SECONDS the connection is then kept open, silent, tha
 H3_ZERO_RTT=1 the requests go on a resumed connection, in 0-RTT early data when the server's
 ticket allows it (each line then also says "early_data": whether the server accepted it). Every request (and the connect) has a
 10 s deadline, so the process always ends.
+
+`session` keeps ONE connection open and takes commands on stdin, one a line, answering each
+with one JSON line: `get PATH` (a GET, answered as above), `open COUNT PATH BYTES` (COUNT POST
+streams whose heads announce BYTES bytes, sent now; their bodies not yet: {"opened": COUNT}),
+`send` (the bodies of the streams opened, then their answers, one line each). It ends at
+`quit`, at the end of stdin, or 60 s after it started.
 """
 
 import asyncio
@@ -41,7 +48,9 @@ class Client(QuicConnectionProtocol):
         self.waiting = {}
         self.answers = {}
 
-    def request(self, method, authority, path, body):
+    def request(self, method, authority, path, body, length=None):
+        """Sends a request; with `length`, only its head announcing `length` bytes (the body
+        then goes with `send_body`)."""
         stream = self._quic.get_next_available_stream_id()
         headers = [
             (b":method", method.encode()),
@@ -50,12 +59,12 @@ class Client(QuicConnectionProtocol):
             (b":path", path.encode()),
             (b"user-agent", b"aioquic-test"),
         ]
-        if body:
-            headers.append((b"content-length", str(len(body)).encode()))
+        if body or length:
+            headers.append((b"content-length", str(length or len(body)).encode()))
         # H3_EXTRA_HEADERS=COUNT:BYTES adds COUNT fields of BYTES-byte values (limits tests).
         count, size = map(int, os.environ.get("H3_EXTRA_HEADERS", "0:0").split(":"))
         headers += [(f"x-extra-{i}".encode(), b"v" * size) for i in range(count)]
-        self.h3.send_headers(stream, headers, end_stream=not body)
+        self.h3.send_headers(stream, headers, end_stream=not body and not length)
         if body:
             self.h3.send_data(stream, body, end_stream=True)
         done = self._loop.create_future()
@@ -83,6 +92,62 @@ class Client(QuicConnectionProtocol):
                 done = self.waiting.pop(e.stream_id, None)
                 if done is not None and not done.done():
                     done.set_result(answer)
+
+
+    def send_body(self, stream, body):
+        self.h3.send_data(stream, body, end_stream=True)
+        self.transmit()
+
+
+def answer_line(answer):
+    data = bytes(answer["body"])
+    return json.dumps(
+        {
+            "status": int(answer["headers"].get(":status", "0")),
+            "headers": answer["headers"],
+            "body_len": len(data),
+            "body": data[:2000].decode("utf-8", "replace"),
+        }
+    )
+
+
+async def session():
+    """The `session` mode (see the module docs)."""
+    addr, ca, server_name = sys.argv[2:5]
+    host, port = addr.rsplit(":", 1)
+    config = QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN)
+    config.load_verify_locations(ca)
+    config.server_name = server_name
+    loop = asyncio.get_running_loop()
+    async with connect(host, int(port), configuration=config, create_protocol=Client) as client:
+        opened = []
+        while True:
+            line = await loop.run_in_executor(None, sys.stdin.readline)
+            words = line.split()
+            if not words or words[0] == "quit":
+                break
+            if words[0] == "get":
+                sent = [client.request("GET", server_name, words[1], b"")]
+            elif words[0] == "open":
+                count, path, length = int(words[1]), words[2], int(words[3])
+                for _ in range(count):
+                    stream, done = client.request("POST", server_name, path, b"", length)
+                    opened.append((stream, done, length))
+                print(json.dumps({"opened": count}), flush=True)
+                continue
+            elif words[0] == "send":
+                for stream, _, length in opened:
+                    client.send_body(stream, body_of(length))
+                sent = [(s, d) for s, d, _ in opened]
+                opened = []
+            else:
+                print(json.dumps({"error": f"unknown command {words[0]}"}), flush=True)
+                continue
+            for _, done in sent:
+                try:
+                    print(answer_line(await asyncio.wait_for(done, DEADLINE)), flush=True)
+                except Exception as e:  # a reset, a timeout: reported, the others go on
+                    print(json.dumps({"error": str(e) or type(e).__name__}), flush=True)
 
 
 def body_of(n):
@@ -191,5 +256,10 @@ def flood(addr, count):
 if __name__ == "__main__":
     if sys.argv[1] == "flood":
         flood(sys.argv[2], int(sys.argv[3]))
+    elif sys.argv[1] == "session":
+        try:
+            asyncio.run(asyncio.wait_for(session(), 6 * DEADLINE))
+        except Exception as e:
+            print(json.dumps({"error": f"connection: {type(e).__name__} {e}"}), flush=True)
     else:
         asyncio.run(bounded())
