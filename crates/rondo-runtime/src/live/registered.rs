@@ -172,6 +172,8 @@ impl Live {
                 })
             })
             .collect();
+        // Whose departed members' series to look at once the view is in.
+        let names = changed.clone();
         for name in changed {
             let composed = layers.base_of(&name).and_then(|(base, is_declared)| {
                 let members = layers.registered.get(&name).map_or(&[][..], |r| &r.members[..]);
@@ -215,6 +217,7 @@ impl Live {
         let snapshot = Arc::new(Snapshot { view: Arc::new(view), clusters, registered, declared });
         self.current.store(snapshot.clone());
         self.view_id.send_replace(id);
+        self.metrics.members_changed(&snapshot, Some(&names));
         drop(old);
         self.retired.lock().unwrap_or_else(|e| e.into_inner()).append(&mut retired);
         self.reap_retired();

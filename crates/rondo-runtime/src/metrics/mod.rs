@@ -16,6 +16,7 @@
 //! `tls`, `quic` (HTTP/3 listeners); the durable queues' figures are rendered by [`crate::queues`] and the process's by
 //! [`crate::process`].
 
+mod departed;
 mod fault;
 mod filters;
 mod limits;
@@ -37,6 +38,7 @@ use prometheus_client::registry::Registry;
 
 use crate::{Snapshot, clock};
 
+pub use departed::DEPARTED_GRACE;
 pub use fault::FaultLabels;
 pub use filters::CompressLabels;
 pub use limits::LimitLabels;
@@ -168,6 +170,8 @@ pub struct Metrics {
     tls_failure_rows: Mutex<HashMap<TlsFailureKey, (u64, u64)>>,
     /// Serialises scrapes (each refills the state gauges).
     scrape: Mutex<()>,
+    /// The series of members, noted to be removed once the member has left.
+    departed: departed::Departed,
     /// The process's durable queues, once `rondo serve` started them: their figures are read
     /// at scrape time ([`crate::queues::render`]) and the admin API operates their dead letters.
     pub queues: OnceLock<Arc<dyn crate::queues::QueueOps>>,
@@ -240,6 +244,7 @@ impl Metrics {
             tls_reloads: Family::default(),
             tls_member_failures: Family::default(),
             tls_failure_rows: Mutex::new(HashMap::new()),
+            departed: departed::Departed::default(),
             scrape: Mutex::new(()),
             queues: OnceLock::new(),
         };
@@ -281,6 +286,7 @@ impl Metrics {
         let _serial = self.scrape.lock().unwrap_or_else(|e| e.into_inner());
         let now = clock::now();
         self.view.set(snap.view.id as i64);
+        self.members_changed(snap, None);
         self.member_state(snap, now);
         let mut out = String::new();
         // Writing to a String cannot fail. The text format has no end marker, so the process's

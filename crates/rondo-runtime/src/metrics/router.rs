@@ -205,6 +205,7 @@ impl Metrics {
             member: member.to_owned(),
         };
         let latency = self.latency.get_or_create(&labels).clone();
+        self.departed.route(cluster, member, route);
         ResponseHandles { labels, latency, classes: Default::default() }
     }
 

@@ -47,6 +47,7 @@ impl Metrics {
             reason: why.as_str(),
         };
         self.tls_member_failures.get_or_create(&labels).inc();
+        self.departed.tls(&labels.cluster, &labels.member, labels.reason);
         let at = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as u64);
@@ -61,6 +62,12 @@ impl Metrics {
                 rows.insert(key, (1, at));
             }
         }
+    }
+
+    /// Drops the TLS failure rows of a member that left ([`Metrics::members_changed`]).
+    pub(super) fn forget_tls_rows(&self, cluster: &str, member: &str) {
+        let mut rows = self.tls_failure_rows.lock().unwrap_or_else(|e| e.into_inner());
+        rows.retain(|(c, m, _), _| c != cluster || m != member);
     }
 
     /// The TLS failures of `cluster`'s members since the process started, by member and reason:
