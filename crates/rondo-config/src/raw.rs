@@ -548,6 +548,8 @@ pub(crate) struct RawCluster {
     pub max_connection_age_ms: Option<u64>,
     pub max_requests_per_connection: Option<u64>,
     pub grpc_failure_codes: Option<Vec<String>>,
+    #[serde(default, deserialize_with = "crate::units::millis", alias = "connect_timeout")]
+    pub connect_timeout_ms: Option<u64>,
 }
 
 /// A cluster's `upstream_tls`: TLS (and mTLS) to its members.

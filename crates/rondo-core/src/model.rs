@@ -500,6 +500,14 @@ pub struct Policy {
     pub connections: ConnectionLimits,
     /// How gRPC answers count (failure codes, codes retried).
     pub grpc: crate::grpc::GrpcPolicy,
+    /// How long a new connection to a member may take to open (`connect_timeout`); past it the
+    /// try fails as a connect failure.
+    pub connect_timeout: Duration,
+}
+
+impl Policy {
+    /// [`Policy::connect_timeout`]'s default.
+    pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 }
 
 /// How long a connection lives before it is replaced (so that long-lived clients spread onto
@@ -531,6 +539,7 @@ impl Default for Policy {
             ewma: EwmaPolicy::default(),
             connections: ConnectionLimits::default(),
             grpc: crate::grpc::GrpcPolicy::default(),
+            connect_timeout: Policy::DEFAULT_CONNECT_TIMEOUT,
         }
     }
 }

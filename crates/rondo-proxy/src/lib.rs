@@ -175,7 +175,7 @@ impl Drop for Router {
 /// Binds every listener and starts serving. Errors name the listener and address that failed.
 pub async fn start(listeners: &[ListenerSpec], live: Arc<Live>) -> std::io::Result<Router> {
     let (stop, stopped) = watch::channel(false);
-    let clients = Clients::new(Duration::from_secs(5));
+    let clients = Clients::new(rondo_core::Policy::DEFAULT_CONNECT_TIMEOUT);
     let auth = Arc::new(auth::Auth::default());
     // A route's key file that cannot be read is an error at start, not a 401 at the first request.
     for route in live.load().view.routes.iter() {

@@ -21,9 +21,6 @@ use crate::sni;
 trait Upstream: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
 impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Upstream for T {}
 
-/// Connect timeout when the cluster sets no per-try timeout.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-
 /// Serves one plain client connection of TCP listener `listener`. When the listener has routes
 /// that match on `sni`, the client's first bytes (its TLS ClientHello) are read, within
 /// `hello_timeout`, to route on its server name, and sent on to the member first.
@@ -201,9 +198,13 @@ where
         let listener = self.listener;
         let m = &rt.spec.members[member];
         let started = Instant::now();
+        // The connection (and its TLS handshake) within the cluster's `connect_timeout`, and
+        // within the per-try timeout and the request's deadline when those are shorter.
+        let policy = &rt.spec.policy;
         let timeout = failover
             .try_timeout(clock::from_std(started))
-            .min(rt.spec.policy.retry.per_try_timeout.unwrap_or(CONNECT_TIMEOUT));
+            .min(policy.connect_timeout)
+            .min(policy.retry.per_try_timeout.unwrap_or(Duration::MAX));
         let connect_failed = || {
             let latency = started.elapsed();
             rt.end_request(member, Outcome::Failure { kind: FailureKind::Connect, latency });

@@ -54,6 +54,9 @@ pub struct Clients<B> {
     h1: Pool<B>,
     h2: Pool<B>,
     connector: KeepConnector,
+    /// The shared pools' connect timeout; a cluster with another `connect_timeout` gets a pool
+    /// of its own.
+    connect_timeout: Duration,
     /// Per cluster with `upstream_tls`: the loaded settings its pool was made with, when, and
     /// the pool.
     tls: Arc<Mutex<TlsPools<B>>>,
@@ -67,6 +70,7 @@ impl<B> Clone for Clients<B> {
             h1: self.h1.clone(),
             h2: self.h2.clone(),
             connector: self.connector.clone(),
+            connect_timeout: self.connect_timeout,
             tls: self.tls.clone(),
             aged: self.aged.clone(),
         }
@@ -80,10 +84,10 @@ impl<B> std::fmt::Debug for Clients<B> {
 }
 
 /// Per cluster name: when its own pool was made, and the pool.
-type AgedPools<B> = HashMap<String, (Instant, Arc<Pool<B>>)>;
+type AgedPools<B> = HashMap<String, (Instant, Duration, Arc<Pool<B>>)>;
 
 /// Per cluster name: the loaded `upstream_tls` a pool was made with, when, and the pool.
-type TlsPools<B> = HashMap<String, (Arc<UpstreamTlsRt>, Instant, Arc<TlsPool<B>>)>;
+type TlsPools<B> = HashMap<String, (Arc<UpstreamTlsRt>, Instant, Duration, Arc<TlsPool<B>>)>;
 
 /// Whether a pool made at `made` is still young under the cluster's `max_connection_age_ms`
 /// (hyper's pools count no age per connection: a cluster with the limit gets a pool of its own,
@@ -147,16 +151,24 @@ where
     B::Data: Send,
     B::Error: Into<BoxError>,
 {
-    /// Pools with `connect_timeout` for new connections.
+    /// Pools with `connect_timeout` for new connections (clusters with another
+    /// `connect_timeout` get pools of their own).
     pub fn new(connect_timeout: Duration) -> Self {
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
-        connector.set_connect_timeout(Some(connect_timeout));
-        connector.enforce_http(true);
-        let connector = KeepConnector { http: connector, spare: Arc::default() };
+        let connector =
+            KeepConnector { http: http_connector(connect_timeout), spare: Arc::default() };
         let h1 = pool(connector.clone(), UpstreamProtocol::Http1);
         let h2 = pool(connector.clone(), UpstreamProtocol::Http2);
-        Clients { h1, h2, connector, tls: Arc::default(), aged: Arc::default() }
+        Clients { h1, h2, connector, connect_timeout, tls: Arc::default(), aged: Arc::default() }
+    }
+
+    /// The connector for `rt`'s members: the shared one, or one with the cluster's own
+    /// `connect_timeout` (sharing the spare connections).
+    fn connector_for(&self, rt: &ClusterRt) -> KeepConnector {
+        let timeout = rt.spec.policy.connect_timeout;
+        if timeout == self.connect_timeout {
+            return self.connector.clone();
+        }
+        KeepConnector { http: http_connector(timeout), spare: self.connector.spare.clone() }
     }
 
     /// The pool for a cluster's protocol.
@@ -171,35 +183,50 @@ where
     /// when its files could not be loaded), else the plain pool of its protocol.
     pub fn for_cluster<'a>(&'a self, rt: &ClusterRt) -> Result<Sender<'a, B>, TlsFailure> {
         let tls = match &rt.tls {
-            None if rt.spec.policy.connections.max_age.is_none() => {
+            None if rt.spec.policy.connections.max_age.is_none()
+                && rt.spec.policy.connect_timeout == self.connect_timeout =>
+            {
                 return Ok(Sender::Plain(self.for_protocol(rt.spec.upstream_protocol)));
             }
             None => {
+                let timeout = rt.spec.policy.connect_timeout;
                 let mut pools = self.aged.lock().unwrap_or_else(|e| e.into_inner());
-                if let Some((made, p)) = pools.get(&rt.spec.name)
+                if let Some((made, made_with, p)) = pools.get(&rt.spec.name)
                     && young(*made, rt)
+                    && *made_with == timeout
                 {
                     return Ok(Sender::Own(p.clone()));
                 }
-                let p = Arc::new(pool(self.connector.clone(), rt.spec.upstream_protocol));
-                pools.insert(rt.spec.name.clone(), (Instant::now(), p.clone()));
+                let p = Arc::new(pool(self.connector_for(rt), rt.spec.upstream_protocol));
+                pools.insert(rt.spec.name.clone(), (Instant::now(), timeout, p.clone()));
                 return Ok(Sender::Own(p));
             }
             Some(Err(_)) => return Err(TlsFailure::Config),
             Some(Ok(t)) => t,
         };
         let mut pools = self.tls.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((loaded, made, p)) = pools.get(&rt.spec.name)
+        let timeout = rt.spec.policy.connect_timeout;
+        if let Some((loaded, made, made_with, p)) = pools.get(&rt.spec.name)
             && Arc::ptr_eq(loaded, tls)
             && young(*made, rt)
+            && *made_with == timeout
         {
             return Ok(Sender::Tls(p.clone()));
         }
-        let connector = TlsConnector { http: self.connector.clone(), tls: tls.clone() };
+        let connector = TlsConnector { http: self.connector_for(rt), tls: tls.clone() };
         let p = Arc::new(pool(connector, rt.spec.upstream_protocol));
-        pools.insert(rt.spec.name.clone(), (tls.clone(), Instant::now(), p.clone()));
+        pools.insert(rt.spec.name.clone(), (tls.clone(), Instant::now(), timeout, p.clone()));
         Ok(Sender::Tls(p))
     }
+}
+
+/// The plain connector: no delay, `connect_timeout`, `http` URIs only.
+fn http_connector(connect_timeout: Duration) -> HttpConnector {
+    let mut connector = HttpConnector::new();
+    connector.set_nodelay(true);
+    connector.set_connect_timeout(Some(connect_timeout));
+    connector.enforce_http(true);
+    connector
 }
 
 /// Connections opened for requests that were dropped before they got them, kept per member

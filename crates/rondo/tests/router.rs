@@ -8,6 +8,7 @@ mod router {
     pub(crate) mod support;
 
     mod balancing;
+    mod connect_timeout;
     mod desync;
     mod errors;
     mod filters;

@@ -6,6 +6,9 @@ use rondo_core::grpc::{Code, Codes, GrpcPolicy};
 
 use crate::raw::{RawAgent, RawEwma, RawOutlier, RawRetry, RawSession, RawSlowStart};
 
+/// Largest `connect_timeout_ms`.
+const MAX_CONNECT_TIMEOUT: Duration = Duration::from_secs(300);
+
 pub(super) fn compile_cluster(
     c: &mut Compiler<'_>,
     name: &str,
@@ -140,6 +143,15 @@ fn compile_cluster_at(
     let limits = (rc.max_connection_age_ms, rc.max_requests_per_connection);
     let connections = c.connection_limits(&path, limits, tunnels);
     let grpc = grpc_policy(c, &path, rc);
+    let connect_timeout = c.ms(
+        path.key("connect_timeout_ms"),
+        rc.connect_timeout_ms,
+        Policy::DEFAULT_CONNECT_TIMEOUT,
+        false,
+    );
+    if connect_timeout > MAX_CONNECT_TIMEOUT {
+        c.err(path.key("connect_timeout_ms"), "connect_timeout_ms must be at most 300000 (5 min)");
+    }
     ClusterSpec {
         name: name.to_owned(),
         members,
@@ -157,6 +169,7 @@ fn compile_cluster_at(
             ewma,
             connections,
             grpc,
+            connect_timeout,
         },
         upstream_protocol,
         sticky,

@@ -27,9 +27,6 @@ use crate::http::Tries;
 /// While a member has not answered for this long, the router watches whether the client went
 /// away (a request it abandoned is ended on its member, not left counted in flight).
 const WATCH_CLIENT_AFTER: Duration = Duration::from_millis(50);
-/// How long a member connection may take to open.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-
 /// A member connection ready for a request.
 async fn connect(idle: &Idle, address: &str) -> Result<TcpStream, Kind> {
     let target = match idle.literal {
@@ -39,7 +36,7 @@ async fn connect(idle: &Idle, address: &str) -> Result<TcpStream, Kind> {
             _ => return Err(Kind::Resolve),
         },
     };
-    match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(target)).await {
+    match tokio::time::timeout(idle.connect_timeout, TcpStream::connect(target)).await {
         Ok(Ok(s)) => {
             let _ = s.set_nodelay(true);
             Ok(s)

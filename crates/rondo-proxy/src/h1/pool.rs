@@ -36,16 +36,24 @@ pub struct Idle {
     /// when a descriptor number comes back with a new connection, [`Idle::opened`]). `None`:
     /// no limit, nothing counted.
     lives: Option<(ConnectionLimits, Mutex<Lives>)>,
+    /// How long a new connection may take to open (the cluster's `connect_timeout`).
+    pub connect_timeout: std::time::Duration,
 }
 
 /// When each connection opened and the requests it carried, by descriptor.
 type Lives = HashMap<RawFd, (Instant, u64)>;
 
 impl Idle {
-    /// The pool of the member at `address`, its connections living under `limits`.
-    pub fn new(address: &str, limits: ConnectionLimits) -> Self {
+    /// The pool of the member at `address`, its connections living under `limits` and
+    /// opened within `connect_timeout`.
+    pub fn new(
+        address: &str,
+        limits: ConnectionLimits,
+        connect_timeout: std::time::Duration,
+    ) -> Self {
         let lives = (limits != ConnectionLimits::default()).then(|| (limits, Mutex::default()));
-        Idle { literal: address.parse().ok(), conns: Mutex::new(Vec::new()), lives }
+        let conns = Mutex::new(Vec::new());
+        Idle { literal: address.parse().ok(), conns, lives, connect_timeout }
     }
 
     /// A new connection to the member was opened (its age counts from now).

@@ -28,9 +28,11 @@ impl ClusterView {
             let members = &rt.spec.members;
             let authorities =
                 members.iter().map(|m| uri::Authority::try_from(m.address.as_str()).ok()).collect();
-            let limits = rt.spec.policy.connections;
-            let idle =
-                members.iter().map(|m| crate::h1::pool::Idle::new(&m.address, limits)).collect();
+            let (limits, timeout) = (rt.spec.policy.connections, rt.spec.policy.connect_timeout);
+            let idle = members
+                .iter()
+                .map(|m| crate::h1::pool::Idle::new(&m.address, limits, timeout))
+                .collect();
             Arc::new(ClusterView { authorities, idle, routes: RwLock::default() })
         });
         made.downcast_ref::<ClusterView>()
