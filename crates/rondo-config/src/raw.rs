@@ -550,6 +550,8 @@ pub(crate) struct RawCluster {
     pub grpc_failure_codes: Option<Vec<String>>,
     #[serde(default, deserialize_with = "crate::units::millis", alias = "connect_timeout")]
     pub connect_timeout_ms: Option<u64>,
+    pub max_requests: Option<u64>,
+    pub max_requests_per_member: Option<u64>,
 }
 
 /// A cluster's `upstream_tls`: TLS (and mTLS) to its members.

@@ -503,6 +503,21 @@ pub struct Policy {
     /// How long a new connection to a member may take to open (`connect_timeout`); past it the
     /// try fails as a connect failure.
     pub connect_timeout: Duration,
+    /// Circuit breakers: caps on the requests in flight.
+    pub limits: RequestLimits,
+}
+
+/// Circuit breakers on a cluster's requests in flight (Envoy's `max_requests`): over a cap a
+/// request is refused at once rather than queued behind the others.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default))]
+pub struct RequestLimits {
+    /// Requests in flight on the whole cluster (`max_requests`); `None`: no cap.
+    pub max_requests: Option<u32>,
+    /// Requests in flight on one member (`max_requests_per_member`): a member at the cap is
+    /// passed over as if already tried; `None`: no cap.
+    pub max_requests_per_member: Option<u32>,
 }
 
 impl Policy {
@@ -540,6 +555,7 @@ impl Default for Policy {
             connections: ConnectionLimits::default(),
             grpc: crate::grpc::GrpcPolicy::default(),
             connect_timeout: Policy::DEFAULT_CONNECT_TIMEOUT,
+            limits: RequestLimits::default(),
         }
     }
 }

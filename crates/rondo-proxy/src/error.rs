@@ -20,6 +20,34 @@ pub enum Side {
     Internal,
 }
 
+/// A cluster's circuit breaker (one byte, so [`Kind`] stays small).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Breaker {
+    /// `max_requests`.
+    MaxRequests,
+    /// `max_requests_per_member`.
+    MaxRequestsPerMember,
+}
+
+impl Breaker {
+    /// The breaker of a pick the core refused, if a breaker refused it.
+    pub fn of(e: &rondo_core::PickError) -> Option<Breaker> {
+        match e {
+            rondo_core::PickError::AtMaxRequests { .. } => Some(Breaker::MaxRequests),
+            rondo_core::PickError::AtMaxPerMember { .. } => Some(Breaker::MaxRequestsPerMember),
+            _ => None,
+        }
+    }
+
+    /// The setting's name (and the metric's `limit` label).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Breaker::MaxRequests => "max_requests",
+            Breaker::MaxRequestsPerMember => "max_requests_per_member",
+        }
+    }
+}
+
 /// What went wrong.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -27,6 +55,8 @@ pub enum Kind {
     NoRoute,
     /// No member of any cluster could be picked.
     NoEligible,
+    /// A cluster's circuit breaker refused the request.
+    Breaker(Breaker),
     /// A member refused or could not be reached.
     Connect,
     /// A member reset or closed the connection before answering, or spoke nonsense.
@@ -118,7 +148,7 @@ impl Kind {
             | Kind::ClientBodyTimeout
             | Kind::BadRequest
             | Kind::Unauthorized(_) => Side::Client,
-            Kind::NoEligible | Kind::Loop => Side::Internal,
+            Kind::NoEligible | Kind::Breaker(_) | Kind::Loop => Side::Internal,
             Kind::Connect
             | Kind::Reset
             | Kind::Timeout
@@ -139,6 +169,7 @@ impl Kind {
                 | Kind::Reset
                 | Kind::Timeout
                 | Kind::NoEligible
+                | Kind::Breaker(_)
                 | Kind::BadStatus
                 | Kind::BadBody
                 | Kind::Resolve
@@ -152,7 +183,7 @@ impl Kind {
     pub fn status(self) -> StatusCode {
         match self {
             Kind::NoRoute => StatusCode::NOT_FOUND,
-            Kind::NoEligible => StatusCode::SERVICE_UNAVAILABLE,
+            Kind::NoEligible | Kind::Breaker(_) => StatusCode::SERVICE_UNAVAILABLE,
             Kind::Connect
             | Kind::Reset
             | Kind::BadStatus
@@ -174,7 +205,7 @@ impl Kind {
     fn brief(self) -> &'static str {
         match self {
             Kind::NoRoute => "no route matches the request",
-            Kind::NoEligible => "no server is available to serve the request",
+            Kind::NoEligible | Kind::Breaker(_) => "no server is available to serve the request",
             Kind::Connect
             | Kind::Reset
             | Kind::BadStatus
@@ -213,6 +244,7 @@ impl Kind {
             },
             Kind::NoRoute => "no route",
             Kind::NoEligible => "no eligible member",
+            Kind::Breaker(_) => "circuit breaker open",
             Kind::Connect => "connection refused",
             Kind::Reset => "connection reset before a response",
             Kind::Timeout => "timed out",

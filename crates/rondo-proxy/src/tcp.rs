@@ -160,7 +160,12 @@ where
         };
         match rt.place(failover, now, self.live.group.as_deref(), self.hash, None) {
             Ok(placed) => Placement::Placed(Underway { cluster, rt, member: placed.member() }),
-            Err(Refused::NoEligible(_)) => Placement::NoEligible,
+            Err(Refused::NoEligible(e)) => {
+                if let Some(b) = crate::error::Breaker::of(&e) {
+                    self.live.metrics.breaker(cluster, b.as_str());
+                }
+                Placement::NoEligible
+            }
             Err(Refused::Stop(stop)) => {
                 tracing::warn!(%listener, route = %route.name, cluster = %cluster, "retry budget exhausted; closing the tcp connection");
                 Placement::Stop(stop)

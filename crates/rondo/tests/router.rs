@@ -8,6 +8,7 @@ mod router {
     pub(crate) mod support;
 
     mod balancing;
+    mod breakers;
     mod connect_timeout;
     mod desync;
     mod errors;

@@ -152,6 +152,12 @@ fn compile_cluster_at(
     if connect_timeout > MAX_CONNECT_TIMEOUT {
         c.err(path.key("connect_timeout_ms"), "connect_timeout_ms must be at most 300000 (5 min)");
     }
+    let cap =
+        |c: &mut Compiler<'_>, key: &str, v: Option<u64>| v.map(|_| c.u32(path.key(key), v, 1, 1));
+    let limits = rondo_core::RequestLimits {
+        max_requests: cap(c, "max_requests", rc.max_requests),
+        max_requests_per_member: cap(c, "max_requests_per_member", rc.max_requests_per_member),
+    };
     ClusterSpec {
         name: name.to_owned(),
         members,
@@ -170,6 +176,7 @@ fn compile_cluster_at(
             connections,
             grpc,
             connect_timeout,
+            limits,
         },
         upstream_protocol,
         sticky,

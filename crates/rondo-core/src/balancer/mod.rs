@@ -79,6 +79,36 @@ pub enum PickError {
         /// How many were excluded.
         tried: usize,
     },
+    /// The cluster has `max_requests` requests in flight.
+    #[error("cluster {cluster}: {limit} requests in flight, its max_requests")]
+    AtMaxRequests {
+        /// Cluster name.
+        cluster: String,
+        /// The cap.
+        limit: u32,
+    },
+    /// Every eligible member not yet tried has `max_requests_per_member` requests in flight.
+    #[error(
+        "cluster {cluster}: every eligible member has {limit} requests in flight, its max_requests_per_member"
+    )]
+    AtMaxPerMember {
+        /// Cluster name.
+        cluster: String,
+        /// The cap.
+        limit: u32,
+    },
+}
+
+impl PickError {
+    /// The circuit breaker that refused the pick (`max_requests`, `max_requests_per_member`),
+    /// if one did.
+    pub fn breaker(&self) -> Option<&'static str> {
+        match self {
+            PickError::AtMaxRequests { .. } => Some("max_requests"),
+            PickError::AtMaxPerMember { .. } => Some("max_requests_per_member"),
+            _ => None,
+        }
+    }
 }
 
 /// One cluster's members, their run-time state, and the picker over them.
@@ -94,6 +124,8 @@ pub struct Balancer {
     seq: u64,
     /// Sum of every member's sessions + in-flight (for bounded-load caps).
     total_active: u64,
+    /// Sum of every member's requests in flight (for `max_requests`).
+    in_flight: u64,
     /// Rotating: next context.
     next_context: u32,
     /// Retries allowed on this cluster.
@@ -233,6 +265,7 @@ impl Balancer {
 
     fn with_states(spec: Arc<ClusterSpec>, states: Vec<MemberState>) -> Self {
         let total_active = states.iter().map(|s| s.load.active()).sum();
+        let in_flight = states.iter().map(|s| u64::from(s.load.in_flight)).sum();
         let algo = AlgoState::new(spec.policy.algorithm);
         let retry = &spec.policy.retry;
         let budget =
@@ -246,6 +279,7 @@ impl Balancer {
             algo,
             seq: 0,
             total_active,
+            in_flight,
             next_context: 0,
             shadow: None,
         }
@@ -276,6 +310,7 @@ impl Balancer {
         if self.cands.slots.is_empty() {
             return Err(self.no_eligible(req.now));
         }
+        self.under_max_requests()?;
         let context = match req.context {
             Some(c) => c,
             None if self.spec.policy.algorithm == Algorithm::Rotating => self.new_context(),
@@ -292,7 +327,10 @@ impl Balancer {
             OwnPicks,
         );
         let member = self.cands.slots[slot as usize] as usize;
-        let excluded = req.exclude.contains(&member);
+        let cap = self.spec.policy.limits.max_requests_per_member;
+        let states = &self.states;
+        let full = |m: usize| cap.is_some_and(|c| states[m].load.in_flight >= c);
+        let excluded = req.exclude.contains(&member) || full(member);
         let held_back = !excluded
             && slow_start_holds_back(
                 self.spec.policy.algorithm,
@@ -307,12 +345,18 @@ impl Balancer {
                 &self.states,
                 slot,
                 context,
-                req.exclude,
+                &|m| req.exclude.contains(&m) || full(m),
                 OwnPicks,
             );
             match next {
                 Some(other) => (other, Why::Failover { from: member, slow_start: held_back }),
                 None if held_back => (member, why),
+                None if cap.is_some() && !req.exclude.contains(&member) => {
+                    return Err(PickError::AtMaxPerMember {
+                        cluster: self.spec.name.clone(),
+                        limit: cap.unwrap_or_default(),
+                    });
+                }
                 None => {
                     return Err(PickError::AllTried {
                         cluster: self.spec.name.clone(),
@@ -439,7 +483,8 @@ impl Balancer {
             let held_back = !excluded
                 && slow_start_holds_back(sh.algorithm, &states[member], &spec.policy, req.now, rng);
             if excluded || held_back {
-                match sh.algo.next_after(cands, states, slot, context, req.exclude, recency) {
+                let skip = |m| req.exclude.contains(&m);
+                match sh.algo.next_after(cands, states, slot, context, &skip, recency) {
                     Some(other) => Some(other),
                     None if held_back => Some(member),
                     None => None,
@@ -534,9 +579,21 @@ impl Balancer {
         self.generation += 1;
     }
 
+    /// `Err` when the cluster has its `max_requests` in flight (a new request must be
+    /// refused, whichever member it would go to).
+    pub fn under_max_requests(&self) -> Result<(), PickError> {
+        match self.spec.policy.limits.max_requests {
+            Some(limit) if self.in_flight >= u64::from(limit) => {
+                Err(PickError::AtMaxRequests { cluster: self.spec.name.clone(), limit })
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// A request was sent to `member`.
     pub fn begin_request(&mut self, member: usize) {
         self.states[member].load.in_flight += 1;
+        self.in_flight += 1;
         self.total_active += 1;
         self.load_changed(member);
     }
@@ -551,6 +608,9 @@ impl Balancer {
     ) -> Option<Ejection> {
         let policy = &self.spec.policy;
         let st = &mut self.states[member];
+        if st.load.in_flight > 0 {
+            self.in_flight = self.in_flight.saturating_sub(1);
+        }
         st.load.in_flight = st.load.in_flight.saturating_sub(1);
         self.total_active = self.total_active.saturating_sub(1);
         st.load.completed += 1;

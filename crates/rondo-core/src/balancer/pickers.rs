@@ -312,7 +312,7 @@ impl AlgoState {
     }
 
     /// The member to take when the choice at `slot` cannot be used: the next eligible one that
-    /// is not excluded, in the order that fits the algorithm (down the rotated list for
+    /// `skip` does not rule out (already tried, or at `max_requests_per_member`), in the order that fits the algorithm (down the rotated list for
     /// `rotating`, the least loaded for load-aware algorithms, the next slot otherwise).
     pub(crate) fn next_after<R: Recency>(
         &self,
@@ -320,13 +320,11 @@ impl AlgoState {
         states: &[MemberState],
         slot: u32,
         context: u32,
-        exclude: &[usize],
+        skip: &dyn Fn(usize) -> bool,
         recency: R,
     ) -> Option<usize> {
         let chosen = cands.slots[slot as usize];
-        let usable = |m: u32| {
-            cands.slot_of[m as usize] != NONE && m != chosen && !exclude.contains(&(m as usize))
-        };
+        let usable = |m: u32| cands.slot_of[m as usize] != NONE && m != chosen && !skip(m as usize);
         match &self.kind {
             Kind::Rotating { order } if !order.is_empty() => {
                 let len = order.len();

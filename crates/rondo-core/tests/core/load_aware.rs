@@ -200,3 +200,44 @@ fn a_silent_agent_marks_its_member_unavailable_until_it_reports_again() {
     b.report_agent(0, report(0.1, 1, Instant::from_millis(800)));
     assert_eq!(b.pick(&at(Instant::from_millis(800)), &mut r).unwrap().member, 0);
 }
+
+/// Circuit breakers (issue 38): a member at `max_requests_per_member` is passed over, every
+/// member at it refuses the pick, and `max_requests` refuses any pick while the cluster has that
+/// many in flight; each refusal names its breaker, and ends lift it.
+#[test]
+fn circuit_breakers_cap_requests_in_flight() {
+    use rondo_core::{PickError, Policy, RequestLimits};
+    for algorithm in [Algorithm::RoundRobin, Algorithm::LeastSessions, Algorithm::P2cEwma] {
+        let limits = RequestLimits { max_requests: None, max_requests_per_member: Some(1) };
+        let policy = Policy { algorithm, limits, ..Policy::default() };
+        let mut b = Balancer::new(cluster_with(policy, named(3)), Instant::ZERO);
+        let mut r = rng(7);
+        let mut taken = Vec::new();
+        for _ in 0..3 {
+            let d = b.pick(&at(Instant::ZERO), &mut r).expect("a member under its cap");
+            b.begin_request(d.member);
+            taken.push(d.member);
+        }
+        taken.sort_unstable();
+        assert_eq!(taken, vec![0, 1, 2], "{algorithm:?}: one each");
+        let refused = b.pick(&at(Instant::ZERO), &mut r).unwrap_err();
+        assert_eq!(refused.breaker(), Some("max_requests_per_member"), "{algorithm:?}: {refused}");
+        b.end_request(1, Instant::ZERO, rondo_core::Outcome::Success { latency: Duration::ZERO });
+        assert_eq!(b.pick(&at(Instant::ZERO), &mut r).expect("m1 is free").member, 1);
+    }
+
+    let limits = RequestLimits { max_requests: Some(2), max_requests_per_member: None };
+    let policy = Policy { limits, ..Policy::default() };
+    let mut b = Balancer::new(cluster_with(policy, named(3)), Instant::ZERO);
+    let mut r = rng(7);
+    for _ in 0..2 {
+        let d = b.pick(&at(Instant::ZERO), &mut r).expect("under max_requests");
+        b.begin_request(d.member);
+    }
+    let refused = b.pick(&at(Instant::ZERO), &mut r).unwrap_err();
+    assert!(matches!(refused, PickError::AtMaxRequests { limit: 2, .. }), "{refused}");
+    assert_eq!(b.under_max_requests().unwrap_err(), refused);
+    b.end_request(0, Instant::ZERO, rondo_core::Outcome::Cancelled);
+    b.end_request(1, Instant::ZERO, rondo_core::Outcome::Cancelled);
+    b.pick(&at(Instant::ZERO), &mut r).expect("under max_requests again");
+}

@@ -404,7 +404,7 @@ impl<'a, S: ClientStream> OwnTries<'a, S> {
         out.clear();
         let challenge;
         let extra: &[&str] = match e.kind {
-            Kind::NoEligible => &["retry-after: 1"],
+            Kind::NoEligible | Kind::Breaker(_) => &["retry-after: 1"],
             Kind::Unauthorized(refusal) => {
                 let value = refusal.challenge();
                 challenge = [format!("www-authenticate: {}", value.to_str().unwrap_or("Bearer"))];

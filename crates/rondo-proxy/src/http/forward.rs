@@ -140,7 +140,13 @@ impl<'a, T: Tries> TryMaker for Course<'a, T> {
             }
             Err(Refused::NoEligible(e)) => {
                 tracing::debug!(route = %route.name, error = %e, "no member");
-                let outcome = Kind::NoEligible;
+                let outcome = match crate::error::Breaker::of(&e) {
+                    Some(b) => {
+                        metrics.breaker(cluster, b.as_str());
+                        Kind::Breaker(b)
+                    }
+                    None => Kind::NoEligible,
+                };
                 self.attempts.push(Attempt {
                     cluster: cluster.clone(),
                     member: None,
@@ -226,10 +232,15 @@ fn gave_up(route: &Route, attempts: Vec<Attempt>, stop: Stop) -> Failure {
     .into_iter()
     .find(|k| attempts.iter().any(|a| a.outcome == *k))
     .or(tls)
+    .or_else(|| attempts.iter().map(|a| a.outcome).find(|k| matches!(k, Kind::Breaker(_))))
     .unwrap_or(Kind::NoEligible);
     let mut detail = match kind {
         Kind::Timeout => "member too slow: no response in time".to_owned(),
         Kind::NoEligible => "no eligible member to serve the request".to_owned(),
+        Kind::Breaker(b) => format!(
+            "circuit breaker open: the cluster is at its {} (requests in flight)",
+            b.as_str()
+        ),
         Kind::Tls(_) => "bad gateway: tls to the member failed".to_owned(),
         _ => "bad gateway: no member answered".to_owned(),
     };

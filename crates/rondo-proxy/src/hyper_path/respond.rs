@@ -127,7 +127,7 @@ pub(super) fn failure(e: ProxyError, detail: ErrorDetail) -> Response<ProxyBody>
     if let Kind::Unauthorized(refusal) = e.kind {
         headers.insert(header::WWW_AUTHENTICATE, refusal.challenge());
     }
-    if e.kind == Kind::NoEligible {
+    if matches!(e.kind, Kind::NoEligible | Kind::Breaker(_)) {
         headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
     }
     if matches!(

@@ -120,6 +120,8 @@ pub struct Metrics {
     pub multicast: Family<MulticastLabels, Counter>,
     /// Session replays by route and result (`rondo_session_replays_total`).
     pub replays: Family<ReplayLabels, Counter>,
+    /// Requests refused by a cluster's circuit breaker (`rondo_circuit_breaker_refusals_total`).
+    pub breakers: Family<router::BreakerLabels, Counter>,
     /// Faults the `fault` filter injected, by route and kind (`rondo_filter_faults_total`).
     pub faults: Family<FaultLabels, Counter>,
     /// Bytes the session replay logs hold now (`rondo_session_replay_bytes`).
@@ -211,6 +213,7 @@ impl Metrics {
             router_responses: Family::default(),
             multicast: Family::default(),
             replays: Family::default(),
+            breakers: Family::default(),
             faults: Family::default(),
             replay_bytes: Gauge::default(),
             bytes_in: Family::default(),

@@ -70,6 +70,15 @@ pub struct MulticastLabels {
     pub outcome: &'static str,
 }
 
+/// Labels of a request a circuit breaker refused (`rondo_circuit_breaker_refusals_total`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct BreakerLabels {
+    /// Cluster name.
+    pub cluster: String,
+    /// `max_requests` or `max_requests_per_member`.
+    pub limit: &'static str,
+}
+
 /// Labels of a session replay event (`rondo_session_replays_total`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 pub struct ReplayLabels {
@@ -209,6 +218,12 @@ impl Metrics {
         ResponseHandles { labels, latency, classes: Default::default() }
     }
 
+    /// Counts a request a circuit breaker of `cluster` refused (`rondo_circuit_breaker_refusals_total`).
+    pub fn breaker(&self, cluster: &str, limit: &'static str) {
+        let labels = BreakerLabels { cluster: cluster.to_owned(), limit };
+        self.breakers.get_or_create(&labels).inc();
+    }
+
     /// Counts a try after a request's first, on `cluster`.
     pub fn retry(&self, route: &str, cluster: &str) {
         let labels = RouteClusterLabels { route: route.to_owned(), cluster: cluster.to_owned() };
@@ -256,6 +271,11 @@ pub(super) fn register_outcomes(m: &Metrics, r: &mut Registry) {
             "Sessions whose kept requests were replayed to the member that took them over, by route and result (replayed, failed, skipped: over the limits, failed over without replay)",
             m.replays.clone(),
         );
+    r.register(
+        "circuit_breaker_refusals",
+        "Requests a cluster's circuit breaker refused at once (answered 503 unless a backup cluster took them), by cluster and limit (max_requests, max_requests_per_member)",
+        m.breakers.clone(),
+    );
     r.register(
         "session_replay_bytes",
         "Bytes of requests the session replay logs hold",
