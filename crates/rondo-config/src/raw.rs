@@ -552,6 +552,7 @@ pub(crate) struct RawCluster {
     pub connect_timeout_ms: Option<u64>,
     pub max_requests: Option<u64>,
     pub max_requests_per_member: Option<u64>,
+    pub proxy_protocol: Option<String>,
 }
 
 /// A cluster's `upstream_tls`: TLS (and mTLS) to its members.

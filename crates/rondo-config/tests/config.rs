@@ -2141,3 +2141,20 @@ fn proxy_protocol_and_trusted_networks_are_checked() {
     let text = listener("trust_forwarded_for = []");
     fails_once(&text, "listener[0].trust_forwarded_for", "[]", "trusts nobody");
 }
+
+#[test]
+fn a_clusters_proxy_protocol_is_for_tcp_clusters() {
+    let cluster = |lines: &str| {
+        format!(
+            "[[listener]]\nname = \"t\"\nlisten = \"127.0.0.1:8080\"\nprotocol = \"tcp\"\n\n\
+             [[route]]\nlistener = \"t\"\ncluster = \"db\"\n\n\
+             [cluster.db]\n{lines}\nmembers = [{{ name = \"d1\", address = \"127.0.0.1:9004\" }}]\n"
+        )
+    };
+    let c = ok(&cluster("upstream_protocol = \"tcp\"\nproxy_protocol = \"v1\""));
+    assert_eq!(c.view.clusters["db"].policy.send_proxy, Some(rondo_core::ProxyHeader::V1));
+    let text = cluster("upstream_protocol = \"tcp\"\nproxy_protocol = \"v9\"");
+    fails_once(&text, "cluster.db.proxy_protocol", "\"v9\"", "unknown proxy_protocol `v9`");
+    let text = cluster("proxy_protocol = \"v2\"");
+    fails_with(&text, "cluster.db.proxy_protocol", "\"v2\"", "tcp clusters only");
+}

@@ -505,6 +505,19 @@ pub struct Policy {
     pub connect_timeout: Duration,
     /// Circuit breakers: caps on the requests in flight.
     pub limits: RequestLimits,
+    /// The PROXY protocol header each new connection to a member starts with
+    /// (`proxy_protocol`, `tcp` clusters); `None`: none.
+    pub send_proxy: Option<ProxyHeader>,
+}
+
+/// A version of HAProxy's PROXY protocol header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub enum ProxyHeader {
+    /// Version 1, text.
+    V1,
+    /// Version 2, binary.
+    V2,
 }
 
 /// Circuit breakers on a cluster's requests in flight (Envoy's `max_requests`): over a cap a
@@ -556,6 +569,7 @@ impl Default for Policy {
             grpc: crate::grpc::GrpcPolicy::default(),
             connect_timeout: Policy::DEFAULT_CONNECT_TIMEOUT,
             limits: RequestLimits::default(),
+            send_proxy: None,
         }
     }
 }

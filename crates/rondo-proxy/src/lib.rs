@@ -626,15 +626,16 @@ async fn accept_tcp(
         let metrics = metrics.clone();
         tokio::spawn(async move {
             let mut stream = stream;
+            let local = stream.local_addr().unwrap_or(spec.listen);
             let Some(peer) = client_address(&mut stream, peer, &spec, &metrics).await else {
                 return;
             };
             match tls {
-                None => tcp::handle_plain(live, name, stream, peer, hello_timeout).await,
+                None => tcp::handle_plain(live, name, stream, (peer, local), hello_timeout).await,
                 Some(t) => match t.accept(stream).await {
                     Ok((s, _)) => {
                         let sni = s.get_ref().1.server_name().map(str::to_owned);
-                        tcp::handle(live, name, s, peer, sni.as_deref(), &[]).await;
+                        tcp::handle(live, name, s, (peer, local), sni.as_deref(), &[]).await;
                     }
                     Err(e) => tracing::debug!(listener = %name, %peer, "{e}"),
                 },

@@ -27,6 +27,40 @@ const V1_MAX: usize = 107;
 /// sends more (TLVs of kilobytes) is refused rather than buffered.
 const V2_MAX: usize = 16 + 536;
 
+/// The header that tells a member (`proxy_protocol` on a `tcp` cluster) that the client at
+/// `client` reached the router at `local`. Addresses of different families are both written as
+/// IPv6 (an IPv4 one mapped).
+pub(crate) fn header(
+    version: rondo_core::ProxyHeader,
+    client: SocketAddr,
+    local: SocketAddr,
+) -> Vec<u8> {
+    let canonical = |a: SocketAddr| SocketAddr::new(a.ip().to_canonical(), a.port());
+    let (mut src, mut dst) = (canonical(client), canonical(local));
+    if src.is_ipv4() != dst.is_ipv4() {
+        let mapped = |a: SocketAddr| match a.ip() {
+            std::net::IpAddr::V4(ip) => SocketAddr::new(ip.to_ipv6_mapped().into(), a.port()),
+            std::net::IpAddr::V6(_) => a,
+        };
+        (src, dst) = (mapped(src), mapped(dst));
+    }
+    match version {
+        rondo_core::ProxyHeader::V1 => {
+            ppp::v1::Addresses::from((src, dst)).to_string().into_bytes()
+        }
+        rondo_core::ProxyHeader::V2 => {
+            v2::Builder::with_addresses(
+                v2::Version::Two | v2::Command::Proxy,
+                v2::Protocol::Stream,
+                (src, dst),
+            )
+            .build()
+            // Writing into a Vec cannot fail.
+            .unwrap_or_default()
+        }
+    }
+}
+
 /// Why a connection was refused (the `result` label of `rondo_proxy_protocol_total`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Refused {
@@ -238,6 +272,19 @@ mod tests {
         assert_eq!(len, v2.len());
         assert_eq!(header_len(&Kind::V2, &v2[..20]), Ok(None));
         assert_eq!(parse(&v2), Ok(Outcome::Client(src)));
+    }
+
+    #[test]
+    fn headers_written_for_members_read_back() {
+        let client: SocketAddr = "192.0.2.7:5000".parse().unwrap();
+        let local: SocketAddr = "[::ffff:10.0.0.1]:443".parse().unwrap();
+        for version in [rondo_core::ProxyHeader::V1, rondo_core::ProxyHeader::V2] {
+            let h = header(version, client, local);
+            assert_eq!(parse(&h), Ok(Outcome::Client(client)), "{version:?}");
+        }
+        let mixed =
+            header(rondo_core::ProxyHeader::V1, client, "[2001:db8::1]:443".parse().unwrap());
+        assert_eq!(&mixed[..], b"PROXY TCP6 ::ffff:192.0.2.7 2001:db8::1 5000 443\r\n");
     }
 
     #[test]

@@ -28,13 +28,13 @@ pub async fn handle_plain(
     live: Arc<Live>,
     listener: Arc<str>,
     mut client: TcpStream,
-    peer: SocketAddr,
+    (peer, local): (SocketAddr, SocketAddr),
     hello_timeout: Duration,
 ) {
     let by_sni =
         live.load().view.routes.iter().any(|r| *r.listener == *listener && r.matcher.sni.is_some());
     if !by_sni {
-        return handle(live, listener, client, peer, None, &[]).await;
+        return handle(live, listener, client, (peer, local), None, &[]).await;
     }
     let mut hello = Vec::with_capacity(1024);
     let read = tokio::time::timeout(hello_timeout, async {
@@ -61,16 +61,17 @@ pub async fn handle_plain(
         }
         Err(_) => None,
     };
-    handle(live, listener, client, peer, name.as_deref(), &hello).await;
+    handle(live, listener, client, (peer, local), name.as_deref(), &hello).await;
 }
 
-/// Serves one client connection of TCP listener `listener` whose TLS server name is `sni` (if
-/// any); `first` is what the client already sent, passed on to the member before the rest.
+/// Serves one client connection of TCP listener `listener` from `peer`, reached at `local`,
+/// whose TLS server name is `sni` (if any); `first` is what the client already sent, passed on
+/// to the member before the rest.
 pub async fn handle<C>(
     live: Arc<Live>,
     listener: Arc<str>,
     client: C,
-    peer: SocketAddr,
+    (peer, local): (SocketAddr, SocketAddr),
     sni: Option<&str>,
     first: &[u8],
 ) where
@@ -103,6 +104,7 @@ pub async fn handle<C>(
         hash,
         client,
         first,
+        addrs: (peer, local),
     };
     match drive(&mut connecting, &mut failover, now).await {
         // Told where the budget ran out.
@@ -124,6 +126,8 @@ struct Connecting<'a, C> {
     hash: Option<u64>,
     client: C,
     first: &'a [u8],
+    /// The client's address and the one it reached, for a member's PROXY header.
+    addrs: (SocketAddr, SocketAddr),
 }
 
 /// A placed try: the cluster, by name and run-time state, and the member.
@@ -218,8 +222,15 @@ where
         let (kind, failure) = match tokio::time::timeout(timeout, TcpStream::connect(&m.address))
             .await
         {
-            Ok(Ok(upstream)) => {
+            Ok(Ok(mut upstream)) => {
                 let _ = upstream.set_nodelay(true);
+                if let Some(version) = rt.spec.policy.send_proxy {
+                    let (client, local) = self.addrs;
+                    let header = crate::proxy_protocol::header(version, client, local);
+                    if upstream.write_all(&header).await.is_err() {
+                        return connect_failed();
+                    }
+                }
                 let mut upstream: Box<dyn Upstream> = match &rt.tls {
                     None => Box::new(upstream),
                     Some(Err(_)) => {

@@ -158,6 +158,23 @@ fn compile_cluster_at(
         max_requests: cap(c, "max_requests", rc.max_requests),
         max_requests_per_member: cap(c, "max_requests_per_member", rc.max_requests_per_member),
     };
+    let send_proxy = match rc.proxy_protocol.as_deref() {
+        None => None,
+        Some("v1") => Some(rondo_core::ProxyHeader::V1),
+        Some("v2") => Some(rondo_core::ProxyHeader::V2),
+        Some(other) => {
+            let message = format!("unknown proxy_protocol `{other}`, expected `v1` or `v2`");
+            c.err(path.key("proxy_protocol"), message);
+            None
+        }
+    };
+    if send_proxy.is_some() && upstream_protocol != UpstreamProtocol::Tcp {
+        c.err(
+            path.key("proxy_protocol"),
+            "proxy_protocol to members is built for tcp clusters only (an HTTP cluster's member \
+             connections carry many clients' requests)",
+        );
+    }
     ClusterSpec {
         name: name.to_owned(),
         members,
@@ -177,6 +194,7 @@ fn compile_cluster_at(
             grpc,
             connect_timeout,
             limits,
+            send_proxy,
         },
         upstream_protocol,
         sticky,

@@ -254,3 +254,30 @@ async fn forwarded_headers_are_kept_only_from_trusted_networks() {
     assert_eq!(seen.headers.get("x-forwarded-for").unwrap(), "127.0.0.1");
     assert_eq!(seen.headers.get("forwarded"), None);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tcp_cluster_tells_its_members_the_client_with_either_version() {
+    let rec = Recorder::spawn("m");
+    // The member side: a router whose listener believes PROXY headers from 127.0.0.1.
+    let inner = format!(
+        "[[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:0\"\nproxy_protocol = \"optional\"\n\
+         trusted_sources = [\"127.0.0.1\"]\n\n\
+         [[route]]\nlistener = \"web\"\ncluster = \"c\"\n\n[cluster.c]\nmembers = [{}]\n",
+        rec.entry()
+    );
+    let inner = router(&inner).await;
+    for version in ["v1", "v2"] {
+        let edge = format!(
+            "[[listener]]\nname = \"edge\"\nlisten = \"127.0.0.1:0\"\nprotocol = \"tcp\"\n\n\
+             [[route]]\nlistener = \"edge\"\ncluster = \"b\"\n\n\
+             [cluster.b]\nupstream_protocol = \"tcp\"\nproxy_protocol = \"{version}\"\n\
+             members = [{{ name = \"inner\", address = \"{}\" }}]\n",
+            inner.addr("web")
+        );
+        let edge = router(&edge).await;
+        let s = connect_from("127.0.0.5", edge.addr("edge")).await;
+        let path = format!("/through-{version}");
+        assert_eq!(get_after(s, b"", &path).await, Some(200));
+        assert_eq!(forwarded_for(&rec, &path).as_deref(), Some("127.0.0.5"), "{version}");
+    }
+}
