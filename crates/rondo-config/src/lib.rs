@@ -19,6 +19,7 @@
 mod compile;
 mod error;
 mod filter;
+mod include;
 pub mod jwks;
 mod path;
 mod raw;
@@ -36,6 +37,7 @@ pub use compile::{
     MAX_WEIGHT, address_reaches, compile_declared_policy, upstream_protocol_str,
 };
 pub use error::{ConfigError, ConfigErrors};
+pub use include::config_files;
 pub use schema::fields as schema_fields;
 pub use spec::{
     AccessLogSpec, AccessLogTarget, AdminSpec, AdminToken, AgentKey, AgentSpec, DnsSpec,
@@ -233,7 +235,9 @@ pub fn load_file_with(
     view_id: u64,
     features: Features,
 ) -> Result<Config, ConfigErrors> {
-    parse_str_with(&read_text(path)?, path, view_id, features)
+    let text = read_text(path)?;
+    let sources = include::gather(&text, path).map_err(|errors| ConfigErrors { errors })?;
+    parse_sources(&sources, path, view_id, features, true)
 }
 
 /// The text of the configuration file at `path`: a file that cannot be read is one error
@@ -268,23 +272,41 @@ pub fn parse_str(text: &str, file: &Path, view_id: u64) -> Result<Config, Config
 }
 
 /// [`parse_str`] for a build with `features`: settings that need a missing one are errors.
+/// A text reads no other file: `include` is an error here (it works in files, [`load_file`]).
 pub fn parse_str_with(
     text: &str,
     file: &Path,
     view_id: u64,
     features: Features,
 ) -> Result<Config, ConfigErrors> {
+    parse_sources(&include::Sources::single(text, file), file, view_id, features, false)
+}
+
+/// Parses and checks the configuration of `sources` (the main `file` and its includes, when
+/// `includes` says it may have them).
+fn parse_sources(
+    sources: &include::Sources,
+    file: &Path,
+    view_id: u64,
+    features: Features,
+    includes: bool,
+) -> Result<Config, ConfigErrors> {
+    let text = sources.text.as_str();
     // A span-keeping document to turn spans into field paths and field paths into spans.
     let doc = toml_edit::Document::parse(text).ok();
     let table = doc.as_ref().map(|d| d.as_table());
     let error_at = |span: Option<std::ops::Range<usize>>, field: String, message: String| {
-        let (line, column) = span.map_or((1, 1), |s| line_column(text, s.start));
+        let (file, line, column) = match span {
+            Some(s) => sources.locate(s.start),
+            None => (file, 1, 1),
+        };
         // Values are echoed in messages and keys in field paths: a control character in either
         // (an escape sequence, a newline) must not reach a terminal or log as it is.
         let field = escape_controls(&field).into_owned();
         let message = escape_controls(&message).into_owned();
         ConfigError { file: file.to_path_buf(), line, column, field, message }
     };
+    let order = |f: &Path| sources.files().position(|x| x == f).unwrap_or(usize::MAX);
 
     let raw: raw::RawConfig = match toml::from_str(text) {
         Ok(raw) => raw,
@@ -297,6 +319,13 @@ pub fn parse_str_with(
         }
     };
 
+    if raw._include.is_some() && !includes {
+        let span = table.and_then(|t| span_of(t, &FieldPath::root().key("include")));
+        let message = "`include` is read from configuration files (rondo check, rondo serve, \
+                       reloads), not from a configuration given as text"
+            .to_owned();
+        return Err(ConfigErrors { errors: vec![error_at(span, "include".to_owned(), message)] });
+    }
     // `timeout = 5` parsed (the alias shares `timeout_ms`'s field) but has no unit.
     let unitless = table.map(|t| units::unitless(t, &schema::fields())).unwrap_or_default();
     if !unitless.is_empty() {
@@ -314,7 +343,7 @@ pub fn parse_str_with(
                 error_at(span, p.path.to_string(), p.message)
             })
             .collect();
-        errors.sort_by_key(|e| (e.line, e.column));
+        errors.sort_by_key(|e| (order(&e.file), e.line, e.column));
         errors
     };
     let base_dir = file.parent().unwrap_or(Path::new(""));

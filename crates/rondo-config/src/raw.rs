@@ -13,6 +13,9 @@ use serde::de::{self, Deserializer, SeqAccess, Visitor};
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawConfig {
+    /// Read by `include.rs` before the schema: the files read after this one.
+    #[serde(rename = "include")]
+    pub _include: Option<Vec<String>>,
     pub router: Option<RawRouter>,
     pub admin: Option<RawAdmin>,
     pub naming: Option<RawNaming>,

@@ -182,6 +182,12 @@ struct Fingerprint {
     inode: u64,
 }
 
+/// The fingerprints of the config file and of every file its `include` names now (a file
+/// added to or removed from an included directory changes the list).
+fn fingerprints(path: &Path) -> Vec<Option<Fingerprint>> {
+    rondo_config::config_files(path).iter().map(|f| fingerprint(f)).collect()
+}
+
 fn fingerprint(path: &Path) -> Option<Fingerprint> {
     let meta = std::fs::metadata(path).ok()?;
     #[cfg(unix)]
@@ -195,22 +201,25 @@ fn fingerprint(path: &Path) -> Option<Fingerprint> {
 /// no dependency, and it follows the path, so saves by rename are seen), and reloads once a
 /// change has been stable for `settle`. A missing file (mid-rename) is waited out.
 pub fn watch_file(reloader: Arc<Reloader>, poll: Duration, settle: Duration) -> JoinHandle<()> {
-    let mut seen = fingerprint(reloader.path());
+    let mut seen = fingerprints(reloader.path());
     tokio::spawn(async move {
-        let mut applied = seen;
+        let mut applied = seen.clone();
         let mut changed_at = tokio::time::Instant::now();
         let mut tick = tokio::time::interval(poll);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
-            let now = fingerprint(reloader.path());
+            let now = fingerprints(reloader.path());
             if now != seen {
                 seen = now;
                 changed_at = tokio::time::Instant::now();
                 continue;
             }
-            if seen.is_some() && seen != applied && changed_at.elapsed() >= settle {
-                applied = seen;
+            if seen.first().is_some_and(Option::is_some)
+                && seen != applied
+                && changed_at.elapsed() >= settle
+            {
+                applied = seen.clone();
                 let _ = reloader.reload("file change");
             }
         }

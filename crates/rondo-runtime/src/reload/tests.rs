@@ -187,3 +187,47 @@ async fn the_watcher_reloads_after_a_save_by_rename() {
     assert_eq!(r.live().load().view.id, 2, "one reload per change");
     watcher.abort();
 }
+
+#[tokio::test]
+async fn the_watcher_reloads_when_an_included_file_changes_or_appears() {
+    let dir = TempDir::new();
+    std::fs::create_dir_all(dir.0.join("conf.d")).unwrap();
+    let text = config("127.0.0.1:0", &["a"]);
+    // The cluster lives in an included file; the main file only includes it.
+    let (main, cluster) = text.split_at(text.find("[cluster.c]").unwrap());
+    let included = dir.0.join("conf.d/c.toml");
+    std::fs::write(&included, cluster).unwrap();
+    let r = start(&dir, &format!("include = [\"conf.d/*.toml\"]\n{main}"));
+    assert_eq!(names(&r), ["a"]);
+    let watcher = watch_file(r.clone(), Duration::from_millis(20), Duration::from_millis(40));
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    std::fs::write(
+        &included,
+        cluster.replace(
+            "\"a\", address = \"127.0.0.1:1\" }",
+            "\"a\", address = \"127.0.0.1:1\" }, { name = \"b\", address = \"127.0.0.1:2\" }",
+        ),
+    )
+    .unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while r.live().load().view.id < 2 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no reload after the included file changed"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(names(&r), ["a", "b"]);
+    // A new file in the directory is a change too.
+    std::fs::write(
+        dir.0.join("conf.d/d.toml"),
+        "[cluster.d]\nmembers = [{ name = \"x\", address = \"127.0.0.1:3\" }]\n",
+    )
+    .unwrap();
+    while r.live().load().view.id < 3 {
+        assert!(tokio::time::Instant::now() < deadline, "no reload after a file was added");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(r.live().load().view.clusters.contains_key("d"));
+    watcher.abort();
+}
