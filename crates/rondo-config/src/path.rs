@@ -121,8 +121,18 @@ impl<'a> Node<'a> {
         }
     }
 
-    /// The child under `seg` and the span of its key, if any.
+    /// The child under `seg` and the span of its key, if any. A `_ms` or `_s` key that is not
+    /// there is looked for under its unit alias (`timeout` for `timeout_ms`, `units.rs`), so an
+    /// error about the field points at what the file wrote.
     fn child(self, seg: &Seg) -> Option<(Node<'a>, Option<Range<usize>>)> {
+        self.child_exact(seg).or_else(|| {
+            let Seg::Key(k) = seg else { return None };
+            let alias = crate::units::SUFFIXES.iter().find_map(|s| k.strip_suffix(s))?;
+            self.child_exact(&Seg::Key(alias.to_owned()))
+        })
+    }
+
+    fn child_exact(self, seg: &Seg) -> Option<(Node<'a>, Option<Range<usize>>)> {
         match (self.normalize(), seg) {
             (Node::Table(t), Seg::Key(k)) => {
                 t.get_key_value(k).map(|(key, item)| (Node::Item(item), key.span()))

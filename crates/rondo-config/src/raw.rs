@@ -625,6 +625,20 @@ pub(crate) struct RawRetry {
     pub budget_percent: Option<u64>,
     pub budget_min_per_sec: Option<u64>,
     pub retry_on: Option<Vec<String>>,
+    pub backoff: Option<RawBackoff>,
+    pub retry_non_idempotent: Option<bool>,
+    #[serde(default, deserialize_with = "crate::units::bytes")]
+    pub retry_buffer_bytes: Option<u64>,
+}
+
+/// A cluster's `retry.backoff`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawBackoff {
+    #[serde(default, deserialize_with = "crate::units::millis", alias = "base")]
+    pub base_ms: Option<u64>,
+    #[serde(default, deserialize_with = "crate::units::millis", alias = "max")]
+    pub max_ms: Option<u64>,
 }
 
 /// A cluster's `slow_start`.

@@ -290,6 +290,7 @@ fn full_config_compiles_into_the_expected_view() {
             per_try_timeout: Some(Duration::from_millis(700)),
             budget_percent: 15,
             budget_min_per_sec: 3,
+            ..RetryPolicy::default()
         }
     );
     assert_eq!(p.slow_start, SlowStart { duration: Duration::from_secs(5), initial_percent: 25 });
@@ -2059,7 +2060,7 @@ fn grpc_codes_and_the_grpc_health_check_compile_and_unknown_codes_are_refused() 
         &cluster_line("retry = { retry_on = [\"busy\"] }"),
         "cluster.app.retry.retry_on[0]",
         "\"busy\"",
-        "unknown grpc status `busy`",
+        "unknown retry_on `busy`",
     );
     fails_once(
         &cluster_line("health = { kind = \"tcp\", grpc = { service = \"s\" } }"),
@@ -2157,4 +2158,45 @@ fn a_clusters_proxy_protocol_is_for_tcp_clusters() {
     fails_once(&text, "cluster.db.proxy_protocol", "\"v9\"", "unknown proxy_protocol `v9`");
     let text = cluster("proxy_protocol = \"v2\"");
     fails_with(&text, "cluster.db.proxy_protocol", "\"v2\"", "tcp clusters only");
+}
+
+#[test]
+fn retry_conditions_backoff_and_buffer_are_checked() {
+    let cluster = |retry: &str| {
+        format!(
+            "[[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:8080\"\n\n\
+             [[route]]\nlistener = \"web\"\ncluster = \"c\"\n\n\
+             [cluster.c]\nretry = {{ {retry} }}\n\
+             members = [{{ name = \"a1\", address = \"127.0.0.1:9001\" }}]\n"
+        )
+    };
+    let c = ok(&cluster(
+        "retry_on = [\"gateway-error\", \"retriable-status:429\", \"unavailable\"], \
+         backoff = { base = \"20ms\", max = \"1s\" }, retry_buffer_bytes = \"1MiB\"",
+    ));
+    let r = &c.view.clusters["c"].policy.retry;
+    assert!(r.statuses.contains(503) && r.statuses.contains(429) && !r.statuses.contains(500));
+    assert_eq!(
+        r.backoff,
+        Some(rondo_core::Backoff {
+            base: std::time::Duration::from_millis(20),
+            max: std::time::Duration::from_secs(1)
+        })
+    );
+    assert_eq!(r.buffer_bytes, 1 << 20);
+    assert_ne!(c.view.clusters["c"].policy.grpc.retry_on, rondo_core::grpc::Codes::NONE, "grpc");
+
+    let text = cluster("retry_on = [\"5xx\", \"connect-failure\"]");
+    fails_once(&text, "cluster.c.retry.retry_on[1]", "\"connect-failure\"", "always retried");
+    let text = cluster("retry_on = [\"retriable-status:700\"]");
+    fails_once(
+        &text,
+        "cluster.c.retry.retry_on[0]",
+        "\"retriable-status:700\"",
+        "not an HTTP status",
+    );
+    let text = cluster("retry_on = [\"6xx\"]");
+    fails_once(&text, "cluster.c.retry.retry_on[0]", "\"6xx\"", "unknown retry_on `6xx`");
+    let text = cluster("backoff = { base = \"1s\", max = \"10ms\" }");
+    fails_once(&text, "cluster.c.retry.backoff.max_ms", "\"10ms\"", "at least its base");
 }

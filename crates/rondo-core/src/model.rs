@@ -408,6 +408,17 @@ pub struct RetryPolicy {
     pub budget_percent: u8,
     /// Retries always allowed per second regardless of the ratio.
     pub budget_min_per_sec: u32,
+    /// HTTP statuses a member may answer that send the request to another member instead
+    /// (`retry_on`: `5xx`, `gateway-error`, `retriable-status:N`); empty: none.
+    pub statuses: StatusSet,
+    /// A pause before each retry (`backoff`); `None`: retried at once.
+    pub backoff: Option<Backoff>,
+    /// Whether a request that is not idempotent (a POST) may go to another member after one
+    /// failed with it (`retry_non_idempotent`, WCF's behaviour); its body is kept for that.
+    pub non_idempotent: bool,
+    /// The most request body bytes kept to send again (`retry_buffer_bytes`): a longer body is
+    /// not retried once sent.
+    pub buffer_bytes: u32,
 }
 
 impl Default for RetryPolicy {
@@ -417,7 +428,70 @@ impl Default for RetryPolicy {
             per_try_timeout: None,
             budget_percent: 20,
             budget_min_per_sec: 10,
+            statuses: StatusSet::EMPTY,
+            backoff: None,
+            non_idempotent: false,
+            buffer_bytes: RetryPolicy::DEFAULT_BUFFER_BYTES,
         }
+    }
+}
+
+impl RetryPolicy {
+    /// [`RetryPolicy::buffer_bytes`]'s default: 64 KiB.
+    pub const DEFAULT_BUFFER_BYTES: u32 = 64 * 1024;
+
+    /// The pause before retry number `retry` (1 for the first retry): "full jitter", a uniform
+    /// draw below `base · 2^(retry−1)` capped at `max`; zero without a backoff.
+    pub fn backoff_delay(&self, retry: u32, rng: &mut dyn crate::Entropy) -> Duration {
+        let Some(b) = self.backoff else { return Duration::ZERO };
+        let doubled = b.base.saturating_mul(1 << retry.saturating_sub(1).min(20));
+        let cap = doubled.min(b.max).as_micros().min(u128::from(u64::MAX)) as u64;
+        if cap == 0 {
+            return Duration::ZERO;
+        }
+        Duration::from_micros(rng.next_u64() % (cap + 1))
+    }
+}
+
+/// Exponential backoff between retries (`retry.backoff`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct Backoff {
+    /// The first retry's ceiling.
+    pub base: Duration,
+    /// The largest ceiling.
+    pub max: Duration,
+}
+
+/// A set of HTTP statuses (100 to 611), for `retry_on`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct StatusSet([u64; 8]);
+
+impl StatusSet {
+    /// No status.
+    pub const EMPTY: StatusSet = StatusSet([0; 8]);
+
+    /// `self` with `status` added (one outside 100-611 is left out).
+    pub fn with(mut self, status: u16) -> StatusSet {
+        if let Some(i) = status.checked_sub(100).map(usize::from).filter(|i| *i < 512) {
+            self.0[i / 64] |= 1 << (i % 64);
+        }
+        self
+    }
+
+    /// Whether `status` is in the set.
+    pub fn contains(&self, status: u16) -> bool {
+        status
+            .checked_sub(100)
+            .map(usize::from)
+            .filter(|i| *i < 512)
+            .is_some_and(|i| self.0[i / 64] & (1 << (i % 64)) != 0)
+    }
+
+    /// Whether the set is empty.
+    pub fn is_empty(&self) -> bool {
+        self.0 == [0; 8]
     }
 }
 

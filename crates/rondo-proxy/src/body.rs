@@ -585,6 +585,14 @@ impl ProxyBody {
     }
 
     /// Runs `f` when the body is done (replacing nothing already set for a member's body).
+    /// A response that will not reach the client (a member's answer declined for a retry): its
+    /// end no longer reports to the client connection, whose request goes on.
+    pub(crate) fn detach_conn(&mut self) {
+        if let Some(Some(finish)) = self.finish_mut() {
+            finish.conn = None;
+        }
+    }
+
     pub fn set_finish(&mut self, f: Finish) {
         if let Some(finish) = self.finish_mut() {
             *finish = Some(f);

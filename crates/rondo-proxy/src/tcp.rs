@@ -205,6 +205,9 @@ where
     ) -> Result<(), TryFailure> {
         let Underway { cluster, rt, member } = placed;
         let listener = self.listener;
+        if let Some(pause) = crate::http::backoff(rt, failover) {
+            tokio::time::sleep(pause).await;
+        }
         let m = &rt.spec.members[member];
         let started = Instant::now();
         // The connection (and its TLS handshake) within the cluster's `connect_timeout`, and

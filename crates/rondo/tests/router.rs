@@ -25,6 +25,7 @@ mod router {
     mod protocols;
     mod proxy_protocol;
     mod rebalance;
+    mod retries;
     mod serve;
     mod session_replay;
     pub(crate) mod traffic;

@@ -179,3 +179,25 @@ proptest! {
         prop_assert!(run.tries.len() as u32 <= total);
     }
 }
+
+/// `retry.backoff` (issue 38): full jitter below `base · 2^(n−1)`, capped at `max`, and no
+/// pause without a backoff.
+#[test]
+fn backoff_draws_full_jitter_under_a_doubling_capped_ceiling() {
+    use rondo_core::{Backoff, RetryPolicy};
+    let base = Duration::from_millis(10);
+    let policy = RetryPolicy {
+        backoff: Some(Backoff { base, max: Duration::from_millis(35) }),
+        ..RetryPolicy::default()
+    };
+    let mut r = super::support::rng(3);
+    for (retry, ceiling) in [(1, 10), (2, 20), (3, 35), (9, 35)] {
+        let draws: Vec<Duration> = (0..2000).map(|_| policy.backoff_delay(retry, &mut r)).collect();
+        let max = draws.iter().max().unwrap();
+        assert!(*max <= Duration::from_millis(ceiling), "retry {retry}: {max:?}");
+        // Spread over the whole range, not bunched at either end.
+        assert!(*max > Duration::from_millis(ceiling) * 9 / 10, "retry {retry}: {max:?}");
+        assert!(draws.iter().min().unwrap() < &Duration::from_millis(ceiling / 10 + 1));
+    }
+    assert_eq!(RetryPolicy::default().backoff_delay(1, &mut r), Duration::ZERO);
+}

@@ -244,11 +244,16 @@ impl<'a, S: ClientStream> OwnTries<'a, S> {
         };
         self.route = Some(route);
         let chain = Chain::of(self.ctx, route);
-        // Members spoken to over TLS or HTTP/2 are hyper's: the whole connection goes there
-        // before anything is sent.
+        // Members spoken to over TLS or HTTP/2, and clusters that retry on an answer's status
+        // or retry what is not idempotent (both keep the body to send again), are hyper's: the
+        // whole connection goes there before anything is sent.
         let plain = |name: &String| {
             snapshot.clusters.get(name).is_none_or(|rt| {
-                rt.tls.is_none() && rt.spec.upstream_protocol != UpstreamProtocol::Http2
+                let retry = &rt.spec.policy.retry;
+                rt.tls.is_none()
+                    && rt.spec.upstream_protocol != UpstreamProtocol::Http2
+                    && retry.statuses.is_empty()
+                    && !retry.non_idempotent
             })
         };
         let split = route.split.iter().map(|w| &w.cluster);

@@ -167,7 +167,16 @@ impl<'a, T: Tries> TryMaker for Course<'a, T> {
         placed: Underway<'a>,
         failover: &Failover,
     ) -> impl Future<Output = Result<T::Response, Kind>> {
-        self.req.attempt(placed.rt, placed.choice, failover)
+        // A retry waits out the cluster's backoff first (boxed: a request that is never
+        // retried carries a pointer's room for it, not a timer's).
+        let pause = backoff(placed.rt, failover).map(|d| Box::pin(tokio::time::sleep(d)));
+        let tried = self.req.attempt(placed.rt, placed.choice, failover);
+        async move {
+            if let Some(pause) = pause {
+                pause.await;
+            }
+            tried.await
+        }
     }
 
     fn judge(
@@ -212,9 +221,21 @@ impl<'a, T: Tries> TryMaker for Course<'a, T> {
             reached: !matches!(kind, Kind::Connect | Kind::Resolve | Kind::Tls(_) | Kind::Replay),
             member_failed: kind.is_retryable(),
             replayable: self.req.replayable(),
-            declined: kind == Kind::Declined,
+            // A cluster with `retry_non_idempotent` sends a request that reached a member on
+            // as if its member had declined it (whatever the method; the body is kept for it).
+            declined: kind == Kind::Declined || rt.spec.policy.retry.non_idempotent,
         })
     }
+}
+
+/// The pause before the try `failover` is about to make on `rt`, when it is a retry and the
+/// cluster has a `backoff`.
+pub(crate) fn backoff(rt: &ClusterRt, failover: &Failover) -> Option<std::time::Duration> {
+    let retry = failover.tries().checked_sub(1).filter(|n| *n > 0)?;
+    let policy = &rt.spec.policy.retry;
+    policy.backoff?;
+    let d = policy.backoff_delay(retry, &mut crate::entropy::Local);
+    (!d.is_zero()).then_some(d)
 }
 
 /// The error of a request that ran out of tries: the most telling failure among its attempts.

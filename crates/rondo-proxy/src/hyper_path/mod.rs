@@ -259,10 +259,15 @@ async fn send(
     }
     let idempotent = req.idempotent;
     let grpc = grpc.then(|| GrpcCall::of(&req.parts.headers));
-    let mut tries = HyperTries { ctx, conn, route, req, grpc };
+    let status = retry::StatusRetry::default();
+    let mut tries = HyperTries { ctx, conn, route, req, grpc, status };
     let answered = match forward(ctx, snapshot, peer, route, idempotent, &mut tries).await {
         // A call a member declined last gets that member's answer.
-        Err((e, idle)) => match tries.grpc.as_mut().and_then(|g| g.declined_answer(&e)) {
+        Err((e, idle)) => match tries
+            .grpc
+            .as_mut()
+            .map_or_else(|| tries.status.declined_answer(&e), |g| g.declined_answer(&e))
+        {
             Some(mut resp) => {
                 resp.body_mut().set_finish(Finish::default().conn(conn.clone(), idle));
                 Ok(resp)
@@ -316,5 +321,6 @@ async fn copied_body(
 
 pub(crate) mod request;
 pub(crate) mod respond;
+mod retry;
 mod soap;
 pub(crate) mod tries;

@@ -13,6 +13,7 @@ use rondo_runtime::{ClusterRt, clock};
 use super::grpc::GrpcCall;
 use super::request::Prepared;
 use super::respond::{Served, respond};
+use super::retry::StatusRetry;
 use crate::chain::replay::{self, Sent};
 use crate::chain::{Applied, TRACEPARENT};
 use crate::http::{Begun, Choice, HttpCtx, Tries, record_response};
@@ -29,6 +30,8 @@ pub(super) struct HyperTries<'a> {
     pub(super) req: Prepared,
     /// A gRPC call's state, `None` for any other request.
     pub(super) grpc: Option<GrpcCall>,
+    /// Answers declined for their status (`retry_on`), for any other request.
+    pub(super) status: StatusRetry,
 }
 
 impl Tries for HyperTries<'_> {
@@ -54,8 +57,11 @@ impl Tries for HyperTries<'_> {
         failover: &Failover,
     ) -> Result<Response<ProxyBody>, Kind> {
         let Some(grpc) = &mut self.grpc else {
-            return attempt(self.ctx, self.conn, self.route, rt, choice, &mut self.req, failover)
-                .await;
+            StatusRetry::before(&mut self.req, rt);
+            let resp =
+                attempt(self.ctx, self.conn, self.route, rt, choice, &mut self.req, failover)
+                    .await?;
+            return self.status.answered(resp, &mut self.req, rt, failover).await;
         };
         grpc.before(&mut self.req, rt, failover);
         let resp =

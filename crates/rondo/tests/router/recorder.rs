@@ -41,6 +41,8 @@ struct Shared {
     gate: Semaphore,
     /// Answers 500 to replayed requests (`x-rondo-replay`).
     fail_replays: std::sync::atomic::AtomicBool,
+    /// The status of every answer, when not 0 ([`Recorder::answer_with`]).
+    status: std::sync::atomic::AtomicU16,
 }
 
 /// A recording member.
@@ -59,6 +61,7 @@ impl Recorder {
             holding: Default::default(),
             gate: Semaphore::new(0),
             fail_replays: Default::default(),
+            status: Default::default(),
         });
         let (n, s) = (Arc::<str>::from(name), shared.clone());
         let (runtime, addr, stop) = std::thread::spawn(move || {
@@ -133,6 +136,11 @@ impl Recorder {
         self.shared.gate.add_permits(Semaphore::MAX_PERMITS / 2);
     }
 
+    /// From now on, every request is answered with `status`.
+    pub(crate) fn answer_with(&self, status: u16) {
+        self.shared.status.store(status, std::sync::atomic::Ordering::SeqCst);
+    }
+
     /// From now on, replayed requests (`x-rondo-replay`) are answered 500.
     pub(crate) fn fail_replays(&self) {
         self.shared.fail_replays.store(true, std::sync::atomic::Ordering::SeqCst);
@@ -193,6 +201,10 @@ async fn answer(
     }
     if refuse {
         *resp.status_mut() = http::StatusCode::INTERNAL_SERVER_ERROR;
+    }
+    let status = shared.status.load(std::sync::atomic::Ordering::SeqCst);
+    if let Ok(s) = http::StatusCode::from_u16(status) {
+        *resp.status_mut() = s;
     }
     Ok(resp)
 }
