@@ -26,7 +26,7 @@ use rondo_core::{Instant, Route};
 use rondo_runtime::Live;
 use rondo_runtime::metrics::{Counter, Gauge, Metrics};
 
-use super::fields::{Pending, Value};
+use super::table::{Edit, Edits, Src, slot};
 use super::{Answer, Applied, Info};
 use crate::head::Headers;
 
@@ -273,16 +273,27 @@ impl LimitStep {
         Some(Answer { status: 429, headers, body })
     }
 
-    /// `RateLimit-Policy` and `RateLimit` (whole tokens left, seconds until one more).
-    /// Written by hand rather than formatted: it runs for every request of the route.
+    /// `RateLimit-Policy` (made once) and `RateLimit` (this request's state, in the slot
+    /// `next` gives) added to the response.
+    pub(super) fn edits(&self, next: &mut u16) -> Edits {
+        let response = vec![
+            Edit::Add(RATELIMIT_POLICY, Src::Fixed(self.policy.clone())),
+            Edit::Add(RATELIMIT, Src::Slot(slot(next))),
+        ];
+        Edits { request: Vec::new(), response }
+    }
+
+    /// `RateLimit`'s value (whole tokens left, seconds until one more) into the request's
+    /// record. Written by hand rather than formatted: it runs for every request of the route.
     fn fields(&self, taken: &Taken, applied: &mut Applied) {
-        // The key's name (a token, quoted) and two numbers, always a valid value: kept in
-        // place, without an allocation.
+        // The key's name (a token, quoted) and two numbers: always a valid value.
         let (mut r, mut t) = ([0u8; 20], [0u8; 20]);
         let (r, t) = (digits(taken.remaining, &mut r), digits(seconds(taken.more_in), &mut t));
-        let state = Value::of_parts(&[self.id.as_bytes(), b";r=", r, b";t=", t]);
-        applied.response.push(Pending::AddValue(RATELIMIT_POLICY, self.policy.clone().into()));
-        applied.response.push(Pending::AddValue(RATELIMIT, state));
+        let record = &mut applied.record;
+        for part in [self.id.as_bytes(), b";r=", r, b";t=", t] {
+            record.extend(part);
+        }
+        record.close(true);
     }
 }
 

@@ -44,6 +44,7 @@ mod mirror;
 pub(crate) mod replay;
 mod rewrite;
 pub(crate) mod soap;
+mod table;
 mod trace;
 
 pub(crate) use compress::respond as compress_response;
@@ -66,8 +67,12 @@ pub(crate) struct Chain {
     steps: Box<[Step]>,
     /// A filter transforms bodies: the request is hyper's path's.
     needs_hyper: bool,
-    /// Room for the request's and the response's field edits, made once per request.
-    edits: (usize, usize),
+    /// Each step's field edits, as compiled (most steps have none).
+    edits: Box<[table::Edits]>,
+    /// The steps' edits composed, for a request that stopped after `tables[i]` steps (the
+    /// last: after all of them; `None`: no edits); `None` when the chain's edits are made per
+    /// request ([`Chain::request`]).
+    tables: Option<Box<[Option<Arc<table::Table>>]>>,
 }
 
 /// One compiled filter.
@@ -130,7 +135,7 @@ impl Chain {
     ) -> Chain {
         let mut position = 0;
         let mut needs_hyper = false;
-        let mut steps = filters
+        let steps = filters
             .map(|f| match f {
                 None => Step::Auth,
                 Some(f) => {
@@ -144,24 +149,20 @@ impl Chain {
         // Copies and replays hold the whole request as only hyper's path has it.
         needs_hyper |=
             steps.iter().any(|s| matches!(s, Step::Multicast(_) | Step::SessionReplay(_)));
-        // The request edits that are the first of their name in the chain need not look
-        // through those made before (`soap`'s and `grpc_web`'s are not told apart: none are
-        // marked then).
-        if !steps.iter().any(|s| matches!(s, Step::Soap(_) | Step::GrpcWeb(_))) {
-            let mut seen = Vec::new();
-            for step in steps.iter_mut() {
-                match step {
-                    Step::RequestId(s) => s.mark_first(&mut seen),
-                    Step::Headers(s) => s.mark_first(&mut seen),
-                    _ => {}
-                }
-            }
-        }
-        let edits = steps.iter().fold((0, 0), |(req, resp), s| {
-            let (a, b) = s.edits();
-            (req + a, resp + b)
+        let mut next = 0;
+        let edits = steps.iter().map(|s| s.edits(&mut next)).collect::<Box<[_]>>();
+        // The steps that choose per request which fields they edit (`soap`, `grpc_web`,
+        // `cors`) make a table impossible: then every step's edits are made per request.
+        let per_request =
+            steps.iter().any(|s| matches!(s, Step::Soap(_) | Step::GrpcWeb(_) | Step::Cors(_)));
+        let tables = (!per_request).then(|| {
+            let prefix = |i: usize| {
+                let table = table::Table::of(edits[..i].iter());
+                (!table.is_empty()).then(|| Arc::new(table))
+            };
+            (0..=steps.len()).map(prefix).collect()
         });
-        Chain { steps, needs_hyper, edits }
+        Chain { steps, needs_hyper, edits, tables }
     }
 
     fn step(f: &TrafficFilter, route: &Route, limits: &limit::Binder<'_>, at: usize) -> Step {
@@ -204,20 +205,19 @@ impl Chain {
         info: &Info<'_>,
         headers: &H,
         auth: impl Fn(&H) -> Result<Option<Identity>, ProxyError>,
-    ) -> Result<Applied, Box<Stopped>> {
-        let mut applied = Applied {
-            request: FieldOps::with_capacity(self.edits.0),
-            response: Vec::with_capacity(self.edits.1),
-            ..Applied::default()
-        };
-        for step in &self.steps {
+    ) -> Result<Box<Applied>, Box<Stopped>> {
+        let mut applied = Box::<Applied>::default();
+        for (i, step) in self.steps.iter().enumerate() {
             let answer = match step {
                 Step::Auth => match auth(headers) {
                     Ok(identity) => {
                         applied.identity = identity;
                         None
                     }
-                    Err(e) => return Err(Box::new(Stopped::Refused(e, applied))),
+                    Err(e) => {
+                        self.edited(i, &mut applied);
+                        return Err(Box::new(Stopped::Refused(e, applied)));
+                    }
                 },
                 Step::RequestId(s) => {
                     s.request(headers, &mut applied);
@@ -273,11 +273,24 @@ impl Chain {
                     None
                 }
             };
+            if self.tables.is_none() && !self.edits[i].is_empty() {
+                let Applied { record, request, response, .. } = &mut *applied;
+                table::emit(&self.edits[i], record, request, response);
+            }
             if let Some(answer) = answer {
+                self.edited(i + 1, &mut applied);
                 return Err(Box::new(Stopped::Answered(answer, applied)));
             }
         }
+        self.edited(self.steps.len(), &mut applied);
         Ok(applied)
+    }
+
+    /// Gives a request that ran `steps` steps the table of their edits.
+    fn edited(&self, steps: usize, applied: &mut Applied) {
+        if let Some(tables) = &self.tables {
+            applied.table = tables[steps].clone();
+        }
     }
 }
 
@@ -297,16 +310,14 @@ fn features(route: &Route) -> impl Iterator<Item = Step> + '_ {
 }
 
 impl Step {
-    /// Fields the step may edit on the request and on the response.
-    fn edits(&self) -> (usize, usize) {
+    /// The fields the step edits whatever the request, their values made per request in
+    /// slots of its record from `next` on (the other steps' edits are made per request).
+    fn edits(&self, next: &mut u16) -> table::Edits {
         match self {
-            Step::RequestId(_) => (2, 1),
-            Step::Headers(s) => s.edits(),
-            Step::Soap(_) => (2, 0),
-            Step::RateLimit(_) => (0, 2),
-            Step::Cors(_) => (0, 4),
-            Step::GrpcWeb(_) => (3, 0),
-            _ => (0, 0),
+            Step::RequestId(s) => s.edits(next),
+            Step::Headers(s) => s.edits(next),
+            Step::RateLimit(s) => s.edits(next),
+            _ => table::Edits::default(),
         }
     }
 }
@@ -327,9 +338,9 @@ pub(crate) fn gate<'a, H: Headers>(
 /// Why the request phase stopped before the tries.
 pub(crate) enum Stopped {
     /// A filter answered: its answer, and the edits of the filters before it.
-    Answered(Answer, Applied),
+    Answered(Answer, Box<Applied>),
     /// The route's `auth` refused the request (answered 401 or 400 as the router's errors are).
-    Refused(ProxyError, Applied),
+    Refused(ProxyError, Box<Applied>),
 }
 
 impl Stopped {
@@ -367,7 +378,7 @@ impl Info<'_> {
             Var::ClientIp => Cow::Borrowed(self.client_ip),
             Var::Host => Cow::Borrowed(self.host.unwrap_or("")),
             Var::Path => Cow::Borrowed(applied.path.as_deref().unwrap_or(self.path)),
-            Var::RequestId => Cow::Borrowed(applied.request_id.as_deref().unwrap_or("")),
+            Var::RequestId => Cow::Borrowed(applied.request_id().unwrap_or("")),
             // Without control characters: one would end the field, and `\u{1}` stands for the
             // member.
             Var::IdentitySub => applied
@@ -385,19 +396,26 @@ impl Info<'_> {
 const MEMBER: &str = "\u{1}";
 
 /// What the request phase made of a request: the edits of the head members get, those of the
-/// response, the request id and the trace.
+/// response, the request id and the trace. The chain's edits are its table's, with the values
+/// made for this request in `record`; those made per request (by steps that choose per
+/// request, and the codecs' own) are in `request` and `response`, after the table's.
 #[derive(Default)]
 pub(crate) struct Applied {
-    /// Edits of the request's fields.
+    /// The chain's edits, when it has a table.
+    table: Option<Arc<table::Table>>,
+    /// The values made for this request (the id, the span, rendered `${…}` values).
+    record: table::Record,
+    /// Where the request id is in `record` (`request_id`).
+    id: Option<u16>,
+    /// Edits of the request's fields made per request, after the table's.
     pub(crate) request: FieldOps,
     /// The path members get (without the query), when rewritten.
     pub(crate) path: Option<String>,
     /// The `Host` members get, when rewritten.
     pub(crate) host: Option<HeaderValue>,
-    /// Edits of the response's fields (`${member}` still to fill in).
+    /// Edits of the response's fields made per request, after the table's (`${member}` still
+    /// to fill in).
     response: Vec<fields::Pending>,
-    /// The request id (`request_id`).
-    pub(crate) request_id: Option<trace::Id>,
     /// The trace this request belongs to (`request_id` with `trace`).
     trace: Option<trace::Trace>,
     /// The request's message is converted to another SOAP version, and its response back.
@@ -439,20 +457,62 @@ impl Applied {
         self.trace.as_ref().map(trace::Trace::next_span)
     }
 
+    /// The request id (`request_id`).
+    pub(crate) fn request_id(&self) -> Option<&str> {
+        // Visible ASCII, so always UTF-8.
+        self.id.and_then(|slot| std::str::from_utf8(self.record.get(slot)?).ok())
+    }
+
+    /// The request's edits, all of them (the table's with this request's values, then those
+    /// made per request).
+    #[cfg(test)]
+    pub(crate) fn request_ops(&self) -> FieldOps {
+        let table = self.table.as_ref().map(|t| t.request_ops(&self.record));
+        table.unwrap_or_default().then(&self.request)
+    }
+
+    /// Applies the request's edits to hyper's head.
+    pub(crate) fn apply_request(&self, headers: &mut http::HeaderMap) {
+        if let Some(table) = &self.table {
+            table.apply_request(&self.record, headers);
+        }
+        self.request.apply(headers);
+    }
+
+    /// Whether a field of the request head named `name` (as sent, any case) goes.
+    pub(crate) fn drops_request(&self, name: &[u8]) -> bool {
+        self.table.as_ref().is_some_and(|t| t.request.drops(name)) || self.request.drops(name)
+    }
+
+    /// Writes the fields the request gains as `name: value\r\n` lines (the own path).
+    pub(crate) fn write_request_fields(&self, out: &mut Vec<u8>) {
+        if let Some(table) = &self.table {
+            table.write_request(&self.record, &self.request, out);
+        }
+        for (name, value) in &self.request.append {
+            out.extend_from_slice(name.as_str().as_bytes());
+            out.extend_from_slice(b": ");
+            out.extend_from_slice(value.as_bytes());
+            out.extend_from_slice(b"\r\n");
+        }
+    }
+
     /// The response edits, `${member}` filled in with `member` (empty for the router's own
     /// answers).
     pub(crate) fn response(&self, member: &str) -> FieldOps {
-        fields::response_ops(&self.response, member)
+        let table = self.table.as_ref().map(|t| t.response_ops(&self.record, member));
+        fields::response_ops(table.unwrap_or_default(), &self.response, member)
     }
 
     /// The same edits as the own path writes them into the head (nothing made in between).
     pub(crate) fn response_edits<'a>(&'a self, member: &'a str) -> ResponseEdits<'a> {
-        ResponseEdits::new(&self.response, member)
+        let table = self.table.as_deref().map(|t| (t, &self.record));
+        ResponseEdits { table, pending: &self.response, member }
     }
 
     /// Whether any response field is edited.
     pub(crate) fn edits_response(&self) -> bool {
-        !self.response.is_empty()
+        !self.response.is_empty() || self.table.as_ref().is_some_and(|t| !t.response.is_empty())
     }
 }
 

@@ -279,7 +279,7 @@ impl<'a, S: ClientStream> OwnTries<'a, S> {
                 }
                 Stopped::Refused(e, applied) => {
                     // The edits of the filters before `auth` apply to its refusal.
-                    self.applied = Some(Box::new(applied));
+                    self.applied = Some(applied);
                     self.answer_failure((e, route.idle_timeout)).await
                 }
             },
@@ -314,13 +314,13 @@ impl<'a, S: ClientStream> OwnTries<'a, S> {
             Err(stopped) => stopped.applied(),
         };
         if let Some(start) = self.start.as_mut() {
-            start.set_request_id(applied.request_id.as_deref());
+            start.set_request_id(applied.request_id());
         }
         let applied = outcome?;
         if let Some(target) = applied.target(query) {
             self.target = Some(target);
         }
-        self.applied = Some(Box::new(applied));
+        self.applied = Some(applied);
         Ok(())
     }
 

@@ -291,7 +291,7 @@ pub(super) struct Prepared {
     pub(super) idempotent: bool,
     /// What the route's filter chain made of the request (its tries' trace spans, the
     /// response's edits).
-    pub(super) applied: Option<Applied>,
+    pub(super) applied: Option<Box<Applied>>,
 }
 
 impl Prepared {
@@ -329,7 +329,7 @@ pub(super) fn prepare(
     mut req: Request<ClientBody>,
     host: Option<&str>,
     read: Option<Peeked>,
-    applied: &mut Option<Applied>,
+    applied: &mut Option<Box<Applied>>,
 ) -> Result<Prepared, Failure> {
     let limit = ctx.listener.max_body_bytes;
     if read.is_none() && limit > 0 && req.body().size_hint().lower() > limit {
@@ -359,7 +359,7 @@ pub(super) fn prepare(
     let mut path_and_query =
         parts.uri.path_and_query().cloned().unwrap_or_else(|| PathAndQuery::from_static("/"));
     if let Some(a) = &applied {
-        a.request.apply(&mut parts.headers);
+        a.apply_request(&mut parts.headers);
         if let Some(host) = &a.host {
             parts.headers.insert(header::HOST, host.clone());
         }

@@ -1,0 +1,339 @@
+//! The chain's field edits compiled once: each step says when the chain is compiled which
+//! names it removes, sets and adds ([`Edits`]), with each value either fixed or made per
+//! request; the steps' edits, composed in order, make the chain's [`Table`]. A request then
+//! carries only the values made for it, one after another in a fixed record ([`Record`],
+//! allocation-free for the usual few short values), and the codecs write the table's fields
+//! with them: no edit list is built per request.
+//!
+//! The converting and CORS steps decide per request which fields they edit, so a chain with
+//! one of them gives its steps' edits as [`FieldOps`] per request instead ([`emit`]).
+
+use std::borrow::Cow;
+
+use http::{HeaderMap, HeaderName, HeaderValue};
+
+use super::fields::{FieldOps, Pending, Value, with_member};
+
+/// Where a value the table adds comes from.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum Src {
+    /// Made when the chain was compiled.
+    Fixed(HeaderValue),
+    /// The request's record's value in this slot, a valid field value; absent when a variable
+    /// made it unfit (the field is not added, though its name still goes).
+    Slot(u16),
+    /// A response value rendered but for `${member}` (its placeholder still in it), valid or
+    /// not only once the member is in it.
+    Member(u16),
+}
+
+impl Src {
+    /// The value's bytes for this request, `member` in place of its placeholder; `None` when
+    /// there is no valid value.
+    fn bytes<'a>(&'a self, record: &'a Record, member: &str) -> Option<Cow<'a, [u8]>> {
+        match self {
+            Src::Fixed(v) => Some(Cow::Borrowed(v.as_bytes())),
+            Src::Slot(i) => record.get(*i).map(Cow::Borrowed),
+            Src::Member(i) => {
+                let text = std::str::from_utf8(record.get(*i)?).ok()?;
+                Some(match with_member(text, member)? {
+                    Cow::Borrowed(t) => Cow::Borrowed(t.as_bytes()),
+                    Cow::Owned(t) => Cow::Owned(t.into_bytes()),
+                })
+            }
+        }
+    }
+
+    fn value(&self, record: &Record, member: &str) -> Option<Value> {
+        match self {
+            Src::Fixed(v) => Some(Value::Shared(v.clone())),
+            _ => self.bytes(record, member).map(|b| Value::of_valid(&b)),
+        }
+    }
+}
+
+/// One edit of a head, as a step makes it.
+pub(super) enum Edit {
+    Remove(HeaderName),
+    Set(HeaderName, Src),
+    Add(HeaderName, Src),
+}
+
+/// A step's edits of the request head and of the response head, in order.
+#[derive(Default)]
+pub(super) struct Edits {
+    pub(super) request: Vec<Edit>,
+    pub(super) response: Vec<Edit>,
+}
+
+impl Edits {
+    pub(super) fn is_empty(&self) -> bool {
+        self.request.is_empty() && self.response.is_empty()
+    }
+}
+
+/// The next slot of the record, handed out in the order the steps fill them.
+pub(super) fn slot(next: &mut u16) -> u16 {
+    *next += 1;
+    *next - 1
+}
+
+/// A chain's edits, composed: what the request's and the response's heads lose and gain.
+#[derive(Default, Debug)]
+pub(crate) struct Table {
+    pub(super) request: FieldOps<Src>,
+    pub(super) response: FieldOps<Src>,
+}
+
+impl Table {
+    /// The edits of `steps`, one after the other.
+    pub(super) fn of<'e>(steps: impl Iterator<Item = &'e Edits>) -> Table {
+        fn compose(ops: &mut FieldOps<Src>, edits: &[Edit]) {
+            for e in edits {
+                match e {
+                    Edit::Remove(n) => ops.remove(n),
+                    Edit::Set(n, s) => ops.set(n, s.clone()),
+                    Edit::Add(n, s) => ops.add(n, s.clone()),
+                }
+            }
+        }
+        let mut table = Table::default();
+        for edits in steps {
+            compose(&mut table.request, &edits.request);
+            compose(&mut table.response, &edits.response);
+        }
+        table
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.request.is_empty() && self.response.is_empty()
+    }
+
+    /// The request's edits with this request's values (the tests).
+    #[cfg(test)]
+    pub(super) fn request_ops(&self, record: &Record) -> FieldOps {
+        values(&self.request, record, "")
+    }
+
+    /// The response's edits with this request's values and `member`.
+    pub(super) fn response_ops(&self, record: &Record, member: &str) -> FieldOps {
+        values(&self.response, record, member)
+    }
+
+    /// Applies the request's edits to hyper's head.
+    pub(super) fn apply_request(&self, record: &Record, headers: &mut HeaderMap) {
+        for name in &self.request.drop {
+            headers.remove(name);
+        }
+        for (name, src) in &self.request.append {
+            if let Some(v) = src.value(record, "") {
+                headers.append(name.clone(), v.to_header_value());
+            }
+        }
+    }
+
+    /// Writes the fields the request gains, as `name: value\r\n` lines, but those `later`
+    /// (edits made after the chain's) takes away.
+    pub(super) fn write_request(&self, record: &Record, later: &FieldOps, out: &mut Vec<u8>) {
+        write(&self.request, record, "", |n| later.drop.contains(n), out);
+    }
+
+    /// The same for the response, `member` in the values that name it.
+    pub(super) fn write_response(
+        &self,
+        record: &Record,
+        member: &str,
+        later: impl Fn(&HeaderName) -> bool,
+        out: &mut Vec<u8>,
+    ) {
+        write(&self.response, record, member, later, out);
+    }
+}
+
+fn values(ops: &FieldOps<Src>, record: &Record, member: &str) -> FieldOps {
+    let append = ops.append.iter().filter_map(|(n, s)| Some((n.clone(), s.value(record, member)?)));
+    FieldOps { drop: ops.drop.clone(), append: append.collect() }
+}
+
+fn write(
+    ops: &FieldOps<Src>,
+    record: &Record,
+    member: &str,
+    gone: impl Fn(&HeaderName) -> bool,
+    out: &mut Vec<u8>,
+) {
+    for (name, src) in &ops.append {
+        if let Some(value) = src.bytes(record, member)
+            && !gone(name)
+        {
+            out.extend_from_slice(name.as_str().as_bytes());
+            out.extend_from_slice(b": ");
+            out.extend_from_slice(&value);
+            out.extend_from_slice(b"\r\n");
+        }
+    }
+}
+
+/// A step's edits as [`FieldOps`] and [`Pending`] (a chain whose edits are not in a table):
+/// added to the request's `request` and `response` edits made so far.
+pub(super) fn emit(
+    edits: &Edits,
+    record: &Record,
+    request: &mut FieldOps,
+    response: &mut Vec<Pending>,
+) {
+    for e in &edits.request {
+        match e {
+            Edit::Remove(n) => request.remove(n),
+            Edit::Set(n, s) => match s.value(record, "") {
+                Some(v) => request.set(n, v),
+                None => request.remove(n),
+            },
+            Edit::Add(n, s) => {
+                if let Some(v) = s.value(record, "") {
+                    request.add(n, v);
+                }
+            }
+        }
+    }
+    for e in &edits.response {
+        let text =
+            |i: &u16| String::from_utf8_lossy(record.get(*i).unwrap_or_default()).into_owned();
+        let pending = match e {
+            Edit::Remove(n) => Pending::Remove(n.clone()),
+            Edit::Set(n, Src::Member(i)) => Pending::Set(n.clone(), text(i)),
+            Edit::Add(n, Src::Member(i)) => Pending::Add(n.clone(), text(i)),
+            Edit::Set(n, s) => match s.value(record, "") {
+                Some(v) => Pending::SetValue(n.clone(), v),
+                None => Pending::Remove(n.clone()),
+            },
+            Edit::Add(n, s) => match s.value(record, "") {
+                Some(v) => Pending::AddValue(n.clone(), v),
+                None => continue,
+            },
+        };
+        response.push(pending);
+    }
+}
+
+/// Bytes of values kept in place; more go to the heap.
+const CAP: usize = 160;
+/// Values whose ends are kept in place.
+const SLOTS: usize = 8;
+/// Marks a slot's end as that of an absent value.
+const ABSENT: u32 = 1 << 31;
+
+/// The values made for one request, one after another, each in the slot the chain gave it
+/// when compiled. A request id, a span, a client address and a rate-limit state fit in place.
+pub(crate) struct Record {
+    inline: [u8; CAP],
+    /// All the bytes, once they no longer fit in place.
+    spilled: Vec<u8>,
+    len: usize,
+    /// Where each value ends ([`ABSENT`] marked), the first [`SLOTS`] in place.
+    ends: [u32; SLOTS],
+    more_ends: Vec<u32>,
+    slots: usize,
+}
+
+impl Default for Record {
+    fn default() -> Record {
+        Record {
+            inline: [0; CAP],
+            spilled: Vec::new(),
+            len: 0,
+            ends: [0; SLOTS],
+            more_ends: Vec::new(),
+            slots: 0,
+        }
+    }
+}
+
+impl Record {
+    fn bytes(&self) -> &[u8] {
+        if self.spilled.is_empty() { &self.inline[..self.len] } else { &self.spilled }
+    }
+
+    fn end(&self, slot: usize) -> u32 {
+        if slot < SLOTS { self.ends[slot] } else { self.more_ends[slot - SLOTS] }
+    }
+
+    /// The value in `slot`, if made and present.
+    pub(crate) fn get(&self, slot: u16) -> Option<&[u8]> {
+        let slot = usize::from(slot);
+        if slot >= self.slots {
+            return None;
+        }
+        let end = self.end(slot);
+        if end & ABSENT != 0 {
+            return None;
+        }
+        let start = if slot == 0 { 0 } else { self.end(slot - 1) & !ABSENT };
+        self.bytes().get(start as usize..end as usize)
+    }
+
+    /// Appends `bytes` to the value being made.
+    pub(super) fn extend(&mut self, bytes: &[u8]) {
+        let end = self.len + bytes.len();
+        if self.spilled.is_empty() && end <= CAP {
+            self.inline[self.len..end].copy_from_slice(bytes);
+        } else {
+            if self.spilled.is_empty() {
+                self.spilled.extend_from_slice(&self.inline[..self.len]);
+            }
+            self.spilled.extend_from_slice(bytes);
+        }
+        self.len = end;
+    }
+
+    /// Ends the value being made (dropped again when not `present`); its slot.
+    pub(super) fn close(&mut self, present: bool) -> u16 {
+        let start = if self.slots == 0 { 0 } else { (self.end(self.slots - 1) & !ABSENT) as usize };
+        // Values are field values, far below 2 GiB together; one that is not is absent.
+        let end = match u32::try_from(self.len) {
+            Ok(end) if present && end & ABSENT == 0 => end,
+            _ => {
+                self.len = start;
+                self.spilled.truncate(start);
+                start as u32 | ABSENT
+            }
+        };
+        if self.slots < SLOTS {
+            self.ends[self.slots] = end;
+        } else {
+            self.more_ends.push(end);
+        }
+        self.slots += 1;
+        u16::try_from(self.slots - 1).unwrap_or(u16::MAX)
+    }
+
+    /// `bytes` as the next value; its slot.
+    pub(super) fn push(&mut self, bytes: &[u8]) -> u16 {
+        self.extend(bytes);
+        self.close(true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_keeps_its_values_in_place_then_on_the_heap() {
+        let mut r = Record::default();
+        assert_eq!(r.push(b"abc"), 0);
+        r.extend(b"bad");
+        assert_eq!(r.close(false), 1);
+        let long = vec![b'x'; CAP];
+        let mut slots = vec![r.push(b""), r.push(&long)];
+        slots.extend((0..2 * SLOTS).map(|i| r.push(i.to_string().as_bytes())));
+        assert_eq!(r.get(0), Some(&b"abc"[..]));
+        assert_eq!(r.get(1), None, "absent");
+        assert_eq!(r.get(slots[0]), Some(&b""[..]));
+        assert_eq!(r.get(slots[1]), Some(&long[..]));
+        for (i, slot) in slots[2..].iter().enumerate() {
+            assert_eq!(r.get(*slot), Some(i.to_string().as_bytes()));
+        }
+        assert_eq!(r.get(slots.last().unwrap() + 1), None, "not made");
+    }
+}
