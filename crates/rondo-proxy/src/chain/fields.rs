@@ -1,16 +1,14 @@
-//! Header field edits: the `headers` filter's compiled `set`/`add`/`remove`, and [`FieldOps`],
-//! the edits of one head in the form both codecs apply (names whose fields go, fields
-//! appended), whatever filters made them; the response's edits as the own path writes them
-//! ([`ResponseEdits`]). A value made per request (an id, a span, a rendered template) is kept in
-//! place ([`Value::Inline`]): the chain allocates nothing for it.
+//! Header field edits made per request: [`FieldOps`], the edits of one head in the form both
+//! codecs apply (names whose fields go, fields appended), and the response's edits before the
+//! member is known ([`Pending`]). A short value (an id, a span, a rendered template) is kept in
+//! place ([`Value::Inline`]). The edits a chain knows when compiled are its table's instead
+//! (`table.rs`).
 
 use std::borrow::Cow;
 
 use http::{HeaderMap, HeaderName, HeaderValue};
-use rondo_core::traffic::{FieldEdits, HeaderEdits, Part, Template};
 
-use super::table::{Edit, Edits, Record, Src, Table, slot};
-use super::{Applied, Info, MEMBER};
+use super::MEMBER;
 
 /// The longest value kept in place.
 const INLINE: usize = 62;
@@ -26,7 +24,7 @@ pub(crate) enum Value {
 }
 
 /// Whether `b` may be in a field value (what `HeaderValue::from_bytes` accepts).
-fn valid(b: u8) -> bool {
+pub(super) fn valid(b: u8) -> bool {
     (b >= 0x20 && b != 0x7f) || b == b'\t'
 }
 
@@ -175,7 +173,7 @@ impl FieldOps {
 
 /// A response edit as the request phase leaves it: its value rendered but for `${member}` (its
 /// placeholder, [`MEMBER`]), which the response phase fills in ([`response_ops`],
-/// [`ResponseEdits`]).
+/// `ResponseEdits`).
 pub(super) enum Pending {
     Remove(HeaderName),
     Set(HeaderName, String),
@@ -187,7 +185,7 @@ pub(super) enum Pending {
 }
 
 impl Pending {
-    fn name(&self) -> &HeaderName {
+    pub(super) fn name(&self) -> &HeaderName {
         match self {
             Pending::Remove(n)
             | Pending::Set(n, _)
@@ -198,7 +196,7 @@ impl Pending {
     }
 
     /// Whether this edit takes every field of its name away (the head's and those added before).
-    fn clears(&self) -> bool {
+    pub(super) fn clears(&self) -> bool {
         matches!(self, Pending::Remove(_) | Pending::Set(..) | Pending::SetValue(..))
     }
 }
@@ -236,236 +234,9 @@ pub(super) fn response_ops(before: FieldOps, pending: &[Pending], member: &str) 
     out
 }
 
-/// The response's edits as the own path writes them into a head, `${member}` filled in as they
-/// are written: what [`response_ops`] would make, without making it. The chain's table first
-/// (with the request's values), then the edits made per request.
-pub(crate) struct ResponseEdits<'a> {
-    pub(super) table: Option<(&'a Table, &'a Record)>,
-    pub(super) pending: &'a [Pending],
-    pub(super) member: &'a str,
-}
-
-impl ResponseEdits<'_> {
-    /// Whether a field of the head named `name` (as sent, any case) goes.
-    pub(crate) fn drops(&self, name: &[u8]) -> bool {
-        self.table.is_some_and(|(t, _)| t.response.drops(name))
-            || self
-                .pending
-                .iter()
-                .any(|p| p.clears() && name.eq_ignore_ascii_case(p.name().as_str().as_bytes()))
-    }
-
-    /// Writes the fields the edits add, as `name: value\r\n` lines, in their order: each one no
-    /// later edit takes away, and whose value is valid with the member in it.
-    pub(crate) fn write(&self, out: &mut Vec<u8>) {
-        if let Some((table, record)) = self.table {
-            let later =
-                |name: &HeaderName| self.pending.iter().any(|p| p.clears() && p.name() == name);
-            table.write_response(record, self.member, later, out);
-        }
-        for (i, p) in self.pending.iter().enumerate() {
-            let name = p.name();
-            if self.pending[i + 1..].iter().any(|later| later.clears() && later.name() == name) {
-                continue;
-            }
-            let line = |out: &mut Vec<u8>, value: &[u8]| {
-                out.extend_from_slice(name.as_str().as_bytes());
-                out.extend_from_slice(b": ");
-                out.extend_from_slice(value);
-                out.extend_from_slice(b"\r\n");
-            };
-            match p {
-                Pending::Remove(_) => {}
-                Pending::SetValue(_, v) | Pending::AddValue(_, v) => line(out, v.as_bytes()),
-                Pending::Set(_, text) | Pending::Add(_, text) => {
-                    if let Some(v) = with_member(text, self.member) {
-                        line(out, v.as_bytes());
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// A `headers` filter, its names parsed once.
-pub(super) struct HeaderStep {
-    request: Vec<Op>,
-    response: Vec<Op>,
-}
-
-enum Op {
-    Remove(HeaderName),
-    Set(HeaderName, Source),
-    Add(HeaderName, Source),
-}
-
-/// A configured value: made once when it has no variable.
-enum Source {
-    Fixed(HeaderValue),
-    Template(Template),
-}
-
-impl HeaderStep {
-    pub(super) fn new(edits: &HeaderEdits) -> HeaderStep {
-        HeaderStep { request: ops(&edits.request), response: ops(&edits.response) }
-    }
-
-    /// The filter's edits; each template's value gets a slot of the record (`next`), the
-    /// request's first, in order, then the response's.
-    pub(super) fn edits(&self, next: &mut u16) -> Edits {
-        let mut edits = |ops: &[Op], member: bool| {
-            let mut src = |v: &Source| match v {
-                Source::Fixed(v) => Src::Fixed(v.clone()),
-                Source::Template(_) if member => Src::Member(slot(next)),
-                Source::Template(_) => Src::Slot(slot(next)),
-            };
-            ops.iter()
-                .map(|op| match op {
-                    Op::Remove(n) => Edit::Remove(n.clone()),
-                    Op::Set(n, v) => Edit::Set(n.clone(), src(v)),
-                    Op::Add(n, v) => Edit::Add(n.clone(), src(v)),
-                })
-                .collect()
-        };
-        let request = edits(&self.request, false);
-        Edits { request, response: edits(&self.response, true) }
-    }
-
-    /// Renders this request's values of the filter's templates into its record, in the order
-    /// of [`HeaderStep::edits`]' slots. A request value a variable made unfit for a field (a
-    /// subject with a line break) is absent: the field goes rather than carry the client's
-    /// value on. A response value is checked once the member is in it.
-    pub(super) fn request(&self, info: &Info<'_>, applied: &mut Applied) {
-        for (ops, check) in [(&self.request, true), (&self.response, false)] {
-            for op in ops {
-                if let Op::Set(_, Source::Template(t)) | Op::Add(_, Source::Template(t)) = op {
-                    render(t, info, applied, check);
-                }
-            }
-        }
-    }
-}
-
-/// `t` rendered for this request as the next value of its record; when `check`, absent if it
-/// is no valid field value.
-fn render(t: &Template, info: &Info<'_>, applied: &mut Applied, check: bool) {
-    const SHORT: usize = 128;
-    let mut short = [0u8; SHORT];
-    let mut len = 0;
-    let mut long: Option<Vec<u8>> = None;
-    for part in &t.parts {
-        let text = match part {
-            Part::Literal(s) => Cow::Borrowed(s.as_str()),
-            Part::Var(v) => info.var(applied, *v),
-        };
-        let text = text.as_bytes();
-        match (&mut long, short.get_mut(len..len + text.len())) {
-            (Some(long), _) => long.extend_from_slice(text),
-            (None, Some(to)) => {
-                to.copy_from_slice(text);
-                len += text.len();
-            }
-            (None, None) => long = Some([&short[..len], text].concat()),
-        }
-    }
-    let bytes = long.as_deref().unwrap_or(&short[..len]);
-    let record = &mut applied.record;
-    record.extend(bytes);
-    record.close(!check || bytes.iter().all(|b| valid(*b)));
-}
-
-/// The configuration's edits as ops, in the order they apply: remove, set, add.
-fn ops(edits: &FieldEdits) -> Vec<Op> {
-    let name = |n: &str| HeaderName::from_bytes(n.as_bytes()).ok();
-    let value = |t: &Template| match t.as_literal() {
-        Some(text) => HeaderValue::from_str(text).ok().map(Source::Fixed),
-        None => Some(Source::Template(t.clone())),
-    };
-    let mut out = Vec::new();
-    out.extend(edits.remove.iter().filter_map(|n| name(n).map(Op::Remove)));
-    out.extend(edits.set.iter().filter_map(|(n, t)| Some(Op::Set(name(n)?, value(t)?))));
-    out.extend(edits.add.iter().filter_map(|(n, t)| Some(Op::Add(name(n)?, value(t)?))));
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn name(n: &'static str) -> HeaderName {
-        HeaderName::from_static(n)
-    }
-
-    /// The own path writes the response's edits straight into the head: exactly the fields
-    /// (and drops) hyper's path gets from [`response_ops`], whatever the order of the edits,
-    /// with a chain's table before them or not.
-    #[test]
-    fn written_edits_are_the_edits_applied() {
-        let v = |s: &str| Value::new(s.as_bytes()).unwrap();
-        let pending = [
-            Pending::AddValue(name("x-a"), v("1")),
-            Pending::Set(name("x-b"), "by \u{1}".into()),
-            Pending::Add(name("x-c"), "c".into()),
-            Pending::Remove(name("x-a")),
-            Pending::Add(name("x-a"), "2-\u{1}".into()),
-            Pending::SetValue(name("x-c"), v("3")),
-            Pending::AddValue(name("x-d"), v("4")),
-            Pending::Set(name("x-e"), "e".into()),
-        ];
-        // A table: x-f set from a slot, x-b added with the member, x-g added from an absent
-        // slot, x-h removed, x-c added (then set again by the pending edits).
-        let mut record = Record::default();
-        let (f, b) = (record.push(b"f-value"), record.push(b"tb-\x01"));
-        record.extend(b"bad\r\n");
-        let g = record.close(false);
-        let table = Table::of(
-            [Edits {
-                request: Vec::new(),
-                response: vec![
-                    Edit::Set(name("x-f"), Src::Slot(f)),
-                    Edit::Add(name("x-b"), Src::Member(b)),
-                    Edit::Add(name("x-g"), Src::Slot(g)),
-                    Edit::Remove(name("x-h")),
-                    Edit::Add(name("x-c"), Src::Fixed(HeaderValue::from_static("tc"))),
-                ],
-            }]
-            .iter(),
-        );
-        for with_table in [false, true] {
-            let table = with_table.then_some((&table, &record));
-            for member in ["m1", "", "bad\r\nx: y"] {
-                let before = table.map(|(t, r)| t.response_ops(r, member)).unwrap_or_default();
-                let ops = response_ops(before, &pending, member);
-                let mut expected = Vec::new();
-                for (n, v) in &ops.append {
-                    expected.extend_from_slice(format!("{}: ", n.as_str()).as_bytes());
-                    expected.extend_from_slice(v.as_bytes());
-                    expected.extend_from_slice(b"\r\n");
-                }
-                let edits = ResponseEdits { table, pending: &pending, member };
-                let mut written = Vec::new();
-                edits.write(&mut written);
-                assert_eq!(
-                    String::from_utf8_lossy(&written),
-                    String::from_utf8_lossy(&expected),
-                    "member {member:?}, table {with_table}"
-                );
-                for n in ["x-a", "X-B", "x-c", "x-d", "x-e", "x-f", "x-g", "X-H", "x-i"] {
-                    let (got, want) = (edits.drops(n.as_bytes()), ops.drops(n.as_bytes()));
-                    assert_eq!(got, want, "{n}, {member:?}, table {with_table}");
-                }
-            }
-        }
-        // The member's name is in the values that asked for it.
-        let mut written = Vec::new();
-        ResponseEdits { table: Some((&table, &record)), pending: &pending, member: "m1" }
-            .write(&mut written);
-        let text = String::from_utf8(written).unwrap();
-        assert!(text.contains("x-b: by m1\r\n") && text.contains("x-a: 2-m1\r\n"), "{text}");
-        assert!(text.starts_with("x-f: f-value\r\n"), "the table's first: {text}");
-        assert!(!text.contains("x-a: 1\r\n") && !text.contains("x-c: c\r\n"), "{text}");
-        assert!(!text.contains("tb-") && !text.contains("tc") && !text.contains("x-g"), "{text}");
-    }
 
     #[test]
     fn values_in_place_and_shared_are_alike() {

@@ -38,6 +38,7 @@ mod cors;
 mod fault;
 mod fields;
 pub(crate) mod grpc_web;
+mod headers;
 mod limit;
 pub(crate) mod login;
 mod mirror;
@@ -49,8 +50,9 @@ mod trace;
 
 pub(crate) use compress::respond as compress_response;
 pub(crate) use fault::hold;
-pub(crate) use fields::{FieldOps, ResponseEdits};
+pub(crate) use fields::FieldOps;
 pub use limit::Limits;
+pub(crate) use table::ResponseEdits;
 
 /// The W3C trace context's field, which each try gets anew ([`Applied::next_span`]).
 pub(crate) const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
@@ -80,7 +82,7 @@ enum Step {
     /// The route's `auth`: the request's token checked, its identity kept for members.
     Auth,
     RequestId(trace::RequestIdStep),
-    Headers(fields::HeaderStep),
+    Headers(headers::HeaderStep),
     Rewrite(rewrite::RewriteStep),
     Redirect(rondo_core::traffic::Redirect),
     Respond(answer::RespondStep),
@@ -168,7 +170,7 @@ impl Chain {
     fn step(f: &TrafficFilter, route: &Route, limits: &limit::Binder<'_>, at: usize) -> Step {
         match f {
             TrafficFilter::RequestId(r) => Step::RequestId(trace::RequestIdStep::new(r)),
-            TrafficFilter::Headers(h) => Step::Headers(fields::HeaderStep::new(h)),
+            TrafficFilter::Headers(h) => Step::Headers(headers::HeaderStep::new(h)),
             TrafficFilter::Rewrite(r) => Step::Rewrite(rewrite::RewriteStep::new(r, route)),
             TrafficFilter::Redirect(r) => Step::Redirect(r.clone()),
             TrafficFilter::Respond(r) => Step::Respond(answer::RespondStep::new(r)),

@@ -216,6 +216,57 @@ pub(super) fn emit(
     }
 }
 
+/// The response's edits as the own path writes them into a head, `${member}` filled in as they
+/// are written: what [`response_ops`] would make, without making it. The chain's table first
+/// (with the request's values), then the edits made per request.
+pub(crate) struct ResponseEdits<'a> {
+    pub(super) table: Option<(&'a Table, &'a Record)>,
+    pub(super) pending: &'a [Pending],
+    pub(super) member: &'a str,
+}
+
+impl ResponseEdits<'_> {
+    /// Whether a field of the head named `name` (as sent, any case) goes.
+    pub(crate) fn drops(&self, name: &[u8]) -> bool {
+        self.table.is_some_and(|(t, _)| t.response.drops(name))
+            || self
+                .pending
+                .iter()
+                .any(|p| p.clears() && name.eq_ignore_ascii_case(p.name().as_str().as_bytes()))
+    }
+
+    /// Writes the fields the edits add, as `name: value\r\n` lines, in their order: each one no
+    /// later edit takes away, and whose value is valid with the member in it.
+    pub(crate) fn write(&self, out: &mut Vec<u8>) {
+        if let Some((table, record)) = self.table {
+            let later =
+                |name: &HeaderName| self.pending.iter().any(|p| p.clears() && p.name() == name);
+            table.write_response(record, self.member, later, out);
+        }
+        for (i, p) in self.pending.iter().enumerate() {
+            let name = p.name();
+            if self.pending[i + 1..].iter().any(|later| later.clears() && later.name() == name) {
+                continue;
+            }
+            let line = |out: &mut Vec<u8>, value: &[u8]| {
+                out.extend_from_slice(name.as_str().as_bytes());
+                out.extend_from_slice(b": ");
+                out.extend_from_slice(value);
+                out.extend_from_slice(b"\r\n");
+            };
+            match p {
+                Pending::Remove(_) => {}
+                Pending::SetValue(_, v) | Pending::AddValue(_, v) => line(out, v.as_bytes()),
+                Pending::Set(_, text) | Pending::Add(_, text) => {
+                    if let Some(v) = with_member(text, self.member) {
+                        line(out, v.as_bytes());
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// Bytes of values kept in place; more go to the heap.
 const CAP: usize = 160;
 /// Values whose ends are kept in place.
@@ -316,7 +367,83 @@ impl Record {
 
 #[cfg(test)]
 mod tests {
+    use super::super::fields::response_ops;
     use super::*;
+
+    fn name(n: &'static str) -> HeaderName {
+        HeaderName::from_static(n)
+    }
+
+    /// The own path writes the response's edits straight into the head: exactly the fields
+    /// (and drops) hyper's path gets from [`response_ops`], whatever the order of the edits,
+    /// with a chain's table before them or not.
+    #[test]
+    fn written_edits_are_the_edits_applied() {
+        let v = |s: &str| Value::new(s.as_bytes()).unwrap();
+        let pending = [
+            Pending::AddValue(name("x-a"), v("1")),
+            Pending::Set(name("x-b"), "by \u{1}".into()),
+            Pending::Add(name("x-c"), "c".into()),
+            Pending::Remove(name("x-a")),
+            Pending::Add(name("x-a"), "2-\u{1}".into()),
+            Pending::SetValue(name("x-c"), v("3")),
+            Pending::AddValue(name("x-d"), v("4")),
+            Pending::Set(name("x-e"), "e".into()),
+        ];
+        // A table: x-f set from a slot, x-b added with the member, x-g added from an absent
+        // slot, x-h removed, x-c added (then set again by the pending edits).
+        let mut record = Record::default();
+        let (f, b) = (record.push(b"f-value"), record.push(b"tb-\x01"));
+        record.extend(b"bad\r\n");
+        let g = record.close(false);
+        let table = Table::of(
+            [Edits {
+                request: Vec::new(),
+                response: vec![
+                    Edit::Set(name("x-f"), Src::Slot(f)),
+                    Edit::Add(name("x-b"), Src::Member(b)),
+                    Edit::Add(name("x-g"), Src::Slot(g)),
+                    Edit::Remove(name("x-h")),
+                    Edit::Add(name("x-c"), Src::Fixed(HeaderValue::from_static("tc"))),
+                ],
+            }]
+            .iter(),
+        );
+        for with_table in [false, true] {
+            let table = with_table.then_some((&table, &record));
+            for member in ["m1", "", "bad\r\nx: y"] {
+                let before = table.map(|(t, r)| t.response_ops(r, member)).unwrap_or_default();
+                let ops = response_ops(before, &pending, member);
+                let mut expected = Vec::new();
+                for (n, v) in &ops.append {
+                    expected.extend_from_slice(format!("{}: ", n.as_str()).as_bytes());
+                    expected.extend_from_slice(v.as_bytes());
+                    expected.extend_from_slice(b"\r\n");
+                }
+                let edits = ResponseEdits { table, pending: &pending, member };
+                let mut written = Vec::new();
+                edits.write(&mut written);
+                assert_eq!(
+                    String::from_utf8_lossy(&written),
+                    String::from_utf8_lossy(&expected),
+                    "member {member:?}, table {with_table}"
+                );
+                for n in ["x-a", "X-B", "x-c", "x-d", "x-e", "x-f", "x-g", "X-H", "x-i"] {
+                    let (got, want) = (edits.drops(n.as_bytes()), ops.drops(n.as_bytes()));
+                    assert_eq!(got, want, "{n}, {member:?}, table {with_table}");
+                }
+            }
+        }
+        // The member's name is in the values that asked for it.
+        let mut written = Vec::new();
+        ResponseEdits { table: Some((&table, &record)), pending: &pending, member: "m1" }
+            .write(&mut written);
+        let text = String::from_utf8(written).unwrap();
+        assert!(text.contains("x-b: by m1\r\n") && text.contains("x-a: 2-m1\r\n"), "{text}");
+        assert!(text.starts_with("x-f: f-value\r\n"), "the table's first: {text}");
+        assert!(!text.contains("x-a: 1\r\n") && !text.contains("x-c: c\r\n"), "{text}");
+        assert!(!text.contains("tb-") && !text.contains("tc") && !text.contains("x-g"), "{text}");
+    }
 
     #[test]
     fn a_record_keeps_its_values_in_place_then_on_the_heap() {

@@ -1,0 +1,113 @@
+//! The `headers` filter: its `remove`, `set` and `add` of request and response fields,
+//! compiled once into the chain's edits ([`Edits`]); per request it only renders the values of
+//! its `${…}` templates into the request's record.
+
+use std::borrow::Cow;
+
+use http::{HeaderName, HeaderValue};
+use rondo_core::traffic::{FieldEdits, HeaderEdits, Part, Template};
+
+use super::fields::valid;
+use super::table::{Edit, Edits, Src, slot};
+use super::{Applied, Info};
+
+/// A `headers` filter, its names parsed once.
+pub(super) struct HeaderStep {
+    request: Vec<Op>,
+    response: Vec<Op>,
+}
+
+enum Op {
+    Remove(HeaderName),
+    Set(HeaderName, Source),
+    Add(HeaderName, Source),
+}
+
+/// A configured value: made once when it has no variable.
+enum Source {
+    Fixed(HeaderValue),
+    Template(Template),
+}
+
+impl HeaderStep {
+    pub(super) fn new(edits: &HeaderEdits) -> HeaderStep {
+        HeaderStep { request: ops(&edits.request), response: ops(&edits.response) }
+    }
+
+    /// The filter's edits; each template's value gets a slot of the record (`next`), the
+    /// request's first, in order, then the response's.
+    pub(super) fn edits(&self, next: &mut u16) -> Edits {
+        let mut edits = |ops: &[Op], member: bool| {
+            let mut src = |v: &Source| match v {
+                Source::Fixed(v) => Src::Fixed(v.clone()),
+                Source::Template(_) if member => Src::Member(slot(next)),
+                Source::Template(_) => Src::Slot(slot(next)),
+            };
+            ops.iter()
+                .map(|op| match op {
+                    Op::Remove(n) => Edit::Remove(n.clone()),
+                    Op::Set(n, v) => Edit::Set(n.clone(), src(v)),
+                    Op::Add(n, v) => Edit::Add(n.clone(), src(v)),
+                })
+                .collect()
+        };
+        let request = edits(&self.request, false);
+        Edits { request, response: edits(&self.response, true) }
+    }
+
+    /// Renders this request's values of the filter's templates into its record, in the order
+    /// of [`HeaderStep::edits`]' slots. A request value a variable made unfit for a field (a
+    /// subject with a line break) is absent: the field goes rather than carry the client's
+    /// value on. A response value is checked once the member is in it.
+    pub(super) fn request(&self, info: &Info<'_>, applied: &mut Applied) {
+        for (ops, check) in [(&self.request, true), (&self.response, false)] {
+            for op in ops {
+                if let Op::Set(_, Source::Template(t)) | Op::Add(_, Source::Template(t)) = op {
+                    render(t, info, applied, check);
+                }
+            }
+        }
+    }
+}
+
+/// `t` rendered for this request as the next value of its record; when `check`, absent if it
+/// is no valid field value.
+fn render(t: &Template, info: &Info<'_>, applied: &mut Applied, check: bool) {
+    const SHORT: usize = 128;
+    let mut short = [0u8; SHORT];
+    let mut len = 0;
+    let mut long: Option<Vec<u8>> = None;
+    for part in &t.parts {
+        let text = match part {
+            Part::Literal(s) => Cow::Borrowed(s.as_str()),
+            Part::Var(v) => info.var(applied, *v),
+        };
+        let text = text.as_bytes();
+        match (&mut long, short.get_mut(len..len + text.len())) {
+            (Some(long), _) => long.extend_from_slice(text),
+            (None, Some(to)) => {
+                to.copy_from_slice(text);
+                len += text.len();
+            }
+            (None, None) => long = Some([&short[..len], text].concat()),
+        }
+    }
+    let bytes = long.as_deref().unwrap_or(&short[..len]);
+    let record = &mut applied.record;
+    record.extend(bytes);
+    record.close(!check || bytes.iter().all(|b| valid(*b)));
+}
+
+/// The configuration's edits as ops, in the order they apply: remove, set, add.
+fn ops(edits: &FieldEdits) -> Vec<Op> {
+    let name = |n: &str| HeaderName::from_bytes(n.as_bytes()).ok();
+    let value = |t: &Template| match t.as_literal() {
+        Some(text) => HeaderValue::from_str(text).ok().map(Source::Fixed),
+        None => Some(Source::Template(t.clone())),
+    };
+    let mut out = Vec::new();
+    out.extend(edits.remove.iter().filter_map(|n| name(n).map(Op::Remove)));
+    out.extend(edits.set.iter().filter_map(|(n, t)| Some(Op::Set(name(n)?, value(t)?))));
+    out.extend(edits.add.iter().filter_map(|(n, t)| Some(Op::Add(name(n)?, value(t)?))));
+    out
+}
