@@ -15,6 +15,9 @@ use super::{Applied, Info};
 pub(super) struct HeaderStep {
     request: Vec<Op>,
     response: Vec<Op>,
+    /// The templates rendered per request, in the order of their slots, each with whether
+    /// its value is checked (a request's; a response's is checked once the member is in it).
+    templates: Vec<(Template, bool)>,
 }
 
 enum Op {
@@ -31,7 +34,16 @@ enum Source {
 
 impl HeaderStep {
     pub(super) fn new(edits: &HeaderEdits) -> HeaderStep {
-        HeaderStep { request: ops(&edits.request), response: ops(&edits.response) }
+        let (request, response) = (ops(&edits.request), ops(&edits.response));
+        let templates = |ops: &[Op], check: bool| {
+            let templates = ops.iter().filter_map(move |op| match op {
+                Op::Set(_, Source::Template(t)) | Op::Add(_, Source::Template(t)) => Some(t),
+                _ => None,
+            });
+            templates.map(move |t| (t.clone(), check)).collect::<Vec<_>>()
+        };
+        let templates = [templates(&request, true), templates(&response, false)].concat();
+        HeaderStep { request, response, templates }
     }
 
     /// The filter's edits; each template's value gets a slot of the record (`next`), the
@@ -60,12 +72,8 @@ impl HeaderStep {
     /// subject with a line break) is absent: the field goes rather than carry the client's
     /// value on. A response value is checked once the member is in it.
     pub(super) fn request(&self, info: &Info<'_>, applied: &mut Applied) {
-        for (ops, check) in [(&self.request, true), (&self.response, false)] {
-            for op in ops {
-                if let Op::Set(_, Source::Template(t)) | Op::Add(_, Source::Template(t)) = op {
-                    render(t, info, applied, check);
-                }
-            }
+        for (t, check) in &self.templates {
+            render(t, info, applied, *check);
         }
     }
 }
@@ -79,10 +87,10 @@ fn render(t: &Template, info: &Info<'_>, applied: &mut Applied, check: bool) {
     let mut long: Option<Vec<u8>> = None;
     for part in &t.parts {
         let text = match part {
-            Part::Literal(s) => Cow::Borrowed(s.as_str()),
+            Part::Literal(s) => Cow::Borrowed(s.as_bytes()),
             Part::Var(v) => info.var(applied, *v),
         };
-        let text = text.as_bytes();
+        let text = &text[..];
         match (&mut long, short.get_mut(len..len + text.len())) {
             (Some(long), _) => long.extend_from_slice(text),
             (None, Some(to)) => {

@@ -220,7 +220,7 @@ impl<'a> Binder<'a> {
             buckets,
             limited: self.metrics.rate_limited(self.listener, self.route),
             routers: spec.tier.then(|| self.metrics.tier_routers.clone()),
-            id,
+            state: format!("{id};r=").into_bytes().into(),
             policy,
         }
     }
@@ -233,8 +233,9 @@ pub(crate) struct LimitStep {
     limited: Counter,
     /// `scope = "tier"`: the tier's routers present in etcd, kept up to date by the registry.
     routers: Option<Gauge>,
-    /// The policy's identifier, a structured-field string: the key's name.
-    id: String,
+    /// The start of `RateLimit`'s value: the policy's identifier (a structured-field string,
+    /// the key's name) and `;r=`.
+    state: Box<[u8]>,
     /// The `RateLimit-Policy` value, made once.
     policy: HeaderValue,
 }
@@ -251,7 +252,7 @@ impl LimitStep {
         applied: &mut Applied,
     ) -> Option<Answer> {
         let key = match &self.spec.key {
-            LimitKey::ClientIp => Some(info.client_ip.as_bytes()),
+            LimitKey::ClientIp => Some(info.client_ip),
             LimitKey::Header(name) => headers.get(name),
             LimitKey::Identity => subject.map(str::as_bytes),
             LimitKey::Route => Some(&b""[..]),
@@ -286,30 +287,34 @@ impl LimitStep {
     /// `RateLimit`'s value (whole tokens left, seconds until one more) into the request's
     /// record. Written by hand rather than formatted: it runs for every request of the route.
     fn fields(&self, taken: &Taken, applied: &mut Applied) {
-        // The key's name (a token, quoted) and two numbers: always a valid value.
-        let (mut r, mut t) = ([0u8; 20], [0u8; 20]);
-        let (r, t) = (digits(taken.remaining, &mut r), digits(seconds(taken.more_in), &mut t));
+        // The key's name (a token, quoted) and two numbers: always a valid value. The numbers
+        // are written from the end of one buffer: `<remaining>;t=<seconds>`.
+        let mut end = [0u8; 43];
+        let t = digits(seconds(taken.more_in), &mut end);
+        let mut at = 43 - t;
+        end[at - 3..at].copy_from_slice(b";t=");
+        at -= 3;
+        at -= digits(taken.remaining, &mut end[..at]);
         let record = &mut applied.record;
-        for part in [self.id.as_bytes(), b";r=", r, b";t=", t] {
-            record.extend(part);
-        }
+        record.extend(&self.state);
+        record.extend(&end[at..]);
         record.close(true);
     }
 }
 
-/// `n` in decimal, in the end of `buf`.
-fn digits(n: u64, buf: &mut [u8; 20]) -> &[u8] {
+/// `n` in decimal, at the end of `buf` (room for any `u64`: 20 bytes); how many digits.
+fn digits(n: u64, buf: &mut [u8]) -> usize {
     let mut i = buf.len();
     let mut n = n;
-    loop {
-        i -= 1;
+    while let Some(d) = i.checked_sub(1) {
+        i = d;
         buf[i] = b'0' + (n % 10) as u8;
         n /= 10;
         if n == 0 {
             break;
         }
     }
-    &buf[i..]
+    buf.len() - i
 }
 
 /// Whole seconds, rounded up.

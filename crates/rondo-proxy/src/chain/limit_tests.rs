@@ -16,11 +16,11 @@ fn spec(key: LimitKey, burst: u64, max_keys: u64) -> RateLimit {
 
 fn info(client_ip: &str) -> Info<'_> {
     Info {
-        client_ip,
+        client_ip: client_ip.as_bytes(),
         method: "GET",
         tls: false,
         host: Some("example.com"),
-        port: None,
+        authority: "example.com",
         path: "/",
         query: None,
     }

@@ -357,15 +357,15 @@ impl Stopped {
 /// What of a request the filters read.
 pub(crate) struct Info<'a> {
     /// The client's address, as text.
-    pub(crate) client_ip: &'a str,
+    pub(crate) client_ip: &'a [u8],
     /// The request's method.
     pub(crate) method: &'a str,
     /// Whether the client spoke TLS to the listener (the request's scheme is `https`).
     pub(crate) tls: bool,
     /// The request's host, without its port.
     pub(crate) host: Option<&'a str>,
-    /// The port the client named in `Host` (or `:authority`), if any.
-    pub(crate) port: Option<u16>,
+    /// The whole `Host` value (or `:authority`), port and all.
+    pub(crate) authority: &'a str,
     /// The path (normalized), without the query.
     pub(crate) path: &'a str,
     /// The query, without its `?`.
@@ -373,21 +373,27 @@ pub(crate) struct Info<'a> {
 }
 
 impl Info<'_> {
+    /// The port the client named in `Host` (or `:authority`), if any (looked for only by the
+    /// filters that need it).
+    pub(crate) fn port(&self) -> Option<u16> {
+        port_of(self.authority)
+    }
+
     /// A variable's value (`${member}` is the response's: a placeholder here, [`MEMBER`]).
-    fn var<'v>(&'v self, applied: &'v Applied, var: Var) -> std::borrow::Cow<'v, str> {
+    fn var<'v>(&'v self, applied: &'v Applied, var: Var) -> std::borrow::Cow<'v, [u8]> {
         use std::borrow::Cow;
+        let id = || applied.id.and_then(|slot| applied.record.get(slot)).unwrap_or_default();
         match var {
             Var::ClientIp => Cow::Borrowed(self.client_ip),
-            Var::Host => Cow::Borrowed(self.host.unwrap_or("")),
-            Var::Path => Cow::Borrowed(applied.path.as_deref().unwrap_or(self.path)),
-            Var::RequestId => Cow::Borrowed(applied.request_id().unwrap_or("")),
+            Var::Host => Cow::Borrowed(self.host.unwrap_or("").as_bytes()),
+            Var::Path => Cow::Borrowed(applied.path.as_deref().unwrap_or(self.path).as_bytes()),
+            Var::RequestId => Cow::Borrowed(id()),
             // Without control characters: one would end the field, and `\u{1}` stands for the
             // member.
-            Var::IdentitySub => applied
-                .identity
-                .as_ref()
-                .map_or(Cow::Borrowed(""), |i| i.subject.replace(char::is_control, "").into()),
-            Var::Member => Cow::Borrowed(MEMBER),
+            Var::IdentitySub => applied.identity.as_ref().map_or(Cow::Borrowed(&b""[..]), |i| {
+                i.subject.replace(char::is_control, "").into_bytes().into()
+            }),
+            Var::Member => Cow::Borrowed(MEMBER.as_bytes()),
         }
     }
 }
@@ -483,7 +489,7 @@ impl Applied {
 
     /// Whether a field of the request head named `name` (as sent, any case) goes.
     pub(crate) fn drops_request(&self, name: &[u8]) -> bool {
-        self.table.as_ref().is_some_and(|t| t.request.drops(name)) || self.request.drops(name)
+        self.table.as_ref().is_some_and(|t| t.drops_request(name)) || self.request.drops(name)
     }
 
     /// Writes the fields the request gains as `name: value\r\n` lines (the own path).

@@ -8,8 +8,6 @@
 //! The converting and CORS steps decide per request which fields they edit, so a chain with
 //! one of them gives its steps' edits as [`FieldOps`] per request instead ([`emit`]).
 
-use std::borrow::Cow;
-
 use http::{HeaderMap, HeaderName, HeaderValue};
 
 use super::fields::{FieldOps, Pending, Value, with_member};
@@ -28,26 +26,16 @@ pub(crate) enum Src {
 }
 
 impl Src {
-    /// The value's bytes for this request, `member` in place of its placeholder; `None` when
-    /// there is no valid value.
-    fn bytes<'a>(&'a self, record: &'a Record, member: &str) -> Option<Cow<'a, [u8]>> {
-        match self {
-            Src::Fixed(v) => Some(Cow::Borrowed(v.as_bytes())),
-            Src::Slot(i) => record.get(*i).map(Cow::Borrowed),
-            Src::Member(i) => {
-                let text = std::str::from_utf8(record.get(*i)?).ok()?;
-                Some(match with_member(text, member)? {
-                    Cow::Borrowed(t) => Cow::Borrowed(t.as_bytes()),
-                    Cow::Owned(t) => Cow::Owned(t.into_bytes()),
-                })
-            }
-        }
-    }
-
+    /// The value for this request, `member` in place of its placeholder; `None` when there is
+    /// no valid value.
     fn value(&self, record: &Record, member: &str) -> Option<Value> {
         match self {
             Src::Fixed(v) => Some(Value::Shared(v.clone())),
-            _ => self.bytes(record, member).map(|b| Value::of_valid(&b)),
+            Src::Slot(i) => record.get(*i).map(Value::of_valid),
+            Src::Member(i) => {
+                let text = std::str::from_utf8(record.get(*i)?).ok()?;
+                Some(Value::of_valid(with_member(text, member)?.as_bytes()))
+            }
         }
     }
 }
@@ -78,11 +66,98 @@ pub(super) fn slot(next: &mut u16) -> u16 {
     *next - 1
 }
 
-/// A chain's edits, composed: what the request's and the response's heads lose and gain.
+/// A chain's edits, composed: what the request's and the response's heads lose and gain, and
+/// the same as the codecs write it ([`Lines`]).
 #[derive(Default, Debug)]
 pub(crate) struct Table {
     pub(super) request: FieldOps<Src>,
     pub(super) response: FieldOps<Src>,
+    request_lines: Lines,
+    response_lines: Lines,
+}
+
+/// One head's edits as the own path writes them: the names dropped, their lengths as a mask
+/// (most of a head's fields are passed by one test), and each field added as its line, whole
+/// when its value is fixed.
+#[derive(Default, Debug)]
+struct Lines {
+    drop: Vec<HeaderName>,
+    lengths: u64,
+    add: Vec<(Line, HeaderName)>,
+}
+
+#[derive(Debug)]
+enum Line {
+    /// `name: value\r\n`, made when compiled.
+    Whole(Box<[u8]>),
+    /// `name: ` and the value's source.
+    Made(Box<[u8]>, Src),
+}
+
+/// A name's bit in [`Lines::lengths`].
+fn length_bit(name: &[u8]) -> u64 {
+    1 << (name.len() % 64)
+}
+
+impl Lines {
+    fn of(ops: &FieldOps<Src>) -> Lines {
+        let lengths = ops.drop.iter().fold(0, |m, n| m | length_bit(n.as_str().as_bytes()));
+        let add = ops.append.iter().map(|(name, src)| {
+            let head = [name.as_str().as_bytes(), b": "].concat();
+            let line = match src {
+                Src::Fixed(v) => Line::Whole([&head[..], v.as_bytes(), b"\r\n"].concat().into()),
+                src => Line::Made(head.into(), src.clone()),
+            };
+            (line, name.clone())
+        });
+        Lines { drop: ops.drop.clone(), lengths, add: add.collect() }
+    }
+
+    fn drops(&self, name: &[u8]) -> bool {
+        self.lengths & length_bit(name) != 0
+            && self.drop.iter().any(|d| name.eq_ignore_ascii_case(d.as_str().as_bytes()))
+    }
+
+    /// Writes the fields added, as `name: value\r\n` lines, but those named `gone`.
+    fn write(
+        &self,
+        record: &Record,
+        member: &str,
+        gone: impl Fn(&HeaderName) -> bool,
+        out: &mut Vec<u8>,
+    ) {
+        for (line, name) in &self.add {
+            if gone(name) {
+                continue;
+            }
+            match line {
+                Line::Whole(line) => out.extend_from_slice(line),
+                Line::Made(head, Src::Member(i)) => {
+                    let text = record.get(*i).and_then(|t| std::str::from_utf8(t).ok());
+                    if let Some(value) = text.and_then(|t| with_member(t, member)) {
+                        made(out, head, value.as_bytes());
+                    }
+                }
+                Line::Made(head, src) => {
+                    let value = match src {
+                        Src::Fixed(v) => Some(v.as_bytes()),
+                        Src::Slot(i) | Src::Member(i) => record.get(*i),
+                    };
+                    if let Some(value) = value {
+                        made(out, head, value);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A field's line from its start (`name: `) and its value.
+fn made(out: &mut Vec<u8>, head: &[u8], value: &[u8]) {
+    out.reserve(head.len() + value.len() + 2);
+    out.extend_from_slice(head);
+    out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
 }
 
 impl Table {
@@ -97,12 +172,23 @@ impl Table {
                 }
             }
         }
-        let mut table = Table::default();
+        let (mut request, mut response) = (FieldOps::default(), FieldOps::default());
         for edits in steps {
-            compose(&mut table.request, &edits.request);
-            compose(&mut table.response, &edits.response);
+            compose(&mut request, &edits.request);
+            compose(&mut response, &edits.response);
         }
-        table
+        let (request_lines, response_lines) = (Lines::of(&request), Lines::of(&response));
+        Table { request, response, request_lines, response_lines }
+    }
+
+    /// Whether a field of the request head named `name` (as sent, any case) goes.
+    pub(super) fn drops_request(&self, name: &[u8]) -> bool {
+        self.request_lines.drops(name)
+    }
+
+    /// The same for the response head.
+    pub(super) fn drops_response(&self, name: &[u8]) -> bool {
+        self.response_lines.drops(name)
     }
 
     pub(super) fn is_empty(&self) -> bool {
@@ -135,7 +221,7 @@ impl Table {
     /// Writes the fields the request gains, as `name: value\r\n` lines, but those `later`
     /// (edits made after the chain's) takes away.
     pub(super) fn write_request(&self, record: &Record, later: &FieldOps, out: &mut Vec<u8>) {
-        write(&self.request, record, "", |n| later.drop.contains(n), out);
+        self.request_lines.write(record, "", |n| later.drop.contains(n), out);
     }
 
     /// The same for the response, `member` in the values that name it.
@@ -146,32 +232,13 @@ impl Table {
         later: impl Fn(&HeaderName) -> bool,
         out: &mut Vec<u8>,
     ) {
-        write(&self.response, record, member, later, out);
+        self.response_lines.write(record, member, later, out);
     }
 }
 
 fn values(ops: &FieldOps<Src>, record: &Record, member: &str) -> FieldOps {
     let append = ops.append.iter().filter_map(|(n, s)| Some((n.clone(), s.value(record, member)?)));
     FieldOps { drop: ops.drop.clone(), append: append.collect() }
-}
-
-fn write(
-    ops: &FieldOps<Src>,
-    record: &Record,
-    member: &str,
-    gone: impl Fn(&HeaderName) -> bool,
-    out: &mut Vec<u8>,
-) {
-    for (name, src) in &ops.append {
-        if let Some(value) = src.bytes(record, member)
-            && !gone(name)
-        {
-            out.extend_from_slice(name.as_str().as_bytes());
-            out.extend_from_slice(b": ");
-            out.extend_from_slice(&value);
-            out.extend_from_slice(b"\r\n");
-        }
-    }
 }
 
 /// A step's edits as [`FieldOps`] and [`Pending`] (a chain whose edits are not in a table):
@@ -228,7 +295,7 @@ pub(crate) struct ResponseEdits<'a> {
 impl ResponseEdits<'_> {
     /// Whether a field of the head named `name` (as sent, any case) goes.
     pub(crate) fn drops(&self, name: &[u8]) -> bool {
-        self.table.is_some_and(|(t, _)| t.response.drops(name))
+        self.table.is_some_and(|(t, _)| t.drops_response(name))
             || self
                 .pending
                 .iter()
@@ -310,6 +377,7 @@ impl Record {
     }
 
     /// The value in `slot`, if made and present.
+    #[inline]
     pub(crate) fn get(&self, slot: u16) -> Option<&[u8]> {
         let slot = usize::from(slot);
         if slot >= self.slots {
@@ -324,17 +392,26 @@ impl Record {
     }
 
     /// Appends `bytes` to the value being made.
+    #[inline]
     pub(super) fn extend(&mut self, bytes: &[u8]) {
         let end = self.len + bytes.len();
-        if self.spilled.is_empty() && end <= CAP {
-            self.inline[self.len..end].copy_from_slice(bytes);
-        } else {
-            if self.spilled.is_empty() {
-                self.spilled.extend_from_slice(&self.inline[..self.len]);
+        match self.inline.get_mut(self.len..end) {
+            Some(to) if self.spilled.is_empty() => {
+                to.copy_from_slice(bytes);
+                self.len = end;
             }
-            self.spilled.extend_from_slice(bytes);
+            _ => self.spill(bytes),
         }
-        self.len = end;
+    }
+
+    /// [`Record::extend`] past the room in place: every byte on the heap.
+    #[cold]
+    fn spill(&mut self, bytes: &[u8]) {
+        if self.spilled.is_empty() {
+            self.spilled.extend_from_slice(&self.inline[..self.len]);
+        }
+        self.spilled.extend_from_slice(bytes);
+        self.len += bytes.len();
     }
 
     /// Ends the value being made (dropped again when not `present`); its slot.

@@ -18,11 +18,11 @@ impl Headers for Fields {
 
 fn info() -> Info<'static> {
     Info {
-        client_ip: "10.0.0.7",
+        client_ip: b"10.0.0.7",
         method: "GET",
         tls: false,
         host: Some("example.com"),
-        port: Some(8080),
+        authority: "example.com:8080",
         path: "/api/items",
         query: Some("a=1"),
     }

@@ -8,7 +8,7 @@ use rondo_core::traffic::RequestId;
 
 use super::table::{Edit, Edits, Src, slot};
 use super::{Applied, TRACEPARENT};
-use crate::entropy::random;
+use crate::entropy::{random, random_pair};
 use crate::head::Headers;
 
 /// The longest request id kept from a client; a longer one is replaced.
@@ -87,8 +87,9 @@ impl Trace {
     /// A new trace, not sampled (the router records no spans of its own).
     fn new() -> Trace {
         let mut id = [0u8; 32];
-        hex_into(&mut id[..16], random());
-        hex_into(&mut id[16..], random() | 1);
+        let (a, b) = random_pair();
+        hex_into(&mut id[..16], a);
+        hex_into(&mut id[16..], b | 1);
         Trace { id, flags: *b"00" }
     }
 
@@ -120,24 +121,20 @@ fn split4(v: &[u8]) -> Option<[&[u8]; 4]> {
 
 /// A new request id: 128 random bits as a UUID (version 4 layout).
 fn new_id() -> [u8; 36] {
-    let (a, b) = (random(), random());
+    let (a, b) = random_pair();
     let a = (a & !0xf000) | 0x4000; // version 4
     let b = (b & !(0xc << 60)) | (0x8 << 60); // RFC 4122 variant
-    // 32 hex digits written at once, then moved apart for the dashes (no formatting
-    // machinery: this runs for every request of a `request_id` route).
-    let mut id = [0u8; 36];
-    let out = &mut id;
-    hex_into(&mut out[..16], a);
-    hex_into(&mut out[16..32], b);
-    // 8-4-4-4-12: from the back, each group moved to its place.
-    out.copy_within(20..32, 24);
-    out[23] = b'-';
-    out.copy_within(16..20, 19);
-    out[18] = b'-';
-    out.copy_within(12..16, 14);
-    out[13] = b'-';
-    out.copy_within(8..12, 9);
-    out[8] = b'-';
+    // 32 hex digits written at once, then each group copied to its place (fixed ranges: plain
+    // moves, no formatting machinery; this runs for every request of a `request_id` route).
+    let mut hex = [0u8; 32];
+    hex_into(&mut hex[..16], a);
+    hex_into(&mut hex[16..], b);
+    let mut id = [b'-'; 36];
+    id[..8].copy_from_slice(&hex[..8]);
+    id[9..13].copy_from_slice(&hex[8..12]);
+    id[14..18].copy_from_slice(&hex[12..16]);
+    id[19..23].copy_from_slice(&hex[16..20]);
+    id[24..].copy_from_slice(&hex[20..]);
     id
 }
 

@@ -20,7 +20,7 @@ use crate::http::{
 };
 
 use crate::body::BodySlot;
-use crate::chain::{Applied, Info, port_of};
+use crate::chain::{Applied, Info};
 use crate::conn::ConnState;
 use crate::error::{Kind, ProxyError};
 use crate::headers::{add_forwarded, has_looped, is_upgrade, strip_hop_by_hop};
@@ -311,11 +311,11 @@ pub(super) fn info<'a>(
     // `request_host` left exactly one `Host`, the `:authority`'s on HTTP/2.
     let full = req.headers().get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("");
     Info {
-        client_ip: conn.client_ip.to_str().unwrap_or(""),
+        client_ip: conn.client_ip.as_bytes(),
         method: req.method().as_str(),
         tls: ctx.listener.tls.is_some(),
         host,
-        port: port_of(full),
+        authority: full,
         path: req.uri().path(),
         query: req.uri().query(),
     }
