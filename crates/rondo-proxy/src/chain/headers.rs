@@ -2,12 +2,9 @@
 //! compiled once into the chain's edits ([`Edits`]); per request it only renders the values of
 //! its `${…}` templates into the request's record.
 
-use std::borrow::Cow;
-
 use http::{HeaderName, HeaderValue};
-use rondo_core::traffic::{FieldEdits, HeaderEdits, Part, Template};
+use rondo_core::traffic::{FieldEdits, HeaderEdits, Part, Template, Var};
 
-use super::fields::valid;
 use super::table::{Edit, Edits, Src, slot};
 use super::{Applied, Info};
 
@@ -78,32 +75,23 @@ impl HeaderStep {
     }
 }
 
-/// `t` rendered for this request as the next value of its record; when `check`, absent if it
-/// is no valid field value.
+/// `t` rendered for this request as the next value of its record, straight into it; when
+/// `check`, absent if it is no valid field value.
 fn render(t: &Template, info: &Info<'_>, applied: &mut Applied, check: bool) {
-    const SHORT: usize = 128;
-    let mut short = [0u8; SHORT];
-    let mut len = 0;
-    let mut long: Option<Vec<u8>> = None;
+    let Applied { record, path, identity, id, .. } = applied;
     for part in &t.parts {
-        let text = match part {
-            Part::Literal(s) => Cow::Borrowed(s.as_bytes()),
-            Part::Var(v) => info.var(applied, *v),
-        };
-        let text = &text[..];
-        match (&mut long, short.get_mut(len..len + text.len())) {
-            (Some(long), _) => long.extend_from_slice(text),
-            (None, Some(to)) => {
-                to.copy_from_slice(text);
-                len += text.len();
+        match part {
+            Part::Literal(s) => record.extend(s.as_bytes()),
+            // The id is in the record already.
+            Part::Var(Var::RequestId) => {
+                if let Some(slot) = *id {
+                    record.repeat(slot);
+                }
             }
-            (None, None) => long = Some([&short[..len], text].concat()),
+            Part::Var(v) => record.extend(&info.var(path.as_deref(), identity.as_ref(), *v)),
         }
     }
-    let bytes = long.as_deref().unwrap_or(&short[..len]);
-    let record = &mut applied.record;
-    record.extend(bytes);
-    record.close(!check || bytes.iter().all(|b| valid(*b)));
+    record.close_checked(check);
 }
 
 /// The configuration's edits as ops, in the order they apply: remove, set, add.

@@ -10,7 +10,7 @@
 
 use http::{HeaderMap, HeaderName, HeaderValue};
 
-use super::fields::{FieldOps, Pending, Value, with_member};
+use super::fields::{FieldOps, Pending, Value, valid, with_member};
 
 /// Where a value the table adds comes from.
 #[derive(Clone, Debug, PartialEq)]
@@ -379,6 +379,12 @@ impl Record {
     /// The value in `slot`, if made and present.
     #[inline]
     pub(crate) fn get(&self, slot: u16) -> Option<&[u8]> {
+        self.bytes().get(self.span(slot)?)
+    }
+
+    /// Where the value in `slot` is, if made and present.
+    #[inline]
+    fn span(&self, slot: u16) -> Option<std::ops::Range<usize>> {
         let slot = usize::from(slot);
         if slot >= self.slots {
             return None;
@@ -388,7 +394,28 @@ impl Record {
             return None;
         }
         let start = if slot == 0 { 0 } else { self.end(slot - 1) & !ABSENT };
-        self.bytes().get(start as usize..end as usize)
+        Some(start as usize..end as usize)
+    }
+
+    /// Appends the value in `slot` (made before) to the value being made.
+    pub(super) fn repeat(&mut self, slot: u16) {
+        let Some(span) = self.span(slot) else { return };
+        let end = self.len + span.len();
+        if self.spilled.is_empty() && end <= CAP {
+            self.inline.copy_within(span, self.len);
+            self.len = end;
+        } else {
+            let value = self.bytes()[span].to_vec();
+            self.spill(&value);
+        }
+    }
+
+    /// Ends the value being made; when `check`, absent if it is no valid field value.
+    pub(super) fn close_checked(&mut self, check: bool) -> u16 {
+        let start = if self.slots == 0 { 0 } else { (self.end(self.slots - 1) & !ABSENT) as usize };
+        let valid =
+            !check || self.bytes().get(start..).is_some_and(|v| v.iter().all(|b| valid(*b)));
+        self.close(valid)
     }
 
     /// Appends `bytes` to the value being made.
@@ -539,5 +566,22 @@ mod tests {
             assert_eq!(r.get(*slot), Some(i.to_string().as_bytes()));
         }
         assert_eq!(r.get(slots.last().unwrap() + 1), None, "not made");
+        // A value made of an earlier one, on the heap now; one checked and found unfit.
+        r.extend(b"id=");
+        r.repeat(0);
+        r.repeat(1);
+        let again = r.close_checked(true);
+        assert_eq!(r.get(again), Some(&b"id=abc"[..]));
+        r.extend(b"a\r\nb");
+        let bad = r.close_checked(true);
+        assert_eq!(r.get(bad), None);
+
+        let mut r = Record::default();
+        r.push(b"abc");
+        r.extend(b"id=");
+        r.repeat(0);
+        let again = r.close_checked(true);
+        assert_eq!(r.get(again), Some(&b"id=abc"[..]), "in place");
+        assert!(r.spilled.is_empty());
     }
 }
