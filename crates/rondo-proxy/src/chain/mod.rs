@@ -23,7 +23,6 @@
 //! at these route fields itself. A body filter's peek is not a step: it decides which route
 //! (and so which chain) a request takes, so it belongs to the route stage.
 
-use std::cell::Cell;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -212,7 +211,7 @@ impl Chain {
         headers: &H,
         auth: impl Fn(&H) -> Result<Option<Identity>, ProxyError>,
     ) -> Result<Box<Applied>, Box<Stopped>> {
-        let mut applied = SPARE.take().unwrap_or_default();
+        let mut applied = Box::<Applied>::default();
         for (i, step) in self.steps.iter().enumerate() {
             let answer = match step {
                 Step::Auth => match auth(headers) {
@@ -298,19 +297,6 @@ impl Chain {
             applied.table = tables[steps].clone();
         }
     }
-}
-
-thread_local! {
-    /// The worker's spare [`Applied`]: the own path gives a request's back when it is done
-    /// ([`recycle`]) and the next request's is made in its room, one allocation fewer per
-    /// request (as `h1::pool` keeps head buffers). One per worker at most.
-    static SPARE: Cell<Option<Box<Applied>>> = const { Cell::new(None) };
-}
-
-/// Gives a finished request's [`Applied`], emptied, to the next request on this worker.
-pub(crate) fn recycle(mut applied: Box<Applied>) {
-    *applied = Applied::default();
-    SPARE.set(Some(applied));
 }
 
 /// Whether `route` has a feature that runs as a step of its chain (`multicast`,

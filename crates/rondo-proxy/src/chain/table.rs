@@ -153,6 +153,7 @@ impl Lines {
 }
 
 /// A field's line from its start (`name: `) and its value.
+#[inline]
 fn made(out: &mut Vec<u8>, head: &[u8], value: &[u8]) {
     out.reserve(head.len() + value.len() + 2);
     out.extend_from_slice(head);

@@ -416,11 +416,8 @@ async fn request<S: ClientStream>(
     let snapshot = ctx.live.load();
     let mut req = OwnTries::new(ctx, c, timer, buf, head);
     let next = req.serve(&snapshot).await;
-    let OwnTries { buf, head, body, extra, out, applied, .. } = req;
+    let OwnTries { buf, head, body, extra, out, .. } = req;
     pool::give(out);
-    if let Some(applied) = applied {
-        crate::chain::recycle(applied);
-    }
     match next {
         Next::KeepAlive => {
             // What follows this request in the buffer (a pipelined request) is kept for the next.
