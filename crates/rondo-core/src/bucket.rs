@@ -97,16 +97,28 @@ impl Bucket {
         }
         // Nanoseconds until the level reaches `target`, rounded up.
         let until = |target: u128| {
-            let nanos = target.saturating_sub(self.level).div_ceil(count);
+            let nanos = divide(target.saturating_sub(self.level), count, true);
             Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
         };
-        let whole = self.level / token;
+        let whole = divide(self.level, token, false);
         Taken {
             admitted,
             remaining: u64::try_from(whole).unwrap_or(u64::MAX),
             next_token: until(token),
             more_in: until((whole + 1) * token),
         }
+    }
+}
+
+/// `a / b` (`b > 0`), rounded up when `up`: in 64 bits when both fit, as they do but for
+/// bursts of billions (one machine division rather than the 128-bit routine, for every
+/// rate-limited request).
+fn divide(a: u128, b: u128, up: bool) -> u128 {
+    match (u64::try_from(a), u64::try_from(b)) {
+        (Ok(a), Ok(b)) if up => u128::from(a.div_ceil(b)),
+        (Ok(a), Ok(b)) => u128::from(a / b),
+        _ if up => a.div_ceil(b),
+        _ => a / b,
     }
 }
 
@@ -162,6 +174,17 @@ mod tests {
         let t = two.take(&R100, 2, t0 + Duration::from_millis(4));
         assert_eq!((t.admitted, t.remaining, t.more_in), (true, 0, Duration::from_millis(6)));
         assert_eq!(t.next_token, Duration::from_millis(6));
+    }
+
+    #[test]
+    fn divisions_in_64_bits_are_those_in_128() {
+        let big = u128::from(u64::MAX);
+        for (a, b) in
+            [(0, 1), (7, 2), (big, 3), (big + 5, 7), (u128::MAX, 1_000_000_000), (10, big + 1)]
+        {
+            assert_eq!(divide(a, b, false), a / b, "{a} / {b}");
+            assert_eq!(divide(a, b, true), a.div_ceil(b), "{a} / {b} up");
+        }
     }
 
     #[test]

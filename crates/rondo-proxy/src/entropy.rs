@@ -38,3 +38,12 @@ pub(crate) fn chance(ppm: u32) -> bool {
 pub(crate) fn random() -> u64 {
     Local.next_u64()
 }
+
+/// 128 random bits, as two halves, in one visit to the calling thread's generator (a request
+/// id, a trace id).
+pub(crate) fn random_pair() -> (u64, u64) {
+    RNG.with(|r| {
+        let mut r = r.borrow_mut();
+        (r.next_u64(), r.next_u64())
+    })
+}

@@ -13,7 +13,7 @@ pub(super) fn redirect(r: &Redirect, info: &Info<'_>, applied: &Applied) -> Answ
     let scheme = r.scheme.as_deref().unwrap_or(own);
     let default_port = if scheme == "https" { 443 } else { 80 };
     // A scheme changed drops the request's port (it was the other scheme's) unless one is named.
-    let port = r.port.or(if scheme == own { info.port } else { None });
+    let port = r.port.or(if scheme == own { info.port() } else { None });
     let path = r.path.as_deref().or(applied.path.as_deref()).unwrap_or(info.path);
     let mut location = String::new();
     if let Some(host) = r.host.as_deref().or(info.host) {

@@ -26,7 +26,7 @@ use rondo_core::{Instant, Route};
 use rondo_runtime::Live;
 use rondo_runtime::metrics::{Counter, Gauge, Metrics};
 
-use super::fields::{Pending, Value};
+use super::table::{Edit, Edits, Src, slot};
 use super::{Answer, Applied, Info};
 use crate::head::Headers;
 
@@ -220,7 +220,7 @@ impl<'a> Binder<'a> {
             buckets,
             limited: self.metrics.rate_limited(self.listener, self.route),
             routers: spec.tier.then(|| self.metrics.tier_routers.clone()),
-            id,
+            state: format!("{id};r=").into_bytes().into(),
             policy,
         }
     }
@@ -233,8 +233,9 @@ pub(crate) struct LimitStep {
     limited: Counter,
     /// `scope = "tier"`: the tier's routers present in etcd, kept up to date by the registry.
     routers: Option<Gauge>,
-    /// The policy's identifier, a structured-field string: the key's name.
-    id: String,
+    /// The start of `RateLimit`'s value: the policy's identifier (a structured-field string,
+    /// the key's name) and `;r=`.
+    state: Box<[u8]>,
     /// The `RateLimit-Policy` value, made once.
     policy: HeaderValue,
 }
@@ -251,7 +252,7 @@ impl LimitStep {
         applied: &mut Applied,
     ) -> Option<Answer> {
         let key = match &self.spec.key {
-            LimitKey::ClientIp => Some(info.client_ip.as_bytes()),
+            LimitKey::ClientIp => Some(info.client_ip),
             LimitKey::Header(name) => headers.get(name),
             LimitKey::Identity => subject.map(str::as_bytes),
             LimitKey::Route => Some(&b""[..]),
@@ -273,32 +274,47 @@ impl LimitStep {
         Some(Answer { status: 429, headers, body })
     }
 
-    /// `RateLimit-Policy` and `RateLimit` (whole tokens left, seconds until one more).
-    /// Written by hand rather than formatted: it runs for every request of the route.
+    /// `RateLimit-Policy` (made once) and `RateLimit` (this request's state, in the slot
+    /// `next` gives) added to the response.
+    pub(super) fn edits(&self, next: &mut u16) -> Edits {
+        let response = vec![
+            Edit::Add(RATELIMIT_POLICY, Src::Fixed(self.policy.clone())),
+            Edit::Add(RATELIMIT, Src::Slot(slot(next))),
+        ];
+        Edits { request: Vec::new(), response }
+    }
+
+    /// `RateLimit`'s value (whole tokens left, seconds until one more) into the request's
+    /// record. Written by hand rather than formatted: it runs for every request of the route.
     fn fields(&self, taken: &Taken, applied: &mut Applied) {
-        // The key's name (a token, quoted) and two numbers, always a valid value: kept in
-        // place, without an allocation.
-        let (mut r, mut t) = ([0u8; 20], [0u8; 20]);
-        let (r, t) = (digits(taken.remaining, &mut r), digits(seconds(taken.more_in), &mut t));
-        let state = Value::of_parts(&[self.id.as_bytes(), b";r=", r, b";t=", t]);
-        applied.response.push(Pending::AddValue(RATELIMIT_POLICY, self.policy.clone().into()));
-        applied.response.push(Pending::AddValue(RATELIMIT, state));
+        // The key's name (a token, quoted) and two numbers: always a valid value. The numbers
+        // are written from the end of one buffer: `<remaining>;t=<seconds>`.
+        let mut end = [0u8; 43];
+        let t = digits(seconds(taken.more_in), &mut end);
+        let mut at = 43 - t;
+        end[at - 3..at].copy_from_slice(b";t=");
+        at -= 3;
+        at -= digits(taken.remaining, &mut end[..at]);
+        let record = &mut applied.record;
+        record.extend(&self.state);
+        record.extend(&end[at..]);
+        record.close(true);
     }
 }
 
-/// `n` in decimal, in the end of `buf`.
-fn digits(n: u64, buf: &mut [u8; 20]) -> &[u8] {
+/// `n` in decimal, at the end of `buf` (room for any `u64`: 20 bytes); how many digits.
+fn digits(n: u64, buf: &mut [u8]) -> usize {
     let mut i = buf.len();
     let mut n = n;
-    loop {
-        i -= 1;
+    while let Some(d) = i.checked_sub(1) {
+        i = d;
         buf[i] = b'0' + (n % 10) as u8;
         n /= 10;
         if n == 0 {
             break;
         }
     }
-    &buf[i..]
+    buf.len() - i
 }
 
 /// Whole seconds, rounded up.

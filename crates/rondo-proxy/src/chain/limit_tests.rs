@@ -16,11 +16,11 @@ fn spec(key: LimitKey, burst: u64, max_keys: u64) -> RateLimit {
 
 fn info(client_ip: &str) -> Info<'_> {
     Info {
-        client_ip,
+        client_ip: client_ip.as_bytes(),
         method: "GET",
         tls: false,
         host: Some("example.com"),
-        port: None,
+        authority: "example.com",
         path: "/",
         query: None,
     }
@@ -82,9 +82,11 @@ fn a_step_admits_the_burst_with_fields_then_answers_429_with_retry_after() {
     one.insert("x-key", "one".parse().unwrap());
     let mut two = HeaderMap::new();
     two.insert("x-key", "two".parse().unwrap());
+    // The step's fields, as its chain's table has them.
+    let table = super::super::table::Table::of([step.edits(&mut 0)].iter());
     let mut applied = Applied::default();
     assert!(step.request(&info("10.0.0.1"), None, &one, &mut applied).is_none());
-    let ops = applied.response("");
+    let ops = table.response_ops(&applied.record, "");
     let field = |name: &str| -> Vec<String> {
         let named = ops.append.iter().filter(|(n, _)| n == name);
         named.map(|(_, v)| v.to_str().unwrap().to_owned()).collect()
@@ -97,7 +99,7 @@ fn a_step_admits_the_burst_with_fields_then_answers_429_with_retry_after() {
     assert_eq!(answer.status, 429);
     let retry = answer.headers.iter().find(|(n, _)| n == header::RETRY_AFTER).unwrap();
     assert_eq!(retry.1, "3600");
-    let ops = applied.response("");
+    let ops = table.response_ops(&applied.record, "");
     let rl = ops.append.iter().find(|(n, _)| n == "ratelimit").unwrap();
     assert!(rl.1.to_str().unwrap().ends_with("\"header:x-key\";r=0;t=3600"), "{:?}", rl.1);
     // Another key's bucket is full.

@@ -12,6 +12,9 @@
 //! try's trace span ([`Applied::next_span`]) and edits the response head
 //! ([`Applied::response`]) the client gets; the request id goes into the access log. A route
 //! with no filter (and a listener without) has no chain: the codecs look at one `Option`.
+//! Which fields the chain's steps drop and add is known when it is compiled (its table,
+//! `table.rs`): a request carries only the values made for it, in one record, and the codecs
+//! write the table's fields with them.
 //!
 //! The route's own features are steps too, after its filters: `auth` (among them, before the
 //! route's filters), `multicast` (the copies, beside `mirror`'s), `session_replay` ([`replay`]:
@@ -38,18 +41,21 @@ mod cors;
 mod fault;
 mod fields;
 pub(crate) mod grpc_web;
+mod headers;
 mod limit;
 pub(crate) mod login;
 mod mirror;
 pub(crate) mod replay;
 mod rewrite;
 pub(crate) mod soap;
+mod table;
 mod trace;
 
 pub(crate) use compress::respond as compress_response;
 pub(crate) use fault::hold;
-pub(crate) use fields::{FieldOps, ResponseEdits};
+pub(crate) use fields::FieldOps;
 pub use limit::Limits;
+pub(crate) use table::ResponseEdits;
 
 /// The W3C trace context's field, which each try gets anew ([`Applied::next_span`]).
 pub(crate) const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
@@ -66,8 +72,12 @@ pub(crate) struct Chain {
     steps: Box<[Step]>,
     /// A filter transforms bodies: the request is hyper's path's.
     needs_hyper: bool,
-    /// Room for the request's and the response's field edits, made once per request.
-    edits: (usize, usize),
+    /// Each step's field edits, as compiled (most steps have none).
+    edits: Box<[table::Edits]>,
+    /// The steps' edits composed, for a request that stopped after `tables[i]` steps (the
+    /// last: after all of them; `None`: no edits); `None` when the chain's edits are made per
+    /// request ([`Chain::request`]).
+    tables: Option<Box<[Option<Arc<table::Table>>]>>,
 }
 
 /// One compiled filter.
@@ -75,7 +85,7 @@ enum Step {
     /// The route's `auth`: the request's token checked, its identity kept for members.
     Auth,
     RequestId(trace::RequestIdStep),
-    Headers(fields::HeaderStep),
+    Headers(headers::HeaderStep),
     Rewrite(rewrite::RewriteStep),
     Redirect(rondo_core::traffic::Redirect),
     Respond(answer::RespondStep),
@@ -130,7 +140,7 @@ impl Chain {
     ) -> Chain {
         let mut position = 0;
         let mut needs_hyper = false;
-        let mut steps = filters
+        let steps = filters
             .map(|f| match f {
                 None => Step::Auth,
                 Some(f) => {
@@ -144,30 +154,26 @@ impl Chain {
         // Copies and replays hold the whole request as only hyper's path has it.
         needs_hyper |=
             steps.iter().any(|s| matches!(s, Step::Multicast(_) | Step::SessionReplay(_)));
-        // The request edits that are the first of their name in the chain need not look
-        // through those made before (`soap`'s and `grpc_web`'s are not told apart: none are
-        // marked then).
-        if !steps.iter().any(|s| matches!(s, Step::Soap(_) | Step::GrpcWeb(_))) {
-            let mut seen = Vec::new();
-            for step in steps.iter_mut() {
-                match step {
-                    Step::RequestId(s) => s.mark_first(&mut seen),
-                    Step::Headers(s) => s.mark_first(&mut seen),
-                    _ => {}
-                }
-            }
-        }
-        let edits = steps.iter().fold((0, 0), |(req, resp), s| {
-            let (a, b) = s.edits();
-            (req + a, resp + b)
+        let mut next = 0;
+        let edits = steps.iter().map(|s| s.edits(&mut next)).collect::<Box<[_]>>();
+        // The steps that choose per request which fields they edit (`soap`, `grpc_web`,
+        // `cors`) make a table impossible: then every step's edits are made per request.
+        let per_request =
+            steps.iter().any(|s| matches!(s, Step::Soap(_) | Step::GrpcWeb(_) | Step::Cors(_)));
+        let tables = (!per_request).then(|| {
+            let prefix = |i: usize| {
+                let table = table::Table::of(edits[..i].iter());
+                (!table.is_empty()).then(|| Arc::new(table))
+            };
+            (0..=steps.len()).map(prefix).collect()
         });
-        Chain { steps, needs_hyper, edits }
+        Chain { steps, needs_hyper, edits, tables }
     }
 
     fn step(f: &TrafficFilter, route: &Route, limits: &limit::Binder<'_>, at: usize) -> Step {
         match f {
             TrafficFilter::RequestId(r) => Step::RequestId(trace::RequestIdStep::new(r)),
-            TrafficFilter::Headers(h) => Step::Headers(fields::HeaderStep::new(h)),
+            TrafficFilter::Headers(h) => Step::Headers(headers::HeaderStep::new(h)),
             TrafficFilter::Rewrite(r) => Step::Rewrite(rewrite::RewriteStep::new(r, route)),
             TrafficFilter::Redirect(r) => Step::Redirect(r.clone()),
             TrafficFilter::Respond(r) => Step::Respond(answer::RespondStep::new(r)),
@@ -204,20 +210,19 @@ impl Chain {
         info: &Info<'_>,
         headers: &H,
         auth: impl Fn(&H) -> Result<Option<Identity>, ProxyError>,
-    ) -> Result<Applied, Box<Stopped>> {
-        let mut applied = Applied {
-            request: FieldOps::with_capacity(self.edits.0),
-            response: Vec::with_capacity(self.edits.1),
-            ..Applied::default()
-        };
-        for step in &self.steps {
+    ) -> Result<Box<Applied>, Box<Stopped>> {
+        let mut applied = Box::<Applied>::default();
+        for (i, step) in self.steps.iter().enumerate() {
             let answer = match step {
                 Step::Auth => match auth(headers) {
                     Ok(identity) => {
                         applied.identity = identity;
                         None
                     }
-                    Err(e) => return Err(Box::new(Stopped::Refused(e, applied))),
+                    Err(e) => {
+                        self.edited(i, &mut applied);
+                        return Err(Box::new(Stopped::Refused(e, applied)));
+                    }
                 },
                 Step::RequestId(s) => {
                     s.request(headers, &mut applied);
@@ -273,11 +278,24 @@ impl Chain {
                     None
                 }
             };
+            if self.tables.is_none() && !self.edits[i].is_empty() {
+                let Applied { record, request, response, .. } = &mut *applied;
+                table::emit(&self.edits[i], record, request, response);
+            }
             if let Some(answer) = answer {
+                self.edited(i + 1, &mut applied);
                 return Err(Box::new(Stopped::Answered(answer, applied)));
             }
         }
+        self.edited(self.steps.len(), &mut applied);
         Ok(applied)
+    }
+
+    /// Gives a request that ran `steps` steps the table of their edits.
+    fn edited(&self, steps: usize, applied: &mut Applied) {
+        if let Some(tables) = &self.tables {
+            applied.table = tables[steps].clone();
+        }
     }
 }
 
@@ -297,16 +315,14 @@ fn features(route: &Route) -> impl Iterator<Item = Step> + '_ {
 }
 
 impl Step {
-    /// Fields the step may edit on the request and on the response.
-    fn edits(&self) -> (usize, usize) {
+    /// The fields the step edits whatever the request, their values made per request in
+    /// slots of its record from `next` on (the other steps' edits are made per request).
+    fn edits(&self, next: &mut u16) -> table::Edits {
         match self {
-            Step::RequestId(_) => (2, 1),
-            Step::Headers(s) => s.edits(),
-            Step::Soap(_) => (2, 0),
-            Step::RateLimit(_) => (0, 2),
-            Step::Cors(_) => (0, 4),
-            Step::GrpcWeb(_) => (3, 0),
-            _ => (0, 0),
+            Step::RequestId(s) => s.edits(next),
+            Step::Headers(s) => s.edits(next),
+            Step::RateLimit(s) => s.edits(next),
+            _ => table::Edits::default(),
         }
     }
 }
@@ -327,9 +343,9 @@ pub(crate) fn gate<'a, H: Headers>(
 /// Why the request phase stopped before the tries.
 pub(crate) enum Stopped {
     /// A filter answered: its answer, and the edits of the filters before it.
-    Answered(Answer, Applied),
+    Answered(Answer, Box<Applied>),
     /// The route's `auth` refused the request (answered 401 or 400 as the router's errors are).
-    Refused(ProxyError, Applied),
+    Refused(ProxyError, Box<Applied>),
 }
 
 impl Stopped {
@@ -344,15 +360,15 @@ impl Stopped {
 /// What of a request the filters read.
 pub(crate) struct Info<'a> {
     /// The client's address, as text.
-    pub(crate) client_ip: &'a str,
+    pub(crate) client_ip: &'a [u8],
     /// The request's method.
     pub(crate) method: &'a str,
     /// Whether the client spoke TLS to the listener (the request's scheme is `https`).
     pub(crate) tls: bool,
     /// The request's host, without its port.
     pub(crate) host: Option<&'a str>,
-    /// The port the client named in `Host` (or `:authority`), if any.
-    pub(crate) port: Option<u16>,
+    /// The whole `Host` value (or `:authority`), port and all.
+    pub(crate) authority: &'a str,
     /// The path (normalized), without the query.
     pub(crate) path: &'a str,
     /// The query, without its `?`.
@@ -360,21 +376,33 @@ pub(crate) struct Info<'a> {
 }
 
 impl Info<'_> {
-    /// A variable's value (`${member}` is the response's: a placeholder here, [`MEMBER`]).
-    fn var<'v>(&'v self, applied: &'v Applied, var: Var) -> std::borrow::Cow<'v, str> {
+    /// The port the client named in `Host` (or `:authority`), if any (looked for only by the
+    /// filters that need it).
+    pub(crate) fn port(&self) -> Option<u16> {
+        port_of(self.authority)
+    }
+
+    /// A variable's value, given the request's rewritten `path` and verified `identity` so
+    /// far (`${member}` is the response's: a placeholder here, [`MEMBER`]; `${request_id}` is
+    /// in the request's record, not here).
+    fn var<'v>(
+        &'v self,
+        path: Option<&'v str>,
+        identity: Option<&Identity>,
+        var: Var,
+    ) -> std::borrow::Cow<'v, [u8]> {
         use std::borrow::Cow;
         match var {
             Var::ClientIp => Cow::Borrowed(self.client_ip),
-            Var::Host => Cow::Borrowed(self.host.unwrap_or("")),
-            Var::Path => Cow::Borrowed(applied.path.as_deref().unwrap_or(self.path)),
-            Var::RequestId => Cow::Borrowed(applied.request_id.as_deref().unwrap_or("")),
+            Var::Host => Cow::Borrowed(self.host.unwrap_or("").as_bytes()),
+            Var::Path => Cow::Borrowed(path.unwrap_or(self.path).as_bytes()),
+            Var::RequestId => Cow::Borrowed(b""),
             // Without control characters: one would end the field, and `\u{1}` stands for the
             // member.
-            Var::IdentitySub => applied
-                .identity
-                .as_ref()
-                .map_or(Cow::Borrowed(""), |i| i.subject.replace(char::is_control, "").into()),
-            Var::Member => Cow::Borrowed(MEMBER),
+            Var::IdentitySub => identity.map_or(Cow::Borrowed(&b""[..]), |i| {
+                i.subject.replace(char::is_control, "").into_bytes().into()
+            }),
+            Var::Member => Cow::Borrowed(MEMBER.as_bytes()),
         }
     }
 }
@@ -385,19 +413,26 @@ impl Info<'_> {
 const MEMBER: &str = "\u{1}";
 
 /// What the request phase made of a request: the edits of the head members get, those of the
-/// response, the request id and the trace.
+/// response, the request id and the trace. The chain's edits are its table's, with the values
+/// made for this request in `record`; those made per request (by steps that choose per
+/// request, and the codecs' own) are in `request` and `response`, after the table's.
 #[derive(Default)]
 pub(crate) struct Applied {
-    /// Edits of the request's fields.
+    /// The chain's edits, when it has a table.
+    table: Option<Arc<table::Table>>,
+    /// The values made for this request (the id, the span, rendered `${…}` values).
+    record: table::Record,
+    /// Where the request id is in `record` (`request_id`).
+    id: Option<u16>,
+    /// Edits of the request's fields made per request, after the table's.
     pub(crate) request: FieldOps,
     /// The path members get (without the query), when rewritten.
     pub(crate) path: Option<String>,
     /// The `Host` members get, when rewritten.
     pub(crate) host: Option<HeaderValue>,
-    /// Edits of the response's fields (`${member}` still to fill in).
+    /// Edits of the response's fields made per request, after the table's (`${member}` still
+    /// to fill in).
     response: Vec<fields::Pending>,
-    /// The request id (`request_id`).
-    pub(crate) request_id: Option<trace::Id>,
     /// The trace this request belongs to (`request_id` with `trace`).
     trace: Option<trace::Trace>,
     /// The request's message is converted to another SOAP version, and its response back.
@@ -439,20 +474,62 @@ impl Applied {
         self.trace.as_ref().map(trace::Trace::next_span)
     }
 
+    /// The request id (`request_id`).
+    pub(crate) fn request_id(&self) -> Option<&str> {
+        // Visible ASCII, so always UTF-8.
+        self.id.and_then(|slot| std::str::from_utf8(self.record.get(slot)?).ok())
+    }
+
+    /// The request's edits, all of them (the table's with this request's values, then those
+    /// made per request).
+    #[cfg(test)]
+    pub(crate) fn request_ops(&self) -> FieldOps {
+        let table = self.table.as_ref().map(|t| t.request_ops(&self.record));
+        table.unwrap_or_default().then(&self.request)
+    }
+
+    /// Applies the request's edits to hyper's head.
+    pub(crate) fn apply_request(&self, headers: &mut http::HeaderMap) {
+        if let Some(table) = &self.table {
+            table.apply_request(&self.record, headers);
+        }
+        self.request.apply(headers);
+    }
+
+    /// Whether a field of the request head named `name` (as sent, any case) goes.
+    pub(crate) fn drops_request(&self, name: &[u8]) -> bool {
+        self.table.as_ref().is_some_and(|t| t.drops_request(name)) || self.request.drops(name)
+    }
+
+    /// Writes the fields the request gains as `name: value\r\n` lines (the own path).
+    pub(crate) fn write_request_fields(&self, out: &mut Vec<u8>) {
+        if let Some(table) = &self.table {
+            table.write_request(&self.record, &self.request, out);
+        }
+        for (name, value) in &self.request.append {
+            out.extend_from_slice(name.as_str().as_bytes());
+            out.extend_from_slice(b": ");
+            out.extend_from_slice(value.as_bytes());
+            out.extend_from_slice(b"\r\n");
+        }
+    }
+
     /// The response edits, `${member}` filled in with `member` (empty for the router's own
     /// answers).
     pub(crate) fn response(&self, member: &str) -> FieldOps {
-        fields::response_ops(&self.response, member)
+        let table = self.table.as_ref().map(|t| t.response_ops(&self.record, member));
+        fields::response_ops(table.unwrap_or_default(), &self.response, member)
     }
 
     /// The same edits as the own path writes them into the head (nothing made in between).
     pub(crate) fn response_edits<'a>(&'a self, member: &'a str) -> ResponseEdits<'a> {
-        ResponseEdits::new(&self.response, member)
+        let table = self.table.as_deref().map(|t| (t, &self.record));
+        ResponseEdits { table, pending: &self.response, member }
     }
 
     /// Whether any response field is edited.
     pub(crate) fn edits_response(&self) -> bool {
-        !self.response.is_empty()
+        !self.response.is_empty() || self.table.as_ref().is_some_and(|t| !t.response.is_empty())
     }
 }
 

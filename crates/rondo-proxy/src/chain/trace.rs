@@ -6,9 +6,9 @@
 use http::{HeaderName, HeaderValue};
 use rondo_core::traffic::RequestId;
 
-use super::fields::{Pending, Value, first_touches};
+use super::table::{Edit, Edits, Src, slot};
 use super::{Applied, TRACEPARENT};
-use crate::entropy::random;
+use crate::entropy::{random, random_pair};
 use crate::head::Headers;
 
 /// The longest request id kept from a client; a longer one is replaced.
@@ -18,59 +18,44 @@ const MAX_ID: usize = 128;
 pub(super) struct RequestIdStep {
     header: HeaderName,
     trace: bool,
-    /// Whether the id's field and `traceparent` are the first request edits of their names in
-    /// the chain (`first_touches`; not until the chain says).
-    first: [bool; 2],
 }
 
 impl RequestIdStep {
     pub(super) fn new(spec: &RequestId) -> RequestIdStep {
-        // The default name made static: its clones, one per request and field, cost nothing.
-        let header = if spec.header == RequestId::DEFAULT_HEADER {
-            HeaderName::from_static(RequestId::DEFAULT_HEADER)
-        } else {
-            HeaderName::from_bytes(spec.header.as_bytes())
-                .unwrap_or(HeaderName::from_static(RequestId::DEFAULT_HEADER))
-        };
-        RequestIdStep { header, trace: spec.trace, first: [false; 2] }
+        let header = HeaderName::from_bytes(spec.header.as_bytes())
+            .unwrap_or(HeaderName::from_static(RequestId::DEFAULT_HEADER));
+        RequestIdStep { header, trace: spec.trace }
     }
 
-    /// Marks the request edits that are the first of their name in the chain.
-    pub(super) fn mark_first(&mut self, seen: &mut Vec<HeaderName>) {
-        let traceparent = TRACEPARENT;
-        let names = [&self.header].into_iter().chain(self.trace.then_some(&traceparent));
-        let first = first_touches(names, seen);
-        self.first = [first[0], first.get(1).copied().unwrap_or(false)];
+    /// The id's field set on the request and the response, and `traceparent` on the request:
+    /// the id's slot first, then the span's.
+    pub(super) fn edits(&self, next: &mut u16) -> Edits {
+        let id = Src::Slot(slot(next));
+        let mut request = vec![Edit::Set(self.header.clone(), id.clone())];
+        if self.trace {
+            request.push(Edit::Set(TRACEPARENT, Src::Slot(slot(next))));
+        }
+        Edits { request, response: vec![Edit::Set(self.header.clone(), id)] }
     }
 
-    /// Keeps or makes the id (and the trace), for members, the response and the log.
+    /// Keeps or makes the id (and the trace), for members, the response and the log: into the
+    /// request's record, in the order of [`RequestIdStep::edits`]' slots.
     pub(super) fn request(&self, headers: &impl Headers, applied: &mut Applied) {
         let kept = headers
             .get(self.header.as_str())
             .filter(|v| !v.is_empty() && v.len() <= MAX_ID)
             .filter(|v| v.iter().all(|b| b.is_ascii_graphic()));
-        let id = match kept {
-            Some(id) => Id::of(id),
-            None => new_id(),
-        };
         // Visible ASCII: always a valid value.
-        let value = Value::of_valid(id.as_bytes());
-        if self.first[0] {
-            applied.request.set_first(&self.header, value.clone());
-        } else {
-            applied.request.set(&self.header, value.clone());
-        }
-        applied.response.push(Pending::SetValue(self.header.clone(), value));
-        applied.request_id = Some(id);
+        let slot = match kept {
+            Some(id) => applied.record.push(id),
+            None => applied.record.push(&new_id()),
+        };
+        applied.id = Some(slot);
         if self.trace {
             let trace =
                 headers.get(TRACEPARENT.as_str()).and_then(Trace::parse).unwrap_or_else(Trace::new);
             // The first try's span; each try after it gets its own ([`Applied::next_span`]).
-            if self.first[1] {
-                applied.request.set_first(&TRACEPARENT, trace.span());
-            } else {
-                applied.request.set(&TRACEPARENT, trace.span());
-            }
+            applied.record.push(&trace.span());
             applied.trace = Some(trace);
         }
     }
@@ -102,18 +87,19 @@ impl Trace {
     /// A new trace, not sampled (the router records no spans of its own).
     fn new() -> Trace {
         let mut id = [0u8; 32];
-        hex_into(&mut id[..16], random());
-        hex_into(&mut id[16..], random() | 1);
+        let (a, b) = random_pair();
+        hex_into(&mut id[..16], a);
+        hex_into(&mut id[16..], b | 1);
         Trace { id, flags: *b"00" }
     }
 
     /// `traceparent` for a new span of this trace.
     pub(super) fn next_span(&self) -> HeaderValue {
-        self.span().to_header_value()
+        HeaderValue::from_bytes(&self.span()).unwrap_or(HeaderValue::from_static(""))
     }
 
-    /// The same, kept in place.
-    fn span(&self) -> Value {
+    /// The same, as bytes.
+    fn span(&self) -> [u8; 55] {
         let mut v = [0u8; 55];
         v[..3].copy_from_slice(b"00-");
         v[3..35].copy_from_slice(&self.id);
@@ -122,7 +108,7 @@ impl Trace {
         v[52] = b'-';
         v[53..].copy_from_slice(&self.flags);
         // Lower-case hex digits and dashes: a valid value.
-        Value::of_valid(&v)
+        v
     }
 }
 
@@ -133,57 +119,22 @@ fn split4(v: &[u8]) -> Option<[&[u8]; 4]> {
     parts.next().is_none().then_some(out)
 }
 
-/// A request's id, kept in place (at most [`MAX_ID`] bytes of visible ASCII): made for every
-/// request of a `request_id` route, it allocates nothing.
-#[derive(Clone)]
-pub(crate) struct Id {
-    len: u8,
-    bytes: [u8; MAX_ID],
-}
-
-impl Id {
-    /// `id`, which is at most [`MAX_ID`] bytes of visible ASCII.
-    fn of(id: &[u8]) -> Id {
-        let mut bytes = [0u8; MAX_ID];
-        let len = id.len().min(MAX_ID);
-        bytes[..len].copy_from_slice(&id[..len]);
-        Id { len: len as u8, bytes }
-    }
-
-    fn as_bytes(&self) -> &[u8] {
-        &self.bytes[..self.len as usize]
-    }
-}
-
-impl std::ops::Deref for Id {
-    type Target = str;
-
-    fn deref(&self) -> &str {
-        // Visible ASCII, so always UTF-8.
-        std::str::from_utf8(self.as_bytes()).unwrap_or("")
-    }
-}
-
 /// A new request id: 128 random bits as a UUID (version 4 layout).
-fn new_id() -> Id {
-    let (a, b) = (random(), random());
+fn new_id() -> [u8; 36] {
+    let (a, b) = random_pair();
     let a = (a & !0xf000) | 0x4000; // version 4
     let b = (b & !(0xc << 60)) | (0x8 << 60); // RFC 4122 variant
-    // 32 hex digits written at once, then moved apart for the dashes (no formatting
-    // machinery: this runs for every request of a `request_id` route).
-    let mut id = Id { len: 36, bytes: [0u8; MAX_ID] };
-    let out = &mut id.bytes;
-    hex_into(&mut out[..16], a);
-    hex_into(&mut out[16..32], b);
-    // 8-4-4-4-12: from the back, each group moved to its place.
-    out.copy_within(20..32, 24);
-    out[23] = b'-';
-    out.copy_within(16..20, 19);
-    out[18] = b'-';
-    out.copy_within(12..16, 14);
-    out[13] = b'-';
-    out.copy_within(8..12, 9);
-    out[8] = b'-';
+    // 32 hex digits written at once, then each group copied to its place (fixed ranges: plain
+    // moves, no formatting machinery; this runs for every request of a `request_id` route).
+    let mut hex = [0u8; 32];
+    hex_into(&mut hex[..16], a);
+    hex_into(&mut hex[16..], b);
+    let mut id = [b'-'; 36];
+    id[..8].copy_from_slice(&hex[..8]);
+    id[9..13].copy_from_slice(&hex[8..12]);
+    id[14..18].copy_from_slice(&hex[12..16]);
+    id[19..23].copy_from_slice(&hex[16..20]);
+    id[24..].copy_from_slice(&hex[20..]);
     id
 }
 
@@ -241,7 +192,7 @@ mod tests {
     #[test]
     fn new_ids_are_uuids_and_differ() {
         let (a, b) = (new_id(), new_id());
-        let (a, b) = (&*a, &*b);
+        let (a, b) = (std::str::from_utf8(&a).unwrap(), std::str::from_utf8(&b).unwrap());
         assert_ne!(a, b);
         let groups: Vec<usize> = a.split('-').map(str::len).collect();
         assert_eq!(groups, [8, 4, 4, 4, 12], "{a}");

@@ -22,7 +22,7 @@ use super::pool;
 use super::write::{self, local_head, write_request_head};
 use crate::access::{self, Reason};
 use crate::body::Finish;
-use crate::chain::{Answer, Applied, Chain, Info, Stopped, gate, port_of};
+use crate::chain::{Answer, Applied, Chain, Info, Stopped, gate};
 use crate::error::Kind;
 use crate::head::Headers;
 use crate::headers::has_looped;
@@ -207,7 +207,8 @@ impl<'a, S: ClientStream> OwnTries<'a, S> {
             Some((_, query)) => format!("{path}?{query}"),
             None => path,
         });
-        let host = without_port(text(buf, self.head.host));
+        let full_host = text(buf, self.head.host);
+        let host = without_port(full_host);
         self.host = parse::Span {
             start: self.head.host.start,
             end: self.head.host.start + host.len() as u32,
@@ -263,11 +264,32 @@ impl<'a, S: ClientStream> OwnTries<'a, S> {
         }
         self.c.idle = route.idle_timeout;
         // The route's filters (its `auth` among them): edits for the tries and the response,
-        // or an answer of their own.
-        if let Some(chain) = chain
-            && let Err(stopped) = self.filters(chain, route)
-        {
-            return Ok(Err(Early::Stopped(route, stopped)));
+        // or an answer of their own; they read the text made above.
+        if let Some(chain) = chain {
+            let target = self.target.as_deref().unwrap_or(target);
+            let (path, query) = match target.split_once('?') {
+                Some((path, query)) => (path, Some(query)),
+                None => (target, None),
+            };
+            let info = Info {
+                client_ip: self.c.ip.as_bytes(),
+                method,
+                tls: self.c.tls.is_some(),
+                host: Some(host),
+                authority: full_host,
+                path,
+                query,
+            };
+            let headers = OwnHead { buf, fields: &self.head.fields };
+            let applied = match filters(chain, &info, &headers, (self.ctx, route), &mut self.start)
+            {
+                Ok(applied) => applied,
+                Err(stopped) => return Ok(Err(Early::Stopped(route, stopped))),
+            };
+            if let Some(rewritten) = applied.target(query) {
+                self.target = Some(rewritten);
+            }
+            self.applied = Some(applied);
         }
         Ok(Ok(route))
     }
@@ -284,49 +306,11 @@ impl<'a, S: ClientStream> OwnTries<'a, S> {
                 }
                 Stopped::Refused(e, applied) => {
                     // The edits of the filters before `auth` apply to its refusal.
-                    self.applied = Some(Box::new(applied));
+                    self.applied = Some(applied);
                     self.answer_failure((e, route.idle_timeout)).await
                 }
             },
         }
-    }
-
-    /// The request phase of the route's filter chain; its edits are kept for the head members
-    /// get, the tries and the response.
-    fn filters(&mut self, chain: &Chain, route: &Route) -> Result<(), Box<Stopped>> {
-        let headers = OwnHead { buf: &self.buf, fields: &self.head.fields };
-        let (method, target) = request_line(&self.buf, &self.head);
-        let target = self.target.as_deref().unwrap_or(target);
-        let (path, query) = match target.split_once('?') {
-            Some((path, query)) => (path, Some(query)),
-            None => (target, None),
-        };
-        // The host without its port is the start of the `Host` value: one conversion for both.
-        let full_host = text(&self.buf, self.head.host);
-        let host = full_host.get(..(self.host.end - self.host.start) as usize).unwrap_or(full_host);
-        let info = Info {
-            client_ip: std::str::from_utf8(self.c.ip.as_bytes()).unwrap_or(""),
-            method,
-            tls: self.c.tls.is_some(),
-            host: Some(host),
-            port: port_of(full_host),
-            path,
-            query,
-        };
-        let outcome = chain.request(&info, &headers, gate(self.ctx, route));
-        let applied = match &outcome {
-            Ok(applied) => applied,
-            Err(stopped) => stopped.applied(),
-        };
-        if let Some(start) = self.start.as_mut() {
-            start.set_request_id(applied.request_id.as_deref());
-        }
-        let applied = outcome?;
-        if let Some(target) = applied.target(query) {
-            self.target = Some(target);
-        }
-        self.applied = Some(Box::new(applied));
-        Ok(())
     }
 
     /// The body limit and the body's start; the head as members get it.
@@ -478,6 +462,25 @@ enum Early<'a> {
 }
 
 /// The text of a span of a head (empty if it is not UTF-8, which the parser already refused).
+/// The request phase of the route's filter chain, its request id noted for the access log.
+fn filters(
+    chain: &Chain,
+    info: &Info<'_>,
+    headers: &OwnHead<'_>,
+    (ctx, route): (&HttpCtx, &Route),
+    start: &mut Option<access::Start>,
+) -> Result<Box<Applied>, Box<Stopped>> {
+    let outcome = chain.request(info, headers, gate(ctx, route));
+    if let Some(start) = start.as_mut() {
+        let applied = match &outcome {
+            Ok(applied) => applied,
+            Err(stopped) => stopped.applied(),
+        };
+        start.set_request_id(applied.request_id());
+    }
+    outcome
+}
+
 fn text(buf: &[u8], span: parse::Span) -> &str {
     std::str::from_utf8(span.get(buf)).unwrap_or("")
 }

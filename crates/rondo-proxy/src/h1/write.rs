@@ -122,7 +122,7 @@ pub(super) fn write_request_head(
             continue;
         }
         if let Some(a) = applied
-            && (a.request.drops(name) || (a.host.is_some() && is(name, b"host")))
+            && (a.drops_request(name) || (a.host.is_some() && is(name, b"host")))
         {
             continue;
         }
@@ -144,7 +144,7 @@ pub(super) fn write_request_head(
         if let Some(host) = &a.host {
             field(out, b"host", host.as_bytes());
         }
-        edited(out, &a.request);
+        a.write_request_fields(out);
     }
     if te_trailers {
         out.extend_from_slice(b"te: trailers\r\n");

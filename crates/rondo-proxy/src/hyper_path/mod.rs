@@ -151,7 +151,7 @@ async fn proxy(
                 Err(stopped) => stopped.applied(),
             };
             if let Some(start) = start.as_mut() {
-                start.set_request_id(applied.request_id.as_deref());
+                start.set_request_id(applied.request_id());
             }
             match outcome {
                 Ok(applied) => Some(applied),
@@ -170,11 +170,11 @@ async fn proxy(
         }
     };
     // An injected delay (`fault`) holds the request before anything is read or sent.
-    crate::chain::hold(applied.as_ref(), route).await;
+    crate::chain::hold(applied.as_deref(), route).await;
     let sent =
         send(ctx, snapshot, conn, peer, req, grpc, &routed, host.as_deref(), read, &mut applied);
     // The filters' response edits (a request id, HSTS) apply to the router's own answer too.
-    sent.await.map_err(|failure| Failed { failure, edits: response_edits(applied.as_ref()) })
+    sent.await.map_err(|failure| Failed { failure, edits: response_edits(applied.as_deref()) })
 }
 
 /// A request the router answers itself, with the response edits of the filters that ran.
@@ -208,7 +208,7 @@ async fn send(
     routed: &Routed<'_>,
     host: Option<&str>,
     mut read: Option<request::Peeked>,
-    applied: &mut Option<Applied>,
+    applied: &mut Option<Box<Applied>>,
 ) -> Result<Response<ProxyBody>, Failure> {
     let route = routed.route;
     if let Some((plan, applied)) = applied.as_mut().and_then(|a| Some((a.soap?, a))) {

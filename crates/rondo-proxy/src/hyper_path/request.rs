@@ -20,7 +20,7 @@ use crate::http::{
 };
 
 use crate::body::BodySlot;
-use crate::chain::{Applied, Info, port_of};
+use crate::chain::{Applied, Info};
 use crate::conn::ConnState;
 use crate::error::{Kind, ProxyError};
 use crate::headers::{add_forwarded, has_looped, is_upgrade, strip_hop_by_hop};
@@ -291,7 +291,7 @@ pub(super) struct Prepared {
     pub(super) idempotent: bool,
     /// What the route's filter chain made of the request (its tries' trace spans, the
     /// response's edits).
-    pub(super) applied: Option<Applied>,
+    pub(super) applied: Option<Box<Applied>>,
 }
 
 impl Prepared {
@@ -311,11 +311,11 @@ pub(super) fn info<'a>(
     // `request_host` left exactly one `Host`, the `:authority`'s on HTTP/2.
     let full = req.headers().get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("");
     Info {
-        client_ip: conn.client_ip.to_str().unwrap_or(""),
+        client_ip: conn.client_ip.as_bytes(),
         method: req.method().as_str(),
         tls: ctx.listener.tls.is_some(),
         host,
-        port: port_of(full),
+        authority: full,
         path: req.uri().path(),
         query: req.uri().query(),
     }
@@ -329,7 +329,7 @@ pub(super) fn prepare(
     mut req: Request<ClientBody>,
     host: Option<&str>,
     read: Option<Peeked>,
-    applied: &mut Option<Applied>,
+    applied: &mut Option<Box<Applied>>,
 ) -> Result<Prepared, Failure> {
     let limit = ctx.listener.max_body_bytes;
     if read.is_none() && limit > 0 && req.body().size_hint().lower() > limit {
@@ -359,7 +359,7 @@ pub(super) fn prepare(
     let mut path_and_query =
         parts.uri.path_and_query().cloned().unwrap_or_else(|| PathAndQuery::from_static("/"));
     if let Some(a) = &applied {
-        a.request.apply(&mut parts.headers);
+        a.apply_request(&mut parts.headers);
         if let Some(host) = &a.host {
             parts.headers.insert(header::HOST, host.clone());
         }

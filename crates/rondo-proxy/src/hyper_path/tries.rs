@@ -95,7 +95,7 @@ async fn attempt(
     // away) before an outcome is recorded.
     let begun = Begun::new(rt, member);
     // Session replay: a session that moved to this member gets its kept requests first.
-    let applied = req.applied.as_ref();
+    let applied = req.applied.as_deref();
     let session =
         match replay::before_try(applied, ctx, route, rt, member, &req.parts.headers, failover)
             .await
@@ -129,7 +129,7 @@ async fn attempt(
         Ok(Ok(mut resp)) => {
             let latency = started.elapsed();
             let status = resp.status().as_u16();
-            let applied = req.applied.as_ref();
+            let applied = req.applied.as_deref();
             crate::chain::login::on_response(applied, ctx, route, status, resp.headers_mut());
             if let Some(session) = session {
                 let sent = Sent {
@@ -229,7 +229,7 @@ fn member_request(
         body,
     );
     // Each try is a span of its own in the request's trace.
-    if let Some(span) = req.applied.as_ref().and_then(Applied::next_span) {
+    if let Some(span) = req.applied.as_deref().and_then(Applied::next_span) {
         request.headers_mut().insert(TRACEPARENT, span);
     }
     request
