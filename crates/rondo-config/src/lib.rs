@@ -39,7 +39,7 @@ pub use schema::fields as schema_fields;
 pub use spec::{
     AccessLogSpec, AccessLogTarget, AdminSpec, AdminToken, AgentKey, AgentSpec, DnsSpec,
     ErrorDetail, Http2Limits, Http3Spec, ListenerProtocol, ListenerSpec, LogFormat, LogSpec,
-    NamingSpec, QueueBackend, QueueSpec, RegistrySpec, RouterSpec, Routing,
+    NamingSpec, QueueBackend, QueueSpec, RegistrySpec, RouterSpec, Routing, XdsSpec,
 };
 pub use warnings::Features;
 
