@@ -10,6 +10,7 @@
 //! - [`api`]: the HTTP API on the naming listener (lookup, full answer, register, keepalive,
 //!   deregister, watch).
 //! - `dns` (feature `dns`): A and SRV answers for clients that only speak DNS.
+//! - `xds` (feature `xds`): an ADS server that drives proxyless gRPC clients.
 //!
 //! The wire format is `rondo_core::wire`, shared with the client library.
 
@@ -22,6 +23,8 @@ pub mod registry;
 
 #[cfg(feature = "dns")]
 pub mod dns;
+#[cfg(feature = "xds")]
+pub mod xds;
 #[cfg(feature = "etcd")]
 pub mod etcd;
 #[cfg(feature = "etcd")]
