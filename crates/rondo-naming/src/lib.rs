@@ -23,12 +23,12 @@ pub mod registry;
 
 #[cfg(feature = "dns")]
 pub mod dns;
-#[cfg(feature = "xds")]
-pub mod xds;
 #[cfg(feature = "etcd")]
 pub mod etcd;
 #[cfg(feature = "etcd")]
 pub mod presence;
+#[cfg(feature = "xds")]
+pub mod xds;
 
 pub use backend::{Registry, start_registry, start_registry_with};
 pub use registry::{Limits, Registration, RegistryError, RegistryStatus, StartError};

@@ -242,8 +242,8 @@ pub async fn start(
         max_clients,
     });
     let ads = Ads { live, shared: shared.clone() };
-    let service = AggregatedDiscoveryServiceServer::new(ads)
-        .max_decoding_message_size(MAX_REQUEST_BYTES);
+    let service =
+        AggregatedDiscoveryServiceServer::new(ads).max_decoding_message_size(MAX_REQUEST_BYTES);
     let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
     let task = tokio::spawn(async move {
         let served = tonic::transport::Server::builder()

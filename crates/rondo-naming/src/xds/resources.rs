@@ -290,9 +290,7 @@ fn lb_policy(spec: &ClusterSpec, c: &mut cluster::Cluster) {
                     ext("envoy.load_balancing_policies.round_robin", pack_any(rr)),
                 ],
             };
-            let wrr = lbp::wrr_locality::v3::WrrLocality {
-                endpoint_picking_policy: Some(inner),
-            };
+            let wrr = lbp::wrr_locality::v3::WrrLocality { endpoint_picking_policy: Some(inner) };
             c.load_balancing_policy = Some(cluster::LoadBalancingPolicy {
                 policies: vec![ext("envoy.load_balancing_policies.wrr_locality", pack_any(wrr))],
             });
