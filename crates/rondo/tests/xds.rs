@@ -68,12 +68,10 @@ fn weights_1_2_3_hold_within_5_points() {
 /// Calls for 4 s while `event` happens 1.5 s in (returning when, in ms since the calls
 /// started); `member` answers before it, none after ~1 s, and no call fails.
 fn no_new_calls_after(client: &mut Client, member: &str, event: impl FnOnce() -> u64) {
-    let started = Instant::now();
     client.send("run 4000");
     std::thread::sleep(Duration::from_millis(1500));
     let at = event();
     let v = client.answer(LONG);
-    let _ = started;
     assert_eq!(errors(&v), 0, "a call failed: {v}");
     let last = last_call(&v, member).expect("the member answered before the event");
     assert!(last <= at + 1000, "{member} answered at {last} ms, the event was at {at} ms");
@@ -282,4 +280,33 @@ fn clients_keep_serving_from_their_cache_while_rondo_restarts() {
     eventually(Duration::from_secs(30), "the client follows the restarted rondo", || {
         count(&client.calls(10), "m2") == 0
     });
+}
+
+#[test]
+fn prefer_local_puts_the_clients_zone_first_and_fails_over_to_the_rest() {
+    let mut east = Member::start("east1");
+    let west = Member::start("west1");
+    let body = format!(
+        "{}[cluster.web]\nupstream_protocol = \"http2\"\nlocality = {{ prefer_local = true }}\n\
+         members = [{{ name = \"east1\", address = \"{}\", group = \"east\" }}, \
+         {{ name = \"west1\", address = \"{}\", group = \"west\" }}]\n",
+        route("web"),
+        east.addr,
+        west.addr
+    );
+    let rondo = Rondo::start(&body);
+    let mut client = Client::start(rondo.xds, "web", Some("east"));
+    client.wait_for("east1", 20);
+    let v = client.calls(50);
+    assert_eq!((count(&v, "east1"), errors(&v)), (50, 0), "{v}");
+    // A client of the other zone gets its own priorities.
+    let mut other = Client::start(rondo.xds, "web", Some("west"));
+    other.wait_for("west1", 20);
+    let v = other.calls(50);
+    assert_eq!(count(&v, "west1"), 50, "{v}");
+    drop(other);
+    east.kill();
+    client.wait_for("west1", 20);
+    let v = client.calls(50);
+    assert_eq!((count(&v, "west1"), errors(&v)), (50, 0), "{v}");
 }

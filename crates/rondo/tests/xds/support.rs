@@ -151,7 +151,7 @@ pub fn errors(v: &Value) -> u64 {
 
 /// The last millisecond of a `run` answer at which `member` answered, if ever.
 pub fn last_call(v: &Value, member: &str) -> Option<u64> {
-    v["seq"].as_array()?.iter().filter(|c| c[1] == member).filter_map(|c| c[0].as_u64()).last()
+    v["seq"].as_array()?.iter().filter(|c| c[1] == member).filter_map(|c| c[0].as_u64()).next_back()
 }
 
 /// A cluster table's members line for `members` with weights.
