@@ -50,6 +50,29 @@ fn round_robin_takes_members_in_thirds() {
     assert!(rondo.metric("rondo_xds_clients", "") >= 1.0);
     assert_eq!(rondo.metric("rondo_xds_cluster_clients", "cluster=\"web\""), 1.0);
     assert!(rondo.metric("rondo_xds_acks_total", "type=\"eds\"") >= 1.0);
+    // The dashboard's data: connected xDS clients per cluster.
+    let (status, body) = http(rondo.admin, "GET", "/api/v1/status", Some("t"), "");
+    assert_eq!(status, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).expect("json");
+    assert_eq!(v["clusters"][0]["name"], "web");
+    assert_eq!(v["clusters"][0]["xds_clients"], 1, "{body}");
+}
+
+#[test]
+fn rondo_check_validates_the_xds_table() {
+    let dir = common::TempDir::new("xds-check");
+    let path = dir.0.join("rondo.toml");
+    let text = "[naming]\nxds = { listen = \"127.0.0.1:99999\" }\n";
+    std::fs::write(&path, text).expect("write");
+    let out = std::process::Command::new(common::BIN)
+        .args(["check", path.to_str().expect("utf-8")])
+        .output()
+        .expect("rondo check");
+    let text =
+        format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(!out.status.success(), "{text}");
+    assert!(text.contains("rondo.toml:2:18"), "file:line:column: {text}");
+    assert!(text.contains("naming.xds.listen"), "{text}");
 }
 
 #[test]

@@ -65,6 +65,12 @@ impl XdsMetrics {
 }
 
 impl Metrics {
+    /// The xDS clients connected to `cluster` now (0 without an xDS server; adds no series).
+    pub fn xds_clients_of(&self, cluster: &str) -> i64 {
+        let labels = ClusterLabels { cluster: cluster.to_owned() };
+        self.xds.cluster_clients.get(&labels).map_or(0, |g| g.get())
+    }
+
     /// The xDS server's handles (clones count into the same metrics).
     pub fn xds(&self) -> XdsMetrics {
         let x = &self.xds;
