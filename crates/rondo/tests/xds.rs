@@ -75,6 +75,55 @@ fn rondo_check_validates_the_xds_table() {
     assert!(text.contains("naming.xds.listen"), "{text}");
 }
 
+/// Where `@grpc/grpc-js` and `@grpc/grpc-js-xds` are installed (`.ci/run` puts them in
+/// `target/xds-node`; `RONDO_XDS_NODE_DIR` overrides), or `None` after saying what is missing
+/// (a failure under CI, which installs them).
+fn node_modules() -> Option<std::path::PathBuf> {
+    let dir = std::env::var_os("RONDO_XDS_NODE_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| common::browser::repo().join("target/xds-node"))
+        .join("node_modules");
+    let node = std::process::Command::new("node").arg("--version").output();
+    if node.is_ok_and(|o| o.status.success())
+        && dir.join("@grpc/grpc-js-xds/package.json").is_file()
+    {
+        return Some(dir);
+    }
+    let missing = format!(
+        "node or @grpc/grpc-js-xds in {} (npm install --prefix target/xds-node \
+         @grpc/grpc-js@1 @grpc/grpc-js-xds@1)",
+        dir.display()
+    );
+    assert!(!common::browser::in_ci(), "CI is set but the Node xDS test cannot run: {missing}");
+    eprintln!("SKIPPED the Node xDS test: missing {missing}");
+    None
+}
+
+#[test]
+fn a_node_grpc_js_client_takes_members_in_thirds_and_drops_a_removed_member() {
+    let Some(modules) = node_modules() else { return };
+    let ms: Vec<Member> = ["m1", "m2", "m3"].iter().map(|n| Member::start(n)).collect();
+    let all = [(&ms[0], 1), (&ms[1], 1), (&ms[2], 1)];
+    let mut rondo = Rondo::start(&format!("{}{}", route("web"), cluster("web", "", &all)));
+    let mut client = Client::start_node(rondo.xds, "web", &modules);
+    for m in &ms {
+        client.wait_for(&m.name, 30);
+    }
+    let v = client.calls(300);
+    assert_eq!(errors(&v), 0, "{v}");
+    for m in ["m1", "m2", "m3"] {
+        assert_eq!(count(&v, m), 100, "{m}: {v}");
+    }
+    // m3 leaves the configuration: the client stops calling it.
+    let two = [(&ms[0], 1), (&ms[1], 1)];
+    rondo.reload(&format!("{}{}", route("web"), cluster("web", "", &two)));
+    eventually(Duration::from_secs(10), "the Node client drops m3", || {
+        count(&client.calls(10), "m3") == 0
+    });
+    let v = client.calls(100);
+    assert_eq!((count(&v, "m1"), count(&v, "m2"), errors(&v)), (50, 50, 0), "{v}");
+}
+
 #[test]
 fn weights_1_2_3_hold_within_5_points() {
     let (_ms, _rondo, mut client) = three("algorithm = \"weighted\"", [1, 2, 3]);

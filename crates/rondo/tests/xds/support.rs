@@ -1,4 +1,5 @@
-//! What the xDS tests share: grpcio members and proxyless grpcio clients (`peer.py`), a
+//! What the xDS tests share: grpcio members and proxyless grpcio clients (`peer.py`), the
+//! Node client (`client.js`), a
 //! `rondo serve` with a naming service and its xDS server, and plain HTTP calls to its APIs.
 
 use std::io::{BufReader, Read, Write};
@@ -13,19 +14,23 @@ use crate::common::{Proc, TempDir, send_lines};
 
 const PEER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/xds/peer.py");
 
-fn python(
-    args: &[&str],
-    env: Option<(&str, String)>,
-) -> (Child, ChildStdin, mpsc::Receiver<String>) {
+type Piped = (Child, ChildStdin, mpsc::Receiver<String>);
+
+fn python(args: &[&str]) -> Piped {
     let mut cmd = Command::new("python3");
-    cmd.arg(PEER).args(args).stdin(Stdio::piped()).stdout(Stdio::piped());
+    cmd.arg(PEER).args(args);
+    spawn(cmd, None)
+}
+
+fn spawn(mut cmd: Command, env: Option<(&str, String)>) -> Piped {
+    cmd.stdin(Stdio::piped()).stdout(Stdio::piped());
     if std::env::var_os("RONDO_TEST_STDERR").is_none() {
         cmd.stderr(Stdio::null());
     }
     if let Some((k, v)) = env {
         cmd.env(k, v);
     }
-    let mut child = cmd.spawn().expect("python3 runs (grpcio installed: pip install grpcio)");
+    let mut child = cmd.spawn().expect("python3 (with grpcio: pip install grpcio) or node runs");
     let stdin = child.stdin.take().expect("stdin");
     let lines = send_lines(child.stdout.take().expect("stdout"));
     (child, stdin, lines)
@@ -46,7 +51,7 @@ pub struct Member {
 
 impl Member {
     pub fn start(name: &str) -> Member {
-        let (child, stdin, lines) = python(&["serve", name], None);
+        let (child, stdin, lines) = python(&["serve", name]);
         let line = next_line(&lines, Duration::from_secs(20), name);
         let port: u16 = line.strip_prefix("listening ").and_then(|p| p.parse().ok()).expect("port");
         let addr = SocketAddr::from(([127, 0, 0, 1], port));
@@ -83,7 +88,23 @@ pub struct Client {
 
 impl Client {
     pub fn start(xds: SocketAddr, cluster: &str, zone: Option<&str>) -> Client {
-        let mut node = serde_json::json!({ "id": format!("test-{cluster}") });
+        let mut cmd = Command::new("python3");
+        cmd.args([PEER, "client", cluster]);
+        Client::start_with(cmd, xds, cluster, zone)
+    }
+
+    /// The same client in Node (@grpc/grpc-js with @grpc/grpc-js-xds from `modules`).
+    pub fn start_node(xds: SocketAddr, cluster: &str, modules: &std::path::Path) -> Client {
+        let mut cmd = Command::new("node");
+        cmd.arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/xds/client.js"))
+            .arg(cluster)
+            .env("NODE_PATH", modules);
+        Client::start_with(cmd, xds, cluster, None)
+    }
+
+    fn start_with(cmd: Command, xds: SocketAddr, cluster: &str, zone: Option<&str>) -> Client {
+        // Node's grpc-js-xds requires a locality, if empty.
+        let mut node = serde_json::json!({ "id": format!("test-{cluster}"), "locality": {} });
         if let Some(z) = zone {
             node["locality"] = serde_json::json!({ "zone": z });
         }
@@ -95,10 +116,8 @@ impl Client {
             }],
             "node": node,
         });
-        let (child, stdin, lines) = python(
-            &["client", cluster],
-            Some(("GRPC_XDS_BOOTSTRAP_CONFIG", bootstrap.to_string())),
-        );
+        let (child, stdin, lines) =
+            spawn(cmd, Some(("GRPC_XDS_BOOTSTRAP_CONFIG", bootstrap.to_string())));
         Client { child, stdin, lines }
     }
 
