@@ -382,3 +382,34 @@ fn prefer_local_puts_the_clients_zone_first_and_fails_over_to_the_rest() {
     let v = client.calls(50);
     assert_eq!((count(&v, "west1"), errors(&v)), (50, 0), "{v}");
 }
+
+#[test]
+fn least_sessions_and_rotating_clusters_are_accepted_and_balanced_as_mapped() {
+    let ms: Vec<Member> = ["m1", "m2", "m3"].iter().map(|n| Member::start(n)).collect();
+    let all = [(&ms[0], 1), (&ms[1], 1), (&ms[2], 1)];
+    let body = format!(
+        "{}{}{}",
+        route("least"),
+        cluster("least", "algorithm = \"least-sessions\"", &all),
+        cluster("rotating", "algorithm = \"rotating\"", &all)
+    );
+    let rondo = Rondo::start(&body);
+    // Least sessions: one call at a time, so least_request (or round robin) spreads them.
+    let mut least = Client::start(rondo.xds, "least", None);
+    for m in &ms {
+        least.wait_for(&m.name, 20);
+    }
+    let v = least.calls(300);
+    assert_eq!(errors(&v), 0, "{v}");
+    for m in ["m1", "m2", "m3"] {
+        assert!((80..=120).contains(&count(&v, m)), "{m}: {v}");
+    }
+    drop(least);
+    // Rotating: pick_first over a list shuffled once per client: one member takes every call.
+    let mut rotating = Client::start(rondo.xds, "rotating", None);
+    let v = rotating.calls(100);
+    assert_eq!(errors(&v), 0, "{v}");
+    let counts = v["counts"].as_object().expect("counts");
+    assert_eq!(counts.len(), 1, "{v}");
+    assert_eq!(rondo.metric("rondo_xds_nacks_total", ""), 0.0);
+}
