@@ -413,3 +413,50 @@ fn least_sessions_and_rotating_clusters_are_accepted_and_balanced_as_mapped() {
     assert_eq!(counts.len(), 1, "{v}");
     assert_eq!(rondo.metric("rondo_xds_nacks_total", ""), 0.0);
 }
+
+#[test]
+fn least_cpu_weights_follow_the_agents_reports() {
+    let ms: Vec<Member> = ["m1", "m2", "m3"].iter().map(|n| Member::start(n)).collect();
+    let all = [(&ms[0], 1), (&ms[1], 1), (&ms[2], 1)];
+    let key = "xds-test-key-0123456789abcdef";
+    let body = format!(
+        "[agent]\nlisten = \"127.0.0.1:0\"\nkey = \"{key}\"\ninterval_ms = 200\n\n{}{}",
+        route("web"),
+        cluster("web", "algorithm = \"least-cpu\"\nagent = { timeout_ms = 2000 }", &all)
+    );
+    let rondo = Rondo::start(&body);
+    let receiver = rondo.agents.expect("agent receiver").to_string();
+    // CPU in use 90 %, 50 %, 10 %: weights 1 - CPU, that is 10, 50 and 90 of 150.
+    let agent = |m: &str, cpu: &str| {
+        let args = ["agent", "--report-to", &receiver, "--cluster", "web", "--member", m];
+        let more = ["--key", key, "--interval-ms", "200", "--fixed-cpu", cpu];
+        common::Proc::start(&[&args[..], &more[..]].concat())
+    };
+    let mut agents: Vec<common::Proc> =
+        [("m1", "0.9"), ("m2", "0.5"), ("m3", "0.1")].iter().map(|(m, c)| agent(m, c)).collect();
+    let mut client = Client::start(rondo.xds, "web", None);
+    client.wait_for("m1", 20);
+    // The streams rebuild their endpoints every 3 s: the reported loads arrive within that.
+    let n = 1500;
+    let mut v = serde_json::Value::Null;
+    eventually(Duration::from_secs(20), "weights follow the reports", || {
+        v = client.calls(300);
+        count(&v, "m3") > 3 * count(&v, "m1")
+    });
+    let _ = v;
+    let v = client.calls(n);
+    assert_eq!(errors(&v), 0, "{v}");
+    for (m, w) in [("m1", 10.0), ("m2", 50.0), ("m3", 90.0)] {
+        let share = count(&v, m) as f64 / n as f64;
+        let want = w / 150.0;
+        assert!((share - want).abs() <= 0.05, "{m}: share {share:.3}, want {want:.3}: {v}");
+    }
+    // m1's load falls to m3's: no view changes (m1 stays available), the periodic rebuild
+    // pushes the new weights.
+    agents[0].kill();
+    agents[0] = agent("m1", "0.1");
+    eventually(Duration::from_secs(20), "m1's weight follows its new report", || {
+        let v = client.calls(300);
+        count(&v, "m1") * 2 > count(&v, "m3")
+    });
+}

@@ -6,6 +6,7 @@
 //! mapping of rondo's policies onto what a proxyless gRPC client runs is tabled in
 //! docs/naming.md ("xDS: proxyless gRPC").
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use envoy_types::pb::envoy::config::cluster::v3 as cluster;
@@ -353,6 +354,7 @@ fn load_assignment(
     let spec = snapshot.view.clusters.get(name)?;
     let answer = answer::answer(snapshot, name).ok()?;
     let per_member = weighs_members(spec.policy.algorithm);
+    let live = live_weights(snapshot, name);
     let local = |group: &Option<String>| group.is_some() && *group == client.zone;
     let split = spec.policy.locality.prefer_local
         && client.zone.is_some()
@@ -375,7 +377,11 @@ fn load_assignment(
         let zone = m.group.clone().unwrap_or_default();
         let key = if per_member { (zone, m.name.clone()) } else { (zone, String::new()) };
         // A group's locality weighs as many members as it has: members get even shares.
-        let weight = if per_member { m.weight.max(1) } else { 1 };
+        let weight = match (&live, per_member) {
+            (Some(w), _) => w.get(&m.name).copied().unwrap_or(m.weight).max(1),
+            (None, true) => m.weight.max(1),
+            (None, false) => 1,
+        };
         match localities.iter_mut().find(|(k, _, _)| *k == key) {
             Some((_, w, eps)) => {
                 *w = w.saturating_add(weight);
@@ -402,6 +408,48 @@ fn load_assignment(
         endpoints,
         ..Default::default()
     })
+}
+
+/// The weights of algorithms that follow measured load, recomputed from the member state
+/// whenever the assignment is built (the streams rebuild it every few seconds): `least-cpu`
+/// 1 − CPU use, `most-free-memory` free memory, from fresh agent reports (`agent.timeout_ms`);
+/// `response-time` and `response-time-clb` the inverse of the latest probe round trip. The
+/// best member gets 100, the others their share of it (at least 1); a member without a
+/// figure gets its configured weight. `None` for other algorithms, or when no member has a
+/// figure.
+fn live_weights(snapshot: &Snapshot, name: &str) -> Option<HashMap<String, u32>> {
+    let rt = snapshot.clusters.get(name)?;
+    let policy = &rt.spec.policy;
+    let now = rondo_runtime::clock::now();
+    let score = |load: &rondo_core::load::Load| -> Option<f64> {
+        let fresh = load.agent.filter(|r| now.since(r.at) <= policy.agent.timeout);
+        match policy.algorithm {
+            Algorithm::LeastCpu => fresh.map(|r| (1.0 - f64::from(r.cpu_used)).max(0.01)),
+            Algorithm::MostFreeMemory => fresh.map(|r| r.mem_free as f64),
+            Algorithm::ResponseTime | Algorithm::ResponseTimeClb => {
+                load.probe_rtt.map(|rtt| 1.0 / rtt.as_secs_f64().max(1e-6))
+            }
+            _ => None,
+        }
+    };
+    let scores: Vec<(String, f64)> = rt.with(|b| {
+        b.spec()
+            .members
+            .iter()
+            .zip(b.states())
+            .filter_map(|(m, s)| Some((m.name.clone(), score(&s.load)?)))
+            .collect()
+    });
+    let best = scores.iter().map(|(_, s)| *s).fold(0.0, f64::max);
+    if best <= 0.0 {
+        return None;
+    }
+    Some(
+        scores
+            .into_iter()
+            .map(|(n, s)| (n, ((100.0 * s / best).round() as u32).clamp(1, 100)))
+            .collect(),
+    )
 }
 
 /// A member's `host:port` as a socket address. A host name is passed as it is: gRPC clients

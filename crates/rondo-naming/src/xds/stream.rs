@@ -20,6 +20,10 @@ use super::{ClientGuard, Shared};
 /// Most resource names one client may subscribe to per type: a stream's state stays bounded.
 pub const MAX_NAMES: usize = 1024;
 
+/// How often a stream rebuilds its endpoints to follow load-driven weights (`least-cpu`,
+/// `most-free-memory`, `response-time`): pushed only when they changed.
+const REWEIGH: std::time::Duration = std::time::Duration::from_secs(3);
+
 /// What a client subscribed to of one type, and what it was last sent.
 #[derive(Debug, Default)]
 struct Sub {
@@ -63,8 +67,16 @@ impl Stream {
     /// protocol (the stream then ends with the status saying why).
     pub(super) async fn run(mut self, mut inbound: tonic::Streaming<DiscoveryRequest>) {
         let mut view = self.live.subscribe();
+        let mut reweigh = tokio::time::interval(REWEIGH);
+        reweigh.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
+                _ = reweigh.tick() => {
+                    // Load-driven weights change without a new view.
+                    if !self.push(Kind::Endpoints, false).await {
+                        return;
+                    }
+                }
                 req = inbound.message() => match req {
                     Ok(Some(req)) => {
                         if let Err(status) = self.request(req).await {

@@ -192,6 +192,8 @@ pub struct Rondo {
     pub naming: SocketAddr,
     pub xds: SocketAddr,
     pub admin: SocketAddr,
+    /// The load agents' receiver, when the config has `[agent]`.
+    pub agents: Option<SocketAddr>,
 }
 
 impl Rondo {
@@ -209,11 +211,18 @@ impl Rondo {
         let path = dir.0.join("rondo.toml");
         std::fs::write(&path, config(body, xds_port)).expect("write config");
         let mut proc = Proc::start(&["serve", path.to_str().expect("utf-8")]);
-        let (mut admin, mut naming, mut xds) = (None, None, None);
-        while admin.is_none() || naming.is_none() || xds.is_none() {
+        let (mut admin, mut naming, mut xds, mut agents) = (None, None, None, None);
+        let wants_agents = body.contains("[agent]");
+        while admin.is_none()
+            || naming.is_none()
+            || xds.is_none()
+            || agents.is_none() && wants_agents
+        {
             let line = proc.line_with("rondo: ", Duration::from_secs(20));
             let addr = line.rsplit(' ').next().and_then(|a| a.parse::<SocketAddr>().ok());
-            if line.contains("admin API on") {
+            if let Some(rest) = line.split_once("agent receiver on ").map(|(_, r)| r) {
+                agents = rest.split(' ').next().and_then(|a| a.parse().ok());
+            } else if line.contains("admin API on") {
                 admin = addr;
             } else if line.contains("naming API") {
                 naming = addr;
@@ -222,7 +231,7 @@ impl Rondo {
             }
         }
         let (admin, naming, xds) = (admin.unwrap(), naming.unwrap(), xds.unwrap());
-        Rondo { proc, dir, naming, xds, admin }
+        Rondo { proc, dir, naming, xds, admin, agents }
     }
 
     /// Writes `body` as the new config and reloads it (SIGHUP).
