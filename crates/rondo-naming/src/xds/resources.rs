@@ -470,3 +470,30 @@ fn address(host_port: &str) -> core::Address {
         })),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_round_trip_their_type_urls() {
+        for k in Kind::ALL {
+            assert_eq!(Kind::of(k.type_url()), Some(k));
+        }
+        assert_eq!(Kind::of("type.googleapis.com/envoy.config.core.v3.Node"), None);
+    }
+
+    #[test]
+    fn addresses_keep_ip_and_port_and_pass_host_names_as_they_are() {
+        let socket = |a: core::Address| match a.address {
+            Some(core::address::Address::SocketAddress(s)) => match s.port_specifier {
+                Some(core::socket_address::PortSpecifier::PortValue(p)) => (s.address, p),
+                other => panic!("{other:?}"),
+            },
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(socket(address("127.0.0.1:8001")), ("127.0.0.1".to_owned(), 8001));
+        assert_eq!(socket(address("[::1]:8002")), ("::1".to_owned(), 8002));
+        assert_eq!(socket(address("localhost:9")), ("localhost".to_owned(), 9));
+    }
+}

@@ -134,9 +134,8 @@ impl Stream {
                         node = self.guard.node(),
                         kind = kind.label(),
                         version = req.version_info,
-                        "xds: the client rejected (NACK) version {}: {}",
-                        req.version_info,
-                        e.message
+                        reason = e.message,
+                        "xds: the client rejected the resources (NACK) and keeps its last good config"
                     );
                     self.shared.nack(kind);
                 }
