@@ -208,8 +208,20 @@ impl Rondo {
     }
 
     pub fn start_in(dir: TempDir, body: &str, xds_port: u16) -> Rondo {
+        Rondo::start_in_with(dir, body, xds_port, "")
+    }
+
+    /// With more fields in the `xds` table (`max_clients = 1`).
+    pub fn start_in_with(dir: TempDir, body: &str, xds_port: u16, xds_extra: &str) -> Rondo {
         let path = dir.0.join("rondo.toml");
-        std::fs::write(&path, config(body, xds_port)).expect("write config");
+        let text = config(body, xds_port);
+        let text = if xds_extra.is_empty() {
+            text
+        } else {
+            let listen = format!("xds = {{ listen = \"127.0.0.1:{xds_port}\"");
+            text.replacen(&listen, &format!("{listen}, {xds_extra}"), 1)
+        };
+        std::fs::write(&path, text).expect("write config");
         let mut proc = Proc::start(&["serve", path.to_str().expect("utf-8")]);
         let (mut admin, mut naming, mut xds, mut agents) = (None, None, None, None);
         let wants_agents = body.contains("[agent]");
