@@ -17,6 +17,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_server::{
     AggregatedDiscoveryService, AggregatedDiscoveryServiceServer,
@@ -246,7 +247,12 @@ pub async fn start(
         AggregatedDiscoveryServiceServer::new(ads).max_decoding_message_size(MAX_REQUEST_BYTES);
     let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
     let task = tokio::spawn(async move {
+        // Pings find clients that vanished without closing (a partition, a host gone): their
+        // streams end instead of holding a slot of `max_clients` for ever.
         let served = tonic::transport::Server::builder()
+            .http2_keepalive_interval(Some(Duration::from_secs(30)))
+            .http2_keepalive_timeout(Some(Duration::from_secs(10)))
+            .tcp_nodelay(true)
             .add_service(service)
             .serve_with_incoming(incoming)
             .await;
