@@ -657,6 +657,11 @@ impl Naming {
         if !self.registry.release(std::time::Duration::from_secs(2)) {
             tracing::warn!("upgrade: the registry's writer did not end within 2 s");
         }
+        // xDS clients reconnect, to the new process (their streams would otherwise stay here).
+        #[cfg(feature = "xds")]
+        if let Some(x) = &self._xds {
+            x.stop();
+        }
     }
 }
 

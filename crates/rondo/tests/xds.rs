@@ -477,3 +477,39 @@ fn streams_past_max_clients_are_refused() {
     assert_eq!(rondo.metric("rondo_xds_clients", ""), 1.0);
     assert_eq!(errors(&first.calls(10)), 0);
 }
+
+#[test]
+fn a_hitless_upgrade_moves_the_clients_to_the_new_process_without_a_failed_call() {
+    let ms: Vec<Member> = ["m1", "m2"].iter().map(|n| Member::start(n)).collect();
+    let dir = common::TempDir::new("xds-upgrade");
+    let sock = dir.0.join("upgrade.sock");
+    let body = format!(
+        "[router]\nupgrade_socket = \"{}\"\ndrain_timeout_ms = 1000\n\n{}{}",
+        sock.display(),
+        route("web"),
+        cluster("web", "", &[(&ms[0], 1), (&ms[1], 1)])
+    );
+    let path = dir.0.join("rondo.toml");
+    let mut old = Rondo::start_in(dir, &body, common::free_port());
+    let mut client = Client::start(old.xds, "web", None);
+    client.wait_for("m1", 20);
+    client.wait_for("m2", 20);
+    client.send("run 5000");
+    std::thread::sleep(Duration::from_millis(500));
+    let mut new = common::Proc::start(&["serve", "--upgrade", "--config", path.to_str().unwrap()]);
+    let xds = new.addr_after("naming xDS (ADS) on");
+    assert_eq!(xds, old.xds, "the socket is handed over");
+    eventually(Duration::from_secs(20), "the old process ends", || {
+        old.proc.child.try_wait().ok().flatten().is_some()
+    });
+    let v = client.answer(LONG);
+    assert_eq!(errors(&v), 0, "no call fails across the upgrade: {v}");
+    // The client follows the new process's view: m1 drained there.
+    let drain = "/api/v1/clusters/web/members/m1/drain";
+    let (status, answer) = http(old.admin, "POST", drain, Some("t"), "");
+    assert_eq!(status, 200, "{answer}");
+    eventually(Duration::from_secs(20), "the client follows the new process", || {
+        count(&client.calls(10), "m1") == 0
+    });
+    drop(new);
+}

@@ -65,6 +65,9 @@ struct ClientInfo {
 /// What every stream shares.
 #[derive(Debug)]
 struct Shared {
+    /// Set when the server stops: every stream ends (clients reconnect, to the process that
+    /// took the socket over in an upgrade).
+    closing: tokio::sync::watch::Sender<bool>,
     metrics: XdsMetrics,
     clients: Mutex<HashMap<u64, ClientInfo>>,
     next_client: AtomicU64,
@@ -215,9 +218,11 @@ impl XdsServer {
         s
     }
 
-    /// Stops serving.
+    /// Stops accepting and ends every stream with `UNAVAILABLE` (clients keep their config and
+    /// reconnect: in a hitless upgrade, to the new process, which holds the socket now).
     pub fn stop(&self) {
         self.task.abort();
+        self.shared.closing.send_replace(true);
     }
 }
 
@@ -237,6 +242,7 @@ pub async fn start(
     let listener = live.sockets.tcp_listener("naming xds", listen)?;
     let addr = listener.local_addr()?;
     let shared = Arc::new(Shared {
+        closing: tokio::sync::watch::channel(false).0,
         metrics: live.metrics.xds(),
         clients: Mutex::default(),
         next_client: AtomicU64::new(0),

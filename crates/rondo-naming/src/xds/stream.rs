@@ -67,10 +67,17 @@ impl Stream {
     /// protocol (the stream then ends with the status saying why).
     pub(super) async fn run(mut self, mut inbound: tonic::Streaming<DiscoveryRequest>) {
         let mut view = self.live.subscribe();
+        let mut closing = self.shared.closing.subscribe();
         let mut reweigh = tokio::time::interval(REWEIGH);
         reweigh.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
+                // Only ever set to true: any change (or the server gone) is the end.
+                _ = closing.changed() => {
+                    let status = Status::unavailable("the naming service's xDS server stopped");
+                    let _ = self.tx.send(Err(status)).await;
+                    return;
+                }
                 _ = reweigh.tick() => {
                     // Load-driven weights change without a new view.
                     if !self.push(Kind::Endpoints, false).await {
