@@ -13,7 +13,7 @@
 mod resources;
 mod stream;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -40,25 +40,9 @@ const MAX_REQUEST_BYTES: usize = 1024 * 1024;
 /// Responses queued for one client before its stream waits for it to read.
 const QUEUE: usize = 16;
 
-/// What the server reports: connected clients, by cluster, and the counters by type.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
-pub struct XdsStats {
-    /// ADS streams open now.
-    pub clients: usize,
-    /// Connected clients by the cluster (Listener) they subscribed to.
-    pub clients_by_cluster: BTreeMap<String, usize>,
-    /// Responses sent, by type label (`lds`, `rds`, `cds`, `eds`).
-    pub pushes: BTreeMap<&'static str, u64>,
-    /// ACKs received, by type label.
-    pub acks: BTreeMap<&'static str, u64>,
-    /// NACKs received, by type label.
-    pub nacks: BTreeMap<&'static str, u64>,
-}
-
-/// One connected client as the server lists it.
+/// One connected client as the server counts it: the clusters (Listeners) it subscribed to.
 #[derive(Debug, Clone, Default)]
 struct ClientInfo {
-    node: String,
     services: BTreeSet<String>,
 }
 
@@ -108,11 +92,9 @@ impl ClientGuard {
         &self.node
     }
 
+    /// The client's node id, for the log (at most 256 characters kept).
     fn set_node(&mut self, node: &str) {
         self.node = node.chars().take(256).collect();
-        if let Some(c) = self.shared.clients().get_mut(&self.id) {
-            c.node = self.node.clone();
-        }
     }
 
     /// The clusters (Listeners) the client subscribed to, of those `known` (in the view: a
@@ -197,27 +179,6 @@ pub struct XdsServer {
 }
 
 impl XdsServer {
-    /// Connected clients and the counters.
-    pub fn stats(&self) -> XdsStats {
-        let mut s = XdsStats::default();
-        {
-            let clients = self.shared.clients();
-            s.clients = clients.len();
-            for c in clients.values() {
-                for service in &c.services {
-                    *s.clients_by_cluster.entry(service.clone()).or_default() += 1;
-                }
-            }
-        }
-        let m = &self.shared.metrics;
-        for kind in Kind::ALL {
-            s.pushes.insert(kind.label(), m.pushed(kind.label()).get());
-            s.acks.insert(kind.label(), m.acked(kind.label()).get());
-            s.nacks.insert(kind.label(), m.nacked(kind.label()).get());
-        }
-        s
-    }
-
     /// Stops accepting and ends every stream with `UNAVAILABLE` (clients keep their config and
     /// reconnect: in a hitless upgrade, to the new process, which holds the socket now).
     pub fn stop(&self) {
