@@ -394,9 +394,8 @@ fn least_sessions_and_rotating_clusters_are_accepted_and_balanced_as_mapped() {
         cluster("rotating", "algorithm = \"rotating\"", &all)
     );
     let rondo = Rondo::start(&body);
-    // Least sessions: one call at a time over equally weighted localities, which gRPC picks at
-    // random by weight (least_request or round robin inside each): about a third each (600
-    // calls: 200 ± 50 is more than 4 standard deviations).
+    // Least sessions: the members in one locality, least_request where the client has it and
+    // round robin (grpcio) otherwise; one call at a time, so about a third each either way.
     let mut least = Client::start(rondo.xds, "least", None);
     for m in &ms {
         least.wait_for(&m.name, 20);

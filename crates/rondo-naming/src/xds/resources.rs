@@ -327,7 +327,8 @@ fn outlier(spec: &ClusterSpec) -> Option<cluster::OutlierDetection> {
 /// Whether the algorithm weighs members: each member is then a locality of its own with its
 /// weight as the locality's weight (gRPC balances across localities by weight, at random);
 /// otherwise the members of a group share a locality, and the client's policy takes them in
-/// turn inside it, as the router does.
+/// turn inside it, as the router does. `least-sessions` shares localities so that the client's
+/// least_request chooses among the members (their weights go on the endpoints).
 fn weighs_members(algorithm: Algorithm) -> bool {
     matches!(
         algorithm,
@@ -336,7 +337,6 @@ fn weighs_members(algorithm: Algorithm) -> bool {
             | Algorithm::Hash
             | Algorithm::ResponseTime
             | Algorithm::ResponseTimeClb
-            | Algorithm::LeastSessions
             | Algorithm::LeastCpu
             | Algorithm::MostFreeMemory
     )
@@ -372,6 +372,8 @@ fn load_assignment(
                 endpoint::Endpoint { address: Some(address(&m.address)), ..Default::default() },
             )),
             health_status: health as i32,
+            load_balancing_weight: (spec.policy.algorithm == Algorithm::LeastSessions)
+                .then(|| UInt32Value { value: m.weight.max(1) }),
             ..Default::default()
         };
         let zone = m.group.clone().unwrap_or_default();
