@@ -6,10 +6,12 @@
 //! - `resources`: the Listener, RouteConfiguration, Cluster and ClusterLoadAssignment of a
 //!   cluster, built from the snapshot (the policy mapping).
 //! - `stream`: one client's stream: subscriptions, nonces, ACK and NACK, pushes on view changes.
+//! - `cache`: the resources of the current view, built once for every stream.
 //!
 //! The view id is every response's `version_info`. The server only reads the view: it takes no
 //! registrations.
 
+mod cache;
 mod resources;
 mod stream;
 
@@ -52,6 +54,8 @@ struct Shared {
     /// Set when the server stops: every stream ends (clients reconnect, to the process that
     /// took the socket over in an upgrade).
     closing: tokio::sync::watch::Sender<bool>,
+    /// The resources of the current view, shared by the streams.
+    cache: cache::Cache,
     metrics: XdsMetrics,
     clients: Mutex<HashMap<u64, ClientInfo>>,
     next_client: AtomicU64,
@@ -204,6 +208,7 @@ pub async fn start(
     let addr = listener.local_addr()?;
     let shared = Arc::new(Shared {
         closing: tokio::sync::watch::channel(false).0,
+        cache: cache::Cache::new(stream::REWEIGH),
         metrics: live.metrics.xds(),
         clients: Mutex::default(),
         next_client: AtomicU64::new(0),

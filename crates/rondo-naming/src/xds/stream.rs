@@ -14,7 +14,7 @@ use rondo_runtime::Live;
 use tokio::sync::mpsc;
 use tonic::Status;
 
-use super::resources::{self, ClientFacts, Kind};
+use super::resources::{ClientFacts, Kind};
 use super::{ClientGuard, Shared};
 
 /// Most resource names one client may subscribe to per type: a stream's state stays bounded.
@@ -22,7 +22,7 @@ pub const MAX_NAMES: usize = 1024;
 
 /// How often a stream rebuilds its endpoints to follow load-driven weights (`least-cpu`,
 /// `most-free-memory`, `response-time`): pushed only when they changed.
-const REWEIGH: std::time::Duration = std::time::Duration::from_secs(3);
+pub(super) const REWEIGH: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// What a client subscribed to of one type, and what it was last sent.
 #[derive(Debug, Default)]
@@ -173,7 +173,7 @@ impl Stream {
         let resources: Vec<_> = sub
             .names
             .iter()
-            .filter_map(|n| resources::build(&snapshot, kind, n, &self.client))
+            .filter_map(|n| self.shared.cache.get(&snapshot, kind, n, &self.client))
             .collect();
         let mut h = std::collections::hash_map::DefaultHasher::new();
         for r in &resources {
