@@ -259,7 +259,12 @@ async fn status(State(st): State<AppState>) -> Response {
         .clusters
         .keys()
         .filter_map(|name| snap.clusters.get(name))
-        .map(|rt| cluster_status(rt, now, st.live.group.as_deref()))
+        .map(|rt| {
+            let mut c = cluster_status(rt, now, st.live.group.as_deref());
+            // Proxyless gRPC clients balancing by this cluster (the naming service's xDS server).
+            c["xds_clients"] = json!(st.live.metrics.xds_clients_of(&rt.spec.name));
+            c
+        })
         .collect();
     let algorithms: Vec<&str> = Algorithm::ALL.iter().map(|a| a.as_str()).collect();
     let pid = std::process::id();

@@ -43,7 +43,7 @@ pub use spec::{
     AccessLogSpec, AccessLogTarget, AdminSpec, AdminToken, AgentKey, AgentSpec, DnsSpec,
     ErrorDetail, Http2Limits, Http3Spec, ListenerProtocol, ListenerSpec, LogFormat, LogSpec,
     NamingSpec, ProbeSpec, ProxyProtocolMode, ProxyProtocolSpec, QueueBackend, QueueSpec,
-    RegistrySpec, RouterSpec, Routing, Trusted,
+    RegistrySpec, RouterSpec, Routing, Trusted, XdsSpec,
 };
 pub use warnings::Features;
 

@@ -102,6 +102,15 @@ pub(crate) struct RawNaming {
     pub allowed_hosts: Option<Vec<String>>,
     pub allow_registered_clusters: Option<bool>,
     pub tls: Option<RawListenerTls>,
+    pub xds: Option<RawXds>,
+}
+
+/// `[naming] xds`: the xDS (ADS) server for proxyless gRPC clients.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawXds {
+    pub listen: Option<String>,
+    pub max_clients: Option<u64>,
 }
 
 /// `[agent]`: the router's receiver of load-agent heartbeats.

@@ -499,6 +499,28 @@ pub struct NamingSpec {
     /// TLS on the HTTP API (`tls`, the same table as a listener's), when set: HTTPS only. The
     /// DNS answers stay plain DNS.
     pub tls: Option<crate::tls::ListenerTls>,
+    /// The xDS (ADS) server for proxyless gRPC clients (`xds`), when set.
+    pub xds: Option<XdsSpec>,
+}
+
+/// The naming service's xDS (ADS) server: gRPC clients with an `xds:///CLUSTER` target balance
+/// by the cluster's members and policy, with no proxy on the path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct XdsSpec {
+    /// Address for gRPC (plain HTTP/2).
+    pub listen: SocketAddr,
+    /// Most ADS streams open at once (`max_clients`); further streams are refused with
+    /// `RESOURCE_EXHAUSTED`.
+    pub max_clients: u32,
+}
+
+impl XdsSpec {
+    /// Default `listen`.
+    pub const DEFAULT_LISTEN: &str = "127.0.0.1:18000";
+    /// Default `max_clients`.
+    pub const DEFAULT_MAX_CLIENTS: u32 = 10_000;
+    /// Largest `max_clients`.
+    pub const MAX_MAX_CLIENTS: u64 = 1_000_000;
 }
 
 /// The naming service's DNS answers.

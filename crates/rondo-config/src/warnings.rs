@@ -26,13 +26,15 @@ pub struct Features {
     pub etcd: bool,
     /// Queues in NATS JetStream (`[[queue]] backend = "nats"`): cargo feature `nats`.
     pub nats: bool,
+    /// The naming service's xDS server (`[naming] xds`): cargo feature `xds`.
+    pub xds: bool,
 }
 
 impl Features {
     /// Every optional part: what [`crate::parse_str`] and [`crate::load_file`] accept.
-    pub const ALL: Features = Features { dns: true, etcd: true, nats: true };
+    pub const ALL: Features = Features { dns: true, etcd: true, nats: true, xds: true };
     /// None of them.
-    pub const NONE: Features = Features { dns: false, etcd: false, nats: false };
+    pub const NONE: Features = Features { dns: false, etcd: false, nats: false, xds: false };
 
     /// The enabled features' cargo names, in alphabetical order (`["dns", "etcd"]`).
     pub fn names(self) -> Vec<&'static str> {
@@ -45,6 +47,9 @@ impl Features {
         }
         if self.nats {
             v.push("nats");
+        }
+        if self.xds {
+            v.push("xds");
         }
         v
     }
@@ -73,6 +78,9 @@ pub(crate) fn unsupported(raw: &RawConfig, features: Features) -> Vec<Problem> {
     let Some(n) = &raw.naming else { return out };
     if !features.dns && n.dns_listen.is_some() {
         out.push(Problem { path: naming.key("dns_listen"), message: lacks("DNS", "dns") });
+    }
+    if !features.xds && n.xds.is_some() {
+        out.push(Problem { path: naming.key("xds"), message: lacks("the xDS server", "xds") });
     }
     if !features.etcd && n.registry.as_deref() == Some("etcd") {
         out.push(Problem {

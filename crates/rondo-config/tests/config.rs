@@ -161,6 +161,7 @@ fn full_config_compiles_into_the_expected_view() {
             allowed_hosts: vec![],
             allow_registered_clusters: false,
             tls: None,
+            xds: None,
         })
     );
     assert_eq!(
@@ -1013,6 +1014,31 @@ fn dns_settings_are_checked() {
 }
 
 #[test]
+fn xds_settings_are_checked() {
+    let c =
+        parse_str(&with("[naming]\nxds = { listen = \"127.0.0.1:18000\" }\n"), Path::new(FILE), 1)
+            .expect("valid");
+    let xds = c.naming.and_then(|n| n.xds).expect("xds");
+    assert_eq!(xds.listen, "127.0.0.1:18000".parse::<SocketAddr>().unwrap());
+    assert_eq!(xds.max_clients, rondo_config::XdsSpec::DEFAULT_MAX_CLIENTS);
+    let text = with("[naming]\nxds = { listen = \"nowhere\" }\n");
+    fails_once(&text, "naming.xds.listen", "\"nowhere\"", "IP:PORT");
+    let text = with("[naming]\nxds = { listen = \"127.0.0.1:0\", max_clients = 0 }\n");
+    fails_once(&text, "naming.xds.max_clients", "0 }", "must be between 1 and 1000000");
+    let text = with("[naming]\nxds = { listen = \"127.0.0.1:8080\" }\n");
+    fails_once(&text, "naming.xds.listen", "\"127.0.0.1:8080\" }", "already used by listener[0]");
+    let text = with("[naming]\nxds = { listen = \"127.0.0.1:0\", port = 1 }\n");
+    fails_once(&text, "naming.xds.port", "port", "unknown field");
+    // A build without the `xds` feature names it at the table.
+    let text = with("[naming]\nxds = { listen = \"127.0.0.1:0\" }\n");
+    let none = Features { dns: true, etcd: true, nats: true, xds: false };
+    let errs = parse_str_with(&text, Path::new(FILE), 1, none).unwrap_err().errors;
+    assert_eq!(errs.len(), 1, "{}", render(&errs));
+    assert_eq!(errs[0].field, "naming.xds");
+    assert!(errs[0].message.contains("`xds` cargo feature"), "{}", errs[0]);
+}
+
+#[test]
 fn etcd_needs_endpoints() {
     let text = with("[naming]\nregistry = \"etcd\"\n");
     fails_once(&text, "naming.registry", "\"etcd\"", "registry `etcd` needs `etcd_endpoints`");
@@ -1456,14 +1482,14 @@ fn settings_a_build_lacks_the_feature_for_are_errors_naming_the_feature() {
     for text in [&dns, &etcd, &both] {
         assert!(with(text, Features::ALL).is_ok());
     }
-    let errs = with(&dns, Features { dns: false, etcd: true, nats: true }).unwrap_err();
+    let errs = with(&dns, Features { dns: false, etcd: true, nats: true, xds: true }).unwrap_err();
     assert_eq!(errs.len(), 1, "{}", render(&errs));
     assert_eq!(errs[0].field, "naming.dns_listen");
     assert_eq!((errs[0].line, errs[0].column), pos(&dns, "\"127.0.0.1:5353\""));
     assert!(errs[0].message.contains("`dns` cargo feature"), "{}", errs[0]);
     assert!(errs[0].message.contains("--features dns"), "{}", errs[0]);
 
-    let errs = with(&etcd, Features { dns: true, etcd: false, nats: true }).unwrap_err();
+    let errs = with(&etcd, Features { dns: true, etcd: false, nats: true, xds: true }).unwrap_err();
     assert_eq!(errs.len(), 1, "{}", render(&errs));
     assert_eq!(errs[0].field, "naming.registry");
     assert_eq!((errs[0].line, errs[0].column), pos(&etcd, "\"etcd\""));
@@ -1476,8 +1502,8 @@ fn settings_a_build_lacks_the_feature_for_are_errors_naming_the_feature() {
     let broken = both.replace("address = \"127.0.0.1:9101\"", "address = \"nowhere\"");
     let errs = with(&broken, Features::NONE).unwrap_err();
     assert_eq!(errs.len(), 3, "{}", render(&errs));
-    assert_eq!(Features { dns: true, etcd: false, nats: false }.names(), ["dns"]);
-    assert_eq!(Features::ALL.names(), ["dns", "etcd", "nats"]);
+    assert_eq!(Features { dns: true, etcd: false, nats: false, xds: false }.names(), ["dns"]);
+    assert_eq!(Features::ALL.names(), ["dns", "etcd", "nats", "xds"]);
 }
 
 // ---- the reference (docs/config.md) ----

@@ -10,6 +10,7 @@
 //! - [`api`]: the HTTP API on the naming listener (lookup, full answer, register, keepalive,
 //!   deregister, watch).
 //! - `dns` (feature `dns`): A and SRV answers for clients that only speak DNS.
+//! - `xds` (feature `xds`): an ADS server that drives proxyless gRPC clients.
 //!
 //! The wire format is `rondo_core::wire`, shared with the client library.
 
@@ -26,6 +27,8 @@ pub mod dns;
 pub mod etcd;
 #[cfg(feature = "etcd")]
 pub mod presence;
+#[cfg(feature = "xds")]
+pub mod xds;
 
 pub use backend::{Registry, start_registry, start_registry_with};
 pub use registry::{Limits, Registration, RegistryError, RegistryStatus, StartError};

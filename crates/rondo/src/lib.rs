@@ -29,6 +29,7 @@ pub fn features() -> rondo_config::Features {
         dns: cfg!(feature = "dns"),
         etcd: cfg!(feature = "etcd"),
         nats: cfg!(feature = "nats"),
+        xds: cfg!(feature = "xds"),
     }
 }
 

@@ -695,6 +695,8 @@ struct Naming {
     _api: rondo_naming::api::NamingServer,
     #[cfg(feature = "dns")]
     _dns: Option<rondo_naming::dns::DnsServer>,
+    #[cfg(feature = "xds")]
+    _xds: Option<rondo_naming::xds::XdsServer>,
 }
 
 impl Naming {
@@ -703,6 +705,11 @@ impl Naming {
     fn release(&self) {
         if !self.registry.release(std::time::Duration::from_secs(2)) {
             tracing::warn!("upgrade: the registry's writer did not end within 2 s");
+        }
+        // xDS clients reconnect, to the new process (their streams would otherwise stay here).
+        #[cfg(feature = "xds")]
+        if let Some(x) = &self._xds {
+            x.stop();
         }
     }
 }
@@ -741,7 +748,7 @@ async fn start_naming(
     #[cfg(feature = "dns")]
     let dns = match &spec.dns {
         Some(d) => {
-            let server = rondo_naming::dns::start(d.listen, &d.zone, live)
+            let server = rondo_naming::dns::start(d.listen, &d.zone, live.clone())
                 .await
                 .with_context(|| format!("naming DNS on {}", d.listen))?;
             writeln!(out, "rondo: naming DNS (udp and tcp, zone {}) on {}", d.zone, server.addr)?;
@@ -756,11 +763,31 @@ async fn start_naming(
              (cargo build --features dns)"
         );
     }
+    #[cfg(feature = "xds")]
+    let xds = match &spec.xds {
+        Some(x) => {
+            let server = rondo_naming::xds::start(x.listen, live, x.max_clients as usize)
+                .await
+                .with_context(|| format!("naming xDS on {}", x.listen))?;
+            writeln!(out, "rondo: naming xDS (ADS) on {}", server.addr)?;
+            Some(server)
+        }
+        None => None,
+    };
+    #[cfg(not(feature = "xds"))]
+    if spec.xds.is_some() {
+        anyhow::bail!(
+            "[naming] xds: this rondo was built without the `xds` feature \
+             (cargo build --features xds)"
+        );
+    }
     Ok(Naming {
         registry,
         _api: api,
         #[cfg(feature = "dns")]
         _dns: dns,
+        #[cfg(feature = "xds")]
+        _xds: xds,
     })
 }
 

@@ -416,6 +416,9 @@ impl OwnSockets {
             if let Some(d) = &n.dns {
                 own.push((d.listen, root.key("naming").key("dns_listen"), true));
             }
+            if let Some(x) = &n.xds {
+                own.push((x.listen, root.key("naming").key("xds").key("listen"), false));
+            }
         }
         if let Some(a) = agent {
             own.push((a.listen, root.key("agent").key("listen"), false));

@@ -46,12 +46,12 @@ use crate::path::FieldPath;
 use crate::raw::{
     RawAccessLog, RawAdmin, RawAgentReceiver, RawAuth, RawCluster, RawConfig, RawHash, RawHealth,
     RawListener, RawListenerTls, RawLog, RawMatch, RawMember, RawNaming, RawQueue, RawRoute,
-    RawUpstreamTls,
+    RawUpstreamTls, RawXds,
 };
 use crate::spec::{
     AccessLogSpec, AccessLogTarget, AdminSpec, AdminToken, AgentKey, AgentSpec, DnsSpec,
     ErrorDetail, Http2Limits, Http3Spec, ListenerProtocol, ListenerSpec, LogFormat, LogSpec,
-    NamingSpec, ProbeSpec, QueueBackend, QueueSpec, RegistrySpec, RouterSpec, Routing,
+    NamingSpec, ProbeSpec, QueueBackend, QueueSpec, RegistrySpec, RouterSpec, Routing, XdsSpec,
 };
 use crate::tls::{self, CertKeyPaths, ClientAuth, ListenerTls};
 

@@ -256,8 +256,10 @@ pub(super) fn compile_naming(c: &mut Compiler<'_>, n: &RawNaming) -> NamingSpec 
         }
     }
     let tls = n.tls.as_ref().map(|t| compile_listener_tls(c, &path.key("tls"), t));
+    let xds = n.xds.as_ref().map(|x| compile_xds(c, &path.key("xds"), x));
     NamingSpec {
         tls,
+        xds,
         listen,
         registry,
         dns,
@@ -267,6 +269,22 @@ pub(super) fn compile_naming(c: &mut Compiler<'_>, n: &RawNaming) -> NamingSpec 
         allowed_hosts,
         allow_registered_clusters: n.allow_registered_clusters.unwrap_or(false),
     }
+}
+
+/// `[naming] xds`: where the ADS server listens and how many clients it holds.
+fn compile_xds(c: &mut Compiler<'_>, path: &FieldPath, x: &RawXds) -> XdsSpec {
+    let listen = x.listen.as_deref().unwrap_or(XdsSpec::DEFAULT_LISTEN);
+    let listen = c
+        .socket_addr(path.key("listen"), listen)
+        .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)));
+    let max_clients = c.int(
+        path.key("max_clients"),
+        x.max_clients,
+        u64::from(XdsSpec::DEFAULT_MAX_CLIENTS),
+        1,
+        XdsSpec::MAX_MAX_CLIENTS,
+    ) as u32;
+    XdsSpec { listen, max_clients }
 }
 
 /// A DNS zone name, lower-cased, with its final dot.

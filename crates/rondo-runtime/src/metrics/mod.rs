@@ -13,7 +13,7 @@
 //!
 //! By product: `router` (the request path), `listener` (connections and hand-offs),
 //! `members` (cluster events and member state), `naming` (the registry and load agents),
-//! `tls`, `quic` (HTTP/3 listeners); the durable queues' figures are rendered by [`crate::queues`] and the process's by
+//! `tls`, `quic` (HTTP/3 listeners), `xds` (the naming service's xDS server); the durable queues' figures are rendered by [`crate::queues`] and the process's by
 //! [`crate::process`].
 
 mod departed;
@@ -26,6 +26,7 @@ mod naming;
 mod quic;
 mod router;
 mod tls;
+mod xds;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -58,6 +59,7 @@ pub use router::{
 use router::{Histograms, latency_histogram};
 use tls::TlsFailureKey;
 pub use tls::{MAX_TLS_FAILURE_ROWS, TlsListenerLabels, TlsMemberLabels};
+pub use xds::{XdsMetrics, XdsTypeLabels};
 
 /// The `Content-Type` of [`Metrics::render`]'s output (Prometheus text format 0.0.4).
 pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
@@ -134,6 +136,8 @@ pub struct Metrics {
     pub grpc_responses: Family<GrpcLabels, Counter>,
     /// The `rate_limit` filters' figures.
     limits: limits::LimitFamilies,
+    /// The xDS server's figures.
+    xds: xds::XdsFamilies,
     /// Bytes the `compress` filter took in (`rondo_compress_bytes_in_total`).
     compress_in: Family<CompressLabels, Counter>,
     /// Bytes the `compress` filter sent out (`rondo_compress_bytes_out_total`).
@@ -220,6 +224,7 @@ impl Metrics {
             bytes_out: Family::default(),
             grpc_responses: Family::default(),
             limits: Default::default(),
+            xds: Default::default(),
             compress_in: Family::default(),
             compress_out: Family::default(),
             conn_active: Family::default(),
@@ -274,6 +279,7 @@ impl Metrics {
         quic::register(&m, &mut r);
         limits::register(&m, &mut r);
         filters::register(&m, &mut r);
+        xds::register(&m, &mut r);
         m.registry = r;
         m
     }
