@@ -720,6 +720,15 @@ impl Drop for Naming {
     }
 }
 
+/// The error of a setting (`what`) this build cannot serve: it lacks cargo feature `feature`
+/// (`rondo check` refuses the same setting first, naming the feature).
+#[cfg(not(all(feature = "dns", feature = "xds")))]
+fn without_feature(what: &str, feature: &str) -> anyhow::Error {
+    anyhow::anyhow!(
+        "{what}: this rondo was built without the `{feature}` feature (cargo build --features {feature})"
+    )
+}
+
 async fn start_naming(
     spec: &rondo_config::NamingSpec,
     live: Arc<Live>,
@@ -758,10 +767,7 @@ async fn start_naming(
     };
     #[cfg(not(feature = "dns"))]
     if spec.dns.is_some() {
-        anyhow::bail!(
-            "[naming] dns_listen: this rondo was built without the `dns` feature \
-             (cargo build --features dns)"
-        );
+        return Err(without_feature("[naming] dns_listen", "dns"));
     }
     #[cfg(feature = "xds")]
     let xds = match &spec.xds {
@@ -776,10 +782,7 @@ async fn start_naming(
     };
     #[cfg(not(feature = "xds"))]
     if spec.xds.is_some() {
-        anyhow::bail!(
-            "[naming] xds: this rondo was built without the `xds` feature \
-             (cargo build --features xds)"
-        );
+        return Err(without_feature("[naming] xds", "xds"));
     }
     Ok(Naming {
         registry,

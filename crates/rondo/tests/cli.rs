@@ -526,14 +526,19 @@ fn the_systemd_unit_runs_rondo_serve_and_verifies() {
     }
 }
 
-#[test]
-fn serve_logs_the_warnings_at_start_and_on_reload() {
-    let dir = TempDir::new("cli");
-    let path = dir.0.join("rondo.toml");
-    std::fs::write(&path, WARNED).unwrap();
-    let child = Command::new(BIN)
-        .args(["serve", "--workers", "1", path.to_str().unwrap()])
-        .env_remove("RONDO_LOG")
+/// `rondo serve --workers 1 PATH` with stdout and stderr piped, `RONDO_LOG` set to `log` (or
+/// removed): the process, and stderr's lines as they come.
+fn serve_piped(
+    path: &Path,
+    log: Option<&str>,
+) -> (Proc, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    let mut cmd = Command::new(BIN);
+    cmd.args(["serve", "--workers", "1", path.to_str().unwrap()]);
+    match log {
+        Some(level) => cmd.env("RONDO_LOG", level),
+        None => cmd.env_remove("RONDO_LOG"),
+    };
+    let child = cmd
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -541,6 +546,15 @@ fn serve_logs_the_warnings_at_start_and_on_reload() {
         .expect("start rondo serve");
     let mut proc = Proc::from_child(child);
     let stderr = collect_lines(proc.child.stderr.take().expect("stderr"));
+    (proc, stderr)
+}
+
+#[test]
+fn serve_logs_the_warnings_at_start_and_on_reload() {
+    let dir = TempDir::new("cli");
+    let path = dir.0.join("rondo.toml");
+    std::fs::write(&path, WARNED).unwrap();
+    let (mut proc, stderr) = serve_piped(&path, None);
     proc.line_with("rondo: reloading on changes", std::time::Duration::from_secs(10));
     let p = path.display().to_string();
     let wait_for = |needle: &str| {
@@ -583,16 +597,7 @@ fn with_watch_config_off_a_save_waits_for_sighup() {
                   listen = \"127.0.0.1:0\"\n\n[[route]]\nlistener = \"web\"\ncluster = \"c\"\n\n\
                   [cluster.c]\nmembers = [{ name = \"m1\", address = \"127.0.0.1:9\" }]\n";
     std::fs::write(&path, config).unwrap();
-    let child = Command::new(BIN)
-        .args(["serve", "--workers", "1", path.to_str().unwrap()])
-        .env("RONDO_LOG", "info")
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("start rondo serve");
-    let mut proc = Proc::from_child(child);
-    let stderr = collect_lines(proc.child.stderr.take().expect("stderr"));
+    let (mut proc, stderr) = serve_piped(&path, Some("info"));
     proc.line_with("rondo: reloading on SIGHUP and reload calls only", Duration::from_secs(10));
     let applied = || stderr.lock().unwrap().iter().any(|l| l.contains("applied from"));
     // A save: the watcher (were it on) would apply it within 450 ms; wait four times that.

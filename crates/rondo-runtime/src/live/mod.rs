@@ -256,14 +256,15 @@ impl Live {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::time::Duration;
 
     use rondo_core::{ClusterSpec, MemberSpec, OutlierDetection, Policy, UpstreamProtocol};
 
     use super::*;
 
-    pub(super) fn live() -> Live {
+    /// A router's state: cluster `c` of members `a` and `b`, quick to eject.
+    pub(crate) fn live() -> Live {
         let policy = Policy {
             outlier: OutlierDetection {
                 consecutive_failures: 2,
@@ -272,13 +273,6 @@ mod tests {
                 ..OutlierDetection::default()
             },
             ..Policy::default()
-        };
-        let member = |n: &str| MemberSpec {
-            name: n.into(),
-            address: "127.0.0.1:1".into(),
-            weight: 100,
-            group: None,
-            admin: Default::default(),
         };
         let spec = ClusterSpec {
             name: "c".into(),
@@ -307,6 +301,17 @@ mod tests {
         live.touch();
         assert_eq!(live.apply_if(View { id: 4, ..base }, 2).map(|s| s.view.id), Err(3));
         assert_eq!(live.with_current(|s| s.view.id), 3);
+    }
+
+    /// Member `name` at an address nobody dials.
+    pub(crate) fn member(name: &str) -> MemberSpec {
+        MemberSpec {
+            name: name.into(),
+            address: "127.0.0.1:1".into(),
+            weight: 100,
+            group: None,
+            admin: Default::default(),
+        }
     }
 
     pub(super) fn names(snap: &Snapshot) -> Vec<String> {

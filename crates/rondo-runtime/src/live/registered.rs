@@ -247,17 +247,7 @@ mod tests {
 
     use super::*;
 
-    use crate::live::tests::{live, names};
-
-    fn member(name: &str) -> MemberSpec {
-        MemberSpec {
-            name: name.into(),
-            address: "127.0.0.1:1".into(),
-            weight: 100,
-            group: None,
-            admin: Default::default(),
-        }
-    }
+    use crate::live::tests::{live, member, names};
 
     fn regd(members: Vec<MemberSpec>) -> RegisteredCluster {
         RegisteredCluster { members, declared: None }

@@ -23,18 +23,22 @@ fn refusals(r: &TestRouter, limit: &str) -> u64 {
     text.lines().find_map(|l| l.strip_prefix(&line).map(|v| v.trim().parse().unwrap())).unwrap_or(0)
 }
 
+/// `n` GETs of `url` on their own tasks, answered whenever their members let them.
+fn send(url: &str, n: usize) -> Vec<tokio::task::JoinHandle<Reply>> {
+    (0..n)
+        .map(|_| {
+            let url = url.to_owned();
+            tokio::spawn(async move { get(&client(), &url).await })
+        })
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn max_requests_refuses_at_once_and_lifts_when_requests_end() {
     let rec = Recorder::spawn("m");
     let r = router(&config(&rec.entry(), "max_requests = 2")).await;
     rec.hold();
-    let url = r.url("web", "/held");
-    let held: Vec<_> = (0..2)
-        .map(|_| {
-            let url = url.clone();
-            tokio::spawn(async move { get(&client(), &url).await })
-        })
-        .collect();
+    let held = send(&r.url("web", "/held"), 2);
     rec.wait_for(2).await;
     for c in [client(), h2_client()] {
         let reply = get(&c, &r.url("web", "/third")).await;
@@ -59,13 +63,7 @@ async fn a_full_member_is_passed_over_and_full_members_refuse() {
     let r = router(&config(&members, "max_requests_per_member = 1")).await;
     a.hold();
     b.hold();
-    let url = r.url("web", "/held");
-    let held: Vec<_> = (0..2)
-        .map(|_| {
-            let url = url.clone();
-            tokio::spawn(async move { get(&client(), &url).await })
-        })
-        .collect();
+    let held = send(&r.url("web", "/held"), 2);
     // Round robin alone could send both to one member; the cap spreads them.
     a.wait_for(1).await;
     b.wait_for(1).await;
