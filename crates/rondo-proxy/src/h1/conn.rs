@@ -51,6 +51,9 @@ pub(super) struct Client<S> {
     pub(super) idle: Duration,
     /// The client's address as text (`X-Forwarded-For`), made once.
     pub(super) ip: IpText,
+    /// Whether the listener trusts this client's own `X-Forwarded-For` and `Forwarded`
+    /// (`trust_forwarded_for`), decided once.
+    pub(super) trusted: bool,
     /// When the connection was accepted, and the requests it has carried (the listener's
     /// `max_connection_age_ms` and `max_requests_per_connection`).
     pub(super) born: tokio::time::Instant,
@@ -97,8 +100,9 @@ pub(crate) async fn serve<S: ClientStream>(
 ) -> Option<(S, Option<crate::tls::ClientCert>, Vec<u8>)> {
     let idle = ctx.listener.header_read_timeout;
     let ip = IpText::new(peer.ip());
+    let trusted = ctx.listener.trust_forwarded_for.trusts(peer.ip());
     let born = tokio::time::Instant::now();
-    let mut c = Client { stream, peer, tls, carry: None, idle, ip, born, served: 0 };
+    let mut c = Client { stream, peer, tls, carry: None, idle, ip, trusted, born, served: 0 };
     // The listener's `max_connection_age_ms`: the wait for the next request ends there too.
     let aged_at = ctx.listener.connections.max_age.map(|age| born + age);
     // When the wait for the next request ends (set as it begins).
@@ -504,8 +508,17 @@ mod tests {
         let (server, peer) = listener.accept().await.expect("accept");
         let born = tokio::time::Instant::now();
         let (ip, idle) = (IpText::new(peer.ip()), Duration::from_secs(1));
-        let mut c =
-            Client { stream: server, peer, tls: None, carry: None, idle, ip, born, served: 0 };
+        let mut c = Client {
+            stream: server,
+            peer,
+            tls: None,
+            carry: None,
+            idle,
+            ip,
+            trusted: false,
+            born,
+            served: 0,
+        };
         let timer = tokio::time::sleep_until(born);
         tokio::pin!(timer);
         let size = std::mem::size_of_val(&request(&ctx, &mut c, timer.as_mut()));

@@ -352,8 +352,7 @@ impl<'a, S: ClientStream> OwnTries<'a, S> {
         let mut out = std::mem::take(&mut self.out);
         let host = self.host.get(&self.buf);
         out.clear();
-        let trusted = self.ctx.listener.trust_forwarded_for.trusts(self.c.peer.ip());
-        let client = (self.c.ip.as_bytes(), self.c.tls.as_ref(), trusted);
+        let client = (self.c.ip.as_bytes(), self.c.tls.as_ref(), self.c.trusted);
         let target = self.target.as_deref().map(str::as_bytes);
         let head = (&self.head, target);
         let applied = self.applied.as_deref();
@@ -527,6 +526,9 @@ impl<S: ClientStream> Tries for OwnTries<'_, S> {
         let Choice { member, set_cookie, split_cookie, reason } = choice;
         let cookies = [set_cookie, split_cookie];
         Box::pin(async move {
+            if failover.tries() > 1 {
+                crate::http::pause(rt, failover).await;
+            }
             let begun = Begun::new(rt, member);
             let started = Instant::now();
             let per_try = failover.try_timeout(clock::from_std(started));

@@ -167,16 +167,7 @@ impl<'a, T: Tries> TryMaker for Course<'a, T> {
         placed: Underway<'a>,
         failover: &Failover,
     ) -> impl Future<Output = Result<T::Response, Kind>> {
-        // A retry waits out the cluster's backoff first (boxed: a request that is never
-        // retried carries a pointer's room for it, not a timer's).
-        let pause = backoff(placed.rt, failover).map(|d| Box::pin(tokio::time::sleep(d)));
-        let tried = self.req.attempt(placed.rt, placed.choice, failover);
-        async move {
-            if let Some(pause) = pause {
-                pause.await;
-            }
-            tried.await
-        }
+        self.req.attempt(placed.rt, placed.choice, failover)
     }
 
     fn judge(
@@ -236,6 +227,14 @@ pub(crate) fn backoff(rt: &ClusterRt, failover: &Failover) -> Option<std::time::
     policy.backoff?;
     let d = policy.backoff_delay(retry, &mut crate::entropy::Local);
     (!d.is_zero()).then_some(d)
+}
+
+/// Waits out `rt`'s backoff before a retry, at the start of a codec's try (called only for a
+/// request's later tries; boxed, so a try's future keeps a pointer's room for it, not a timer's).
+pub(crate) async fn pause(rt: &ClusterRt, failover: &Failover) {
+    if let Some(d) = backoff(rt, failover) {
+        Box::pin(tokio::time::sleep(d)).await;
+    }
 }
 
 /// The error of a request that ran out of tries: the most telling failure among its attempts.

@@ -96,6 +96,6 @@ pub(crate) mod view;
 
 #[cfg(feature = "replay")]
 pub(crate) use forward::place;
-pub(crate) use forward::{Begun, Choice, Tries, backoff, forward};
+pub(crate) use forward::{Begun, Choice, Tries, backoff, forward, pause};
 pub(crate) use route::{Decided, Target, find_route, looped, needs_hyper, without_port};
 pub(crate) use view::{ClusterView, record_response, route_metrics};

@@ -56,6 +56,9 @@ impl Tries for HyperTries<'_> {
         choice: Choice,
         failover: &Failover,
     ) -> Result<Response<ProxyBody>, Kind> {
+        if failover.tries() > 1 {
+            crate::http::pause(rt, failover).await;
+        }
         let Some(grpc) = &mut self.grpc else {
             StatusRetry::before(&mut self.req, rt);
             let resp =

@@ -194,13 +194,14 @@ impl ClusterRt {
         keep: Option<usize>,
     ) -> Result<Placed, Refused> {
         let mut g = self.lock();
-        // A session's own member too: `max_requests` caps the whole cluster.
-        g.balancer.under_max_requests().map_err(Refused::NoEligible)?;
         failover.admit(&mut g.balancer, now).map_err(Refused::Stop)?;
         if let Some(m) = keep
             && !failover.tried().contains(&m)
             && g.balancer.can_keep_session(m, now)
         {
+            // A session's own member too: `max_requests` caps the whole cluster (a pick checks
+            // it itself).
+            g.balancer.under_max_requests().map_err(Refused::NoEligible)?;
             g.balancer.begin_request(m);
             failover.began(m);
             return Ok(Placed::Kept(m));
