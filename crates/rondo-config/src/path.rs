@@ -9,6 +9,10 @@ use std::ops::Range;
 
 use toml_edit::{Item, Table, Value};
 
+/// The suffixes of fields that have an alias without them (`timeout` for `timeout_ms`: the
+/// units of `units.rs`).
+pub(crate) const SUFFIXES: [&str; 2] = ["_ms", "_s"];
+
 /// One step of a field path.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Seg {
@@ -127,7 +131,7 @@ impl<'a> Node<'a> {
     fn child(self, seg: &Seg) -> Option<(Node<'a>, Option<Range<usize>>)> {
         self.child_exact(seg).or_else(|| {
             let Seg::Key(k) = seg else { return None };
-            let alias = crate::units::SUFFIXES.iter().find_map(|s| k.strip_suffix(s))?;
+            let alias = SUFFIXES.iter().find_map(|s| k.strip_suffix(s))?;
             self.child_exact(&Seg::Key(alias.to_owned()))
         })
     }

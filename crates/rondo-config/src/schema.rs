@@ -112,7 +112,7 @@ impl<'de> Deserializer<'de> for Capture<'_> {
         // serde lists aliases among the fields: the unit-less ones (`timeout` for `timeout_ms`,
         // see `units`) name the same field, so they are left out.
         let alias = |f: &str| {
-            crate::units::SUFFIXES.iter().any(|s| fields.contains(&format!("{f}{s}").as_str()))
+            crate::path::SUFFIXES.iter().any(|s| fields.contains(&format!("{f}{s}").as_str()))
         };
         v.visit_map(Entries {
             keys: fields.iter().copied().filter(|f| !alias(f)).collect(),

@@ -11,7 +11,7 @@ use std::ops::Range;
 
 use serde::de::{self, Deserializer, Visitor};
 
-use crate::path::{FieldPath, Seg, integers};
+use crate::path::{FieldPath, SUFFIXES, Seg, integers};
 
 /// What a field holds, for the messages.
 #[derive(Clone, Copy)]
@@ -96,8 +96,6 @@ pub(crate) fn bytes<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::E
     with_unit(d, Unit::Bytes)
 }
 
-/// The suffixes whose fields have an alias without them.
-pub(crate) const SUFFIXES: [&str; 2] = ["_ms", "_s"];
 
 /// The integers written under a unit-less alias (`timeout = 5` for `timeout_ms`): their paths,
 /// spans, and messages. `schema` is [`crate::schema::fields`].
