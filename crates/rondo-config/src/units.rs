@@ -96,7 +96,6 @@ pub(crate) fn bytes<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::E
     with_unit(d, Unit::Bytes)
 }
 
-
 /// The integers written under a unit-less alias (`timeout = 5` for `timeout_ms`): their paths,
 /// spans, and messages. `schema` is [`crate::schema::fields`].
 pub(crate) fn unitless(

@@ -466,32 +466,39 @@ pub struct Backoff {
 /// A set of HTTP statuses (100 to 611), for `retry_on`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-pub struct StatusSet([u64; 8]);
+pub struct StatusSet {
+    bits: [u64; 8],
+    /// Whether any bit is set: the router asks on every request whether a route's clusters
+    /// retry on statuses, and one byte answers it.
+    any: bool,
+}
 
 impl StatusSet {
     /// No status.
-    pub const EMPTY: StatusSet = StatusSet([0; 8]);
+    pub const EMPTY: StatusSet = StatusSet { bits: [0; 8], any: false };
 
     /// `self` with `status` added (one outside 100-611 is left out).
     pub fn with(mut self, status: u16) -> StatusSet {
         if let Some(i) = status.checked_sub(100).map(usize::from).filter(|i| *i < 512) {
-            self.0[i / 64] |= 1 << (i % 64);
+            self.bits[i / 64] |= 1 << (i % 64);
+            self.any = true;
         }
         self
     }
 
     /// Whether `status` is in the set.
     pub fn contains(&self, status: u16) -> bool {
-        status
-            .checked_sub(100)
-            .map(usize::from)
-            .filter(|i| *i < 512)
-            .is_some_and(|i| self.0[i / 64] & (1 << (i % 64)) != 0)
+        self.any
+            && status
+                .checked_sub(100)
+                .map(usize::from)
+                .filter(|i| *i < 512)
+                .is_some_and(|i| self.bits[i / 64] & (1 << (i % 64)) != 0)
     }
 
     /// Whether the set is empty.
     pub fn is_empty(&self) -> bool {
-        self.0 == [0; 8]
+        !self.any
     }
 }
 
