@@ -65,6 +65,13 @@ impl Member {
         next_line(&self.lines, Duration::from_secs(5), &self.name);
     }
 
+    /// From now on every answer carries an ORCA load report (`endpoint-load-metrics-bin`) of
+    /// this CPU utilization and queries per second.
+    pub fn report_load(&mut self, cpu: f64, qps: f64) {
+        writeln!(self.stdin, "load {cpu} {qps}").expect("member stdin");
+        next_line(&self.lines, Duration::from_secs(5), &self.name);
+    }
+
     /// `kill -9`.
     pub fn kill(&mut self) {
         let _ = self.child.kill();
