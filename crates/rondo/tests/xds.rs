@@ -585,3 +585,39 @@ fn rondo_check_validates_a_clusters_xds_lb() {
     let (ok, text) = check(&format!("[cluster.web]\nxds = {{ lb = \"orca-wrr\" }}\n{members}"));
     assert!(ok, "{text}");
 }
+
+/// The same `orca-wrr` cluster to Node clients: grpc-js-xds 1.14 has weighted round robin
+/// behind `GRPC_EXPERIMENTAL_XDS_WRR_LB`, so without it the client takes the fallback (round
+/// robin: exact halves, whatever the reports) and ACKs, and with it the calls follow the
+/// reports as grpcio's do.
+#[test]
+fn orca_wrr_falls_back_to_round_robin_where_the_client_lacks_it() {
+    let Some(modules) = node_modules() else { return };
+    let mut ms: Vec<Member> = ["m1", "m2"].iter().map(|n| Member::start(n)).collect();
+    ms[0].report_load(0.2, 100.0);
+    ms[1].report_load(0.8, 100.0);
+    let all = [(&ms[0], 1), (&ms[1], 1)];
+    let body = format!("{}{}", route("web"), cluster("web", "xds = { lb = \"orca-wrr\" }", &all));
+    let rondo = Rondo::start(&body);
+    let mut plain = Client::start_node(rondo.xds, "web", &modules);
+    plain.wait_for("m1", 30);
+    plain.wait_for("m2", 30);
+    // Longer than the blackout and a weight update: a client weighing by reports would shift.
+    std::thread::sleep(Duration::from_secs(4));
+    let v = plain.calls(200);
+    assert_eq!(errors(&v), 0, "{v}");
+    assert_eq!((count(&v, "m1"), count(&v, "m2")), (100, 100), "round robin: {v}");
+    drop(plain);
+    let wrr = [("GRPC_EXPERIMENTAL_XDS_WRR_LB", "true")];
+    let mut client = Client::start_node_env(rondo.xds, "web", &modules, &wrr);
+    client.wait_for("m1", 30);
+    eventually(Duration::from_secs(20), "the Node client's calls shift to m1", || {
+        let v = client.calls(200);
+        count(&v, "m1") as f64 / 200.0 >= 0.7
+    });
+    let v = client.calls(400);
+    assert_eq!(errors(&v), 0, "{v}");
+    let m1 = count(&v, "m1") as f64 / 400.0;
+    assert!((0.7..=0.9).contains(&m1), "m1's share {m1:.3}, want 0.8: {v}");
+    assert_eq!(rondo.metric("rondo_xds_nacks_total", ""), 0.0);
+}

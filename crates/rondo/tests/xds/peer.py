@@ -33,9 +33,12 @@ METHOD = "/test.Echo/Say"
 
 
 def orca_report(cpu, qps):
-    """An OrcaLoadReport, encoded by hand (no generated code): cpu_utilization (field 1) and
-    rps_fractional (field 6), both doubles (wire type 1)."""
-    return b"\x09" + struct.pack("<d", cpu) + b"\x31" + struct.pack("<d", qps)
+    """An OrcaLoadReport, encoded by hand (no generated code): cpu_utilization (field 1),
+    rps_fractional (field 6) and application_utilization (field 9), doubles (wire type 1).
+    The utilization goes in both fields: gRFC A58 weighs by application_utilization, else by
+    cpu_utilization, and grpc-js 1.14 reads application_utilization only."""
+    cpu = struct.pack("<d", cpu)
+    return b"\x09" + cpu + b"\x31" + struct.pack("<d", qps) + b"\x49" + cpu
 
 
 def serve(name):

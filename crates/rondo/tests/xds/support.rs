@@ -102,10 +102,21 @@ impl Client {
 
     /// The same client in Node (@grpc/grpc-js with @grpc/grpc-js-xds from `modules`).
     pub fn start_node(xds: SocketAddr, cluster: &str, modules: &std::path::Path) -> Client {
+        Client::start_node_env(xds, cluster, modules, &[])
+    }
+
+    /// [`Client::start_node`] with more environment (e.g. grpc-js-xds's experiment switches).
+    pub fn start_node_env(
+        xds: SocketAddr,
+        cluster: &str,
+        modules: &std::path::Path,
+        env: &[(&str, &str)],
+    ) -> Client {
         let mut cmd = Command::new("node");
         cmd.arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/xds/client.js"))
             .arg(cluster)
-            .env("NODE_PATH", modules);
+            .env("NODE_PATH", modules)
+            .envs(env.iter().copied());
         Client::start_with(cmd, xds, cluster, None)
     }
 
