@@ -518,14 +518,16 @@ fn a_hitless_upgrade_moves_the_clients_to_the_new_process_without_a_failed_call(
 /// `xds = { lb = "orca-wrr" }`: the client weighs members by the ORCA load reports on their
 /// answers (gRFC A58), qps / CPU utilization. Both members answer 100 queries per second, m1
 /// at 20 % CPU and m2 at 80 %: weights 500 and 125, so m1 takes 80 % of the calls (round robin,
-/// which the client would run without the policy, gives each half).
+/// which the client would run without the policy, gives each half). The configured weights
+/// (1:4, the other way) are not what the client goes by: the members share a locality.
 #[test]
 fn orca_wrr_shifts_calls_to_the_member_reporting_less_load() {
     let mut ms: Vec<Member> = ["m1", "m2"].iter().map(|n| Member::start(n)).collect();
     ms[0].report_load(0.2, 100.0);
     ms[1].report_load(0.8, 100.0);
-    let all = [(&ms[0], 1), (&ms[1], 1)];
-    let body = format!("{}{}", route("web"), cluster("web", "xds = { lb = \"orca-wrr\" }", &all));
+    let all = [(&ms[0], 1), (&ms[1], 4)];
+    let extra = "algorithm = \"weighted\"\nxds = { lb = \"orca-wrr\" }";
+    let body = format!("{}{}", route("web"), cluster("web", extra, &all));
     let rondo = Rondo::start(&body);
     let mut client = Client::start(rondo.xds, "web", None);
     client.wait_for("m1", 20);
