@@ -32,14 +32,16 @@ pub const FAILOVER_SUFFIX: &str = ":failover";
 /// Largest ring a gRPC client accepts (`maximum_ring_size`, 8M entries).
 const MAX_RING: u64 = 8 * 1024 * 1024;
 
-/// `xds = { lb = "orca-wrr" }`: how the client weighs members by their ORCA reports (gRFC
-/// A58). Reports ride on every answer (`endpoint-load-metrics-bin` trailers), not on an
-/// out-of-band stream that each member would have to serve; a member's weight counts once it
-/// has reported for 2 s (gRPC's 10 s keeps a member that just joined a loaded cluster at the
-/// mean weight for long), weights are recomputed every second (gRPC's default), and a member
-/// silent for 3 min goes back to the mean weight (gRPC's default).
+// `xds = { lb = "orca-wrr" }`: how the client weighs members by their ORCA reports (gRFC A58).
+// Reports ride on every answer (`endpoint-load-metrics-bin` trailers), not on an out-of-band
+// stream that each member would have to serve (see docs/naming.md for the choices).
+
+/// How long a member reports before its weight counts: 2 s (gRPC's 10 s would keep a member
+/// that just joined a loaded cluster at the mean weight for long).
 const ORCA_BLACKOUT: Duration = Duration::from_secs(2);
+/// How often the client recomputes weights (gRPC's default).
 const ORCA_WEIGHT_UPDATE: Duration = Duration::from_secs(1);
+/// How long a silent member keeps its weight before it goes back to the mean (gRPC's default).
 const ORCA_WEIGHT_EXPIRATION: Duration = Duration::from_secs(180);
 
 /// The filter state key gRPC hashes to keep one channel on one member (gRFC A42).
