@@ -565,6 +565,14 @@ pub(crate) struct RawCluster {
     pub max_requests: Option<u64>,
     pub max_requests_per_member: Option<u64>,
     pub proxy_protocol: Option<String>,
+    pub xds: Option<RawClusterXds>,
+}
+
+/// A cluster's `xds`: how proxyless gRPC clients balance it.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawClusterXds {
+    pub lb: Option<String>,
 }
 
 /// A cluster's `upstream_tls`: TLS (and mTLS) to its members.

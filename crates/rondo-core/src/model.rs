@@ -589,6 +589,48 @@ pub struct Policy {
     /// The PROXY protocol header each new connection to a member starts with
     /// (`proxy_protocol`, `tcp` clusters); `None`: none.
     pub send_proxy: Option<ProxyHeader>,
+    /// What the naming service's xDS server tells proxyless gRPC clients (`xds`).
+    pub xds: XdsPolicy,
+}
+
+/// A cluster's `xds`: how proxyless gRPC clients of the naming service's xDS server balance it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default))]
+pub struct XdsPolicy {
+    /// The client's LB policy (`lb`).
+    pub lb: XdsLb,
+}
+
+/// The LB policy a proxyless gRPC client runs for a cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "kebab-case"))]
+pub enum XdsLb {
+    /// The policy that maps the cluster's algorithm (docs/naming.md's table).
+    #[default]
+    Auto,
+    /// Client-side weighted round robin by the ORCA load reports the members send (gRFC A58),
+    /// round robin where the client lacks it: for members that report their own load.
+    OrcaWrr,
+}
+
+impl XdsLb {
+    /// Every value, in the order documentation lists them.
+    pub const ALL: [XdsLb; 2] = [XdsLb::Auto, XdsLb::OrcaWrr];
+
+    /// The configuration spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            XdsLb::Auto => "auto",
+            XdsLb::OrcaWrr => "orca-wrr",
+        }
+    }
+
+    /// The value spelt `s`, if any.
+    pub fn parse(s: &str) -> Option<XdsLb> {
+        XdsLb::ALL.into_iter().find(|l| l.as_str() == s)
+    }
 }
 
 /// A version of HAProxy's PROXY protocol header.
@@ -651,6 +693,7 @@ impl Default for Policy {
             connect_timeout: Policy::DEFAULT_CONNECT_TIMEOUT,
             limits: RequestLimits::default(),
             send_proxy: None,
+            xds: XdsPolicy::default(),
         }
     }
 }

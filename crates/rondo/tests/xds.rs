@@ -514,3 +514,112 @@ fn a_hitless_upgrade_moves_the_clients_to_the_new_process_without_a_failed_call(
     });
     drop(new);
 }
+
+/// `xds = { lb = "orca-wrr" }`: the client weighs members by the ORCA load reports on their
+/// answers (gRFC A58), qps / CPU utilization. Both members answer 100 queries per second, m1
+/// at 20 % CPU and m2 at 80 %: weights 500 and 125, so m1 takes 80 % of the calls (round robin,
+/// which the client would run without the policy, gives each half). The configured weights
+/// (1:4, the other way) are not what the client goes by: the members share a locality.
+#[test]
+fn orca_wrr_shifts_calls_to_the_member_reporting_less_load() {
+    let mut ms: Vec<Member> = ["m1", "m2"].iter().map(|n| Member::start(n)).collect();
+    ms[0].report_load(0.2, 100.0);
+    ms[1].report_load(0.8, 100.0);
+    let all = [(&ms[0], 1), (&ms[1], 4)];
+    let extra = "algorithm = \"weighted\"\nxds = { lb = \"orca-wrr\" }";
+    let body = format!("{}{}", route("web"), cluster("web", extra, &all));
+    let rondo = Rondo::start(&body);
+    let mut client = Client::start(rondo.xds, "web", None);
+    client.wait_for("m1", 20);
+    client.wait_for("m2", 20);
+    let share = |v: &serde_json::Value, m: &str, n: usize| count(v, m) as f64 / n as f64;
+    // Weights count after 2 s of reports (the blackout) and are recomputed every second.
+    eventually(Duration::from_secs(20), "calls shift to m1", || {
+        share(&client.calls(200), "m1", 200) >= 0.7
+    });
+    let v = client.calls(400);
+    assert_eq!(errors(&v), 0, "{v}");
+    let m1 = share(&v, "m1", 400);
+    assert!((0.7..=0.9).contains(&m1), "m1's share {m1:.3}, want 0.8: {v}");
+    // The reports swap: the calls follow them, with no change to the configuration.
+    ms[0].report_load(0.8, 100.0);
+    ms[1].report_load(0.2, 100.0);
+    eventually(Duration::from_secs(20), "calls shift to m2", || {
+        share(&client.calls(200), "m2", 200) >= 0.7
+    });
+    let v = client.calls(400);
+    assert_eq!(errors(&v), 0, "{v}");
+    let m2 = share(&v, "m2", 400);
+    assert!((0.7..=0.9).contains(&m2), "m2's share {m2:.3}, want 0.8: {v}");
+    // The client took the Cluster: ACKed, never NACKed.
+    assert!(rondo.metric("rondo_xds_acks_total", "type=\"cds\"") >= 1.0);
+    assert_eq!(rondo.metric("rondo_xds_nacks_total", ""), 0.0);
+}
+
+#[test]
+fn rondo_check_validates_a_clusters_xds_lb() {
+    let dir = common::TempDir::new("xds-check-lb");
+    let path = dir.0.join("rondo.toml");
+    let check = |text: &str| {
+        std::fs::write(&path, text).expect("write");
+        let out = std::process::Command::new(common::BIN)
+            .args(["check", path.to_str().expect("utf-8")])
+            .output()
+            .expect("rondo check");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.success(), text)
+    };
+    let members = "members = [{ name = \"a\", address = \"127.0.0.1:9001\" }]\n";
+    let (ok, text) = check(&format!("[cluster.web]\nxds = {{ lb = \"wrr\" }}\n{members}"));
+    assert!(!ok, "{text}");
+    assert!(text.contains("rondo.toml:2:14"), "file:line:column: {text}");
+    assert!(text.contains("cluster.web.xds.lb"), "{text}");
+    assert!(text.contains("unknown xds lb `wrr`, expected `auto` or `orca-wrr`"), "{text}");
+    let hash = "algorithm = \"hash\"\nxds = { lb = \"orca-wrr\" }\n";
+    let (ok, text) = check(&format!("[cluster.web]\n{hash}{members}"));
+    assert!(!ok, "{text}");
+    assert!(text.contains("rondo.toml:3:14"), "file:line:column: {text}");
+    assert!(text.contains("cannot serve a `hash` cluster"), "{text}");
+    let (ok, text) = check(&format!("[cluster.web]\nxds = {{ lb = \"orca-wrr\" }}\n{members}"));
+    assert!(ok, "{text}");
+}
+
+/// The same `orca-wrr` cluster to Node clients: grpc-js-xds 1.14 has weighted round robin
+/// behind `GRPC_EXPERIMENTAL_XDS_WRR_LB`, so without it the client takes the fallback (round
+/// robin: exact halves, whatever the reports) and ACKs, and with it the calls follow the
+/// reports as grpcio's do.
+#[test]
+fn orca_wrr_falls_back_to_round_robin_where_the_client_lacks_it() {
+    let Some(modules) = node_modules() else { return };
+    let mut ms: Vec<Member> = ["m1", "m2"].iter().map(|n| Member::start(n)).collect();
+    ms[0].report_load(0.2, 100.0);
+    ms[1].report_load(0.8, 100.0);
+    let all = [(&ms[0], 1), (&ms[1], 1)];
+    let body = format!("{}{}", route("web"), cluster("web", "xds = { lb = \"orca-wrr\" }", &all));
+    let rondo = Rondo::start(&body);
+    let mut plain = Client::start_node(rondo.xds, "web", &modules);
+    plain.wait_for("m1", 30);
+    plain.wait_for("m2", 30);
+    // Longer than the blackout and a weight update: a client weighing by reports would shift.
+    std::thread::sleep(Duration::from_secs(4));
+    let v = plain.calls(200);
+    assert_eq!(errors(&v), 0, "{v}");
+    assert_eq!((count(&v, "m1"), count(&v, "m2")), (100, 100), "round robin: {v}");
+    drop(plain);
+    let wrr = [("GRPC_EXPERIMENTAL_XDS_WRR_LB", "true")];
+    let mut client = Client::start_node_env(rondo.xds, "web", &modules, &wrr);
+    client.wait_for("m1", 30);
+    eventually(Duration::from_secs(20), "the Node client's calls shift to m1", || {
+        let v = client.calls(200);
+        count(&v, "m1") as f64 / 200.0 >= 0.7
+    });
+    let v = client.calls(400);
+    assert_eq!(errors(&v), 0, "{v}");
+    let m1 = count(&v, "m1") as f64 / 400.0;
+    assert!((0.7..=0.9).contains(&m1), "m1's share {m1:.3}, want 0.8: {v}");
+    assert_eq!(rondo.metric("rondo_xds_nacks_total", ""), 0.0);
+}

@@ -176,6 +176,8 @@ fn compile_cluster_at(
              connections carry many clients' requests)",
         );
     }
+    let xds =
+        rc.xds.as_ref().map_or(d.xds, |x| super::services::cluster_xds(c, &path, x, algorithm));
     ClusterSpec {
         name: name.to_owned(),
         members,
@@ -196,6 +198,7 @@ fn compile_cluster_at(
             connect_timeout,
             limits,
             send_proxy,
+            xds,
         },
         upstream_protocol,
         sticky,

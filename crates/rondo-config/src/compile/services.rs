@@ -1,8 +1,12 @@
 //! The process-wide tables: `[log]`, `[agent]`, `[admin]` (and the tokens it shares with
 //! `[naming]`), `[naming]` with its registry and DNS settings. `[admin]`, `[naming]` and
-//! `[agent]` each take a `tls` table, checked like a listener's.
+//! `[agent]` each take a `tls` table, checked like a listener's. Also a cluster's `xds`, which
+//! only the naming service's xDS server reads.
+
+use rondo_core::{XdsLb, XdsPolicy};
 
 use super::*;
+use crate::raw::RawClusterXds;
 
 /// A `format` of `[log]` or of an access log.
 pub(super) fn log_format(c: &mut Compiler<'_>, path: FieldPath, s: Option<&str>) -> LogFormat {
@@ -285,6 +289,34 @@ fn compile_xds(c: &mut Compiler<'_>, path: &FieldPath, x: &RawXds) -> XdsSpec {
         XdsSpec::MAX_MAX_CLIENTS,
     ) as u32;
     XdsSpec { listen, max_clients }
+}
+
+/// A cluster's `xds` (at `path.xds`): the LB policy its proxyless gRPC clients run. `orca-wrr`
+/// replaces the algorithm's mapping, so it is refused for `hash`, whose clients need the ring
+/// to keep a key on its member.
+pub(super) fn cluster_xds(
+    c: &mut Compiler<'_>,
+    path: &FieldPath,
+    x: &RawClusterXds,
+    algorithm: Algorithm,
+) -> XdsPolicy {
+    let path = path.key("xds").key("lb");
+    let lb = match x.lb.as_deref() {
+        None => XdsLb::default(),
+        Some(s) => XdsLb::parse(s).unwrap_or_else(|| {
+            let all = XdsLb::ALL.map(XdsLb::as_str);
+            c.err(path.clone(), format!("unknown xds lb `{s}`, expected {}", one_of(all)));
+            XdsLb::default()
+        }),
+    };
+    if lb == XdsLb::OrcaWrr && algorithm == Algorithm::Hash {
+        c.err(
+            path,
+            "xds lb `orca-wrr` cannot serve a `hash` cluster (its clients need the ring to keep \
+             a key on its member)",
+        );
+    }
+    XdsPolicy { lb }
 }
 
 /// A DNS zone name, lower-cased, with its final dot.

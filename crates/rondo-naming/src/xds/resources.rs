@@ -20,7 +20,7 @@ use envoy_types::pb::envoy::extensions::filters::network::http_connection_manage
 use envoy_types::pb::envoy::extensions::load_balancing_policies as lbp;
 use envoy_types::pb::google::protobuf::{Any, UInt32Value};
 use envoy_types::util::pack_any;
-use rondo_core::{AdminState, Algorithm, ClusterSpec, HashKeySource};
+use rondo_core::{AdminState, Algorithm, ClusterSpec, HashKeySource, XdsLb};
 use rondo_runtime::Snapshot;
 
 use crate::answer;
@@ -31,6 +31,18 @@ pub const FAILOVER_SUFFIX: &str = ":failover";
 
 /// Largest ring a gRPC client accepts (`maximum_ring_size`, 8M entries).
 const MAX_RING: u64 = 8 * 1024 * 1024;
+
+// `xds = { lb = "orca-wrr" }`: how the client weighs members by their ORCA reports (gRFC A58).
+// Reports ride on every answer (`endpoint-load-metrics-bin` trailers), not on an out-of-band
+// stream that each member would have to serve (see docs/naming.md for the choices).
+
+/// How long a member reports before its weight counts: 2 s (gRPC's 10 s would keep a member
+/// that just joined a loaded cluster at the mean weight for long).
+const ORCA_BLACKOUT: Duration = Duration::from_secs(2);
+/// How often the client recomputes weights (gRPC's default).
+const ORCA_WEIGHT_UPDATE: Duration = Duration::from_secs(1);
+/// How long a silent member keeps its weight before it goes back to the mean (gRPC's default).
+const ORCA_WEIGHT_EXPIRATION: Duration = Duration::from_secs(180);
 
 /// The filter state key gRPC hashes to keep one channel on one member (gRFC A42).
 const CHANNEL_ID: &str = "io.grpc.channel_id";
@@ -256,6 +268,34 @@ fn lb_policy(spec: &ClusterSpec, c: &mut cluster::Cluster) {
             typed_config: Some(typed_config),
         }),
     };
+    if spec.policy.xds.lb == XdsLb::OrcaWrr {
+        // Weighted by the members' own load reports where the client has it (gRFC A58), round
+        // robin otherwise, each inside the group localities' weights.
+        let orca = lbp::client_side_weighted_round_robin::v3::ClientSideWeightedRoundRobin {
+            enable_oob_load_report: Some(envoy_types::pb::google::protobuf::BoolValue {
+                value: false,
+            }),
+            blackout_period: duration(ORCA_BLACKOUT),
+            weight_update_period: duration(ORCA_WEIGHT_UPDATE),
+            weight_expiration_period: duration(ORCA_WEIGHT_EXPIRATION),
+            ..Default::default()
+        };
+        let rr = lbp::round_robin::v3::RoundRobin::default();
+        let inner = cluster::LoadBalancingPolicy {
+            policies: vec![
+                ext(
+                    "envoy.load_balancing_policies.client_side_weighted_round_robin",
+                    pack_any(orca),
+                ),
+                ext("envoy.load_balancing_policies.round_robin", pack_any(rr)),
+            ],
+        };
+        let wrr = lbp::wrr_locality::v3::WrrLocality { endpoint_picking_policy: Some(inner) };
+        c.load_balancing_policy = Some(cluster::LoadBalancingPolicy {
+            policies: vec![ext("envoy.load_balancing_policies.wrr_locality", pack_any(wrr))],
+        });
+        return;
+    }
     match spec.policy.algorithm {
         Algorithm::Hash => {
             let members = u64::try_from(spec.members.len()).unwrap_or(u64::MAX).max(1);
@@ -328,18 +368,20 @@ fn outlier(spec: &ClusterSpec) -> Option<cluster::OutlierDetection> {
 /// weight as the locality's weight (gRPC balances across localities by weight, at random);
 /// otherwise the members of a group share a locality, and the client's policy takes them in
 /// turn inside it, as the router does. `least-sessions` shares localities so that the client's
-/// least_request chooses among the members (their weights go on the endpoints).
-fn weighs_members(algorithm: Algorithm) -> bool {
-    matches!(
-        algorithm,
-        Algorithm::Weighted
-            | Algorithm::Random
-            | Algorithm::Hash
-            | Algorithm::ResponseTime
-            | Algorithm::ResponseTimeClb
-            | Algorithm::LeastCpu
-            | Algorithm::MostFreeMemory
-    )
+/// least_request chooses among the members (their weights go on the endpoints), and so does
+/// `orca-wrr`, whose client weighs the members of a locality by their load reports.
+fn weighs_members(spec: &ClusterSpec) -> bool {
+    spec.policy.xds.lb == XdsLb::Auto
+        && matches!(
+            spec.policy.algorithm,
+            Algorithm::Weighted
+                | Algorithm::Random
+                | Algorithm::Hash
+                | Algorithm::ResponseTime
+                | Algorithm::ResponseTimeClb
+                | Algorithm::LeastCpu
+                | Algorithm::MostFreeMemory
+        )
 }
 
 /// The members of a naming answer as endpoints (draining ones as DRAINING), in localities
@@ -353,8 +395,9 @@ fn load_assignment(
 ) -> Option<endpoint::ClusterLoadAssignment> {
     let spec = snapshot.view.clusters.get(name)?;
     let answer = answer::answer(snapshot, name).ok()?;
-    let per_member = weighs_members(spec.policy.algorithm);
-    let live = live_weights(snapshot, name);
+    let per_member = weighs_members(spec);
+    // An `orca-wrr` client weighs members by their own reports, not by rondo's figures.
+    let live = (spec.policy.xds.lb == XdsLb::Auto).then(|| live_weights(snapshot, name)).flatten();
     let local = |group: &Option<String>| group.is_some() && *group == client.zone;
     let split = spec.policy.locality.prefer_local
         && client.zone.is_some()

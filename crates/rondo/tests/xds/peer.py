@@ -3,7 +3,10 @@
   peer.py serve NAME
       serves /test.Echo/Say on a free loopback port (printed as `listening PORT`), answering
       NAME, until stdin closes. A line `fail` on stdin makes it answer UNAVAILABLE from then on,
-      `ok` answers again.
+      `ok` answers again. `load CPU QPS` makes every answer carry an ORCA load report (gRFC A51:
+      an `endpoint-load-metrics-bin` trailer, an xds.data.orca.v3.OrcaLoadReport) with that CPU
+      utilization and rate of queries per second, which a client's weighted round robin
+      (gRFC A58) weighs it by.
   peer.py client CLUSTER
       a proxyless xDS client (bootstrap in GRPC_XDS_BOOTSTRAP_CONFIG) of xds:///CLUSTER, driven
       by stdin lines, each answered by one JSON line on stdout:
@@ -18,6 +21,7 @@
 """
 
 import json
+import struct
 import sys
 import threading
 import time
@@ -28,12 +32,24 @@ import grpc
 METHOD = "/test.Echo/Say"
 
 
+def orca_report(cpu, qps):
+    """An OrcaLoadReport, encoded by hand (no generated code): cpu_utilization (field 1),
+    rps_fractional (field 6) and application_utilization (field 9), doubles (wire type 1).
+    The utilization goes in both fields: gRFC A58 weighs by application_utilization, else by
+    cpu_utilization, and grpc-js 1.14 reads application_utilization only."""
+    cpu = struct.pack("<d", cpu)
+    return b"\x09" + cpu + b"\x31" + struct.pack("<d", qps) + b"\x49" + cpu
+
+
 def serve(name):
-    state = {"fail": False}
+    state = {"fail": False, "load": None}
 
     def say(request, context):
         if state["fail"]:
             context.abort(grpc.StatusCode.UNAVAILABLE, f"{name} is failing")
+        load = state["load"]
+        if load is not None:
+            context.set_trailing_metadata((("endpoint-load-metrics-bin", load),))
         return name.encode()
 
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
@@ -50,6 +66,9 @@ def serve(name):
             state["fail"] = True
         elif cmd == "ok":
             state["fail"] = False
+        elif cmd.startswith("load "):
+            cpu, qps = (float(x) for x in cmd.split()[1:3])
+            state["load"] = orca_report(cpu, qps)
         print(f"done {cmd}", flush=True)
     server.stop(0)
 

@@ -65,6 +65,13 @@ impl Member {
         next_line(&self.lines, Duration::from_secs(5), &self.name);
     }
 
+    /// From now on every answer carries an ORCA load report (`endpoint-load-metrics-bin`) of
+    /// this CPU utilization and queries per second.
+    pub fn report_load(&mut self, cpu: f64, qps: f64) {
+        writeln!(self.stdin, "load {cpu} {qps}").expect("member stdin");
+        next_line(&self.lines, Duration::from_secs(5), &self.name);
+    }
+
     /// `kill -9`.
     pub fn kill(&mut self) {
         let _ = self.child.kill();
@@ -95,10 +102,21 @@ impl Client {
 
     /// The same client in Node (@grpc/grpc-js with @grpc/grpc-js-xds from `modules`).
     pub fn start_node(xds: SocketAddr, cluster: &str, modules: &std::path::Path) -> Client {
+        Client::start_node_env(xds, cluster, modules, &[])
+    }
+
+    /// [`Client::start_node`] with more environment (e.g. grpc-js-xds's experiment switches).
+    pub fn start_node_env(
+        xds: SocketAddr,
+        cluster: &str,
+        modules: &std::path::Path,
+        env: &[(&str, &str)],
+    ) -> Client {
         let mut cmd = Command::new("node");
         cmd.arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/xds/client.js"))
             .arg(cluster)
-            .env("NODE_PATH", modules);
+            .env("NODE_PATH", modules)
+            .envs(env.iter().copied());
         Client::start_with(cmd, xds, cluster, None)
     }
 
