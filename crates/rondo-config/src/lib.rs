@@ -40,10 +40,10 @@ pub use error::{ConfigError, ConfigErrors};
 pub use include::config_files;
 pub use schema::fields as schema_fields;
 pub use spec::{
-    AccessLogSpec, AccessLogTarget, AdminSpec, AdminToken, AgentKey, AgentSpec, DnsSpec,
+    AccessLogSpec, AccessLogTarget, AdminSpec, AdminToken, AgentKey, AgentSpec, DnsQuery, DnsSpec,
     ErrorDetail, Http2Limits, Http3Spec, ListenerProtocol, ListenerSpec, LogFormat, LogSpec,
-    NamingSpec, ProbeSpec, ProxyProtocolMode, ProxyProtocolSpec, QueueBackend, QueueSpec,
-    RegistrySpec, RouterSpec, Routing, Trusted, XdsSpec,
+    MembersDnsSpec, NamingSpec, ProbeSpec, ProxyProtocolMode, ProxyProtocolSpec, QueueBackend,
+    QueueSpec, RegistrySpec, RouterSpec, Routing, Trusted, XdsSpec,
 };
 pub use warnings::Features;
 
@@ -73,6 +73,8 @@ pub struct Config {
     pub log: LogSpec,
     /// The durable queues (`[[queue]]`), in file order.
     pub queues: Vec<QueueSpec>,
+    /// The clusters whose members are (also) discovered through DNS (`members_dns`), by name.
+    pub members_dns: std::collections::BTreeMap<String, MembersDnsSpec>,
 }
 
 impl Config {

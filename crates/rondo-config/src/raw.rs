@@ -565,6 +565,20 @@ pub(crate) struct RawCluster {
     pub max_requests: Option<u64>,
     pub max_requests_per_member: Option<u64>,
     pub proxy_protocol: Option<String>,
+    pub members_dns: Option<RawMembersDns>,
+}
+
+/// A cluster's `members_dns`: members discovered by resolving a name.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawMembersDns {
+    pub name: Option<String>,
+    pub srv: Option<String>,
+    pub port: Option<u64>,
+    #[serde(default, deserialize_with = "crate::units::millis", alias = "refresh")]
+    pub refresh_ms: Option<u64>,
+    pub resolver: Option<String>,
+    pub max_members: Option<u64>,
 }
 
 /// A cluster's `upstream_tls`: TLS (and mTLS) to its members.

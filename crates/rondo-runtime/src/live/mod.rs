@@ -156,6 +156,7 @@ impl Live {
             layers: Mutex::new(Layers {
                 file: view,
                 shared: None,
+                dns: BTreeMap::new(),
                 registered: BTreeMap::new(),
                 allow_declared: false,
             }),

@@ -1,6 +1,7 @@
 //! Members registered with the naming service: appended to their clusters (or to the clusters
 //! their registrations declared), a change rebuilding only its own clusters, and what it
-//! replaced freed by the updating thread after [`RETIRED_GRACE`].
+//! replaced freed by the updating thread after [`RETIRED_GRACE`]. Members discovered through
+//! DNS change their cluster by the same rebuild.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;
@@ -148,6 +149,33 @@ impl Live {
             }
             changed.push(cluster);
         }
+        self.rebuild(&layers, changed)
+    }
+
+    /// Replaces `cluster`'s members discovered through DNS (none: it has none left) and
+    /// rebuilds that cluster alone, as [`Live::update_registered`] does: survivors keep their
+    /// state. Returns the new snapshot and the runtimes built, whose probes the caller starts.
+    pub fn update_dns(
+        &self,
+        cluster: &str,
+        members: Vec<MemberSpec>,
+    ) -> (Arc<Snapshot>, Vec<Arc<ClusterRt>>) {
+        let mut layers = self.layers();
+        if members.is_empty() {
+            layers.dns.remove(cluster);
+        } else {
+            layers.dns.insert(cluster.to_owned(), members);
+        }
+        self.rebuild(&layers, vec![cluster.to_owned()])
+    }
+
+    /// Swaps in a view in which the `changed` clusters are composed again from `layers` (their
+    /// runtime carried over) and every other cluster keeps its spec and runtime.
+    fn rebuild(
+        &self,
+        layers: &super::layers::Layers,
+        changed: Vec<String>,
+    ) -> (Arc<Snapshot>, Vec<Arc<ClusterRt>>) {
         let old = self.current.load_full();
         // The previous view was composed from these same layers (every change to them swaps a
         // view in under this lock), so only the changed clusters need composing again.
