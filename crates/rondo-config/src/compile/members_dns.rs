@@ -29,7 +29,10 @@ pub(super) fn compile_members_dns(
         (None, Some(srv)) => {
             check_dns_name(c, path.key("srv"), srv);
             if raw.port.is_some() {
-                c.err(path.key("port"), "SRV records give the members' ports: drop `port`");
+                c.err(
+                    path.key("port"),
+                    "with `srv`, the records give the members' ports: drop `port`",
+                );
             }
             DnsQuery::Srv { name: srv.clone() }
         }
