@@ -44,10 +44,10 @@ impl Layers {
     ) -> (View, BTreeMap<String, Arc<BTreeSet<String>>>, BTreeSet<String>) {
         let mut view = self.configured().clone();
         for (cluster, members) in &self.dns {
-            if let Some(spec) = view.clusters.get_mut(cluster) {
-                if let Some((with, _)) = with_registered(spec, members) {
-                    *spec = with;
-                }
+            if let Some(spec) = view.clusters.get_mut(cluster)
+                && let Some((with, _)) = with_registered(spec, members)
+            {
+                *spec = with;
             }
         }
         let mut names = BTreeMap::new();

@@ -461,6 +461,43 @@ mod tests {
         assert!(built.is_empty() && !snap.view.clusters.contains_key("nope"));
     }
 
+    /// Members from DNS and registered members are separate layers of one cluster: neither
+    /// change replaces the other's, a config reload keeps both, and a member that stays in the
+    /// DNS answer keeps its state (here a drain) through the rebuild.
+    #[test]
+    fn dns_members_sit_between_configured_and_registered_and_keep_their_state() {
+        use rondo_core::{Actor, AdminState};
+        let live = live();
+        live.update_registered(vec![("c".into(), regd(vec![member("r1")]))]);
+        let (snap, built) = live.update_dns("c", vec![member("10.0.0.1:80"), member("a")]);
+        assert_eq!(built.len(), 1);
+        // `a` is configured: the configured member wins.
+        assert_eq!(names(&snap), ["a", "b", "10.0.0.1:80", "r1"]);
+        assert!(snap.is_configured("c", "10.0.0.1:80") && snap.is_registered("c", "r1"));
+        snap.clusters["c"].with(|b| {
+            let i = b.member_index("10.0.0.1:80").unwrap();
+            b.set_admin(i, AdminState::Draining, Actor::Operator("t".into()));
+        });
+
+        // A registration leaves the DNS members alone, and the other way round.
+        let (snap, _) = live.update_registered(vec![("c".into(), regd(vec![member("r2")]))]);
+        assert_eq!(names(&snap), ["a", "b", "10.0.0.1:80", "r2"]);
+        let (snap, _) = live.update_dns("c", vec![member("10.0.0.1:80"), member("10.0.0.2:80")]);
+        assert_eq!(names(&snap), ["a", "b", "10.0.0.1:80", "10.0.0.2:80", "r2"]);
+        // A reload composes every layer again, agreeing with the partial rebuilds.
+        let whole = live.apply(live.configured());
+        assert_eq!(names(&whole), names(&snap));
+        whole.clusters["c"].with(|b| {
+            let admin = |n: &str| b.states()[b.member_index(n).unwrap()].admin;
+            assert_eq!(admin("10.0.0.1:80"), AdminState::Draining, "the survivor's drain");
+            assert_eq!(admin("10.0.0.2:80"), AdminState::Active);
+        });
+
+        // No members from DNS any more: the configured and registered ones stay.
+        let (snap, _) = live.update_dns("c", Vec::new());
+        assert_eq!(names(&snap), ["a", "b", "r2"]);
+    }
+
     /// A runtime replaced by a registration is not freed by whichever thread drops the last
     /// old snapshot (a request's): `update_registered` keeps it for `RETIRED_GRACE`, and the
     /// updating thread frees it once that has passed.
