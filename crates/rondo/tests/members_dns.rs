@@ -239,10 +239,11 @@ async fn srv_records_give_ports_and_weights_beside_static_members() {
     let (_a, _) = start_member("a", &format!("127.0.0.2:{pa}"));
     let (_b, _) = start_member("b", &format!("127.0.0.3:{pb}"));
     let (_s, s_addr) = start_member("s", "127.0.0.1:0");
-    let (_serve, web, admin) = serve(
+    let statics = format!("members = [{{ name = \"s\", address = \"{s_addr}\", weight = 5 }}]");
+    let (serve, web, admin) = serve(
         &dir.0,
         &config(&format!(
-            "members = [{{ name = \"s\", address = \"{s_addr}\", weight = 5 }}]\n\
+            "{statics}\n\
              members_dns = {{ srv = \"_http._tcp.api.test\", refresh = \"1s\", \
              resolver = \"{dns_addr}\" }}"
         )),
@@ -252,4 +253,16 @@ async fn srv_records_give_ports_and_weights_beside_static_members() {
     let weights: Vec<_> = members(admin).into_iter().map(|(n, _, w)| (n, w)).collect();
     assert_eq!(weights, [("s".to_owned(), 5), (a, 10), (b, 30)]);
     assert_eq!(served_by(web, 9), BTreeSet::from(["a".to_owned(), "b".to_owned(), "s".to_owned()]));
+
+    // A reload without `members_dns` drops its members and their series.
+    assert_eq!(metric(admin, "rondo_dns_members{cluster=\"api\"}"), 2.0);
+    std::fs::write(dir.0.join("rondo.toml"), config(&statics)).unwrap();
+    let ok = Command::new("kill")
+        .args(["-HUP", &serve.child.id().to_string()])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "kill -HUP rondo serve");
+    wait_for_members(admin, &["s".to_owned()]);
+    let (_, body) = admin_call(admin, "GET", "/metrics");
+    assert!(!body.contains("rondo_dns_members{"), "{body}");
 }
