@@ -84,6 +84,8 @@ async fn run(live: Weak<Live>, cluster: String, spec: MembersDnsSpec) {
     // Whether the last resolution failed: only the first failure of a streak is logged.
     let mut failing = false;
     let mut last: Option<Vec<MemberSpec>> = None;
+    // Whether the last answer was cut to `max_members`: logged when that starts.
+    let mut cut = false;
     loop {
         let answer = match &resolver {
             Some(r) => resolve(r, &spec).await,
@@ -100,7 +102,8 @@ async fn run(live: Weak<Live>, cluster: String, spec: MembersDnsSpec) {
                     tracing::info!(cluster, name = asked, "members_dns resolves again");
                     failing = false;
                 }
-                if members.len() > spec.max_members as usize {
+                let over = members.len() > spec.max_members as usize;
+                if over && !cut {
                     tracing::warn!(
                         cluster,
                         name = asked,
@@ -109,8 +112,9 @@ async fn run(live: Weak<Live>, cluster: String, spec: MembersDnsSpec) {
                         "members_dns answer has more addresses than max_members: the rest are \
                          left out"
                     );
-                    members.truncate(spec.max_members as usize);
                 }
+                cut = over;
+                members.truncate(spec.max_members as usize);
                 if last.as_ref() != Some(&members) {
                     tracing::info!(
                         cluster,
@@ -173,7 +177,7 @@ fn build_resolver(server: Option<SocketAddr>) -> Result<TokioResolver, NetError>
     builder.build()
 }
 
-/// The members an answer gives, in address order without repeats, and how long it is valid.
+/// The members an answer gives, in name order without repeats, and how long it is valid.
 struct Answer {
     members: Vec<MemberSpec>,
     valid_for: Duration,

@@ -266,3 +266,23 @@ async fn srv_records_give_ports_and_weights_beside_static_members() {
     let (_, body) = admin_call(admin, "GET", "/metrics");
     assert!(!body.contains("rondo_dns_members{"), "{body}");
 }
+
+/// One answer gives at most `max_members` members, the first by name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_gives_at_most_max_members() {
+    let dir = TempDir::new("dnsd");
+    let hosts: String = (2..=6).map(|i| format!("127.0.0.{i} many.test\n")).collect();
+    std::fs::write(dir.0.join("hosts"), hosts).unwrap();
+    let Some((_dns, dns_addr)) = dnsmasq(&dir.0, &[]) else { return };
+    let port = free_port();
+    let (_serve, _web, admin) = serve(
+        &dir.0,
+        &config(&format!(
+            "members_dns = {{ name = \"many.test\", port = {port}, max_members = 3, \
+             resolver = \"{dns_addr}\" }}"
+        )),
+    );
+    let want: Vec<String> = (2..=4).map(|i| format!("127.0.0.{i}:{port}")).collect();
+    wait_for_members(admin, &want);
+    assert_eq!(metric(admin, "rondo_dns_members{cluster=\"api\"}"), 3.0);
+}
