@@ -286,3 +286,22 @@ async fn an_answer_gives_at_most_max_members() {
     wait_for_members(admin, &want);
     assert_eq!(metric(admin, "rondo_dns_members{cluster=\"api\"}"), 3.0);
 }
+
+/// AAAA records are members too, named `[IP]:PORT`, and serve.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn aaaa_records_become_bracketed_members() {
+    let dir = TempDir::new("dnsd");
+    std::fs::write(dir.0.join("hosts"), "127.0.0.2 both.test\n::1 both.test\n").unwrap();
+    let Some((_dns, dns_addr)) = dnsmasq(&dir.0, &[]) else { return };
+    let port = port_free_on_all();
+    let (_v4, _) = start_member("v4", &format!("127.0.0.2:{port}"));
+    let (_v6, _) = start_member("v6", &format!("[::1]:{port}"));
+    let (_serve, web, admin) = serve(
+        &dir.0,
+        &config(&format!(
+            "members_dns = {{ name = \"both.test\", port = {port}, resolver = \"{dns_addr}\" }}"
+        )),
+    );
+    wait_for_members(admin, &[format!("127.0.0.2:{port}"), format!("[::1]:{port}")]);
+    assert_eq!(served_by(web, 6), BTreeSet::from(["v4".to_owned(), "v6".to_owned()]));
+}
