@@ -34,6 +34,8 @@ fn dnsmasq(dir: &Path, srv: &[String]) -> Option<(ChildGuard, SocketAddr)> {
         "--no-hosts".to_owned(),
         format!("--addn-hosts={}", dir.join("hosts").display()),
         "--local-ttl=1".to_owned(),
+        // Names under `test.` that no record has are NXDOMAIN, not refused.
+        "--local=/test/".to_owned(),
         format!("--pid-file={}", dir.join("dnsmasq.pid").display()),
     ];
     // As root, dnsmasq would switch to `nobody`, who may not read the test's directory.
@@ -232,6 +234,9 @@ async fn srv_records_give_ports_and_weights_beside_static_members() {
     let srv = [
         format!("_http._tcp.api.test,a.api.test,{pa},0,10"),
         format!("_http._tcp.api.test,b.api.test,{pb},0,30"),
+        // A target without addresses (not among the answer's additional records, looked up
+        // on its own: NXDOMAIN): no member.
+        format!("_http._tcp.api.test,gone.api.test,{pc},0,5"),
         // A higher priority number: a fallback, left out while the lowest has records.
         format!("_http._tcp.api.test,c.api.test,{pc},1,50"),
     ];
