@@ -40,10 +40,10 @@ pub use error::{ConfigError, ConfigErrors};
 pub use include::config_files;
 pub use schema::fields as schema_fields;
 pub use spec::{
-    AccessLogSpec, AccessLogTarget, AdminSpec, AdminToken, AgentKey, AgentSpec, DnsSpec,
+    AccessLogSpec, AccessLogTarget, AdminSpec, AdminToken, AgentKey, AgentSpec, DnsQuery, DnsSpec,
     ErrorDetail, Http2Limits, Http3Spec, ListenerProtocol, ListenerSpec, LogFormat, LogSpec,
-    NamingSpec, ProbeSpec, ProxyProtocolMode, ProxyProtocolSpec, QueueBackend, QueueSpec,
-    RegistrySpec, RouterSpec, Routing, Trusted, XdsSpec,
+    MembersDnsSpec, NamingSpec, ProbeSpec, ProxyProtocolMode, ProxyProtocolSpec, QueueBackend,
+    QueueSpec, RegistrySpec, RouterSpec, Routing, Trusted, XdsSpec,
 };
 pub use warnings::Features;
 
@@ -73,17 +73,25 @@ pub struct Config {
     pub log: LogSpec,
     /// The durable queues (`[[queue]]`), in file order.
     pub queues: Vec<QueueSpec>,
+    /// The clusters whose members are (also) discovered through DNS (`members_dns`), by name.
+    pub members_dns: std::collections::BTreeMap<String, MembersDnsSpec>,
 }
 
 impl Config {
-    /// One line, e.g. `2 listeners, 3 routes, 4 clusters, 12 members, view 1`.
+    /// One line, e.g. `2 listeners, 3 routes, 4 clusters, 12 members, view 1` (`12 members (and
+    /// members from DNS in 1 cluster)` with `members_dns`).
     pub fn summary(&self) -> String {
         fn count(n: usize, one: &str) -> String {
             if n == 1 { format!("1 {one}") } else { format!("{n} {one}s") }
         }
         let members: usize = self.view.clusters.values().map(|c| c.members.len()).sum();
+        // Members from DNS are known only once resolved: say which clusters have them.
+        let dns = match self.members_dns.len() {
+            0 => String::new(),
+            n => format!(" (and members from DNS in {})", count(n, "cluster")),
+        };
         format!(
-            "{}, {}, {}, {}, view {}",
+            "{}, {}, {}, {}{dns}, view {}",
             count(self.listeners.len(), "listener"),
             count(self.view.routes.len(), "route"),
             count(self.view.clusters.len(), "cluster"),

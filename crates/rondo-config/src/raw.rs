@@ -566,6 +566,7 @@ pub(crate) struct RawCluster {
     pub max_requests_per_member: Option<u64>,
     pub proxy_protocol: Option<String>,
     pub xds: Option<RawClusterXds>,
+    pub members_dns: Option<RawMembersDns>,
 }
 
 /// A cluster's `xds`: how proxyless gRPC clients balance it.
@@ -573,6 +574,19 @@ pub(crate) struct RawCluster {
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawClusterXds {
     pub lb: Option<String>,
+}
+
+/// A cluster's `members_dns`: members discovered by resolving a name.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawMembersDns {
+    pub name: Option<String>,
+    pub srv: Option<String>,
+    pub port: Option<u64>,
+    #[serde(default, deserialize_with = "crate::units::millis", alias = "refresh")]
+    pub refresh_ms: Option<u64>,
+    pub resolver: Option<String>,
+    pub max_members: Option<u64>,
 }
 
 /// A cluster's `upstream_tls`: TLS (and mTLS) to its members.

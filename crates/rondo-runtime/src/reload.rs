@@ -38,6 +38,9 @@ pub struct Reloader {
     pub accepted: AtomicU64,
     /// Reloads rejected (invalid config or unreadable file).
     pub rejected: AtomicU64,
+    /// The clusters' `members_dns` resolvers, started with the process's config and changed
+    /// by each reload.
+    dns: crate::dns_members::DnsMembers,
 }
 
 /// The parts of a config that only apply at start.
@@ -104,8 +107,11 @@ impl Fixed {
 
 impl Reloader {
     /// A reloader of the file at `path` into `live`; `started` is the config the process started
-    /// with (its listeners and other start-only settings are the ones bound).
+    /// with (its listeners and other start-only settings are the ones bound). Starts the
+    /// config's `members_dns` resolvers (inside a tokio runtime), which run while it lives.
     pub fn new(path: impl Into<PathBuf>, live: Arc<Live>, started: &Config) -> Reloader {
+        let dns = crate::dns_members::DnsMembers::default();
+        dns.apply(&live, &started.members_dns);
         Reloader {
             path: path.into(),
             live,
@@ -113,6 +119,7 @@ impl Reloader {
             serial: Mutex::new(()),
             accepted: AtomicU64::new(0),
             rejected: AtomicU64::new(0),
+            dns,
         }
     }
 
@@ -162,6 +169,7 @@ impl Reloader {
         }
         let snapshot = self.live.apply(config.view);
         probe::spawn(&snapshot);
+        self.dns.apply(&self.live, &config.members_dns);
         self.accepted.fetch_add(1, Ordering::Relaxed);
         self.live.metrics.reload(true);
         tracing::info!(

@@ -254,6 +254,32 @@ fn check_reports_a_typo_with_file_line_column_and_field() {
     assert_eq!(stderr, want, "stderr: {stderr}");
 }
 
+/// `members_dns` (issue 38): a valid one is counted in the summary, a wrong port is located.
+#[test]
+fn check_covers_members_dns() {
+    let config = |dns: &str| {
+        format!(
+            "[[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:8080\"\n\n\
+             [[route]]\nlistener = \"web\"\ncluster = \"api\"\n\n\
+             [cluster.api]\nmembers_dns = {{ {dns} }}\n"
+        )
+    };
+    let (_, out) = check_text(&config(r#"name = "api.internal", port = 8080, refresh = "10s""#));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("0 members (and members from DNS in 1 cluster)"), "{stdout}");
+
+    let broken = config(r#"name = "api.internal", port = 99999"#);
+    let (path, out) = check_text(&broken);
+    assert_eq!(out.status.code(), Some(1));
+    let (line, column) = pos(&broken, "99999");
+    let want = format!(
+        "{}:{line}:{column}: field `cluster.api.members_dns.port`: must be between 1 and 65535, got 99999\n",
+        path.display()
+    );
+    assert_eq!(text(&out.stderr), want);
+}
+
 #[test]
 fn check_reports_a_route_to_a_missing_cluster() {
     let example = std::fs::read_to_string(example()).unwrap();

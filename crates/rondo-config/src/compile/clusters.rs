@@ -56,7 +56,14 @@ pub fn compile_declared_policy(
                 .to_owned(),
         );
     }
-    let rc = RawCluster { members: Vec::new(), upstream_tls: None, ..rc };
+    if rc.members_dns.is_some() {
+        problems.push(
+            "policy.members_dns: members register themselves, a declared policy cannot name a \
+             DNS name to resolve"
+                .to_owned(),
+        );
+    }
+    let rc = RawCluster { members: Vec::new(), upstream_tls: None, members_dns: None, ..rc };
     let mut c = Compiler { problems: Vec::new(), base_dir: Path::new("") };
     let path = FieldPath::root().key("policy");
     let spec = compile_cluster_at(&mut c, &path, cluster, &rc, AgentSpec::DEFAULT_INTERVAL);

@@ -9,6 +9,7 @@
 
 mod clusters;
 mod listeners;
+mod members_dns;
 mod queues;
 mod rate_limit;
 mod routes;
@@ -386,10 +387,17 @@ pub(crate) fn compile(
     check_unique_listeners(&mut c, &raw, &own);
 
     let mut clusters = BTreeMap::new();
+    let mut members_dns = BTreeMap::new();
     for (name, rc) in &raw.cluster {
         let interval = agent.as_ref().map_or(AgentSpec::DEFAULT_INTERVAL, |a| a.interval);
         let spec = compile_cluster(&mut c, name, rc, interval);
         clusters.insert(name.clone(), Arc::new(spec));
+        if let Some(d) = &rc.members_dns {
+            let path = root.key("cluster").key(name).key("members_dns");
+            if let Some(d) = members_dns::compile_members_dns(&mut c, &path, d) {
+                members_dns.insert(name.clone(), d);
+            }
+        }
     }
     check_members_are_not_own(&mut c, &raw, &own);
 
@@ -484,5 +492,6 @@ pub(crate) fn compile(
         warnings: Vec::new(),
         log,
         queues,
+        members_dns,
     })
 }

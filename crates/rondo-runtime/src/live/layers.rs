@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use rondo_core::{Balancer, ClusterSpec, View};
+use rondo_core::{Balancer, ClusterSpec, MemberSpec, View};
 
 use crate::clock;
 
@@ -20,6 +20,9 @@ pub(super) struct Layers {
     pub(super) file: View,
     /// The tier's shared configuration (etcd), which replaces `file` while set.
     pub(super) shared: Option<View>,
+    /// Members discovered through DNS by cluster (`members_dns`), appended to the configured
+    /// members before the registered ones.
+    pub(super) dns: BTreeMap<String, Vec<MemberSpec>>,
     /// Registered members by cluster.
     pub(super) registered: Registered,
     /// Whether registrations may declare clusters the configuration lacks (`[naming]
@@ -40,6 +43,13 @@ impl Layers {
         &self,
     ) -> (View, BTreeMap<String, Arc<BTreeSet<String>>>, BTreeSet<String>) {
         let mut view = self.configured().clone();
+        for (cluster, members) in &self.dns {
+            if let Some(spec) = view.clusters.get_mut(cluster)
+                && let Some((with, _)) = with_registered(spec, members)
+            {
+                *spec = with;
+            }
+        }
         let mut names = BTreeMap::new();
         let mut declared = BTreeSet::new();
         for (cluster, reg) in &self.registered {
@@ -59,7 +69,12 @@ impl Layers {
     /// cluster they declared (`true`), else nothing (they wait for a configured one).
     pub(super) fn base_of(&self, cluster: &str) -> Option<(Arc<ClusterSpec>, bool)> {
         match self.configured().clusters.get(cluster) {
-            Some(spec) => Some((spec.clone(), false)),
+            Some(spec) => {
+                // Its members from DNS count as configured ones (a configured name wins).
+                let dns = self.dns.get(cluster).map_or(&[][..], |m| &m[..]);
+                let with = with_registered(spec, dns).map_or_else(|| spec.clone(), |(w, _)| w);
+                Some((with, false))
+            }
             None if self.allow_declared => {
                 self.registered.get(cluster)?.declared.clone().map(|d| (d, true))
             }

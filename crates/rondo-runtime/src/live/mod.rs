@@ -78,7 +78,8 @@ impl Snapshot {
 ///
 /// The view in effect is composed from layers: the configuration (the config file and admin
 /// API changes), replaced by the tier's shared configuration when one is set (etcd), plus the
-/// members registered with the naming service, appended to their clusters. Changing any layer
+/// members discovered through DNS (`members_dns`) and the members registered with the naming
+/// service, appended to their clusters in that order. Changing any layer
 /// swaps in a new snapshot with a higher view id.
 #[derive(Debug)]
 pub struct Live {
@@ -156,6 +157,7 @@ impl Live {
             layers: Mutex::new(Layers {
                 file: view,
                 shared: None,
+                dns: BTreeMap::new(),
                 registered: BTreeMap::new(),
                 allow_declared: false,
             }),

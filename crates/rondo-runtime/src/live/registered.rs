@@ -1,6 +1,7 @@
 //! Members registered with the naming service: appended to their clusters (or to the clusters
 //! their registrations declared), a change rebuilding only its own clusters, and what it
-//! replaced freed by the updating thread after [`RETIRED_GRACE`].
+//! replaced freed by the updating thread after [`RETIRED_GRACE`]. Members discovered through
+//! DNS change their cluster by the same rebuild.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;
@@ -148,6 +149,33 @@ impl Live {
             }
             changed.push(cluster);
         }
+        self.rebuild(&layers, changed)
+    }
+
+    /// Replaces `cluster`'s members discovered through DNS (none: it has none left) and
+    /// rebuilds that cluster alone, as [`Live::update_registered`] does: survivors keep their
+    /// state. Returns the new snapshot and the runtimes built, whose probes the caller starts.
+    pub fn update_dns(
+        &self,
+        cluster: &str,
+        members: Vec<MemberSpec>,
+    ) -> (Arc<Snapshot>, Vec<Arc<ClusterRt>>) {
+        let mut layers = self.layers();
+        if members.is_empty() {
+            layers.dns.remove(cluster);
+        } else {
+            layers.dns.insert(cluster.to_owned(), members);
+        }
+        self.rebuild(&layers, vec![cluster.to_owned()])
+    }
+
+    /// Swaps in a view in which the `changed` clusters are composed again from `layers` (their
+    /// runtime carried over) and every other cluster keeps its spec and runtime.
+    fn rebuild(
+        &self,
+        layers: &super::layers::Layers,
+        changed: Vec<String>,
+    ) -> (Arc<Snapshot>, Vec<Arc<ClusterRt>>) {
         let old = self.current.load_full();
         // The previous view was composed from these same layers (every change to them swaps a
         // view in under this lock), so only the changed clusters need composing again.
@@ -421,6 +449,43 @@ mod tests {
         // A cluster the configuration lacks: kept in the layers, in no view.
         let (snap, built) = live.update_registered(vec![("nope".into(), regd(vec![member("x")]))]);
         assert!(built.is_empty() && !snap.view.clusters.contains_key("nope"));
+    }
+
+    /// Members from DNS and registered members are separate layers of one cluster: neither
+    /// change replaces the other's, a config reload keeps both, and a member that stays in the
+    /// DNS answer keeps its state (here a drain) through the rebuild.
+    #[test]
+    fn dns_members_sit_between_configured_and_registered_and_keep_their_state() {
+        use rondo_core::{Actor, AdminState};
+        let live = live();
+        live.update_registered(vec![("c".into(), regd(vec![member("r1")]))]);
+        let (snap, built) = live.update_dns("c", vec![member("10.0.0.1:80"), member("a")]);
+        assert_eq!(built.len(), 1);
+        // `a` is configured: the configured member wins.
+        assert_eq!(names(&snap), ["a", "b", "10.0.0.1:80", "r1"]);
+        assert!(snap.is_configured("c", "10.0.0.1:80") && snap.is_registered("c", "r1"));
+        snap.clusters["c"].with(|b| {
+            let i = b.member_index("10.0.0.1:80").unwrap();
+            b.set_admin(i, AdminState::Draining, Actor::Operator("t".into()));
+        });
+
+        // A registration leaves the DNS members alone, and the other way round.
+        let (snap, _) = live.update_registered(vec![("c".into(), regd(vec![member("r2")]))]);
+        assert_eq!(names(&snap), ["a", "b", "10.0.0.1:80", "r2"]);
+        let (snap, _) = live.update_dns("c", vec![member("10.0.0.1:80"), member("10.0.0.2:80")]);
+        assert_eq!(names(&snap), ["a", "b", "10.0.0.1:80", "10.0.0.2:80", "r2"]);
+        // A reload composes every layer again, agreeing with the partial rebuilds.
+        let whole = live.apply(live.configured());
+        assert_eq!(names(&whole), names(&snap));
+        whole.clusters["c"].with(|b| {
+            let admin = |n: &str| b.states()[b.member_index(n).unwrap()].admin;
+            assert_eq!(admin("10.0.0.1:80"), AdminState::Draining, "the survivor's drain");
+            assert_eq!(admin("10.0.0.2:80"), AdminState::Active);
+        });
+
+        // No members from DNS any more: the configured and registered ones stay.
+        let (snap, _) = live.update_dns("c", Vec::new());
+        assert_eq!(names(&snap), ["a", "b", "r2"]);
     }
 
     /// A runtime replaced by a registration is not freed by whichever thread drops the last

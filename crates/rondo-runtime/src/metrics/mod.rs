@@ -13,10 +13,11 @@
 //!
 //! By product: `router` (the request path), `listener` (connections and hand-offs),
 //! `members` (cluster events and member state), `naming` (the registry and load agents),
-//! `tls`, `quic` (HTTP/3 listeners), `xds` (the naming service's xDS server); the durable queues' figures are rendered by [`crate::queues`] and the process's by
+//! `tls`, `quic` (HTTP/3 listeners), `xds` (the naming service's xDS server), `dns` (`members_dns`); the durable queues' figures are rendered by [`crate::queues`] and the process's by
 //! [`crate::process`].
 
 mod departed;
+mod dns;
 mod fault;
 mod filters;
 mod limits;
@@ -40,6 +41,7 @@ use prometheus_client::registry::Registry;
 use crate::{Snapshot, clock};
 
 pub use departed::DEPARTED_GRACE;
+pub use dns::DnsLabels;
 pub use fault::FaultLabels;
 pub use filters::CompressLabels;
 pub use limits::LimitLabels;
@@ -138,6 +140,8 @@ pub struct Metrics {
     limits: limits::LimitFamilies,
     /// The xDS server's figures.
     xds: xds::XdsFamilies,
+    /// `members_dns` resolutions and members.
+    dns: dns::DnsFamilies,
     /// Bytes the `compress` filter took in (`rondo_compress_bytes_in_total`).
     compress_in: Family<CompressLabels, Counter>,
     /// Bytes the `compress` filter sent out (`rondo_compress_bytes_out_total`).
@@ -225,6 +229,7 @@ impl Metrics {
             grpc_responses: Family::default(),
             limits: Default::default(),
             xds: Default::default(),
+            dns: Default::default(),
             compress_in: Family::default(),
             compress_out: Family::default(),
             conn_active: Family::default(),
@@ -280,6 +285,7 @@ impl Metrics {
         limits::register(&m, &mut r);
         filters::register(&m, &mut r);
         xds::register(&m, &mut r);
+        dns::register(&m, &mut r);
         m.registry = r;
         m
     }

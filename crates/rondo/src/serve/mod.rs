@@ -468,6 +468,8 @@ async fn start_queues(
 /// Live reconfiguration: the config file's changes (polled, debounced) and SIGHUP, which also
 /// reopens access log files (after a rotation renamed them).
 struct Reloading {
+    /// Kept for its `members_dns` resolvers, whether or not a watcher or SIGHUP holds it.
+    _reloader: Arc<Reloader>,
     /// `None` with `watch_config = false`.
     watcher: Option<tokio::task::JoinHandle<()>>,
     hup: Option<tokio::task::JoinHandle<()>>,
@@ -480,14 +482,14 @@ impl Reloading {
         let watcher = config.router.watch_config.then(|| {
             reload::watch_file(reloader.clone(), reload::DEFAULT_POLL, reload::DEFAULT_SETTLE)
         });
-        let hup = match reload::on_sighup(reloader) {
+        let hup = match reload::on_sighup(reloader.clone()) {
             Ok(h) => Some(h),
             Err(e) => {
                 tracing::warn!("cannot handle SIGHUP, reload by saving the config file: {e}");
                 None
             }
         };
-        Reloading { watcher, hup, reopen: reopen_access_logs_on_sighup() }
+        Reloading { _reloader: reloader, watcher, hup, reopen: reopen_access_logs_on_sighup() }
     }
 
     fn stop(self) {
