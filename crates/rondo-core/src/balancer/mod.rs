@@ -124,7 +124,8 @@ pub struct Balancer {
     seq: u64,
     /// Sum of every member's sessions + in-flight (for bounded-load caps).
     total_active: u64,
-    /// Sum of every member's requests in flight (for `max_requests`).
+    /// Sum of every member's requests in flight, kept only while the cluster has a
+    /// `max_requests` (a balancer is made anew when its spec changes).
     in_flight: u64,
     /// Rotating: next context.
     next_context: u32,
@@ -593,7 +594,9 @@ impl Balancer {
     /// A request was sent to `member`.
     pub fn begin_request(&mut self, member: usize) {
         self.states[member].load.in_flight += 1;
-        self.in_flight += 1;
+        if self.spec.policy.limits.max_requests.is_some() {
+            self.in_flight += 1;
+        }
         self.total_active += 1;
         self.load_changed(member);
     }
@@ -608,7 +611,7 @@ impl Balancer {
     ) -> Option<Ejection> {
         let policy = &self.spec.policy;
         let st = &mut self.states[member];
-        if st.load.in_flight > 0 {
+        if st.load.in_flight > 0 && policy.limits.max_requests.is_some() {
             self.in_flight = self.in_flight.saturating_sub(1);
         }
         st.load.in_flight = st.load.in_flight.saturating_sub(1);
