@@ -61,12 +61,13 @@ pub fn serve(
 ) -> anyhow::Result<ExitCode> {
     // Checked against this build's features before anything is bound.
     let loaded = rondo_config::load_file_with(path, FIRST_VIEW, crate::features());
+    let how = How { path, workers, upgrade, log };
     if !crate::log_is_json(log, loaded.as_ref().ok().map(|c| &c.log)) {
-        return serve_loaded(loaded, path, workers, upgrade, log, out, err);
+        return serve_loaded(loaded, &how, out, err);
     }
     let mut out = crate::json_lines::JsonLines::new(out, "INFO", "rondo::status");
     let mut err = crate::json_lines::JsonLines::new(err, "ERROR", "rondo::serve");
-    match serve_loaded(loaded, path, workers, upgrade, log, &mut out, &mut err) {
+    match serve_loaded(loaded, &how, &mut out, &mut err) {
         Ok(code) => Ok(code),
         Err(e) => {
             writeln!(err, "error: {e:#}")?;
@@ -75,17 +76,23 @@ pub fn serve(
     }
 }
 
+/// How `rondo serve` was asked to run: [`serve`]'s arguments, for [`serve_loaded`].
+struct How<'a> {
+    path: &'a Path,
+    workers: Option<usize>,
+    upgrade: bool,
+    log: &'a crate::cli::LogArgs,
+}
+
 /// [`serve`] once the file is read (`loaded`), writing status lines to `out` and refusals to
 /// `err`.
 fn serve_loaded(
     loaded: Result<rondo_config::Config, rondo_config::ConfigErrors>,
-    path: &Path,
-    workers: Option<usize>,
-    upgrade: bool,
-    log: &crate::cli::LogArgs,
+    how: &How<'_>,
     out: &mut dyn Write,
     err: &mut dyn Write,
 ) -> anyhow::Result<ExitCode> {
+    let How { path, workers, upgrade, log } = *how;
     let mut config = match loaded {
         Ok(c) => c,
         Err(errors) => {
