@@ -97,23 +97,31 @@ pub(super) fn write_request_head(
     let mut vias: Vec<&[u8]> = Vec::new();
     for f in &head.fields {
         let (name, value) = (f.name.get(buf), f.value.get(buf));
-        if is(name, b"te") {
-            te_trailers |= parse::tokens(value).any(|t| is(t, b"trailers"));
-            continue;
-        }
-        if is(name, b"x-forwarded-for") {
-            prior_xff.get_or_insert(value);
-            continue;
-        }
-        if is(name, b"via") {
-            vias.push(value);
+        // One look at the name's length picks the one field of these it could be (most fields
+        // a client sends are none of them); the checks below still see every other name.
+        let dropped = match name.len() {
+            2 if is(name, b"te") => {
+                te_trailers |= parse::tokens(value).any(|t| is(t, b"trailers"));
+                true
+            }
+            3 if is(name, b"via") => {
+                vias.push(value);
+                true
+            }
+            6 => is(name, b"expect"),
+            9 => !trusted && is(name, b"forwarded"),
+            15 if is(name, b"x-forwarded-for") => {
+                prior_xff.get_or_insert(value);
+                true
+            }
+            16 => is(name, b"x-forwarded-host"),
+            17 => is(name, b"x-forwarded-proto"),
+            _ => false,
+        };
+        if dropped {
             continue;
         }
         if hop_by_hop(name)
-            || is(name, b"expect")
-            || is(name, b"x-forwarded-proto")
-            || is(name, b"x-forwarded-host")
-            || (!trusted && is(name, b"forwarded"))
             || is(name, crate::tls::CLIENT_CERT_SUBJECT.as_bytes())
             || is(name, crate::tls::CLIENT_CERT_SAN.as_bytes())
             || is_identity_header(name)
