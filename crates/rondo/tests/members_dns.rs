@@ -77,20 +77,7 @@ const TOKEN: &str = "dns-test-token-0123456789";
 
 /// One admin API call with the token: status and body.
 fn admin_call(admin: SocketAddr, method: &str, path: &str) -> (u16, String) {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(admin).expect("connect to the admin API");
-    s.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
-    let head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer {TOKEN}\r\n\
-         Content-Length: 0\r\nConnection: close\r\n\r\n"
-    );
-    s.write_all(head.as_bytes()).expect("send");
-    let mut answer = Vec::new();
-    s.read_to_end(&mut answer).expect("read the answer");
-    let text = String::from_utf8_lossy(&answer).into_owned();
-    let status = text.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
-    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
-    (status, body)
+    common::request_with(admin, method, path, &format!("Authorization: Bearer {TOKEN}\r\n"), b"")
 }
 
 fn config(cluster: &str) -> String {

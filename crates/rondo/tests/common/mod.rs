@@ -177,10 +177,21 @@ impl Drop for ChildGuard {
 
 /// One HTTP/1.1 request on a fresh connection (`Connection: close`): status and body.
 pub fn request(addr: SocketAddr, method: &str, path: &str, body: &[u8]) -> (u16, String) {
+    request_with(addr, method, path, "", body)
+}
+
+/// [`request`] with more header lines (`extra`, each ending in `\r\n`).
+pub fn request_with(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    extra: &str,
+    body: &[u8],
+) -> (u16, String) {
     let mut s = std::net::TcpStream::connect(addr).expect("connect to the router");
     s.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
     let head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: test\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        "{method} {path} HTTP/1.1\r\nHost: test\r\n{extra}Content-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
     );
     s.write_all(head.as_bytes()).expect("send head");
