@@ -17,6 +17,7 @@
 //! has no default for are the `DEFAULT_*` constants here and on the spec types.
 
 mod compile;
+mod defaults;
 mod error;
 mod filter;
 mod include;
@@ -36,6 +37,7 @@ pub use compile::{
     DEFAULT_ROUTE_REQUEST_TIMEOUT, DEFAULT_WEIGHT, DeclaredPolicyError, MAX_RING_VNODES,
     MAX_WEIGHT, address_reaches, compile_declared_policy, upstream_protocol_str,
 };
+pub use defaults::{DefaultsOverride, EffectiveField, Origin};
 pub use error::{ConfigError, ConfigErrors};
 pub use include::config_files;
 pub use schema::fields as schema_fields;
@@ -243,9 +245,40 @@ pub fn load_file_with(
     view_id: u64,
     features: Features,
 ) -> Result<Config, ConfigErrors> {
+    load_file_over(path, view_id, features, None)
+}
+
+/// [`load_file_with`] with the defaults set through the admin API merged over the file's
+/// `[defaults]`.
+pub fn load_file_over(
+    path: &Path,
+    view_id: u64,
+    features: Features,
+    over: Option<&DefaultsOverride>,
+) -> Result<Config, ConfigErrors> {
     let text = read_text(path)?;
     let sources = include::gather(&text, path).map_err(|errors| ConfigErrors { errors })?;
-    parse_sources(&sources, path, view_id, features, true)
+    parse_sources(&sources, path, view_id, features, true, over)
+}
+
+/// The fields of cluster `name` of the file at `path` as they are in force, each with where it
+/// comes from: the cluster, `[defaults]` (with `over` merged over it), or built in
+/// (`rondo check --effective`). The file must be valid.
+pub fn effective(
+    path: &Path,
+    name: &str,
+    over: Option<&DefaultsOverride>,
+) -> Result<Vec<EffectiveField>, ConfigErrors> {
+    let config = load_file_over(path, 0, Features::ALL, over)?;
+    let text = read_text(path)?;
+    let sources = include::gather(&text, path).map_err(|errors| ConfigErrors { errors })?;
+    if !config.view.clusters.contains_key(name) {
+        let known = config.view.clusters.keys().map(String::as_str);
+        let message =
+            format!("unknown cluster `{name}`, expected one of {}", compile::one_of(known));
+        return Err(ConfigErrors::whole_file(path, message));
+    }
+    defaults::effective(&sources, name, over).map_err(|m| ConfigErrors::whole_file(path, m))
 }
 
 /// The text of the configuration file at `path`: a file that cannot be read is one error
@@ -287,7 +320,7 @@ pub fn parse_str_with(
     view_id: u64,
     features: Features,
 ) -> Result<Config, ConfigErrors> {
-    parse_sources(&include::Sources::single(text, file), file, view_id, features, false)
+    parse_sources(&include::Sources::single(text, file), file, view_id, features, false, None)
 }
 
 /// Parses and checks the configuration of `sources` (the main `file` and its includes, when
@@ -298,6 +331,7 @@ fn parse_sources(
     view_id: u64,
     features: Features,
     includes: bool,
+    over: Option<&DefaultsOverride>,
 ) -> Result<Config, ConfigErrors> {
     let text = sources.text.as_str();
     // A span-keeping document to turn spans into field paths and field paths into spans.
@@ -343,12 +377,33 @@ fn parse_sources(
         return Err(ConfigErrors { errors: errors.collect() });
     }
 
+    // `[defaults]` merged into every cluster and route, then compiled as if written there.
+    let raw = if raw.defaults.is_some() || over.is_some() {
+        match defaults::apply(text, over) {
+            Ok(raw) => raw,
+            Err(message) => {
+                let span = table.and_then(|t| span_of(t, &FieldPath::root().key("defaults")));
+                return Err(ConfigErrors {
+                    errors: vec![error_at(span, "defaults".to_owned(), message)],
+                });
+            }
+        }
+    } else {
+        raw
+    };
+
     let located = |problems: Vec<compile::Problem>| {
         let mut errors: Vec<ConfigError> = problems
             .into_iter()
             .map(|p| {
-                let span = table.and_then(|t| span_of(t, &p.path));
-                error_at(span, p.path.to_string(), p.message)
+                // A problem of an inherited field is shown at the default it came from.
+                let from = table.and_then(|t| defaults::inherited_from(t, &p.path));
+                let span = table.and_then(|t| span_of(t, from.as_ref().unwrap_or(&p.path)));
+                let message = match from {
+                    Some(d) => format!("{} (inherited from `{d}`)", p.message),
+                    None => p.message,
+                };
+                error_at(span, p.path.to_string(), message)
             })
             .collect();
         errors.sort_by_key(|e| (order(&e.file), e.line, e.column));

@@ -172,6 +172,19 @@ pub(crate) fn span_of(doc: &Table, path: &FieldPath) -> Option<Range<usize>> {
     best
 }
 
+/// The span of the field at `path` when the field itself is present (its value, or a standard
+/// table's header), with no fallback to an ancestor.
+pub(crate) fn span_exact(doc: &Table, path: &FieldPath) -> Option<Range<usize>> {
+    let mut node = Node::Table(doc);
+    let mut key = None;
+    for seg in &path.0 {
+        let (child, key_span) = node.child(seg)?;
+        node = child;
+        key = key_span;
+    }
+    node.span().or(key)
+}
+
 /// The spans of the key and of the value of the key/value pair at `path` (inline ones
 /// included); `None` for a standard table or an array of tables, which have no value text.
 pub(crate) fn key_value_spans(

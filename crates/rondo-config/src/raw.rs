@@ -29,6 +29,43 @@ pub(crate) struct RawConfig {
     pub cluster: BTreeMap<String, RawCluster>,
     #[serde(default)]
     pub queue: Vec<RawQueue>,
+    /// Checked here with its spans; merged into every cluster and route by `defaults.rs`.
+    pub defaults: Option<RawDefaults>,
+}
+
+/// `[defaults]`: what every `[cluster.NAME]` (the cluster fields) and every `[[route]]` (the
+/// route fields) inherits, field by field, unless it sets the field itself. The types are the
+/// cluster's and the route's own, so a default is checked as the field would be.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code, reason = "read only to check the fields; `defaults.rs` merges the text")]
+pub(crate) struct RawDefaults {
+    pub algorithm: Option<String>,
+    pub granularity: Option<String>,
+    pub upstream_protocol: Option<String>,
+    pub panic_threshold_percent: Option<u64>,
+    pub health: Option<RawHealth>,
+    pub outlier: Option<RawOutlier>,
+    pub retry: Option<RawRetry>,
+    pub slow_start: Option<RawSlowStart>,
+    pub locality: Option<RawLocality>,
+    pub hash: Option<RawHash>,
+    pub ewma: Option<RawEwma>,
+    pub session: Option<RawSession>,
+    #[serde(default, deserialize_with = "crate::units::millis", alias = "max_connection_age")]
+    pub max_connection_age_ms: Option<u64>,
+    pub max_requests_per_connection: Option<u64>,
+    pub grpc_failure_codes: Option<Vec<String>>,
+    #[serde(default, deserialize_with = "crate::units::millis", alias = "connect_timeout")]
+    pub connect_timeout_ms: Option<u64>,
+    pub max_requests: Option<u64>,
+    pub max_requests_per_member: Option<u64>,
+    /// The routes' fields.
+    #[serde(default, deserialize_with = "crate::units::millis", alias = "idle_timeout")]
+    pub idle_timeout_ms: Option<u64>,
+    #[serde(default, deserialize_with = "crate::units::millis", alias = "request_timeout")]
+    pub request_timeout_ms: Option<u64>,
+    pub filters: Option<Vec<RawFilter>>,
 }
 
 /// `[[queue]]`: a durable queue that `queue` listeners accept messages into.

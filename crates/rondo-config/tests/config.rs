@@ -1524,10 +1524,16 @@ fn the_reference_documents_every_field_of_the_schema() {
     let fields = rondo_config::schema_fields();
     assert!(fields.len() > 80, "the schema walk found only {fields:?}");
     // A listener's filters are a route's: documented once, under `route.filters`.
-    let documented = |f: &String| match f.strip_prefix("listener.filters.") {
-        Some(rest) => rows.contains(&format!("route.filters.{rest}")),
-        None => rows.contains(f),
-    };
+    // `[defaults]`'s fields are a cluster's or a route's: documented there.
+    let documented =
+        |f: &String| match (f.strip_prefix("listener.filters."), f.strip_prefix("defaults.")) {
+            (Some(rest), _) => rows.contains(&format!("route.filters.{rest}")),
+            (_, Some(rest)) => {
+                rows.contains(&format!("cluster.NAME.{rest}"))
+                    || rows.contains(&format!("route.{rest}"))
+            }
+            _ => rows.contains(f),
+        };
     let missing: Vec<&String> = fields.iter().filter(|f| !documented(f)).collect();
     assert!(
         missing.is_empty(),

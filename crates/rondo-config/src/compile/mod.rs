@@ -114,7 +114,7 @@ fn unknown_cluster(name: &str, clusters: &BTreeMap<String, Arc<ClusterSpec>>) ->
 }
 
 /// `a`, `b` or `c` / `a` or `b` / `a`.
-fn one_of<'a>(items: impl IntoIterator<Item = &'a str>) -> String {
+pub(crate) fn one_of<'a>(items: impl IntoIterator<Item = &'a str>) -> String {
     let items: Vec<String> = items.into_iter().map(|s| format!("`{s}`")).collect();
     match items.len() {
         0 => String::new(),
