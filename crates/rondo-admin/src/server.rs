@@ -8,6 +8,8 @@
 // Handlers return a ready error response as `Err`; they are not on the data path.
 #![allow(clippy::result_large_err)]
 
+mod defaults;
+
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
@@ -142,6 +144,10 @@ pub fn router(live: Arc<Live>, token: Option<Vec<u8>>) -> Router {
             get(shadow_report).put(shadow_start).delete(shadow_stop),
         )
         .route("/api/v1/config", post(config))
+        .route(
+            "/api/v1/defaults",
+            get(defaults::show).put(defaults::put).delete(defaults::remove),
+        )
         .route("/api/v1/revocations", get(revocations).post(revoke))
         .route("/api/v1/upgrade", post(upgrade))
         .merge(crate::metrics::routes(state.live.clone()))
@@ -150,7 +156,7 @@ pub fn router(live: Arc<Live>, token: Option<Vec<u8>>) -> Router {
         .method_not_allowed_fallback(|| async {
             error(
                 StatusCode::METHOD_NOT_ALLOWED,
-                "method not allowed: mutations are POST or PUT (DELETE stops a shadow)",
+                "method not allowed: mutations are POST or PUT (DELETE stops a shadow or removes the runtime defaults)",
             )
         })
         .layer(middleware::from_fn_with_state(state.clone(), auth))
@@ -918,22 +924,15 @@ async fn config(State(st): State<AppState>, headers: HeaderMap, bytes: Bytes) ->
         return error(StatusCode::BAD_REQUEST, "the configuration is not UTF-8");
     };
     let next = st.live.load().view.id + 1;
-    match rondo_config::parse_str(text, Path::new("admin-api"), next) {
-        Ok(config) => apply(&st, config.view, expected),
-        Err(errors) => {
-            let list: Vec<Value> = errors
-                .iter()
-                .map(|e| {
-                    json!({ "file": e.file.display().to_string(), "line": e.line,
-                            "column": e.column, "field": e.field, "message": e.message,
-                            "text": e.to_string() })
-                })
-                .collect();
-            (
-                StatusCode::BAD_REQUEST,
-                axum::Json(json!({ "error": "the configuration is invalid", "errors": list })),
-            )
-                .into_response()
+    let over = st.live.defaults.over();
+    match rondo_config::parse_str_over(text, Path::new("admin-api"), next, over.as_ref()) {
+        Ok(config) => {
+            let r = apply(&st, config.view, expected);
+            if r.status().is_success() {
+                st.live.defaults.from_text(text);
+            }
+            r
         }
+        Err(errors) => defaults::invalid(&errors, "the configuration is invalid"),
     }
 }

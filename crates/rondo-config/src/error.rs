@@ -85,7 +85,7 @@ impl ConfigErrors {
     }
 
     /// A single problem not tied to any position (line 0: shown as `FILE: MESSAGE`).
-    pub(crate) fn whole_file(file: &Path, message: String) -> Self {
+    pub fn whole_file(file: &Path, message: String) -> Self {
         ConfigErrors {
             errors: vec![ConfigError {
                 file: file.to_path_buf(),

@@ -323,6 +323,17 @@ pub fn parse_str_with(
     parse_sources(&include::Sources::single(text, file), file, view_id, features, false, None)
 }
 
+/// [`parse_str`] with the defaults set through the admin API merged over the text's
+/// `[defaults]`.
+pub fn parse_str_over(
+    text: &str,
+    file: &Path,
+    view_id: u64,
+    over: Option<&DefaultsOverride>,
+) -> Result<Config, ConfigErrors> {
+    parse_sources(&include::Sources::single(text, file), file, view_id, Features::ALL, false, over)
+}
+
 /// Parses and checks the configuration of `sources` (the main `file` and its includes, when
 /// `includes` says it may have them).
 fn parse_sources(

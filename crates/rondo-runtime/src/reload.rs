@@ -112,8 +112,10 @@ impl Reloader {
     pub fn new(path: impl Into<PathBuf>, live: Arc<Live>, started: &Config) -> Reloader {
         let dns = crate::dns_members::DnsMembers::default();
         dns.apply(&live, &started.members_dns);
+        let path = path.into();
+        live.defaults.from_file(&path);
         Reloader {
-            path: path.into(),
+            path,
             live,
             fixed: Fixed::of(started),
             serial: Mutex::new(()),
@@ -140,7 +142,9 @@ impl Reloader {
     pub fn reload(&self, source: &str) -> Result<u64, ConfigErrors> {
         let _serial = self.serial.lock().unwrap_or_else(|e| e.into_inner());
         let next = self.live.load().view.id + 1;
-        let config = match rondo_config::load_file(&self.path, next) {
+        let over = self.live.defaults.over();
+        let all = rondo_config::Features::ALL;
+        let config = match rondo_config::load_file_over(&self.path, next, all, over.as_ref()) {
             Ok(c) => c,
             Err(errors) => {
                 self.rejected.fetch_add(1, Ordering::Relaxed);
@@ -168,6 +172,7 @@ impl Reloader {
             );
         }
         let snapshot = self.live.apply(config.view);
+        self.live.defaults.from_file(&self.path);
         probe::spawn(&snapshot);
         self.dns.apply(&self.live, &config.members_dns);
         self.accepted.fetch_add(1, Ordering::Relaxed);

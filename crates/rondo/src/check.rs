@@ -8,6 +8,7 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::Context;
+use rondo_config::Origin;
 
 /// The view id a checked configuration gets (nothing runs it).
 const CHECK_VIEW_ID: u64 = 1;
@@ -92,4 +93,55 @@ fn udp_taken(path: &Path, config: &rondo_config::Config) -> Vec<String> {
         ));
     }
     out
+}
+
+/// The reference's default for `cluster.NAME.FIELD` (its third cell), for built-in fields.
+fn documented_default(field: &str) -> Option<&'static str> {
+    const REFERENCE: &str = include_str!("../../../docs/config.md");
+    let row = format!("| `cluster.NAME.{field}` | ");
+    let line = REFERENCE.lines().find(|l| l.starts_with(&row))?;
+    line.split(" | ").nth(2).map(str::trim)
+}
+
+/// `rondo check --effective CLUSTER`: checks the file, then prints every field of `cluster` in
+/// force, one a line: the field, its value, and where it comes from (`cluster FILE:LINE`,
+/// `defaults FILE:LINE`, or `built-in` with the reference's default).
+pub fn effective(
+    path: &Path,
+    cluster: &str,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> anyhow::Result<ExitCode> {
+    let code = check(path, false, out, err)?;
+    if code != ExitCode::SUCCESS {
+        return Ok(code);
+    }
+    let fields = match rondo_config::effective(path, cluster, None) {
+        Ok(f) => f,
+        Err(errors) => {
+            for e in &errors {
+                writeln!(err, "{e}").context("writing to stderr")?;
+            }
+            return Ok(ExitCode::FAILURE);
+        }
+    };
+    let width = fields.iter().map(|f| f.field.len()).max().unwrap_or(0);
+    writeln!(out, "cluster {cluster}: fields in force").context("writing to stdout")?;
+    for f in &fields {
+        let (value, origin) = match &f.origin {
+            Origin::Cluster(file, line) => {
+                (f.value.clone(), format!("cluster {}:{line}", file.display()))
+            }
+            Origin::Defaults(file, line) => {
+                (f.value.clone(), format!("defaults {}:{line}", file.display()))
+            }
+            Origin::Admin => (f.value.clone(), "admin API".to_owned()),
+            Origin::BuiltIn => {
+                let d = documented_default(&f.field).unwrap_or("see docs/config.md");
+                (d.to_owned(), "built-in".to_owned())
+            }
+        };
+        writeln!(out, "  {:width$}  {value}  ({origin})", f.field).context("writing to stdout")?;
+    }
+    Ok(ExitCode::SUCCESS)
 }

@@ -489,6 +489,10 @@ pub struct CheckArgs {
     /// Treat warnings as errors (exit status 1).
     #[arg(long)]
     pub strict: bool,
+    /// Also print every field of this cluster in force and where it comes from: the cluster,
+    /// `[defaults]` (with its line) or built in.
+    #[arg(long, value_name = "CLUSTER")]
+    pub effective: Option<String>,
 }
 
 impl CheckArgs {

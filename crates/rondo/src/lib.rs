@@ -344,7 +344,10 @@ fn ctl_token(
 /// Runs a parsed command line with the given outputs; an `Err` means writing output failed.
 pub fn run_with(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> anyhow::Result<ExitCode> {
     match cli.command {
-        Command::Check(args) => check::check(args.path(), args.strict, out, err),
+        Command::Check(args) => match &args.effective {
+            Some(cluster) => check::effective(args.path(), cluster, out, err),
+            None => check::check(args.path(), args.strict, out, err),
+        },
         Command::Serve(args) => {
             serve::serve(args.path(), args.workers, args.upgrade, &cli.log, out, err)
         }

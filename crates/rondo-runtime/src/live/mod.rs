@@ -113,6 +113,8 @@ pub struct Live {
     /// registered members takes milliseconds to free, and the request thread that happened to
     /// hold the last old snapshot would otherwise free it and stall the requests it carries.
     retired: Mutex<Vec<Retired>>,
+    /// The defaults set through the admin API, and what they apply to.
+    pub defaults: crate::defaults::Defaults,
 }
 
 /// The layers of the tier key: the configuration file's, and the tier's shared
@@ -172,6 +174,7 @@ impl Live {
             drain: Default::default(),
             upgrader: Default::default(),
             retired: Mutex::default(),
+            defaults: Default::default(),
         }
     }
 
