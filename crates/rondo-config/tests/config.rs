@@ -1960,6 +1960,55 @@ cluster = "app"
 "#;
 
 #[test]
+fn queue_routes_take_multicast_and_refuse_what_a_queue_cannot_do() {
+    let base = format!(
+        "{QUEUED}\n[cluster.audit]\nmembers = []\n\n[[queue]]\nname = \"o\"\ndirectory = \"q\"\n"
+    );
+    let multicast = base.replace(
+        "cluster = \"app\"\n",
+        "cluster = \"app\"\nmulticast = [{ cluster = \"audit\" }]\n",
+    );
+    let c = ok(&with(&multicast));
+    assert_eq!(c.view.routes[1].multicast[0].cluster, "audit");
+    let replay = base.replace(
+        "cluster = \"app\"\n",
+        "cluster = \"app\"\nsession_replay = { max_messages = 4 }\n",
+    );
+    let errs = errors(&with(&replay));
+    assert!(
+        errs.iter().any(|e| e.field == "route[1].session_replay"
+            && e.message.contains("route on queue listener `in` cannot replay sessions")),
+        "{}",
+        render(&errs)
+    );
+    let bound =
+        base.replace("cluster = \"app\"\n", "cluster = \"app\"\nmulticast_max_body_bytes = 10\n");
+    fails_with(
+        &with(&bound),
+        "route[1].multicast_max_body_bytes",
+        "10",
+        "the queue's `max_message_bytes` bounds it",
+    );
+    let all =
+        base.replace("protocol = \"queue\"\n", "protocol = \"queue\"\nrouting = \"all-matches\"\n");
+    fails_with(
+        &with(&all),
+        "listener[1].routing",
+        "\"all-matches\"",
+        "queue listener `in` cannot use `all-matches`",
+    );
+    // A branch is delivered over HTTP like the route's own cluster.
+    let tcp =
+        multicast.replace("[cluster.audit]\n", "[cluster.audit]\nupstream_protocol = \"tcp\"\n");
+    fails_with(
+        &with(&tcp),
+        "route[1].multicast[0].cluster",
+        "\"audit\" }",
+        "cannot deliver to cluster `audit` with upstream_protocol `tcp`",
+    );
+}
+
+#[test]
 fn queues_compile_with_their_defaults_and_limits() {
     let c = ok(&with(&format!(
         "{QUEUED}\n[[queue]]\nname = \"orders\"\ndirectory = \"q\"\nmax_attempts = 3\n\

@@ -25,7 +25,7 @@ use http::{HeaderName, HeaderValue, Request};
 use http_body_util::{BodyExt, Full};
 use rondo_config::QueueSpec;
 use rondo_core::failover::{Placement, TryMaker, drive};
-use rondo_core::{Failover, FailureKind, HashKeySource, Outcome, Route, TryFailure};
+use rondo_core::{Failover, FailureKind, HashKeySource, Outcome, TryFailure};
 use rondo_runtime::queues::TryRecord;
 use rondo_runtime::{ClusterRt, Live, Refused, Snapshot, clock};
 
@@ -174,11 +174,20 @@ async fn attempt_delivery(
     let Some(route) = route else {
         return Err(format!("no route of listener {} matches the message", m.listener));
     };
+    // A multicast copy goes to its branch's cluster and backups, the message itself to the
+    // route's own.
+    let (first, backups) = match &m.branch {
+        None => (&route.cluster, route.backups.as_slice()),
+        Some(b) => match route.multicast.iter().find(|x| &x.cluster == b) {
+            Some(x) => (&x.cluster, x.backups.as_slice()),
+            None => return Err(format!("route {} has no multicast branch {b} now", route.name)),
+        },
+    };
     let timeout = route.request_timeout.min(spec.lease);
     // The message id makes a second delivery recognisable: tries may move on like an
     // idempotent request's.
     let now = clock::now();
-    let mut failover = Failover::new(1 + route.backups.len(), true, now, timeout);
+    let mut failover = Failover::new(1 + backups.len(), true, now, timeout);
     let mut delivery = Delivery {
         live,
         clients,
@@ -186,7 +195,8 @@ async fn attempt_delivery(
         lease,
         attempt,
         snapshot: &snapshot,
-        route,
+        first,
+        backups,
         why: Vec::new(),
     };
     if let Ok(Some(member)) = drive(&mut delivery, &mut failover, now).await {
@@ -208,7 +218,9 @@ struct Delivery<'a> {
     lease: &'a Lease,
     attempt: u32,
     snapshot: &'a Snapshot,
-    route: &'a Route,
+    /// The cluster tried first and its backups (the route's, or a multicast branch's).
+    first: &'a String,
+    backups: &'a [String],
     why: Vec<String>,
 }
 
@@ -237,8 +249,7 @@ impl<'a> TryMaker for Delivery<'a> {
         failover: &mut Failover,
         now: rondo_core::Instant,
     ) -> Placement<Underway<'a>> {
-        let route = self.route;
-        let cluster = if i == 0 { &route.cluster } else { &route.backups[i - 1] };
+        let cluster = if i == 0 { self.first } else { &self.backups[i - 1] };
         let Some(rt) = self.snapshot.clusters.get(cluster) else {
             self.why.push(format!("cluster {cluster} is not in the view"));
             return Placement::NoEligible;
@@ -422,6 +433,7 @@ mod tests {
             headers: vec![("x-a".into(), Bytes::from_static(b"1"))],
             body: Bytes::from_static(b"hi"),
             peer: Some("127.0.0.1".parse().unwrap()),
+            branch: None,
         };
         let r = build(&m, "127.0.0.1:9", "q", "ab-7", 3);
         assert_eq!(r.uri().to_string(), "http://127.0.0.1:9/queues/q?x=1");

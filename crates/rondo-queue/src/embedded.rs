@@ -155,11 +155,17 @@ impl Index {
 }
 
 /// A change for the writer thread.
+/// One message of an [`Op::Append`]: its sequence number, metadata and record.
+struct Appended {
+    seq: u64,
+    meta: MetaRecord,
+    message: Vec<u8>,
+}
+
 enum Op {
+    /// Messages appended in one commit, all or none (a multicast route's copies).
     Append {
-        seq: u64,
-        meta: MetaRecord,
-        message: Vec<u8>,
+        items: Vec<Appended>,
         reply: oneshot::Sender<Result<(), String>>,
     },
     Complete {
@@ -193,7 +199,7 @@ enum Op {
 impl Op {
     fn bytes(&self) -> usize {
         match self {
-            Op::Append { message, .. } => message.len(),
+            Op::Append { items, .. } => items.iter().map(|a| a.message.len()).sum(),
             Op::Retry { tries, .. } | Op::Dead { tries, .. } => tries.len(),
             _ => 16,
         }
@@ -614,10 +620,12 @@ fn write_batch(db: &Database, batch: &[Op]) -> Result<(), redb::Error> {
         let mut next_seq = None;
         for op in batch {
             match op {
-                Op::Append { seq, meta: m, message, .. } => {
-                    meta.insert(*seq, record::encode_meta(m).as_slice())?;
-                    msgs.insert(*seq, message.as_slice())?;
-                    next_seq = Some(seq + 1);
+                Op::Append { items, .. } => {
+                    for Appended { seq, meta: m, message } in items {
+                        meta.insert(*seq, record::encode_meta(m).as_slice())?;
+                        msgs.insert(*seq, message.as_slice())?;
+                        next_seq = Some(seq + 1);
+                    }
                 }
                 Op::Complete { seq, .. } => {
                     meta.remove(*seq)?;
@@ -664,14 +672,16 @@ fn apply(s: &Shared, batch: Vec<Op>, result: Result<(), String>) {
         let mut ix = s.index();
         for op in batch {
             match op {
-                Op::Append { seq, meta, reply, .. } => {
-                    if ok {
-                        ix.live.insert(seq, Live { meta, attempts: 0, due: now });
-                        ix.schedule(seq);
-                        s.counters.accepted.fetch_add(1, Ordering::Relaxed);
-                    } else {
-                        ix.count -= 1;
-                        ix.bytes -= meta.size;
+                Op::Append { items, reply } => {
+                    for Appended { seq, meta, .. } in items {
+                        if ok {
+                            ix.live.insert(seq, Live { meta, attempts: 0, due: now });
+                            ix.schedule(seq);
+                            s.counters.accepted.fetch_add(1, Ordering::Relaxed);
+                        } else {
+                            ix.count -= 1;
+                            ix.bytes -= meta.size;
+                        }
                     }
                     replies.push(reply);
                 }
@@ -757,14 +767,31 @@ impl Store for Embedded {
         session: Option<String>,
     ) -> BoxFuture<'_, Result<String, AppendError>> {
         Box::pin(async move {
+            let mut ids = self.append_all(vec![(message, session)]).await?;
+            Ok(ids.pop().unwrap_or_default())
+        })
+    }
+
+    fn append_all(
+        &self,
+        copies: Vec<(Message, Option<String>)>,
+    ) -> BoxFuture<'_, Result<Vec<String>, AppendError>> {
+        Box::pin(async move {
             let spec = &self.shared.spec;
-            let size = message.size();
-            let bytes = record::encode_message(&message);
-            let meta = MetaRecord { accepted_ms: unix_ms(), size, session };
+            let accepted_ms = unix_ms();
+            let mut items: Vec<Appended> = copies
+                .into_iter()
+                .map(|(message, session)| {
+                    let size = message.size();
+                    let message = record::encode_message(&message);
+                    Appended { seq: 0, meta: MetaRecord { accepted_ms, size, session }, message }
+                })
+                .collect();
+            let (n, size) = (items.len() as u64, items.iter().map(|a| a.meta.size).sum::<u64>());
             let (tx, rx) = oneshot::channel();
-            let seq = {
+            let seqs = {
                 let mut ix = self.shared.index();
-                let why = if ix.count >= spec.max_messages {
+                let why = if ix.count + n > spec.max_messages {
                     Some(format!("{} messages held, max_messages {}", ix.count, spec.max_messages))
                 } else if ix.bytes + size > spec.max_bytes {
                     Some(format!("{} bytes held, max_bytes {}", ix.bytes, spec.max_bytes))
@@ -775,21 +802,24 @@ impl Store for Embedded {
                     self.shared.counters.rejected_full.fetch_add(1, Ordering::Relaxed);
                     return Err(AppendError::Full { queue: self.shared.name.clone(), why });
                 }
-                let seq = ix.next_seq;
+                let first = ix.next_seq;
+                for (i, a) in items.iter_mut().enumerate() {
+                    a.seq = first + i as u64;
+                }
                 // Sent under the index lock: the writer's channel holds appends in sequence order.
-                let sent = self.send(Op::Append { seq, meta, message: bytes, reply: tx });
+                let sent = self.send(Op::Append { items, reply: tx });
                 if let Err(error) = sent {
                     return Err(AppendError::Store { queue: self.shared.name.clone(), error });
                 }
-                ix.next_seq += 1;
-                ix.count += 1;
+                ix.next_seq += n;
+                ix.count += n;
                 ix.bytes += size;
-                seq
+                first..first + n
             };
             let store_err =
                 |error: String| AppendError::Store { queue: self.shared.name.clone(), error };
             match rx.await {
-                Ok(Ok(())) => Ok(self.id(seq)),
+                Ok(Ok(())) => Ok(seqs.map(|seq| self.id(seq)).collect()),
                 Ok(Err(e)) => Err(store_err(e)),
                 Err(_) => Err(store_err("the writer thread stopped".to_owned())),
             }
@@ -996,6 +1026,7 @@ mod tests {
             headers: Vec::new(),
             body: bytes::Bytes::from_static(body.as_bytes()),
             peer: None,
+            branch: None,
         }
     }
 
@@ -1082,6 +1113,33 @@ mod tests {
     // an I/O error, a message refused that way leaves the file (its client was told 503), and
     // one whose delivery reached the file leaves the index (else it would be handed out and
     // found missing for ever).
+    // A multicast message's copies: all kept, in one commit, or none when they do not all fit.
+    #[tokio::test]
+    async fn copies_are_appended_all_or_none() {
+        let dir = tempdir("all-or-none");
+        let (spec, d) = spec(&dir);
+        let s = Embedded::open(&spec, &d).unwrap();
+        let copy = |b: &str| Message { branch: Some(b.into()), ..msg("m") };
+        let commits = s.shared.commits.load(Ordering::Relaxed);
+        let ids = s.append_all(vec![(msg("m"), None), (copy("audit"), None)]).await.unwrap();
+        assert_eq!(ids.len(), 2);
+        assert_eq!(s.shared.commits.load(Ordering::Relaxed), commits + 1, "one commit");
+        // max_messages is 3: two more copies do not fit, so neither is kept.
+        let full = s.append_all(vec![(msg("n"), None), (copy("audit"), None)]).await;
+        assert!(matches!(full, Err(AppendError::Full { .. })), "{full:?}");
+        assert_eq!(s.stats().depth, 2);
+        let first = next(&s).await.unwrap();
+        let second = next(&s).await.unwrap();
+        assert_eq!((first.message.branch, second.message.branch), (None, Some("audit".into())));
+        assert!(next(&s).await.is_none());
+        s.close();
+        drop(s);
+        // And they come back as written after a restart.
+        let s = Embedded::open(&spec, &d).unwrap();
+        assert_eq!(s.stats().depth, 2);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     #[tokio::test]
     async fn opened_again_the_file_and_the_index_agree() {
         let dir = tempdir("reconcile");
@@ -1094,9 +1152,11 @@ mod tests {
         let ((r1, _), (r2, _)) = (oneshot::channel(), oneshot::channel());
         let behind_its_back = [
             Op::Append {
-                seq: stray,
-                meta: MetaRecord { accepted_ms: 0, size: 1, session: None },
-                message: record::encode_message(&msg("x")),
+                items: vec![Appended {
+                    seq: stray,
+                    meta: MetaRecord { accepted_ms: 0, size: 1, session: None },
+                    message: record::encode_message(&msg("x")),
+                }],
                 reply: r1,
             },
             Op::Complete { seq: seq(&a), reply: r2 },

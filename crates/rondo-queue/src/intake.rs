@@ -350,7 +350,7 @@ async fn intake(
     };
     // Routes match the message as they would a request (body filters read its body); none:
     // it would never be delivered. A route with `auth` admits only a message whose token holds.
-    let identity: Option<Identity> = {
+    let (identity, branches): (Option<Identity>, Vec<String>) = {
         let snapshot = ctx.live.load();
         let headers = &parts.headers;
         let header = |n: &str| headers.get(n).and_then(|v| v.to_str().ok());
@@ -375,8 +375,10 @@ async fn intake(
                 format!("no route of listener {} matches the message", ctx.listener.name),
             );
         };
+        // A multicast route's message is kept once per branch, all copies or none.
+        let branches = route.multicast.iter().map(|b| b.cluster.clone()).collect();
         match ctx.auth.gate(route, &ctx.live, headers) {
-            Ok(identity) => identity,
+            Ok(identity) => (identity, branches),
             Err(e) => {
                 let mut r = text(e.refusal.status(), format!("route {}: {}", route.name, e.detail));
                 r.headers_mut().insert(header::WWW_AUTHENTICATE, e.refusal.challenge());
@@ -414,10 +416,23 @@ async fn intake(
         headers,
         body,
         peer: Some(peer.ip()),
+        branch: None,
     };
-    match entry.store.append(message, session).await {
-        Ok(id) => {
-            let body = format!("{{\"id\":\"{id}\",\"queue\":\"{name}\"}}\n");
+    match entry.store.append_all(copies(message, session, &branches)).await {
+        Ok(ids) => {
+            let id = ids.first().cloned().unwrap_or_default();
+            let listed: Vec<String> = branches
+                .iter()
+                .zip(ids.iter().skip(1))
+                .map(|(b, id)| format!("\"{b}\":\"{id}\""))
+                .collect();
+            let body = match listed.is_empty() {
+                true => format!("{{\"id\":\"{id}\",\"queue\":\"{name}\"}}\n"),
+                false => format!(
+                    "{{\"id\":\"{id}\",\"queue\":\"{name}\",\"branches\":{{{}}}}}\n",
+                    listed.join(",")
+                ),
+            };
             let mut r = Response::new(Full::new(Bytes::from(body)));
             *r.status_mut() = StatusCode::ACCEPTED;
             let h = r.headers_mut();
@@ -433,4 +448,21 @@ async fn intake(
             busy(e.to_string())
         }
     }
+}
+
+/// The copies a message is kept as: itself for the route's cluster, then one per multicast
+/// branch. Each branch orders its own session (its key gets ` @BRANCH`), so a branch that
+/// cannot deliver holds back only its own copies.
+fn copies(
+    message: Message,
+    session: Option<String>,
+    branches: &[String],
+) -> Vec<(Message, Option<String>)> {
+    let mut out = Vec::with_capacity(1 + branches.len());
+    for b in branches {
+        let copy = Message { branch: Some(b.clone()), ..message.clone() };
+        out.push((copy, session.as_ref().map(|s| format!("{s} @{b}"))));
+    }
+    out.insert(0, (message, session));
+    out
 }

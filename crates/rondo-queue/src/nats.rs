@@ -47,6 +47,9 @@ const ID: &str = "Rondo-Id";
 const ACCEPTED: &str = "Rondo-Accepted";
 const SESSION: &str = "Rondo-Session";
 const DEAD: &str = "Rondo-Dead";
+/// On a multicast route's message: its branches (each name in hex, comma-separated), whose
+/// copies the first router to lease it publishes before the message itself is delivered.
+const FANOUT: &str = "Rondo-Fanout";
 
 #[derive(Debug, Default, Clone)]
 struct Cached {
@@ -231,6 +234,91 @@ impl Nats {
     }
 
     /// The subject a message with session key `session` is published to.
+    /// Publishes `message` and waits for the stream to keep it: its id.
+    async fn publish(
+        &self,
+        message: Message,
+        session: Option<String>,
+        fanout: Option<String>,
+    ) -> Result<String, AppendError> {
+        let queue = self.spec.name.clone();
+        let mut h = HeaderMap::new();
+        h.insert(ACCEPTED, unix_ms().to_string().as_str());
+        if let Some(s) = &session {
+            h.insert(SESSION, s.as_str());
+        }
+        if let Some(f) = &fanout {
+            h.insert(FANOUT, f.as_str());
+        }
+        let payload = Bytes::from(record::encode_message(&message));
+        let subject = self.subject_for(session.as_deref());
+        let ack = match self.js.publish_with_headers(subject, h, payload).await {
+            Ok(f) => f.await,
+            Err(e) => {
+                return Err(AppendError::Store { queue, error: e.to_string() });
+            }
+        };
+        match ack {
+            Ok(a) => {
+                self.counters.accepted.fetch_add(1, Ordering::Relaxed);
+                Ok(format!("{:08x}-{}", self.uid, a.sequence))
+            }
+            Err(e) => {
+                let error = e.to_string();
+                if error.contains("maximum") {
+                    self.counters.rejected_full.fetch_add(1, Ordering::Relaxed);
+                    Err(AppendError::Full { queue, why: error })
+                } else {
+                    Err(AppendError::Store { queue, error })
+                }
+            }
+        }
+    }
+
+    /// Publishes the copies of multicast message `id` (one for the route's cluster, keeping
+    /// `id`, and one per branch of `fanout`), each under a `Nats-Msg-Id` made of `id` and its
+    /// branch, so that a router that dies before acknowledging the message makes no second
+    /// copy when another leases it again (within the stream's duplicate window, 2 minutes).
+    async fn split(
+        &self,
+        id: &str,
+        accepted_ms: u64,
+        message: Message,
+        session: Option<String>,
+        fanout: &str,
+    ) -> Result<(), String> {
+        let mut branches = vec![None];
+        for b in fanout.split(',') {
+            let name = unhex(b).ok_or_else(|| format!("bad {FANOUT} field"))?;
+            branches.push(Some(name));
+        }
+        for branch in branches {
+            let mut h = HeaderMap::new();
+            h.insert(ACCEPTED, accepted_ms.to_string().as_str());
+            let session = match (&session, &branch) {
+                (Some(s), Some(b)) => Some(format!("{s} @{b}")),
+                (s, _) => s.clone(),
+            };
+            if let Some(s) = &session {
+                h.insert(SESSION, s.as_str());
+            }
+            let dedupe = match &branch {
+                None => {
+                    h.insert(ID, id);
+                    format!("{id}/")
+                }
+                Some(b) => format!("{id}/{}", hex(b.as_bytes())),
+            };
+            h.insert("Nats-Msg-Id", dedupe.as_str());
+            let copy = Message { branch, ..message.clone() };
+            let payload = Bytes::from(record::encode_message(&copy));
+            let subject = self.subject_for(session.as_deref());
+            let ack = self.js.publish_with_headers(subject, h, payload).await;
+            ack.map_err(|e| e.to_string())?.await.map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+
     fn subject_for(&self, session: Option<&str>) -> String {
         match session {
             None => self.subject.clone(),
@@ -368,79 +456,83 @@ impl Store for Nats {
         message: Message,
         session: Option<String>,
     ) -> BoxFuture<'_, Result<String, AppendError>> {
+        Box::pin(self.publish(message, session, None))
+    }
+
+    fn append_all(
+        &self,
+        copies: Vec<(Message, Option<String>)>,
+    ) -> BoxFuture<'_, Result<Vec<String>, AppendError>> {
         Box::pin(async move {
-            let queue = self.spec.name.clone();
-            let mut h = HeaderMap::new();
-            h.insert(ACCEPTED, unix_ms().to_string().as_str());
-            if let Some(s) = &session {
-                h.insert(SESSION, s.as_str());
-            }
-            let payload = Bytes::from(record::encode_message(&message));
-            let subject = self.subject_for(session.as_deref());
-            let ack = match self.js.publish_with_headers(subject, h, payload).await {
-                Ok(f) => f.await,
-                Err(e) => {
-                    return Err(AppendError::Store { queue, error: e.to_string() });
-                }
-            };
-            match ack {
-                Ok(a) => {
-                    self.counters.accepted.fetch_add(1, Ordering::Relaxed);
-                    Ok(format!("{:08x}-{}", self.uid, a.sequence))
-                }
-                Err(e) => {
-                    let error = e.to_string();
-                    if error.contains("maximum") {
-                        self.counters.rejected_full.fetch_add(1, Ordering::Relaxed);
-                        Err(AppendError::Full { queue, why: error })
-                    } else {
-                        Err(AppendError::Store { queue, error })
-                    }
-                }
-            }
+            let mut copies = copies.into_iter();
+            let Some((message, session)) = copies.next() else { return Ok(Vec::new()) };
+            // One publish holds them all: a stream refuses it whole or keeps it whole. The
+            // copies are made when it is first leased ([`Nats::split`]).
+            let fanout: Vec<String> =
+                copies.filter_map(|(m, _)| m.branch).map(|b| hex(b.as_bytes())).collect();
+            let fanout = (!fanout.is_empty()).then(|| fanout.join(","));
+            self.publish(message, session, fanout).await.map(|id| vec![id])
         })
     }
 
     fn next(&self) -> BoxFuture<'_, Result<Lease, QueueError>> {
         Box::pin(async move {
-            let (pulled, m) = {
-                let mut messages = self.messages.lock().await;
-                match messages.recv().await {
-                    Some(Ok(m)) => m,
-                    Some(Err(e)) => return Err(QueueError::Store(e)),
-                    None => return Err(QueueError::Store("the consumers closed".to_owned())),
+            loop {
+                let (pulled, m) = {
+                    let mut messages = self.messages.lock().await;
+                    match messages.recv().await {
+                        Some(Ok(m)) => m,
+                        Some(Err(e)) => return Err(QueueError::Store(e)),
+                        None => return Err(QueueError::Store("the consumers closed".to_owned())),
+                    }
+                };
+                if pulled.elapsed() > Duration::from_secs(1) {
+                    // It waited for a free worker: its ack wait starts again now, so the server
+                    // does not hand it to another router while this one delivers it.
+                    let _ = m.ack_with(AckKind::Progress).await;
                 }
-            };
-            if pulled.elapsed() > Duration::from_secs(1) {
-                // It waited for a free worker: its ack wait starts again now, so the server
-                // does not hand it to another router while this one delivers it.
-                let _ = m.ack_with(AckKind::Progress).await;
-            }
-            let info = m.info().map_err(store_err)?;
-            let (seq, delivered) = (info.stream_sequence, info.delivered.max(1) as u32);
-            let h = m.headers.as_ref();
-            let id = header(h, ID)
-                .map(str::to_owned)
-                .unwrap_or_else(|| format!("{:08x}-{seq}", self.uid));
-            let accepted_ms = header(h, ACCEPTED).and_then(|v| v.parse().ok()).unwrap_or(0);
-            let message = match record::decode_message(&m.payload) {
-                Ok(msg) => msg,
-                Err(e) => {
-                    // Not ours to deliver: kept out of the way for good.
-                    let _ = m.ack_with(AckKind::Term).await;
-                    return Err(QueueError::Store(format!("message {id}: {e}")));
+                let info = m.info().map_err(store_err)?;
+                let (seq, delivered) = (info.stream_sequence, info.delivered.max(1) as u32);
+                let h = m.headers.as_ref();
+                let id = header(h, ID)
+                    .map(str::to_owned)
+                    .unwrap_or_else(|| format!("{:08x}-{seq}", self.uid));
+                let accepted_ms = header(h, ACCEPTED).and_then(|v| v.parse().ok()).unwrap_or(0);
+                let message = match record::decode_message(&m.payload) {
+                    Ok(msg) => msg,
+                    Err(e) => {
+                        // Not ours to deliver: kept out of the way for good.
+                        let _ = m.ack_with(AckKind::Term).await;
+                        return Err(QueueError::Store(format!("message {id}: {e}")));
+                    }
+                };
+                if let Some(fanout) = header(h, FANOUT).map(str::to_owned) {
+                    let session = header(h, SESSION).map(str::to_owned);
+                    match self.split(&id, accepted_ms, message, session, &fanout).await {
+                        Ok(()) => {
+                            let _ = m.double_ack().await;
+                        }
+                        Err(e) => {
+                            tracing::warn!(queue = %self.spec.name, "message {id}: its multicast copies could not be made yet: {e}");
+                            let _ = m.ack_with(AckKind::Nak(Some(Duration::from_secs(1)))).await;
+                        }
+                    }
+                    continue;
                 }
-            };
-            let tries =
-                match self.tries.get_last_raw_message_by_subject(&self.tries_subject(&id)).await {
+                let tries = match self
+                    .tries
+                    .get_last_raw_message_by_subject(&self.tries_subject(&id))
+                    .await
+                {
                     Ok(m) => record::decode_tries(&m.payload).unwrap_or_default(),
                     Err(_) => Vec::new(),
                 };
-            // Attempts lost with a router (the server delivered, nobody recorded) count too.
-            let attempts = (tries.len() as u32).max(delivered - 1);
-            let key = self.next_key.fetch_add(1, Ordering::Relaxed);
-            self.leased.lock().unwrap_or_else(|e| e.into_inner()).insert(key, m);
-            Ok(Lease { id, message, accepted_ms, attempts, tries, key })
+                // Attempts lost with a router (the server delivered, nobody recorded) count too.
+                let attempts = (tries.len() as u32).max(delivered - 1);
+                let key = self.next_key.fetch_add(1, Ordering::Relaxed);
+                self.leased.lock().unwrap_or_else(|e| e.into_inner()).insert(key, m);
+                return Ok(Lease { id, message, accepted_ms, attempts, tries, key });
+            }
         })
     }
 
@@ -578,4 +670,18 @@ impl Store for Nats {
             Ok(n)
         })
     }
+}
+
+/// `bytes` as lower-case hex (a branch's name in a header field, whatever it holds).
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The text [`hex`] made.
+fn unhex(text: &str) -> Option<String> {
+    let bytes: Option<Vec<u8>> = (0..text.len())
+        .step_by(2)
+        .map(|i| text.get(i..i + 2).and_then(|h| u8::from_str_radix(h, 16).ok()))
+        .collect();
+    String::from_utf8(bytes?).ok()
 }

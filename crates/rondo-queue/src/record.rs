@@ -11,6 +11,9 @@ use rondo_runtime::queues::TryRecord;
 use crate::store::Message;
 
 const FORMAT: u8 = 1;
+/// A message record with a multicast branch after its body (a message without one is written
+/// in [`FORMAT`], as before branches existed).
+const FORMAT_BRANCH: u8 = 2;
 
 /// A record that cannot be read.
 #[derive(Debug, thiserror::Error)]
@@ -74,6 +77,9 @@ impl<'a> R<'a> {
 /// A message's bytes.
 pub fn encode_message(m: &Message) -> Vec<u8> {
     let mut w = W::new();
+    if m.branch.is_some() {
+        w.0[0] = FORMAT_BRANCH;
+    }
     w.bytes(m.listener.as_bytes());
     w.bytes(m.path.as_bytes());
     w.bytes(m.peer.map(|p| p.to_string()).unwrap_or_default().as_bytes());
@@ -83,12 +89,16 @@ pub fn encode_message(m: &Message) -> Vec<u8> {
         w.bytes(v);
     }
     w.bytes(&m.body);
+    if let Some(branch) = &m.branch {
+        w.bytes(branch.as_bytes());
+    }
     w.0
 }
 
 /// A message from its bytes.
 pub fn decode_message(b: &[u8]) -> Result<Message, Damaged> {
-    let mut r = R::new(b)?;
+    let with_branch = b.first() == Some(&FORMAT_BRANCH);
+    let mut r = if with_branch { R(&b[1..]) } else { R::new(b)? };
     let listener = r.string()?;
     let path = r.string()?;
     let peer = r.string()?;
@@ -105,8 +115,9 @@ pub fn decode_message(b: &[u8]) -> Result<Message, Damaged> {
         headers.push((name, value));
     }
     let body = Bytes::copy_from_slice(r.bytes()?);
+    let branch = if with_branch { Some(r.string()?) } else { None };
     r.end()?;
-    Ok(Message { listener, path, headers, body, peer })
+    Ok(Message { listener, path, headers, body, peer, branch })
 }
 
 /// What the store keeps in memory of every message: when it was accepted, its size and its
@@ -189,8 +200,18 @@ mod tests {
             headers: vec![("x-a".into(), Bytes::from_static(b"1")), ("k".into(), Bytes::new())],
             body: Bytes::from_static(b"hello"),
             peer: Some("127.0.0.1".parse().unwrap()),
+            branch: None,
         };
         assert_eq!(decode_message(&encode_message(&m)).unwrap(), m);
+        // A message without a branch keeps the first format, so older routers read it.
+        assert_eq!(encode_message(&m)[0], FORMAT);
+        let copy = Message { branch: Some("audit".into()), ..m.clone() };
+        let b = encode_message(&copy);
+        assert_eq!(b[0], FORMAT_BRANCH);
+        assert_eq!(decode_message(&b).unwrap(), copy);
+        for cut in 1..b.len() {
+            assert!(decode_message(&b[..cut]).is_err(), "cut at {cut}");
+        }
         let meta = MetaRecord { accepted_ms: 5, size: 9, session: Some("s".into()) };
         assert_eq!(decode_meta(&encode_meta(&meta)).unwrap(), meta);
         let tries = vec![TryRecord { attempt: 1, at_ms: 3, reason: "m1: answered 500".into() }];
@@ -205,6 +226,7 @@ mod tests {
             headers: vec![],
             body: Bytes::from_static(b"x"),
             peer: None,
+            branch: None,
         });
         for cut in 0..b.len() {
             assert!(decode_message(&b[..cut]).is_err(), "cut at {cut}");

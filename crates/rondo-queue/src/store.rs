@@ -35,6 +35,9 @@ pub struct Message {
     pub body: Bytes,
     /// The client's address.
     pub peer: Option<IpAddr>,
+    /// The multicast branch this copy is for (its cluster), on a route with `multicast`; `None`
+    /// for the route's own cluster.
+    pub branch: Option<String>,
 }
 
 impl Message {
@@ -116,6 +119,12 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         message: Message,
         session: Option<String>,
     ) -> BoxFuture<'_, Result<String, AppendError>>;
+    /// Accepts every one of `copies` (a message with its session key) or none: their ids once
+    /// all are durable (a multicast route's copies, one per branch).
+    fn append_all(
+        &self,
+        copies: Vec<(Message, Option<String>)>,
+    ) -> BoxFuture<'_, Result<Vec<String>, AppendError>>;
     /// Waits for the next message due for delivery and leases it.
     fn next(&self) -> BoxFuture<'_, Result<Lease, QueueError>>;
     /// The leased message was delivered: it goes.

@@ -174,6 +174,18 @@ pub(super) fn check_queues(c: &mut Compiler<'_>, raw: &RawConfig) {
             }
         }
     }
+    for (i, l) in raw.listener.iter().enumerate() {
+        if l.protocol.as_deref() == Some("queue") && l.routing.as_deref() == Some("all-matches") {
+            c.err(
+                root.key("listener").index(i).key("routing"),
+                format!(
+                    "queue listener `{}` cannot use `all-matches`: a message is kept once per \
+                     branch of its one route's `multicast` instead",
+                    l.name
+                ),
+            );
+        }
+    }
     if raw.queue.is_empty() {
         for (i, l) in raw.listener.iter().enumerate() {
             if l.protocol.as_deref() == Some("queue") {
@@ -213,6 +225,26 @@ pub(super) fn check_queue_route(
             format!("route on queue listener `{}` cannot sign users on", r.listener),
         );
     }
+    if r.session_replay.is_some() {
+        c.err(
+            path.key("session_replay"),
+            format!(
+                "route on queue listener `{}` cannot replay sessions: a queued message is \
+                 delivered on its own, with no connection whose member could change",
+                r.listener
+            ),
+        );
+    }
+    if r.multicast_max_body_bytes.is_some() {
+        c.err(
+            path.key("multicast_max_body_bytes"),
+            format!(
+                "route on queue listener `{}` keeps a copy per branch in the queue: the \
+                 queue's `max_message_bytes` bounds it",
+                r.listener
+            ),
+        );
+    }
     if r.clusters.is_some() {
         c.err(
             path.key("clusters"),
@@ -222,8 +254,14 @@ pub(super) fn check_queue_route(
             ),
         );
     }
+    let branches = route.multicast.iter().enumerate().flat_map(|(j, b)| {
+        let at = path.key("multicast").index(j);
+        std::iter::once((at.key("cluster"), &b.cluster))
+            .chain(b.backups.iter().enumerate().map(move |(k, x)| (at.key("backups").index(k), x)))
+    });
     let targets = std::iter::once((path.key("cluster"), &route.cluster))
-        .chain(route.backups.iter().enumerate().map(|(j, b)| (path.key("backups").index(j), b)));
+        .chain(route.backups.iter().enumerate().map(|(j, b)| (path.key("backups").index(j), b)))
+        .chain(branches);
     for (p, name) in targets {
         let Some(cluster) = clusters.get(name) else { continue };
         if cluster.upstream_protocol == UpstreamProtocol::Tcp {
