@@ -1116,3 +1116,103 @@ async fn after_a_full_disk_is_freed_messages_are_accepted_again_and_none_is_lost
         assert!(!refused.contains(&number), "message {number} was refused but delivered");
     }
 }
+
+/// The config of [`config`] with a `multicast` branch to cluster `audit` (one member at `audit`).
+fn multicast_config(dir: &TempDir, member: SocketAddr, audit: SocketAddr, queue: &str) -> String {
+    config(dir, member, queue)
+        .replace("cluster = \"c\"\n", "cluster = \"c\"\nmulticast = [{ cluster = \"audit\" }]\n")
+        .replace(
+            "[[queue]]",
+            &format!(
+                "[cluster.audit]\nmembers = [{{ name = \"a1\", address = \"{audit}\" }}]\n\
+                 outlier = {{ count_5xx = false }}\n\n[[queue]]"
+            ),
+        )
+}
+
+fn bodies(state: &SinkState) -> Vec<String> {
+    state.got().into_iter().filter(|g| g.answered < 300).map(|g| g.body).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multicast_route_keeps_a_copy_per_branch_all_or_none_and_delivers_each_on_its_own() {
+    let dir = TempDir::new("queue-multicast");
+    let (member, audit) = (member_addr(), member_addr());
+    let main = SinkState::new(200, 0);
+    let _main = sink(member, main.clone()).await;
+    // The audit member is down for now: its copies wait, the service's do not.
+    let cfg = multicast_config(
+        &dir,
+        member,
+        audit,
+        "max_messages = 2\nmax_attempts = 1000\nbackoff_initial_ms = 50\nbackoff_max_ms = 200",
+    );
+    let mut r = start_router(&dir, &cfg);
+    let c = client();
+    let (status, _, body) = post(&c, r.intake, "one", &[]).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert!(v["branches"]["audit"].is_string(), "the copy's id is answered: {body}");
+    assert!(until(Duration::from_secs(10), || bodies(&main) == ["one"]).await, "{:?}", main.got());
+    // Its delivery recorded (else a kill -9 makes it due again: at least once).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while admin(&c, r.admin, "GET", "/api/v1/queues").await.1["queues"][0]["delivered"] != 1 {
+        assert!(Instant::now() < deadline, "the delivery was not recorded");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // One copy (audit's) is held; a second message needs two places and the queue has one:
+    // neither copy is kept.
+    let (status, _, body) = post(&c, r.intake, "two", &[]).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    // The held copy survives kill -9.
+    r.proc.kill();
+    let r = start_router(&dir, &cfg);
+    let audited = SinkState::new(200, 0);
+    let _audit = sink(audit, audited.clone()).await;
+    assert!(
+        until(Duration::from_secs(20), || bodies(&audited) == ["one"]).await,
+        "{:?}",
+        audited.got()
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(bodies(&main), ["one"], "the refused message reached no branch");
+    assert_eq!(bodies(&audited), ["one"]);
+    drop(r);
+}
+
+#[cfg(feature = "nats")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_a_multicast_route_delivers_every_message_to_every_branch_once() {
+    let dir = TempDir::new("queue-nats-multicast");
+    let (_nats, nats) = nats_server(&dir);
+    let (member, audit) = (member_addr(), member_addr());
+    let (main, audited) = (SinkState::new(200, 0), SinkState::new(200, 0));
+    let _main = sink(member, main.clone()).await;
+    let _audit = sink(audit, audited.clone()).await;
+    let cfg = multicast_config(&dir, member, audit, "").replace(
+        &format!("directory = \"{}\"", dir.0.join("store").display()),
+        &format!("backend = \"nats\"\nnats_url = \"{nats}\"\nbackoff_initial_ms = 100"),
+    );
+    let r = start_router(&dir, &cfg);
+    let c = client();
+    let mut sent: Vec<String> = Vec::new();
+    for i in 0..20 {
+        let (status, _, body) = post(&c, r.intake, format!("m{i}"), &[]).await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+        sent.push(format!("m{i}"));
+    }
+    let done = until(Duration::from_secs(30), || {
+        bodies(&main).len() >= 20 && bodies(&audited).len() >= 20
+    })
+    .await;
+    assert!(done, "main {:?}, audit {:?}", bodies(&main), bodies(&audited));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for state in [&main, &audited] {
+        let mut got = bodies(state);
+        got.sort();
+        let mut want = sent.clone();
+        want.sort();
+        assert_eq!(got, want, "each message once on each branch");
+    }
+    drop(r);
+}
