@@ -39,8 +39,13 @@ done
 
 if [ "$build" = 1 ]; then
   cargo build --release -p rondo-bench --bin rondo-overhead >&2
+  cargo build --release -p rondo --bin rondo >&2
 fi
 bin=target/release/rondo-overhead
+# The router mode (CLB's "over the network") when a release rondo is there.
+if [ -x target/release/rondo ]; then
+  extra=(--rondo target/release/rondo "${extra[@]}")
+fi
 [ -x "$bin" ] || { echo "bench/overhead.sh: $bin is missing (run without --no-build)" >&2; exit 1; }
 cpu=${OVERHEAD_CPU:-0}
 command -v taskset >/dev/null || { echo "bench/overhead.sh: taskset (util-linux) is missing" >&2; exit 1; }

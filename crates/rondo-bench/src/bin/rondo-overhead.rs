@@ -81,6 +81,10 @@ struct Cli {
     /// Only these modes (for profiling one path; `direct` is always kept as the reference).
     #[arg(long, value_enum, value_delimiter = ',')]
     modes: Vec<Mode>,
+    /// A `rondo` binary: adds the mode `router`, calls through `rondo serve --workers 1` with
+    /// a route to the same members (CLB's "over the network").
+    #[arg(long, value_name = "PATH")]
+    rondo: Option<std::path::PathBuf>,
 }
 
 const SERVICE: &str = "echo";
@@ -97,13 +101,25 @@ enum Mode {
     DirectRr,
     /// One naming lookup per chunk, then straight to the member it returned.
     PerLookup,
+    /// A naming lookup before every call (PKUAS Figure 7), each call timed with its lookup.
+    LookupEach,
+    /// Through `rondo serve` (needs `--rondo`).
+    Router,
     /// `Client::layer()` around a hyper-util client.
     Tower,
     /// `Client::call` with a closure around a hyper-util client.
     Call,
 }
 
-const MODES: [Mode; 5] = [Mode::Direct, Mode::DirectRr, Mode::PerLookup, Mode::Tower, Mode::Call];
+const MODES: [Mode; 7] = [
+    Mode::Direct,
+    Mode::DirectRr,
+    Mode::PerLookup,
+    Mode::LookupEach,
+    Mode::Router,
+    Mode::Tower,
+    Mode::Call,
+];
 
 impl Mode {
     fn label(self) -> &'static str {
@@ -111,6 +127,8 @@ impl Mode {
             Mode::Direct => "direct",
             Mode::DirectRr => "direct, own rotation over 3 members (control)",
             Mode::PerLookup => "per-lookup",
+            Mode::LookupEach => "lookup before every call (PKUAS Fig. 7)",
+            Mode::Router => "through the router (`rondo serve`)",
             Mode::Tower => "per-request (tower layer)",
             Mode::Call => "per-request (`Client::call`)",
         }
@@ -218,6 +236,58 @@ async fn serve_all() -> anyhow::Result<(Servers, Keep)> {
     Ok((Servers { members, naming: api.addr, accepted }, (api, registry)))
 }
 
+/// `rondo serve --workers 1` routing to the members (`--rondo`), killed on drop.
+struct Router {
+    child: std::process::Child,
+    addr: SocketAddr,
+    _dir: std::path::PathBuf,
+}
+
+impl Router {
+    fn start(bin: &Path, servers: &Servers) -> anyhow::Result<Router> {
+        use std::io::BufRead;
+        let dir = std::env::temp_dir().join(format!("rondo-overhead-{}", std::process::id()));
+        std::fs::create_dir_all(&dir)?;
+        let list = servers
+            .members
+            .iter()
+            .enumerate()
+            .map(|(i, a)| format!("{{ name = \"m{}\", address = \"{a}\" }}", i + 1))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let text = format!(
+            "[[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:0\"\n\n\
+             [[route]]\nlistener = \"web\"\ncluster = \"{SERVICE}\"\n\n\
+             [cluster.{SERVICE}]\nalgorithm = \"round-robin\"\nmembers = [{list}]\n"
+        );
+        let path = dir.join("rondo.toml");
+        std::fs::write(&path, text)?;
+        let mut child = std::process::Command::new(bin)
+            .args(["serve", "--workers", "1", "--config"])
+            .arg(&path)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .with_context(|| format!("start {}", bin.display()))?;
+        let stdout = child.stdout.take().context("stdout")?;
+        for line in std::io::BufReader::new(stdout).lines() {
+            if let Some(a) = line?.strip_prefix("rondo: listener web on ") {
+                let addr = a.split_whitespace().next().unwrap_or_default().parse()?;
+                return Ok(Router { child, addr, _dir: dir });
+            }
+        }
+        bail!("rondo serve printed no listener address")
+    }
+}
+
+impl Drop for Router {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self._dir);
+    }
+}
+
 /// An HTTP/1.1 echo member: the response body is the request body.
 async fn echo(listener: tokio::net::TcpListener, accepted: Arc<AtomicUsize>) {
     loop {
@@ -275,6 +345,9 @@ struct Caller {
     spread: BTreeMap<String, usize>,
     /// Time of every lookup (ns).
     lookups: Vec<u64>,
+    /// `http://ROUTER/echo` with `--rondo`.
+    router_uri: Option<Uri>,
+    via_router: Plain,
 }
 
 fn check(status: StatusCode, body: &Bytes, payload: &Bytes) -> anyhow::Result<()> {
@@ -288,7 +361,7 @@ fn check(status: StatusCode, body: &Bytes, payload: &Bytes) -> anyhow::Result<()
 }
 
 impl Caller {
-    async fn new(servers: &Servers) -> anyhow::Result<Caller> {
+    async fn new(servers: &Servers, router: Option<SocketAddr>) -> anyhow::Result<Caller> {
         let client = Client::builder(SERVICE)
             .endpoint(servers.naming.to_string())
             .seed(1)
@@ -315,6 +388,8 @@ impl Caller {
             call_http: http_client(),
             spread: BTreeMap::new(),
             lookups: Vec::new(),
+            router_uri: router.map(|r| format!("http://{r}/echo").parse()).transpose()?,
+            via_router: http_client(),
         })
     }
 
@@ -359,6 +434,22 @@ impl Caller {
                 let rest = lookup % n as u64;
                 for (i, s) in out[start..].iter_mut().enumerate() {
                     *s += share + u64::from((i as u64) < rest);
+                }
+            }
+            Mode::LookupEach => {
+                for _ in 0..n {
+                    let t = Instant::now();
+                    let uri = self.lookup().await?;
+                    send(&self.after_lookup, &uri, payload).await?;
+                    out.push(nanos(t.elapsed()));
+                }
+            }
+            Mode::Router => {
+                let uri = self.router_uri.clone().context("the router mode needs --rondo")?;
+                for _ in 0..n {
+                    let t = Instant::now();
+                    send(&self.via_router, &uri, payload).await?;
+                    out.push(nanos(t.elapsed()));
                 }
             }
             Mode::Tower => {
@@ -458,9 +549,13 @@ async fn send(http: &Plain, uri: &Uri, payload: &Bytes) -> anyhow::Result<()> {
 type Samples = BTreeMap<(usize, Mode), Vec<Vec<u64>>>;
 
 async fn run(cli: &Cli, servers: &Servers) -> anyhow::Result<()> {
-    let mut caller = Caller::new(servers).await?;
+    let router = match &cli.rondo {
+        Some(bin) => Some(Router::start(bin, servers)?),
+        None => None,
+    };
+    let mut caller = Caller::new(servers, router.as_ref().map(|r| r.addr)).await?;
     let modes: Vec<Mode> = if cli.modes.is_empty() {
-        MODES.to_vec()
+        MODES.iter().copied().filter(|m| *m != Mode::Router || router.is_some()).collect()
     } else {
         MODES.iter().copied().filter(|m| *m == Mode::Direct || cli.modes.contains(m)).collect()
     };
@@ -526,9 +621,9 @@ fn print_table(cli: &Cli, samples: &Samples, caller: &Caller, took: Duration, ac
         accepted
     );
     println!(
-        "| payload | mode | calls | median (µs) | p90 (µs) | p99 (µs) | mean (µs) | median / direct | per-round median ratio (min–max) |"
+        "| payload | mode | calls | median (µs) | p90 (µs) | p99 (µs) | mean (µs) | calls/s, one in flight | median / direct | per-round median ratio (min–max) |"
     );
-    println!("|---:|---|---:|---:|---:|---:|---:|---:|---|");
+    println!("|---:|---|---:|---:|---:|---:|---:|---:|---:|---|");
     for (p, size) in cli.sizes.iter().enumerate() {
         let Some(direct_rounds) = samples.get(&(p, Mode::Direct)) else { continue };
         let mut direct_all: Vec<u64> = direct_rounds.concat();
@@ -558,7 +653,7 @@ fn print_table(cli: &Cli, samples: &Samples, caller: &Caller, took: Duration, ac
                 )
             };
             println!(
-                "| {} | {} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {} | {} |",
+                "| {} | {} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.0} | {} | {} |",
                 size_label(*size),
                 mode.label(),
                 all.len(),
@@ -566,6 +661,7 @@ fn print_table(cli: &Cli, samples: &Samples, caller: &Caller, took: Duration, ac
                 q(0.9),
                 q(0.99),
                 mean,
+                1e6 / mean.max(1e-3),
                 ratio,
                 spread
             );
