@@ -107,6 +107,7 @@
 mod call;
 mod client;
 mod clock;
+mod env;
 mod error;
 mod inner;
 mod naming;
@@ -116,6 +117,7 @@ mod tower;
 mod watch;
 
 pub use client::{Builder, CallOptions, Client, Session, Target};
+pub use env::{NAMING_ENDPOINTS_ENV, endpoints_from_env, parse_endpoints};
 pub use error::{Attempt, AttemptError, Attempts, BootstrapError, CallError, Failed, NamingError};
 pub use naming::NamingClient;
 pub use state::cluster_spec;
