@@ -251,6 +251,15 @@ pub(crate) struct RawFilter {
     pub cors: Option<RawCors>,
     pub compress: Option<RawCompress>,
     pub grpc_web: Option<RawGrpcWeb>,
+    pub redirect_to_member: Option<RawRedirectToMember>,
+}
+
+/// `redirect_to_member`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawRedirectToMember {
+    pub status: Option<u64>,
+    pub keep_query: Option<bool>,
 }
 
 /// `grpc_web`.

@@ -7,6 +7,7 @@
 //! | `GET /v1/services` | `{"view_id", "services": [names]}` |
 //! | `GET /v1/services/{service}` | [`Answer`](rondo_core::wire::Answer): eligible members, policy, view id |
 //! | `GET /v1/lookup/{service}?key=&group=&exclude=` | [`Lookup`](rondo_core::wire::Lookup): one member picked by the policy |
+//! | `GET /v1/lookup/{service}[/path]?redirect=1` | 307 to the picked member's URL (`redirect.rs`) |
 //! | `PUT /v1/services/{service}/members/{member}` | [`Register`] (and an optional `policy`) in, [`Lease`](rondo_core::wire::Lease) and `"policy"` out |
 //! | `POST /v1/leases/{lease}/keepalive` | [`Lease`](rondo_core::wire::Lease) |
 //! | `DELETE /v1/services/{service}/members/{member}` | 204 |
@@ -40,7 +41,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{Path, Query, Request, State};
+use axum::extract::{Path, Query, RawQuery, Request, State};
 use axum::http::{HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -52,6 +53,7 @@ use serde_json::json;
 
 use crate::Registry;
 use crate::answer::{self, AnswerError, LookupFacts};
+use crate::redirect;
 use crate::registry::{self, DEFAULT_TTL, Declared, PolicyClaim, Registration, RegistryError};
 
 /// Default `timeout_ms` of a watch.
@@ -179,6 +181,7 @@ pub fn router_with(
         .route("/v1/services", get(services))
         .route("/v1/services/{service}", get(full_answer))
         .route("/v1/lookup/{service}", get(lookup))
+        .route("/v1/lookup/{service}/{*rest}", get(lookup_at_path))
         .route("/v1/services/{service}/members/{member}", put(register).delete(deregister))
         .route("/v1/leases/{lease}/keepalive", post(keepalive))
         .route("/v1/watch", get(watch))
@@ -305,7 +308,38 @@ async fn lookup(
     State(st): State<AppState>,
     Path(service): Path<String>,
     Query(q): Query<HashMap<String, String>>,
+    RawQuery(raw): RawQuery,
 ) -> Response {
+    lookup_with(&st, &service, "/", &q, raw.as_deref())
+}
+
+/// `GET /v1/lookup/{service}/{rest}?redirect=1`: the member's URL gets `/{rest}`.
+async fn lookup_at_path(
+    State(st): State<AppState>,
+    Path((service, rest)): Path<(String, String)>,
+    Query(q): Query<HashMap<String, String>>,
+    RawQuery(raw): RawQuery,
+) -> Response {
+    if !matches!(redirect::wanted(q.get("redirect").map(String::as_str)), Ok(true)) {
+        return bad_request(format!(
+            "a path after the service name (`/{rest}`) is for redirect lookups: add `redirect=1`"
+        ));
+    }
+    lookup_with(&st, &service, &format!("/{rest}"), &q, raw.as_deref())
+}
+
+/// A lookup, answered as JSON or, with `redirect=1`, as a 307 to the member at `rest`.
+fn lookup_with(
+    st: &AppState,
+    service: &str,
+    rest: &str,
+    q: &HashMap<String, String>,
+    raw: Option<&str>,
+) -> Response {
+    let redirect = match redirect::wanted(q.get("redirect").map(String::as_str)) {
+        Ok(r) => r,
+        Err(resp) => return resp,
+    };
     let snap = st.live.load();
     let group = q.get("group").map(String::as_str).or(st.live.group.as_deref());
     // `exclude=a,b`: the members the caller already tried (at most the first 64 names count).
@@ -314,7 +348,10 @@ async fn lookup(
         .map(|e| e.split(',').map(str::trim).filter(|n| !n.is_empty()).take(64).collect())
         .unwrap_or_default();
     let facts = LookupFacts { group, key: q.get("key").map(String::as_str), exclude: &exclude };
-    match answer::lookup(&snap, &service, facts) {
+    match answer::lookup(&snap, service, facts) {
+        Ok(l) if redirect => {
+            redirect::answer(&snap, &l, rest, redirect::passed_query(raw).as_deref())
+        }
         Ok(l) => with_view(l.view_id, l),
         Err(e) => answer_error(e),
     }

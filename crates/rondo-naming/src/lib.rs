@@ -9,6 +9,7 @@
 //!   (`etcd`, feature `etcd`) that a tier of routers shares.
 //! - [`api`]: the HTTP API on the naming listener (lookup, full answer, register, keepalive,
 //!   deregister, watch).
+//! - `redirect`: `GET /v1/lookup/NAME?redirect=1`, a 307 to the picked member's URL.
 //! - `dns` (feature `dns`): A and SRV answers for clients that only speak DNS.
 //! - `xds` (feature `xds`): an ADS server that drives proxyless gRPC clients.
 //!
@@ -19,6 +20,7 @@ pub mod api;
 mod backend;
 pub mod embedded;
 mod journal;
+mod redirect;
 pub mod registry;
 
 #[cfg(feature = "dns")]

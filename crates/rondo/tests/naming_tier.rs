@@ -10,4 +10,5 @@ mod naming_tier {
 
     mod client_env;
     mod env;
+    mod redirect;
 }
