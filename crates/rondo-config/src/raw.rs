@@ -576,6 +576,7 @@ pub(crate) struct RawCluster {
     pub proxy_protocol: Option<String>,
     pub xds: Option<RawClusterXds>,
     pub members_dns: Option<RawMembersDns>,
+    pub view_id_header: Option<bool>,
 }
 
 /// A cluster's `xds`: how proxyless gRPC clients balance it.

@@ -11,4 +11,5 @@ mod naming_tier {
     mod client_env;
     mod env;
     mod redirect;
+    mod view_id;
 }

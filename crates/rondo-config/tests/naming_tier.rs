@@ -1,0 +1,24 @@
+//! The naming rows of issue 37 in the configuration: a cluster's `view_id_header` and
+//! `[naming] parent`, each mistake at its line, column and field path.
+
+mod support;
+
+fn cluster(lines: &str) -> String {
+    format!(
+        "[[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:8080\"\n\n\
+         [[route]]\nlistener = \"web\"\ncluster = \"c\"\n\n\
+         [cluster.c]\n{lines}\nmembers = [{{ name = \"a1\", address = \"127.0.0.1:9001\" }}]\n"
+    )
+}
+
+#[test]
+fn view_id_header_is_off_by_default_and_only_for_http_clusters() {
+    let c = support::ok(&cluster(""));
+    assert!(!c.view.clusters["c"].policy.view_id_header);
+    let c = support::ok(&cluster("view_id_header = true"));
+    assert!(c.view.clusters["c"].policy.view_id_header);
+    let text = cluster("view_id_header = \"yes\"");
+    support::fails_once(&text, "cluster.c.view_id_header", "\"yes\"", "boolean");
+    let text = cluster("upstream_protocol = \"tcp\"\nview_id_header = true");
+    support::fails_with(&text, "cluster.c.view_id_header", "true", "a tcp cluster has none");
+}
