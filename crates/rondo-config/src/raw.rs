@@ -103,6 +103,7 @@ pub(crate) struct RawNaming {
     pub allow_registered_clusters: Option<bool>,
     pub tls: Option<RawListenerTls>,
     pub xds: Option<RawXds>,
+    pub parent: Option<Vec<String>>,
 }
 
 /// `[naming] xds`: the xDS (ADS) server for proxyless gRPC clients.

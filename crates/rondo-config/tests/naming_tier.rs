@@ -22,3 +22,24 @@ fn view_id_header_is_off_by_default_and_only_for_http_clusters() {
     let text = cluster("upstream_protocol = \"tcp\"\nview_id_header = true");
     support::fails_with(&text, "cluster.c.view_id_header", "true", "a tcp cluster has none");
 }
+
+#[test]
+fn a_naming_parent_is_a_list_of_plain_http_endpoints_not_this_service() {
+    let naming =
+        |parent: &str| format!("[naming]\nlisten = \"127.0.0.1:7070\"\nparent = {parent}\n");
+    let c = support::ok(&naming("[\"127.0.0.1:7071\", \"http://naming.up:80/\"]"));
+    assert_eq!(c.naming.expect("naming").parent, ["127.0.0.1:7071", "http://naming.up:80"]);
+    let c = support::ok("[naming]\nlisten = \"127.0.0.1:7070\"\n");
+    assert!(c.naming.expect("naming").parent.is_empty());
+    let text = naming("[\"127.0.0.1:7071\", \"up\"]");
+    support::fails_once(&text, "naming.parent[1]", "\"up\"", "no port");
+    let text = naming("[\"https://up:443\"]");
+    support::fails_once(&text, "naming.parent[0]", "\"https://up:443\"", "plain HTTP");
+    let text = naming("[\"127.0.0.1:7070\"]");
+    let at = "\"127.0.0.1:7070\"]";
+    support::fails_once(&text, "naming.parent[0]", at, "would ask itself");
+    let text = naming("[\"a b:1\"]");
+    support::fails_once(&text, "naming.parent[0]", "\"a b:1\"", "not a host name");
+    let text = naming("\"127.0.0.1:7071\"");
+    support::fails_once(&text, "naming.parent", "\"127.0.0.1:7071\"", "sequence");
+}

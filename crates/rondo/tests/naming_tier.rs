@@ -10,6 +10,7 @@ mod naming_tier {
 
     mod client_env;
     mod env;
+    mod hierarchy;
     mod redirect;
     mod view_id;
 }
