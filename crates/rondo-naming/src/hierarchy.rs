@@ -6,6 +6,9 @@
 //! An answer relayed from the parent carries this service's own view id, which moves whenever
 //! a relayed answer changes, so that a client watching here compares like with like.
 
+// Helpers return a ready error response as `Err`, as the handlers do; not on the data path.
+#![allow(clippy::result_large_err)]
+
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use rondo_core::wire::{self, Answer, VIEW_ID_HEADER};

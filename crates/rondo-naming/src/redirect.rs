@@ -9,6 +9,9 @@
 //! A redirect is a lookup: it moves the picker on and charges the member nothing (no request
 //! in flight, no session), since the caller's request goes to the member directly.
 
+// Helpers return a ready error response as `Err`, as the handlers do; not on the data path.
+#![allow(clippy::result_large_err)]
+
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use rondo_core::wire::{self, Lookup, VIEW_ID_HEADER};
