@@ -335,9 +335,15 @@ pub struct NamingError {
 /// No naming endpoint gave the service's answer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum BootstrapError {
-    /// The builder was given no endpoint.
-    #[error("no naming endpoint given")]
+    /// The builder was given no endpoint and `RONDO_NAMING_ENDPOINTS` is unset.
+    #[error(
+        "no naming endpoint given (Builder::endpoint, or RONDO_NAMING_ENDPOINTS=host:port,host:port)"
+    )]
     NoEndpoint,
+    /// `RONDO_NAMING_ENDPOINTS`, read because the builder was given no endpoint, is malformed:
+    /// the variable, its value and what is wrong.
+    #[error("{0}")]
+    BadEnv(String),
     /// An endpoint is not `host:port` or `http://host:port`.
     #[error("bad naming endpoint `{0}`")]
     BadEndpoint(String),

@@ -9,6 +9,13 @@
 //! the call goes to the next one under the router's rules; an error reaches the caller only when
 //! every option failed ([`CallError`]).
 //!
+//! With no [`Builder::endpoint`], the endpoints come from the `RONDO_NAMING_ENDPOINTS`
+//! environment variable (`host:port,host:port`; see [`NAMING_ENDPOINTS_ENV`] and
+//! [`parse_endpoints`]), as GlassFish clients took theirs from `com.sun.appserv.iiop.endpoints`.
+//! A response with a newer view id (`rondo-view-id`, which routers add with a cluster's
+//! `view_id_header`) makes the client refetch at once, so that [`Builder::watch`] can be
+//! turned off.
+//!
 //! Three ways to call:
 //!
 //! - [`Client::call`]: a closure gets the picked member ([`Target`]) and says how a failed try
@@ -107,6 +114,7 @@
 mod call;
 mod client;
 mod clock;
+mod env;
 mod error;
 mod inner;
 mod naming;
@@ -116,6 +124,7 @@ mod tower;
 mod watch;
 
 pub use client::{Builder, CallOptions, Client, Session, Target};
+pub use env::{NAMING_ENDPOINTS_ENV, endpoints_from_env, parse_endpoints};
 pub use error::{Attempt, AttemptError, Attempts, BootstrapError, CallError, Failed, NamingError};
 pub use naming::NamingClient;
 pub use state::cluster_spec;

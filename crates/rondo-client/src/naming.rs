@@ -86,6 +86,14 @@ impl NamingClient {
         self.json(Method::GET, &path, None, self.timeout).await
     }
 
+    /// `GET /v1/services/{service}` as JSON, with the fields a naming hierarchy adds beside the
+    /// [`Answer`]'s (`level`, `answered_by`, `stale`): a naming service relaying its parent's
+    /// answers reads them here.
+    pub async fn answer_json(&self, service: &str) -> Result<serde_json::Value, NamingError> {
+        let path = format!("/v1/services/{}", encode(service));
+        self.json(Method::GET, &path, None, self.timeout).await
+    }
+
     /// `GET /v1/lookup/{service}?key=K&group=G`: one member picked by the service's policy.
     pub async fn lookup(
         &self,

@@ -15,6 +15,8 @@ pub(crate) struct Timing {
     pub(crate) wait: Duration,
     pub(crate) backoff_min: Duration,
     pub(crate) backoff_max: Duration,
+    /// Whether to long-poll the watch; off, only a newer id seen on a response wakes a refetch.
+    pub(crate) watch: bool,
 }
 
 /// The background task: long-polls `watch` on the endpoint in use, refetches the answer when
@@ -44,6 +46,10 @@ pub(crate) async fn keep_current(inner: Arc<Inner>, mut at: usize, timing: Timin
                     backoff = (backoff * 2).min(timing.backoff_max);
                 }
             }
+            continue;
+        }
+        if !timing.watch {
+            inner.wake.notified().await;
             continue;
         }
         tokio::select! {

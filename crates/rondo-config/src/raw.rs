@@ -140,6 +140,7 @@ pub(crate) struct RawNaming {
     pub allow_registered_clusters: Option<bool>,
     pub tls: Option<RawListenerTls>,
     pub xds: Option<RawXds>,
+    pub parent: Option<Vec<String>>,
 }
 
 /// `[naming] xds`: the xDS (ADS) server for proxyless gRPC clients.
@@ -288,6 +289,15 @@ pub(crate) struct RawFilter {
     pub cors: Option<RawCors>,
     pub compress: Option<RawCompress>,
     pub grpc_web: Option<RawGrpcWeb>,
+    pub redirect_to_member: Option<RawRedirectToMember>,
+}
+
+/// `redirect_to_member`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawRedirectToMember {
+    pub status: Option<u64>,
+    pub keep_query: Option<bool>,
 }
 
 /// `grpc_web`.
@@ -604,6 +614,7 @@ pub(crate) struct RawCluster {
     pub proxy_protocol: Option<String>,
     pub xds: Option<RawClusterXds>,
     pub members_dns: Option<RawMembersDns>,
+    pub view_id_header: Option<bool>,
 }
 
 /// A cluster's `xds`: how proxyless gRPC clients balance it.

@@ -501,6 +501,9 @@ pub struct NamingSpec {
     pub tls: Option<crate::tls::ListenerTls>,
     /// The xDS (ADS) server for proxyless gRPC clients (`xds`), when set.
     pub xds: Option<XdsSpec>,
+    /// The parent naming service's endpoints (`parent`, `host:port` or `http://host:port`):
+    /// names this service does not hold are looked up there (PKUAS's naming hierarchy).
+    pub parent: Vec<String>,
 }
 
 /// The naming service's xDS (ADS) server: gRPC clients with an `xds:///CLUSTER` target balance

@@ -162,6 +162,7 @@ fn full_config_compiles_into_the_expected_view() {
             allow_registered_clusters: false,
             tls: None,
             xds: None,
+            parent: vec![],
         })
     );
     assert_eq!(

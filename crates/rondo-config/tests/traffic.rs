@@ -50,6 +50,10 @@ fn each_filter_mistake_is_located_with_its_field_path() {
     fails_at(&t, "route[0].filters[0].redirect.status", "200", "301, 302, 303, 307 or 308");
     let t = base(r#"filters = [ { redirect = { scheme = "ftp" } } ]"#);
     fails_at(&t, "route[0].filters[0].redirect.scheme", "\"ftp\"", "`http` or `https`");
+    let t = base(r#"filters = [ { redirect_to_member = { status = 301 } } ]"#);
+    fails_at(&t, "route[0].filters[0].redirect_to_member.status", "301", "302, 303, 307 or 308");
+    let t = base(r#"filters = [ { redirect_to_member = { keep = true } } ]"#);
+    fails_at(&t, "route[0].filters[0].redirect_to_member.keep", "keep", "keep_query");
     let t = base(r#"filters = [ { respond = { status = 42 } } ]"#);
     fails_at(&t, "route[0].filters[0].respond.status", "42", "between 200 and 599");
     let t = base(r#"filters = [ { soap = { to = "2.0" } } ]"#);

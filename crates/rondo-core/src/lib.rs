@@ -10,6 +10,7 @@
 //! replayed exactly in a test.
 
 pub mod hash;
+pub mod member_url;
 pub mod model;
 pub mod path;
 pub mod rng;

@@ -591,6 +591,9 @@ pub struct Policy {
     pub send_proxy: Option<ProxyHeader>,
     /// What the naming service's xDS server tells proxyless gRPC clients (`xds`).
     pub xds: XdsPolicy,
+    /// Routers add the view id (`rondo-view-id`) to the responses they proxy for this cluster
+    /// (`view_id_header`), so that clients see a newer view on any reply (PKUAS).
+    pub view_id_header: bool,
 }
 
 /// A cluster's `xds`: how proxyless gRPC clients of the naming service's xDS server balance it.
@@ -694,6 +697,7 @@ impl Default for Policy {
             limits: RequestLimits::default(),
             send_proxy: None,
             xds: XdsPolicy::default(),
+            view_id_header: false,
         }
     }
 }

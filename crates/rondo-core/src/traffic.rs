@@ -39,6 +39,9 @@ pub enum TrafficFilter {
     Compress(Compress),
     /// Translate gRPC-Web calls (browsers') to gRPC towards members, and their answers back.
     GrpcWeb(GrpcWeb),
+    /// Answer with a redirect to the member the route's cluster picks (SGD's load-balancing
+    /// page), instead of proxying.
+    RedirectToMember(RedirectToMember),
 }
 
 impl TrafficFilter {
@@ -57,6 +60,7 @@ impl TrafficFilter {
             TrafficFilter::Cors(_) => "cors",
             TrafficFilter::Compress(_) => "compress",
             TrafficFilter::GrpcWeb(_) => "grpc_web",
+            TrafficFilter::RedirectToMember(_) => "redirect_to_member",
         }
     }
 
@@ -267,6 +271,21 @@ pub struct Redirect {
 impl Redirect {
     /// The statuses a redirect may have.
     pub const STATUSES: [u16; 5] = [301, 302, 303, 307, 308];
+}
+
+/// `redirect_to_member`: answers with a redirect to the member the route's cluster picks, the
+/// request's path and query kept ([`crate::member_url`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RedirectToMember {
+    /// 302, 303, 307 or 308 (default 307; never a permanent 301: the next pick may differ).
+    pub status: u16,
+    /// Whether the query goes along (default true).
+    pub keep_query: bool,
+}
+
+impl RedirectToMember {
+    /// The statuses it may have.
+    pub const STATUSES: [u16; 4] = [302, 303, 307, 308];
 }
 
 /// `respond`: a direct answer.

@@ -7,6 +7,7 @@
 //! | `GET /v1/services` | `{"view_id", "services": [names]}` |
 //! | `GET /v1/services/{service}` | [`Answer`](rondo_core::wire::Answer): eligible members, policy, view id |
 //! | `GET /v1/lookup/{service}?key=&group=&exclude=` | [`Lookup`](rondo_core::wire::Lookup): one member picked by the policy |
+//! | `GET /v1/lookup/{service}[/path]?redirect=1` | 307 to the picked member's URL (`redirect.rs`) |
 //! | `PUT /v1/services/{service}/members/{member}` | [`Register`] (and an optional `policy`) in, [`Lease`](rondo_core::wire::Lease) and `"policy"` out |
 //! | `POST /v1/leases/{lease}/keepalive` | [`Lease`](rondo_core::wire::Lease) |
 //! | `DELETE /v1/services/{service}/members/{member}` | 204 |
@@ -40,7 +41,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{Path, Query, Request, State};
+use axum::extract::{Path, Query, RawQuery, Request, State};
 use axum::http::{HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -52,7 +53,9 @@ use serde_json::json;
 
 use crate::Registry;
 use crate::answer::{self, AnswerError, LookupFacts};
+use crate::parent::Parent;
 use crate::registry::{self, DEFAULT_TTL, Declared, PolicyClaim, Registration, RegistryError};
+use crate::{hierarchy, redirect};
 
 /// Default `timeout_ms` of a watch.
 pub const DEFAULT_WATCH: Duration = Duration::from_secs(30);
@@ -94,6 +97,18 @@ struct AppState {
     allowed_hosts: Arc<Vec<String>>,
     own: Arc<Vec<OwnAddress>>,
     allow_declared: bool,
+    /// The parent naming service (`[naming] parent`), with its watch task.
+    parent: Option<(Arc<Parent>, Arc<AbortOnDrop>)>,
+}
+
+/// Stops a task when the last holder goes.
+#[derive(Debug)]
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// One of the process's own bound sockets, which a registration must not point at.
@@ -121,6 +136,9 @@ pub struct ApiOptions {
     /// A registration may create a cluster the configuration lacks, with the policy it
     /// declares (`[naming] allow_registered_clusters`).
     pub allow_registered_clusters: bool,
+    /// The parent naming service's endpoints (`[naming] parent`): names not held here are
+    /// looked up there ([`crate::parent`]).
+    pub parent: Vec<String>,
 }
 
 /// Binds `listen` and serves the naming API on the current tokio runtime; `token`, when set,
@@ -166,7 +184,9 @@ pub fn router_with(
     registry: Registry,
     opts: ApiOptions,
 ) -> Router {
+    let parent = Parent::start(&opts.parent, &live).map(|(p, t)| (p, Arc::new(AbortOnDrop(t))));
     let state = AppState {
+        parent,
         live,
         registry,
         token: opts.token.map(Arc::new),
@@ -179,6 +199,7 @@ pub fn router_with(
         .route("/v1/services", get(services))
         .route("/v1/services/{service}", get(full_answer))
         .route("/v1/lookup/{service}", get(lookup))
+        .route("/v1/lookup/{service}/{*rest}", get(lookup_at_path))
         .route("/v1/services/{service}/members/{member}", put(register).delete(deregister))
         .route("/v1/leases/{lease}/keepalive", post(keepalive))
         .route("/v1/watch", get(watch))
@@ -295,9 +316,24 @@ async fn services(State(st): State<AppState>) -> Response {
 
 async fn full_answer(State(st): State<AppState>, Path(service): Path<String>) -> Response {
     let snap = st.live.load();
-    match answer::answer(&snap, &service) {
-        Ok(a) => with_view(a.view_id, a),
-        Err(e) => answer_error(e),
+    match (answer::answer(&snap, &service), st.parent()) {
+        (Ok(a), parent) => {
+            let extra = hierarchy::local_fields(parent, &st.listen.to_string());
+            hierarchy::marked(a.view_id, a, "local", extra)
+        }
+        (Err(AnswerError::UnknownService { .. }), Some(parent)) => {
+            match hierarchy::entry(parent, &service).await {
+                Ok(entry) => hierarchy::relayed_answer(parent, &entry, st.live.load().view.id),
+                Err(resp) => resp,
+            }
+        }
+        (Err(e), _) => answer_error(e),
+    }
+}
+
+impl AppState {
+    fn parent(&self) -> Option<&Parent> {
+        self.parent.as_ref().map(|(p, _)| &**p)
     }
 }
 
@@ -305,7 +341,38 @@ async fn lookup(
     State(st): State<AppState>,
     Path(service): Path<String>,
     Query(q): Query<HashMap<String, String>>,
+    RawQuery(raw): RawQuery,
 ) -> Response {
+    lookup_with(&st, &service, "/", &q, raw.as_deref()).await
+}
+
+/// `GET /v1/lookup/{service}/{rest}?redirect=1`: the member's URL gets `/{rest}`.
+async fn lookup_at_path(
+    State(st): State<AppState>,
+    Path((service, rest)): Path<(String, String)>,
+    Query(q): Query<HashMap<String, String>>,
+    RawQuery(raw): RawQuery,
+) -> Response {
+    if !matches!(redirect::wanted(q.get("redirect").map(String::as_str)), Ok(true)) {
+        return bad_request(format!(
+            "a path after the service name (`/{rest}`) is for redirect lookups: add `redirect=1`"
+        ));
+    }
+    lookup_with(&st, &service, &format!("/{rest}"), &q, raw.as_deref()).await
+}
+
+/// A lookup, answered as JSON or, with `redirect=1`, as a 307 to the member at `rest`.
+async fn lookup_with(
+    st: &AppState,
+    service: &str,
+    rest: &str,
+    q: &HashMap<String, String>,
+    raw: Option<&str>,
+) -> Response {
+    let redirect = match redirect::wanted(q.get("redirect").map(String::as_str)) {
+        Ok(r) => r,
+        Err(resp) => return resp,
+    };
     let snap = st.live.load();
     let group = q.get("group").map(String::as_str).or(st.live.group.as_deref());
     // `exclude=a,b`: the members the caller already tried (at most the first 64 names count).
@@ -314,9 +381,39 @@ async fn lookup(
         .map(|e| e.split(',').map(str::trim).filter(|n| !n.is_empty()).take(64).collect())
         .unwrap_or_default();
     let facts = LookupFacts { group, key: q.get("key").map(String::as_str), exclude: &exclude };
-    match answer::lookup(&snap, &service, facts) {
-        Ok(l) => with_view(l.view_id, l),
-        Err(e) => answer_error(e),
+    let found = answer::lookup(&snap, service, facts);
+    drop(snap);
+    let query = || redirect::passed_query(raw);
+    match (found, st.parent()) {
+        (Ok(l), _) if redirect => {
+            let mut resp = redirect::answer(&st.live.load(), &l, rest, query().as_deref());
+            resp.headers_mut().insert(hierarchy::LEVEL_HEADER, HeaderValue::from_static("local"));
+            resp
+        }
+        (Ok(l), parent) => {
+            let extra = hierarchy::local_fields(parent, &st.listen.to_string());
+            hierarchy::marked(l.view_id, l, "local", extra)
+        }
+        (Err(AnswerError::UnknownService { .. }), Some(parent)) => {
+            let entry = match hierarchy::entry(parent, service).await {
+                Ok(e) => e,
+                Err(resp) => return resp,
+            };
+            let view_id = st.live.load().view.id;
+            let key = q.get("key").map(String::as_str);
+            match hierarchy::relayed_lookup(parent, &entry, view_id, group, key) {
+                // The parent's cluster's TLS is not in its answer: its members are reached
+                // with `http`.
+                Ok((l, _)) if redirect => {
+                    let mut resp = redirect::located("http", &l, rest, query().as_deref());
+                    let level = HeaderValue::from_static("parent");
+                    resp.headers_mut().insert(hierarchy::LEVEL_HEADER, level);
+                    resp
+                }
+                Ok((_, resp)) | Err(resp) => resp,
+            }
+        }
+        (Err(e), _) => answer_error(e),
     }
 }
 

@@ -9,6 +9,9 @@
 //!   (`etcd`, feature `etcd`) that a tier of routers shares.
 //! - [`api`]: the HTTP API on the naming listener (lookup, full answer, register, keepalive,
 //!   deregister, watch).
+//! - [`parent`]: a naming hierarchy: names not held here asked of the parent service, cached
+//!   and kept current by its watch (`hierarchy` marks answers with the level that gave them).
+//! - `redirect`: `GET /v1/lookup/NAME?redirect=1`, a 307 to the picked member's URL.
 //! - `dns` (feature `dns`): A and SRV answers for clients that only speak DNS.
 //! - `xds` (feature `xds`): an ADS server that drives proxyless gRPC clients.
 //!
@@ -18,7 +21,10 @@ pub mod answer;
 pub mod api;
 mod backend;
 pub mod embedded;
+mod hierarchy;
 mod journal;
+pub mod parent;
+mod redirect;
 pub mod registry;
 
 #[cfg(feature = "dns")]

@@ -223,6 +223,10 @@ pub struct CtlArgs {
     /// otherwise nothing changes and the command fails naming the current view.
     #[arg(long, value_name = "VIEW")]
     pub if_match: Option<u64>,
+    /// Naming endpoints for `rondo ctl lookup`, `HOST:PORT,HOST:PORT` (tried in order; default:
+    /// the RONDO_NAMING_ENDPOINTS environment variable).
+    #[arg(long, value_name = "HOST:PORT,...")]
+    pub naming: Option<String>,
     /// What to do.
     #[command(subcommand)]
     pub command: CtlCommand,
@@ -301,6 +305,18 @@ pub enum CtlCommand {
     /// purge).
     #[command(subcommand)]
     Queue(QueueCommand),
+    /// Ask the naming service (--naming, else RONDO_NAMING_ENDPOINTS; the first endpoint that
+    /// answers) which member a call to SERVICE should go to; needs no admin token.
+    Lookup {
+        /// The service (cluster).
+        service: String,
+        /// The request key, for `hash` services.
+        #[arg(long, value_name = "KEY")]
+        key: Option<String>,
+        /// The caller's locality group.
+        #[arg(long, value_name = "GROUP")]
+        group: Option<String>,
+    },
 }
 
 /// The commands of `rondo ctl queue`.
@@ -388,8 +404,20 @@ pub struct MemberRef {
 #[derive(Debug, Args)]
 pub struct AgentArgs {
     /// A router's `[agent] listen` address (repeat for several routers).
-    #[arg(long, value_name = "HOST:PORT", required = true)]
+    #[arg(long, value_name = "HOST:PORT", required_unless_present = "register")]
     pub report_to: Vec<String>,
+    /// Also register the member at this address with the naming service (--naming, else
+    /// RONDO_NAMING_ENDPOINTS) and keep its lease alive while the agent runs.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub register: Option<String>,
+    /// Naming endpoints for --register, `HOST:PORT,HOST:PORT` (default: the
+    /// RONDO_NAMING_ENDPOINTS environment variable).
+    #[arg(long, value_name = "HOST:PORT,...", requires = "register")]
+    pub naming: Option<String>,
+    /// The registration's lease, milliseconds (renewed every third of it).
+    #[arg(long, value_name = "MS", default_value_t = 10_000, requires = "register",
+          value_parser = clap::value_parser!(u64).range(1_000..=3_600_000))]
+    pub lease_ms: u64,
     /// The member's cluster.
     #[arg(long)]
     pub cluster: String,
@@ -401,7 +429,7 @@ pub struct AgentArgs {
         long,
         value_name = "KEY",
         conflicts_with = "key_file",
-        required_unless_present = "key_file"
+        required_unless_present_any = ["key_file", "register"]
     )]
     pub key: Option<String>,
     /// A file holding the shared key (one trailing newline ignored).

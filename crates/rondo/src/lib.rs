@@ -10,6 +10,7 @@ pub mod devca;
 pub mod devkey;
 mod json_lines;
 pub mod member;
+pub mod naming_cli;
 pub mod serve;
 pub mod simulate;
 pub mod upgrade;
@@ -122,6 +123,40 @@ fn log_filter(
 
 /// `rondo agent`: builds the options and runs the agent until interrupted.
 fn agent(args: cli::AgentArgs, err: &mut dyn Write) -> anyhow::Result<ExitCode> {
+    // `--register`: the naming endpoints are checked before anything runs.
+    let register = match &args.register {
+        None => None,
+        Some(address) => match naming_cli::endpoints(args.naming.as_deref()) {
+            Ok(n) => Some((n, address.clone())),
+            Err(e) => {
+                writeln!(err, "rondo agent: {e}")?;
+                return Ok(ExitCode::FAILURE);
+            }
+        },
+    };
+    if args.report_to.is_empty() {
+        let Some((naming, address)) = register else {
+            anyhow::bail!("--report-to or --register is required")
+        };
+        let rt = serve::runtime(Some(1))?;
+        return rt.block_on(async {
+            let (cluster, member) = (args.cluster, args.member);
+            let lease = Duration::from_millis(args.lease_ms);
+            let keep = naming_cli::keep_registered(
+                naming.clone(),
+                cluster.clone(),
+                member.clone(),
+                address,
+                lease,
+            );
+            tokio::select! {
+                () = keep => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+            naming_cli::deregister(&naming, &cluster, &member).await;
+            Ok(ExitCode::SUCCESS)
+        });
+    }
     let key = match (&args.key, &args.key_file) {
         (Some(k), _) => rondo_config::AgentKey::Inline(k.clone()),
         (None, Some(f)) => rondo_config::AgentKey::File(f.clone()),
@@ -142,11 +177,12 @@ fn agent(args: cli::AgentArgs, err: &mut dyn Write) -> anyhow::Result<ExitCode> 
             return Ok(ExitCode::FAILURE);
         }
     };
+    let (cluster, member) = (args.cluster, args.member);
     let opts = rondo_agent::AgentOpts {
         tls,
         report_to: args.report_to,
-        cluster: args.cluster,
-        member: args.member,
+        cluster: cluster.clone(),
+        member: member.clone(),
         key: rondo_agent::Key::new(&key),
         interval: args.interval_ms.map(Duration::from_millis),
         sessions: args.sessions,
@@ -156,7 +192,19 @@ fn agent(args: cli::AgentArgs, err: &mut dyn Write) -> anyhow::Result<ExitCode> 
     };
     let rt = serve::runtime(Some(1))?;
     rt.block_on(async {
-        tokio::select! {
+        let naming = register.as_ref().map(|(n, _)| n.clone());
+        let keep = async {
+            match register {
+                Some((n, address)) => {
+                    let lease = Duration::from_millis(args.lease_ms);
+                    let (c, m) = (cluster.clone(), member.clone());
+                    naming_cli::keep_registered(n, c, m, address, lease).await;
+                }
+                None => std::future::pending().await,
+            }
+        };
+        let result = tokio::select! {
+            () = keep => Ok(ExitCode::SUCCESS),
             r = rondo_agent::agent::run(opts) => match r {
                 Ok(()) => Ok(ExitCode::SUCCESS),
                 Err(e) => {
@@ -165,13 +213,27 @@ fn agent(args: cli::AgentArgs, err: &mut dyn Write) -> anyhow::Result<ExitCode> 
                 }
             },
             _ = tokio::signal::ctrl_c() => Ok(ExitCode::SUCCESS),
+        };
+        if let Some(n) = naming {
+            naming_cli::deregister(&n, &cluster, &member).await;
         }
+        result
     })
 }
 
 /// `rondo ctl`: one call to a router's admin API (implemented in `rondo_admin::client`).
 fn ctl(args: cli::CtlArgs, out: &mut dyn Write, err: &mut dyn Write) -> anyhow::Result<ExitCode> {
     use rondo_admin::client::{self, CtlCommand as C};
+    if let cli::CtlCommand::Lookup { service, key, group } = &args.command {
+        return ctl_lookup(
+            args.naming.as_deref(),
+            service,
+            key.as_deref(),
+            group.as_deref(),
+            out,
+            err,
+        );
+    }
     let env = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
     let env_token = match env("RONDO_TOKEN").map(|v| v.into_string()) {
         None => None,
@@ -238,6 +300,7 @@ fn ctl(args: cli::CtlArgs, out: &mut dyn Write, err: &mut dyn Write) -> anyhow::
                 C::QueueChange { queue, id, requeue: false }
             }
         },
+        cli::CtlCommand::Lookup { .. } => unreachable!("answered above"),
         cli::CtlCommand::Apply { file } => match rondo_config::read_text(&file) {
             Ok(text) => C::Apply { file: file.display().to_string(), text },
             Err(e) => {
@@ -257,6 +320,32 @@ fn ctl(args: cli::CtlArgs, out: &mut dyn Write, err: &mut dyn Write) -> anyhow::
         client::CtlTarget { addr, tls, token, operator: args.operator, if_match: args.if_match };
     let rt = serve::runtime(Some(1))?;
     match rt.block_on(client::run(&target, cmd)) {
+        Ok(text) => {
+            write!(out, "{text}")?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            writeln!(err, "rondo ctl: {e}")?;
+            Ok(ExitCode::FAILURE)
+        }
+    }
+}
+
+/// `rondo ctl lookup`: one naming lookup (no admin token involved).
+fn ctl_lookup(
+    naming: Option<&str>,
+    service: &str,
+    key: Option<&str>,
+    group: Option<&str>,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> anyhow::Result<ExitCode> {
+    let rt = serve::runtime(Some(1))?;
+    let answer = rt.block_on(async {
+        let naming = naming_cli::endpoints(naming)?;
+        naming_cli::lookup(&naming, service, key, group).await
+    });
+    match answer {
         Ok(text) => {
             write!(out, "{text}")?;
             Ok(ExitCode::SUCCESS)

@@ -40,6 +40,7 @@ pub struct Builder {
     backoff_max: Duration,
     call_timeout: Duration,
     tls: Option<TlsConfig>,
+    watch_on: bool,
 }
 
 impl Builder {
@@ -107,12 +108,27 @@ impl Builder {
         self
     }
 
+    /// Whether the background task long-polls the naming service's watch (default on). Off,
+    /// the answer is fetched again only when a response shows a newer view id
+    /// ([`Client::observe_view_id`], done by the tower layer for every response; routers add
+    /// the id to proxied responses with `view_id_header = true`): no standing request per
+    /// client, as PKUAS's clients learnt of changes from the view id on replies.
+    pub fn watch(mut self, on: bool) -> Self {
+        self.watch_on = on;
+        self
+    }
+
     /// Fetches the service's answer from the first endpoint that gives it and starts keeping it
     /// current in a background task (which ends when the last clone of the client is dropped).
-    /// Must run inside a tokio runtime.
-    pub async fn connect(self) -> Result<Client, BootstrapError> {
+    /// With no [`Builder::endpoint`], the endpoints are read from `RONDO_NAMING_ENDPOINTS`
+    /// (`host:port,host:port`; a malformed list is [`BootstrapError::BadEnv`]). Must run
+    /// inside a tokio runtime.
+    pub async fn connect(mut self) -> Result<Client, BootstrapError> {
         if self.endpoints.is_empty() {
-            return Err(BootstrapError::NoEndpoint);
+            match crate::env::endpoints_from_env().map_err(BootstrapError::BadEnv)? {
+                Some(list) => self.endpoints = list,
+                None => return Err(BootstrapError::NoEndpoint),
+            }
         }
         let naming = self
             .endpoints
@@ -148,6 +164,7 @@ impl Builder {
             wait: self.watch_wait,
             backoff_min: self.backoff_min,
             backoff_max: self.backoff_max,
+            watch: self.watch_on,
         };
         let inner = self.assemble(naming, at, answer);
         let task = tokio::spawn(keep_current(inner.clone(), at, timing));
@@ -288,6 +305,7 @@ impl Client {
             backoff_max: Duration::from_secs(5),
             call_timeout: Duration::from_secs(30),
             tls: None,
+            watch_on: true,
         }
     }
 

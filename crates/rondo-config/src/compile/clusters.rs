@@ -183,6 +183,10 @@ fn compile_cluster_at(
              connections carry many clients' requests)",
         );
     }
+    if rc.view_id_header == Some(true) && upstream_protocol == UpstreamProtocol::Tcp {
+        let why = "view_id_header is a field of HTTP responses: a tcp cluster has none";
+        c.err(path.key("view_id_header"), why);
+    }
     let xds =
         rc.xds.as_ref().map_or(d.xds, |x| super::services::cluster_xds(c, &path, x, algorithm));
     ClusterSpec {
@@ -206,6 +210,7 @@ fn compile_cluster_at(
             limits,
             send_proxy,
             xds,
+            view_id_header: rc.view_id_header.unwrap_or(false),
         },
         upstream_protocol,
         sticky,

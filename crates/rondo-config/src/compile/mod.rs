@@ -10,6 +10,7 @@
 mod clusters;
 mod listeners;
 mod members_dns;
+mod naming_parent;
 mod queues;
 mod rate_limit;
 mod routes;

@@ -261,7 +261,9 @@ pub(super) fn compile_naming(c: &mut Compiler<'_>, n: &RawNaming) -> NamingSpec 
     }
     let tls = n.tls.as_ref().map(|t| compile_listener_tls(c, &path.key("tls"), t));
     let xds = n.xds.as_ref().map(|x| compile_xds(c, &path.key("xds"), x));
+    let parent = super::naming_parent::parent(c, &path, n.parent.as_deref(), listen);
     NamingSpec {
+        parent,
         tls,
         xds,
         listen,

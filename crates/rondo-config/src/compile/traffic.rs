@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use rondo_core::traffic::{
-    FieldEdits, GrpcWeb, HeaderEdits, Redirect, RequestId, Respond, Rewrite, Soap, SoapVersion,
-    Template, TrafficFilter,
+    FieldEdits, GrpcWeb, HeaderEdits, Redirect, RedirectToMember, RequestId, Respond, Rewrite,
+    Soap, SoapVersion, Template, TrafficFilter,
 };
 
 use super::{Compiler, is_token};
@@ -36,13 +36,14 @@ pub(super) fn compile_filters(
             f.cors.is_some(),
             f.compress.is_some(),
             f.grpc_web.is_some(),
+            f.redirect_to_member.is_some(),
         ];
         if named.iter().filter(|n| **n).count() != 1 {
             c.err(
                 p,
                 "each filter is an inline table with exactly one key, the filter's name: \
                  request_id, headers, rewrite, redirect, respond, soap, rate_limit, fault, \
-                 mirror, cors, compress or grpc_web",
+                 mirror, cors, compress, grpc_web or redirect_to_member",
             );
             continue;
         }
@@ -71,6 +72,17 @@ pub(super) fn compile_filters(
             super::traffic_edge::cors(c, &p.key("cors"), r).map(TrafficFilter::Cors)
         } else if let Some(r) = &f.compress {
             super::traffic_edge::compress(c, &p.key("compress"), r).map(TrafficFilter::Compress)
+        } else if let Some(r) = &f.redirect_to_member {
+            let p = p.key("redirect_to_member");
+            let status = c.int(p.key("status"), r.status, 307, 0, u64::from(u16::MAX)) as u16;
+            if !RedirectToMember::STATUSES.contains(&status) {
+                c.err(
+                    p.key("status"),
+                    format!("a redirect to a member is 302, 303, 307 or 308, got {status}"),
+                );
+            }
+            let keep_query = r.keep_query.unwrap_or(true);
+            Some(TrafficFilter::RedirectToMember(RedirectToMember { status, keep_query }))
         } else if let Some(g) = &f.grpc_web {
             let path = p.key("grpc_web").key("max_body_bytes");
             let max = c.int(path, g.max_body_bytes, GrpcWeb::DEFAULT_MAX_BODY, 1, 1 << 30);

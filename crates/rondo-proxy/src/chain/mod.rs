@@ -44,6 +44,7 @@ pub(crate) mod grpc_web;
 mod headers;
 mod limit;
 pub(crate) mod login;
+mod member;
 mod mirror;
 pub(crate) mod replay;
 mod rewrite;
@@ -102,6 +103,7 @@ enum Step {
     SessionReplay(rondo_core::SessionReplay),
     /// The route's `login`: a member's `x-rondo-login` made a session cookie ([`login`]).
     Login,
+    RedirectToMember(member::MemberRedirectStep),
 }
 
 impl Chain {
@@ -122,7 +124,8 @@ impl Chain {
             let auth = route.auth.is_some().then_some(None);
             let own = route.filters.iter().map(Some);
             let limits = limit::Binder::new(&ctx.limits, &ctx.live, &ctx.listener, route);
-            let mut chain = Chain::compile(listener.chain(auth).chain(own), route, &limits);
+            let mut chain =
+                Chain::compile(listener.chain(auth).chain(own), route, &limits, &ctx.live);
             chain.bind(&ctx.live.metrics, &route.name);
             Arc::new(chain)
         });
@@ -137,6 +140,7 @@ impl Chain {
         filters: impl Iterator<Item = Option<&'f TrafficFilter>>,
         route: &Route,
         limits: &limit::Binder<'_>,
+        live: &Arc<rondo_runtime::Live>,
     ) -> Chain {
         let mut position = 0;
         let mut needs_hyper = false;
@@ -146,7 +150,7 @@ impl Chain {
                 Some(f) => {
                     position += 1;
                     needs_hyper |= f.needs_whole_bodies();
-                    Self::step(f, route, limits, position - 1)
+                    Self::step(f, route, limits, position - 1, live)
                 }
             })
             .chain(features(route))
@@ -170,7 +174,13 @@ impl Chain {
         Chain { steps, needs_hyper, edits, tables }
     }
 
-    fn step(f: &TrafficFilter, route: &Route, limits: &limit::Binder<'_>, at: usize) -> Step {
+    fn step(
+        f: &TrafficFilter,
+        route: &Route,
+        limits: &limit::Binder<'_>,
+        at: usize,
+        live: &Arc<rondo_runtime::Live>,
+    ) -> Step {
         match f {
             TrafficFilter::RequestId(r) => Step::RequestId(trace::RequestIdStep::new(r)),
             TrafficFilter::Headers(h) => Step::Headers(headers::HeaderStep::new(h)),
@@ -184,6 +194,9 @@ impl Chain {
             TrafficFilter::Cors(c) => Step::Cors(cors::CorsStep::new(c)),
             TrafficFilter::Compress(c) => Step::Compress(compress::CompressStep::new(c)),
             TrafficFilter::GrpcWeb(g) => Step::GrpcWeb(*g),
+            TrafficFilter::RedirectToMember(r) => {
+                Step::RedirectToMember(member::MemberRedirectStep::new(r, live, &route.cluster))
+            }
         }
     }
 
@@ -277,6 +290,7 @@ impl Chain {
                     applied.login = true;
                     None
                 }
+                Step::RedirectToMember(s) => Some(s.request(info, headers, &applied)),
             };
             if self.tables.is_none() && !self.edits[i].is_empty() {
                 let Applied { record, request, response, .. } = &mut *applied;

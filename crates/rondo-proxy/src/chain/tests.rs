@@ -29,6 +29,34 @@ fn info() -> Info<'static> {
 }
 
 fn chain(filters: Vec<TrafficFilter>) -> Chain {
+    chain_over(filters, vec![])
+}
+
+/// A chain of `filters` on route `r` to cluster `c` of `members` (`(name, address)`).
+fn chain_over(filters: Vec<TrafficFilter>, members: Vec<(&str, &str)>) -> Chain {
+    let spec = rondo_core::ClusterSpec {
+        name: "c".into(),
+        members: members
+            .into_iter()
+            .map(|(name, address)| rondo_core::MemberSpec {
+                name: name.into(),
+                address: address.into(),
+                weight: 1,
+                group: None,
+                admin: rondo_core::AdminState::Active,
+            })
+            .collect(),
+        policy: rondo_core::Policy::default(),
+        upstream_protocol: rondo_core::UpstreamProtocol::Http1,
+        sticky: Default::default(),
+        upstream_tls: None,
+    };
+    let view = rondo_core::View {
+        id: 1,
+        routes: vec![],
+        clusters: [("c".to_owned(), Arc::new(spec))].into_iter().collect(),
+    };
+    let live = Arc::new(rondo_runtime::Live::new(view, None));
     let route = Route {
         name: "r".into(),
         listener: "web".into(),
@@ -50,7 +78,7 @@ fn chain(filters: Vec<TrafficFilter>) -> Chain {
     };
     let (limits, metrics) = (limit::Limits::default(), rondo_runtime::metrics::Metrics::new());
     let binder = limit::Binder::detached(&limits, &metrics, "r");
-    Chain::compile(filters.iter().map(Some), &route, &binder)
+    Chain::compile(filters.iter().map(Some), &route, &binder, &live)
 }
 
 fn no_auth(_: &Fields) -> Result<Option<crate::auth::Identity>, ProxyError> {
@@ -160,4 +188,37 @@ fn a_name_edited_by_two_filters_ends_as_the_last_edit_says() {
     assert_eq!(appended.len(), 4, "{appended:?}");
     assert_eq!(appended[0].0, "traceparent");
     assert_eq!(appended[1..], [("x-a", "1"), ("x-b", "3"), ("x-a", "4")]);
+}
+
+#[test]
+fn redirect_to_member_sends_each_request_to_the_next_pick_with_its_path_and_query() {
+    use rondo_core::traffic::RedirectToMember;
+    let spec = RedirectToMember { status: 307, keep_query: true };
+    let c = chain_over(
+        vec![TrafficFilter::RedirectToMember(spec)],
+        vec![("m1", "127.0.0.1:9001"), ("m2", "127.0.0.1:9002")],
+    );
+    let mut seen = Vec::new();
+    for _ in 0..4 {
+        let Err(stopped) = c.request(&info(), &Fields(vec![]), no_auth) else { panic!("proxied") };
+        let Stopped::Answered(answer, _) = *stopped else { panic!("refused") };
+        assert_eq!(answer.status, 307);
+        seen.push(answer.headers[0].1.to_str().unwrap().to_owned());
+    }
+    seen.sort();
+    assert_eq!(
+        seen,
+        [
+            "http://127.0.0.1:9001/api/items?a=1",
+            "http://127.0.0.1:9001/api/items?a=1",
+            "http://127.0.0.1:9002/api/items?a=1",
+            "http://127.0.0.1:9002/api/items?a=1",
+        ]
+    );
+    // No member: a 503 saying why, never a panic.
+    let c = chain_over(vec![TrafficFilter::RedirectToMember(spec)], vec![]);
+    let Err(stopped) = c.request(&info(), &Fields(vec![]), no_auth) else { panic!("proxied") };
+    let Stopped::Answered(answer, _) = *stopped else { panic!("refused") };
+    assert_eq!(answer.status, 503);
+    assert!(String::from_utf8_lossy(&answer.body).starts_with("no member to redirect to"));
 }

@@ -188,7 +188,7 @@ impl<S: ClientStream> OwnTries<'_, S> {
         idle: &Idle,
         mut rbuf: Vec<u8>,
         rhead: ResponseHead,
-        (set_cookie, login): (&[Option<HeaderValue>; 2], bool),
+        (set_cookie, login, view_id): (&[Option<HeaderValue>; 2], bool, Option<u64>),
         edits: Option<ResponseEdits<'_>>,
         finish: Finish,
     ) -> impl Future<Output = Result<Next, Kind>> {
@@ -231,7 +231,7 @@ impl<S: ClientStream> OwnTries<'_, S> {
                     &rhead,
                     cookies,
                     edits.as_ref(),
-                    alt_svc,
+                    (alt_svc, view_id),
                     close,
                 );
             }

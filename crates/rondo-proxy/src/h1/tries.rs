@@ -613,8 +613,9 @@ impl<S: ClientStream> Tries for OwnTries<'_, S> {
             let edits = applied.as_deref().filter(|a| a.edits_response());
             let edits = edits.map(|a| a.response_edits(name));
             let login = applied.as_deref().is_some_and(|a| a.login);
-            let responded =
-                self.respond(upstream, idle, rbuf, rhead, (&cookies, login), edits, finish).await;
+            let view_id = crate::http::view_id_of(&self.ctx.live, rt);
+            let marks = (&cookies, login, view_id);
+            let responded = self.respond(upstream, idle, rbuf, rhead, marks, edits, finish).await;
             self.applied = applied;
             responded
         })

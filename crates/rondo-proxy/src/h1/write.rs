@@ -4,6 +4,7 @@
 //! the head of a response the router makes itself ([`local_head`]).
 
 use http::HeaderValue;
+use rondo_core::wire::VIEW_ID_HEADER;
 
 use super::parse::{self, Field, RequestHead, ResponseHead};
 use crate::auth::{self, Identity, LOGIN_HEADER};
@@ -193,7 +194,7 @@ pub(super) fn write_response_head(
     head: &ResponseHead,
     cookies: [Option<&HeaderValue>; 3],
     edits: Option<&ResponseEdits<'_>>,
-    alt_svc: Option<&HeaderValue>,
+    (alt_svc, view_id): (Option<&HeaderValue>, Option<u64>),
     close: bool,
 ) {
     // The status has three digits (the parser reads exactly three).
@@ -219,10 +220,14 @@ pub(super) fn write_response_head(
             || is(name, LOGIN_HEADER.as_bytes())
             || named.iter().any(|n| is(name, n))
             || edits.is_some_and(|e| e.drops(name))
+            || (view_id.is_some() && is(name, VIEW_ID_HEADER.as_bytes()))
         {
             continue;
         }
         field(out, name, value);
+    }
+    if let Some(id) = view_id {
+        field(out, VIEW_ID_HEADER.as_bytes(), id.to_string().as_bytes());
     }
     write_via(out, &vias);
     if let Some(edits) = edits {
@@ -327,7 +332,7 @@ mod tests {
             0\r\n\r\n";
         let head = parse::response(rbuf, false).expect("parses").expect("whole");
         let mut out = Vec::new();
-        write_response_head(&mut out, rbuf, &head, [None, None, None], None, None, false);
+        write_response_head(&mut out, rbuf, &head, [None, None, None], None, (None, None), false);
         let out = String::from_utf8(out).expect("text").to_ascii_lowercase();
         for gone in crate::headers::HOP_BY_HOP_BUT_FRAMING {
             assert!(!out.contains(&format!("\n{gone}:")), "{gone} was forwarded:\n{out}");

@@ -385,7 +385,11 @@ pub(crate) fn place(
     Ok(Choice { member, set_cookie, split_cookie: None, reason })
 }
 
-fn hash_key(source: &HashKeySource, headers: &impl Headers, peer: SocketAddr) -> Option<u64> {
+pub(crate) fn hash_key(
+    source: &HashKeySource,
+    headers: &impl Headers,
+    peer: SocketAddr,
+) -> Option<u64> {
     use rondo_core::hash::hash_key;
     match source {
         HashKeySource::ClientAddress => Some(match peer.ip() {

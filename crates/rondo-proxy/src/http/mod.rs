@@ -99,3 +99,10 @@ pub(crate) use forward::place;
 pub(crate) use forward::{Begun, Choice, Tries, backoff, forward, pause};
 pub(crate) use route::{Decided, Target, find_route, looped, needs_hyper, without_port};
 pub(crate) use view::{ClusterView, record_response, route_metrics};
+
+/// The view id a response proxied from `rt`'s members carries (`rondo-view-id`), when the
+/// cluster asks for it (`view_id_header`): the view this process serves, as its naming API
+/// tells it. Off, one flag read.
+pub(crate) fn view_id_of(live: &rondo_runtime::Live, rt: &rondo_runtime::ClusterRt) -> Option<u64> {
+    rt.spec.policy.view_id_header.then(|| live.load().view.id)
+}

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use http::{Request, Response};
+use rondo_core::wire::VIEW_ID_HEADER;
 use rondo_core::{Failover, FailureKind, Outcome, Route};
 use rondo_runtime::{ClusterRt, clock};
 
@@ -147,6 +148,9 @@ async fn attempt(
             let served = Served { counted, slot: req.slot.clone(), tries: failover.tries() };
             let upgrade = req.client_upgrade.take();
             let mut resp = respond(conn, route, rt, choice, upgrade, resp, latency, served);
+            if let Some(id) = crate::http::view_id_of(&ctx.live, rt) {
+                resp.headers_mut().insert(VIEW_ID_HEADER, http::HeaderValue::from(id));
+            }
             // A SOAP message is converted back first: compression then works on what the
             // client reads.
             if let Some(plan) = req.applied.as_ref().and_then(|a| a.soap) {

@@ -68,6 +68,7 @@ pub(super) async fn start_naming(
         own,
         tls: spec.tls.clone(),
         allow_registered_clusters: spec.allow_registered_clusters,
+        parent: spec.parent.clone(),
     };
     let api = rondo_naming::api::start_with(spec.listen, live.clone(), registry.clone(), opts)
         .await
