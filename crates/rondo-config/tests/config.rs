@@ -194,6 +194,7 @@ fn full_config_compiles_into_the_expected_view() {
                 routing: Default::default(),
                 filters: vec![],
                 http3: None,
+                udp: None,
             },
             ListenerSpec {
                 name: "db".into(),
@@ -216,6 +217,7 @@ fn full_config_compiles_into_the_expected_view() {
                 routing: Default::default(),
                 filters: vec![],
                 http3: None,
+                udp: None,
             },
         ]
     );
@@ -272,6 +274,7 @@ fn full_config_compiles_into_the_expected_view() {
             timeout: Duration::from_millis(900),
             rise: 3,
             fall: 4,
+            port: None,
         })
     );
     assert_eq!(
