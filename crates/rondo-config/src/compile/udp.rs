@@ -239,7 +239,7 @@ pub(super) fn health_udp(
         return HealthCheckKind::Udp { send: Vec::new(), expect: Vec::new() };
     };
     let send = payload(c, &path, ("send", u.send.as_deref()), ("send_hex", u.send_hex.as_deref()));
-    if send.is_none() {
+    if u.send.is_none() && u.send_hex.is_none() {
         c.err(path.key("send"), "a udp check needs `send` or `send_hex`, the datagram sent");
     }
     let expect =
