@@ -799,7 +799,7 @@ fn unknown_spellings_list_the_valid_ones() {
             "upstream_protocol = \"h2\"",
             "cluster.app.upstream_protocol",
             "\"h2\"",
-            "unknown upstream_protocol `h2`, expected `http1`, `http2` or `tcp`",
+            "unknown upstream_protocol `h2`, expected `http1`, `http2`, `tcp` or `udp`",
         ),
         (
             "hash = { table = \"jump\" }",
@@ -829,7 +829,7 @@ fn unknown_spellings_list_the_valid_ones() {
             "health = { kind = \"icmp\" }",
             "cluster.app.health.kind",
             "\"icmp\"",
-            "unknown health check kind `icmp`, expected `grpc`, `http` or `tcp`",
+            "unknown health check kind `icmp`, expected `grpc`, `http`, `tcp` or `udp`",
         ),
     ];
     for (line, field, needle, msg) in cases {
@@ -843,12 +843,12 @@ fn unknown_spellings_list_the_valid_ones() {
         "unknown state `off`, expected `active`, `draining` or `disabled`",
     );
     let text = BASE
-        .replace("listen = \"127.0.0.1:8080\"", "listen = \"127.0.0.1:8080\"\nprotocol = \"udp\"");
+        .replace("listen = \"127.0.0.1:8080\"", "listen = \"127.0.0.1:8080\"\nprotocol = \"sctp\"");
     fails_once(
         &text,
         "listener[0].protocol",
-        "\"udp\"",
-        "unknown protocol `udp`, expected `http`, `tcp` or `queue`",
+        "\"sctp\"",
+        "unknown protocol `sctp`, expected `http`, `tcp`, `queue` or `udp`",
     );
     let text = with("[naming]\nregistry = \"zookeeper\"\n");
     fails_once(

@@ -55,10 +55,8 @@ pub(super) fn compile_listener_udp(
         if set {
             c.err(
                 path.key(field),
-                format!(
-                    "does not apply to a udp listener (it takes `name`, `listen`, `protocol` and \
-                     the `udp` table)"
-                ),
+                "does not apply to a udp listener (it takes `name`, `listen`, `protocol` and the \
+                 `udp` table)",
             );
         }
     }
@@ -283,7 +281,7 @@ fn payload(
 /// Hex digits, two per byte; spaces between bytes are allowed (`"00 01 ab"`).
 fn decode_hex(s: &str) -> Result<Vec<u8>, String> {
     let digits: Vec<u8> = s.bytes().filter(|b| *b != b' ').collect();
-    if digits.len() % 2 != 0 {
+    if !digits.len().is_multiple_of(2) {
         return Err(format!("`{s}` has an odd number of hex digits"));
     }
     digits

@@ -224,7 +224,7 @@ fn place(
         std::net::IpAddr::V4(ip) => rondo_core::hash::hash_key(&ip.octets()),
         std::net::IpAddr::V6(ip) => rondo_core::hash::hash_key(&ip.octets()),
     });
-    let exclude = avoid.as_ref().map_or(&[][..], std::slice::from_ref);
+    let exclude = avoid.as_slice();
     let group = shared.live.group.as_deref();
     for cluster in std::iter::once(&route.cluster).chain(&route.backups) {
         let Some(rt) = snapshot.clusters.get(cluster) else { continue };
