@@ -45,7 +45,7 @@ pub use spec::{
     AccessLogSpec, AccessLogTarget, AdminSpec, AdminToken, AgentKey, AgentSpec, DnsQuery, DnsSpec,
     ErrorDetail, Http2Limits, Http3Spec, ListenerProtocol, ListenerSpec, LogFormat, LogSpec,
     MembersDnsSpec, NamingSpec, ProbeSpec, ProxyProtocolMode, ProxyProtocolSpec, QueueBackend,
-    QueueSpec, RegistrySpec, RouterSpec, Routing, Trusted, XdsSpec,
+    QueueSpec, RegistrySpec, RouterSpec, Routing, Trusted, UdpGranularity, UdpSpec, XdsSpec,
 };
 pub use warnings::Features;
 

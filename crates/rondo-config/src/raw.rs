@@ -222,6 +222,17 @@ pub(crate) struct RawListener {
     pub http3_idle_timeout_ms: Option<u64>,
     pub http3_retry_above: Option<u64>,
     pub http3_0rtt: Option<bool>,
+    pub udp: Option<RawListenerUdp>,
+}
+
+/// A `udp` listener's `udp` table: its flows.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawListenerUdp {
+    #[serde(default, deserialize_with = "crate::units::millis", alias = "idle_timeout")]
+    pub idle_timeout_ms: Option<u64>,
+    pub max_flows: Option<u64>,
+    pub granularity: Option<String>,
 }
 
 /// A listener's `tls`: terminate TLS with these certificates.
@@ -672,6 +683,18 @@ pub(crate) struct RawHealth {
     pub rise: Option<u64>,
     pub fall: Option<u64>,
     pub grpc: Option<RawGrpcHealth>,
+    pub port: Option<u64>,
+    pub udp: Option<RawUdpHealth>,
+}
+
+/// A cluster's `health.udp`: a datagram sent, an answer expected (text, or hex with `*_hex`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawUdpHealth {
+    pub send: Option<String>,
+    pub send_hex: Option<String>,
+    pub expect: Option<String>,
+    pub expect_hex: Option<String>,
 }
 
 /// A cluster's `health.grpc`: gRPC's health-checking protocol.

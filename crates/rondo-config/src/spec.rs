@@ -17,12 +17,19 @@ pub enum ListenerProtocol {
     /// Queued messages: `POST /queues/{queue}` over HTTP/1.1, answered `202 Accepted` once the
     /// message is durable, delivered later by the queue's workers (rondo-queue).
     Queue,
+    /// UDP datagrams; one route, no match conditions; balanced per flow or per datagram
+    /// (`udp.granularity`).
+    Udp,
 }
 
 impl ListenerProtocol {
     /// Every protocol.
-    pub const ALL: [ListenerProtocol; 3] =
-        [ListenerProtocol::Http, ListenerProtocol::Tcp, ListenerProtocol::Queue];
+    pub const ALL: [ListenerProtocol; 4] = [
+        ListenerProtocol::Http,
+        ListenerProtocol::Tcp,
+        ListenerProtocol::Queue,
+        ListenerProtocol::Udp,
+    ];
 
     /// The configuration spelling.
     pub fn as_str(self) -> &'static str {
@@ -30,6 +37,7 @@ impl ListenerProtocol {
             ListenerProtocol::Http => "http",
             ListenerProtocol::Tcp => "tcp",
             ListenerProtocol::Queue => "queue",
+            ListenerProtocol::Udp => "udp",
         }
     }
 
@@ -219,6 +227,59 @@ pub struct ListenerSpec {
     /// HTTP/3 over QUIC on the same port, UDP (`http3 = true`, TLS `http` listeners only);
     /// `None`: TCP only (the default).
     pub http3: Option<Http3Spec>,
+    /// A `udp` listener's flows (`udp`); `None` on every other protocol.
+    pub udp: Option<UdpSpec>,
+}
+
+/// How a `udp` listener balances its datagrams (its `udp` table).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UdpSpec {
+    /// A flow with no datagram either way for this long ends (`idle_timeout`).
+    pub idle_timeout: Duration,
+    /// Flows open at once; a new client past it evicts the flow idle longest (`max_flows`).
+    pub max_flows: u32,
+    /// Whether a client's datagrams stay on one member or each picks one (`granularity`).
+    pub granularity: UdpGranularity,
+}
+
+impl UdpSpec {
+    /// Default `idle_timeout`.
+    pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+    /// Default `max_flows`.
+    pub const DEFAULT_MAX_FLOWS: u32 = 65_536;
+}
+
+impl Default for UdpSpec {
+    fn default() -> Self {
+        UdpSpec {
+            idle_timeout: Self::DEFAULT_IDLE_TIMEOUT,
+            max_flows: Self::DEFAULT_MAX_FLOWS,
+            granularity: UdpGranularity::Flow,
+        }
+    }
+}
+
+/// What a `udp` listener balances (`udp.granularity`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum UdpGranularity {
+    /// A client address's datagrams all go to the member its first one was placed on.
+    #[default]
+    Flow,
+    /// Every datagram picks a member (DNS, syslog, statsd).
+    Request,
+}
+
+impl UdpGranularity {
+    /// Every setting.
+    pub const ALL: [UdpGranularity; 2] = [UdpGranularity::Flow, UdpGranularity::Request];
+
+    /// The configuration spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UdpGranularity::Flow => "flow",
+            UdpGranularity::Request => "request",
+        }
+    }
 }
 
 /// A listener's HTTP/3 (`http3 = true` and the `http3_*` limits). QUIC connections count

@@ -195,6 +195,7 @@ fn full_config_compiles_into_the_expected_view() {
                 routing: Default::default(),
                 filters: vec![],
                 http3: None,
+                udp: None,
             },
             ListenerSpec {
                 name: "db".into(),
@@ -217,6 +218,7 @@ fn full_config_compiles_into_the_expected_view() {
                 routing: Default::default(),
                 filters: vec![],
                 http3: None,
+                udp: None,
             },
         ]
     );
@@ -273,6 +275,7 @@ fn full_config_compiles_into_the_expected_view() {
             timeout: Duration::from_millis(900),
             rise: 3,
             fall: 4,
+            port: None,
         })
     );
     assert_eq!(
@@ -797,7 +800,7 @@ fn unknown_spellings_list_the_valid_ones() {
             "upstream_protocol = \"h2\"",
             "cluster.app.upstream_protocol",
             "\"h2\"",
-            "unknown upstream_protocol `h2`, expected `http1`, `http2` or `tcp`",
+            "unknown upstream_protocol `h2`, expected `http1`, `http2`, `tcp` or `udp`",
         ),
         (
             "hash = { table = \"jump\" }",
@@ -827,7 +830,7 @@ fn unknown_spellings_list_the_valid_ones() {
             "health = { kind = \"icmp\" }",
             "cluster.app.health.kind",
             "\"icmp\"",
-            "unknown health check kind `icmp`, expected `grpc`, `http` or `tcp`",
+            "unknown health check kind `icmp`, expected `grpc`, `http`, `tcp` or `udp`",
         ),
     ];
     for (line, field, needle, msg) in cases {
@@ -841,12 +844,12 @@ fn unknown_spellings_list_the_valid_ones() {
         "unknown state `off`, expected `active`, `draining` or `disabled`",
     );
     let text = BASE
-        .replace("listen = \"127.0.0.1:8080\"", "listen = \"127.0.0.1:8080\"\nprotocol = \"udp\"");
+        .replace("listen = \"127.0.0.1:8080\"", "listen = \"127.0.0.1:8080\"\nprotocol = \"sctp\"");
     fails_once(
         &text,
         "listener[0].protocol",
-        "\"udp\"",
-        "unknown protocol `udp`, expected `http`, `tcp` or `queue`",
+        "\"sctp\"",
+        "unknown protocol `sctp`, expected `http`, `tcp`, `queue` or `udp`",
     );
     let text = with("[naming]\nregistry = \"zookeeper\"\n");
     fails_once(

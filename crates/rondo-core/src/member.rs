@@ -62,6 +62,8 @@ pub enum ProbeFailure {
     Grpc(crate::grpc::Code),
     /// A gRPC health check was answered, but not `SERVING`.
     NotServing,
+    /// A UDP health check was answered without its `expect` bytes.
+    Unexpected,
 }
 
 impl std::fmt::Display for ProbeFailure {
@@ -77,6 +79,7 @@ impl std::fmt::Display for ProbeFailure {
             ProbeFailure::Tls(t) => t.fmt(f),
             ProbeFailure::Grpc(code) => write!(f, "grpc status {}", code.name()),
             ProbeFailure::NotServing => f.write_str("not serving"),
+            ProbeFailure::Unexpected => f.write_str("unexpected answer"),
         }
     }
 }

@@ -319,6 +319,10 @@ pub struct HealthCheck {
     pub rise: u32,
     /// Consecutive failures that take an up member down.
     pub fall: u32,
+    /// The port probed instead of the member's own (`health.port`): a TCP or HTTP check on a
+    /// side port of a UDP member, say.
+    #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
+    pub port: Option<u16>,
 }
 
 /// The probe.
@@ -343,6 +347,14 @@ pub enum HealthCheckKind {
         /// The service asked about.
         service: String,
     },
+    /// A UDP datagram `send` to the member; an answer within the timeout passes when it
+    /// contains `expect` (empty: any answer).
+    Udp {
+        /// The probe's payload.
+        send: Vec<u8>,
+        /// Bytes the answer must contain.
+        expect: Vec<u8>,
+    },
 }
 
 impl Default for HealthCheck {
@@ -353,6 +365,7 @@ impl Default for HealthCheck {
             timeout: Duration::from_millis(1000),
             rise: 2,
             fall: 2,
+            port: None,
         }
     }
 }
@@ -714,6 +727,8 @@ pub enum UpstreamProtocol {
     Http2,
     /// Raw TCP (for `tcp` listeners).
     Tcp,
+    /// UDP datagrams (for `udp` listeners).
+    Udp,
 }
 
 /// A named set of members with a policy.

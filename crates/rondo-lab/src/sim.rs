@@ -213,6 +213,7 @@ pub fn run_one(
             timeout: Duration::from_nanos(h.timeout),
             rise: h.rise,
             fall: h.fall,
+            port: None,
         });
     }
     if q.sessions.is_some() {

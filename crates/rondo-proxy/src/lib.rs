@@ -1,5 +1,5 @@
 //! rondo's router data plane (`rondo serve`): HTTP/1.1 and HTTP/2 (h2c, prior knowledge) on
-//! the same port, and TCP, balanced through `rondo-core` via the live state of
+//! the same port, TCP and UDP ([`udp`]), balanced through `rondo-core` via the live state of
 //! `rondo-runtime`.
 //!
 //! A request's path reads top to bottom in [`http`]: route, pick (sticky, hash or algorithm),
@@ -35,6 +35,7 @@ pub mod sni;
 pub mod sticky;
 pub mod tcp;
 pub mod tls;
+pub mod udp;
 pub mod upstream;
 
 // Sign-on tokens and the header-field readers are the identity crate's (a queue listener's
@@ -194,6 +195,13 @@ pub async fn start(listeners: &[ListenerSpec], live: Arc<Live>) -> std::io::Resu
     let mut accepting = Vec::new();
     // Queue listeners are rondo-queue's (their messages are delivered later, not proxied).
     for spec in listeners.iter().filter(|l| l.protocol != ListenerProtocol::Queue) {
+        if spec.protocol == ListenerProtocol::Udp {
+            let (addr, flows, receiving) = udp::start(spec, live.clone(), stopped.clone()).await?;
+            bound.push((spec.name.clone(), addr));
+            slots.push(flows);
+            accepting.push(receiving);
+            continue;
+        }
         let socket = live.sockets.config_listener("listener", spec)?;
         let addr = socket.local_addr()?;
         bound.push((spec.name.clone(), addr));
@@ -247,7 +255,7 @@ pub async fn start(listeners: &[ListenerSpec], live: Arc<Live>) -> std::io::Resu
                 }
                 accepting.push(tokio::spawn(accept_http(socket, ctx, tls, limit, stopped.clone())));
             }
-            ListenerProtocol::Queue => {}
+            ListenerProtocol::Queue | ListenerProtocol::Udp => {}
             ListenerProtocol::Tcp => {
                 accepting.push(tokio::spawn(accept_tcp(
                     socket,

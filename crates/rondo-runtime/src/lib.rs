@@ -21,6 +21,7 @@ pub mod metrics;
 pub mod pools;
 pub mod probe;
 mod probe_h2;
+mod probe_udp;
 pub mod process;
 pub mod queues;
 pub mod reject;

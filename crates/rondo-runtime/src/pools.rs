@@ -175,7 +175,7 @@ where
     pub fn for_protocol(&self, p: UpstreamProtocol) -> &Pool<B> {
         match p {
             UpstreamProtocol::Http2 => &self.h2,
-            UpstreamProtocol::Http1 | UpstreamProtocol::Tcp => &self.h1,
+            UpstreamProtocol::Http1 | UpstreamProtocol::Tcp | UpstreamProtocol::Udp => &self.h1,
         }
     }
 

@@ -5,6 +5,9 @@
 //! check is still probed (TCP connect, default interval) for the ranking, without touching
 //! health.
 //!
+//! A UDP check (`health.udp`) sends a datagram and waits for an answer (`probe_udp`); with
+//! `health.port`, any check goes to that port of the member's host instead of its own.
+//!
 //! An HTTP check of an `upstream_protocol = "http2"` cluster, and a gRPC check
 //! (`grpc.health.v1.Health/Check`), speak HTTP/2 (`probe_h2`).
 //!
@@ -60,7 +63,14 @@ async fn run(rt: Weak<ClusterRt>, check: HealthCheck, judge: bool) {
             .members
             .iter()
             .enumerate()
-            .map(|(i, m)| (i, m.name.clone(), m.address.clone()))
+            .map(|(i, m)| {
+                // `health.port`: the check goes to a side port of the member's host.
+                let address = match check.port {
+                    Some(p) => crate::probe_udp::with_port(&m.address, p),
+                    None => m.address.clone(),
+                };
+                (i, m.name.clone(), address)
+            })
             .collect();
         let tls = cluster.tls.clone();
         let http2 = cluster.spec.upstream_protocol == rondo_core::UpstreamProtocol::Http2;
@@ -164,6 +174,15 @@ pub async fn check_once_tls(
     http2: bool,
 ) -> Result<Duration, ProbeFailure> {
     let start = Instant::now();
+    if let HealthCheckKind::Udp { send, expect } = kind {
+        return match tokio::time::timeout(timeout, crate::probe_udp::check(address, send, expect))
+            .await
+        {
+            Ok(Ok(())) => Ok(start.elapsed()),
+            Ok(Err(why)) => Err(why),
+            Err(_) => Err(ProbeFailure::Timeout),
+        };
+    }
     let attempt = async {
         let tcp = connect(address).await?;
         let _ = tcp.set_nodelay(true);
@@ -181,7 +200,8 @@ pub async fn check_once_tls(
             }
         };
         match kind {
-            HealthCheckKind::Tcp => Ok(()),
+            // Answered above, without a TCP connection.
+            HealthCheckKind::Tcp | HealthCheckKind::Udp { .. } => Ok(()),
             HealthCheckKind::Http { path, expect_min, expect_max } if http2 => {
                 let expect = (*expect_min, *expect_max);
                 crate::probe_h2::http(stream, address, tls.is_some(), path, expect).await

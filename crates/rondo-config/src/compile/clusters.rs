@@ -146,8 +146,14 @@ fn compile_cluster_at(
     let sticky = rc.session.as_ref().map_or_else(StickySession::default, |s| session(c, &path, s));
 
     let upstream_tls = rc.upstream_tls.as_ref().map(|t| compile_upstream_tls(c, &path, t));
-    let tunnels = (upstream_protocol == UpstreamProtocol::Tcp)
-        .then_some("tcp members carry one session per connection: no limit applies");
+    let tunnels = match upstream_protocol {
+        UpstreamProtocol::Tcp => {
+            Some("tcp members carry one session per connection: no limit applies")
+        }
+        UpstreamProtocol::Udp => Some("udp members carry flows, not connections: no limit applies"),
+        _ => None,
+    };
+    super::udp::check_cluster(c, &path, rc, upstream_protocol, health.as_ref());
     let limits = (rc.max_connection_age_ms, rc.max_requests_per_connection);
     let connections = c.connection_limits(&path, limits, tunnels);
     let grpc = grpc_policy(c, &path, rc);
@@ -309,9 +315,10 @@ pub(super) fn compile_health(c: &mut Compiler<'_>, path: &FieldPath, h: &RawHeal
     let http_fields = h.path.is_some() || h.expect_status.is_some();
     let kind = match h.kind.as_deref() {
         None if h.grpc.is_some() => "grpc",
+        None if h.udp.is_some() => "udp",
         None if http_fields => "http",
         None => "tcp",
-        Some(k @ ("http" | "tcp" | "grpc")) => k,
+        Some(k @ ("http" | "tcp" | "grpc" | "udp")) => k,
         Some(other) => {
             c.err(
                 path.key("kind"),
@@ -331,6 +338,9 @@ pub(super) fn compile_health(c: &mut Compiler<'_>, path: &FieldPath, h: &RawHeal
     }
     if kind != "grpc" && h.grpc.is_some() {
         c.err(path.key("grpc"), "only applies to health checks of kind `grpc`");
+    }
+    if kind != "udp" && h.udp.is_some() {
+        c.err(path.key("udp"), "only applies to health checks of kind `udp`");
     }
     let kind = match kind {
         "http" => {
@@ -356,6 +366,7 @@ pub(super) fn compile_health(c: &mut Compiler<'_>, path: &FieldPath, h: &RawHeal
             }
             HealthCheckKind::Grpc { service }
         }
+        "udp" => super::udp::health_udp(c, path, h.udp.as_ref()),
         _ => HealthCheckKind::Tcp,
     };
     HealthCheck {
@@ -364,6 +375,7 @@ pub(super) fn compile_health(c: &mut Compiler<'_>, path: &FieldPath, h: &RawHeal
         timeout: c.ms(path.key("timeout_ms"), h.timeout_ms, hd.timeout, false),
         rise: c.u32(path.key("rise"), h.rise, hd.rise, 1),
         fall: c.u32(path.key("fall"), h.fall, hd.fall, 1),
+        port: super::udp::health_port(c, path, h.port),
     }
 }
 
@@ -477,8 +489,11 @@ pub(super) fn compile_hash(
             };
             match parsed {
                 Ok(k) => {
-                    if up == UpstreamProtocol::Tcp && k != HashKeySource::ClientAddress {
-                        c.err(path.key("key"), format!("a tcp cluster has no headers or cookies, it can only hash on `client-address`, not `{s}`"));
+                    if matches!(up, UpstreamProtocol::Tcp | UpstreamProtocol::Udp)
+                        && k != HashKeySource::ClientAddress
+                    {
+                        let up = upstream_protocol_str(up);
+                        c.err(path.key("key"), format!("a {up} cluster has no headers or cookies, it can only hash on `client-address`, not `{s}`"));
                     }
                     k
                 }

@@ -142,6 +142,7 @@ pub(super) fn compile_listener(
         routing,
         filters,
         http3: compile_http3(c, &path, l, protocol),
+        udp: super::udp::compile_listener_udp(c, &path, l, protocol),
     })
 }
 

@@ -19,6 +19,7 @@ mod services;
 mod split;
 mod traffic;
 mod traffic_edge;
+mod udp;
 
 use clusters::compile_cluster;
 pub use clusters::{DeclaredPolicyError, compile_declared_policy};
@@ -76,10 +77,11 @@ pub const MAX_WEIGHT: u64 = 1_000_000;
 /// Largest `ring_vnodes` (the ring holds about `ring_vnodes` entries per member).
 pub const MAX_RING_VNODES: u64 = 100_000;
 
-const UPSTREAM_PROTOCOLS: [(&str, UpstreamProtocol); 3] = [
+const UPSTREAM_PROTOCOLS: [(&str, UpstreamProtocol); 4] = [
     ("http1", UpstreamProtocol::Http1),
     ("http2", UpstreamProtocol::Http2),
     ("tcp", UpstreamProtocol::Tcp),
+    ("udp", UpstreamProtocol::Udp),
 ];
 const HASH_TABLES: [(&str, HashTable); 2] =
     [("ring", HashTable::Ring), ("maglev", HashTable::Maglev)];
@@ -87,7 +89,7 @@ const GRANULARITIES: [Granularity; 3] =
     [Granularity::Request, Granularity::Session, Granularity::Lookup];
 const ADMIN_STATES: [AdminState; 3] =
     [AdminState::Active, AdminState::Draining, AdminState::Disabled];
-const HEALTH_KINDS: [&str; 3] = ["grpc", "http", "tcp"];
+const HEALTH_KINDS: [&str; 4] = ["grpc", "http", "tcp", "udp"];
 const REGISTRIES: [&str; 2] = ["embedded", "etcd"];
 
 /// The configuration spelling of an upstream protocol.
@@ -417,6 +419,7 @@ pub(crate) fn compile(
     let mut routes = Vec::with_capacity(raw.route.len());
     let mut route_names: HashMap<String, usize> = HashMap::new();
     let mut tcp_routes: HashMap<&str, String> = HashMap::new();
+    let mut udp_routes: HashMap<&str, String> = HashMap::new();
     for (i, r) in raw.route.iter().enumerate() {
         let path = root.key("route").index(i);
         let declared_ok = naming.as_ref().is_some_and(|n| n.allow_registered_clusters);
@@ -451,6 +454,8 @@ pub(crate) fn compile(
         } else if let Some(&proto) = protocols.get(r.listener.as_str()) {
             if proto == ListenerProtocol::Queue {
                 check_queue_route(&mut c, &path, r, &route, &clusters);
+            } else if proto == ListenerProtocol::Udp {
+                udp::check_route(&mut c, &path, r, &route, &clusters, &mut udp_routes);
             } else {
                 check_route_protocol(&mut c, &path, r, &route, proto, &clusters);
             }

@@ -264,13 +264,15 @@ pub(super) fn check_queue_route(
         .chain(branches);
     for (p, name) in targets {
         let Some(cluster) = clusters.get(name) else { continue };
-        if cluster.upstream_protocol == UpstreamProtocol::Tcp {
+        let up = cluster.upstream_protocol;
+        if matches!(up, UpstreamProtocol::Tcp | UpstreamProtocol::Udp) {
             c.err(
                 p,
                 format!(
                     "queue listener `{}` cannot deliver to cluster `{name}` with upstream_protocol \
-                     `tcp`, it needs `http1` or `http2`",
-                    r.listener
+                     `{}`, it needs `http1` or `http2`",
+                    r.listener,
+                    upstream_protocol_str(up)
                 ),
             );
         }

@@ -521,11 +521,12 @@ pub(super) fn check_route_protocol(
                     upstream_protocol_str(up)
                 ),
             ),
-            ListenerProtocol::Http if up == UpstreamProtocol::Tcp => c.err(
+            ListenerProtocol::Http if matches!(up, UpstreamProtocol::Tcp | UpstreamProtocol::Udp) => c.err(
                 p,
                 format!(
-                    "http listener `{}` cannot route to cluster `{name}` with upstream_protocol `tcp`, it needs `http1` or `http2`",
-                    r.listener
+                    "http listener `{}` cannot route to cluster `{name}` with upstream_protocol `{}`, it needs `http1` or `http2`",
+                    r.listener,
+                    upstream_protocol_str(up)
                 ),
             ),
             _ => {}

@@ -129,7 +129,7 @@ impl ClusterRt {
             let alpn: &[&[u8]] = match spec.upstream_protocol {
                 rondo_core::UpstreamProtocol::Http1 => &[b"http/1.1"],
                 rondo_core::UpstreamProtocol::Http2 => &[b"h2"],
-                rondo_core::UpstreamProtocol::Tcp => &[],
+                rondo_core::UpstreamProtocol::Tcp | rondo_core::UpstreamProtocol::Udp => &[],
             };
             crate::upstream_tls::UpstreamTlsRt::load(t, alpn).map(Arc::new).inspect_err(|e| {
                 tracing::warn!(cluster = %spec.name, "upstream_tls cannot be loaded: {e}");

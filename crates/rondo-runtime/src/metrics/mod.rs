@@ -13,7 +13,7 @@
 //!
 //! By product: `router` (the request path), `listener` (connections and hand-offs),
 //! `members` (cluster events and member state), `naming` (the registry and load agents),
-//! `tls`, `quic` (HTTP/3 listeners), `xds` (the naming service's xDS server), `dns` (`members_dns`); the durable queues' figures are rendered by [`crate::queues`] and the process's by
+//! `tls`, `quic` (HTTP/3 listeners), `xds` (the naming service's xDS server), `dns` (`members_dns`), `udp` (`udp` listeners); the durable queues' figures are rendered by [`crate::queues`] and the process's by
 //! [`crate::process`].
 
 mod departed;
@@ -27,6 +27,7 @@ mod naming;
 mod quic;
 mod router;
 mod tls;
+mod udp;
 mod xds;
 
 use std::collections::HashMap;
@@ -61,6 +62,7 @@ pub use router::{
 use router::{Histograms, latency_histogram};
 use tls::TlsFailureKey;
 pub use tls::{MAX_TLS_FAILURE_ROWS, TlsListenerLabels, TlsMemberLabels};
+pub use udp::{UdpLabels, UdpMetrics};
 pub use xds::{XdsMetrics, XdsTypeLabels};
 
 /// The `Content-Type` of [`Metrics::render`]'s output (Prometheus text format 0.0.4).
@@ -140,6 +142,8 @@ pub struct Metrics {
     limits: limits::LimitFamilies,
     /// The xDS server's figures.
     xds: xds::XdsFamilies,
+    /// `udp` listeners' figures.
+    udp: udp::UdpFamilies,
     /// `members_dns` resolutions and members.
     dns: dns::DnsFamilies,
     /// Bytes the `compress` filter took in (`rondo_compress_bytes_in_total`).
@@ -229,6 +233,7 @@ impl Metrics {
             grpc_responses: Family::default(),
             limits: Default::default(),
             xds: Default::default(),
+            udp: Default::default(),
             dns: Default::default(),
             compress_in: Family::default(),
             compress_out: Family::default(),
@@ -285,6 +290,7 @@ impl Metrics {
         limits::register(&m, &mut r);
         filters::register(&m, &mut r);
         xds::register(&m, &mut r);
+        udp::register(&m, &mut r);
         dns::register(&m, &mut r);
         m.registry = r;
         m
