@@ -75,6 +75,9 @@ pub struct Config {
     pub queues: Vec<QueueSpec>,
     /// The clusters whose members are (also) discovered through DNS (`members_dns`), by name.
     pub members_dns: std::collections::BTreeMap<String, MembersDnsSpec>,
+    /// The `[member.NAME]` members listed by two clusters or more, by name, with the clusters
+    /// that list them (in name order): one state for the member in all of them.
+    pub shared_members: std::collections::BTreeMap<String, Vec<String>>,
 }
 
 impl Config {
