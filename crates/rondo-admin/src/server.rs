@@ -146,6 +146,7 @@ pub fn router(live: Arc<Live>, token: Option<Vec<u8>>) -> Router {
         .route("/api/v1/upgrade", post(upgrade))
         .merge(crate::metrics::routes(state.live.clone()))
         .merge(crate::queues::routes(state.live.clone()))
+        .merge(crate::members::routes(state.live.clone()))
         .fallback(|| async { error(StatusCode::NOT_FOUND, "no such endpoint") })
         .method_not_allowed_fallback(|| async {
             error(
@@ -261,6 +262,7 @@ async fn status(State(st): State<AppState>) -> Response {
         .filter_map(|name| snap.clusters.get(name))
         .map(|rt| {
             let mut c = cluster_status(rt, now, st.live.group.as_deref());
+            crate::members::note_shared(&st.live, &mut c);
             // Proxyless gRPC clients balancing by this cluster (the naming service's xDS server).
             c["xds_clients"] = json!(st.live.metrics.xds_clients_of(&rt.spec.name));
             c
@@ -384,7 +386,7 @@ fn find(
     }
 }
 
-fn operator(headers: &HeaderMap) -> String {
+pub(crate) fn operator(headers: &HeaderMap) -> String {
     headers
         .get(OPERATOR_HEADER)
         .and_then(|v| v.to_str().ok())
@@ -919,7 +921,10 @@ async fn config(State(st): State<AppState>, headers: HeaderMap, bytes: Bytes) ->
     };
     let next = st.live.load().view.id + 1;
     match rondo_config::parse_str(text, Path::new("admin-api"), next) {
-        Ok(config) => apply(&st, config.view, expected),
+        Ok(config) => {
+            st.live.shared_members.set(config.shared_members);
+            apply(&st, config.view, expected)
+        }
         Err(errors) => {
             let list: Vec<Value> = errors
                 .iter()

@@ -167,6 +167,7 @@ impl Reloader {
                 changed.join(", ")
             );
         }
+        self.live.shared_members.set(config.shared_members);
         let snapshot = self.live.apply(config.view);
         probe::spawn(&snapshot);
         self.dns.apply(&self.live, &config.members_dns);

@@ -12,6 +12,7 @@
 mod cluster;
 mod layers;
 mod registered;
+mod shared;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::Ordering;
@@ -28,6 +29,7 @@ use layers::Layers;
 pub use layers::{MEMBERS_PER_YIELD, yield_now_and_then};
 use registered::Retired;
 pub use registered::{RETIRED_GRACE, Registered, RegisteredCluster};
+pub use shared::{External, SharedMember, SharedMembers};
 
 /// Cluster state by name. Looked up for every request (twice on the router's own HTTP/1 path)
 /// with names from the configuration and from authenticated registrations, never from client
@@ -113,6 +115,8 @@ pub struct Live {
     /// registered members takes milliseconds to free, and the request thread that happened to
     /// hold the last old snapshot would otherwise free it and stall the requests it carries.
     retired: Mutex<Vec<Retired>>,
+    /// The members listed by several clusters, and their state shared between them.
+    pub shared_members: SharedMembers,
 }
 
 /// The layers of the tier key: the configuration file's, and the tier's shared
@@ -172,6 +176,7 @@ impl Live {
             drain: Default::default(),
             upgrader: Default::default(),
             retired: Mutex::default(),
+            shared_members: SharedMembers::default(),
         }
     }
 
