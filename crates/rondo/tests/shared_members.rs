@@ -99,7 +99,8 @@ fn a_failed_health_check_takes_a_shared_member_out_of_every_cluster() {
     let dir = TempDir::new("shared-health");
     let (mut m1, a1) = start_member("m1", "127.0.0.1:0");
     let (_m2, a2) = start_member("m2", "127.0.0.1:0");
-    let health = r#"health = { kind = "http", path = "/health", interval_ms = 100, fall = 1, rise = 1 }"#;
+    let health =
+        r#"health = { kind = "http", path = "/health", interval_ms = 100, fall = 1, rise = 1 }"#;
     let (_router, web, admin) = serve(&dir.0, &config(a1, a2, r#"["m1", "m2"]"#, health));
     let v = member(admin, "m1");
     assert_eq!(v["shared"], true, "{v}");
@@ -146,7 +147,10 @@ fn a_drain_applies_everywhere_unless_scoped() {
 
     let out = ctl(admin, &["drain", "m1"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "m1: draining in a, b (by operator:admin-api)\n");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "m1: draining in a, b (by operator:admin-api)\n"
+    );
     assert_eq!(admin_of("m1"), ["a:draining", "b:draining"]);
     assert_eq!(admin_of("m2"), ["a:active", "b:active"]);
 
@@ -186,7 +190,9 @@ fn least_sessions_avoids_a_member_busy_through_another_cluster() {
     let (_router, web, admin) = serve(&dir.0, &config(a1, a2, r#"["m1"]"#, ""));
     let long: Vec<_> = (0..3)
         .map(|_| {
-            std::thread::spawn(move || request_with(web, "GET", "/slow/3000", "x-cluster: a\r\n", b""))
+            std::thread::spawn(move || {
+                request_with(web, "GET", "/slow/3000", "x-cluster: a\r\n", b"")
+            })
         })
         .collect();
     // The three are in flight at m1 (bounded wait).

@@ -255,3 +255,79 @@ impl ClusterRt {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use rondo_core::{FailureKind, Outcome, PickRequest, View};
+
+    use super::*;
+    use crate::live::Live;
+    use crate::live::tests::live;
+
+    /// `live()`'s cluster `c` (members `a`, `b`, quick to eject) and a copy `d`, sharing `a`.
+    fn two_clusters() -> Live {
+        let live = live();
+        let mut view = (*live.load().view).clone();
+        let mut d = (*view.clusters["c"]).clone();
+        d.name = "d".into();
+        view.clusters.insert("d".into(), Arc::new(d));
+        live.apply(View { id: 2, ..view });
+        let listed = [("a".to_owned(), vec!["c".to_owned(), "d".to_owned()])];
+        assert!(live.set_shared_members(listed.into_iter().collect()).is_some());
+        live
+    }
+
+    #[test]
+    fn an_ejection_in_one_cluster_takes_the_member_out_of_the_other() {
+        let live = two_clusters();
+        let snap = live.load();
+        let (c, d) = (snap.clusters["c"].clone(), snap.clusters["d"].clone());
+        let fail = Outcome::Failure { kind: FailureKind::Connect, latency: Duration::ZERO };
+        for _ in 0..2 {
+            let req = PickRequest { now: clock::now(), exclude: &[1], ..PickRequest::default() };
+            let m = c.pick_and_begin(&req).expect("a member").member;
+            assert_eq!(m, 0);
+            c.end_request(m, fail);
+        }
+        let ejected = |rt: &ClusterRt| rt.with(|b| b.states()[0].ejected_until.is_some());
+        assert!(ejected(&c) && ejected(&d), "one ejection state");
+        // `b` is no shared member: nothing of it crosses.
+        let req = PickRequest { now: clock::now(), exclude: &[0], ..PickRequest::default() };
+        let m = d.pick_and_begin(&req).expect("b").member;
+        d.end_request(m, fail);
+        d.pick_and_begin(&req).expect("b");
+        assert!(c.with(|b| b.states()[1].ejected_until.is_none()));
+    }
+
+    #[test]
+    fn counts_cross_clusters_and_survive_a_reload() {
+        let live = two_clusters();
+        let snap = live.load();
+        let (c, d) = (snap.clusters["c"].clone(), snap.clusters["d"].clone());
+        let req = PickRequest { now: clock::now(), exclude: &[1], ..PickRequest::default() };
+        for _ in 0..2 {
+            c.pick_and_begin(&req).expect("a");
+        }
+        let shared = live.shared_members.get("a").expect("shared");
+        assert_eq!(shared.local(), 2);
+        // A pick in `d` sees `c`'s two: its addend, while its own count stays its own.
+        d.pick(&PickRequest { now: clock::now(), ..PickRequest::default() }).expect("a member");
+        assert_eq!(d.with(|b| (b.states()[0].load.external, b.states()[0].load.in_flight)), (2, 0));
+        // A reload: the requests end on the new runtimes, the count with them.
+        let view = (*live.load().view).clone();
+        let next = live.apply(View { id: 10, ..view });
+        for _ in 0..2 {
+            c.end_request(0, Outcome::Success { latency: Duration::from_millis(1) });
+        }
+        assert_eq!(shared.local(), 0);
+        let d2 = next.clusters["d"].clone();
+        d2.pick(&PickRequest { now: clock::now(), ..PickRequest::default() }).expect("a member");
+        assert_eq!(d2.with(|b| b.states()[0].load.external), 0);
+        assert!(d2.shared_member(0).is_some() && d2.shared_member(1).is_none());
+        // No longer shared: the runtimes detach.
+        assert!(live.set_shared_members(Default::default()).is_some());
+        assert!(live.load().clusters["d"].shared_member(0).is_none());
+    }
+}
