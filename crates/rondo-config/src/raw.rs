@@ -32,6 +32,19 @@ pub(crate) struct RawConfig {
     /// `[member.NAME]`: members defined once and listed by name in several clusters.
     #[serde(default)]
     pub member: BTreeMap<String, RawSharedMember>,
+    /// `[tier]`: the load view the routers of a tier share.
+    pub tier: Option<RawTier>,
+}
+
+/// `[tier]`: the routers of a tier publish the load they measure per member and count the
+/// others'.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawTier {
+    pub nats: String,
+    pub name: Option<String>,
+    #[serde(default, deserialize_with = "crate::units::millis", alias = "interval")]
+    pub interval_ms: Option<u64>,
 }
 
 /// `[[queue]]`: a durable queue that `queue` listeners accept messages into.

@@ -120,3 +120,46 @@ fn a_member_entry_must_be_a_name_or_a_table() {
     );
     assert_eq!(errs[0].line, pos(&text, "members = [7]").0);
 }
+
+#[test]
+fn a_tier_load_view_compiles_with_defaults_and_checks_its_fields() {
+    let c = ok(&format!("{SHARED}\n[tier]\nnats = \"nats://127.0.0.1:4222\"\n"));
+    let t = c.tier.expect("a tier");
+    assert_eq!(t.nats, "nats://127.0.0.1:4222");
+    assert_eq!(t.subject, "rondo.tier.default.load");
+    assert_eq!(t.interval, std::time::Duration::from_millis(100));
+    let c = ok(&format!(
+        "{SHARED}\n[tier]\nnats = \"nats://n:4222\"\nname = \"east-1\"\ninterval = \"250ms\"\n"
+    ));
+    let t = c.tier.expect("a tier");
+    assert_eq!((t.subject.as_str(), t.interval.as_millis()), ("rondo.tier.east-1.load", 250));
+    assert!(ok(SHARED).tier.is_none());
+
+    let text = format!("{SHARED}\n[tier]\nnats = \"127.0.0.1:4222\"\n");
+    fails_once(
+        &text,
+        "tier.nats",
+        "\"127.0.0.1:4222\"",
+        "not a NATS URL, expected nats://HOST:PORT",
+    );
+    let text = format!("{SHARED}\n[tier]\nnats = \"nats://n:4222\"\nname = \"a.b\"\n");
+    fails_once(&text, "tier.name", "\"a.b\"", "tier name `a.b` must be letters");
+    let text = format!("{SHARED}\n[tier]\nnats = \"nats://n:4222\"\ninterval_ms = 5\n");
+    fails_once(&text, "tier.interval_ms", "5\n", "must be between 10 and 10000");
+}
+
+#[test]
+fn a_tier_needs_the_nats_feature() {
+    let text = format!("{SHARED}\n[tier]\nnats = \"nats://127.0.0.1:4222\"\n");
+    let errs = rondo_config::parse_str_with(
+        &text,
+        std::path::Path::new(FILE),
+        1,
+        rondo_config::Features::NONE,
+    )
+    .expect_err("refused without nats");
+    assert!(
+        errs.iter().any(|e| e.field == "tier.nats" && e.message.contains("`nats` cargo feature")),
+        "{errs:?}"
+    );
+}

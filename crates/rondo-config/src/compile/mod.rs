@@ -388,6 +388,7 @@ pub(crate) fn compile(
     check_unique_listeners(&mut c, &raw, &own);
 
     let shared = shared_members::compile_shared_members(&mut c, &raw);
+    let tier = raw.tier.as_ref().map(|t| shared_members::compile_tier(&mut c, t));
     let mut clusters = BTreeMap::new();
     let mut members_dns = BTreeMap::new();
     for (name, rc) in &raw.cluster {
@@ -496,5 +497,6 @@ pub(crate) fn compile(
         queues,
         members_dns,
         shared_members: shared_members::listed_by(&raw),
+        tier,
     })
 }

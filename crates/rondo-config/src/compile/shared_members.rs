@@ -53,3 +53,29 @@ pub(super) fn listed_by(raw: &RawConfig) -> BTreeMap<String, Vec<String>> {
     by.retain(|_, clusters| clusters.len() > 1);
     by
 }
+
+/// Default `[tier] interval_ms`: the load view's publication period.
+const DEFAULT_TIER_INTERVAL: Duration = Duration::from_millis(100);
+
+/// `[tier]`: the NATS server, the subject, the period.
+pub(super) fn compile_tier(c: &mut Compiler<'_>, t: &crate::raw::RawTier) -> crate::TierSpec {
+    let p = FieldPath::root().key("tier");
+    let authority = t.nats.strip_prefix("nats://").unwrap_or("");
+    if authority.is_empty() {
+        c.err(p.key("nats"), format!("`{}` is not a NATS URL, expected nats://HOST:PORT", t.nats));
+    } else if let Err(msg) = check_host_port(authority) {
+        c.err(p.key("nats"), msg);
+    }
+    let name = t.name.as_deref().unwrap_or("default");
+    let token = |s: &str| s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    if name.is_empty() || !token(name) {
+        c.err(p.key("name"), format!("tier name `{name}` must be letters, digits, `-` or `_`"));
+    }
+    let default = DEFAULT_TIER_INTERVAL.as_millis() as u64;
+    let ms = c.int(p.key("interval_ms"), t.interval_ms, default, 10, 10_000);
+    crate::TierSpec {
+        nats: t.nats.clone(),
+        subject: format!("rondo.tier.{name}.load"),
+        interval: Duration::from_millis(ms),
+    }
+}
