@@ -261,6 +261,11 @@ async fn start(
     load_revocations(config, &live)?;
     set_tier_key(config, &live)?;
     probe::spawn(&live.load());
+    // The tier's load view (`[tier]`; `rondo check` refuses it without the feature).
+    #[cfg(feature = "nats")]
+    if let Some(tier) = &config.tier {
+        rondo_runtime::tier_load::spawn(&live, tier.clone());
+    }
     let router = start_router(config, &live, takeover.as_ref()).await?;
     // The process's own sockets, which the naming service refuses as member addresses.
     let mut own: Vec<rondo_naming::api::OwnAddress> = Vec::new();
