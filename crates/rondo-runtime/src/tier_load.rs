@@ -15,7 +15,6 @@
 //! NATS core fans them out from memory and keeps nothing.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use rondo_core::Instant;
@@ -152,27 +151,17 @@ pub fn measure(live: &Live, router: u64, seq: u64) -> Report {
 pub fn apply(live: &Live, sums: &HashMap<&str, u32>) {
     let snap = live.load();
     for (name, rt) in &snap.clusters {
-        let values: Vec<(usize, u32, bool)> = rt
+        let values: Vec<u32> = rt
             .spec
             .members
             .iter()
             .enumerate()
             .map(|(i, m)| {
-                let shared = rt.shared_member(i);
-                let v = sums.get(key(name, &m.name, shared.is_some()).as_str()).copied();
-                if let Some(s) = shared {
-                    s.tier.store(v.unwrap_or(0), Ordering::Relaxed);
-                }
-                (i, v.unwrap_or(0), shared.is_some())
+                let shared = rt.shared_member(i).is_some();
+                sums.get(key(name, &m.name, shared).as_str()).copied().unwrap_or(0)
             })
             .collect();
-        rt.with(|b| {
-            for &(i, v, shared) in &values {
-                if !shared {
-                    b.set_external(i, v);
-                }
-            }
-        });
+        rt.set_tier_load(&values);
     }
 }
 
@@ -184,7 +173,10 @@ pub fn router_id() -> u64 {
 
 /// Starts the tier's load view on `spec`'s NATS server; runs while `live` lives.
 #[cfg(feature = "nats")]
-pub fn spawn(live: &std::sync::Arc<Live>, spec: rondo_config::TierSpec) -> tokio::task::JoinHandle<()> {
+pub fn spawn(
+    live: &std::sync::Arc<Live>,
+    spec: rondo_config::TierSpec,
+) -> tokio::task::JoinHandle<()> {
     tokio::spawn(run(std::sync::Arc::downgrade(live), spec))
 }
 

@@ -238,6 +238,28 @@ impl ClusterRt {
         }
     }
 
+    /// What the other routers of the tier have at each member (parallel to the members): a
+    /// shared member's through its shared state, which every pick adds to the other clusters'
+    /// count, any other's straight into the balancer's addend; set in one lock hold.
+    pub fn set_tier_load(&self, values: &[u32]) {
+        let ext = self.external.get();
+        for (i, &v) in values.iter().enumerate() {
+            if let Some(s) = ext.and_then(|e| e.member(i)) {
+                s.tier.store(v, Ordering::Relaxed);
+            }
+        }
+        self.with(|b| {
+            for (i, &v) in values.iter().enumerate() {
+                if ext.and_then(|e| e.member(i)).is_none() {
+                    b.set_external(i, v);
+                }
+            }
+            if let Some(e) = ext {
+                e.refresh(b);
+            }
+        });
+    }
+
     /// A passive ejection of `member` here, applied to every other cluster holding it.
     pub(super) fn share_ejection(&self, member: usize, e: Ejection) {
         let Some(s) = self.shared_member(member) else { return };
