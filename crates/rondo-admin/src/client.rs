@@ -24,6 +24,13 @@ pub enum CtlCommand {
         /// Member name.
         member: String,
     },
+    /// Set a member's admin state (`drain` or `undrain`) in every cluster it serves.
+    AdminEverywhere {
+        /// `drain` or `undrain`.
+        action: &'static str,
+        /// Member name.
+        member: String,
+    },
     /// Drain a member, then wait until it has no request in flight and no session.
     DrainWait {
         /// Cluster name.
@@ -173,6 +180,18 @@ pub async fn run(target: &CtlTarget, cmd: CtlCommand) -> Result<String, CtlError
             Ok(format!(
                 "{cluster}/{member}: {} (by {})\n",
                 v["admin"].as_str().unwrap_or("?"),
+                v["admin_by"].as_str().unwrap_or("?")
+            ))
+        }
+        CtlCommand::AdminEverywhere { action, member } => {
+            let path = format!("/api/v1/members/{member}/{action}");
+            let v = call(target, Method::POST, &path, None).await?;
+            let clusters: Vec<&str> =
+                v["clusters"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+            Ok(format!(
+                "{member}: {} in {} (by {})\n",
+                v["admin"].as_str().unwrap_or("?"),
+                clusters.join(", "),
                 v["admin_by"].as_str().unwrap_or("?")
             ))
         }

@@ -7,6 +7,7 @@
 
 pub mod client;
 mod dashboard;
+mod members;
 mod metrics;
 mod probes;
 mod queues;

@@ -152,6 +152,7 @@ pub fn router(live: Arc<Live>, token: Option<Vec<u8>>) -> Router {
         .route("/api/v1/upgrade", post(upgrade))
         .merge(crate::metrics::routes(state.live.clone()))
         .merge(crate::queues::routes(state.live.clone()))
+        .merge(crate::members::routes(state.live.clone()))
         .fallback(|| async { error(StatusCode::NOT_FOUND, "no such endpoint") })
         .method_not_allowed_fallback(|| async {
             error(
@@ -267,6 +268,7 @@ async fn status(State(st): State<AppState>) -> Response {
         .filter_map(|name| snap.clusters.get(name))
         .map(|rt| {
             let mut c = cluster_status(rt, now, st.live.group.as_deref());
+            crate::members::note_shared(&st.live, &mut c);
             // Proxyless gRPC clients balancing by this cluster (the naming service's xDS server).
             c["xds_clients"] = json!(st.live.metrics.xds_clients_of(&rt.spec.name));
             c
@@ -390,7 +392,7 @@ fn find(
     }
 }
 
-fn operator(headers: &HeaderMap) -> String {
+pub(crate) fn operator(headers: &HeaderMap) -> String {
     headers
         .get(OPERATOR_HEADER)
         .and_then(|v| v.to_str().ok())
@@ -927,6 +929,8 @@ async fn config(State(st): State<AppState>, headers: HeaderMap, bytes: Bytes) ->
     let over = st.live.defaults.over();
     match rondo_config::parse_str_over(text, Path::new("admin-api"), next, over.as_ref()) {
         Ok(config) => {
+            // Before the swap, which attaches the clusters' runtimes to the shared members.
+            st.live.shared_members.set(config.shared_members);
             let r = apply(&st, config.view, expected);
             if r.status().is_success() {
                 st.live.defaults.from_text(text);

@@ -499,6 +499,8 @@ fn handle_datagram(d: &[u8], peer: SocketAddr, shared: &Shared) -> Verdict {
         at: clock::now(),
     };
     rt.with(|b| b.report_agent(idx, report));
+    // A shared member's report is its report in every cluster that lists it.
+    rt.share_agent_report(idx, report);
     bump(&c.accepted);
     Verdict::Accepted
 }

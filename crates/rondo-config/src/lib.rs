@@ -77,6 +77,23 @@ pub struct Config {
     pub queues: Vec<QueueSpec>,
     /// The clusters whose members are (also) discovered through DNS (`members_dns`), by name.
     pub members_dns: std::collections::BTreeMap<String, MembersDnsSpec>,
+    /// The `[member.NAME]` members listed by two clusters or more, by name, with the clusters
+    /// that list them (in name order): one state for the member in all of them.
+    pub shared_members: std::collections::BTreeMap<String, Vec<String>>,
+    /// The tier's shared load view (`[tier]`), when set.
+    pub tier: Option<TierSpec>,
+}
+
+/// `[tier]`: every `interval` this router publishes its load per member on `subject` of the
+/// NATS server at `nats`, and counts the other routers' (forgotten after 3 silent intervals).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TierSpec {
+    /// The NATS server (`nats://host:port`).
+    pub nats: String,
+    /// The core subject of this tier's load reports (`rondo.tier.NAME.load`).
+    pub subject: String,
+    /// How often each router publishes.
+    pub interval: std::time::Duration,
 }
 
 impl Config {

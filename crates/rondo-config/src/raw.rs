@@ -31,6 +31,22 @@ pub(crate) struct RawConfig {
     pub queue: Vec<RawQueue>,
     /// Checked here with its spans; merged into every cluster and route by `defaults.rs`.
     pub defaults: Option<RawDefaults>,
+    /// `[member.NAME]`: members defined once and listed by name in several clusters.
+    #[serde(default)]
+    pub member: BTreeMap<String, RawSharedMember>,
+    /// `[tier]`: the load view the routers of a tier share.
+    pub tier: Option<RawTier>,
+}
+
+/// `[tier]`: the routers of a tier publish the load they measure per member and count the
+/// others'.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawTier {
+    pub nats: String,
+    pub name: Option<String>,
+    #[serde(default, deserialize_with = "crate::units::millis", alias = "interval")]
+    pub interval_ms: Option<u64>,
 }
 
 /// `[defaults]`: what every `[cluster.NAME]` (the cluster fields) and every `[[route]]` (the
@@ -603,7 +619,7 @@ pub(crate) struct RawCluster {
     pub upstream_protocol: Option<String>,
     pub panic_threshold_percent: Option<u64>,
     #[serde(default)]
-    pub members: Vec<RawMember>,
+    pub members: Vec<RawMemberEntry>,
     pub health: Option<RawHealth>,
     pub outlier: Option<RawOutlier>,
     pub retry: Option<RawRetry>,
@@ -667,6 +683,48 @@ pub(crate) struct RawMember {
     pub weight: Option<u64>,
     pub group: Option<String>,
     pub state: Option<String>,
+}
+
+/// `[member.NAME]`: a member defined once, listed by name in the clusters it serves; its
+/// health, ejection, agent reports, drain and load are one state in all of them.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawSharedMember {
+    pub address: String,
+    pub weight: Option<u64>,
+    pub group: Option<String>,
+    pub state: Option<String>,
+}
+
+/// One entry of a cluster's `members`: a table (`{ name = ..., address = ... }`), or the
+/// name of a `[member.NAME]`.
+#[derive(Debug)]
+pub(crate) enum RawMemberEntry {
+    Inline(RawMember),
+    Shared(String),
+}
+
+impl<'de> Deserialize<'de> for RawMemberEntry {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = RawMemberEntry;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a member table or the name of a [member.NAME]")
+            }
+
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<RawMemberEntry, E> {
+                Ok(RawMemberEntry::Shared(v.to_owned()))
+            }
+
+            fn visit_map<A: de::MapAccess<'de>>(self, map: A) -> Result<RawMemberEntry, A::Error> {
+                RawMember::deserialize(de::value::MapAccessDeserializer::new(map))
+                    .map(RawMemberEntry::Inline)
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
 
 /// A cluster's `health`.

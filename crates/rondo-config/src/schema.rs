@@ -21,6 +21,14 @@ pub fn fields() -> Vec<String> {
     let mut out = Vec::new();
     // Cannot fail: every value the capture hands out has the type asked for.
     let _ = RawConfig::deserialize(Capture { path: String::new(), out: &mut out });
+    // A cluster's `members` entry is a table or a `[member.NAME]`'s name, an untyped value the
+    // walk reads as a string: its table's fields go in after it.
+    let mut inline = Vec::new();
+    let members = "cluster.NAME.members";
+    let _ = crate::raw::RawMember::deserialize(Capture { path: members.into(), out: &mut inline });
+    if let Some(at) = out.iter().position(|f| f == members) {
+        out.splice(at + 1..at + 1, inline);
+    }
     out
 }
 

@@ -65,6 +65,12 @@ pub(crate) fn unsupported(raw: &RawConfig, features: Features) -> Vec<Problem> {
              (cargo build --release --features {feature})"
         )
     };
+    if !features.nats && raw.tier.is_some() {
+        out.push(Problem {
+            path: FieldPath::root().key("tier").key("nats"),
+            message: lacks("the tier's load view over NATS", "nats"),
+        });
+    }
     if !features.nats {
         for (i, q) in raw.queue.iter().enumerate() {
             if q.backend.as_deref() == Some("nats") {

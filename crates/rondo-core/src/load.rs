@@ -219,6 +219,12 @@ pub struct Load {
     pub consecutive_failures: u32,
     /// Mean latency of this balancer's own requests (`adaptive` reads it).
     pub latency: LatencyMean,
+    /// What others have at this member, in flight and in sessions: the other clusters of this
+    /// process that list the same shared member, and the other routers of the tier. Set by
+    /// the runtime ([`crate::Balancer::set_external`]), never measured here; the pickers that
+    /// count load (`least-sessions`, `least-connections`, `p2c-ewma`, `adaptive`, bounded-load
+    /// hashing) add it to this balancer's own counts.
+    pub external: u32,
 }
 
 impl Load {
@@ -233,12 +239,22 @@ impl Load {
             completed: 0,
             consecutive_failures: 0,
             latency: LatencyMean::default(),
+            external: 0,
         }
     }
 
-    /// Sessions plus in-flight requests: what `least-sessions` minimises.
+    /// Sessions plus in-flight requests, this balancer's and others' ([`Load::external`]):
+    /// what `least-sessions` minimises.
+    #[inline]
     pub fn active(&self) -> u64 {
-        u64::from(self.in_flight) + u64::from(self.sessions)
+        u64::from(self.in_flight) + u64::from(self.sessions) + u64::from(self.external)
+    }
+
+    /// Requests in flight at the member as the latency-aware pickers weigh them: this
+    /// balancer's and others' ([`Load::external`]).
+    #[inline]
+    pub fn seen_in_flight(&self) -> u32 {
+        self.in_flight.saturating_add(self.external)
     }
 }
 

@@ -13,6 +13,7 @@ mod located;
 pub mod report;
 pub mod scenario;
 mod service;
+mod shared_view;
 pub mod sim;
 pub mod stats;
 pub mod svg;

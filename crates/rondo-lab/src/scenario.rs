@@ -103,6 +103,9 @@ pub struct Queueing {
     /// Routers in the tier, each with its own `Balancer` fed only by the requests it placed
     /// (arrivals take them in turn); 1 is a single router.
     pub routers: u32,
+    /// With a tier: the period (ns) at which its routers publish their load per member and
+    /// count the others' (`shared_view_ms`); `None`: each router sees only its own.
+    pub shared_view: Option<u64>,
 }
 
 /// Health checking as the router's prober would do it.
@@ -210,6 +213,7 @@ struct RawScenario {
     sessions: Option<Spanned<u64>>,
     caller_group: Option<String>,
     routers: Option<Spanned<u32>>,
+    shared_view_ms: Option<Spanned<u64>>,
     #[serde(default)]
     member: Vec<Spanned<RawMember>>,
     #[serde(default)]
@@ -349,6 +353,7 @@ fn parse_bins(
         || raw.arrivals.is_some()
         || !raw.phase.is_empty()
         || raw.routers.is_some()
+        || raw.shared_view_ms.is_some()
     {
         return Err(cx.err(
             at,
@@ -677,6 +682,20 @@ fn parse_queueing(cx: &Ctx<'_>, raw: &RawScenario) -> Result<Queueing, ScenarioE
         Some(r) => *r.get_ref(),
         None => 1,
     };
+    let shared_view = match &raw.shared_view_ms {
+        Some(s) if routers < 2 => {
+            return Err(cx.err(
+                s.span().start,
+                "shared_view_ms",
+                "a shared view needs a tier: routers = 2 or more",
+            ));
+        }
+        Some(s) if !(1..=10_000).contains(s.get_ref()) => {
+            return Err(cx.err(s.span().start, "shared_view_ms", "must be 1..=10000"));
+        }
+        Some(s) => Some(*s.get_ref() * 1_000_000),
+        None => None,
+    };
     Ok(Queueing {
         duration: secs(d),
         warmup,
@@ -691,5 +710,6 @@ fn parse_queueing(cx: &Ctx<'_>, raw: &RawScenario) -> Result<Queueing, ScenarioE
         sessions,
         caller_group: raw.caller_group.clone(),
         routers,
+        shared_view,
     })
 }

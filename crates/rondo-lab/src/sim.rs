@@ -12,7 +12,8 @@
 //! With `routers = N` the tier has N balancers, one per router, and arrivals take the routers
 //! in turn; each balancer is fed only by the requests its router placed (its own in-flight
 //! counts and latencies, no shared view), while health-check and agent results, which every
-//! router would see alike, reach all of them.
+//! router would see alike, reach all of them. With `shared_view_ms` the routers also share
+//! their load (`shared_view.rs`), one period late, as `[tier]` does.
 //!
 //! Every picker sees the same arrivals and the same per-request random numbers (common random
 //! numbers), so differences between rows come from the picks. A run is bounded by virtual time
@@ -94,6 +95,8 @@ enum Ev {
     Probe,
     Agent,
     Phase(u32),
+    /// The tier's shared view publishes (`shared_view_ms`).
+    Publish,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -191,6 +194,8 @@ struct Sim<'a> {
     agent_seq: u64,
     pending: u64,
     res: PickerResult,
+    /// The tier's shared load view, with `shared_view_ms`.
+    shared: Option<crate::shared_view::SharedView>,
 }
 
 /// Runs one picker over the scenario with the given seed.
@@ -263,6 +268,7 @@ pub fn run_one(
         next_router: 0,
         agent_seq: 0,
         pending: 0,
+        shared: q.shared_view.map(|_| crate::shared_view::SharedView::default()),
         res: PickerResult {
             picker,
             latencies: Vec::new(),
@@ -291,6 +297,9 @@ pub fn run_one(
     }
     if let Some(a) = q.agent_interval {
         sim.push(a, Ev::Agent);
+    }
+    if let Some(p) = q.shared_view {
+        sim.push(p, Ev::Publish);
     }
     for (i, p) in q.phases.iter().enumerate() {
         sim.push(p.at, Ev::Phase(i as u32));
@@ -462,6 +471,16 @@ impl Sim<'_> {
                 }
             }
             Ev::Phase(i) => self.phase(i as usize),
+            Ev::Publish => {
+                if let Some(v) = &mut self.shared {
+                    v.tick(&mut self.balancers);
+                }
+                if let Some(p) = self.q.shared_view
+                    && self.now + p <= self.q.duration
+                {
+                    self.push(self.now + p, Ev::Publish);
+                }
+            }
         }
     }
 
@@ -742,6 +761,9 @@ impl Sim<'_> {
         let spec = cluster_spec(self.q, &self.members, &self.policy);
         for bal in &mut self.balancers {
             *bal = Balancer::carry_over(spec.clone(), bal, Instant(self.now));
+        }
+        if let Some(v) = &mut self.shared {
+            v.reset();
         }
         self.remap();
     }

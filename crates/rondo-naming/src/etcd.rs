@@ -790,6 +790,7 @@ impl Inner {
                 st.config_error = None;
                 tracing::info!(key, summary = config.summary(), "shared configuration applied");
                 self.live.set_shared_tier_key(tier_key);
+                self.live.shared_members.set(config.shared_members);
                 let snapshot = self.live.set_shared(Some(config.view));
                 probe::spawn(&snapshot);
             }

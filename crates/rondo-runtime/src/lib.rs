@@ -30,6 +30,7 @@ pub mod revoke;
 pub mod secret;
 pub mod sockets;
 pub mod steer;
+pub mod tier_load;
 pub mod tls_client;
 pub mod tls_server;
 pub mod upstream_tls;

@@ -63,6 +63,8 @@ async fn run(rt: Weak<ClusterRt>, check: HealthCheck, judge: bool) {
             .members
             .iter()
             .enumerate()
+            // A shared member is probed by one of its clusters, for all of them.
+            .filter(|(i, _)| !(judge && cluster.probed_elsewhere(*i)))
             .map(|(i, m)| {
                 // `health.port`: the check goes to a side port of the member's host.
                 let address = match check.port {
@@ -97,6 +99,9 @@ async fn run(rt: Weak<ClusterRt>, check: HealthCheck, judge: bool) {
         }
         let Some(cluster) = rt.upgrade() else { return };
         let now = crate::clock::now();
+        let names: std::collections::HashMap<usize, &str> =
+            members.iter().map(|(i, name, _)| (*i, name.as_str())).collect();
+        let mut shared = Vec::new();
         let changed = cluster.with(|b| {
             let rtts: Vec<(usize, Option<Duration>)> =
                 results.iter().map(|(i, r)| (*i, r.as_ref().ok().copied())).collect();
@@ -106,7 +111,7 @@ async fn run(rt: Weak<ClusterRt>, check: HealthCheck, judge: bool) {
                 return changed;
             }
             for &(i, result) in &results {
-                let name = &members[i].1;
+                let name = names.get(&i).copied().unwrap_or_default();
                 let in_row = b.count_probe(i, result.is_ok());
                 if let Err(why) = result {
                     b.note_probe_failure(i, why, now);
@@ -136,11 +141,21 @@ async fn run(rt: Weak<ClusterRt>, check: HealthCheck, judge: bool) {
                         "member down"
                     );
                 }
+                if cluster.shared_member(i).is_some()
+                    && let Some(st) = b.states().get(i)
+                {
+                    shared.push((i, st.healthy, result.err()));
+                }
             }
             changed
         });
         if changed {
             cluster.state_changed();
+        }
+        // Its verdict on a shared member holds in every cluster listing it (each round, so
+        // that a cluster new in the view learns it too).
+        for (i, healthy, why) in shared {
+            cluster.share_health(i, healthy, why);
         }
     }
 }

@@ -171,6 +171,7 @@ impl Reloader {
                 changed.join(", ")
             );
         }
+        self.live.shared_members.set(config.shared_members);
         let snapshot = self.live.apply(config.view);
         self.live.defaults.from_file(&self.path);
         probe::spawn(&snapshot);

@@ -238,10 +238,11 @@ pub enum CtlCommand {
     /// Print every cluster's members: state, health, load, rank, agent reports.
     Status,
     /// Stop sending new requests and sessions to a member (sticky sessions finish); with
-    /// --wait, return once it has no request in flight and no session left.
+    /// --wait, return once it has no request in flight and no session left. `drain MEMBER`
+    /// drains a shared member ([member.NAME]) in every cluster that lists it.
     Drain(DrainArgs),
-    /// Make a draining member active again.
-    Undrain(MemberRef),
+    /// Make a draining member active again (`undrain MEMBER`: in every cluster it serves).
+    Undrain(AnyMember),
     /// Take a member out entirely (not even panic mode uses it).
     Disable(MemberRef),
     /// Make a disabled member active again.
@@ -380,15 +381,45 @@ pub struct ShadowArgs {
 pub struct DrainArgs {
     /// The member.
     #[command(flatten)]
-    pub member: MemberRef,
+    pub member: AnyMember,
     /// Wait until the member has no request in flight and no session (exit 1 at the timeout,
-    /// saying what remains).
+    /// saying what remains); needs the cluster.
     #[arg(long)]
     pub wait: bool,
     /// How long --wait waits, milliseconds.
     #[arg(long, value_name = "MS", default_value_t = 60_000, requires = "wait",
           value_parser = clap::value_parser!(u64).range(1..=86_400_000))]
     pub timeout_ms: u64,
+}
+
+/// A member in one cluster (`CLUSTER MEMBER`, or `MEMBER --cluster CLUSTER`), or in every
+/// cluster it serves (`MEMBER` alone: a shared `[member.NAME]` in every cluster that lists it,
+/// else the one cluster with a member of that name).
+#[derive(Debug, Args)]
+pub struct AnyMember {
+    /// `CLUSTER MEMBER`, or `MEMBER` alone.
+    #[arg(num_args = 1..=2, value_names = ["CLUSTER", "MEMBER"], required = true)]
+    pub names: Vec<String>,
+    /// Only in this cluster.
+    #[arg(long)]
+    pub cluster: Option<String>,
+}
+
+impl AnyMember {
+    /// The cluster (`None`: every cluster the member serves) and the member.
+    pub fn scope(self) -> Result<(Option<String>, String), String> {
+        let mut names = self.names;
+        match (names.len(), self.cluster) {
+            (2, Some(_)) => {
+                Err("name the cluster once: CLUSTER MEMBER or MEMBER --cluster CLUSTER".into())
+            }
+            (2, None) => {
+                let member = names.pop().unwrap_or_default();
+                Ok((names.pop(), member))
+            }
+            (_, cluster) => Ok((cluster, names.pop().unwrap_or_default())),
+        }
+    }
 }
 
 /// A cluster and one of its members.

@@ -264,15 +264,38 @@ fn ctl(args: cli::CtlArgs, out: &mut dyn Write, err: &mut dyn Write) -> anyhow::
     };
     let admin =
         |action, m: cli::MemberRef| C::Admin { action, cluster: m.cluster, member: m.member };
+    let any_member = |action, cluster: Option<String>, member| match cluster {
+        Some(cluster) => C::Admin { action, cluster, member },
+        None => C::AdminEverywhere { action, member },
+    };
     let cmd = match args.command {
         cli::CtlCommand::Status => C::Status,
-        cli::CtlCommand::Drain(d) if d.wait => C::DrainWait {
-            cluster: d.member.cluster,
-            member: d.member.member,
-            timeout: std::time::Duration::from_millis(d.timeout_ms),
+        cli::CtlCommand::Drain(d) => {
+            let (wait, timeout_ms) = (d.wait, d.timeout_ms);
+            match (d.member.scope(), wait) {
+                (Ok((Some(cluster), member)), true) => C::DrainWait {
+                    cluster,
+                    member,
+                    timeout: std::time::Duration::from_millis(timeout_ms),
+                },
+                (Ok((None, _)), true) => {
+                    writeln!(err, "rondo ctl: drain --wait needs the cluster: CLUSTER MEMBER")?;
+                    return Ok(ExitCode::FAILURE);
+                }
+                (Ok((cluster, member)), false) => any_member("drain", cluster, member),
+                (Err(e), _) => {
+                    writeln!(err, "rondo ctl: {e}")?;
+                    return Ok(ExitCode::FAILURE);
+                }
+            }
+        }
+        cli::CtlCommand::Undrain(m) => match m.scope() {
+            Ok((cluster, member)) => any_member("undrain", cluster, member),
+            Err(e) => {
+                writeln!(err, "rondo ctl: {e}")?;
+                return Ok(ExitCode::FAILURE);
+            }
         },
-        cli::CtlCommand::Drain(d) => admin("drain", d.member),
-        cli::CtlCommand::Undrain(m) => admin("undrain", m),
         cli::CtlCommand::Disable(m) => admin("disable", m),
         cli::CtlCommand::Enable(m) => admin("enable", m),
         cli::CtlCommand::Weight { cluster, member, weight } => {

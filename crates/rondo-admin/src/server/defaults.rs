@@ -48,12 +48,16 @@ fn change(st: &AppState, headers: &HeaderMap, over: Option<DefaultsOverride>) ->
         );
     }
     let next = st.live.load().view.id + 1;
-    let outcome = st.live.defaults.change(over, next, |config| match expected {
-        None => Ok(applied(&st.live.apply(config.view))),
-        Some(e) => match st.live.apply_if(config.view, e) {
-            Ok(snap) => Ok(applied(&snap)),
-            Err(current) => Err(conflict(current, e)),
-        },
+    let outcome = st.live.defaults.change(over, next, |config| {
+        // Before the swap, which attaches the clusters' runtimes to the shared members.
+        st.live.shared_members.set(config.shared_members);
+        match expected {
+            None => Ok(applied(&st.live.apply(config.view))),
+            Some(e) => match st.live.apply_if(config.view, e) {
+                Ok(snap) => Ok(applied(&snap)),
+                Err(current) => Err(conflict(current, e)),
+            },
+        }
     });
     match outcome {
         Ok(Ok(r) | Err(r)) => r,

@@ -15,10 +15,11 @@ pub(super) fn compile_cluster(
     name: &str,
     rc: &RawCluster,
     agent_interval: Duration,
+    shared: &BTreeMap<String, MemberSpec>,
 ) -> ClusterSpec {
     let path = FieldPath::root().key("cluster").key(name);
     c.name(path.clone(), "cluster", name);
-    compile_cluster_at(c, &path, name, rc, agent_interval)
+    compile_cluster_at(c, &path, name, rc, agent_interval, shared)
 }
 
 /// Why a registration's declared policy is refused: every problem, each starting with the
@@ -66,7 +67,8 @@ pub fn compile_declared_policy(
     let rc = RawCluster { members: Vec::new(), upstream_tls: None, members_dns: None, ..rc };
     let mut c = Compiler { problems: Vec::new(), base_dir: Path::new("") };
     let path = FieldPath::root().key("policy");
-    let spec = compile_cluster_at(&mut c, &path, cluster, &rc, AgentSpec::DEFAULT_INTERVAL);
+    let none = BTreeMap::new();
+    let spec = compile_cluster_at(&mut c, &path, cluster, &rc, AgentSpec::DEFAULT_INTERVAL, &none);
     problems.extend(c.problems.into_iter().map(|p| format!("{}: {}", p.path, p.message)));
     if problems.is_empty() { Ok(spec) } else { Err(DeclaredPolicyError(problems)) }
 }
@@ -78,6 +80,7 @@ fn compile_cluster_at(
     name: &str,
     rc: &RawCluster,
     agent_interval: Duration,
+    shared: &BTreeMap<String, MemberSpec>,
 ) -> ClusterSpec {
     let path = path.clone();
     let d = Policy::default();
@@ -124,7 +127,7 @@ fn compile_cluster_at(
         0,
     );
 
-    let members = compile_members(c, &path.key("members"), &rc.members);
+    let members = compile_members(c, &path.key("members"), &rc.members, shared);
     let health = rc.health.as_ref().map(|h| compile_health(c, &path.key("health"), h));
     let outlier = rc.outlier.as_ref().map_or_else(|| d.outlier.clone(), |o| outlier(c, &path, o));
     let retry = rc.retry.as_ref().map_or_else(|| d.retry.clone(), |r| retry(c, &path, r));
@@ -227,66 +230,97 @@ fn compile_cluster_at(
 pub(super) fn compile_members(
     c: &mut Compiler<'_>,
     path: &FieldPath,
-    raw: &[RawMember],
+    raw: &[RawMemberEntry],
+    shared: &BTreeMap<String, MemberSpec>,
 ) -> Vec<MemberSpec> {
-    let mut names: HashMap<&str, usize> = HashMap::new();
+    let mut names: HashMap<String, usize> = HashMap::new();
     let mut addrs: HashMap<String, usize> = HashMap::new();
     let mut out = Vec::with_capacity(raw.len());
-    for (i, m) in raw.iter().enumerate() {
+    for (i, entry) in raw.iter().enumerate() {
         let p = path.index(i);
-        c.name(p.key("name"), "member", &m.name);
-        match names.get(m.name.as_str()) {
-            Some(first) if !m.name.is_empty() => {
+        // A `[member.NAME]` was checked at its own table: here only its name, and the
+        // duplicates within this cluster, at the entry.
+        let (spec, name_at, address_ok, address_at) = match entry {
+            RawMemberEntry::Inline(m) => {
+                c.name(p.key("name"), "member", &m.name);
+                let ok = check_host_port(&m.address).map_err(|msg| c.err(p.key("address"), msg));
+                let spec = member_spec(c, &p, &m.name, &m.address, m.weight, &m.group, &m.state);
+                (spec, p.key("name"), ok.is_ok(), p.key("address"))
+            }
+            RawMemberEntry::Shared(name) => match shared.get(name) {
+                Some(spec) => (spec.clone(), p.clone(), true, p.clone()),
+                None => {
+                    c.err(p.clone(), crate::compile::shared_members::unknown(name, shared));
+                    continue;
+                }
+            },
+        };
+        match names.get(spec.name.as_str()) {
+            Some(first) if !spec.name.is_empty() => {
                 c.err(
-                    p.key("name"),
-                    format!("duplicate member name `{}`, first used by members[{first}]", m.name),
+                    name_at,
+                    format!(
+                        "duplicate member name `{}`, first used by members[{first}]",
+                        spec.name
+                    ),
                 );
             }
             _ => {
-                names.insert(&m.name, i);
+                names.insert(spec.name.clone(), i);
             }
         }
-        match check_host_port(&m.address) {
-            Err(msg) => c.err(p.key("address"), msg),
-            Ok(()) => {
-                let key = m.address.to_ascii_lowercase();
-                match addrs.get(&key) {
-                    Some(first) => c.err(
-                        p.key("address"),
-                        format!(
-                            "duplicate member address `{}`, first used by members[{first}]",
-                            m.address
-                        ),
+        if address_ok {
+            let key = spec.address.to_ascii_lowercase();
+            match addrs.get(&key) {
+                Some(first) => c.err(
+                    address_at,
+                    format!(
+                        "duplicate member address `{}`, first used by members[{first}]",
+                        spec.address
                     ),
-                    None => {
-                        addrs.insert(key, i);
-                    }
+                ),
+                None => {
+                    addrs.insert(key, i);
                 }
             }
         }
-        let weight = c.int(p.key("weight"), m.weight, DEFAULT_WEIGHT, 1, MAX_WEIGHT);
-        if let Some(g) = &m.group
-            && g.is_empty()
-        {
-            c.err(p.key("group"), "group must not be empty");
-        }
-        let admin = match m.state.as_deref() {
-            None => AdminState::default(),
-            Some(s) => AdminState::parse(s).unwrap_or_else(|| {
-                let all = ADMIN_STATES.map(AdminState::as_str);
-                c.err(p.key("state"), format!("unknown state `{s}`, expected {}", one_of(all)));
-                AdminState::default()
-            }),
-        };
-        out.push(MemberSpec {
-            name: m.name.clone(),
-            address: m.address.clone(),
-            weight: u32::try_from(weight).unwrap_or(1),
-            group: m.group.clone(),
-            admin,
-        });
+        out.push(spec);
     }
     out
+}
+
+/// A member's `weight`, `group` and `state` at `p` (a cluster's `members[i]` or a
+/// `[member.NAME]`), with its name and address as written.
+pub(super) fn member_spec(
+    c: &mut Compiler<'_>,
+    p: &FieldPath,
+    name: &str,
+    address: &str,
+    weight: Option<u64>,
+    group: &Option<String>,
+    state: &Option<String>,
+) -> MemberSpec {
+    let weight = c.int(p.key("weight"), weight, DEFAULT_WEIGHT, 1, MAX_WEIGHT);
+    if let Some(g) = group
+        && g.is_empty()
+    {
+        c.err(p.key("group"), "group must not be empty");
+    }
+    let admin = match state.as_deref() {
+        None => AdminState::default(),
+        Some(s) => AdminState::parse(s).unwrap_or_else(|| {
+            let all = ADMIN_STATES.map(AdminState::as_str);
+            c.err(p.key("state"), format!("unknown state `{s}`, expected {}", one_of(all)));
+            AdminState::default()
+        }),
+    };
+    MemberSpec {
+        name: name.to_owned(),
+        address: address.to_owned(),
+        weight: u32::try_from(weight).unwrap_or(1),
+        group: group.clone(),
+        admin,
+    }
 }
 
 /// Parses `200` or `200-399`.

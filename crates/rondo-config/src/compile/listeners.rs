@@ -464,7 +464,11 @@ pub(super) fn check_unique_listeners(c: &mut Compiler<'_>, raw: &RawConfig, own:
 pub(super) fn check_members_are_not_own(c: &mut Compiler<'_>, raw: &RawConfig, own: &OwnSockets) {
     let root = FieldPath::root();
     for (name, rc) in &raw.cluster {
-        for (i, m) in rc.members.iter().enumerate() {
+        let inline = rc.members.iter().enumerate().filter_map(|(i, m)| match m {
+            crate::raw::RawMemberEntry::Inline(m) => Some((i, m)),
+            crate::raw::RawMemberEntry::Shared(_) => None,
+        });
+        for (i, m) in inline {
             let reached = own.0.iter().filter(|(_, _, dns)| !dns);
             if let Some((addr, field, _)) =
                 reached.into_iter().find(|(a, _, _)| address_reaches(&m.address, *a))
@@ -478,6 +482,22 @@ pub(super) fn check_members_are_not_own(c: &mut Compiler<'_>, raw: &RawConfig, o
                     ),
                 );
             }
+        }
+    }
+    // `[member.NAME]` tables: the same rule, at their own address.
+    for (name, m) in &raw.member {
+        let reached = own.0.iter().filter(|(_, _, dns)| !dns);
+        if let Some((addr, field, _)) =
+            reached.into_iter().find(|(a, _, _)| address_reaches(&m.address, *a))
+        {
+            c.err(
+                root.key("member").key(name).key("address"),
+                format!(
+                    "member address `{}` is this router's own {field} (`{addr}`): a member must \
+                     be another server",
+                    m.address
+                ),
+            );
         }
     }
 }

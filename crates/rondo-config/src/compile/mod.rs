@@ -16,6 +16,7 @@ mod rate_limit;
 mod routes;
 mod sampling;
 mod services;
+mod shared_members;
 mod split;
 mod traffic;
 mod traffic_edge;
@@ -48,7 +49,7 @@ use crate::Config;
 use crate::path::FieldPath;
 use crate::raw::{
     RawAccessLog, RawAdmin, RawAgentReceiver, RawAuth, RawCluster, RawConfig, RawHash, RawHealth,
-    RawListener, RawListenerTls, RawLog, RawMatch, RawMember, RawNaming, RawQueue, RawRoute,
+    RawListener, RawListenerTls, RawLog, RawMatch, RawMemberEntry, RawNaming, RawQueue, RawRoute,
     RawUpstreamTls, RawXds,
 };
 use crate::spec::{
@@ -389,11 +390,13 @@ pub(crate) fn compile(
     let own = OwnSockets::new(&listeners, admin.as_ref(), naming.as_ref(), agent.as_ref());
     check_unique_listeners(&mut c, &raw, &own);
 
+    let shared = shared_members::compile_shared_members(&mut c, &raw);
+    let tier = raw.tier.as_ref().map(|t| shared_members::compile_tier(&mut c, t));
     let mut clusters = BTreeMap::new();
     let mut members_dns = BTreeMap::new();
     for (name, rc) in &raw.cluster {
         let interval = agent.as_ref().map_or(AgentSpec::DEFAULT_INTERVAL, |a| a.interval);
-        let spec = compile_cluster(&mut c, name, rc, interval);
+        let spec = compile_cluster(&mut c, name, rc, interval, &shared);
         clusters.insert(name.clone(), Arc::new(spec));
         if let Some(d) = &rc.members_dns {
             let path = root.key("cluster").key(name).key("members_dns");
@@ -499,5 +502,7 @@ pub(crate) fn compile(
         log,
         queues,
         members_dns,
+        shared_members: shared_members::listed_by(&raw),
+        tier,
     })
 }

@@ -54,8 +54,8 @@ pub(super) fn p2c(
     // Through i64: a signed conversion is one instruction, an unsigned one a sequence.
     let gap = exp_neg(sa.0.abs_diff(sb.0).min(i64::MAX as u64) as i64 as f64 * inv_decay);
     let (ea, eb) = if sa < sb { (ea * gap, eb) } else { (ea, eb * gap) };
-    let ra = ea * f64::from(la.in_flight + 1);
-    let rb = eb * f64::from(lb.in_flight + 1);
+    let ra = ea * f64::from(la.seen_in_flight().saturating_add(1));
+    let rb = eb * f64::from(lb.seen_in_flight().saturating_add(1));
     let (wa, wb) = (cands.eff_weight[a], cands.eff_weight[b]);
     let ((win, rw, ww), (lose, rl, wl)) = if rb * (wa as i64 as f64) < ra * (wb as i64 as f64) {
         ((b, rb, wb), (a, ra, wa))
@@ -160,7 +160,7 @@ pub(super) fn adaptive(
             }
         };
         let weight = cands.eff_weight[slot].max(1) as f64;
-        (estimate * f64::from(load.in_flight.saturating_add(1)) / weight, probe_set)
+        (estimate * f64::from(load.seen_in_flight().saturating_add(1)) / weight, probe_set)
     };
     let mut best: Option<(usize, f64, bool)> = None;
     let mut second: Option<(usize, f64)> = None;

@@ -13,6 +13,7 @@
 
 mod candidates;
 mod delay;
+mod external;
 pub mod handoff;
 mod hashing;
 mod least;

@@ -63,6 +63,9 @@ pub struct ClusterRt {
     /// TLS to the members (`upstream_tls`), its files read when this view was made; `Err`:
     /// they could not be (every try then fails, saying so).
     pub tls: Option<Result<Arc<crate::upstream_tls::UpstreamTlsRt>, String>>,
+    /// The shared state of its shared members (`[member.NAME]` listed by several clusters),
+    /// set when a view builds it; unset for a cluster without any, which then pays one branch.
+    pub(super) external: OnceLock<super::shared::External>,
 }
 
 /// Member state changes that a naming answer shows (an operator's drain, a health check or an
@@ -149,6 +152,7 @@ impl ClusterRt {
             metrics,
             signal,
             tls,
+            external: OnceLock::new(),
         }
     }
 
@@ -177,7 +181,16 @@ impl ClusterRt {
     /// Picks a member and counts a request as begun on it, in one lock (a single try with no
     /// failover; requests go through [`ClusterRt::place`]).
     pub fn pick_and_begin(&self, req: &PickRequest<'_>) -> Result<Decision, PickError> {
-        self.lock().pick_and_begin(req).cloned()
+        let mut g = self.lock();
+        let ext = self.external.get();
+        if let Some(e) = ext {
+            e.refresh(&mut g.balancer);
+        }
+        let d = g.pick_and_begin(req).cloned();
+        if let (Some(e), Ok(d)) = (ext, &d) {
+            e.count(d.member, 1);
+        }
+        d
     }
 
     /// Places a request's next try in one lock hold: the failover engine admits it (the
@@ -194,6 +207,10 @@ impl ClusterRt {
         keep: Option<usize>,
     ) -> Result<Placed, Refused> {
         let mut g = self.lock();
+        let ext = self.external.get();
+        if let Some(e) = ext {
+            e.refresh(&mut g.balancer);
+        }
         failover.admit(&mut g.balancer, now).map_err(Refused::Stop)?;
         if let Some(m) = keep
             && !failover.tried().contains(&m)
@@ -203,12 +220,18 @@ impl ClusterRt {
             // it itself).
             g.balancer.under_max_requests().map_err(Refused::NoEligible)?;
             g.balancer.begin_request(m);
+            if let Some(e) = ext {
+                e.count(m, 1);
+            }
             failover.began(m);
             return Ok(Placed::Kept(m));
         }
         let req = PickRequest { now, group, hash, context: None, exclude: failover.tried() };
         let d = g.pick_and_begin(&req).map_err(Refused::NoEligible)?;
         let placed = Placed::Picked(d.member, d.algorithm, d.why);
+        if let Some(e) = ext {
+            e.count(d.member, 1);
+        }
         failover.began(d.member);
         Ok(placed)
     }
@@ -291,6 +314,9 @@ impl ClusterRt {
     pub fn pick(&self, req: &PickRequest<'_>) -> Result<Decision, PickError> {
         let mut g = self.lock();
         let Inner { balancer, rng, .. } = &mut *g;
+        if let Some(e) = self.external.get() {
+            e.refresh(balancer);
+        }
         balancer.pick(req, rng)
     }
 
@@ -322,7 +348,7 @@ impl ClusterRt {
     /// lock, so that a swap cannot slip in between finding the runtime and updating it: the
     /// successor is linked under the old runtime's lock, and a runtime found retired once locked
     /// is left for its successor.
-    fn on_newest<R>(
+    pub(super) fn on_newest<R>(
         self: &Arc<Self>,
         member: usize,
         f: impl Fn(&mut Balancer, usize) -> R,
@@ -365,6 +391,10 @@ impl ClusterRt {
     /// A request begun with [`ClusterRt::pick_and_begin`] ended.
     pub fn end_request(self: &Arc<Self>, member: usize, outcome: Outcome) -> Option<Ejection> {
         let now = clock::now();
+        // Counted where it began (a member's shared count is one across view swaps).
+        if let Some(e) = self.external.get() {
+            e.count(member, -1);
+        }
         let (rt, idx, (ejection, returned, drained)) = self.on_newest(member, |b, idx| {
             let was_out = b.states()[idx].ejected_until.is_some_and(|u| now >= u);
             let ejection = b.end_request(idx, now, outcome);
@@ -407,17 +437,24 @@ impl ClusterRt {
                 reason = reason.as_str(),
                 "member ejected by outlier detection"
             );
+            rt.share_ejection(idx, e);
         }
         ejection
     }
 
     /// A session was pinned to `member`.
     pub fn open_session(self: &Arc<Self>, member: usize) {
+        if let Some(e) = self.external.get() {
+            e.count(member, 1);
+        }
         self.on_newest(member, |b, idx| b.open_session(idx));
     }
 
     /// A session on `member` ended.
     pub fn close_session(self: &Arc<Self>, member: usize) {
+        if let Some(e) = self.external.get() {
+            e.count(member, -1);
+        }
         let ended = self.on_newest(member, |b, idx| {
             b.close_session(idx);
             is_drained(b, idx)

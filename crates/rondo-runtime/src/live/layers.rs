@@ -146,6 +146,16 @@ impl Live {
         Ok(self.swap(&layers, 0))
     }
 
+    /// Sets which clusters list which shared member (a config's `shared_members`) and, when
+    /// that changed, swaps the view in anew so that every cluster's runtime attaches to them.
+    pub fn set_shared_members(
+        &self,
+        listed: BTreeMap<String, Vec<String>>,
+    ) -> Option<Arc<Snapshot>> {
+        let layers = self.layers();
+        self.shared_members.set(listed).then(|| self.swap(&layers, 0))
+    }
+
     /// Whether the tier's shared configuration (etcd) is in effect, replacing the file's.
     pub fn has_shared(&self) -> bool {
         self.layers().shared.is_some()
@@ -190,6 +200,12 @@ impl Live {
         prev: Option<&Arc<ClusterRt>>,
         now: rondo_core::Instant,
     ) -> Arc<ClusterRt> {
+        let attach = |rt: Arc<ClusterRt>| {
+            if let Some(ext) = self.shared_members.attach(&rt) {
+                let _ = rt.external.set(ext);
+            }
+            rt
+        };
         match prev {
             // Copy the state and link the successor under the old runtime's lock, so no
             // request can end on the old runtime after its counts were copied.
@@ -198,12 +214,17 @@ impl Live {
                     Balancer::carry_over_pausing(spec.clone(), b, now, &mut yield_now_and_then);
                 let rt =
                     Arc::new(ClusterRt::new(balancer, self.metrics.clone(), self.signal.clone()));
+                let rt = attach(rt);
                 let _ = prev.successor.set(rt.clone());
                 rt
             }),
             None => {
                 let balancer = Balancer::new(spec.clone(), now);
-                Arc::new(ClusterRt::new(balancer, self.metrics.clone(), self.signal.clone()))
+                attach(Arc::new(ClusterRt::new(
+                    balancer,
+                    self.metrics.clone(),
+                    self.signal.clone(),
+                )))
             }
         }
     }

@@ -12,6 +12,7 @@
 mod cluster;
 mod layers;
 mod registered;
+mod shared;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::Ordering;
@@ -28,6 +29,7 @@ use layers::Layers;
 pub use layers::{MEMBERS_PER_YIELD, yield_now_and_then};
 use registered::Retired;
 pub use registered::{RETIRED_GRACE, Registered, RegisteredCluster};
+pub use shared::{External, SharedMember, SharedMembers};
 
 /// Cluster state by name. Looked up for every request (twice on the router's own HTTP/1 path)
 /// with names from the configuration and from authenticated registrations, never from client
@@ -115,6 +117,8 @@ pub struct Live {
     retired: Mutex<Vec<Retired>>,
     /// The defaults set through the admin API, and what they apply to.
     pub defaults: crate::defaults::Defaults,
+    /// The members listed by several clusters, and their state shared between them.
+    pub shared_members: SharedMembers,
 }
 
 /// The layers of the tier key: the configuration file's, and the tier's shared
@@ -175,6 +179,7 @@ impl Live {
             upgrader: Default::default(),
             retired: Mutex::default(),
             defaults: Default::default(),
+            shared_members: SharedMembers::default(),
         }
     }
 

@@ -106,6 +106,9 @@ pub struct Metrics {
     /// The tier's routers present in the etcd registry, this one included
     /// (`rondo_tier_routers`; 1 without an etcd registry): a tier `rate_limit`'s divisor.
     pub tier_routers: Gauge,
+    /// Other routers of the tier whose load reports this one counts (`[tier]`;
+    /// `rondo_tier_load_routers`): a router silent for 3 intervals is no longer one.
+    pub tier_load_routers: Gauge,
     /// Full resynchronisations with the registry (`rondo_registry_resyncs_total`).
     pub registry_resyncs: Counter,
     /// Registered members known (`rondo_registry_registrations`).
@@ -217,6 +220,7 @@ impl Metrics {
                 g.set(1);
                 g
             },
+            tier_load_routers: Gauge::default(),
             registry_resyncs: Counter::default(),
             registrations: Gauge::default(),
             registry_bytes_written: Counter::default(),

@@ -38,6 +38,11 @@ pub(super) fn register(m: &Metrics, r: &mut Registry) {
         m.tier_routers.clone(),
     );
     r.register(
+        "tier_load_routers",
+        "Other routers of the tier whose load reports this one counts ([tier])",
+        m.tier_load_routers.clone(),
+    );
+    r.register(
         "registry_resyncs",
         "Full resynchronisations with the naming registry (start, reconnect, compacted watch)",
         m.registry_resyncs.clone(),

@@ -261,6 +261,11 @@ async fn start(
     load_revocations(config, &live)?;
     set_tier_key(config, &live)?;
     probe::spawn(&live.load());
+    // The tier's load view (`[tier]`; `rondo check` refuses it without the feature).
+    #[cfg(feature = "nats")]
+    if let Some(tier) = &config.tier {
+        rondo_runtime::tier_load::spawn(&live, tier.clone());
+    }
     let router = start_router(config, &live, takeover.as_ref()).await?;
     // The process's own sockets, which the naming service refuses as member addresses.
     let mut own: Vec<rondo_naming::api::OwnAddress> = Vec::new();
@@ -302,6 +307,7 @@ fn live_state(
     takeover: Option<&mut crate::upgrade::Takeover>,
 ) -> Arc<Live> {
     let live = Arc::new(Live::new(config.view.clone(), config.router.group.clone()));
+    live.set_shared_members(config.shared_members.clone());
     if config.router.upgrade_socket.is_some() {
         live.sockets.keep_for_successor();
     }

@@ -1,0 +1,355 @@
+//! A member's state beyond one cluster's balancer: a `[member.NAME]` listed by several
+//! clusters (SGD's server in several load-balancing groups) and, with a tier load view, what the
+//! other routers of the tier have at each member.
+//!
+//! Each cluster's [`Balancer`] keeps its own member state behind its own lock, and a pick never
+//! looks past it. What others know reaches it two ways:
+//! - **load**: every request begun or ended and every session opened or closed on a shared
+//!   member adds to one atomic count per member ([`SharedMember::local`]); before each pick a
+//!   cluster holding shared members sets each one's addend ([`Balancer::set_external`]) to that
+//!   count less its own, plus the tier's ([`SharedMember::tier`]). So a pick sees the other
+//!   clusters' requests as of the moment it runs, at the cost of one atomic read per shared
+//!   member of the cluster; a cluster without shared members pays one branch.
+//! - **verdicts**: a health change (the member is probed by one of its clusters only: the first
+//!   in name order with a `health` table), a passive ejection, an agent report are applied to
+//!   every other cluster holding the member, one lock at a time, after the lock of the cluster
+//!   that saw it is released.
+//!
+//! The table survives view swaps by member name, as member state does; a cluster's runtime
+//! attaches to it when a view builds it ([`Live::runtime_for`](super::Live)).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+
+use rondo_core::load::AgentReport;
+use rondo_core::{Actor, Balancer, Ejection, ProbeFailure};
+
+use super::ClusterRt;
+use crate::clock;
+
+/// One member's state shared beyond a cluster: counts and the clusters that hold it.
+#[derive(Debug, Default)]
+pub struct SharedMember {
+    /// Requests in flight plus sessions that this process's clusters have at the member
+    /// (signed: a member that became shared while requests were out sees their ends; read as
+    /// at least zero).
+    local: AtomicI64,
+    /// What the other routers of the tier have at it (set by the tier's load view).
+    pub tier: AtomicU32,
+    holders: Mutex<Holders>,
+}
+
+/// The clusters that list a shared member, and their runtimes in the view in effect.
+#[derive(Debug, Default)]
+struct Holders {
+    /// The clusters that list it (in name order).
+    listed: Vec<String>,
+    /// Each cluster's newest runtime holding it, with the member's index there.
+    rts: Vec<(String, Weak<ClusterRt>, usize)>,
+}
+
+impl SharedMember {
+    /// What this process's clusters have at the member (requests in flight and sessions).
+    pub fn local(&self) -> u32 {
+        u32::try_from(self.local.load(Ordering::Relaxed).max(0)).unwrap_or(u32::MAX)
+    }
+
+    fn add(&self, delta: i64) {
+        self.local.fetch_add(delta, Ordering::Relaxed);
+    }
+
+    /// The other clusters holding the member, newest runtimes first found; `me` left out.
+    fn others(&self, me: &str) -> Vec<(Arc<ClusterRt>, usize)> {
+        let holders = self.holders.lock().unwrap_or_else(|e| e.into_inner());
+        holders
+            .rts
+            .iter()
+            .filter(|(c, _, _)| c != me)
+            .filter_map(|(_, rt, i)| rt.upgrade().map(|rt| (rt, *i)))
+            .collect()
+    }
+
+    /// The names of the clusters holding it, in name order.
+    pub fn clusters(&self) -> Vec<String> {
+        self.holders.lock().unwrap_or_else(|e| e.into_inner()).listed.clone()
+    }
+
+    /// The cluster whose health checks judge the member for all: the first that lists it (in
+    /// name order) and has a `health` table; `None`: none checks it.
+    fn prober(&self) -> Option<String> {
+        let holders = self.holders.lock().unwrap_or_else(|e| e.into_inner());
+        holders.listed.iter().find_map(|c| {
+            let (_, rt, _) = holders.rts.iter().find(|(name, _, _)| name == c)?;
+            let checks = rt.upgrade()?.spec.policy.health.is_some();
+            checks.then(|| c.clone())
+        })
+    }
+}
+
+/// What a cluster's runtime knows of its members' shared state (absent: none is shared).
+#[derive(Debug, Default)]
+pub struct External {
+    /// Parallel to the members: the shared state of each shared one.
+    by_member: Vec<Option<Arc<SharedMember>>>,
+    /// The members whose addend a pick refreshes.
+    shared: Vec<u32>,
+}
+
+impl External {
+    /// Sets every shared member's addend in `b` from the counts (before a pick).
+    #[inline]
+    pub(super) fn refresh(&self, b: &mut Balancer) {
+        for &i in &self.shared {
+            let i = i as usize;
+            if let Some(s) = &self.by_member[i] {
+                let own = b.states()[i].load;
+                let own = own.in_flight.saturating_add(own.sessions);
+                let others = s.local().saturating_sub(own);
+                b.set_external(i, others.saturating_add(s.tier.load(Ordering::Relaxed)));
+            }
+        }
+    }
+
+    /// `member`'s own count changed by `delta` (a request or a session began or ended).
+    #[inline]
+    pub(super) fn count(&self, member: usize, delta: i64) {
+        if let Some(Some(s)) = self.by_member.get(member) {
+            s.add(delta);
+        }
+    }
+
+    /// The shared state of `member`, when it is shared.
+    pub fn member(&self, member: usize) -> Option<&Arc<SharedMember>> {
+        self.by_member.get(member)?.as_ref()
+    }
+}
+
+/// The process's shared members by name: which clusters list each (from the configuration)
+/// and their state.
+#[derive(Debug, Default)]
+pub struct SharedMembers {
+    table: Mutex<Table>,
+}
+
+#[derive(Debug, Default)]
+struct Table {
+    /// Member name -> the clusters that list it (two or more, in name order).
+    listed: BTreeMap<String, Vec<String>>,
+    members: HashMap<String, Arc<SharedMember>>,
+}
+
+impl SharedMembers {
+    /// Sets which clusters list which shared member (a config's `shared_members`); state of a
+    /// member that stays shared is kept. Returns whether anything changed (the caller then
+    /// swaps a view in, so that the clusters' runtimes attach).
+    pub fn set(&self, listed: BTreeMap<String, Vec<String>>) -> bool {
+        let mut t = self.table.lock().unwrap_or_else(|e| e.into_inner());
+        if t.listed == listed {
+            return false;
+        }
+        t.members.retain(|name, _| listed.contains_key(name));
+        for (name, clusters) in &listed {
+            let s = t.members.entry(name.clone()).or_default();
+            let mut holders = s.holders.lock().unwrap_or_else(|e| e.into_inner());
+            holders.listed = clusters.clone();
+            holders.rts.retain(|(c, _, _)| clusters.contains(c));
+        }
+        t.listed = listed;
+        true
+    }
+
+    /// The shared member `name`, if it is one.
+    pub fn get(&self, name: &str) -> Option<Arc<SharedMember>> {
+        self.table.lock().unwrap_or_else(|e| e.into_inner()).members.get(name).cloned()
+    }
+
+    /// The clusters that list the shared member `name` (empty: it is not shared).
+    pub fn clusters_of(&self, name: &str) -> Vec<String> {
+        let t = self.table.lock().unwrap_or_else(|e| e.into_inner());
+        t.listed.get(name).cloned().unwrap_or_default()
+    }
+
+    /// Whether any member is shared.
+    pub fn is_empty(&self) -> bool {
+        self.table.lock().unwrap_or_else(|e| e.into_inner()).listed.is_empty()
+    }
+
+    /// Attaches the new runtime `rt` of a cluster to the shared members it holds: its
+    /// [`External`] (returned; `None` when it holds none) and its place among their holders.
+    pub(super) fn attach(&self, rt: &Arc<ClusterRt>) -> Option<External> {
+        let t = self.table.lock().unwrap_or_else(|e| e.into_inner());
+        if t.listed.is_empty() {
+            return None;
+        }
+        let cluster = &rt.spec.name;
+        let mut ext = External { by_member: vec![None; rt.spec.members.len()], shared: Vec::new() };
+        for (i, m) in rt.spec.members.iter().enumerate() {
+            let Some(clusters) = t.listed.get(&m.name) else { continue };
+            if !clusters.contains(cluster) {
+                continue;
+            }
+            let Some(s) = t.members.get(&m.name) else { continue };
+            let mut holders = s.holders.lock().unwrap_or_else(|e| e.into_inner());
+            holders.rts.retain(|(c, _, _)| c != cluster);
+            holders.rts.push((cluster.clone(), Arc::downgrade(rt), i));
+            drop(holders);
+            ext.by_member[i] = Some(s.clone());
+            ext.shared.push(i as u32);
+        }
+        (!ext.shared.is_empty()).then_some(ext)
+    }
+}
+
+impl ClusterRt {
+    /// Whether another cluster's health checks judge `member` for this one (a shared member
+    /// is probed once).
+    pub fn probed_elsewhere(&self, member: usize) -> bool {
+        self.shared_member(member).is_some_and(|s| s.prober().is_some_and(|p| p != self.spec.name))
+    }
+
+    /// The shared state of `member`, when it is a shared member.
+    pub fn shared_member(&self, member: usize) -> Option<&Arc<SharedMember>> {
+        self.external.get()?.member(member)
+    }
+
+    /// `member`'s health as this cluster's checks judged it, applied to every other cluster
+    /// holding it (with why its latest check failed); each one that changed says so.
+    pub fn share_health(&self, member: usize, healthy: bool, why: Option<ProbeFailure>) {
+        let Some(s) = self.shared_member(member) else { return };
+        let now = clock::now();
+        for (rt, i) in s.others(&self.spec.name) {
+            let changed = rt.on_newest(i, |b, j| {
+                if let Some(why) = why {
+                    b.note_probe_failure(j, why, now);
+                }
+                b.set_health(j, healthy, Actor::HealthCheck, now)
+            });
+            if let Some((rt, j, true)) = changed {
+                let word = if healthy { "member up" } else { "member down" };
+                tracing::info!(
+                    cluster = %rt.spec.name,
+                    member = %rt.spec.members[j].name,
+                    by = %self.spec.name,
+                    "{word}: a shared member, judged by its health checks in another cluster"
+                );
+                rt.state_changed();
+            }
+        }
+    }
+
+    /// What the other routers of the tier have at each member (parallel to the members): a
+    /// shared member's through its shared state, which every pick adds to the other clusters'
+    /// count, any other's straight into the balancer's addend; set in one lock hold.
+    pub fn set_tier_load(&self, values: &[u32]) {
+        let ext = self.external.get();
+        for (i, &v) in values.iter().enumerate() {
+            if let Some(s) = ext.and_then(|e| e.member(i)) {
+                s.tier.store(v, Ordering::Relaxed);
+            }
+        }
+        self.with(|b| {
+            for (i, &v) in values.iter().enumerate() {
+                if ext.and_then(|e| e.member(i)).is_none() {
+                    b.set_external(i, v);
+                }
+            }
+            if let Some(e) = ext {
+                e.refresh(b);
+            }
+        });
+    }
+
+    /// A passive ejection of `member` here, applied to every other cluster holding it.
+    pub(super) fn share_ejection(&self, member: usize, e: Ejection) {
+        let Some(s) = self.shared_member(member) else { return };
+        for (rt, i) in s.others(&self.spec.name) {
+            rt.on_newest(i, |b, j| b.set_ejection(j, e.until, e.count));
+        }
+    }
+
+    /// An agent report on `member` received through this cluster, applied to every other
+    /// cluster holding it.
+    pub fn share_agent_report(&self, member: usize, report: AgentReport) {
+        let Some(s) = self.shared_member(member) else { return };
+        for (rt, i) in s.others(&self.spec.name) {
+            rt.on_newest(i, |b, j| b.report_agent(j, report));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use rondo_core::{FailureKind, Outcome, PickRequest, View};
+
+    use super::*;
+    use crate::live::Live;
+    use crate::live::tests::live;
+
+    /// `live()`'s cluster `c` (members `a`, `b`, quick to eject) and a copy `d`, sharing `a`.
+    fn two_clusters() -> Live {
+        let live = live();
+        let mut view = (*live.load().view).clone();
+        let mut d = (*view.clusters["c"]).clone();
+        d.name = "d".into();
+        view.clusters.insert("d".into(), Arc::new(d));
+        live.apply(View { id: 2, ..view });
+        let listed = [("a".to_owned(), vec!["c".to_owned(), "d".to_owned()])];
+        assert!(live.set_shared_members(listed.into_iter().collect()).is_some());
+        live
+    }
+
+    #[test]
+    fn an_ejection_in_one_cluster_takes_the_member_out_of_the_other() {
+        let live = two_clusters();
+        let snap = live.load();
+        let (c, d) = (snap.clusters["c"].clone(), snap.clusters["d"].clone());
+        let fail = Outcome::Failure { kind: FailureKind::Connect, latency: Duration::ZERO };
+        for _ in 0..2 {
+            let req = PickRequest { now: clock::now(), exclude: &[1], ..PickRequest::default() };
+            let m = c.pick_and_begin(&req).expect("a member").member;
+            assert_eq!(m, 0);
+            c.end_request(m, fail);
+        }
+        let ejected = |rt: &ClusterRt| rt.with(|b| b.states()[0].ejected_until.is_some());
+        assert!(ejected(&c) && ejected(&d), "one ejection state");
+        // `b` is no shared member: nothing of it crosses.
+        let req = PickRequest { now: clock::now(), exclude: &[0], ..PickRequest::default() };
+        let m = d.pick_and_begin(&req).expect("b").member;
+        d.end_request(m, fail);
+        d.pick_and_begin(&req).expect("b");
+        assert!(c.with(|b| b.states()[1].ejected_until.is_none()));
+    }
+
+    #[test]
+    fn counts_cross_clusters_and_survive_a_reload() {
+        let live = two_clusters();
+        let snap = live.load();
+        let (c, d) = (snap.clusters["c"].clone(), snap.clusters["d"].clone());
+        let req = PickRequest { now: clock::now(), exclude: &[1], ..PickRequest::default() };
+        for _ in 0..2 {
+            c.pick_and_begin(&req).expect("a");
+        }
+        let shared = live.shared_members.get("a").expect("shared");
+        assert_eq!(shared.local(), 2);
+        // A pick in `d` sees `c`'s two: its addend, while its own count stays its own.
+        d.pick(&PickRequest { now: clock::now(), ..PickRequest::default() }).expect("a member");
+        assert_eq!(d.with(|b| (b.states()[0].load.external, b.states()[0].load.in_flight)), (2, 0));
+        // A reload: the requests end on the new runtimes, the count with them.
+        let view = (*live.load().view).clone();
+        let next = live.apply(View { id: 10, ..view });
+        for _ in 0..2 {
+            c.end_request(0, Outcome::Success { latency: Duration::from_millis(1) });
+        }
+        assert_eq!(shared.local(), 0);
+        let d2 = next.clusters["d"].clone();
+        d2.pick(&PickRequest { now: clock::now(), ..PickRequest::default() }).expect("a member");
+        assert_eq!(d2.with(|b| b.states()[0].load.external), 0);
+        assert!(d2.shared_member(0).is_some() && d2.shared_member(1).is_none());
+        // No longer shared: the runtimes detach.
+        assert!(live.set_shared_members(Default::default()).is_some());
+        assert!(live.load().clusters["d"].shared_member(0).is_none());
+    }
+}
