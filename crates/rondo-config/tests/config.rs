@@ -1591,6 +1591,8 @@ fn log_and_access_log_settings_compile() {
             // Relative to the config file's directory.
             target: AccessLogTarget::File(PathBuf::from("conf/logs/access.log")),
             format: LogFormat::Json,
+            fields: None,
+            template: None,
         })
     );
     let stdout = BASE.replace(
@@ -1599,7 +1601,12 @@ fn log_and_access_log_settings_compile() {
     );
     assert_eq!(
         ok(&stdout).listeners[0].access_log,
-        Some(AccessLogSpec { target: AccessLogTarget::Stdout, format: LogFormat::Text })
+        Some(AccessLogSpec {
+            target: AccessLogTarget::Stdout,
+            format: LogFormat::Text,
+            fields: None,
+            template: None,
+        })
     );
 }
 

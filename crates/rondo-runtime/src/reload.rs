@@ -167,6 +167,7 @@ impl Reloader {
                 changed.join(", ")
             );
         }
+        self.live.metrics.set_departed_grace(config.metrics.departed_grace);
         let snapshot = self.live.apply(config.view);
         probe::spawn(&snapshot);
         self.dns.apply(&self.live, &config.members_dns);

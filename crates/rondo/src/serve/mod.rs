@@ -302,6 +302,7 @@ fn live_state(
     takeover: Option<&mut crate::upgrade::Takeover>,
 ) -> Arc<Live> {
     let live = Arc::new(Live::new(config.view.clone(), config.router.group.clone()));
+    live.metrics.set_departed_grace(config.metrics.departed_grace);
     if config.router.upgrade_socket.is_some() {
         live.sockets.keep_for_successor();
     }
