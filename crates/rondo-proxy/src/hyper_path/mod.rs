@@ -57,6 +57,8 @@ pub async fn handle(
     let mut route_name = "";
     let walk =
         Box::pin(proxy(&ctx, &snapshot, &conn, peer, req, grpc, (&mut start, &mut route_name)));
+    // A failure before the route was chosen may still name it (a body over the limit).
+    let mut failed_route = None;
     let mut resp = match walk.await {
         Ok(mut resp) => {
             if let (Some(log), Some(start)) = (&ctx.access, start) {
@@ -69,6 +71,9 @@ pub async fn handle(
             tracing::debug!(listener = %ctx.listener.name, error = %e, "request failed");
             let status = e.kind.status().as_u16();
             ctx.metrics.router_response(status, e.route.as_deref(), e.cluster.as_deref());
+            if route_name.is_empty() {
+                failed_route.clone_from(&e.route);
+            }
             let line =
                 ctx.access.as_ref().zip(start).map(|(l, s)| access::Pending::failed(l, s, &e));
             let mut resp = if grpc {
@@ -88,7 +93,7 @@ pub async fn handle(
         }
     };
     // The whole request, every try included, timed until its response is over.
-    let names = (ctx.listener.name.as_str(), route_name);
+    let names = (ctx.listener.name.as_str(), failed_route.as_deref().unwrap_or(route_name));
     let status = resp.status().as_u16();
     resp.body_mut().time(&ctx.live.metrics, names, arrived, status);
     *resp.version_mut() =
