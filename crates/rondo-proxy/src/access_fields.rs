@@ -259,7 +259,7 @@ fn push_plain(out: &mut String, v: Value<'_>, clock: &mut DateCache) {
         Value::Ip(IpAddr::V6(v6)) => {
             let _ = write!(out, "{v6}");
         }
-        Value::Tries(t) if t.is_empty() => out.push('-'),
+        Value::Tries([]) => out.push('-'),
         Value::Tries(t) => {
             for (i, &us) in t.iter().enumerate() {
                 if i > 0 {

@@ -29,9 +29,9 @@ pub(super) fn compile_access_log(
     path: FieldPath,
     a: &RawAccessLog,
 ) -> AccessLogSpec {
-    // Anything but `text` and `json` is a template.
+    // A format with braces is a template; any other is `text` or `json` (or an unknown name).
     let template = match a.format.as_deref() {
-        Some(t) if LogFormat::parse(t).is_none() => match parse_template(t) {
+        Some(t) if t.contains(['{', '}']) => match parse_template(t) {
             Ok(pieces) => Some(pieces),
             Err(e) => {
                 c.err(path.key("format"), e);
@@ -40,12 +40,9 @@ pub(super) fn compile_access_log(
         },
         _ => None,
     };
-    let format = match template {
-        Some(_) => LogFormat::Text,
-        None if a.format.as_deref().is_some_and(|t| LogFormat::parse(t).is_none()) => {
-            LogFormat::Text
-        }
-        None => log_format(c, path.key("format"), a.format.as_deref()),
+    let format = match a.format.as_deref() {
+        Some(t) if t.contains(['{', '}']) => LogFormat::Text,
+        f => log_format(c, path.key("format"), f),
     };
     let fields = a.fields.as_ref().map(|names| {
         if template.is_some() {
