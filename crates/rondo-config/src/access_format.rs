@@ -45,6 +45,9 @@ pub enum AccessField {
     TryMs,
     /// From the request's arrival to the answering member's response head, ms.
     FirstByteMs,
+    /// The time the answering try took to open a new connection to its member, ms (absent
+    /// when it reused one).
+    ConnectMs,
     /// Why the member was chosen.
     Reason,
     /// What failed, for the router's own answer.
@@ -65,7 +68,7 @@ pub enum AccessField {
 
 impl AccessField {
     /// Every field, in the order the reference lists them.
-    pub const ALL: [AccessField; 27] = [
+    pub const ALL: [AccessField; 28] = [
         AccessField::Time,
         AccessField::Client,
         AccessField::ClientIp,
@@ -85,6 +88,7 @@ impl AccessField {
         AccessField::Tries,
         AccessField::TryMs,
         AccessField::FirstByteMs,
+        AccessField::ConnectMs,
         AccessField::Reason,
         AccessField::Error,
         AccessField::RequestId,
@@ -117,6 +121,7 @@ impl AccessField {
             AccessField::Tries => "tries",
             AccessField::TryMs => "try_ms",
             AccessField::FirstByteMs => "first_byte_ms",
+            AccessField::ConnectMs => "connect_ms",
             AccessField::Reason => "reason",
             AccessField::Error => "error",
             AccessField::RequestId => "request_id",

@@ -130,6 +130,17 @@ impl Start {
         self
     }
 
+    /// Notes that the try under way opened a new member connection in `took` (for
+    /// `connect_ms`; `None`: a try begins).
+    pub(crate) fn connected(&mut self, took: Option<Duration>) {
+        if let Some(x) = &mut self.extra {
+            match took {
+                Some(took) => x.connected(took),
+                None => x.try_begins(),
+            }
+        }
+    }
+
     /// Notes a try of this request that took `took` (for `try_ms`).
     pub(crate) fn tried(&mut self, took: Duration) {
         if let Some(x) = &mut self.extra {
@@ -471,6 +482,9 @@ impl Fields for Entry {
             }
             AccessField::Tries => Value::Num(u64::from(self.tries)),
             AccessField::TryMs => x.map_or(Value::Absent, |x| Value::Tries(&x.tries_us)),
+            AccessField::ConnectMs => {
+                x.and_then(|x| x.connect_us).map_or(Value::Absent, |us| Value::Micros(us.into()))
+            }
             AccessField::FirstByteMs => {
                 x.and_then(|x| x.first_byte_us).map_or(Value::Absent, |us| Value::Micros(us.into()))
             }

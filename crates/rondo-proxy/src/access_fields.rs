@@ -48,6 +48,7 @@ impl Layout {
                     | Protocol
                     | TryMs
                     | FirstByteMs
+                    | ConnectMs
             )
         };
         match self {
@@ -93,6 +94,9 @@ pub struct Extra {
     pub(crate) tries_us: Vec<u32>,
     /// From the arrival to the answering member's response head, µs.
     pub(crate) first_byte_us: Option<u32>,
+    /// The last try's new member connection took this long to open, µs (`None`: it reused
+    /// one, or the codec does not time it).
+    pub(crate) connect_us: Option<u32>,
 }
 
 impl Extra {
@@ -149,9 +153,19 @@ impl Extra {
         self.text.get(start as usize..end as usize)
     }
 
-    /// Notes a try that took `took`.
+    /// Notes a try that took `took`; a new member connection it opens is noted after.
     pub(crate) fn tried(&mut self, took: std::time::Duration) {
         self.tries_us.push(micros32(took));
+    }
+
+    /// Notes that the try under way opened a new member connection in `took`.
+    pub(crate) fn connected(&mut self, took: std::time::Duration) {
+        self.connect_us = Some(micros32(took));
+    }
+
+    /// A try begins: until it opens a connection, it has none of its own.
+    pub(crate) fn try_begins(&mut self) {
+        self.connect_us = None;
     }
 }
 
