@@ -16,6 +16,7 @@
 //! Defaults come from the `Default` impls of `rondo-core`'s model; the few settings the model
 //! has no default for are the `DEFAULT_*` constants here and on the spec types.
 
+pub mod access_format;
 mod compile;
 mod defaults;
 mod error;
@@ -44,8 +45,9 @@ pub use schema::fields as schema_fields;
 pub use spec::{
     AccessLogSpec, AccessLogTarget, AdminSpec, AdminToken, AgentKey, AgentSpec, DnsQuery, DnsSpec,
     ErrorDetail, Http2Limits, Http3Spec, ListenerProtocol, ListenerSpec, LogFormat, LogSpec,
-    MembersDnsSpec, NamingSpec, ProbeSpec, ProxyProtocolMode, ProxyProtocolSpec, QueueBackend,
-    QueueSpec, RegistrySpec, RouterSpec, Routing, Trusted, UdpGranularity, UdpSpec, XdsSpec,
+    MembersDnsSpec, MetricsSpec, NamingSpec, ProbeSpec, ProxyProtocolMode, ProxyProtocolSpec,
+    QueueBackend, QueueSpec, RegistrySpec, RouterSpec, Routing, Trusted, UdpGranularity, UdpSpec,
+    XdsSpec,
 };
 pub use warnings::Features;
 
@@ -73,6 +75,8 @@ pub struct Config {
     pub warnings: Vec<ConfigError>,
     /// The process's log (`[log]`; defaults when absent).
     pub log: LogSpec,
+    /// `[metrics]` (defaults when absent).
+    pub metrics: MetricsSpec,
     /// The durable queues (`[[queue]]`), in file order.
     pub queues: Vec<QueueSpec>,
     /// The clusters whose members are (also) discovered through DNS (`members_dns`), by name.

@@ -21,6 +21,7 @@ pub(crate) struct RawConfig {
     pub naming: Option<RawNaming>,
     pub agent: Option<RawAgentReceiver>,
     pub log: Option<RawLog>,
+    pub metrics: Option<RawMetrics>,
     #[serde(default)]
     pub listener: Vec<RawListener>,
     #[serde(default)]
@@ -193,6 +194,15 @@ pub(crate) struct RawLog {
 pub(crate) struct RawAccessLog {
     pub path: String,
     pub format: Option<String>,
+    pub fields: Option<Vec<String>>,
+}
+
+/// `[metrics]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawMetrics {
+    #[serde(default, deserialize_with = "crate::units::millis", alias = "departed_grace")]
+    pub departed_grace_ms: Option<u64>,
 }
 
 /// `[[listener]]`.

@@ -396,6 +396,28 @@ pub struct AccessLogSpec {
     pub target: AccessLogTarget,
     /// One `key=value` line or one JSON object per request.
     pub format: LogFormat,
+    /// The fields of each line, in order (`fields`); `None`: the default fields.
+    pub fields: Option<Vec<crate::access_format::AccessField>>,
+    /// A template instead of `text` or `json` (`format = "{client_ip} {status}"`).
+    pub template: Option<Vec<crate::access_format::Piece>>,
+}
+
+/// `[metrics]`: how `/metrics` bounds its series.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MetricsSpec {
+    /// How long the series of a member that left stay (`departed_grace`).
+    pub departed_grace: std::time::Duration,
+}
+
+impl MetricsSpec {
+    /// Default `departed_grace`: five minutes.
+    pub const DEFAULT_DEPARTED_GRACE: std::time::Duration = std::time::Duration::from_secs(300);
+}
+
+impl Default for MetricsSpec {
+    fn default() -> Self {
+        MetricsSpec { departed_grace: MetricsSpec::DEFAULT_DEPARTED_GRACE }
+    }
 }
 
 /// `[log]`: the process's own log, written to stderr.

@@ -1601,6 +1601,8 @@ fn log_and_access_log_settings_compile() {
             // Relative to the config file's directory.
             target: AccessLogTarget::File(PathBuf::from("conf/logs/access.log")),
             format: LogFormat::Json,
+            fields: None,
+            template: None,
         })
     );
     let stdout = BASE.replace(
@@ -1609,7 +1611,12 @@ fn log_and_access_log_settings_compile() {
     );
     assert_eq!(
         ok(&stdout).listeners[0].access_log,
-        Some(AccessLogSpec { target: AccessLogTarget::Stdout, format: LogFormat::Text })
+        Some(AccessLogSpec {
+            target: AccessLogTarget::Stdout,
+            format: LogFormat::Text,
+            fields: None,
+            template: None,
+        })
     );
 }
 
@@ -2284,4 +2291,53 @@ fn retry_conditions_backoff_and_buffer_are_checked() {
     fails_once(&text, "cluster.c.retry.retry_on[0]", "\"6xx\"", "unknown retry_on `6xx`");
     let text = cluster("backoff = { base = \"1s\", max = \"10ms\" }");
     fails_once(&text, "cluster.c.retry.backoff.max_ms", "\"10ms\"", "at least its base");
+}
+
+#[test]
+fn access_log_templates_and_fields_compile_once_and_bad_ones_are_located() {
+    use rondo_config::access_format::{AccessField, Piece};
+    let log = |value: &str| {
+        BASE.replace(
+            "listen = \"127.0.0.1:8080\"\n",
+            &format!("listen = \"127.0.0.1:8080\"\naccess_log = {value}\n"),
+        )
+    };
+    let c = ok(&log(r#"{ path = "-", format = "{host} {status}" }"#));
+    let spec = c.listeners[0].access_log.as_ref().expect("access log");
+    assert_eq!(
+        spec.template.as_deref(),
+        Some(
+            &[
+                Piece::Field(AccessField::Host),
+                Piece::Text(" ".into()),
+                Piece::Field(AccessField::Status)
+            ][..]
+        )
+    );
+    let c = ok(&log(r#"{ path = "-", format = "json", fields = ["sni", "try_ms"] }"#));
+    let spec = c.listeners[0].access_log.as_ref().expect("access log");
+    assert_eq!(spec.fields, Some(vec![AccessField::Sni, AccessField::TryMs]));
+    assert_eq!(spec.format, LogFormat::Json);
+    let text = log(r#"{ path = "-", format = "{hots}" }"#);
+    fails_once(&text, "listener[0].access_log.format", "\"{hots}\"", "did you mean `host`?");
+    let text = log(r#"{ path = "-", fields = ["host", "useragent"] }"#);
+    fails_once(
+        &text,
+        "listener[0].access_log.fields[1]",
+        "\"useragent\"",
+        "did you mean `user_agent`?",
+    );
+    let text = log(r#"{ path = "-", fields = ["host", "host"] }"#);
+    fails_once(&text, "listener[0].access_log.fields[1]", "\"host\"]", "`host` is listed twice");
+    let text = log(r#"{ path = "-", format = "{host}", fields = ["host"] }"#);
+    fails_once(
+        &text,
+        "listener[0].access_log.fields",
+        "[\"host\"]",
+        "a template names its own fields",
+    );
+    let c = ok(&with("\n[metrics]\ndeparted_grace = \"30s\"\n"));
+    assert_eq!(c.metrics.departed_grace, std::time::Duration::from_secs(30));
+    let text = with("\n[metrics]\ndeparted_grace_ms = 90000000\n");
+    fails_once(&text, "metrics.departed_grace_ms", "90000000", "departed_grace must be 0 to 24h");
 }

@@ -8,7 +8,7 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
@@ -17,7 +17,7 @@ use hyper::body::Incoming;
 use pin_project_lite::pin_project;
 use rondo_core::{FailureKind, Outcome};
 use rondo_runtime::ClusterRt;
-use rondo_runtime::metrics::RouteMetrics;
+use rondo_runtime::metrics::{Histogram, Metrics, RouteMetrics};
 
 use crate::access::{Pending, Reason};
 use crate::client_body::ClientBody;
@@ -385,6 +385,8 @@ pub struct Finish {
     log: Option<Box<Pending>>,
     /// The response is a gRPC call's: its trailers' `grpc-status` decides the outcome.
     grpc: bool,
+    /// The client-facing duration's histogram and the request's arrival, observed at the end.
+    downstream: Option<(Histogram, Instant)>,
 }
 
 /// How a member's response was reached, for the metrics and the access log.
@@ -418,6 +420,13 @@ impl Finish {
         reason: Reason,
     ) -> Self {
         self.served = Some(Served { route, body, tries, reason });
+        self
+    }
+
+    /// Observes the time since `arrived` into `histogram` when the response is over
+    /// (`rondo_downstream_request_duration_seconds`).
+    pub(crate) fn downstream(mut self, histogram: &Histogram, arrived: Instant) -> Self {
+        self.downstream = Some((histogram.clone(), arrived));
         self
     }
 
@@ -485,6 +494,9 @@ impl Finish {
 
 impl Drop for Finish {
     fn drop(&mut self) {
+        if let Some((histogram, arrived)) = self.downstream.take() {
+            histogram.observe(arrived.elapsed().as_secs_f64());
+        }
         let log = self.log.take();
         let member = match (&log, &self.request) {
             (Some(_), Some((rt, member, _))) => Some((rt.spec.clone(), *member)),
@@ -628,6 +640,25 @@ impl ProxyBody {
     ) -> ProxyBody {
         let finish = self.finish_mut().and_then(Option::take);
         ProxyBody::Encoded { inner: encode(self), finish }
+    }
+
+    /// Times the request that arrived at `arrived` and is answered with `status` by this body
+    /// until it is done, on `listener`'s `route` (`""`: none): through the route's metrics a
+    /// member's body already has, else by the names.
+    pub(crate) fn time(
+        &mut self,
+        metrics: &Metrics,
+        (listener, route): (&str, &str),
+        arrived: Instant,
+        status: u16,
+    ) {
+        let Some(slot) = self.finish_mut() else { return };
+        let f = slot.get_or_insert_with(Finish::default);
+        let histogram = match &f.served {
+            Some(s) => s.route.downstream(metrics, listener).class(status).clone(),
+            None => metrics.downstream(listener, route).class(status).clone(),
+        };
+        f.downstream = Some((histogram, arrived));
     }
 
     /// Completes `line` of the access log when the body is done (a member's body: its finish

@@ -12,6 +12,7 @@
 //! `http3 = true` such a listener also serves HTTP/3 over QUIC (`h3/`, feature `http3`).
 
 pub mod access;
+pub mod access_fields;
 pub mod body;
 mod chain;
 pub mod client_body;
@@ -411,7 +412,11 @@ async fn accept_http(
                     Box::pin(async {
                         match t.accept(stream).await {
                             Ok((s, cert)) => {
-                                let cert = Some(cert.unwrap_or_default());
+                                let mut cert = cert.unwrap_or_default();
+                                let conn = s.get_ref().1;
+                                cert.version = conn.protocol_version().map(tls::version_name);
+                                cert.sni = conn.server_name().map(std::sync::Arc::from);
+                                let cert = Some(cert);
                                 if s.get_ref().1.alpn_protocol() == Some(b"h2") {
                                     ctx.metrics.handoffs.inc(Handoff::H2);
                                     hyper.serve(ClientIo::from(s), cert, Vec::new()).await;

@@ -73,3 +73,15 @@ impl Terminator {
         self.server.clone().watch(stopped);
     }
 }
+
+/// A negotiated TLS version as access logs write it (`TLSv1.3`).
+pub fn version_name(v: tokio_rustls::rustls::ProtocolVersion) -> &'static str {
+    use tokio_rustls::rustls::ProtocolVersion;
+    match v {
+        ProtocolVersion::TLSv1_3 => "TLSv1.3",
+        ProtocolVersion::TLSv1_2 => "TLSv1.2",
+        ProtocolVersion::TLSv1_1 => "TLSv1.1",
+        ProtocolVersion::TLSv1_0 => "TLSv1.0",
+        _ => "other",
+    }
+}

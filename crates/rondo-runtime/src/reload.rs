@@ -172,6 +172,7 @@ impl Reloader {
             );
         }
         self.live.shared_members.set(config.shared_members);
+        self.live.metrics.set_departed_grace(config.metrics.departed_grace);
         let snapshot = self.live.apply(config.view);
         self.live.defaults.from_file(&self.path);
         probe::spawn(&snapshot);

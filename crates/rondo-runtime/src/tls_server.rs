@@ -357,6 +357,10 @@ pub struct ClientCert {
     pub subject: Option<HeaderValue>,
     /// [`CLIENT_CERT_SAN`]'s value.
     pub san: Option<HeaderValue>,
+    /// The TLS version negotiated (`TLSv1.3`), for the access log.
+    pub version: Option<&'static str>,
+    /// The server name the client's hello asked for, for the access log.
+    pub sni: Option<std::sync::Arc<str>>,
 }
 
 /// A header value from text, with anything not visible ASCII escaped (`\u{..}`).
@@ -403,7 +407,7 @@ pub fn client_cert(der: &[u8]) -> ClientCert {
         }
     }
     let san = (!sans.is_empty()).then(|| header_value(&sans.join(", "))).flatten();
-    ClientCert { subject, san }
+    ClientCert { subject, san, ..ClientCert::default() }
 }
 
 #[cfg(test)]

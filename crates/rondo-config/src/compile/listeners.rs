@@ -2,24 +2,10 @@
 //! across listeners and the other sockets of the config (no two bound to one address, no member
 //! at one of them).
 
+use super::observe::compile_access_log;
 use super::*;
 use crate::raw::Trust;
 use crate::spec::{ProxyProtocolMode, ProxyProtocolSpec, Trusted};
-
-pub(super) fn compile_access_log(
-    c: &mut Compiler<'_>,
-    path: FieldPath,
-    a: &RawAccessLog,
-) -> AccessLogSpec {
-    let format = log_format(c, path.key("format"), a.format.as_deref());
-    let target = if a.path == "-" {
-        AccessLogTarget::Stdout
-    } else {
-        // An empty path is reported by `file_path`; the target is then irrelevant.
-        AccessLogTarget::File(c.file_path(path.key("path"), &a.path).unwrap_or_default())
-    };
-    AccessLogSpec { target, format }
-}
 
 pub(super) fn compile_listener(
     c: &mut Compiler<'_>,

@@ -11,6 +11,7 @@ mod clusters;
 mod listeners;
 mod members_dns;
 mod naming_parent;
+mod observe;
 mod queues;
 mod rate_limit;
 mod routes;
@@ -384,6 +385,7 @@ pub(crate) fn compile(
     let naming = raw.naming.as_ref().map(|n| compile_naming(&mut c, n));
     let agent = raw.agent.as_ref().map(|a| compile_agent(&mut c, a));
     let log = raw.log.as_ref().map(|l| compile_log(&mut c, l)).unwrap_or_default();
+    let metrics = raw.metrics.as_ref().map(|m| observe::compile_metrics(&mut c, m));
 
     let listeners: Vec<Option<ListenerSpec>> =
         raw.listener.iter().enumerate().map(|(i, l)| compile_listener(&mut c, i, l)).collect();
@@ -500,6 +502,7 @@ pub(crate) fn compile(
         agent,
         warnings: Vec::new(),
         log,
+        metrics: metrics.unwrap_or_default(),
         queues,
         members_dns,
         shared_members: shared_members::listed_by(&raw),

@@ -58,6 +58,9 @@ impl<S: ClientStream> OwnTries<'_, S> {
         waiting_client: &AtomicBool,
     ) -> Result<(TcpStream, Vec<u8>, ResponseHead, bool), Kind> {
         let mut pooled = idle.take(started);
+        if let Some(start) = self.start.as_mut() {
+            start.connected(None);
+        }
         // A body that came with the head is sent in the time of a write: the try's start is
         // then the start of the wait for the answer, without another clock reading.
         let sent_at_start = self.body.complete;
@@ -68,7 +71,11 @@ impl<S: ClientStream> OwnTries<'_, S> {
                 None => {
                     // Boxed: a new connection is the rare case on keep-alive traffic, and its
                     // resolution and timer would take room in every try's future.
+                    let opening = Instant::now();
                     let s = Box::pin(connect(idle, address)).await?;
+                    if let Some(start) = self.start.as_mut() {
+                        start.connected(Some(opening.elapsed()));
+                    }
                     idle.opened(&s);
                     s
                 }

@@ -20,7 +20,7 @@ use super::conn::{Client, ClientStream, Next, wait_before};
 use super::parse::{self, Field, Framing, RequestHead};
 use super::pool;
 use super::write::{self, local_head, write_request_head};
-use crate::access::{self, Reason};
+use crate::access::{self, Extra, Reason};
 use crate::body::Finish;
 use crate::chain::{Answer, Applied, Chain, Info, Stopped, gate};
 use crate::error::Kind;
@@ -86,6 +86,8 @@ pub(super) struct OwnTries<'a, S> {
     pub(super) extra: Vec<u8>,
     pub(super) route: Option<&'a Route>,
     pub(super) start: Option<access::Start>,
+    /// When the request's head was read (`rondo_downstream_request_duration_seconds`).
+    pub(super) arrived: Instant,
     /// Whether the connection must close after this request.
     pub(super) close: bool,
     /// The client closed its connection while its request was in flight.
@@ -119,10 +121,16 @@ impl<'a, S: ClientStream> OwnTries<'a, S> {
             chunked: None,
             received: 0,
         };
-        let start = ctx.access.as_ref().map(|_| {
+        let start = ctx.access.as_ref().map(|log| {
             let method = std::str::from_utf8(head.method.get(&buf)).unwrap_or("");
             let target = std::str::from_utf8(head.target.get(&buf)).unwrap_or("/");
-            access::Start::from_head(c.peer, method, target)
+            let extra = || {
+                let headers = OwnHead { buf: &buf, fields: &head.fields };
+                let host = Some(head.host.get(&buf)).filter(|h| !h.is_empty());
+                let tls = c.tls.as_ref().map(|t| (t.version, t.sni.as_deref()));
+                Extra::capture("HTTP/1.1", host, |n| headers.get(n), tls)
+            };
+            access::Start::from_head(c.peer, method, target).with_extra(extra, log)
         });
         c.served += 1;
         let close = head.close || c.spent(&ctx.listener.connections);
@@ -140,6 +148,7 @@ impl<'a, S: ClientStream> OwnTries<'a, S> {
             host: parse::Span::default(),
             applied: None,
             start,
+            arrived: Instant::now(),
             close,
             gone: false,
             idempotent: false,
@@ -409,6 +418,8 @@ impl<'a, S: ClientStream> OwnTries<'a, S> {
         }
         let written = self.c.stream.write_all(&out).await.is_ok();
         self.out = out;
+        let route = e.route.as_deref().unwrap_or("");
+        self.timed(route, status);
         if let (Some(log), Some(start)) = (&ctx.access, self.start.take()) {
             let line = access::Pending::failed(log, start, &e);
             line.finish(None, 0, Reason::None, self.body.received, text.len() as u64);
@@ -437,11 +448,19 @@ impl<'a, S: ClientStream> OwnTries<'a, S> {
         }
         let written = self.c.stream.write_all(&out).await.is_ok();
         self.out = out;
+        self.timed(&route.name, answer.status);
         if let (Some(log), Some(start)) = (&ctx.access, self.start.take()) {
             let line = access::Pending::served(log, start, answer.status);
             line.finish(None, 0, Reason::None, 0, answer.body.len() as u64);
         }
         if close || !written { Next::Close } else { Next::KeepAlive }
+    }
+
+    /// Counts the router's own answer with `status` on `route` (`""`: none) in the
+    /// client-facing durations (a member's answer is counted when its body ends).
+    fn timed(&self, route: &str, status: u16) {
+        let handles = self.ctx.live.metrics.downstream(&self.ctx.listener.name, route);
+        handles.observe(status, self.arrived.elapsed().as_secs_f64());
     }
 
     pub(super) fn is_head(&self) -> bool {
@@ -563,6 +582,10 @@ impl<S: ClientStream> Tries for OwnTries<'_, S> {
                     (_, None) => Some(exchange.await),
                 };
                 self.timer = timer;
+                // The try is over, failed or answered (its head arrived): its time is noted.
+                if let Some(start) = self.start.as_mut() {
+                    start.tried(started.elapsed());
+                }
                 let failed =
                     |kind: FailureKind| Outcome::Failure { kind, latency: started.elapsed() };
                 match exchanged {
@@ -597,7 +620,10 @@ impl<S: ClientStream> Tries for OwnTries<'_, S> {
             } else {
                 Outcome::Success { latency }
             };
+            let (metrics, listener) = (&self.ctx.live.metrics, &self.ctx.listener.name);
+            let histogram = counted.downstream(metrics, listener).class(rhead.status);
             let finish = Finish::default().request(rt.clone(), member, outcome);
+            let finish = finish.downstream(histogram, self.arrived);
             let mut finish = finish.served(counted, None, failover.tries(), reason);
             if let (Some(log), Some(start)) = (&self.ctx.access, self.start.take()) {
                 finish = finish.log(Some(access::Pending::served(log, start, rhead.status)));

@@ -33,6 +33,7 @@ pub async fn handle(
     req: Request<ClientBody>,
 ) -> Result<Response<ProxyBody>, Infallible> {
     conn.request_started();
+    let arrived = std::time::Instant::now();
     // Until the response exists, a drop of this future (an HTTP/2 stream the client reset)
     // must still end the request on the connection, or its idle timer would never run again.
     let open = Open(Some(conn.clone()));
@@ -44,13 +45,20 @@ pub async fn handle(
         tokio::task::yield_now().await;
     }
     let snapshot = ctx.live.load();
-    let mut start = ctx.access.as_ref().map(|_| access::Start::new(peer, &req));
+    let mut start = ctx.access.as_ref().map(|log| {
+        let extra = || crate::access_fields::Extra::of_request(&req, conn.tls.as_ref());
+        access::Start::new(peer, &req).with_extra(extra, log)
+    });
     let grpc = grpc::is_grpc(req.headers());
     // A gRPC-Web client reads the router's own errors in its own content type.
     let web = if grpc { grpc_web::client_type(req.headers()) } else { None };
     // Boxed: the request's walk is some kilobytes of state, and hyper moves this future into
     // its stream task and tokio into the task's cell; a pointer moves instead.
-    let walk = Box::pin(proxy(&ctx, &snapshot, &conn, peer, req, grpc, &mut start));
+    let mut route_name = "";
+    let walk =
+        Box::pin(proxy(&ctx, &snapshot, &conn, peer, req, grpc, (&mut start, &mut route_name)));
+    // A failure before the route was chosen may still name it (a body over the limit).
+    let mut failed_route = None;
     let mut resp = match walk.await {
         Ok(mut resp) => {
             if let (Some(log), Some(start)) = (&ctx.access, start) {
@@ -63,6 +71,9 @@ pub async fn handle(
             tracing::debug!(listener = %ctx.listener.name, error = %e, "request failed");
             let status = e.kind.status().as_u16();
             ctx.metrics.router_response(status, e.route.as_deref(), e.cluster.as_deref());
+            if route_name.is_empty() {
+                failed_route.clone_from(&e.route);
+            }
             let line =
                 ctx.access.as_ref().zip(start).map(|(l, s)| access::Pending::failed(l, s, &e));
             let mut resp = if grpc {
@@ -81,6 +92,10 @@ pub async fn handle(
             resp
         }
     };
+    // The whole request, every try included, timed until its response is over.
+    let names = (ctx.listener.name.as_str(), failed_route.as_deref().unwrap_or(route_name));
+    let status = resp.status().as_u16();
+    resp.body_mut().time(&ctx.live.metrics, names, arrived, status);
     *resp.version_mut() =
         if version == Version::HTTP_2 { Version::HTTP_2 } else { Version::HTTP_11 };
     // A listener that also serves HTTP/3 says so on its TCP responses (RFC 7838).
@@ -113,14 +128,14 @@ impl Drop for Open {
 /// filter first peeks at the body, [`peek_body`]), [`prepare`] (the request as members get it;
 /// multicast copies leave here, [`crate::multicast`]), the failover loop of [`forward`] over
 /// [`attempt`]s, and [`respond`] with the member's answer.
-async fn proxy(
+async fn proxy<'s>(
     ctx: &Arc<HttpCtx>,
-    snapshot: &Arc<Snapshot>,
+    snapshot: &'s Arc<Snapshot>,
     conn: &Arc<ConnState>,
     peer: SocketAddr,
     mut req: Request<ClientBody>,
     grpc: bool,
-    start: &mut Option<access::Start>,
+    (start, route_name): (&mut Option<access::Start>, &mut &'s str),
 ) -> Result<Response<ProxyBody>, Failed> {
     let (decided, host) = route(ctx, snapshot, &mut req)?;
     let (routed, read) = match decided {
@@ -137,6 +152,7 @@ async fn proxy(
         }
     };
     let route = routed.route;
+    *route_name = &route.name;
     // Should the client abandon the request, the connection then idles under this route's timeout.
     conn.set_idle(route.idle_timeout);
     // The route's filters (its `auth` among them): edits for the tries and the response, or
@@ -171,8 +187,18 @@ async fn proxy(
     };
     // An injected delay (`fault`) holds the request before anything is read or sent.
     crate::chain::hold(applied.as_deref(), route).await;
-    let sent =
-        send(ctx, snapshot, conn, peer, req, grpc, &routed, host.as_deref(), read, &mut applied);
+    let sent = send(
+        ctx,
+        snapshot,
+        conn,
+        peer,
+        req,
+        grpc,
+        &routed,
+        host.as_deref(),
+        read,
+        (&mut applied, start),
+    );
     // The filters' response edits (a request id, HSTS) apply to the router's own answer too.
     sent.await.map_err(|failure| Failed { failure, edits: response_edits(applied.as_deref()) })
 }
@@ -208,7 +234,7 @@ async fn send(
     routed: &Routed<'_>,
     host: Option<&str>,
     mut read: Option<request::Peeked>,
-    applied: &mut Option<Box<Applied>>,
+    (applied, start): (&mut Option<Box<Applied>>, &mut Option<access::Start>),
 ) -> Result<Response<ProxyBody>, Failure> {
     let route = routed.route;
     if let Some((plan, applied)) = applied.as_mut().and_then(|a| Some((a.soap?, a))) {
@@ -260,7 +286,7 @@ async fn send(
     let idempotent = req.idempotent;
     let grpc = grpc.then(|| GrpcCall::of(&req.parts.headers));
     let status = retry::StatusRetry::default();
-    let mut tries = HyperTries { ctx, conn, route, req, grpc, status };
+    let mut tries = HyperTries { ctx, conn, route, req, grpc, status, start };
     let answered = match forward(ctx, snapshot, peer, route, idempotent, &mut tries).await {
         // A call a member declined last gets that member's answer.
         Err((e, idle)) => match tries

@@ -33,6 +33,8 @@ pub(super) struct HyperTries<'a> {
     pub(super) grpc: Option<GrpcCall>,
     /// Answers declined for their status (`retry_on`), for any other request.
     pub(super) status: StatusRetry,
+    /// The access log's line, which notes each try's time.
+    pub(super) start: &'a mut Option<crate::access::Start>,
 }
 
 impl Tries for HyperTries<'_> {
@@ -60,16 +62,19 @@ impl Tries for HyperTries<'_> {
         if failover.tries() > 1 {
             crate::http::pause(rt, failover).await;
         }
+        let began = Instant::now();
         let Some(grpc) = &mut self.grpc else {
             StatusRetry::before(&mut self.req, rt);
-            let resp =
-                attempt(self.ctx, self.conn, self.route, rt, choice, &mut self.req, failover)
-                    .await?;
-            return self.status.answered(resp, &mut self.req, rt, failover).await;
+            let tried =
+                attempt(self.ctx, self.conn, self.route, rt, choice, &mut self.req, failover).await;
+            note_try(self.start, began);
+            return self.status.answered(tried?, &mut self.req, rt, failover).await;
         };
         grpc.before(&mut self.req, rt, failover);
-        let resp =
-            attempt(self.ctx, self.conn, self.route, rt, choice, &mut self.req, failover).await?;
+        let tried =
+            attempt(self.ctx, self.conn, self.route, rt, choice, &mut self.req, failover).await;
+        note_try(self.start, began);
+        let resp = tried?;
         let resp = grpc.answered(resp, &mut self.req, rt)?;
         // A call with a deadline ends by it, however far its answer has streamed.
         Ok(match grpc.deadline {
@@ -79,6 +84,13 @@ impl Tries for HyperTries<'_> {
             }
             None => resp,
         })
+    }
+}
+
+/// Notes a try begun at `began` in the access log's line (its `try_ms`).
+fn note_try(start: &mut Option<crate::access::Start>, began: Instant) {
+    if let Some(start) = start {
+        start.tried(began.elapsed());
     }
 }
 

@@ -18,6 +18,7 @@
 
 mod departed;
 mod dns;
+mod downstream;
 mod fault;
 mod filters;
 mod limits;
@@ -37,12 +38,14 @@ use prometheus_client::encoding::EncodeLabelSet;
 pub use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 pub use prometheus_client::metrics::gauge::Gauge;
+pub use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 use crate::{Snapshot, clock};
 
 pub use departed::DEPARTED_GRACE;
 pub use dns::DnsLabels;
+pub use downstream::{DownstreamHandles, DownstreamLabels};
 pub use fault::FaultLabels;
 pub use filters::CompressLabels;
 pub use limits::LimitLabels;
@@ -149,6 +152,8 @@ pub struct Metrics {
     udp: udp::UdpFamilies,
     /// `members_dns` resolutions and members.
     dns: dns::DnsFamilies,
+    /// Client-facing request durations (`rondo_downstream_request_duration_seconds`).
+    downstream: downstream::DownstreamFamily,
     /// Bytes the `compress` filter took in (`rondo_compress_bytes_in_total`).
     compress_in: Family<CompressLabels, Counter>,
     /// Bytes the `compress` filter sent out (`rondo_compress_bytes_out_total`).
@@ -239,6 +244,7 @@ impl Metrics {
             xds: Default::default(),
             udp: Default::default(),
             dns: Default::default(),
+            downstream: Default::default(),
             compress_in: Family::default(),
             compress_out: Family::default(),
             conn_active: Family::default(),
@@ -279,6 +285,7 @@ impl Metrics {
         router::register_outcomes(&m, &mut r);
         listener::register(&m, &mut r);
         router::register_tries(&m, &mut r);
+        downstream::register(&m, &mut r);
         fault::register(&m, &mut r);
         members::register_events(&m, &mut r);
         r.register(

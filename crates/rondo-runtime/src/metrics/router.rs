@@ -158,6 +158,8 @@ pub struct RouteMetrics {
     /// gRPC calls' statuses, each code's counter created with its first call.
     grpc: Box<[OnceLock<Counter>]>,
     grpc_family: Family<GrpcLabels, Counter>,
+    /// The route's client-facing durations, resolved at its first answer.
+    downstream: OnceLock<std::sync::Arc<super::DownstreamHandles>>,
 }
 
 impl RouteMetrics {
@@ -172,7 +174,14 @@ impl RouteMetrics {
             members: (0..members).map(|_| OnceLock::new()).collect(),
             grpc: (0..Code::NAMES.len()).map(|_| OnceLock::new()).collect(),
             grpc_family: metrics.grpc_responses.clone(),
+            downstream: OnceLock::new(),
         }
+    }
+
+    /// The route's client-facing duration handles on `listener` (its route's listener),
+    /// resolved at the first call.
+    pub fn downstream(&self, metrics: &Metrics, listener: &str) -> &super::DownstreamHandles {
+        self.downstream.get_or_init(|| metrics.downstream(listener, &self.route))
     }
 
     /// Counts a gRPC call on the route and cluster that ended with `code` (a member's status,

@@ -162,6 +162,8 @@ async fn listener_changes_are_not_applied_but_do_not_fail_the_reload() {
     logged.listeners[0].access_log = Some(rondo_config::AccessLogSpec {
         target: rondo_config::AccessLogTarget::Stdout,
         format: rondo_config::LogFormat::Text,
+        fields: None,
+        template: None,
     });
     assert_eq!(r.fixed.changed(&logged), ["listener web", "[log]"]);
     assert_eq!(r.reload("test").expect("applied"), 2);

@@ -308,6 +308,7 @@ fn live_state(
 ) -> Arc<Live> {
     let live = Arc::new(Live::new(config.view.clone(), config.router.group.clone()));
     live.set_shared_members(config.shared_members.clone());
+    live.metrics.set_departed_grace(config.metrics.departed_grace);
     if config.router.upgrade_socket.is_some() {
         live.sockets.keep_for_successor();
     }
