@@ -39,6 +39,7 @@ pub use compile::{
 pub use error::{ConfigError, ConfigErrors};
 pub use include::config_files;
 pub use schema::fields as schema_fields;
+pub use spec::TracingSpec;
 pub use spec::{
     AccessLogSpec, AccessLogTarget, AdminSpec, AdminToken, AgentKey, AgentSpec, DnsQuery, DnsSpec,
     ErrorDetail, Http2Limits, Http3Spec, ListenerProtocol, ListenerSpec, LogFormat, LogSpec,
@@ -75,6 +76,8 @@ pub struct Config {
     pub queues: Vec<QueueSpec>,
     /// The clusters whose members are (also) discovered through DNS (`members_dns`), by name.
     pub members_dns: std::collections::BTreeMap<String, MembersDnsSpec>,
+    /// Spans exported over OTLP/HTTP, when `[tracing]` is present (read at start).
+    pub tracing: Option<TracingSpec>,
 }
 
 impl Config {

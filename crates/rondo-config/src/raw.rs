@@ -29,6 +29,20 @@ pub(crate) struct RawConfig {
     pub cluster: BTreeMap<String, RawCluster>,
     #[serde(default)]
     pub queue: Vec<RawQueue>,
+    pub tracing: Option<RawTracing>,
+}
+
+/// `[tracing]`: spans exported over OTLP/HTTP (cargo feature `otel`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawTracing {
+    pub otlp_endpoint: String,
+    pub service_name: Option<String>,
+    pub sample_ratio: Option<f64>,
+    pub headers: Option<BTreeMap<String, String>>,
+    #[serde(default, deserialize_with = "crate::units::millis", alias = "export_timeout")]
+    pub export_timeout_ms: Option<u64>,
+    pub max_queue: Option<u64>,
 }
 
 /// `[[queue]]`: a durable queue that `queue` listeners accept messages into.

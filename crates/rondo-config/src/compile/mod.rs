@@ -16,6 +16,7 @@ mod routes;
 mod sampling;
 mod services;
 mod split;
+mod tracing;
 mod traffic;
 mod traffic_edge;
 
@@ -380,6 +381,7 @@ pub(crate) fn compile(
     let naming = raw.naming.as_ref().map(|n| compile_naming(&mut c, n));
     let agent = raw.agent.as_ref().map(|a| compile_agent(&mut c, a));
     let log = raw.log.as_ref().map(|l| compile_log(&mut c, l)).unwrap_or_default();
+    let tracing = raw.tracing.as_ref().and_then(|t| tracing::compile_tracing(&mut c, t));
 
     let listeners: Vec<Option<ListenerSpec>> =
         raw.listener.iter().enumerate().map(|(i, l)| compile_listener(&mut c, i, l)).collect();
@@ -493,5 +495,6 @@ pub(crate) fn compile(
         log,
         queues,
         members_dns,
+        tracing,
     })
 }

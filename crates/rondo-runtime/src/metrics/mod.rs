@@ -13,7 +13,7 @@
 //!
 //! By product: `router` (the request path), `listener` (connections and hand-offs),
 //! `members` (cluster events and member state), `naming` (the registry and load agents),
-//! `tls`, `quic` (HTTP/3 listeners), `xds` (the naming service's xDS server), `dns` (`members_dns`); the durable queues' figures are rendered by [`crate::queues`] and the process's by
+//! `tls`, `quic` (HTTP/3 listeners), `xds` (the naming service's xDS server), `dns` (`members_dns`), `trace` (spans exported over OTLP); the durable queues' figures are rendered by [`crate::queues`] and the process's by
 //! [`crate::process`].
 
 mod departed;
@@ -27,6 +27,7 @@ mod naming;
 mod quic;
 mod router;
 mod tls;
+mod trace;
 mod xds;
 
 use std::collections::HashMap;
@@ -61,6 +62,7 @@ pub use router::{
 use router::{Histograms, latency_histogram};
 use tls::TlsFailureKey;
 pub use tls::{MAX_TLS_FAILURE_ROWS, TlsListenerLabels, TlsMemberLabels};
+pub use trace::TraceDropLabels;
 pub use xds::{XdsMetrics, XdsTypeLabels};
 
 /// The `Content-Type` of [`Metrics::render`]'s output (Prometheus text format 0.0.4).
@@ -142,6 +144,8 @@ pub struct Metrics {
     xds: xds::XdsFamilies,
     /// `members_dns` resolutions and members.
     dns: dns::DnsFamilies,
+    /// Spans exported over OTLP and lost (`[tracing]`).
+    trace: trace::TraceFamilies,
     /// Bytes the `compress` filter took in (`rondo_compress_bytes_in_total`).
     compress_in: Family<CompressLabels, Counter>,
     /// Bytes the `compress` filter sent out (`rondo_compress_bytes_out_total`).
@@ -230,6 +234,7 @@ impl Metrics {
             limits: Default::default(),
             xds: Default::default(),
             dns: Default::default(),
+            trace: Default::default(),
             compress_in: Family::default(),
             compress_out: Family::default(),
             conn_active: Family::default(),
@@ -286,6 +291,7 @@ impl Metrics {
         filters::register(&m, &mut r);
         xds::register(&m, &mut r);
         dns::register(&m, &mut r);
+        trace::register(&m, &mut r);
         m.registry = r;
         m
     }
