@@ -224,7 +224,7 @@ fn config(collector: SocketAddr, extra: &str, good: SocketAddr) -> String {
         "[tracing]\notlp_endpoint = \"http://{collector}\"\nservice_name = \"edge-test\"\n\
          headers = {{ x-collector-key = \"k123\" }}\n{extra}\n\
          [[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:0\"\n\n\
-         [[route]]\nname = \"retried\"\nlistener = \"web\"\nmatch = {{ path = \"/retry\" }}\n\
+         [[route]]\nname = \"retried\"\nlistener = \"web\"\nmatch = {{ path_prefix = \"/retry\" }}\n\
          cluster = \"dead\"\nbackups = [\"app\"]\n\n\
          [[route]]\nname = \"main\"\nlistener = \"web\"\ncluster = \"app\"\n\n\
          [cluster.dead]\nmembers = [{{ name = \"gone\", address = \"{dead}\" }}]\n\n\
@@ -313,8 +313,19 @@ fn a_retried_request_has_a_span_per_try_with_the_retry_reason() {
     let (collector, good) = (receiver(), member("good"));
     let (_p, web) = rondo(&dir.0, &config(collector.addr, "", good.addr));
     assert_eq!(h1(web, "/retry", ""), 200);
-    let spans = collector.wait(|s| of_path(s, "/retry").1.len() == 2);
-    let (servers, mut tries) = of_path(&spans, "/retry");
+    assert_eq!(h2c(web, "/retry-h2", &[]), 200);
+    let spans =
+        collector.wait(|s| ["/retry", "/retry-h2"].iter().all(|p| of_path(s, p).1.len() == 2));
+    let seen = good.seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    for path in ["/retry", "/retry-h2"] {
+        retried(&spans, path, &seen);
+    }
+}
+
+/// The two tries of the request to `path`: a connect failure, then the backup's answer.
+fn retried(spans: &[Got], path: &str, seen: &[(String, Option<String>)]) {
+    let (servers, mut tries) = of_path(spans, path);
     assert_eq!(servers.len(), 1);
     assert_eq!(servers[0].attr("rondo.route"), Some("retried"));
     tries.sort_by_key(|t| t.attr("http.request.resend_count").is_some());
@@ -329,9 +340,8 @@ fn a_retried_request_has_a_span_per_try_with_the_retry_reason() {
     assert_eq!(second.attr("http.request.resend_count"), Some("1"));
     assert_eq!(second.attr("http.response.status_code"), Some("200"));
     // The member got the second try's span.
-    let seen = good.seen.lock().unwrap().clone();
     let expected = format!("00-{}-{}-01", second.trace_id, second.span_id);
-    assert_eq!(seen, [("/retry".to_owned(), Some(expected))]);
+    assert!(seen.contains(&(path.to_owned(), Some(expected))), "{path}: {seen:?}");
 }
 
 #[test]
