@@ -217,7 +217,8 @@ fn rondo(dir: &Path, config: &str) -> (Proc, SocketAddr) {
 }
 
 /// A config with `[tracing]` (`extra` lines in it) exporting to `collector`, and routes:
-/// `/retry` to a cluster of one dead member backed by `good`, anything else to `good`.
+/// `/retry` to a cluster of one dead member backed by `good`, `/ids` to `good` with a
+/// `request_id` filter (which starts a trace of its own), anything else to `good`.
 fn config(collector: SocketAddr, extra: &str, good: SocketAddr) -> String {
     let dead = SocketAddr::from(([127, 0, 0, 1], common::free_port()));
     format!(
@@ -226,6 +227,8 @@ fn config(collector: SocketAddr, extra: &str, good: SocketAddr) -> String {
          [[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:0\"\n\n\
          [[route]]\nname = \"retried\"\nlistener = \"web\"\nmatch = {{ path_prefix = \"/retry\" }}\n\
          cluster = \"dead\"\nbackups = [\"app\"]\n\n\
+         [[route]]\nname = \"ids\"\nlistener = \"web\"\nmatch = {{ path_prefix = \"/ids\" }}\n\
+         cluster = \"app\"\nfilters = [{{ request_id = {{}} }}]\n\n\
          [[route]]\nname = \"main\"\nlistener = \"web\"\ncluster = \"app\"\n\n\
          [cluster.dead]\nmembers = [{{ name = \"gone\", address = \"{dead}\" }}]\n\n\
          [cluster.app]\nmembers = [{{ name = \"good\", address = \"{good}\" }}]\n"
@@ -401,5 +404,26 @@ fn spans_a_collector_does_not_take_are_counted_as_dropped() {
         }
         assert!(Instant::now() < deadline, "no dropped spans counted:\n{body}");
         std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn a_trace_request_id_started_is_no_parent_on_either_codec() {
+    let dir = TempDir::new("tracing");
+    let (collector, good) = (receiver(), member("good"));
+    let (_p, web) = rondo(&dir.0, &config(collector.addr, "", good.addr));
+    // No traceparent from the client: `request_id` starts an unsampled one, which must not
+    // keep `[tracing]` (ratio 1) from recording the request as a new trace.
+    assert_eq!(h1(web, "/ids-h1", ""), 200);
+    assert_eq!(h2c(web, "/ids-h2", &[]), 200);
+    let spans =
+        collector.wait(|s| ["/ids-h1", "/ids-h2"].iter().all(|p| of_path(s, p).1.len() == 1));
+    let seen = good.seen.lock().unwrap().clone();
+    for path in ["/ids-h1", "/ids-h2"] {
+        let (servers, clients) = of_path(&spans, path);
+        assert!(servers[0].parent.is_empty(), "{path}: a root span: {:?}", servers[0]);
+        assert_eq!(servers[0].attr("rondo.route"), Some("ids"));
+        let expected = format!("00-{}-{}-01", clients[0].trace_id, clients[0].span_id);
+        assert!(seen.contains(&(path.to_owned(), Some(expected))), "{path}: {seen:?}");
     }
 }

@@ -512,7 +512,8 @@ impl<S: ClientStream> Tries for OwnTries<'_, S> {
         let method = std::str::from_utf8(self.head.method.get(&self.buf)).unwrap_or("");
         let target = std::str::from_utf8(self.head.target.get(&self.buf)).unwrap_or("/");
         let path = target.split_once('?').map_or(target, |(path, _)| path);
-        Some(crate::otel::About { method, path, host: self.get_str("host") })
+        // The client's own head: `request_id`'s trace is written into `out` only.
+        Some(crate::otel::About { method, path, host: self.get_str("host"), own_parent: false })
     }
 
     fn status(&self, _: &Next) -> Option<u16> {

@@ -50,7 +50,10 @@ impl Tries for HyperTries<'_> {
         let parts = &self.req.parts;
         let host = parts.uri.authority().map(|a| a.as_str());
         let host = host.or_else(|| parts.headers.get(http::header::HOST)?.to_str().ok());
-        Some(crate::otel::About { method: parts.method.as_str(), path: parts.uri.path(), host })
+        // The head carries the filters' edits: a trace `request_id` started is no parent.
+        let own_parent = self.req.applied.as_deref().is_some_and(Applied::trace_started);
+        let method = parts.method.as_str();
+        Some(crate::otel::About { method, path: parts.uri.path(), host, own_parent })
     }
 
     fn status(&self, resp: &Response<ProxyBody>) -> Option<u16> {

@@ -88,7 +88,10 @@ impl Tracer {
         route: &Route,
         peer: SocketAddr,
     ) -> ReqTrace {
-        let parent = TraceContextPropagator::new().extract(&Extract(headers));
+        let parent = match about.own_parent {
+            true => Context::new(),
+            false => TraceContextPropagator::new().extract(&Extract(headers)),
+        };
         let mut attributes = vec![
             KeyValue::new("http.request.method", about.method.to_owned()),
             KeyValue::new("url.path", about.path.to_owned()),
@@ -136,6 +139,8 @@ pub(crate) struct About<'a> {
     pub(crate) path: &'a str,
     /// `Host` or `:authority`.
     pub(crate) host: Option<&'a str>,
+    /// The request's `traceparent` is the router's own (`request_id` started it), not a parent.
+    pub(crate) own_parent: bool,
 }
 
 /// A traced request: its server span and the span of the try in flight.

@@ -44,6 +44,8 @@ pub(crate) struct About<'a> {
     pub(crate) method: &'a str,
     pub(crate) path: &'a str,
     pub(crate) host: Option<&'a str>,
+    /// The request's `traceparent` is the router's own (`request_id` started it), not a parent.
+    pub(crate) own_parent: bool,
 }
 
 /// A traced request (none without the feature).
