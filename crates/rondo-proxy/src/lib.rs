@@ -27,7 +27,7 @@ pub mod headers;
 pub mod http;
 mod hyper_path;
 pub mod multicast;
-/// Tracing with OpenTelemetry (`[tracing]`): real with the `otel` feature, empty without.
+// Tracing with OpenTelemetry (`[tracing]`): real with the `otel` feature, empty without.
 #[cfg(feature = "otel")]
 pub mod otel;
 #[cfg(not(feature = "otel"))]

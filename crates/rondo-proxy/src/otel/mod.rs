@@ -3,12 +3,12 @@
 //!
 //! [`Tracer`] is made once at start and kept in each listener's context as an `Option`: a router
 //! without `[tracing]` looks at that `None` once per request and pays nothing else. With it,
-//! the forward stage ([`crate::http::forward`]) opens a [`ReqTrace`] per request: its parent is
+//! the forward stage (`http/forward.rs`) opens a `ReqTrace` per request: its parent is
 //! the client's W3C `traceparent` (and `tracestate`), sampling is the SDK's parent-based
 //! sampler over a trace-id ratio (a sampled or unsampled parent keeps its decision; a new trace
 //! is sampled at `sample_ratio`), each try gets a span of its own whose `traceparent` the codec
 //! sends to the member, and each span ends as its try or request does. Finished spans leave
-//! through [`export`]'s bounded queue.
+//! through `export.rs`'s bounded queue.
 
 mod export;
 
