@@ -42,6 +42,7 @@ pub use defaults::{DefaultsOverride, EffectiveField, Origin};
 pub use error::{ConfigError, ConfigErrors};
 pub use include::config_files;
 pub use schema::fields as schema_fields;
+pub use spec::TracingSpec;
 pub use spec::{
     AccessLogSpec, AccessLogTarget, AdminSpec, AdminToken, AgentKey, AgentSpec, DnsQuery, DnsSpec,
     ErrorDetail, Http2Limits, Http3Spec, ListenerProtocol, ListenerSpec, LogFormat, LogSpec,
@@ -86,6 +87,8 @@ pub struct Config {
     pub shared_members: std::collections::BTreeMap<String, Vec<String>>,
     /// The tier's shared load view (`[tier]`), when set.
     pub tier: Option<TierSpec>,
+    /// Spans exported over OTLP/HTTP, when `[tracing]` is present (read at start).
+    pub tracing: Option<TracingSpec>,
 }
 
 /// `[tier]`: every `interval` this router publishes its load per member on `subject` of the

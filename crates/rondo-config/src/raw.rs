@@ -37,6 +37,20 @@ pub(crate) struct RawConfig {
     pub member: BTreeMap<String, RawSharedMember>,
     /// `[tier]`: the load view the routers of a tier share.
     pub tier: Option<RawTier>,
+    pub tracing: Option<RawTracing>,
+}
+
+/// `[tracing]`: spans exported over OTLP/HTTP (cargo feature `otel`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawTracing {
+    pub otlp_endpoint: String,
+    pub service_name: Option<String>,
+    pub sample_ratio: Option<f64>,
+    pub headers: Option<BTreeMap<String, String>>,
+    #[serde(default, deserialize_with = "crate::units::millis", alias = "export_timeout")]
+    pub export_timeout_ms: Option<u64>,
+    pub max_queue: Option<u64>,
 }
 
 /// `[tier]`: the routers of a tier publish the load they measure per member and count the

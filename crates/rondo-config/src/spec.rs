@@ -819,3 +819,34 @@ pub enum DnsQuery {
         name: String,
     },
 }
+
+/// `[tracing]`: OpenTelemetry spans of requests and their tries, exported over OTLP/HTTP
+/// (protobuf) to `endpoint`; read at start (cargo feature `otel`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TracingSpec {
+    /// The collector's base URL (`otlp_endpoint`, `http://HOST:PORT`); spans go to
+    /// `{endpoint}/v1/traces`.
+    pub endpoint: String,
+    /// `service.name` of the spans' resource.
+    pub service_name: String,
+    /// The share of new traces (requests without a sampled parent) that are recorded; a request
+    /// whose `traceparent` says sampled or not keeps that decision.
+    pub sample_ratio: f64,
+    /// Header fields of every export request (`headers`, for the collector's auth), checked.
+    pub headers: Vec<(String, String)>,
+    /// How long one export request may take.
+    pub export_timeout: Duration,
+    /// Finished spans waiting for export; more are dropped and counted.
+    pub max_queue: usize,
+}
+
+impl TracingSpec {
+    /// Default `service_name`.
+    pub const DEFAULT_SERVICE_NAME: &'static str = "rondo";
+    /// Default `export_timeout_ms`.
+    pub const DEFAULT_EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
+    /// Default `max_queue`.
+    pub const DEFAULT_MAX_QUEUE: usize = 2048;
+    /// Largest `max_queue`.
+    pub const MAX_MAX_QUEUE: usize = 1 << 20;
+}

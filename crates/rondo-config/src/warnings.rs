@@ -28,13 +28,16 @@ pub struct Features {
     pub nats: bool,
     /// The naming service's xDS server (`[naming] xds`): cargo feature `xds`.
     pub xds: bool,
+    /// Spans exported over OTLP/HTTP (`[tracing]`): cargo feature `otel`.
+    pub otel: bool,
 }
 
 impl Features {
     /// Every optional part: what [`crate::parse_str`] and [`crate::load_file`] accept.
-    pub const ALL: Features = Features { dns: true, etcd: true, nats: true, xds: true };
+    pub const ALL: Features = Features { dns: true, etcd: true, nats: true, xds: true, otel: true };
     /// None of them.
-    pub const NONE: Features = Features { dns: false, etcd: false, nats: false, xds: false };
+    pub const NONE: Features =
+        Features { dns: false, etcd: false, nats: false, xds: false, otel: false };
 
     /// The enabled features' cargo names, in alphabetical order (`["dns", "etcd"]`).
     pub fn names(self) -> Vec<&'static str> {
@@ -47,6 +50,9 @@ impl Features {
         }
         if self.nats {
             v.push("nats");
+        }
+        if self.otel {
+            v.push("otel");
         }
         if self.xds {
             v.push("xds");
@@ -80,6 +86,12 @@ pub(crate) fn unsupported(raw: &RawConfig, features: Features) -> Vec<Problem> {
                 });
             }
         }
+    }
+    if !features.otel && raw.tracing.is_some() {
+        out.push(Problem {
+            path: FieldPath::root().key("tracing"),
+            message: lacks("tracing (OTLP export)", "otel"),
+        });
     }
     let Some(n) = &raw.naming else { return out };
     if !features.dns && n.dns_listen.is_some() {

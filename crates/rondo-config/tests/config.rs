@@ -1035,7 +1035,7 @@ fn xds_settings_are_checked() {
     fails_once(&text, "naming.xds.port", "port", "unknown field");
     // A build without the `xds` feature names it at the table.
     let text = with("[naming]\nxds = { listen = \"127.0.0.1:0\" }\n");
-    let none = Features { dns: true, etcd: true, nats: true, xds: false };
+    let none = Features { dns: true, etcd: true, nats: true, xds: false, otel: true };
     let errs = parse_str_with(&text, Path::new(FILE), 1, none).unwrap_err().errors;
     assert_eq!(errs.len(), 1, "{}", render(&errs));
     assert_eq!(errs[0].field, "naming.xds");
@@ -1486,14 +1486,16 @@ fn settings_a_build_lacks_the_feature_for_are_errors_naming_the_feature() {
     for text in [&dns, &etcd, &both] {
         assert!(with(text, Features::ALL).is_ok());
     }
-    let errs = with(&dns, Features { dns: false, etcd: true, nats: true, xds: true }).unwrap_err();
+    let errs = with(&dns, Features { dns: false, etcd: true, nats: true, xds: true, otel: true })
+        .unwrap_err();
     assert_eq!(errs.len(), 1, "{}", render(&errs));
     assert_eq!(errs[0].field, "naming.dns_listen");
     assert_eq!((errs[0].line, errs[0].column), pos(&dns, "\"127.0.0.1:5353\""));
     assert!(errs[0].message.contains("`dns` cargo feature"), "{}", errs[0]);
     assert!(errs[0].message.contains("--features dns"), "{}", errs[0]);
 
-    let errs = with(&etcd, Features { dns: true, etcd: false, nats: true, xds: true }).unwrap_err();
+    let errs = with(&etcd, Features { dns: true, etcd: false, nats: true, xds: true, otel: true })
+        .unwrap_err();
     assert_eq!(errs.len(), 1, "{}", render(&errs));
     assert_eq!(errs[0].field, "naming.registry");
     assert_eq!((errs[0].line, errs[0].column), pos(&etcd, "\"etcd\""));
@@ -1506,8 +1508,11 @@ fn settings_a_build_lacks_the_feature_for_are_errors_naming_the_feature() {
     let broken = both.replace("address = \"127.0.0.1:9101\"", "address = \"nowhere\"");
     let errs = with(&broken, Features::NONE).unwrap_err();
     assert_eq!(errs.len(), 3, "{}", render(&errs));
-    assert_eq!(Features { dns: true, etcd: false, nats: false, xds: false }.names(), ["dns"]);
-    assert_eq!(Features::ALL.names(), ["dns", "etcd", "nats", "xds"]);
+    assert_eq!(
+        Features { dns: true, etcd: false, nats: false, xds: false, otel: false }.names(),
+        ["dns"]
+    );
+    assert_eq!(Features::ALL.names(), ["dns", "etcd", "nats", "otel", "xds"]);
 }
 
 // ---- the reference (docs/config.md) ----

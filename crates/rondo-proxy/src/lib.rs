@@ -28,6 +28,12 @@ pub mod headers;
 pub mod http;
 mod hyper_path;
 pub mod multicast;
+// Tracing with OpenTelemetry (`[tracing]`): real with the `otel` feature, empty without.
+#[cfg(feature = "otel")]
+pub mod otel;
+#[cfg(not(feature = "otel"))]
+#[path = "otel/off.rs"]
+pub mod otel;
 mod proxy_protocol;
 #[cfg(feature = "replay")]
 pub mod replay;
@@ -176,6 +182,15 @@ impl Drop for Router {
 
 /// Binds every listener and starts serving. Errors name the listener and address that failed.
 pub async fn start(listeners: &[ListenerSpec], live: Arc<Live>) -> std::io::Result<Router> {
+    start_traced(listeners, live, None).await
+}
+
+/// [`start`], with every HTTP listener's requests traced by `tracer` (`[tracing]`).
+pub async fn start_traced(
+    listeners: &[ListenerSpec],
+    live: Arc<Live>,
+    tracer: Option<Arc<otel::Tracer>>,
+) -> std::io::Result<Router> {
     let (stop, stopped) = watch::channel(false);
     let clients = Clients::new(rondo_core::Policy::DEFAULT_CONNECT_TIMEOUT);
     let auth = Arc::new(auth::Auth::default());
@@ -248,6 +263,7 @@ pub async fn start(listeners: &[ListenerSpec], live: Arc<Live>) -> std::io::Resu
                     copies: Default::default(),
                     limits: Default::default(),
                     alt_svc,
+                    tracer: tracer.clone(),
                 });
                 http.push(ctx.clone());
                 if spec.http3.is_some() {

@@ -31,6 +31,7 @@ pub fn features() -> rondo_config::Features {
         etcd: cfg!(feature = "etcd"),
         nats: cfg!(feature = "nats"),
         xds: cfg!(feature = "xds"),
+        otel: cfg!(feature = "otel"),
     }
 }
 

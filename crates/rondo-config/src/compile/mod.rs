@@ -19,6 +19,7 @@ mod sampling;
 mod services;
 mod shared_members;
 mod split;
+mod tracing;
 mod traffic;
 mod traffic_edge;
 mod udp;
@@ -386,6 +387,7 @@ pub(crate) fn compile(
     let agent = raw.agent.as_ref().map(|a| compile_agent(&mut c, a));
     let log = raw.log.as_ref().map(|l| compile_log(&mut c, l)).unwrap_or_default();
     let metrics = raw.metrics.as_ref().map(|m| observe::compile_metrics(&mut c, m));
+    let tracing = raw.tracing.as_ref().and_then(|t| tracing::compile_tracing(&mut c, t));
 
     let listeners: Vec<Option<ListenerSpec>> =
         raw.listener.iter().enumerate().map(|(i, l)| compile_listener(&mut c, i, l)).collect();
@@ -507,5 +509,6 @@ pub(crate) fn compile(
         members_dns,
         shared_members: shared_members::listed_by(&raw),
         tier,
+        tracing,
     })
 }

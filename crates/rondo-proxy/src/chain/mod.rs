@@ -488,6 +488,12 @@ impl Applied {
         self.trace.as_ref().map(trace::Trace::next_span)
     }
 
+    /// Whether the request's `traceparent` is one `request_id` started (the client sent no
+    /// valid one): no parent for `[tracing]`'s spans, which then sample it as a new trace.
+    pub(crate) fn trace_started(&self) -> bool {
+        self.trace.as_ref().is_some_and(|t| t.started)
+    }
+
     /// The request id (`request_id`).
     pub(crate) fn request_id(&self) -> Option<&str> {
         // Visible ASCII, so always UTF-8.

@@ -66,6 +66,8 @@ impl RequestIdStep {
 pub(super) struct Trace {
     id: [u8; 32],
     flags: [u8; 2],
+    /// Started here, not the client's.
+    pub(super) started: bool,
 }
 
 impl Trace {
@@ -81,7 +83,7 @@ impl Trace {
         if !(hex(id) && hex(parent) && hex(flags)) || zero(id) || zero(parent) {
             return None;
         }
-        Some(Trace { id: id.try_into().ok()?, flags: flags.try_into().ok()? })
+        Some(Trace { id: id.try_into().ok()?, flags: flags.try_into().ok()?, started: false })
     }
 
     /// A new trace, not sampled (the router records no spans of its own).
@@ -90,7 +92,7 @@ impl Trace {
         let (a, b) = random_pair();
         hex_into(&mut id[..16], a);
         hex_into(&mut id[16..], b | 1);
-        Trace { id, flags: *b"00" }
+        Trace { id, flags: *b"00", started: true }
     }
 
     /// `traceparent` for a new span of this trace.

@@ -536,6 +536,7 @@ mod tests {
             set_cookie: None,
             split_cookie: None,
             reason: crate::access::Reason::None,
+            traceparent: None,
         };
         let size = std::mem::size_of_val(&*req.attempt(&rt, choice, &failover));
         assert!(size <= 1032, "a try's future is {size} bytes");

@@ -102,6 +102,8 @@ pub(super) struct OwnTries<'a, S> {
     /// Boxed: a few hundred bytes that every request's future would carry (and move) even on
     /// routes without filters, and that pushed it past the allocator's small-block cache.
     pub(super) applied: Option<Box<Applied>>,
+    /// The status of the last member answer a try passed on (for its span, `[tracing]`).
+    pub(super) answered: u16,
 }
 
 impl<'a, S: ClientStream> OwnTries<'a, S> {
@@ -152,6 +154,7 @@ impl<'a, S: ClientStream> OwnTries<'a, S> {
             close,
             gone: false,
             idempotent: false,
+            answered: 0,
         }
     }
 
@@ -524,6 +527,18 @@ impl<S: ClientStream> Tries for OwnTries<'_, S> {
         self
     }
 
+    fn about(&self) -> Option<crate::otel::About<'_>> {
+        let method = std::str::from_utf8(self.head.method.get(&self.buf)).unwrap_or("");
+        let target = std::str::from_utf8(self.head.target.get(&self.buf)).unwrap_or("/");
+        let path = target.split_once('?').map_or(target, |(path, _)| path);
+        // The client's own head: `request_id`'s trace is written into `out` only.
+        Some(crate::otel::About { method, path, host: self.get_str("host"), own_parent: false })
+    }
+
+    fn status(&self, _: &Next) -> Option<u16> {
+        (self.answered != 0).then_some(self.answered)
+    }
+
     fn replayable(&self) -> bool {
         // A body streamed from the client (touched) is gone once sent, complete or not: only
         // one that came whole with the head is in the request buffer to send again.
@@ -542,7 +557,7 @@ impl<S: ClientStream> Tries for OwnTries<'_, S> {
         choice: Choice,
         failover: &Failover,
     ) -> std::pin::Pin<Box<impl Future<Output = Result<Next, Kind>>>> {
-        let Choice { member, set_cookie, split_cookie, reason } = choice;
+        let Choice { member, set_cookie, split_cookie, reason, traceparent } = choice;
         let cookies = [set_cookie, split_cookie];
         Box::pin(async move {
             if failover.tries() > 1 {
@@ -557,7 +572,10 @@ impl<S: ClientStream> Tries for OwnTries<'_, S> {
             };
             let idle = &view.idle[member];
             let address = &rt.spec.members[member].address;
-            if failover.tries() > 1
+            if let Some(span) = traceparent {
+                // A traced request: this try's span, in place of whatever the head carried.
+                write::set_traceparent(&mut self.out, span.as_bytes());
+            } else if failover.tries() > 1
                 && let Some(span) = self.applied.as_deref().and_then(Applied::next_span)
             {
                 // Each try is a span of its own: the head's `traceparent` (of a fixed length) gets
@@ -611,6 +629,7 @@ impl<S: ClientStream> Tries for OwnTries<'_, S> {
                 }
             };
             let latency = started.elapsed();
+            self.answered = rhead.status;
             let route = self.route.map_or("", |r| r.name.as_str());
             let latency_s = latency.as_secs_f64();
             let counted = crate::http::record_response(rt, route, member, rhead.status, latency_s);

@@ -292,6 +292,25 @@ pub(super) fn replace_traceparent(out: &mut [u8], span: &[u8]) {
     }
 }
 
+/// Puts `span` as the one `traceparent` of the request head at the start of `out` (a traced
+/// request, `[tracing]`): every `traceparent` field the head has (the client's, or the one
+/// `request_id` wrote) goes, and this one is added at the head's end. The body after the head
+/// moves along.
+pub(super) fn set_traceparent(out: &mut Vec<u8>, span: &[u8]) {
+    let Some(blank) = out.windows(4).position(|w| w == b"\r\n\r\n") else { return };
+    // The fields end with the last one's CRLF, before the blank line.
+    let end = blank + 2;
+    let mut head = Vec::with_capacity(end + span.len() + 16);
+    for line in out[..end].split_inclusive(|b| *b == b'\n') {
+        let name = line.split(|b| *b == b':').next().unwrap_or(line);
+        if !is(name, b"traceparent") {
+            head.extend_from_slice(line);
+        }
+    }
+    field(&mut head, b"traceparent", span);
+    out.splice(..end, head);
+}
+
 /// The fields the filters added.
 fn edited(out: &mut Vec<u8>, edits: &FieldOps) {
     for (name, value) in &edits.append {
@@ -321,6 +340,20 @@ fn write_via(out: &mut Vec<u8>, prior: &[&[u8]]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A traced try's `traceparent` replaces the client's (in any spelling) and keeps the
+    /// body after the head.
+    #[test]
+    fn a_traced_head_has_one_traceparent_the_try_s() {
+        let mut out = b"GET / HTTP/1.1\r\nhost: a\r\nTraceParent: 00-x\r\nx-b: 1\r\n\
+            traceparent: 00-y\r\n\r\nbody"
+            .to_vec();
+        set_traceparent(&mut out, b"00-new");
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "GET / HTTP/1.1\r\nhost: a\r\nx-b: 1\r\ntraceparent: 00-new\r\n\r\nbody"
+        );
+    }
 
     /// The own path drops the hop-by-hop fields hyper's path drops ([`crate::headers`]' one
     /// list), except the transfer coding, which frames the body it passes through as it came.

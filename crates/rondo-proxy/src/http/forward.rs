@@ -39,6 +39,15 @@ pub(crate) trait Tries {
     fn now(&self) -> rondo_core::Instant {
         clock::now()
     }
+    /// The request as its server span names it, when its tries are traced (`[tracing]`); a
+    /// multicast copy or a replayed scenario is not.
+    fn about(&self) -> Option<crate::otel::About<'_>> {
+        None
+    }
+    /// The status of a member's answer, for the try's span, when the path knows it.
+    fn status(&self, _: &Self::Response) -> Option<u16> {
+        None
+    }
     /// One try on the member `choice` placed it on, within the try's timeout from `failover`;
     /// the member's answer, or the failure classified.
     async fn attempt(
@@ -70,12 +79,25 @@ pub(crate) fn forward<'a, T: Tries>(
     let timeout = req.deadline().map_or(route.request_timeout, |d| d.min(route.request_timeout));
     let mut failover = Failover::new(clusters, idempotent, now, timeout);
     let primary = super::split::primary(ctx, snapshot, route, req.headers());
-    let mut course = Course { ctx, snapshot, peer, route, req, primary, attempts: Vec::new() };
+    // The one look at tracing a request of an untraced listener makes.
+    let trace = match &ctx.tracer {
+        None => None,
+        Some(t) => req.about().map(|about| Box::new(t.request(req.headers(), about, route, peer))),
+    };
+    let mut course =
+        Course { ctx, snapshot, peer, route, req, primary, attempts: Vec::new(), trace };
     async move {
-        match drive(&mut course, &mut failover, now).await {
+        let ended = match drive(&mut course, &mut failover, now).await {
             Ok(ended) => ended,
-            Err(stop) => Err(gave_up(course.route, course.attempts, stop)),
+            Err(stop) => Err(gave_up(course.route, std::mem::take(&mut course.attempts), stop)),
+        };
+        if let Some(trace) = course.trace.take() {
+            match &ended {
+                Ok(resp) => trace.end(course.req.status(resp), None),
+                Err((e, _)) => trace.end(Some(e.kind.status().as_u16()), Some(e.kind)),
+            }
         }
+        ended
     }
 }
 
@@ -91,6 +113,8 @@ struct Course<'a, T> {
     /// The request's primary cluster (drawn from the route's split, if it has one).
     primary: super::split::Primary<'a>,
     attempts: Vec<Attempt>,
+    /// The request's spans, when it is traced (boxed: a pointer's room in untraced requests).
+    trace: Option<Box<crate::otel::ReqTrace>>,
 }
 
 /// A placed try: its cluster, by name and run-time state, and where in it the try went.
@@ -130,7 +154,14 @@ impl<'a, T: Tries> TryMaker for Course<'a, T> {
                 if failover.tries() > 1 {
                     metrics.retry(&route.name, cluster);
                 }
-                let choice = Choice { split_cookie: self.primary.cookie(i), ..choice };
+                let traceparent = match &mut self.trace {
+                    None => None,
+                    Some(t) => {
+                        t.try_begins(cluster, &rt.spec.members[choice.member], failover.tries())
+                    }
+                };
+                let split_cookie = self.primary.cookie(i);
+                let choice = Choice { split_cookie, traceparent, ..choice };
                 Placement::Placed(Underway { cluster, rt, choice })
             }
             Err(Refused::Stop(stop)) => {
@@ -177,9 +208,17 @@ impl<'a, T: Tries> TryMaker for Course<'a, T> {
     ) -> Result<Self::Value, TryFailure> {
         let route = self.route;
         let kind = match tried {
-            Ok(resp) => return Ok(Ok(resp)),
+            Ok(resp) => {
+                if let Some(t) = &mut self.trace {
+                    t.try_answered(self.req.status(&resp));
+                }
+                return Ok(Ok(resp));
+            }
             Err(kind) => kind,
         };
+        if let Some(t) = &mut self.trace {
+            t.try_failed(kind);
+        }
         if kind.side() == Side::Client {
             // The request's own failure: no member is to blame and none can do better.
             let listener = &self.ctx.listener;
@@ -316,6 +355,8 @@ pub(crate) struct Choice {
     pub(crate) split_cookie: Option<HeaderValue>,
     /// Why this member (for the access log).
     pub(crate) reason: Reason,
+    /// The `traceparent` naming this try's span, when the request is traced (`[tracing]`).
+    pub(crate) traceparent: Option<HeaderValue>,
 }
 
 /// Places the next try (one lock hold, [`ClusterRt::place`]): on its session's member when it
@@ -367,6 +408,7 @@ pub(crate) fn place(
                 set_cookie,
                 split_cookie: None,
                 reason: Reason::Session,
+                traceparent: None,
             });
         }
         Placed::Picked(m, algorithm, why) => (m, Reason::Pick(algorithm, why)),
@@ -382,7 +424,7 @@ pub(crate) fn place(
             None => {}
         }
     }
-    Ok(Choice { member, set_cookie, split_cookie: None, reason })
+    Ok(Choice { member, set_cookie, split_cookie: None, reason, traceparent: None })
 }
 
 pub(crate) fn hash_key(

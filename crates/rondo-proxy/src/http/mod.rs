@@ -60,6 +60,9 @@ pub struct HttpCtx {
     pub limits: crate::chain::Limits,
     /// `Alt-Svc: h3=":PORT"` for the TCP responses of a listener that also serves HTTP/3.
     pub alt_svc: Option<http::HeaderValue>,
+    /// Spans of this listener's requests (`[tracing]`); `None`, the request path's one look
+    /// at tracing, without it.
+    pub tracer: Option<Arc<crate::otel::Tracer>>,
 }
 
 impl HttpCtx {
@@ -78,6 +81,7 @@ impl HttpCtx {
             copies: Default::default(),
             limits: Default::default(),
             alt_svc: None,
+            tracer: None,
         }
     }
 }

@@ -49,6 +49,20 @@ impl Tries for HyperTries<'_> {
         self.req.replayable()
     }
 
+    fn about(&self) -> Option<crate::otel::About<'_>> {
+        let parts = &self.req.parts;
+        let host = parts.uri.authority().map(|a| a.as_str());
+        let host = host.or_else(|| parts.headers.get(http::header::HOST)?.to_str().ok());
+        // The head carries the filters' edits: a trace `request_id` started is no parent.
+        let own_parent = self.req.applied.as_deref().is_some_and(Applied::trace_started);
+        let method = parts.method.as_str();
+        Some(crate::otel::About { method, path: parts.uri.path(), host, own_parent })
+    }
+
+    fn status(&self, resp: &Response<ProxyBody>) -> Option<u16> {
+        Some(resp.status().as_u16())
+    }
+
     fn deadline(&self) -> Option<Duration> {
         self.grpc.as_ref().and_then(|g| g.deadline)
     }
@@ -102,7 +116,7 @@ async fn attempt(
     conn: &Arc<ConnState>,
     route: &Route,
     rt: &Arc<ClusterRt>,
-    choice: Choice,
+    mut choice: Choice,
     req: &mut Prepared,
     failover: &Failover,
 ) -> Result<Response<ProxyBody>, Kind> {
@@ -122,7 +136,7 @@ async fn attempt(
                 return Err(Kind::Replay);
             }
         };
-    let request = member_request(ctx, rt, member, req);
+    let request = member_request(ctx, rt, member, req, choice.traceparent.take());
     // The try's time and its latency start as it is sent (the pick, a session sweep and a wait
     // for the cluster's lock are not the member's), and the try ends by the request's deadline.
     let started = Instant::now();
@@ -230,6 +244,7 @@ fn member_request(
     rt: &ClusterRt,
     member: usize,
     req: &Prepared,
+    traceparent: Option<http::HeaderValue>,
 ) -> Request<UpstreamBody> {
     let body = match &req.slot {
         None => UpstreamBody::Empty,
@@ -247,8 +262,10 @@ fn member_request(
         &req.path_and_query,
         body,
     );
-    // Each try is a span of its own in the request's trace.
-    if let Some(span) = req.applied.as_deref().and_then(Applied::next_span) {
+    // Each try is a span of its own in the request's trace (the traced try's, `[tracing]`, else
+    // `request_id`'s).
+    let span = traceparent.or_else(|| req.applied.as_deref().and_then(Applied::next_span));
+    if let Some(span) = span {
         request.headers_mut().insert(TRACEPARENT, span);
     }
     request

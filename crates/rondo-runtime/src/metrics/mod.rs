@@ -13,7 +13,7 @@
 //!
 //! By product: `router` (the request path), `listener` (connections and hand-offs),
 //! `members` (cluster events and member state), `naming` (the registry and load agents),
-//! `tls`, `quic` (HTTP/3 listeners), `xds` (the naming service's xDS server), `dns` (`members_dns`), `udp` (`udp` listeners); the durable queues' figures are rendered by [`crate::queues`] and the process's by
+//! `tls`, `quic` (HTTP/3 listeners), `xds` (the naming service's xDS server), `dns` (`members_dns`), `udp` (`udp` listeners), `trace` (spans exported over OTLP); the durable queues' figures are rendered by [`crate::queues`] and the process's by
 //! [`crate::process`].
 
 mod departed;
@@ -29,6 +29,7 @@ mod quic;
 mod router;
 mod tls;
 mod udp;
+mod trace;
 mod xds;
 
 use std::collections::HashMap;
@@ -66,6 +67,7 @@ use router::{Histograms, latency_histogram};
 use tls::TlsFailureKey;
 pub use tls::{MAX_TLS_FAILURE_ROWS, TlsListenerLabels, TlsMemberLabels};
 pub use udp::{UdpLabels, UdpMetrics};
+pub use trace::TraceDropLabels;
 pub use xds::{XdsMetrics, XdsTypeLabels};
 
 /// The `Content-Type` of [`Metrics::render`]'s output (Prometheus text format 0.0.4).
@@ -154,6 +156,8 @@ pub struct Metrics {
     dns: dns::DnsFamilies,
     /// Client-facing request durations (`rondo_downstream_request_duration_seconds`).
     downstream: downstream::DownstreamFamily,
+    /// Spans exported over OTLP and lost (`[tracing]`).
+    trace: trace::TraceFamilies,
     /// Bytes the `compress` filter took in (`rondo_compress_bytes_in_total`).
     compress_in: Family<CompressLabels, Counter>,
     /// Bytes the `compress` filter sent out (`rondo_compress_bytes_out_total`).
@@ -245,6 +249,7 @@ impl Metrics {
             udp: Default::default(),
             dns: Default::default(),
             downstream: Default::default(),
+            trace: Default::default(),
             compress_in: Family::default(),
             compress_out: Family::default(),
             conn_active: Family::default(),
@@ -303,6 +308,7 @@ impl Metrics {
         xds::register(&m, &mut r);
         udp::register(&m, &mut r);
         dns::register(&m, &mut r);
+        trace::register(&m, &mut r);
         m.registry = r;
         m
     }

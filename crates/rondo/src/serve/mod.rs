@@ -351,8 +351,10 @@ async fn start_router(
     live: &Arc<Live>,
     takeover: Option<&crate::upgrade::Takeover>,
 ) -> Result<Arc<rondo_proxy::Router>, Stop> {
-    let router =
-        Arc::new(rondo_proxy::start(&config.listeners, live.clone()).await.map_err(refused)?);
+    let tracer =
+        rondo_proxy::otel::tracer(config.tracing.as_ref(), &live.metrics).map_err(refused)?;
+    let router = rondo_proxy::start_traced(&config.listeners, live.clone(), tracer);
+    let router = Arc::new(router.await.map_err(refused)?);
     if let Some(t) = takeover
         && let Some(sessions) = t.state.parts.get("router")
     {
