@@ -17,10 +17,12 @@
 //! has no default for are the `DEFAULT_*` constants here and on the spec types.
 
 mod compile;
+pub mod crypto;
 mod error;
 mod filter;
 mod include;
 pub mod jwks;
+pub mod ocsp;
 mod path;
 mod raw;
 mod schema;
