@@ -5,7 +5,8 @@
 //! It asks again half way to the response's `nextUpdate`; a failed fetch (responder down, an
 //! answer that does not check) is counted (`rondo_tls_ocsp_fetches_total{result="failed"}`) and
 //! logged, the last good response stays, and it tries again after a backoff (5 s doubling to
-//! 10 min). Every fetch is bounded in time and in the size of the answer.
+//! 10 min). SIGHUP fetches again at once. Every fetch is bounded in time and in the size of the
+//! answer.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -110,6 +111,8 @@ pub(crate) trait Restaple: Send + Sync + 'static {
     fn counted(&self, ok: bool);
     /// Rebuilds the socket's configuration with the staples now kept.
     fn restaple(&self);
+    /// Woken to fetch again at once (SIGHUP).
+    fn refetch(&self) -> &tokio::sync::Notify;
 }
 
 /// Fetches for the certificate file `cert` of `socket` until aborted.
@@ -144,6 +147,9 @@ pub(crate) async fn fetch_loop<S: Restaple>(socket: std::sync::Arc<S>, cert: Pat
                 wait
             }
         };
-        tokio::time::sleep(wait).await;
+        tokio::select! {
+            () = tokio::time::sleep(wait) => {}
+            () = socket.refetch().notified() => {}
+        }
     }
 }

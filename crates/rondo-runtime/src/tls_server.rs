@@ -138,6 +138,8 @@ pub struct TlsServer {
     metrics: Arc<Metrics>,
     /// The OCSP responses fetched for `ocsp = "fetch"` certificates.
     staples: Staples,
+    /// Wakes the OCSP fetchers (SIGHUP).
+    refetch: tokio::sync::Notify,
 }
 
 impl TlsServer {
@@ -159,6 +161,7 @@ impl TlsServer {
             handshake_timeout,
             metrics,
             staples: Staples::default(),
+            refetch: tokio::sync::Notify::new(),
         }))
     }
 
@@ -288,6 +291,7 @@ impl TlsServer {
                     applied = stamp(&files);
                     seen = applied.clone();
                     let _ = self.reload("SIGHUP");
+                    self.refetch.notify_waiters();
                 }
                 _ = tick.tick() => {
                     let now = stamp(&files);
@@ -324,6 +328,10 @@ impl Restaple for TlsServer {
 
     fn counted(&self, ok: bool) {
         self.metrics.tls_detail.ocsp_fetch(&self.name, ok);
+    }
+
+    fn refetch(&self) -> &tokio::sync::Notify {
+        &self.refetch
     }
 
     fn restaple(&self) {

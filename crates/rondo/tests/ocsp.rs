@@ -269,7 +269,7 @@ fn fetched_responses_are_stapled_after_a_failed_try_is_counted() {
     std::fs::write(d.join("rondo.toml"), config("\"fetch\"")).unwrap();
     let (ok, err) = check(d);
     assert!(ok, "{err}");
-    let (_serve, stderr, web, admin) = serve(d);
+    let (serve, stderr, web, admin) = serve(d);
     stderr_with(&stderr, &["ocsp fetch for", "failed, the last good response stays"]);
     let failed = "rondo_tls_ocsp_fetches_total{listener=\"web\",result=\"failed\"}";
     assert!(metric(admin, failed) >= 1.0);
@@ -277,7 +277,7 @@ fn fetched_responses_are_stapled_after_a_failed_try_is_counted() {
     assert!(out.contains("OCSP response: no response sent"), "{out}");
 
     // Once the responder answers, the next try (5 s later) staples its response.
-    let _responder = ChildGuard(
+    let responder = ChildGuard(
         Command::new("openssl")
             .args(["ocsp", "-index", "index.txt", "-port", &port.to_string()])
             .args(["-rsigner", "ca.pem", "-rkey", "ca.key", "-CA", "ca.pem", "-nmin", "10"])
@@ -291,6 +291,19 @@ fn fetched_responses_are_stapled_after_a_failed_try_is_counted() {
     );
     stderr_with(&stderr, &["ocsp response for", "stapled, next fetch in"]);
     let ok = "rondo_tls_ocsp_fetches_total{listener=\"web\",result=\"ok\"}";
+    assert_eq!(metric(admin, ok), 1.0);
+    assert_good_staple(&status(d, web));
+
+    // The responder goes away; SIGHUP fetches at once, the fetch fails, the staple stays.
+    drop(responder);
+    let before = metric(admin, failed);
+    let hup = Command::new("kill").args(["-HUP", &serve.child.id().to_string()]).status();
+    assert!(hup.unwrap().success());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while metric(admin, failed) <= before {
+        assert!(Instant::now() < deadline, "no failed fetch after SIGHUP");
+        std::thread::sleep(Duration::from_millis(100));
+    }
     assert_eq!(metric(admin, ok), 1.0);
     assert_good_staple(&status(d, web));
 }
