@@ -16,7 +16,7 @@ pub struct TlsKxLabels {
     pub listener: String,
     /// `TLSv1.3` or `TLSv1.2`.
     pub version: &'static str,
-    /// The key exchange group ([`group_name`]).
+    /// The key exchange group (`X25519MLKEM768`, `X25519`, `secp256r1`, ...: `group_name`).
     pub group: &'static str,
 }
 
