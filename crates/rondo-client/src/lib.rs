@@ -130,7 +130,7 @@ pub use naming::NamingClient;
 pub use state::cluster_spec;
 #[doc(hidden)]
 pub use state::{Replay, ReplayRefusal};
-pub use tls::{HttpsConnector, MaybeTls, TlsConfig, TlsConfigError};
+pub use tls::{HttpsConnector, MaybeTls, TlsConfig, TlsConfigError, crypto_provider};
 pub use tower::{
     BalanceLayer, Balanced, BalancedError, BoxError, HttpError, ResponseFuture, SlotBody, Tracked,
 };

@@ -1,4 +1,4 @@
-//! TLS for the client library: [`TlsConfig`] (rustls with the ring provider, TLS 1.2 and 1.3,
+//! TLS for the client library: [`TlsConfig`] (rustls with [`crypto_provider`], TLS 1.2 and 1.3,
 //! servers verified against the roots of a PEM file, an optional client certificate) serves
 //! `https://` naming endpoints ([`crate::Builder::tls`]) and, through [`HttpsConnector`],
 //! hyper-util clients that reach members speaking TLS (under [`crate::Client::layer`] a request
@@ -27,6 +27,35 @@ use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use tokio::net::TcpStream;
 use tower_service::Service;
+
+/// The crypto provider of every TLS configuration the library builds: ring by default;
+/// aws-lc-rs with the feature `aws-lc` (winning when both rustls features are compiled in), with
+/// X25519MLKEM768 offered first. The library's own copy of `rondo_config::crypto`'s choice: it
+/// may use no router crate.
+pub fn crypto_provider() -> Arc<rustls::crypto::CryptoProvider> {
+    static PROVIDER: std::sync::OnceLock<Arc<rustls::crypto::CryptoProvider>> =
+        std::sync::OnceLock::new();
+    PROVIDER
+        .get_or_init(|| {
+            #[cfg(feature = "aws-lc")]
+            let provider = {
+                use rustls::crypto::aws_lc_rs::{self, kx_group};
+                rustls::crypto::CryptoProvider {
+                    kx_groups: vec![
+                        kx_group::X25519MLKEM768,
+                        kx_group::X25519,
+                        kx_group::SECP256R1,
+                        kx_group::SECP384R1,
+                    ],
+                    ..aws_lc_rs::default_provider()
+                }
+            };
+            #[cfg(not(feature = "aws-lc"))]
+            let provider = rustls::crypto::ring::default_provider();
+            Arc::new(provider)
+        })
+        .clone()
+}
 
 /// TLS settings of a client: roots, an optional client certificate, an optional fixed server
 /// name, the ALPN protocols offered.
@@ -87,11 +116,10 @@ impl TlsConfig {
                 TlsConfigError(format!("ca file {}: unusable CA certificate: {e}", ca.display()))
             })?;
         }
-        let builder =
-            ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-                .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
-                .map_err(|e| TlsConfigError(format!("tls versions: {e}")))?
-                .with_root_certificates(roots);
+        let builder = ClientConfig::builder_with_provider(crypto_provider())
+            .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+            .map_err(|e| TlsConfigError(format!("tls versions: {e}")))?
+            .with_root_certificates(roots);
         let config = match identity {
             None => builder.with_no_client_auth(),
             Some((cert, key)) => {

@@ -19,10 +19,12 @@
 pub mod access_format;
 mod compile;
 mod defaults;
+pub mod crypto;
 mod error;
 mod filter;
 mod include;
 pub mod jwks;
+pub mod ocsp;
 mod path;
 mod raw;
 mod schema;

@@ -291,6 +291,8 @@ pub(crate) struct RawListenerTls {
 pub(crate) struct RawCertKey {
     pub cert: String,
     pub key: String,
+    /// A DER OCSP response file to staple, or `"fetch"` (ocsp.rs).
+    pub ocsp: Option<String>,
 }
 
 /// `[[route]]`.

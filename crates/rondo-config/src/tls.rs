@@ -3,8 +3,8 @@
 //! functions serve `rondo check` (which reports a missing file, unreadable PEM, a key that does
 //! not match its certificate or an expired certificate at the field that names the file), the
 //! router at start, and the router's certificate reloads (which keep the old certificate when a
-//! new file fails them). PEM goes through `rustls-pki-types`; key matching through rustls's
-//! ring provider; names and validity dates through `x509-parser`.
+//! new file fails them). PEM goes through `rustls-pki-types`; key loading and matching
+//! through the build's crypto provider ([`crate::crypto`]); names and validity dates through `x509-parser`.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -55,6 +55,9 @@ pub struct CertKeyPaths {
     pub cert: PathBuf,
     /// The leaf's private key (PKCS#8, PKCS#1 or SEC1).
     pub key: PathBuf,
+    /// Where the OCSP response stapled to handshakes comes from (listeners only; none: no
+    /// staple).
+    pub ocsp: Option<crate::ocsp::OcspSource>,
 }
 
 /// A listener's `tls`: terminate TLS 1.2 and 1.3 with these certificates.
@@ -158,7 +161,7 @@ pub fn load_cert_key(paths: &CertKeyPaths) -> Result<LoadedCert, (Which, String)
         ));
     }
     let key = read_key(&paths.key).map_err(|e| (Which::Key, e))?;
-    let provider = rustls::crypto::ring::default_provider();
+    let provider = crate::crypto::crypto_provider();
     let signer = provider.key_provider.load_private_key(key).map_err(|e| {
         (Which::Key, format!("key file {} holds an unusable key: {e}", paths.key.display()))
     })?;
@@ -174,6 +177,35 @@ pub fn load_cert_key(paths: &CertKeyPaths) -> Result<LoadedCert, (Which, String)
         )
     })?;
     Ok(LoadedCert { certified: Arc::new(certified), names, not_after })
+}
+
+/// Checks a certificate's `ocsp` setting against the loaded certificate: a response file must
+/// hold a current `good` response about it; `fetch` needs the issuer in the chain (for the
+/// request's CertID) and an `http://` OCSP responder in the leaf. Returns the file's staple.
+pub fn check_ocsp(
+    paths: &CertKeyPaths,
+    loaded: &LoadedCert,
+) -> Result<Option<crate::ocsp::Staple>, String> {
+    use crate::ocsp::{self, OcspSource};
+    let chain = &loaded.certified.cert;
+    match &paths.ocsp {
+        None => Ok(None),
+        Some(OcspSource::File(file)) => {
+            let issuer = chain.get(1).map(|c| c.as_ref());
+            ocsp::load_file(file, &chain[0], issuer, now_unix()).map(Some)
+        }
+        Some(OcspSource::Fetch) => {
+            if chain.len() < 2 {
+                return Err(format!(
+                    "ocsp = \"fetch\" needs the issuer's certificate after the leaf in {}",
+                    paths.cert.display()
+                ));
+            }
+            ocsp::responder_url(&chain[0])
+                .map(|_| None)
+                .map_err(|e| format!("ocsp = \"fetch\": {}: {e}", paths.cert.display()))
+        }
+    }
 }
 
 /// Loads the roots of a CA file (`what` names it in errors, e.g. `client_ca`).

@@ -18,6 +18,7 @@ pub mod host;
 pub mod http_api;
 pub mod live;
 pub mod metrics;
+pub mod ocsp_fetch;
 pub mod pools;
 pub mod probe;
 mod probe_h2;

@@ -1,7 +1,7 @@
 //! TLS from rondo's own command-line clients to rondo's control plane: `rondo ctl` to the admin
 //! API and `rondo agent` to a router's first-contact listener. [`ClientTls`] holds the rustls
-//! client configuration (ring provider, TLS 1.2 and 1.3, the servers verified against the roots
-//! of a CA file, an optional client certificate) and does the handshake; a failed handshake
+//! client configuration (the build's crypto provider, TLS 1.2 and 1.3, the servers verified
+//! against the roots of a CA file, an optional client certificate) and does the handshake; a failed handshake
 //! becomes a sentence naming the host and why ([`describe`]), e.g. `tls to 127.0.0.1:9900:
 //! certificate not valid for 127.0.0.1 (it names admin.internal)`.
 
@@ -37,14 +37,13 @@ impl ClientTls {
     /// Reads the files (`alpn`: the protocols offered); the error names the file and why.
     pub fn load(files: &ClientTlsFiles, alpn: &[&[u8]]) -> Result<ClientTls, String> {
         let roots = ctls::load_roots(&files.ca, "ca")?;
-        let builder =
-            ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-                .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
-                .map_err(|e| format!("tls versions: {e}"))?
-                .with_root_certificates(roots);
+        let builder = ClientConfig::builder_with_provider(rondo_config::crypto::crypto_provider())
+            .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+            .map_err(|e| format!("tls versions: {e}"))?
+            .with_root_certificates(roots);
         let mut config = match &files.identity {
             Some((cert, key)) => {
-                let paths = ctls::CertKeyPaths { cert: cert.clone(), key: key.clone() };
+                let paths = ctls::CertKeyPaths { cert: cert.clone(), key: key.clone(), ocsp: None };
                 let loaded = ctls::load_cert_key(&paths).map_err(|(_, e)| e)?;
                 builder
                     .with_client_auth_cert(loaded.certified.cert.clone(), ctls::read_key(key)?)

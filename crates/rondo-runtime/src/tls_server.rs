@@ -1,7 +1,7 @@
 //! TLS termination for every socket rondo listens on with a `tls` table: the router's listeners
 //! (wrapped by `rondo-proxy`'s `Terminator`, which adds the client-certificate headers), the
 //! admin API, the naming service and the agents' first contact. One [`TlsServer`] per socket
-//! holds the current rustls `ServerConfig` (ring provider, TLS 1.2 and 1.3 only, the
+//! holds the current rustls `ServerConfig` (the build's provider from `rondo_config::crypto`, TLS 1.2 and 1.3 only, the
 //! certificate chosen by SNI, client certificates asked for as configured, the ALPN protocols
 //! the socket serves) behind an `ArcSwap`, so a certificate reload swaps it for new handshakes
 //! while connections already up keep the one they started with. [`TlsServer::watch`] reloads
@@ -9,6 +9,8 @@
 //! keeps the old configuration and logs why. [`TlsIncoming`] turns a TCP listener into a
 //! stream of finished handshakes for the HTTP servers (the admin API, the naming service), with
 //! the handshakes run beside each other so that one slow client cannot hold up the others.
+//! A certificate's OCSP staple comes from its response file (read with the certificate, so a
+//! bad file fails the load or reload like a bad certificate) or from `crate::ocsp_fetch`.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -26,6 +28,8 @@ use tokio::task::JoinHandle;
 use tokio_rustls::server::TlsStream;
 
 use crate::metrics::Metrics;
+use crate::ocsp_fetch::{Restaple, Staples, fetch_loop};
+use rondo_config::ocsp::OcspSource;
 
 /// How often the certificate files are looked at for changes.
 const POLL: Duration = Duration::from_millis(250);
@@ -35,9 +39,9 @@ pub const ALPN_HTTP1: &[&[u8]] = &[b"http/1.1"];
 /// ALPN of a router `http` listener: HTTP/2 (gRPC too) and HTTP/1.1 on one port.
 pub const ALPN_H2_HTTP1: &[&[u8]] = &[b"h2", b"http/1.1"];
 
-/// The ring provider: the only one rondo builds with.
+/// The build's crypto provider (ring, or aws-lc-rs with the feature `aws-lc`).
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
+    rondo_config::crypto::crypto_provider()
 }
 
 /// Picks the certificate for a ClientHello's server name: an exact name first, then a wildcard,
@@ -72,10 +76,32 @@ impl ResolvesServerCert for SniResolver {
 /// Builds the rustls configuration of a `tls` table, loading every file (`alpn`: the protocols
 /// offered, empty for none); the error names the file and what is wrong with it.
 pub fn server_config(spec: &ListenerTls, alpn: &[&[u8]]) -> Result<Arc<ServerConfig>, String> {
+    server_config_with(spec, alpn, &Staples::default())
+}
+
+/// [`server_config`] with the OCSP responses fetched so far (`ocsp = "fetch"`); a response
+/// file (`ocsp = "FILE"`) is read and checked here, and one that fails fails the whole load.
+fn server_config_with(
+    spec: &ListenerTls,
+    alpn: &[&[u8]],
+    staples: &Staples,
+) -> Result<Arc<ServerConfig>, String> {
     let mut certs = Vec::with_capacity(spec.certs.len());
     for ck in &spec.certs {
         let loaded = ctls::load_cert_key(ck).map_err(|(_, e)| e)?;
-        certs.push((loaded.names, loaded.certified));
+        let staple = match &ck.ocsp {
+            Some(OcspSource::Fetch) => staples.current(&ck.cert, &loaded.certified.cert),
+            _ => ctls::check_ocsp(ck, &loaded)?.map(|s| s.der),
+        };
+        let certified = match staple {
+            None => loaded.certified,
+            Some(der) => {
+                let mut with = (*loaded.certified).clone();
+                with.ocsp = Some(der);
+                Arc::new(with)
+            }
+        };
+        certs.push((loaded.names, certified));
     }
     if certs.is_empty() {
         return Err("no certificate".to_owned());
@@ -110,6 +136,10 @@ pub struct TlsServer {
     /// How long a handshake may take.
     pub handshake_timeout: Duration,
     metrics: Arc<Metrics>,
+    /// The OCSP responses fetched for `ocsp = "fetch"` certificates.
+    staples: Staples,
+    /// Wakes the OCSP fetchers (SIGHUP).
+    refetch: tokio::sync::Notify,
 }
 
 impl TlsServer {
@@ -130,6 +160,8 @@ impl TlsServer {
             current: ArcSwap::new(config),
             handshake_timeout,
             metrics,
+            staples: Staples::default(),
+            refetch: tokio::sync::Notify::new(),
         }))
     }
 
@@ -147,7 +179,7 @@ impl TlsServer {
     /// Reloads every file; on failure the configuration in force stays and the reason is
     /// logged. `source` says what asked (`file change`, `SIGHUP`).
     pub fn reload(&self, source: &str) -> Result<(), String> {
-        match server_config(&self.spec, self.alpn) {
+        match server_config_with(&self.spec, self.alpn, &self.staples) {
             Ok(config) => {
                 self.current.store(config);
                 self.metrics.tls_listener(true, &self.name, "accepted");
@@ -176,7 +208,10 @@ impl TlsServer {
         };
         self.metrics.tls_listener(false, &self.name, result);
         match accepted {
-            Ok(Ok(s)) => Ok(s),
+            Ok(Ok(s)) => {
+                self.metrics.tls_detail.handshake(&self.name, s.get_ref().1);
+                Ok(s)
+            }
             Ok(Err(e)) => Err(format!("tls handshake failed: {e}")),
             Err(_) => Err("tls handshake timed out".to_owned()),
         }
@@ -186,6 +221,10 @@ impl TlsServer {
         let mut v: Vec<PathBuf> =
             self.spec.certs.iter().flat_map(|c| [c.cert.clone(), c.key.clone()]).collect();
         v.extend(self.spec.client_ca.clone());
+        v.extend(self.spec.certs.iter().filter_map(|c| match &c.ocsp {
+            Some(OcspSource::File(f)) => Some(f.clone()),
+            _ => None,
+        }));
         v
     }
 
@@ -202,6 +241,14 @@ impl TlsServer {
     }
 
     async fn watch_loop(self: Arc<Self>, mut stopped: Option<watch::Receiver<bool>>) {
+        // The OCSP fetchers live as long as this loop (aborted when it returns or is aborted).
+        let _fetchers: Vec<AbortOnDrop> = self
+            .spec
+            .certs
+            .iter()
+            .filter(|c| c.ocsp == Some(OcspSource::Fetch))
+            .map(|c| AbortOnDrop(tokio::spawn(fetch_loop(self.clone(), c.cert.clone()))))
+            .collect();
         let stamp = |files: &[PathBuf]| -> Vec<Option<(Option<SystemTime>, u64, u64)>> {
             files
                 .iter()
@@ -244,6 +291,7 @@ impl TlsServer {
                     applied = stamp(&files);
                     seen = applied.clone();
                     let _ = self.reload("SIGHUP");
+                    self.refetch.notify_waiters();
                 }
                 _ = tick.tick() => {
                     let now = stamp(&files);
@@ -256,6 +304,42 @@ impl TlsServer {
                     }
                 }
             }
+        }
+    }
+}
+
+/// A task aborted when this is dropped.
+struct AbortOnDrop(JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+impl Restaple for TlsServer {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn staples(&self) -> &Staples {
+        &self.staples
+    }
+
+    fn counted(&self, ok: bool) {
+        self.metrics.tls_detail.ocsp_fetch(&self.name, ok);
+    }
+
+    fn refetch(&self) -> &tokio::sync::Notify {
+        &self.refetch
+    }
+
+    fn restaple(&self) {
+        // Not a reload: the files are read again only to rebuild the same configuration with
+        // the new response; if they fail now, the next file change or SIGHUP says so.
+        match server_config_with(&self.spec, self.alpn, &self.staples) {
+            Ok(config) => self.current.store(config),
+            Err(e) => tracing::warn!(listener = %self.name, "ocsp staple not applied: {e}"),
         }
     }
 }

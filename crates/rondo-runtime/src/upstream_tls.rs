@@ -1,6 +1,6 @@
 //! TLS from the router to a cluster's members (`upstream_tls`): the rustls client configuration
-//! (ring provider, TLS 1.2 and 1.3, members verified against the cluster's `ca`, the router's
-//! own certificate presented when set) loaded once per view ([`UpstreamTlsRt::load`], so a
+//! (the build's crypto provider, TLS 1.2 and 1.3, members verified against the cluster's `ca`,
+//! the router's own certificate presented when set) loaded once per view ([`UpstreamTlsRt::load`], so a
 //! config reload reads the files again), the handshake ([`UpstreamTlsRt::connect`]) and why one
 //! failed ([`TlsFailure`]). The request path, TCP sessions and health checks all connect
 //! through here, so they verify members the same way.
@@ -101,14 +101,13 @@ impl UpstreamTlsRt {
     /// HTTP/1, nothing for TCP).
     pub fn load(spec: &UpstreamTls, alpn: &[&[u8]]) -> Result<UpstreamTlsRt, String> {
         let roots = ctls::load_roots(&spec.ca, "ca")?;
-        let builder =
-            ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-                .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
-                .map_err(|e| format!("tls versions: {e}"))?
-                .with_root_certificates(roots);
+        let builder = ClientConfig::builder_with_provider(rondo_config::crypto::crypto_provider())
+            .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+            .map_err(|e| format!("tls versions: {e}"))?
+            .with_root_certificates(roots);
         let mut config = match (&spec.cert, &spec.key) {
             (Some(cert), Some(key)) => {
-                let paths = ctls::CertKeyPaths { cert: cert.clone(), key: key.clone() };
+                let paths = ctls::CertKeyPaths { cert: cert.clone(), key: key.clone(), ocsp: None };
                 let loaded = ctls::load_cert_key(&paths).map_err(|(_, e)| e)?;
                 builder
                     .with_client_auth_cert(loaded.certified.cert.clone(), ctls::read_key(key)?)

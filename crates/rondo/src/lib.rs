@@ -456,6 +456,9 @@ fn ctl_token(
 
 /// Runs a parsed command line with the given outputs; an `Err` means writing output failed.
 pub fn run_with(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> anyhow::Result<ExitCode> {
+    // Libraries that ask rustls for the process's provider (the NATS client's TLS) get the
+    // build's: with both rustls providers compiled in, rustls would refuse to pick one.
+    rondo_config::crypto::install_default();
     match cli.command {
         Command::Check(args) => match &args.effective {
             Some(cluster) => check::effective(args.path(), cluster, out, err),

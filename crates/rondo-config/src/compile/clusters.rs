@@ -749,7 +749,7 @@ fn compile_upstream_tls(
     let key = t.key.as_deref().and_then(|s| c.file_path(path.key("key"), s));
     match (&cert, &key) {
         (Some(cert), Some(key)) => {
-            let paths = CertKeyPaths { cert: cert.clone(), key: key.clone() };
+            let paths = CertKeyPaths { cert: cert.clone(), key: key.clone(), ocsp: None };
             if let Err((which, msg)) = tls::load_cert_key(&paths) {
                 let field = match which {
                     tls::Which::Cert => "cert",

@@ -4,6 +4,7 @@
 
 use super::observe::compile_access_log;
 use super::*;
+use crate::ocsp::OcspSource;
 use crate::raw::Trust;
 use crate::spec::{ProxyProtocolMode, ProxyProtocolSpec, Trusted};
 
@@ -212,14 +213,26 @@ pub(super) fn compile_listener_tls(
         let p = path.key("certs").index(j);
         let cert = c.file_path(p.key("cert"), &ck.cert);
         let key = c.file_path(p.key("key"), &ck.key);
+        let ocsp = match ck.ocsp.as_deref() {
+            None => None,
+            Some("fetch") => Some(OcspSource::Fetch),
+            Some(file) => c.file_path(p.key("ocsp"), file).map(OcspSource::File),
+        };
         let (Some(cert), Some(key)) = (cert, key) else { continue };
-        let paths = CertKeyPaths { cert, key };
-        if let Err((which, msg)) = tls::load_cert_key(&paths) {
-            let field = match which {
-                tls::Which::Cert => "cert",
-                tls::Which::Key => "key",
-            };
-            c.err(p.key(field), msg);
+        let paths = CertKeyPaths { cert, key, ocsp };
+        match tls::load_cert_key(&paths) {
+            Err((which, msg)) => {
+                let field = match which {
+                    tls::Which::Cert => "cert",
+                    tls::Which::Key => "key",
+                };
+                c.err(p.key(field), msg);
+            }
+            Ok(loaded) => {
+                if let Err(msg) = tls::check_ocsp(&paths, &loaded) {
+                    c.err(p.key("ocsp"), msg);
+                }
+            }
         }
         certs.push(paths);
     }

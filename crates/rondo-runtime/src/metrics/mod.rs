@@ -30,6 +30,7 @@ mod router;
 mod tls;
 mod udp;
 mod trace;
+mod tls_detail;
 mod xds;
 
 use std::collections::HashMap;
@@ -68,6 +69,7 @@ use tls::TlsFailureKey;
 pub use tls::{MAX_TLS_FAILURE_ROWS, TlsListenerLabels, TlsMemberLabels};
 pub use udp::{UdpLabels, UdpMetrics};
 pub use trace::TraceDropLabels;
+pub use tls_detail::{OcspLabels, TlsDetail, TlsKxLabels};
 pub use xds::{XdsMetrics, XdsTypeLabels};
 
 /// The `Content-Type` of [`Metrics::render`]'s output (Prometheus text format 0.0.4).
@@ -198,6 +200,9 @@ pub struct Metrics {
     scrape: Mutex<()>,
     /// The series of members, noted to be removed once the member has left.
     departed: departed::Departed,
+    /// Key exchange groups of TLS handshakes and OCSP fetches (`rondo_tls_key_exchanges_total`,
+    /// `rondo_tls_ocsp_fetches_total`).
+    pub tls_detail: TlsDetail,
     /// The process's durable queues, once `rondo serve` started them: their figures are read
     /// at scrape time ([`crate::queues::render`]) and the admin API operates their dead letters.
     pub queues: OnceLock<Arc<dyn crate::queues::QueueOps>>,
@@ -278,6 +283,7 @@ impl Metrics {
             tls_member_failures: Family::default(),
             tls_failure_rows: Mutex::new(HashMap::new()),
             departed: departed::Departed::default(),
+            tls_detail: TlsDetail::default(),
             scrape: Mutex::new(()),
             queues: OnceLock::new(),
         };
@@ -302,6 +308,7 @@ impl Metrics {
         naming::register(&m, &mut r);
         members::register_state(&m, &mut r);
         tls::register(&m, &mut r);
+        m.tls_detail.register(&mut r);
         quic::register(&m, &mut r);
         limits::register(&m, &mut r);
         filters::register(&m, &mut r);
