@@ -2170,7 +2170,7 @@ fn proxy_protocol_and_trusted_networks_are_checked() {
 }
 
 #[test]
-fn a_clusters_proxy_protocol_is_for_tcp_clusters() {
+fn a_clusters_proxy_protocol_is_for_tcp_and_http_clusters() {
     let cluster = |lines: &str| {
         format!(
             "[[listener]]\nname = \"t\"\nlisten = \"127.0.0.1:8080\"\nprotocol = \"tcp\"\n\n\
@@ -2182,8 +2182,11 @@ fn a_clusters_proxy_protocol_is_for_tcp_clusters() {
     assert_eq!(c.view.clusters["db"].policy.send_proxy, Some(rondo_core::ProxyHeader::V1));
     let text = cluster("upstream_protocol = \"tcp\"\nproxy_protocol = \"v9\"");
     fails_once(&text, "cluster.db.proxy_protocol", "\"v9\"", "unknown proxy_protocol `v9`");
-    let text = cluster("proxy_protocol = \"v2\"");
-    fails_with(&text, "cluster.db.proxy_protocol", "\"v2\"", "tcp clusters only");
+    // HTTP clusters too (issue 38 item 1): their member connections are kept per client.
+    let http =
+        cluster("proxy_protocol = \"v2\"").replace("protocol = \"tcp\"", "protocol = \"http\"");
+    let c = ok(&http);
+    assert_eq!(c.view.clusters["db"].policy.send_proxy, Some(rondo_core::ProxyHeader::V2));
 }
 
 #[test]

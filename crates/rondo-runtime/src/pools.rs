@@ -6,7 +6,8 @@
 //! certificate presented when set), so TLS connections are pooled like plain ones; its pools are
 //! made again when a new view brings the files read again. A plain connection opened for a
 //! request that was dropped before it was ready is kept for the next request to that member
-//! ([`KeepConnector`]), not closed unused.
+//! ([`KeepConnector`]), not closed unused. A cluster with `proxy_protocol` gets pools of one
+//! client's each ([`Clients::for_client`]), whose connections start with its PROXY header.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -154,8 +155,8 @@ where
     /// Pools with `connect_timeout` for new connections (clusters with another
     /// `connect_timeout` get pools of their own).
     pub fn new(connect_timeout: Duration) -> Self {
-        let connector =
-            KeepConnector { http: http_connector(connect_timeout), spare: Arc::default() };
+        let http = http_connector(connect_timeout);
+        let connector = KeepConnector { http, spare: Arc::default(), header: None };
         let h1 = pool(connector.clone(), UpstreamProtocol::Http1);
         let h2 = pool(connector.clone(), UpstreamProtocol::Http2);
         Clients { h1, h2, connector, connect_timeout, tls: Arc::default(), aged: Arc::default() }
@@ -168,7 +169,28 @@ where
         if timeout == self.connect_timeout {
             return self.connector.clone();
         }
-        KeepConnector { http: http_connector(timeout), spare: self.connector.spare.clone() }
+        let spare = self.connector.spare.clone();
+        KeepConnector { http: http_connector(timeout), spare, header: None }
+    }
+
+    /// Pools of one client's for `rt`'s members (a cluster with `proxy_protocol`): each new
+    /// connection starts with `header`, the PROXY header naming that client, before TLS if the
+    /// cluster has `upstream_tls`. Such a connection may carry only that client's requests, so
+    /// its pool is made for the client alone and is dropped with it (closing its connections).
+    pub fn for_client(
+        &self,
+        rt: &ClusterRt,
+        header: Arc<[u8]>,
+    ) -> Result<Sender<'static, B>, TlsFailure> {
+        let http = KeepConnector { header: Some(header), ..self.connector_for(rt) };
+        Ok(match &rt.tls {
+            None => Sender::Own(Arc::new(pool(http, rt.spec.upstream_protocol))),
+            Some(Err(_)) => return Err(TlsFailure::Config),
+            Some(Ok(tls)) => {
+                let connector = TlsConnector { http, tls: tls.clone() };
+                Sender::Tls(Arc::new(pool(connector, rt.spec.upstream_protocol)))
+            }
+        })
     }
 
     /// The pool for a cluster's protocol.
@@ -249,6 +271,9 @@ type Spares = HashMap<String, Vec<(Instant, TcpStream)>>;
 pub struct KeepConnector {
     http: HttpConnector,
     spare: Arc<Mutex<Spares>>,
+    /// The PROXY protocol header written first on each new connection (a pool of one client's,
+    /// [`Clients::for_client`]): such a connection is never kept as a spare for others.
+    header: Option<Arc<[u8]>>,
 }
 
 impl KeepConnector {
@@ -311,6 +336,15 @@ impl tower_service::Service<Uri> for KeepConnector {
     }
 
     fn call(&mut self, uri: Uri) -> Self::Future {
+        if let Some(header) = self.header.clone() {
+            let mut http = self.http.clone();
+            return Box::pin(async move {
+                use tokio::io::AsyncWriteExt;
+                let mut s = http.call(uri).await?.into_inner();
+                s.write_all(&header).await?;
+                Ok(TokioIo::new(s))
+            });
+        }
         let key = uri.authority().map(|a| a.as_str().to_owned()).unwrap_or_default();
         if let Some(s) = self.take(&key) {
             return Box::pin(std::future::ready(Ok(TokioIo::new(s))));

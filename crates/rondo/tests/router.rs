@@ -23,7 +23,8 @@ mod router {
     mod limits;
     mod multicast;
     mod protocols;
-    mod proxy_protocol;
+    mod proxy_members;
+    pub(crate) mod proxy_protocol;
     mod rebalance;
     mod retries;
     mod serve;

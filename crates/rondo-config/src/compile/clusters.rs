@@ -176,13 +176,6 @@ fn compile_cluster_at(
             None
         }
     };
-    if send_proxy.is_some() && upstream_protocol != UpstreamProtocol::Tcp {
-        c.err(
-            path.key("proxy_protocol"),
-            "proxy_protocol to members is built for tcp clusters only (an HTTP cluster's member \
-             connections carry many clients' requests)",
-        );
-    }
     let xds =
         rc.xds.as_ref().map_or(d.xds, |x| super::services::cluster_xds(c, &path, x, algorithm));
     ClusterSpec {

@@ -115,14 +115,20 @@ async fn attempt(
     let started = Instant::now();
     let per_try = failover.try_timeout(clock::from_std(started));
     let failed = |kind: FailureKind| Outcome::Failure { kind, latency: started.elapsed() };
-    let client = match ctx.clients.for_cluster(rt) {
-        Ok(c) => c,
+    // A cluster with `proxy_protocol`: this client connection's own pool (its connections name
+    // this client, `crate::proxied`).
+    let sent = match rt.spec.policy.send_proxy {
+        None => ctx.clients.for_cluster(rt).map(|c| c.request(request)),
+        Some(version) => conn.proxied.sender(&ctx.clients, rt, version).map(|c| c.request(request)),
+    };
+    let sent = match sent {
+        Ok(sent) => sent,
         Err(why) => {
             begun.end(failed(FailureKind::Connect));
             return Err(Kind::Tls(why));
         }
     };
-    match tokio::time::timeout(per_try, client.request(request)).await {
+    match tokio::time::timeout(per_try, sent).await {
         Ok(Ok(resp)) if resp.status().as_u16() > 599 => {
             // hyper reads any three digits; RFC 9110 section 15 knows 100-599 only. A member
             // that says otherwise is broken: a failure, never passed on.
