@@ -564,6 +564,8 @@ pub(crate) struct RawCluster {
     pub connect_timeout_ms: Option<u64>,
     pub max_requests: Option<u64>,
     pub max_requests_per_member: Option<u64>,
+    pub max_connections: Option<u64>,
+    pub max_pending: Option<u64>,
     pub proxy_protocol: Option<String>,
     pub xds: Option<RawClusterXds>,
     pub members_dns: Option<RawMembersDns>,

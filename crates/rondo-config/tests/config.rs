@@ -2229,3 +2229,28 @@ fn retry_conditions_backoff_and_buffer_are_checked() {
     let text = cluster("backoff = { base = \"1s\", max = \"10ms\" }");
     fails_once(&text, "cluster.c.retry.backoff.max_ms", "\"10ms\"", "at least its base");
 }
+
+#[test]
+fn connection_breakers_are_checked() {
+    let cluster = |lines: &str| {
+        format!(
+            "[[listener]]\nname = \"t\"\nlisten = \"127.0.0.1:8080\"\n\n\
+             [[route]]\nlistener = \"t\"\ncluster = \"c\"\n\n\
+             [cluster.c]\n{lines}\nmembers = [{{ name = \"m\", address = \"127.0.0.1:9004\" }}]\n"
+        )
+    };
+    let c = ok(&cluster("max_connections = 8\nmax_pending = 0"));
+    let cap = c.view.clusters["c"].policy.limits.max_connections;
+    assert_eq!(cap, Some(rondo_core::ConnectionCap { connections: 8, pending: 0 }));
+    let c = ok(&cluster("max_connections = 8"));
+    let pending = c.view.clusters["c"].policy.limits.max_connections.map(|c| c.pending);
+    assert_eq!(pending, Some(rondo_core::ConnectionCap::DEFAULT_PENDING));
+    assert_eq!(ok(&cluster("")).view.clusters["c"].policy.limits.max_connections, None);
+    let text = cluster("max_pending = 4");
+    fails_once(&text, "cluster.c.max_pending", "4", "max_pending needs max_connections");
+    let text = cluster("max_connections = 0");
+    fails_once(&text, "cluster.c.max_connections", "0\nmembers", "greater than 0");
+    let tcp = cluster("upstream_protocol = \"tcp\"\nmax_connections = 2")
+        .replace("listen = \"127.0.0.1:8080\"", "listen = \"127.0.0.1:8080\"\nprotocol = \"tcp\"");
+    fails_once(&tcp, "cluster.c.max_connections", "2\nmembers", "tcp clusters open one member");
+}

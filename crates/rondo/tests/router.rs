@@ -8,7 +8,8 @@ mod router {
     pub(crate) mod support;
 
     mod balancing;
-    mod breakers;
+    pub(crate) mod breakers;
+    mod conn_breakers;
     mod connect_timeout;
     mod desync;
     mod errors;

@@ -165,6 +165,7 @@ fn compile_cluster_at(
     let limits = rondo_core::RequestLimits {
         max_requests: cap(c, "max_requests", rc.max_requests),
         max_requests_per_member: cap(c, "max_requests_per_member", rc.max_requests_per_member),
+        max_connections: super::breakers::connection_cap(c, &path, rc, upstream_protocol),
     };
     let send_proxy = match rc.proxy_protocol.as_deref() {
         None => None,

@@ -7,6 +7,7 @@
 //! [`listeners`], [`routes`], [`clusters`]; this one holds the [`Compiler`] that collects the
 //! problems and the order in which the parts are compiled.
 
+mod breakers;
 mod clusters;
 mod listeners;
 mod members_dns;

@@ -14,7 +14,7 @@ use rondo_runtime::{ClusterRt, Placed, Refused, Snapshot, clock};
 use super::{Failure, HttpCtx, on_route};
 use crate::access::Reason;
 
-use crate::error::{Attempt, Kind, ProxyError, Side};
+use crate::error::{Attempt, Breaker, Kind, ProxyError, Side};
 use crate::head::Headers;
 use crate::sticky;
 
@@ -201,6 +201,11 @@ impl<'a, T: Tries> TryMaker for Course<'a, T> {
         if let Kind::Tls(why) = kind {
             self.ctx.live.metrics.tls_member_failure(cluster, name, why);
         }
+        if let Kind::Breaker(b) = kind {
+            // `max_connections` or `max_pending`: the cluster's own limit, which another of its
+            // members would meet as well.
+            self.ctx.live.metrics.breaker(cluster, b.as_str());
+        }
         self.attempts.push(Attempt {
             cluster: cluster.clone(),
             member: Some(name.clone()),
@@ -210,7 +215,7 @@ impl<'a, T: Tries> TryMaker for Course<'a, T> {
         Err(TryFailure {
             // A replay that failed sent the member the session's kept requests, not this one.
             reached: !matches!(kind, Kind::Connect | Kind::Resolve | Kind::Tls(_) | Kind::Replay),
-            member_failed: kind.is_retryable(),
+            member_failed: kind.is_retryable() && !matches!(kind, Kind::Breaker(_)),
             replayable: self.req.replayable(),
             // A cluster with `retry_non_idempotent` sends a request that reached a member on
             // as if its member had declined it (whatever the method; the body is kept for it).
@@ -258,8 +263,13 @@ fn gave_up(route: &Route, attempts: Vec<Attempt>, stop: Stop) -> Failure {
         Kind::Timeout => "member too slow: no response in time".to_owned(),
         Kind::NoEligible => "no eligible member to serve the request".to_owned(),
         Kind::Breaker(b) => format!(
-            "circuit breaker open: the cluster is at its {} (requests in flight)",
-            b.as_str()
+            "circuit breaker open: the cluster is at its {} ({})",
+            b.as_str(),
+            match b {
+                Breaker::MaxRequests | Breaker::MaxRequestsPerMember => "requests in flight",
+                Breaker::MaxConnections => "no member connection came free within connect_timeout",
+                Breaker::MaxPending => "requests waiting for a member connection",
+            }
         ),
         Kind::Tls(_) => "bad gateway: tls to the member failed".to_owned(),
         _ => "bad gateway: no member answered".to_owned(),

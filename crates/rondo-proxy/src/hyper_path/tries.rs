@@ -14,6 +14,7 @@ use super::grpc::GrpcCall;
 use super::request::Prepared;
 use super::respond::{Served, respond};
 use super::retry::StatusRetry;
+use super::send::Unsent;
 use crate::chain::replay::{self, Sent};
 use crate::chain::{Applied, TRACEPARENT};
 use crate::http::{Begun, Choice, HttpCtx, Tries, record_response};
@@ -109,33 +110,29 @@ async fn attempt(
                 return Err(Kind::Replay);
             }
         };
-    let request = member_request(ctx, rt, member, req);
     // The try's time and its latency start as it is sent (the pick, a session sweep and a wait
     // for the cluster's lock are not the member's), and the try ends by the request's deadline.
     let started = Instant::now();
     let per_try = failover.try_timeout(clock::from_std(started));
     let failed = |kind: FailureKind| Outcome::Failure { kind, latency: started.elapsed() };
-    // A cluster with `proxy_protocol`: this client connection's own pool (its connections name
-    // this client, `crate::proxied`).
-    let sent = match rt.spec.policy.send_proxy {
-        None => ctx.clients.for_cluster(rt).map(|c| c.request(request)),
-        Some(version) => conn.proxied.sender(&ctx.clients, rt, version).map(|c| c.request(request)),
-    };
-    let sent = match sent {
-        Ok(sent) => sent,
-        Err(why) => {
-            begun.end(failed(FailureKind::Connect));
-            return Err(Kind::Tls(why));
-        }
-    };
+    let sent = super::send::send(ctx, conn, rt, req, |r| member_request(ctx, rt, member, r));
     match tokio::time::timeout(per_try, sent).await {
-        Ok(Ok(resp)) if resp.status().as_u16() > 599 => {
+        Ok(Err(Unsent::Tls(why))) => {
+            begun.end(failed(FailureKind::Connect));
+            Err(Kind::Tls(why))
+        }
+        Ok(Err(Unsent::Breaker(b))) => {
+            // The cluster's own limit, not the member's failure.
+            begun.end(Outcome::Cancelled);
+            Err(Kind::Breaker(b))
+        }
+        Ok(Ok(Ok(resp))) if resp.status().as_u16() > 599 => {
             // hyper reads any three digits; RFC 9110 section 15 knows 100-599 only. A member
             // that says otherwise is broken: a failure, never passed on.
             begun.end(failed(FailureKind::Reset));
             Err(Kind::BadStatus)
         }
-        Ok(Ok(mut resp)) => {
+        Ok(Ok(Ok(mut resp))) => {
             let latency = started.elapsed();
             let status = resp.status().as_u16();
             let applied = req.applied.as_deref();
@@ -166,11 +163,11 @@ async fn attempt(
             }
             Ok(resp)
         }
-        Ok(Err(e)) if caused_by::<TooLarge>(&e) => {
+        Ok(Ok(Err(e))) if caused_by::<TooLarge>(&e) => {
             begun.end(Outcome::Cancelled);
             Err(Kind::BodyTooLarge)
         }
-        Ok(Err(e))
+        Ok(Ok(Err(e)))
             if caused_by::<BodyStalled>(&e) || req.slot.as_ref().is_some_and(BodySlot::stalled) =>
         {
             // No byte of the client's body for `body_read_timeout_ms`: 408, the member is not
@@ -178,7 +175,7 @@ async fn attempt(
             begun.end(Outcome::Cancelled);
             Err(Kind::ClientBodyTimeout)
         }
-        Ok(Err(e))
+        Ok(Ok(Err(e)))
             if caused_by::<ClientBodyError>(&e)
                 || req.slot.as_ref().is_some_and(BodySlot::failed_by_client) =>
         {
@@ -186,7 +183,7 @@ async fn attempt(
             begun.end(Outcome::Cancelled);
             Err(Kind::ClientBody)
         }
-        Ok(Err(e)) if e.is_connect() => {
+        Ok(Ok(Err(e))) if e.is_connect() => {
             begun.end(failed(FailureKind::Connect));
             Err(match crate::upstream::tls_failure(&e) {
                 Some(why) => Kind::Tls(why),
@@ -194,7 +191,7 @@ async fn attempt(
                 None => Kind::Connect,
             })
         }
-        Ok(Err(e)) => {
+        Ok(Ok(Err(e))) => {
             begun.end(failed(FailureKind::Reset));
             // A TLS 1.3 member refuses the router's certificate (or its lack of one) only
             // after the handshake: the refusal arrives as the request's error.
