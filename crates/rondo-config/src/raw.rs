@@ -662,6 +662,16 @@ pub(crate) struct RawRetry {
     pub retry_non_idempotent: Option<bool>,
     #[serde(default, deserialize_with = "crate::units::bytes")]
     pub retry_buffer_bytes: Option<u64>,
+    pub hedge: Option<RawHedge>,
+}
+
+/// A cluster's `retry.hedge`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawHedge {
+    #[serde(default, deserialize_with = "crate::units::millis", alias = "after")]
+    pub after_ms: Option<u64>,
+    pub max: Option<u64>,
 }
 
 /// A cluster's `retry.backoff`.

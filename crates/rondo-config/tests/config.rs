@@ -2254,3 +2254,25 @@ fn connection_breakers_are_checked() {
         .replace("listen = \"127.0.0.1:8080\"", "listen = \"127.0.0.1:8080\"\nprotocol = \"tcp\"");
     fails_once(&tcp, "cluster.c.max_connections", "2\nmembers", "tcp clusters open one member");
 }
+
+#[test]
+fn a_clusters_hedge_is_checked() {
+    let cluster = |retry: &str| {
+        format!(
+            "[[listener]]\nname = \"t\"\nlisten = \"127.0.0.1:8080\"\n\n\
+             [[route]]\nlistener = \"t\"\ncluster = \"c\"\n\n\
+             [cluster.c]\nretry = {retry}\nmembers = [{{ name = \"m\", address = \"127.0.0.1:9004\" }}]\n"
+        )
+    };
+    let c = ok(&cluster("{ hedge = { after = \"50ms\", max = 2 } }"));
+    let hedge = c.view.clusters["c"].policy.retry.hedge.expect("hedge");
+    assert_eq!((hedge.after, hedge.max), (std::time::Duration::from_millis(50), 2));
+    let c = ok(&cluster("{ hedge = { after_ms = 20 } }"));
+    assert_eq!(c.view.clusters["c"].policy.retry.hedge.map(|h| h.max), Some(1));
+    let text = cluster("{ hedge = { max = 1 } }");
+    fails_once(&text, "cluster.c.retry.hedge.after_ms", "{ max = 1 }", "hedge needs after");
+    let text = cluster("{ hedge = { after = \"50ms\", max = 9 } }");
+    fails_once(&text, "cluster.c.retry.hedge.max", "9", "between 1 and 3");
+    let text = cluster("{ attempts = 1, hedge = { after = \"50ms\" } }");
+    fails_once(&text, "cluster.c.retry.hedge.max", "{ after", "retry.attempts of at least 2");
+}

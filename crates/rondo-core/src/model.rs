@@ -419,6 +419,8 @@ pub struct RetryPolicy {
     /// The most request body bytes kept to send again (`retry_buffer_bytes`): a longer body is
     /// not retried once sent.
     pub buffer_bytes: u32,
+    /// A second try for a slow answer (`hedge`); `None`: no hedging.
+    pub hedge: Option<crate::failover::hedge::Hedge>,
 }
 
 impl Default for RetryPolicy {
@@ -432,6 +434,7 @@ impl Default for RetryPolicy {
             backoff: None,
             non_idempotent: false,
             buffer_bytes: RetryPolicy::DEFAULT_BUFFER_BYTES,
+            hedge: None,
         }
     }
 }

@@ -21,6 +21,7 @@ mod router {
     mod h2_rapid_reset;
     mod hardening;
     pub(crate) mod hardening_h2;
+    mod hedging;
     mod limits;
     mod multicast;
     mod protocols;

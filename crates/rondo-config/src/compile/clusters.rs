@@ -177,6 +177,12 @@ fn compile_cluster_at(
             None
         }
     };
+    if retry.hedge.is_some() && upstream_protocol == UpstreamProtocol::Tcp {
+        c.err(
+            path.key("retry").key("hedge"),
+            "tcp clusters cannot hedge (a session is one stream)",
+        );
+    }
     let xds =
         rc.xds.as_ref().map_or(d.xds, |x| super::services::cluster_xds(c, &path, x, algorithm));
     ClusterSpec {
@@ -565,7 +571,9 @@ fn retry(c: &mut Compiler<'_>, path: &FieldPath, r: &RawRetry) -> RetryPolicy {
         0,
         16 << 20,
     );
+    let hedge = r.hedge.as_ref().map(|h| super::hedge::hedge(c, &p, h, r));
     RetryPolicy {
+        hedge,
         statuses,
         backoff,
         non_idempotent: r.retry_non_idempotent.unwrap_or(false),

@@ -9,6 +9,7 @@
 
 mod breakers;
 mod clusters;
+mod hedge;
 mod listeners;
 mod members_dns;
 mod queues;

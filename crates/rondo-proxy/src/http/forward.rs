@@ -47,6 +47,21 @@ pub(crate) trait Tries {
         choice: Choice,
         failover: &Failover,
     ) -> Result<Self::Response, Kind>;
+    /// Whether tries of this request can run side by side ([`Tries::attempt_shared`]), for
+    /// hedging: `false` unless the codec says so.
+    fn hedgeable(&self) -> bool {
+        false
+    }
+    /// A try made through a shared borrow, so that hedged tries run side by side (called only
+    /// when [`Tries::hedgeable`]).
+    fn attempt_shared(
+        &self,
+        _rt: &Arc<ClusterRt>,
+        _choice: Choice,
+        _failover: &Failover,
+    ) -> impl Future<Output = Result<Self::Response, Kind>> {
+        std::future::ready(Err(Kind::NoEligible))
+    }
 }
 
 /// Stage 3: the failover. The core's driver ([`drive()`]) decides where each try goes and
@@ -70,7 +85,8 @@ pub(crate) fn forward<'a, T: Tries>(
     let timeout = req.deadline().map_or(route.request_timeout, |d| d.min(route.request_timeout));
     let mut failover = Failover::new(clusters, idempotent, now, timeout);
     let primary = super::split::primary(ctx, snapshot, route, req.headers());
-    let mut course = Course { ctx, snapshot, peer, route, req, primary, attempts: Vec::new() };
+    let mut course =
+        Course { ctx, snapshot, peer, route, req, primary, attempts: Vec::new(), idempotent };
     async move {
         match drive(&mut course, &mut failover, now).await {
             Ok(ended) => ended,
@@ -91,6 +107,8 @@ struct Course<'a, T> {
     /// The request's primary cluster (drawn from the route's split, if it has one).
     primary: super::split::Primary<'a>,
     attempts: Vec<Attempt>,
+    /// Whether the request's method is idempotent (hedging).
+    idempotent: bool,
 }
 
 /// A placed try: its cluster, by name and run-time state, and where in it the try went.
@@ -165,9 +183,37 @@ impl<'a, T: Tries> TryMaker for Course<'a, T> {
     fn attempt(
         &mut self,
         placed: Underway<'a>,
-        failover: &Failover,
+        failover: &mut Failover,
     ) -> impl Future<Output = Result<T::Response, Kind>> {
-        self.req.attempt(placed.rt, placed.choice, failover)
+        // A cluster with `retry.hedge`, for a request the core lets hedge, on its first try.
+        let retry = &placed.rt.spec.policy.retry;
+        let hedge = retry.hedge.filter(|h| {
+            failover.tries() == 1
+                && h.applies(self.idempotent, retry.non_idempotent, self.req.hedgeable())
+        });
+        match hedge {
+            None => super::hedge::OneOf::Plain {
+                f: self.req.attempt(placed.rt, placed.choice, failover),
+            },
+            Some(hedge) => {
+                let (ctx, peer, rt, req) = (self.ctx, self.peer, placed.rt, &*self.req);
+                let first = placed.choice;
+                super::hedge::OneOf::Hedged {
+                    f: Box::pin(async move {
+                        // What each try reads of the engine (its timeout): the first try's
+                        // view, so that a hedge is not paused as a retry would be.
+                        let view = failover.clone();
+                        let launch = |c: Choice| req.attempt_shared(rt, c, &view);
+                        let place = |f: &mut Failover, now| {
+                            place(ctx, rt, f, req.headers(), peer, now).ok()
+                        };
+                        let on = (&**rt, &*ctx.live.metrics);
+                        let now = || req.now();
+                        super::hedge::race(on, first, failover, hedge, now, (place, launch)).await
+                    }),
+                }
+            }
+        }
     }
 
     fn judge(

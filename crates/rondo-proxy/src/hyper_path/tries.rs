@@ -36,6 +36,22 @@ pub(super) struct HyperTries<'a> {
 }
 
 impl Tries for HyperTries<'_> {
+    /// A plain request without a body (gRPC calls, upgrades and bodies are never hedged: a
+    /// body streams once, and the others carry state of their own per try).
+    fn hedgeable(&self) -> bool {
+        self.grpc.is_none() && self.req.client_upgrade.is_none() && self.req.slot.is_none()
+    }
+
+    fn attempt_shared(
+        &self,
+        rt: &Arc<ClusterRt>,
+        choice: Choice,
+        failover: &Failover,
+    ) -> impl Future<Output = Result<Response<ProxyBody>, Kind>> {
+        let on = (self.ctx, self.conn, self.route);
+        async move { attempt(on, rt, choice, &self.req, &mut None, failover).await }
+    }
+
     type Response = Response<ProxyBody>;
     type Headers = http::HeaderMap;
 
@@ -60,16 +76,20 @@ impl Tries for HyperTries<'_> {
         if failover.tries() > 1 {
             crate::http::pause(rt, failover).await;
         }
+        let on = (self.ctx, self.conn, self.route);
+        // The client's upgrade goes with the answer that takes it, and stays for a next try
+        // otherwise.
+        let mut upgrade = self.req.client_upgrade.take();
         let Some(grpc) = &mut self.grpc else {
             StatusRetry::before(&mut self.req, rt);
-            let resp =
-                attempt(self.ctx, self.conn, self.route, rt, choice, &mut self.req, failover)
-                    .await?;
-            return self.status.answered(resp, &mut self.req, rt, failover).await;
+            let tried = attempt(on, rt, choice, &self.req, &mut upgrade, failover).await;
+            self.req.client_upgrade = upgrade;
+            return self.status.answered(tried?, &mut self.req, rt, failover).await;
         };
         grpc.before(&mut self.req, rt, failover);
-        let resp =
-            attempt(self.ctx, self.conn, self.route, rt, choice, &mut self.req, failover).await?;
+        let tried = attempt(on, rt, choice, &self.req, &mut upgrade, failover).await;
+        self.req.client_upgrade = upgrade;
+        let resp = tried?;
         let resp = grpc.answered(resp, &mut self.req, rt)?;
         // A call with a deadline ends by it, however far its answer has streamed.
         Ok(match grpc.deadline {
@@ -83,15 +103,15 @@ impl Tries for HyperTries<'_> {
 }
 
 /// One try on the member `choice` placed it on: sent with the try's timeout, its outcome
-/// recorded on the member; the member's answer goes on to [`respond`], a failure comes back
-/// classified.
+/// recorded on the member; the member's answer goes on to [`respond`] (taking the client's
+/// `upgrade`, if any), a failure comes back classified. Through a shared borrow of the request,
+/// so that hedged tries run side by side.
 async fn attempt(
-    ctx: &HttpCtx,
-    conn: &Arc<ConnState>,
-    route: &Route,
+    (ctx, conn, route): (&HttpCtx, &Arc<ConnState>, &Route),
     rt: &Arc<ClusterRt>,
     choice: Choice,
-    req: &mut Prepared,
+    req: &Prepared,
+    upgrade: &mut Option<hyper::upgrade::OnUpgrade>,
     failover: &Failover,
 ) -> Result<Response<ProxyBody>, Kind> {
     let member = choice.member;
@@ -148,7 +168,7 @@ async fn attempt(
             let counted = record_response(rt, &route.name, member, status, latency.as_secs_f64());
             begun.disarm();
             let served = Served { counted, slot: req.slot.clone(), tries: failover.tries() };
-            let upgrade = req.client_upgrade.take();
+            let upgrade = upgrade.take();
             let mut resp = respond(conn, route, rt, choice, upgrade, resp, latency, served);
             // A SOAP message is converted back first: compression then works on what the
             // client reads.
