@@ -664,6 +664,8 @@ pub(crate) struct RawCluster {
     pub connect_timeout_ms: Option<u64>,
     pub max_requests: Option<u64>,
     pub max_requests_per_member: Option<u64>,
+    pub max_connections: Option<u64>,
+    pub max_pending: Option<u64>,
     pub proxy_protocol: Option<String>,
     pub xds: Option<RawClusterXds>,
     pub members_dns: Option<RawMembersDns>,
@@ -815,6 +817,16 @@ pub(crate) struct RawRetry {
     pub retry_non_idempotent: Option<bool>,
     #[serde(default, deserialize_with = "crate::units::bytes")]
     pub retry_buffer_bytes: Option<u64>,
+    pub hedge: Option<RawHedge>,
+}
+
+/// A cluster's `retry.hedge`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawHedge {
+    #[serde(default, deserialize_with = "crate::units::millis", alias = "after")]
+    pub after_ms: Option<u64>,
+    pub max: Option<u64>,
 }
 
 /// A cluster's `retry.backoff`.

@@ -2241,7 +2241,7 @@ fn proxy_protocol_and_trusted_networks_are_checked() {
 }
 
 #[test]
-fn a_clusters_proxy_protocol_is_for_tcp_clusters() {
+fn a_clusters_proxy_protocol_is_for_tcp_and_http_clusters() {
     let cluster = |lines: &str| {
         format!(
             "[[listener]]\nname = \"t\"\nlisten = \"127.0.0.1:8080\"\nprotocol = \"tcp\"\n\n\
@@ -2253,8 +2253,11 @@ fn a_clusters_proxy_protocol_is_for_tcp_clusters() {
     assert_eq!(c.view.clusters["db"].policy.send_proxy, Some(rondo_core::ProxyHeader::V1));
     let text = cluster("upstream_protocol = \"tcp\"\nproxy_protocol = \"v9\"");
     fails_once(&text, "cluster.db.proxy_protocol", "\"v9\"", "unknown proxy_protocol `v9`");
-    let text = cluster("proxy_protocol = \"v2\"");
-    fails_with(&text, "cluster.db.proxy_protocol", "\"v2\"", "tcp clusters only");
+    // HTTP clusters too (issue 38 item 1): their member connections are kept per client.
+    let http =
+        cluster("proxy_protocol = \"v2\"").replace("protocol = \"tcp\"", "protocol = \"http\"");
+    let c = ok(&http);
+    assert_eq!(c.view.clusters["db"].policy.send_proxy, Some(rondo_core::ProxyHeader::V2));
 }
 
 #[test]
@@ -2345,4 +2348,51 @@ fn access_log_templates_and_fields_compile_once_and_bad_ones_are_located() {
     assert_eq!(c.metrics.departed_grace, std::time::Duration::from_secs(30));
     let text = with("\n[metrics]\ndeparted_grace_ms = 90000000\n");
     fails_once(&text, "metrics.departed_grace_ms", "90000000", "departed_grace must be 0 to 24h");
+}
+
+#[test]
+fn connection_breakers_are_checked() {
+    let cluster = |lines: &str| {
+        format!(
+            "[[listener]]\nname = \"t\"\nlisten = \"127.0.0.1:8080\"\n\n\
+             [[route]]\nlistener = \"t\"\ncluster = \"c\"\n\n\
+             [cluster.c]\n{lines}\nmembers = [{{ name = \"m\", address = \"127.0.0.1:9004\" }}]\n"
+        )
+    };
+    let c = ok(&cluster("max_connections = 8\nmax_pending = 0"));
+    let cap = c.view.clusters["c"].policy.limits.max_connections;
+    assert_eq!(cap, Some(rondo_core::ConnectionCap { connections: 8, pending: 0 }));
+    let c = ok(&cluster("max_connections = 8"));
+    let pending = c.view.clusters["c"].policy.limits.max_connections.map(|c| c.pending);
+    assert_eq!(pending, Some(rondo_core::ConnectionCap::DEFAULT_PENDING));
+    assert_eq!(ok(&cluster("")).view.clusters["c"].policy.limits.max_connections, None);
+    let text = cluster("max_pending = 4");
+    fails_once(&text, "cluster.c.max_pending", "4", "max_pending needs max_connections");
+    let text = cluster("max_connections = 0");
+    fails_once(&text, "cluster.c.max_connections", "0\nmembers", "greater than 0");
+    let tcp = cluster("upstream_protocol = \"tcp\"\nmax_connections = 2")
+        .replace("listen = \"127.0.0.1:8080\"", "listen = \"127.0.0.1:8080\"\nprotocol = \"tcp\"");
+    fails_once(&tcp, "cluster.c.max_connections", "2\nmembers", "tcp clusters open one member");
+}
+
+#[test]
+fn a_clusters_hedge_is_checked() {
+    let cluster = |retry: &str| {
+        format!(
+            "[[listener]]\nname = \"t\"\nlisten = \"127.0.0.1:8080\"\n\n\
+             [[route]]\nlistener = \"t\"\ncluster = \"c\"\n\n\
+             [cluster.c]\nretry = {retry}\nmembers = [{{ name = \"m\", address = \"127.0.0.1:9004\" }}]\n"
+        )
+    };
+    let c = ok(&cluster("{ hedge = { after = \"50ms\", max = 2 } }"));
+    let hedge = c.view.clusters["c"].policy.retry.hedge.expect("hedge");
+    assert_eq!((hedge.after, hedge.max), (std::time::Duration::from_millis(50), 2));
+    let c = ok(&cluster("{ hedge = { after_ms = 20 } }"));
+    assert_eq!(c.view.clusters["c"].policy.retry.hedge.map(|h| h.max), Some(1));
+    let text = cluster("{ hedge = { max = 1 } }");
+    fails_once(&text, "cluster.c.retry.hedge.after_ms", "{ max = 1 }", "hedge needs after");
+    let text = cluster("{ hedge = { after = \"50ms\", max = 9 } }");
+    fails_once(&text, "cluster.c.retry.hedge.max", "9", "between 1 and 3");
+    let text = cluster("{ attempts = 1, hedge = { after = \"50ms\" } }");
+    fails_once(&text, "cluster.c.retry.hedge.max", "{ after", "retry.attempts of at least 2");
 }

@@ -29,6 +29,7 @@ use std::time::Duration;
 use crate::{Balancer, Instant};
 
 pub mod drive;
+pub mod hedge;
 pub use drive::{Placement, TryMaker, drive};
 
 /// What one failed try was, as far as failing over is concerned; the caller classifies its

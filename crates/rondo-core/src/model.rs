@@ -432,6 +432,8 @@ pub struct RetryPolicy {
     /// The most request body bytes kept to send again (`retry_buffer_bytes`): a longer body is
     /// not retried once sent.
     pub buffer_bytes: u32,
+    /// A second try for a slow answer (`hedge`); `None`: no hedging.
+    pub hedge: Option<crate::failover::hedge::Hedge>,
 }
 
 impl Default for RetryPolicy {
@@ -445,6 +447,7 @@ impl Default for RetryPolicy {
             backoff: None,
             non_idempotent: false,
             buffer_bytes: RetryPolicy::DEFAULT_BUFFER_BYTES,
+            hedge: None,
         }
     }
 }
@@ -670,6 +673,26 @@ pub struct RequestLimits {
     /// Requests in flight on one member (`max_requests_per_member`): a member at the cap is
     /// passed over as if already tried; `None`: no cap.
     pub max_requests_per_member: Option<u32>,
+    /// Open connections to the cluster's members, and requests that may wait for one while
+    /// the cluster is at that cap (`max_connections`, `max_pending`); `None`: no cap. Enforced
+    /// by the router's member pools, not by the pick.
+    pub max_connections: Option<ConnectionCap>,
+}
+
+/// A cluster's `max_connections` and `max_pending` (Envoy's cluster circuit breakers of the same
+/// names).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct ConnectionCap {
+    /// Connections open to the cluster's members at once.
+    pub connections: u32,
+    /// Requests waiting for a connection at once; one more is refused.
+    pub pending: u32,
+}
+
+impl ConnectionCap {
+    /// `max_pending`'s default (Envoy's).
+    pub const DEFAULT_PENDING: u32 = 1024;
 }
 
 impl Policy {

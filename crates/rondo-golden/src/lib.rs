@@ -342,7 +342,7 @@ impl TryMaker for Scripted<'_, '_> {
     fn attempt(
         &mut self,
         (cluster, name): (usize, String),
-        _: &Failover,
+        _: &mut Failover,
     ) -> impl std::future::Future<Output = Option<TryFailure>> {
         let fate = self.fates.next().copied().unwrap_or(TryFate::Ok);
         let (outcome, failure) = fate.outcome(self.r.latency, &self.r.grpc);

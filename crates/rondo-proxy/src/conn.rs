@@ -73,16 +73,20 @@ pub struct ConnState {
     /// On a TLS listener: what members are told of the client's certificate (`Some` with no
     /// values when it presented none). `None` on a plain listener.
     pub(crate) tls: Option<crate::tls::ClientCert>,
+    /// Member connections that carry this client's PROXY header (clusters with
+    /// `proxy_protocol`), kept for this connection alone.
+    pub(crate) proxied: crate::proxied::PerConn,
 }
 
 impl ConnState {
     /// A connection's state; `tls`: what its client's certificate tells members, when the
-    /// router terminated its TLS.
+    /// router terminated its TLS; `addrs`: the client's address and the one it reached.
     pub(crate) fn with_tls(
         idle: Duration,
         (client_ip, forwarded_trusted): (http::HeaderValue, bool),
         metrics: Arc<ListenerMetrics>,
         tls: Option<crate::tls::ClientCert>,
+        (client, local): (std::net::SocketAddr, std::net::SocketAddr),
     ) -> Arc<Self> {
         Arc::new(ConnState {
             phase: AtomicU8::new(WAITING),
@@ -96,6 +100,7 @@ impl ConnState {
             forwarded_trusted,
             metrics,
             tls,
+            proxied: crate::proxied::PerConn::new(client, local),
         })
     }
 
@@ -687,6 +692,7 @@ mod tests {
             (http::HeaderValue::from_static("x"), false),
             metrics,
             None,
+            (peer, peer),
         );
         let budget = Arc::new(ResetBudget::new(rondo_config::Http2Limits::default()));
         let mut io = TimedIo::new(server, state, Duration::from_secs(30), budget, peer.ip());

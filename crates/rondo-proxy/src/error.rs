@@ -27,6 +27,11 @@ pub enum Breaker {
     MaxRequests,
     /// `max_requests_per_member`.
     MaxRequestsPerMember,
+    /// `max_connections`: no connection to the cluster's members came free within its
+    /// `connect_timeout`.
+    MaxConnections,
+    /// `max_pending`: as many requests were waiting for a connection already.
+    MaxPending,
 }
 
 impl Breaker {
@@ -44,6 +49,8 @@ impl Breaker {
         match self {
             Breaker::MaxRequests => "max_requests",
             Breaker::MaxRequestsPerMember => "max_requests_per_member",
+            Breaker::MaxConnections => "max_connections",
+            Breaker::MaxPending => "max_pending",
         }
     }
 }

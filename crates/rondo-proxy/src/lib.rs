@@ -34,6 +34,7 @@ pub mod otel;
 #[cfg(not(feature = "otel"))]
 #[path = "otel/off.rs"]
 pub mod otel;
+mod proxied;
 mod proxy_protocol;
 #[cfg(feature = "replay")]
 pub mod replay;
@@ -382,6 +383,9 @@ async fn accept_http(
     let budget = Arc::new(ResetBudget::new(ctx.listener.http2));
     // Connections over the limit get a 503 from one task for the whole listener.
     let rejecter = Rejecter::spawn(&ctx.listener.name, ctx.listener.max_connections);
+    // The address clients reach (a PROXY header's destination towards members): the bound
+    // one, asked of each connection only when the listener listens on a wildcard address.
+    let bound = socket.local_addr().unwrap_or(ctx.listener.listen);
     loop {
         let (stream, peer) = tokio::select! {
             biased;
@@ -404,6 +408,8 @@ async fn accept_http(
             continue;
         };
         let _ = stream.set_nodelay(true);
+        let local =
+            if bound.ip().is_unspecified() { stream.local_addr().unwrap_or(bound) } else { bound };
         let ctx = ctx.clone();
         let builder = builder.clone();
         let budget = budget.clone();
@@ -415,11 +421,12 @@ async fn accept_http(
             else {
                 return;
             };
-            let hyper = Hyper { ctx: &ctx, builder, budget, peer };
+            let hyper = Hyper { ctx: &ctx, builder, budget, peer, local };
+            let addrs = (peer, local);
             match &tls {
                 None => {
                     // The own HTTP/1 path first; hyper gets the connection if it declines.
-                    if let Some((s, _, read)) = h1::conn::serve(&ctx, stream, peer, None).await {
+                    if let Some((s, _, read)) = h1::conn::serve(&ctx, stream, addrs, None).await {
                         Box::pin(hyper.serve(ClientIo::from(s), None, read)).await;
                     }
                 }
@@ -437,7 +444,7 @@ async fn accept_http(
                                     ctx.metrics.handoffs.inc(Handoff::H2);
                                     hyper.serve(ClientIo::from(s), cert, Vec::new()).await;
                                 } else if let Some((s, cert, read)) =
-                                    h1::conn::serve(&ctx, s, peer, cert).await
+                                    h1::conn::serve(&ctx, s, addrs, cert).await
                                 {
                                     Box::pin(hyper.serve(ClientIo::from(s), cert, read)).await;
                                 }
@@ -504,19 +511,22 @@ struct Hyper<'a> {
     builder: Arc<Builders>,
     budget: Arc<ResetBudget>,
     peer: SocketAddr,
+    /// The address the client reached.
+    local: SocketAddr,
 }
 
 impl Hyper<'_> {
     /// Serves `stream` (whose first bytes, already read, are `read`) with hyper until it
     /// closes. `cert`: what a TLS client's certificate tells members.
     async fn serve(self, stream: ClientIo, cert: Option<tls::ClientCert>, read: Vec<u8>) {
-        let Hyper { ctx, builder, budget, peer } = self;
+        let Hyper { ctx, builder, budget, peer, local } = self;
         let client_ip = headers::client_ip_value(peer.ip());
         let header_timeout = ctx.listener.header_read_timeout;
         let shutdown_timeout = ctx.listener.http2.shutdown_timeout;
         let trusted = ctx.listener.trust_forwarded_for.trusts(peer.ip());
+        let metrics = ctx.metrics.clone();
         let state =
-            ConnState::with_tls(header_timeout, (client_ip, trusted), ctx.metrics.clone(), cert);
+            ConnState::with_tls(header_timeout, (client_ip, trusted), metrics, cert, (peer, local));
         let limits = h1::parse::Limits {
             max_bytes: ctx.listener.max_header_bytes as usize,
             max_fields: ctx.listener.max_headers as usize,

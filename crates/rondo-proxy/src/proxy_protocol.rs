@@ -27,7 +27,7 @@ const V1_MAX: usize = 107;
 /// sends more (TLVs of kilobytes) is refused rather than buffered.
 const V2_MAX: usize = 16 + 536;
 
-/// The header that tells a member (`proxy_protocol` on a `tcp` cluster) that the client at
+/// The header that tells a member (a cluster's `proxy_protocol`) that the client at
 /// `client` reached the router at `local`. Addresses of different families are both written as
 /// IPv6 (an IPv4 one mapped).
 pub(crate) fn header(

@@ -182,7 +182,7 @@ where
     fn attempt(
         &mut self,
         placed: Underway<'a>,
-        failover: &Failover,
+        failover: &mut Failover,
     ) -> impl Future<Output = Result<(), TryFailure>> {
         self.connect(placed, failover)
     }

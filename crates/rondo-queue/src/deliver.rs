@@ -275,7 +275,7 @@ impl<'a> TryMaker for Delivery<'a> {
     fn attempt(
         &mut self,
         placed: Underway<'a>,
-        failover: &Failover,
+        failover: &mut Failover,
     ) -> impl Future<Output = Result<Option<String>, TryFailure>> {
         self.send(placed, failover)
     }

@@ -10,6 +10,7 @@
 //! calls the pure `rondo-core` with them as arguments.
 
 pub mod clock;
+pub mod conn_gate;
 pub mod defaults;
 pub mod dns_members;
 pub mod drain;

@@ -6,7 +6,8 @@
 //! certificate presented when set), so TLS connections are pooled like plain ones; its pools are
 //! made again when a new view brings the files read again. A plain connection opened for a
 //! request that was dropped before it was ready is kept for the next request to that member
-//! ([`KeepConnector`]), not closed unused.
+//! ([`KeepConnector`]), not closed unused. A cluster with `proxy_protocol` gets pools of one
+//! client's each ([`Clients::for_client`]), whose connections start with its PROXY header.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -23,6 +24,7 @@ use rondo_core::{TlsFailure, UpstreamProtocol};
 use tokio::net::TcpStream;
 
 use crate::ClusterRt;
+use crate::conn_gate::{AtCapacity, Gate, Permit};
 use crate::upstream_tls::UpstreamTlsRt;
 
 /// A pooled client sending bodies of type `B`.
@@ -62,6 +64,9 @@ pub struct Clients<B> {
     tls: Arc<Mutex<TlsPools<B>>>,
     /// Per plain cluster with `max_connection_age_ms`: when its own pool was made, and the pool.
     aged: Arc<Mutex<AgedPools<B>>>,
+    /// Per cluster with `max_connections`: its count of open connections, kept across views
+    /// (made again only when its limits change).
+    gates: Arc<Mutex<HashMap<String, Arc<Gate>>>>,
 }
 
 impl<B> Clone for Clients<B> {
@@ -73,6 +78,7 @@ impl<B> Clone for Clients<B> {
             connect_timeout: self.connect_timeout,
             tls: self.tls.clone(),
             aged: self.aged.clone(),
+            gates: self.gates.clone(),
         }
     }
 }
@@ -83,11 +89,24 @@ impl<B> std::fmt::Debug for Clients<B> {
     }
 }
 
-/// Per cluster name: when its own pool was made, and the pool.
-type AgedPools<B> = HashMap<String, (Instant, Duration, Arc<Pool<B>>)>;
+/// What a cluster's own pool was made with: its connect timeout and its gate.
+type MadeWith = (Duration, Option<Arc<Gate>>);
+
+/// Whether a pool made with `made` still fits `now`'s settings.
+fn same(made: &MadeWith, now: &MadeWith) -> bool {
+    made.0 == now.0
+        && match (&made.1, &now.1) {
+            (None, None) => true,
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
+}
+
+/// Per cluster name: when its own pool was made, with what, and the pool.
+type AgedPools<B> = HashMap<String, (Instant, MadeWith, Arc<Pool<B>>)>;
 
 /// Per cluster name: the loaded `upstream_tls` a pool was made with, when, and the pool.
-type TlsPools<B> = HashMap<String, (Arc<UpstreamTlsRt>, Instant, Duration, Arc<TlsPool<B>>)>;
+type TlsPools<B> = HashMap<String, (Arc<UpstreamTlsRt>, Instant, MadeWith, Arc<TlsPool<B>>)>;
 
 /// Whether a pool made at `made` is still young under the cluster's `max_connection_age_ms`
 /// (hyper's pools count no age per connection: a cluster with the limit gets a pool of its own,
@@ -154,21 +173,64 @@ where
     /// Pools with `connect_timeout` for new connections (clusters with another
     /// `connect_timeout` get pools of their own).
     pub fn new(connect_timeout: Duration) -> Self {
-        let connector =
-            KeepConnector { http: http_connector(connect_timeout), spare: Arc::default() };
+        let http = http_connector(connect_timeout);
+        let connector = KeepConnector { http, spare: Arc::default(), header: None, gate: None };
         let h1 = pool(connector.clone(), UpstreamProtocol::Http1);
         let h2 = pool(connector.clone(), UpstreamProtocol::Http2);
-        Clients { h1, h2, connector, connect_timeout, tls: Arc::default(), aged: Arc::default() }
+        let (tls, aged, gates) = Default::default();
+        Clients { h1, h2, connector, connect_timeout, tls, aged, gates }
+    }
+
+    /// The count of `rt`'s open connections when it has `max_connections` (the same across
+    /// views while its limits stay).
+    pub fn gate(&self, rt: &ClusterRt) -> Option<Arc<Gate>> {
+        let cap = rt.spec.policy.limits.max_connections?;
+        let mut gates = self.gates.lock().unwrap_or_else(|e| e.into_inner());
+        match gates.get(&rt.spec.name) {
+            Some(g) if g.cap() == cap => Some(g.clone()),
+            _ => {
+                let g = Gate::new(cap);
+                gates.insert(rt.spec.name.clone(), g.clone());
+                Some(g)
+            }
+        }
+    }
+
+    /// What `rt`'s own pool is made with now.
+    fn made_with(&self, rt: &ClusterRt) -> MadeWith {
+        (rt.spec.policy.connect_timeout, self.gate(rt))
     }
 
     /// The connector for `rt`'s members: the shared one, or one with the cluster's own
     /// `connect_timeout` (sharing the spare connections).
     fn connector_for(&self, rt: &ClusterRt) -> KeepConnector {
         let timeout = rt.spec.policy.connect_timeout;
+        let gate = self.gate(rt);
         if timeout == self.connect_timeout {
-            return self.connector.clone();
+            return KeepConnector { gate, ..self.connector.clone() };
         }
-        KeepConnector { http: http_connector(timeout), spare: self.connector.spare.clone() }
+        let spare = self.connector.spare.clone();
+        KeepConnector { http: http_connector(timeout), spare, header: None, gate }
+    }
+
+    /// Pools of one client's for `rt`'s members (a cluster with `proxy_protocol`): each new
+    /// connection starts with `header`, the PROXY header naming that client, before TLS if the
+    /// cluster has `upstream_tls`. Such a connection may carry only that client's requests, so
+    /// its pool is made for the client alone and is dropped with it (closing its connections).
+    pub fn for_client(
+        &self,
+        rt: &ClusterRt,
+        header: Arc<[u8]>,
+    ) -> Result<Sender<'static, B>, TlsFailure> {
+        let http = KeepConnector { header: Some(header), ..self.connector_for(rt) };
+        Ok(match &rt.tls {
+            None => Sender::Own(Arc::new(pool(http, rt.spec.upstream_protocol))),
+            Some(Err(_)) => return Err(TlsFailure::Config),
+            Some(Ok(tls)) => {
+                let connector = TlsConnector { http, tls: tls.clone() };
+                Sender::Tls(Arc::new(pool(connector, rt.spec.upstream_protocol)))
+            }
+        })
     }
 
     /// The pool for a cluster's protocol.
@@ -184,38 +246,39 @@ where
     pub fn for_cluster<'a>(&'a self, rt: &ClusterRt) -> Result<Sender<'a, B>, TlsFailure> {
         let tls = match &rt.tls {
             None if rt.spec.policy.connections.max_age.is_none()
-                && rt.spec.policy.connect_timeout == self.connect_timeout =>
+                && rt.spec.policy.connect_timeout == self.connect_timeout
+                && rt.spec.policy.limits.max_connections.is_none() =>
             {
                 return Ok(Sender::Plain(self.for_protocol(rt.spec.upstream_protocol)));
             }
             None => {
-                let timeout = rt.spec.policy.connect_timeout;
+                let now = self.made_with(rt);
                 let mut pools = self.aged.lock().unwrap_or_else(|e| e.into_inner());
                 if let Some((made, made_with, p)) = pools.get(&rt.spec.name)
                     && young(*made, rt)
-                    && *made_with == timeout
+                    && same(made_with, &now)
                 {
                     return Ok(Sender::Own(p.clone()));
                 }
                 let p = Arc::new(pool(self.connector_for(rt), rt.spec.upstream_protocol));
-                pools.insert(rt.spec.name.clone(), (Instant::now(), timeout, p.clone()));
+                pools.insert(rt.spec.name.clone(), (Instant::now(), now, p.clone()));
                 return Ok(Sender::Own(p));
             }
             Some(Err(_)) => return Err(TlsFailure::Config),
             Some(Ok(t)) => t,
         };
+        let now = self.made_with(rt);
         let mut pools = self.tls.lock().unwrap_or_else(|e| e.into_inner());
-        let timeout = rt.spec.policy.connect_timeout;
         if let Some((loaded, made, made_with, p)) = pools.get(&rt.spec.name)
             && Arc::ptr_eq(loaded, tls)
             && young(*made, rt)
-            && *made_with == timeout
+            && same(made_with, &now)
         {
             return Ok(Sender::Tls(p.clone()));
         }
         let connector = TlsConnector { http: self.connector_for(rt), tls: tls.clone() };
         let p = Arc::new(pool(connector, rt.spec.upstream_protocol));
-        pools.insert(rt.spec.name.clone(), (tls.clone(), Instant::now(), timeout, p.clone()));
+        pools.insert(rt.spec.name.clone(), (tls.clone(), Instant::now(), now, p.clone()));
         Ok(Sender::Tls(p))
     }
 }
@@ -249,6 +312,12 @@ type Spares = HashMap<String, Vec<(Instant, TcpStream)>>;
 pub struct KeepConnector {
     http: HttpConnector,
     spare: Arc<Mutex<Spares>>,
+    /// The PROXY protocol header written first on each new connection (a pool of one client's,
+    /// [`Clients::for_client`]): such a connection is never kept as a spare for others.
+    header: Option<Arc<[u8]>>,
+    /// The cluster's `max_connections`: each new connection holds a place there, or is refused
+    /// at once with [`AtCapacity`] (nor is it kept as a spare: its place would go with it).
+    gate: Option<Arc<Gate>>,
 }
 
 impl KeepConnector {
@@ -302,18 +371,33 @@ impl KeepConnector {
 }
 
 impl tower_service::Service<Uri> for KeepConnector {
-    type Response = TokioIo<TcpStream>;
+    type Response = MemberIo;
     type Error = BoxError;
-    type Future = Pin<Box<dyn Future<Output = Result<TokioIo<TcpStream>, BoxError>> + Send>>;
+    type Future = Pin<Box<dyn Future<Output = Result<MemberIo, BoxError>> + Send>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
         self.http.poll_ready(cx).map_err(Into::into)
     }
 
     fn call(&mut self, uri: Uri) -> Self::Future {
+        if self.header.is_some() || self.gate.is_some() {
+            let permit = match self.gate.as_ref().map(Gate::try_open).transpose() {
+                Ok(permit) => permit,
+                Err(full) => return Box::pin(std::future::ready(Err(full.into()))),
+            };
+            let (mut http, header) = (self.http.clone(), self.header.clone());
+            return Box::pin(async move {
+                use tokio::io::AsyncWriteExt;
+                let mut s = http.call(uri).await?.into_inner();
+                if let Some(header) = header {
+                    s.write_all(&header).await?;
+                }
+                Ok(MemberIo { io: TokioIo::new(s), _permit: permit })
+            });
+        }
         let key = uri.authority().map(|a| a.as_str().to_owned()).unwrap_or_default();
         if let Some(s) = self.take(&key) {
-            return Box::pin(std::future::ready(Ok(TokioIo::new(s))));
+            return Box::pin(std::future::ready(Ok(MemberIo::plain(s))));
         }
         let mut http = self.http.clone();
         let (tx, rx) = tokio::sync::oneshot::channel();
@@ -327,7 +411,7 @@ impl tower_service::Service<Uri> for KeepConnector {
         });
         Box::pin(async move {
             match (&mut waiting.rx).await {
-                Ok(r) => r.map_err(Into::into),
+                Ok(r) => r.map(|io| MemberIo::plain(io.into_inner())).map_err(Into::into),
                 Err(_) => Err("the connect task ended without an answer".into()),
             }
         })
@@ -386,9 +470,9 @@ impl tower_service::Service<Uri> for TlsConnector {
         let tls = self.tls.clone();
         Box::pin(async move {
             let host = uri.host().unwrap_or_default().to_owned();
-            let tcp = http.call(uri).await?.into_inner();
-            match tls.connect(tcp, &host).await {
-                Ok(s) => Ok(TlsConn(TokioIo::new(s))),
+            let MemberIo { io, _permit: permit } = http.call(uri).await?;
+            match tls.connect(io.into_inner(), &host).await {
+                Ok(s) => Ok(TlsConn(TokioIo::new(s), permit)),
                 Err(e) => {
                     tracing::debug!("tls to member {host} failed: {e}");
                     Err(Box::new(e) as BoxError)
@@ -398,9 +482,86 @@ impl tower_service::Service<Uri> for TlsConnector {
     }
 }
 
-/// A TLS connection to a member, as hyper-util's pool holds it.
+/// A TLS connection to a member, as hyper-util's pool holds it (with its place under the
+/// cluster's `max_connections`).
 #[derive(Debug)]
-pub struct TlsConn(TokioIo<tokio_rustls::client::TlsStream<TcpStream>>);
+pub struct TlsConn(
+    TokioIo<tokio_rustls::client::TlsStream<TcpStream>>,
+    // Held, never read: the place is given back when the connection goes.
+    #[allow(dead_code)] Option<Permit>,
+);
+
+/// A plain connection to a member, as hyper-util's pool holds it (with its place under the
+/// cluster's `max_connections`).
+#[derive(Debug)]
+pub struct MemberIo {
+    io: TokioIo<TcpStream>,
+    _permit: Option<Permit>,
+}
+
+impl MemberIo {
+    fn plain(s: TcpStream) -> Self {
+        MemberIo { io: TokioIo::new(s), _permit: None }
+    }
+}
+
+impl hyper::rt::Read for MemberIo {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: hyper::rt::ReadBufCursor<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_read(cx, buf)
+    }
+}
+
+impl hyper::rt::Write for MemberIo {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
+    }
+}
+
+impl Connection for MemberIo {
+    fn connected(&self) -> Connected {
+        self.io.connected()
+    }
+}
+
+/// Whether `e`'s chain says a new connection was refused by the cluster's `max_connections`.
+pub fn at_capacity(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur = Some(e);
+    while let Some(err) = cur {
+        if err.is::<AtCapacity>() {
+            return true;
+        }
+        cur = err.source();
+    }
+    false
+}
 
 impl hyper::rt::Read for TlsConn {
     fn poll_read(

@@ -8,7 +8,8 @@ mod router {
     pub(crate) mod support;
 
     mod balancing;
-    mod breakers;
+    pub(crate) mod breakers;
+    mod conn_breakers;
     mod connect_timeout;
     mod desync;
     mod errors;
@@ -20,10 +21,12 @@ mod router {
     mod h2_rapid_reset;
     mod hardening;
     pub(crate) mod hardening_h2;
+    mod hedging;
     mod limits;
     mod multicast;
     mod protocols;
-    mod proxy_protocol;
+    mod proxy_members;
+    pub(crate) mod proxy_protocol;
     mod rebalance;
     mod retries;
     mod serve;

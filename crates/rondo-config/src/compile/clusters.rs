@@ -174,6 +174,7 @@ fn compile_cluster_at(
     let limits = rondo_core::RequestLimits {
         max_requests: cap(c, "max_requests", rc.max_requests),
         max_requests_per_member: cap(c, "max_requests_per_member", rc.max_requests_per_member),
+        max_connections: super::breakers::connection_cap(c, &path, rc, upstream_protocol),
     };
     let send_proxy = match rc.proxy_protocol.as_deref() {
         None => None,
@@ -185,11 +186,10 @@ fn compile_cluster_at(
             None
         }
     };
-    if send_proxy.is_some() && upstream_protocol != UpstreamProtocol::Tcp {
+    if retry.hedge.is_some() && upstream_protocol == UpstreamProtocol::Tcp {
         c.err(
-            path.key("proxy_protocol"),
-            "proxy_protocol to members is built for tcp clusters only (an HTTP cluster's member \
-             connections carry many clients' requests)",
+            path.key("retry").key("hedge"),
+            "tcp clusters cannot hedge (a session is one stream)",
         );
     }
     if rc.view_id_header == Some(true) && upstream_protocol == UpstreamProtocol::Tcp {
@@ -625,7 +625,9 @@ fn retry(c: &mut Compiler<'_>, path: &FieldPath, r: &RawRetry) -> RetryPolicy {
         0,
         16 << 20,
     );
+    let hedge = r.hedge.as_ref().map(|h| super::hedge::hedge(c, &p, h, r));
     RetryPolicy {
+        hedge,
         statuses,
         backoff,
         non_idempotent: r.retry_non_idempotent.unwrap_or(false),

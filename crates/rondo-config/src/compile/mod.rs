@@ -7,7 +7,9 @@
 //! [`listeners`], [`routes`], [`clusters`]; this one holds the [`Compiler`] that collects the
 //! problems and the order in which the parts are compiled.
 
+mod breakers;
 mod clusters;
+mod hedge;
 mod listeners;
 mod members_dns;
 mod naming_parent;

@@ -56,11 +56,12 @@ pub trait TryMaker {
 
     /// Makes the placed try, within [`Failover::try_timeout`]. (The caller's own future for the
     /// try, awaited as it is: no future of the caller's wraps it, so the request path moves no
-    /// extra state per try.)
+    /// extra state per try.) The engine is lent mutably so that a try may place hedges beside
+    /// itself ([`super::hedge`]).
     fn attempt(
         &mut self,
         placed: Self::Placed,
-        failover: &Failover,
+        failover: &mut Failover,
     ) -> impl Future<Output = Self::Tried>;
 
     /// Judges the try `held` was kept for, which gave `tried`: the value that ends the request,
@@ -205,7 +206,7 @@ mod tests {
         fn attempt(
             &mut self,
             placed: (usize, usize),
-            _: &Failover,
+            _: &mut Failover,
         ) -> impl Future<Output = Option<TryFailure>> {
             self.made.push(placed);
             ready(self.fates.next().flatten())

@@ -91,7 +91,7 @@ impl TryMaker for Scripted<'_> {
     fn attempt(
         &mut self,
         placed: (usize, usize),
-        _: &Failover,
+        _: &mut Failover,
     ) -> impl Future<Output = Result<(), TryFailure>> {
         self.run.tries.push(placed);
         let failure = match self.fates.next() {

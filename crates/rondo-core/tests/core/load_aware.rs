@@ -208,7 +208,7 @@ fn a_silent_agent_marks_its_member_unavailable_until_it_reports_again() {
 fn circuit_breakers_cap_requests_in_flight() {
     use rondo_core::{PickError, Policy, RequestLimits};
     for algorithm in [Algorithm::RoundRobin, Algorithm::LeastSessions, Algorithm::P2cEwma] {
-        let limits = RequestLimits { max_requests: None, max_requests_per_member: Some(1) };
+        let limits = RequestLimits { max_requests_per_member: Some(1), ..Default::default() };
         let policy = Policy { algorithm, limits, ..Policy::default() };
         let mut b = Balancer::new(cluster_with(policy, named(3)), Instant::ZERO);
         let mut r = rng(7);
@@ -226,7 +226,7 @@ fn circuit_breakers_cap_requests_in_flight() {
         assert_eq!(b.pick(&at(Instant::ZERO), &mut r).expect("m1 is free").member, 1);
     }
 
-    let limits = RequestLimits { max_requests: Some(2), max_requests_per_member: None };
+    let limits = RequestLimits { max_requests: Some(2), ..Default::default() };
     let policy = Policy { limits, ..Policy::default() };
     let mut b = Balancer::new(cluster_with(policy, named(3)), Instant::ZERO);
     let mut r = rng(7);

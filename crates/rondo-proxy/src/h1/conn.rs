@@ -58,6 +58,10 @@ pub(super) struct Client<S> {
     /// `max_connection_age_ms` and `max_requests_per_connection`).
     pub(super) born: tokio::time::Instant,
     pub(super) served: u64,
+    /// The address the client reached (a PROXY header's destination towards members).
+    pub(super) local: SocketAddr,
+    /// The member connection kept for this client alone (a cluster with `proxy_protocol`).
+    pub(super) proxied: crate::proxied::Kept,
 }
 
 impl<S> Client<S> {
@@ -95,14 +99,27 @@ impl IpText {
 pub(crate) async fn serve<S: ClientStream>(
     ctx: &Arc<HttpCtx>,
     stream: S,
-    peer: SocketAddr,
+    (peer, local): (SocketAddr, SocketAddr),
     tls: Option<crate::tls::ClientCert>,
 ) -> Option<(S, Option<crate::tls::ClientCert>, Vec<u8>)> {
     let idle = ctx.listener.header_read_timeout;
     let ip = IpText::new(peer.ip());
     let trusted = ctx.listener.trust_forwarded_for.trusts(peer.ip());
     let born = tokio::time::Instant::now();
-    let mut c = Client { stream, peer, tls, carry: None, idle, ip, trusted, born, served: 0 };
+    let proxied = crate::proxied::Kept::default();
+    let mut c = Client {
+        stream,
+        peer,
+        tls,
+        carry: None,
+        idle,
+        ip,
+        trusted,
+        born,
+        served: 0,
+        local,
+        proxied,
+    };
     // The listener's `max_connection_age_ms`: the wait for the next request ends there too.
     let aged_at = ctx.listener.connections.max_age.map(|age| born + age);
     // When the wait for the next request ends (set as it begins).
@@ -479,7 +496,7 @@ mod tests {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let client = TcpStream::connect(listener.local_addr().expect("addr")).await.expect("c");
         let (server, peer) = listener.accept().await.expect("accept");
-        let future = serve(&ctx, server, peer, None);
+        let future = serve(&ctx, server, (peer, peer), None);
         let size = std::mem::size_of_val(&future);
         drop(client);
         assert!(size <= 1152, "an idle connection's future is {size} bytes");
@@ -518,6 +535,8 @@ mod tests {
             trusted: false,
             born,
             served: 0,
+            local: peer,
+            proxied: Default::default(),
         };
         let timer = tokio::time::sleep_until(born);
         tokio::pin!(timer);

@@ -27,8 +27,8 @@ use crate::http::Tries;
 /// While a member has not answered for this long, the router watches whether the client went
 /// away (a request it abandoned is ended on its member, not left counted in flight).
 const WATCH_CLIENT_AFTER: Duration = Duration::from_millis(50);
-/// A member connection ready for a request.
-async fn connect(idle: &Idle, address: &str) -> Result<TcpStream, Kind> {
+/// A member connection ready for a request; `header`: the PROXY header it starts with.
+async fn connect(idle: &Idle, address: &str, header: Option<Vec<u8>>) -> Result<TcpStream, Kind> {
     let target = match idle.literal {
         Some(addr) => addr,
         None => match tokio::net::lookup_host(address).await.map(|mut a| a.next()) {
@@ -37,8 +37,13 @@ async fn connect(idle: &Idle, address: &str) -> Result<TcpStream, Kind> {
         },
     };
     match tokio::time::timeout(idle.connect_timeout, TcpStream::connect(target)).await {
-        Ok(Ok(s)) => {
+        Ok(Ok(mut s)) => {
             let _ = s.set_nodelay(true);
+            if let Some(header) = header
+                && s.write_all(&header).await.is_err()
+            {
+                return Err(Kind::Connect);
+            }
             Ok(s)
         }
         _ => Err(Kind::Connect),
@@ -57,7 +62,10 @@ impl<S: ClientStream> OwnTries<'_, S> {
         started: Instant,
         waiting_client: &AtomicBool,
     ) -> Result<(TcpStream, Vec<u8>, ResponseHead, bool), Kind> {
-        let mut pooled = idle.take(started);
+        let mut pooled = match &idle.send_proxy {
+            None => idle.take(started),
+            Some((_, to)) => self.c.proxied.take(to),
+        };
         if let Some(start) = self.start.as_mut() {
             start.connected(None);
         }
@@ -71,8 +79,11 @@ impl<S: ClientStream> OwnTries<'_, S> {
                 None => {
                     // Boxed: a new connection is the rare case on keep-alive traffic, and its
                     // resolution and timer would take room in every try's future.
+                    let header = idle.send_proxy.as_ref().map(|(version, _)| {
+                        crate::proxy_protocol::header(*version, self.c.peer, self.c.local)
+                    });
                     let opening = Instant::now();
-                    let s = Box::pin(connect(idle, address)).await?;
+                    let s = Box::pin(connect(idle, address, header)).await?;
                     if let Some(start) = self.start.as_mut() {
                         start.connected(Some(opening.elapsed()));
                     }
@@ -276,7 +287,10 @@ impl<S: ClientStream> OwnTries<'_, S> {
                 self.close = true;
             }
             if whole && clean && rhead.reusable && self.body.complete {
-                idle.give(upstream);
+                match &idle.send_proxy {
+                    None => idle.give(upstream),
+                    Some((_, to)) => self.c.proxied.keep(to, upstream),
+                }
             } else if !whole && client_ok {
                 // The member broke off mid-body.
                 if let Some(f) = finish.as_mut() {

@@ -38,6 +38,10 @@ pub struct Idle {
     lives: Option<(ConnectionLimits, Mutex<Lives>)>,
     /// How long a new connection may take to open (the cluster's `connect_timeout`).
     pub connect_timeout: std::time::Duration,
+    /// The PROXY header the cluster's connections start with (`proxy_protocol`), and the
+    /// member's address: such a connection names one client and is kept for that client only
+    /// (`crate::proxied`), never here.
+    pub send_proxy: Option<(rondo_core::ProxyHeader, Box<str>)>,
 }
 
 /// When each connection opened and the requests it carried, by descriptor.
@@ -53,7 +57,13 @@ impl Idle {
     ) -> Self {
         let lives = (limits != ConnectionLimits::default()).then(|| (limits, Mutex::default()));
         let conns = Mutex::new(Vec::new());
-        Idle { literal: address.parse().ok(), conns, lives, connect_timeout }
+        Idle { literal: address.parse().ok(), conns, lives, connect_timeout, send_proxy: None }
+    }
+
+    /// The same pool of the member at `address`, its connections starting with a PROXY header
+    /// of `version`.
+    pub fn sending(self, version: Option<rondo_core::ProxyHeader>, address: &str) -> Self {
+        Idle { send_proxy: version.map(|v| (v, address.into())), ..self }
     }
 
     /// A new connection to the member was opened (its age counts from now).
@@ -127,7 +137,7 @@ impl Idle {
 /// kernel (a peek that must find nothing): tokio's readiness mark is not enough, since a busy
 /// worker polls the reactor only now and then, and bytes that came after the last read may
 /// not be marked yet. One system call per connection taken.
-fn is_quiet(conn: &TcpStream) -> bool {
+pub(crate) fn is_quiet(conn: &TcpStream) -> bool {
     use rustix::net::{RecvFlags, recv};
     let mut probe = [0u8; 1];
     let peeked = recv(conn, &mut probe, RecvFlags::PEEK | RecvFlags::DONTWAIT);

@@ -257,9 +257,11 @@ impl<'a, S: ClientStream> OwnTries<'a, S> {
         };
         self.route = Some(route);
         let chain = Chain::of(self.ctx, route);
-        // Members spoken to over TLS or HTTP/2, and clusters that retry on an answer's status
-        // or retry what is not idempotent (both keep the body to send again), are hyper's: the
-        // whole connection goes there before anything is sent.
+        // Members spoken to over TLS or HTTP/2, clusters that retry on an answer's status or
+        // retry what is not idempotent (both keep the body to send again), clusters with
+        // `max_connections` (counted in hyper's pools, where a request can wait for one) and
+        // clusters that hedge (tries side by side) are hyper's: the whole connection goes there
+        // before anything is sent.
         let plain = |name: &String| {
             snapshot.clusters.get(name).is_none_or(|rt| {
                 let retry = &rt.spec.policy.retry;
@@ -267,6 +269,8 @@ impl<'a, S: ClientStream> OwnTries<'a, S> {
                     && rt.spec.upstream_protocol != UpstreamProtocol::Http2
                     && retry.statuses.is_empty()
                     && !retry.non_idempotent
+                    && rt.spec.policy.limits.max_connections.is_none()
+                    && retry.hedge.is_none()
             })
         };
         let split = route.split.iter().map(|w| &w.cluster);

@@ -108,7 +108,13 @@ pub(super) async fn serve(
         .unwrap_or_default();
     let client_ip = crate::headers::client_ip_value(peer.ip());
     let trusted = ctx.listener.trust_forwarded_for.trusts(peer.ip());
-    let state = ConnState::with_tls(timeout, (client_ip, trusted), ctx.metrics.clone(), Some(cert));
+    // The address the client reached (the PROXY header's destination, for clusters that send
+    // one): the listener's, with the QUIC connection's own IP when the listener's is a wildcard.
+    let listen = ctx.listener.listen;
+    let local = quic.local_ip().map_or(listen, |ip| std::net::SocketAddr::new(ip, listen.port()));
+    let metrics = ctx.metrics.clone();
+    let state =
+        ConnState::with_tls(timeout, (client_ip, trusted), metrics, Some(cert), (peer, local));
     let held = (permit, ctx.metrics.opened());
     let conn = Arc::new(Conn {
         shared: shared.clone(),

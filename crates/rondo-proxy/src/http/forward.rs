@@ -14,7 +14,7 @@ use rondo_runtime::{ClusterRt, Placed, Refused, Snapshot, clock};
 use super::{Failure, HttpCtx, on_route};
 use crate::access::Reason;
 
-use crate::error::{Attempt, Kind, ProxyError, Side};
+use crate::error::{Attempt, Breaker, Kind, ProxyError, Side};
 use crate::head::Headers;
 use crate::sticky;
 
@@ -56,6 +56,21 @@ pub(crate) trait Tries {
         choice: Choice,
         failover: &Failover,
     ) -> Result<Self::Response, Kind>;
+    /// Whether tries of this request can run side by side ([`Tries::attempt_shared`]), for
+    /// hedging: `false` unless the codec says so.
+    fn hedgeable(&self) -> bool {
+        false
+    }
+    /// A try made through a shared borrow, so that hedged tries run side by side (called only
+    /// when [`Tries::hedgeable`]).
+    fn attempt_shared(
+        &self,
+        _rt: &Arc<ClusterRt>,
+        _choice: Choice,
+        _failover: &Failover,
+    ) -> impl Future<Output = Result<Self::Response, Kind>> {
+        std::future::ready(Err(Kind::NoEligible))
+    }
 }
 
 /// Stage 3: the failover. The core's driver ([`drive()`]) decides where each try goes and
@@ -84,8 +99,17 @@ pub(crate) fn forward<'a, T: Tries>(
         None => None,
         Some(t) => req.about().map(|about| Box::new(t.request(req.headers(), about, route, peer))),
     };
-    let mut course =
-        Course { ctx, snapshot, peer, route, req, primary, attempts: Vec::new(), trace };
+    let mut course = Course {
+        ctx,
+        snapshot,
+        peer,
+        route,
+        req,
+        primary,
+        attempts: Vec::new(),
+        trace,
+        idempotent,
+    };
     async move {
         let ended = match drive(&mut course, &mut failover, now).await {
             Ok(ended) => ended,
@@ -115,6 +139,8 @@ struct Course<'a, T> {
     attempts: Vec<Attempt>,
     /// The request's spans, when it is traced (boxed: a pointer's room in untraced requests).
     trace: Option<Box<crate::otel::ReqTrace>>,
+    /// Whether the request's method is idempotent (hedging).
+    idempotent: bool,
 }
 
 /// A placed try: its cluster, by name and run-time state, and where in it the try went.
@@ -196,9 +222,37 @@ impl<'a, T: Tries> TryMaker for Course<'a, T> {
     fn attempt(
         &mut self,
         placed: Underway<'a>,
-        failover: &Failover,
+        failover: &mut Failover,
     ) -> impl Future<Output = Result<T::Response, Kind>> {
-        self.req.attempt(placed.rt, placed.choice, failover)
+        // A cluster with `retry.hedge`, for a request the core lets hedge, on its first try.
+        let retry = &placed.rt.spec.policy.retry;
+        let hedge = retry.hedge.filter(|h| {
+            failover.tries() == 1
+                && h.applies(self.idempotent, retry.non_idempotent, self.req.hedgeable())
+        });
+        match hedge {
+            None => super::hedge::OneOf::Plain {
+                f: self.req.attempt(placed.rt, placed.choice, failover),
+            },
+            Some(hedge) => {
+                let (ctx, peer, rt, req) = (self.ctx, self.peer, placed.rt, &*self.req);
+                let first = placed.choice;
+                super::hedge::OneOf::Hedged {
+                    f: Box::pin(async move {
+                        // What each try reads of the engine (its timeout): the first try's
+                        // view, so that a hedge is not paused as a retry would be.
+                        let view = failover.clone();
+                        let launch = |c: Choice| req.attempt_shared(rt, c, &view);
+                        let place = |f: &mut Failover, now| {
+                            place(ctx, rt, f, req.headers(), peer, now).ok()
+                        };
+                        let on = (&**rt, &*ctx.live.metrics);
+                        let now = || req.now();
+                        super::hedge::race(on, first, failover, hedge, now, (place, launch)).await
+                    }),
+                }
+            }
+        }
     }
 
     fn judge(
@@ -240,6 +294,11 @@ impl<'a, T: Tries> TryMaker for Course<'a, T> {
         if let Kind::Tls(why) = kind {
             self.ctx.live.metrics.tls_member_failure(cluster, name, why);
         }
+        if let Kind::Breaker(b) = kind {
+            // `max_connections` or `max_pending`: the cluster's own limit, which another of its
+            // members would meet as well.
+            self.ctx.live.metrics.breaker(cluster, b.as_str());
+        }
         self.attempts.push(Attempt {
             cluster: cluster.clone(),
             member: Some(name.clone()),
@@ -249,7 +308,7 @@ impl<'a, T: Tries> TryMaker for Course<'a, T> {
         Err(TryFailure {
             // A replay that failed sent the member the session's kept requests, not this one.
             reached: !matches!(kind, Kind::Connect | Kind::Resolve | Kind::Tls(_) | Kind::Replay),
-            member_failed: kind.is_retryable(),
+            member_failed: kind.is_retryable() && !matches!(kind, Kind::Breaker(_)),
             replayable: self.req.replayable(),
             // A cluster with `retry_non_idempotent` sends a request that reached a member on
             // as if its member had declined it (whatever the method; the body is kept for it).
@@ -297,8 +356,13 @@ fn gave_up(route: &Route, attempts: Vec<Attempt>, stop: Stop) -> Failure {
         Kind::Timeout => "member too slow: no response in time".to_owned(),
         Kind::NoEligible => "no eligible member to serve the request".to_owned(),
         Kind::Breaker(b) => format!(
-            "circuit breaker open: the cluster is at its {} (requests in flight)",
-            b.as_str()
+            "circuit breaker open: the cluster is at its {} ({})",
+            b.as_str(),
+            match b {
+                Breaker::MaxRequests | Breaker::MaxRequestsPerMember => "requests in flight",
+                Breaker::MaxConnections => "no member connection came free within connect_timeout",
+                Breaker::MaxPending => "requests waiting for a member connection",
+            }
         ),
         Kind::Tls(_) => "bad gateway: tls to the member failed".to_owned(),
         _ => "bad gateway: no member answered".to_owned(),

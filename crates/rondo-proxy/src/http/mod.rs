@@ -94,6 +94,7 @@ pub(crate) fn on_route(route: &Route, kind: Kind, detail: String) -> Failure {
 }
 
 pub(crate) mod forward;
+mod hedge;
 pub(crate) mod route;
 pub(crate) mod split;
 pub(crate) mod view;

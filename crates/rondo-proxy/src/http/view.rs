@@ -29,9 +29,13 @@ impl ClusterView {
             let authorities =
                 members.iter().map(|m| uri::Authority::try_from(m.address.as_str()).ok()).collect();
             let (limits, timeout) = (rt.spec.policy.connections, rt.spec.policy.connect_timeout);
+            let proxy = rt.spec.policy.send_proxy;
             let idle = members
                 .iter()
-                .map(|m| crate::h1::pool::Idle::new(&m.address, limits, timeout))
+                .map(|m| {
+                    let idle = crate::h1::pool::Idle::new(&m.address, limits, timeout);
+                    idle.sending(proxy, &m.address)
+                })
                 .collect();
             Arc::new(ClusterView { authorities, idle, routes: RwLock::default() })
         });

@@ -348,5 +348,6 @@ async fn copied_body(
 pub(crate) mod request;
 pub(crate) mod respond;
 mod retry;
+mod send;
 mod soap;
 pub(crate) mod tries;

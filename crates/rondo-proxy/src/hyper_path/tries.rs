@@ -15,6 +15,7 @@ use super::grpc::GrpcCall;
 use super::request::Prepared;
 use super::respond::{Served, respond};
 use super::retry::StatusRetry;
+use super::send::Unsent;
 use crate::chain::replay::{self, Sent};
 use crate::chain::{Applied, TRACEPARENT};
 use crate::http::{Begun, Choice, HttpCtx, Tries, record_response};
@@ -38,6 +39,22 @@ pub(super) struct HyperTries<'a> {
 }
 
 impl Tries for HyperTries<'_> {
+    /// A plain request without a body (gRPC calls, upgrades and bodies are never hedged: a
+    /// body streams once, and the others carry state of their own per try).
+    fn hedgeable(&self) -> bool {
+        self.grpc.is_none() && self.req.client_upgrade.is_none() && self.req.slot.is_none()
+    }
+
+    fn attempt_shared(
+        &self,
+        rt: &Arc<ClusterRt>,
+        choice: Choice,
+        failover: &Failover,
+    ) -> impl Future<Output = Result<Response<ProxyBody>, Kind>> {
+        let on = (self.ctx, self.conn, self.route);
+        async move { attempt(on, rt, choice, &self.req, &mut None, failover).await }
+    }
+
     type Response = Response<ProxyBody>;
     type Headers = http::HeaderMap;
 
@@ -76,17 +93,21 @@ impl Tries for HyperTries<'_> {
         if failover.tries() > 1 {
             crate::http::pause(rt, failover).await;
         }
+        let on = (self.ctx, self.conn, self.route);
+        // The client's upgrade goes with the answer that takes it, and stays for a next try
+        // otherwise.
+        let mut upgrade = self.req.client_upgrade.take();
         let began = Instant::now();
         let Some(grpc) = &mut self.grpc else {
             StatusRetry::before(&mut self.req, rt);
-            let tried =
-                attempt(self.ctx, self.conn, self.route, rt, choice, &mut self.req, failover).await;
+            let tried = attempt(on, rt, choice, &self.req, &mut upgrade, failover).await;
+            self.req.client_upgrade = upgrade;
             note_try(self.start, began);
             return self.status.answered(tried?, &mut self.req, rt, failover).await;
         };
         grpc.before(&mut self.req, rt, failover);
-        let tried =
-            attempt(self.ctx, self.conn, self.route, rt, choice, &mut self.req, failover).await;
+        let tried = attempt(on, rt, choice, &self.req, &mut upgrade, failover).await;
+        self.req.client_upgrade = upgrade;
         note_try(self.start, began);
         let resp = tried?;
         let resp = grpc.answered(resp, &mut self.req, rt)?;
@@ -109,15 +130,15 @@ fn note_try(start: &mut Option<crate::access::Start>, began: Instant) {
 }
 
 /// One try on the member `choice` placed it on: sent with the try's timeout, its outcome
-/// recorded on the member; the member's answer goes on to [`respond`], a failure comes back
-/// classified.
+/// recorded on the member; the member's answer goes on to [`respond`] (taking the client's
+/// `upgrade`, if any), a failure comes back classified. Through a shared borrow of the request,
+/// so that hedged tries run side by side.
 async fn attempt(
-    ctx: &HttpCtx,
-    conn: &Arc<ConnState>,
-    route: &Route,
+    (ctx, conn, route): (&HttpCtx, &Arc<ConnState>, &Route),
     rt: &Arc<ClusterRt>,
     mut choice: Choice,
-    req: &mut Prepared,
+    req: &Prepared,
+    upgrade: &mut Option<hyper::upgrade::OnUpgrade>,
     failover: &Failover,
 ) -> Result<Response<ProxyBody>, Kind> {
     let member = choice.member;
@@ -136,27 +157,31 @@ async fn attempt(
                 return Err(Kind::Replay);
             }
         };
-    let request = member_request(ctx, rt, member, req, choice.traceparent.take());
+    let traceparent = choice.traceparent.take();
     // The try's time and its latency start as it is sent (the pick, a session sweep and a wait
     // for the cluster's lock are not the member's), and the try ends by the request's deadline.
     let started = Instant::now();
     let per_try = failover.try_timeout(clock::from_std(started));
     let failed = |kind: FailureKind| Outcome::Failure { kind, latency: started.elapsed() };
-    let client = match ctx.clients.for_cluster(rt) {
-        Ok(c) => c,
-        Err(why) => {
+    let make = |r: &Prepared| member_request(ctx, rt, member, r, traceparent.clone());
+    let sent = super::send::send(ctx, conn, rt, req, make);
+    match tokio::time::timeout(per_try, sent).await {
+        Ok(Err(Unsent::Tls(why))) => {
             begun.end(failed(FailureKind::Connect));
-            return Err(Kind::Tls(why));
+            Err(Kind::Tls(why))
         }
-    };
-    match tokio::time::timeout(per_try, client.request(request)).await {
-        Ok(Ok(resp)) if resp.status().as_u16() > 599 => {
+        Ok(Err(Unsent::Breaker(b))) => {
+            // The cluster's own limit, not the member's failure.
+            begun.end(Outcome::Cancelled);
+            Err(Kind::Breaker(b))
+        }
+        Ok(Ok(Ok(resp))) if resp.status().as_u16() > 599 => {
             // hyper reads any three digits; RFC 9110 section 15 knows 100-599 only. A member
             // that says otherwise is broken: a failure, never passed on.
             begun.end(failed(FailureKind::Reset));
             Err(Kind::BadStatus)
         }
-        Ok(Ok(mut resp)) => {
+        Ok(Ok(Ok(mut resp))) => {
             let latency = started.elapsed();
             let status = resp.status().as_u16();
             let applied = req.applied.as_deref();
@@ -172,7 +197,7 @@ async fn attempt(
             let counted = record_response(rt, &route.name, member, status, latency.as_secs_f64());
             begun.disarm();
             let served = Served { counted, slot: req.slot.clone(), tries: failover.tries() };
-            let upgrade = req.client_upgrade.take();
+            let upgrade = upgrade.take();
             let mut resp = respond(conn, route, rt, choice, upgrade, resp, latency, served);
             if let Some(id) = crate::http::view_id_of(&ctx.live, rt) {
                 resp.headers_mut().insert(VIEW_ID_HEADER, http::HeaderValue::from(id));
@@ -190,11 +215,11 @@ async fn attempt(
             }
             Ok(resp)
         }
-        Ok(Err(e)) if caused_by::<TooLarge>(&e) => {
+        Ok(Ok(Err(e))) if caused_by::<TooLarge>(&e) => {
             begun.end(Outcome::Cancelled);
             Err(Kind::BodyTooLarge)
         }
-        Ok(Err(e))
+        Ok(Ok(Err(e)))
             if caused_by::<BodyStalled>(&e) || req.slot.as_ref().is_some_and(BodySlot::stalled) =>
         {
             // No byte of the client's body for `body_read_timeout_ms`: 408, the member is not
@@ -202,7 +227,7 @@ async fn attempt(
             begun.end(Outcome::Cancelled);
             Err(Kind::ClientBodyTimeout)
         }
-        Ok(Err(e))
+        Ok(Ok(Err(e)))
             if caused_by::<ClientBodyError>(&e)
                 || req.slot.as_ref().is_some_and(BodySlot::failed_by_client) =>
         {
@@ -210,7 +235,7 @@ async fn attempt(
             begun.end(Outcome::Cancelled);
             Err(Kind::ClientBody)
         }
-        Ok(Err(e)) if e.is_connect() => {
+        Ok(Ok(Err(e))) if e.is_connect() => {
             begun.end(failed(FailureKind::Connect));
             Err(match crate::upstream::tls_failure(&e) {
                 Some(why) => Kind::Tls(why),
@@ -218,7 +243,7 @@ async fn attempt(
                 None => Kind::Connect,
             })
         }
-        Ok(Err(e)) => {
+        Ok(Ok(Err(e))) => {
             begun.end(failed(FailureKind::Reset));
             // A TLS 1.3 member refuses the router's certificate (or its lack of one) only
             // after the handshake: the refusal arrives as the request's error.

@@ -138,6 +138,8 @@ pub struct Metrics {
     pub replays: Family<ReplayLabels, Counter>,
     /// Requests refused by a cluster's circuit breaker (`rondo_circuit_breaker_refusals_total`).
     pub breakers: Family<router::BreakerLabels, Counter>,
+    /// Hedged tries by cluster and outcome (`rondo_hedges_total`).
+    pub hedges: Family<router::HedgeLabels, Counter>,
     /// Faults the `fault` filter injected, by route and kind (`rondo_filter_faults_total`).
     pub faults: Family<FaultLabels, Counter>,
     /// Bytes the session replay logs hold now (`rondo_session_replay_bytes`).
@@ -244,6 +246,7 @@ impl Metrics {
             multicast: Family::default(),
             replays: Family::default(),
             breakers: Family::default(),
+            hedges: Family::default(),
             faults: Family::default(),
             replay_bytes: Gauge::default(),
             bytes_in: Family::default(),

@@ -70,6 +70,15 @@ pub struct MulticastLabels {
     pub outcome: &'static str,
 }
 
+/// Labels of a hedged try (`rondo_hedges_total`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct HedgeLabels {
+    /// Cluster name.
+    pub cluster: String,
+    /// `won` (its answer was the request's) or `lost` (another try answered first).
+    pub outcome: &'static str,
+}
+
 /// Labels of a request a circuit breaker refused (`rondo_circuit_breaker_refusals_total`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 pub struct BreakerLabels {
@@ -227,6 +236,12 @@ impl Metrics {
         ResponseHandles { labels, latency, classes: Default::default() }
     }
 
+    /// Counts a hedge on `cluster`: its answer `won`, or it lost (`rondo_hedges_total`).
+    pub fn hedge(&self, cluster: &str, won: bool) {
+        let outcome = if won { "won" } else { "lost" };
+        self.hedges.get_or_create(&HedgeLabels { cluster: cluster.to_owned(), outcome }).inc();
+    }
+
     /// Counts a request a circuit breaker of `cluster` refused (`rondo_circuit_breaker_refusals_total`).
     pub fn breaker(&self, cluster: &str, limit: &'static str) {
         let labels = BreakerLabels { cluster: cluster.to_owned(), limit };
@@ -280,6 +295,11 @@ pub(super) fn register_outcomes(m: &Metrics, r: &mut Registry) {
             "Sessions whose kept requests were replayed to the member that took them over, by route and result (replayed, failed, skipped: over the limits, failed over without replay)",
             m.replays.clone(),
         );
+    r.register(
+        "hedges",
+        "Hedged tries (a second try for a slow answer, retry.hedge) by cluster and outcome (won: its answer was the request's; lost: another try answered first)",
+        m.hedges.clone(),
+    );
     r.register(
         "circuit_breaker_refusals",
         "Requests a cluster's circuit breaker refused at once (answered 503 unless a backup cluster took them), by cluster and limit (max_requests, max_requests_per_member)",

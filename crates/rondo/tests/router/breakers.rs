@@ -8,7 +8,7 @@ use std::time::Duration;
 use super::recorder::Recorder;
 use super::support::*;
 
-fn config(members: &str, limits: &str) -> String {
+pub(crate) fn config(members: &str, limits: &str) -> String {
     format!(
         "[[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:0\"\n\n\
          [[route]]\nlistener = \"web\"\ncluster = \"c\"\n\n\
@@ -17,14 +17,14 @@ fn config(members: &str, limits: &str) -> String {
 }
 
 /// The metric's value for `limit` on cluster `c`.
-fn refusals(r: &TestRouter, limit: &str) -> u64 {
+pub(crate) fn refusals(r: &TestRouter, limit: &str) -> u64 {
     let text = r.live.metrics.render(&r.live.load());
     let line = format!("rondo_circuit_breaker_refusals_total{{cluster=\"c\",limit=\"{limit}\"}}");
     text.lines().find_map(|l| l.strip_prefix(&line).map(|v| v.trim().parse().unwrap())).unwrap_or(0)
 }
 
 /// `n` GETs of `url` on their own tasks, answered whenever their members let them.
-fn send(url: &str, n: usize) -> Vec<tokio::task::JoinHandle<Reply>> {
+pub(crate) fn send(url: &str, n: usize) -> Vec<tokio::task::JoinHandle<Reply>> {
     (0..n)
         .map(|_| {
             let url = url.to_owned();

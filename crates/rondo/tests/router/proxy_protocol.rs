@@ -79,11 +79,22 @@ fn v2_header(src: &str, dst: &str) -> Vec<u8> {
     .expect("header")
 }
 
-/// HAProxy in TCP mode on a free port, sending PROXY v2 to `to` (killed on drop).
-struct Haproxy(Child, SocketAddr, std::path::PathBuf);
+/// HAProxy on a free port (killed on drop): `.1` the address it listens on.
+pub(crate) struct Haproxy(Child, pub(crate) SocketAddr, std::path::PathBuf);
 
 impl Haproxy {
+    /// In TCP mode, sending PROXY v2 to `to`.
     fn start(to: SocketAddr) -> Haproxy {
+        Haproxy::with(
+            "mode tcp",
+            "",
+            &format!("default_backend b\nbackend b\n  server r {to} send-proxy-v2"),
+        )
+    }
+
+    /// With `mode` in its defaults, its frontend bound with `bind` options and the rest of its
+    /// configuration after the `bind` line (`rest`).
+    pub(crate) fn with(mode: &str, bind: &str, rest: &str) -> Haproxy {
         let port = crate::common::free_port();
         let dir = std::env::temp_dir().join(format!("rondo-pp-{}-{port}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
@@ -91,9 +102,9 @@ impl Haproxy {
         std::fs::write(
             &cfg,
             format!(
-                "global\n  maxconn 100\ndefaults\n  mode tcp\n  timeout connect 5s\n  \
-                 timeout client 10s\n  timeout server 10s\nfrontend f\n  bind 127.0.0.1:{port}\n  \
-                 default_backend b\nbackend b\n  server r {to} send-proxy-v2\n"
+                "global\n  maxconn 100\ndefaults\n  {mode}\n  timeout connect 5s\n  \
+                 timeout client 10s\n  timeout server 10s\nfrontend f\n  \
+                 bind 127.0.0.1:{port} {bind}\n  {rest}\n"
             ),
         )
         .unwrap();
