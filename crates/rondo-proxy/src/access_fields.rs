@@ -2,7 +2,7 @@
 //! [`Layout`] (the default text or JSON line, chosen `fields`, or a template) compiled once when
 //! the log opens; the request facts only some layouts need ([`Extra`]: header values, the TLS
 //! version and server name, each try's time), recorded on the request path only when the layout
-//! names them; and the writing of each value ([`Value`]) by hand, on the writer thread, without
+//! names them; and the writing of each value (`Value`) by hand, on the writer thread, without
 //! an allocation per field.
 
 use std::fmt::Write as _;

@@ -404,6 +404,12 @@ members = [{{ name = "good", address = "{good}" }}]
     }
     assert!(retried >= 1, "round robin sent a request to the slow member first: {lines:?}");
 
+    tls_lines_name_the_version_and_the_server_name(&dir.0, tls);
+}
+
+/// The TLS listener's JSON lines: only the `fields` asked for, with the TLS version and the
+/// server name, over HTTP/1.1 and HTTP/2 by ALPN.
+fn tls_lines_name_the_version_and_the_server_name(dir: &Path, tls: u16) {
     // TLS: the version and the server name, over HTTP/1.1 and HTTP/2 by ALPN.
     let resolve = format!("log.test:{tls}:127.0.0.1");
     let url = format!("https://log.test:{tls}/");
@@ -411,7 +417,7 @@ members = [{{ name = "good", address = "{good}" }}]
         let args = ["-k", version, "--resolve", &resolve, "-A", "agent/2", &url];
         assert_eq!(curl(&args), "good\n");
     }
-    let lines = lines_of(&dir.0.join("tls.log"), 2);
+    let lines = lines_of(&dir.join("tls.log"), 2);
     let mut protocols = Vec::new();
     for line in &lines {
         let v: serde_json::Value = serde_json::from_str(line).expect(line);
