@@ -273,6 +273,37 @@ fn flows_keep_a_client_on_its_member_and_requests_spread() {
     stop_b.store(false, Ordering::Relaxed);
 }
 
+#[test]
+fn open_flows_are_in_flight_on_their_members_until_idle() {
+    let ((a, stop_a), (b, stop_b)) = (echo("a"), echo("b"));
+    let dir = TempDir::new("udp-idle");
+    let config = echo_config(&[("a", a), ("b", b)], "idle_timeout = \"1s\"", "");
+    let (_rondo, listener, admin) = serve(&dir.0, &config);
+    let clients: Vec<UdpSocket> = (0..3).map(|_| client(Duration::from_secs(2))).collect();
+    for (i, c) in clients.iter().enumerate() {
+        assert!(ask(c, listener, &format!("hello {i}")).is_some());
+    }
+    let in_flight = "rondo_member_in_flight{cluster=\"echo\"";
+    let flows = "rondo_udp_flows{listener=\"dns\",cluster=\"echo\"}";
+    // Each open flow is one in flight on its member (what least-sessions balances).
+    assert_eq!(metric(admin, flows), 3.0);
+    assert_eq!(metric(admin, in_flight), 3.0);
+    // Quiet for longer than idle_timeout: every flow ends and gives its count back (bounded).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while metric(admin, flows) > 0.0 || metric(admin, in_flight) > 0.0 {
+        assert!(Instant::now() < deadline, "flows still open after 10 s");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // A client heard from again opens a new flow.
+    assert!(ask(&clients[0], listener, "again").is_some());
+    assert_eq!(
+        metric(admin, "rondo_udp_flows_started_total{listener=\"dns\",cluster=\"echo\"}"),
+        4.0
+    );
+    stop_a.store(false, Ordering::Relaxed);
+    stop_b.store(false, Ordering::Relaxed);
+}
+
 /// Resident memory of process `pid`, KiB.
 fn rss_kib(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
