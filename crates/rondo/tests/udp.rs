@@ -304,6 +304,47 @@ fn open_flows_are_in_flight_on_their_members_until_idle() {
     stop_b.store(false, Ordering::Relaxed);
 }
 
+#[test]
+fn an_upgrade_hands_the_udp_socket_over_and_the_old_flows_end_with_the_drain() {
+    let (member, stop) = echo("m");
+    let dir = TempDir::new("udp-upgrade");
+    let sock = dir.0.join("upgrade.sock");
+    let path = dir.0.join("rondo.toml");
+    let config = format!(
+        "[router]\nupgrade_socket = \"{}\"\ndrain_timeout_ms = 8000\n\n{}",
+        sock.display(),
+        echo_config(&[("m", member)], "", "")
+    );
+    std::fs::write(&path, config).unwrap();
+    let path = path.to_str().unwrap();
+    let mut old = Proc::start(&["serve", "--config", path]);
+    let listener = old.addr_after("rondo: listener dns on ");
+    old.line_with("rondo: reloading on changes", Duration::from_secs(20));
+    let before = client(Duration::from_secs(2));
+    assert_eq!(ask(&before, listener, "one").as_deref(), Some("m:one"));
+
+    let mut new = Proc::start(&["serve", "--upgrade", "--config", path]);
+    // The same socket (port 0 was kept): the new process serves the old one's address.
+    assert_eq!(new.addr_after("rondo: listener dns on "), listener);
+    old.line_with("rondo: handed over to pid", Duration::from_secs(20));
+    // A new client and the old one are both answered (by whichever process reads the socket).
+    let after = client(Duration::from_secs(2));
+    assert_eq!(ask(&after, listener, "two").as_deref(), Some("m:two"));
+    assert_eq!(ask(&before, listener, "three").as_deref(), Some("m:three"));
+    // The old process's flows end once quiet, and it exits well within its drain timeout.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let status = loop {
+        if let Some(s) = old.child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "the old process did not exit");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(status.success(), "{status}");
+    assert_eq!(ask(&after, listener, "four").as_deref(), Some("m:four"));
+    stop.store(false, Ordering::Relaxed);
+}
+
 /// Resident memory of process `pid`, KiB.
 fn rss_kib(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
