@@ -192,8 +192,19 @@ fn dig_through_rondo_reaches_both_dns_members_and_then_the_survivor() {
         metric(admin, "rondo_udp_datagrams_out_total{listener=\"dns\",cluster=\"dns\"}") >= 2.0
     );
 
+    // The UDP probe (a DNS query, its answer carrying the query's id) passes on both.
+    let healthy = |m: &str| format!("rondo_member_healthy{{cluster=\"dns\",member=\"{m}\"}}");
+    assert_eq!(metric(admin, &healthy("one")) + metric(admin, &healthy("two")), 2.0);
+
     // Member one dies: within a bounded number of queries, every answer is the survivor's.
     drop(std::mem::replace(&mut one, ChildGuard(Command::new("true").spawn().unwrap())));
+    // Its probe fails (ICMP port unreachable: refused) and takes it down (bounded: 5 s).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while metric(admin, &healthy("one")) != 0.0 {
+        assert!(Instant::now() < deadline, "the udp probe never took the killed member down");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(metric(admin, &healthy("two")), 1.0);
     let mut in_a_row = 0;
     for _ in 0..40 {
         match dig(listener).as_deref() {
