@@ -193,7 +193,13 @@ async fn per_request(
     let key = Key { client, member: member as u32 };
     let open = shared.table().get(&key).cloned();
     if let Some(f) = open {
-        return Some(f);
+        // The same member, unless a reload gave its index to another: that flow ends.
+        let name = |rt: &ClusterRt, m: usize| rt.spec.members.get(m).map(|m| m.name.clone());
+        if Arc::ptr_eq(&f.rt, &rt) || name(&f.rt, f.member) == name(&rt, member) {
+            return Some(f);
+        }
+        shared.table().remove(&key, f.id);
+        relay::stop(&f);
     }
     // Counted in flight on the member for as long as the flow lasts.
     rt.with(|b| b.begin_request(member));
