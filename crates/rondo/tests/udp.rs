@@ -192,8 +192,19 @@ fn dig_through_rondo_reaches_both_dns_members_and_then_the_survivor() {
         metric(admin, "rondo_udp_datagrams_out_total{listener=\"dns\",cluster=\"dns\"}") >= 2.0
     );
 
+    // The UDP probe (a DNS query, its answer carrying the query's id) passes on both.
+    let healthy = |m: &str| format!("rondo_member_healthy{{cluster=\"dns\",member=\"{m}\"}}");
+    assert_eq!(metric(admin, &healthy("one")) + metric(admin, &healthy("two")), 2.0);
+
     // Member one dies: within a bounded number of queries, every answer is the survivor's.
     drop(std::mem::replace(&mut one, ChildGuard(Command::new("true").spawn().unwrap())));
+    // Its probe fails (ICMP port unreachable: refused) and takes it down (bounded: 5 s).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while metric(admin, &healthy("one")) != 0.0 {
+        assert!(Instant::now() < deadline, "the udp probe never took the killed member down");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(metric(admin, &healthy("two")), 1.0);
     let mut in_a_row = 0;
     for _ in 0..40 {
         match dig(listener).as_deref() {
@@ -271,6 +282,78 @@ fn flows_keep_a_client_on_its_member_and_requests_spread() {
     assert_eq!(metric(admin, "rondo_udp_flows{listener=\"dns\",cluster=\"echo\"}"), 2.0);
     stop_a.store(false, Ordering::Relaxed);
     stop_b.store(false, Ordering::Relaxed);
+}
+
+#[test]
+fn open_flows_are_in_flight_on_their_members_until_idle() {
+    let ((a, stop_a), (b, stop_b)) = (echo("a"), echo("b"));
+    let dir = TempDir::new("udp-idle");
+    let config = echo_config(&[("a", a), ("b", b)], "idle_timeout = \"1s\"", "");
+    let (_rondo, listener, admin) = serve(&dir.0, &config);
+    let clients: Vec<UdpSocket> = (0..3).map(|_| client(Duration::from_secs(2))).collect();
+    for (i, c) in clients.iter().enumerate() {
+        assert!(ask(c, listener, &format!("hello {i}")).is_some());
+    }
+    let in_flight = "rondo_member_in_flight{cluster=\"echo\"";
+    let flows = "rondo_udp_flows{listener=\"dns\",cluster=\"echo\"}";
+    // Each open flow is one in flight on its member (what least-sessions balances).
+    assert_eq!(metric(admin, flows), 3.0);
+    assert_eq!(metric(admin, in_flight), 3.0);
+    // Quiet for longer than idle_timeout: every flow ends and gives its count back (bounded).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while metric(admin, flows) > 0.0 || metric(admin, in_flight) > 0.0 {
+        assert!(Instant::now() < deadline, "flows still open after 10 s");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // A client heard from again opens a new flow.
+    assert!(ask(&clients[0], listener, "again").is_some());
+    assert_eq!(
+        metric(admin, "rondo_udp_flows_started_total{listener=\"dns\",cluster=\"echo\"}"),
+        4.0
+    );
+    stop_a.store(false, Ordering::Relaxed);
+    stop_b.store(false, Ordering::Relaxed);
+}
+
+#[test]
+fn an_upgrade_hands_the_udp_socket_over_and_the_old_flows_end_with_the_drain() {
+    let (member, stop) = echo("m");
+    let dir = TempDir::new("udp-upgrade");
+    let sock = dir.0.join("upgrade.sock");
+    let path = dir.0.join("rondo.toml");
+    let config = format!(
+        "[router]\nupgrade_socket = \"{}\"\ndrain_timeout_ms = 8000\n\n{}",
+        sock.display(),
+        echo_config(&[("m", member)], "", "")
+    );
+    std::fs::write(&path, config).unwrap();
+    let path = path.to_str().unwrap();
+    let mut old = Proc::start(&["serve", "--config", path]);
+    let listener = old.addr_after("rondo: listener dns on ");
+    old.line_with("rondo: reloading on changes", Duration::from_secs(20));
+    let before = client(Duration::from_secs(2));
+    assert_eq!(ask(&before, listener, "one").as_deref(), Some("m:one"));
+
+    let mut new = Proc::start(&["serve", "--upgrade", "--config", path]);
+    // The same socket (port 0 was kept): the new process serves the old one's address.
+    assert_eq!(new.addr_after("rondo: listener dns on "), listener);
+    old.line_with("rondo: handed over to pid", Duration::from_secs(20));
+    // A new client and the old one are both answered (by whichever process reads the socket).
+    let after = client(Duration::from_secs(2));
+    assert_eq!(ask(&after, listener, "two").as_deref(), Some("m:two"));
+    assert_eq!(ask(&before, listener, "three").as_deref(), Some("m:three"));
+    // The old process's flows end once quiet, and it exits well within its drain timeout.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let status = loop {
+        if let Some(s) = old.child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "the old process did not exit");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(status.success(), "{status}");
+    assert_eq!(ask(&after, listener, "four").as_deref(), Some("m:four"));
+    stop.store(false, Ordering::Relaxed);
 }
 
 /// Resident memory of process `pid`, KiB.

@@ -3,11 +3,11 @@
 //! by the cluster's balancer, as a TCP connection is, and counted in flight on that member while
 //! it lasts (so `least-connections` sees open flows). A flow has a socket connected to its
 //! member; the member's answers come back on it and leave from the listener's socket to that
-//! client alone ([`relay`]). With `granularity = "request"` every datagram is placed, and a
+//! client alone (`relay.rs`). With `granularity = "request"` every datagram is placed, and a
 //! client has a flow per member it was sent to. A flow ends after `idle_timeout` without a
 //! datagram either way, when its member refuses a datagram (ICMP port unreachable: a failure
 //! charged to the member, and the datagram is placed again, away from it), or when the table is
-//! full and a new flow evicts it ([`flows`]).
+//! full and a new flow evicts it (`flows.rs`).
 //!
 //! The hot path (a datagram of an open flow) takes one lock of the flow table for a lookup and
 //! sends from the receive buffer: no allocation, no pick. In an upgrade the listener's socket
@@ -193,7 +193,13 @@ async fn per_request(
     let key = Key { client, member: member as u32 };
     let open = shared.table().get(&key).cloned();
     if let Some(f) = open {
-        return Some(f);
+        // The same member, unless a reload gave its index to another: that flow ends.
+        let name = |rt: &ClusterRt, m: usize| rt.spec.members.get(m).map(|m| m.name.clone());
+        if Arc::ptr_eq(&f.rt, &rt) || name(&f.rt, f.member) == name(&rt, member) {
+            return Some(f);
+        }
+        shared.table().remove(&key, f.id);
+        relay::stop(&f);
     }
     // Counted in flight on the member for as long as the flow lasts.
     rt.with(|b| b.begin_request(member));
