@@ -432,7 +432,8 @@ fn a_trace_request_id_started_is_no_parent_on_either_codec() {
 fn a_throttling_collector_never_stalls_requests() {
     // A collector that answers every export `503 Retry-After: 20`: the exporter waits 20 s
     // before its retry. That wait must be a timer's, not a sleep of the runtime's thread: with
-    // one worker, a sleeping thread would leave every request unanswered for those 20 s.
+    // one worker, a sleeping thread would leave every request unanswered for those 20 s. And
+    // spans that end meanwhile wait in the bounded queue or are dropped and counted.
     let collector = serve(|_, _| {
         let resp = Response::builder()
             .status(503)
@@ -443,8 +444,16 @@ fn a_throttling_collector_never_stalls_requests() {
     });
     let dir = TempDir::new("tracing");
     let good = member("good");
-    let config = config(collector.addr, "export_timeout = \"60s\"", good.addr);
-    let (_p, web) = rondo(&dir.0, &config);
+    let token = "trace-test-token-0123456789";
+    let extra = format!(
+        "export_timeout = \"60s\"\nmax_queue = 2\n\n\
+         [admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"{token}\"\n"
+    );
+    let path = dir.0.join("rondo.toml");
+    std::fs::write(&path, config(collector.addr, &extra, good.addr)).expect("write config");
+    let mut p = Proc::start(&["serve", "--config", path.to_str().unwrap(), "--workers", "1"]);
+    let web = p.addr_after("rondo: listener web on ");
+    let admin = p.addr_after("rondo: admin API on ");
     assert_eq!(h1(web, "/first", ""), 200);
     let deadline = Instant::now() + Duration::from_secs(15);
     while collector.seen.lock().unwrap().is_empty() {
@@ -464,4 +473,11 @@ fn a_throttling_collector_never_stalls_requests() {
         assert!(read.is_ok(), "{path} unanswered within 5 s while the exporter waits: {read:?}");
         assert!(answer.starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&answer));
     }
+    // Meanwhile the queue (`max_queue = 2`) took the second request's two spans; the third
+    // request's two were dropped, not waited for.
+    let auth = format!("Authorization: Bearer {token}\r\n");
+    let (status, body) = common::request_with(admin, "GET", "/metrics", &auth, b"");
+    assert_eq!(status, 200);
+    let line = "rondo_trace_spans_dropped_total{reason=\"queue_full\"} 2";
+    assert!(body.lines().any(|l| l == line), "no `{line}` in:\n{body}");
 }
