@@ -26,6 +26,7 @@ fn main() {
         ("dns", "CARGO_FEATURE_DNS"),
         ("etcd", "CARGO_FEATURE_ETCD"),
         ("nats", "CARGO_FEATURE_NATS"),
+        ("otel", "CARGO_FEATURE_OTEL"),
     ]
     .into_iter()
     .filter(|(_, var)| std::env::var_os(var).is_some())

@@ -80,6 +80,7 @@ fn has_features_for(text: &str) -> bool {
     (cfg!(feature = "dns") || !sets("dns_listen"))
         && (cfg!(feature = "etcd") || !sets("registry = \"etcd\""))
         && (cfg!(feature = "nats") || !sets("backend = \"nats\""))
+        && (cfg!(feature = "otel") || !sets("[tracing]"))
 }
 
 #[test]
@@ -393,6 +394,9 @@ fn version_and_help() {
     }
     if cfg!(feature = "nats") {
         features.push("nats");
+    }
+    if cfg!(feature = "otel") {
+        features.push("otel");
     }
     let features = if features.is_empty() { "none".to_owned() } else { features.join(", ") };
     assert_eq!(

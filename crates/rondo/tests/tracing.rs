@@ -427,3 +427,57 @@ fn a_trace_request_id_started_is_no_parent_on_either_codec() {
         assert!(seen.contains(&(path.to_owned(), Some(expected))), "{path}: {seen:?}");
     }
 }
+
+#[test]
+fn a_throttling_collector_never_stalls_requests() {
+    // A collector that answers every export `503 Retry-After: 20`: the exporter waits 20 s
+    // before its retry. That wait must be a timer's, not a sleep of the runtime's thread: with
+    // one worker, a sleeping thread would leave every request unanswered for those 20 s. And
+    // spans that end meanwhile wait in the bounded queue or are dropped and counted.
+    let collector = serve(|_, _| {
+        let resp = Response::builder()
+            .status(503)
+            .header("retry-after", "20")
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        ((), resp)
+    });
+    let dir = TempDir::new("tracing");
+    let good = member("good");
+    let token = "trace-test-token-0123456789";
+    let extra = format!(
+        "export_timeout = \"60s\"\nmax_queue = 2\n\n\
+         [admin]\nlisten = \"127.0.0.1:0\"\ntoken = \"{token}\"\n"
+    );
+    let path = dir.0.join("rondo.toml");
+    std::fs::write(&path, config(collector.addr, &extra, good.addr)).expect("write config");
+    let mut p = Proc::start(&["serve", "--config", path.to_str().unwrap(), "--workers", "1"]);
+    let web = p.addr_after("rondo: listener web on ");
+    let admin = p.addr_after("rondo: admin API on ");
+    assert_eq!(h1(web, "/first", ""), 200);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while collector.seen.lock().unwrap().is_empty() {
+        assert!(Instant::now() < deadline, "no export came");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The exporter is now waiting out the Retry-After.
+    std::thread::sleep(Duration::from_millis(300));
+    for path in ["/second", "/third"] {
+        let mut s = std::net::TcpStream::connect(web).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
+        use std::io::{Read as _, Write as _};
+        let head = format!("GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+        s.write_all(head.as_bytes()).expect("send");
+        let mut answer = Vec::new();
+        let read = s.read_to_end(&mut answer);
+        assert!(read.is_ok(), "{path} unanswered within 5 s while the exporter waits: {read:?}");
+        assert!(answer.starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&answer));
+    }
+    // Meanwhile the queue (`max_queue = 2`) took the second request's two spans; the third
+    // request's two were dropped, not waited for.
+    let auth = format!("Authorization: Bearer {token}\r\n");
+    let (status, body) = common::request_with(admin, "GET", "/metrics", &auth, b"");
+    assert_eq!(status, 200);
+    let line = "rondo_trace_spans_dropped_total{reason=\"queue_full\"} 2";
+    assert!(body.lines().any(|l| l == line), "no `{line}` in:\n{body}");
+}
