@@ -13,7 +13,7 @@ pub const MAX_ENDPOINTS: usize = 64;
 
 /// Splits and checks an endpoint list (`host:port,host:port`; blanks around commas ignored):
 /// the endpoints in order, or why the list is malformed (an empty entry, a scheme other than
-/// `http` or `https`, no port, more than [`MAX_ENDPOINTS`]).
+/// `http` or `https`, no port, more than 64).
 pub fn parse_endpoints(list: &str) -> Result<Vec<String>, String> {
     if list.trim().is_empty() {
         return Err("the list is empty".to_owned());

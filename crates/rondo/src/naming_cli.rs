@@ -68,7 +68,7 @@ pub async fn lookup(
 /// Registers `member` of `cluster` at `address` with the first endpoint that takes it and
 /// renews the lease every third of its time; a lease the endpoint lost (404) is registered
 /// again there, an endpoint that fails is left for the next one (doubling backoff up to
-/// [`MAX_BACKOFF`]). Runs until dropped.
+/// 5 s). Runs until dropped.
 pub async fn keep_registered(
     naming: Vec<NamingClient>,
     cluster: String,
