@@ -53,6 +53,7 @@ struct Fixed {
     agent: Option<rondo_config::AgentSpec>,
     log: rondo_config::LogSpec,
     queues: Vec<rondo_config::QueueSpec>,
+    tier: Option<rondo_config::TierSpec>,
 }
 
 impl Fixed {
@@ -65,6 +66,7 @@ impl Fixed {
             agent: config.agent.clone(),
             log: config.log.clone(),
             queues: config.queues.clone(),
+            tier: config.tier.clone(),
         }
     }
 
@@ -100,6 +102,9 @@ impl Fixed {
         }
         if self.queues != new.queues {
             v.push("[[queue]]".to_owned());
+        }
+        if self.tier != new.tier {
+            v.push("[tier]".to_owned());
         }
         v
     }
