@@ -9,6 +9,7 @@ pub mod client;
 mod dashboard;
 mod members;
 mod metrics;
+mod operator;
 mod probes;
 mod queues;
 mod server;

@@ -110,7 +110,7 @@ async fn show(State(live): State<Arc<Live>>, UrlPath(member): UrlPath<String>) -
 }
 
 fn set_everywhere(live: &Live, headers: &HeaderMap, member: &str, to: AdminState) -> Response {
-    let by = Actor::Operator(crate::server::operator(headers));
+    let by = Actor::Operator(crate::operator::operator(headers));
     let by_text = by.to_string();
     // Set while no view can be swapped in, as the per-cluster endpoints do.
     let done = live.with_current(|snap| {

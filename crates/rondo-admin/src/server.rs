@@ -28,8 +28,8 @@ use rondo_runtime::{ClusterRt, Live, Snapshot, clock, probe};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-/// The header naming the operator behind a mutation (default `admin-api`).
-pub const OPERATOR_HEADER: &str = "x-rondo-operator";
+pub use crate::operator::OPERATOR_HEADER;
+use crate::operator::operator;
 
 /// A running admin API.
 pub struct AdminServer {
@@ -390,16 +390,6 @@ fn find(
             format!("unknown member `{member}` in cluster `{cluster}`"),
         )),
     }
-}
-
-pub(crate) fn operator(headers: &HeaderMap) -> String {
-    headers
-        .get(OPERATOR_HEADER)
-        .and_then(|v| v.to_str().ok())
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .unwrap_or("admin-api")
-        .to_owned()
 }
 
 fn set_admin(

@@ -54,6 +54,7 @@ struct Fixed {
     log: rondo_config::LogSpec,
     queues: Vec<rondo_config::QueueSpec>,
     tracing: Option<rondo_config::TracingSpec>,
+    tier: Option<rondo_config::TierSpec>,
 }
 
 impl Fixed {
@@ -67,6 +68,7 @@ impl Fixed {
             log: config.log.clone(),
             queues: config.queues.clone(),
             tracing: config.tracing.clone(),
+            tier: config.tier.clone(),
         }
     }
 
@@ -105,6 +107,9 @@ impl Fixed {
         }
         if self.tracing != new.tracing {
             v.push("[tracing]".to_owned());
+        }
+        if self.tier != new.tier {
+            v.push("[tier]".to_owned());
         }
         v
     }

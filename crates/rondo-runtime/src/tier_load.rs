@@ -1,7 +1,7 @@
 //! One load view for the tier (SGD's array shares load information between its servers):
 //! every `[tier] interval_ms` this router publishes the load it measures per member (requests
 //! in flight, sessions, EWMA latency) on the tier's NATS core subject, and adds up the other
-//! routers' reports into each member's external addend ([`rondo_core::Load::external`]), so that
+//! routers' reports into each member's external addend ([`rondo_core::load::Load::external`]), so that
 //! its load-counting pickers see the tier's in-flight total. A router silent for
 //! [`FORGET_AFTER`] intervals is forgotten.
 //!

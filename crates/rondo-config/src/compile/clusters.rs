@@ -244,13 +244,15 @@ pub(super) fn compile_members(
             RawMemberEntry::Inline(m) => {
                 c.name(p.key("name"), "member", &m.name);
                 let ok = check_host_port(&m.address).map_err(|msg| c.err(p.key("address"), msg));
-                let spec = member_spec(c, &p, &m.name, &m.address, m.weight, &m.group, &m.state);
+                let spec = shared_members::member_spec(
+                    c, &p, &m.name, &m.address, m.weight, &m.group, &m.state,
+                );
                 (spec, p.key("name"), ok.is_ok(), p.key("address"))
             }
             RawMemberEntry::Shared(name) => match shared.get(name) {
                 Some(spec) => (spec.clone(), p.clone(), true, p.clone()),
                 None => {
-                    c.err(p.clone(), crate::compile::shared_members::unknown(name, shared));
+                    c.err(p.clone(), shared_members::unknown(name, shared));
                     continue;
                 }
             },
@@ -287,40 +289,6 @@ pub(super) fn compile_members(
         out.push(spec);
     }
     out
-}
-
-/// A member's `weight`, `group` and `state` at `p` (a cluster's `members[i]` or a
-/// `[member.NAME]`), with its name and address as written.
-pub(super) fn member_spec(
-    c: &mut Compiler<'_>,
-    p: &FieldPath,
-    name: &str,
-    address: &str,
-    weight: Option<u64>,
-    group: &Option<String>,
-    state: &Option<String>,
-) -> MemberSpec {
-    let weight = c.int(p.key("weight"), weight, DEFAULT_WEIGHT, 1, MAX_WEIGHT);
-    if let Some(g) = group
-        && g.is_empty()
-    {
-        c.err(p.key("group"), "group must not be empty");
-    }
-    let admin = match state.as_deref() {
-        None => AdminState::default(),
-        Some(s) => AdminState::parse(s).unwrap_or_else(|| {
-            let all = ADMIN_STATES.map(AdminState::as_str);
-            c.err(p.key("state"), format!("unknown state `{s}`, expected {}", one_of(all)));
-            AdminState::default()
-        }),
-    };
-    MemberSpec {
-        name: name.to_owned(),
-        address: address.to_owned(),
-        weight: u32::try_from(weight).unwrap_or(1),
-        group: group.clone(),
-        admin,
-    }
 }
 
 /// Parses `200` or `200-399`.

@@ -1,7 +1,8 @@
 //! `[member.NAME]`: members defined once and listed by name in several clusters' `members`
 //! (SGD's application server in several load-balancing groups). Each table is checked here,
 //! at its own field paths; a cluster's entry naming one is checked where the cluster's members
-//! are (duplicates within the cluster, an unknown name).
+//! are (duplicates within the cluster, an unknown name). A member's own fields are checked
+//! here for both kinds ([`member_spec`]).
 
 use super::*;
 use crate::raw::RawMemberEntry;
@@ -18,10 +19,44 @@ pub(super) fn compile_shared_members(
         if let Err(msg) = check_host_port(&m.address) {
             c.err(p.key("address"), msg);
         }
-        let spec = clusters::member_spec(c, &p, name, &m.address, m.weight, &m.group, &m.state);
+        let spec = member_spec(c, &p, name, &m.address, m.weight, &m.group, &m.state);
         out.insert(name.clone(), spec);
     }
     out
+}
+
+/// A member's `weight`, `group` and `state` at `p` (a cluster's `members[i]` or a
+/// `[member.NAME]`), with its name and address as written.
+pub(super) fn member_spec(
+    c: &mut Compiler<'_>,
+    p: &FieldPath,
+    name: &str,
+    address: &str,
+    weight: Option<u64>,
+    group: &Option<String>,
+    state: &Option<String>,
+) -> MemberSpec {
+    let weight = c.int(p.key("weight"), weight, DEFAULT_WEIGHT, 1, MAX_WEIGHT);
+    if let Some(g) = group
+        && g.is_empty()
+    {
+        c.err(p.key("group"), "group must not be empty");
+    }
+    let admin = match state.as_deref() {
+        None => AdminState::default(),
+        Some(s) => AdminState::parse(s).unwrap_or_else(|| {
+            let all = ADMIN_STATES.map(AdminState::as_str);
+            c.err(p.key("state"), format!("unknown state `{s}`, expected {}", one_of(all)));
+            AdminState::default()
+        }),
+    };
+    MemberSpec {
+        name: name.to_owned(),
+        address: address.to_owned(),
+        weight: u32::try_from(weight).unwrap_or(1),
+        group: group.clone(),
+        admin,
+    }
 }
 
 /// The error of a cluster's `members` entry naming no `[member.NAME]`.

@@ -233,3 +233,37 @@ async fn the_watcher_reloads_when_an_included_file_changes_or_appears() {
     assert!(r.live().load().view.clusters.contains_key("d"));
     watcher.abort();
 }
+
+/// A reload that makes a member shared (`[member.NAME]` listed by two clusters) attaches both
+/// clusters' runtimes to its one state, keeps its drain (state by name), and a `[tier]`
+/// change is reported as needing a restart.
+#[tokio::test]
+async fn a_reload_shares_a_member_and_keeps_its_state() {
+    let dir = TempDir::new();
+    let r = start(&dir, &config("127.0.0.1:0", &["a", "b"]));
+    let snap = r.live().load();
+    snap.clusters["c"].set_admin(0, rondo_core::AdminState::Draining, Actor::Operator("t".into()));
+    let shared = "[[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:0\"\n\n\
+         [[route]]\nname = \"main\"\nlistener = \"web\"\ncluster = \"c\"\n\n\
+         [[route]]\nname = \"other\"\nlistener = \"web\"\nmatch = { path_prefix = \"/d\" }\ncluster = \"d\"\n\n\
+         [member.a]\naddress = \"127.0.0.1:1\"\n\n\
+         [cluster.c]\nalgorithm = \"least-sessions\"\nmembers = [\"a\", { name = \"b\", address = \"127.0.0.1:2\" }]\n\n\
+         [cluster.d]\nmembers = [\"a\"]\n";
+    std::fs::write(r.path(), shared).unwrap();
+    r.reload("test").expect("applied");
+    let snap = r.live().load();
+    let (c, d) = (&snap.clusters["c"], &snap.clusters["d"]);
+    assert!(c.shared_member(0).is_some() && d.shared_member(0).is_some());
+    assert!(c.shared_member(1).is_none());
+    assert!(Arc::ptr_eq(c.shared_member(0).unwrap(), d.shared_member(0).unwrap()), "one state");
+    assert_eq!(c.with(|b| b.states()[0].admin), rondo_core::AdminState::Draining);
+    assert_eq!(r.live().shared_members.clusters_of("a"), ["c", "d"]);
+    let mut tiered = Fixed::of(&rondo_config::load_file(r.path(), 9).unwrap());
+    tiered.listeners = r.fixed.listeners.clone();
+    tiered.tier = Some(rondo_config::TierSpec {
+        nats: "nats://127.0.0.1:4222".into(),
+        subject: "rondo.tier.default.load".into(),
+        interval: std::time::Duration::from_millis(100),
+    });
+    assert_eq!(r.fixed.changed(&tiered), ["[tier]"]);
+}
