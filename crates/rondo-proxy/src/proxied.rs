@@ -9,13 +9,12 @@
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
+use std::any::Any;
+
 use rondo_core::{ProxyHeader, TlsFailure};
 use rondo_runtime::ClusterRt;
-use rondo_runtime::pools::Sender;
+use rondo_runtime::pools::{Clients, PoolBody, Sender};
 use tokio::net::TcpStream;
-
-use crate::body::UpstreamBody;
-use crate::upstream::Clients;
 
 /// A client connection's pools for clusters with `proxy_protocol` (hyper's path), at most this
 /// many (a client that reaches more clusters, or the same ones over many reloads, drops its
@@ -23,14 +22,18 @@ use crate::upstream::Clients;
 const MAX_POOLS: usize = 8;
 
 /// A pool for one client's connections to a cluster's members.
-type ClientPool = Arc<Sender<'static, UpstreamBody>>;
+type ClientPool<B> = Arc<Sender<'static, B>>;
 
-/// One client connection's pools, per cluster (hyper's path).
+/// One client connection's pools, per cluster (hyper's path). Each pool is kept as `Any`: the
+/// connection's state knows nothing of the request path's body type.
 pub(crate) struct PerConn {
     /// The client's address and the one it reached (the header's source and destination).
     addrs: (SocketAddr, SocketAddr),
-    pools: Mutex<Vec<(Arc<ClusterRt>, ClientPool)>>,
+    pools: Mutex<Vec<(Arc<ClusterRt>, AnyPool)>>,
 }
+
+/// A [`ClientPool`] of any body type.
+type AnyPool = Arc<dyn Any + Send + Sync>;
 
 impl std::fmt::Debug for PerConn {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -45,16 +48,25 @@ impl PerConn {
     }
 
     /// The pool of this client's connections to `rt`'s members, made at its first request.
-    pub(crate) fn sender(
+    pub(crate) fn sender<B>(
         &self,
-        clients: &Clients,
+        clients: &Clients<B>,
         rt: &Arc<ClusterRt>,
         version: ProxyHeader,
-    ) -> Result<ClientPool, TlsFailure> {
+    ) -> Result<ClientPool<B>, TlsFailure>
+    where
+        B: PoolBody + Sync,
+        B::Data: Send,
+        B::Error: Into<rondo_runtime::pools::BoxError>,
+    {
         let mut pools = self.pools.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((_, sender)) = pools.iter().find(|(r, _)| Arc::ptr_eq(r, rt)) {
-            return Ok(sender.clone());
+        let found = pools.iter().find(|(r, _)| Arc::ptr_eq(r, rt));
+        if let Some(sender) =
+            found.and_then(|(_, p)| p.clone().downcast::<Sender<'static, B>>().ok())
+        {
+            return Ok(sender);
         }
+        pools.retain(|(r, _)| !Arc::ptr_eq(r, rt));
         let header = crate::proxy_protocol::header(version, self.addrs.0, self.addrs.1);
         let sender = Arc::new(clients.for_client(rt, header.into())?);
         if pools.len() >= MAX_POOLS {
