@@ -134,8 +134,12 @@ pub struct SharedMembers {
 
 #[derive(Debug, Default)]
 struct Table {
-    /// Member name -> the clusters that list it (two or more, in name order).
+    /// Member name -> the clusters that list it (two or more, in name order), in effect.
     listed: BTreeMap<String, Vec<String>>,
+    /// The configuration file's (with admin API changes).
+    file: BTreeMap<String, Vec<String>>,
+    /// The tier's shared configuration's, which replaces the file's while set.
+    shared: Option<BTreeMap<String, Vec<String>>>,
     members: HashMap<String, Arc<SharedMember>>,
 }
 
@@ -145,6 +149,22 @@ impl SharedMembers {
     /// swaps a view in, so that the clusters' runtimes attach).
     pub fn set(&self, listed: BTreeMap<String, Vec<String>>) -> bool {
         let mut t = self.table.lock().unwrap_or_else(|e| e.into_inner());
+        t.file = listed;
+        Self::in_effect(&mut t)
+    }
+
+    /// Sets or clears the tier's shared configuration's shared members, which replace the
+    /// file's while set (as its view replaces the file's). Returns whether anything changed.
+    pub fn set_shared(&self, listed: Option<BTreeMap<String, Vec<String>>>) -> bool {
+        let mut t = self.table.lock().unwrap_or_else(|e| e.into_inner());
+        t.shared = listed;
+        Self::in_effect(&mut t)
+    }
+
+    /// Makes the layer in force the table in effect, keeping the state of every member that
+    /// stays shared.
+    fn in_effect(t: &mut Table) -> bool {
+        let listed = t.shared.clone().unwrap_or_else(|| t.file.clone());
         if t.listed == listed {
             return false;
         }
@@ -299,6 +319,24 @@ mod tests {
         let listed = [("a".to_owned(), vec!["c".to_owned(), "d".to_owned()])];
         assert!(live.set_shared_members(listed.into_iter().collect()).is_some());
         live
+    }
+
+    /// The tier's shared configuration replaces the file's shared members while set, and the
+    /// file's come back when it is cleared, with the state of a member shared in both.
+    #[test]
+    fn the_shared_configurations_members_replace_the_files_while_set() {
+        let t = SharedMembers::default();
+        let file: BTreeMap<String, Vec<String>> =
+            [("a".to_owned(), vec!["c".to_owned(), "d".to_owned()])].into_iter().collect();
+        assert!(t.set(file.clone()));
+        let a = t.get("a").expect("shared");
+        assert!(t.set_shared(Some(BTreeMap::new())));
+        assert!(t.clusters_of("a").is_empty() && t.is_empty());
+        assert!(t.set_shared(Some(file.clone())));
+        assert!(!t.set_shared(Some(file)), "unchanged");
+        assert!(!t.set_shared(None), "the file's are the same");
+        assert_eq!(t.clusters_of("a"), ["c", "d"]);
+        assert!(!Arc::ptr_eq(&a, &t.get("a").expect("shared")), "a new state after a gap");
     }
 
     #[test]
