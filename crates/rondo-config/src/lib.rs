@@ -18,8 +18,8 @@
 
 pub mod access_format;
 mod compile;
-mod defaults;
 pub mod crypto;
+mod defaults;
 mod error;
 mod filter;
 mod include;

@@ -28,9 +28,9 @@ mod naming;
 mod quic;
 mod router;
 mod tls;
-mod udp;
-mod trace;
 mod tls_detail;
+mod trace;
+mod udp;
 mod xds;
 
 use std::collections::HashMap;
@@ -67,9 +67,9 @@ pub use router::{
 use router::{Histograms, latency_histogram};
 use tls::TlsFailureKey;
 pub use tls::{MAX_TLS_FAILURE_ROWS, TlsListenerLabels, TlsMemberLabels};
-pub use udp::{UdpLabels, UdpMetrics};
-pub use trace::TraceDropLabels;
 pub use tls_detail::{OcspLabels, TlsDetail, TlsKxLabels};
+pub use trace::TraceDropLabels;
+pub use udp::{UdpLabels, UdpMetrics};
 pub use xds::{XdsMetrics, XdsTypeLabels};
 
 /// The `Content-Type` of [`Metrics::render`]'s output (Prometheus text format 0.0.4).
