@@ -80,14 +80,15 @@ impl PerConn {
 /// The own HTTP/1 path's one member connection kept for its client (a cluster with
 /// `proxy_protocol`): the member's address, and the connection, whose PROXY header named this
 /// client. A keep-alive client's next request to the same member takes it; one to another
-/// member replaces it.
+/// member replaces it. Boxed: every idle client connection's future holds one, most of them
+/// empty.
 #[derive(Default)]
-pub(crate) struct Kept(Option<(Box<str>, TcpStream)>);
+pub(crate) struct Kept(Option<Box<(Box<str>, TcpStream)>>);
 
 impl Kept {
     /// The kept connection when it goes to `address` and is still open and quiet.
     pub(crate) fn take(&mut self, address: &str) -> Option<TcpStream> {
-        match self.0.take() {
+        match self.0.take().map(|kept| *kept) {
             Some((to, conn)) if &*to == address && crate::h1::pool::is_quiet(&conn) => Some(conn),
             _ => None,
         }
@@ -95,6 +96,6 @@ impl Kept {
 
     /// Keeps `conn`, to `address`, for this client's next request (closing any kept before).
     pub(crate) fn keep(&mut self, address: &str, conn: TcpStream) {
-        self.0 = Some((address.into(), conn));
+        self.0 = Some(Box::new((address.into(), conn)));
     }
 }
