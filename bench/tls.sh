@@ -311,7 +311,7 @@ report() {
   echo "Measured $(date -u +%Y-%m-%dT%H:%MZ) with \`$cmd\` ($mode run: $ROUNDS round(s), medians); rondo built from git $REV."
   echo "Machine: $(nproc) vCPU ($(awk -F': ' '/model name/{print $2; exit}' /proc/cpuinfo)), Linux $(uname -r);"
   echo "proxies on CPU $PROXY_CPU (one thread each), members and load on CPU $LOAD_CPU; load average at start: $LOADAVG."
-  echo "TLS 1.3, X25519; rondo with rustls (ring), HAProxy with $(openssl version | awk '{print $1, $2}')."
+  echo "TLS 1.3, X25519; rondo with rustls (ring, or aws-lc-rs when built with `--features aws-lc`), HAProxy with $(openssl version | awk '{print $1, $2}')."
   echo
   row "" "rondo $rv (1 worker)" "HAProxy $hv (nbthread 1)" "rondo / HAProxy"
   row "---" "---:" "---:" "---:"

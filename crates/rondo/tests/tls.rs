@@ -2010,3 +2010,59 @@ max_attempts = 1
     assert_eq!(RECORDED.lock().unwrap().len(), 1, "the wrong member is not the recording one");
     drop(rt);
 }
+
+// PROXY protocol to TLS members (issue 38 item 1): the header goes before the handshake, and a
+// member connection opened for one client never carries another's request. The member is a real
+// HAProxy (`accept-proxy ssl`) answering each request with the source address its connection's
+// PROXY header named; two clients on other loopback addresses take turns.
+#[test]
+fn proxy_headers_reach_tls_members_per_client() {
+    let dir = TempDir::new("tls");
+    let d = &dir.0;
+    let root = ca("pp CA");
+    write(d, "ca.pem", &root.pem);
+    let (cert, key) = leaf(&root, "pp.internal", &["pp.internal"], false, false);
+    let pem = write(d, "member.pem", &format!("{cert}{key}"));
+    let port = common::free_port();
+    let cfg = write(
+        d,
+        "haproxy.cfg",
+        &format!(
+            "global\n  maxconn 100\ndefaults\n  mode http\n  timeout connect 5s\n  \
+             timeout client 10s\n  timeout server 10s\nfrontend f\n  \
+             bind 127.0.0.1:{port} accept-proxy ssl crt {}\n  \
+             http-request return status 200 content-type text/plain lf-string \"%[src]\"\n",
+            pem.display()
+        ),
+    );
+    let mut haproxy = Command::new("haproxy")
+        .arg("-f")
+        .arg(&cfg)
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start haproxy");
+    let member: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(member).is_err() {
+        assert!(Instant::now() < deadline, "haproxy did not listen");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let config = format!(
+        "[[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:0\"\n\n\
+         [[route]]\nlistener = \"web\"\ncluster = \"c\"\n\n\
+         [cluster.c]\nproxy_protocol = \"v2\"\n\
+         upstream_tls = {{ ca = \"ca.pem\", server_name = \"pp.internal\" }}\n\
+         members = [{{ name = \"h\", address = \"{member}\" }}]\n"
+    );
+    let path = write(d, "rondo.toml", &config);
+    let mut serve = Serve::start(&path);
+    let web = serve.addr("web");
+    for from in ["127.0.0.5", "127.0.0.9", "127.0.0.5", "127.0.0.9"] {
+        let (ok, out, err) = curl(&["--interface", from, &format!("http://{web}/")]);
+        assert!(ok, "{err}");
+        assert_eq!(out, from, "the member was told another client's address");
+    }
+    let _ = haproxy.kill();
+    let _ = haproxy.wait();
+}
