@@ -563,6 +563,18 @@ impl<S: ClientStream> Tries for OwnTries<'_, S> {
     ) -> std::pin::Pin<Box<impl Future<Output = Result<Next, Kind>>>> {
         let Choice { member, set_cookie, split_cookie, reason, traceparent } = choice;
         let cookies = [set_cookie, split_cookie];
+        // The try's `traceparent` goes into the head now: held in the future across the pause,
+        // it would take its room in every try's box.
+        if let Some(span) = traceparent {
+            // A traced request: this try's span, in place of whatever the head carried.
+            write::set_traceparent(&mut self.out, span.as_bytes());
+        } else if failover.tries() > 1
+            && let Some(span) = self.applied.as_deref().and_then(Applied::next_span)
+        {
+            // Each try is a span of its own: the head's `traceparent` (of a fixed length) gets
+            // this try's.
+            write::replace_traceparent(&mut self.out, span.as_bytes());
+        }
         Box::pin(async move {
             if failover.tries() > 1 {
                 crate::http::pause(rt, failover).await;
@@ -576,16 +588,6 @@ impl<S: ClientStream> Tries for OwnTries<'_, S> {
             };
             let idle = &view.idle[member];
             let address = &rt.spec.members[member].address;
-            if let Some(span) = traceparent {
-                // A traced request: this try's span, in place of whatever the head carried.
-                write::set_traceparent(&mut self.out, span.as_bytes());
-            } else if failover.tries() > 1
-                && let Some(span) = self.applied.as_deref().and_then(Applied::next_span)
-            {
-                // Each try is a span of its own: the head's `traceparent` (of a fixed length) gets
-                // this try's.
-                write::replace_traceparent(&mut self.out, span.as_bytes());
-            }
             // The exchange's state ends with this block: what it borrows would otherwise keep
             // its room beside the respond stage's.
             let (upstream, rbuf, rhead, early) = {
