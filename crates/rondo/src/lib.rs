@@ -343,7 +343,16 @@ fn ctl(args: cli::CtlArgs, out: &mut dyn Write, err: &mut dyn Write) -> anyhow::
     let target =
         client::CtlTarget { addr, tls, token, operator: args.operator, if_match: args.if_match };
     let rt = serve::runtime(Some(1))?;
-    match rt.block_on(client::run(&target, cmd)) {
+    ctl_answer(rt.block_on(client::run(&target, cmd)), out, err)
+}
+
+/// What `rondo ctl` prints of an answer: its text on stdout, or the error on stderr.
+fn ctl_answer(
+    answer: Result<String, impl std::fmt::Display>,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> anyhow::Result<ExitCode> {
+    match answer {
         Ok(text) => {
             write!(out, "{text}")?;
             Ok(ExitCode::SUCCESS)
@@ -369,16 +378,7 @@ fn ctl_lookup(
         let naming = naming_cli::endpoints(naming)?;
         naming_cli::lookup(&naming, service, key, group).await
     });
-    match answer {
-        Ok(text) => {
-            write!(out, "{text}")?;
-            Ok(ExitCode::SUCCESS)
-        }
-        Err(e) => {
-            writeln!(err, "rondo ctl: {e}")?;
-            Ok(ExitCode::FAILURE)
-        }
-    }
+    ctl_answer(answer, out, err)
 }
 
 /// The admin API's `HOST:PORT` and TLS from `--admin` and the TLS options: TLS with an
