@@ -26,11 +26,21 @@ fn have(tool: &str, args: &[&str]) -> bool {
 }
 
 /// dnsmasq on a free loopback port answering `svc.test` with `ip` (TTL 0, so nothing is
-/// cached by anyone).
+/// cached by anyone). A port another test takes between its choice and dnsmasq's bind (dnsmasq
+/// then exits) is chosen again, five times at most.
 fn dnsmasq(dir: &Path, ip: &str) -> (ChildGuard, SocketAddr) {
     std::fs::create_dir_all(dir).unwrap();
     std::fs::write(dir.join("hosts"), format!("{ip} svc.test\n")).unwrap();
-    let port = free_port();
+    for _ in 0..5 {
+        if let Some(started) = dnsmasq_on(dir, free_port()) {
+            return started;
+        }
+    }
+    panic!("dnsmasq did not start on any of five ports");
+}
+
+/// dnsmasq on `port`, once it answers on TCP; `None` if it exited first (the port was taken).
+fn dnsmasq_on(dir: &Path, port: u16) -> Option<(ChildGuard, SocketAddr)> {
     let mut args = vec![
         "--keep-in-foreground".to_owned(),
         "--conf-file=/dev/null".to_owned(),
@@ -55,14 +65,17 @@ fn dnsmasq(dir: &Path, ip: &str) -> (ChildGuard, SocketAddr) {
         .stderr(Stdio::null())
         .spawn()
         .expect("start dnsmasq");
-    let guard = ChildGuard(child);
+    let mut guard = ChildGuard(child);
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    let deadline = Instant::now() + Duration::from_secs(5);
+    let deadline = Instant::now() + Duration::from_secs(10);
     while std::net::TcpStream::connect(addr).is_err() {
-        assert!(Instant::now() < deadline, "dnsmasq did not start");
+        if guard.0.try_wait().ok().flatten().is_some() {
+            return None;
+        }
+        assert!(Instant::now() < deadline, "dnsmasq did not start on {addr}");
         std::thread::sleep(Duration::from_millis(20));
     }
-    (guard, addr)
+    Some((guard, addr))
 }
 
 /// `dig @listener svc.test` with one try of one second: the answer, `None` when there was none.
