@@ -23,43 +23,8 @@ fn dnsmasq(dir: &Path, srv: &[String]) -> Option<(ChildGuard, SocketAddr)> {
         eprintln!("dnsmasq is not installed: skipped");
         return None;
     }
-    let port = free_port();
-    let mut args = vec![
-        "--keep-in-foreground".to_owned(),
-        "--conf-file=/dev/null".to_owned(),
-        format!("--port={port}"),
-        "--listen-address=127.0.0.1".to_owned(),
-        "--bind-interfaces".to_owned(),
-        "--no-resolv".to_owned(),
-        "--no-hosts".to_owned(),
-        format!("--addn-hosts={}", dir.join("hosts").display()),
-        "--local-ttl=1".to_owned(),
-        // Names under `test.` that no record has are NXDOMAIN, not refused.
-        "--local=/test/".to_owned(),
-        format!("--pid-file={}", dir.join("dnsmasq.pid").display()),
-    ];
-    // As root, dnsmasq would switch to `nobody`, who may not read the test's directory.
-    let uid = Command::new("id").arg("-u").output().map(|o| o.stdout).unwrap_or_default();
-    if uid.trim_ascii() == b"0" {
-        args.push("--user=root".to_owned());
-    }
-    args.extend(srv.iter().map(|s| format!("--srv-host={s}")));
-    let child = Command::new("dnsmasq")
-        .args(&args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start dnsmasq");
-    let guard = ChildGuard(child);
-    let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    // Answering once it has bound (bounded: 5 s).
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while std::net::TcpStream::connect(addr).is_err() {
-        assert!(Instant::now() < deadline, "dnsmasq did not start");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Some((guard, addr))
+    let srv: Vec<String> = srv.iter().map(|s| format!("--srv-host={s}")).collect();
+    Some(common::dnsmasq(dir, 1, &srv))
 }
 
 /// `rondo serve` with `config`, and its `web` listener and admin API addresses.

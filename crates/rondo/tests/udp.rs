@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{ChildGuard, Proc, TempDir, free_port};
+use common::{ChildGuard, Proc, TempDir};
 
 /// Whether `tool --version`-like `args` run; outside CI a missing tool skips the test.
 fn have(tool: &str, args: &[&str]) -> bool {
@@ -25,57 +25,11 @@ fn have(tool: &str, args: &[&str]) -> bool {
     ok.is_ok()
 }
 
-/// dnsmasq on a free loopback port answering `svc.test` with `ip` (TTL 0, so nothing is
-/// cached by anyone). A port another test takes between its choice and dnsmasq's bind (dnsmasq
-/// then exits) is chosen again, five times at most.
+/// dnsmasq answering `svc.test` with `ip` (TTL 0, so nothing is cached by anyone).
 fn dnsmasq(dir: &Path, ip: &str) -> (ChildGuard, SocketAddr) {
     std::fs::create_dir_all(dir).unwrap();
     std::fs::write(dir.join("hosts"), format!("{ip} svc.test\n")).unwrap();
-    for _ in 0..5 {
-        if let Some(started) = dnsmasq_on(dir, free_port()) {
-            return started;
-        }
-    }
-    panic!("dnsmasq did not start on any of five ports");
-}
-
-/// dnsmasq on `port`, once it answers on TCP; `None` if it exited first (the port was taken).
-fn dnsmasq_on(dir: &Path, port: u16) -> Option<(ChildGuard, SocketAddr)> {
-    let mut args = vec![
-        "--keep-in-foreground".to_owned(),
-        "--conf-file=/dev/null".to_owned(),
-        format!("--port={port}"),
-        "--listen-address=127.0.0.1".to_owned(),
-        "--bind-interfaces".to_owned(),
-        "--no-resolv".to_owned(),
-        "--no-hosts".to_owned(),
-        format!("--addn-hosts={}", dir.join("hosts").display()),
-        "--local-ttl=0".to_owned(),
-        "--local=/test/".to_owned(),
-        format!("--pid-file={}", dir.join("dnsmasq.pid").display()),
-    ];
-    let uid = Command::new("id").arg("-u").output().map(|o| o.stdout).unwrap_or_default();
-    if uid.trim_ascii() == b"0" {
-        args.push("--user=root".to_owned());
-    }
-    let child = Command::new("dnsmasq")
-        .args(&args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start dnsmasq");
-    let mut guard = ChildGuard(child);
-    let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while std::net::TcpStream::connect(addr).is_err() {
-        if guard.0.try_wait().ok().flatten().is_some() {
-            return None;
-        }
-        assert!(Instant::now() < deadline, "dnsmasq did not start on {addr}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Some((guard, addr))
+    common::dnsmasq(dir, 0, &[])
 }
 
 /// `dig @listener svc.test` with one try of one second: the answer, `None` when there was none.

@@ -203,3 +203,63 @@ pub fn request_with(
     let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
     (status, body)
 }
+
+/// dnsmasq on a free loopback port answering from `dir/hosts` (re-read on SIGHUP) with a TTL of
+/// `ttl` seconds, names under `test.` without a record NXDOMAIN, and `extra` arguments. A port
+/// another test takes between its choice and dnsmasq's bind (dnsmasq then exits) is chosen
+/// again, five times at most.
+#[allow(dead_code)]
+pub fn dnsmasq(dir: &std::path::Path, ttl: u32, extra: &[String]) -> (ChildGuard, SocketAddr) {
+    for _ in 0..5 {
+        if let Some(started) = dnsmasq_on(dir, ttl, extra, free_port()) {
+            return started;
+        }
+    }
+    panic!("dnsmasq did not start on any of five ports");
+}
+
+/// dnsmasq on `port`, once it answers on TCP (10 s at most); `None` if it exited first.
+fn dnsmasq_on(
+    dir: &std::path::Path,
+    ttl: u32,
+    extra: &[String],
+    port: u16,
+) -> Option<(ChildGuard, SocketAddr)> {
+    let mut args = vec![
+        "--keep-in-foreground".to_owned(),
+        "--conf-file=/dev/null".to_owned(),
+        format!("--port={port}"),
+        "--listen-address=127.0.0.1".to_owned(),
+        "--bind-interfaces".to_owned(),
+        "--no-resolv".to_owned(),
+        "--no-hosts".to_owned(),
+        format!("--addn-hosts={}", dir.join("hosts").display()),
+        format!("--local-ttl={ttl}"),
+        "--local=/test/".to_owned(),
+        format!("--pid-file={}", dir.join("dnsmasq.pid").display()),
+    ];
+    // As root, dnsmasq would switch to `nobody`, who may not read the test's directory.
+    let uid = Command::new("id").arg("-u").output().map(|o| o.stdout).unwrap_or_default();
+    if uid.trim_ascii() == b"0" {
+        args.push("--user=root".to_owned());
+    }
+    args.extend(extra.iter().cloned());
+    let child = Command::new("dnsmasq")
+        .args(&args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start dnsmasq");
+    let mut guard = ChildGuard(child);
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(addr).is_err() {
+        if guard.0.try_wait().ok().flatten().is_some() {
+            return None;
+        }
+        assert!(Instant::now() < deadline, "dnsmasq did not start on {addr}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Some((guard, addr))
+}
