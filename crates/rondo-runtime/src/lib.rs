@@ -11,6 +11,7 @@
 
 pub mod clock;
 pub mod conn_gate;
+pub mod connect_time;
 pub mod defaults;
 pub mod dns_members;
 pub mod drain;

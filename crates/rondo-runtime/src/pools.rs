@@ -25,6 +25,7 @@ use tokio::net::TcpStream;
 
 use crate::ClusterRt;
 use crate::conn_gate::{AtCapacity, Gate, Permit};
+use crate::connect_time::ConnectTime;
 use crate::upstream_tls::UpstreamTlsRt;
 
 /// A pooled client sending bodies of type `B`.
@@ -388,11 +389,13 @@ impl tower_service::Service<Uri> for KeepConnector {
             let (mut http, header) = (self.http.clone(), self.header.clone());
             return Box::pin(async move {
                 use tokio::io::AsyncWriteExt;
+                let opening = Instant::now();
                 let mut s = http.call(uri).await?.into_inner();
                 if let Some(header) = header {
                     s.write_all(&header).await?;
                 }
-                Ok(MemberIo { io: TokioIo::new(s), _permit: permit })
+                let took = Some(ConnectTime::new(opening.elapsed()));
+                Ok(MemberIo { io: TokioIo::new(s), _permit: permit, took })
             });
         }
         let key = uri.authority().map(|a| a.as_str().to_owned()).unwrap_or_default();
@@ -403,6 +406,7 @@ impl tower_service::Service<Uri> for KeepConnector {
         let (tx, rx) = tokio::sync::oneshot::channel();
         let spare = self.spare.clone();
         let mut waiting = Waiting { rx, spare: spare.clone(), key: key.clone() };
+        let opening = Instant::now();
         // Bounded by the connector's connect timeout.
         tokio::spawn(async move {
             if let Err(Ok(io)) = tx.send(http.call(uri).await) {
@@ -411,7 +415,12 @@ impl tower_service::Service<Uri> for KeepConnector {
         });
         Box::pin(async move {
             match (&mut waiting.rx).await {
-                Ok(r) => r.map(|io| MemberIo::plain(io.into_inner())).map_err(Into::into),
+                Ok(r) => r
+                    .map(|io| {
+                        let took = Some(ConnectTime::new(opening.elapsed()));
+                        MemberIo { io, _permit: None, took }
+                    })
+                    .map_err(Into::into),
                 Err(_) => Err("the connect task ended without an answer".into()),
             }
         })
@@ -470,9 +479,11 @@ impl tower_service::Service<Uri> for TlsConnector {
         let tls = self.tls.clone();
         Box::pin(async move {
             let host = uri.host().unwrap_or_default().to_owned();
-            let MemberIo { io, _permit: permit } = http.call(uri).await?;
+            let opening = Instant::now();
+            let MemberIo { io, _permit: permit, .. } = http.call(uri).await?;
             match tls.connect(io.into_inner(), &host).await {
-                Ok(s) => Ok(TlsConn(TokioIo::new(s), permit)),
+                // TCP (a spare one too: its handshake is still this request's wait) and TLS.
+                Ok(s) => Ok(TlsConn(TokioIo::new(s), permit, ConnectTime::new(opening.elapsed()))),
                 Err(e) => {
                     tracing::debug!("tls to member {host} failed: {e}");
                     Err(Box::new(e) as BoxError)
@@ -489,6 +500,7 @@ pub struct TlsConn(
     TokioIo<tokio_rustls::client::TlsStream<TcpStream>>,
     // Held, never read: the place is given back when the connection goes.
     #[allow(dead_code)] Option<Permit>,
+    ConnectTime,
 );
 
 /// A plain connection to a member, as hyper-util's pool holds it (with its place under the
@@ -497,11 +509,13 @@ pub struct TlsConn(
 pub struct MemberIo {
     io: TokioIo<TcpStream>,
     _permit: Option<Permit>,
+    /// How long the connection took to open; `None` for a spare one a dropped request opened.
+    took: Option<ConnectTime>,
 }
 
 impl MemberIo {
     fn plain(s: TcpStream) -> Self {
-        MemberIo { io: TokioIo::new(s), _permit: None }
+        MemberIo { io: TokioIo::new(s), _permit: None, took: None }
     }
 }
 
@@ -547,7 +561,11 @@ impl hyper::rt::Write for MemberIo {
 
 impl Connection for MemberIo {
     fn connected(&self) -> Connected {
-        self.io.connected()
+        let c = self.io.connected();
+        match &self.took {
+            Some(took) => c.extra(*took),
+            None => c,
+        }
     }
 }
 
@@ -606,7 +624,7 @@ impl hyper::rt::Write for TlsConn {
 impl Connection for TlsConn {
     fn connected(&self) -> Connected {
         let (tcp, session) = self.0.inner().get_ref();
-        let c = tcp.connected();
+        let c = tcp.connected().extra(self.2);
         if session.alpn_protocol() == Some(b"h2") { c.negotiated_h2() } else { c }
     }
 }

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use http::{Request, Response};
 use rondo_core::wire::VIEW_ID_HEADER;
 use rondo_core::{Failover, FailureKind, Outcome, Route};
+use rondo_runtime::connect_time::ConnectTime;
 use rondo_runtime::{ClusterRt, clock};
 
 use super::grpc::GrpcCall;
@@ -102,13 +103,13 @@ impl Tries for HyperTries<'_> {
             StatusRetry::before(&mut self.req, rt);
             let tried = attempt(on, rt, choice, &self.req, &mut upgrade, failover).await;
             self.req.client_upgrade = upgrade;
-            note_try(self.start, began);
+            note_try(self.start, began, &tried);
             return self.status.answered(tried?, &mut self.req, rt, failover).await;
         };
         grpc.before(&mut self.req, rt, failover);
         let tried = attempt(on, rt, choice, &self.req, &mut upgrade, failover).await;
         self.req.client_upgrade = upgrade;
-        note_try(self.start, began);
+        note_try(self.start, began, &tried);
         let resp = tried?;
         let resp = grpc.answered(resp, &mut self.req, rt)?;
         // A call with a deadline ends by it, however far its answer has streamed.
@@ -122,10 +123,21 @@ impl Tries for HyperTries<'_> {
     }
 }
 
-/// Notes a try begun at `began` in the access log's line (its `try_ms`).
-fn note_try(start: &mut Option<crate::access::Start>, began: Instant) {
+/// Notes a try begun at `began` in the access log's line: its `try_ms`, and its `connect_ms`
+/// when its answer came on a connection hyper's pool opened while the try waited.
+fn note_try(
+    start: &mut Option<crate::access::Start>,
+    began: Instant,
+    tried: &Result<Response<ProxyBody>, Kind>,
+) {
     if let Some(start) = start {
         start.tried(began.elapsed());
+        start.connected(None);
+        let opened =
+            tried.as_ref().ok().and_then(|r| ConnectTime::opened_during(r.extensions(), began));
+        if opened.is_some() {
+            start.connected(opened);
+        }
     }
 }
 
