@@ -66,6 +66,15 @@ where
     T: Send + 'static,
     F: Fn(http::request::Parts, Bytes) -> (T, Response<Full<Bytes>>) + Send + Sync + 'static,
 {
+    serve_after(Duration::ZERO, answer)
+}
+
+/// [`serve`], each answer given `delay` after its request arrived (and was recorded).
+fn serve_after<T, F>(delay: Duration, answer: F) -> Served<T>
+where
+    T: Send + 'static,
+    F: Fn(http::request::Parts, Bytes) -> (T, Response<Full<Bytes>>) + Send + Sync + 'static,
+{
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
@@ -88,6 +97,7 @@ where
                         let body = body.collect().await.map(|b| b.to_bytes()).unwrap_or_default();
                         let (record, resp) = answer(parts, body);
                         log.lock().unwrap().push(record);
+                        tokio::time::sleep(delay).await;
                         Ok::<_, Infallible>(resp)
                     }
                 });
@@ -126,6 +136,7 @@ fn decode(req: ExportTraceServiceRequest) -> Vec<Got> {
     {
         Some(Value::StringValue(s)) => s.clone(),
         Some(Value::IntValue(i)) => i.to_string(),
+        Some(Value::BoolValue(b)) => b.to_string(),
         other => format!("{other:?}"),
     };
     let mut out = Vec::new();
@@ -163,7 +174,12 @@ fn hex(b: &[u8]) -> String {
 
 /// A member answering 200 with its name, recording each request's path and `traceparent`.
 fn member(name: &'static str) -> Served<(String, Option<String>)> {
-    serve(move |parts, _| {
+    member_after(name, Duration::ZERO)
+}
+
+/// [`member`], answering `delay` after each request arrived.
+fn member_after(name: &'static str, delay: Duration) -> Served<(String, Option<String>)> {
+    serve_after(delay, move |parts, _| {
         let tp = parts.headers.get("traceparent").and_then(|v| v.to_str().ok()).map(str::to_owned);
         let resp = Response::new(Full::new(Bytes::from(name)));
         ((parts.uri.path().to_owned(), tp), resp)
@@ -324,6 +340,50 @@ fn a_retried_request_has_a_span_per_try_with_the_retry_reason() {
     for path in ["/retry", "/retry-h2"] {
         retried(&spans, path, &seen);
     }
+}
+
+/// A hedged request (`retry.hedge`) has a span for each try side by side: the hedge's names
+/// its reason, the loser's says it lost, and the member that answered got its own try's span.
+#[test]
+fn a_hedged_request_has_a_span_for_each_try_side_by_side() {
+    let dir = TempDir::new("tracing");
+    let (collector, good) = (receiver(), member("good"));
+    let slow = member_after("slow", Duration::from_millis(400));
+    let config = format!(
+        "[tracing]\notlp_endpoint = \"http://{}\"\nheaders = {{ x-collector-key = \"k123\" }}\n\n\
+         [[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:0\"\n\n\
+         [[route]]\nname = \"main\"\nlistener = \"web\"\ncluster = \"app\"\n\n\
+         [cluster.app]\nalgorithm = \"round-robin\"\n\
+         retry = {{ hedge = {{ after = \"50ms\", max = 1 }} }}\n\
+         members = [{{ name = \"slow\", address = \"{}\" }}, {{ name = \"good\", address = \"{}\" }}]\n",
+        collector.addr, slow.addr, good.addr
+    );
+    let (_p, web) = rondo(&dir.0, &config);
+    // Round robin: one of the two starts on the slow member, and is hedged.
+    let paths = ["/hedge-0", "/hedge-1"];
+    for path in paths {
+        assert_eq!(h1(web, path, ""), 200);
+    }
+    let hedged =
+        slow.seen.lock().unwrap().first().expect("a first try on the slow member").0.clone();
+    let spans = collector.wait(|s| of_path(s, &hedged).1.len() == 2);
+    let (servers, tries) = of_path(&spans, &hedged);
+    assert_eq!(servers.len(), 1);
+    assert_eq!(servers[0].attr("http.response.status_code"), Some("200"));
+    let lost = tries.iter().find(|t| t.attr("rondo.member") == Some("slow")).expect("the slow try");
+    let won = tries.iter().find(|t| t.attr("rondo.member") == Some("good")).expect("the hedge");
+    assert_eq!(lost.attr("rondo.hedge.lost"), Some("true"), "{lost:?}");
+    assert_eq!(lost.attr("http.response.status_code"), None, "{lost:?}");
+    assert_eq!(won.attr("rondo.retry.reason"), Some("hedge"), "{won:?}");
+    assert_eq!(won.attr("http.response.status_code"), Some("200"), "{won:?}");
+    assert_eq!(won.attr("rondo.hedge.lost"), None, "{won:?}");
+    // Each member got the traceparent of its own try's span.
+    let expected = |t: &Got| Some(format!("00-{}-{}-01", t.trace_id, t.span_id));
+    let got = |m: &Served<(String, Option<String>)>| {
+        m.seen.lock().unwrap().iter().find(|(p, _)| *p == hedged).map(|(_, tp)| tp.clone())
+    };
+    assert_eq!(got(&good), Some(expected(won)), "the good member's traceparent");
+    assert_eq!(got(&slow), Some(expected(lost)), "the slow member's traceparent");
 }
 
 /// The two tries of the request to `path`: a connect failure, then the backup's answer.

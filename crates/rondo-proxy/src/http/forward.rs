@@ -236,19 +236,29 @@ impl<'a, T: Tries> TryMaker for Course<'a, T> {
             },
             Some(hedge) => {
                 let (ctx, peer, rt, req) = (self.ctx, self.peer, placed.rt, &*self.req);
-                let first = placed.choice;
+                let (first, cluster, trace) = (placed.choice, placed.cluster, &mut self.trace);
                 super::hedge::OneOf::Hedged {
                     f: Box::pin(async move {
                         // What each try reads of the engine (its timeout): the first try's
                         // view, so that a hedge is not paused as a retry would be.
                         let view = failover.clone();
                         let launch = |c: Choice| req.attempt_shared(rt, c, &view);
+                        // A traced request's hedge has a span of its own beside the first's.
                         let place = |f: &mut Failover, now| {
-                            place(ctx, rt, f, req.headers(), peer, now).ok()
+                            let c = place(ctx, rt, f, req.headers(), peer, now).ok()?;
+                            let Some(t) = trace.as_deref_mut() else { return Some(c) };
+                            let traceparent = t.hedge_begins(cluster, &rt.spec.members[c.member]);
+                            Some(Choice { traceparent, ..c })
                         };
                         let on = (&**rt, &*ctx.live.metrics);
                         let now = || req.now();
-                        super::hedge::race(on, first, failover, hedge, now, (place, launch)).await
+                        let (tried, winner) =
+                            super::hedge::race(on, first, failover, hedge, now, (place, launch))
+                                .await;
+                        if let Some(t) = trace.as_deref_mut() {
+                            t.hedges_end(winner);
+                        }
+                        tried
                     }),
                 }
             }

@@ -41,7 +41,8 @@ impl<A: Future, B: Future<Output = A::Output>> Future for OneOf<A, B> {
 
 /// The first try on `first`, and up to the policy's `max` hedges placed by `place` on other
 /// members of the same cluster (`rt`), each `after` the one before while none has answered, all
-/// made by `launch`: the first answer, or, when every try failed, the last failure.
+/// made by `launch`: the first answer, or, when every try failed, the last failure; with the
+/// number of the try that gave it (0 the first, then the hedges in the order they began).
 pub(super) async fn race<C, F, R>(
     (rt, metrics): (&ClusterRt, &Metrics),
     first: C,
@@ -52,11 +53,12 @@ pub(super) async fn race<C, F, R>(
         impl FnMut(&mut Failover, rondo_core::Instant) -> Option<C>,
         impl Fn(C) -> F,
     ),
-) -> Result<R, Kind>
+) -> (Result<R, Kind>, usize)
 where
     F: Future<Output = Result<R, Kind>>,
 {
-    let mut tries = vec![(false, Box::pin(launch(first)))];
+    // Each try by its number (0: the first, not a hedge).
+    let mut tries = vec![(0, Box::pin(launch(first)))];
     let mut timer = Some(Box::pin(tokio::time::sleep(hedge.after)));
     let mut hedged = 0u32;
     loop {
@@ -74,25 +76,25 @@ where
         .await;
         match event {
             Some((i, Ok(resp))) => {
-                let (won_by_hedge, _) = tries.swap_remove(i);
+                let (won, _) = tries.swap_remove(i);
                 // The others are cancelled here: dropped before the answer goes on.
-                let lost = tries.iter().filter(|(hedge, _)| *hedge).count();
+                let lost = tries.iter().filter(|(n, _)| *n > 0).count();
                 drop(tries);
-                if won_by_hedge {
+                if won > 0 {
                     metrics.hedge(&rt.spec.name, true);
                 }
                 for _ in 0..lost {
                     metrics.hedge(&rt.spec.name, false);
                 }
-                return Ok(resp);
+                return (Ok(resp), won);
             }
             Some((i, Err(kind))) => {
-                let (was_hedge, _) = tries.swap_remove(i);
-                if was_hedge {
+                let (n, _) = tries.swap_remove(i);
+                if n > 0 {
                     metrics.hedge(&rt.spec.name, false);
                 }
                 if tries.is_empty() {
-                    return Err(kind);
+                    return (Err(kind), n);
                 }
             }
             None => {
@@ -105,8 +107,8 @@ where
                 // The same placement as any try: the budget, `max_requests`, the members
                 // tried excluded. Refused, the first try goes on alone.
                 let Some(choice) = place(failover, now) else { continue };
-                tries.push((true, Box::pin(launch(choice))));
                 hedged += 1;
+                tries.push((hedged as usize, Box::pin(launch(choice))));
                 if hedged < hedge.max {
                     timer = Some(Box::pin(tokio::time::sleep(hedge.after)));
                 }

@@ -270,6 +270,17 @@ async fn send(
             None => more,
         });
     }
+    if let Some(limit) = retry::hedged_body(snapshot, route, &req, grpc)
+        && !read.as_ref().is_some_and(|r| r.complete)
+    {
+        // A request its cluster may hedge is read whole first, up to `retry_buffer_bytes`, so
+        // that tries side by side each send all of it (a longer one streams, unhedged).
+        let more = peek_body(ctx, Some(route), &mut req, limit.saturating_add(1)).await?;
+        read = Some(match read.take() {
+            Some(first) => first.then(more),
+            None => more,
+        });
+    }
     let req = prepare(ctx, conn, route, req, host, read, applied)?;
     if !branches.is_empty() {
         crate::multicast::spawn(

@@ -40,10 +40,13 @@ pub(super) struct HyperTries<'a> {
 }
 
 impl Tries for HyperTries<'_> {
-    /// A plain request without a body (gRPC calls, upgrades and bodies are never hedged: a
-    /// body streams once, and the others carry state of their own per try).
+    /// A plain request without a body or with one read whole before the first try
+    /// (`retry::hedged_body`); gRPC calls and upgrades are never hedged (they carry state of
+    /// their own per try), nor a body that streams (it can be read once).
     fn hedgeable(&self) -> bool {
-        self.grpc.is_none() && self.req.client_upgrade.is_none() && self.req.slot.is_none()
+        self.grpc.is_none()
+            && self.req.client_upgrade.is_none()
+            && self.req.slot.as_ref().is_none_or(|s| s.whole_body().is_some())
     }
 
     fn attempt_shared(
@@ -53,7 +56,12 @@ impl Tries for HyperTries<'_> {
         failover: &Failover,
     ) -> impl Future<Output = Result<Response<ProxyBody>, Kind>> {
         let on = (self.ctx, self.conn, self.route);
-        async move { attempt(on, rt, choice, &self.req, &mut None, failover).await }
+        async move {
+            let tried = attempt(on, rt, choice, &self.req, &mut None, failover).await;
+            // A whole body (or none): the slot stays as it is for every try.
+            let mut slot = self.req.slot.clone();
+            self.status.answered(tried?, (self.req.idempotent, &mut slot), rt, failover).await
+        }
     }
 
     type Response = Response<ProxyBody>;
@@ -104,7 +112,8 @@ impl Tries for HyperTries<'_> {
             let tried = attempt(on, rt, choice, &self.req, &mut upgrade, failover).await;
             self.req.client_upgrade = upgrade;
             note_try(self.start, began, &tried);
-            return self.status.answered(tried?, &mut self.req, rt, failover).await;
+            let req = (self.req.idempotent, &mut self.req.slot);
+            return self.status.answered(tried?, req, rt, failover).await;
         };
         grpc.before(&mut self.req, rt, failover);
         let tried = attempt(on, rt, choice, &self.req, &mut upgrade, failover).await;

@@ -119,6 +119,7 @@ impl Tracer {
             method: about.method.to_owned(),
             route: route.name.clone(),
             current: None,
+            hedges: Vec::new(),
             last_failure: None,
         }
     }
@@ -153,6 +154,8 @@ pub(crate) struct ReqTrace {
     method: String,
     route: String,
     current: Option<SdkSpan>,
+    /// The spans of hedged tries running beside `current` (`retry.hedge`).
+    hedges: Vec<SdkSpan>,
     /// Why the last try failed: the next try's retry reason.
     last_failure: Option<&'static str>,
 }
@@ -195,6 +198,51 @@ impl ReqTrace {
         let value = traceparent(span.span_context());
         self.current = Some(span);
         value
+    }
+
+    /// Opens the span of a hedge on `member` of `cluster`, beside the try in flight (which
+    /// goes on); the `traceparent` its member gets.
+    pub(crate) fn hedge_begins(
+        &mut self,
+        cluster: &str,
+        member: &MemberSpec,
+    ) -> Option<HeaderValue> {
+        let (host, port) = split_host(&member.address);
+        let mut attributes = vec![
+            KeyValue::new("http.request.method", self.method.clone()),
+            KeyValue::new("server.address", host.to_owned()),
+            KeyValue::new("rondo.route", self.route.clone()),
+            KeyValue::new("rondo.cluster", cluster.to_owned()),
+            KeyValue::new("rondo.member", member.name.clone()),
+            KeyValue::new("rondo.retry.reason", "hedge"),
+        ];
+        if let Some(port) = port {
+            attributes.push(KeyValue::new("server.port", i64::from(port)));
+        }
+        let span = self
+            .tracer
+            .span_builder(self.method.clone())
+            .with_kind(SpanKind::Client)
+            .with_attributes(attributes)
+            .start_with_context(&self.tracer, &self.parent);
+        let value = traceparent(span.span_context());
+        self.hedges.push(span);
+        value
+    }
+
+    /// A hedged race is over: the try numbered `winner` (0 the first, then the hedges in the
+    /// order they began) gave the outcome and becomes the try in flight; every other try's span
+    /// ends, lost (cancelled, or failed before the race ended).
+    pub(crate) fn hedges_end(&mut self, winner: usize) {
+        let mut hedges = std::mem::take(&mut self.hedges);
+        if let Some(i) = winner.checked_sub(1).filter(|i| *i < hedges.len()) {
+            let won = hedges.remove(i);
+            hedges.extend(self.current.replace(won));
+        }
+        for mut span in hedges {
+            span.set_attribute(KeyValue::new("rondo.hedge.lost", true));
+            span.end();
+        }
     }
 
     /// The try in flight was answered with `status` (when the codec knows it): its span ends.

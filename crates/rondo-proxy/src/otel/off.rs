@@ -57,6 +57,14 @@ impl ReqTrace {
         match *self {}
     }
 
+    pub(crate) fn hedge_begins(&mut self, _: &str, _: &MemberSpec) -> Option<HeaderValue> {
+        match *self {}
+    }
+
+    pub(crate) fn hedges_end(&mut self, _: usize) {
+        match *self {}
+    }
+
     pub(crate) fn try_answered(&mut self, _: Option<u16>) {
         match *self {}
     }
