@@ -455,6 +455,9 @@ impl TimedIo {
 }
 
 impl AsyncRead for TimedIo {
+    /// A read in named steps: the timers (re-armed when a request began or ended; an expiry
+    /// answers 408 or ends an idle connection), the prefix or the socket's bytes, then the
+    /// bytes followed: the HTTP/2 preface, HTTP/2 frames or HTTP/1 heads.
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -464,47 +467,9 @@ impl AsyncRead for TimedIo {
         if this.side.abort != Abort::None {
             return this.poll_abort(cx).map(Err);
         }
-        let epoch = this.state.epoch.load(Ordering::Acquire);
-        if epoch != this.seen_epoch {
-            this.seen_epoch = epoch;
-            this.received = 0;
-            let h2_busy = this.h2 == Some(true) && this.state.open.load(Ordering::Relaxed) > 0;
-            match this.state.phase.load(Ordering::Relaxed) {
-                WAITING if !h2_busy => {
-                    let idle = Duration::from_millis(this.state.idle_ms.load(Ordering::Relaxed));
-                    this.armed = !idle.is_zero();
-                    this.sleep.as_mut().reset(Instant::now() + idle);
-                }
-                _ => this.armed = false,
-            }
-        }
-        if this.armed && this.h2 == Some(true) && this.sleep.as_mut().poll(cx).is_ready() {
-            this.armed = false;
-            if this.state.open.load(Ordering::Relaxed) == 0 {
-                // No stream for the idle timeout: the accept loop sends GOAWAY and closes.
-                this.state.idle.notify_one();
-            }
-        }
-        if this.armed && this.h2 != Some(true) && this.sleep.as_mut().poll(cx).is_ready() {
-            if this.received > 0 {
-                this.armed = false;
-                // A request was started and stalled: say so, then fail the read so hyper closes.
-                this.state.metrics.header_timeouts.inc();
-                this.state.metrics.router_response(408, None, None);
-                let _ = Pin::new(&mut this.inner).poll_write(cx, RESPONSE_408);
-                let _ = Pin::new(&mut this.inner).poll_flush(cx);
-                return Poll::Ready(Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    "request header read timed out",
-                )));
-            }
-            // Idle keep-alive connection: a quiet end of stream, and it stays ended (the timer
-            // stays armed and expired): hyper-util's protocol sniffing consumes the first EOF.
-            if !this.idle_counted {
-                this.idle_counted = true;
-                this.state.metrics.idle_timeouts.inc();
-            }
-            return Poll::Ready(Ok(()));
+        this.rearm_on_epoch();
+        if let Some(expired) = this.poll_timers(cx) {
+            return expired;
         }
         if let Some(e) = this.follow.as_ref().and_then(crate::h1::follow::Follow::refused) {
             return Poll::Ready(Err(io::Error::new(io::ErrorKind::InvalidData, e)));
@@ -524,82 +489,162 @@ impl AsyncRead for TimedIo {
             }
             return Poll::Pending;
         }
-        let new = &buf.filled()[before..];
-        if new.is_empty() {
+        if buf.filled().len() == before {
             return Poll::Ready(Ok(()));
         }
-        // Where the HTTP/2 frames start in `new` (after the preface).
-        let mut frames_from = 0;
-        if this.h2.is_none() {
-            let n = (H2_PREFACE.len() - this.preface).min(new.len());
-            if new[..n] != H2_PREFACE[this.preface..this.preface + n] {
-                this.h2 = Some(false);
-            } else {
-                this.preface += n;
-                frames_from = n;
-                if this.preface == H2_PREFACE.len() {
-                    this.h2 = Some(true);
-                    if this.refuse_h2 {
-                        // hyper gets the preface and nothing after it, then the GOAWAY's error.
-                        buf.set_filled(before + frames_from);
-                        this.start_abort(frames::ENHANCE_YOUR_CALM);
-                        return Poll::Ready(Ok(()));
-                    }
-                }
+        let frames_from = match this.sniff_preface(buf, before) {
+            Ok(from) => from,
+            Err(refused) => return refused,
+        };
+        match this.h2 {
+            Some(true) => this.follow_frames(cx, buf, (before, before + frames_from)),
+            _ => this.follow_heads(buf, before),
+        }
+    }
+}
+
+impl TimedIo {
+    /// A request began or ended since the last read (the connection's epoch moved): the idle
+    /// timer is armed while the connection waits for a request (and, on HTTP/2, has no stream).
+    fn rearm_on_epoch(&mut self) {
+        let epoch = self.state.epoch.load(Ordering::Acquire);
+        if epoch == self.seen_epoch {
+            return;
+        }
+        self.seen_epoch = epoch;
+        self.received = 0;
+        let h2_busy = self.h2 == Some(true) && self.state.open.load(Ordering::Relaxed) > 0;
+        match self.state.phase.load(Ordering::Relaxed) {
+            WAITING if !h2_busy => {
+                let idle = Duration::from_millis(self.state.idle_ms.load(Ordering::Relaxed));
+                self.armed = !idle.is_zero();
+                self.sleep.as_mut().reset(Instant::now() + idle);
+            }
+            _ => self.armed = false,
+        }
+    }
+
+    /// The armed timer, if it expired: on HTTP/2 the accept loop is told (it sends GOAWAY); on
+    /// HTTP/1 a started head gets 408 and a failed read, an idle connection a quiet end.
+    fn poll_timers(&mut self, cx: &mut Context<'_>) -> Option<Poll<io::Result<()>>> {
+        if !self.armed || self.sleep.as_mut().poll(cx).is_pending() {
+            return None;
+        }
+        if self.h2 == Some(true) {
+            self.armed = false;
+            if self.state.open.load(Ordering::Relaxed) == 0 {
+                // No stream for the idle timeout: the accept loop sends GOAWAY and closes.
+                self.state.idle.notify_one();
+            }
+            return None;
+        }
+        if self.received > 0 {
+            self.armed = false;
+            // A request was started and stalled: say so, then fail the read so hyper closes.
+            self.state.metrics.header_timeouts.inc();
+            self.state.metrics.router_response(408, None, None);
+            let _ = Pin::new(&mut self.inner).poll_write(cx, RESPONSE_408);
+            let _ = Pin::new(&mut self.inner).poll_flush(cx);
+            let e = io::Error::new(io::ErrorKind::TimedOut, "request header read timed out");
+            return Some(Poll::Ready(Err(e)));
+        }
+        // Idle keep-alive connection: a quiet end of stream, and it stays ended (the timer
+        // stays armed and expired): hyper-util's protocol sniffing consumes the first EOF.
+        if !self.idle_counted {
+            self.idle_counted = true;
+            self.state.metrics.idle_timeouts.inc();
+        }
+        Some(Poll::Ready(Ok(())))
+    }
+
+    /// Follows the HTTP/2 preface in the bytes read from `before` on, until the connection is
+    /// known to be HTTP/2 or not: where its frames start in them, or the read's end when the
+    /// listener refuses HTTP/2 from this client.
+    fn sniff_preface(
+        &mut self,
+        buf: &mut ReadBuf<'_>,
+        before: usize,
+    ) -> Result<usize, Poll<io::Result<()>>> {
+        if self.h2.is_some() {
+            return Ok(0);
+        }
+        let new = &buf.filled()[before..];
+        let n = (H2_PREFACE.len() - self.preface).min(new.len());
+        if new[..n] != H2_PREFACE[self.preface..self.preface + n] {
+            self.h2 = Some(false);
+            return Ok(0);
+        }
+        self.preface += n;
+        if self.preface == H2_PREFACE.len() {
+            self.h2 = Some(true);
+            if self.refuse_h2 {
+                // hyper gets the preface and nothing after it, then the GOAWAY's error.
+                buf.set_filled(before + n);
+                self.start_abort(frames::ENHANCE_YOUR_CALM);
+                return Err(Poll::Ready(Ok(())));
             }
         }
-        match this.h2 {
-            Some(true) => {
-                // An HTTP/2 idle timer is not restarted by frames, only by streams.
-                let side = &mut this.side;
-                let (resets, budget, peer) = (&mut side.resets, &side.budget, side.peer);
-                let last_stream = &mut side.last_stream;
-                let mut code = None;
-                let stop = side.rx.feed(&new[frames_from..], false, |seen| {
-                    let Seen::Head(h) = seen else { return false };
-                    if frames::frame_size_error(&h) {
-                        code = Some(frames::FRAME_SIZE_ERROR);
-                    } else if h.kind == frames::HEADERS
-                        && h.stream % 2 == 1
-                        && h.stream > *last_stream
-                    {
-                        *last_stream = h.stream;
-                        resets.stream_opened(std::time::Instant::now());
-                    } else if h.kind == frames::RST_STREAM
-                        && resets.note(budget, peer, std::time::Instant::now())
-                    {
-                        code = Some(frames::ENHANCE_YOUR_CALM);
-                    }
-                    code.is_some()
-                });
-                if let (Some(at), Some(code)) = (stop, code) {
-                    // hyper gets the frames before the offending one, not that one.
-                    buf.set_filled(before + frames_from + at);
-                    this.start_abort(code);
-                    if buf.filled().len() == before {
-                        return this.poll_abort(cx).map(Err);
-                    }
-                }
+        Ok(n)
+    }
+
+    /// Follows the HTTP/2 frames of the read that began at `before`, from `from` on: a frame of
+    /// a forbidden size, or a reset over the budget, ends the connection (hyper gets the frames
+    /// before it). An HTTP/2 idle timer is not restarted by frames, only by streams.
+    fn follow_frames(
+        &mut self,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+        (before, from): (usize, usize),
+    ) -> Poll<io::Result<()>> {
+        let side = &mut self.side;
+        let (resets, budget, peer) = (&mut side.resets, &side.budget, side.peer);
+        let last_stream = &mut side.last_stream;
+        let mut code = None;
+        let stop = side.rx.feed(&buf.filled()[from..], false, |seen| {
+            let Seen::Head(h) = seen else { return false };
+            if frames::frame_size_error(&h) {
+                code = Some(frames::FRAME_SIZE_ERROR);
+            } else if h.kind == frames::HEADERS && h.stream % 2 == 1 && h.stream > *last_stream {
+                *last_stream = h.stream;
+                resets.stream_opened(std::time::Instant::now());
+            } else if h.kind == frames::RST_STREAM
+                && resets.note(budget, peer, std::time::Instant::now())
+            {
+                code = Some(frames::ENHANCE_YOUR_CALM);
             }
-            _ => {
-                if this.state.phase.load(Ordering::Relaxed) == WAITING {
-                    if this.received == 0 && !this.header_timeout.is_zero() {
-                        this.armed = true;
-                        this.sleep.as_mut().reset(Instant::now() + this.header_timeout);
-                    }
-                    this.received += new.len() as u64;
-                }
-                if let Some(follow) = &mut this.follow
-                    && let Err((at, e)) = follow.feed(&buf.filled()[before..])
-                {
-                    tracing::debug!(peer = %this.side.peer, "{e}");
-                    // hyper gets the bytes before the malformed one (the head, so that it
-                    // answers the request), and the next read fails.
-                    buf.set_filled(before + at);
-                    if at == 0 {
-                        return Poll::Ready(Err(io::Error::new(io::ErrorKind::InvalidData, e)));
-                    }
-                }
+            code.is_some()
+        });
+        if let (Some(at), Some(code)) = (stop, code) {
+            // hyper gets the frames before the offending one, not that one.
+            buf.set_filled(from + at);
+            self.start_abort(code);
+            if buf.filled().len() == before {
+                return self.poll_abort(cx).map(Err);
+            }
+        }
+        Poll::Ready(Ok(()))
+    }
+
+    /// Follows the HTTP/1 bytes read from `before` on: the header read timer starts with a
+    /// head's first byte, and a malformed head (`follow`) is cut where it goes wrong.
+    fn follow_heads(&mut self, buf: &mut ReadBuf<'_>, before: usize) -> Poll<io::Result<()>> {
+        let new = buf.filled().len() - before;
+        if self.state.phase.load(Ordering::Relaxed) == WAITING {
+            if self.received == 0 && !self.header_timeout.is_zero() {
+                self.armed = true;
+                self.sleep.as_mut().reset(Instant::now() + self.header_timeout);
+            }
+            self.received += new as u64;
+        }
+        if let Some(follow) = &mut self.follow
+            && let Err((at, e)) = follow.feed(&buf.filled()[before..])
+        {
+            tracing::debug!(peer = %self.side.peer, "{e}");
+            // hyper gets the bytes before the malformed one (the head, so that it answers the
+            // request), and the next read fails.
+            buf.set_filled(before + at);
+            if at == 0 {
+                return Poll::Ready(Err(io::Error::new(io::ErrorKind::InvalidData, e)));
             }
         }
         Poll::Ready(Ok(()))

@@ -28,6 +28,7 @@ pub mod headers;
 pub mod http;
 mod hyper_path;
 pub mod multicast;
+mod request_body;
 // Tracing with OpenTelemetry (`[tracing]`): real with the `otel` feature, empty without.
 #[cfg(feature = "otel")]
 pub mod otel;

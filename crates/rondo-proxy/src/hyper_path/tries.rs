@@ -186,101 +186,110 @@ async fn attempt(
     let failed = |kind: FailureKind| Outcome::Failure { kind, latency: started.elapsed() };
     let make = |r: &Prepared| member_request(ctx, rt, member, r, traceparent.clone());
     let sent = super::send::send(ctx, conn, rt, req, make);
-    match tokio::time::timeout(per_try, sent).await {
+    let mut resp = match tokio::time::timeout(per_try, sent).await {
+        // hyper reads any three digits; RFC 9110 section 15 knows 100-599 only. A member that
+        // says otherwise is broken: a failure, never passed on.
+        Ok(Ok(Ok(resp))) if resp.status().as_u16() <= 599 => resp,
+        Ok(Ok(Ok(_))) => {
+            begun.end(failed(FailureKind::Reset));
+            return Err(Kind::BadStatus);
+        }
         Ok(Err(Unsent::Tls(why))) => {
             begun.end(failed(FailureKind::Connect));
-            Err(Kind::Tls(why))
+            return Err(Kind::Tls(why));
         }
         Ok(Err(Unsent::Breaker(b))) => {
             // The cluster's own limit, not the member's failure.
             begun.end(Outcome::Cancelled);
-            Err(Kind::Breaker(b))
-        }
-        Ok(Ok(Ok(resp))) if resp.status().as_u16() > 599 => {
-            // hyper reads any three digits; RFC 9110 section 15 knows 100-599 only. A member
-            // that says otherwise is broken: a failure, never passed on.
-            begun.end(failed(FailureKind::Reset));
-            Err(Kind::BadStatus)
-        }
-        Ok(Ok(Ok(mut resp))) => {
-            let latency = started.elapsed();
-            let status = resp.status().as_u16();
-            let applied = req.applied.as_deref();
-            crate::chain::login::on_response(applied, ctx, route, status, resp.headers_mut());
-            if let Some(session) = session {
-                let sent = Sent {
-                    parts: &req.parts,
-                    path_and_query: &req.path_and_query,
-                    slot: req.slot.as_ref(),
-                };
-                session.answered(ctx, route, rt, member, sent, resp.headers_mut());
-            }
-            let counted = record_response(rt, &route.name, member, status, latency.as_secs_f64());
-            begun.disarm();
-            let served = Served { counted, slot: req.slot.clone(), tries: failover.tries() };
-            let upgrade = upgrade.take();
-            let mut resp = respond(conn, route, rt, choice, upgrade, resp, latency, served);
-            if let Some(id) = crate::http::view_id_of(&ctx.live, rt) {
-                resp.headers_mut().insert(VIEW_ID_HEADER, http::HeaderValue::from(id));
-            }
-            // A SOAP message is converted back first: compression then works on what the
-            // client reads.
-            if let Some(plan) = req.applied.as_ref().and_then(|a| a.soap) {
-                resp = super::soap::response(resp, plan, route).await;
-            }
-            if let Some(applied) = req.applied.as_ref() {
-                if applied.edits_response() {
-                    applied.response(&rt.spec.members[member].name).apply(resp.headers_mut());
-                }
-                crate::chain::compress_response(applied, &route.name, &ctx.live.metrics, &mut resp);
-            }
-            Ok(resp)
-        }
-        Ok(Ok(Err(e))) if caused_by::<TooLarge>(&e) => {
-            begun.end(Outcome::Cancelled);
-            Err(Kind::BodyTooLarge)
-        }
-        Ok(Ok(Err(e)))
-            if caused_by::<BodyStalled>(&e) || req.slot.as_ref().is_some_and(BodySlot::stalled) =>
-        {
-            // No byte of the client's body for `body_read_timeout_ms`: 408, the member is not
-            // charged.
-            begun.end(Outcome::Cancelled);
-            Err(Kind::ClientBodyTimeout)
-        }
-        Ok(Ok(Err(e)))
-            if caused_by::<ClientBodyError>(&e)
-                || req.slot.as_ref().is_some_and(BodySlot::failed_by_client) =>
-        {
-            // The client's body failed (aborted mid-way): not the member's fault.
-            begun.end(Outcome::Cancelled);
-            Err(Kind::ClientBody)
-        }
-        Ok(Ok(Err(e))) if e.is_connect() => {
-            begun.end(failed(FailureKind::Connect));
-            Err(match crate::upstream::tls_failure(&e) {
-                Some(why) => Kind::Tls(why),
-                None if is_dns_failure(&e) => Kind::Resolve,
-                None => Kind::Connect,
-            })
+            return Err(Kind::Breaker(b));
         }
         Ok(Ok(Err(e))) => {
-            begun.end(failed(FailureKind::Reset));
-            // A TLS 1.3 member refuses the router's certificate (or its lack of one) only
-            // after the handshake: the refusal arrives as the request's error.
-            Err(crate::upstream::tls_failure(&e).map_or(Kind::Reset, Kind::Tls))
+            let (charged, kind) = classify(&e, req.slot.as_ref());
+            begun.end(charged.map_or(Outcome::Cancelled, failed));
+            return Err(kind);
         }
         Err(_elapsed) if req.slot.as_ref().is_some_and(BodySlot::stalled_by_client) => {
             // The try waited on the client's body, not on the member: 408, and the member is
             // not charged.
             begun.end(Outcome::Cancelled);
-            Err(Kind::ClientBodyTimeout)
+            return Err(Kind::ClientBodyTimeout);
         }
         Err(_elapsed) => {
             begun.end(failed(FailureKind::Timeout));
-            Err(Kind::Timeout)
+            return Err(Kind::Timeout);
         }
+    };
+    let latency = started.elapsed();
+    let status = resp.status().as_u16();
+    let applied = req.applied.as_deref();
+    crate::chain::login::on_response(applied, ctx, route, status, resp.headers_mut());
+    if let Some(session) = session {
+        let sent = Sent {
+            parts: &req.parts,
+            path_and_query: &req.path_and_query,
+            slot: req.slot.as_ref(),
+        };
+        session.answered(ctx, route, rt, member, sent, resp.headers_mut());
     }
+    let counted = record_response(rt, &route.name, member, status, latency.as_secs_f64());
+    begun.disarm();
+    let served = Served { counted, slot: req.slot.clone(), tries: failover.tries() };
+    let resp = respond(conn, route, rt, choice, upgrade.take(), resp, latency, served);
+    Ok(edited((ctx, route, rt, member), req, resp).await)
+}
+
+/// The member's answer as the client gets it: the view id, a SOAP message converted back, the
+/// filters' response edits and compression.
+async fn edited(
+    (ctx, route, rt, member): (&HttpCtx, &Route, &ClusterRt, usize),
+    req: &Prepared,
+    mut resp: Response<ProxyBody>,
+) -> Response<ProxyBody> {
+    if let Some(id) = crate::http::view_id_of(&ctx.live, rt) {
+        resp.headers_mut().insert(VIEW_ID_HEADER, http::HeaderValue::from(id));
+    }
+    // A SOAP message is converted back first: compression then works on what the client reads.
+    if let Some(plan) = req.applied.as_ref().and_then(|a| a.soap) {
+        resp = super::soap::response(resp, plan, route).await;
+    }
+    if let Some(applied) = req.applied.as_ref() {
+        if applied.edits_response() {
+            applied.response(&rt.spec.members[member].name).apply(resp.headers_mut());
+        }
+        crate::chain::compress_response(applied, &route.name, &ctx.live.metrics, &mut resp);
+    }
+    resp
+}
+
+/// Whose fault hyper's error `e` for a try was, given the request's body `slot`: the failure
+/// the member is charged with (`None`: not charged, the client's body or the router's limit
+/// failed), and the try's failure.
+fn classify(
+    e: &hyper_util::client::legacy::Error,
+    slot: Option<&BodySlot>,
+) -> (Option<FailureKind>, Kind) {
+    if caused_by::<TooLarge>(e) {
+        return (None, Kind::BodyTooLarge);
+    }
+    if caused_by::<BodyStalled>(e) || slot.is_some_and(BodySlot::stalled) {
+        // No byte of the client's body for `body_read_timeout_ms`: 408.
+        return (None, Kind::ClientBodyTimeout);
+    }
+    if caused_by::<ClientBodyError>(e) || slot.is_some_and(BodySlot::failed_by_client) {
+        // The client's body failed (aborted mid-way): not the member's fault.
+        return (None, Kind::ClientBody);
+    }
+    if e.is_connect() {
+        let kind = match crate::upstream::tls_failure(e) {
+            Some(why) => Kind::Tls(why),
+            None if is_dns_failure(e) => Kind::Resolve,
+            None => Kind::Connect,
+        };
+        return (Some(FailureKind::Connect), kind);
+    }
+    // A TLS 1.3 member refuses the router's certificate (or its lack of one) only after the
+    // handshake: the refusal arrives as the request's error.
+    (Some(FailureKind::Reset), crate::upstream::tls_failure(e).map_or(Kind::Reset, Kind::Tls))
 }
 
 /// The request as hyper's client sends it to `member`: the prepared head, and the body from its
