@@ -312,6 +312,15 @@ fn push_json(out: &mut String, v: Value<'_>, clock: &mut DateCache) {
 
 /// A JSON string: `"` and `\` escaped, control characters as `\u00XX`.
 fn push_json_str(out: &mut String, s: &str) {
+    // Control characters are all below U+10000: four hex digits hold each.
+    push_quoted(out, s, |out, c| {
+        let _ = write!(out, "\\u{:04x}", c as u32);
+    });
+}
+
+/// `s` in `"`, with `"` and `\` escaped, `\n` and `\t` as such, and any other control
+/// character as `other` writes it. Runs of characters that need no escape are copied whole.
+fn push_quoted(out: &mut String, s: &str, other: impl Fn(&mut String, char)) {
     out.push('"');
     let mut rest = s;
     while let Some(i) = rest.find(|c: char| c == '"' || c == '\\' || c.is_control()) {
@@ -322,11 +331,7 @@ fn push_json_str(out: &mut String, s: &str) {
             '\\' => out.push_str("\\\\"),
             '\n' => out.push_str("\\n"),
             '\t' => out.push_str("\\t"),
-            c if (c as u32) < 0x10000 => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            // Control characters are all below U+10000; nothing else is escaped.
-            c => out.push(c),
+            c => other(out, c),
         }
         rest = &rest[i + c.len_utf8()..];
     }
@@ -445,25 +450,9 @@ pub(crate) fn value(out: &mut String, v: Option<&str>) {
         out.push_str(v);
         return;
     }
-    out.push('"');
-    // Runs of characters that need no escape are copied whole.
-    let mut rest = v;
-    while let Some(i) = rest.find(|c: char| c == '"' || c == '\\' || c.is_control()) {
-        out.push_str(&rest[..i]);
-        let c = rest[i..].chars().next().unwrap_or(' ');
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\t' => out.push_str("\\t"),
-            c => {
-                let _ = write!(out, "\\u{{{:x}}}", c as u32);
-            }
-        }
-        rest = &rest[i + c.len_utf8()..];
-    }
-    out.push_str(rest);
-    out.push('"');
+    push_quoted(out, v, |out, c| {
+        let _ = write!(out, "\\u{{{:x}}}", c as u32);
+    });
 }
 
 /// The proleptic Gregorian date of `days` since 1970-01-01 (Howard Hinnant's algorithm).

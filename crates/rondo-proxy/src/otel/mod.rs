@@ -169,17 +169,7 @@ impl ReqTrace {
         member: &MemberSpec,
         tries: u32,
     ) -> Option<HeaderValue> {
-        let (host, port) = split_host(&member.address);
-        let mut attributes = vec![
-            KeyValue::new("http.request.method", self.method.clone()),
-            KeyValue::new("server.address", host.to_owned()),
-            KeyValue::new("rondo.route", self.route.clone()),
-            KeyValue::new("rondo.cluster", cluster.to_owned()),
-            KeyValue::new("rondo.member", member.name.clone()),
-        ];
-        if let Some(port) = port {
-            attributes.push(KeyValue::new("server.port", i64::from(port)));
-        }
+        let mut attributes = self.try_attributes(cluster, member);
         if tries > 1 {
             attributes.push(KeyValue::new("http.request.resend_count", i64::from(tries - 1)));
             if let Some(why) = self.last_failure {
@@ -189,6 +179,30 @@ impl ReqTrace {
         if let Some(mut left) = self.current.take() {
             left.end();
         }
+        let (span, value) = self.client_span(attributes);
+        self.current = Some(span);
+        value
+    }
+
+    /// What every try's span says: the request's method and route, the member and its cluster.
+    fn try_attributes(&self, cluster: &str, member: &MemberSpec) -> Vec<KeyValue> {
+        let (host, port) = split_host(&member.address);
+        let mut attributes = vec![
+            KeyValue::new("http.request.method", self.method.clone()),
+            KeyValue::new("server.address", host.to_owned()),
+            KeyValue::new("rondo.route", self.route.clone()),
+            KeyValue::new("rondo.cluster", cluster.to_owned()),
+            KeyValue::new("rondo.member", member.name.clone()),
+        ];
+        if let Some(port) = port {
+            attributes.push(KeyValue::new("server.port", i64::from(port)));
+        }
+        attributes
+    }
+
+    /// A try's span with `attributes`, a child of the server span, and the `traceparent`
+    /// naming it.
+    fn client_span(&self, attributes: Vec<KeyValue>) -> (SdkSpan, Option<HeaderValue>) {
         let span = self
             .tracer
             .span_builder(self.method.clone())
@@ -196,8 +210,7 @@ impl ReqTrace {
             .with_attributes(attributes)
             .start_with_context(&self.tracer, &self.parent);
         let value = traceparent(span.span_context());
-        self.current = Some(span);
-        value
+        (span, value)
     }
 
     /// Opens the span of a hedge on `member` of `cluster`, beside the try in flight (which
@@ -207,25 +220,9 @@ impl ReqTrace {
         cluster: &str,
         member: &MemberSpec,
     ) -> Option<HeaderValue> {
-        let (host, port) = split_host(&member.address);
-        let mut attributes = vec![
-            KeyValue::new("http.request.method", self.method.clone()),
-            KeyValue::new("server.address", host.to_owned()),
-            KeyValue::new("rondo.route", self.route.clone()),
-            KeyValue::new("rondo.cluster", cluster.to_owned()),
-            KeyValue::new("rondo.member", member.name.clone()),
-            KeyValue::new("rondo.retry.reason", "hedge"),
-        ];
-        if let Some(port) = port {
-            attributes.push(KeyValue::new("server.port", i64::from(port)));
-        }
-        let span = self
-            .tracer
-            .span_builder(self.method.clone())
-            .with_kind(SpanKind::Client)
-            .with_attributes(attributes)
-            .start_with_context(&self.tracer, &self.parent);
-        let value = traceparent(span.span_context());
+        let mut attributes = self.try_attributes(cluster, member);
+        attributes.push(KeyValue::new("rondo.retry.reason", "hedge"));
+        let (span, value) = self.client_span(attributes);
         self.hedges.push(span);
         value
     }
