@@ -1,4 +1,4 @@
-//! The process-wide tables: `[log]`, `[agent]`, `[admin]` (and the tokens it shares with
+//! The process-wide tables: `[router]`, `[log]`, `[agent]`, `[admin]` (and the tokens it shares with
 //! `[naming]`), `[naming]` with its registry and DNS settings. `[admin]`, `[naming]` and
 //! `[agent]` each take a `tls` table, checked like a listener's. Also a cluster's `xds`, which
 //! only the naming service's xDS server reads.
@@ -6,7 +6,50 @@
 use rondo_core::{XdsLb, XdsPolicy};
 
 use super::*;
-use crate::raw::RawClusterXds;
+use crate::raw::{RawClusterXds, RawRouter};
+
+/// `[router]`: its group, the tier key, the upgrade socket, the drain timeout.
+pub(super) fn compile_router(c: &mut Compiler<'_>, r: &RawRouter) -> RouterSpec {
+    let p = FieldPath::root().key("router");
+    if let Some(g) = &r.group
+        && g.is_empty()
+    {
+        c.err(p.key("group"), "group must not be empty");
+    }
+    let tier_key = match (&r.tier_key, &r.tier_key_file) {
+        (Some(_), Some(_)) => {
+            c.err(p.key("tier_key_file"), "set `tier_key` or `tier_key_file`, not both");
+            None
+        }
+        (Some(k), None) if k.len() < 16 => {
+            c.err(p.key("tier_key"), "tier_key must be at least 16 bytes");
+            None
+        }
+        (Some(k), None) => Some(AdminToken::Inline(k.clone())),
+        (None, Some(f)) => c.file_path(p.key("tier_key_file"), f).map(AdminToken::File),
+        (None, None) => None,
+    };
+    let upgrade_socket =
+        r.upgrade_socket.as_ref().and_then(|f| c.file_path(p.key("upgrade_socket"), f));
+    let drain_timeout = match r.drain_timeout_ms {
+        None => crate::spec::DEFAULT_DRAIN_TIMEOUT,
+        Some(ms) if ms <= 3_600_000 => Duration::from_millis(ms),
+        Some(_) => {
+            c.err(p.key("drain_timeout_ms"), "drain_timeout_ms must be 0 to 3600000");
+            crate::spec::DEFAULT_DRAIN_TIMEOUT
+        }
+    };
+    let revocations_file =
+        r.revocations_file.as_ref().and_then(|f| c.file_path(p.key("revocations_file"), f));
+    RouterSpec {
+        group: r.group.clone(),
+        tier_key,
+        upgrade_socket,
+        drain_timeout,
+        revocations_file,
+        watch_config: r.watch_config.unwrap_or(true),
+    }
+}
 
 /// A `format` of `[log]` or of an access log.
 pub(super) fn log_format(c: &mut Compiler<'_>, path: FieldPath, s: Option<&str>) -> LogFormat {
