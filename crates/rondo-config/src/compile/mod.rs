@@ -16,6 +16,7 @@ mod naming_parent;
 mod observe;
 mod queues;
 mod rate_limit;
+mod route_match;
 mod route_table;
 mod routes;
 mod sampling;
