@@ -9,6 +9,7 @@
 
 mod breakers;
 mod clusters;
+mod health;
 mod hedge;
 mod listeners;
 mod members_dns;
@@ -16,6 +17,7 @@ mod naming_parent;
 mod observe;
 mod queues;
 mod rate_limit;
+mod retry;
 mod route_match;
 mod route_table;
 mod routes;
