@@ -3,9 +3,10 @@
 //! impls and recording every semantic problem with the field path it concerns, so that all of
 //! them are reported at once.
 //!
-//! One module per part of the file: [`services`] (`[log]`, `[agent]`, `[admin]`, `[naming]`),
-//! [`listeners`], [`routes`], [`clusters`]; this one holds the [`Compiler`] that collects the
-//! problems and the order in which the parts are compiled.
+//! One module per part of the file: [`services`] (`[router]`, `[log]`, `[agent]`, `[admin]`),
+//! [`naming`], [`listeners`], [`route_table`] (the list) with [`routes`] and [`route_match`]
+//! (one route), [`clusters`] with [`health`] and [`retry`], [`queues`]; this one holds the
+//! [`Compiler`] that collects the problems and the order in which the parts are compiled.
 
 mod breakers;
 mod clusters;
@@ -13,6 +14,7 @@ mod health;
 mod hedge;
 mod listeners;
 mod members_dns;
+mod naming;
 mod naming_parent;
 mod observe;
 mod queues;
@@ -36,11 +38,10 @@ use listeners::{
     OwnSockets, check_members_are_not_own, check_unique_listeners, compile_listener,
     compile_listener_tls,
 };
+use naming::compile_naming;
 use queues::{check_queue_route, check_queues, compile_queue};
 use routes::{check_route_protocol, compile_route};
-use services::{
-    compile_admin, compile_agent, compile_log, compile_naming, compile_router, log_format,
-};
+use services::{compile_admin, compile_agent, compile_log, compile_router, log_format};
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};

@@ -71,7 +71,7 @@ pub(super) fn grpc_policy(c: &mut Compiler<'_>, path: &FieldPath, rc: &RawCluste
 }
 
 /// `retry.retry_on`: gRPC status names, and the HTTP conditions `5xx`, `gateway-error` and
-/// `retriable-status:N`; and the problems, by index (reported once, by [`retry`]).
+/// `retriable-status:N`; and the problems, by index (reported once, by [`retry()`]).
 fn retry_on(names: &[String]) -> (Codes, StatusSet, Vec<(usize, String)>) {
     let mut codes = Vec::with_capacity(names.len());
     let mut statuses = StatusSet::EMPTY;
