@@ -113,15 +113,41 @@ fn check_backups(
     clusters: &BTreeMap<String, Arc<ClusterSpec>>,
     declared_ok: bool,
 ) {
+    let known = |b: &str| {
+        if clusters.contains_key(b) || declared_ok {
+            Ok(())
+        } else {
+            Err(unknown_cluster(b, clusters))
+        }
+    };
+    check_backup_list(
+        c,
+        &path.key("backups"),
+        &r.backups,
+        (&r.cluster, "the route's primary cluster"),
+        known,
+    );
+}
+
+/// A list of backups at `path` (a route's or a multicast branch's): none is the owner's own
+/// cluster (`own`: its name and what it is to the owner), none listed twice, each `known` (else
+/// the error it returns).
+fn check_backup_list(
+    c: &mut Compiler<'_>,
+    path: &FieldPath,
+    backups: &[String],
+    (own, own_is): (&str, &str),
+    known: impl Fn(&str) -> Result<(), String>,
+) {
     let mut seen = BTreeSet::new();
-    for (j, b) in r.backups.iter().enumerate() {
-        let p = path.key("backups").index(j);
-        if *b == r.cluster {
-            c.err(p, format!("backup `{b}` is the route's primary cluster"));
+    for (j, b) in backups.iter().enumerate() {
+        let p = path.index(j);
+        if *b == own {
+            c.err(p, format!("backup `{b}` is {own_is}"));
         } else if !seen.insert(b.as_str()) {
             c.err(p, format!("backup `{b}` is listed twice"));
-        } else if !clusters.contains_key(b) && !declared_ok {
-            c.err(p, unknown_cluster(b, clusters));
+        } else if let Err(message) = known(b) {
+            c.err(p, message);
         }
     }
 }
@@ -213,17 +239,15 @@ fn compile_multicast(
         } else if !clusters.contains_key(&b.cluster) && !declared_ok {
             c.err(p.key("cluster"), format!("unknown cluster `{}`", b.cluster));
         }
-        let mut seen = BTreeSet::new();
-        for (k, backup) in b.backups.iter().enumerate() {
-            let bp = p.key("backups").index(k);
-            if *backup == b.cluster {
-                c.err(bp, format!("backup `{backup}` is the branch's own cluster"));
-            } else if !seen.insert(backup.as_str()) {
-                c.err(bp, format!("backup `{backup}` is listed twice"));
-            } else if !clusters.contains_key(backup) && !declared_ok {
-                c.err(bp, format!("unknown cluster `{backup}`"));
+        let known = |b: &str| {
+            if clusters.contains_key(b) || declared_ok {
+                Ok(())
+            } else {
+                Err(format!("unknown cluster `{b}`"))
             }
-        }
+        };
+        let own = (b.cluster.as_str(), "the branch's own cluster");
+        check_backup_list(c, &p.key("backups"), &b.backups, own, known);
         let queue = c.u32(p.key("queue"), b.queue, Branch::DEFAULT_QUEUE, 1);
         out.push(Branch { cluster: b.cluster.clone(), backups: b.backups.clone(), queue });
     }
