@@ -46,6 +46,43 @@ pub(crate) fn regex(pattern: &str) -> Result<Regex, String> {
     })
 }
 
+/// `Debug` of the filters: the condition as written (their `text`), as `describe` says it.
+macro_rules! debug_as_text {
+    ($($t:ty),*) => {$(
+        impl fmt::Debug for $t {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.text)
+            }
+        }
+    )*};
+}
+
+debug_as_text!(PathRegex, HeaderRegex, BodyJson, BodyXml);
+
+/// [`Filter`] of a body condition: true of every head, decided on the body by the type's own
+/// `body_matches`.
+macro_rules! body_filter {
+    ($t:ty) => {
+        impl Filter for $t {
+            fn describe(&self) -> &str {
+                &self.text
+            }
+
+            fn matches_head(&self, _: &RequestFacts<'_>) -> bool {
+                true
+            }
+
+            fn reads_body(&self) -> bool {
+                true
+            }
+
+            fn matches_body(&self, body: &BodyPeek<'_>) -> bool {
+                self.body_matches(body)
+            }
+        }
+    };
+}
+
 /// `path_regex`: the normalized path matches the expression (anywhere, unless anchored).
 pub(crate) struct PathRegex {
     text: String,
@@ -55,12 +92,6 @@ pub(crate) struct PathRegex {
 impl PathRegex {
     pub(crate) fn new(pattern: &str) -> Result<Self, String> {
         Ok(PathRegex { text: format!("path_regex = {pattern:?}"), re: regex(pattern)? })
-    }
-}
-
-impl fmt::Debug for PathRegex {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.text)
     }
 }
 
@@ -87,12 +118,6 @@ impl HeaderRegex {
         let name = name.to_ascii_lowercase();
         let text = format!("headers_regex.{name} = {pattern:?}");
         Ok(HeaderRegex { text, name, re: regex(pattern)? })
-    }
-}
-
-impl fmt::Debug for HeaderRegex {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.text)
     }
 }
 
@@ -172,26 +197,11 @@ impl BodyJson {
     }
 }
 
-impl fmt::Debug for BodyJson {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.text)
-    }
-}
+body_filter!(BodyJson);
 
-impl Filter for BodyJson {
-    fn describe(&self) -> &str {
-        &self.text
-    }
-
-    fn matches_head(&self, _: &RequestFacts<'_>) -> bool {
-        true
-    }
-
-    fn reads_body(&self) -> bool {
-        true
-    }
-
-    fn matches_body(&self, body: &BodyPeek<'_>) -> bool {
+impl BodyJson {
+    /// Whether every field of `body` has its value.
+    fn body_matches(&self, body: &BodyPeek<'_>) -> bool {
         // A JSON document cut short is no document.
         if !body.complete {
             return false;
@@ -382,26 +392,11 @@ impl BodyXml {
     }
 }
 
-impl fmt::Debug for BodyXml {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.text)
-    }
-}
+body_filter!(BodyXml);
 
-impl Filter for BodyXml {
-    fn describe(&self) -> &str {
-        &self.text
-    }
-
-    fn matches_head(&self, _: &RequestFacts<'_>) -> bool {
-        true
-    }
-
-    fn reads_body(&self) -> bool {
-        true
-    }
-
-    fn matches_body(&self, body: &BodyPeek<'_>) -> bool {
+impl BodyXml {
+    /// Whether the element (with its value) is in `body`.
+    fn body_matches(&self, body: &BodyPeek<'_>) -> bool {
         self.scan(body.bytes)
     }
 }

@@ -3,8 +3,8 @@
 //! serde-derive passes it and then feeding the struct every one of those fields, each with a
 //! deserializer of its own one level down. Options are present, sequences hold one element and
 //! maps one entry (keyed `NAME`), so every nested table is reached. The reference test
-//! (`docs/config.md` has a line for every field) relies on it, so a field added to `raw.rs`
-//! without documentation fails a test.
+//! (`docs/config.md` has a line for every field) relies on it, so a field added to `raw.rs` or
+//! `raw/` without documentation fails a test.
 
 use serde::Deserialize;
 use serde::de::{

@@ -112,14 +112,28 @@ pub(crate) fn unsupported(raw: &RawConfig, features: Features) -> Vec<Problem> {
 /// What is valid but probably not what was meant, in `config` (compiled from the same file:
 /// the view's routes are in evaluation order, each knowing its place in the file).
 pub(crate) fn warnings(config: &Config) -> Vec<Problem> {
-    let root = FieldPath::root();
     let mut out = Vec::new();
+    admin_without_token(config, &mut out);
+    agent_algorithms_without_agent(config, &mut out);
+    tls_names(config, &mut out);
+    redirect_loops(config, &mut out);
+    lonely_tier_limits(config, &mut out);
+    shadowed_routes(config, &mut out);
+    undeclared_clusters(config, &mut out);
+    // With a naming service, clients and DNS look clusters up by name: no route is needed.
+    if config.naming.is_none() {
+        unused_clusters(config, &mut out);
+    }
+    out
+}
 
+/// An `[admin]` without a token refuses every call.
+fn admin_without_token(config: &Config, out: &mut Vec<Problem>) {
     if let Some(admin) = &config.admin
         && admin.token.is_none()
     {
         out.push(Problem {
-            path: root.key("admin"),
+            path: FieldPath::root().key("admin"),
             message: format!(
                 "no `token` or `token_file`: the admin API on {} refuses every call with 403 \
                  (`rondo ctl`, the dashboard's data and `/metrics` do not work)",
@@ -127,14 +141,18 @@ pub(crate) fn warnings(config: &Config) -> Vec<Problem> {
             ),
         });
     }
+}
 
+/// A cluster whose algorithm ranks by agent reports, with no `[agent]` to receive them.
+fn agent_algorithms_without_agent(config: &Config, out: &mut Vec<Problem>) {
+    if config.agent.is_some() {
+        return;
+    }
     for (name, cluster) in &config.view.clusters {
         let algorithm = cluster.policy.algorithm;
-        if config.agent.is_none()
-            && matches!(algorithm, Algorithm::LeastCpu | Algorithm::MostFreeMemory)
-        {
+        if matches!(algorithm, Algorithm::LeastCpu | Algorithm::MostFreeMemory) {
             out.push(Problem {
-                path: root.key("cluster").key(name).key("algorithm"),
+                path: FieldPath::root().key("cluster").key(name).key("algorithm"),
                 message: format!(
                     "`{algorithm}` ranks members by load-agent reports, but there is no [agent] \
                      table to receive them: every pick falls back to least-sessions"
@@ -142,11 +160,12 @@ pub(crate) fn warnings(config: &Config) -> Vec<Problem> {
             });
         }
     }
+}
 
+/// A route that an earlier route on its listener (by priority, then file order) always takes
+/// first.
+fn shadowed_routes(config: &Config, out: &mut Vec<Problem>) {
     let routes = &config.view.routes;
-    tls_names(config, &mut out);
-    redirect_loops(config, &mut out);
-    lonely_tier_limits(config, &mut out);
     for (i, route) in routes.iter().enumerate() {
         // Under `routing = "all-matches"` a later route still gets its copy.
         let all_matches = config
@@ -174,7 +193,7 @@ pub(crate) fn warnings(config: &Config) -> Vec<Problem> {
                 format!("(route[{}]) before it", first.position)
             };
             out.push(Problem {
-                path: root.key("route").index(route.position),
+                path: FieldPath::root().key("route").index(route.position),
                 message: format!(
                     "route `{}` is never used: route `{}` {before} on listener `{}` {what}",
                     route.name, first.name, route.listener
@@ -182,9 +201,12 @@ pub(crate) fn warnings(config: &Config) -> Vec<Problem> {
             });
         }
     }
+}
 
-    // A route to a cluster the file lacks (only valid with `allow_registered_clusters`).
-    for route in routes {
+/// A route to a cluster the file lacks (only valid with `allow_registered_clusters`).
+fn undeclared_clusters(config: &Config, out: &mut Vec<Problem>) {
+    let root = FieldPath::root();
+    for route in &config.view.routes {
         let i = route.position;
         let split = route.split.iter().enumerate().map(|(j, w)| {
             (root.key("route").index(i).key("clusters").index(j).key("cluster"), &w.cluster)
@@ -212,40 +234,39 @@ pub(crate) fn warnings(config: &Config) -> Vec<Problem> {
             }
         }
     }
+}
 
-    // With a naming service, clients and DNS look clusters up by name: no route is needed.
-    if config.naming.is_none() {
-        let used: BTreeSet<&str> = routes
-            .iter()
-            .flat_map(|r| {
-                std::iter::once(&r.cluster)
-                    .chain(r.split.iter().map(|w| &w.cluster))
-                    .chain(&r.backups)
-                    .chain(
-                        r.multicast
-                            .iter()
-                            .flat_map(|b| std::iter::once(&b.cluster).chain(&b.backups)),
-                    )
-                    .chain(r.filters.iter().filter_map(|f| match f {
-                        rondo_core::traffic::TrafficFilter::Mirror(m) => Some(&m.cluster),
-                        _ => None,
-                    }))
-            })
-            .map(String::as_str)
-            .collect();
-        for name in config.view.clusters.keys() {
-            if !used.contains(name.as_str()) {
-                out.push(Problem {
-                    path: root.key("cluster").key(name),
-                    message: format!(
-                        "no route or backup refers to cluster `{name}` and there is no [naming] \
-                         to look it up: nothing sends it requests"
-                    ),
-                });
-            }
+/// A cluster no route, backup, multicast branch or mirror sends requests to.
+fn unused_clusters(config: &Config, out: &mut Vec<Problem>) {
+    let used: BTreeSet<&str> = config
+        .view
+        .routes
+        .iter()
+        .flat_map(|r| {
+            std::iter::once(&r.cluster)
+                .chain(r.split.iter().map(|w| &w.cluster))
+                .chain(&r.backups)
+                .chain(
+                    r.multicast.iter().flat_map(|b| std::iter::once(&b.cluster).chain(&b.backups)),
+                )
+                .chain(r.filters.iter().filter_map(|f| match f {
+                    rondo_core::traffic::TrafficFilter::Mirror(m) => Some(&m.cluster),
+                    _ => None,
+                }))
+        })
+        .map(String::as_str)
+        .collect();
+    for name in config.view.clusters.keys() {
+        if !used.contains(name.as_str()) {
+            out.push(Problem {
+                path: FieldPath::root().key("cluster").key(name),
+                message: format!(
+                    "no route or backup refers to cluster `{name}` and there is no [naming] \
+                     to look it up: nothing sends it requests"
+                ),
+            });
         }
     }
-    out
 }
 
 /// Routes whose `match.host` no certificate of their TLS listener covers: such clients get the

@@ -1,11 +1,12 @@
 //! `[cluster.NAME]`: the policy (algorithm, granularity, health, outlier detection, retries, slow
-//! start, locality, hashing, agents, EWMA, sessions) and the members.
+//! start, locality, hashing, agents, EWMA, sessions) and the members; `health` and `retry` are in
+//! their own modules.
 
+use super::health::compile_health;
+use super::retry::{grpc_policy, retry};
 use super::*;
-use rondo_core::grpc::{Code, Codes, GrpcPolicy};
-use rondo_core::{Backoff, StatusSet};
 
-use crate::raw::{RawAgent, RawEwma, RawOutlier, RawRetry, RawSession, RawSlowStart};
+use crate::raw::{RawAgent, RawEwma, RawOutlier, RawSession, RawSlowStart};
 
 /// Largest `connect_timeout_ms`.
 const MAX_CONNECT_TIMEOUT: Duration = Duration::from_secs(300);
@@ -84,42 +85,9 @@ fn compile_cluster_at(
 ) -> ClusterSpec {
     let path = path.clone();
     let d = Policy::default();
-
-    let algorithm = match rc.algorithm.as_deref() {
-        None => d.algorithm,
-        Some(s) => Algorithm::parse(s).unwrap_or_else(|| {
-            let all = Algorithm::ALL.map(Algorithm::as_str);
-            c.err(
-                path.key("algorithm"),
-                format!("unknown algorithm `{s}`, expected {}", one_of(all)),
-            );
-            d.algorithm
-        }),
-    };
-    let granularity = match rc.granularity.as_deref() {
-        None => d.granularity,
-        Some(s) => Granularity::parse(s).unwrap_or_else(|| {
-            let all = GRANULARITIES.map(Granularity::as_str);
-            c.err(
-                path.key("granularity"),
-                format!("unknown granularity `{s}`, expected {}", one_of(all)),
-            );
-            d.granularity
-        }),
-    };
-    let upstream_protocol = match rc.upstream_protocol.as_deref() {
-        None => UpstreamProtocol::default(),
-        Some(s) => {
-            UPSTREAM_PROTOCOLS.iter().find(|(n, _)| *n == s).map(|(_, p)| *p).unwrap_or_else(|| {
-                let all = UPSTREAM_PROTOCOLS.map(|(n, _)| n);
-                c.err(
-                    path.key("upstream_protocol"),
-                    format!("unknown upstream_protocol `{s}`, expected {}", one_of(all)),
-                );
-                UpstreamProtocol::default()
-            })
-        }
-    };
+    let algorithm = algorithm(c, &path, rc.algorithm.as_deref());
+    let granularity = granularity(c, &path, rc.granularity.as_deref());
+    let upstream_protocol = upstream_protocol(c, &path, rc.upstream_protocol.as_deref());
     let panic_threshold_percent = c.percent(
         path.key("panic_threshold_percent"),
         rc.panic_threshold_percent,
@@ -132,14 +100,12 @@ fn compile_cluster_at(
     let outlier = rc.outlier.as_ref().map_or_else(|| d.outlier.clone(), |o| outlier(c, &path, o));
     let retry = rc.retry.as_ref().map_or_else(|| d.retry.clone(), |r| retry(c, &path, r));
     let slow_start = rc.slow_start.as_ref().map_or(d.slow_start, |s| slow_start(c, &path, s));
-
     let locality = match &rc.locality {
         None => d.locality,
         Some(l) => {
             Locality { prefer_local: l.prefer_local.unwrap_or(Locality::default().prefer_local) }
         }
     };
-
     let hash = match &rc.hash {
         None => d.hash.clone(),
         Some(h) => compile_hash(c, &path.key("hash"), h, upstream_protocol),
@@ -149,53 +115,14 @@ fn compile_cluster_at(
     let sticky = rc.session.as_ref().map_or_else(StickySession::default, |s| session(c, &path, s));
 
     let upstream_tls = rc.upstream_tls.as_ref().map(|t| compile_upstream_tls(c, &path, t));
-    let tunnels = match upstream_protocol {
-        UpstreamProtocol::Tcp => {
-            Some("tcp members carry one session per connection: no limit applies")
-        }
-        UpstreamProtocol::Udp => Some("udp members carry flows, not connections: no limit applies"),
-        _ => None,
-    };
     super::udp::check_cluster(c, &path, rc, upstream_protocol, health.as_ref());
     let limits = (rc.max_connection_age_ms, rc.max_requests_per_connection);
-    let connections = c.connection_limits(&path, limits, tunnels);
+    let connections = c.connection_limits(&path, limits, no_connection_limits(upstream_protocol));
     let grpc = grpc_policy(c, &path, rc);
-    let connect_timeout = c.ms(
-        path.key("connect_timeout_ms"),
-        rc.connect_timeout_ms,
-        Policy::DEFAULT_CONNECT_TIMEOUT,
-        false,
-    );
-    if connect_timeout > MAX_CONNECT_TIMEOUT {
-        c.err(path.key("connect_timeout_ms"), "connect_timeout_ms must be at most 300000 (5 min)");
-    }
-    let cap =
-        |c: &mut Compiler<'_>, key: &str, v: Option<u64>| v.map(|_| c.u32(path.key(key), v, 1, 1));
-    let limits = rondo_core::RequestLimits {
-        max_requests: cap(c, "max_requests", rc.max_requests),
-        max_requests_per_member: cap(c, "max_requests_per_member", rc.max_requests_per_member),
-        max_connections: super::breakers::connection_cap(c, &path, rc, upstream_protocol),
-    };
-    let send_proxy = match rc.proxy_protocol.as_deref() {
-        None => None,
-        Some("v1") => Some(rondo_core::ProxyHeader::V1),
-        Some("v2") => Some(rondo_core::ProxyHeader::V2),
-        Some(other) => {
-            let message = format!("unknown proxy_protocol `{other}`, expected `v1` or `v2`");
-            c.err(path.key("proxy_protocol"), message);
-            None
-        }
-    };
-    if retry.hedge.is_some() && upstream_protocol == UpstreamProtocol::Tcp {
-        c.err(
-            path.key("retry").key("hedge"),
-            "tcp clusters cannot hedge (a session is one stream)",
-        );
-    }
-    if rc.view_id_header == Some(true) && upstream_protocol == UpstreamProtocol::Tcp {
-        let why = "view_id_header is a field of HTTP responses: a tcp cluster has none";
-        c.err(path.key("view_id_header"), why);
-    }
+    let connect_timeout = connect_timeout(c, &path, rc.connect_timeout_ms);
+    let limits = request_limits(c, &path, rc, upstream_protocol);
+    let send_proxy = send_proxy(c, &path, rc.proxy_protocol.as_deref());
+    check_tcp_cluster(c, &path, rc, &retry, upstream_protocol);
     let xds =
         rc.xds.as_ref().map_or(d.xds, |x| super::services::cluster_xds(c, &path, x, algorithm));
     ClusterSpec {
@@ -224,6 +151,122 @@ fn compile_cluster_at(
         upstream_protocol,
         sticky,
         upstream_tls,
+    }
+}
+
+/// `algorithm`: one of the core's, its default when unset.
+fn algorithm(c: &mut Compiler<'_>, path: &FieldPath, s: Option<&str>) -> Algorithm {
+    let d = Policy::default().algorithm;
+    let Some(s) = s else { return d };
+    Algorithm::parse(s).unwrap_or_else(|| {
+        let all = Algorithm::ALL.map(Algorithm::as_str);
+        c.err(path.key("algorithm"), format!("unknown algorithm `{s}`, expected {}", one_of(all)));
+        d
+    })
+}
+
+/// `granularity`: what one pick serves (a request, a session, a lookup).
+fn granularity(c: &mut Compiler<'_>, path: &FieldPath, s: Option<&str>) -> Granularity {
+    let d = Policy::default().granularity;
+    let Some(s) = s else { return d };
+    Granularity::parse(s).unwrap_or_else(|| {
+        let all = GRANULARITIES.map(Granularity::as_str);
+        c.err(
+            path.key("granularity"),
+            format!("unknown granularity `{s}`, expected {}", one_of(all)),
+        );
+        d
+    })
+}
+
+/// `upstream_protocol`: what the cluster's members speak.
+fn upstream_protocol(c: &mut Compiler<'_>, path: &FieldPath, s: Option<&str>) -> UpstreamProtocol {
+    let Some(s) = s else { return UpstreamProtocol::default() };
+    UPSTREAM_PROTOCOLS.iter().find(|(n, _)| *n == s).map(|(_, p)| *p).unwrap_or_else(|| {
+        let all = UPSTREAM_PROTOCOLS.map(|(n, _)| n);
+        c.err(
+            path.key("upstream_protocol"),
+            format!("unknown upstream_protocol `{s}`, expected {}", one_of(all)),
+        );
+        UpstreamProtocol::default()
+    })
+}
+
+/// Why members of `up` refuse connection limits (age, requests per connection), if they do.
+fn no_connection_limits(up: UpstreamProtocol) -> Option<&'static str> {
+    match up {
+        UpstreamProtocol::Tcp => {
+            Some("tcp members carry one session per connection: no limit applies")
+        }
+        UpstreamProtocol::Udp => Some("udp members carry flows, not connections: no limit applies"),
+        _ => None,
+    }
+}
+
+/// `connect_timeout_ms`: greater than 0, at most 5 minutes.
+fn connect_timeout(c: &mut Compiler<'_>, path: &FieldPath, v: Option<u64>) -> Duration {
+    let connect_timeout =
+        c.ms(path.key("connect_timeout_ms"), v, Policy::DEFAULT_CONNECT_TIMEOUT, false);
+    if connect_timeout > MAX_CONNECT_TIMEOUT {
+        c.err(path.key("connect_timeout_ms"), "connect_timeout_ms must be at most 300000 (5 min)");
+    }
+    connect_timeout
+}
+
+/// `max_requests`, `max_requests_per_member` and `max_connections`: the circuit breakers.
+fn request_limits(
+    c: &mut Compiler<'_>,
+    path: &FieldPath,
+    rc: &RawCluster,
+    up: UpstreamProtocol,
+) -> rondo_core::RequestLimits {
+    let cap =
+        |c: &mut Compiler<'_>, key: &str, v: Option<u64>| v.map(|_| c.u32(path.key(key), v, 1, 1));
+    rondo_core::RequestLimits {
+        max_requests: cap(c, "max_requests", rc.max_requests),
+        max_requests_per_member: cap(c, "max_requests_per_member", rc.max_requests_per_member),
+        max_connections: super::breakers::connection_cap(c, path, rc, up),
+    }
+}
+
+/// `proxy_protocol`: the PROXY header (`v1` or `v2`) sent to members.
+fn send_proxy(
+    c: &mut Compiler<'_>,
+    path: &FieldPath,
+    s: Option<&str>,
+) -> Option<rondo_core::ProxyHeader> {
+    match s {
+        None => None,
+        Some("v1") => Some(rondo_core::ProxyHeader::V1),
+        Some("v2") => Some(rondo_core::ProxyHeader::V2),
+        Some(other) => {
+            let message = format!("unknown proxy_protocol `{other}`, expected `v1` or `v2`");
+            c.err(path.key("proxy_protocol"), message);
+            None
+        }
+    }
+}
+
+/// A `tcp` cluster neither hedges nor adds a header to HTTP responses.
+fn check_tcp_cluster(
+    c: &mut Compiler<'_>,
+    path: &FieldPath,
+    rc: &RawCluster,
+    retry: &RetryPolicy,
+    up: UpstreamProtocol,
+) {
+    if up != UpstreamProtocol::Tcp {
+        return;
+    }
+    if retry.hedge.is_some() {
+        c.err(
+            path.key("retry").key("hedge"),
+            "tcp clusters cannot hedge (a session is one stream)",
+        );
+    }
+    if rc.view_id_header == Some(true) {
+        let why = "view_id_header is a field of HTTP responses: a tcp cluster has none";
+        c.err(path.key("view_id_header"), why);
     }
 }
 
@@ -289,162 +332,6 @@ pub(super) fn compile_members(
         out.push(spec);
     }
     out
-}
-
-/// Parses `200` or `200-399`.
-pub(super) fn parse_status_range(s: &str) -> Result<(u16, u16), String> {
-    let parse = |t: &str| match t.trim().parse::<u16>() {
-        Ok(n) if (100..=599).contains(&n) => Ok(n),
-        _ => Err(format!(
-            "`{s}` is not a status or status range between 100 and 599, like `200` or `200-399`"
-        )),
-    };
-    let (lo, hi) = match s.split_once('-') {
-        Some((a, b)) => (parse(a)?, parse(b)?),
-        None => {
-            let n = parse(s)?;
-            (n, n)
-        }
-    };
-    if lo > hi {
-        return Err(format!("`{s}` is an empty range: {lo} is greater than {hi}"));
-    }
-    Ok((lo, hi))
-}
-
-pub(super) fn compile_health(c: &mut Compiler<'_>, path: &FieldPath, h: &RawHealth) -> HealthCheck {
-    let hd = HealthCheck::default();
-    let http_fields = h.path.is_some() || h.expect_status.is_some();
-    let kind = match h.kind.as_deref() {
-        None if h.grpc.is_some() => "grpc",
-        None if h.udp.is_some() => "udp",
-        None if http_fields => "http",
-        None => "tcp",
-        Some(k @ ("http" | "tcp" | "grpc" | "udp")) => k,
-        Some(other) => {
-            c.err(
-                path.key("kind"),
-                format!("unknown health check kind `{other}`, expected {}", one_of(HEALTH_KINDS)),
-            );
-            if http_fields { "http" } else { "tcp" }
-        }
-    };
-    if kind != "http" {
-        for (field, set) in
-            [("path", h.path.is_some()), ("expect_status", h.expect_status.is_some())]
-        {
-            if set {
-                c.err(path.key(field), "only applies to health checks of kind `http`");
-            }
-        }
-    }
-    if kind != "grpc" && h.grpc.is_some() {
-        c.err(path.key("grpc"), "only applies to health checks of kind `grpc`");
-    }
-    if kind != "udp" && h.udp.is_some() {
-        c.err(path.key("udp"), "only applies to health checks of kind `udp`");
-    }
-    let kind = match kind {
-        "http" => {
-            let p = h.path.clone().unwrap_or_else(|| DEFAULT_HEALTH_PATH.to_owned());
-            if !p.starts_with('/') {
-                c.err(path.key("path"), format!("`{p}` must start with `/`"));
-            }
-            let (expect_min, expect_max) = match h.expect_status.as_deref().map(parse_status_range)
-            {
-                None => DEFAULT_EXPECT_STATUS,
-                Some(Ok(r)) => r,
-                Some(Err(msg)) => {
-                    c.err(path.key("expect_status"), msg);
-                    DEFAULT_EXPECT_STATUS
-                }
-            };
-            HealthCheckKind::Http { path: p, expect_min, expect_max }
-        }
-        "grpc" => {
-            let service = h.grpc.as_ref().and_then(|g| g.service.clone()).unwrap_or_default();
-            if service.chars().any(|ch| ch.is_control()) {
-                c.err(path.key("grpc").key("service"), "must not contain control characters");
-            }
-            HealthCheckKind::Grpc { service }
-        }
-        "udp" => super::udp::health_udp(c, path, h.udp.as_ref()),
-        _ => HealthCheckKind::Tcp,
-    };
-    HealthCheck {
-        kind,
-        interval: c.ms(path.key("interval_ms"), h.interval_ms, hd.interval, false),
-        timeout: c.ms(path.key("timeout_ms"), h.timeout_ms, hd.timeout, false),
-        rise: c.u32(path.key("rise"), h.rise, hd.rise, 1),
-        fall: c.u32(path.key("fall"), h.fall, hd.fall, 1),
-        port: super::udp::health_port(c, path, h.port),
-    }
-}
-
-/// `grpc_failure_codes` and `retry.retry_on`: how the cluster's gRPC answers count.
-fn grpc_policy(c: &mut Compiler<'_>, path: &FieldPath, rc: &RawCluster) -> GrpcPolicy {
-    let d = GrpcPolicy::default();
-    let failure_codes = rc
-        .grpc_failure_codes
-        .as_deref()
-        .map_or(d.failure_codes, |names| grpc_codes(c, &path.key("grpc_failure_codes"), names));
-    let retry_on = match rc.retry.as_ref().and_then(|r| r.retry_on.as_deref()) {
-        None => d.retry_on,
-        Some(names) => retry_on(names).0,
-    };
-    GrpcPolicy { failure_codes, retry_on }
-}
-
-/// `retry.retry_on`: gRPC status names, and the HTTP conditions `5xx`, `gateway-error` and
-/// `retriable-status:N`; and the problems, by index (reported once, by [`retry`]).
-fn retry_on(names: &[String]) -> (Codes, StatusSet, Vec<(usize, String)>) {
-    let mut codes = Vec::with_capacity(names.len());
-    let mut statuses = StatusSet::EMPTY;
-    let mut problems = Vec::new();
-    for (i, name) in names.iter().enumerate() {
-        match name.as_str() {
-            "5xx" => statuses = (500..=599).fold(statuses, StatusSet::with),
-            "gateway-error" => statuses = (502..=504).fold(statuses, StatusSet::with),
-            "connect-failure" | "reset" => problems.push((
-                i,
-                format!(
-                    "`{name}` is always retried when the request can be sent again: leave it out \
-                     (retry_on adds the statuses and gRPC codes that are retried too)"
-                ),
-            )),
-            _ => match (name.strip_prefix("retriable-status:"), Code::parse(name)) {
-                (Some(n), _) => match n.parse::<u16>() {
-                    Ok(s) if (100..=599).contains(&s) => statuses = statuses.with(s),
-                    _ => problems.push((i, format!("`{n}` is not an HTTP status (100-599)"))),
-                },
-                (None, Some(code)) => codes.push(code),
-                (None, None) => problems.push((
-                    i,
-                    format!(
-                        "unknown retry_on `{name}`, expected `5xx`, `gateway-error`, \
-                         `retriable-status:N` or a grpc status: {}",
-                        one_of(Code::NAMES)
-                    ),
-                )),
-            },
-        }
-    }
-    (Codes::of(&codes), statuses, problems)
-}
-
-/// A list of gRPC status codes by name, each unknown name an error at its own index.
-fn grpc_codes(c: &mut Compiler<'_>, path: &FieldPath, names: &[String]) -> Codes {
-    let mut codes = Vec::with_capacity(names.len());
-    for (i, name) in names.iter().enumerate() {
-        match Code::parse(name) {
-            Some(code) => codes.push(code),
-            None => c.err(
-                path.index(i),
-                format!("unknown grpc status `{name}`, expected {}", one_of(Code::NAMES)),
-            ),
-        }
-    }
-    Codes::of(&codes)
 }
 
 pub(super) fn compile_hash(
@@ -561,55 +448,6 @@ fn outlier(c: &mut Compiler<'_>, path: &FieldPath, o: &RawOutlier) -> OutlierDet
             p.key("max_ejected_percent"),
             o.max_ejected_percent,
             od.max_ejected_percent,
-            0,
-        ),
-    }
-}
-
-/// `retry`: attempts, the per-try timeout and the retry budget.
-fn retry(c: &mut Compiler<'_>, path: &FieldPath, r: &RawRetry) -> RetryPolicy {
-    let p = path.key("retry");
-    let rd = RetryPolicy::default();
-    let statuses = r.retry_on.as_deref().map_or(StatusSet::EMPTY, |names| {
-        let (_, statuses, problems) = retry_on(names);
-        for (i, message) in problems {
-            c.err(p.key("retry_on").index(i), message);
-        }
-        statuses
-    });
-    let backoff = r.backoff.as_ref().map(|b| {
-        let bp = p.key("backoff");
-        let base = c.ms(bp.key("base_ms"), b.base_ms, Duration::from_millis(25), false);
-        let max = c.ms(bp.key("max_ms"), b.max_ms, base * 10, false);
-        if max < base {
-            c.err(bp.key("max_ms"), "backoff max must be at least its base");
-        }
-        Backoff { base, max }
-    });
-    let buffer_bytes = c.int(
-        p.key("retry_buffer_bytes"),
-        r.retry_buffer_bytes,
-        u64::from(RetryPolicy::DEFAULT_BUFFER_BYTES),
-        0,
-        16 << 20,
-    );
-    let hedge = r.hedge.as_ref().map(|h| super::hedge::hedge(c, &p, h, r));
-    RetryPolicy {
-        hedge,
-        statuses,
-        backoff,
-        non_idempotent: r.retry_non_idempotent.unwrap_or(false),
-        buffer_bytes: u32::try_from(buffer_bytes).unwrap_or(RetryPolicy::DEFAULT_BUFFER_BYTES),
-        attempts: c.u32(p.key("attempts"), r.attempts, rd.attempts, 1),
-        per_try_timeout: r
-            .per_try_timeout_ms
-            .map(|ms| c.ms(p.key("per_try_timeout_ms"), Some(ms), Duration::ZERO, false))
-            .or(rd.per_try_timeout),
-        budget_percent: c.percent(p.key("budget_percent"), r.budget_percent, rd.budget_percent, 0),
-        budget_min_per_sec: c.u32(
-            p.key("budget_min_per_sec"),
-            r.budget_min_per_sec,
-            rd.budget_min_per_sec,
             0,
         ),
     }

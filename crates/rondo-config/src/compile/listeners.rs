@@ -16,17 +16,7 @@ pub(super) fn compile_listener(
     let path = FieldPath::root().key("listener").index(i);
     c.name(path.key("name"), "listener", &l.name);
     let listen = c.socket_addr(path.key("listen"), &l.listen);
-    let protocol = match l.protocol.as_deref() {
-        None => ListenerProtocol::default(),
-        Some(s) => ListenerProtocol::parse(s).unwrap_or_else(|| {
-            let all = ListenerProtocol::ALL.map(ListenerProtocol::as_str);
-            c.err(
-                path.key("protocol"),
-                format!("unknown protocol `{s}`, expected {}", one_of(all)),
-            );
-            ListenerProtocol::default()
-        }),
-    };
+    let protocol = listener_protocol(c, &path, l.protocol.as_deref());
     let max_connections = c.u32(
         path.key("max_connections"),
         l.max_connections,
@@ -62,52 +52,18 @@ pub(super) fn compile_listener(
     let max_body_bytes = c.int(path.key("max_body_bytes"), l.max_body_bytes, 0, 0, u64::MAX);
     let max_headers =
         c.u32(path.key("max_headers"), l.max_headers, ListenerSpec::DEFAULT_MAX_HEADERS, 1);
-    let error_detail = match l.error_detail.as_deref() {
-        None => None,
-        Some(s) => ErrorDetail::parse(s).or_else(|| {
-            let all = ErrorDetail::ALL.map(ErrorDetail::as_str);
-            c.err(
-                path.key("error_detail"),
-                format!("unknown error_detail `{s}`, expected {}", one_of(all)),
-            );
-            None
-        }),
-    };
-    let routing = match l.routing.as_deref() {
-        None => Routing::default(),
-        Some(s) => Routing::parse(s).unwrap_or_else(|| {
-            let all = Routing::ALL.map(Routing::as_str);
-            c.err(path.key("routing"), format!("unknown routing `{s}`, expected {}", one_of(all)));
-            Routing::default()
-        }),
-    };
-    if routing == Routing::AllMatches && protocol == ListenerProtocol::Tcp {
-        c.err(
-            path.key("routing"),
-            "tcp listeners route each connection once (`all-matches` copies HTTP requests)",
-        );
-    }
-    if l.body_read_timeout_ms.is_some() && protocol == ListenerProtocol::Tcp {
-        c.err(path.key("body_read_timeout_ms"), "tcp listeners read no request bodies");
+    let error_detail = error_detail(c, &path, l.error_detail.as_deref());
+    let routing = routing(c, &path, l.routing.as_deref());
+    if protocol == ListenerProtocol::Tcp {
+        check_tcp_listener(c, &path, l, routing);
     }
     let listen = listen?;
-    let access_log =
-        l.access_log.as_ref().map(|a| compile_access_log(c, path.key("access_log"), a));
-    if access_log.is_some() && protocol == ListenerProtocol::Tcp {
-        c.err(path.key("access_log"), "tcp listeners have no access log (it logs HTTP requests)");
-    }
-    if protocol == ListenerProtocol::Queue && access_log.is_some() {
-        c.err(path.key("access_log"), "queue listeners have no access log yet");
-    }
+    let access_log = access_log(c, &path, l, protocol);
     let tunnels = (protocol == ListenerProtocol::Tcp)
         .then_some("tcp listeners carry tunnels, which are not cut by age or count");
     let limits = (l.max_connection_age_ms, l.max_requests_per_connection);
     let connections = c.connection_limits(&path, limits, tunnels);
-    let filters = super::traffic::compile_filters(c, &path.key("filters"), l.filters.as_deref());
-    super::sampling::refuse_listener_mirrors(c, &path, l.filters.as_deref());
-    if !filters.is_empty() && protocol != ListenerProtocol::Http {
-        c.err(path.key("filters"), "only http listeners run filters");
-    }
+    let filters = listener_filters(c, &path, l, protocol);
     Some(ListenerSpec {
         name: l.name.clone(),
         listen,
@@ -131,6 +87,85 @@ pub(super) fn compile_listener(
         http3: compile_http3(c, &path, l, protocol),
         udp: super::udp::compile_listener_udp(c, &path, l, protocol),
     })
+}
+
+/// `protocol`: what the listener speaks, `http` by default.
+fn listener_protocol(c: &mut Compiler<'_>, path: &FieldPath, s: Option<&str>) -> ListenerProtocol {
+    let Some(s) = s else { return ListenerProtocol::default() };
+    ListenerProtocol::parse(s).unwrap_or_else(|| {
+        let all = ListenerProtocol::ALL.map(ListenerProtocol::as_str);
+        c.err(path.key("protocol"), format!("unknown protocol `{s}`, expected {}", one_of(all)));
+        ListenerProtocol::default()
+    })
+}
+
+/// `error_detail`: how much an error answer tells; unset, it follows the listen address.
+fn error_detail(c: &mut Compiler<'_>, path: &FieldPath, s: Option<&str>) -> Option<ErrorDetail> {
+    let s = s?;
+    ErrorDetail::parse(s).or_else(|| {
+        let all = ErrorDetail::ALL.map(ErrorDetail::as_str);
+        c.err(
+            path.key("error_detail"),
+            format!("unknown error_detail `{s}`, expected {}", one_of(all)),
+        );
+        None
+    })
+}
+
+/// `routing`: the first matching route, or every one.
+fn routing(c: &mut Compiler<'_>, path: &FieldPath, s: Option<&str>) -> Routing {
+    let Some(s) = s else { return Routing::default() };
+    Routing::parse(s).unwrap_or_else(|| {
+        let all = Routing::ALL.map(Routing::as_str);
+        c.err(path.key("routing"), format!("unknown routing `{s}`, expected {}", one_of(all)));
+        Routing::default()
+    })
+}
+
+/// A `tcp` listener routes each connection once and reads no request bodies.
+fn check_tcp_listener(c: &mut Compiler<'_>, path: &FieldPath, l: &RawListener, routing: Routing) {
+    if routing == Routing::AllMatches {
+        c.err(
+            path.key("routing"),
+            "tcp listeners route each connection once (`all-matches` copies HTTP requests)",
+        );
+    }
+    if l.body_read_timeout_ms.is_some() {
+        c.err(path.key("body_read_timeout_ms"), "tcp listeners read no request bodies");
+    }
+}
+
+/// `access_log`, which logs HTTP requests (not `tcp` sessions, not yet `queue` messages).
+fn access_log(
+    c: &mut Compiler<'_>,
+    path: &FieldPath,
+    l: &RawListener,
+    protocol: ListenerProtocol,
+) -> Option<AccessLogSpec> {
+    let access_log =
+        l.access_log.as_ref().map(|a| compile_access_log(c, path.key("access_log"), a));
+    if access_log.is_some() && protocol == ListenerProtocol::Tcp {
+        c.err(path.key("access_log"), "tcp listeners have no access log (it logs HTTP requests)");
+    }
+    if protocol == ListenerProtocol::Queue && access_log.is_some() {
+        c.err(path.key("access_log"), "queue listeners have no access log yet");
+    }
+    access_log
+}
+
+/// A listener's `filters` (its edge filters), which only `http` listeners run.
+fn listener_filters(
+    c: &mut Compiler<'_>,
+    path: &FieldPath,
+    l: &RawListener,
+    protocol: ListenerProtocol,
+) -> Vec<rondo_core::traffic::TrafficFilter> {
+    let filters = super::traffic::compile_filters(c, &path.key("filters"), l.filters.as_deref());
+    super::sampling::refuse_listener_mirrors(c, path, l.filters.as_deref());
+    if !filters.is_empty() && protocol != ListenerProtocol::Http {
+        c.err(path.key("filters"), "only http listeners run filters");
+    }
+    filters
 }
 
 /// A listener's `http3` and its limits; HTTP/3 runs over QUIC, whose handshake is TLS 1.3, so

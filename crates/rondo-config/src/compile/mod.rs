@@ -3,19 +3,25 @@
 //! impls and recording every semantic problem with the field path it concerns, so that all of
 //! them are reported at once.
 //!
-//! One module per part of the file: [`services`] (`[log]`, `[agent]`, `[admin]`, `[naming]`),
-//! [`listeners`], [`routes`], [`clusters`]; this one holds the [`Compiler`] that collects the
-//! problems and the order in which the parts are compiled.
+//! One module per part of the file: [`services`] (`[router]`, `[log]`, `[agent]`, `[admin]`),
+//! [`naming`], [`listeners`], [`route_table`] (the list) with [`routes`] and [`route_match`]
+//! (one route), [`clusters`] with [`health`] and [`retry`], [`queues`]; this one holds the
+//! [`Compiler`] that collects the problems and the order in which the parts are compiled.
 
 mod breakers;
 mod clusters;
+mod health;
 mod hedge;
 mod listeners;
 mod members_dns;
+mod naming;
 mod naming_parent;
 mod observe;
 mod queues;
 mod rate_limit;
+mod retry;
+mod route_match;
+mod route_table;
 mod routes;
 mod sampling;
 mod services;
@@ -32,9 +38,10 @@ use listeners::{
     OwnSockets, check_members_are_not_own, check_unique_listeners, compile_listener,
     compile_listener_tls,
 };
+use naming::compile_naming;
 use queues::{check_queue_route, check_queues, compile_queue};
 use routes::{check_route_protocol, compile_route};
-use services::{compile_admin, compile_agent, compile_log, compile_naming, log_format};
+use services::{compile_admin, compile_agent, compile_log, compile_router, log_format};
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
@@ -330,59 +337,16 @@ impl Compiler<'_> {
     }
 }
 
-/// Validates and compiles `raw`; `base_dir` resolves relative file paths.
+/// Validates and compiles `raw`; `base_dir` resolves relative file paths. The parts are compiled
+/// in the order they depend on each other: the process-wide tables, the listeners (whose sockets
+/// members must not be), the clusters, then the routes that name both.
 pub(crate) fn compile(
     raw: RawConfig,
     base_dir: &Path,
     view_id: u64,
 ) -> Result<Config, Vec<Problem>> {
     let mut c = Compiler { problems: Vec::new(), base_dir };
-    let root = FieldPath::root();
-
-    let router = match &raw.router {
-        None => RouterSpec::default(),
-        Some(r) => {
-            if let Some(g) = &r.group
-                && g.is_empty()
-            {
-                c.err(root.key("router").key("group"), "group must not be empty");
-            }
-            let p = root.key("router");
-            let tier_key = match (&r.tier_key, &r.tier_key_file) {
-                (Some(_), Some(_)) => {
-                    c.err(p.key("tier_key_file"), "set `tier_key` or `tier_key_file`, not both");
-                    None
-                }
-                (Some(k), None) if k.len() < 16 => {
-                    c.err(p.key("tier_key"), "tier_key must be at least 16 bytes");
-                    None
-                }
-                (Some(k), None) => Some(AdminToken::Inline(k.clone())),
-                (None, Some(f)) => c.file_path(p.key("tier_key_file"), f).map(AdminToken::File),
-                (None, None) => None,
-            };
-            let upgrade_socket =
-                r.upgrade_socket.as_ref().and_then(|f| c.file_path(p.key("upgrade_socket"), f));
-            let drain_timeout = match r.drain_timeout_ms {
-                None => crate::spec::DEFAULT_DRAIN_TIMEOUT,
-                Some(ms) if ms <= 3_600_000 => Duration::from_millis(ms),
-                Some(_) => {
-                    c.err(p.key("drain_timeout_ms"), "drain_timeout_ms must be 0 to 3600000");
-                    crate::spec::DEFAULT_DRAIN_TIMEOUT
-                }
-            };
-            let revocations_file =
-                r.revocations_file.as_ref().and_then(|f| c.file_path(p.key("revocations_file"), f));
-            RouterSpec {
-                group: r.group.clone(),
-                tier_key,
-                upgrade_socket,
-                drain_timeout,
-                revocations_file,
-                watch_config: r.watch_config.unwrap_or(true),
-            }
-        }
-    };
+    let router = raw.router.as_ref().map(|r| compile_router(&mut c, r)).unwrap_or_default();
     let cluster_names: Vec<&str> = raw.cluster.keys().map(String::as_str).collect();
     let admin = raw.admin.as_ref().map(|a| compile_admin(&mut c, a, &cluster_names));
     let naming = raw.naming.as_ref().map(|n| compile_naming(&mut c, n));
@@ -398,95 +362,12 @@ pub(crate) fn compile(
 
     let shared = shared_members::compile_shared_members(&mut c, &raw);
     let tier = raw.tier.as_ref().map(|t| shared_members::compile_tier(&mut c, t));
-    let mut clusters = BTreeMap::new();
-    let mut members_dns = BTreeMap::new();
-    for (name, rc) in &raw.cluster {
-        let interval = agent.as_ref().map_or(AgentSpec::DEFAULT_INTERVAL, |a| a.interval);
-        let spec = compile_cluster(&mut c, name, rc, interval, &shared);
-        clusters.insert(name.clone(), Arc::new(spec));
-        if let Some(d) = &rc.members_dns {
-            let path = root.key("cluster").key(name).key("members_dns");
-            if let Some(d) = members_dns::compile_members_dns(&mut c, &path, d) {
-                members_dns.insert(name.clone(), d);
-            }
-        }
-    }
+    let agent_interval = agent.as_ref().map_or(AgentSpec::DEFAULT_INTERVAL, |a| a.interval);
+    let (clusters, members_dns) = compile_clusters(&mut c, &raw, agent_interval, &shared);
     check_members_are_not_own(&mut c, &raw, &own);
 
-    // Each listener name's protocol (the first listener of a name; duplicates are errors).
-    let mut protocols: HashMap<&str, ListenerProtocol> = HashMap::new();
-    for l in &raw.listener {
-        let proto = match l.protocol.as_deref() {
-            None => Some(ListenerProtocol::default()),
-            Some(s) => ListenerProtocol::parse(s),
-        };
-        if let Some(proto) = proto {
-            protocols.entry(l.name.as_str()).or_insert(proto);
-        }
-    }
-    let known_listeners: BTreeSet<&str> = raw.listener.iter().map(|l| l.name.as_str()).collect();
-    let mut routes = Vec::with_capacity(raw.route.len());
-    let mut route_names: HashMap<String, usize> = HashMap::new();
-    let mut tcp_routes: HashMap<&str, String> = HashMap::new();
-    let mut udp_routes: HashMap<&str, String> = HashMap::new();
-    for (i, r) in raw.route.iter().enumerate() {
-        let path = root.key("route").index(i);
-        let declared_ok = naming.as_ref().is_some_and(|n| n.allow_registered_clusters);
-        let route = compile_route(&mut c, &path, i, r, &clusters, declared_ok);
-        if r.login.is_some() && router.tier_key.is_none() {
-            c.err(
-                path.key("login"),
-                "a login route needs [router] tier_key or tier_key_file: its session tokens are \
-                 signed with it",
-            );
-        }
-        match route_names.get(&route.name) {
-            Some(first) => {
-                let p = if r.name.is_some() { path.key("name") } else { path.clone() };
-                c.err(p, format!("route name `{}` already used by route[{first}]", route.name));
-            }
-            None => {
-                route_names.insert(route.name.clone(), i);
-            }
-        }
-        if !known_listeners.contains(r.listener.as_str()) {
-            let msg = format!(
-                "unknown listener `{}`, expected {}",
-                r.listener,
-                if known_listeners.is_empty() {
-                    "a [[listener]] to be defined".to_owned()
-                } else {
-                    format!("one of {}", one_of(known_listeners.iter().copied()))
-                }
-            );
-            c.err(path.key("listener"), msg);
-        } else if let Some(&proto) = protocols.get(r.listener.as_str()) {
-            if proto == ListenerProtocol::Queue {
-                check_queue_route(&mut c, &path, r, &route, &clusters);
-            } else if proto == ListenerProtocol::Udp {
-                udp::check_route(&mut c, &path, r, &route, &clusters, &mut udp_routes);
-            } else {
-                check_route_protocol(&mut c, &path, r, &route, proto, &clusters);
-            }
-            // A tcp listener takes one route without `sni` (its catch-all), and any number
-            // with `sni`, tried in file order.
-            if proto == ListenerProtocol::Tcp && route.matcher.sni.is_none() {
-                match tcp_routes.get(r.listener.as_str()) {
-                    Some(first) => c.err(
-                        path.key("listener"),
-                        format!(
-                            "tcp listener `{}` already has route `{first}` without `match.sni`; a tcp listener takes one route without `sni` (more routes need `match = {{ sni = ... }}`)",
-                            r.listener
-                        ),
-                    ),
-                    None => {
-                        tcp_routes.insert(&r.listener, route.name.clone());
-                    }
-                }
-            }
-        }
-        routes.push(route);
-    }
+    let declared_ok = naming.as_ref().is_some_and(|n| n.allow_registered_clusters);
+    let mut routes = route_table::compile_routes(&mut c, &raw, &clusters, &router, declared_ok);
 
     let queues: Vec<QueueSpec> =
         raw.queue.iter().enumerate().map(|(i, q)| compile_queue(&mut c, i, q)).collect();
@@ -513,4 +394,26 @@ pub(crate) fn compile(
         tier,
         tracing,
     })
+}
+
+/// Every `[cluster.NAME]`, and the `members_dns` of those that have one.
+fn compile_clusters(
+    c: &mut Compiler<'_>,
+    raw: &RawConfig,
+    agent_interval: Duration,
+    shared: &BTreeMap<String, MemberSpec>,
+) -> (BTreeMap<String, Arc<ClusterSpec>>, BTreeMap<String, crate::spec::MembersDnsSpec>) {
+    let mut clusters = BTreeMap::new();
+    let mut members_dns = BTreeMap::new();
+    for (name, rc) in &raw.cluster {
+        let spec = compile_cluster(c, name, rc, agent_interval, shared);
+        clusters.insert(name.clone(), Arc::new(spec));
+        if let Some(d) = &rc.members_dns {
+            let path = FieldPath::root().key("cluster").key(name).key("members_dns");
+            if let Some(d) = members_dns::compile_members_dns(c, &path, d) {
+                members_dns.insert(name.clone(), d);
+            }
+        }
+    }
+    (clusters, members_dns)
 }

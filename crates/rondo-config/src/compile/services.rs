@@ -1,12 +1,55 @@
-//! The process-wide tables: `[log]`, `[agent]`, `[admin]` (and the tokens it shares with
-//! `[naming]`), `[naming]` with its registry and DNS settings. `[admin]`, `[naming]` and
-//! `[agent]` each take a `tls` table, checked like a listener's. Also a cluster's `xds`, which
-//! only the naming service's xDS server reads.
+//! The process-wide tables: `[router]`, `[log]`, `[agent]`, `[admin]` (and the tokens it shares with
+//! `[naming]`, which has its own module). `[admin]`, `[naming]` and `[agent]` each take a `tls`
+//! table, checked like a listener's. Also a cluster's `xds`, which only the naming service's xDS
+//! server reads.
 
 use rondo_core::{XdsLb, XdsPolicy};
 
 use super::*;
-use crate::raw::RawClusterXds;
+use crate::raw::{RawClusterXds, RawRouter};
+
+/// `[router]`: its group, the tier key, the upgrade socket, the drain timeout.
+pub(super) fn compile_router(c: &mut Compiler<'_>, r: &RawRouter) -> RouterSpec {
+    let p = FieldPath::root().key("router");
+    if let Some(g) = &r.group
+        && g.is_empty()
+    {
+        c.err(p.key("group"), "group must not be empty");
+    }
+    let tier_key = match (&r.tier_key, &r.tier_key_file) {
+        (Some(_), Some(_)) => {
+            c.err(p.key("tier_key_file"), "set `tier_key` or `tier_key_file`, not both");
+            None
+        }
+        (Some(k), None) if k.len() < 16 => {
+            c.err(p.key("tier_key"), "tier_key must be at least 16 bytes");
+            None
+        }
+        (Some(k), None) => Some(AdminToken::Inline(k.clone())),
+        (None, Some(f)) => c.file_path(p.key("tier_key_file"), f).map(AdminToken::File),
+        (None, None) => None,
+    };
+    let upgrade_socket =
+        r.upgrade_socket.as_ref().and_then(|f| c.file_path(p.key("upgrade_socket"), f));
+    let drain_timeout = match r.drain_timeout_ms {
+        None => crate::spec::DEFAULT_DRAIN_TIMEOUT,
+        Some(ms) if ms <= 3_600_000 => Duration::from_millis(ms),
+        Some(_) => {
+            c.err(p.key("drain_timeout_ms"), "drain_timeout_ms must be 0 to 3600000");
+            crate::spec::DEFAULT_DRAIN_TIMEOUT
+        }
+    };
+    let revocations_file =
+        r.revocations_file.as_ref().and_then(|f| c.file_path(p.key("revocations_file"), f));
+    RouterSpec {
+        group: r.group.clone(),
+        tier_key,
+        upgrade_socket,
+        drain_timeout,
+        revocations_file,
+        watch_config: r.watch_config.unwrap_or(true),
+    }
+}
 
 /// A `format` of `[log]` or of an access log.
 pub(super) fn log_format(c: &mut Compiler<'_>, path: FieldPath, s: Option<&str>) -> LogFormat {
@@ -154,145 +197,6 @@ pub(super) fn compile_token(
     }
 }
 
-pub(super) fn compile_naming(c: &mut Compiler<'_>, n: &RawNaming) -> NamingSpec {
-    let path = FieldPath::root().key("naming");
-    let listen = n.listen.as_deref().unwrap_or(NamingSpec::DEFAULT_LISTEN);
-    let listen = c
-        .socket_addr(path.key("listen"), listen)
-        .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)));
-    let registry = match n.registry.as_deref().unwrap_or("embedded") {
-        "embedded" => {
-            if n.etcd_endpoints.is_some() {
-                c.err(path.key("etcd_endpoints"), "only applies to registry `etcd`");
-            }
-            if n.etcd_prefix.is_some() {
-                c.err(path.key("etcd_prefix"), "only applies to registry `etcd`");
-            }
-            let snapshot = n.snapshot.as_deref().and_then(|s| c.file_path(path.key("snapshot"), s));
-            RegistrySpec::Embedded { snapshot }
-        }
-        "etcd" => {
-            if n.snapshot.is_some() {
-                c.err(path.key("snapshot"), "only applies to registry `embedded`");
-            }
-            let endpoints = n.etcd_endpoints.clone().unwrap_or_default();
-            if endpoints.is_empty() {
-                c.err(path.key("registry"), "registry `etcd` needs `etcd_endpoints`");
-            }
-            for (i, e) in endpoints.iter().enumerate() {
-                if let Err(msg) = check_host_port(e) {
-                    c.err(path.key("etcd_endpoints").index(i), msg);
-                }
-            }
-            let prefix =
-                n.etcd_prefix.clone().unwrap_or_else(|| NamingSpec::DEFAULT_ETCD_PREFIX.to_owned());
-            if !prefix.starts_with('/') {
-                c.err(path.key("etcd_prefix"), format!("`{prefix}` must start with `/`"));
-            }
-            RegistrySpec::Etcd { endpoints, prefix }
-        }
-        other => {
-            c.err(
-                path.key("registry"),
-                format!("unknown registry `{other}`, expected {}", one_of(REGISTRIES)),
-            );
-            RegistrySpec::Embedded { snapshot: None }
-        }
-    };
-    let dns = n.dns_listen.as_deref().map(|l| {
-        let listen = c
-            .socket_addr(path.key("dns_listen"), l)
-            .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)));
-        let zone = n.dns_zone.as_deref().unwrap_or(NamingSpec::DEFAULT_DNS_ZONE);
-        let zone = match dns_zone(zone) {
-            Ok(z) => z,
-            Err(msg) => {
-                c.err(path.key("dns_zone"), msg);
-                NamingSpec::DEFAULT_DNS_ZONE.to_owned()
-            }
-        };
-        DnsSpec { listen, zone }
-    });
-    if dns.is_none() && n.dns_zone.is_some() {
-        c.err(path.key("dns_zone"), "only applies with `dns_listen`");
-    }
-    let token = compile_token(c, &path, n.token.as_ref(), n.token_file.as_ref());
-    // An open naming API beyond loopback lets anyone who reaches it register members, that is
-    // take a share of the traffic: refused rather than warned, so it cannot go unnoticed.
-    if token.is_none() && !listen.ip().is_loopback() {
-        c.err(
-            path.key("listen"),
-            format!(
-                "the naming API on `{listen}` is reachable beyond loopback: set `token` or \
-                 `token_file` (without one anyone who reaches it can register members)"
-            ),
-        );
-    }
-    let max = NamingSpec::MAX_MAX_REGISTRATIONS;
-    let max_registrations_per_service = c.int(
-        path.key("max_registrations_per_service"),
-        n.max_registrations_per_service,
-        u64::from(NamingSpec::DEFAULT_MAX_REGISTRATIONS_PER_SERVICE),
-        1,
-        max,
-    ) as u32;
-    let max_registrations = c.int(
-        path.key("max_registrations"),
-        n.max_registrations,
-        u64::from(NamingSpec::DEFAULT_MAX_REGISTRATIONS),
-        1,
-        max,
-    ) as u32;
-    let mut allowed_hosts = Vec::new();
-    for (i, h) in n.allowed_hosts.iter().flatten().enumerate() {
-        let bare = h.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(h);
-        let ok = bare.parse::<IpAddr>().is_ok()
-            || (!h.is_empty()
-                && h.len() <= 253
-                && h.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_')));
-        if ok {
-            allowed_hosts.push(h.to_ascii_lowercase());
-        } else {
-            c.err(
-                path.key("allowed_hosts").index(i),
-                format!("`{h}` is not a host name or IP address (without a port)"),
-            );
-        }
-    }
-    let tls = n.tls.as_ref().map(|t| compile_listener_tls(c, &path.key("tls"), t));
-    let xds = n.xds.as_ref().map(|x| compile_xds(c, &path.key("xds"), x));
-    let parent = super::naming_parent::parent(c, &path, n.parent.as_deref(), listen);
-    NamingSpec {
-        parent,
-        tls,
-        xds,
-        listen,
-        registry,
-        dns,
-        token,
-        max_registrations_per_service,
-        max_registrations,
-        allowed_hosts,
-        allow_registered_clusters: n.allow_registered_clusters.unwrap_or(false),
-    }
-}
-
-/// `[naming] xds`: where the ADS server listens and how many clients it holds.
-fn compile_xds(c: &mut Compiler<'_>, path: &FieldPath, x: &RawXds) -> XdsSpec {
-    let listen = x.listen.as_deref().unwrap_or(XdsSpec::DEFAULT_LISTEN);
-    let listen = c
-        .socket_addr(path.key("listen"), listen)
-        .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)));
-    let max_clients = c.int(
-        path.key("max_clients"),
-        x.max_clients,
-        u64::from(XdsSpec::DEFAULT_MAX_CLIENTS),
-        1,
-        XdsSpec::MAX_MAX_CLIENTS,
-    ) as u32;
-    XdsSpec { listen, max_clients }
-}
-
 /// A cluster's `xds` (at `path.xds`): the LB policy its proxyless gRPC clients run. `orca-wrr`
 /// replaces the algorithm's mapping, so it is refused for `hash`, whose clients need the ring
 /// to keep a key on its member.
@@ -319,22 +223,4 @@ pub(super) fn cluster_xds(
         );
     }
     XdsPolicy { lb }
-}
-
-/// A DNS zone name, lower-cased, with its final dot.
-pub(super) fn dns_zone(zone: &str) -> Result<String, String> {
-    let z = zone.trim_end_matches('.').to_ascii_lowercase();
-    let ok_label = |l: &str| {
-        !l.is_empty()
-            && l.len() <= 63
-            && !l.starts_with('-')
-            && !l.ends_with('-')
-            && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
-    };
-    if z.is_empty() || z.len() > 253 || !z.split('.').all(ok_label) {
-        return Err(format!(
-            "`{zone}` is not a DNS zone name (labels of letters, digits and `-`, e.g. `rondo.`)"
-        ));
-    }
-    Ok(format!("{z}."))
 }
