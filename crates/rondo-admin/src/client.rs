@@ -163,7 +163,7 @@ pub struct CtlTarget {
     /// effect (else 409 naming the current one).
     pub if_match: Option<u64>,
     /// TLS to the admin API (`[admin] tls`), when set.
-    pub tls: Option<rondo_runtime::tls_client::ClientTls>,
+    pub tls: Option<rondo_runtime::tls::client::ClientTls>,
 }
 
 /// Runs `cmd` against `target`; returns the text to print.
@@ -420,7 +420,7 @@ async fn call_as(
 /// the host and the reason (`tls to 127.0.0.1:9900: certificate not valid for 127.0.0.1 ...`).
 async fn send_tls(
     target: &CtlTarget,
-    tls: &rondo_runtime::tls_client::ClientTls,
+    tls: &rondo_runtime::tls::client::ClientTls,
     req: Request<Full<Bytes>>,
 ) -> Result<http::Response<hyper::body::Incoming>, CtlError> {
     let unreachable = |reason: String| CtlError::Unreachable { addr: target.addr.clone(), reason };
@@ -436,14 +436,14 @@ async fn send_tls(
     tokio::spawn(conn);
     sender.send_request(req).await.map_err(|e| {
         // With TLS 1.3 a refused client certificate shows on the first read.
-        let reason = rondo_runtime::tls_client::rustls_in(&e).map_or_else(
+        let reason = rondo_runtime::tls::client::rustls_in(&e).map_or_else(
             || io_reason(&e),
             |t| {
-                let host = rondo_runtime::tls_client::host_of(&target.addr);
+                let host = rondo_runtime::tls::client::host_of(&target.addr);
                 format!(
                     "tls to {}: {}",
                     target.addr,
-                    rondo_runtime::tls_client::describe_rustls(t, tls.name_for(host), tls.ca())
+                    rondo_runtime::tls::client::describe_rustls(t, tls.name_for(host), tls.ca())
                 )
             },
         );

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use rondo_core::load::AgentReport;
 use rondo_core::{AdminState, Algorithm};
 use rondo_runtime::metrics::{Counter, Metrics};
-use rondo_runtime::tls_server::TlsServer;
+use rondo_runtime::tls::server::TlsServer;
 use rondo_runtime::{Live, clock};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, UdpSocket};

@@ -6,7 +6,7 @@
 //! error naming the host and why: `tls to 10.0.0.7:8443: certificate not valid for 10.0.0.7 (it
 //! is for api.internal)`.
 //!
-//! This looks like `rondo_runtime::upstream_tls` (the router's TLS to members) and stays apart
+//! This looks like `rondo_runtime::tls::upstream` (the router's TLS to members) and stays apart
 //! on purpose: the client may use only `rondo-core` and `rondo-clock`, and what the two share
 //! is written over rustls's types (the config builder, the reading of `rustls::Error`), which
 //! the pure core must not depend on. The parts differ besides: the runtime sorts a failure into

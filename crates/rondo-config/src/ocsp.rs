@@ -4,7 +4,7 @@
 //! current), the responder a certificate names ([`responder_url`], its authorityInfoAccess) and
 //! the request to send it ([`request`]). `rondo check` and the router at start and at reload
 //! check a response file with the same function as the router's fetcher
-//! (`rondo_runtime::ocsp_fetch`) checks what a responder answers, so a staple that would be
+//! (`rondo_runtime::tls::ocsp_fetch`) checks what a responder answers, so a staple that would be
 //! refused is never sent. The response's signature is not verified here: the client checks it
 //! against the issuer, and a staple is only as good as the responder that signed it.
 

@@ -123,7 +123,7 @@ impl Extra {
     /// The facts of `req`, on a connection whose TLS handshake gave `tls`.
     pub(crate) fn of_request<B>(
         req: &http::Request<B>,
-        tls: Option<&rondo_runtime::tls_server::ClientCert>,
+        tls: Option<&rondo_runtime::tls::server::ClientCert>,
     ) -> Box<Extra> {
         let protocol = match req.version() {
             http::Version::HTTP_09 => "HTTP/0.9",

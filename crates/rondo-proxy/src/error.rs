@@ -123,7 +123,7 @@ pub fn expected_name(kind: Kind, rt: &rondo_runtime::ClusterRt, member: usize) -
     let Some(Ok(tls)) = &rt.tls else { return None };
     tls.server_name_text.clone().or_else(|| {
         let address = &rt.spec.members.get(member)?.address;
-        let host = rondo_runtime::upstream_tls::host_of(address);
+        let host = rondo_runtime::tls::upstream::host_of(address);
         Some(host.trim_start_matches('[').trim_end_matches(']').to_owned())
     })
 }

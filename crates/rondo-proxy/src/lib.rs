@@ -297,7 +297,7 @@ pub async fn start_traced(
 async fn http3(
     ctx: &Arc<HttpCtx>,
     addr: SocketAddr,
-    tls: Option<&Arc<rondo_runtime::tls_server::TlsServer>>,
+    tls: Option<&Arc<rondo_runtime::tls::server::TlsServer>>,
     limit: Arc<Semaphore>,
     stopped: watch::Receiver<bool>,
 ) -> std::io::Result<tokio::task::JoinHandle<()>> {
@@ -312,7 +312,7 @@ async fn http3(
 async fn http3(
     ctx: &Arc<HttpCtx>,
     _: SocketAddr,
-    _: Option<&Arc<rondo_runtime::tls_server::TlsServer>>,
+    _: Option<&Arc<rondo_runtime::tls::server::TlsServer>>,
     _: Arc<Semaphore>,
     _: watch::Receiver<bool>,
 ) -> std::io::Result<tokio::task::JoinHandle<()>> {
@@ -332,9 +332,9 @@ const MAX_PENDING_ACCEPT_RESETS: usize = 20;
 /// listener's windowed `h2_max_resets` budget usually trips first).
 const MAX_LOCAL_ERROR_RESETS: usize = 1024;
 
-/// See [`rondo_runtime::drain::IDLE_GRACE`]: also how long hyper's connections get before
+/// See [`rondo_runtime::sockets::drain::IDLE_GRACE`]: also how long hyper's connections get before
 /// their graceful shutdown (HTTP/2 GOAWAY) once the process drains.
-pub const DRAIN_IDLE_GRACE: Duration = rondo_runtime::drain::IDLE_GRACE;
+pub const DRAIN_IDLE_GRACE: Duration = rondo_runtime::sockets::drain::IDLE_GRACE;
 
 /// After an HTTP/2 connection error's GOAWAY, how long the connection may take to finish its
 /// lingering close before it is dropped.

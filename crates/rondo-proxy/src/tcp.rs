@@ -241,7 +241,7 @@ where
                         return connect_failed();
                     }
                     Some(Ok(tls)) => {
-                        let host = rondo_runtime::upstream_tls::host_of(&m.address);
+                        let host = rondo_runtime::tls::upstream::host_of(&m.address);
                         match tokio::time::timeout(timeout, tls.connect(upstream, host)).await {
                             Ok(Ok(s)) => Box::new(s),
                             failed => {

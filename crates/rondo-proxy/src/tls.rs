@@ -11,12 +11,12 @@ use std::time::Duration;
 
 use rondo_config::tls::ListenerTls;
 use rondo_runtime::metrics::Metrics;
-use rondo_runtime::tls_server::{ALPN_H2_HTTP1, TlsServer};
+use rondo_runtime::tls::server::{ALPN_H2_HTTP1, TlsServer};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio_rustls::server::TlsStream;
 
-pub use rondo_runtime::tls_server::{
+pub use rondo_runtime::tls::server::{
     CLIENT_CERT_SAN, CLIENT_CERT_SUBJECT, ClientCert, client_cert,
 };
 

@@ -36,7 +36,7 @@ use rondo_config::{ListenerSpec, QueueSpec};
 use rondo_identity::auth::{self, Auth, Identity};
 use rondo_runtime::Live;
 use rondo_runtime::reject::Rejecter;
-use rondo_runtime::tls_server::{
+use rondo_runtime::tls::server::{
     ALPN_HTTP1, CLIENT_CERT_SAN, CLIENT_CERT_SUBJECT, ClientCert, TlsServer, client_cert,
 };
 use tokio::sync::Semaphore;
@@ -80,7 +80,7 @@ impl Intake {
 }
 
 /// Binds `spec`'s address and serves it until `stop` turns true. On the stop, a connection
-/// still gets [`rondo_runtime::drain::IDLE_GRACE`] to send its request (answered) before it is
+/// still gets [`rondo_runtime::sockets::drain::IDLE_GRACE`] to send its request (answered) before it is
 /// closed, like the router's.
 pub async fn start(
     spec: &ListenerSpec,
@@ -169,7 +169,7 @@ pub async fn start(
 }
 
 /// Serves one connection (plain or TLS; `cert`: the TLS client's certificate, empty when it
-/// sent none) until it closes, or until the stop and [`rondo_runtime::drain::IDLE_GRACE`].
+/// sent none) until it closes, or until the stop and [`rondo_runtime::sockets::drain::IDLE_GRACE`].
 async fn serve_connection<I>(
     io: TokioIo<I>,
     ctx: Arc<Ctx>,
@@ -191,7 +191,7 @@ async fn serve_connection<I>(
         _ = conn.as_mut() => {}
         _ = async {
             let _ = stop.wait_for(|s| *s).await;
-            tokio::time::sleep(rondo_runtime::drain::IDLE_GRACE).await;
+            tokio::time::sleep(rondo_runtime::sockets::drain::IDLE_GRACE).await;
         } => {
             conn.as_mut().graceful_shutdown();
             let _ = conn.await;

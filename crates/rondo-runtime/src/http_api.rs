@@ -10,8 +10,8 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
 use crate::Live;
-use crate::drain::{Draining, drained};
-use crate::tls_server::{ALPN_HTTP1, HANDSHAKE_TIMEOUT, TlsIncoming, TlsServer};
+use crate::sockets::drain::{Draining, drained};
+use crate::tls::server::{ALPN_HTTP1, HANDSHAKE_TIMEOUT, TlsIncoming, TlsServer};
 
 /// The TLS server of an API whose section is `section` (`[admin]`, `[naming]`): HTTP/1 only,
 /// its handshakes counted in `live`'s metrics; `None` without `spec`.

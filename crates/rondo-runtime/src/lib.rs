@@ -10,17 +10,12 @@
 //! calls the pure `rondo-core` with them as arguments.
 
 pub mod clock;
-pub mod conn_gate;
-pub mod connect_time;
 pub mod defaults;
 pub mod dns_members;
-pub mod drain;
-pub mod handoff;
 pub mod host;
 pub mod http_api;
 pub mod live;
 pub mod metrics;
-pub mod ocsp_fetch;
 pub mod pools;
 pub mod probe;
 mod probe_h2;
@@ -32,11 +27,8 @@ pub mod reload;
 pub mod revoke;
 pub mod secret;
 pub mod sockets;
-pub mod steer;
 pub mod tier_load;
-pub mod tls_client;
-pub mod tls_server;
-pub mod upstream_tls;
+pub mod tls;
 
 pub use live::{ClusterRt, Live, Placed, Refused, Snapshot};
 pub use reload::Reloader;

@@ -185,7 +185,7 @@ pub async fn check_once_tls(
     address: &str,
     kind: &HealthCheckKind,
     timeout: Duration,
-    tls: Option<&crate::upstream_tls::UpstreamTlsRt>,
+    tls: Option<&crate::tls::upstream::UpstreamTlsRt>,
     http2: bool,
 ) -> Result<Duration, ProbeFailure> {
     let start = Instant::now();
@@ -204,7 +204,7 @@ pub async fn check_once_tls(
         let mut stream: Box<dyn ProbeStream> = match tls {
             None => Box::new(tcp),
             Some(t) => {
-                let host = crate::upstream_tls::host_of(address);
+                let host = crate::tls::upstream::host_of(address);
                 // An HTTP/2 check offers the cluster's ALPN (`h2`), an HTTP/1.1 one none.
                 let tls = if http2 || matches!(kind, HealthCheckKind::Grpc { .. }) {
                     t.connect(tcp, host).await

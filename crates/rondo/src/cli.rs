@@ -506,8 +506,8 @@ pub struct ClientTlsArgs {
 
 impl ClientTlsArgs {
     /// The files, when --tls-ca is given.
-    pub fn files(&self) -> Option<rondo_runtime::tls_client::ClientTlsFiles> {
-        Some(rondo_runtime::tls_client::ClientTlsFiles {
+    pub fn files(&self) -> Option<rondo_runtime::tls::client::ClientTlsFiles> {
+        Some(rondo_runtime::tls::client::ClientTlsFiles {
             ca: self.tls_ca.clone()?,
             identity: self.tls_cert.clone().zip(self.tls_key.clone()),
             server_name: self.tls_server_name.clone(),

@@ -170,7 +170,7 @@ fn agent(args: cli::AgentArgs, err: &mut dyn Write) -> anyhow::Result<ExitCode> 
             return Ok(ExitCode::FAILURE);
         }
     };
-    let tls = match args.tls.files().map(|f| rondo_runtime::tls_client::ClientTls::load(&f, &[])) {
+    let tls = match args.tls.files().map(|f| rondo_runtime::tls::client::ClientTls::load(&f, &[])) {
         None => None,
         Some(Ok(t)) => Some(t),
         Some(Err(e)) => {
@@ -386,7 +386,7 @@ fn ctl_lookup(
 fn ctl_tls(
     admin: &str,
     args: &cli::ClientTlsArgs,
-) -> Result<(String, Option<rondo_runtime::tls_client::ClientTls>), String> {
+) -> Result<(String, Option<rondo_runtime::tls::client::ClientTls>), String> {
     let (addr, https) = match (admin.strip_prefix("https://"), admin.strip_prefix("http://")) {
         (Some(rest), _) => (rest, true),
         (None, Some(rest)) => (rest, false),
@@ -404,7 +404,7 @@ fn ctl_tls(
         }
         Some(files) => {
             let alpn: &[&[u8]] = &[b"http/1.1"];
-            rondo_runtime::tls_client::ClientTls::load(&files, alpn).map(|t| (addr, Some(t)))
+            rondo_runtime::tls::client::ClientTls::load(&files, alpn).map(|t| (addr, Some(t)))
         }
     }
 }

@@ -31,7 +31,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use rondo_runtime::Live;
-use rondo_runtime::handoff::StateDoc;
+use rondo_runtime::sockets::handoff::StateDoc;
 use serde::{Deserialize, Serialize};
 
 /// The largest frame either side accepts (a state of 100,000 members fits).

@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use quinn::crypto::rustls::QuicServerConfig;
 use rondo_config::Http3Spec;
 use rondo_runtime::metrics::Http3Metrics;
-use rondo_runtime::tls_server::TlsServer;
+use rondo_runtime::tls::server::TlsServer;
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use tokio::sync::{Semaphore, watch};

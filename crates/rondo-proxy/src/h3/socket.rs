@@ -1,5 +1,5 @@
 //! The HTTP/3 listener's UDP socket as quinn sees it: quinn's own tokio socket wrapped to
-//! steer datagrams between processes during a hitless upgrade ([`rondo_runtime::steer`]) and
+//! steer datagrams between processes during a hitless upgrade ([`rondo_runtime::sockets::steer`]) and
 //! to count the anti-amplification limit ([`super::amplify`]).
 //!
 //! Steering: the connection IDs this process issues start with its prefix ([`Cids`]). While
@@ -22,7 +22,9 @@ use std::time::Duration;
 use quinn::udp::{EcnCodepoint, RecvMeta, Transmit};
 use quinn::{AsyncUdpSocket, ConnectionId, ConnectionIdGenerator, UdpPoller};
 use rondo_runtime::metrics::{Counter, Http3Metrics};
-use rondo_runtime::steer::{ForwardError, MSG_ACK, MSG_DATAGRAM, PREFIX_LEN, Prefix, Steer};
+use rondo_runtime::sockets::steer::{
+    ForwardError, MSG_ACK, MSG_DATAGRAM, PREFIX_LEN, Prefix, Steer,
+};
 
 use super::amplify::{self, Amplification};
 

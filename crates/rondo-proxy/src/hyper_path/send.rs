@@ -1,7 +1,7 @@
 //! A try's request handed to the right pool ([`send`]): the shared pools, the cluster's own
 //! (TLS, age, connect timeout, `max_connections`), or the client connection's own for a cluster
 //! with `proxy_protocol` ([`crate::proxied`]). A cluster at its `max_connections` refuses a new
-//! connection at once ([`rondo_runtime::conn_gate`]); the request then waits, among at most
+//! connection at once ([`rondo_runtime::pools::gate`]); the request then waits, among at most
 //! `max_pending` others, for a connection to close or come back idle, and asks its pool again,
 //! until the cluster's `connect_timeout` has passed.
 

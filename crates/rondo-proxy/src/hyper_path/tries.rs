@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use http::{Request, Response};
 use rondo_core::wire::VIEW_ID_HEADER;
 use rondo_core::{Failover, FailureKind, Outcome, Route};
-use rondo_runtime::connect_time::ConnectTime;
+use rondo_runtime::pools::connect_time::ConnectTime;
 use rondo_runtime::{ClusterRt, clock};
 
 use super::grpc::GrpcCall;

@@ -62,7 +62,7 @@ pub struct ClusterRt {
     signal: Arc<StateSignal>,
     /// TLS to the members (`upstream_tls`), its files read when this view was made; `Err`:
     /// they could not be (every try then fails, saying so).
-    pub tls: Option<Result<Arc<crate::upstream_tls::UpstreamTlsRt>, String>>,
+    pub tls: Option<Result<Arc<crate::tls::upstream::UpstreamTlsRt>, String>>,
     /// The shared state of its shared members (`[member.NAME]` listed by several clusters),
     /// set when a view builds it; unset for a cluster without any, which then pays one branch.
     pub(super) external: OnceLock<super::shared::External>,
@@ -134,7 +134,7 @@ impl ClusterRt {
                 rondo_core::UpstreamProtocol::Http2 => &[b"h2"],
                 rondo_core::UpstreamProtocol::Tcp | rondo_core::UpstreamProtocol::Udp => &[],
             };
-            crate::upstream_tls::UpstreamTlsRt::load(t, alpn).map(Arc::new).inspect_err(|e| {
+            crate::tls::upstream::UpstreamTlsRt::load(t, alpn).map(Arc::new).inspect_err(|e| {
                 tracing::warn!(cluster = %spec.name, "upstream_tls cannot be loaded: {e}");
             })
         });

@@ -107,9 +107,9 @@ pub struct Live {
     /// replaced).
     pub sockets: crate::sockets::Sockets,
     /// The process's drain (`SIGTERM`, or an upgrade's hand-off).
-    pub drain: crate::drain::Drain,
+    pub drain: crate::sockets::drain::Drain,
     /// How the admin API starts a hitless upgrade.
-    pub upgrader: crate::handoff::Upgrader,
+    pub upgrader: crate::sockets::handoff::Upgrader,
     /// What [`Live::update_registered`] replaced, kept for [`RETIRED_GRACE`] and then dropped by
     /// the thread that updates the view ([`Live::reap_retired`]): a cluster of 10,000
     /// registered members takes milliseconds to free, and the request thread that happened to

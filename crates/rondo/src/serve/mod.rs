@@ -9,7 +9,8 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use rondo_runtime::reload::{self, Reloader};
-use rondo_runtime::{Live, handoff, probe};
+use rondo_runtime::sockets::handoff;
+use rondo_runtime::{Live, probe};
 
 mod naming;
 use naming::{Naming, start_naming};
@@ -377,11 +378,11 @@ async fn start_agent_receiver(
     let tls = match &spec.tls {
         None => None,
         Some(t) => Some(
-            rondo_runtime::tls_server::TlsServer::new(
+            rondo_runtime::tls::server::TlsServer::new(
                 "[agent]",
                 t,
                 &[],
-                rondo_runtime::tls_server::HANDSHAKE_TIMEOUT,
+                rondo_runtime::tls::server::HANDSHAKE_TIMEOUT,
                 live.metrics.clone(),
             )
             .map_err(|e| refused(format_args!("[agent] tls: {e}")))?,

@@ -10,7 +10,7 @@
 //! stream of finished handshakes for the HTTP servers (the admin API, the naming service), with
 //! the handshakes run beside each other so that one slow client cannot hold up the others.
 //! A certificate's OCSP staple comes from its response file (read with the certificate, so a
-//! bad file fails the load or reload like a bad certificate) or from `crate::ocsp_fetch`.
+//! bad file fails the load or reload like a bad certificate) or from `crate::tls::ocsp_fetch`.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -28,7 +28,7 @@ use tokio::task::JoinHandle;
 use tokio_rustls::server::TlsStream;
 
 use crate::metrics::Metrics;
-use crate::ocsp_fetch::{Restaple, Staples, fetch_loop};
+use crate::tls::ocsp_fetch::{Restaple, Staples, fetch_loop};
 use rondo_config::ocsp::OcspSource;
 
 /// How often the certificate files are looked at for changes.

@@ -10,6 +10,12 @@
 //! A process that can be upgraded ([`Sockets::keep_for_successor`]) keeps a duplicate of each
 //! socket it uses ([`Sockets::for_successor`]) until the drain releases them
 //! ([`Sockets::release`]); any other closes a socket when the part using it stops.
+//! Beside them: the process-wide drain (`drain.rs`), the state handed to a successor
+//! (`handoff.rs`) and QUIC connection-ID steering across an upgrade (`steer.rs`).
+
+pub mod drain;
+pub mod handoff;
+pub mod steer;
 
 use std::collections::HashMap;
 use std::io;
@@ -39,7 +45,7 @@ pub struct Sockets {
     keep: std::sync::atomic::AtomicBool,
     /// The QUIC sockets' connection-ID steering between this process and the ones before and
     /// after it.
-    pub steering: crate::steer::Steering,
+    pub steering: crate::sockets::steer::Steering,
 }
 
 fn key(what: &str, addr: impl std::fmt::Display) -> String {
@@ -159,20 +165,20 @@ impl Sockets {
     }
 
     /// The UDP socket of the QUIC listener `what` configured at `addr` ([`Sockets::udp`]) and
-    /// its connection-ID steering ([`crate::steer`]): with the channels to the processes
-    /// before when the running one handed them over, and not read until [`crate::steer::Steering::open`] when
+    /// its connection-ID steering ([`crate::sockets::steer`]): with the channels to the processes
+    /// before when the running one handed them over, and not read until [`crate::sockets::steer::Steering::open`] when
     /// the socket was taken over.
     pub async fn quic(
         &self,
         what: &str,
         addr: SocketAddr,
         bind: SocketAddr,
-    ) -> io::Result<(tokio::net::UdpSocket, std::sync::Arc<crate::steer::Steer>)> {
+    ) -> io::Result<(tokio::net::UdpSocket, std::sync::Arc<crate::sockets::steer::Steer>)> {
         let inherited = self.is_inherited(what, addr);
         let socket = self.udp(what, addr, bind).await?;
         let channel_key = key(&format!("{what} steer"), addr);
         let mut channels: Vec<OwnedFd> = self.take(&channel_key).into_iter().collect();
-        for i in 1..crate::steer::MAX_CHAIN {
+        for i in 1..crate::sockets::steer::MAX_CHAIN {
             match self.take(&format!("{channel_key} {i}")) {
                 Some(fd) if !channels.is_empty() => channels.push(fd),
                 _ => break,
@@ -213,7 +219,7 @@ impl Sockets {
     }
 
     /// Every socket this process uses, by key, for the process that replaces it, and a new
-    /// steering channel per QUIC socket ([`crate::steer`]).
+    /// steering channel per QUIC socket ([`crate::sockets::steer`]).
     pub fn for_successor(&self) -> Vec<(String, OwnedFd)> {
         let bound = self.bound.lock().unwrap_or_else(|e| e.into_inner());
         let mut all: Vec<(String, OwnedFd)> =

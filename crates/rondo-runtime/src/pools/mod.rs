@@ -8,6 +8,11 @@
 //! request that was dropped before it was ready is kept for the next request to that member
 //! ([`KeepConnector`]), not closed unused. A cluster with `proxy_protocol` gets pools of one
 //! client's each ([`Clients::for_client`]), whose connections start with its PROXY header.
+//! `gate.rs` bounds a cluster's connections and waiting requests; `connect_time.rs` is the
+//! open time a new connection carries to its answers.
+
+pub mod connect_time;
+pub mod gate;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -24,9 +29,9 @@ use rondo_core::{TlsFailure, UpstreamProtocol};
 use tokio::net::TcpStream;
 
 use crate::ClusterRt;
-use crate::conn_gate::{AtCapacity, Gate, Permit};
-use crate::connect_time::ConnectTime;
-use crate::upstream_tls::UpstreamTlsRt;
+use crate::pools::connect_time::ConnectTime;
+use crate::pools::gate::{AtCapacity, Gate, Permit};
+use crate::tls::upstream::UpstreamTlsRt;
 
 /// A pooled client sending bodies of type `B`.
 pub type Pool<B> = Client<KeepConnector, B>;
@@ -451,7 +456,7 @@ impl Drop for Waiting {
 /// Why a try failed in TLS, when it did: the connector's error, or a rustls alert, in `e`'s
 /// chain.
 pub fn tls_failure(e: &(dyn std::error::Error + 'static)) -> Option<TlsFailure> {
-    crate::upstream_tls::failure_in(e)
+    crate::tls::upstream::failure_in(e)
 }
 
 /// hyper-util's connector for TLS members: TCP through the plain connector, then the handshake
