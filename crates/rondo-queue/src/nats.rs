@@ -125,39 +125,8 @@ impl Nats {
         let name = &spec.name;
         let subject = format!("rondo.q.{name}");
         let dlq_subject = format!("rondo.dlq.{name}");
-        let stream_name = format!("RONDO_Q_{name}");
-        let description = format!("rondo queue {name}, session_partitions = {partitions}");
-        let mut main = js
-            .get_or_create_stream(stream::Config {
-                name: stream_name.clone(),
-                description: Some(description.clone()),
-                subjects: vec![subject.clone(), format!("{subject}.p.*")],
-                retention: stream::RetentionPolicy::WorkQueue,
-                storage: stream::StorageType::File,
-                discard: stream::DiscardPolicy::New,
-                max_messages: i64::try_from(spec.max_messages).unwrap_or(i64::MAX),
-                max_bytes: i64::try_from(spec.max_bytes).unwrap_or(i64::MAX),
-                ..Default::default()
-            })
-            .await
-            .map_err(|e| fail("stream", &e))?;
-        let info = main.info().await.map_err(|e| fail("stream info", &e))?;
-        if info.config.description.as_deref() != Some(description.as_str()) {
-            // Another number would put a key's messages on two subjects, ordered by neither.
-            return Err(fail(
-                &format!("stream {stream_name}"),
-                &format!(
-                    "it was made as `{}`, this router's config says `{description}`: every \
-                     router of a tier must name the same session_partitions (to change it, \
-                     let the queue drain and delete the stream)",
-                    info.config.description.as_deref().unwrap_or("(no description)")
-                ),
-            ));
-        }
-        let created = info.created;
-        let uid = rondo_core::hash::hash_key(
-            format!("{name}/{}", created.unix_timestamp_nanos()).as_bytes(),
-        ) as u32;
+        let (main, uid) =
+            main_stream(&js, spec, &subject, partitions).await.map_err(|(w, e)| fail(&w, &e))?;
         let dlq = js
             .get_or_create_stream(stream::Config {
                 name: format!("RONDO_DLQ_{name}"),
@@ -181,36 +150,9 @@ impl Nats {
         // Channel room for one message per consumer: what a worker takes next is never far
         // behind what the server handed out.
         let (tx, rx) = mpsc::channel(partitions as usize + 1);
-        let (mut consumers, mut pumps) = (Vec::new(), Vec::new());
-        let wanted = std::iter::once(("rondo".to_owned(), subject.clone(), None)).chain(
-            (0..partitions).map(|k| (format!("rondo-p{k}"), format!("{subject}.p.{k}"), Some(1))),
-        );
-        for (durable, filter, max_ack_pending) in wanted {
-            let consumer: consumer::PullConsumer = main
-                .get_or_create_consumer(
-                    &durable,
-                    consumer::pull::Config {
-                        durable_name: Some(durable.clone()),
-                        filter_subject: filter,
-                        ack_policy: consumer::AckPolicy::Explicit,
-                        ack_wait: spec.lease + Duration::from_secs(5),
-                        max_deliver: -1,
-                        max_ack_pending: max_ack_pending.unwrap_or_default(),
-                        ..Default::default()
-                    },
-                )
-                .await
-                .map_err(|e| fail(&format!("consumer {durable}"), &e))?;
-            let batch = if max_ack_pending.is_some() { 1 } else { spec.concurrency as usize };
-            let messages = consumer
-                .stream()
-                .max_messages_per_batch(batch)
-                .messages()
-                .await
-                .map_err(|e| fail(&format!("consumer {durable} messages"), &e))?;
-            pumps.push(tokio::spawn(pump(messages, tx.clone())));
-            consumers.push(consumer);
-        }
+        let (consumers, pumps) = consumers(&main, spec, &subject, partitions, &tx)
+            .await
+            .map_err(|(w, e)| fail(&w, &e))?;
         let cached = Arc::new(Mutex::new(Cached::default()));
         let poller = tokio::spawn(poll(main, dlq.clone(), consumers, cached.clone()));
         Ok(Nats {
@@ -379,6 +321,98 @@ impl Nats {
         }
         Ok(out)
     }
+}
+
+/// The queue's main stream, created or opened, and the store's id (from the stream's creation
+/// time); a stream made with another `session_partitions` is refused. Errors: what failed and
+/// why.
+async fn main_stream(
+    js: &jetstream::Context,
+    spec: &QueueSpec,
+    subject: &str,
+    partitions: u32,
+) -> Result<(stream::Stream, u32), (String, String)> {
+    let name = &spec.name;
+    let stream_name = format!("RONDO_Q_{name}");
+    let description = format!("rondo queue {name}, session_partitions = {partitions}");
+    let mut main = js
+        .get_or_create_stream(stream::Config {
+            name: stream_name.clone(),
+            description: Some(description.clone()),
+            subjects: vec![subject.to_owned(), format!("{subject}.p.*")],
+            retention: stream::RetentionPolicy::WorkQueue,
+            storage: stream::StorageType::File,
+            discard: stream::DiscardPolicy::New,
+            max_messages: i64::try_from(spec.max_messages).unwrap_or(i64::MAX),
+            max_bytes: i64::try_from(spec.max_bytes).unwrap_or(i64::MAX),
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| ("stream".to_owned(), e.to_string()))?;
+    let info = main.info().await.map_err(|e| ("stream info".to_owned(), e.to_string()))?;
+    if info.config.description.as_deref() != Some(description.as_str()) {
+        // Another number would put a key's messages on two subjects, ordered by neither.
+        return Err((
+            format!("stream {stream_name}"),
+            format!(
+                "it was made as `{}`, this router's config says `{description}`: every \
+                 router of a tier must name the same session_partitions (to change it, \
+                 let the queue drain and delete the stream)",
+                info.config.description.as_deref().unwrap_or("(no description)")
+            ),
+        ));
+    }
+    let created = info.created;
+    let uid =
+        rondo_core::hash::hash_key(format!("{name}/{}", created.unix_timestamp_nanos()).as_bytes())
+            as u32;
+    Ok((main, uid))
+}
+
+/// The main stream's consumers and the tasks pumping their messages.
+type Consumers = (Vec<consumer::PullConsumer>, Vec<tokio::task::JoinHandle<()>>);
+
+/// The durable consumers of the main stream (`rondo` for messages without a session key, one
+/// `rondo-pK` per session partition, one message at a time), each with a task pumping its
+/// messages into `tx`. Errors: what failed and why.
+async fn consumers(
+    main: &stream::Stream,
+    spec: &QueueSpec,
+    subject: &str,
+    partitions: u32,
+    tx: &mpsc::Sender<Pulled>,
+) -> Result<Consumers, (String, String)> {
+    let (mut consumers, mut pumps) = (Vec::new(), Vec::new());
+    let wanted = std::iter::once(("rondo".to_owned(), subject.to_owned(), None)).chain(
+        (0..partitions).map(|k| (format!("rondo-p{k}"), format!("{subject}.p.{k}"), Some(1))),
+    );
+    for (durable, filter, max_ack_pending) in wanted {
+        let consumer: consumer::PullConsumer = main
+            .get_or_create_consumer(
+                &durable,
+                consumer::pull::Config {
+                    durable_name: Some(durable.clone()),
+                    filter_subject: filter,
+                    ack_policy: consumer::AckPolicy::Explicit,
+                    ack_wait: spec.lease + Duration::from_secs(5),
+                    max_deliver: -1,
+                    max_ack_pending: max_ack_pending.unwrap_or_default(),
+                    ..Default::default()
+                },
+            )
+            .await
+            .map_err(|e| (format!("consumer {durable}"), e.to_string()))?;
+        let batch = if max_ack_pending.is_some() { 1 } else { spec.concurrency as usize };
+        let messages = consumer
+            .stream()
+            .max_messages_per_batch(batch)
+            .messages()
+            .await
+            .map_err(|e| (format!("consumer {durable} messages"), e.to_string()))?;
+        pumps.push(tokio::spawn(pump(messages, tx.clone())));
+        consumers.push(consumer);
+    }
+    Ok((consumers, pumps))
 }
 
 /// Hands what `messages` pulls to the delivery workers, until they are gone.
