@@ -230,6 +230,13 @@ impl Embedded {
     }
 }
 
+/// A message's failed attempts with `tried` added, encoded for the `tries` table, and their
+/// number.
+fn tries_with(mut tries: Vec<TryRecord>, tried: TryRecord) -> (Vec<u8>, u32) {
+    tries.push(tried);
+    (record::encode_tries(&tries), tries.len() as u32)
+}
+
 impl Drop for Embedded {
     fn drop(&mut self) {
         self.close();
@@ -369,10 +376,7 @@ impl Store for Embedded {
         tried: TryRecord,
         after: Duration,
     ) -> BoxFuture<'_, Result<(), QueueError>> {
-        let mut tries = lease.tries;
-        tries.push(tried);
-        let attempts = tries.len() as u32;
-        let t = record::encode_tries(&tries);
+        let (t, attempts) = tries_with(lease.tries, tried);
         Box::pin(self.commit(move |reply| Op::Retry {
             seq: lease.key,
             tries: t,
@@ -384,10 +388,7 @@ impl Store for Embedded {
 
     fn dead_letter(&self, lease: Lease, tried: TryRecord) -> BoxFuture<'_, Result<(), QueueError>> {
         let reason = tried.reason.clone();
-        let mut tries = lease.tries;
-        tries.push(tried);
-        let attempts = tries.len() as u32;
-        let t = record::encode_tries(&tries);
+        let (t, attempts) = tries_with(lease.tries, tried);
         Box::pin(self.commit(move |reply| Op::Dead {
             seq: lease.key,
             tries: t,
@@ -443,31 +444,33 @@ impl Store for Embedded {
     }
 
     fn requeue(&self, id: Option<&str>) -> BoxFuture<'_, Result<u64, QueueError>> {
-        let id = id.map(str::to_owned);
-        Box::pin(async move {
-            let seqs = self.dead_seqs(id.as_deref())?;
-            let n = seqs.len() as u64;
-            if n > 0 {
-                self.commit(move |reply| Op::Requeue { seqs, reply }).await?;
-            }
-            Ok(n)
-        })
+        self.change_dead(id, |seqs, reply| Op::Requeue { seqs, reply })
     }
 
     fn purge(&self, id: Option<&str>) -> BoxFuture<'_, Result<u64, QueueError>> {
-        let id = id.map(str::to_owned);
-        Box::pin(async move {
-            let seqs = self.dead_seqs(id.as_deref())?;
-            let n = seqs.len() as u64;
-            if n > 0 {
-                self.commit(move |reply| Op::Purge { seqs, reply }).await?;
-            }
-            Ok(n)
-        })
+        self.change_dead(id, |seqs, reply| Op::Purge { seqs, reply })
     }
 }
 
 impl Embedded {
+    /// Commits the change `op` makes of the dead letters `id` names (every one with `None`);
+    /// answers their number.
+    fn change_dead(
+        &self,
+        id: Option<&str>,
+        op: fn(Vec<u64>, oneshot::Sender<Result<(), String>>) -> Op,
+    ) -> BoxFuture<'_, Result<u64, QueueError>> {
+        let id = id.map(str::to_owned);
+        Box::pin(async move {
+            let seqs = self.dead_seqs(id.as_deref())?;
+            let n = seqs.len() as u64;
+            if n > 0 {
+                self.commit(move |reply| op(seqs, reply)).await?;
+            }
+            Ok(n)
+        })
+    }
+
     fn dead_seqs(&self, id: Option<&str>) -> Result<Vec<u64>, QueueError> {
         match id {
             Some(id) => {
