@@ -38,7 +38,8 @@ pub(super) struct Disk {
     pub(super) must_compact: bool,
     /// Memory holds removals (lapsed leases) that no file does yet: write even with no change.
     pub(super) behind: bool,
-    /// The log's least size for a compaction ([`DEFAULT_COMPACT_BYTES`]).
+    /// The log's least size for a compaction
+    /// ([`DEFAULT_COMPACT_BYTES`](super::DEFAULT_COMPACT_BYTES)).
     pub(super) compact_bytes: u64,
 }
 
