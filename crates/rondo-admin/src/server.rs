@@ -9,6 +9,10 @@
 #![allow(clippy::result_large_err)]
 
 mod defaults;
+mod explain;
+mod revocations;
+mod shadow;
+mod status;
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -16,15 +20,14 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{Path as UrlPath, Query, Request, State};
+use axum::extract::{Path as UrlPath, Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post, put};
+use axum::routing::{MethodRouter, get, post, put};
 use rondo_config::AdminSpec;
-use rondo_core::ShadowReport;
 use rondo_core::{Actor, AdminState, Algorithm, View};
-use rondo_runtime::{ClusterRt, Live, Snapshot, clock, probe};
+use rondo_runtime::{ClusterRt, Live, Snapshot, probe};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -131,24 +134,24 @@ pub fn router(live: Arc<Live>, token: Option<Vec<u8>>) -> Router {
     let state = AppState { live, token: token.map(Arc::new) };
     let member = "/api/v1/clusters/{cluster}/members/{member}";
     Router::new()
-        .route("/api/v1/status", get(status))
-        .route(&format!("{member}/drain"), post(drain))
-        .route(&format!("{member}/undrain"), post(activate))
-        .route(&format!("{member}/disable"), post(disable))
-        .route(&format!("{member}/enable"), post(activate))
+        .route("/api/v1/status", get(status::status))
+        .route(&format!("{member}/drain"), set_admin_to(AdminState::Draining))
+        .route(&format!("{member}/undrain"), set_admin_to(AdminState::Active))
+        .route(&format!("{member}/disable"), set_admin_to(AdminState::Disabled))
+        .route(&format!("{member}/enable"), set_admin_to(AdminState::Active))
         .route(&format!("{member}/weight"), put(weight))
         .route("/api/v1/clusters/{cluster}/algorithm", put(algorithm))
-        .route("/api/v1/clusters/{cluster}/explain", get(explain))
+        .route("/api/v1/clusters/{cluster}/explain", get(explain::explain))
         .route(
             "/api/v1/clusters/{cluster}/shadow",
-            get(shadow_report).put(shadow_start).delete(shadow_stop),
+            get(shadow::report).put(shadow::start).delete(shadow::stop),
         )
         .route("/api/v1/config", post(config))
         .route(
             "/api/v1/defaults",
             get(defaults::show).put(defaults::put).delete(defaults::remove),
         )
-        .route("/api/v1/revocations", get(revocations).post(revoke))
+        .route("/api/v1/revocations", get(revocations::list).post(revocations::revoke))
         .route("/api/v1/upgrade", post(upgrade))
         .merge(crate::metrics::routes(state.live.clone()))
         .merge(crate::queues::routes(state.live.clone()))
@@ -238,141 +241,6 @@ async fn auth(State(st): State<AppState>, req: Request, next: Next) -> Response 
     next.run(req).await
 }
 
-fn ms(d: std::time::Duration) -> u64 {
-    d.as_millis() as u64
-}
-
-async fn status(State(st): State<AppState>) -> Response {
-    let snap = st.live.load();
-    let now = clock::now();
-    let routes: Vec<Value> = snap
-        .view
-        .routes
-        .iter()
-        .map(|r| {
-            let mut route = json!({ "name": r.name, "listener": r.listener, "cluster": r.cluster,
-                    "backups": r.backups });
-            if !r.split.is_empty() {
-                // A weighted split (`clusters`): `cluster` is its first cluster of positive weight.
-                let split =
-                    r.split.iter().map(|w| json!({ "cluster": w.cluster, "weight": w.weight }));
-                route["clusters"] = Value::Array(split.collect());
-            }
-            route
-        })
-        .collect();
-    let clusters: Vec<Value> = snap
-        .view
-        .clusters
-        .keys()
-        .filter_map(|name| snap.clusters.get(name))
-        .map(|rt| {
-            let mut c = cluster_status(rt, now, st.live.group.as_deref());
-            crate::members::note_shared(&st.live, &mut c);
-            // Proxyless gRPC clients balancing by this cluster (the naming service's xDS server).
-            c["xds_clients"] = json!(st.live.metrics.xds_clients_of(&rt.spec.name));
-            c
-        })
-        .collect();
-    let algorithms: Vec<&str> = Algorithm::ALL.iter().map(|a| a.as_str()).collect();
-    let pid = std::process::id();
-    with_etag(
-        snap.view.id,
-        json!({ "view": snap.view.id, "pid": pid, "routes": routes, "clusters": clusters,
-                "algorithms": algorithms }),
-    )
-}
-
-/// What the health checks say of a member: `up`, `down`, or `unchecked` when nothing checks it
-/// (no health checks configured and no registry verdict).
-fn health_word(s: &rondo_core::MemberState, checked: bool) -> &'static str {
-    if !s.healthy {
-        "down"
-    } else if checked || s.health_by != Actor::Config {
-        "up"
-    } else {
-        "unchecked"
-    }
-}
-
-/// What the member's current health rests on. `health_by` names who last *changed* it, and a
-/// member that health checks keep finding up was never changed: it still says `config` though
-/// the checks have confirmed it since. So: `health-check` once a check has answered (passed or
-/// failed short of `fall`), `assumed` while the checks run but none has answered yet, `null`
-/// when nothing checks the member, and otherwise whoever set it (registry, operator, ...).
-fn health_source(s: &rondo_core::MemberState, checked: bool) -> Option<String> {
-    match &s.health_by {
-        Actor::Config if !checked => None,
-        Actor::Config if s.probe_streak == (0, 0) => Some("assumed".to_owned()),
-        Actor::Config => Some(Actor::HealthCheck.to_string()),
-        by => Some(by.to_string()),
-    }
-}
-
-fn cluster_status(rt: &ClusterRt, now: rondo_core::Instant, group: Option<&str>) -> Value {
-    let spec = &rt.spec;
-    let policy = &spec.policy;
-    rt.with(|b| {
-        // The same rules and candidate set the next pick uses (rondo-core's candidates.rs).
-        let (eligibility, panic) = b.eligibility(now, group);
-        let states = b.states();
-        let mut ranked: Vec<(std::time::Duration, usize)> =
-            states.iter().enumerate().filter_map(|(i, s)| s.load.probe_rtt.map(|r| (r, i))).collect();
-        ranked.sort();
-        let members: Vec<Value> = spec
-            .members
-            .iter()
-            .zip(states)
-            .zip(&eligibility)
-            .enumerate()
-            .map(|(i, ((m, s), e))| {
-                let agent = s.load.agent.map(|r| {
-                    json!({ "cpu_percent": r.cpu_used * 100.0,
-                            "free_mib": r.mem_free >> 20,
-                            "age_ms": ms(now.since(r.at)) })
-                });
-                let checked = policy.health.is_some();
-                let sampled = s.load.ewma.sampled_at();
-                json!({
-                    "name": m.name,
-                    "address": m.address,
-                    "weight": m.weight,
-                    "group": m.group,
-                    "admin": s.admin.as_str(),
-                    "admin_by": s.admin_by.to_string(),
-                    "healthy": s.healthy,
-                    "health": health_word(s, checked),
-                    "health_by": s.health_by.to_string(),
-                    "health_source": health_source(s, checked),
-                    "checks_in_a_row": {"passed": s.probe_streak.0, "failed": s.probe_streak.1},
-                    "last_probe_failure": s.last_probe_failure.map(|(f, _)| f.to_string()),
-                    "last_probe_failure_ago_ms": s.last_probe_failure.map(|(_, at)| ms(now.since(at))),
-                    "eligible": e.eligible,
-                    "reason": e.reason.map(|r| r.as_str()),
-                    "ejected_until_ms": s.ejected_until.filter(|u| *u > now).map(|u| ms(u.since(now))),
-                    "in_flight": s.load.in_flight,
-                    "sessions": s.load.sessions,
-                    "served": s.load.completed,
-                    "ewma_us": (s.load.ewma.get_at(now, policy.ewma.decay) / 1000.0) as u64,
-                    "ewma_sample_ago_ms": sampled.map(|at| ms(now.since(at))),
-                    "ewma_at_sample_us": sampled.map(|_| (s.load.ewma.last().0 / 1000.0) as u64),
-                    "probe_rtt_us": s.load.probe_rtt.map(|r| r.as_micros() as u64),
-                    "rank": ranked.iter().position(|&(_, j)| j == i),
-                    "agent": agent,
-                })
-            })
-            .collect();
-        json!({
-            "name": spec.name,
-            "algorithm": policy.algorithm.as_str(),
-            "granularity": policy.granularity.as_str(),
-            "panic": panic,
-            "shadow": b.shadow().map(Algorithm::as_str),
-            "members": members,
-        })
-    })
-}
-
 /// The cluster runtime and member index named in the URL, or a 404 naming what is unknown.
 fn find(
     snap: &Snapshot,
@@ -429,28 +297,16 @@ fn set_admin(
     )
 }
 
-async fn drain(
-    State(st): State<AppState>,
-    headers: HeaderMap,
-    UrlPath((c, m)): UrlPath<(String, String)>,
-) -> Response {
-    set_admin(&st, &headers, &c, &m, AdminState::Draining)
-}
-
-async fn disable(
-    State(st): State<AppState>,
-    headers: HeaderMap,
-    UrlPath((c, m)): UrlPath<(String, String)>,
-) -> Response {
-    set_admin(&st, &headers, &c, &m, AdminState::Disabled)
-}
-
-async fn activate(
-    State(st): State<AppState>,
-    headers: HeaderMap,
-    UrlPath((c, m)): UrlPath<(String, String)>,
-) -> Response {
-    set_admin(&st, &headers, &c, &m, AdminState::Active)
+/// The handler of `POST .../members/{member}/{drain,undrain,disable,enable}`: sets the
+/// member's admin state to `to`.
+fn set_admin_to(to: AdminState) -> MethodRouter<AppState> {
+    post(
+        move |State(st): State<AppState>,
+              headers: HeaderMap,
+              UrlPath((c, m)): UrlPath<(String, String)>| async move {
+            set_admin(&st, &headers, &c, &m, to)
+        },
+    )
 }
 
 /// A JSON body, or a 400 saying what is wrong with it.
@@ -547,89 +403,6 @@ async fn weight(
     })
 }
 
-/// `POST /api/v1/revocations`: one of `token_id` or `subject`, and how long to keep it.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RevokeBody {
-    token_id: Option<String>,
-    subject: Option<String>,
-    ttl_ms: Option<u64>,
-}
-
-/// Default `ttl_ms` of a revocation: a day (longer than the tokens it refuses should live).
-const DEFAULT_REVOCATION_TTL_MS: u64 = 86_400_000;
-/// Longest `ttl_ms` of a revocation: thirty days.
-const MAX_REVOCATION_TTL_MS: u64 = 30 * 86_400_000;
-
-fn unix_now() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
-}
-
-/// Revokes sign-on tokens by id or subject: in force on this router at once, and on every
-/// router of the tier as the registry shares it (etcd: within about a second).
-async fn revoke(State(st): State<AppState>, bytes: Bytes) -> Response {
-    use rondo_runtime::revoke::{Revocation, RevokeError, RevokeKind};
-    let b: RevokeBody = match body(&bytes) {
-        Ok(b) => b,
-        Err(r) => return r,
-    };
-    let (kind, value) = match (b.token_id, b.subject) {
-        (Some(t), None) => (RevokeKind::TokenId, t),
-        (None, Some(s)) => (RevokeKind::Subject, s),
-        _ => return error(StatusCode::BAD_REQUEST, "give one of `token_id` or `subject`"),
-    };
-    if !rondo_runtime::revoke::valid_value(&value) {
-        return error(
-            StatusCode::BAD_REQUEST,
-            format!("field `{}`: 1 to 256 characters, no control characters", kind.as_str()),
-        );
-    }
-    let ttl_ms = b.ttl_ms.unwrap_or(DEFAULT_REVOCATION_TTL_MS);
-    if !(1000..=MAX_REVOCATION_TTL_MS).contains(&ttl_ms) {
-        return error(
-            StatusCode::BAD_REQUEST,
-            format!("field `ttl_ms`: {ttl_ms} is out of range 1000..={MAX_REVOCATION_TTL_MS}"),
-        );
-    }
-    let now = unix_now();
-    let until = now + ttl_ms.div_ceil(1000);
-    let r = Revocation { kind, value: value.clone(), until };
-    let shared = match st.live.revocations.revoke(r, now) {
-        Ok(shared) => shared,
-        Err(e @ RevokeError::HandedOver) => {
-            return error(StatusCode::SERVICE_UNAVAILABLE, e.to_string());
-        }
-        Err(RevokeError::Refused(e)) => return error(StatusCode::INSUFFICIENT_STORAGE, e),
-    };
-    // With a tier (etcd), answered once the tier has it: a 201 means every router will refuse
-    // the token; otherwise the operator learns that only this router does.
-    if let Some(answer) = shared {
-        let waited = tokio::time::timeout(std::time::Duration::from_secs(5), answer).await;
-        let failed = match waited {
-            Ok(Ok(Ok(()))) => None,
-            Ok(Ok(Err(e))) => Some(e),
-            Ok(Err(_)) => Some("the registry's publisher stopped".to_owned()),
-            Err(_) => Some("etcd did not answer within 5 s".to_owned()),
-        };
-        if let Some(e) = failed {
-            return error(
-                StatusCode::SERVICE_UNAVAILABLE,
-                format!(
-                    "revoked on this router only: not shared with the tier ({e}); make the same \
-                     revocation again once the registry is back"
-                ),
-            );
-        }
-    }
-    tracing::info!(kind = kind.as_str(), value, until, "sign-on revoked");
-    (
-        StatusCode::CREATED,
-        axum::Json(json!({ "kind": kind.as_str(), "value": value, "until": until })),
-    )
-        .into_response()
-}
-
-/// The revocations in force: `{"revocations": [{"kind", "value", "until"}]}`.
 /// Starts a hitless upgrade (`rondo ctl upgrade`): a new `rondo serve --upgrade` with this
 /// process's command line takes its sockets and state; 202 with the new process's pid.
 async fn upgrade(State(st): State<AppState>) -> Response {
@@ -643,17 +416,6 @@ async fn upgrade(State(st): State<AppState>) -> Response {
         }
         Some(Ok(pid)) => (StatusCode::ACCEPTED, axum::Json(json!({ "pid": pid }))).into_response(),
     }
-}
-
-async fn revocations(State(st): State<AppState>) -> Response {
-    let list: Vec<Value> = st
-        .live
-        .revocations
-        .list(unix_now())
-        .into_iter()
-        .map(|r| json!({ "kind": r.kind.as_str(), "value": r.value, "until": r.until }))
-        .collect();
-    axum::Json(json!({ "revocations": list })).into_response()
 }
 
 #[derive(Deserialize)]
@@ -687,216 +449,6 @@ fn parse_algorithm(bytes: &[u8]) -> Result<Algorithm, Response> {
             format!("unknown algorithm `{}`; valid: {}", a.algorithm, valid.join(", ")),
         )
     })
-}
-
-/// The 404 of a cluster without a shadow.
-fn no_shadow(cluster: &str) -> Response {
-    error(
-        StatusCode::NOT_FOUND,
-        format!(
-            "cluster `{cluster}` has no shadow algorithm: start one with \
-             `PUT /api/v1/clusters/{cluster}/shadow` (`rondo ctl shadow {cluster} ALGORITHM`)"
-        ),
-    )
-}
-
-/// Runs `change` on `cluster`'s runtime while no view can be swapped in (so the change lands
-/// on the runtime in effect, and a swap carries it over), after the `If-Match` check; its
-/// result, the runtime and the view.
-fn on_cluster<R>(
-    st: &AppState,
-    headers: &HeaderMap,
-    cluster: &str,
-    change: impl FnOnce(&ClusterRt) -> Result<R, Response>,
-) -> Result<(R, Arc<ClusterRt>, u64), Response> {
-    let expected = if_match(headers)?;
-    st.live.with_current(|snap| {
-        if let Some(e) = expected
-            && snap.view.id != e
-        {
-            return Err(conflict(snap.view.id, e));
-        }
-        let (rt, _) = find(snap, cluster, None)?;
-        Ok((change(&rt)?, rt, snap.view.id))
-    })
-}
-
-/// `PUT /api/v1/clusters/{cluster}/shadow` `{"algorithm": NAME}`: evaluates NAME beside the
-/// live algorithm from now on (a fresh report, replacing a running shadow); no traffic moves.
-async fn shadow_start(
-    State(st): State<AppState>,
-    headers: HeaderMap,
-    UrlPath(c): UrlPath<String>,
-    bytes: Bytes,
-) -> Response {
-    let algorithm = match parse_algorithm(&bytes) {
-        Ok(a) => a,
-        Err(r) => return r,
-    };
-    let (was, rt, view) =
-        match on_cluster(&st, &headers, &c, |rt| Ok(rt.set_shadow(Some(algorithm)))) {
-            Ok(x) => x,
-            Err(r) => return r,
-        };
-    let live = rt.spec.policy.algorithm;
-    tracing::info!(
-        cluster = c,
-        shadow = algorithm.as_str(),
-        live = live.as_str(),
-        replaced = was.map(Algorithm::as_str),
-        by = %Actor::Operator(operator(&headers)),
-        "shadow evaluation started: the shadow algorithm is asked at every pick, no traffic moves"
-    );
-    with_etag(
-        view,
-        json!({ "cluster": c, "shadow": algorithm.as_str(), "live": live.as_str(),
-                "replaced": was.map(Algorithm::as_str), "view": view }),
-    )
-}
-
-/// `DELETE /api/v1/clusters/{cluster}/shadow`: stops the shadow; answers its last report.
-async fn shadow_stop(
-    State(st): State<AppState>,
-    headers: HeaderMap,
-    UrlPath(c): UrlPath<String>,
-) -> Response {
-    let stopped = on_cluster(&st, &headers, &c, |rt| rt.stop_shadow().ok_or_else(|| no_shadow(&c)));
-    let ((r, since), _, view) = match stopped {
-        Ok(x) => x,
-        Err(r) => return r,
-    };
-    tracing::info!(
-        cluster = c,
-        shadow = r.algorithm.as_str(),
-        live = r.live.as_str(),
-        decisions = r.decisions,
-        differed = r.differed(),
-        by = %Actor::Operator(operator(&headers)),
-        "shadow evaluation stopped"
-    );
-    let mut v = shadow_json(&c, view, &r, since);
-    v["stopped"] = Value::Bool(true);
-    with_etag(view, v)
-}
-
-/// `GET /api/v1/clusters/{cluster}/shadow`: the shadow's report (404 without one).
-async fn shadow_report(State(st): State<AppState>, UrlPath(c): UrlPath<String>) -> Response {
-    let snap = st.live.load();
-    let (rt, _) = match find(&snap, &c, None) {
-        Ok(x) => x,
-        Err(r) => return r,
-    };
-    match rt.shadow_report() {
-        Some((r, since)) => with_etag(snap.view.id, shadow_json(&c, snap.view.id, &r, since)),
-        None => no_shadow(&c),
-    }
-}
-
-/// A shadow report as the API answers it (docs/admin.md).
-fn shadow_json(cluster: &str, view: u64, r: &ShadowReport, since_unix_ms: u64) -> Value {
-    let us = |d: std::time::Duration| d.as_micros() as u64;
-    let share = |n: u64| if r.decisions == 0 { 0.0 } else { n as f64 / r.decisions as f64 };
-    let side = |c: rondo_core::shadow::SideCounts| {
-        json!({ "picks": c.picks, "share": share(c.picks), "failed": c.failed, "slow": c.slow,
-                "unresolved": c.unresolved })
-    };
-    let members: Vec<Value> = r
-        .members
-        .iter()
-        .map(|m| {
-            json!({
-                "name": m.name,
-                "departed": m.name.is_empty(),
-                "live": side(m.live),
-                "shadow": side(m.shadow),
-                "agreed": m.agreed,
-                "window_p90_us": m.window_p90.map(us),
-                "slow": m.slow,
-                "slow_windows": m.slow_windows,
-            })
-        })
-        .collect();
-    json!({
-        "cluster": cluster,
-        "view": view,
-        "shadow": r.algorithm.as_str(),
-        "live": r.live.as_str(),
-        "since_unix_ms": since_unix_ms,
-        "decisions": r.decisions,
-        "agreed": r.agreed,
-        "differed": r.differed(),
-        "no_pick": r.no_pick,
-        "window_ms": rondo_core::shadow::SHADOW_WINDOW.as_millis() as u64,
-        "slow_factor": rondo_core::shadow::SLOW_FACTOR,
-        "slow_min_responses": rondo_core::shadow::SLOW_MIN_RESPONSES,
-        "reference_p90_us": r.reference_p90.map(us),
-        "live_total": side(r.live_total()),
-        "shadow_total": side(r.shadow_total()),
-        "members": members,
-    })
-}
-
-#[derive(Deserialize)]
-struct ExplainQuery {
-    n: Option<usize>,
-}
-
-async fn explain(
-    State(st): State<AppState>,
-    UrlPath(c): UrlPath<String>,
-    Query(q): Query<ExplainQuery>,
-) -> Response {
-    let snap = st.live.load();
-    let (rt, _) = match find(&snap, &c, None) {
-        Ok(x) => x,
-        Err(r) => return r,
-    };
-    let n = q.n.unwrap_or(20).min(256);
-    let now = clock::now();
-    let group = st.live.group.as_deref();
-    let picks: Vec<Value> = rt
-        .recent_decisions(n)
-        .into_iter()
-        .map(|(at, d)| {
-            let e = rt.with(|b| b.explain(&d, now, group));
-            let candidates: Vec<Value> = e
-                .candidates
-                .iter()
-                .map(|c| {
-                    json!({
-                        "name": c.name, "weight": c.weight,
-                        "effective_weight": c.effective_weight, "in_flight": c.in_flight,
-                        "sessions": c.sessions, "ewma_us": c.ewma_us,
-                        "probe_rtt_us": c.probe_rtt_us, "cpu_percent": c.cpu_percent,
-                        "free_mib": c.free_mib,
-                    })
-                })
-                .collect();
-            json!({
-                "at_unix_ms": at,
-                "member": e.chosen,
-                "algorithm": d.algorithm.as_str(),
-                "scope": d.scope.to_string(),
-                "why": d.why.to_string(),
-                "summary": e.summary,
-                "candidates": candidates,
-            })
-        })
-        .collect();
-    // Tries that failed in TLS to a member (its certificate, or it refused the router's), which
-    // no pick shows: the member was picked, the failure came after.
-    let tls_failures: Vec<Value> = st
-        .live
-        .metrics
-        .tls_failures_of(&c)
-        .into_iter()
-        .map(|(member, reason, count, at)| {
-            json!({ "member": member, "reason": reason, "count": count, "last_unix_ms": at })
-        })
-        .collect();
-    axum::Json(json!({ "cluster": c, "view": snap.view.id, "picks": picks,
-                       "tls_failures": tls_failures }))
-    .into_response()
 }
 
 async fn config(State(st): State<AppState>, headers: HeaderMap, bytes: Bytes) -> Response {

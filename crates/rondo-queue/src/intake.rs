@@ -52,6 +52,11 @@ pub struct Entry {
     pub store: Arc<dyn Store>,
 }
 
+/// An answer of the intake.
+type Answer = Response<Full<Bytes>>;
+/// A refusal a step of the intake answers with (boxed: the request path carries only a pointer).
+type Refusal = Box<Answer>;
+
 struct Ctx {
     listener: ListenerSpec,
     queues: Arc<HashMap<String, Entry>>,
@@ -281,11 +286,43 @@ async fn intake(
     ctx: &Ctx,
     peer: SocketAddr,
     cert: Option<&ClientCert>,
-) -> Response<Full<Bytes>> {
-    // What the client's TLS certificate says, and only that: copies a client sent are dropped
-    // (on plain listeners too), and a TLS listener's messages say they came over https. Routes
-    // match on them like on any header field.
-    let h = req.headers_mut();
+) -> Answer {
+    set_client_cert(req.headers_mut(), cert);
+    // Routes match, and members get, the normalized path (`/queues/%6Frders` is `/queues/orders`).
+    let path = rondo_core::path::normalize(req.uri().path())
+        .unwrap_or_else(|| req.uri().path().to_owned());
+    let (name, entry) = match queue_of(ctx, &path, req.method()) {
+        Ok(q) => q,
+        Err(r) => return *r,
+    };
+    let (mut parts, body) = match read_message(req, ctx, name, entry).await {
+        Ok(m) => m,
+        Err(r) => return *r,
+    };
+    let (identity, branches) = match route_message(ctx, &parts, &path, &body) {
+        Ok(r) => r,
+        Err(r) => return *r,
+    };
+    // Identity headers (any spelling) and the tier session cookie never reach a member.
+    auth::apply(&mut parts.headers, None);
+    let session = entry.spec.session_header.as_deref().and_then(|h| {
+        parts.headers.get(h).map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+    });
+    let message = message(ctx, &parts, &path, body, identity, peer);
+    match entry.store.append_all(copies(message, session, &branches)).await {
+        Ok(ids) => accepted(name, &ids, &branches),
+        Err(e @ AppendError::Full { .. }) => busy(e.to_string()),
+        Err(e @ AppendError::Store { .. }) => {
+            tracing::warn!(queue = %name, "message refused: {e}");
+            busy(e.to_string())
+        }
+    }
+}
+
+/// What the client's TLS certificate says, and only that: copies a client sent are dropped
+/// (on plain listeners too), and a TLS listener's messages say they came over https. Routes
+/// match on them like on any header field.
+fn set_client_cert(h: &mut http::HeaderMap, cert: Option<&ClientCert>) {
     h.remove(CLIENT_CERT_SUBJECT);
     h.remove(CLIENT_CERT_SAN);
     if let Some(cert) = cert {
@@ -297,21 +334,40 @@ async fn intake(
             h.insert(CLIENT_CERT_SAN, v.clone());
         }
     }
-    // Routes match, and members get, the normalized path (`/queues/%6Frders` is `/queues/orders`).
-    let path = rondo_core::path::normalize(req.uri().path())
-        .unwrap_or_else(|| req.uri().path().to_owned());
+}
+
+/// The queue the (normalized) `path` names and its entry, or the 404 or 405 answer.
+fn queue_of<'a>(
+    ctx: &'a Ctx,
+    path: &'a str,
+    method: &http::Method,
+) -> Result<(&'a str, &'a Entry), Refusal> {
     let Some(name) = path.strip_prefix("/queues/").map(|r| r.split('/').next().unwrap_or(r)) else {
-        return text(StatusCode::NOT_FOUND, "messages are posted to /queues/{queue}");
+        return Err(Box::new(text(
+            StatusCode::NOT_FOUND,
+            "messages are posted to /queues/{queue}",
+        )));
     };
     let Some(entry) = ctx.queues.get(name) else {
-        return text(StatusCode::NOT_FOUND, format!("no queue named `{name}`"));
+        return Err(Box::new(text(StatusCode::NOT_FOUND, format!("no queue named `{name}`"))));
     };
-    if req.method() != http::Method::POST {
+    if method != http::Method::POST {
         let mut r =
             text(StatusCode::METHOD_NOT_ALLOWED, "messages are posted: POST /queues/{queue}");
         r.headers_mut().insert(header::ALLOW, HeaderValue::from_static("POST"));
-        return r;
+        return Err(Box::new(r));
     }
+    Ok((name, entry))
+}
+
+/// The message's head and its whole body, or the answer: 413 over the queue's
+/// `max_message_bytes` (declared or read), 400 when the body broke off, 408 when it stalled.
+async fn read_message(
+    req: Request<Incoming>,
+    ctx: &Ctx,
+    name: &str,
+    entry: &Entry,
+) -> Result<(http::request::Parts, Bytes), Refusal> {
     let max = entry.spec.max_message_bytes;
     let too_large = || {
         entry.store.count_too_large();
@@ -326,15 +382,15 @@ async fn intake(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|n| n > max) {
-        return too_large();
+        return Err(Box::new(too_large()));
     }
     let (parts, body) = req.into_parts();
     let stall = ctx.listener.body_read_timeout;
-    let body = match read_body(body, max, stall).await {
-        Ok(b) => b,
-        Err(BodyFailure::TooLarge) => return too_large(),
+    match read_body(body, max, stall).await {
+        Ok(b) => Ok((parts, b)),
+        Err(BodyFailure::TooLarge) => Err(Box::new(too_large())),
         Err(BodyFailure::BrokeOff) => {
-            return text(StatusCode::BAD_REQUEST, "the message body broke off");
+            Err(Box::new(text(StatusCode::BAD_REQUEST, "the message body broke off")))
         }
         Err(BodyFailure::Stalled) => {
             // The rest of the body may still come: the connection cannot carry another
@@ -345,50 +401,66 @@ async fn intake(
             );
             let mut r = text(StatusCode::REQUEST_TIMEOUT, detail);
             r.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
-            return r;
+            Err(Box::new(r))
         }
+    }
+}
+
+/// Routes match the message as they would a request (body filters read its body); none: it
+/// would never be delivered (404). A route with `auth` admits only a message whose token holds
+/// (else 401). Returns the identity the route verified and the route's multicast branches.
+fn route_message(
+    ctx: &Ctx,
+    parts: &http::request::Parts,
+    path: &str,
+    body: &Bytes,
+) -> Result<(Option<Identity>, Vec<String>), Refusal> {
+    let snapshot = ctx.live.load();
+    let headers = &parts.headers;
+    let header = |n: &str| headers.get(n).and_then(|v| v.to_str().ok());
+    let present = |n: &str| headers.contains_key(n);
+    let host = headers
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .or_else(|| parts.uri.authority().map(|a| a.as_str()))
+        .map(|h| h.rsplit_once(':').map_or(h, |(h, _)| h));
+    let facts = rondo_core::RequestFacts {
+        host,
+        path,
+        query: parts.uri.query(),
+        method: "POST",
+        header: &header,
+        present: &present,
+        body: Some(rondo_core::BodyPeek { bytes: body, complete: true }),
     };
-    // Routes match the message as they would a request (body filters read its body); none:
-    // it would never be delivered. A route with `auth` admits only a message whose token holds.
-    let (identity, branches): (Option<Identity>, Vec<String>) = {
-        let snapshot = ctx.live.load();
-        let headers = &parts.headers;
-        let header = |n: &str| headers.get(n).and_then(|v| v.to_str().ok());
-        let present = |n: &str| headers.contains_key(n);
-        let host = headers
-            .get(header::HOST)
-            .and_then(|v| v.to_str().ok())
-            .or_else(|| parts.uri.authority().map(|a| a.as_str()))
-            .map(|h| h.rsplit_once(':').map_or(h, |(h, _)| h));
-        let facts = rondo_core::RequestFacts {
-            host,
-            path: &path,
-            query: parts.uri.query(),
-            method: "POST",
-            header: &header,
-            present: &present,
-            body: Some(rondo_core::BodyPeek { bytes: &body, complete: true }),
-        };
-        let Some(route) = snapshot.view.route(&ctx.listener.name, &facts) else {
-            return text(
-                StatusCode::NOT_FOUND,
-                format!("no route of listener {} matches the message", ctx.listener.name),
-            );
-        };
-        // A multicast route's message is kept once per branch, all copies or none.
-        let branches = route.multicast.iter().map(|b| b.cluster.clone()).collect();
-        match ctx.auth.gate(route, &ctx.live, headers) {
-            Ok(identity) => (identity, branches),
-            Err(e) => {
-                let mut r = text(e.refusal.status(), format!("route {}: {}", route.name, e.detail));
-                r.headers_mut().insert(header::WWW_AUTHENTICATE, e.refusal.challenge());
-                return r;
-            }
+    let Some(route) = snapshot.view.route(&ctx.listener.name, &facts) else {
+        return Err(Box::new(text(
+            StatusCode::NOT_FOUND,
+            format!("no route of listener {} matches the message", ctx.listener.name),
+        )));
+    };
+    // A multicast route's message is kept once per branch, all copies or none.
+    let branches = route.multicast.iter().map(|b| b.cluster.clone()).collect();
+    match ctx.auth.gate(route, &ctx.live, headers) {
+        Ok(identity) => Ok((identity, branches)),
+        Err(e) => {
+            let mut r = text(e.refusal.status(), format!("route {}: {}", route.name, e.detail));
+            r.headers_mut().insert(header::WWW_AUTHENTICATE, e.refusal.challenge());
+            Err(Box::new(r))
         }
-    };
-    let mut parts = parts;
-    // Identity headers (any spelling) and the tier session cookie never reach a member.
-    auth::apply(&mut parts.headers, None);
+    }
+}
+
+/// The message as it is kept: the header fields a member may get ([`kept`]) and the identity
+/// the route verified, the path with its query, the body and the client's address.
+fn message(
+    ctx: &Ctx,
+    parts: &http::request::Parts,
+    path: &str,
+    body: Bytes,
+    identity: Option<Identity>,
+    peer: SocketAddr,
+) -> Message {
     let connection_named: Vec<String> = parts
         .headers
         .get_all(header::CONNECTION)
@@ -403,51 +475,43 @@ async fn intake(
         .chain(identity.iter().flat_map(Identity::headers))
         .map(|(n, v)| (n.as_str().to_owned(), Bytes::copy_from_slice(v.as_bytes())))
         .collect();
-    let session = entry.spec.session_header.as_deref().and_then(|h| {
-        parts.headers.get(h).map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
-    });
     let full_path = match parts.uri.query() {
         Some(q) => format!("{path}?{q}"),
-        None => path.clone(),
+        None => path.to_owned(),
     };
-    let message = Message {
+    Message {
         listener: ctx.listener.name.clone(),
         path: full_path,
         headers,
         body,
         peer: Some(peer.ip()),
         branch: None,
-    };
-    match entry.store.append_all(copies(message, session, &branches)).await {
-        Ok(ids) => {
-            let id = ids.first().cloned().unwrap_or_default();
-            let listed: Vec<String> = branches
-                .iter()
-                .zip(ids.iter().skip(1))
-                .map(|(b, id)| format!("\"{b}\":\"{id}\""))
-                .collect();
-            let body = match listed.is_empty() {
-                true => format!("{{\"id\":\"{id}\",\"queue\":\"{name}\"}}\n"),
-                false => format!(
-                    "{{\"id\":\"{id}\",\"queue\":\"{name}\",\"branches\":{{{}}}}}\n",
-                    listed.join(",")
-                ),
-            };
-            let mut r = Response::new(Full::new(Bytes::from(body)));
-            *r.status_mut() = StatusCode::ACCEPTED;
-            let h = r.headers_mut();
-            h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-            if let Ok(v) = HeaderValue::from_str(&id) {
-                h.insert("x-rondo-message-id", v);
-            }
-            r
-        }
-        Err(e @ AppendError::Full { .. }) => busy(e.to_string()),
-        Err(e @ AppendError::Store { .. }) => {
-            tracing::warn!(queue = %name, "message refused: {e}");
-            busy(e.to_string())
-        }
     }
+}
+
+/// The 202 of a durable message: its id (and each multicast branch's copy's id).
+fn accepted(name: &str, ids: &[String], branches: &[String]) -> Answer {
+    let id = ids.first().cloned().unwrap_or_default();
+    let listed: Vec<String> = branches
+        .iter()
+        .zip(ids.iter().skip(1))
+        .map(|(b, id)| format!("\"{b}\":\"{id}\""))
+        .collect();
+    let body = match listed.is_empty() {
+        true => format!("{{\"id\":\"{id}\",\"queue\":\"{name}\"}}\n"),
+        false => format!(
+            "{{\"id\":\"{id}\",\"queue\":\"{name}\",\"branches\":{{{}}}}}\n",
+            listed.join(",")
+        ),
+    };
+    let mut r = Response::new(Full::new(Bytes::from(body)));
+    *r.status_mut() = StatusCode::ACCEPTED;
+    let h = r.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    if let Ok(v) = HeaderValue::from_str(&id) {
+        h.insert("x-rondo-message-id", v);
+    }
+    r
 }
 
 /// The copies a message is kept as: itself for the route's cluster, then one per multicast

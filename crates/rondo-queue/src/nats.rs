@@ -24,15 +24,16 @@
 //! `session_partitions` trades that against a consumer per partition. The stream's description
 //! records the number, and a router configured with another one refuses to start.
 
+mod streams;
+
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_nats::HeaderMap;
-use async_nats::jetstream::{self, AckKind, consumer, stream};
+use async_nats::jetstream::{self, AckKind, stream};
 use bytes::Bytes;
-use futures_util::StreamExt;
 use rondo_config::QueueSpec;
 use rondo_runtime::queues::{
     BoxFuture, DeadLetter, DeadLetterSummary, QueueError, QueueStats, TryRecord,
@@ -40,6 +41,7 @@ use rondo_runtime::queues::{
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use self::streams::{consumers, main_stream, poll};
 use crate::record;
 use crate::store::{AppendError, Counters, Lease, Message, Store, unix_ms};
 
@@ -125,39 +127,8 @@ impl Nats {
         let name = &spec.name;
         let subject = format!("rondo.q.{name}");
         let dlq_subject = format!("rondo.dlq.{name}");
-        let stream_name = format!("RONDO_Q_{name}");
-        let description = format!("rondo queue {name}, session_partitions = {partitions}");
-        let mut main = js
-            .get_or_create_stream(stream::Config {
-                name: stream_name.clone(),
-                description: Some(description.clone()),
-                subjects: vec![subject.clone(), format!("{subject}.p.*")],
-                retention: stream::RetentionPolicy::WorkQueue,
-                storage: stream::StorageType::File,
-                discard: stream::DiscardPolicy::New,
-                max_messages: i64::try_from(spec.max_messages).unwrap_or(i64::MAX),
-                max_bytes: i64::try_from(spec.max_bytes).unwrap_or(i64::MAX),
-                ..Default::default()
-            })
-            .await
-            .map_err(|e| fail("stream", &e))?;
-        let info = main.info().await.map_err(|e| fail("stream info", &e))?;
-        if info.config.description.as_deref() != Some(description.as_str()) {
-            // Another number would put a key's messages on two subjects, ordered by neither.
-            return Err(fail(
-                &format!("stream {stream_name}"),
-                &format!(
-                    "it was made as `{}`, this router's config says `{description}`: every \
-                     router of a tier must name the same session_partitions (to change it, \
-                     let the queue drain and delete the stream)",
-                    info.config.description.as_deref().unwrap_or("(no description)")
-                ),
-            ));
-        }
-        let created = info.created;
-        let uid = rondo_core::hash::hash_key(
-            format!("{name}/{}", created.unix_timestamp_nanos()).as_bytes(),
-        ) as u32;
+        let (main, uid) =
+            main_stream(&js, spec, &subject, partitions).await.map_err(|(w, e)| fail(&w, &e))?;
         let dlq = js
             .get_or_create_stream(stream::Config {
                 name: format!("RONDO_DLQ_{name}"),
@@ -181,36 +152,9 @@ impl Nats {
         // Channel room for one message per consumer: what a worker takes next is never far
         // behind what the server handed out.
         let (tx, rx) = mpsc::channel(partitions as usize + 1);
-        let (mut consumers, mut pumps) = (Vec::new(), Vec::new());
-        let wanted = std::iter::once(("rondo".to_owned(), subject.clone(), None)).chain(
-            (0..partitions).map(|k| (format!("rondo-p{k}"), format!("{subject}.p.{k}"), Some(1))),
-        );
-        for (durable, filter, max_ack_pending) in wanted {
-            let consumer: consumer::PullConsumer = main
-                .get_or_create_consumer(
-                    &durable,
-                    consumer::pull::Config {
-                        durable_name: Some(durable.clone()),
-                        filter_subject: filter,
-                        ack_policy: consumer::AckPolicy::Explicit,
-                        ack_wait: spec.lease + Duration::from_secs(5),
-                        max_deliver: -1,
-                        max_ack_pending: max_ack_pending.unwrap_or_default(),
-                        ..Default::default()
-                    },
-                )
-                .await
-                .map_err(|e| fail(&format!("consumer {durable}"), &e))?;
-            let batch = if max_ack_pending.is_some() { 1 } else { spec.concurrency as usize };
-            let messages = consumer
-                .stream()
-                .max_messages_per_batch(batch)
-                .messages()
-                .await
-                .map_err(|e| fail(&format!("consumer {durable} messages"), &e))?;
-            pumps.push(tokio::spawn(pump(messages, tx.clone())));
-            consumers.push(consumer);
-        }
+        let (consumers, pumps) = consumers(&main, spec, &subject, partitions, &tx)
+            .await
+            .map_err(|(w, e)| fail(&w, &e))?;
         let cached = Arc::new(Mutex::new(Cached::default()));
         let poller = tokio::spawn(poll(main, dlq.clone(), consumers, cached.clone()));
         Ok(Nats {
@@ -378,51 +322,6 @@ impl Nats {
             out.push((seq, d));
         }
         Ok(out)
-    }
-}
-
-/// Hands what `messages` pulls to the delivery workers, until they are gone.
-async fn pump(mut messages: consumer::pull::Stream, tx: mpsc::Sender<Pulled>) {
-    while let Some(m) = messages.next().await {
-        let pulled = m.map(|m| (Instant::now(), m)).map_err(|e| e.to_string());
-        if tx.send(pulled).await.is_err() {
-            return;
-        }
-    }
-    let _ = tx.send(Err("a consumer closed".to_owned())).await;
-}
-
-/// Refreshes the figures every 500 ms (the server's counts: tier-wide).
-async fn poll(
-    mut main: stream::Stream,
-    mut dlq: stream::Stream,
-    mut consumers: Vec<consumer::PullConsumer>,
-    cached: Arc<Mutex<Cached>>,
-) {
-    loop {
-        let mut c = cached.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        if let Ok(i) = main.info().await {
-            c.depth = i.state.messages;
-            c.bytes = i.state.bytes;
-            c.oldest_ms = (i.state.messages > 0)
-                .then(|| (i.state.first_timestamp.unix_timestamp_nanos() / 1_000_000) as u64);
-        }
-        if let Ok(i) = dlq.info().await {
-            c.dead = i.state.messages;
-            c.dead_bytes = i.state.bytes;
-        }
-        let mut in_delivery = Some(0);
-        for consumer in &mut consumers {
-            in_delivery = match consumer.info().await {
-                Ok(i) => in_delivery.map(|n| n + i.num_ack_pending as u64),
-                Err(_) => None,
-            };
-        }
-        if let Some(n) = in_delivery {
-            c.in_delivery = n;
-        }
-        *cached.lock().unwrap_or_else(|e| e.into_inner()) = c;
-        tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
 
