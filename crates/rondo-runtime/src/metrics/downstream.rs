@@ -17,7 +17,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 use super::Metrics;
-use super::router::latency_histogram;
+use super::buckets::latency_histogram;
 
 /// Labels of a client-facing request's duration.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]

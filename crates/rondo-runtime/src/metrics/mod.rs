@@ -16,6 +16,7 @@
 //! `tls`, `quic` (HTTP/3 listeners), `xds` (the naming service's xDS server), `dns` (`members_dns`), `udp` (`udp` listeners), `trace` (spans exported over OTLP); the durable queues' figures are rendered by [`crate::queues`] and the process's by
 //! [`crate::process`].
 
+mod buckets;
 mod departed;
 mod dns;
 mod downstream;
@@ -45,6 +46,7 @@ use prometheus_client::registry::Registry;
 
 use crate::{Snapshot, clock};
 
+use buckets::latency_histogram;
 pub use departed::DEPARTED_GRACE;
 pub use dns::DnsLabels;
 pub use downstream::{DownstreamHandles, DownstreamLabels};
@@ -60,11 +62,11 @@ pub use members::{
 };
 pub use naming::AgentLabels;
 pub use quic::{Http3Labels, Http3Metrics};
+use router::Histograms;
 pub use router::{
     AuthLabels, GrpcLabels, MemberRouteLabels, MulticastLabels, ReplayLabels, ResponseHandles,
     ResponseLabels, RouteClusterLabels, RouteMetrics,
 };
-use router::{Histograms, latency_histogram};
 use tls::TlsFailureKey;
 pub use tls::{MAX_TLS_FAILURE_ROWS, TlsListenerLabels, TlsMemberLabels};
 pub use tls_detail::{OcspLabels, TlsDetail, TlsKxLabels};

@@ -7,7 +7,7 @@ use std::sync::OnceLock;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 use rondo_core::grpc::Code;
@@ -109,11 +109,6 @@ pub struct AuthLabels {
 
 /// A member's latency histograms on a route.
 pub(super) type Histograms = Family<MemberRouteLabels, Histogram, fn() -> Histogram>;
-
-/// The latency buckets: 0.5 ms doubling to about 16 s.
-pub(super) fn latency_histogram() -> Histogram {
-    Histogram::new(exponential_buckets(0.0005, 2.0, 16))
-}
 
 /// The status classes of `rondo_requests_total`.
 const CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
