@@ -10,7 +10,7 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
 use crate::Live;
-use crate::sockets::drain::{Draining, drained};
+use crate::sockets::drain::IDLE_GRACE;
 use crate::tls::server::{ALPN_HTTP1, HANDSHAKE_TIMEOUT, TlsIncoming, TlsServer};
 
 /// The TLS server of an API whose section is `section` (`[admin]`, `[naming]`): HTTP/1 only,
@@ -76,5 +76,46 @@ impl axum::serve::Listener for TlsListener {
 
     fn local_addr(&self) -> std::io::Result<SocketAddr> {
         Ok(self.0.local_addr())
+    }
+}
+
+/// Resolves [`IDLE_GRACE`] after `live`'s drain has started: a `'static` future for an axum
+/// server's graceful shutdown (`with_graceful_shutdown`), which then closes its idle
+/// connections and waits for the requests in progress. Its listener stops accepting at the
+/// start of the drain ([`Draining`]).
+pub async fn drained(live: Arc<Live>) {
+    live.drain.started().await;
+    tokio::time::sleep(IDLE_GRACE).await;
+}
+
+/// An axum listener that stops accepting when the process's drain starts (the socket itself
+/// may live on in the process that took over).
+#[derive(Debug)]
+pub struct Draining<L> {
+    inner: L,
+    live: Arc<Live>,
+}
+
+impl<L> Draining<L> {
+    /// `inner`, until `live` drains.
+    pub fn new(inner: L, live: Arc<Live>) -> Self {
+        Draining { inner, live }
+    }
+}
+
+impl<L: axum::serve::Listener> axum::serve::Listener for Draining<L> {
+    type Io = L::Io;
+    type Addr = L::Addr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        tokio::select! {
+            biased;
+            () = self.live.drain.started() => std::future::pending().await,
+            conn = self.inner.accept() => conn,
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<Self::Addr> {
+        self.inner.local_addr()
     }
 }

@@ -10,6 +10,7 @@
 //! what they replaced after [`RETIRED_GRACE`].
 
 mod cluster;
+mod handoff;
 mod layers;
 mod registered;
 mod shared;

@@ -5,13 +5,10 @@
 //! Whoever serves connections asks [`Drain::is_on`] at the points it could close, and waits on
 //! [`Drain::started`] where it idles.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio::sync::Notify;
-
-use crate::Live;
 
 /// Once the process drains, how long an idle connection may still send a request (it is served,
 /// told the connection closes) before it is closed. Closing an idle keep-alive connection, or
@@ -70,47 +67,6 @@ impl Drain {
             return;
         }
         notified.await;
-    }
-}
-
-/// Resolves [`IDLE_GRACE`] after `live`'s drain has started: a `'static` future for an axum
-/// server's graceful shutdown (`with_graceful_shutdown`), which then closes its idle
-/// connections and waits for the requests in progress. Its listener stops accepting at the
-/// start of the drain ([`Draining`]).
-pub async fn drained(live: Arc<Live>) {
-    live.drain.started().await;
-    tokio::time::sleep(IDLE_GRACE).await;
-}
-
-/// An axum listener that stops accepting when the process's drain starts (the socket itself
-/// may live on in the process that took over).
-#[derive(Debug)]
-pub struct Draining<L> {
-    inner: L,
-    live: Arc<Live>,
-}
-
-impl<L> Draining<L> {
-    /// `inner`, until `live` drains.
-    pub fn new(inner: L, live: Arc<Live>) -> Self {
-        Draining { inner, live }
-    }
-}
-
-impl<L: axum::serve::Listener> axum::serve::Listener for Draining<L> {
-    type Io = L::Io;
-    type Addr = L::Addr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        tokio::select! {
-            biased;
-            () = self.live.drain.started() => std::future::pending().await,
-            conn = self.inner.accept() => conn,
-        }
-    }
-
-    fn local_addr(&self) -> std::io::Result<Self::Addr> {
-        self.inner.local_addr()
     }
 }
 

@@ -3,7 +3,7 @@
 //! cluster's member state by name ([`rondo_core::handoff`]: health, drains and who set them,
 //! ejections, EWMA, probe rankings, agent reports, the retry budget), the router's own
 //! revocations ([`crate::revoke`]), and the data plane's own state and the agent receiver's,
-//! opaque here.
+//! opaque here. `Live::export_state` and `Live::import_state` write and take it.
 //!
 //! A field added later has a serde default, so that a new process accepts the document of an
 //! older one that lacks it (an older process sends no revocations: an empty list).
@@ -13,7 +13,6 @@ use std::collections::BTreeMap;
 use rondo_core::handoff::ClusterHandoff;
 use serde::{Deserialize, Serialize};
 
-use crate::Live;
 use crate::revoke::Revocation;
 
 /// The state document, sent as JSON.
@@ -31,53 +30,6 @@ pub struct StateDoc {
     /// The state of the process's other parts, each in its own format, by part: `"router"`
     /// (its sticky sessions), `"agent"` (the receiver's epoch and sequence numbers).
     pub parts: BTreeMap<String, serde_json::Value>,
-}
-
-/// `live`'s state now; with `last`, the hand-over itself: revocations are no longer made here
-/// ([`crate::revoke::Revocations::hand_over`]).
-pub fn export(live: &Live, last: bool) -> StateDoc {
-    let now = crate::clock::now();
-    let snapshot = live.load();
-    let clusters = snapshot
-        .clusters
-        .iter()
-        .map(|(name, rt)| (name.clone(), rt.with(|b| b.export(now))))
-        .collect();
-    StateDoc {
-        pid: std::process::id(),
-        view_id: snapshot.view.id,
-        clusters,
-        revoked: live.revocations.hand_over(unix_now(), last),
-        parts: BTreeMap::new(),
-    }
-}
-
-fn unix_now() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
-}
-
-/// Takes over `doc` into `live`'s clusters (by cluster and member name) and its revocations;
-/// returns how many members of the view it had state for.
-pub fn import(live: &Live, doc: &StateDoc) -> usize {
-    match live.revocations.take_over(&doc.revoked, unix_now()) {
-        Ok(n) if n > 0 => tracing::info!(revocations = n, "upgrade: revocations taken over"),
-        Ok(_) => {}
-        Err(e) => tracing::error!("upgrade: revocations taken over but not kept: {e}"),
-    }
-    let now = crate::clock::now();
-    let snapshot = live.load();
-    let mut matched = 0;
-    for (name, rt) in &snapshot.clusters {
-        let Some(state) = doc.clusters.get(name) else { continue };
-        matched += state
-            .members
-            .iter()
-            .filter(|m| rt.spec.members.iter().any(|s| s.name == m.name))
-            .count();
-        rt.with(|b| b.import(state, now));
-        rt.state_changed();
-    }
-    matched
 }
 
 /// How the admin API (`POST /v1/upgrade`, `rondo ctl upgrade`) starts an upgrade: set by

@@ -198,7 +198,7 @@ impl Parts {
         let (live, router, receiver) =
             (self.live.clone(), self.router.clone(), self.receiver.clone());
         Arc::new(move |last| {
-            let mut doc = handoff::export(&live, last);
+            let mut doc = live.export_state(last);
             doc.parts.insert("router".to_owned(), router.export_sessions());
             if let Some(r) = &receiver
                 && let Ok(v) = serde_json::to_value(r.resume())
@@ -289,7 +289,7 @@ async fn start(
     if let Some(state) = &handed {
         // Again, now that the registered members are in the view; and the sessions as of the
         // hand-over (those the old process served since the offer).
-        handoff::import(&live, state);
+        live.import_state(state);
         if let Some(sessions) = state.parts.get("router") {
             router.import_sessions(sessions, &live);
         }
@@ -315,7 +315,7 @@ fn live_state(
     }
     if let Some(t) = takeover {
         live.sockets.inherit(std::mem::take(&mut t.keys), std::mem::take(&mut t.fds));
-        let members = handoff::import(&live, &t.state);
+        let members = live.import_state(&t.state);
         tracing::info!(from = t.from, members, "upgrade: sockets and state taken over");
     }
     live
@@ -441,7 +441,7 @@ async fn take_over(
         Ok(Ok(state)) => {
             // The old process has stopped reading the QUIC sockets: this one reads them.
             live.sockets.steering.open();
-            handoff::import(live, &state);
+            live.import_state(&state);
             tracing::info!(from, "upgrade: the old process handed over and drains");
             Ok(state)
         }
