@@ -22,8 +22,10 @@ KNOWN = {
     # The own HTTP/1 connection and its tries call each other (the connection loop owns the
     # client stream the tries write to); they are being reshaped with the hand-off counters.
     "crates/rondo-proxy/src/h1/": "h1 connection loop and tries, under rework (issue 39)",
-    # live.rs and metrics.rs are being split by concept (issue 39's runtime split).
-    "crates/rondo-runtime/src/": "rondo-runtime's live/metrics split, under rework (issue 39)",
+    # A cluster's runtime and the shared members it holds refer to each other (a shared member
+    # relays verdicts to the runtimes holding it); the view's layers and the registrations
+    # compose each other's views. Both within live/ (issue 39).
+    "crates/rondo-runtime/src/live/": "rondo-runtime's live view, under rework (issue 39)",
 }
 
 USE = re.compile(r"\b(pub(?:\([^)]*\))?\s+)?use\s+([^;]+);", re.S)

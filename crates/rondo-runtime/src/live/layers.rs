@@ -188,7 +188,7 @@ impl Live {
         let snapshot = Arc::new(Snapshot { view: Arc::new(view), clusters, registered, declared });
         self.current.store(snapshot.clone());
         self.view_id.send_replace(id);
-        self.metrics.members_changed(&snapshot, None);
+        self.metrics.members_changed(&snapshot.view, None);
         snapshot
     }
 

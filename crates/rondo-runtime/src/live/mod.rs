@@ -266,6 +266,22 @@ impl Live {
     }
 }
 
+impl crate::metrics::Scraped for Snapshot {
+    fn view(&self) -> &rondo_core::View {
+        &self.view
+    }
+
+    fn with_balancer(
+        &self,
+        name: &str,
+        f: &mut dyn FnMut(&[rondo_core::MemberSpec], &mut rondo_core::Balancer),
+    ) {
+        if let Some(rt) = self.clusters.get(name) {
+            rt.with(|b| f(&rt.spec.members, b));
+        }
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use std::time::Duration;

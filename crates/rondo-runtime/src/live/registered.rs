@@ -245,7 +245,7 @@ impl Live {
         let snapshot = Arc::new(Snapshot { view: Arc::new(view), clusters, registered, declared });
         self.current.store(snapshot.clone());
         self.view_id.send_replace(id);
-        self.metrics.members_changed(&snapshot, Some(&names));
+        self.metrics.members_changed(&snapshot.view, Some(&names));
         drop(old);
         self.retired.lock().unwrap_or_else(|e| e.into_inner()).append(&mut retired);
         self.reap_retired();

@@ -13,7 +13,6 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use super::{MemberRouteLabels, Metrics, ResponseLabels, TlsMemberLabels};
-use crate::Snapshot;
 
 /// How long a departed member's series stay (a member removed and registered again, or
 /// drained out and back, within it keeps its counts).
@@ -83,9 +82,9 @@ impl Metrics {
         *self.departed.grace.lock().unwrap_or_else(|e| e.into_inner()) = grace;
     }
 
-    /// Members of `snap` (of `only` these clusters, else of every cluster) that left or came
+    /// Members of `view` (of `only` these clusters, else of every cluster) that left or came
     /// back are noted, and the series of those gone for the grace are removed.
-    pub fn members_changed(&self, snap: &Snapshot, only: Option<&[String]>) {
+    pub fn members_changed(&self, view: &rondo_core::View, only: Option<&[String]>) {
         let now = Instant::now();
         let mut inner = self.departed.inner();
         let Inner { clusters, gone } = &mut *inner;
@@ -93,7 +92,7 @@ impl Metrics {
             if only.is_some_and(|o| !o.contains(name)) {
                 continue;
             }
-            let spec = snap.view.clusters.get(name);
+            let spec = view.clusters.get(name);
             let present = |m: &str| spec.is_some_and(|s| s.members.iter().any(|x| x.name == m));
             // One pass over the spec's members when many series exist, else a look-up each.
             let names: Option<std::collections::HashSet<&str>> = (members.len() > 8)

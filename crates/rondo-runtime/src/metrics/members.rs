@@ -5,8 +5,6 @@
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::registry::Registry;
 
-use crate::Snapshot;
-
 use super::Metrics;
 
 /// Labels of a cluster event.
@@ -92,7 +90,7 @@ impl Metrics {
     }
 
     /// Refills the member state gauges from `snap` (the caller holds the scrape lock).
-    pub(super) fn member_state(&self, snap: &Snapshot, now: rondo_core::Instant) {
+    pub(super) fn member_state(&self, snap: &dyn Scraped, now: rondo_core::Instant) {
         for f in [&self.in_flight, &self.sessions, &self.healthy, &self.eligible, &self.ejected] {
             f.clear();
         }
@@ -102,15 +100,14 @@ impl Metrics {
         self.shadow_decisions.clear();
         self.shadow_differed.clear();
         self.shadow_picks.clear();
-        for name in snap.view.clusters.keys() {
-            let Some(rt) = snap.clusters.get(name) else { continue };
-            // Event counters of every cluster are shown from zero on.
-            let cl = ClusterLabels { cluster: name.clone() };
-            self.ejections.get_or_create(&cl).inc_by(0);
-            self.returns.get_or_create(&cl).inc_by(0);
-            rt.with(|b| {
+        for name in snap.view().clusters.keys() {
+            snap.with_balancer(name, &mut |members, b| {
+                // Event counters of every cluster are shown from zero on.
+                let cl = ClusterLabels { cluster: name.clone() };
+                self.ejections.get_or_create(&cl).inc_by(0);
+                self.returns.get_or_create(&cl).inc_by(0);
                 let (eligibility, _) = b.eligibility(now, group.as_deref());
-                for ((m, s), e) in rt.spec.members.iter().zip(b.states()).zip(eligibility) {
+                for ((m, s), e) in members.iter().zip(b.states()).zip(eligibility) {
                     let l = MemberLabels { cluster: name.clone(), member: m.name.clone() };
                     self.in_flight.get_or_create(&l).set(s.load.in_flight as i64);
                     self.sessions.get_or_create(&l).set(s.load.sessions as i64);
@@ -197,4 +194,32 @@ pub(super) fn register_state(m: &Metrics, r: &mut Registry) {
             "Picks of a member by the live and by the shadow algorithm since the shadow started: all, those whose member's next request to end failed, those made while the member was slow",
             m.shadow_picks.clone(),
         );
+}
+
+/// The live state as a scrape reads it (the live view's `Snapshot` is one): the view, and each
+/// cluster's members with its balancer.
+pub trait Scraped {
+    /// The view in effect.
+    fn view(&self) -> &rondo_core::View;
+    /// Runs `f` with cluster `name`'s members and its balancer, under the cluster's lock (not at
+    /// all when the view has no runtime for it).
+    fn with_balancer(
+        &self,
+        name: &str,
+        f: &mut dyn FnMut(&[rondo_core::MemberSpec], &mut rondo_core::Balancer),
+    );
+}
+
+impl<S: Scraped> Scraped for std::sync::Arc<S> {
+    fn view(&self) -> &rondo_core::View {
+        (**self).view()
+    }
+
+    fn with_balancer(
+        &self,
+        name: &str,
+        f: &mut dyn FnMut(&[rondo_core::MemberSpec], &mut rondo_core::Balancer),
+    ) {
+        (**self).with_balancer(name, f);
+    }
 }

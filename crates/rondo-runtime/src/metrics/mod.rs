@@ -44,7 +44,7 @@ pub use prometheus_client::metrics::gauge::Gauge;
 pub use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
-use crate::{Snapshot, clock};
+use crate::clock;
 
 use buckets::latency_histogram;
 pub use departed::DEPARTED_GRACE;
@@ -58,7 +58,7 @@ pub use listener::{
     RouterResponseLabels,
 };
 pub use members::{
-    ClusterLabels, MemberLabels, MemberReasonLabels, ShadowLabels, ShadowPickLabels,
+    ClusterLabels, MemberLabels, MemberReasonLabels, Scraped, ShadowLabels, ShadowPickLabels,
 };
 pub use naming::AgentLabels;
 pub use quic::{Http3Labels, Http3Metrics};
@@ -332,11 +332,11 @@ impl Metrics {
     }
 
     /// Every metric in the Prometheus text format, the state gauges read from `snap` now.
-    pub fn render(&self, snap: &Snapshot) -> String {
+    pub fn render(&self, snap: &impl Scraped) -> String {
         let _serial = self.scrape.lock().unwrap_or_else(|e| e.into_inner());
         let now = clock::now();
-        self.view.set(snap.view.id as i64);
-        self.members_changed(snap, None);
+        self.view.set(snap.view().id as i64);
+        self.members_changed(snap.view(), None);
         self.member_state(snap, now);
         let mut out = String::new();
         // Writing to a String cannot fail. The text format has no end marker, so the process's
@@ -355,6 +355,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
+    use crate::Snapshot;
 
     #[test]
     fn responses_are_counted_by_status_class() {
