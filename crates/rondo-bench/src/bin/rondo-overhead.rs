@@ -214,12 +214,7 @@ async fn serve_all() -> anyhow::Result<(Servers, Keep)> {
         members.push(listener.local_addr()?);
         tokio::spawn(echo(listener, accepted.clone()));
     }
-    let list = members
-        .iter()
-        .enumerate()
-        .map(|(i, a)| format!("{{ name = \"m{}\", address = \"{a}\" }}", i + 1))
-        .collect::<Vec<_>>()
-        .join(", ");
+    let list = member_list(&members);
     let text = format!(
         "[cluster.{SERVICE}]\nalgorithm = \"round-robin\"\ngranularity = \"request\"\n\
          members = [{list}]\n\n[naming]\nlisten = \"127.0.0.1:0\"\nregistry = \"embedded\"\n"
@@ -236,6 +231,16 @@ async fn serve_all() -> anyhow::Result<(Servers, Keep)> {
     Ok((Servers { members, naming: api.addr, accepted }, (api, registry)))
 }
 
+/// The members as a cluster's `members` array in the configuration: `m1`, `m2`, ... in order.
+fn member_list(members: &[SocketAddr]) -> String {
+    members
+        .iter()
+        .enumerate()
+        .map(|(i, a)| format!("{{ name = \"m{}\", address = \"{a}\" }}", i + 1))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// `rondo serve --workers 1` routing to the members (`--rondo`), killed on drop.
 struct Router {
     child: std::process::Child,
@@ -248,13 +253,7 @@ impl Router {
         use std::io::BufRead;
         let dir = std::env::temp_dir().join(format!("rondo-overhead-{}", std::process::id()));
         std::fs::create_dir_all(&dir)?;
-        let list = servers
-            .members
-            .iter()
-            .enumerate()
-            .map(|(i, a)| format!("{{ name = \"m{}\", address = \"{a}\" }}", i + 1))
-            .collect::<Vec<_>>()
-            .join(", ");
+        let list = member_list(&servers.members);
         let text = format!(
             "[[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:0\"\n\n\
              [[route]]\nlistener = \"web\"\ncluster = \"{SERVICE}\"\n\n\
