@@ -143,10 +143,7 @@ fn ctl_answer(
             write!(out, "{text}")?;
             Ok(ExitCode::SUCCESS)
         }
-        Err(e) => {
-            writeln!(err, "rondo ctl: {e}")?;
-            Ok(ExitCode::FAILURE)
-        }
+        Err(e) => failed(err, e),
     }
 }
 
