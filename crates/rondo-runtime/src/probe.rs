@@ -68,10 +68,9 @@ async fn run(rt: Weak<ClusterRt>, check: HealthCheck, judge: bool) {
             return;
         }
         let members = targets(&cluster, &check, judge);
-        let tls = cluster.tls.clone();
-        let http2 = cluster.spec.upstream_protocol == rondo_core::UpstreamProtocol::Http2;
+        let round = start_round(&cluster, &members, &check);
         drop(cluster);
-        let results = probe_round(&members, tls, &check, http2).await;
+        let results = finish_round(round, members.len()).await;
         let Some(cluster) = rt.upgrade() else { return };
         let (changed, shared) = record_round(&cluster, &members, &results, &check, judge);
         if changed {
@@ -105,17 +104,13 @@ fn targets(cluster: &ClusterRt, check: &HealthCheck, judge: bool) -> Vec<Target>
         .collect()
 }
 
-/// One round: every target checked at once, each result as it comes.
-async fn probe_round(
-    members: &[Target],
-    tls: Option<Result<Arc<crate::upstream_tls::UpstreamTlsRt>, String>>,
-    check: &HealthCheck,
-    http2: bool,
-) -> Vec<Found> {
+/// Starts one round: every target checked at once, over the cluster's TLS to its members.
+fn start_round(cluster: &ClusterRt, members: &[Target], check: &HealthCheck) -> JoinSet<Found> {
+    let http2 = cluster.spec.upstream_protocol == rondo_core::UpstreamProtocol::Http2;
     let mut round = JoinSet::new();
     for (i, _, address) in members {
         let (i, address, kind, timeout) = (*i, address.clone(), check.kind.clone(), check.timeout);
-        let tls = tls.clone();
+        let tls = cluster.tls.clone();
         round.spawn(async move {
             let r = match &tls {
                 None => check_once_tls(&address, &kind, timeout, None, http2).await,
@@ -125,7 +120,12 @@ async fn probe_round(
             (i, r)
         });
     }
-    let mut results = Vec::with_capacity(members.len());
+    round
+}
+
+/// The round's results, each as it comes (`n`: the targets).
+async fn finish_round(mut round: JoinSet<Found>, n: usize) -> Vec<Found> {
+    let mut results = Vec::with_capacity(n);
     while let Some(done) = round.join_next().await {
         if let Ok(r) = done {
             results.push(r);
