@@ -23,6 +23,17 @@ pub struct Outcome {
     pub elapsed: Duration,
 }
 
+/// A QUIC client endpoint on a free loopback port offering `h3`, with the bench's TLS client
+/// settings ([`crate::tls::client_config`]).
+fn client_endpoint() -> anyhow::Result<quinn::Endpoint> {
+    let mut tls = (*crate::tls::client_config()).clone();
+    tls.alpn_protocols = vec![b"h3".to_vec()];
+    let crypto = QuicClientConfig::try_from(tls).context("quic tls")?;
+    let mut endpoint = quinn::Endpoint::client("127.0.0.1:0".parse()?)?;
+    endpoint.set_default_client_config(quinn::ClientConfig::new(Arc::new(crypto)));
+    Ok(endpoint)
+}
+
 /// Runs `requests` GETs of `url_path` against `addr` (named `server_name` in the handshake).
 pub async fn run(
     addr: SocketAddr,
@@ -32,11 +43,7 @@ pub async fn run(
     streams: usize,
     requests: u64,
 ) -> anyhow::Result<Outcome> {
-    let mut tls = (*crate::tls::client_config()).clone();
-    tls.alpn_protocols = vec![b"h3".to_vec()];
-    let crypto = QuicClientConfig::try_from(tls).context("quic tls")?;
-    let mut endpoint = quinn::Endpoint::client("127.0.0.1:0".parse()?)?;
-    endpoint.set_default_client_config(quinn::ClientConfig::new(Arc::new(crypto)));
+    let endpoint = client_endpoint()?;
     let uri: http::Uri = format!("https://{server_name}{url_path}").parse()?;
     let (next, ok, failed) =
         (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
@@ -96,11 +103,7 @@ pub async fn hold(
     connections: usize,
     hold: Duration,
 ) -> anyhow::Result<usize> {
-    let mut tls = (*crate::tls::client_config()).clone();
-    tls.alpn_protocols = vec![b"h3".to_vec()];
-    let crypto = QuicClientConfig::try_from(tls).context("quic tls")?;
-    let mut endpoint = quinn::Endpoint::client("127.0.0.1:0".parse()?)?;
-    endpoint.set_default_client_config(quinn::ClientConfig::new(Arc::new(crypto)));
+    let endpoint = client_endpoint()?;
     let uri: http::Uri = format!("https://{server_name}{url_path}").parse()?;
     let mut held = Vec::with_capacity(connections);
     for _ in 0..connections {

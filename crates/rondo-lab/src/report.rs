@@ -207,6 +207,20 @@ pub fn overload_note(q: &Queueing, r: &PickerResult) -> String {
 /// Renders the tables and plots.
 pub fn render(s: &Scenario, q: &Queueing, results: &[PickerResult]) -> LabOutput {
     let mut t = String::new();
+    header(&mut t, s, q);
+    let _ = writeln!(t);
+    results_table(&mut t, q, results);
+    if !q.phases.is_empty() {
+        phase_tables(&mut t, q, results);
+    }
+    if q.members.len() <= 32 {
+        share_table(&mut t, q, results);
+    }
+    LabOutput { table: t, plots: plots(s, q, results) }
+}
+
+/// The scenario's name and description, and what it runs: members, routers, arrivals.
+fn header(t: &mut String, s: &Scenario, q: &Queueing) {
     if s.description.is_empty() {
         let _ = writeln!(t, "scenario {}", s.name);
     } else {
@@ -234,83 +248,88 @@ pub fn render(s: &Scenario, q: &Queueing, results: &[PickerResult]) -> LabOutput
             len as f64 / 1e9
         )),
     );
+}
+
+/// A table's head row (`first`, then a column per picker) and its rule, on two lines.
+fn picker_columns(first: &str, results: &[PickerResult]) -> String {
+    let mut head = format!("| {first} |");
+    let mut rule = "|---|".to_owned();
+    for r in results {
+        let _ = write!(head, " {} |", r.picker.name());
+        rule.push_str("---:|");
+    }
+    format!("{head}\n{rule}")
+}
+
+/// How fast each picker reacted to each phase, and the member's share of picks in the
+/// second after it.
+fn phase_tables(t: &mut String, q: &Queueing, results: &[PickerResult]) {
     let _ = writeln!(t);
-    results_table(&mut t, q, results);
-    if !q.phases.is_empty() {
-        let _ = writeln!(t);
-        let _ =
-            writeln!(t, "time to react to each phase (share judged over 100 ms, in 20 ms steps):");
-        let _ = writeln!(t);
-        let mut head = "| phase |".to_owned();
-        let mut rule = "|---|".to_owned();
+    let _ = writeln!(t, "time to react to each phase (share judged over 100 ms, in 20 ms steps):");
+    let _ = writeln!(t);
+    let columns = picker_columns("phase", results);
+    let _ = writeln!(t, "{columns}");
+    for (i, p) in q.phases.iter().enumerate() {
+        let factor = match p.kind {
+            PhaseKind::Slow(f) => format!(" x{f}"),
+            _ => String::new(),
+        };
+        let _ = write!(
+            t,
+            "| {} {}{} at {} s |",
+            q.members[p.member].name,
+            p.kind.name(),
+            factor,
+            p.at as f64 / 1e9
+        );
         for r in results {
-            let _ = write!(head, " {} |", r.picker.name());
-            rule.push_str("---:|");
-        }
-        let _ = writeln!(t, "{head}\n{rule}");
-        for (i, p) in q.phases.iter().enumerate() {
-            let factor = match p.kind {
-                PhaseKind::Slow(f) => format!(" x{f}"),
-                _ => String::new(),
-            };
-            let _ = write!(
-                t,
-                "| {} {}{} at {} s |",
-                q.members[p.member].name,
-                p.kind.name(),
-                factor,
-                p.at as f64 / 1e9
-            );
-            for r in results {
-                let _ = write!(t, " {} |", reaction_text(reaction(q, r, i)));
-            }
-            let _ = writeln!(t);
+            let _ = write!(t, " {} |", reaction_text(reaction(q, r, i)));
         }
         let _ = writeln!(t);
-        let _ =
-            writeln!(t, "the member's share of picks in the first second after each phase (%):");
-        let _ = writeln!(t);
-        let _ = writeln!(t, "{head}\n{rule}");
-        for (i, p) in q.phases.iter().enumerate() {
-            let _ = write!(
-                t,
-                "| {} {} at {} s |",
-                q.members[p.member].name,
-                p.kind.name(),
-                p.at as f64 / 1e9
-            );
-            for r in results {
-                match first_second_share(q, r, i) {
-                    Some(s) => {
-                        let _ = write!(t, " {:.2} |", s * 100.0);
-                    }
-                    None => t.push_str(" - |"),
+    }
+    let _ = writeln!(t);
+    let _ = writeln!(t, "the member's share of picks in the first second after each phase (%):");
+    let _ = writeln!(t);
+    let _ = writeln!(t, "{columns}");
+    for (i, p) in q.phases.iter().enumerate() {
+        let _ = write!(
+            t,
+            "| {} {} at {} s |",
+            q.members[p.member].name,
+            p.kind.name(),
+            p.at as f64 / 1e9
+        );
+        for r in results {
+            match first_second_share(q, r, i) {
+                Some(s) => {
+                    let _ = write!(t, " {:.2} |", s * 100.0);
                 }
+                None => t.push_str(" - |"),
             }
-            let _ = writeln!(t);
         }
+        let _ = writeln!(t);
     }
-    if q.members.len() <= 32 {
-        let _ = writeln!(t);
-        let _ = writeln!(t, "share of picks per member (%):");
-        let _ = writeln!(t);
-        let mut head = "| member |".to_owned();
-        let mut rule = "|---|".to_owned();
+}
+
+/// Each member's share of each picker's picks.
+fn share_table(t: &mut String, q: &Queueing, results: &[PickerResult]) {
+    let _ = writeln!(t);
+    let _ = writeln!(t, "share of picks per member (%):");
+    let _ = writeln!(t);
+    let _ = writeln!(t, "{}", picker_columns("member", results));
+    for (i, m) in q.members.iter().enumerate() {
+        let _ = write!(t, "| {} |", m.name);
         for r in results {
-            let _ = write!(head, " {} |", r.picker.name());
-            rule.push_str("---:|");
+            let total: u64 = r.picks.iter().sum();
+            let share = if total == 0 { 0.0 } else { r.picks[i] as f64 * 100.0 / total as f64 };
+            let _ = write!(t, " {share:.2} |");
         }
-        let _ = writeln!(t, "{head}\n{rule}");
-        for (i, m) in q.members.iter().enumerate() {
-            let _ = write!(t, "| {} |", m.name);
-            for r in results {
-                let total: u64 = r.picks.iter().sum();
-                let share = if total == 0 { 0.0 } else { r.picks[i] as f64 * 100.0 / total as f64 };
-                let _ = write!(t, " {share:.2} |");
-            }
-            let _ = writeln!(t);
-        }
+        let _ = writeln!(t);
     }
+}
+
+/// The latency plots, and each picker's load over time when it was kept.
+fn plots(s: &Scenario, q: &Queueing, results: &[PickerResult]) -> Vec<(String, String)> {
     let mut plots = vec![
         ("latency-tail.svg".to_owned(), svg::latency_tail(&s.name, results)),
         ("latency-cdf.svg".to_owned(), svg::latency_cdf(&s.name, results)),
@@ -321,5 +340,5 @@ pub fn render(s: &Scenario, q: &Queueing, results: &[PickerResult]) -> LabOutput
             svg::load_over_time(&s.name, r.picker.name(), q, &r.buckets),
         ));
     }
-    LabOutput { table: t, plots }
+    plots
 }

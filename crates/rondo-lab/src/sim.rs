@@ -20,18 +20,19 @@
 //! (arrivals stop at `duration_s`; work in flight is followed for at most another `duration_s`)
 //! and by `max_events`.
 
+mod rounds;
+
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
-use rondo_core::load::AgentReport;
 use rondo_core::{
-    Actor, AdminState, Balancer, ClusterSpec, Entropy, FailureKind, HealthCheck, HealthCheckKind,
-    Instant, MemberSpec, Outcome, PickRequest, Policy, ProbeFailure, SplitMix64, UpstreamProtocol,
+    AdminState, Balancer, ClusterSpec, Entropy, FailureKind, HealthCheck, HealthCheckKind, Instant,
+    MemberSpec, Outcome, PickRequest, Policy, SplitMix64, UpstreamProtocol,
 };
 
-use crate::scenario::{PhaseKind, Picker, Queueing, Scenario};
+use crate::scenario::{Picker, Queueing, Scenario};
 
 /// Width of the time buckets that per-member load and reaction times are measured in, ns.
 pub const BUCKET: u64 = 20_000_000;
@@ -205,6 +206,18 @@ pub fn run_one(
     seed: u64,
     progress: &mut dyn FnMut(f64),
 ) -> PickerResult {
+    let mut sim = Sim::new(q, picker, seed);
+    sim.schedule_start();
+    sim.run(progress);
+    sim.finish();
+    progress(1.0);
+    sim.res.latencies.sort_unstable();
+    sim.res
+}
+
+/// The cluster's policy for `picker` under `q`: its algorithm (the oracle keeps a balancer
+/// with `round-robin`), `q`'s health checks, and session granularity with sessions.
+fn policy(q: &Queueing, picker: Picker) -> Policy {
     let algorithm = match picker {
         Picker::Core(a) => a,
         // The oracle does not use the balancer, but one is kept so the code path stays the same.
@@ -224,11 +237,14 @@ pub fn run_one(
     if q.sessions.is_some() {
         policy.granularity = rondo_core::Granularity::Session;
     }
-    let members: Vec<MemberRun> = q
-        .members
-        .iter()
-        .map(|m| MemberRun {
-            present: m.initially_present,
+    policy
+}
+
+impl MemberRun {
+    /// A member at the start of a run, idle and healthy.
+    fn new(present: bool) -> Self {
+        MemberRun {
+            present,
             draining: false,
             mode: Mode::Normal(1.0),
             epoch: 0,
@@ -241,35 +257,16 @@ pub fn run_one(
             probe_pass: 0,
             probe_fail: 0,
             healthy: true,
-        })
-        .collect();
-    let bucketed = q.members.len() <= MAX_BUCKETED_MEMBERS
-        && (q.duration / BUCKET + 1) * q.members.len() as u64 <= MAX_BUCKET_CELLS;
-    let spec = cluster_spec(q, &members, &policy);
-    let mut sim = Sim {
-        q,
-        picker,
-        now: 0,
-        seq: 0,
-        heap: BinaryHeap::new(),
-        to_bal: Vec::new(),
-        from_bal: Vec::new(),
-        balancers: (0..q.routers).map(|_| Balancer::new(spec.clone(), Instant::ZERO)).collect(),
-        members,
-        policy,
-        // Independent streams, the same for every picker.
-        work_rng: SplitMix64::new(seed ^ 0x5EED_0000_0000_0001),
-        burst_rng: SplitMix64::new(seed ^ 0x5EED_0000_0000_0002),
-        pick_rngs: (0..u64::from(q.routers))
-            .map(|r| SplitMix64::new(seed ^ 0x5EED_0000_0000_0003 ^ r.wrapping_mul(ROUTER_SEED)))
-            .collect(),
-        probe_rng: SplitMix64::new(seed ^ 0x5EED_0000_0000_0004),
-        sessions: vec![vec![None; q.sessions.unwrap_or(0) as usize]; q.routers as usize],
-        next_router: 0,
-        agent_seq: 0,
-        pending: 0,
-        shared: q.shared_view.map(|_| crate::shared_view::SharedView::default()),
-        res: PickerResult {
+        }
+    }
+}
+
+impl PickerResult {
+    /// Nothing counted yet; per-bucket picks kept when `q` is small enough.
+    fn empty(q: &Queueing, picker: Picker) -> Self {
+        let bucketed = q.members.len() <= MAX_BUCKETED_MEMBERS
+            && (q.duration / BUCKET + 1) * q.members.len() as u64 <= MAX_BUCKET_CELLS;
+        PickerResult {
             picker,
             latencies: Vec::new(),
             errors: 0,
@@ -284,47 +281,93 @@ pub fn run_one(
             },
             events: 0,
             stopped_early: false,
-        },
-    };
-    sim.remap();
-    let first = sim.next_arrival(0);
-    sim.push(first, Ev::Arrival);
-    if let Some((_, every)) = q.arrivals.burst {
-        sim.push(every, Ev::Burst);
-    }
-    if let Some(h) = q.health {
-        sim.push(h.interval, Ev::Probe);
-    }
-    if let Some(a) = q.agent_interval {
-        sim.push(a, Ev::Agent);
-    }
-    if let Some(p) = q.shared_view {
-        sim.push(p, Ev::Publish);
-    }
-    for (i, p) in q.phases.iter().enumerate() {
-        sim.push(p.at, Ev::Phase(i as u32));
-    }
-    let horizon = q.duration.saturating_mul(2);
-    while let Some(Reverse((t, _, ev))) = sim.heap.pop() {
-        if sim.res.events >= q.max_events {
-            sim.res.stopped_early = true;
-            break;
         }
-        // After the arrivals stop, only work in flight is followed.
-        if t > q.duration && (sim.pending == 0 || t > horizon) {
-            break;
-        }
-        sim.now = t;
-        sim.res.events += 1;
-        if sim.res.events.is_multiple_of(65_536) {
-            progress((t as f64 / q.duration as f64).min(1.0));
-        }
-        sim.handle(ev);
     }
-    sim.finish();
-    progress(1.0);
-    sim.res.latencies.sort_unstable();
-    sim.res
+}
+
+impl<'a> Sim<'a> {
+    /// A run of `picker` over `q` at time zero, one balancer per router, nothing scheduled.
+    fn new(q: &'a Queueing, picker: Picker, seed: u64) -> Self {
+        let policy = policy(q, picker);
+        let members: Vec<MemberRun> =
+            q.members.iter().map(|m| MemberRun::new(m.initially_present)).collect();
+        let spec = cluster_spec(q, &members, &policy);
+        let mut sim = Sim {
+            q,
+            picker,
+            now: 0,
+            seq: 0,
+            heap: BinaryHeap::new(),
+            to_bal: Vec::new(),
+            from_bal: Vec::new(),
+            balancers: (0..q.routers).map(|_| Balancer::new(spec.clone(), Instant::ZERO)).collect(),
+            members,
+            policy,
+            // Independent streams, the same for every picker.
+            work_rng: SplitMix64::new(seed ^ 0x5EED_0000_0000_0001),
+            burst_rng: SplitMix64::new(seed ^ 0x5EED_0000_0000_0002),
+            pick_rngs: (0..u64::from(q.routers))
+                .map(|r| {
+                    SplitMix64::new(seed ^ 0x5EED_0000_0000_0003 ^ r.wrapping_mul(ROUTER_SEED))
+                })
+                .collect(),
+            probe_rng: SplitMix64::new(seed ^ 0x5EED_0000_0000_0004),
+            sessions: vec![vec![None; q.sessions.unwrap_or(0) as usize]; q.routers as usize],
+            next_router: 0,
+            agent_seq: 0,
+            pending: 0,
+            shared: q.shared_view.map(|_| crate::shared_view::SharedView::default()),
+            res: PickerResult::empty(q, picker),
+        };
+        sim.remap();
+        sim
+    }
+
+    /// The first of each recurring event: an arrival, a burst, a probe round, an agent
+    /// report, a shared-view publication, and every phase.
+    fn schedule_start(&mut self) {
+        let q = self.q;
+        let first = self.next_arrival(0);
+        self.push(first, Ev::Arrival);
+        if let Some((_, every)) = q.arrivals.burst {
+            self.push(every, Ev::Burst);
+        }
+        if let Some(h) = q.health {
+            self.push(h.interval, Ev::Probe);
+        }
+        if let Some(a) = q.agent_interval {
+            self.push(a, Ev::Agent);
+        }
+        if let Some(p) = q.shared_view {
+            self.push(p, Ev::Publish);
+        }
+        for (i, p) in q.phases.iter().enumerate() {
+            self.push(p.at, Ev::Phase(i as u32));
+        }
+    }
+
+    /// Handles events in time order until the arrivals stopped and the work in flight ended
+    /// (or another `duration_s` passed), or `max_events`.
+    fn run(&mut self, progress: &mut dyn FnMut(f64)) {
+        let q = self.q;
+        let horizon = q.duration.saturating_mul(2);
+        while let Some(Reverse((t, _, ev))) = self.heap.pop() {
+            if self.res.events >= q.max_events {
+                self.res.stopped_early = true;
+                break;
+            }
+            // After the arrivals stop, only work in flight is followed.
+            if t > q.duration && (self.pending == 0 || t > horizon) {
+                break;
+            }
+            self.now = t;
+            self.res.events += 1;
+            if self.res.events.is_multiple_of(65_536) {
+                progress((t as f64 / q.duration as f64).min(1.0));
+            }
+            self.handle(ev);
+        }
+    }
 }
 
 fn cluster_spec(q: &Queueing, members: &[MemberRun], policy: &Policy) -> Arc<ClusterSpec> {
@@ -637,135 +680,6 @@ impl Sim<'_> {
             }
         }
         best.map(|(_, i)| i)
-    }
-
-    fn probe_round(&mut self) {
-        let Some(h) = self.q.health else { return };
-        let now = Instant(self.now);
-        let mut round = Vec::new();
-        for i in 0..self.members.len() {
-            let Some(b) = self.to_bal[i] else { continue };
-            let (u1, u2) = (self.probe_rng.unit(), self.probe_rng.unit());
-            // A probe is a small request: the network round trip plus one service time at the
-            // member's current speed (it does not wait in the member's queue).
-            let result = match self.members[i].mode {
-                Mode::FailFast => Err(ProbeFailure::Refused),
-                Mode::FailSlow(_) => Err(ProbeFailure::Timeout),
-                Mode::Normal(f) => {
-                    let rtt = PROBE_NETWORK + (self.q.members[i].service.sample(u1, u2) * f) as u64;
-                    if rtt > h.timeout { Err(ProbeFailure::Timeout) } else { Ok(rtt) }
-                }
-            };
-            let r = &mut self.members[i];
-            match result {
-                Ok(rtt) => {
-                    r.probe_pass += 1;
-                    r.probe_fail = 0;
-                    if !r.healthy && r.probe_pass >= h.rise {
-                        r.healthy = true;
-                        for bal in &mut self.balancers {
-                            bal.set_health(b, true, Actor::HealthCheck, now);
-                        }
-                    }
-                    round.push((b, Some(Duration::from_nanos(rtt))));
-                }
-                Err(why) => {
-                    r.probe_fail += 1;
-                    r.probe_pass = 0;
-                    if r.healthy && r.probe_fail >= h.fall {
-                        r.healthy = false;
-                        for bal in &mut self.balancers {
-                            bal.set_health(b, false, Actor::HealthCheck, now);
-                        }
-                    }
-                    for bal in &mut self.balancers {
-                        bal.note_probe_failure(b, why, now);
-                    }
-                    round.push((b, None));
-                }
-            }
-        }
-        for bal in &mut self.balancers {
-            bal.record_probe_round(&round);
-        }
-    }
-
-    fn agent_round(&mut self) {
-        let Some(interval) = self.q.agent_interval else { return };
-        self.agent_seq += 1;
-        for i in 0..self.members.len() {
-            let Some(b) = self.to_bal[i] else { continue };
-            self.set_busy(i, 0);
-            let r = &mut self.members[i];
-            let servers = u128::from(self.q.members[i].concurrency);
-            let cpu = (r.busy_acc as f64 / (interval as f64 * servers as f64)).clamp(0.0, 1.0);
-            r.busy_acc = 0;
-            let sessions = self.balancers.iter().map(|bal| bal.states()[b].load.sessions).sum();
-            let report = AgentReport {
-                cpu_used: cpu as f32,
-                mem_free: 1 << 30,
-                sessions,
-                seq: self.agent_seq,
-                at: Instant(self.now),
-            };
-            for bal in &mut self.balancers {
-                bal.report_agent(b, report);
-            }
-        }
-    }
-
-    fn phase(&mut self, i: usize) {
-        let p = self.q.phases[i];
-        let m = p.member;
-        match p.kind {
-            PhaseKind::Slow(f) => self.members[m].mode = Mode::Normal(f),
-            PhaseKind::FailFast => self.members[m].mode = Mode::FailFast,
-            PhaseKind::FailSlow(t) => self.members[m].mode = Mode::FailSlow(t),
-            PhaseKind::Recover => self.members[m].mode = Mode::Normal(1.0),
-            PhaseKind::Drain => {
-                self.members[m].draining = true;
-                if let Some(b) = self.to_bal[m] {
-                    for bal in &mut self.balancers {
-                        bal.set_admin(b, AdminState::Draining, Actor::Operator("lab".into()));
-                    }
-                }
-            }
-            PhaseKind::Join => {
-                if !self.members[m].present {
-                    self.members[m].present = true;
-                    self.rebuild();
-                }
-            }
-            PhaseKind::Leave => {
-                if self.members[m].present {
-                    // The member is gone: what it held fails now.
-                    let warmup = self.q.warmup;
-                    let r = &mut self.members[m];
-                    let lost: Vec<u64> =
-                        r.queue.drain(..).map(|q| q.arrival).chain(r.serving.drain(..)).collect();
-                    let hanging = u64::from(r.hanging);
-                    r.hanging = 0;
-                    r.present = false;
-                    r.epoch += 1;
-                    self.set_busy(m, -(self.members[m].busy as i32));
-                    self.pending -= lost.len() as u64 + hanging;
-                    self.res.errors +=
-                        lost.iter().filter(|&&a| a >= warmup).count() as u64 + hanging;
-                    self.rebuild();
-                }
-            }
-        }
-    }
-
-    fn rebuild(&mut self) {
-        let spec = cluster_spec(self.q, &self.members, &self.policy);
-        for bal in &mut self.balancers {
-            *bal = Balancer::carry_over(spec.clone(), bal, Instant(self.now));
-        }
-        if let Some(v) = &mut self.shared {
-            v.reset();
-        }
-        self.remap();
     }
 
     /// Requests still in flight when the run ends count with their age as a lower bound.

@@ -49,6 +49,15 @@ pub fn spawn_clusters<'a>(clusters: impl IntoIterator<Item = &'a Arc<ClusterRt>>
     }
 }
 
+/// A member to probe: its index, name and the address the check goes to.
+type Target = (usize, String, String);
+
+/// What one probe found of member `.0`: its round trip, or why it failed.
+type Found = (usize, Result<Duration, ProbeFailure>);
+
+/// A shared member's verdict, for the other clusters listing it.
+type Verdict = (usize, bool, Option<ProbeFailure>);
+
 async fn run(rt: Weak<ClusterRt>, check: HealthCheck, judge: bool) {
     let mut ticker = tokio::time::interval(check.interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -58,97 +67,12 @@ async fn run(rt: Weak<ClusterRt>, check: HealthCheck, judge: bool) {
         if cluster.is_retired() {
             return;
         }
-        let members: Vec<(usize, String, String)> = cluster
-            .spec
-            .members
-            .iter()
-            .enumerate()
-            // A shared member is probed by one of its clusters, for all of them.
-            .filter(|(i, _)| !(judge && cluster.probed_elsewhere(*i)))
-            .map(|(i, m)| {
-                // `health.port`: the check goes to a side port of the member's host.
-                let address = match check.port {
-                    Some(p) => crate::probe_udp::with_port(&m.address, p),
-                    None => m.address.clone(),
-                };
-                (i, m.name.clone(), address)
-            })
-            .collect();
-        let tls = cluster.tls.clone();
-        let http2 = cluster.spec.upstream_protocol == rondo_core::UpstreamProtocol::Http2;
+        let members = targets(&cluster, &check, judge);
+        let round = start_round(&cluster, &members, &check);
         drop(cluster);
-        let mut round = JoinSet::new();
-        for (i, _, address) in &members {
-            let (i, address, kind, timeout) =
-                (*i, address.clone(), check.kind.clone(), check.timeout);
-            let tls = tls.clone();
-            round.spawn(async move {
-                let r = match &tls {
-                    None => check_once_tls(&address, &kind, timeout, None, http2).await,
-                    Some(Ok(t)) => check_once_tls(&address, &kind, timeout, Some(t), http2).await,
-                    Some(Err(_)) => Err(ProbeFailure::Tls(rondo_core::TlsFailure::Config)),
-                };
-                (i, r)
-            });
-        }
-        let mut results = Vec::with_capacity(members.len());
-        while let Some(done) = round.join_next().await {
-            if let Ok(r) = done {
-                results.push(r);
-            }
-        }
+        let results = finish_round(round, members.len()).await;
         let Some(cluster) = rt.upgrade() else { return };
-        let now = crate::clock::now();
-        let names: std::collections::HashMap<usize, &str> =
-            members.iter().map(|(i, name, _)| (*i, name.as_str())).collect();
-        let mut shared = Vec::new();
-        let changed = cluster.with(|b| {
-            let rtts: Vec<(usize, Option<Duration>)> =
-                results.iter().map(|(i, r)| (*i, r.as_ref().ok().copied())).collect();
-            b.record_probe_round(&rtts);
-            let mut changed = false;
-            if !judge {
-                return changed;
-            }
-            for &(i, result) in &results {
-                let name = names.get(&i).copied().unwrap_or_default();
-                let in_row = b.count_probe(i, result.is_ok());
-                if let Err(why) = result {
-                    b.note_probe_failure(i, why, now);
-                }
-                let healthy = b.states().get(i).map(|st| st.healthy);
-                if healthy == Some(false) && result.is_ok() && in_row >= check.rise {
-                    changed = true;
-                    b.set_health(i, true, Actor::HealthCheck, now);
-                    let reason = format!("{in_row} health check(s) passed in a row");
-                    // A `&str` field: quoted in text lines, a plain string in JSON ones.
-                    tracing::info!(
-                        cluster = %b.spec().name,
-                        member = %name,
-                        reason = reason.as_str(),
-                        "member up"
-                    );
-                } else if healthy == Some(true) && result.is_err() && in_row >= check.fall {
-                    changed = true;
-                    b.set_health(i, false, Actor::HealthCheck, now);
-                    let why = result.err().map_or_else(String::new, |w| w.to_string());
-                    let reason =
-                        format!("{in_row} health check(s) failed in a row, the last: {why}");
-                    tracing::warn!(
-                        cluster = %b.spec().name,
-                        member = %name,
-                        reason = reason.as_str(),
-                        "member down"
-                    );
-                }
-                if cluster.shared_member(i).is_some()
-                    && let Some(st) = b.states().get(i)
-                {
-                    shared.push((i, st.healthy, result.err()));
-                }
-            }
-            changed
-        });
+        let (changed, shared) = record_round(&cluster, &members, &results, &check, judge);
         if changed {
             cluster.state_changed();
         }
@@ -157,6 +81,134 @@ async fn run(rt: Weak<ClusterRt>, check: HealthCheck, judge: bool) {
         for (i, healthy, why) in shared {
             cluster.share_health(i, healthy, why);
         }
+    }
+}
+
+/// The members this cluster probes this round, at the address each check goes to.
+fn targets(cluster: &ClusterRt, check: &HealthCheck, judge: bool) -> Vec<Target> {
+    cluster
+        .spec
+        .members
+        .iter()
+        .enumerate()
+        // A shared member is probed by one of its clusters, for all of them.
+        .filter(|(i, _)| !(judge && cluster.probed_elsewhere(*i)))
+        .map(|(i, m)| {
+            // `health.port`: the check goes to a side port of the member's host.
+            let address = match check.port {
+                Some(p) => crate::probe_udp::with_port(&m.address, p),
+                None => m.address.clone(),
+            };
+            (i, m.name.clone(), address)
+        })
+        .collect()
+}
+
+/// Starts one round: every target checked at once, over the cluster's TLS to its members.
+fn start_round(cluster: &ClusterRt, members: &[Target], check: &HealthCheck) -> JoinSet<Found> {
+    let http2 = cluster.spec.upstream_protocol == rondo_core::UpstreamProtocol::Http2;
+    let mut round = JoinSet::new();
+    for (i, _, address) in members {
+        let (i, address, kind, timeout) = (*i, address.clone(), check.kind.clone(), check.timeout);
+        let tls = cluster.tls.clone();
+        round.spawn(async move {
+            let r = match &tls {
+                None => check_once_tls(&address, &kind, timeout, None, http2).await,
+                Some(Ok(t)) => check_once_tls(&address, &kind, timeout, Some(t), http2).await,
+                Some(Err(_)) => Err(ProbeFailure::Tls(rondo_core::TlsFailure::Config)),
+            };
+            (i, r)
+        });
+    }
+    round
+}
+
+/// The round's results, each as it comes (`n`: the targets).
+async fn finish_round(mut round: JoinSet<Found>, n: usize) -> Vec<Found> {
+    let mut results = Vec::with_capacity(n);
+    while let Some(done) = round.join_next().await {
+        if let Ok(r) = done {
+            results.push(r);
+        }
+    }
+    results
+}
+
+/// The round's round trips re-rank the cluster; when it `judge`s health, each result counts
+/// toward `rise` or `fall`. Returns whether any member's health changed, and the verdicts on
+/// shared members.
+fn record_round(
+    cluster: &ClusterRt,
+    members: &[Target],
+    results: &[Found],
+    check: &HealthCheck,
+    judge: bool,
+) -> (bool, Vec<Verdict>) {
+    let now = crate::clock::now();
+    let names: std::collections::HashMap<usize, &str> =
+        members.iter().map(|(i, name, _)| (*i, name.as_str())).collect();
+    let mut shared = Vec::new();
+    let changed = cluster.with(|b| {
+        let rtts: Vec<(usize, Option<Duration>)> =
+            results.iter().map(|(i, r)| (*i, r.as_ref().ok().copied())).collect();
+        b.record_probe_round(&rtts);
+        let mut changed = false;
+        if !judge {
+            return changed;
+        }
+        for &(i, result) in results {
+            let name = names.get(&i).copied().unwrap_or_default();
+            changed |= judge_one(b, i, name, result, check, now);
+            if cluster.shared_member(i).is_some()
+                && let Some(st) = b.states().get(i)
+            {
+                shared.push((i, st.healthy, result.err()));
+            }
+        }
+        changed
+    });
+    (changed, shared)
+}
+
+/// Counts one check of member `i` (`name`): `rise` passes in a row bring it up, `fall`
+/// failures take it down, each logged with why. Returns whether its health changed.
+fn judge_one(
+    b: &mut rondo_core::Balancer,
+    i: usize,
+    name: &str,
+    result: Result<Duration, ProbeFailure>,
+    check: &HealthCheck,
+    now: rondo_core::Instant,
+) -> bool {
+    let in_row = b.count_probe(i, result.is_ok());
+    if let Err(why) = result {
+        b.note_probe_failure(i, why, now);
+    }
+    let healthy = b.states().get(i).map(|st| st.healthy);
+    if healthy == Some(false) && result.is_ok() && in_row >= check.rise {
+        b.set_health(i, true, Actor::HealthCheck, now);
+        let reason = format!("{in_row} health check(s) passed in a row");
+        // A `&str` field: quoted in text lines, a plain string in JSON ones.
+        tracing::info!(
+            cluster = %b.spec().name,
+            member = %name,
+            reason = reason.as_str(),
+            "member up"
+        );
+        true
+    } else if healthy == Some(true) && result.is_err() && in_row >= check.fall {
+        b.set_health(i, false, Actor::HealthCheck, now);
+        let why = result.err().map_or_else(String::new, |w| w.to_string());
+        let reason = format!("{in_row} health check(s) failed in a row, the last: {why}");
+        tracing::warn!(
+            cluster = %b.spec().name,
+            member = %name,
+            reason = reason.as_str(),
+            "member down"
+        );
+        true
+    } else {
+        false
     }
 }
 

@@ -76,14 +76,7 @@ async fn run(
     out: &mut dyn Write,
     err: &mut dyn Write,
 ) -> anyhow::Result<ExitCode> {
-    let loopback: SocketAddr = ([127, 0, 0, 1], 0).into();
-    let mut members = Vec::with_capacity(MEMBERS.len());
-    for (name, delay_ms) in MEMBERS {
-        let m = member::spawn(name, loopback, Duration::from_millis(delay_ms))
-            .await
-            .with_context(|| format!("member {name}: cannot listen on {loopback}"))?;
-        members.push(m);
-    }
+    let members = spawn_members().await?;
     let text = config_text(&members);
     let config = rondo_config::parse_str(&text, Path::new("<rondo demo>"), 1)
         .map_err(|e| anyhow::anyhow!("the demo's embedded config is invalid:\n{e}"))?;
@@ -91,45 +84,12 @@ async fn run(
     probe::spawn(&live.load());
     let router = rondo_proxy::start(&config.listeners, live.clone()).await?;
     // With `--serve`, the admin API and its dashboard too, on a free port with a fresh token.
-    let admin = if keep_serving {
-        let token = random_token();
-        let spec = rondo_config::AdminSpec {
-            listen: loopback,
-            token: Some(rondo_config::AdminToken::Inline(token)),
-            tls: None,
-            probes: Default::default(),
-        };
-        let server = rondo_admin::start(&spec, live.clone())
-            .await
-            .with_context(|| format!("admin API: cannot listen on {loopback}"))?;
-        Some(server)
-    } else {
-        None
-    };
+    let admin = if keep_serving { Some(start_admin(&live).await?) } else { None };
     let listeners: Vec<SocketAddr> = ALGORITHMS
         .iter()
         .map(|a| router.addr(a).with_context(|| format!("listener {a} is not bound")))
         .collect::<anyhow::Result<_>>()?;
-
-    let (slow_name, slow_ms) = MEMBERS[SLOW];
-    writeln!(
-        out,
-        "rondo demo: members {} on loopback ({slow_name} answers {slow_ms} ms late) behind a \
-         router",
-        names().join(", ")
-    )?;
-    let mut line = String::from("  members   ");
-    for m in &members {
-        line.push_str(&format!("  {} {}", m.name, m.addr));
-    }
-    writeln!(out, "{line}")?;
-    let mut line = String::from("  listeners ");
-    for (algorithm, addr) in ALGORITHMS.iter().zip(&listeners) {
-        line.push_str(&format!("  {algorithm} {addr}"));
-    }
-    writeln!(out, "{line}")?;
-    writeln!(out, "{calls} calls per algorithm, {CONCURRENCY} at a time")?;
-    out.flush()?;
+    print_setup(out, &members, &listeners, calls)?;
 
     let mut runs = Vec::with_capacity(ALGORITHMS.len());
     let mut ranking = Vec::new();
@@ -158,25 +118,94 @@ async fn run(
     out.flush()?;
 
     if keep_serving {
-        writeln!(out)?;
-        writeln!(out, "serving until Ctrl-C:")?;
-        for (algorithm, addr) in ALGORITHMS.iter().zip(&listeners) {
-            writeln!(out, "  {algorithm:<16}http://{addr}/")?;
-        }
-        for m in &members {
-            let slow = if m.name == slow_name { " (slow)" } else { "" };
-            writeln!(out, "  {:<16}http://{}/{slow}", m.name, m.addr)?;
-        }
-        if let Some(server) = &admin {
-            writeln!(out, "  dashboard: {}", server.dashboard_link(true))?;
-        }
-        out.flush()?;
+        print_serving(out, &listeners, &members, admin.as_ref())?;
         let _ = tokio::signal::ctrl_c().await;
     }
     router.stop();
     drop(admin);
     drop(members);
     Ok(if failed == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+/// The demo's members on free loopback ports, as [`MEMBERS`] lists them.
+async fn spawn_members() -> anyhow::Result<Vec<member::Member>> {
+    let loopback: SocketAddr = ([127, 0, 0, 1], 0).into();
+    let mut members = Vec::with_capacity(MEMBERS.len());
+    for (name, delay_ms) in MEMBERS {
+        let m = member::spawn(name, loopback, Duration::from_millis(delay_ms))
+            .await
+            .with_context(|| format!("member {name}: cannot listen on {loopback}"))?;
+        members.push(m);
+    }
+    Ok(members)
+}
+
+/// The admin API and its dashboard on a free loopback port, with a fresh token.
+async fn start_admin(live: &Arc<Live>) -> anyhow::Result<rondo_admin::AdminServer> {
+    let loopback: SocketAddr = ([127, 0, 0, 1], 0).into();
+    let token = random_token();
+    let spec = rondo_config::AdminSpec {
+        listen: loopback,
+        token: Some(rondo_config::AdminToken::Inline(token)),
+        tls: None,
+        probes: Default::default(),
+    };
+    rondo_admin::start(&spec, live.clone())
+        .await
+        .with_context(|| format!("admin API: cannot listen on {loopback}"))
+}
+
+/// What runs where, and the calls about to be made.
+fn print_setup(
+    out: &mut dyn Write,
+    members: &[member::Member],
+    listeners: &[SocketAddr],
+    calls: usize,
+) -> anyhow::Result<()> {
+    let (slow_name, slow_ms) = MEMBERS[SLOW];
+    writeln!(
+        out,
+        "rondo demo: members {} on loopback ({slow_name} answers {slow_ms} ms late) behind a \
+         router",
+        names().join(", ")
+    )?;
+    let mut line = String::from("  members   ");
+    for m in members {
+        line.push_str(&format!("  {} {}", m.name, m.addr));
+    }
+    writeln!(out, "{line}")?;
+    let mut line = String::from("  listeners ");
+    for (algorithm, addr) in ALGORITHMS.iter().zip(listeners) {
+        line.push_str(&format!("  {algorithm} {addr}"));
+    }
+    writeln!(out, "{line}")?;
+    writeln!(out, "{calls} calls per algorithm, {CONCURRENCY} at a time")?;
+    out.flush()?;
+    Ok(())
+}
+
+/// With `--serve`: the addresses to try while the demo keeps running.
+fn print_serving(
+    out: &mut dyn Write,
+    listeners: &[SocketAddr],
+    members: &[member::Member],
+    admin: Option<&rondo_admin::AdminServer>,
+) -> anyhow::Result<()> {
+    let (slow_name, _) = MEMBERS[SLOW];
+    writeln!(out)?;
+    writeln!(out, "serving until Ctrl-C:")?;
+    for (algorithm, addr) in ALGORITHMS.iter().zip(listeners) {
+        writeln!(out, "  {algorithm:<16}http://{addr}/")?;
+    }
+    for m in members {
+        let slow = if m.name == slow_name { " (slow)" } else { "" };
+        writeln!(out, "  {:<16}http://{}/{slow}", m.name, m.addr)?;
+    }
+    if let Some(server) = admin {
+        writeln!(out, "  dashboard: {}", server.dashboard_link(true))?;
+    }
+    out.flush()?;
+    Ok(())
 }
 
 /// 128 random bits as hex, for the demo's admin token (std's hasher keys come from the OS).

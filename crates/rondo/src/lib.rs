@@ -5,6 +5,7 @@
 
 pub mod check;
 pub mod cli;
+mod ctl;
 pub mod demo;
 pub mod devca;
 pub mod devkey;
@@ -22,6 +23,7 @@ use std::time::Duration;
 use anyhow::Context;
 
 use cli::{Cli, Command};
+pub use ctl::default_token_file;
 
 /// The optional parts this binary was built with (its cargo features): a configuration that
 /// needs another is refused by `rondo check` and by `rondo serve` before it binds anything.
@@ -222,238 +224,6 @@ fn agent(args: cli::AgentArgs, err: &mut dyn Write) -> anyhow::Result<ExitCode> 
     })
 }
 
-/// `rondo ctl`: one call to a router's admin API (implemented in `rondo_admin::client`).
-fn ctl(args: cli::CtlArgs, out: &mut dyn Write, err: &mut dyn Write) -> anyhow::Result<ExitCode> {
-    use rondo_admin::client::{self, CtlCommand as C};
-    if let cli::CtlCommand::Lookup { service, key, group } = &args.command {
-        return ctl_lookup(
-            args.naming.as_deref(),
-            service,
-            key.as_deref(),
-            group.as_deref(),
-            out,
-            err,
-        );
-    }
-    let env = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
-    let env_token = match env("RONDO_TOKEN").map(|v| v.into_string()) {
-        None => None,
-        Some(Ok(t)) => Some(t),
-        Some(Err(_)) => {
-            writeln!(err, "rondo ctl: RONDO_TOKEN is not valid UTF-8")?;
-            return Ok(ExitCode::FAILURE);
-        }
-    };
-    let token = match ctl_token(
-        args.token.as_deref(),
-        args.token_file.as_deref(),
-        env_token,
-        default_token_file(env("XDG_CONFIG_HOME"), env("HOME")),
-    ) {
-        Ok(t) => t,
-        Err(e) => {
-            writeln!(err, "rondo ctl: {e}")?;
-            return Ok(ExitCode::FAILURE);
-        }
-    };
-    let token = match rondo_admin::read_token(&token) {
-        Ok(t) => String::from_utf8_lossy(&t).into_owned(),
-        Err(e) => {
-            writeln!(err, "rondo ctl: {e}")?;
-            return Ok(ExitCode::FAILURE);
-        }
-    };
-    let admin =
-        |action, m: cli::MemberRef| C::Admin { action, cluster: m.cluster, member: m.member };
-    let any_member = |action, cluster: Option<String>, member| match cluster {
-        Some(cluster) => C::Admin { action, cluster, member },
-        None => C::AdminEverywhere { action, member },
-    };
-    let cmd = match args.command {
-        cli::CtlCommand::Status => C::Status,
-        cli::CtlCommand::Drain(d) => {
-            let (wait, timeout_ms) = (d.wait, d.timeout_ms);
-            match (d.member.scope(), wait) {
-                (Ok((Some(cluster), member)), true) => C::DrainWait {
-                    cluster,
-                    member,
-                    timeout: std::time::Duration::from_millis(timeout_ms),
-                },
-                (Ok((None, _)), true) => {
-                    writeln!(err, "rondo ctl: drain --wait needs the cluster: CLUSTER MEMBER")?;
-                    return Ok(ExitCode::FAILURE);
-                }
-                (Ok((cluster, member)), false) => any_member("drain", cluster, member),
-                (Err(e), _) => {
-                    writeln!(err, "rondo ctl: {e}")?;
-                    return Ok(ExitCode::FAILURE);
-                }
-            }
-        }
-        cli::CtlCommand::Undrain(m) => match m.scope() {
-            Ok((cluster, member)) => any_member("undrain", cluster, member),
-            Err(e) => {
-                writeln!(err, "rondo ctl: {e}")?;
-                return Ok(ExitCode::FAILURE);
-            }
-        },
-        cli::CtlCommand::Disable(m) => admin("disable", m),
-        cli::CtlCommand::Enable(m) => admin("enable", m),
-        cli::CtlCommand::Weight { cluster, member, weight } => {
-            C::Weight { cluster, member, weight }
-        }
-        cli::CtlCommand::Algorithm { cluster, name } => C::Algorithm { cluster, name },
-        cli::CtlCommand::Shadow(s) => match (s.algorithm, s.off) {
-            (Some(name), _) => C::ShadowStart { cluster: s.cluster, name },
-            (None, true) => C::ShadowStop { cluster: s.cluster },
-            (None, false) => C::ShadowReport { cluster: s.cluster },
-        },
-        cli::CtlCommand::Revoke { token_id, subject, ttl_ms } => {
-            C::Revoke { token_id, subject, ttl_ms }
-        }
-        cli::CtlCommand::Revocations => C::Revocations,
-        cli::CtlCommand::Upgrade => C::Upgrade,
-        cli::CtlCommand::Queue(q) => match q {
-            cli::QueueCommand::Status => C::QueueStatus,
-            cli::QueueCommand::Dead { queue, limit } => C::QueueDead { queue, limit },
-            cli::QueueCommand::Show { queue, id } => C::QueueShow { queue, id },
-            cli::QueueCommand::Requeue { queue, id, .. } => {
-                C::QueueChange { queue, id, requeue: true }
-            }
-            cli::QueueCommand::Purge { queue, id, .. } => {
-                C::QueueChange { queue, id, requeue: false }
-            }
-        },
-        cli::CtlCommand::Lookup { .. } => unreachable!("answered above"),
-        cli::CtlCommand::Apply { file } => match rondo_config::read_text(&file) {
-            Ok(text) => C::Apply { file: file.display().to_string(), text },
-            Err(e) => {
-                writeln!(err, "rondo ctl: {e}")?;
-                return Ok(ExitCode::FAILURE);
-            }
-        },
-    };
-    let (addr, tls) = match ctl_tls(&args.admin, &args.tls) {
-        Ok(t) => t,
-        Err(e) => {
-            writeln!(err, "rondo ctl: {e}")?;
-            return Ok(ExitCode::FAILURE);
-        }
-    };
-    let target =
-        client::CtlTarget { addr, tls, token, operator: args.operator, if_match: args.if_match };
-    let rt = serve::runtime(Some(1))?;
-    ctl_answer(rt.block_on(client::run(&target, cmd)), out, err)
-}
-
-/// What `rondo ctl` prints of an answer: its text on stdout, or the error on stderr.
-fn ctl_answer(
-    answer: Result<String, impl std::fmt::Display>,
-    out: &mut dyn Write,
-    err: &mut dyn Write,
-) -> anyhow::Result<ExitCode> {
-    match answer {
-        Ok(text) => {
-            write!(out, "{text}")?;
-            Ok(ExitCode::SUCCESS)
-        }
-        Err(e) => {
-            writeln!(err, "rondo ctl: {e}")?;
-            Ok(ExitCode::FAILURE)
-        }
-    }
-}
-
-/// `rondo ctl lookup`: one naming lookup (no admin token involved).
-fn ctl_lookup(
-    naming: Option<&str>,
-    service: &str,
-    key: Option<&str>,
-    group: Option<&str>,
-    out: &mut dyn Write,
-    err: &mut dyn Write,
-) -> anyhow::Result<ExitCode> {
-    let rt = serve::runtime(Some(1))?;
-    let answer = rt.block_on(async {
-        let naming = naming_cli::endpoints(naming)?;
-        naming_cli::lookup(&naming, service, key, group).await
-    });
-    ctl_answer(answer, out, err)
-}
-
-/// The admin API's `HOST:PORT` and TLS from `--admin` and the TLS options: TLS with an
-/// `https://` address or `--tls-ca` (an `https://` address needs `--tls-ca`).
-fn ctl_tls(
-    admin: &str,
-    args: &cli::ClientTlsArgs,
-) -> Result<(String, Option<rondo_runtime::tls::client::ClientTls>), String> {
-    let (addr, https) = match (admin.strip_prefix("https://"), admin.strip_prefix("http://")) {
-        (Some(rest), _) => (rest, true),
-        (None, Some(rest)) => (rest, false),
-        (None, None) => (admin, false),
-    };
-    let addr = addr.trim_end_matches('/').to_owned();
-    match args.files() {
-        None if https => Err(format!(
-            "{admin}: an https admin address needs --tls-ca FILE (the CA that signed the admin \
-             API's certificate)"
-        )),
-        None => Ok((addr, None)),
-        Some(_) if admin.starts_with("http://") => {
-            Err(format!("{admin}: --tls-ca needs an https:// admin address"))
-        }
-        Some(files) => {
-            let alpn: &[&[u8]] = &[b"http/1.1"];
-            rondo_runtime::tls::client::ClientTls::load(&files, alpn).map(|t| (addr, Some(t)))
-        }
-    }
-}
-
-/// Where `rondo ctl` looks for the admin token when given none: `$XDG_CONFIG_HOME/rondo/token`,
-/// else `$HOME/.config/rondo/token`.
-pub fn default_token_file(
-    xdg_config_home: Option<std::ffi::OsString>,
-    home: Option<std::ffi::OsString>,
-) -> Option<std::path::PathBuf> {
-    let base = match (xdg_config_home, home) {
-        (Some(x), _) => std::path::PathBuf::from(x),
-        (None, Some(h)) => std::path::PathBuf::from(h).join(".config"),
-        (None, None) => return None,
-    };
-    Some(base.join("rondo").join("token"))
-}
-
-/// The admin token `rondo ctl` sends, by precedence: `--token`, `--token-file`, the
-/// `RONDO_TOKEN` environment variable, then the default token file when it exists.
-fn ctl_token(
-    token: Option<&str>,
-    token_file: Option<&std::path::Path>,
-    env: Option<String>,
-    default_file: Option<std::path::PathBuf>,
-) -> anyhow::Result<rondo_config::AdminToken> {
-    use rondo_config::AdminToken;
-    if let Some(t) = token {
-        return Ok(AdminToken::Inline(t.to_owned()));
-    }
-    if let Some(f) = token_file {
-        return Ok(AdminToken::File(f.to_path_buf()));
-    }
-    if let Some(t) = env {
-        return Ok(AdminToken::Inline(t));
-    }
-    match default_file {
-        Some(f) if f.exists() => Ok(AdminToken::File(f)),
-        Some(f) => anyhow::bail!(
-            "no admin token: pass --token-file FILE or --token TOKEN, set RONDO_TOKEN, or put it \
-             in {}",
-            f.display()
-        ),
-        None => anyhow::bail!(
-            "no admin token: pass --token-file FILE or --token TOKEN, or set RONDO_TOKEN"
-        ),
-    }
-}
-
 /// Runs a parsed command line with the given outputs; an `Err` means writing output failed.
 pub fn run_with(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> anyhow::Result<ExitCode> {
     // Libraries that ask rustls for the process's provider (the NATS client's TLS) get the
@@ -472,98 +242,118 @@ pub fn run_with(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> anyhow::R
             clap_complete::generate(args.shell, &mut cmd, "rondo", out);
             Ok(ExitCode::SUCCESS)
         }
-        Command::Man(args) => {
-            let cmd = <Cli as clap::CommandFactory>::command();
-            match args.dir {
-                None => clap_mangen::Man::new(cmd).render(out).context("writing the man page")?,
-                Some(dir) => {
-                    if let Err(e) = clap_mangen::generate_to(cmd, &dir) {
-                        writeln!(err, "rondo man: cannot write pages to {}: {e}", dir.display())?;
-                        return Ok(ExitCode::FAILURE);
-                    }
-                    writeln!(out, "rondo man: pages written to {}", dir.display())?;
-                }
-            }
-            Ok(ExitCode::SUCCESS)
-        }
+        Command::Man(args) => man(args, out, err),
         Command::Tls(args) => match args.command {
             cli::TlsCommand::DevCa { dir, names, clients, days } => {
-                let files = match devca::write(&dir, &devca::DevCa { names, clients, days }) {
-                    Ok(f) => f,
-                    Err(e) => {
-                        writeln!(err, "rondo tls dev-ca: {e:#}")?;
-                        return Ok(ExitCode::FAILURE);
-                    }
-                };
+                dev_ca(&dir, devca::DevCa { names, clients, days }, out, err)
+            }
+        },
+        Command::Auth(args) => auth(args.command, out, err),
+        Command::Simulate(args) => simulate::simulate(&args, out, err),
+        Command::Demo(args) => demo::demo(args.calls as usize, args.serve, out, err),
+        Command::Agent(args) => agent(args, err),
+        Command::Ctl(args) => ctl::ctl(args, out, err),
+        Command::Member(args) => run_member(&args, out),
+    }
+}
+
+/// `rondo man`: the man page on stdout, or every page into `--dir`.
+fn man(args: cli::ManArgs, out: &mut dyn Write, err: &mut dyn Write) -> anyhow::Result<ExitCode> {
+    let cmd = <Cli as clap::CommandFactory>::command();
+    match args.dir {
+        None => clap_mangen::Man::new(cmd).render(out).context("writing the man page")?,
+        Some(dir) => {
+            if let Err(e) = clap_mangen::generate_to(cmd, &dir) {
+                writeln!(err, "rondo man: cannot write pages to {}: {e}", dir.display())?;
+                return Ok(ExitCode::FAILURE);
+            }
+            writeln!(out, "rondo man: pages written to {}", dir.display())?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `rondo tls dev-ca`: a development CA and certificates written into `dir`.
+fn dev_ca(
+    dir: &std::path::Path,
+    ca: devca::DevCa,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> anyhow::Result<ExitCode> {
+    let files = match devca::write(dir, &ca) {
+        Ok(f) => f,
+        Err(e) => {
+            writeln!(err, "rondo tls dev-ca: {e:#}")?;
+            return Ok(ExitCode::FAILURE);
+        }
+    };
+    for f in &files {
+        writeln!(out, "wrote {}", f.display())?;
+    }
+    writeln!(
+        out,
+        "development only: anyone with {} can sign certificates that trust {} accepts",
+        dir.join("ca.key").display(),
+        dir.join("ca.pem").display()
+    )?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `rondo auth`: a development signing key, or a token signed with one.
+fn auth(
+    command: cli::AuthCommand,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> anyhow::Result<ExitCode> {
+    match command {
+        cli::AuthCommand::DevKey { dir, kid } => match devkey::write(&dir, &kid) {
+            Ok(files) => {
                 for f in &files {
                     writeln!(out, "wrote {}", f.display())?;
                 }
                 writeln!(
                     out,
-                    "development only: anyone with {} can sign certificates that trust {} accepts",
-                    dir.join("ca.key").display(),
-                    dir.join("ca.pem").display()
+                    "development only: anyone with {} can sign tokens that routes reading {} accept",
+                    files[0].display(),
+                    files[1].display()
                 )?;
                 Ok(ExitCode::SUCCESS)
             }
+            Err(e) => {
+                writeln!(err, "rondo auth dev-key: {e:#}")?;
+                Ok(ExitCode::FAILURE)
+            }
         },
-        Command::Auth(args) => match args.command {
-            cli::AuthCommand::DevKey { dir, kid } => match devkey::write(&dir, &kid) {
-                Ok(files) => {
-                    for f in &files {
-                        writeln!(out, "wrote {}", f.display())?;
-                    }
-                    writeln!(
-                        out,
-                        "development only: anyone with {} can sign tokens that routes reading {} accept",
-                        files[0].display(),
-                        files[1].display()
-                    )?;
+        cli::AuthCommand::Token { key, issuer, audience, subject, ttl, claims, kid } => {
+            let t = devkey::Mint { issuer, audience, subject, ttl, claims, kid };
+            match devkey::token(&key, &t) {
+                Ok(token) => {
+                    writeln!(out, "{token}")?;
                     Ok(ExitCode::SUCCESS)
                 }
                 Err(e) => {
-                    writeln!(err, "rondo auth dev-key: {e:#}")?;
+                    writeln!(err, "rondo auth token: {e:#}")?;
                     Ok(ExitCode::FAILURE)
                 }
-            },
-            cli::AuthCommand::Token { key, issuer, audience, subject, ttl, claims, kid } => {
-                let t = devkey::Mint { issuer, audience, subject, ttl, claims, kid };
-                match devkey::token(&key, &t) {
-                    Ok(token) => {
-                        writeln!(out, "{token}")?;
-                        Ok(ExitCode::SUCCESS)
-                    }
-                    Err(e) => {
-                        writeln!(err, "rondo auth token: {e:#}")?;
-                        Ok(ExitCode::FAILURE)
-                    }
-                }
             }
-        },
-        Command::Simulate(args) => simulate::simulate(&args, out, err),
-        Command::Demo(args) => demo::demo(args.calls as usize, args.serve, out, err),
-        Command::Agent(args) => agent(args, err),
-        Command::Ctl(args) => ctl(args, out, err),
-        Command::Member(args) => {
-            let rt = serve::runtime(Some(1))?;
-            rt.block_on(async {
-                let m =
-                    member::spawn(&args.name, args.listen, Duration::from_millis(args.delay_ms))
-                        .await
-                        .map_err(|e| {
-                            anyhow::anyhow!(
-                                "member {}: cannot listen on {}: {e}",
-                                args.name,
-                                args.listen
-                            )
-                        })?;
-                writeln!(out, "rondo member {} on {}", m.name, m.addr)?;
-                out.flush()?;
-                let _ = tokio::signal::ctrl_c().await;
-                Ok(ExitCode::SUCCESS)
-            })
         }
     }
+}
+
+/// `rondo member`: a test member serving until Ctrl-C.
+fn run_member(args: &cli::MemberArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
+    let rt = serve::runtime(Some(1))?;
+    rt.block_on(async {
+        let m = member::spawn(&args.name, args.listen, Duration::from_millis(args.delay_ms))
+            .await
+            .map_err(|e| {
+                anyhow::anyhow!("member {}: cannot listen on {}: {e}", args.name, args.listen)
+            })?;
+        writeln!(out, "rondo member {} on {}", m.name, m.addr)?;
+        out.flush()?;
+        let _ = tokio::signal::ctrl_c().await;
+        Ok(ExitCode::SUCCESS)
+    })
 }
 
 #[cfg(test)]

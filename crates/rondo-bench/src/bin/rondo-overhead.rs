@@ -214,12 +214,7 @@ async fn serve_all() -> anyhow::Result<(Servers, Keep)> {
         members.push(listener.local_addr()?);
         tokio::spawn(echo(listener, accepted.clone()));
     }
-    let list = members
-        .iter()
-        .enumerate()
-        .map(|(i, a)| format!("{{ name = \"m{}\", address = \"{a}\" }}", i + 1))
-        .collect::<Vec<_>>()
-        .join(", ");
+    let list = member_list(&members);
     let text = format!(
         "[cluster.{SERVICE}]\nalgorithm = \"round-robin\"\ngranularity = \"request\"\n\
          members = [{list}]\n\n[naming]\nlisten = \"127.0.0.1:0\"\nregistry = \"embedded\"\n"
@@ -236,6 +231,16 @@ async fn serve_all() -> anyhow::Result<(Servers, Keep)> {
     Ok((Servers { members, naming: api.addr, accepted }, (api, registry)))
 }
 
+/// The members as a cluster's `members` array in the configuration: `m1`, `m2`, ... in order.
+fn member_list(members: &[SocketAddr]) -> String {
+    members
+        .iter()
+        .enumerate()
+        .map(|(i, a)| format!("{{ name = \"m{}\", address = \"{a}\" }}", i + 1))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// `rondo serve --workers 1` routing to the members (`--rondo`), killed on drop.
 struct Router {
     child: std::process::Child,
@@ -248,13 +253,7 @@ impl Router {
         use std::io::BufRead;
         let dir = std::env::temp_dir().join(format!("rondo-overhead-{}", std::process::id()));
         std::fs::create_dir_all(&dir)?;
-        let list = servers
-            .members
-            .iter()
-            .enumerate()
-            .map(|(i, a)| format!("{{ name = \"m{}\", address = \"{a}\" }}", i + 1))
-            .collect::<Vec<_>>()
-            .join(", ");
+        let list = member_list(&servers.members);
         let text = format!(
             "[[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:0\"\n\n\
              [[route]]\nlistener = \"web\"\ncluster = \"{SERVICE}\"\n\n\
@@ -474,36 +473,10 @@ impl Caller {
                 for _ in 0..n {
                     let t = Instant::now();
                     let http = &self.call_http;
-                    let (member, status, body) =
-                        self.client
-                            .call(|target: Target| {
-                                let body = Full::new(payload.clone());
-                                async move {
-                                    // The member's authority was parsed once per answer;
-                                    // the rest of the URI is static.
-                                    let mut uri = uri::Parts::default();
-                                    uri.scheme = Some(Scheme::HTTP);
-                                    uri.authority = target.authority().cloned();
-                                    uri.path_and_query = Some(PathAndQuery::from_static("/echo"));
-                                    let uri = Uri::from_parts(uri)
-                                        .map_err(|e| Failed::Fatal(std::io::Error::other(e)))?;
-                                    let req = Request::post(uri)
-                                        .body(body)
-                                        .map_err(|e| Failed::Fatal(std::io::Error::other(e)))?;
-                                    let resp = http.request(req).await.map_err(|e| {
-                                        Failed::classify(e).map(std::io::Error::other)
-                                    })?;
-                                    let status = resp.status();
-                                    let body = resp
-                                        .into_body()
-                                        .collect()
-                                        .await
-                                        .map_err(|e| Failed::Member(std::io::Error::other(e)))?
-                                        .to_bytes();
-                                    Ok((target, status, body))
-                                }
-                            })
-                            .await?;
+                    let (member, status, body) = self
+                        .client
+                        .call(|target: Target| post_echo(http, target, Full::new(payload.clone())))
+                        .await?;
                     out.push(nanos(t.elapsed()));
                     check(status, &body, payload)?;
                     *self.spread.entry(member.name().to_owned()).or_default() += 1;
@@ -546,6 +519,32 @@ async fn send(http: &Plain, uri: &Uri, payload: &Bytes) -> anyhow::Result<()> {
 }
 
 /// Samples of one mode and payload, by round.
+/// One try of `Client::call`: POSTs `body` to the target member's `/echo` with `http`, and
+/// answers the target, the status and the response body.
+async fn post_echo(
+    http: &Plain,
+    target: Target,
+    body: Full<Bytes>,
+) -> Result<(Target, StatusCode, Bytes), Failed<std::io::Error>> {
+    // The member's authority was parsed once per answer; the rest of the URI is static.
+    let mut uri = uri::Parts::default();
+    uri.scheme = Some(Scheme::HTTP);
+    uri.authority = target.authority().cloned();
+    uri.path_and_query = Some(PathAndQuery::from_static("/echo"));
+    let uri = Uri::from_parts(uri).map_err(|e| Failed::Fatal(std::io::Error::other(e)))?;
+    let req = Request::post(uri).body(body).map_err(|e| Failed::Fatal(std::io::Error::other(e)))?;
+    let resp =
+        http.request(req).await.map_err(|e| Failed::classify(e).map(std::io::Error::other))?;
+    let status = resp.status();
+    let body = resp
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| Failed::Member(std::io::Error::other(e)))?
+        .to_bytes();
+    Ok((target, status, body))
+}
+
 type Samples = BTreeMap<(usize, Mode), Vec<Vec<u64>>>;
 
 async fn run(cli: &Cli, servers: &Servers) -> anyhow::Result<()> {

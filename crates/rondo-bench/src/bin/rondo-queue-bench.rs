@@ -62,7 +62,42 @@ async fn main() -> anyhow::Result<()> {
     let _ = std::fs::remove_dir_all(&dir);
     // The member's socket: bound now, accepting from phase 2 on.
     let member = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let member_addr = member.local_addr()?;
+    let text = config_text(&args, &dir, member.local_addr()?);
+    let config = rondo_config::parse_str(&text, std::path::Path::new("bench.toml"), 1)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let live = Arc::new(rondo_runtime::Live::new(config.view.clone(), None));
+    let queues = rondo_queue::start(&config, live).await.context("starting the queue")?;
+    let intake = queues.addr("in").context("queue listener")?;
+    let store = match &args.nats {
+        Some(url) => format!("NATS JetStream at {url}"),
+        None => format!("embedded, {}", dir.join("bench.redb").display()),
+    };
+    println!(
+        "queue bench: {} messages of {} bytes, {} client connections, concurrency {}, {} \
+         session keys, {store}",
+        args.messages, args.bytes, args.clients, args.concurrency, args.sessions
+    );
+    accept_phase(&args, intake).await?;
+    deliver_phase(&args, member).await;
+    queues.stop();
+    drop(queues);
+    if args.nats.is_none() {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    #[cfg(feature = "nats")]
+    if let Some(url) = &args.nats {
+        publisher(url, args.messages, args.bytes, args.clients as usize).await?;
+    }
+    #[cfg(not(feature = "nats"))]
+    if args.nats.is_some() {
+        anyhow::bail!("--nats needs the `nats` feature (cargo run -p rondo-bench --features nats)");
+    }
+    Ok(())
+}
+
+/// The router's configuration: a `queue` listener routed to the one member, the queue in
+/// `dir` (or NATS with `--nats`).
+fn config_text(args: &Args, dir: &std::path::Path, member_addr: SocketAddr) -> String {
     let mut backend = match &args.nats {
         Some(url) => format!("backend = \"nats\"\nnats_url = \"{url}\""),
         None => format!("directory = \"{}\"", dir.display()),
@@ -73,7 +108,7 @@ async fn main() -> anyhow::Result<()> {
     if let Some(n) = args.session_partitions {
         backend.push_str(&format!("\nsession_partitions = {n}"));
     }
-    let text = format!(
+    format!(
         r#"
 [[listener]]
 name = "in"
@@ -97,23 +132,12 @@ lease_ms = 600000
 "#,
         max = args.bytes.max(1),
         concurrency = args.concurrency
-    );
-    let config = rondo_config::parse_str(&text, std::path::Path::new("bench.toml"), 1)
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let live = Arc::new(rondo_runtime::Live::new(config.view.clone(), None));
-    let queues = rondo_queue::start(&config, live).await.context("starting the queue")?;
-    let intake = queues.addr("in").context("queue listener")?;
-    let store = match &args.nats {
-        Some(url) => format!("NATS JetStream at {url}"),
-        None => format!("embedded, {}", dir.join("bench.redb").display()),
-    };
-    println!(
-        "queue bench: {} messages of {} bytes, {} client connections, concurrency {}, {} \
-         session keys, {store}",
-        args.messages, args.bytes, args.clients, args.concurrency, args.sessions
-    );
+    )
+}
 
-    // Phase 1: intake alone.
+/// Phase 1: the intake alone (the member not accepting yet); prints accepted/s and the 202s'
+/// latency.
+async fn accept_phase(args: &Args, intake: SocketAddr) -> anyhow::Result<()> {
     let body = Bytes::from(vec![b'x'; args.bytes]);
     let started = Instant::now();
     let next = Arc::new(AtomicU64::new(0));
@@ -141,32 +165,15 @@ lease_ms = 600000
         pct(0.5),
         pct(0.99)
     );
+    Ok(())
+}
 
-    // Phase 2: the member answers; the backlog drains.
+/// Phase 2: the member answers; the backlog is timed until the member has every message (at
+/// most 600 s), and delivered/s printed.
+async fn deliver_phase(args: &Args, member: tokio::net::TcpListener) {
     let delivered = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
-    let counter = delivered.clone();
-    let sink = tokio::spawn(async move {
-        loop {
-            let Ok((stream, _)) = member.accept().await else { continue };
-            let counter = counter.clone();
-            tokio::spawn(async move {
-                let service = hyper::service::service_fn(move |req: Request<_>| {
-                    let counter = counter.clone();
-                    async move {
-                        let _ = BodyExt::collect(req.into_body()).await;
-                        counter.fetch_add(1, Ordering::Relaxed);
-                        let mut r = Response::new(Full::new(Bytes::new()));
-                        *r.status_mut() = StatusCode::OK;
-                        Ok::<_, std::convert::Infallible>(r)
-                    }
-                });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await;
-            });
-        }
-    });
+    let sink = tokio::spawn(sink(member, delivered.clone()));
     let deadline = Instant::now() + Duration::from_secs(600);
     while delivered.load(Ordering::Relaxed) < args.messages && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(5)).await;
@@ -180,20 +187,29 @@ lease_ms = 600000
         args.messages
     );
     sink.abort();
-    queues.stop();
-    drop(queues);
-    if args.nats.is_none() {
-        let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The member: answers every request 200 at once and counts it in `counter`.
+async fn sink(member: tokio::net::TcpListener, counter: Arc<AtomicU64>) {
+    loop {
+        let Ok((stream, _)) = member.accept().await else { continue };
+        let counter = counter.clone();
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |req: Request<_>| {
+                let counter = counter.clone();
+                async move {
+                    let _ = BodyExt::collect(req.into_body()).await;
+                    counter.fetch_add(1, Ordering::Relaxed);
+                    let mut r = Response::new(Full::new(Bytes::new()));
+                    *r.status_mut() = StatusCode::OK;
+                    Ok::<_, std::convert::Infallible>(r)
+                }
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
     }
-    #[cfg(feature = "nats")]
-    if let Some(url) = &args.nats {
-        publisher(url, args.messages, args.bytes, args.clients as usize).await?;
-    }
-    #[cfg(not(feature = "nats"))]
-    if args.nats.is_some() {
-        anyhow::bail!("--nats needs the `nats` feature (cargo run -p rondo-bench --features nats)");
-    }
-    Ok(())
 }
 
 /// Posts messages until `n` were taken from `next`; each one's time to its 202.

@@ -18,7 +18,7 @@
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode, Stdio};
+use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -67,13 +67,12 @@ fn config(clusters: u64, bump: u64) -> String {
     }
     for c in 0..clusters {
         let w = if c == bump % clusters { 100 + bump % 7 + 1 } else { 100 };
+        let (m0, m1) = (10_000 + c % 50_000, 20_000 + c % 40_000);
+        t.push_str(&format!("[cluster.c{c}]\nalgorithm = \"least-sessions\"\nmembers = [\n"));
         t.push_str(&format!(
-            "[cluster.c{c}]\nalgorithm = \"least-sessions\"\nmembers = [\n  \
-             {{ name = \"m0\", address = \"127.0.0.1:{}\", weight = {w} }},\n  \
-             {{ name = \"m1\", address = \"127.0.0.1:{}\" }},\n]\n\n",
-            10_000 + c % 50_000,
-            20_000 + c % 40_000,
+            "  {{ name = \"m0\", address = \"127.0.0.1:{m0}\", weight = {w} }},\n"
         ));
+        t.push_str(&format!("  {{ name = \"m1\", address = \"127.0.0.1:{m1}\" }},\n]\n\n"));
     }
     t
 }
@@ -93,7 +92,19 @@ async fn main() -> anyhow::Result<ExitCode> {
     let path = dir.join("rondo.toml");
     let text = config(args.clusters, 0);
     std::fs::write(&path, &text)?;
+    let compiles = compile_times(&args)?;
+    let (mut child, admin) = start_serve(&args, &path)?;
+    let applied = apply_all(&args, child.id(), admin).await;
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+    let (applies, rss) = applied?;
+    report(&args, &compiles, &applies, &rss);
+    Ok(ExitCode::SUCCESS)
+}
 
+/// `--compiles` in-process compiles of the text, each of a new weight, timed.
+fn compile_times(args: &Args) -> anyhow::Result<Vec<Duration>> {
     let mut compiles = Vec::new();
     for i in 0..args.compiles {
         let t = config(args.clusters, i + 1);
@@ -104,15 +115,18 @@ async fn main() -> anyhow::Result<ExitCode> {
             bail!("the generated configuration is invalid: {e}");
         }
     }
+    Ok(compiles)
+}
 
+/// `rondo serve` on `path`, and the admin API's address it prints.
+fn start_serve(args: &Args, path: &Path) -> anyhow::Result<(Child, SocketAddr)> {
     let mut child = Command::new(&args.rondo)
         .args(["serve", "--workers", "1", "--config"])
-        .arg(&path)
+        .arg(path)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
         .with_context(|| format!("start {}", args.rondo.display()))?;
-    let pid = child.id();
     let stdout = child.stdout.take().context("stdout")?;
     let mut admin: Option<SocketAddr> = None;
     for line in BufReader::new(stdout).lines() {
@@ -123,7 +137,16 @@ async fn main() -> anyhow::Result<ExitCode> {
         }
     }
     let Some(admin) = admin else { bail!("rondo serve printed no admin address") };
+    Ok((child, admin))
+}
 
+/// Applies `--reloads` configurations through the admin API one at a time: each apply's
+/// time, and the router's RSS (KiB) at the start and after every tenth.
+async fn apply_all(
+    args: &Args,
+    pid: u32,
+    admin: SocketAddr,
+) -> anyhow::Result<(Vec<Duration>, Vec<(u64, u64)>)> {
     let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
     let mut applies = Vec::new();
     let mut rss = vec![(0, rss_kib(pid)?)];
@@ -145,16 +168,17 @@ async fn main() -> anyhow::Result<ExitCode> {
             rss.push((i, rss_kib(pid)?));
         }
     }
-    let _ = child.kill();
-    let _ = child.wait();
-    let _ = std::fs::remove_dir_all(&dir);
+    Ok((applies, rss))
+}
 
+/// Prints the markdown tables: compile and apply times, then RSS across the applies.
+fn report(args: &Args, compiles: &[Duration], applies: &[Duration], rss: &[(u64, u64)]) {
     let sorted = |d: &[Duration]| {
         let mut v: Vec<u64> = d.iter().copied().map(nanos).collect();
         v.sort_unstable();
         v
     };
-    let (c, a) = (sorted(&compiles), sorted(&applies));
+    let (c, a) = (sorted(compiles), sorted(applies));
     let ms = |n: Option<u64>| n.unwrap_or(0) as f64 / 1e6;
     println!("| clusters | members | compile median (ms) | apply median (ms) | apply p99 (ms) |");
     println!("|---:|---:|---:|---:|---:|");
@@ -169,7 +193,7 @@ async fn main() -> anyhow::Result<ExitCode> {
     println!();
     println!("| applies | RSS (MiB) |");
     println!("|---:|---:|");
-    for (i, kib) in &rss {
+    for (i, kib) in rss {
         println!("| {i} | {:.1} |", *kib as f64 / 1024.0);
     }
     let (first, last) = (rss[0].1 as f64, rss[rss.len() - 1].1 as f64);
@@ -180,5 +204,4 @@ async fn main() -> anyhow::Result<ExitCode> {
         (last / after_first - 1.0) * 100.0,
         (last / first - 1.0) * 100.0
     );
-    Ok(ExitCode::SUCCESS)
 }

@@ -132,27 +132,90 @@ fn run(args: &Args) -> anyhow::Result<()> {
     result
 }
 
+/// Where the started processes listen.
+struct Addrs {
+    member: SocketAddr,
+    web: SocketAddr,
+    naming: SocketAddr,
+}
+
 fn bench(args: &Args, dir: &std::path::Path) -> anyhow::Result<()> {
-    let (member_port, web_port, naming_port) = (free_port()?, free_port()?, free_port()?);
-    let member_addr: SocketAddr = ([127, 0, 0, 1], member_port).into();
-    let web: SocketAddr = ([127, 0, 0, 1], web_port).into();
-    let naming: SocketAddr = ([127, 0, 0, 1], naming_port).into();
-    let _member = Killed(
+    let loopback = |port| SocketAddr::from(([127, 0, 0, 1], port));
+    let addrs = Addrs {
+        member: loopback(free_port()?),
+        web: loopback(free_port()?),
+        naming: loopback(free_port()?),
+    };
+    let _member = start_member(args, addrs.member)?;
+    let _serve = start_serve(args, dir, &addrs)?;
+    wait_listening(addrs.member)?;
+    wait_listening(addrs.web)?;
+    wait_listening(addrs.naming)?;
+
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let window = Duration::from_millis(args.window_ms);
+    let load = RateOpts {
+        targets: vec![addrs.web],
+        path: "/".to_owned(),
+        rate: args.rate,
+        duration: window,
+        warmup: Duration::ZERO,
+        connections: 8,
+        timeout: Duration::from_secs(2),
+    };
+    rt.block_on(async {
+        // Warm-up: connections, the member, the router's caches.
+        rate::run(RateOpts { duration: Duration::from_secs(1), ..load.clone() }).await?;
+        let mut before = Vec::new();
+        let windows = (args.baseline_secs * 1000).div_ceil(args.window_ms);
+        for _ in 0..windows {
+            before.push(rate::run(load.clone()).await?);
+        }
+        let tally = Tally::new(args.registrations as usize);
+        let done = Arc::new(AtomicBool::new(false));
+        let registering = register_all(args, addrs.naming, &tally, done.clone());
+        let (during, failed_windows) = proxied_until(&done, &load).await;
+        let Some(wall) = registering.await? else {
+            let answered = lock(&tally.latencies).iter().filter(|&&l| l > 0).count();
+            bail!(
+                "the registrations took more than {} s: {answered} of {} answered, {} proxied \
+                 windows of {} could not connect",
+                args.max_secs,
+                args.registrations,
+                failed_windows,
+                during.len() + failed_windows
+            );
+        };
+        let proxied = Proxied { before: &before, during: &during, failed_windows };
+        report(args, wall, &tally, &proxied);
+        anyhow::Ok(())
+    })
+}
+
+/// The `rondo member` every proxied request goes to.
+fn start_member(args: &Args, addr: SocketAddr) -> anyhow::Result<Killed> {
+    Ok(Killed(
         Command::new(&args.rondo)
-            .args(["member", "--name", "m1", "--listen", &member_addr.to_string()])
+            .args(["member", "--name", "m1", "--listen", &addr.to_string()])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .with_context(|| format!("starting {} member", args.rondo.display()))?,
-    );
+    ))
+}
+
+/// `rondo serve` with the one proxied route, the registration services and the naming
+/// service (with a snapshot), its stdout drained.
+fn start_serve(args: &Args, dir: &std::path::Path, addrs: &Addrs) -> anyhow::Result<Killed> {
+    let Addrs { member, web, naming } = addrs;
     let config = dir.join("rondo.toml");
     std::fs::write(
         &config,
         format!(
             "[[listener]]\nname = \"web\"\nlisten = \"{web}\"\n\n\
              [[route]]\nlistener = \"web\"\ncluster = \"web\"\n\n\
-             [cluster.web]\nmembers = [{{ name = \"m1\", address = \"{member_addr}\" }}]\n\n\
+             [cluster.web]\nmembers = [{{ name = \"m1\", address = \"{member}\" }}]\n\n\
              {}\
              [naming]\nlisten = \"{naming}\"\nsnapshot = \"registry.json\"\n",
             (0..args.services)
@@ -179,181 +242,200 @@ fn bench(args: &Args, dir: &std::path::Path) -> anyhow::Result<()> {
     // Drain its stdout so it never blocks on a full pipe.
     let out = serve.0.stdout.take().context("serve's stdout")?;
     std::thread::spawn(move || for _ in BufReader::new(out).lines().map_while(Result::ok) {});
-    wait_listening(member_addr)?;
-    wait_listening(web)?;
-    wait_listening(naming)?;
+    Ok(serve)
+}
 
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-    let window = Duration::from_millis(args.window_ms);
-    let load = RateOpts {
-        targets: vec![web],
-        path: "/".to_owned(),
-        rate: args.rate,
-        duration: window,
-        warmup: Duration::ZERO,
-        connections: 8,
-        timeout: Duration::from_secs(2),
-    };
-    rt.block_on(async {
-        // Warm-up: connections, the member, the router's caches.
-        rate::run(RateOpts { duration: Duration::from_secs(1), ..load.clone() }).await?;
-        let mut before = Vec::new();
-        let windows = (args.baseline_secs * 1000).div_ceil(args.window_ms);
-        for _ in 0..windows {
-            before.push(rate::run(load.clone()).await?);
-        }
+/// What the registrations recorded, shared by their workers.
+#[derive(Clone)]
+struct Tally {
+    /// Each registration's latency, ns (0: not answered).
+    latencies: Arc<Mutex<Vec<u64>>>,
+    failures: Arc<AtomicUsize>,
+    first_failure: Arc<Mutex<Option<String>>>,
+}
 
-        let done = Arc::new(AtomicBool::new(false));
-        let latencies = Arc::new(Mutex::new(vec![0u64; args.registrations as usize]));
-        let failures = Arc::new(AtomicUsize::new(0));
-        let first_failure: Arc<Mutex<Option<String>>> = Arc::default();
-        let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
-        let next = Arc::new(AtomicUsize::new(0));
-        let start = Instant::now();
-        let mut workers = tokio::task::JoinSet::new();
-        let pace = args.registration_rate;
-        let services = args.services;
-        for _ in 0..args.concurrency {
-            let (client, next, latencies) = (client.clone(), next.clone(), latencies.clone());
-            let (failures, first_failure) = (failures.clone(), first_failure.clone());
-            let n = args.registrations as usize;
-            workers.spawn(async move {
-                loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    if i >= n {
-                        return;
-                    }
-                    if pace > 0 {
-                        let due = start + Duration::from_secs_f64(i as f64 / pace as f64);
-                        tokio::time::sleep_until(due.into()).await;
-                    }
-                    let body = format!(
-                        "{{\"address\":\"127.0.{}.{}:8080\",\"ttl_ms\":3600000}}",
-                        1 + i / 250,
-                        1 + i % 250
-                    );
-                    let svc = service(services, i);
-                    let req = Request::put(format!("http://{naming}/v1/services/{svc}/members/r{i}"))
-                        .body(Full::new(Bytes::from(body)))
-                        .expect("request");
-                    let t = Instant::now();
-                    let answer = tokio::time::timeout(Duration::from_secs(60), async {
-                        let resp = client.request(req).await?;
-                        let status = resp.status();
-                        let body = resp.into_body().collect().await?.to_bytes();
-                        anyhow::Ok((status, body))
-                    })
-                    .await;
-                    latencies.lock().unwrap_or_else(|e| e.into_inner())[i] = nanos(t.elapsed());
-                    let failure = match answer {
-                        Ok(Ok((StatusCode::OK, _))) => None,
-                        Ok(Ok((s, b))) => Some(format!("{s}: {}", String::from_utf8_lossy(&b))),
-                        Ok(Err(e)) => Some(e.to_string()),
-                        Err(_) => Some("no answer within 60 s".to_owned()),
-                    };
-                    if let Some(f) = failure {
-                        failures.fetch_add(1, Ordering::Relaxed);
-                        first_failure.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert(f);
-                    }
-                }
-            });
+impl Tally {
+    fn new(registrations: usize) -> Self {
+        Tally {
+            latencies: Arc::new(Mutex::new(vec![0u64; registrations])),
+            failures: Arc::new(AtomicUsize::new(0)),
+            first_failure: Arc::default(),
         }
-        let flag = done.clone();
-        let max = Duration::from_secs(args.max_secs);
-        let registering = tokio::spawn(async move {
-            let finished = tokio::time::timeout(max, async {
-                while let Some(r) = workers.join_next().await {
-                    r.expect("registration worker");
+    }
+}
+
+/// The value behind `m`, even when a worker panicked holding it.
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Starts `--concurrency` workers making the registrations; the task answers their wall time
+/// (`None`: not all done within `--max-secs`) and sets `done` when they end.
+fn register_all(
+    args: &Args,
+    naming: SocketAddr,
+    tally: &Tally,
+    done: Arc<AtomicBool>,
+) -> tokio::task::JoinHandle<Option<Duration>> {
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let next = Arc::new(AtomicUsize::new(0));
+    let start = Instant::now();
+    let mut workers = tokio::task::JoinSet::new();
+    let (pace, services) = (args.registration_rate, args.services);
+    for _ in 0..args.concurrency {
+        let (client, next, tally) = (client.clone(), next.clone(), tally.clone());
+        let n = args.registrations as usize;
+        workers.spawn(async move {
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= n {
+                    return;
                 }
-            })
-            .await;
-            let wall = start.elapsed();
-            flag.store(true, Ordering::Release);
-            finished.is_ok().then_some(wall)
+                if pace > 0 {
+                    let due = start + Duration::from_secs_f64(i as f64 / pace as f64);
+                    tokio::time::sleep_until(due.into()).await;
+                }
+                register(&client, naming, &service(services, i), i, &tally).await;
+            }
         });
-        let mut during = Vec::new();
-        let mut failed_windows = 0;
-        while !done.load(Ordering::Acquire) {
-            // A window whose connections could not even be made (the router too busy to
-            // accept within 2 s) is counted, not fatal.
-            match rate::run(load.clone()).await {
-                Ok(r) => during.push(r),
-                Err(e) => {
-                    failed_windows += 1;
-                    eprintln!("rondo-registry: proxied window failed: {e:#}");
-                }
+    }
+    let max = Duration::from_secs(args.max_secs);
+    tokio::spawn(async move {
+        let finished = tokio::time::timeout(max, async {
+            while let Some(r) = workers.join_next().await {
+                r.expect("registration worker");
+            }
+        })
+        .await;
+        let wall = start.elapsed();
+        done.store(true, Ordering::Release);
+        finished.is_ok().then_some(wall)
+    })
+}
+
+/// Registration `i` into `svc`, its latency and any failure recorded in `tally`.
+async fn register(
+    client: &Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>>,
+    naming: SocketAddr,
+    svc: &str,
+    i: usize,
+    tally: &Tally,
+) {
+    let body = format!(
+        "{{\"address\":\"127.0.{}.{}:8080\",\"ttl_ms\":3600000}}",
+        1 + i / 250,
+        1 + i % 250
+    );
+    let req = Request::put(format!("http://{naming}/v1/services/{svc}/members/r{i}"))
+        .body(Full::new(Bytes::from(body)))
+        .expect("request");
+    let t = Instant::now();
+    let answer = tokio::time::timeout(Duration::from_secs(60), async {
+        let resp = client.request(req).await?;
+        let status = resp.status();
+        let body = resp.into_body().collect().await?.to_bytes();
+        anyhow::Ok((status, body))
+    })
+    .await;
+    lock(&tally.latencies)[i] = nanos(t.elapsed());
+    let failure = match answer {
+        Ok(Ok((StatusCode::OK, _))) => None,
+        Ok(Ok((s, b))) => Some(format!("{s}: {}", String::from_utf8_lossy(&b))),
+        Ok(Err(e)) => Some(e.to_string()),
+        Err(_) => Some("no answer within 60 s".to_owned()),
+    };
+    if let Some(f) = failure {
+        tally.failures.fetch_add(1, Ordering::Relaxed);
+        lock(&tally.first_failure).get_or_insert(f);
+    }
+}
+
+/// Proxied load in windows until `done`: the windows' reports, and how many windows could not
+/// even connect (the router too busy to accept within 2 s: counted, not fatal).
+async fn proxied_until(done: &AtomicBool, load: &RateOpts) -> (Vec<rate::RateReport>, usize) {
+    let mut during = Vec::new();
+    let mut failed_windows = 0;
+    while !done.load(Ordering::Acquire) {
+        match rate::run(load.clone()).await {
+            Ok(r) => during.push(r),
+            Err(e) => {
+                failed_windows += 1;
+                eprintln!("rondo-registry: proxied window failed: {e:#}");
             }
         }
-        let Some(wall) = registering.await? else {
-            let answered = latencies
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .iter()
-                .filter(|&&l| l > 0)
-                .count();
-            bail!(
-                "the registrations took more than {} s: {answered} of {} answered, {} proxied \
-                 windows of {} could not connect",
-                args.max_secs,
-                args.registrations,
-                failed_windows,
-                during.len() + failed_windows
-            );
-        };
+    }
+    (during, failed_windows)
+}
 
-        let lat = latencies.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        let tenth = (lat.len() / 10).max(1);
-        let median = |v: &[u64]| {
-            let mut v = v.to_vec();
-            v.sort_unstable();
-            nearest_rank(&v, 0.5).unwrap_or(0) as f64 / 1e6
-        };
-        let mut sorted = lat.clone();
-        sorted.sort_unstable();
-        let p99 = nearest_rank(&sorted, 0.99).unwrap_or(0) as f64 / 1e6;
-        let windows_p99 = |reports: &[rate::RateReport]| {
-            let mut v: Vec<u64> = reports.iter().map(|r| (r.latency.p99_us * 1000.0) as u64).collect();
-            v.sort_unstable();
-            (
-                nearest_rank(&v, 0.5).unwrap_or(0) as f64 / 1e6,
-                v.last().copied().unwrap_or(0) as f64 / 1e6,
-            )
-        };
-        let (before_med, before_max) = windows_p99(&before);
-        let (during_med, during_max) = windows_p99(&during);
-        let proxied_errors: u64 = during.iter().map(|r| r.errors + r.timeouts + r.bad_status).sum();
-        println!(
-            "Registrations: {} ({} in flight, {}) into {} service(s), snapshot on, `{}`; proxied \
-             load {} req/s in {} ms windows\n",
-            args.registrations,
-            args.concurrency,
-            if pace > 0 { format!("{pace}/s scheduled") } else { "unpaced".to_owned() },
-            args.services,
-            args.rondo.display(),
-            args.rate,
-            args.window_ms
-        );
-        println!("| measure | value |\n|---|---|");
-        println!("| wall time | {:.2} s |", wall.as_secs_f64());
-        println!("| registrations/s | {:.0} |", args.registrations as f64 / wall.as_secs_f64());
-        println!("| failed registrations | {} |", failures.load(Ordering::Relaxed));
-        println!("| registration latency median / p99 | {:.2} / {:.2} ms |", median(&lat), p99);
-        println!(
-            "| median latency, first tenth / last tenth | {:.2} / {:.2} ms (x{:.2}) |",
-            median(&lat[..tenth]),
-            median(&lat[lat.len() - tenth..]),
-            median(&lat[lat.len() - tenth..]) / median(&lat[..tenth]).max(1e-9)
-        );
-        println!(
-            "| proxied p99, median of windows: before / during | {before_med:.2} / {during_med:.2} ms (x{:.2}) |",
-            during_med / before_med.max(1e-9)
-        );
-        println!("| proxied p99, worst window: before / during | {before_max:.2} / {during_max:.2} ms |");
-        println!("| proxied errors during | {proxied_errors} |");
-        println!("| proxied windows that could not connect | {failed_windows} of {} |", during.len() + failed_windows);
-        if let Some(f) = first_failure.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
-            println!("\nfirst failed registration: {f}");
-        }
-        anyhow::Ok(())
-    })
+/// The proxied load's windows before and during the registrations.
+struct Proxied<'a> {
+    before: &'a [rate::RateReport],
+    during: &'a [rate::RateReport],
+    failed_windows: usize,
+}
+
+/// The median and the worst of the windows' p99, ms.
+fn windows_p99(reports: &[rate::RateReport]) -> (f64, f64) {
+    let mut v: Vec<u64> = reports.iter().map(|r| (r.latency.p99_us * 1000.0) as u64).collect();
+    v.sort_unstable();
+    (nearest_rank(&v, 0.5).unwrap_or(0) as f64 / 1e6, v.last().copied().unwrap_or(0) as f64 / 1e6)
+}
+
+/// The median of `v`, ns, in ms.
+fn median(v: &[u64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_unstable();
+    nearest_rank(&v, 0.5).unwrap_or(0) as f64 / 1e6
+}
+
+/// Prints the markdown table.
+fn report(args: &Args, wall: Duration, tally: &Tally, proxied: &Proxied<'_>) {
+    let lat = lock(&tally.latencies).clone();
+    let tenth = (lat.len() / 10).max(1);
+    let mut sorted = lat.clone();
+    sorted.sort_unstable();
+    let p99 = nearest_rank(&sorted, 0.99).unwrap_or(0) as f64 / 1e6;
+    let (before_med, before_max) = windows_p99(proxied.before);
+    let (during_med, during_max) = windows_p99(proxied.during);
+    let proxied_errors: u64 =
+        proxied.during.iter().map(|r| r.errors + r.timeouts + r.bad_status).sum();
+    let pace = args.registration_rate;
+    println!(
+        "Registrations: {} ({} in flight, {}) into {} service(s), snapshot on, `{}`; proxied \
+         load {} req/s in {} ms windows\n",
+        args.registrations,
+        args.concurrency,
+        if pace > 0 { format!("{pace}/s scheduled") } else { "unpaced".to_owned() },
+        args.services,
+        args.rondo.display(),
+        args.rate,
+        args.window_ms
+    );
+    println!("| measure | value |\n|---|---|");
+    println!("| wall time | {:.2} s |", wall.as_secs_f64());
+    println!("| registrations/s | {:.0} |", args.registrations as f64 / wall.as_secs_f64());
+    println!("| failed registrations | {} |", tally.failures.load(Ordering::Relaxed));
+    println!("| registration latency median / p99 | {:.2} / {:.2} ms |", median(&lat), p99);
+    println!(
+        "| median latency, first tenth / last tenth | {:.2} / {:.2} ms (x{:.2}) |",
+        median(&lat[..tenth]),
+        median(&lat[lat.len() - tenth..]),
+        median(&lat[lat.len() - tenth..]) / median(&lat[..tenth]).max(1e-9)
+    );
+    println!(
+        "| proxied p99, median of windows: before / during | {before_med:.2} / {during_med:.2} ms (x{:.2}) |",
+        during_med / before_med.max(1e-9)
+    );
+    println!(
+        "| proxied p99, worst window: before / during | {before_max:.2} / {during_max:.2} ms |"
+    );
+    println!("| proxied errors during | {proxied_errors} |");
+    let failed_windows = proxied.failed_windows;
+    println!(
+        "| proxied windows that could not connect | {failed_windows} of {} |",
+        proxied.during.len() + failed_windows
+    );
+    if let Some(f) = lock(&tally.first_failure).as_ref() {
+        println!("\nfirst failed registration: {f}");
+    }
 }

@@ -19,6 +19,7 @@ use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
+use std::time::Duration;
 
 use pin_project_lite::pin_project;
 use rondo_core::failover::Placement;
@@ -73,19 +74,24 @@ pin_project! {
         C: Tries,
     {
         inner: I,
-        plan: Plan,
-        // Taken when a try answers (`Tries::finish` consumes it).
-        call: Option<C>,
-        // The call's tries, from the first try's clock reading (its deadline starts there).
-        failover: Option<Failover>,
-        attempts: Vec<Attempt<C::Error>>,
-        // Members whose try failed, by name: an answer may change the member indexes between
-        // tries (filled only then: the common call never allocates it).
-        tried: Vec<Arc<str>>,
-        context: Option<u32>,
+        state: CallState<C>,
         #[pin]
         step: Step<C::Try>,
     }
+}
+
+/// What a call carries from try to try: what it asks, its tries so far and their failover.
+struct CallState<C: Tries> {
+    plan: Plan,
+    // Taken when a try answers (`Tries::finish` consumes it).
+    call: Option<C>,
+    // The call's tries, from the first try's clock reading (its deadline starts there).
+    failover: Option<Failover>,
+    attempts: Vec<Attempt<C::Error>>,
+    // Members whose try failed, by name: an answer may change the member indexes between
+    // tries (filled only then: the common call never allocates it).
+    tried: Vec<Arc<str>>,
+    context: Option<u32>,
 }
 
 pin_project! {
@@ -103,6 +109,12 @@ pin_project! {
     }
 }
 
+/// Where a step of the call leads: the next step, or the call's result.
+enum Next<C: Tries> {
+    Step(Step<C::Try>),
+    Ready(Result<C::Output, CallError<C::Error>>),
+}
+
 impl<I, C> Run<I, C>
 where
     I: Borrow<Arc<Inner>>,
@@ -110,16 +122,15 @@ where
 {
     /// The call `call` on `inner`'s service as `plan` says.
     pub(crate) fn new(inner: I, plan: Plan, call: C) -> Self {
-        Run {
-            inner,
+        let state = CallState {
             plan,
             call: Some(call),
             failover: None,
             attempts: Vec::new(),
             tried: Vec::new(),
             context: None,
-            step: Step::Pick,
-        }
+        };
+        Run { inner, state, step: Step::Pick }
     }
 }
 
@@ -145,135 +156,180 @@ where
         let mut this = self.project();
         let inner: &Arc<Inner> = (*this.inner).borrow();
         loop {
-            match this.step.as_mut().project() {
-                StepProj::Pick => {
-                    let start = Instant::now();
-                    let failover = this.failover.get_or_insert_with(|| {
-                        let now = clock::from_std(start.into_std());
-                        Failover::new(1, this.plan.idempotent, now, inner.call_timeout)
-                    });
-                    let (plan, context) = (&*this.plan, &mut *this.context);
-                    let placed =
-                        place(inner, plan, this.tried, context, failover, this.attempts, start);
-                    let ticket = match placed {
-                        Ok(ticket) => ticket,
-                        Err(reason) => {
-                            this.step.set(Step::Done);
-                            return Poll::Ready(Err(give_up(inner, reason, this.attempts)));
-                        }
-                    };
-                    let until = start + failover.try_timeout(clock::from_std(start.into_std()));
-                    // Resolving a host name counts against the try's time, like connecting
-                    // does; a literal address was parsed once per answer and needs nothing.
-                    match ticket.member_ref().addr {
-                        Some(addr) => {
-                            let call = this.call.as_mut().expect("a call before its answer");
-                            let call = timeout_at(until, call.start(ticket.member_ref(), addr));
-                            this.step.set(Step::Try { call, ticket: Some(ticket), start, until });
-                        }
-                        None => {
-                            let address = ticket.member_ref().address.clone();
-                            let resolving = Box::pin(async move {
-                                timeout_at(until, resolve(&address)).await.unwrap_or_else(|_| {
-                                    Err(format!("{address}: not resolved in time"))
-                                })
-                            });
-                            let ticket = Some(ticket);
-                            this.step.set(Step::Resolve { ticket, start, until, resolving });
-                        }
-                    }
-                }
+            let next = match this.step.as_mut().project() {
+                StepProj::Pick => this.state.start_try(inner),
                 StepProj::Resolve { ticket, start, until, resolving } => {
                     let resolved = ready!(resolving.as_mut().poll(cx));
-                    let (start, until) = (*start, *until);
-                    let mut ticket = ticket.take().expect("a resolving try has its ticket");
-                    match resolved {
-                        Ok(addr) => {
-                            let call = this.call.as_mut().expect("a call before its answer");
-                            let call = timeout_at(until, call.start(ticket.member_ref(), addr));
-                            this.step.set(Step::Try { call, ticket: Some(ticket), start, until });
-                        }
-                        Err(error) => {
-                            // Nothing was sent: charged like a refused connection.
-                            ticket.failed(FailureKind::Connect);
-                            this.attempts.push(attempt(&ticket, AttemptError::Resolve(error)));
-                            this.tried.push(ticket.member_ref().name.clone());
-                            drop(ticket);
-                            let failure = TryFailure::NOTHING_SENT;
-                            let call = this.call.as_ref().expect("a call before its answer");
-                            let failure = TryFailure { replayable: call.untouched(), ..failure };
-                            let failover = this.failover.as_mut().expect("set by the pick");
-                            if let Err(stop) = failover.failed(failure, clock::now()) {
-                                this.step.set(Step::Done);
-                                return Poll::Ready(Err(give_up(
-                                    inner,
-                                    gave_up(stop),
-                                    this.attempts,
-                                )));
-                            }
-                            this.step.set(Step::Pick);
-                        }
-                    }
+                    let ticket = ticket.take().expect("a resolving try has its ticket");
+                    this.state.resolved(inner, ticket, *start, *until, resolved)
                 }
                 StepProj::Try { call, ticket, start, until } => {
                     let result = ready!(call.poll(cx));
-                    let (start, until) = (*start, *until);
-                    let mut ticket = ticket.take().expect("a try has its ticket");
-                    let (error, connect) = match result {
+                    let ticket = ticket.take().expect("a try has its ticket");
+                    match result {
                         Ok(Ok(value)) => {
+                            // The try's future goes before the caller gets the answer.
                             this.step.set(Step::Done);
-                            let call = this.call.take().expect("one answer per call");
+                            let call = this.state.call.take().expect("one answer per call");
                             return Poll::Ready(Ok(call.finish(inner, value, ticket)));
                         }
-                        Ok(Err(Failed::Connect(e))) => {
-                            ticket.failed(FailureKind::Connect);
-                            (AttemptError::Connect(e), true)
-                        }
-                        Ok(Err(Failed::Member(e))) => {
-                            ticket.failed(FailureKind::Reset);
-                            (AttemptError::Member(e), false)
-                        }
-                        Ok(Err(Failed::Fatal(e))) => {
-                            this.attempts.push(attempt(&ticket, AttemptError::Fatal(e)));
-                            ticket.end(Outcome::Cancelled);
-                            this.step.set(Step::Done);
-                            return Poll::Ready(Err(give_up(inner, GaveUp::Fatal, this.attempts)));
-                        }
+                        Ok(Err(failed)) => this.state.try_failed(inner, ticket, failed),
                         Err(_elapsed) => {
-                            let limit = until.saturating_duration_since(start);
-                            let call = this.call.as_ref().expect("a call before its answer");
-                            if call.dispatched() {
-                                ticket.failed(FailureKind::Timeout);
-                                (AttemptError::Timeout(limit), false)
-                            } else {
-                                // Still waiting for the transport: the member never saw it.
-                                ticket.not_charged();
-                                (AttemptError::Timeout(limit), true)
-                            }
+                            let limit = until.saturating_duration_since(*start);
+                            this.state.timed_out(inner, ticket, limit)
                         }
-                    };
-                    let name = ticket.member_ref().name.clone();
-                    tracing::debug!(service = %inner.service, member = %name, error = %DisplayKind(&error), "attempt failed");
-                    this.attempts.push(attempt(&ticket, error));
-                    this.tried.push(name);
-                    // The member's request ends before the next pick.
-                    drop(ticket);
-                    let call = this.call.as_ref().expect("a call before its answer");
-                    let failure = TryFailure {
-                        reached: !connect,
-                        member_failed: true,
-                        replayable: call.untouched(),
-                        declined: false,
-                    };
-                    let failover = this.failover.as_mut().expect("set by the pick");
-                    if let Err(stop) = failover.failed(failure, clock::now()) {
-                        this.step.set(Step::Done);
-                        return Poll::Ready(Err(give_up(inner, gave_up(stop), this.attempts)));
                     }
-                    this.step.set(Step::Pick);
                 }
                 StepProj::Done => panic!("a call's future polled after it completed"),
+            };
+            match next {
+                Next::Step(step) => this.step.set(step),
+                Next::Ready(result) => {
+                    this.step.set(Step::Done);
+                    return Poll::Ready(result);
+                }
             }
+        }
+    }
+}
+
+impl<C: Tries> CallState<C> {
+    /// Places the next try, now: on its member's address, or resolving its host name first.
+    fn start_try(&mut self, inner: &Arc<Inner>) -> Next<C> {
+        let start = Instant::now();
+        let failover = self.failover.get_or_insert_with(|| {
+            let now = clock::from_std(start.into_std());
+            Failover::new(1, self.plan.idempotent, now, inner.call_timeout)
+        });
+        let (plan, context) = (&self.plan, &mut self.context);
+        let placed = place(inner, plan, &self.tried, context, failover, &mut self.attempts, start);
+        let ticket = match placed {
+            Ok(ticket) => ticket,
+            Err(reason) => return Next::Ready(Err(give_up(inner, reason, &mut self.attempts))),
+        };
+        let until = start + failover.try_timeout(clock::from_std(start.into_std()));
+        // Resolving a host name counts against the try's time, like connecting does; a
+        // literal address was parsed once per answer and needs nothing.
+        Next::Step(match ticket.member_ref().addr {
+            Some(addr) => self.send(ticket, addr, start, until),
+            None => {
+                let address = ticket.member_ref().address.clone();
+                let resolving = Box::pin(async move {
+                    timeout_at(until, resolve(&address))
+                        .await
+                        .unwrap_or_else(|_| Err(format!("{address}: not resolved in time")))
+                });
+                Step::Resolve { ticket: Some(ticket), start, until, resolving }
+            }
+        })
+    }
+
+    /// The try on `ticket`'s member, at `addr`, under way until `until`.
+    fn send(
+        &mut self,
+        ticket: Ticket,
+        addr: SocketAddr,
+        start: Instant,
+        until: Instant,
+    ) -> Step<C::Try> {
+        let call = self.call.as_mut().expect("a call before its answer");
+        let call = timeout_at(until, call.start(ticket.member_ref(), addr));
+        Step::Try { call, ticket: Some(ticket), start, until }
+    }
+
+    /// A try's host name resolved, or failed to.
+    fn resolved(
+        &mut self,
+        inner: &Inner,
+        mut ticket: Ticket,
+        start: Instant,
+        until: Instant,
+        resolved: Result<SocketAddr, String>,
+    ) -> Next<C> {
+        let error = match resolved {
+            Ok(addr) => return Next::Step(self.send(ticket, addr, start, until)),
+            Err(error) => error,
+        };
+        // Nothing was sent: charged like a refused connection.
+        ticket.failed(FailureKind::Connect);
+        self.attempts.push(attempt(&ticket, AttemptError::Resolve(error)));
+        self.tried.push(ticket.member_ref().name.clone());
+        drop(ticket);
+        let call = self.call.as_ref().expect("a call before its answer");
+        let failure = TryFailure { replayable: call.untouched(), ..TryFailure::NOTHING_SENT };
+        self.fail_over(inner, failure)
+    }
+
+    /// A try's transport failed: the member is charged as the failure says, and the call goes
+    /// on unless it was fatal.
+    fn try_failed(
+        &mut self,
+        inner: &Inner,
+        mut ticket: Ticket,
+        failed: Failed<C::Error>,
+    ) -> Next<C> {
+        let (error, connect) = match failed {
+            Failed::Connect(e) => {
+                ticket.failed(FailureKind::Connect);
+                (AttemptError::Connect(e), true)
+            }
+            Failed::Member(e) => {
+                ticket.failed(FailureKind::Reset);
+                (AttemptError::Member(e), false)
+            }
+            Failed::Fatal(e) => {
+                self.attempts.push(attempt(&ticket, AttemptError::Fatal(e)));
+                ticket.end(Outcome::Cancelled);
+                return Next::Ready(Err(give_up(inner, GaveUp::Fatal, &mut self.attempts)));
+            }
+        };
+        self.next_after(inner, ticket, error, connect)
+    }
+
+    /// A try ran out of its time `limit`.
+    fn timed_out(&mut self, inner: &Inner, mut ticket: Ticket, limit: Duration) -> Next<C> {
+        let call = self.call.as_ref().expect("a call before its answer");
+        let connect = if call.dispatched() {
+            ticket.failed(FailureKind::Timeout);
+            false
+        } else {
+            // Still waiting for the transport: the member never saw it.
+            ticket.not_charged();
+            true
+        };
+        self.next_after(inner, ticket, AttemptError::Timeout(limit), connect)
+    }
+
+    /// Records a failed try (`connect`: it never reached its member) and fails over.
+    fn next_after(
+        &mut self,
+        inner: &Inner,
+        ticket: Ticket,
+        error: AttemptError<C::Error>,
+        connect: bool,
+    ) -> Next<C> {
+        let name = ticket.member_ref().name.clone();
+        tracing::debug!(service = %inner.service, member = %name, error = %DisplayKind(&error), "attempt failed");
+        self.attempts.push(attempt(&ticket, error));
+        self.tried.push(name);
+        // The member's request ends before the next pick.
+        drop(ticket);
+        let call = self.call.as_ref().expect("a call before its answer");
+        let failure = TryFailure {
+            reached: !connect,
+            member_failed: true,
+            replayable: call.untouched(),
+            declined: false,
+        };
+        self.fail_over(inner, failure)
+    }
+
+    /// The core driver's second half ([`Failover::failed`]): another pick, or the call's end.
+    fn fail_over(&mut self, inner: &Inner, failure: TryFailure) -> Next<C> {
+        let failover = self.failover.as_mut().expect("set by the pick");
+        match failover.failed(failure, clock::now()) {
+            Ok(()) => Next::Step(Step::Pick),
+            Err(stop) => Next::Ready(Err(give_up(inner, gave_up(stop), &mut self.attempts))),
         }
     }
 }

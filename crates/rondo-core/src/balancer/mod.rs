@@ -18,6 +18,8 @@ pub mod handoff;
 mod hashing;
 mod least;
 mod pickers;
+mod request;
+mod shadow_picks;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -37,80 +39,10 @@ use candidates::Candidates;
 pub use candidates::{Eligibility, own_reason};
 pub use delay::{ADAPTIVE_EXPLORE_ONE_IN, ADAPTIVE_SCAN, ADAPTIVE_STALL};
 use pickers::{AlgoState, OwnPicks};
+pub use request::{PickError, PickRequest};
+use shadow_picks::Shadow;
 
 pub(crate) const NONE: u32 = u32::MAX;
-
-/// What the caller knows about the request being placed.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct PickRequest<'a> {
-    /// Now, on the caller's monotonic clock.
-    pub now: Instant,
-    /// The caller's locality group (the router's, or the client's).
-    pub group: Option<&'a str>,
-    /// Hash of the request key for `hash` ([`crate::hash::hash_key`]).
-    pub hash: Option<u64>,
-    /// A `rotating` context from [`Balancer::new_context`]; `None` starts a new one per pick.
-    pub context: Option<u32>,
-    /// Members already tried for this request (retries go elsewhere).
-    pub exclude: &'a [usize],
-}
-
-/// Why no member could be picked.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum PickError {
-    /// Nothing is eligible.
-    #[error(
-        "cluster {cluster}: no eligible member ({members} members: {active} active, {healthy} healthy)"
-    )]
-    NoEligible {
-        /// Cluster name.
-        cluster: String,
-        /// Members configured.
-        members: usize,
-        /// Active (not draining or disabled).
-        active: usize,
-        /// Healthy among the active.
-        healthy: usize,
-    },
-    /// Every eligible member was already tried.
-    #[error("cluster {cluster}: all {tried} eligible member(s) already tried")]
-    AllTried {
-        /// Cluster name.
-        cluster: String,
-        /// How many were excluded.
-        tried: usize,
-    },
-    /// The cluster has `max_requests` requests in flight.
-    #[error("cluster {cluster}: {limit} requests in flight, its max_requests")]
-    AtMaxRequests {
-        /// Cluster name.
-        cluster: String,
-        /// The cap.
-        limit: u32,
-    },
-    /// Every eligible member not yet tried has `max_requests_per_member` requests in flight.
-    #[error(
-        "cluster {cluster}: every eligible member has {limit} requests in flight, its max_requests_per_member"
-    )]
-    AtMaxPerMember {
-        /// Cluster name.
-        cluster: String,
-        /// The cap.
-        limit: u32,
-    },
-}
-
-impl PickError {
-    /// The circuit breaker that refused the pick (`max_requests`, `max_requests_per_member`),
-    /// if one did.
-    pub fn breaker(&self) -> Option<&'static str> {
-        match self {
-            PickError::AtMaxRequests { .. } => Some("max_requests"),
-            PickError::AtMaxPerMember { .. } => Some("max_requests_per_member"),
-            _ => None,
-        }
-    }
-}
 
 /// One cluster's members, their run-time state, and the picker over them.
 #[derive(Debug)]
@@ -134,23 +66,6 @@ pub struct Balancer {
     budget: RetryBudget,
     /// A candidate algorithm evaluated beside the live one ([`Balancer::set_shadow`]).
     shadow: Option<Box<Shadow>>,
-}
-
-/// A shadow: a candidate algorithm asked at every real pick what it would have picked, over the
-/// same candidates (the same eligibility, exclusions and slow start) and the same member state
-/// (load, latency estimates, probe round trips, agent reports: fed by the same request starts
-/// and ends, so the same numbers), with its own algorithm state (cursors, schedules, indexes,
-/// tables, rotation list, least-recently-picked order, rotating contexts) and the caller's
-/// separate generator. It moves no traffic: nothing it does reaches the live picks.
-#[derive(Debug)]
-struct Shadow {
-    algorithm: Algorithm,
-    algo: AlgoState,
-    /// Picks it made so far, and each member's last (its least-recently-picked order).
-    seq: u64,
-    last_pick: Vec<u64>,
-    next_context: u32,
-    tally: crate::shadow::Tally,
 }
 
 impl Balancer {
@@ -232,37 +147,6 @@ impl Balancer {
     /// Member name -> index in this version of the cluster, to carry order state over by name.
     fn index_by_name(&self) -> HashMap<&str, u32> {
         self.spec.members.iter().enumerate().map(|(i, m)| (m.name.as_str(), i as u32)).collect()
-    }
-
-    /// `old`'s shadow in this new version of its cluster: algorithm state kept as the live
-    /// one's is (by member name), the tally too, restarted when the live algorithm changed
-    /// (its live side would mix two algorithms).
-    fn carry_shadow(
-        &self,
-        sh: &Shadow,
-        old: &Balancer,
-        previous: &HashMap<&str, usize>,
-        now: Instant,
-    ) -> Shadow {
-        let old_of: Vec<Option<usize>> =
-            self.spec.members.iter().map(|m| previous.get(m.name.as_str()).copied()).collect();
-        let index = self.index_by_name();
-        let algo = AlgoState::carry_over(sh.algorithm, &sh.algo, |m| {
-            index.get(old.spec.members[m as usize].name.as_str()).copied()
-        });
-        let tally = if old.spec.policy.algorithm == self.spec.policy.algorithm {
-            sh.tally.carry_over(self.states.len(), |i| old_of[i])
-        } else {
-            crate::shadow::Tally::new(self.states.len(), now)
-        };
-        Shadow {
-            algorithm: sh.algorithm,
-            algo,
-            seq: sh.seq,
-            last_pick: old_of.iter().map(|o| o.map_or(0, |j| sh.last_pick[j])).collect(),
-            next_context: sh.next_context,
-            tally,
-        }
     }
 
     fn with_states(spec: Arc<ClusterSpec>, states: Vec<MemberState>) -> Self {
@@ -405,29 +289,6 @@ impl Balancer {
         self.states.get(member).is_some_and(|s| s.can_keep_session(now, &self.spec.policy))
     }
 
-    /// Starts evaluating `algorithm` beside the live one from `now` (a fresh tally; replacing
-    /// a running shadow), or with `None` stops. See [`Balancer::shadow_pick`].
-    pub fn set_shadow(&mut self, algorithm: Option<Algorithm>, now: Instant) {
-        self.shadow = algorithm.map(|algorithm| {
-            let mut algo = AlgoState::new(algorithm);
-            // `response-time`'s table from the latest probe round, as a view change keeps it.
-            algo.rerank(&self.states);
-            Box::new(Shadow {
-                algorithm,
-                algo,
-                seq: 0,
-                last_pick: vec![0; self.states.len()],
-                next_context: 0,
-                tally: crate::shadow::Tally::new(self.states.len(), now),
-            })
-        });
-    }
-
-    /// The shadow algorithm being evaluated, if any.
-    pub fn shadow(&self) -> Option<Algorithm> {
-        self.shadow.as_ref().map(|s| s.algorithm)
-    }
-
     /// After a real pick for `req` that chose `live` (`None`: it failed; the shadow is asked
     /// all the same, so that its algorithm state follows every request the live one saw), and
     /// before [`Balancer::begin_request`], asks the shadow, if one is set, what it would have
@@ -445,78 +306,6 @@ impl Balancer {
         if self.shadow.is_some() { self.shadow_pick_inner(req, live, rng) } else { None }
     }
 
-    #[inline(never)]
-    fn shadow_pick_inner(
-        &mut self,
-        req: &PickRequest<'_>,
-        live: Option<usize>,
-        rng: &mut dyn Entropy,
-    ) -> Option<usize> {
-        // Current already: the live pick just refreshed the candidates for this request.
-        self.refresh(req.now, req.group);
-        let Balancer { spec, states, cands, shadow, total_active, .. } = self;
-        let sh = shadow.as_deref_mut()?;
-        if !sh.algo.is_built() {
-            sh.algo.rebuild(spec, cands, states);
-        }
-        let picked = (!cands.slots.is_empty()).then(|| {
-            let context = match req.context {
-                Some(c) => c,
-                None if sh.algorithm == Algorithm::Rotating => {
-                    let c = sh.next_context;
-                    sh.next_context = c.wrapping_add(1);
-                    c
-                }
-                None => 0,
-            };
-            let recency = &sh.last_pick[..];
-            let (slot, _) = sh.algo.pick(
-                cands,
-                states,
-                &spec.policy,
-                *total_active,
-                req,
-                context,
-                rng,
-                recency,
-            );
-            let member = cands.slots[slot as usize] as usize;
-            let excluded = req.exclude.contains(&member);
-            let held_back = !excluded
-                && slow_start_holds_back(sh.algorithm, &states[member], &spec.policy, req.now, rng);
-            if excluded || held_back {
-                let skip = |m| req.exclude.contains(&m);
-                match sh.algo.next_after(cands, states, slot, context, &skip, recency) {
-                    Some(other) => Some(other),
-                    None if held_back => Some(member),
-                    None => None,
-                }
-            } else {
-                Some(member)
-            }
-        });
-        let picked = picked.flatten();
-        if let Some(m) = picked {
-            sh.seq += 1;
-            sh.last_pick[m] = sh.seq;
-            sh.algo.picked(cands, m);
-        }
-        // A request the live algorithm placed nowhere is no decision to compare (and the
-        // shadow, over the same candidates and exclusions, found none either).
-        if let Some(live) = live {
-            sh.tally.picked(live, picked, req.now);
-        }
-        picked
-    }
-
-    /// The shadow's report at `now` ([`crate::shadow`] says what each number means), or `None`
-    /// without a shadow.
-    pub fn shadow_report(&mut self, now: Instant) -> Option<crate::shadow::ShadowReport> {
-        let live = self.spec.policy.algorithm;
-        let sh = self.shadow.as_deref_mut()?;
-        Some(sh.tally.report(now, sh.algorithm, live, &self.spec.members))
-    }
-
     /// A member's sessions or in-flight count changed: the algorithm's indexes follow, and the
     /// shadow's. Without a shadow, one branch and the live update as before (each side ends
     /// in its own call, so the live path needs no stack frame for the shadow's).
@@ -526,25 +315,6 @@ impl Balancer {
             return self.load_changed_shadowed(member);
         }
         self.algo.load_changed(&self.cands, &self.states, member);
-    }
-
-    #[cold]
-    #[inline(never)]
-    fn load_changed_shadowed(&mut self, member: usize) {
-        self.algo.load_changed(&self.cands, &self.states, member);
-        if let Some(sh) = self.shadow.as_deref_mut() {
-            sh.algo.load_changed(&self.cands, &self.states, member);
-        }
-    }
-
-    /// The shadow's side of a request's end on `member`.
-    #[cold]
-    #[inline(never)]
-    fn shadow_ended(&mut self, member: usize, now: Instant, outcome: Outcome) {
-        if let Some(sh) = self.shadow.as_deref_mut() {
-            sh.algo.load_changed(&self.cands, &self.states, member);
-            sh.tally.ended(member, now, outcome);
-        }
     }
 
     fn no_eligible(&self, now: Instant) -> PickError {

@@ -221,7 +221,15 @@ impl Default for Metrics {
 impl Metrics {
     /// Every metric registered, at zero.
     pub fn new() -> Metrics {
-        let mut m = Metrics {
+        let mut m = Metrics::zeroed();
+        m.register_all();
+        m
+    }
+
+    /// Every family and gauge at zero (the tier's router count at one, this one), none
+    /// registered yet.
+    fn zeroed() -> Metrics {
+        Metrics {
             registry: Registry::with_prefix("rondo"),
             requests: Family::default(),
             latency: Family::new_with_constructor(latency_histogram),
@@ -291,38 +299,42 @@ impl Metrics {
             tls_detail: TlsDetail::default(),
             scrape: Mutex::new(()),
             queues: OnceLock::new(),
-        };
+        }
+    }
+
+    /// Registers every family: the process collector, then product by product.
+    fn register_all(&mut self) {
+        let m = self;
         for result in ["accepted", "rejected"] {
             m.reloads.get_or_create(&ReloadLabels { result }).inc_by(0);
         }
         m.process.register_collector(Box::new(crate::process::ProcessCollector));
         // Registered product by product, in the order `/metrics` has always shown them.
         let mut r = std::mem::take(&mut m.registry);
-        router::register_outcomes(&m, &mut r);
-        listener::register(&m, &mut r);
-        router::register_tries(&m, &mut r);
-        downstream::register(&m, &mut r);
-        fault::register(&m, &mut r);
-        members::register_events(&m, &mut r);
+        router::register_outcomes(m, &mut r);
+        listener::register(m, &mut r);
+        router::register_tries(m, &mut r);
+        downstream::register(m, &mut r);
+        fault::register(m, &mut r);
+        members::register_events(m, &mut r);
         r.register(
             "config_reloads",
             "Reloads of the config file (file change or SIGHUP), by result",
             m.reloads.clone(),
         );
         r.register("view_id", "Id of the live view", m.view.clone());
-        naming::register(&m, &mut r);
-        members::register_state(&m, &mut r);
-        tls::register(&m, &mut r);
+        naming::register(m, &mut r);
+        members::register_state(m, &mut r);
+        tls::register(m, &mut r);
         m.tls_detail.register(&mut r);
-        quic::register(&m, &mut r);
-        limits::register(&m, &mut r);
-        filters::register(&m, &mut r);
-        xds::register(&m, &mut r);
-        udp::register(&m, &mut r);
-        dns::register(&m, &mut r);
-        trace::register(&m, &mut r);
+        quic::register(m, &mut r);
+        limits::register(m, &mut r);
+        filters::register(m, &mut r);
+        xds::register(m, &mut r);
+        udp::register(m, &mut r);
+        dns::register(m, &mut r);
+        trace::register(m, &mut r);
         m.registry = r;
-        m
     }
 
     /// Counts a config file reload.
