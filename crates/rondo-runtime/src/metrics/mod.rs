@@ -27,6 +27,7 @@ mod members;
 mod naming;
 mod quic;
 mod router;
+mod splice;
 mod tls;
 mod tls_detail;
 mod trace;
@@ -65,6 +66,7 @@ pub use router::{
     ResponseLabels, RouteClusterLabels, RouteMetrics,
 };
 use router::{Histograms, latency_histogram};
+pub use splice::ForwardedLabels;
 use tls::TlsFailureKey;
 pub use tls::{MAX_TLS_FAILURE_ROWS, TlsListenerLabels, TlsMemberLabels};
 pub use tls_detail::{OcspLabels, TlsDetail, TlsKxLabels};
@@ -158,6 +160,8 @@ pub struct Metrics {
     udp: udp::UdpFamilies,
     /// `members_dns` resolutions and members.
     dns: dns::DnsFamilies,
+    /// Bytes tcp sessions forwarded, spliced or copied (`rondo_tcp_forwarded_bytes_total`).
+    splice: splice::SpliceFamilies,
     /// Client-facing request durations (`rondo_downstream_request_duration_seconds`).
     downstream: downstream::DownstreamFamily,
     /// Spans exported over OTLP and lost (`[tracing]`).
@@ -256,6 +260,7 @@ impl Metrics {
             xds: Default::default(),
             udp: Default::default(),
             dns: Default::default(),
+            splice: Default::default(),
             downstream: Default::default(),
             trace: Default::default(),
             compress_in: Family::default(),
@@ -318,6 +323,7 @@ impl Metrics {
         xds::register(&m, &mut r);
         udp::register(&m, &mut r);
         dns::register(&m, &mut r);
+        splice::register(&m, &mut r);
         trace::register(&m, &mut r);
         m.registry = r;
         m
