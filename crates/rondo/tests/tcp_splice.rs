@@ -326,7 +326,8 @@ fn more_sessions_than_the_pipe_pool_holds_are_all_byte_exact() {
     let total = (40 * 2 * MIB) as u64;
     let (spliced, copied) = r.forwarded_when(|s, c| s + c >= total);
     assert_eq!(spliced + copied, total);
-    assert!(spliced >= total - 80 * 16 * 1024, "spliced {spliced} of {total}");
+    // Each direction copies until a read fills its buffer (a few reads): nearly all is spliced.
+    assert!(copied <= total / 20, "spliced {spliced} of {total}");
     r.assert_nothing_held(before);
 }
 
