@@ -13,7 +13,7 @@
 //!
 //! By product: `router` (the request path), `listener` (connections and hand-offs),
 //! `members` (cluster events and member state), `naming` (the registry and load agents),
-//! `tls`, `quic` (HTTP/3 listeners), `xds` (the naming service's xDS server), `dns` (`members_dns`), `udp` (`udp` listeners), `trace` (spans exported over OTLP); the durable queues' figures are rendered by [`crate::queues`] and the process's by
+//! `tls`, `quic` (HTTP/3 listeners), `xds` (the naming service's xDS server), `dns` (`members_dns`), `udp` (`udp` listeners), `splice` (tcp listeners' bytes, spliced or copied), `trace` (spans exported over OTLP); the durable queues' figures are rendered by [`crate::queues`] and the process's by
 //! [`crate::process`].
 
 mod departed;
