@@ -401,3 +401,47 @@ async fn a_tls_listener_falls_back_to_copy_byte_exact() {
     let (spliced, copied) = tokio::task::block_in_place(|| r.forwarded_when(|_, c| c >= total));
     assert_eq!((spliced, copied), (0, total), "tls copies: no splice");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tls_member_falls_back_to_copy_byte_exact() {
+    use rustls_pki_types::CertificateDer;
+    use rustls_pki_types::PrivateKeyDer;
+    use rustls_pki_types::pem::PemObject;
+
+    let made = rcgen::generate_simple_self_signed(vec!["a.test".to_owned()]).expect("certificate");
+    let (cert, key) = (made.cert.pem(), made.signing_key.serialize_pem());
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let server = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![CertificateDer::from_pem_slice(cert.as_bytes()).expect("cert")],
+            PrivateKeyDer::from_pem_slice(key.as_bytes()).expect("key"),
+        )
+        .expect("server config");
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(server));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind member");
+    let addr = listener.local_addr().expect("member address");
+    // A TLS echo member: what arrives goes back; its end of stream ends the answer.
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(tls) = acceptor.accept(tcp).await else { return };
+                let (mut rd, mut wr) = tokio::io::split(tls);
+                let _ = tokio::io::copy(&mut rd, &mut wr).await;
+                let _ = tokio::io::AsyncWriteExt::shutdown(&mut wr).await;
+            });
+        }
+    });
+    let upstream = "upstream_tls = { ca = \"a.pem\", server_name = \"a.test\" }";
+    let r = router(addr, "", upstream, &[("a.pem", &cert)]);
+    let data = Arc::new(payload(4 * MIB, 41));
+    let (raw, sent) = (r.raw, data.clone());
+    let back = tokio::task::spawn_blocking(move || through(raw, sent)).await.expect("client");
+    assert!(back == *data, "the echo through a tls member differs");
+    let total = (2 * 4 * MIB) as u64;
+    let (spliced, copied) = tokio::task::block_in_place(|| r.forwarded_when(|_, c| c >= total));
+    assert_eq!((spliced, copied), (0, total), "tls to the member copies: no splice");
+}
