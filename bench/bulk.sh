@@ -16,7 +16,8 @@
 # over the run, divided by the GiB moved (every download's size is checked). Medians of ROUNDS
 # rounds, runs interleaved across proxies round by round. Configurations:
 #   L4: rondo (`splice = "auto"`, the default), rondo `splice = "off"`, HAProxy's default
-#       (`mode tcp`, no splice), HAProxy `option splice-auto` (frontend and backend).
+#       (`mode tcp`, no splice), HAProxy `option splice-auto` (frontend and backend), and
+#       HAProxy `option splice-request` + `option splice-response` (splice always).
 #   L7: rondo's `http` listener (HTTP/1.1 to the member), HAProxy `mode http` default and with
 #       `option splice-auto`.
 # Results: markdown on stdout and in bench/results/bulk-latest.md (quick runs: bulk-quick.md).
@@ -37,17 +38,18 @@ while [ $# -gt 0 ]; do
   shift
 done
 
-if [ "$quick" = 1 ]; then ROUNDS=1 FILES=2; else ROUNDS=3 FILES=8; fi
+if [ "$quick" = 1 ]; then ROUNDS=1 FILES=2; else ROUNDS=3 FILES=${BENCH_FILES:-8}; fi
 CLIENTS=4
 FILE_MIB=64
 PROXY_CPU=${BENCH_PROXY_CPU:-0}
 LOAD_CPU=${BENCH_LOAD_CPU:-1}
 BASE=${BENCH_PORT_BASE:-18500}
 MEMBER_PORT=$((BASE + 1))
-CONFIGS=(l4-rondo l4-rondo-off l4-haproxy l4-haproxy-splice l7-rondo l7-haproxy l7-haproxy-splice)
+CONFIGS=(l4-rondo l4-rondo-off l4-haproxy l4-haproxy-splice l4-haproxy-splice-always l7-rondo l7-haproxy
+  l7-haproxy-splice)
 declare -A PORT=([l4-rondo]=$((BASE + 10)) [l4-rondo-off]=$((BASE + 11)) [l7-rondo]=$((BASE + 12))
   [l4-haproxy]=$((BASE + 20)) [l4-haproxy-splice]=$((BASE + 21)) [l7-haproxy]=$((BASE + 22))
-  [l7-haproxy-splice]=$((BASE + 23)))
+  [l7-haproxy-splice]=$((BASE + 23)) [l4-haproxy-splice-always]=$((BASE + 24)))
 
 BENCH_NAME=bench-bulk TMP_PREFIX=rondo-bench-bulk
 # shellcheck source=bench/lib.sh
@@ -59,7 +61,8 @@ for p in "$MEMBER_PORT" "${PORT[@]}"; do
 done
 
 # --- the member and the proxies -----------------------------------------------------------------
-mkdir -p "$TMP/www" "$TMP/logs"
+mkdir -p "$TMP/www"
+chmod 755 "$TMP"  # nginx's workers (nobody) read the file
 head -c $((FILE_MIB << 20)) /dev/urandom >"$TMP/www/big"
 cat >"$TMP/members.conf" <<EOF
 worker_processes 1;
@@ -118,25 +121,27 @@ EOF
   cat <<EOF
 global
   nbthread 1
-  maxconn 9000
+  maxconn 1000
 
 defaults
   timeout connect 5s
   timeout client 60s
   timeout server 60s
 EOF
-  # haproxy_pair NAME MODE SPLICE: a frontend and its backend.
+  # haproxy_pair NAME MODE OPTIONS: a frontend and its backend, both with OPTIONS (lines).
   haproxy_pair() {
-    local opt=""
-    [ "$3" = 1 ] && opt="  option splice-auto"
+    local opt=$3
     printf 'frontend %s\n  mode %s\n%s\n  bind 127.0.0.1:%s\n  default_backend %s\n\n' \
       "$1" "$2" "$opt" "${PORT[$1]}" "$1"
     printf 'backend %s\n  mode %s\n%s\n  server m1 127.0.0.1:%s\n\n' "$1" "$2" "$opt" "$MEMBER_PORT"
   }
-  haproxy_pair l4-haproxy tcp 0
-  haproxy_pair l4-haproxy-splice tcp 1
-  haproxy_pair l7-haproxy http 0
-  haproxy_pair l7-haproxy-splice http 1
+  auto="  option splice-auto"
+  always=$'  option splice-request\n  option splice-response'
+  haproxy_pair l4-haproxy tcp ""
+  haproxy_pair l4-haproxy-splice tcp "$auto"
+  haproxy_pair l4-haproxy-splice-always tcp "$always"
+  haproxy_pair l7-haproxy http ""
+  haproxy_pair l7-haproxy-splice http "$auto"
 } >"$TMP/haproxy.cfg"
 
 start members "$LOAD_CPU" nginx -p "$TMP" -c "$TMP/members.conf" -g 'daemon off;'
@@ -152,10 +157,10 @@ log "member and proxies up; rondo $("$RONDO" --version | awk 'NR == 1 {print $2}
 run() {
   local c=$1 pid before after i urls=() sizes
   pid=$(pid_of "$c")
-  for i in $(seq "$FILES"); do urls+=("http://127.0.0.1:${PORT[$c]}/big"); done
+  for i in $(seq "$FILES"); do urls+=(-o /dev/null "http://127.0.0.1:${PORT[$c]}/big"); done
   before=$(cpu_ticks "$pid")
   for i in $(seq "$CLIENTS"); do
-    taskset -c "$LOAD_CPU" curl -s -o /dev/null -w '%{size_download}\n' "${urls[@]}" >"$TMP/sizes.$i" &
+    taskset -c "$LOAD_CPU" curl -s -w '%{size_download}\n' "${urls[@]}" >"$TMP/sizes.$i" &
   done
   wait  # run is called in a subshell: its only children are the clients
   after=$(cpu_ticks "$pid")
@@ -181,6 +186,7 @@ for c in "${CONFIGS[@]}"; do MED[$c]=$(med "${RUNS[$c]}"); done
 # Efficiency: HAProxy's CPU per GiB over rondo's (above 1: rondo spends less).
 l4_default=$(ratio "${MED[l4-haproxy]}" "${MED[l4-rondo]}")
 l4_splice=$(ratio "${MED[l4-haproxy-splice]}" "${MED[l4-rondo]}")
+l4_always=$(ratio "${MED[l4-haproxy-splice-always]}" "${MED[l4-rondo]}")
 l7_default=$(ratio "${MED[l7-haproxy]}" "${MED[l7-rondo]}")
 out="bench/results/bulk-$([ "$quick" = 1 ] && echo quick || echo latest).md"
 {
@@ -196,5 +202,6 @@ out="bench/results/bulk-$([ "$quick" = 1 ] && echo quick || echo latest).md"
   echo "|---|---|---|"
   echo "| L4 vs HAProxy default ≥ 1.5× | ${l4_default}× | $(verdict "$l4_default" 1.5) |"
   echo "| L4 vs HAProxy splice-auto ≥ 1.0× | ${l4_splice}× | $(verdict "$l4_splice" 1.0) |"
+  echo "| L4 vs HAProxy splice-request/response (no target) | ${l4_always}× | – |"
   echo "| L7 vs HAProxy default ≥ 1.2× | ${l7_default}× | $(verdict "$l7_default" 1.2) |"
 } | tee "$out"
