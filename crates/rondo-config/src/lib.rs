@@ -49,8 +49,8 @@ pub use spec::{
     AccessLogSpec, AccessLogTarget, AdminSpec, AdminToken, AgentKey, AgentSpec, DnsQuery, DnsSpec,
     ErrorDetail, Http2Limits, Http3Spec, ListenerProtocol, ListenerSpec, LogFormat, LogSpec,
     MembersDnsSpec, MetricsSpec, NamingSpec, ProbeSpec, ProxyProtocolMode, ProxyProtocolSpec,
-    QueueBackend, QueueSpec, RegistrySpec, RouterSpec, Routing, Trusted, UdpGranularity, UdpSpec,
-    XdsSpec,
+    QueueBackend, QueueSpec, RegistrySpec, RouterSpec, Routing, Splice, Trusted, UdpGranularity,
+    UdpSpec, XdsSpec,
 };
 pub use warnings::Features;
 

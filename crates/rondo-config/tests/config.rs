@@ -196,6 +196,7 @@ fn full_config_compiles_into_the_expected_view() {
                 filters: vec![],
                 http3: None,
                 udp: None,
+                splice: rondo_config::Splice::Off,
             },
             ListenerSpec {
                 name: "db".into(),
@@ -219,6 +220,7 @@ fn full_config_compiles_into_the_expected_view() {
                 filters: vec![],
                 http3: None,
                 udp: None,
+                splice: rondo_config::Splice::Auto,
             },
         ]
     );

@@ -41,6 +41,7 @@ mod proxy_protocol;
 pub mod replay;
 pub mod session_replay;
 pub mod sni;
+pub mod splice;
 pub mod sticky;
 pub mod tcp;
 pub mod tls;
@@ -642,7 +643,7 @@ async fn accept_tcp(
     mut stopped: watch::Receiver<bool>,
 ) {
     let name: Arc<str> = spec.name.as_str().into();
-    let hello_timeout = spec.header_read_timeout;
+    let (hello_timeout, splice) = (spec.header_read_timeout, spec.splice);
     loop {
         let (stream, peer) = tokio::select! {
             biased;
@@ -671,11 +672,15 @@ async fn accept_tcp(
                 return;
             };
             match tls {
-                None => tcp::handle_plain(live, name, stream, (peer, local), hello_timeout).await,
+                None => {
+                    let opts = (hello_timeout, splice);
+                    tcp::handle_plain(live, name, stream, (peer, local), opts).await
+                }
                 Some(t) => match t.accept(stream).await {
                     Ok((s, _)) => {
                         let sni = s.get_ref().1.server_name().map(str::to_owned);
-                        tcp::handle(live, name, s, (peer, local), sni.as_deref(), &[]).await;
+                        let opts = (sni.as_deref(), splice);
+                        tcp::handle(live, name, s, (peer, local), opts, &[]).await;
                     }
                     Err(e) => tracing::debug!(listener = %name, %peer, "{e}"),
                 },

@@ -3,12 +3,14 @@
 //! member does not take it is the core's failover driver's decision ([`drive()`]), as for HTTP:
 //! a refused connection moves on for free; a connect that timed out (the member may be
 //! overloaded) moves on as a retry, within the cluster's retry budget; at most the cluster's
-//! retry attempts each.
+//! retry attempts each. A plain session is forwarded with splice(2) ([`crate::splice`]) unless
+//! the listener says `splice = "off"`; TLS on either side copies.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use rondo_config::Splice;
 use rondo_core::failover::{Placement, TryMaker, drive};
 use rondo_core::{Failover, FailureKind, Outcome, Route, Stop, TryFailure};
 use rondo_runtime::{ClusterRt, Live, Refused, Snapshot, clock};
@@ -16,6 +18,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::sni;
+use crate::splice::{Moved, PlainTcp};
 
 /// A member's end of a session: plain TCP, or TLS (`upstream_tls`).
 trait Upstream: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
@@ -23,18 +26,19 @@ impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Upstream fo
 
 /// Serves one plain client connection of TCP listener `listener`. When the listener has routes
 /// that match on `sni`, the client's first bytes (its TLS ClientHello) are read, within
-/// `hello_timeout`, to route on its server name, and sent on to the member first.
+/// `hello_timeout`, to route on its server name, and sent on to the member first. `splice` is the
+/// listener's.
 pub async fn handle_plain(
     live: Arc<Live>,
     listener: Arc<str>,
     mut client: TcpStream,
     (peer, local): (SocketAddr, SocketAddr),
-    hello_timeout: Duration,
+    (hello_timeout, splice): (Duration, Splice),
 ) {
     let by_sni =
         live.load().view.routes.iter().any(|r| *r.listener == *listener && r.matcher.sni.is_some());
     if !by_sni {
-        return handle(live, listener, client, (peer, local), None, &[]).await;
+        return handle(live, listener, client, (peer, local), (None, splice), &[]).await;
     }
     let mut hello = Vec::with_capacity(1024);
     let read = tokio::time::timeout(hello_timeout, async {
@@ -61,21 +65,21 @@ pub async fn handle_plain(
         }
         Err(_) => None,
     };
-    handle(live, listener, client, (peer, local), name.as_deref(), &hello).await;
+    handle(live, listener, client, (peer, local), (name.as_deref(), splice), &hello).await;
 }
 
 /// Serves one client connection of TCP listener `listener` from `peer`, reached at `local`,
-/// whose TLS server name is `sni` (if any); `first` is what the client already sent, passed on
-/// to the member before the rest.
+/// whose TLS server name is `sni` (if any), with the listener's `splice`; `first` is what the
+/// client already sent, passed on to the member before the rest.
 pub async fn handle<C>(
     live: Arc<Live>,
     listener: Arc<str>,
     client: C,
     (peer, local): (SocketAddr, SocketAddr),
-    sni: Option<&str>,
+    (sni, splice): (Option<&str>, Splice),
     first: &[u8],
 ) where
-    C: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    C: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + PlainTcp,
 {
     let snapshot = live.load();
     let mut routes = snapshot.view.routes.iter().filter(|r| *r.listener == *listener);
@@ -105,6 +109,7 @@ pub async fn handle<C>(
         client,
         first,
         addrs: (peer, local),
+        splice,
     };
     match drive(&mut connecting, &mut failover, now).await {
         // Told where the budget ran out.
@@ -128,6 +133,8 @@ struct Connecting<'a, C> {
     first: &'a [u8],
     /// The client's address and the one it reached, for a member's PROXY header.
     addrs: (SocketAddr, SocketAddr),
+    /// The listener's `splice`.
+    splice: Splice,
 }
 
 /// A placed try: the cluster, by name and run-time state, and the member.
@@ -139,7 +146,7 @@ struct Underway<'a> {
 
 impl<'a, C> TryMaker for Connecting<'a, C>
 where
-    C: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    C: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + PlainTcp,
 {
     type Placed = Underway<'a>;
     type Held = ();
@@ -194,7 +201,7 @@ where
 
 impl<'a, C> Connecting<'a, C>
 where
-    C: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    C: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + PlainTcp,
 {
     /// Connects to the placed member (then TLS with `upstream_tls`) and, when it takes the
     /// connection, splices the session to it.
@@ -234,8 +241,8 @@ where
                         return connect_failed();
                     }
                 }
-                let mut upstream: Box<dyn Upstream> = match &rt.tls {
-                    None => Box::new(upstream),
+                let mut upstream = match &rt.tls {
+                    None => MemberConn::Plain(upstream),
                     Some(Err(_)) => {
                         tracing::warn!(%listener, cluster = %cluster, member = %m.name, "upstream_tls files could not be loaded");
                         return connect_failed();
@@ -243,7 +250,7 @@ where
                     Some(Ok(tls)) => {
                         let host = rondo_runtime::tls::upstream::host_of(&m.address);
                         match tokio::time::timeout(timeout, tls.connect(upstream, host)).await {
-                            Ok(Ok(s)) => Box::new(s),
+                            Ok(Ok(s)) => MemberConn::Tls(Box::new(s)),
                             failed => {
                                 let why = match failed {
                                     Ok(Err(e)) => {
@@ -267,13 +274,16 @@ where
                 }
                 rt.end_request(member, Outcome::Success { latency: started.elapsed() });
                 rt.open_session(member);
-                let copied = tokio::io::copy_bidirectional(&mut self.client, &mut upstream).await;
+                let moved = forward(&mut self.client, &mut upstream, self.splice).await;
                 rt.close_session(member);
                 // Counted when the connection ends (an error loses its counts).
-                if let Ok((to_member, to_client)) = copied {
+                if let Ok((to_member, to_client)) = moved {
                     let counted = crate::http::route_metrics(rt, &self.route.name);
-                    counted.bytes_in.inc_by(to_member);
-                    counted.bytes_out.inc_by(to_client);
+                    counted.bytes_in.inc_by(to_member.total());
+                    counted.bytes_out.inc_by(to_client.total());
+                    let spliced = to_member.spliced + to_client.spliced;
+                    let copied = to_member.copied + to_client.copied;
+                    self.live.metrics.tcp_forwarded(listener, spliced, copied);
                 }
                 return Ok(());
             }
@@ -285,4 +295,45 @@ where
         tracing::debug!(%listener, cluster = %cluster, member = %m.name, ?kind, "tcp connect failed");
         Err(failure)
     }
+}
+
+/// A member's end of a session once connected.
+enum MemberConn {
+    /// Plain TCP, which splice can forward.
+    Plain(TcpStream),
+    /// TLS (`upstream_tls`).
+    Tls(Box<dyn Upstream>),
+}
+
+impl MemberConn {
+    async fn write_all(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        match self {
+            MemberConn::Plain(s) => s.write_all(bytes).await,
+            MemberConn::Tls(s) => s.write_all(bytes).await,
+        }
+    }
+}
+
+/// Forwards a session both ways until both have ended (or either fails): spliced when both ends
+/// are plain TCP and the listener allows it, else copied as `copy_bidirectional` does. Returns
+/// what went to the member and what went to the client.
+async fn forward<C>(
+    client: &mut C,
+    member: &mut MemberConn,
+    splice: Splice,
+) -> std::io::Result<(Moved, Moved)>
+where
+    C: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + PlainTcp,
+{
+    if splice == Splice::Auto
+        && let (Some(c), MemberConn::Plain(m)) = (client.plain(), &*member)
+    {
+        return crate::splice::forward(c, m).await;
+    }
+    let (up, down) = match member {
+        MemberConn::Plain(m) => tokio::io::copy_bidirectional(client, m).await?,
+        MemberConn::Tls(m) => tokio::io::copy_bidirectional(client, m).await?,
+    };
+    let copied = |n| Moved { spliced: 0, copied: n };
+    Ok((copied(up), copied(down)))
 }

@@ -86,6 +86,7 @@ pub(super) fn compile_listener(
         filters,
         http3: compile_http3(c, &path, l, protocol),
         udp: super::udp::compile_listener_udp(c, &path, l, protocol),
+        splice: super::splice::compile_splice(c, &path, l, protocol),
     })
 }
 

@@ -26,6 +26,7 @@ mod routes;
 mod sampling;
 mod services;
 mod shared_members;
+mod splice;
 mod split;
 mod tracing;
 mod traffic;

@@ -52,6 +52,8 @@ pub(crate) struct RawListener {
     pub http3_retry_above: Option<u64>,
     pub http3_0rtt: Option<bool>,
     pub udp: Option<RawListenerUdp>,
+    /// `splice = "auto" | "off"` (compile/splice.rs).
+    pub splice: Option<String>,
 }
 
 /// A `udp` listener's `udp` table: its flows.

@@ -230,6 +230,33 @@ pub struct ListenerSpec {
     pub http3: Option<Http3Spec>,
     /// A `udp` listener's flows (`udp`); `None` on every other protocol.
     pub udp: Option<UdpSpec>,
+    /// Whether a `tcp` listener forwards with splice(2) (`splice`); `Off` on every other
+    /// protocol.
+    pub splice: Splice,
+}
+
+/// How a `tcp` listener moves bytes between client and member (`splice`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Splice {
+    /// Through a kernel pipe with splice(2) once a direction carries bulk (a read fills the
+    /// copy buffer), as HAProxy's `option splice-auto`; TLS on either side copies.
+    #[default]
+    Auto,
+    /// Always through a userspace buffer.
+    Off,
+}
+
+impl Splice {
+    /// Every setting.
+    pub const ALL: [Splice; 2] = [Splice::Auto, Splice::Off];
+
+    /// The configuration spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Splice::Auto => "auto",
+            Splice::Off => "off",
+        }
+    }
 }
 
 /// How a `udp` listener balances its datagrams (its `udp` table).

@@ -13,7 +13,7 @@
 //!
 //! By product: `router` (the request path), `listener` (connections and hand-offs),
 //! `members` (cluster events and member state), `naming` (the registry and load agents),
-//! `tls`, `quic` (HTTP/3 listeners), `xds` (the naming service's xDS server), `dns` (`members_dns`), `udp` (`udp` listeners), `trace` (spans exported over OTLP); the durable queues' figures are rendered by [`crate::queues`] and the process's by
+//! `tls`, `quic` (HTTP/3 listeners), `xds` (the naming service's xDS server), `dns` (`members_dns`), `udp` (`udp` listeners), `splice` (tcp listeners' bytes, spliced or copied), `trace` (spans exported over OTLP); the durable queues' figures are rendered by [`crate::queues`] and the process's by
 //! [`crate::process`].
 
 mod buckets;
@@ -28,6 +28,7 @@ mod members;
 mod naming;
 mod quic;
 mod router;
+mod splice;
 mod tls;
 mod tls_detail;
 mod trace;
@@ -67,6 +68,7 @@ pub use router::{
     AuthLabels, GrpcLabels, MemberRouteLabels, MulticastLabels, ReplayLabels, ResponseHandles,
     ResponseLabels, RouteClusterLabels, RouteMetrics,
 };
+pub use splice::ForwardedLabels;
 use tls::TlsFailureKey;
 pub use tls::{MAX_TLS_FAILURE_ROWS, TlsListenerLabels, TlsMemberLabels};
 pub use tls_detail::{OcspLabels, TlsDetail, TlsKxLabels};
@@ -160,6 +162,8 @@ pub struct Metrics {
     udp: udp::UdpFamilies,
     /// `members_dns` resolutions and members.
     dns: dns::DnsFamilies,
+    /// Bytes tcp sessions forwarded, spliced or copied (`rondo_tcp_forwarded_bytes_total`).
+    splice: splice::SpliceFamilies,
     /// Client-facing request durations (`rondo_downstream_request_duration_seconds`).
     downstream: downstream::DownstreamFamily,
     /// Spans exported over OTLP and lost (`[tracing]`).
@@ -266,6 +270,7 @@ impl Metrics {
             xds: Default::default(),
             udp: Default::default(),
             dns: Default::default(),
+            splice: Default::default(),
             downstream: Default::default(),
             trace: Default::default(),
             compress_in: Family::default(),
@@ -333,6 +338,7 @@ impl Metrics {
         xds::register(m, &mut r);
         udp::register(m, &mut r);
         dns::register(m, &mut r);
+        splice::register(m, &mut r);
         trace::register(m, &mut r);
         m.registry = r;
     }
