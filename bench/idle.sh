@@ -105,6 +105,10 @@ cat >"$TMP/haproxy.cfg" <<EOF
 global
   nbthread 1
   maxconn 19500
+  # The hard limit here, allowed below what HAProxy would ask (two descriptors a connection;
+  # only a few dozen member connections are open at once).
+  ulimit-n 20000
+  no strict-limits
 
 defaults
   mode http

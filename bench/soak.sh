@@ -87,7 +87,7 @@ wait_port "$PORT" rondo
 fds() { find "/proc/$PID_rondo/fd" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l; }
 # rondo's TCP sockets towards the member (idle upstream connections it keeps, up to 256 per
 # member, for a later request: not a leak) and from clients (its listener's port).
-socks() { ss -tanpH 2>/dev/null | grep "pid=$PID_rondo," | awk -v p=":$1\$" "\$$2 ~ p" | wc -l; }
+socks() { ss -tanpH 2>/dev/null | grep "pid=$PID_rondo," | awk -v p=":$1\$" "\$1 != \"LISTEN\" && \$$2 ~ p" | wc -l; }
 upstream() { socks "$MEMBER_PORT" 5; }
 active() { socks "$PORT" 4; }
 # own: descriptors other than the kept upstream connections.
