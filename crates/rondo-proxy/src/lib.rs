@@ -417,19 +417,32 @@ async fn accept_http(
         let budget = budget.clone();
         let tls = tls.clone();
         let open = ctx.metrics.opened();
+        // What the task holds for its whole life is every idle connection's cost (issue 36):
+        // `stream` is the captured one (a `let` inside took its room again), the PROXY header's
+        // reading is boxed (made only on listeners that have one), and hyper's part is made
+        // only when the own path declines the connection.
+        let (mut stream, mut peer) = (stream, peer);
         tokio::spawn(async move {
-            let mut stream = stream;
-            let Some(peer) = client_address(&mut stream, peer, &ctx.listener, &ctx.metrics).await
-            else {
-                return;
-            };
-            let hyper = Hyper { ctx: &ctx, builder, budget, peer, local };
+            if ctx.listener.proxy_protocol.is_some() {
+                let read = client_address(&mut stream, peer, &ctx.listener, &ctx.metrics);
+                match Box::pin(read).await {
+                    Some(client) => peer = client,
+                    None => return,
+                }
+            }
             let addrs = (peer, local);
             match &tls {
                 None => {
-                    // The own HTTP/1 path first; hyper gets the connection if it declines.
-                    if let Some((s, _, read)) = h1::conn::serve(&ctx, stream, addrs, None).await {
-                        Box::pin(hyper.serve(ClientIo::from(s), None, read)).await;
+                    // The own HTTP/1 path first; hyper gets the connection if it declines. (Made
+                    // in a closure: the declined connection's tuple, kept as a temporary beside
+                    // hyper's await, took room in every idle connection's task.)
+                    let declined = h1::conn::serve(&ctx, stream, addrs, None).await;
+                    let hyper = declined.map(|(s, _, read)| {
+                        let hyper = Hyper { ctx: &ctx, builder, budget, peer, local };
+                        Box::pin(hyper.serve(ClientIo::from(s), None, read))
+                    });
+                    if let Some(hyper) = hyper {
+                        hyper.await;
                     }
                 }
                 // Boxed: a plain connection's task does not carry the TLS states' size.
@@ -444,11 +457,20 @@ async fn accept_http(
                                 let cert = Some(cert);
                                 if s.get_ref().1.alpn_protocol() == Some(b"h2") {
                                     ctx.metrics.handoffs.inc(Handoff::H2);
-                                    hyper.serve(ClientIo::from(s), cert, Vec::new()).await;
+                                    Hyper { ctx: &ctx, builder, budget, peer, local }
+                                        .serve(ClientIo::from(s), cert, Vec::new())
+                                        .await;
                                 } else if let Some((s, cert, read)) =
                                     h1::conn::serve(&ctx, s, addrs, cert).await
                                 {
-                                    Box::pin(hyper.serve(ClientIo::from(s), cert, read)).await;
+                                    Box::pin(
+                                        Hyper { ctx: &ctx, builder, budget, peer, local }.serve(
+                                            ClientIo::from(s),
+                                            cert,
+                                            read,
+                                        ),
+                                    )
+                                    .await;
                                 }
                             }
                             Err(e) => tracing::debug!(listener = %ctx.listener.name, %peer, "{e}"),

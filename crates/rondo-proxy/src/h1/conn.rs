@@ -43,8 +43,9 @@ pub(crate) enum Next {
 pub(super) struct Client<S> {
     pub(super) stream: S,
     pub(super) peer: SocketAddr,
-    /// On a TLS listener, what members are told of the client's certificate.
-    pub(super) tls: Option<crate::tls::ClientCert>,
+    /// On a TLS listener, what members are told of the client's certificate (boxed: a plain
+    /// connection, idle, does not carry its room).
+    pub(super) tls: Option<Box<crate::tls::ClientCert>>,
     /// Bytes read past the last request (a pipelined request's start), if any.
     pub(super) carry: Option<Vec<u8>>,
     /// How long to wait for the next request.
@@ -96,117 +97,167 @@ impl IpText {
 
 /// Serves `stream` until it closes, or until a request this path declines: then the
 /// connection and the bytes already read from it are returned, for hyper.
-pub(crate) async fn serve<S: ClientStream>(
-    ctx: &Arc<HttpCtx>,
+///
+/// Not an `async fn`: an async fn keeps its arguments in its future for its whole life, beside
+/// the [`Client`] made of them, so the stream, both addresses and the certificate took their
+/// room twice in every idle connection (issue 36). The returned future holds only the client.
+pub(crate) fn serve<'a, S: ClientStream + 'a>(
+    ctx: &'a Arc<HttpCtx>,
     stream: S,
     (peer, local): (SocketAddr, SocketAddr),
     tls: Option<crate::tls::ClientCert>,
-) -> Option<(S, Option<crate::tls::ClientCert>, Vec<u8>)> {
-    let idle = ctx.listener.header_read_timeout;
-    let ip = IpText::new(peer.ip());
-    let trusted = ctx.listener.trust_forwarded_for.trusts(peer.ip());
-    let born = tokio::time::Instant::now();
-    let proxied = crate::proxied::Kept::default();
+) -> impl Future<Output = Option<(S, Option<crate::tls::ClientCert>, Vec<u8>)>> + Send + 'a {
     let mut c = Client {
         stream,
         peer,
-        tls,
+        tls: tls.map(Box::new),
         carry: None,
-        idle,
-        ip,
-        trusted,
-        born,
+        idle: ctx.listener.header_read_timeout,
+        ip: IpText::new(peer.ip()),
+        trusted: ctx.listener.trust_forwarded_for.trusts(peer.ip()),
+        born: tokio::time::Instant::now(),
         served: 0,
         local,
-        proxied,
+        proxied: crate::proxied::Kept::default(),
     };
-    // The listener's `max_connection_age_ms`: the wait for the next request ends there too.
-    let aged_at = ctx.listener.connections.max_age.map(|age| born + age);
-    // When the wait for the next request ends (set as it begins).
-    let mut wait_until = None;
-    // The connection's one timer, for each wait for a request and each try: see
-    // `wait_before`. Set in the past, it is moved to the first deadline when first used.
-    let timer = tokio::time::sleep_until(born);
-    tokio::pin!(timer);
-    // The process's drain, heard by one waiter for all of the connection's waits.
-    let drain = &ctx.live.drain;
-    let drained = drain.notified();
-    tokio::pin!(drained);
-    loop {
-        if c.carry.is_none() {
-            // No buffer while waiting: only the socket's readiness, or the process's drain,
-            // which closes a connection that stays idle for `DRAIN_IDLE_GRACE` after it began
-            // (a request that comes sooner is served, with `Connection: close`).
-            let ready = async {
-                tokio::select! {
-                    biased;
-                    r = c.stream.ready() => Some(r),
-                    () = async {
-                        if !drain.is_on() {
-                            drained.as_mut().await;
-                        }
-                        // Boxed: made only when the process drains, it takes no room in every
-                        // idle connection's future (which holds the connection's timer).
-                        Box::pin(tokio::time::sleep(crate::DRAIN_IDLE_GRACE)).await;
-                    } => None,
+    // `c` is the block's own capture, used in place: moved into a `let` or an async fn's
+    // argument, it would take its room twice.
+    async move {
+        // The listener's `max_connection_age_ms`: the wait for the next request ends there too.
+        let aged_at = ctx.listener.connections.max_age.map(|age| c.born + age);
+        // When the wait for the next request ends (set as it begins).
+        let mut wait_until = None;
+        // The connection's one timer, for each wait for a request and each try: see
+        // `wait_before`. Set in the past, it is moved to the first deadline when first used.
+        let timer = tokio::time::sleep_until(c.born);
+        tokio::pin!(timer);
+        // The process's drain, heard by one waiter for all of the connection's waits.
+        let drain = &ctx.live.drain;
+        let drained = drain.notified();
+        tokio::pin!(drained);
+        loop {
+            if c.carry.is_none() {
+                // No buffer while waiting: only the socket's readiness, or the process's drain,
+                // which closes a connection that stays idle for `DRAIN_IDLE_GRACE` after it began
+                // (a request that comes sooner is served, with `Connection: close`).
+                let idle_until = (!c.idle.is_zero()).then(|| {
+                    *wait_until.get_or_insert_with(|| tokio::time::Instant::now() + c.idle)
+                });
+                let end = match (idle_until, aged_at) {
+                    (None, None) => None,
+                    (Some(t), None) | (None, Some(t)) => Some(t),
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                };
+                if let Some(end) = end
+                    && timer.deadline() > end
+                {
+                    timer.as_mut().reset(end);
                 }
-            };
-            let idle_until = (!c.idle.is_zero())
-                .then(|| *wait_until.get_or_insert_with(|| tokio::time::Instant::now() + c.idle));
-            let end = match (idle_until, aged_at) {
-                (None, None) => None,
-                (Some(t), None) | (None, Some(t)) => Some(t),
-                (Some(a), Some(b)) => Some(a.min(b)),
-            };
-            let ready = match end {
-                None => Some(ready.await),
-                Some(end) => wait_before(timer.as_mut(), end, std::pin::pin!(ready)).await,
-            };
-            match ready {
-                Some(Some(Ok(()))) => {}
-                Some(Some(Err(_))) => return None,
-                Some(None) => {
+                let mut grace = None;
+                let woke = std::future::poll_fn(|cx| {
+                    let waits = (drain, drained.as_mut(), &mut grace, timer.as_mut(), end);
+                    poll_idle(cx, &c.stream, waits)
+                })
+                .await;
+                match woke {
+                    Woke::Ready(Ok(())) => {}
+                    Woke::Ready(Err(_)) => return None,
+                    Woke::Drained => {
+                        Box::pin(linger(&mut c.stream)).await;
+                        return None;
+                    }
+                    Woke::Ended if aged_at.is_some_and(|t| t <= tokio::time::Instant::now()) => {
+                        // Old enough: closed between requests, so that the client reconnects.
+                        Box::pin(linger(&mut c.stream)).await;
+                        return None;
+                    }
+                    Woke::Ended => {
+                        ctx.metrics.idle_timeouts.inc();
+                        return None;
+                    }
+                }
+                // Readiness can be a false positive (tokio says so; a fresh or just-read socket
+                // often is one): a buffer is borrowed only for bytes that are there.
+                let mut buf = pool::take();
+                match c.stream.read_ready(&mut buf) {
+                    Ok(n) if n > 0 => c.carry = Some(buf),
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                        pool::give(buf);
+                        continue;
+                    }
+                    _ => {
+                        // The client closed (or its connection failed) between requests.
+                        pool::give(buf);
+                        return None;
+                    }
+                }
+            }
+            wait_until = None;
+            // Boxed: the request's state exists only while a request is in flight.
+            match Box::pin(request(ctx, &mut c, timer.as_mut())).await {
+                Next::KeepAlive => {}
+                Next::Close => {
+                    // Boxed, as the request is: an idle connection's task carries neither.
                     Box::pin(linger(&mut c.stream)).await;
                     return None;
                 }
-                None if aged_at.is_some_and(|t| t <= tokio::time::Instant::now()) => {
-                    // Old enough: closed between requests, so that the client reconnects.
-                    Box::pin(linger(&mut c.stream)).await;
-                    return None;
-                }
-                None => {
-                    ctx.metrics.idle_timeouts.inc();
-                    return None;
-                }
+                Next::Decline(bytes) => return Some((c.stream, c.tls.map(|t| *t), bytes)),
             }
-            // Readiness can be a false positive (tokio says so; a fresh or just-read socket
-            // often is one): a buffer is borrowed only for bytes that are there.
-            let mut buf = pool::take();
-            match c.stream.read_ready(&mut buf) {
-                Ok(n) if n > 0 => c.carry = Some(buf),
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    pool::give(buf);
-                    continue;
-                }
-                _ => {
-                    // The client closed (or its connection failed) between requests.
-                    pool::give(buf);
-                    return None;
-                }
-            }
-        }
-        wait_until = None;
-        // Boxed: the request's state exists only while a request is in flight.
-        match Box::pin(request(ctx, &mut c, timer.as_mut())).await {
-            Next::KeepAlive => {}
-            Next::Close => {
-                // Boxed, as the request is: an idle connection's task carries neither.
-                Box::pin(linger(&mut c.stream)).await;
-                return None;
-            }
-            Next::Decline(bytes) => return Some((c.stream, c.tls, bytes)),
         }
     }
+}
+
+/// What ended an idle connection's wait for its next request.
+enum Woke {
+    /// The client's socket has something to read (or failed).
+    Ready(std::io::Result<()>),
+    /// The process drains and the connection stayed idle for `DRAIN_IDLE_GRACE` since.
+    Drained,
+    /// The wait's end (the idle timeout or the connection's age) came first.
+    Ended,
+}
+
+/// What an idle connection's wait watches besides its socket: the process's drain (its waiter,
+/// and the grace sleep once it began: boxed, made only when the process drains), and the
+/// connection's timer with the wait's end.
+type IdleWaits<'a, 'b> = (
+    &'a rondo_runtime::drain::Drain,
+    std::pin::Pin<&'a mut tokio::sync::futures::Notified<'b>>,
+    &'a mut Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+    std::pin::Pin<&'a mut tokio::time::Sleep>,
+    Option<tokio::time::Instant>,
+);
+
+/// One poll of an idle connection's wait, in this order: the socket, the drain, the timer (as
+/// [`wait_before`] treats it: set for an earlier wait or try, it is set again to `end`). A poll
+/// by hand, not a `select!` of futures: those futures took their room in every idle
+/// connection's task (issue 36).
+fn poll_idle<S: ClientStream>(
+    cx: &mut std::task::Context<'_>,
+    stream: &S,
+    (drain, drained, grace, mut timer, end): IdleWaits<'_, '_>,
+) -> std::task::Poll<Woke> {
+    use std::task::Poll;
+    if let Poll::Ready(r) = stream.poll_ready(cx) {
+        return Poll::Ready(Woke::Ready(r));
+    }
+    if grace.is_none() && (drain.is_on() || drained.poll(cx).is_ready()) {
+        *grace = Some(Box::pin(tokio::time::sleep(crate::DRAIN_IDLE_GRACE)));
+    }
+    if let Some(sleep) = grace
+        && sleep.as_mut().poll(cx).is_ready()
+    {
+        return Poll::Ready(Woke::Drained);
+    }
+    if let Some(end) = end {
+        while timer.as_mut().poll(cx).is_ready() {
+            if timer.deadline() >= end {
+                return Poll::Ready(Woke::Ended);
+            }
+            timer.as_mut().reset(end);
+        }
+    }
+    Poll::Pending
 }
 
 /// `wait` if it ends before `end`, else `None`; `timer` is the connection's. A `Timeout` per
@@ -258,8 +309,9 @@ async fn linger<S: ClientStream>(stream: &mut S) {
 
 /// A client connection's byte stream as the own path needs it: plain TCP, or TLS over it.
 pub(crate) trait ClientStream: AsyncRead + AsyncWrite + Unpin + Send + Sync {
-    /// Resolves when a read would make progress, without holding a buffer meanwhile.
-    fn ready(&self) -> impl Future<Output = std::io::Result<()>> + Send;
+    /// Ready when a read would make progress, without holding a buffer meanwhile (a poll, for
+    /// the idle wait that polls it by hand beside the drain and the timer).
+    fn poll_ready(&self, cx: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>>;
 
     /// Resolves when the client has closed its side; never while it only sends more (a
     /// pipelined request, left for later).
@@ -300,8 +352,8 @@ async fn tcp_read_ready(tcp: &TcpStream) -> std::io::Result<()> {
 }
 
 impl ClientStream for TcpStream {
-    async fn ready(&self) -> std::io::Result<()> {
-        tcp_read_ready(self).await
+    fn poll_ready(&self, cx: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>> {
+        self.poll_read_ready(cx)
     }
 
     async fn closed(&self) {
@@ -320,10 +372,10 @@ impl ClientStream for TcpStream {
 }
 
 impl ClientStream for tokio_rustls::server::TlsStream<TcpStream> {
-    async fn ready(&self) -> std::io::Result<()> {
+    fn poll_ready(&self, cx: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>> {
         let (tcp, tls) = self.get_ref();
         // Plaintext rustls already holds is ready now; else the socket must bring more.
-        if tls.wants_read() { tcp_read_ready(tcp).await } else { Ok(()) }
+        if tls.wants_read() { tcp.poll_read_ready(cx) } else { std::task::Poll::Ready(Ok(())) }
     }
 
     async fn closed(&self) {
@@ -484,7 +536,8 @@ mod tests {
         // the connection kept its one timer, a tokio `Sleep`, for all its waits and tries,
         // 1,088 with it: a timer per wait was made and dropped for every request instead; 984
         // since the drain's waiter is one pinned `Notified` for all waits, not a `started()`
-        // future per wait.)
+        // future per wait; 744 since `serve` is no async fn, whose arguments stayed in the future
+        // beside the `Client` made of them, and the client's certificate is boxed: issue 36.)
         let config = rondo_config::parse_str(
             "[[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:0\"\n",
             std::path::Path::new("t.toml"),
@@ -499,7 +552,7 @@ mod tests {
         let future = serve(&ctx, server, (peer, peer), None);
         let size = std::mem::size_of_val(&future);
         drop(client);
-        assert!(size <= 1152, "an idle connection's future is {size} bytes");
+        assert!(size <= 800, "an idle connection's future is {size} bytes");
     }
 
     /// Every request's future is boxed (by `serve`), and so is each of its tries (the bulk of
@@ -538,7 +591,7 @@ mod tests {
             local: peer,
             proxied: Default::default(),
         };
-        let timer = tokio::time::sleep_until(born);
+        let timer = tokio::time::sleep_until(c.born);
         tokio::pin!(timer);
         let size = std::mem::size_of_val(&request(&ctx, &mut c, timer.as_mut()));
         assert!(size <= 1032, "a request's future is {size} bytes");

@@ -368,7 +368,7 @@ impl<'a, S: ClientStream> OwnTries<'a, S> {
         let mut out = std::mem::take(&mut self.out);
         let host = self.host.get(&self.buf);
         out.clear();
-        let client = (self.c.ip.as_bytes(), self.c.tls.as_ref(), self.c.trusted);
+        let client = (self.c.ip.as_bytes(), self.c.tls.as_deref(), self.c.trusted);
         let target = self.target.as_deref().map(str::as_bytes);
         let head = (&self.head, target);
         let applied = self.applied.as_deref();
