@@ -221,7 +221,7 @@ enum Woke {
 /// and the grace sleep once it began: boxed, made only when the process drains), and the
 /// connection's timer with the wait's end.
 type IdleWaits<'a, 'b> = (
-    &'a rondo_runtime::drain::Drain,
+    &'a rondo_runtime::sockets::drain::Drain,
     std::pin::Pin<&'a mut tokio::sync::futures::Notified<'b>>,
     &'a mut Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
     std::pin::Pin<&'a mut tokio::time::Sleep>,
