@@ -11,7 +11,7 @@ use http::HeaderValue;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
-use super::conn::{ClientStream, Next};
+use super::client::{ClientStream, Next};
 use super::parse::{Framing, ResponseHead};
 use super::pool::{self, Idle};
 use super::pump::{HeadFailure, SendError, Unsent, pump_body, pump_response, read_response_head};

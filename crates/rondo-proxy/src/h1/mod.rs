@@ -14,6 +14,7 @@
 //! path's rules (hyper does not read chunk extensions).
 
 pub mod chunked;
+mod client;
 pub(crate) mod conn;
 mod exchange;
 pub mod follow;

@@ -12,10 +12,9 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::chunked::{ChunkError, Chunked};
-use super::conn::ClientStream;
+use super::client::{ClientStream, ReqBody};
 use super::parse::{self, Framing, ResponseHead};
 use super::pool;
-use super::tries::ReqBody;
 use crate::body::Finish;
 use crate::error::Kind;
 

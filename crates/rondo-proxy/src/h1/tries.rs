@@ -16,7 +16,7 @@ use rondo_runtime::{ClusterRt, Snapshot, clock};
 use tokio::io::AsyncWriteExt;
 
 use super::chunked::Chunked;
-use super::conn::{Client, ClientStream, Next, wait_before};
+use super::client::{Client, ClientStream, Next, ReqBody, wait_before};
 use super::parse::{self, Field, Framing, RequestHead};
 use super::pool;
 use super::write::{self, local_head, write_request_head};
@@ -51,24 +51,6 @@ impl Headers for OwnHead<'_> {
             .find(|f| f.name.get(self.buf).eq_ignore_ascii_case(name.as_bytes()))
             .map(|f| f.value.get(self.buf))
     }
-}
-
-/// Where a request's body stands.
-#[derive(Debug)]
-pub(super) struct ReqBody {
-    pub(super) framing: Framing,
-    /// Body bytes in the buffer right after the head.
-    pub(super) in_buf: usize,
-    /// Whether the whole body is in the buffer (a try can always send it again).
-    pub(super) complete: bool,
-    /// A try began reading the rest of the body from the client: no other try can send it.
-    pub(super) touched: bool,
-    /// Content-length bytes still to come from the client.
-    pub(super) remaining: u64,
-    /// The chunked framing, past the bytes in the buffer.
-    pub(super) chunked: Option<Chunked>,
-    /// Body bytes received in all.
-    pub(super) received: u64,
 }
 
 /// A request on the own path, with what its tries need.
