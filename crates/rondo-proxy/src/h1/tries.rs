@@ -513,6 +513,10 @@ impl<S: ClientStream> Tries for OwnTries<'_, S> {
         self
     }
 
+    fn first_now(&self) -> rondo_core::Instant {
+        clock::from_std(self.arrived)
+    }
+
     fn about(&self) -> Option<crate::otel::About<'_>> {
         let method = std::str::from_utf8(self.head.method.get(&self.buf)).unwrap_or("");
         let target = std::str::from_utf8(self.head.target.get(&self.buf)).unwrap_or("/");

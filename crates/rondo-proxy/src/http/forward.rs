@@ -39,6 +39,11 @@ pub(crate) trait Tries {
     fn now(&self) -> rondo_core::Instant {
         clock::now()
     }
+    /// Now, for the request's first placement: a path that read the clock as the request
+    /// arrived gives that reading (microseconds earlier, and one reading fewer per request).
+    fn first_now(&self) -> rondo_core::Instant {
+        self.now()
+    }
     /// The request as its server span names it, when its tries are traced (`[tracing]`); a
     /// multicast copy or a replayed scenario is not.
     fn about(&self) -> Option<crate::otel::About<'_>> {
@@ -89,7 +94,7 @@ pub(crate) fn forward<'a, T: Tries>(
     // One clock reading per turn of the driver: the request's start serves its first
     // placement, the reading after a failed try both that failure and the next placement
     // (microseconds apart, each was a reading of its own).
-    let now = req.now();
+    let now = req.first_now();
     let clusters = 1 + route.backups.len();
     let timeout = req.deadline().map_or(route.request_timeout, |d| d.min(route.request_timeout));
     let mut failover = Failover::new(clusters, idempotent, now, timeout);
