@@ -11,13 +11,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rondo_runtime::metrics::Handoff;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::net::TcpStream;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::parse::{self, HeadError, Limits, RequestHead};
 use super::pool;
 use super::pump::read_more;
-use super::client::{Client, ClientStream, IpText, Next, wait_before};
+use super::client::{Client, ClientStream, IpText, Next};
 use super::tries::OwnTries;
 use super::write::local_head;
 use crate::http::HttpCtx;
