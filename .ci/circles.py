@@ -19,9 +19,6 @@ import sys
 
 # Circles that other work removes, with why they stay for now. A path matches a file under it.
 KNOWN = {
-    # The own HTTP/1 connection and its tries call each other (the connection loop owns the
-    # client stream the tries write to); they are being reshaped with the hand-off counters.
-    "crates/rondo-proxy/src/h1/": "h1 connection loop and tries, under rework (issue 39)",
     # A cluster's runtime and the shared members it holds refer to each other (a shared member
     # relays verdicts to the runtimes holding it); the view's layers and the registrations
     # compose each other's views. Both within live/ (issue 39).

@@ -207,4 +207,3 @@ impl ClientStream for tokio_rustls::server::TlsStream<TcpStream> {
         let _ = tcp_read_ready(self.get_ref().0).await;
     }
 }
-

@@ -13,10 +13,10 @@ use std::time::Duration;
 use rondo_runtime::metrics::Handoff;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+use super::client::{Client, ClientStream, IpText, Next};
 use super::parse::{self, HeadError, Limits, RequestHead};
 use super::pool;
 use super::pump::read_more;
-use super::client::{Client, ClientStream, IpText, Next};
 use super::tries::OwnTries;
 use super::write::local_head;
 use crate::http::HttpCtx;
@@ -194,7 +194,6 @@ fn poll_idle<S: ClientStream>(
     Poll::Pending
 }
 
-
 /// Closes the write side, then reads and drops what the client still sends, bounded.
 async fn linger<S: ClientStream>(stream: &mut S) {
     let _ = stream.shutdown().await;
@@ -350,6 +349,8 @@ async fn refuse_head<S: ClientStream>(ctx: &HttpCtx, c: &mut Client<S>, e: HeadE
 
 #[cfg(test)]
 mod tests {
+    use tokio::net::TcpStream;
+
     use super::*;
 
     /// What an idle keep-alive connection's task holds is the `serve` future (its request and

@@ -234,31 +234,32 @@ async fn attempt(
     let counted = record_response(rt, &route.name, member, status, latency.as_secs_f64());
     begun.disarm();
     let served = Served { counted, slot: req.slot.clone(), tries: failover.tries() };
-    let resp = respond(conn, route, rt, choice, upgrade.take(), resp, latency, served);
-    Ok(edited((ctx, route, rt, member), req, resp).await)
-}
-
-/// The member's answer as the client gets it: the view id, a SOAP message converted back, the
-/// filters' response edits and compression.
-async fn edited(
-    (ctx, route, rt, member): (&HttpCtx, &Route, &ClusterRt, usize),
-    req: &Prepared,
-    mut resp: Response<ProxyBody>,
-) -> Response<ProxyBody> {
+    let mut resp = respond(conn, route, rt, choice, upgrade.take(), resp, latency, served);
     if let Some(id) = crate::http::view_id_of(&ctx.live, rt) {
         resp.headers_mut().insert(VIEW_ID_HEADER, http::HeaderValue::from(id));
     }
     // A SOAP message is converted back first: compression then works on what the client reads.
+    // Boxed: a rare filter's conversion would take room in every try's future (and a request's
+    // future past a few kilobytes is copied byte by byte into its box).
     if let Some(plan) = req.applied.as_ref().and_then(|a| a.soap) {
-        resp = super::soap::response(resp, plan, route).await;
+        resp = Box::pin(super::soap::response(resp, plan, route)).await;
     }
-    if let Some(applied) = req.applied.as_ref() {
-        if applied.edits_response() {
-            applied.response(&rt.spec.members[member].name).apply(resp.headers_mut());
-        }
-        crate::chain::compress_response(applied, &route.name, &ctx.live.metrics, &mut resp);
+    if let Some(applied) = req.applied.as_deref() {
+        edited((ctx, route, rt, member), applied, &mut resp);
     }
-    resp
+    Ok(resp)
+}
+
+/// The filters' response edits and compression on the member's answer.
+fn edited(
+    (ctx, route, rt, member): (&HttpCtx, &Route, &ClusterRt, usize),
+    applied: &Applied,
+    resp: &mut Response<ProxyBody>,
+) {
+    if applied.edits_response() {
+        applied.response(&rt.spec.members[member].name).apply(resp.headers_mut());
+    }
+    crate::chain::compress_response(applied, &route.name, &ctx.live.metrics, resp);
 }
 
 /// Whose fault hyper's error `e` for a try was, given the request's body `slot`: the failure
