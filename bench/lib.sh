@@ -132,3 +132,44 @@ med() { tr ' ' '\n' <<<"$1" | grep . | median; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {if (b == 0) print "n/a"; else printf "%.2f", a / b}'; }
 per_conn() { awk -v a="$1" -v b="$2" -v n="$3" 'BEGIN {printf "%.1f", (a - b) / n}'; }
 verdict() { awk -v v="$1" -v t="$2" 'BEGIN {print (v >= t) ? "met" : "not met"}'; }
+
+# The idle-connection benchmarks' setup (bench/idle.sh, bench/soak.sh): idle_member_conf FILE
+# PORT writes one nginx member answering "m1" on PORT that keeps its connections 15 minutes;
+# idle_rondo_conf FILE LISTEN MEMBER_PORT a rondo listening on LISTEN (20,000 connections, a
+# 10-minute idle timeout) in front of it. nginx's temporary paths are under $TMP.
+idle_member_conf() {
+  cat >"$1" <<EOF
+worker_processes 1;
+worker_rlimit_nofile 4096;
+pid $TMP/member.pid;
+error_log $TMP/member.err warn;
+events { worker_connections 2048; }
+http {
+  access_log off;
+  keepalive_requests 100000000;
+  keepalive_timeout 900s;
+  client_body_temp_path $TMP/body;
+  proxy_temp_path $TMP/proxy;
+  fastcgi_temp_path $TMP/fastcgi;
+  uwsgi_temp_path $TMP/uwsgi;
+  scgi_temp_path $TMP/scgi;
+  server { listen 127.0.0.1:$2 backlog=4096; location / { return 200 "m1\n"; } }
+}
+EOF
+}
+idle_rondo_conf() {
+  cat >"$1" <<EOF
+[[listener]]
+name = "web"
+listen = "127.0.0.1:$2"
+max_connections = 20000
+
+[[route]]
+listener = "web"
+cluster = "members"
+idle_timeout_ms = 600000
+
+[cluster.members]
+members = [ { name = "m1", address = "127.0.0.1:$3" } ]
+EOF
+}

@@ -47,38 +47,8 @@ ulimit -n "$(ulimit -Hn)"
 ALL_CPUS=0-$(($(nproc) - 1))
 for p in "$MEMBER_PORT" "$PORT"; do port_open "$p" && die "port $p is taken (set BENCH_PORT_BASE)"; done
 
-cat >"$TMP/member.conf" <<EOF
-worker_processes 1;
-worker_rlimit_nofile 4096;
-pid $TMP/member.pid;
-error_log $TMP/member.err warn;
-events { worker_connections 2048; }
-http {
-  access_log off;
-  keepalive_requests 100000000;
-  keepalive_timeout 900s;
-  client_body_temp_path $TMP/body;
-  proxy_temp_path $TMP/proxy;
-  fastcgi_temp_path $TMP/fastcgi;
-  uwsgi_temp_path $TMP/uwsgi;
-  scgi_temp_path $TMP/scgi;
-  server { listen 127.0.0.1:$MEMBER_PORT backlog=4096; location / { return 200 "m1\n"; } }
-}
-EOF
-cat >"$TMP/rondo.toml" <<EOF
-[[listener]]
-name = "web"
-listen = "127.0.0.1:$PORT"
-max_connections = 20000
-
-[[route]]
-listener = "web"
-cluster = "members"
-idle_timeout_ms = 600000
-
-[cluster.members]
-members = [ { name = "m1", address = "127.0.0.1:$MEMBER_PORT" } ]
-EOF
+idle_member_conf "$TMP/member.conf" "$MEMBER_PORT"
+idle_rondo_conf "$TMP/rondo.toml" "$PORT" "$MEMBER_PORT"
 
 start member "$ALL_CPUS" nginx -e "$TMP/member.err" -p "$TMP" -c "$TMP/member.conf" -g 'daemon off;'
 wait_port "$MEMBER_PORT" member
