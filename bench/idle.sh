@@ -118,33 +118,16 @@ start_proxy() {
 
 # hold_once NAME N: sets R_BEFORE and R_HELD (KiB) for N idle connections to a fresh proxy.
 hold_once() {
-  local px=$1 n=$2 out pids=() outs=() shares=() left k share i
+  local px=$1 n=$2 out
   start_proxy "$px"
   out=$(timeout 20 "$LOADGEN" rate --target "127.0.0.1:${PORT[$px]}" --rate 400 --duration-secs 0.5 \
     --warmup-secs 0 --connections 4) || die "$px: warm-up failed: $out"
   sleep 0.5
   R_BEFORE=$(rss_kib "$PROXY_PID")
-  # One load generator per 9,000 connections: each needs a descriptor per connection.
-  left=$n k=0
-  while [ "$left" -gt 0 ]; do
-    share=$((left > 9000 ? 9000 : left))
-    "$LOADGEN" hold --target "127.0.0.1:${PORT[$px]}" --connections "$share" --concurrency 64 \
-      --hold-secs 300 >"$TMP/hold-$k.out" 2>&1 &
-    pids+=($!) outs+=("$TMP/hold-$k.out") shares+=("$share")
-    PIDS+=($!)
-    left=$((left - share)) k=$((k + 1))
-  done
-  for i in "${!outs[@]}"; do
-    for _ in $(seq 1200); do
-      grep -q '^held=' "${outs[$i]}" 2>/dev/null && break
-      sleep 0.1
-    done
-    grep -q "^held=${shares[$i]} errors=0 " "${outs[$i]}" \
-      || { cat "${outs[$i]}" >&2; die "$px: could not open ${shares[$i]} of $n connections"; }
-  done
+  hold_connections "127.0.0.1:${PORT[$px]}" "$n" 300 "$px"
   sleep 1
   R_HELD=$(rss_kib "$PROXY_PID")
-  stop_pids "${pids[@]}"
+  stop_pids "${HELD_PIDS[@]}"
   stop_pids "$PROXY_PID"
 }
 

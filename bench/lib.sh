@@ -173,3 +173,28 @@ idle_timeout_ms = 600000
 members = [ { name = "m1", address = "127.0.0.1:$3" } ]
 EOF
 }
+
+# hold_connections ADDR N SECS TAG: N idle keep-alive connections to ADDR (one request each),
+# held for SECS by $LOADGEN, one process per 9,000 connections (each needs a descriptor per
+# connection); returns once all are open, or dies naming TAG. The processes' ids are in
+# HELD_PIDS (and PIDS, for the cleanup).
+hold_connections() {
+  local addr=$1 n=$2 secs=$3 tag=$4 left=$2 k=0 share i
+  local outs=() shares=()
+  HELD_PIDS=()
+  while [ "$left" -gt 0 ]; do
+    share=$((left > 9000 ? 9000 : left))
+    "$LOADGEN" hold --target "$addr" --connections "$share" --concurrency 64 \
+      --hold-secs "$secs" >"$TMP/hold-$tag-$k.out" 2>&1 &
+    HELD_PIDS+=($!) PIDS+=($!) outs+=("$TMP/hold-$tag-$k.out") shares+=("$share")
+    left=$((left - share)) k=$((k + 1))
+  done
+  for i in "${!outs[@]}"; do
+    for _ in $(seq 1200); do
+      grep -q '^held=' "${outs[$i]}" 2>/dev/null && break
+      sleep 0.1
+    done
+    grep -q "^held=${shares[$i]} errors=0 " "${outs[$i]}" \
+      || { cat "${outs[$i]}" >&2; die "$tag: could not open ${shares[$i]} of $n connections"; }
+  done
+}

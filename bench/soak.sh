@@ -80,23 +80,8 @@ log "start: RSS $RSS0 KiB, $FD0 descriptors besides $UP0 kept upstream connectio
 started=$(date +%s)
 total=0 rows=()
 for w in "${!WAVES[@]}"; do
-  n=${WAVES[$w]} t0=$(date +%s) left=${WAVES[$w]} k=0 pids=() outs=() shares=()
-  while [ "$left" -gt 0 ]; do
-    share=$((left > 9000 ? 9000 : left))
-    "$LOADGEN" hold --target "127.0.0.1:$PORT" --connections "$share" --concurrency 64 \
-      --hold-secs 600 >"$TMP/wave-$w-$k.out" 2>&1 &
-    pids+=($!) outs+=("$TMP/wave-$w-$k.out") shares+=("$share")
-    PIDS+=($!)
-    left=$((left - share)) k=$((k + 1))
-  done
-  for i in "${!outs[@]}"; do
-    for _ in $(seq 1200); do
-      grep -q '^held=' "${outs[$i]}" 2>/dev/null && break
-      sleep 0.1
-    done
-    grep -q "^held=${shares[$i]} errors=0 " "${outs[$i]}" \
-      || { cat "${outs[$i]}" >&2; die "wave $((w + 1)): could not open ${shares[$i]} connections"; }
-  done
+  n=${WAVES[$w]} t0=$(date +%s)
+  hold_connections "127.0.0.1:$PORT" "$n" 600 "wave-$((w + 1))"
   sleep 1
   rss=$(rss_kib "$PID_rondo") fd=$(fds)
   total=$((total + n))
@@ -106,7 +91,7 @@ for w in "${!WAVES[@]}"; do
   hold=$((PERIOD - ($(date +%s) - t0) - 5))
   [ "$w" = $((${#WAVES[@]} - 1)) ] && hold=$((hold / 2))
   [ "$hold" -gt 0 ] && sleep "$hold"
-  stop_pids "${pids[@]}"
+  stop_pids "${HELD_PIDS[@]}"
   settle
   log "wave $((w + 1)) closed: RSS $(rss_kib "$PID_rondo") KiB, $(own) descriptors besides $(upstream) kept upstream connections"
 done
