@@ -26,7 +26,9 @@
 # Each run: 3 s of unmeasured warm-up with instrumentation off, then instrumentation on for
 # 8 s of `wrk -t1 -c8`, dumped; prints the requests wrk completed in the measured part and
 # the instructions counted (Ir) per request. Needs valgrind, wrk and curl (apt-get install
-# valgrind wrk curl; --h2 needs h2load: nghttp2-client). Ports 19100-19103.
+# valgrind wrk curl; --h2 needs h2load: nghttp2-client). Ports 19100-19103, or from
+# INSTRUCTIONS_PORT_BASE (the router on the base, the members on the next three) so that two
+# measurements can run at once.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -74,10 +76,12 @@ cleanup() {
 }
 trap cleanup EXIT
 
-cat > "$tmp/rondo.toml" <<'EOF'
+base=${INSTRUCTIONS_PORT_BASE:-19100}
+router="127.0.0.1:$base"
+cat > "$tmp/rondo.toml" <<EOF
 [[listener]]
 name = "web"
-listen = "127.0.0.1:19100"
+listen = "$router"
 
 [[route]]
 listener = "web"
@@ -87,9 +91,9 @@ FILTERS
 [cluster.app]
 algorithm = "round-robin"
 members = [
-  { name = "m1", address = "127.0.0.1:19101" },
-  { name = "m2", address = "127.0.0.1:19102" },
-  { name = "m3", address = "127.0.0.1:19103" },
+  { name = "m1", address = "127.0.0.1:$((base + 1))" },
+  { name = "m2", address = "127.0.0.1:$((base + 2))" },
+  { name = "m3", address = "127.0.0.1:$((base + 3))" },
 ]
 EOF
 if [ "$filters" = 1 ]; then
@@ -102,15 +106,15 @@ else
 fi
 mv "$tmp/rondo.toml.new" "$tmp/rondo.toml"
 if [ -n "$access_log" ]; then
-  sed -i "s|^listen = \"127.0.0.1:19100\"|&\naccess_log = { path = \"$tmp/access.log\", format = \"$access_log\" }|" "$tmp/rondo.toml"
+  sed -i "s|^listen = \"$router\"|&\naccess_log = { path = \"$tmp/access.log\", format = \"$access_log\" }|" "$tmp/rondo.toml"
 fi
 
 # load SECONDS: the client's run against the router.
 load() {
   if [ "$h2" = 1 ]; then
-    h2load -c8 -m10 -t1 -D "$1" http://127.0.0.1:19100/
+    h2load -c8 -m10 -t1 -D "$1" http://$router/
   else
-    wrk -t1 -c8 -d"$1"s http://127.0.0.1:19100/
+    wrk -t1 -c8 -d"$1"s http://$router/
   fi
 }
 
@@ -118,7 +122,7 @@ for bin in "$@"; do
   [ -x "$bin" ] || { echo "bench/instructions.sh: $bin is not executable" >&2; exit 1; }
   members=()
   for i in 1 2 3; do
-    "$bin" member --name "m$i" --listen "127.0.0.1:1910$i" >/dev/null 2>&1 &
+    "$bin" member --name "m$i" --listen "127.0.0.1:$((base + i))" >/dev/null 2>&1 &
     members+=($!)
     pids+=($!)
   done
@@ -128,7 +132,7 @@ for bin in "$@"; do
   pids+=("$vg")
   up=0
   for _ in $(seq 100); do
-    if curl -s -o /dev/null http://127.0.0.1:19100/; then up=1; break; fi
+    if curl -s -o /dev/null http://$router/; then up=1; break; fi
     sleep 0.2
   done
   [ "$up" = 1 ] || { echo "bench/instructions.sh: rondo did not come up:" >&2; cat "$tmp/serve.log" >&2; exit 1; }
