@@ -54,6 +54,7 @@ pub use rondo_identity::{auth, head};
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use hyper::service::service_fn;
@@ -63,7 +64,7 @@ use rondo_config::{ListenerProtocol, ListenerSpec};
 use rondo_runtime::Live;
 use rondo_runtime::metrics::{Handoff, ListenerMetrics};
 use serde::Deserialize as _;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, watch};
 
 use crate::access::AccessLog;
@@ -371,6 +372,21 @@ struct Builders {
     reduced: auto::Builder<TokioExecutor>,
 }
 
+/// A listener's parts that its connections share: hyper's servers (for what the own path
+/// declines) and the HTTP/2 reset budget. One `Arc`, so that an idle connection's task holds
+/// one pointer for them.
+struct Shared {
+    builders: Builders,
+    budget: Arc<ResetBudget>,
+}
+
+/// What a connection's task holds until it ends: its slot among the listener's
+/// `max_connections` and its count in the listener's metrics.
+struct Held {
+    _permit: tokio::sync::OwnedSemaphorePermit,
+    _open: rondo_runtime::metrics::OpenConn,
+}
+
 async fn accept_http(
     socket: TcpListener,
     ctx: Arc<HttpCtx>,
@@ -378,11 +394,13 @@ async fn accept_http(
     limit: Arc<Semaphore>,
     mut stopped: watch::Receiver<bool>,
 ) {
-    let builder = Arc::new(Builders {
-        usual: http_builder(&ctx.listener, None),
-        reduced: http_builder(&ctx.listener, Some(frames::REDUCED_STREAMS)),
+    let shared = Arc::new(Shared {
+        builders: Builders {
+            usual: http_builder(&ctx.listener, None),
+            reduced: http_builder(&ctx.listener, Some(frames::REDUCED_STREAMS)),
+        },
+        budget: Arc::new(ResetBudget::new(ctx.listener.http2)),
     });
-    let budget = Arc::new(ResetBudget::new(ctx.listener.http2));
     // Connections over the limit get a 503 from one task for the whole listener.
     let rejecter = Rejecter::spawn(&ctx.listener.name, ctx.listener.max_connections);
     // The address clients reach (a PROXY header's destination towards members): the bound
@@ -412,76 +430,119 @@ async fn accept_http(
         let _ = stream.set_nodelay(true);
         let local =
             if bound.ip().is_unspecified() { stream.local_addr().unwrap_or(bound) } else { bound };
-        let ctx = ctx.clone();
-        let builder = builder.clone();
-        let budget = budget.clone();
-        let tls = tls.clone();
-        let open = ctx.metrics.opened();
-        // What the task holds for its whole life is every idle connection's cost (issue 36):
-        // `stream` is the captured one (a `let` inside took its room again), the PROXY header's
-        // reading is boxed (made only on listeners that have one), and hyper's part is made
-        // only when the own path declines the connection.
-        let (mut stream, mut peer) = (stream, peer);
-        tokio::spawn(async move {
-            if ctx.listener.proxy_protocol.is_some() {
-                let read = client_address(&mut stream, peer, &ctx.listener, &ctx.metrics);
-                match Box::pin(read).await {
-                    Some(client) => peer = client,
-                    None => return,
+        let held = Held { _permit: permit, _open: ctx.metrics.opened() };
+        let conn = Conn { ctx: ctx.clone(), shared: shared.clone(), stream, peer, local, held };
+        match &tls {
+            None if ctx.listener.proxy_protocol.is_none() => tokio::spawn(conn.plain()),
+            _ => tokio::spawn(Box::pin(conn.other(tls.clone()))),
+        };
+    }
+}
+
+/// An accepted connection, before its task begins. What the task holds for its whole life is
+/// every idle connection's cost (issue 36): a plain connection's task is the own path's
+/// future and three pointers ([`Conn::plain`]); the rest (TLS, a PROXY header, hyper) is
+/// boxed, made only on the listeners or connections that need it.
+struct Conn {
+    ctx: Arc<HttpCtx>,
+    shared: Arc<Shared>,
+    stream: tokio::net::TcpStream,
+    peer: SocketAddr,
+    local: SocketAddr,
+    held: Held,
+}
+
+impl Conn {
+    /// A plain-text connection on a listener without PROXY headers: the own HTTP/1 path
+    /// first, hyper if it declines ([`PlainTask`]).
+    fn plain(self) -> PlainTask<impl Future<Output = Option<h1::conn::Declined<TcpStream>>>> {
+        let Conn { ctx, shared, stream, peer, local, held } = self;
+        let own = h1::conn::serve(ctx.clone(), stream, (peer, local), None);
+        PlainTask { own, then: Some((ctx, shared, held)), hyper: None }
+    }
+
+    /// A connection over TLS, or with a PROXY header first.
+    async fn other(self, tls: Option<Arc<tls::Terminator>>) {
+        let Conn { ctx, shared, mut stream, mut peer, local, held } = self;
+        if ctx.listener.proxy_protocol.is_some() {
+            // Boxed: the reading's state is the largest of all, and only its start needs it.
+            let read = client_address(&mut stream, peer, &ctx.listener, &ctx.metrics);
+            match Box::pin(read).await {
+                Some(client) => peer = client,
+                None => return,
+            }
+        }
+        let addrs = (peer, local);
+        let Some(t) = tls else {
+            if let Some(declined) = h1::conn::serve(ctx.clone(), stream, addrs, None).await {
+                let hyper = Hyper { ctx: &ctx, shared, peer, local };
+                Box::pin(hyper.serve(ClientIo::from(declined.stream), None, declined.read)).await;
+            }
+            return drop(held);
+        };
+        match t.accept(stream).await {
+            Ok((s, cert)) => {
+                let mut cert = cert.unwrap_or_default();
+                let conn = s.get_ref().1;
+                cert.version = conn.protocol_version().map(tls::version_name);
+                cert.sni = conn.server_name().map(std::sync::Arc::from);
+                let cert = Some(cert);
+                if s.get_ref().1.alpn_protocol() == Some(b"h2") {
+                    ctx.metrics.handoffs.inc(Handoff::H2);
+                    Hyper { ctx: &ctx, shared, peer, local }
+                        .serve(ClientIo::from(s), cert, Vec::new())
+                        .await;
+                } else if let Some(declined) = h1::conn::serve(ctx.clone(), s, addrs, cert).await {
+                    let h1::conn::Declined { stream, cert, read, .. } = declined;
+                    Box::pin(Hyper { ctx: &ctx, shared, peer, local }.serve(
+                        ClientIo::from(stream),
+                        cert,
+                        read,
+                    ))
+                    .await;
                 }
             }
-            let addrs = (peer, local);
-            match &tls {
-                None => {
-                    // The own HTTP/1 path first; hyper gets the connection if it declines. (Made
-                    // in a closure: the declined connection's tuple, kept as a temporary beside
-                    // hyper's await, took room in every idle connection's task.)
-                    let declined = h1::conn::serve(&ctx, stream, addrs, None).await;
-                    let hyper = declined.map(|(s, _, read)| {
-                        let hyper = Hyper { ctx: &ctx, builder, budget, peer, local };
-                        Box::pin(hyper.serve(ClientIo::from(s), None, read))
-                    });
-                    if let Some(hyper) = hyper {
-                        hyper.await;
-                    }
-                }
-                // Boxed: a plain connection's task does not carry the TLS states' size.
-                Some(t) => {
-                    Box::pin(async {
-                        match t.accept(stream).await {
-                            Ok((s, cert)) => {
-                                let mut cert = cert.unwrap_or_default();
-                                let conn = s.get_ref().1;
-                                cert.version = conn.protocol_version().map(tls::version_name);
-                                cert.sni = conn.server_name().map(std::sync::Arc::from);
-                                let cert = Some(cert);
-                                if s.get_ref().1.alpn_protocol() == Some(b"h2") {
-                                    ctx.metrics.handoffs.inc(Handoff::H2);
-                                    Hyper { ctx: &ctx, builder, budget, peer, local }
-                                        .serve(ClientIo::from(s), cert, Vec::new())
-                                        .await;
-                                } else if let Some((s, cert, read)) =
-                                    h1::conn::serve(&ctx, s, addrs, cert).await
-                                {
-                                    Box::pin(
-                                        Hyper { ctx: &ctx, builder, budget, peer, local }.serve(
-                                            ClientIo::from(s),
-                                            cert,
-                                            read,
-                                        ),
-                                    )
-                                    .await;
-                                }
-                            }
-                            Err(e) => tracing::debug!(listener = %ctx.listener.name, %peer, "{e}"),
-                        }
-                    })
-                    .await
-                }
-            }
-            drop(permit);
-            drop(open);
-        });
+            Err(e) => tracing::debug!(listener = %ctx.listener.name, %peer, "{e}"),
+        }
+        drop(held);
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A plain connection's task: the own path's future (made before the task, so that the
+    /// stream and the addresses are in it alone), then hyper's, boxed, if the own path
+    /// declines. Written by hand: an `async` block awaiting the own path's future would hold
+    /// it twice, once captured and once moved into the await.
+    struct PlainTask<F> {
+        #[pin]
+        own: F,
+        then: Option<(Arc<HttpCtx>, Arc<Shared>, Held)>,
+        hyper: Option<std::pin::Pin<Box<dyn Future<Output = ()> + Send>>>,
+    }
+}
+
+impl<F: Future<Output = Option<h1::conn::Declined<TcpStream>>>> Future for PlainTask<F> {
+    type Output = ();
+
+    fn poll(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> Poll<()> {
+        let mut this = self.project();
+        if this.hyper.is_none() {
+            let Poll::Ready(declined) = this.own.as_mut().poll(cx) else { return Poll::Pending };
+            let (Some(declined), Some((ctx, shared, held))) = (declined, this.then.take()) else {
+                *this.then = None;
+                return Poll::Ready(());
+            };
+            let h1::conn::Declined { stream, read, peer, local, .. } = declined;
+            *this.hyper = Some(Box::pin(async move {
+                let hyper = Hyper { ctx: &ctx, shared, peer, local };
+                hyper.serve(ClientIo::from(stream), None, read).await;
+                drop(held);
+            }));
+        }
+        match this.hyper.as_mut().map(|h| h.as_mut().poll(cx)) {
+            Some(Poll::Pending) => Poll::Pending,
+            _ => Poll::Ready(()),
+        }
     }
 }
 
@@ -532,8 +593,7 @@ impl ServedCount {
 /// A connection's way to hyper's server.
 struct Hyper<'a> {
     ctx: &'a Arc<HttpCtx>,
-    builder: Arc<Builders>,
-    budget: Arc<ResetBudget>,
+    shared: Arc<Shared>,
     peer: SocketAddr,
     /// The address the client reached.
     local: SocketAddr,
@@ -543,7 +603,8 @@ impl Hyper<'_> {
     /// Serves `stream` (whose first bytes, already read, are `read`) with hyper until it
     /// closes. `cert`: what a TLS client's certificate tells members.
     async fn serve(self, stream: ClientIo, cert: Option<tls::ClientCert>, read: Vec<u8>) {
-        let Hyper { ctx, builder, budget, peer, local } = self;
+        let Hyper { ctx, shared, peer, local } = self;
+        let budget = &shared.budget;
         let client_ip = headers::client_ip_value(peer.ip());
         let header_timeout = ctx.listener.header_read_timeout;
         let shutdown_timeout = ctx.listener.http2.shutdown_timeout;
@@ -560,8 +621,8 @@ impl Hyper<'_> {
         // connection's streams forwarded each time.
         let standing = budget.standing(peer.ip(), std::time::Instant::now());
         let builder = match standing {
-            frames::Standing::Good => &builder.usual,
-            _ => &builder.reduced,
+            frames::Standing::Good => &shared.builders.usual,
+            _ => &shared.builders.reduced,
         };
         let io = TimedIo::new(stream, state.clone(), header_timeout, budget.clone(), peer.ip())
             .with_prefix(read)
@@ -710,5 +771,50 @@ async fn accept_tcp(
             drop(permit);
             drop(open);
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A plain connection's whole task is what every idle connection holds beside its socket
+    /// (issue 36): the own path's future (bounded in `h1::conn`'s tests) and little more.
+    #[tokio::test]
+    async fn a_plain_connections_task_is_the_own_paths_future_and_three_pointers() {
+        let config = rondo_config::parse_str(
+            "[[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:0\"\n",
+            std::path::Path::new("t.toml"),
+            1,
+        )
+        .expect("config");
+        let live = Arc::new(Live::new(config.view.clone(), None));
+        let ctx = Arc::new(HttpCtx::detached(config.listeners[0].clone(), live));
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let client =
+            tokio::net::TcpStream::connect(listener.local_addr().expect("addr")).await.expect("c");
+        let (stream, peer) = listener.accept().await.expect("accept");
+        let shared = Arc::new(Shared {
+            builders: Builders {
+                usual: http_builder(&ctx.listener, None),
+                reduced: http_builder(&ctx.listener, None),
+            },
+            budget: Arc::new(ResetBudget::new(ctx.listener.http2)),
+        });
+        let permit = Arc::new(Semaphore::new(1)).try_acquire_owned().expect("permit");
+        let held = Held { _permit: permit, _open: ctx.metrics.opened() };
+        let own = std::mem::size_of_val(&h1::conn::serve(
+            ctx.clone(),
+            tokio::net::TcpStream::connect(listener.local_addr().expect("addr")).await.expect("c"),
+            (peer, peer),
+            None,
+        ));
+        let conn = Conn { ctx, shared, stream, peer, local: peer, held };
+        let task = std::mem::size_of_val(&conn.plain());
+        drop(client);
+        assert!(
+            task <= own + 64,
+            "a plain connection's task is {task} bytes, its own path's {own}"
+        );
     }
 }

@@ -29,6 +29,16 @@ const LINGER_FOR: Duration = Duration::from_secs(1);
 
 const RESPONSE_408: &[u8] = b"HTTP/1.1 408 Request Timeout\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\nContent-Length: 53\r\n\r\nrondo: 408 the request header did not arrive in time\n";
 
+/// A connection the own path declined, for hyper: the stream, the client's certificate, the
+/// bytes already read from it, and the addresses.
+pub(crate) struct Declined<S> {
+    pub(crate) stream: S,
+    pub(crate) cert: Option<crate::tls::ClientCert>,
+    pub(crate) read: Vec<u8>,
+    pub(crate) peer: SocketAddr,
+    pub(crate) local: SocketAddr,
+}
+
 /// Serves `stream` until it closes, or until a request this path declines: then the
 /// connection and the bytes already read from it are returned, for hyper.
 ///
@@ -36,11 +46,11 @@ const RESPONSE_408: &[u8] = b"HTTP/1.1 408 Request Timeout\r\nContent-Type: text
 /// the [`Client`] made of them, so the stream, both addresses and the certificate took their
 /// room twice in every idle connection (issue 36). The returned future holds only the client.
 pub(crate) fn serve<'a, S: ClientStream + 'a>(
-    ctx: &'a Arc<HttpCtx>,
+    ctx: Arc<HttpCtx>,
     stream: S,
     (peer, local): (SocketAddr, SocketAddr),
     tls: Option<crate::tls::ClientCert>,
-) -> impl Future<Output = Option<(S, Option<crate::tls::ClientCert>, Vec<u8>)>> + Send + 'a {
+) -> impl Future<Output = Option<Declined<S>>> + Send + 'a {
     let mut c = Client {
         stream,
         peer,
@@ -128,14 +138,23 @@ pub(crate) fn serve<'a, S: ClientStream + 'a>(
             }
             wait_until = None;
             // Boxed: the request's state exists only while a request is in flight.
-            match Box::pin(request(ctx, &mut c, timer.as_mut())).await {
+            match Box::pin(request(&ctx, &mut c, timer.as_mut())).await {
                 Next::KeepAlive => {}
                 Next::Close => {
                     // Boxed, as the request is: an idle connection's task carries neither.
                     Box::pin(linger(&mut c.stream)).await;
                     return None;
                 }
-                Next::Decline(bytes) => return Some((c.stream, c.tls.map(|t| *t), bytes)),
+                Next::Decline(read) => {
+                    let cert = c.tls.map(|t| *t);
+                    return Some(Declined {
+                        stream: c.stream,
+                        cert,
+                        read,
+                        peer: c.peer,
+                        local: c.local,
+                    });
+                }
             }
         }
     }
@@ -374,7 +393,7 @@ mod tests {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let client = TcpStream::connect(listener.local_addr().expect("addr")).await.expect("c");
         let (server, peer) = listener.accept().await.expect("accept");
-        let future = serve(&ctx, server, (peer, peer), None);
+        let future = serve(ctx.clone(), server, (peer, peer), None);
         let size = std::mem::size_of_val(&future);
         drop(client);
         assert!(size <= 800, "an idle connection's future is {size} bytes");
