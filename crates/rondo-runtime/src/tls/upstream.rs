@@ -167,7 +167,6 @@ impl UpstreamTlsRt {
     }
 }
 
-/// The host part of a member address (`host:port`, `[v6]:port`).
-pub fn host_of(address: &str) -> &str {
-    address.rsplit_once(':').map_or(address, |(h, _)| h)
-}
+/// The host part of a member address (`host:port`, `[v6]:port`), without brackets: the name
+/// its certificate is checked for.
+pub use rondo_tls::host_of;
