@@ -8,7 +8,7 @@
 //!   the file and why;
 //! - [`connector`]: a verifying client configuration built from a CA file and an optional client
 //!   certificate, and [`Connector`], the handshake whose failure names the host and the reason;
-//! - [`describe`]: a failed handshake in words (`certificate not valid for 10.0.0.7 (it is for
+//! - [`mod@describe`]: a failed handshake in words (`certificate not valid for 10.0.0.7 (it is for
 //!   api.internal)`).
 //!
 //! The crate depends on no other rondo crate, so the client library can use it without pulling
