@@ -54,12 +54,27 @@ fn leaf(ca: &Ca, names: &[&str], client: bool, expired: bool) -> (String, String
     (cert.pem(), key.serialize_pem())
 }
 
-/// A fresh directory for one test's files.
-fn dir(test: &str) -> PathBuf {
+/// A fresh directory for one test's files, removed when the test ends.
+struct TestDir(PathBuf);
+
+impl std::ops::Deref for TestDir {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TestDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn dir(test: &str) -> TestDir {
     let d = std::env::temp_dir().join(format!("rondo-tls-{}-{test}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
-    d
+    TestDir(d)
 }
 
 fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
