@@ -490,7 +490,7 @@ async fn send_tls(
                 format!(
                     "tls to {}: {}",
                     target.addr,
-                    rondo_runtime::tls::client::describe_rustls(t, tls.name_for(host), tls.ca())
+                    rondo_runtime::tls::client::describe_rustls(t, tls.name_for(host), tls.roots())
                 )
             },
         );

@@ -1,4 +1,4 @@
-//! Latency percentiles over recorded samples.
+//! Latency percentiles over recorded samples (by [`quantile`], the lab's nearest rank).
 
 use std::time::Duration;
 
@@ -21,20 +21,14 @@ pub struct Summary {
     pub mean_us: f64,
 }
 
-/// The `q`-quantile (0 < q <= 1) of sorted samples by the nearest-rank method: the smallest
-/// sample with at least `q` of all samples at or below it.
-pub fn nearest_rank(sorted: &[u64], q: f64) -> Option<u64> {
-    if sorted.is_empty() {
-        return None;
-    }
-    let rank = (q * sorted.len() as f64).ceil() as usize;
-    Some(sorted[rank.clamp(1, sorted.len()) - 1])
-}
+/// The `q`-quantile of sorted samples by the nearest-rank method: the lab's, so that a
+/// benchmark and `rondo simulate` report the same percentile of the same samples.
+pub use rondo_lab::stats::quantile;
 
 /// Summarises latency samples given in nanoseconds (sorts them in place).
 pub fn summarize(samples: &mut [u64]) -> Summary {
     samples.sort_unstable();
-    let us = |q: f64| nearest_rank(samples, q).map_or(0.0, |ns| ns as f64 / 1000.0);
+    let us = |q: f64| quantile(samples, q).map_or(0.0, |ns| ns as f64 / 1000.0);
     let mean_us = if samples.is_empty() {
         0.0
     } else {
@@ -59,17 +53,6 @@ pub fn nanos(d: Duration) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn nearest_rank_matches_the_definition() {
-        let v: Vec<u64> = (1..=100).collect();
-        assert_eq!(nearest_rank(&v, 0.5), Some(50));
-        assert_eq!(nearest_rank(&v, 0.99), Some(99));
-        assert_eq!(nearest_rank(&v, 0.999), Some(100));
-        assert_eq!(nearest_rank(&v, 1.0), Some(100));
-        assert_eq!(nearest_rank(&[7], 0.5), Some(7));
-        assert_eq!(nearest_rank(&[], 0.5), None);
-    }
 
     #[test]
     fn summary_is_in_microseconds() {

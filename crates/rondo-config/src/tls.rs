@@ -3,17 +3,17 @@
 //! functions serve `rondo check` (which reports a missing file, unreadable PEM, a key that does
 //! not match its certificate or an expired certificate at the field that names the file), the
 //! router at start, and the router's certificate reloads (which keep the old certificate when a
-//! new file fails them). PEM goes through `rustls-pki-types`; key loading and matching
-//! through the build's crypto provider ([`crate::crypto`]); names and validity dates through `x509-parser`.
+//! new file fails them). PEM files are read by [`rondo_tls::pem`] (shared with the client
+//! library); key loading and matching go through the build's crypto provider
+//! ([`crate::crypto`]); names and validity dates through `x509-parser`.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use rustls::RootCertStore;
 use rustls::sign::CertifiedKey;
-use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+
+pub use rondo_tls::pem::{load_roots, read_certs, read_key};
 
 /// Whether a TLS listener asks clients for a certificate (`client_auth`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -91,33 +91,6 @@ pub enum Which {
     Cert,
     /// The key file.
     Key,
-}
-
-fn read(path: &Path, what: &str) -> Result<Vec<u8>, String> {
-    std::fs::read(path).map_err(|e| format!("cannot read {what} file {}: {e}", path.display()))
-}
-
-/// Reads the certificates of the PEM file `path` (`what` names it in errors); at least one.
-pub fn read_certs(path: &Path, what: &str) -> Result<Vec<CertificateDer<'static>>, String> {
-    let pem = read(path, what)?;
-    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&pem)
-        .collect::<Result<_, _>>()
-        .map_err(|e| format!("{what} file {} is not valid PEM: {e}", path.display()))?;
-    if certs.is_empty() {
-        return Err(format!("{what} file {} holds no PEM certificate", path.display()));
-    }
-    Ok(certs)
-}
-
-/// Reads the private key of the PEM file `path`.
-pub fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, String> {
-    let pem = read(path, "key")?;
-    PrivateKeyDer::from_pem_slice(&pem).map_err(|e| match e {
-        rustls_pki_types::pem::Error::NoItemsFound => {
-            format!("key file {} holds no PEM private key", path.display())
-        }
-        e => format!("key file {} is not valid PEM: {e}", path.display()),
-    })
 }
 
 fn now_unix() -> i64 {
@@ -206,18 +179,6 @@ pub fn check_ocsp(
                 .map_err(|e| format!("ocsp = \"fetch\": {}: {e}", paths.cert.display()))
         }
     }
-}
-
-/// Loads the roots of a CA file (`what` names it in errors, e.g. `client_ca`).
-pub fn load_roots(path: &Path, what: &str) -> Result<RootCertStore, String> {
-    let certs = read_certs(path, what)?;
-    let mut roots = RootCertStore::empty();
-    for c in certs {
-        roots
-            .add(c)
-            .map_err(|e| format!("{what} file {}: unusable CA certificate: {e}", path.display()))?;
-    }
-    Ok(roots)
 }
 
 /// Whether a certificate name (`a.example.com` or `*.example.com`) covers `host` (ASCII case

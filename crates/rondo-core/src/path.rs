@@ -20,7 +20,7 @@ pub fn normalize(path: &str) -> Option<String> {
     while i < b.len() {
         if b[i] == b'%'
             && i + 2 < b.len()
-            && let (Some(h), Some(l)) = (hex(b[i + 1]), hex(b[i + 2]))
+            && let (Some(h), Some(l)) = (hex_digit(b[i + 1]), hex_digit(b[i + 2]))
         {
             let c = h << 4 | l;
             if c.is_ascii_alphanumeric() || matches!(c, b'-' | b'.' | b'_' | b'~') {
@@ -71,7 +71,9 @@ pub fn normalize(path: &str) -> Option<String> {
     (normal != path).then_some(normal)
 }
 
-fn hex(b: u8) -> Option<u8> {
+/// The value of one hex digit of a percent-escape (either case); also the query matcher's
+/// (`model::matching`).
+pub(crate) fn hex_digit(b: u8) -> Option<u8> {
     match b {
         b'0'..=b'9' => Some(b - b'0'),
         b'a'..=b'f' => Some(b - b'a' + 10),

@@ -33,7 +33,9 @@ mod tests {
         let v: Vec<u64> = (1..=100).collect();
         assert_eq!(quantile(&v, 0.5), Some(50));
         assert_eq!(quantile(&v, 0.99), Some(99));
+        assert_eq!(quantile(&v, 0.999), Some(100));
         assert_eq!(quantile(&v, 1.0), Some(100));
+        assert_eq!(quantile(&[7], 0.5), Some(7));
         assert_eq!(quantile(&v, 0.0), Some(1));
         assert_eq!(quantile(&[], 0.5), None);
     }

@@ -52,7 +52,7 @@ use hyper::body::Incoming;
 use hyper_util::client::legacy::Client as HttpClient;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use rondo_bench::stats::{nanos, nearest_rank};
+use rondo_bench::stats::{nanos, quantile};
 use rondo_client::{Balanced, Client, Failed, SlotBody, Target};
 use tower::{Layer, Service};
 
@@ -599,7 +599,7 @@ async fn run(cli: &Cli, servers: &Servers) -> anyhow::Result<()> {
 
 fn median(v: &mut [u64]) -> u64 {
     v.sort_unstable();
-    nearest_rank(v, 0.5).unwrap_or(0)
+    quantile(v, 0.5).unwrap_or(0)
 }
 
 fn us(ns: u64) -> f64 {
@@ -633,9 +633,9 @@ fn print_table(cli: &Cli, samples: &Samples, caller: &Caller, took: Duration, ac
             let Some(rounds) = samples.get(&(p, mode)) else { continue };
             let mut all = rounds.concat();
             all.sort_unstable();
-            let q = |q: f64| us(nearest_rank(&all, q).unwrap_or(0));
+            let q = |q: f64| us(quantile(&all, q).unwrap_or(0));
             let mean = all.iter().map(|&n| n as f64).sum::<f64>() / all.len().max(1) as f64 / 1e3;
-            let m = nearest_rank(&all, 0.5).unwrap_or(0);
+            let m = quantile(&all, 0.5).unwrap_or(0);
             let (ratio, spread) = if mode == Mode::Direct {
                 ("1.000".to_owned(), "–".to_owned())
             } else {

@@ -151,12 +151,9 @@ async fn accept_phase(args: &Args, intake: SocketAddr) -> anyhow::Result<()> {
         latencies.extend(r??);
     }
     let took = started.elapsed();
-    latencies.sort_unstable();
-    let pct = |p: f64| {
-        latencies
-            .get(((latencies.len() as f64 * p) as usize).min(latencies.len().saturating_sub(1)))
-            .map_or(0.0, |d: &Duration| d.as_secs_f64() * 1000.0)
-    };
+    let mut ns: Vec<u64> = latencies.iter().map(|&d| rondo_bench::stats::nanos(d)).collect();
+    ns.sort_unstable();
+    let pct = |p: f64| rondo_bench::stats::quantile(&ns, p).map_or(0.0, |n| n as f64 / 1e6);
     println!(
         "accepted: {:.0} msgs/s ({} in {:.2} s; 202 latency p50 {:.2} ms, p99 {:.2} ms)",
         args.messages as f64 / took.as_secs_f64(),

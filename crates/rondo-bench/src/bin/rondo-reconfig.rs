@@ -28,7 +28,7 @@ use http::Request;
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use rondo_bench::stats::{nanos, nearest_rank};
+use rondo_bench::stats::{nanos, quantile};
 
 /// The cost of applying a large configuration, and RSS across many applies.
 #[derive(Debug, Parser)]
@@ -186,9 +186,9 @@ fn report(args: &Args, compiles: &[Duration], applies: &[Duration], rss: &[(u64,
         "| {} | {} | {:.2} | {:.2} | {:.2} |",
         args.clusters,
         args.clusters * 2,
-        ms(nearest_rank(&c, 0.5)),
-        ms(nearest_rank(&a, 0.5)),
-        ms(nearest_rank(&a, 0.99)),
+        ms(quantile(&c, 0.5)),
+        ms(quantile(&a, 0.5)),
+        ms(quantile(&a, 0.99)),
     );
     println!();
     println!("| applies | RSS (MiB) |");

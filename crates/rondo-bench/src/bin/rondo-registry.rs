@@ -35,7 +35,7 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use rondo_bench::rate::{self, RateOpts};
-use rondo_bench::stats::{nanos, nearest_rank};
+use rondo_bench::stats::{nanos, quantile};
 
 /// Registrations at scale: their cost and their effect on proxied latency.
 #[derive(Debug, Parser)]
@@ -378,14 +378,14 @@ struct Proxied<'a> {
 fn windows_p99(reports: &[rate::RateReport]) -> (f64, f64) {
     let mut v: Vec<u64> = reports.iter().map(|r| (r.latency.p99_us * 1000.0) as u64).collect();
     v.sort_unstable();
-    (nearest_rank(&v, 0.5).unwrap_or(0) as f64 / 1e6, v.last().copied().unwrap_or(0) as f64 / 1e6)
+    (quantile(&v, 0.5).unwrap_or(0) as f64 / 1e6, v.last().copied().unwrap_or(0) as f64 / 1e6)
 }
 
 /// The median of `v`, ns, in ms.
 fn median(v: &[u64]) -> f64 {
     let mut v = v.to_vec();
     v.sort_unstable();
-    nearest_rank(&v, 0.5).unwrap_or(0) as f64 / 1e6
+    quantile(&v, 0.5).unwrap_or(0) as f64 / 1e6
 }
 
 /// Prints the markdown table.
@@ -394,7 +394,7 @@ fn report(args: &Args, wall: Duration, tally: &Tally, proxied: &Proxied<'_>) {
     let tenth = (lat.len() / 10).max(1);
     let mut sorted = lat.clone();
     sorted.sort_unstable();
-    let p99 = nearest_rank(&sorted, 0.99).unwrap_or(0) as f64 / 1e6;
+    let p99 = quantile(&sorted, 0.99).unwrap_or(0) as f64 / 1e6;
     let (before_med, before_max) = windows_p99(proxied.before);
     let (during_med, during_max) = windows_p99(proxied.during);
     let proxied_errors: u64 =

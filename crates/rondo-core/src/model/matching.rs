@@ -211,7 +211,7 @@ fn decoded_eq(raw: &str, want: &str) -> bool {
         let b = match raw[i] {
             b'+' => b' ',
             b'%' => {
-                let digit = |k: usize| raw.get(k).copied().and_then(hex_digit);
+                let digit = |k: usize| raw.get(k).copied().and_then(crate::path::hex_digit);
                 match (digit(i + 1), digit(i + 2)) {
                     (Some(h), Some(l)) => {
                         i += 2;
@@ -229,13 +229,4 @@ fn decoded_eq(raw: &str, want: &str) -> bool {
         j += 1;
     }
     j == want.len()
-}
-
-fn hex_digit(b: u8) -> Option<u8> {
-    match b {
-        b'0'..=b'9' => Some(b - b'0'),
-        b'a'..=b'f' => Some(b - b'a' + 10),
-        b'A'..=b'F' => Some(b - b'A' + 10),
-        _ => None,
-    }
 }

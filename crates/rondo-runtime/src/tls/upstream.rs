@@ -7,7 +7,6 @@
 
 use std::sync::Arc;
 
-use rondo_config::tls as ctls;
 use rondo_core::{TlsFailure, UpstreamTls};
 use rustls::{CertificateError, ClientConfig};
 use rustls_pki_types::ServerName;
@@ -100,21 +99,14 @@ impl UpstreamTlsRt {
     /// Reads the files of `spec`; `alpn` is offered (`h2` for HTTP/2 clusters, `http/1.1` for
     /// HTTP/1, nothing for TCP).
     pub fn load(spec: &UpstreamTls, alpn: &[&[u8]]) -> Result<UpstreamTlsRt, String> {
-        let roots = ctls::load_roots(&spec.ca, "ca")?;
-        let builder = ClientConfig::builder_with_provider(rondo_config::crypto::crypto_provider())
-            .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
-            .map_err(|e| format!("tls versions: {e}"))?
-            .with_root_certificates(roots);
-        let mut config = match (&spec.cert, &spec.key) {
+        let identity = match (&spec.cert, &spec.key) {
             (Some(cert), Some(key)) => {
-                let paths = ctls::CertKeyPaths { cert: cert.clone(), key: key.clone(), ocsp: None };
-                let loaded = ctls::load_cert_key(&paths).map_err(|(_, e)| e)?;
-                builder
-                    .with_client_auth_cert(loaded.certified.cert.clone(), ctls::read_key(key)?)
-                    .map_err(|e| format!("client certificate {}: {e}", cert.display()))?
+                super::client::check_identity(cert, key)?;
+                Some((cert.as_path(), key.as_path()))
             }
-            _ => builder.with_no_client_auth(),
+            _ => None,
         };
+        let mut config = rondo_tls::client_config(&spec.ca, identity, &[])?;
         let probe_config = Arc::new(config.clone());
         config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
         let server_name = match &spec.server_name {
@@ -175,7 +167,6 @@ impl UpstreamTlsRt {
     }
 }
 
-/// The host part of a member address (`host:port`, `[v6]:port`).
-pub fn host_of(address: &str) -> &str {
-    address.rsplit_once(':').map_or(address, |(h, _)| h)
-}
+/// The host part of a member address (`host:port`, `[v6]:port`), without brackets: the name
+/// its certificate is checked for.
+pub use rondo_tls::host_of;
