@@ -65,7 +65,7 @@ pub struct ClusterRt {
     pub tls: Option<Result<Arc<crate::tls::upstream::UpstreamTlsRt>, String>>,
     /// The shared state of its shared members (`[member.NAME]` listed by several clusters),
     /// set when a view builds it; unset for a cluster without any, which then pays one branch.
-    pub(super) external: OnceLock<super::shared::External>,
+    pub(super) external: OnceLock<super::shared::External<ClusterRt>>,
 }
 
 /// Member state changes that a naming answer shows (an operator's drain, a health check or an

@@ -1,17 +1,17 @@
 //! The layered view: the configuration file's view (with admin API changes), replaced by the
 //! tier's shared configuration while one is set, composed with the registered members and
 //! swapped in with a higher view id, each cluster's runtime carried over; long compositions
-//! yield the CPU every [`MEMBERS_PER_YIELD`] members.
+//! yield the CPU every [`MEMBERS_PER_YIELD`] members. The registered members' layer is
+//! defined here too ([`Registered`]), as the composition reads it; `registered.rs` changes it.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;
 
 use rondo_core::{Balancer, ClusterSpec, MemberSpec, View};
 
 use crate::clock;
 
-use super::registered::with_registered;
-use super::{ClusterRt, Clusters, Live, Registered, Snapshot};
+use super::{ClusterRt, Clusters, Live, Snapshot};
 
 /// The layers the view in effect is composed from, behind [`Live`]'s replacement lock.
 #[derive(Debug)]
@@ -81,6 +81,66 @@ impl Layers {
             None => None,
         }
     }
+}
+
+/// One cluster's registered members, and the cluster their registrations declared.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RegisteredCluster {
+    /// The members, in the registry's order.
+    pub members: Vec<MemberSpec>,
+    /// The cluster as its registrations declared it (policy, session, protocol; no members),
+    /// composed into the view with the members while the configuration has no cluster of that
+    /// name (`[naming] allow_registered_clusters`); `None`: the members wait for a configured
+    /// cluster. A configured cluster of the name always wins, with its own policy.
+    pub declared: Option<Arc<ClusterSpec>>,
+}
+
+/// Members registered with the naming service, by cluster.
+pub type Registered = BTreeMap<String, RegisteredCluster>;
+
+/// `spec` with the registered `members` appended (a name it already has is left out), and the
+/// names added; `None` when none is. Linear in the cluster, whatever the other clusters hold.
+pub(super) fn with_registered(
+    spec: &Arc<ClusterSpec>,
+    members: &[MemberSpec],
+) -> Option<(Arc<ClusterSpec>, Arc<BTreeSet<String>>)> {
+    let mut with = (**spec).clone();
+    // The configured names once, not a scan of the growing member list per registered member
+    // (quadratic: 10,000 registrations made every view swap take ~100 ms).
+    let configured: HashSet<&str> = spec.members.iter().map(|c| c.name.as_str()).collect();
+    with.members.reserve(members.len());
+    // The registry gives its members in name order: then a repeated name is the one before,
+    // and the set of names is built in bulk from the sorted list (no search per name). In any
+    // other order, one search of the set per member (`insert` says whether the name was new).
+    let mut names: Vec<String> = Vec::with_capacity(members.len());
+    let mut unordered: Option<BTreeSet<String>> = None;
+    for (i, m) in members.iter().enumerate() {
+        yield_now_and_then(i);
+        if configured.contains(m.name.as_str()) {
+            tracing::debug!(cluster = spec.name, member = m.name, "registered name is configured");
+            continue;
+        }
+        let repeated = match &mut unordered {
+            None if names.last().is_none_or(|last| *last < m.name) => false,
+            None => {
+                let mut set: BTreeSet<String> = names.drain(..).collect();
+                let repeated = !set.insert(m.name.clone());
+                unordered = Some(set);
+                repeated
+            }
+            Some(set) => !set.insert(m.name.clone()),
+        };
+        if repeated {
+            tracing::debug!(cluster = spec.name, member = m.name, "registered name given twice");
+            continue;
+        }
+        if unordered.is_none() {
+            names.push(m.name.clone());
+        }
+        with.members.push(m.clone());
+    }
+    let added = unordered.unwrap_or_else(|| names.into_iter().collect());
+    (!added.is_empty()).then(|| (Arc::new(with), Arc::new(added)))
 }
 
 /// Members composed between two yields of the thread composing a big cluster's view.
@@ -201,7 +261,10 @@ impl Live {
         now: rondo_core::Instant,
     ) -> Arc<ClusterRt> {
         let attach = |rt: Arc<ClusterRt>| {
-            if let Some(ext) = self.shared_members.attach(&rt) {
+            let checks = rt.spec.policy.health.is_some();
+            if let Some(ext) =
+                self.shared_members.attach(&rt, &rt.spec.name, &rt.spec.members, checks)
+            {
                 let _ = rt.external.set(ext);
             }
             rt

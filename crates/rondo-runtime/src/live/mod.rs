@@ -13,6 +13,7 @@ mod cluster;
 mod handoff;
 mod layers;
 mod registered;
+mod relay;
 mod shared;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -27,10 +28,15 @@ use crate::metrics::Metrics;
 
 pub use cluster::{ClusterRt, Counters, Placed, Refused, StateSignal};
 use layers::Layers;
-pub use layers::{MEMBERS_PER_YIELD, yield_now_and_then};
+pub use layers::{MEMBERS_PER_YIELD, Registered, RegisteredCluster, yield_now_and_then};
+pub use registered::RETIRED_GRACE;
 use registered::Retired;
-pub use registered::{RETIRED_GRACE, Registered, RegisteredCluster};
-pub use shared::{External, SharedMember, SharedMembers};
+pub use shared::External;
+
+/// A member listed by several clusters: its state shared beyond a cluster.
+pub type SharedMember = shared::SharedMember<ClusterRt>;
+/// The process's shared members by name.
+pub type SharedMembers = shared::SharedMembers<ClusterRt>;
 
 /// Cluster state by name. Looked up for every request (twice on the router's own HTTP/1 path)
 /// with names from the configuration and from authenticated registrations, never from client

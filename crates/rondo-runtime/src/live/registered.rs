@@ -3,14 +3,14 @@
 //! replaced freed by the updating thread after [`RETIRED_GRACE`]. Members discovered through
 //! DNS change their cluster by the same rebuild.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use rondo_core::{ClusterSpec, MemberSpec, View};
+use rondo_core::{MemberSpec, View};
 
 use crate::clock;
 
-use super::layers::yield_now_and_then;
+use super::layers::{Layers, Registered, RegisteredCluster, with_registered, yield_now_and_then};
 use super::{ClusterRt, Live, Snapshot};
 
 /// A cluster runtime (with its spec) and the names of its registered members, replaced in a
@@ -51,66 +51,6 @@ impl Retired {
 /// How long [`Live::update_registered`] keeps what it replaced before the updating thread drops
 /// it: longer than a request holds a snapshot, short enough to hold few.
 pub const RETIRED_GRACE: std::time::Duration = std::time::Duration::from_millis(250);
-
-/// One cluster's registered members, and the cluster their registrations declared.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct RegisteredCluster {
-    /// The members, in the registry's order.
-    pub members: Vec<MemberSpec>,
-    /// The cluster as its registrations declared it (policy, session, protocol; no members),
-    /// composed into the view with the members while the configuration has no cluster of that
-    /// name (`[naming] allow_registered_clusters`); `None`: the members wait for a configured
-    /// cluster. A configured cluster of the name always wins, with its own policy.
-    pub declared: Option<Arc<ClusterSpec>>,
-}
-
-/// Members registered with the naming service, by cluster.
-pub type Registered = BTreeMap<String, RegisteredCluster>;
-
-/// `spec` with the registered `members` appended (a name it already has is left out), and the
-/// names added; `None` when none is. Linear in the cluster, whatever the other clusters hold.
-pub(super) fn with_registered(
-    spec: &Arc<ClusterSpec>,
-    members: &[MemberSpec],
-) -> Option<(Arc<ClusterSpec>, Arc<BTreeSet<String>>)> {
-    let mut with = (**spec).clone();
-    // The configured names once, not a scan of the growing member list per registered member
-    // (quadratic: 10,000 registrations made every view swap take ~100 ms).
-    let configured: HashSet<&str> = spec.members.iter().map(|c| c.name.as_str()).collect();
-    with.members.reserve(members.len());
-    // The registry gives its members in name order: then a repeated name is the one before,
-    // and the set of names is built in bulk from the sorted list (no search per name). In any
-    // other order, one search of the set per member (`insert` says whether the name was new).
-    let mut names: Vec<String> = Vec::with_capacity(members.len());
-    let mut unordered: Option<BTreeSet<String>> = None;
-    for (i, m) in members.iter().enumerate() {
-        yield_now_and_then(i);
-        if configured.contains(m.name.as_str()) {
-            tracing::debug!(cluster = spec.name, member = m.name, "registered name is configured");
-            continue;
-        }
-        let repeated = match &mut unordered {
-            None if names.last().is_none_or(|last| *last < m.name) => false,
-            None => {
-                let mut set: BTreeSet<String> = names.drain(..).collect();
-                let repeated = !set.insert(m.name.clone());
-                unordered = Some(set);
-                repeated
-            }
-            Some(set) => !set.insert(m.name.clone()),
-        };
-        if repeated {
-            tracing::debug!(cluster = spec.name, member = m.name, "registered name given twice");
-            continue;
-        }
-        if unordered.is_none() {
-            names.push(m.name.clone());
-        }
-        with.members.push(m.clone());
-    }
-    let added = unordered.unwrap_or_else(|| names.into_iter().collect());
-    (!added.is_empty()).then(|| (Arc::new(with), Arc::new(added)))
-}
 
 impl Live {
     /// Lets registrations declare clusters the configuration lacks (`[naming]
@@ -173,7 +113,7 @@ impl Live {
     /// runtime carried over) and every other cluster keeps its spec and runtime.
     fn rebuild(
         &self,
-        layers: &super::layers::Layers,
+        layers: &Layers,
         changed: Vec<String>,
     ) -> (Arc<Snapshot>, Vec<Arc<ClusterRt>>) {
         let old = self.current.load_full();
@@ -271,7 +211,7 @@ impl Live {
 mod tests {
     use std::time::Duration;
 
-    use rondo_core::{Algorithm, Policy, UpstreamProtocol};
+    use rondo_core::{Algorithm, ClusterSpec, Policy, UpstreamProtocol};
 
     use super::*;
 
