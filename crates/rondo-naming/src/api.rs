@@ -161,13 +161,13 @@ pub async fn start_with(
 ) -> std::io::Result<NamingServer> {
     let listener = live.sockets.tcp_listener("naming", listen)?;
     let addr = listener.local_addr()?;
-    let tls = rondo_runtime::http_api::tls("[naming]", opts.tls.take().as_ref(), &live)?;
+    let tls = rondo_runtime::http_api::tls("[naming]", opts.tls.take().as_ref(), &live.metrics)?;
     opts.own.push(OwnAddress { what: "naming API".to_owned(), addr });
     // Member state changes (drain, health, agent availability) become new view ids, so that
     // watchers refetch answers that changed.
     let touch = Live::spawn_touch(&live);
     let app = router_with(addr, live.clone(), registry, opts);
-    let task = rondo_runtime::http_api::spawn("naming API", listener, tls, app, live);
+    let task = rondo_runtime::http_api::spawn("naming API", listener, tls, app, live.drain.clone());
     Ok(NamingServer { addr, task, touch })
 }
 

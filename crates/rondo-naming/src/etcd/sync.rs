@@ -293,7 +293,7 @@ impl Inner {
                 st.config_error = None;
                 tracing::info!(key, "shared configuration removed from etcd: using the file's");
                 self.live.set_shared_tier_key(None);
-                self.live.shared_members.set_shared(None);
+                self.live.shared_members().set_shared(None);
                 let snapshot = self.live.set_shared(None);
                 probe::spawn(&snapshot);
             }
@@ -335,7 +335,7 @@ impl Inner {
                 st.config_error = None;
                 tracing::info!(key, summary = config.summary(), "shared configuration applied");
                 self.live.set_shared_tier_key(tier_key);
-                self.live.shared_members.set_shared(Some(config.shared_members));
+                self.live.shared_members().set_shared(Some(config.shared_members));
                 let snapshot = self.live.set_shared(Some(config.view));
                 probe::spawn(&snapshot);
             }

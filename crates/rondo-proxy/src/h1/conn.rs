@@ -66,7 +66,7 @@ pub(crate) fn serve<'a, S: ClientStream + 'a>(
         let timer = tokio::time::sleep_until(c.born);
         tokio::pin!(timer);
         // The process's drain, heard by one waiter for all of the connection's waits.
-        let drain = &ctx.live.drain;
+        let drain = &*ctx.live.drain;
         let drained = drain.notified();
         tokio::pin!(drained);
         loop {

@@ -11,9 +11,9 @@ use rondo_core::{Balancer, ClusterSpec, MemberSpec, View};
 
 use crate::clock;
 
-use super::{ClusterRt, Clusters, Live, Snapshot};
+use super::{ClusterRt, Clusters, Snapshot, ViewState, Views};
 
-/// The layers the view in effect is composed from, behind [`Live`]'s replacement lock.
+/// The layers the view in effect is composed from, behind the view's replacement lock ([`Views`]).
 #[derive(Debug)]
 pub(super) struct Layers {
     /// The config file's view, with admin API changes.
@@ -158,34 +158,34 @@ pub fn yield_now_and_then(i: usize) {
     }
 }
 
-impl Live {
+impl Views {
     /// Replaces the config file's view (a reload, or a config applied through the admin API),
     /// keeping the state of every cluster and member that survives. The new view's id is raised
     /// above the current one if needed. Returns the new snapshot.
     pub fn apply(&self, view: View) -> Arc<Snapshot> {
-        let mut layers = self.layers();
+        let mut layers = self.0.layers();
         let id = view.id;
         layers.file = view;
-        self.swap(&layers, id)
+        self.0.swap(&layers, id)
     }
 
-    /// Like [`Live::apply`], only when the current view's id is `expected` (checked and swapped
+    /// Like [`Views::apply`], only when the current view's id is `expected` (checked and swapped
     /// under one lock); else the current id. For the admin API's `If-Match`.
     pub fn apply_if(&self, view: View, expected: u64) -> Result<Arc<Snapshot>, u64> {
-        let mut layers = self.layers();
-        let current = self.current.load().view.id;
+        let mut layers = self.0.layers();
+        let current = self.0.current.load().view.id;
         if current != expected {
             return Err(current);
         }
         let id = view.id;
         layers.file = view;
-        Ok(self.swap(&layers, id))
+        Ok(self.0.swap(&layers, id))
     }
 
     /// The configuration in effect (the shared one when set, else the file's), without
     /// registered members: the base for a change such as a new weight.
     pub fn configured(&self) -> View {
-        self.layers().configured().clone()
+        self.0.layers().configured().clone()
     }
 
     /// Changes the configuration in effect (the shared one when set, else the file's) with
@@ -196,14 +196,14 @@ impl Live {
         &self,
         change: impl FnOnce(&mut View) -> Result<(), E>,
     ) -> Result<Arc<Snapshot>, E> {
-        let mut layers = self.layers();
+        let mut layers = self.0.layers();
         let mut view = layers.configured().clone();
         change(&mut view)?;
         match &mut layers.shared {
             Some(shared) => *shared = view,
             None => layers.file = view,
         }
-        Ok(self.swap(&layers, 0))
+        Ok(self.0.swap(&layers, 0))
     }
 
     /// Sets which clusters list which shared member (a config's `shared_members`) and, when
@@ -212,23 +212,25 @@ impl Live {
         &self,
         listed: BTreeMap<String, Vec<String>>,
     ) -> Option<Arc<Snapshot>> {
-        let layers = self.layers();
-        self.shared_members.set(listed).then(|| self.swap(&layers, 0))
+        let layers = self.0.layers();
+        self.0.shared_members.set(listed).then(|| self.0.swap(&layers, 0))
     }
 
     /// Whether the tier's shared configuration (etcd) is in effect, replacing the file's.
     pub fn has_shared(&self) -> bool {
-        self.layers().shared.is_some()
+        self.0.layers().shared.is_some()
     }
 
     /// Sets or clears the tier's shared configuration; `None` goes back to the file's.
     pub fn set_shared(&self, view: Option<View>) -> Arc<Snapshot> {
-        let mut layers = self.layers();
+        let mut layers = self.0.layers();
         let id = view.as_ref().map_or(0, |v| v.id);
         layers.shared = view;
-        self.swap(&layers, id)
+        self.0.swap(&layers, id)
     }
+}
 
+impl ViewState {
     /// Composes the layers and swaps the result in, with an id above the current one.
     pub(super) fn swap(&self, layers: &Layers, id: u64) -> Arc<Snapshot> {
         let (mut view, registered, declared) = layers.compose();

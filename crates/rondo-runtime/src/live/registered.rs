@@ -11,7 +11,7 @@ use rondo_core::{MemberSpec, View};
 use crate::clock;
 
 use super::layers::{Layers, Registered, RegisteredCluster, with_registered, yield_now_and_then};
-use super::{ClusterRt, Live, Snapshot};
+use super::{ClusterRt, Registrations, Snapshot, ViewState};
 
 /// A cluster runtime (with its spec) and the names of its registered members, replaced in a
 /// view, and when.
@@ -48,24 +48,24 @@ impl Retired {
     }
 }
 
-/// How long [`Live::update_registered`] keeps what it replaced before the updating thread drops
+/// How long [`Registrations::update_registered`] keeps what it replaced before the updating thread drops
 /// it: longer than a request holds a snapshot, short enough to hold few.
 pub const RETIRED_GRACE: std::time::Duration = std::time::Duration::from_millis(250);
 
-impl Live {
+impl Registrations {
     /// Lets registrations declare clusters the configuration lacks (`[naming]
     /// allow_registered_clusters`; off by default). Call it before the registry starts: it
     /// takes effect at the next change of the registered members and swaps no view in (a swap
     /// would give every cluster a new runtime, away from the probes already started).
     pub fn allow_declared(&self, on: bool) {
-        self.layers().allow_declared = on;
+        self.0.layers().allow_declared = on;
     }
 
     /// Replaces the registered members (the registry's whole state).
     pub fn set_registered(&self, registered: Registered) -> Arc<Snapshot> {
-        let mut layers = self.layers();
+        let mut layers = self.0.layers();
         layers.registered = registered;
-        self.swap(&layers, 0)
+        self.0.swap(&layers, 0)
     }
 
     /// Replaces the registered members of the clusters in `changes` only (no members: the
@@ -79,7 +79,7 @@ impl Live {
         &self,
         changes: Vec<(String, RegisteredCluster)>,
     ) -> (Arc<Snapshot>, Vec<Arc<ClusterRt>>) {
-        let mut layers = self.layers();
+        let mut layers = self.0.layers();
         let mut changed = Vec::with_capacity(changes.len());
         for (cluster, reg) in changes {
             if reg.members.is_empty() {
@@ -89,26 +89,34 @@ impl Live {
             }
             changed.push(cluster);
         }
-        self.rebuild(&layers, changed)
+        self.0.rebuild(&layers, changed)
     }
 
     /// Replaces `cluster`'s members discovered through DNS (none: it has none left) and
-    /// rebuilds that cluster alone, as [`Live::update_registered`] does: survivors keep their
+    /// rebuilds that cluster alone, as [`Registrations::update_registered`] does: survivors keep their
     /// state. Returns the new snapshot and the runtimes built, whose probes the caller starts.
     pub fn update_dns(
         &self,
         cluster: &str,
         members: Vec<MemberSpec>,
     ) -> (Arc<Snapshot>, Vec<Arc<ClusterRt>>) {
-        let mut layers = self.layers();
+        let mut layers = self.0.layers();
         if members.is_empty() {
             layers.dns.remove(cluster);
         } else {
             layers.dns.insert(cluster.to_owned(), members);
         }
-        self.rebuild(&layers, vec![cluster.to_owned()])
+        self.0.rebuild(&layers, vec![cluster.to_owned()])
     }
 
+    /// Drops what [`Registrations::update_registered`] replaced more than [`RETIRED_GRACE`]
+    /// ago (called by it, and by the registry's writer between batches), on the calling thread.
+    pub fn reap_retired(&self) {
+        self.0.reap_retired();
+    }
+}
+
+impl ViewState {
     /// Swaps in a view in which the `changed` clusters are composed again from `layers` (their
     /// runtime carried over) and every other cluster keeps its spec and runtime.
     fn rebuild(
@@ -192,9 +200,7 @@ impl Live {
         (snapshot, built)
     }
 
-    /// Drops what [`Live::update_registered`] replaced more than [`RETIRED_GRACE`] ago (called
-    /// by it, and by the registry's writer between batches), on the calling thread.
-    pub fn reap_retired(&self) {
+    fn reap_retired(&self) {
         let due: Vec<Retired> = {
             let mut retired = self.retired.lock().unwrap_or_else(|e| e.into_inner());
             let keep = retired.iter().position(|r| r.at.elapsed() < RETIRED_GRACE);

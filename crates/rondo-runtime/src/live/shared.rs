@@ -332,7 +332,7 @@ mod tests {
         for _ in 0..2 {
             c.pick_and_begin(&req).expect("a");
         }
-        let shared = live.shared_members.get("a").expect("shared");
+        let shared = live.views.shared_members().get("a").expect("shared");
         assert_eq!(shared.local(), 2);
         // A pick in `d` sees `c`'s two: its addend, while its own count stays its own.
         d.pick(&PickRequest { now: clock::now(), ..PickRequest::default() }).expect("a member");

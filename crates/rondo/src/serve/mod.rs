@@ -265,7 +265,7 @@ async fn start(
     // The tier's load view (`[tier]`; `rondo check` refuses it without the feature).
     #[cfg(feature = "nats")]
     if let Some(tier) = &config.tier {
-        rondo_runtime::tier_load::spawn(&live, tier.clone());
+        rondo_runtime::tier_load::spawn(&live.views, live.metrics.clone(), tier.clone());
     }
     let router = start_router(config, &live, takeover.as_ref()).await?;
     // The process's own sockets, which the naming service refuses as member addresses.
@@ -415,7 +415,7 @@ async fn start_admin(
     out: &mut dyn Write,
 ) -> Result<Option<rondo_admin::AdminServer>, Stop> {
     let Some(spec) = &config.admin else { return Ok(None) };
-    let a = rondo_admin::start(spec, live.clone())
+    let a = rondo_admin::start(spec, rondo_admin::AdminParts::of(&live))
         .await
         .map_err(|e| refused(format_args!("admin API on {}: {e}", spec.listen)))?;
     writeln!(out, "rondo: admin API on {}", a.addr)?;
@@ -495,7 +495,14 @@ struct Reloading {
 
 impl Reloading {
     fn start(path: &Path, live: &Arc<Live>, config: &rondo_config::Config) -> Self {
-        let reloader = Arc::new(Reloader::new(path, live.clone(), config));
+        let reloader = Arc::new(Reloader::new(
+            path,
+            live.views.clone(),
+            live.registrations.clone(),
+            live.metrics.clone(),
+            live.defaults.clone(),
+            config,
+        ));
         let watcher = config.router.watch_config.then(|| {
             reload::watch_file(reloader.clone(), reload::DEFAULT_POLL, reload::DEFAULT_SETTLE)
         });
