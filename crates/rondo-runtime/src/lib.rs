@@ -31,6 +31,6 @@ pub mod tier_key;
 pub mod tier_load;
 pub mod tls;
 
-pub use live::{ClusterRt, Live, Placed, Refused, Registrations, Snapshot, Views};
+pub use live::{ClusterRt, Live, Placed, Refused, Registrations, Snapshot, Views, WeakViews};
 pub use reload::Reloader;
 pub use tier_key::TierKeys;

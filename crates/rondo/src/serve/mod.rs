@@ -283,7 +283,11 @@ async fn start(
     let queues = start_queues(config, &live, &mut own, out).await?;
     // The naming service (`[naming]`): registry, HTTP API, DNS; stopped when serve returns.
     let naming = match &config.naming {
-        Some(spec) => Some(start_naming(spec, live.clone(), own, out).await.map_err(refused)?),
+        Some(spec) => Some(
+            start_naming(spec, rondo_naming::NamingParts::of(&live), own, out)
+                .await
+                .map_err(refused)?,
+        ),
         None => None,
     };
     if let Some(state) = &handed {
