@@ -402,7 +402,7 @@ async fn start_agent_receiver(
         tls,
         resume,
     };
-    let r = rondo_agent::receiver::start(opts, live.clone())
+    let r = rondo_agent::receiver::start(opts, live.views.clone(), &live.metrics, &live.sockets)
         .await
         .map_err(|e| refused(format_args!("agent receiver on {}: {e}", spec.listen)))?;
     let tls = if spec.tls.is_some() { ", tls on tcp" } else { "" };
@@ -466,7 +466,8 @@ async fn start_queues(
     if config.queues.is_empty() {
         return Ok(None);
     }
-    let q = rondo_queue::start(config, live.clone()).await.map_err(refused)?;
+    let q =
+        rondo_queue::start(config, rondo_queue::QueueParts::of(&live)).await.map_err(refused)?;
     for spec in &config.queues {
         let at = match &spec.backend {
             rondo_config::QueueBackend::Embedded { directory } => {
