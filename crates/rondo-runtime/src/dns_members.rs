@@ -1,7 +1,7 @@
 //! Members discovered through DNS (`[cluster.NAME] members_dns`): one task per such cluster
 //! asks hickory's resolver for the name's A and AAAA records (or the SRV records and their
 //! targets' addresses), makes each address a member named `IP:PORT`, and swaps a changed answer
-//! into its cluster with [`Live::update_dns`], the registry's partial rebuild, so surviving
+//! into its cluster with [`Registrations::update_dns`](crate::Registrations::update_dns), the registry's partial rebuild, so surviving
 //! members keep their health, load and sessions. It asks again when the answer's TTL runs out,
 //! within [`MembersDnsSpec::MIN_REFRESH`] and the cluster's `refresh`. A failed resolution keeps
 //! the last answer, is logged once per streak of failures and counted

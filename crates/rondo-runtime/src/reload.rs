@@ -1,5 +1,5 @@
 //! Live reconfiguration from the config file: [`Reloader::reload`] loads and checks the file,
-//! then swaps the new view in whole ([`Live::apply`], which carries every surviving member's
+//! then swaps the new view in whole ([`Views::apply`](crate::Views::apply), which carries every surviving member's
 //! health, load, EWMA and sessions over) and starts its probes; an invalid file is rejected with
 //! every reason logged and the running view untouched. Two sources drive it: [`watch_file`]
 //! (polling, with a debounce) and [`on_sighup`].
