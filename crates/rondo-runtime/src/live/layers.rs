@@ -325,6 +325,7 @@ mod tests {
         assert_eq!(names(&live.load()), ["a"]);
         // An admin change edits the configuration in effect: the shared one.
         let id2 = live
+            .views
             .update_configured(|v| {
                 assert_eq!(v.clusters["c"].members.len(), 1);
                 Ok::<(), ()>(())
@@ -350,7 +351,7 @@ mod tests {
         let first = {
             let live = live.clone();
             std::thread::spawn(move || {
-                live.update_configured(|v| {
+                live.views.update_configured(|v| {
                     inside_tx.send(()).unwrap();
                     std::thread::sleep(Duration::from_millis(100));
                     let mut c = (*v.clusters["c"]).clone();
@@ -361,20 +362,21 @@ mod tests {
             })
         };
         inside_rx.recv().unwrap();
-        live.update_configured(|v| {
-            let mut c = (*v.clusters["c"]).clone();
-            c.members[1].weight = 9;
-            v.clusters.insert("c".into(), Arc::new(c));
-            Ok::<(), ()>(())
-        })
-        .unwrap();
+        live.views
+            .update_configured(|v| {
+                let mut c = (*v.clusters["c"]).clone();
+                c.members[1].weight = 9;
+                v.clusters.insert("c".into(), Arc::new(c));
+                Ok::<(), ()>(())
+            })
+            .unwrap();
         first.join().unwrap().unwrap();
         let weights: Vec<u32> =
             live.load().view.clusters["c"].members.iter().map(|m| m.weight).collect();
         assert_eq!(weights, [7, 9]);
         // A refused change leaves everything as it was.
         let id = live.load().view.id;
-        assert_eq!(live.update_configured(|_| Err("no")).unwrap_err(), "no");
+        assert_eq!(live.views.update_configured(|_| Err("no")).unwrap_err(), "no");
         assert_eq!(live.load().view.id, id);
     }
 }

@@ -194,47 +194,14 @@ impl Live {
         self.views.load()
     }
 
-    /// [`Views::subscribe`].
-    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
-        self.views.subscribe()
-    }
-
-    /// [`Views::with_current`].
-    pub fn with_current<R>(&self, f: impl FnOnce(&Arc<Snapshot>) -> R) -> R {
-        self.views.with_current(f)
-    }
-
-    /// [`Views::touch`].
-    pub fn touch(&self) -> Arc<Snapshot> {
-        self.views.touch()
-    }
-
-    /// [`Views::spawn_touch`].
-    pub fn spawn_touch(live: &Arc<Live>) -> tokio::task::JoinHandle<()> {
-        live.views.spawn_touch()
-    }
-
     /// [`Views::apply`].
     pub fn apply(&self, view: View) -> Arc<Snapshot> {
         self.views.apply(view)
     }
 
-    /// [`Views::apply_if`].
-    pub fn apply_if(&self, view: View, expected: u64) -> Result<Arc<Snapshot>, u64> {
-        self.views.apply_if(view, expected)
-    }
-
     /// [`Views::configured`].
     pub fn configured(&self) -> View {
         self.views.configured()
-    }
-
-    /// [`Views::update_configured`].
-    pub fn update_configured<E>(
-        &self,
-        change: impl FnOnce(&mut View) -> Result<(), E>,
-    ) -> Result<Arc<Snapshot>, E> {
-        self.views.update_configured(change)
     }
 
     /// [`Views::set_shared_members`].
@@ -245,46 +212,9 @@ impl Live {
         self.views.set_shared_members(listed)
     }
 
-    /// [`Views::has_shared`].
-    pub fn has_shared(&self) -> bool {
-        self.views.has_shared()
-    }
-
     /// [`Views::set_shared`].
     pub fn set_shared(&self, view: Option<View>) -> Arc<Snapshot> {
         self.views.set_shared(view)
-    }
-
-    /// [`Registrations::allow_declared`].
-    pub fn allow_declared(&self, on: bool) {
-        self.registrations.allow_declared(on)
-    }
-
-    /// [`Registrations::set_registered`].
-    pub fn set_registered(&self, registered: Registered) -> Arc<Snapshot> {
-        self.registrations.set_registered(registered)
-    }
-
-    /// [`Registrations::update_registered`].
-    pub fn update_registered(
-        &self,
-        changes: Vec<(String, RegisteredCluster)>,
-    ) -> (Arc<Snapshot>, Vec<Arc<ClusterRt>>) {
-        self.registrations.update_registered(changes)
-    }
-
-    /// [`Registrations::update_dns`].
-    pub fn update_dns(
-        &self,
-        cluster: &str,
-        members: Vec<rondo_core::MemberSpec>,
-    ) -> (Arc<Snapshot>, Vec<Arc<ClusterRt>>) {
-        self.registrations.update_dns(cluster, members)
-    }
-
-    /// [`Registrations::reap_retired`].
-    pub fn reap_retired(&self) {
-        self.registrations.reap_retired()
     }
 
     /// [`crate::TierKeys::set_file`].
@@ -292,19 +222,9 @@ impl Live {
         self.tier_keys.set_file(key)
     }
 
-    /// [`crate::TierKeys::set_shared`].
-    pub fn set_shared_tier_key(&self, key: Option<crate::secret::TierKey>) {
-        self.tier_keys.set_shared(key)
-    }
-
     /// [`crate::TierKeys::get`].
     pub fn tier_key(&self) -> Option<Arc<crate::secret::TierKey>> {
         self.tier_keys.get()
-    }
-
-    /// The members listed by several clusters ([`Views::shared_members`]).
-    pub fn shared_members(&self) -> &SharedMembers {
-        self.views.shared_members()
     }
 }
 
@@ -479,13 +399,19 @@ pub(crate) mod tests {
     fn apply_if_swaps_only_while_the_expected_view_is_in_effect() {
         let live = live();
         let base = (*live.load().view).clone();
-        assert_eq!(live.apply_if(View { id: 2, ..base.clone() }, 7).map(|s| s.view.id), Err(1));
+        assert_eq!(
+            live.views.apply_if(View { id: 2, ..base.clone() }, 7).map(|s| s.view.id),
+            Err(1)
+        );
         assert_eq!(live.load().view.id, 1, "nothing swapped");
-        assert_eq!(live.apply_if(View { id: 2, ..base.clone() }, 1).map(|s| s.view.id), Ok(2));
+        assert_eq!(
+            live.views.apply_if(View { id: 2, ..base.clone() }, 1).map(|s| s.view.id),
+            Ok(2)
+        );
         // A touch (member state a naming answer shows) is a new id too.
-        live.touch();
-        assert_eq!(live.apply_if(View { id: 4, ..base }, 2).map(|s| s.view.id), Err(3));
-        assert_eq!(live.with_current(|s| s.view.id), 3);
+        live.views.touch();
+        assert_eq!(live.views.apply_if(View { id: 4, ..base }, 2).map(|s| s.view.id), Err(3));
+        assert_eq!(live.views.with_current(|s| s.view.id), 3);
     }
 
     /// Member `name` at an address nobody dials.

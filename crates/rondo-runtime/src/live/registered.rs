@@ -281,16 +281,17 @@ mod tests {
                 declared: Some(declared("orders", Algorithm::Hash)),
             },
         )];
-        let (snap, built) = live.update_registered(off);
+        let (snap, built) = live.registrations.update_registered(off);
         assert!(built.is_empty() && !snap.view.clusters.contains_key("orders"));
-        live.update_registered(vec![("orders".into(), regd(vec![]))]);
-        live.allow_declared(true);
+        live.registrations.update_registered(vec![("orders".into(), regd(vec![]))]);
+        live.registrations.allow_declared(true);
         let before = live.load();
         let reg = |members, algorithm| RegisteredCluster {
             members,
             declared: Some(declared("orders", algorithm)),
         };
         let (snap, built) = live
+            .registrations
             .update_registered(vec![("orders".into(), reg(vec![member("o1")], Algorithm::Hash))]);
         assert_eq!(built.len(), 1);
         assert!(snap.is_declared("orders") && !snap.is_declared("c"));
@@ -306,7 +307,7 @@ mod tests {
         assert_eq!(whole.declared, snap.declared);
 
         // Declared into a configured cluster: the configuration's policy stays.
-        let (snap, _) = live.update_registered(vec![(
+        let (snap, _) = live.registrations.update_registered(vec![(
             "c".into(),
             RegisteredCluster {
                 members: vec![member("r1")],
@@ -317,7 +318,8 @@ mod tests {
         assert!(!snap.is_declared("c"));
 
         // The last member gone, the declared cluster leaves the view.
-        let (snap, built) = live.update_registered(vec![("orders".into(), regd(vec![]))]);
+        let (snap, built) =
+            live.registrations.update_registered(vec![("orders".into(), regd(vec![]))]);
         assert!(built.is_empty());
         assert!(
             !snap.view.clusters.contains_key("orders") && !snap.clusters.contains_key("orders")
@@ -330,14 +332,14 @@ mod tests {
     #[test]
     fn registered_members_join_their_clusters_and_survive_config_changes() {
         let live = live();
-        let mut rx = live.subscribe();
+        let mut rx = live.views.subscribe();
         let regs: Registered = [
             ("c".to_owned(), regd(vec![member("r1"), member("a")])),
             ("unknown".to_owned(), regd(vec![member("r2")])),
         ]
         .into_iter()
         .collect();
-        let snap = live.set_registered(regs);
+        let snap = live.registrations.set_registered(regs);
         // `a` is configured, so its registration is left out; `unknown` is no cluster.
         assert_eq!(names(&snap), ["a", "b", "r1"]);
         assert!(snap.is_registered("c", "r1") && !snap.is_registered("c", "a"));
@@ -357,16 +359,18 @@ mod tests {
     #[test]
     fn a_registration_rebuilds_only_its_own_cluster() {
         let live = live();
-        live.update_configured(|v| {
-            let mut d = (*v.clusters["c"]).clone();
-            d.name = "d".into();
-            v.clusters.insert("d".into(), Arc::new(d));
-            Ok::<(), ()>(())
-        })
-        .unwrap();
+        live.views
+            .update_configured(|v| {
+                let mut d = (*v.clusters["c"]).clone();
+                d.name = "d".into();
+                v.clusters.insert("d".into(), Arc::new(d));
+                Ok::<(), ()>(())
+            })
+            .unwrap();
         let before = live.load();
-        let mut rx = live.subscribe();
-        let (snap, built) = live.update_registered(vec![("c".into(), regd(vec![member("r1")]))]);
+        let mut rx = live.views.subscribe();
+        let (snap, built) =
+            live.registrations.update_registered(vec![("c".into(), regd(vec![member("r1")]))]);
         assert_eq!(names(&snap), ["a", "b", "r1"]);
         assert!(snap.is_registered("c", "r1"));
         assert!(snap.is_configured("c", "a") && snap.is_configured("c", "b"));
@@ -381,19 +385,21 @@ mod tests {
         assert_eq!(*rx.borrow_and_update(), snap.view.id);
 
         // A configured name is left out, as a whole composition does; the layers agree.
-        let (snap, _) =
-            live.update_registered(vec![("c".into(), regd(vec![member("r1"), member("a")]))]);
+        let (snap, _) = live
+            .registrations
+            .update_registered(vec![("c".into(), regd(vec![member("r1"), member("a")]))]);
         assert_eq!(names(&snap), ["a", "b", "r1"]);
         let whole = live.apply(live.configured());
         assert_eq!(names(&whole), names(&snap));
         assert_eq!(whole.registered, snap.registered);
 
         // Its last registered member gone, the cluster is its configured self again.
-        let (snap, _) = live.update_registered(vec![("c".into(), regd(vec![]))]);
+        let (snap, _) = live.registrations.update_registered(vec![("c".into(), regd(vec![]))]);
         assert_eq!(names(&snap), ["a", "b"]);
         assert!(!snap.is_registered("c", "r1") && snap.registered.is_empty());
         // A cluster the configuration lacks: kept in the layers, in no view.
-        let (snap, built) = live.update_registered(vec![("nope".into(), regd(vec![member("x")]))]);
+        let (snap, built) =
+            live.registrations.update_registered(vec![("nope".into(), regd(vec![member("x")]))]);
         assert!(built.is_empty() && !snap.view.clusters.contains_key("nope"));
     }
 
@@ -404,8 +410,9 @@ mod tests {
     fn dns_members_sit_between_configured_and_registered_and_keep_their_state() {
         use rondo_core::{Actor, AdminState};
         let live = live();
-        live.update_registered(vec![("c".into(), regd(vec![member("r1")]))]);
-        let (snap, built) = live.update_dns("c", vec![member("10.0.0.1:80"), member("a")]);
+        live.registrations.update_registered(vec![("c".into(), regd(vec![member("r1")]))]);
+        let (snap, built) =
+            live.registrations.update_dns("c", vec![member("10.0.0.1:80"), member("a")]);
         assert_eq!(built.len(), 1);
         // `a` is configured: the configured member wins.
         assert_eq!(names(&snap), ["a", "b", "10.0.0.1:80", "r1"]);
@@ -416,9 +423,11 @@ mod tests {
         });
 
         // A registration leaves the DNS members alone, and the other way round.
-        let (snap, _) = live.update_registered(vec![("c".into(), regd(vec![member("r2")]))]);
+        let (snap, _) =
+            live.registrations.update_registered(vec![("c".into(), regd(vec![member("r2")]))]);
         assert_eq!(names(&snap), ["a", "b", "10.0.0.1:80", "r2"]);
-        let (snap, _) = live.update_dns("c", vec![member("10.0.0.1:80"), member("10.0.0.2:80")]);
+        let (snap, _) =
+            live.registrations.update_dns("c", vec![member("10.0.0.1:80"), member("10.0.0.2:80")]);
         assert_eq!(names(&snap), ["a", "b", "10.0.0.1:80", "10.0.0.2:80", "r2"]);
         // A reload composes every layer again, agreeing with the partial rebuilds.
         let whole = live.apply(live.configured());
@@ -430,7 +439,7 @@ mod tests {
         });
 
         // No members from DNS any more: the configured and registered ones stay.
-        let (snap, _) = live.update_dns("c", Vec::new());
+        let (snap, _) = live.registrations.update_dns("c", Vec::new());
         assert_eq!(names(&snap), ["a", "b", "r2"]);
     }
 
@@ -442,14 +451,14 @@ mod tests {
         let live = live();
         let before = live.load();
         let old = Arc::downgrade(&before.clusters["c"]);
-        live.update_registered(vec![("c".into(), regd(vec![member("r1")]))]);
+        live.registrations.update_registered(vec![("c".into(), regd(vec![member("r1")]))]);
         // A request that held the old snapshot lets go of it: the runtime outlives it.
         drop(before);
         assert!(old.upgrade().is_some(), "freed by the thread that dropped the old snapshot");
-        live.reap_retired();
+        live.registrations.reap_retired();
         assert!(old.upgrade().is_some(), "freed before the grace");
         std::thread::sleep(RETIRED_GRACE + Duration::from_millis(20));
-        live.reap_retired();
+        live.registrations.reap_retired();
         assert!(old.upgrade().is_none(), "kept after the grace");
     }
 }

@@ -419,7 +419,7 @@ async fn start_admin(
     out: &mut dyn Write,
 ) -> Result<Option<rondo_admin::AdminServer>, Stop> {
     let Some(spec) = &config.admin else { return Ok(None) };
-    let a = rondo_admin::start(spec, rondo_admin::AdminParts::of(&live))
+    let a = rondo_admin::start(spec, rondo_admin::AdminParts::of(live))
         .await
         .map_err(|e| refused(format_args!("admin API on {}: {e}", spec.listen)))?;
     writeln!(out, "rondo: admin API on {}", a.addr)?;
@@ -466,8 +466,7 @@ async fn start_queues(
     if config.queues.is_empty() {
         return Ok(None);
     }
-    let q =
-        rondo_queue::start(config, rondo_queue::QueueParts::of(&live)).await.map_err(refused)?;
+    let q = rondo_queue::start(config, rondo_queue::QueueParts::of(live)).await.map_err(refused)?;
     for spec in &config.queues {
         let at = match &spec.backend {
             rondo_config::QueueBackend::Embedded { directory } => {
