@@ -18,12 +18,7 @@ import re
 import sys
 
 # Circles that other work removes, with why they stay for now. A path matches a file under it.
-KNOWN = {
-    # A cluster's runtime and the shared members it holds refer to each other (a shared member
-    # relays verdicts to the runtimes holding it); the view's layers and the registrations
-    # compose each other's views. Both within live/ (issue 39).
-    "crates/rondo-runtime/src/live/": "rondo-runtime's live view, under rework (issue 39)",
-}
+KNOWN = {}
 
 USE = re.compile(r"\b(pub(?:\([^)]*\))?\s+)?use\s+([^;]+);", re.S)
 INLINE = re.compile(r"(?<![:\w])((?:crate|super|self)(?:::\w+)+)")

@@ -10,10 +10,12 @@ mod dashboard;
 mod members;
 mod metrics;
 mod operator;
+mod parts;
 mod probes;
 mod queues;
 mod server;
 
+pub use parts::AdminParts;
 pub use server::{AdminServer, router, start};
 
 pub use rondo_runtime::secret::{constant_time_eq, read_token};

@@ -15,16 +15,16 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use rondo_core::{Actor, AdminState};
-use rondo_runtime::{ClusterRt, Live, Snapshot};
+use rondo_runtime::{ClusterRt, Snapshot, Views};
 use serde_json::{Value, json};
 
 /// The member routes, to merge into the API router before its auth layer.
-pub(crate) fn routes<S>(live: Arc<Live>) -> Router<S> {
+pub(crate) fn routes<S>(views: Views) -> Router<S> {
     Router::new()
         .route("/api/v1/members/{member}", get(show))
         .route("/api/v1/members/{member}/drain", post(drain))
         .route("/api/v1/members/{member}/undrain", post(undrain))
-        .with_state(live)
+        .with_state(views)
 }
 
 fn error(status: StatusCode, message: impl Into<String>) -> Response {
@@ -47,12 +47,12 @@ fn holding(snap: &Snapshot, member: &str) -> Vec<(Arc<ClusterRt>, usize)> {
 /// else the one cluster with a member of that name. Members of the same name in several
 /// clusters that do not share them are different servers: the caller must name the cluster.
 fn targets(
-    live: &Live,
+    views: &Views,
     snap: &Snapshot,
     member: &str,
 ) -> Result<Vec<(Arc<ClusterRt>, usize)>, Response> {
     let all = holding(snap, member);
-    let shared = live.shared_members.clusters_of(member);
+    let shared = views.shared_members().clusters_of(member);
     let names: Vec<&str> = all.iter().map(|(rt, _)| rt.spec.name.as_str()).collect();
     match all.len() {
         0 => Err(error(StatusCode::NOT_FOUND, format!("unknown member `{member}`"))),
@@ -71,13 +71,13 @@ fn targets(
     }
 }
 
-async fn show(State(live): State<Arc<Live>>, UrlPath(member): UrlPath<String>) -> Response {
-    let snap = live.load();
+async fn show(State(views): State<Views>, UrlPath(member): UrlPath<String>) -> Response {
+    let snap = views.load();
     let all = holding(&snap, &member);
     if all.is_empty() {
         return error(StatusCode::NOT_FOUND, format!("unknown member `{member}`"));
     }
-    let shared = live.shared_members.clusters_of(&member);
+    let shared = views.shared_members().clusters_of(&member);
     let clusters: Vec<Value> = all
         .iter()
         .map(|(rt, i)| {
@@ -97,7 +97,7 @@ async fn show(State(live): State<Arc<Live>>, UrlPath(member): UrlPath<String>) -
             })
         })
         .collect();
-    let local = live.shared_members.get(&member).map(|s| s.local());
+    let local = views.shared_members().get(&member).map(|s| s.local());
     axum::Json(json!({
         "member": member,
         "shared": !shared.is_empty(),
@@ -109,12 +109,12 @@ async fn show(State(live): State<Arc<Live>>, UrlPath(member): UrlPath<String>) -
     .into_response()
 }
 
-fn set_everywhere(live: &Live, headers: &HeaderMap, member: &str, to: AdminState) -> Response {
+fn set_everywhere(views: &Views, headers: &HeaderMap, member: &str, to: AdminState) -> Response {
     let by = Actor::Operator(crate::operator::operator(headers));
     let by_text = by.to_string();
     // Set while no view can be swapped in, as the per-cluster endpoints do.
-    let done = live.with_current(|snap| {
-        let targets = targets(live, snap, member)?;
+    let done = views.with_current(|snap| {
+        let targets = targets(views, snap, member)?;
         for (rt, i) in &targets {
             rt.set_admin(*i, to, by.clone());
         }
@@ -135,32 +135,32 @@ fn set_everywhere(live: &Live, headers: &HeaderMap, member: &str, to: AdminState
 }
 
 async fn drain(
-    State(live): State<Arc<Live>>,
+    State(views): State<Views>,
     headers: HeaderMap,
     UrlPath(member): UrlPath<String>,
 ) -> Response {
-    set_everywhere(&live, &headers, &member, AdminState::Draining)
+    set_everywhere(&views, &headers, &member, AdminState::Draining)
 }
 
 async fn undrain(
-    State(live): State<Arc<Live>>,
+    State(views): State<Views>,
     headers: HeaderMap,
     UrlPath(member): UrlPath<String>,
 ) -> Response {
-    set_everywhere(&live, &headers, &member, AdminState::Active)
+    set_everywhere(&views, &headers, &member, AdminState::Active)
 }
 
 /// Adds to each shared member of a cluster's status (`GET /api/v1/status`) the clusters it
 /// serves (`clusters`), for the dashboard.
-pub(crate) fn note_shared(live: &Live, cluster: &mut Value) {
-    if live.shared_members.is_empty() {
+pub(crate) fn note_shared(views: &Views, cluster: &mut Value) {
+    if views.shared_members().is_empty() {
         return;
     }
     let me = cluster.get("name").and_then(Value::as_str).unwrap_or_default().to_owned();
     let Some(members) = cluster.get_mut("members").and_then(Value::as_array_mut) else { return };
     for m in members {
         let Some(name) = m.get("name").and_then(Value::as_str) else { continue };
-        let clusters = live.shared_members.clusters_of(name);
+        let clusters = views.shared_members().clusters_of(name);
         if clusters.contains(&me) {
             m["clusters"] = json!(clusters);
         }

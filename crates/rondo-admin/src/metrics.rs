@@ -4,20 +4,20 @@
 
 use std::sync::Arc;
 
+use crate::AdminParts;
 use axum::Router;
 use axum::extract::State;
 use axum::http::header;
 use axum::response::IntoResponse;
 use axum::routing::get;
-use rondo_runtime::Live;
 use rondo_runtime::metrics::CONTENT_TYPE;
 
 /// The `/metrics` route, to merge into the API router before its auth layer.
-pub(crate) fn routes<S>(live: Arc<Live>) -> Router<S> {
-    Router::new().route("/metrics", get(metrics)).with_state(live)
+pub(crate) fn routes<S>(parts: Arc<AdminParts>) -> Router<S> {
+    Router::new().route("/metrics", get(metrics)).with_state(parts)
 }
 
-async fn metrics(State(live): State<Arc<Live>>) -> impl IntoResponse {
-    let text = live.metrics.render(&live.load());
+async fn metrics(State(parts): State<Arc<AdminParts>>) -> impl IntoResponse {
+    let text = parts.metrics.render(&parts.views.load());
     ([(header::CONTENT_TYPE, CONTENT_TYPE)], text)
 }

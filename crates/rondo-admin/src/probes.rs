@@ -14,17 +14,19 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use rondo_config::ProbeSpec;
-use rondo_runtime::{Live, clock};
+use rondo_runtime::clock;
+
+use crate::AdminParts;
 
 /// The probe routes of `spec` (none when it names no path).
-pub(crate) fn routes(live: &Arc<Live>, spec: &ProbeSpec) -> Router {
+pub(crate) fn routes(parts: &Arc<AdminParts>, spec: &ProbeSpec) -> Router {
     let mut router = Router::new();
     if let Some(path) = &spec.ready_path {
-        let (live, clusters) = (live.clone(), spec.ready_clusters.clone());
+        let (parts, clusters) = (parts.clone(), spec.ready_clusters.clone());
         router = router.route(
             path,
             get(move || {
-                let reasons = not_ready(&live, clusters.as_deref());
+                let reasons = not_ready(&parts, clusters.as_deref());
                 async move { answer(reasons) }
             }),
         );
@@ -36,8 +38,8 @@ pub(crate) fn routes(live: &Arc<Live>, spec: &ProbeSpec) -> Router {
 }
 
 /// The routes of a probe listener of its own: the probes, and 404 for anything else.
-pub(crate) fn own_listener(live: &Arc<Live>, spec: &ProbeSpec) -> Router {
-    routes(live, spec).fallback(|| async {
+pub(crate) fn own_listener(parts: &Arc<AdminParts>, spec: &ProbeSpec) -> Router {
+    routes(parts, spec).fallback(|| async {
         text(
             StatusCode::NOT_FOUND,
             "not found: this listener answers only the probe paths\n".into(),
@@ -68,15 +70,15 @@ fn answer(reasons: Vec<String>) -> Response {
 
 /// Why the process is not ready (empty: it is). `clusters`: the clusters that must have an
 /// eligible member; `None`: every cluster of the current view.
-fn not_ready(live: &Live, clusters: Option<&[String]>) -> Vec<String> {
+fn not_ready(parts: &AdminParts, clusters: Option<&[String]>) -> Vec<String> {
     let mut reasons = Vec::new();
-    if !live.drain.is_serving() {
+    if !parts.drain.is_serving() {
         reasons.push("starting: not every part is serving yet".to_owned());
     }
-    if live.drain.is_on() {
+    if parts.drain.is_on() {
         reasons.push("draining".to_owned());
     }
-    let snap = live.load();
+    let snap = parts.views.load();
     let now = clock::now();
     let all: Vec<String>;
     let names = match clusters {
@@ -93,7 +95,7 @@ fn not_ready(live: &Live, clusters: Option<&[String]>) -> Vec<String> {
         };
         // Healthy as well: in panic mode (too few healthy members) the down ones are eligible.
         let eligible = rt.with(|b| {
-            let (eligibility, _) = b.eligibility(now, live.group.as_deref());
+            let (eligibility, _) = b.eligibility(now, parts.group.as_deref());
             b.states().iter().zip(&eligibility).filter(|(s, e)| e.eligible && s.healthy).count()
         });
         if eligible == 0 {

@@ -13,13 +13,13 @@ use axum::extract::{Path as UrlPath, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use rondo_runtime::Live;
+use rondo_runtime::metrics::Metrics;
 use rondo_runtime::queues::{DeadLetterSummary, QueueError, QueueOps, QueueStats};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 /// The queue routes, to merge into the API router before its auth layer.
-pub(crate) fn routes<S>(live: Arc<Live>) -> Router<S> {
+pub(crate) fn routes<S>(metrics: Arc<Metrics>) -> Router<S> {
     let dead = "/api/v1/queues/{queue}/dead";
     Router::new()
         .route("/api/v1/queues", get(list))
@@ -29,15 +29,15 @@ pub(crate) fn routes<S>(live: Arc<Live>) -> Router<S> {
         .route(&format!("{dead}/{{id}}"), get(dead_show))
         .route(&format!("{dead}/{{id}}/requeue"), post(requeue_one))
         .route(&format!("{dead}/{{id}}/purge"), post(purge_one))
-        .with_state(live)
+        .with_state(metrics)
 }
 
 fn error(status: StatusCode, message: impl Into<String>) -> Response {
     (status, axum::Json(json!({ "error": message.into() }))).into_response()
 }
 
-fn ops(live: &Live) -> Result<Arc<dyn QueueOps>, Response> {
-    live.metrics
+fn ops(metrics: &Metrics) -> Result<Arc<dyn QueueOps>, Response> {
+    metrics
         .queues
         .get()
         .cloned()
@@ -85,8 +85,8 @@ fn summary_json(d: &DeadLetterSummary) -> Value {
     })
 }
 
-async fn list(State(live): State<Arc<Live>>) -> Response {
-    let queues: Vec<Value> = match live.metrics.queues.get() {
+async fn list(State(metrics): State<Arc<Metrics>>) -> Response {
+    let queues: Vec<Value> = match metrics.queues.get() {
         Some(q) => q.stats().iter().map(stats_json).collect(),
         None => Vec::new(),
     };
@@ -99,11 +99,11 @@ struct ListQuery {
 }
 
 async fn dead_list(
-    State(live): State<Arc<Live>>,
+    State(metrics): State<Arc<Metrics>>,
     UrlPath(queue): UrlPath<String>,
     Query(q): Query<ListQuery>,
 ) -> Response {
-    let ops = match ops(&live) {
+    let ops = match ops(&metrics) {
         Ok(o) => o,
         Err(r) => return r,
     };
@@ -118,10 +118,10 @@ async fn dead_list(
 }
 
 async fn dead_show(
-    State(live): State<Arc<Live>>,
+    State(metrics): State<Arc<Metrics>>,
     UrlPath((queue, id)): UrlPath<(String, String)>,
 ) -> Response {
-    let ops = match ops(&live) {
+    let ops = match ops(&metrics) {
         Ok(o) => o,
         Err(r) => return r,
     };
@@ -145,8 +145,8 @@ async fn dead_show(
     }
 }
 
-async fn change(live: &Live, queue: &str, id: Option<&str>, requeue: bool) -> Response {
-    let ops = match ops(live) {
+async fn change(metrics: &Metrics, queue: &str, id: Option<&str>, requeue: bool) -> Response {
+    let ops = match ops(metrics) {
         Ok(o) => o,
         Err(r) => return r,
     };
@@ -161,24 +161,30 @@ async fn change(live: &Live, queue: &str, id: Option<&str>, requeue: bool) -> Re
     }
 }
 
-async fn requeue_all(State(live): State<Arc<Live>>, UrlPath(queue): UrlPath<String>) -> Response {
-    change(&live, &queue, None, true).await
+async fn requeue_all(
+    State(metrics): State<Arc<Metrics>>,
+    UrlPath(queue): UrlPath<String>,
+) -> Response {
+    change(&metrics, &queue, None, true).await
 }
 
-async fn purge_all(State(live): State<Arc<Live>>, UrlPath(queue): UrlPath<String>) -> Response {
-    change(&live, &queue, None, false).await
+async fn purge_all(
+    State(metrics): State<Arc<Metrics>>,
+    UrlPath(queue): UrlPath<String>,
+) -> Response {
+    change(&metrics, &queue, None, false).await
 }
 
 async fn requeue_one(
-    State(live): State<Arc<Live>>,
+    State(metrics): State<Arc<Metrics>>,
     UrlPath((queue, id)): UrlPath<(String, String)>,
 ) -> Response {
-    change(&live, &queue, Some(&id), true).await
+    change(&metrics, &queue, Some(&id), true).await
 }
 
 async fn purge_one(
-    State(live): State<Arc<Live>>,
+    State(metrics): State<Arc<Metrics>>,
     UrlPath((queue, id)): UrlPath<(String, String)>,
 ) -> Response {
-    change(&live, &queue, Some(&id), false).await
+    change(&metrics, &queue, Some(&id), false).await
 }

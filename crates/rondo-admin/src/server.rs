@@ -27,7 +27,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodRouter, get, post, put};
 use rondo_config::AdminSpec;
 use rondo_core::{Actor, AdminState, Algorithm, View};
-use rondo_runtime::{ClusterRt, Live, Snapshot, probe};
+use rondo_runtime::{ClusterRt, Snapshot, probe};
+
+use crate::AdminParts;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -87,13 +89,14 @@ impl Drop for AdminServer {
 
 #[derive(Clone)]
 struct AppState {
-    live: Arc<Live>,
+    parts: Arc<AdminParts>,
     token: Option<Arc<Vec<u8>>>,
 }
 
 /// Binds `[admin] listen` and serves the API on the current tokio runtime, over TLS when
 /// `[admin] tls` is set (its files then watched and reloaded like a listener's).
-pub async fn start(spec: &AdminSpec, live: Arc<Live>) -> std::io::Result<AdminServer> {
+pub async fn start(spec: &AdminSpec, parts: AdminParts) -> std::io::Result<AdminServer> {
+    let parts = Arc::new(parts);
     let token = match &spec.token {
         Some(t) => Some(crate::read_token(t)?),
         None => None,
@@ -104,34 +107,44 @@ pub async fn start(spec: &AdminSpec, live: Arc<Live>) -> std::io::Result<AdminSe
             "admin API has no token configured: every call will be refused with 403"
         );
     }
-    let listener = live.sockets.tcp_listener("admin", spec.listen)?;
+    let listener = parts.sockets.tcp_listener("admin", spec.listen)?;
     let addr = listener.local_addr()?;
-    let tls = rondo_runtime::http_api::tls("[admin]", spec.tls.as_ref(), &live)?;
-    let mut app = router(live.clone(), token.clone());
+    let tls = rondo_runtime::http_api::tls("[admin]", spec.tls.as_ref(), &parts.metrics)?;
+    let drain = parts.drain.clone();
+    let mut app = router_of(parts.clone(), token.clone());
     let probes = match spec.probes.listen {
         None => {
-            app = app.merge(crate::probes::routes(&live, &spec.probes));
+            app = app.merge(crate::probes::routes(&parts, &spec.probes));
             None
         }
         Some(at) => {
-            let listener = live.sockets.tcp_listener("admin-probes", at).map_err(|e| {
+            let listener = parts.sockets.tcp_listener("admin-probes", at).map_err(|e| {
                 std::io::Error::new(e.kind(), format!("its probe listener on {at}: {e}"))
             })?;
             let addr = listener.local_addr()?;
-            let own = crate::probes::own_listener(&live, &spec.probes);
-            let task =
-                rondo_runtime::http_api::spawn("probe listener", listener, None, own, live.clone());
+            let own = crate::probes::own_listener(&parts, &spec.probes);
+            let task = rondo_runtime::http_api::spawn(
+                "probe listener",
+                listener,
+                None,
+                own,
+                drain.clone(),
+            );
             Some((addr, task))
         }
     };
     let token = token.map(Arc::new);
-    let task = rondo_runtime::http_api::spawn("admin API", listener, tls, app, live);
+    let task = rondo_runtime::http_api::spawn("admin API", listener, tls, app, drain);
     Ok(AdminServer { addr, task, tls: spec.tls.is_some(), token, probes })
 }
 
 /// The API as an axum router (for embedding); `token: None` refuses every call with 403.
-pub fn router(live: Arc<Live>, token: Option<Vec<u8>>) -> Router {
-    let state = AppState { live, token: token.map(Arc::new) };
+pub fn router(parts: AdminParts, token: Option<Vec<u8>>) -> Router {
+    router_of(Arc::new(parts), token)
+}
+
+fn router_of(parts: Arc<AdminParts>, token: Option<Vec<u8>>) -> Router {
+    let state = AppState { parts, token: token.map(Arc::new) };
     let member = "/api/v1/clusters/{cluster}/members/{member}";
     Router::new()
         .route("/api/v1/status", get(status::status))
@@ -153,9 +166,9 @@ pub fn router(live: Arc<Live>, token: Option<Vec<u8>>) -> Router {
         )
         .route("/api/v1/revocations", get(revocations::list).post(revocations::revoke))
         .route("/api/v1/upgrade", post(upgrade))
-        .merge(crate::metrics::routes(state.live.clone()))
-        .merge(crate::queues::routes(state.live.clone()))
-        .merge(crate::members::routes(state.live.clone()))
+        .merge(crate::metrics::routes(state.parts.clone()))
+        .merge(crate::queues::routes(state.parts.metrics.clone()))
+        .merge(crate::members::routes(state.parts.views.clone()))
         .fallback(|| async { error(StatusCode::NOT_FOUND, "no such endpoint") })
         .method_not_allowed_fallback(|| async {
             error(
@@ -274,7 +287,7 @@ fn set_admin(
     let by = Actor::Operator(operator(headers));
     let by_text = by.to_string();
     // Checked and set while no view can be swapped in.
-    let done = st.live.with_current(|snap| {
+    let done = st.parts.views.with_current(|snap| {
         if let Some(e) = expected
             && snap.view.id != e
         {
@@ -330,9 +343,9 @@ fn change_cluster(
     // Built on the configuration in effect, not the composed view, so registered members stay
     // the registry's; read, changed and swapped under one lock, so concurrent changes all land
     // (and an `If-Match` is checked against the view no other change can replace meanwhile).
-    let updated = st.live.update_configured(|view| {
+    let updated = st.parts.views.update_configured(|view| {
         if let Some(e) = expected {
-            let current = st.live.load().view.id;
+            let current = st.parts.views.load().view.id;
             if current != e {
                 return Err(conflict(current, e));
             }
@@ -362,8 +375,8 @@ fn applied(snap: &Arc<Snapshot>) -> Response {
 
 fn apply(st: &AppState, view: View, expected: Option<u64>) -> Response {
     match expected {
-        None => applied(&st.live.apply(view)),
-        Some(e) => match st.live.apply_if(view, e) {
+        None => applied(&st.parts.views.apply(view)),
+        Some(e) => match st.parts.views.apply_if(view, e) {
             Ok(snap) => applied(&snap),
             Err(current) => conflict(current, e),
         },
@@ -406,7 +419,7 @@ async fn weight(
 /// Starts a hitless upgrade (`rondo ctl upgrade`): a new `rondo serve --upgrade` with this
 /// process's command line takes its sockets and state; 202 with the new process's pid.
 async fn upgrade(State(st): State<AppState>) -> Response {
-    match st.live.upgrader.start() {
+    match st.parts.upgrader.start() {
         None => error(
             StatusCode::CONFLICT,
             "this router cannot be upgraded: its configuration has no [router] upgrade_socket",
@@ -456,7 +469,7 @@ async fn config(State(st): State<AppState>, headers: HeaderMap, bytes: Bytes) ->
         Ok(e) => e,
         Err(r) => return r,
     };
-    if st.live.has_shared() {
+    if st.parts.views.has_shared() {
         // It would replace the file's layer, which the shared one hides: a silent no-op.
         return error(
             StatusCode::CONFLICT,
@@ -467,15 +480,15 @@ async fn config(State(st): State<AppState>, headers: HeaderMap, bytes: Bytes) ->
     let Ok(text) = std::str::from_utf8(&bytes) else {
         return error(StatusCode::BAD_REQUEST, "the configuration is not UTF-8");
     };
-    let next = st.live.load().view.id + 1;
-    let over = st.live.defaults.over();
+    let next = st.parts.views.load().view.id + 1;
+    let over = st.parts.defaults.over();
     match rondo_config::parse_str_over(text, Path::new("admin-api"), next, over.as_ref()) {
         Ok(config) => {
             // Before the swap, which attaches the clusters' runtimes to the shared members.
-            st.live.shared_members.set(config.shared_members);
+            st.parts.views.shared_members().set(config.shared_members);
             let r = apply(&st, config.view, expected);
             if r.status().is_success() {
-                st.live.defaults.from_text(text);
+                st.parts.defaults.from_text(text);
             }
             r
         }

@@ -18,8 +18,9 @@ use std::time::{Duration, Instant};
 use rondo_core::load::AgentReport;
 use rondo_core::{AdminState, Algorithm};
 use rondo_runtime::metrics::{Counter, Metrics};
+use rondo_runtime::sockets::Sockets;
 use rondo_runtime::tls::server::TlsServer;
-use rondo_runtime::{Live, clock};
+use rondo_runtime::{Views, clock};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, UdpSocket};
 use tokio::task::JoinHandle;
@@ -175,7 +176,8 @@ impl Limiter {
 /// State shared by the receiver's tasks.
 #[derive(Debug)]
 struct Shared {
-    live: Arc<Live>,
+    /// The view whose members the reports are about.
+    views: Views,
     key: Key,
     interval: Duration,
     /// This run's epoch (random): heartbeats must carry it.
@@ -231,12 +233,18 @@ impl Drop for Receiver {
 }
 
 /// Binds the TCP listener, then a UDP socket on the same address and port, and starts the
-/// hello, heartbeat and watcher tasks.
-pub async fn start(opts: ReceiverOpts, live: Arc<Live>) -> io::Result<Receiver> {
-    let tcp = live.sockets.tcp_listener("agent tcp", opts.listen)?;
+/// hello, heartbeat and watcher tasks, applying the reports to `views` (counted in `metrics`;
+/// the sockets bound through `sockets`).
+pub async fn start(
+    opts: ReceiverOpts,
+    views: Views,
+    metrics: &Metrics,
+    sockets: &Sockets,
+) -> io::Result<Receiver> {
+    let tcp = sockets.tcp_listener("agent tcp", opts.listen)?;
     let addr = tcp.local_addr()?;
     // With port 0, the UDP socket takes the TCP listener's port (one number for both).
-    let udp = live.sockets.udp("agent udp", opts.listen, addr).await?;
+    let udp = sockets.udp("agent udp", opts.listen, addr).await?;
     let (epoch, last_seq) = match opts.resume {
         Some(r) => {
             let last = r.last_seq.into_iter().map(|(c, m, s)| ((c, m), s)).collect();
@@ -244,9 +252,9 @@ pub async fn start(opts: ReceiverOpts, live: Arc<Live>) -> io::Result<Receiver> 
         }
         None => (random_epoch()?, HashMap::new()),
     };
-    let counters = Counters::new(&live.metrics);
+    let counters = Counters::new(metrics);
     let shared = Arc::new(Shared {
-        live,
+        views,
         key: opts.key,
         interval: opts.interval,
         epoch,
@@ -355,7 +363,7 @@ where
         Err(HelloError::BadKey) => Err(("bad_key", "ERR bad key\n".to_owned())),
         Err(HelloError::Malformed) => Err(("malformed_hello", "ERR malformed hello\n".to_owned())),
         Ok((cluster, member)) => {
-            let snap = shared.live.load();
+            let snap = shared.views.load();
             let known = snap
                 .clusters
                 .get(&cluster)
@@ -463,7 +471,7 @@ fn handle_datagram(d: &[u8], peer: SocketAddr, shared: &Shared) -> Verdict {
         log_refusal(shared, "stale_epoch", peer, names, reason);
         return Verdict::StaleEpoch;
     }
-    let snap = shared.live.load();
+    let snap = shared.views.load();
     let found = snap
         .clusters
         .get(&hb.cluster)
@@ -517,7 +525,7 @@ async fn watch_loop(shared: Arc<Shared>) {
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        let snap = shared.live.load();
+        let snap = shared.views.load();
         let now = clock::now();
         for (cname, rt) in &snap.clusters {
             let agent_algo =

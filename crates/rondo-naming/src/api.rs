@@ -48,7 +48,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use rondo_core::MemberSpec;
 use rondo_core::wire::{self, Register, VIEW_ID_HEADER};
-use rondo_runtime::Live;
+use rondo_runtime::Views;
+
+use crate::NamingParts;
 use serde_json::json;
 
 use crate::Registry;
@@ -89,7 +91,9 @@ impl Drop for NamingServer {
 
 #[derive(Debug, Clone)]
 struct AppState {
-    live: Arc<Live>,
+    views: Views,
+    /// This router's locality group, the default of a lookup's.
+    group: Option<Arc<str>>,
     registry: Registry,
     token: Option<Arc<Vec<u8>>>,
     /// The bound address (for the `Host` check).
@@ -145,49 +149,52 @@ pub struct ApiOptions {
 /// guards the calls that change something.
 pub async fn start(
     listen: SocketAddr,
-    live: Arc<Live>,
+    parts: &NamingParts,
     registry: Registry,
     token: Option<Vec<u8>>,
 ) -> std::io::Result<NamingServer> {
-    start_with(listen, live, registry, ApiOptions { token, ..ApiOptions::default() }).await
+    start_with(listen, parts, registry, ApiOptions { token, ..ApiOptions::default() }).await
 }
 
 /// [`start`] with every option.
 pub async fn start_with(
     listen: SocketAddr,
-    live: Arc<Live>,
+    parts: &NamingParts,
     registry: Registry,
     mut opts: ApiOptions,
 ) -> std::io::Result<NamingServer> {
-    let listener = live.sockets.tcp_listener("naming", listen)?;
+    let listener = parts.sockets.tcp_listener("naming", listen)?;
     let addr = listener.local_addr()?;
-    let tls = rondo_runtime::http_api::tls("[naming]", opts.tls.take().as_ref(), &live)?;
+    let tls = rondo_runtime::http_api::tls("[naming]", opts.tls.take().as_ref(), &parts.metrics)?;
     opts.own.push(OwnAddress { what: "naming API".to_owned(), addr });
     // Member state changes (drain, health, agent availability) become new view ids, so that
     // watchers refetch answers that changed.
-    let touch = Live::spawn_touch(&live);
-    let app = router_with(addr, live.clone(), registry, opts);
-    let task = rondo_runtime::http_api::spawn("naming API", listener, tls, app, live);
+    let touch = parts.views.spawn_touch();
+    let app = router_with(addr, parts, registry, opts);
+    let task =
+        rondo_runtime::http_api::spawn("naming API", listener, tls, app, parts.drain.clone());
     Ok(NamingServer { addr, task, touch })
 }
 
 /// The API as an axum router (for embedding), answering loopback hosts only.
-pub fn router(live: Arc<Live>, registry: Registry, token: Option<Vec<u8>>) -> Router {
+pub fn router(parts: &NamingParts, registry: Registry, token: Option<Vec<u8>>) -> Router {
     let listen = SocketAddr::from(([127, 0, 0, 1], 0));
-    router_with(listen, live, registry, ApiOptions { token, ..ApiOptions::default() })
+    router_with(listen, parts, registry, ApiOptions { token, ..ApiOptions::default() })
 }
 
 /// The API bound at `listen` as an axum router, with every option.
 pub fn router_with(
     listen: SocketAddr,
-    live: Arc<Live>,
+    parts: &NamingParts,
     registry: Registry,
     opts: ApiOptions,
 ) -> Router {
-    let parent = Parent::start(&opts.parent, &live).map(|(p, t)| (p, Arc::new(AbortOnDrop(t))));
+    let parent =
+        Parent::start(&opts.parent, &parts.views).map(|(p, t)| (p, Arc::new(AbortOnDrop(t))));
     let state = AppState {
         parent,
-        live,
+        views: parts.views.clone(),
+        group: parts.group.clone(),
         registry,
         token: opts.token.map(Arc::new),
         listen,
@@ -296,7 +303,7 @@ async fn json_errors(req: Request, next: Next) -> Response {
 async fn view_id_header(State(st): State<AppState>, req: Request, next: Next) -> Response {
     let mut resp = next.run(req).await;
     if !resp.headers().contains_key(VIEW_ID_HEADER) {
-        let id = st.live.load().view.id;
+        let id = st.views.load().view.id;
         resp.headers_mut().insert(VIEW_ID_HEADER, HeaderValue::from(id));
     }
     resp
@@ -309,13 +316,13 @@ fn with_view(view_id: u64, body: impl serde::Serialize) -> Response {
 }
 
 async fn services(State(st): State<AppState>) -> Response {
-    let snap = st.live.load();
+    let snap = st.views.load();
     let names: Vec<&String> = snap.view.clusters.keys().collect();
     with_view(snap.view.id, json!({ "view_id": snap.view.id, "services": names }))
 }
 
 async fn full_answer(State(st): State<AppState>, Path(service): Path<String>) -> Response {
-    let snap = st.live.load();
+    let snap = st.views.load();
     match (answer::answer(&snap, &service), st.parent()) {
         (Ok(a), parent) => {
             let extra = hierarchy::local_fields(parent, &st.listen.to_string());
@@ -323,7 +330,7 @@ async fn full_answer(State(st): State<AppState>, Path(service): Path<String>) ->
         }
         (Err(AnswerError::UnknownService { .. }), Some(parent)) => {
             match hierarchy::entry(parent, &service).await {
-                Ok(entry) => hierarchy::relayed_answer(parent, &entry, st.live.load().view.id),
+                Ok(entry) => hierarchy::relayed_answer(parent, &entry, st.views.load().view.id),
                 Err(resp) => resp,
             }
         }
@@ -373,8 +380,8 @@ async fn lookup_with(
         Ok(r) => r,
         Err(resp) => return resp,
     };
-    let snap = st.live.load();
-    let group = q.get("group").map(String::as_str).or(st.live.group.as_deref());
+    let snap = st.views.load();
+    let group = q.get("group").map(String::as_str).or(st.group.as_deref());
     // `exclude=a,b`: the members the caller already tried (at most the first 64 names count).
     let exclude: Vec<&str> = q
         .get("exclude")
@@ -386,7 +393,7 @@ async fn lookup_with(
     let query = || redirect::passed_query(raw);
     match (found, st.parent()) {
         (Ok(l), _) if redirect => {
-            let mut resp = redirect::answer(&st.live.load(), &l, rest, query().as_deref());
+            let mut resp = redirect::answer(&st.views.load(), &l, rest, query().as_deref());
             resp.headers_mut().insert(hierarchy::LEVEL_HEADER, HeaderValue::from_static("local"));
             resp
         }
@@ -399,7 +406,7 @@ async fn lookup_with(
                 Ok(e) => e,
                 Err(resp) => return resp,
             };
-            let view_id = st.live.load().view.id;
+            let view_id = st.views.load().view.id;
             let key = q.get("key").map(String::as_str);
             match hierarchy::relayed_lookup(parent, &entry, view_id, group, key) {
                 // The parent's cluster's TLS is not in its answer: its members are reached
@@ -459,7 +466,7 @@ fn registration(
         ));
     }
     // The view in effect, without the layers' lock (a batch being published holds it).
-    let snap = st.live.load();
+    let snap = st.views.load();
     let configured = snap.clusters.contains_key(service) && !snap.is_declared(service);
     let policy = if configured {
         PolicyClaim::Configured
@@ -569,7 +576,7 @@ async fn watch(State(st): State<AppState>, Query(q): Query<HashMap<String, Strin
         );
     }
     let after = after.unwrap_or(0);
-    let mut rx = st.live.subscribe();
+    let mut rx = st.views.subscribe();
     let changed =
         matches!(tokio::time::timeout(timeout, rx.wait_for(|id| *id > after)).await, Ok(Ok(_)));
     let view_id = *rx.borrow();
@@ -589,7 +596,7 @@ async fn put_config(State(st): State<AppState>, bytes: Bytes) -> Response {
 
 async fn status(State(st): State<AppState>) -> Response {
     let s = st.registry.status();
-    let view_id = st.live.load().view.id;
+    let view_id = st.views.load().view.id;
     with_view(
         view_id,
         json!({

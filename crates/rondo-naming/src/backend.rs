@@ -5,35 +5,35 @@
 
 use std::sync::Arc;
 
+use crate::NamingParts;
 use rondo_config::RegistrySpec;
 use rondo_core::wire::Lease;
-use rondo_runtime::Live;
 
 use crate::embedded::{self, Embedded};
 #[cfg(feature = "etcd")]
 use crate::etcd;
 use crate::registry::{Limits, Registration, RegistryError, RegistryStatus, StartError};
 
-/// Starts the configured registry backend feeding `live` (inside a tokio runtime) with the
+/// Starts the configured registry backend feeding `parts`' view (inside a tokio runtime) with the
 /// default [`Limits`]. Fails with a message naming what failed: an unreadable or invalid
 /// snapshot file, or a backend this build leaves out.
-pub fn start_registry(spec: &RegistrySpec, live: Arc<Live>) -> Result<Registry, StartError> {
-    start_registry_with(spec, Limits::default(), live)
+pub fn start_registry(spec: &RegistrySpec, parts: &NamingParts) -> Result<Registry, StartError> {
+    start_registry_with(spec, Limits::default(), parts)
 }
 
 /// [`start_registry`] with the caps on registrations `limits`.
 pub fn start_registry_with(
     spec: &RegistrySpec,
     limits: Limits,
-    live: Arc<Live>,
+    parts: &NamingParts,
 ) -> Result<Registry, StartError> {
     match spec {
         RegistrySpec::Embedded { snapshot } => {
-            embedded::Embedded::start(live, snapshot.clone(), limits).map(Registry::Embedded)
+            embedded::Embedded::start(parts, snapshot.clone(), limits).map(Registry::Embedded)
         }
         #[cfg(feature = "etcd")]
         RegistrySpec::Etcd { endpoints, prefix } => {
-            let r = etcd::EtcdRegistry::start(endpoints.clone(), prefix.clone(), live);
+            let r = etcd::EtcdRegistry::start(endpoints.clone(), prefix.clone(), parts);
             r.set_limits(limits);
             Ok(Registry::Etcd(r))
         }

@@ -52,7 +52,9 @@ use hickory_server::server::{Request, RequestHandler, ResponseHandler, ResponseI
 use hickory_server::zone_handler::MessageResponseBuilder;
 use rondo_core::AdminState;
 use rondo_core::wire::Member;
-use rondo_runtime::{ClusterRt, Live, Snapshot};
+use rondo_runtime::{ClusterRt, Snapshot, Views};
+
+use crate::NamingParts;
 
 use crate::answer::{self, AnswerError, LookupFacts};
 
@@ -87,12 +89,16 @@ impl Drop for DnsServer {
 
 /// Serves A, AAAA and SRV answers on UDP and TCP at `listen` (port 0 = any free port, the same
 /// for both) for services under `zone` (e.g. `rondo.` or `svc.example.`; the final dot is
-/// optional), answering from `live`'s current snapshot. Must be called within a tokio runtime.
-pub async fn start(listen: SocketAddr, zone: &str, live: Arc<Live>) -> io::Result<DnsServer> {
+/// optional), answering from `parts`' current view. Must be called within a tokio runtime.
+pub async fn start(listen: SocketAddr, zone: &str, parts: &NamingParts) -> io::Result<DnsServer> {
     let zone = zone_name(zone)?;
-    let (udp, tcp) = bind(listen, &live.sockets).await?;
+    let (udp, tcp) = bind(listen, &parts.sockets).await?;
     let addr = udp.local_addr()?;
-    let mut server = hickory_server::Server::new(Handler { zone, live });
+    let mut server = hickory_server::Server::new(Handler {
+        zone,
+        views: parts.views.clone(),
+        group: parts.group.clone(),
+    });
     server.register_socket(udp);
     server.register_listener(tcp, TCP_IDLE, TCP_RESPONSE_BUFFER);
     let (stop, mut stopped) = tokio::sync::watch::channel(false);
@@ -169,7 +175,9 @@ async fn bind(
 struct Handler {
     /// Lower case, fully qualified.
     zone: Name,
-    live: Arc<Live>,
+    views: Views,
+    /// This router's locality group, the default of a lookup's.
+    group: Option<Arc<str>>,
 }
 
 /// What to send back.
@@ -284,7 +292,7 @@ impl Handler {
         let prefix = &labels[..labels.len().saturating_sub(self.zone.iter().count())];
         // Answer with the name as asked (its case too, for resolvers that check it).
         let owner = query.original().name().clone();
-        let snapshot = self.live.load();
+        let snapshot = self.views.load();
         let qtype = query.query_type();
         // No zone transfers: the zone is made per query.
         if matches!(qtype, RecordType::AXFR | RecordType::IXFR) {
@@ -364,7 +372,7 @@ impl Handler {
         if !(wants_srv || wants_v4 || wants_v6) {
             return Reply::nodata();
         }
-        let group = self.live.group.as_deref();
+        let group = self.group.as_deref();
         let Some(members) = eligible(snapshot, service, group) else { return Reply::nxdomain() };
         let mut reply = Reply::nodata();
         for m in &members {

@@ -40,7 +40,10 @@ use std::time::{Duration, Instant};
 
 use rondo_core::SplitMix64;
 use rondo_core::wire::Lease;
-use rondo_runtime::Live;
+use rondo_runtime::Registrations;
+use rondo_runtime::metrics::Metrics;
+
+use crate::NamingParts;
 use tokio::sync::oneshot;
 
 use self::disk::{Disk, load_snapshot, remove_stale_temporaries, replay_log};
@@ -74,7 +77,9 @@ pub struct Embedded {
 /// What the API side and the writer thread share.
 #[derive(Debug)]
 struct Shared {
-    live: Arc<Live>,
+    /// The registered members' layer of the view, which it feeds.
+    registrations: Registrations,
+    metrics: Arc<Metrics>,
     snapshot: Option<PathBuf>,
     limits: Limits,
     state: Mutex<State>,
@@ -89,11 +94,11 @@ impl Embedded {
     /// Starts the registry with the default [`DEFAULT_COMPACT_BYTES`]; see
     /// [`Embedded::start_with`].
     pub fn start(
-        live: Arc<Live>,
+        parts: &NamingParts,
         snapshot: Option<PathBuf>,
         limits: Limits,
     ) -> Result<Arc<Embedded>, StartError> {
-        Self::start_with(live, snapshot, limits, DEFAULT_COMPACT_BYTES)
+        Self::start_with(parts, snapshot, limits, DEFAULT_COMPACT_BYTES)
     }
 
     /// Starts the registry (loading `snapshot` if the file exists and replaying its log over
@@ -105,7 +110,7 @@ impl Embedded {
     /// last record (naming the byte offset); the files are left untouched. A torn last record of
     /// the log (a crash while it was written: never acknowledged) is ignored and reported.
     pub fn start_with(
-        live: Arc<Live>,
+        parts: &NamingParts,
         snapshot: Option<PathBuf>,
         limits: Limits,
         compact_bytes: u64,
@@ -155,7 +160,8 @@ impl Embedded {
             });
         }
         let shared = Arc::new(Shared {
-            live,
+            registrations: parts.registrations.clone(),
+            metrics: parts.metrics.clone(),
             snapshot,
             limits,
             state: Mutex::new(state),
@@ -178,7 +184,7 @@ impl Embedded {
             .name("rondo-registry".to_owned())
             .spawn(move || writer.run(&jobs, disk))
             .map_err(StartError::Thread)?;
-        shared.live.metrics.registry_connected.set(1);
+        shared.metrics.registry_connected.set(1);
         Ok(Arc::new(Embedded { shared, queue, recovery }))
     }
 

@@ -37,8 +37,10 @@ use std::time::Duration;
 use etcd_client::{Client, ConnectOptions, DeleteOptions, KeyValue, PutOptions};
 use rondo_core::MemberSpec;
 use rondo_core::wire::Lease;
-use rondo_runtime::Live;
+use rondo_runtime::metrics::Metrics;
+use rondo_runtime::revoke::Revocations;
 use rondo_runtime::revoke::{Revocation, RevokeKind};
+use rondo_runtime::{Registrations, TierKeys, Views};
 use serde::{Deserialize, Serialize};
 
 use crate::registry::{self, Declared, Limits, Registration, RegistryError, RegistryStatus};
@@ -71,7 +73,15 @@ struct Inner {
     endpoints: Vec<String>,
     /// The prefix without a trailing `/`.
     prefix: String,
-    live: Arc<Live>,
+    /// The view, which the tier's shared configuration replaces while set.
+    views: Views,
+    /// The registered members' layer of the view, which the tier's members fill.
+    registrations: Registrations,
+    metrics: Arc<Metrics>,
+    /// The revocations shared with the tier.
+    revocations: Arc<Revocations>,
+    /// The tier key the shared configuration sets.
+    tier_keys: TierKeys,
     /// The current connection (cheap to clone); `None` until one was made.
     client: Mutex<Option<Client>>,
     state: Mutex<State>,
@@ -142,13 +152,21 @@ impl EtcdRegistry {
     /// `/rondo`) and its background sync task, then returns at once: it neither fails nor waits
     /// when etcd is down (the task keeps trying, and the configured view stays in effect until
     /// it succeeds). Must run inside a tokio runtime.
-    pub fn start(endpoints: Vec<String>, prefix: String, live: Arc<Live>) -> Arc<EtcdRegistry> {
+    pub fn start(
+        endpoints: Vec<String>,
+        prefix: String,
+        parts: &crate::NamingParts,
+    ) -> Arc<EtcdRegistry> {
         let prefix = prefix.trim_end_matches('/').to_owned();
-        live.metrics.registry_connected.set(0);
+        parts.metrics.registry_connected.set(0);
         let inner = Arc::new(Inner {
             endpoints,
             prefix,
-            live,
+            views: parts.views.clone(),
+            registrations: parts.registrations.clone(),
+            metrics: parts.metrics.clone(),
+            revocations: parts.revocations.clone(),
+            tier_keys: parts.tier_keys.clone(),
             client: Mutex::new(None),
             state: Mutex::new(State::default()),
             limits: Mutex::new(Limits::default()),
@@ -157,7 +175,7 @@ impl EtcdRegistry {
         let key = crate::presence::key(&inner.prefix);
         let presence = tokio::spawn(crate::presence::keep(inner.endpoints.clone(), key));
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-        inner.live.revocations.set_publisher(tx);
+        inner.revocations.set_publisher(tx);
         let putter = inner.clone();
         let publisher = tokio::spawn(async move {
             while let Some((r, done)) = rx.recv().await {

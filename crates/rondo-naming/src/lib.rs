@@ -24,6 +24,7 @@ pub mod embedded;
 mod hierarchy;
 mod journal;
 pub mod parent;
+mod parts;
 mod redirect;
 pub mod registry;
 
@@ -37,4 +38,5 @@ pub mod presence;
 pub mod xds;
 
 pub use backend::{Registry, start_registry, start_registry_with};
+pub use parts::NamingParts;
 pub use registry::{Limits, Registration, RegistryError, RegistryStatus, StartError};

@@ -20,7 +20,7 @@ use std::time::Duration;
 use rondo_client::NamingClient;
 use rondo_client::wire::{Answer, Lookup};
 use rondo_core::{Balancer, Decision, PickRequest, SplitMix64};
-use rondo_runtime::{Live, clock};
+use rondo_runtime::{Views, WeakViews, clock};
 
 /// Most names cached from the parent.
 pub const MAX_CACHED: usize = 1024;
@@ -99,7 +99,8 @@ pub struct Parent {
     at: AtomicUsize,
     down: AtomicBool,
     cache: Mutex<Cache>,
-    live: Weak<Live>,
+    /// The view whose id a change of the parent's answers raises (watchers then refetch).
+    views: WeakViews,
 }
 
 #[derive(Debug, Default)]
@@ -111,10 +112,10 @@ struct Cache {
 
 impl Parent {
     /// The parent at `endpoints` (checked by the configuration; one that does not parse is
-    /// skipped) for the naming service over `live`, with its watch task; `None` without any.
+    /// skipped) for the naming service over `views`, with its watch task; `None` without any.
     pub fn start(
         endpoints: &[String],
-        live: &Arc<Live>,
+        views: &Views,
     ) -> Option<(Arc<Parent>, tokio::task::JoinHandle<()>)> {
         let endpoints: Vec<NamingClient> =
             endpoints.iter().filter_map(|e| NamingClient::new(e, TIMEOUT)).collect();
@@ -126,7 +127,7 @@ impl Parent {
             at: AtomicUsize::new(0),
             down: AtomicBool::new(false),
             cache: Mutex::new(Cache::default()),
-            live: Arc::downgrade(live),
+            views: views.downgrade(),
         });
         let task = tokio::spawn(follow(Arc::downgrade(&parent)));
         Some((parent, task))
@@ -218,8 +219,8 @@ impl Parent {
 
     /// A new local view id, so that watches here wake.
     fn touch(&self) {
-        if let Some(live) = self.live.upgrade() {
-            live.touch();
+        if let Some(views) = self.views.upgrade() {
+            views.touch();
         }
     }
 

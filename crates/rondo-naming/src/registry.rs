@@ -1,9 +1,9 @@
 //! Registrations with leases, and what every backend shares: the registration, its limits,
 //! errors and status, and the settling of declared policies. The interface over the backends
 //! ([`crate::Registry`]) is in `backend`, above them. A backend owns the registrations and feeds them into the live view: the embedded
-//! one the member lists of the clusters a batch changed (`Live::update_registered`), the etcd
-//! one the whole set whenever it changes (`Live::set_registered`), and the tier's shared
-//! configuration (`Live::set_shared`).
+//! one the member lists of the clusters a batch changed (`Registrations::update_registered`), the etcd
+//! one the whole set whenever it changes (`Registrations::set_registered`), and the tier's shared
+//! configuration (`Views::set_shared`).
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -68,9 +68,10 @@ async fn serve(zone: &str) -> (Arc<Live>, DnsServer) {
 }
 
 async fn serve_with(zone: &str, live: Arc<Live>) -> (Arc<Live>, DnsServer) {
-    let server = dns::start("127.0.0.1:0".parse().unwrap(), zone, live.clone())
-        .await
-        .expect("dns server starts");
+    let server =
+        dns::start("127.0.0.1:0".parse().unwrap(), zone, &rondo_naming::NamingParts::of(&live))
+            .await
+            .expect("dns server starts");
     (live, server)
 }
 
@@ -466,6 +467,9 @@ async fn edns_and_any() {
 
 #[tokio::test]
 async fn bad_zone_is_an_error() {
-    let err = dns::start("127.0.0.1:0".parse().unwrap(), ".", live()).await.unwrap_err();
+    let err =
+        dns::start("127.0.0.1:0".parse().unwrap(), ".", &rondo_naming::NamingParts::of(&live()))
+            .await
+            .unwrap_err();
     assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
 }

@@ -82,7 +82,13 @@ async fn a_registration_writes_a_flat_number_of_bytes_and_rebuilds_only_its_clus
     let file = dir.join("registry.json");
     let live1 = live();
     let d_before = live1.load().clusters["d"].clone();
-    let r = Embedded::start_with(live1.clone(), Some(file.clone()), limits(), COMPACT).unwrap();
+    let r = Embedded::start_with(
+        &rondo_naming::NamingParts::of(&live1),
+        Some(file.clone()),
+        limits(),
+        COMPACT,
+    )
+    .unwrap();
     let metrics = live1.metrics.clone();
     let mut biggest_log = 0;
     for i in 0..N {
@@ -108,7 +114,13 @@ async fn a_registration_writes_a_flat_number_of_bytes_and_rebuilds_only_its_clus
     stop(r).await;
 
     let again = live();
-    let r = Embedded::start_with(again.clone(), Some(file.clone()), limits(), COMPACT).unwrap();
+    let r = Embedded::start_with(
+        &rondo_naming::NamingParts::of(&again),
+        Some(file.clone()),
+        limits(),
+        COMPACT,
+    )
+    .unwrap();
     let mut want: Vec<String> = (0..N).map(|i| format!("r{i}")).collect();
     want.sort();
     assert_eq!(registered(&again), want);
@@ -127,7 +139,8 @@ async fn registrations_into_a_big_service_share_its_view_compositions() {
     use rondo_naming::embedded::DEFERRED_VIEW_MEMBERS;
     let n = DEFERRED_VIEW_MEMBERS * 3;
     let live = live();
-    let r = Embedded::start_with(live.clone(), None, limits(), 1 << 20).unwrap();
+    let r = Embedded::start_with(&rondo_naming::NamingParts::of(&live), None, limits(), 1 << 20)
+        .unwrap();
     // Below the threshold: visible when answered, one view per registration made alone.
     for i in 0..DEFERRED_VIEW_MEMBERS - 2 {
         r.register(reg(&format!("r{i}"), i)).await.expect("registered");
@@ -160,7 +173,13 @@ async fn deregistrations_and_re_registrations_are_replayed_from_the_log() {
     let dir = support::temp_dir("embedded-replay");
     let file = dir.join("registry.json");
     let live1 = live();
-    let r = Embedded::start_with(live1.clone(), Some(file.clone()), limits(), 1 << 20).unwrap();
+    let r = Embedded::start_with(
+        &rondo_naming::NamingParts::of(&live1),
+        Some(file.clone()),
+        limits(),
+        1 << 20,
+    )
+    .unwrap();
     for i in 0..5 {
         r.register(reg(&format!("r{i}"), i)).await.unwrap();
     }
@@ -175,7 +194,13 @@ async fn deregistrations_and_re_registrations_are_replayed_from_the_log() {
     stop(r).await;
 
     let live2 = live();
-    let r = Embedded::start_with(live2.clone(), Some(file.clone()), limits(), 1 << 20).unwrap();
+    let r = Embedded::start_with(
+        &rondo_naming::NamingParts::of(&live2),
+        Some(file.clone()),
+        limits(),
+        1 << 20,
+    )
+    .unwrap();
     assert_eq!(registered(&live2), ["r0", "r2", "r3", "r4"]);
     let c = live2.load().view.clusters["c"].clone();
     let r2 = c.members.iter().find(|m| m.name == "r2").unwrap();
@@ -194,7 +219,13 @@ async fn a_torn_last_record_is_ignored_and_reported() {
     let file = dir.join("registry.json");
     let log = log_of(&file);
     let live1 = live();
-    let r = Embedded::start_with(live1.clone(), Some(file.clone()), limits(), 1 << 20).unwrap();
+    let r = Embedded::start_with(
+        &rondo_naming::NamingParts::of(&live1),
+        Some(file.clone()),
+        limits(),
+        1 << 20,
+    )
+    .unwrap();
     for i in 0..3 {
         r.register(reg(&format!("r{i}"), i)).await.unwrap();
     }
@@ -208,7 +239,13 @@ async fn a_torn_last_record_is_ignored_and_reported() {
     std::fs::write(&log, &torn).unwrap();
 
     let live2 = live();
-    let r = Embedded::start_with(live2.clone(), Some(file.clone()), limits(), 1 << 20).unwrap();
+    let r = Embedded::start_with(
+        &rondo_naming::NamingParts::of(&live2),
+        Some(file.clone()),
+        limits(),
+        1 << 20,
+    )
+    .unwrap();
     let note = format!(
         "naming log {}: torn last record at byte offset {} ({} bytes) ignored",
         log.display(),
@@ -221,7 +258,13 @@ async fn a_torn_last_record_is_ignored_and_reported() {
     stop(r).await;
 
     let live3 = live();
-    let r = Embedded::start_with(live3.clone(), Some(file.clone()), limits(), 1 << 20).unwrap();
+    let r = Embedded::start_with(
+        &rondo_naming::NamingParts::of(&live3),
+        Some(file.clone()),
+        limits(),
+        1 << 20,
+    )
+    .unwrap();
     assert!(!r.recovery().contains("torn"), "{}", r.recovery());
     assert_eq!(registered(&live3), ["r0", "r1", "r2", "r3"]);
     stop(r).await;
@@ -237,7 +280,13 @@ async fn a_corrupt_record_before_the_last_stops_the_start_naming_file_and_offset
     let file = dir.join("registry.json");
     let log = log_of(&file);
     let live1 = live();
-    let r = Embedded::start_with(live1.clone(), Some(file.clone()), limits(), 1 << 20).unwrap();
+    let r = Embedded::start_with(
+        &rondo_naming::NamingParts::of(&live1),
+        Some(file.clone()),
+        limits(),
+        1 << 20,
+    )
+    .unwrap();
     for i in 0..4 {
         r.register(reg(&format!("r{i}"), i)).await.unwrap();
     }
@@ -252,8 +301,13 @@ async fn a_corrupt_record_before_the_last_stops_the_start_naming_file_and_offset
     bad[at] = b'9';
     std::fs::write(&log, &bad).unwrap();
     let live2 = live();
-    let e = Embedded::start_with(live2.clone(), Some(file.clone()), limits(), 1 << 20)
-        .expect_err("a corrupt log is refused");
+    let e = Embedded::start_with(
+        &rondo_naming::NamingParts::of(&live2),
+        Some(file.clone()),
+        limits(),
+        1 << 20,
+    )
+    .expect_err("a corrupt log is refused");
     assert!(
         matches!(&e, StartError::Log { path, offset, .. } if *path == log && *offset == first as u64),
         "{e:?}"
@@ -273,9 +327,14 @@ async fn a_corrupt_record_before_the_last_stops_the_start_naming_file_and_offset
     let mut with_bad_entry = whole.clone();
     with_bad_entry.extend_from_slice(format!("{:08x} {json}\n", crc32(json.as_bytes())).as_bytes());
     std::fs::write(&log, &with_bad_entry).unwrap();
-    let e = Embedded::start_with(live(), Some(file.clone()), limits(), 1 << 20)
-        .expect_err("an invalid entry is refused")
-        .to_string();
+    let e = Embedded::start_with(
+        &rondo_naming::NamingParts::of(&live()),
+        Some(file.clone()),
+        limits(),
+        1 << 20,
+    )
+    .expect_err("an invalid entry is refused")
+    .to_string();
     assert!(
         e.contains(&format!("naming log {}: record at byte offset {}", log.display(), whole.len())),
         "{e}"
@@ -292,7 +351,13 @@ async fn a_failed_compaction_falls_back_to_the_log() {
     let dir = support::temp_dir("embedded-compact-fail");
     let file = dir.join("registry.json");
     let live1 = live();
-    let r = Embedded::start_with(live1.clone(), Some(file.clone()), limits(), COMPACT).unwrap();
+    let r = Embedded::start_with(
+        &rondo_naming::NamingParts::of(&live1),
+        Some(file.clone()),
+        limits(),
+        COMPACT,
+    )
+    .unwrap();
     r.register(reg("r0", 0)).await.unwrap();
     // The log past the threshold (and past the snapshot's size).
     let mut i = 1;
@@ -318,7 +383,13 @@ async fn a_failed_compaction_falls_back_to_the_log() {
     stop(r).await;
 
     let live2 = live();
-    let r = Embedded::start_with(live2.clone(), Some(file.clone()), limits(), COMPACT).unwrap();
+    let r = Embedded::start_with(
+        &rondo_naming::NamingParts::of(&live2),
+        Some(file.clone()),
+        limits(),
+        COMPACT,
+    )
+    .unwrap();
     let names = registered(&live2);
     assert!(names.contains(&"kept".to_owned()) && names.contains(&"after".to_owned()));
     assert_eq!(names.len(), i + 2);

@@ -71,7 +71,11 @@ struct Router {
 impl Router {
     fn start(endpoint: &str) -> Router {
         let live = live();
-        let reg = EtcdRegistry::start(vec![endpoint.to_owned()], prefix(), live.clone());
+        let reg = EtcdRegistry::start(
+            vec![endpoint.to_owned()],
+            prefix(),
+            &rondo_naming::NamingParts::of(&live),
+        );
         Router { live, reg }
     }
 
@@ -479,7 +483,11 @@ async fn starting_without_etcd_neither_fails_nor_blocks() {
     let port = support::free_port();
     let live = live();
     let started = Instant::now();
-    let reg = EtcdRegistry::start(vec![format!("127.0.0.1:{port}")], prefix(), live.clone());
+    let reg = EtcdRegistry::start(
+        vec![format!("127.0.0.1:{port}")],
+        prefix(),
+        &rondo_naming::NamingParts::of(&live),
+    );
     assert!(started.elapsed() < Duration::from_millis(100));
     tokio::time::sleep(Duration::from_millis(300)).await;
     let st = reg.status();

@@ -259,6 +259,8 @@ pub async fn start_traced(
                 let ctx = Arc::new(HttpCtx {
                     listener: spec.clone(),
                     live: live.clone(),
+                    views: live.views.clone(),
+                    drain: live.drain.clone(),
                     clients: clients.clone(),
                     sessions: Default::default(),
                     metrics,

@@ -75,7 +75,7 @@ impl Replayer {
         now: Instant,
         script: &mut dyn FnMut(&Arc<ClusterRt>, usize) -> Fate,
     ) -> Replayed {
-        let snapshot = self.ctx.live.load();
+        let snapshot = self.ctx.views.load();
         let mut tries = Scripted { headers, now, script, tried: Vec::new() };
         let stop = match forward(&self.ctx, &snapshot, PEER, route, idempotent, &mut tries).await {
             Ok(()) => None,

@@ -27,7 +27,9 @@ use rondo_config::QueueSpec;
 use rondo_core::failover::{Placement, TryMaker, drive};
 use rondo_core::{Failover, FailureKind, HashKeySource, Outcome, TryFailure};
 use rondo_runtime::queues::TryRecord;
-use rondo_runtime::{ClusterRt, Live, Refused, Snapshot, clock};
+use rondo_runtime::{ClusterRt, Refused, Snapshot, clock};
+
+use crate::QueueParts;
 
 use crate::store::{Lease, Message, Store, unix_ms};
 
@@ -45,7 +47,7 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 pub async fn worker(
     store: Arc<dyn Store>,
     spec: Arc<QueueSpec>,
-    live: Arc<Live>,
+    parts: Arc<QueueParts>,
     clients: Clients,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
@@ -64,7 +66,7 @@ pub async fn worker(
         };
         let attempt = lease.attempts + 1;
         let outcome = tokio::select! {
-            r = tokio::time::timeout(spec.lease, attempt_delivery(&live, &clients, &spec, &lease, attempt)) => {
+            r = tokio::time::timeout(spec.lease, attempt_delivery(&parts, &clients, &spec, &lease, attempt)) => {
                 r.unwrap_or_else(|_| Err(format!(
                     "lease of {} ms expired before the delivery finished",
                     spec.lease.as_millis()
@@ -144,14 +146,14 @@ fn hash_key(source: &HashKeySource, m: &Message) -> Option<u64> {
 
 /// One delivery attempt of `lease`: the member that answered 2xx, or why none did.
 async fn attempt_delivery(
-    live: &Live,
+    parts: &QueueParts,
     clients: &Clients,
     spec: &QueueSpec,
     lease: &Lease,
     attempt: u32,
 ) -> Result<String, String> {
     let m = &lease.message;
-    let snapshot = live.load();
+    let snapshot = parts.views.load();
     let route = {
         let facts = Facts(m);
         let (path_only, query) = match m.path.split_once('?') {
@@ -189,7 +191,7 @@ async fn attempt_delivery(
     let now = clock::now();
     let mut failover = Failover::new(1 + backups.len(), true, now, timeout);
     let mut delivery = Delivery {
-        live,
+        parts,
         clients,
         spec,
         lease,
@@ -212,7 +214,7 @@ async fn attempt_delivery(
 /// One delivery attempt's tries as the core's failover driver makes them: the message sent to
 /// the member each is placed on, and why every member tried did not take it.
 struct Delivery<'a> {
-    live: &'a Live,
+    parts: &'a QueueParts,
     clients: &'a Clients,
     spec: &'a QueueSpec,
     lease: &'a Lease,
@@ -257,7 +259,7 @@ impl<'a> TryMaker for Delivery<'a> {
         let hash = (rt.spec.policy.algorithm == rondo_core::Algorithm::Hash)
             .then(|| hash_key(&rt.spec.policy.hash.key, &self.lease.message))
             .flatten();
-        match rt.place(failover, now, self.live.group.as_deref(), hash, None) {
+        match rt.place(failover, now, self.parts.group.as_deref(), hash, None) {
             Ok(placed) => Placement::Placed(Underway { cluster, rt, member: placed.member() }),
             Err(Refused::NoEligible(e)) => {
                 self.why.push(e.to_string());
@@ -294,7 +296,7 @@ impl<'a> Delivery<'a> {
         failover: &Failover,
     ) -> Result<Option<String>, TryFailure> {
         let Underway { cluster, rt, member } = placed;
-        let (live, why) = (self.live, &mut self.why);
+        let (parts, why) = (self.parts, &mut self.why);
         let ms = &rt.spec.members[member];
         let started = Instant::now();
         let try_timeout = failover.try_timeout(clock::from_std(started));
@@ -304,7 +306,7 @@ impl<'a> Delivery<'a> {
                 // The cluster's `upstream_tls` files could not be loaded with this view: no
                 // member of it can be reached (the router's requests get the same 502).
                 why.push(format!("{cluster}/{}: {why_not}", ms.name));
-                live.metrics.tls_member_failure(cluster, &ms.name, why_not);
+                parts.metrics.tls_member_failure(cluster, &ms.name, why_not);
                 let latency = Duration::ZERO;
                 rt.end_request(member, Outcome::Failure { kind: FailureKind::Connect, latency });
                 return Err(TryFailure::NOTHING_SENT);
@@ -339,7 +341,7 @@ impl<'a> Delivery<'a> {
             Ok(Err(e)) if e.is_connect() => {
                 match rondo_runtime::pools::tls_failure(&e) {
                     Some(tls) => {
-                        live.metrics.tls_member_failure(cluster, &ms.name, tls);
+                        parts.metrics.tls_member_failure(cluster, &ms.name, tls);
                         why.push(format!("{cluster}/{}: {tls} ({})", ms.name, root_cause(&e)));
                     }
                     None => why.push(format!(
@@ -355,7 +357,7 @@ impl<'a> Delivery<'a> {
                 // after the handshake: the refusal comes as the request's error.
                 match rondo_runtime::pools::tls_failure(&e) {
                     Some(tls) => {
-                        live.metrics.tls_member_failure(cluster, &ms.name, tls);
+                        parts.metrics.tls_member_failure(cluster, &ms.name, tls);
                         why.push(format!("{cluster}/{}: {tls} ({})", ms.name, root_cause(&e)));
                     }
                     None => why.push(format!("{cluster}/{}: {}", ms.name, root_cause(&e))),

@@ -27,6 +27,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::QueueParts;
 use bytes::{Bytes, BytesMut};
 use http::{HeaderValue, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Full};
@@ -34,7 +35,6 @@ use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use rondo_config::{ListenerSpec, QueueSpec};
 use rondo_identity::auth::{self, Auth, Identity};
-use rondo_runtime::Live;
 use rondo_runtime::reject::Rejecter;
 use rondo_runtime::tls::server::{
     ALPN_HTTP1, CLIENT_CERT_SAN, CLIENT_CERT_SUBJECT, ClientCert, TlsServer, client_cert,
@@ -60,7 +60,7 @@ type Refusal = Box<Answer>;
 struct Ctx {
     listener: ListenerSpec,
     queues: Arc<HashMap<String, Entry>>,
-    live: Arc<Live>,
+    parts: Arc<QueueParts>,
     auth: Auth,
 }
 
@@ -90,10 +90,10 @@ impl Intake {
 pub async fn start(
     spec: &ListenerSpec,
     queues: Arc<HashMap<String, Entry>>,
-    live: Arc<Live>,
+    parts: Arc<QueueParts>,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) -> std::io::Result<Intake> {
-    let socket = live.sockets.config_listener("queue listener", spec)?;
+    let socket = parts.sockets.config_listener("queue listener", spec)?;
     let addr = socket.local_addr()?;
     // TLS termination (`tls`): HTTP/1.1 only (ALPN `http/1.1`), certificates chosen by SNI,
     // client certificates as `client_auth` says, files reloaded when they change.
@@ -105,7 +105,7 @@ pub async fn start(
                 t,
                 ALPN_HTTP1,
                 spec.header_read_timeout,
-                live.metrics.clone(),
+                parts.metrics.clone(),
             )
             .map_err(|e| {
                 std::io::Error::other(format!("queue listener {}: tls: {e}", spec.name))
@@ -114,8 +114,8 @@ pub async fn start(
             Some(server)
         }
     };
-    let metrics = live.metrics.listener(&spec.name);
-    let ctx = Arc::new(Ctx { listener: spec.clone(), queues, live, auth: Auth::default() });
+    let metrics = parts.metrics.listener(&spec.name);
+    let ctx = Arc::new(Ctx { listener: spec.clone(), queues, parts, auth: Auth::default() });
     let limit = Arc::new(Semaphore::new(spec.max_connections as usize));
     let slots = (limit.clone(), spec.max_connections);
     // Connections over the limit get a 503 from one task for the whole listener, as on `http`
@@ -415,7 +415,7 @@ fn route_message(
     path: &str,
     body: &Bytes,
 ) -> Result<(Option<Identity>, Vec<String>), Refusal> {
-    let snapshot = ctx.live.load();
+    let snapshot = ctx.parts.views.load();
     let headers = &parts.headers;
     let header = |n: &str| headers.get(n).and_then(|v| v.to_str().ok());
     let present = |n: &str| headers.contains_key(n);
@@ -441,7 +441,7 @@ fn route_message(
     };
     // A multicast route's message is kept once per branch, all copies or none.
     let branches = route.multicast.iter().map(|b| b.cluster.clone()).collect();
-    match ctx.auth.gate(route, &ctx.live, headers) {
+    match ctx.auth.gate(route, ctx.parts.gate(), headers) {
         Ok(identity) => Ok((identity, branches)),
         Err(e) => {
             let mut r = text(e.refusal.status(), format!("route {}: {}", route.name, e.detail));

@@ -15,6 +15,7 @@ pub mod embedded;
 pub mod intake;
 #[cfg(feature = "nats")]
 pub mod nats;
+mod parts;
 pub mod record;
 pub mod store;
 
@@ -23,12 +24,12 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use rondo_config::{Config, ListenerProtocol, QueueBackend};
-use rondo_runtime::Live;
 use rondo_runtime::queues::{
     BoxFuture, DeadLetter, DeadLetterSummary, QueueError, QueueOps, QueueStats,
 };
 
 pub use intake::Entry;
+pub use parts::QueueParts;
 pub use store::{AppendError, Lease, Message, Store};
 
 /// Why the queues could not start.
@@ -90,8 +91,9 @@ impl Drop for Queues {
 }
 
 /// Opens every `[[queue]]` of `config`, binds its `queue` listeners, starts the delivery
-/// workers over `live`, and hands the queues to `live`'s metrics (and so to the admin API).
-pub async fn start(config: &Config, live: Arc<Live>) -> Result<Queues, StartError> {
+/// workers over `parts`' view, and hands the queues to its metrics (and so to the admin API).
+pub async fn start(config: &Config, parts: QueueParts) -> Result<Queues, StartError> {
+    let parts = Arc::new(parts);
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let mut entries = Vec::new();
     let mut embedded = Vec::new();
@@ -131,7 +133,7 @@ pub async fn start(config: &Config, live: Arc<Live>) -> Result<Queues, StartErro
             tokio::spawn(deliver::worker(
                 e.store.clone(),
                 e.spec.clone(),
-                live.clone(),
+                parts.clone(),
                 clients.clone(),
                 stopped.clone(),
             ));
@@ -141,12 +143,12 @@ pub async fn start(config: &Config, live: Arc<Live>) -> Result<Queues, StartErro
         Arc::new(entries.iter().map(|e| (e.spec.name.clone(), e.clone())).collect());
     let (mut listeners, mut intakes) = (Vec::new(), Vec::new());
     for l in config.listeners.iter().filter(|l| l.protocol == ListenerProtocol::Queue) {
-        let intake = intake::start(l, by_name.clone(), live.clone(), stopped.clone()).await?;
+        let intake = intake::start(l, by_name.clone(), parts.clone(), stopped.clone()).await?;
         listeners.push((l.name.clone(), intake.addr));
         intakes.push(intake);
     }
     let set = Arc::new(QueueSet { entries });
-    let _ = live.metrics.queues.set(set.clone());
+    let _ = parts.metrics.queues.set(set.clone());
     Ok(Queues { listeners, set, embedded, stop, intakes: std::sync::Mutex::new(intakes) })
 }
 

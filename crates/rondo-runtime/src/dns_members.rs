@@ -1,7 +1,7 @@
 //! Members discovered through DNS (`[cluster.NAME] members_dns`): one task per such cluster
 //! asks hickory's resolver for the name's A and AAAA records (or the SRV records and their
 //! targets' addresses), makes each address a member named `IP:PORT`, and swaps a changed answer
-//! into its cluster with [`Live::update_dns`], the registry's partial rebuild, so surviving
+//! into its cluster with [`Registrations::update_dns`](crate::Registrations::update_dns), the registry's partial rebuild, so surviving
 //! members keep their health, load and sessions. It asks again when the answer's TTL runs out,
 //! within [`MembersDnsSpec::MIN_REFRESH`] and the cluster's `refresh`. A failed resolution keeps
 //! the last answer, is logged once per streak of failures and counted
@@ -9,7 +9,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::{IpAddr, SocketAddr};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use hickory_resolver::TokioResolver;
@@ -22,7 +22,8 @@ use hickory_resolver::proto::rr::RData;
 use rondo_config::{DnsQuery, MembersDnsSpec};
 use rondo_core::MemberSpec;
 
-use crate::Live;
+use crate::live::Registrations;
+use crate::metrics::Metrics;
 
 /// How long a failed resolution waits before asking again, at most (a shorter `refresh` asks
 /// sooner).
@@ -51,16 +52,21 @@ impl DnsMembers {
     /// tokio runtime): a cluster whose `members_dns` is unchanged keeps its task and its
     /// members; a changed one is asked again at once (its last members stay until the answer);
     /// a cluster without it any more loses its members from DNS and their series.
-    pub fn apply(&self, live: &Arc<Live>, specs: &BTreeMap<String, MembersDnsSpec>) {
+    pub fn apply(
+        &self,
+        registrations: &Registrations,
+        metrics: &Arc<Metrics>,
+        specs: &BTreeMap<String, MembersDnsSpec>,
+    ) {
         let mut tasks = self.tasks.lock().unwrap_or_else(|e| e.into_inner());
         tasks.retain(|cluster, (spec, task)| {
             let keep = specs.get(cluster) == Some(spec);
             if !keep {
                 task.abort();
                 if !specs.contains_key(cluster) {
-                    let (_, built) = live.update_dns(cluster, Vec::new());
+                    let (_, built) = registrations.update_dns(cluster, Vec::new());
                     crate::probe::spawn_clusters(&built);
-                    live.metrics.dns_forget(cluster);
+                    metrics.dns_forget(cluster);
                 }
             }
             keep
@@ -69,14 +75,21 @@ impl DnsMembers {
             if tasks.contains_key(cluster) {
                 continue;
             }
-            let task = tokio::spawn(run(Arc::downgrade(live), cluster.clone(), spec.clone()));
+            let (regs, metrics) = (registrations.clone(), metrics.clone());
+            let task = tokio::spawn(run(regs, metrics, cluster.clone(), spec.clone()));
             tasks.insert(cluster.clone(), (spec.clone(), task.abort_handle()));
         }
     }
 }
 
-/// One cluster's resolution loop, until the live state goes or the task is aborted.
-async fn run(live: Weak<Live>, cluster: String, spec: MembersDnsSpec) {
+/// One cluster's resolution loop, until the task is aborted (the [`DnsMembers`] dropped or the
+/// cluster's `members_dns` changed).
+async fn run(
+    registrations: Registrations,
+    metrics: Arc<Metrics>,
+    cluster: String,
+    spec: MembersDnsSpec,
+) {
     let asked = match &spec.query {
         DnsQuery::Address { name, .. } | DnsQuery::Srv { name } => name.clone(),
     };
@@ -94,10 +107,9 @@ async fn run(live: Weak<Live>, cluster: String, spec: MembersDnsSpec) {
                 Err(e) => Err(format!("cannot set up the resolver: {e}")),
             },
         };
-        let Some(live) = live.upgrade() else { return };
         let wait = match answer {
             Ok(Answer { mut members, valid_for }) => {
-                live.metrics.dns_resolved(&cluster, true);
+                metrics.dns_resolved(&cluster, true);
                 if failing {
                     tracing::info!(cluster, name = asked, "members_dns resolves again");
                     failing = false;
@@ -122,15 +134,15 @@ async fn run(live: Weak<Live>, cluster: String, spec: MembersDnsSpec) {
                         members = members.len(),
                         "members from dns"
                     );
-                    live.metrics.dns_members(&cluster, members.len());
-                    let (_, built) = live.update_dns(&cluster, members.clone());
+                    metrics.dns_members(&cluster, members.len());
+                    let (_, built) = registrations.update_dns(&cluster, members.clone());
                     crate::probe::spawn_clusters(&built);
                     last = Some(members);
                 }
                 valid_for.clamp(MembersDnsSpec::MIN_REFRESH, spec.refresh)
             }
             Err(e) => {
-                live.metrics.dns_resolved(&cluster, false);
+                metrics.dns_resolved(&cluster, false);
                 if !failing {
                     let kept = last.as_ref().map_or(0, Vec::len);
                     tracing::warn!(
@@ -144,7 +156,6 @@ async fn run(live: Weak<Live>, cluster: String, spec: MembersDnsSpec) {
                 spec.refresh.min(RETRY_AFTER_FAILURE)
             }
         };
-        drop(live);
         tokio::time::sleep(wait).await;
     }
 }

@@ -9,24 +9,25 @@ use rondo_config::tls::ListenerTls;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
-use crate::Live;
+use crate::metrics::Metrics;
+use crate::sockets::drain::Drain;
 use crate::sockets::drain::IDLE_GRACE;
 use crate::tls::server::{ALPN_HTTP1, HANDSHAKE_TIMEOUT, TlsIncoming, TlsServer};
 
 /// The TLS server of an API whose section is `section` (`[admin]`, `[naming]`): HTTP/1 only,
-/// its handshakes counted in `live`'s metrics; `None` without `spec`.
+/// its handshakes counted in `metrics`; `None` without `spec`.
 pub fn tls(
     section: &str,
     spec: Option<&ListenerTls>,
-    live: &Live,
+    metrics: &Arc<Metrics>,
 ) -> std::io::Result<Option<Arc<TlsServer>>> {
     let Some(spec) = spec else { return Ok(None) };
-    TlsServer::new(section, spec, ALPN_HTTP1, HANDSHAKE_TIMEOUT, live.metrics.clone())
+    TlsServer::new(section, spec, ALPN_HTTP1, HANDSHAKE_TIMEOUT, metrics.clone())
         .map(Some)
         .map_err(|e| std::io::Error::other(format!("{section} tls: {e}")))
 }
 
-/// Serves `app` on `listener` (through `tls` when set) until the process drains: the drain
+/// Serves `app` on `listener` (through `tls` when set) until the process `drain`s: the drain
 /// stops accepting and lets the requests in progress finish. A failure is logged as `what`
 /// stopped (`admin API`, `naming API`).
 pub fn spawn(
@@ -34,21 +35,21 @@ pub fn spawn(
     listener: TcpListener,
     tls: Option<Arc<TlsServer>>,
     app: axum::Router,
-    live: Arc<Live>,
+    drain: Arc<Drain>,
 ) -> JoinHandle<()> {
     tokio::spawn(async move {
         let served = match tls {
             Some(tls) => match TlsIncoming::new(listener, tls) {
                 Ok(incoming) => {
-                    axum::serve(Draining::new(TlsListener(incoming), live.clone()), app)
-                        .with_graceful_shutdown(drained(live))
+                    axum::serve(Draining::new(TlsListener(incoming), drain.clone()), app)
+                        .with_graceful_shutdown(drained(drain))
                         .await
                 }
                 Err(e) => Err(e),
             },
             None => {
-                axum::serve(Draining::new(listener, live.clone()), app)
-                    .with_graceful_shutdown(drained(live))
+                axum::serve(Draining::new(listener, drain.clone()), app)
+                    .with_graceful_shutdown(drained(drain))
                     .await
             }
         };
@@ -79,12 +80,12 @@ impl axum::serve::Listener for TlsListener {
     }
 }
 
-/// Resolves [`IDLE_GRACE`] after `live`'s drain has started: a `'static` future for an axum
+/// Resolves [`IDLE_GRACE`] after `drain` has started: a `'static` future for an axum
 /// server's graceful shutdown (`with_graceful_shutdown`), which then closes its idle
 /// connections and waits for the requests in progress. Its listener stops accepting at the
 /// start of the drain ([`Draining`]).
-pub async fn drained(live: Arc<Live>) {
-    live.drain.started().await;
+pub async fn drained(drain: Arc<Drain>) {
+    drain.started().await;
     tokio::time::sleep(IDLE_GRACE).await;
 }
 
@@ -93,13 +94,13 @@ pub async fn drained(live: Arc<Live>) {
 #[derive(Debug)]
 pub struct Draining<L> {
     inner: L,
-    live: Arc<Live>,
+    drain: Arc<Drain>,
 }
 
 impl<L> Draining<L> {
-    /// `inner`, until `live` drains.
-    pub fn new(inner: L, live: Arc<Live>) -> Self {
-        Draining { inner, live }
+    /// `inner`, until `drain` starts.
+    pub fn new(inner: L, drain: Arc<Drain>) -> Self {
+        Draining { inner, drain }
     }
 }
 
@@ -110,7 +111,7 @@ impl<L: axum::serve::Listener> axum::serve::Listener for Draining<L> {
     async fn accept(&mut self) -> (Self::Io, Self::Addr) {
         tokio::select! {
             biased;
-            () = self.live.drain.started() => std::future::pending().await,
+            () = self.drain.started() => std::future::pending().await,
             conn = self.inner.accept() => conn,
         }
     }

@@ -27,8 +27,10 @@ pub mod reload;
 pub mod revoke;
 pub mod secret;
 pub mod sockets;
+pub mod tier_key;
 pub mod tier_load;
 pub mod tls;
 
-pub use live::{ClusterRt, Live, Placed, Refused, Snapshot};
+pub use live::{ClusterRt, Live, Placed, Refused, Registrations, Snapshot, Views, WeakViews};
 pub use reload::Reloader;
+pub use tier_key::TierKeys;

@@ -1,5 +1,5 @@
 //! Live reconfiguration from the config file: [`Reloader::reload`] loads and checks the file,
-//! then swaps the new view in whole ([`Live::apply`], which carries every surviving member's
+//! then swaps the new view in whole ([`Views::apply`](crate::Views::apply), which carries every surviving member's
 //! health, load, EWMA and sessions over) and starts its probes; an invalid file is rejected with
 //! every reason logged and the running view untouched. Two sources drive it: [`watch_file`]
 //! (polling, with a debounce) and [`on_sighup`].
@@ -19,7 +19,10 @@ use std::time::{Duration, SystemTime};
 use rondo_config::{Config, ConfigErrors};
 use tokio::task::JoinHandle;
 
-use crate::{Live, probe};
+use crate::defaults::Defaults;
+use crate::live::{Registrations, Views};
+use crate::metrics::Metrics;
+use crate::probe;
 
 /// How often [`watch_file`] looks at the config file by default.
 pub const DEFAULT_POLL: Duration = Duration::from_millis(250);
@@ -30,7 +33,10 @@ pub const DEFAULT_SETTLE: Duration = Duration::from_millis(200);
 #[derive(Debug)]
 pub struct Reloader {
     path: PathBuf,
-    live: Arc<Live>,
+    views: Views,
+    registrations: Registrations,
+    metrics: Arc<Metrics>,
+    defaults: Arc<Defaults>,
     /// The settings bound at start that a reload cannot change.
     fixed: Fixed,
     serial: Mutex<()>,
@@ -116,17 +122,29 @@ impl Fixed {
 }
 
 impl Reloader {
-    /// A reloader of the file at `path` into `live`; `started` is the config the process started
-    /// with (its listeners and other start-only settings are the ones bound). Starts the
-    /// config's `members_dns` resolvers (inside a tokio runtime), which run while it lives.
-    pub fn new(path: impl Into<PathBuf>, live: Arc<Live>, started: &Config) -> Reloader {
+    /// A reloader of the file at `path` into `views` (the members from DNS into
+    /// `registrations`, counted in `metrics`, with `defaults` applied); `started` is the config
+    /// the process started with (its listeners and other start-only settings are the ones
+    /// bound). Starts the config's `members_dns` resolvers (inside a tokio runtime), which run
+    /// while it lives.
+    pub fn new(
+        path: impl Into<PathBuf>,
+        views: Views,
+        registrations: Registrations,
+        metrics: Arc<Metrics>,
+        defaults: Arc<Defaults>,
+        started: &Config,
+    ) -> Reloader {
         let dns = crate::dns_members::DnsMembers::default();
-        dns.apply(&live, &started.members_dns);
+        dns.apply(&registrations, &metrics, &started.members_dns);
         let path = path.into();
-        live.defaults.from_file(&path);
+        defaults.from_file(&path);
         Reloader {
             path,
-            live,
+            views,
+            registrations,
+            metrics,
+            defaults,
             fixed: Fixed::of(started),
             serial: Mutex::new(()),
             accepted: AtomicU64::new(0),
@@ -140,9 +158,9 @@ impl Reloader {
         &self.path
     }
 
-    /// The live state this reloader replaces views of.
-    pub fn live(&self) -> &Arc<Live> {
-        &self.live
+    /// The view this reloader replaces.
+    pub fn views(&self) -> &Views {
+        &self.views
     }
 
     /// Loads the file with the next view id and, if it is valid, applies it and starts its
@@ -151,14 +169,14 @@ impl Reloader {
     /// running view untouched.
     pub fn reload(&self, source: &str) -> Result<u64, ConfigErrors> {
         let _serial = self.serial.lock().unwrap_or_else(|e| e.into_inner());
-        let next = self.live.load().view.id + 1;
-        let over = self.live.defaults.over();
+        let next = self.views.load().view.id + 1;
+        let over = self.defaults.over();
         let all = rondo_config::Features::ALL;
         let config = match rondo_config::load_file_over(&self.path, next, all, over.as_ref()) {
             Ok(c) => c,
             Err(errors) => {
                 self.rejected.fetch_add(1, Ordering::Relaxed);
-                self.live.metrics.reload(false);
+                self.metrics.reload(false);
                 for e in errors.iter() {
                     tracing::warn!("config reload ({source}) rejected: {e}");
                 }
@@ -181,14 +199,14 @@ impl Reloader {
                 changed.join(", ")
             );
         }
-        self.live.shared_members.set(config.shared_members);
-        self.live.metrics.set_departed_grace(config.metrics.departed_grace);
-        let snapshot = self.live.apply(config.view);
-        self.live.defaults.from_file(&self.path);
+        self.views.shared_members().set(config.shared_members);
+        self.metrics.set_departed_grace(config.metrics.departed_grace);
+        let snapshot = self.views.apply(config.view);
+        self.defaults.from_file(&self.path);
         probe::spawn(&snapshot);
-        self.dns.apply(&self.live, &config.members_dns);
+        self.dns.apply(&self.registrations, &self.metrics, &config.members_dns);
         self.accepted.fetch_add(1, Ordering::Relaxed);
-        self.live.metrics.reload(true);
+        self.metrics.reload(true);
         tracing::info!(
             "config reload ({source}): view {} applied from {}",
             snapshot.view.id,

@@ -20,7 +20,11 @@ use std::time::Duration;
 use rondo_core::Instant;
 use serde::{Deserialize, Serialize};
 
-use crate::live::Live;
+use crate::live::Snapshot;
+#[cfg(feature = "nats")]
+use crate::live::{Views, WeakViews};
+#[cfg(feature = "nats")]
+use crate::metrics::Metrics;
 
 /// Intervals a router may stay silent before its reports stop counting.
 pub const FORGET_AFTER: u32 = 3;
@@ -114,8 +118,7 @@ impl TierView {
 
 /// This router's load per member key now: each cluster locked once, a shared member summed
 /// over its clusters.
-pub fn measure(live: &Live, router: u64, seq: u64) -> Report {
-    let snap = live.load();
+pub fn measure(snap: &Snapshot, router: u64, seq: u64) -> Report {
     let now = crate::clock::now();
     let mut members: BTreeMap<String, MemberLoad> = BTreeMap::new();
     for (name, rt) in &snap.clusters {
@@ -148,8 +151,7 @@ pub fn measure(live: &Live, router: u64, seq: u64) -> Report {
 /// Sets every member's tier share from `sums` (a member no other router reports: zero): a
 /// shared member's through its shared state (each pick adds the other clusters' count to it),
 /// any other's straight into its balancer's addend.
-pub fn apply(live: &Live, sums: &HashMap<&str, u32>) {
-    let snap = live.load();
+pub fn apply(snap: &Snapshot, sums: &HashMap<&str, u32>) {
     for (name, rt) in &snap.clusters {
         let values: Vec<u32> = rt
             .spec
@@ -171,17 +173,19 @@ pub fn router_id() -> u64 {
     rondo_core::hash::hash_key(&(crate::clock::now().0 ^ (pid << 32)).to_le_bytes())
 }
 
-/// Starts the tier's load view on `spec`'s NATS server; runs while `live` lives.
+/// Starts the tier's load view on `spec`'s NATS server over `views` (the routers' count in
+/// `metrics`); runs while the view lives.
 #[cfg(feature = "nats")]
 pub fn spawn(
-    live: &std::sync::Arc<Live>,
+    views: &Views,
+    metrics: std::sync::Arc<Metrics>,
     spec: rondo_config::TierSpec,
 ) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(run(std::sync::Arc::downgrade(live), spec))
+    tokio::spawn(run(views.downgrade(), metrics, spec))
 }
 
 #[cfg(feature = "nats")]
-async fn run(live: std::sync::Weak<Live>, spec: rondo_config::TierSpec) {
+async fn run(views: WeakViews, metrics: std::sync::Arc<Metrics>, spec: rondo_config::TierSpec) {
     use futures_util::StreamExt;
 
     let me = router_id();
@@ -190,7 +194,7 @@ async fn run(live: std::sync::Weak<Live>, spec: rondo_config::TierSpec) {
             Ok(c) => break c,
             Err(e) => {
                 tracing::warn!(nats = %spec.nats, "tier load view: {e}; trying again in 1 s");
-                if live.strong_count() == 0 {
+                if views.upgrade().is_none() {
                     return;
                 }
                 tokio::time::sleep(Duration::from_secs(1)).await;
@@ -205,9 +209,11 @@ async fn run(live: std::sync::Weak<Live>, spec: rondo_config::TierSpec) {
     loop {
         tokio::select! {
             _ = tick.tick() => {
-                let Some(live) = live.upgrade() else { return };
+                let Some(live) = views.upgrade() else { return };
+                let snap = live.load();
+                drop(live);
                 seq += 1;
-                let report = measure(&live, me, seq);
+                let report = measure(&snap, me, seq);
                 match serde_json::to_vec(&report) {
                     Ok(body) => {
                         if let Err(e) = client.publish(spec.subject.clone(), body.into()).await {
@@ -221,8 +227,8 @@ async fn run(live: std::sync::Weak<Live>, spec: rondo_config::TierSpec) {
                 if forgotten > 0 {
                     tracing::info!(forgotten, "tier load view: routers silent for {FORGET_AFTER} intervals forgotten");
                 }
-                apply(&live, &view.sums());
-                live.metrics.tier_load_routers.set(view.routers() as i64);
+                apply(&snap, &view.sums());
+                metrics.tier_load_routers.set(view.routers() as i64);
             }
             msg = sub.next() => {
                 let Some(msg) = msg else { return };

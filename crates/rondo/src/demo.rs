@@ -150,7 +150,7 @@ async fn start_admin(live: &Arc<Live>) -> anyhow::Result<rondo_admin::AdminServe
         tls: None,
         probes: Default::default(),
     };
-    rondo_admin::start(&spec, live.clone())
+    rondo_admin::start(&spec, rondo_admin::AdminParts::of(live))
         .await
         .with_context(|| format!("admin API: cannot listen on {loopback}"))
 }

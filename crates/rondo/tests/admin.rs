@@ -36,7 +36,9 @@ impl Setup {
             tls: None,
             probes: Default::default(),
         };
-        let admin = rondo_admin::start(&spec, router.live.clone()).await.expect("admin starts");
+        let admin = rondo_admin::start(&spec, rondo_admin::AdminParts::of(&router.live))
+            .await
+            .expect("admin starts");
         Setup { router, admin }
     }
 

@@ -98,7 +98,10 @@ async fn setup(algorithm: &str, interval_ms: u64, misses: u32) -> Setup {
         tls: None,
         resume: None,
     };
-    let receiver = rondo_agent::receiver::start(opts, live.clone()).await.expect("receiver starts");
+    let receiver =
+        rondo_agent::receiver::start(opts, live.views.clone(), &live.metrics, &live.sockets)
+            .await
+            .expect("receiver starts");
     Setup { router, live, receiver, members: ms }
 }
 

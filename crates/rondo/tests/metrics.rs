@@ -128,7 +128,9 @@ async fn metrics_count_responses_retries_and_state() {
         tls: None,
         probes: Default::default(),
     };
-    let admin = rondo_admin::start(&spec, r.live.clone()).await.expect("admin starts");
+    let admin = rondo_admin::start(&spec, rondo_admin::AdminParts::of(&r.live))
+        .await
+        .expect("admin starts");
     let url = format!("http://{}/metrics", admin.addr);
 
     // Without the token: 401, like every other call.
@@ -150,7 +152,14 @@ async fn metrics_count_responses_retries_and_state() {
     }
 
     // A rejected and an accepted reload of the config file.
-    let reloader = Arc::new(Reloader::new(&path, r.live.clone(), &config));
+    let reloader = Arc::new(Reloader::new(
+        &path,
+        r.live.views.clone(),
+        r.live.registrations.clone(),
+        r.live.metrics.clone(),
+        r.live.defaults.clone(),
+        &config,
+    ));
     std::fs::write(&path, "[cluster.c]\nalgoritm = \"x\"\n").unwrap();
     assert!(reloader.reload("test").is_err());
     std::fs::write(&path, &config_text).unwrap();
@@ -232,7 +241,9 @@ async fn a_fresh_router_exposes_view_and_reload_counters_at_zero() {
         tls: None,
         probes: Default::default(),
     };
-    let admin = rondo_admin::start(&spec, r.live.clone()).await.expect("admin starts");
+    let admin = rondo_admin::start(&spec, rondo_admin::AdminParts::of(&r.live))
+        .await
+        .expect("admin starts");
     let (status, _, text) = scrape(&format!("http://{}/metrics", admin.addr), Some(TOKEN)).await;
     assert_eq!(status, StatusCode::OK, "{text}");
     let s = parse(&text);

@@ -34,12 +34,18 @@ impl Setup {
     async fn with_token(cluster: &str, token: Option<&str>) -> Setup {
         let router = router(&one_cluster(cluster)).await;
         let spec = rondo_config::RegistrySpec::Embedded { snapshot: None };
-        let registry = rondo_naming::start_registry(&spec, router.live.clone()).expect("registry");
+        let registry =
+            rondo_naming::start_registry(&spec, &rondo_naming::NamingParts::of(&router.live))
+                .expect("registry");
         let token = token.map(|t| t.as_bytes().to_vec());
-        let api =
-            rondo_naming::api::start(any_port(), router.live.clone(), registry.clone(), token)
-                .await
-                .expect("naming API starts");
+        let api = rondo_naming::api::start(
+            any_port(),
+            &rondo_naming::NamingParts::of(&router.live),
+            registry.clone(),
+            token,
+        )
+        .await
+        .expect("naming API starts");
         Setup { router, api, _registry: registry }
     }
 
@@ -51,14 +57,22 @@ impl Setup {
     ) -> Setup {
         let router = router(&one_cluster(cluster)).await;
         let spec = rondo_config::RegistrySpec::Embedded { snapshot };
-        let registry = rondo_naming::start_registry_with(&spec, limits, router.live.clone())
-            .expect("registry");
+        let registry = rondo_naming::start_registry_with(
+            &spec,
+            limits,
+            &rondo_naming::NamingParts::of(&router.live),
+        )
+        .expect("registry");
         let own = vec![OwnAddress { what: "listener web".to_owned(), addr: router.addr("web") }];
         let opts = ApiOptions { own, ..ApiOptions::default() };
-        let api =
-            rondo_naming::api::start_with(any_port(), router.live.clone(), registry.clone(), opts)
-                .await
-                .expect("naming API starts");
+        let api = rondo_naming::api::start_with(
+            any_port(),
+            &rondo_naming::NamingParts::of(&router.live),
+            registry.clone(),
+            opts,
+        )
+        .await
+        .expect("naming API starts");
         Setup { router, api, _registry: registry }
     }
 
@@ -744,7 +758,7 @@ async fn a_snapshot_entry_failing_the_apis_checks_is_refused_at_start() {
         let text = json!({ "registrations": [good, entry] }).to_string();
         std::fs::write(&file, &text).unwrap();
         let spec = rondo_config::RegistrySpec::Embedded { snapshot: Some(file.clone()) };
-        let e = rondo_naming::start_registry(&spec, router.live.clone())
+        let e = rondo_naming::start_registry(&spec, &rondo_naming::NamingParts::of(&router.live))
             .expect_err(&format!("{needle}: refused"));
         assert!(
             matches!(&e, rondo_naming::StartError::Snapshot { path, .. } if *path == file),

@@ -16,7 +16,7 @@ use super::{AppState, applied, conflict, error, if_match};
 
 /// The runtime defaults as TOML (empty when none are set).
 pub(super) async fn show(State(st): State<AppState>) -> Response {
-    let text = st.live.defaults.over().map(|o| o.to_string()).unwrap_or_default();
+    let text = st.parts.defaults.over().map(|o| o.to_string()).unwrap_or_default();
     axum::Json(json!({ "defaults": text })).into_response()
 }
 
@@ -41,19 +41,19 @@ fn change(st: &AppState, headers: &HeaderMap, over: Option<DefaultsOverride>) ->
         Ok(e) => e,
         Err(r) => return r,
     };
-    if st.live.has_shared() {
+    if st.parts.views.has_shared() {
         return error(
             StatusCode::CONFLICT,
             "the tier's shared configuration (etcd) is in effect: set [defaults] in it",
         );
     }
-    let next = st.live.load().view.id + 1;
-    let outcome = st.live.defaults.change(over, next, |config| {
+    let next = st.parts.views.load().view.id + 1;
+    let outcome = st.parts.defaults.change(over, next, |config| {
         // Before the swap, which attaches the clusters' runtimes to the shared members.
-        st.live.shared_members.set(config.shared_members);
+        st.parts.views.shared_members().set(config.shared_members);
         match expected {
-            None => Ok(applied(&st.live.apply(config.view))),
-            Some(e) => match st.live.apply_if(config.view, e) {
+            None => Ok(applied(&st.parts.views.apply(config.view))),
+            Some(e) => match st.parts.views.apply_if(config.view, e) {
                 Ok(snap) => Ok(applied(&snap)),
                 Err(current) => Err(conflict(current, e)),
             },

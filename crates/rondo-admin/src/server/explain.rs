@@ -19,14 +19,14 @@ pub(super) async fn explain(
     UrlPath(c): UrlPath<String>,
     Query(q): Query<ExplainQuery>,
 ) -> Response {
-    let snap = st.live.load();
+    let snap = st.parts.views.load();
     let (rt, _) = match find(&snap, &c, None) {
         Ok(x) => x,
         Err(r) => return r,
     };
     let n = q.n.unwrap_or(20).min(256);
     let now = clock::now();
-    let group = st.live.group.as_deref();
+    let group = st.parts.group.as_deref();
     let picks: Vec<Value> = rt
         .recent_decisions(n)
         .into_iter()
@@ -59,7 +59,7 @@ pub(super) async fn explain(
     // Tries that failed in TLS to a member (its certificate, or it refused the router's), which
     // no pick shows: the member was picked, the failure came after.
     let tls_failures: Vec<Value> = st
-        .live
+        .parts
         .metrics
         .tls_failures_of(&c)
         .into_iter()

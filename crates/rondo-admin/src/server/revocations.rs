@@ -57,7 +57,7 @@ pub(super) async fn revoke(State(st): State<AppState>, bytes: Bytes) -> Response
     let now = unix_now();
     let until = now + ttl_ms.div_ceil(1000);
     let r = Revocation { kind, value: value.clone(), until };
-    let shared = match st.live.revocations.revoke(r, now) {
+    let shared = match st.parts.revocations.revoke(r, now) {
         Ok(shared) => shared,
         Err(e @ RevokeError::HandedOver) => {
             return error(StatusCode::SERVICE_UNAVAILABLE, e.to_string());
@@ -95,7 +95,7 @@ pub(super) async fn revoke(State(st): State<AppState>, bytes: Bytes) -> Response
 /// The revocations in force: `{"revocations": [{"kind", "value", "until"}]}`.
 pub(super) async fn list(State(st): State<AppState>) -> Response {
     let list: Vec<Value> = st
-        .live
+        .parts
         .revocations
         .list(unix_now())
         .into_iter()

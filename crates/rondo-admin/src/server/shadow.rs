@@ -35,7 +35,7 @@ fn on_cluster<R>(
     change: impl FnOnce(&ClusterRt) -> Result<R, Response>,
 ) -> Result<(R, Arc<ClusterRt>, u64), Response> {
     let expected = if_match(headers)?;
-    st.live.with_current(|snap| {
+    st.parts.views.with_current(|snap| {
         if let Some(e) = expected
             && snap.view.id != e
         {
@@ -106,7 +106,7 @@ pub(super) async fn stop(
 
 /// `GET /api/v1/clusters/{cluster}/shadow`: the shadow's report (404 without one).
 pub(super) async fn report(State(st): State<AppState>, UrlPath(c): UrlPath<String>) -> Response {
-    let snap = st.live.load();
+    let snap = st.parts.views.load();
     let (rt, _) = match find(&snap, &c, None) {
         Ok(x) => x,
         Err(r) => return r,

@@ -14,7 +14,7 @@ fn ms(d: std::time::Duration) -> u64 {
 }
 
 pub(super) async fn status(State(st): State<AppState>) -> Response {
-    let snap = st.live.load();
+    let snap = st.parts.views.load();
     let now = clock::now();
     let routes: Vec<Value> = snap
         .view
@@ -38,10 +38,10 @@ pub(super) async fn status(State(st): State<AppState>) -> Response {
         .keys()
         .filter_map(|name| snap.clusters.get(name))
         .map(|rt| {
-            let mut c = cluster_status(rt, now, st.live.group.as_deref());
-            crate::members::note_shared(&st.live, &mut c);
+            let mut c = cluster_status(rt, now, st.parts.group.as_deref());
+            crate::members::note_shared(&st.parts.views, &mut c);
             // Proxyless gRPC clients balancing by this cluster (the naming service's xDS server).
-            c["xds_clients"] = json!(st.live.metrics.xds_clients_of(&rt.spec.name));
+            c["xds_clients"] = json!(st.parts.metrics.xds_clients_of(&rt.spec.name));
             c
         })
         .collect();

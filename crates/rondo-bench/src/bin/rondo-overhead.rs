@@ -224,10 +224,16 @@ async fn serve_all() -> anyhow::Result<(Servers, Keep)> {
     let spec = config.naming.context("no [naming] in the benchmark's config")?;
     let live = Arc::new(rondo_runtime::Live::new(config.view.clone(), config.router.group.clone()));
     let registry =
-        rondo_naming::start_registry(&spec.registry, live.clone()).map_err(anyhow::Error::msg)?;
-    let api = rondo_naming::api::start(spec.listen, live, registry.clone(), None)
-        .await
-        .context("starting the naming API")?;
+        rondo_naming::start_registry(&spec.registry, &rondo_naming::NamingParts::of(&live))
+            .map_err(anyhow::Error::msg)?;
+    let api = rondo_naming::api::start(
+        spec.listen,
+        &rondo_naming::NamingParts::of(&live),
+        registry.clone(),
+        None,
+    )
+    .await
+    .context("starting the naming API")?;
     Ok((Servers { members, naming: api.addr, accepted }, (api, registry)))
 }
 

@@ -66,7 +66,9 @@ async fn main() -> anyhow::Result<()> {
     let config = rondo_config::parse_str(&text, std::path::Path::new("bench.toml"), 1)
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     let live = Arc::new(rondo_runtime::Live::new(config.view.clone(), None));
-    let queues = rondo_queue::start(&config, live).await.context("starting the queue")?;
+    let queues = rondo_queue::start(&config, rondo_queue::QueueParts::of(&live))
+        .await
+        .context("starting the queue")?;
     let intake = queues.addr("in").context("queue listener")?;
     let store = match &args.nats {
         Some(url) => format!("NATS JetStream at {url}"),

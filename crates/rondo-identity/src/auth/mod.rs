@@ -25,7 +25,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use http::header::{HeaderMap, HeaderName, HeaderValue};
 use rondo_core::{Route, RouteAuth};
-use rondo_runtime::Live;
+use rondo_runtime::TierKeys;
+use rondo_runtime::metrics::Metrics;
 use rondo_runtime::revoke::Revocations;
 use rondo_runtime::secret::TierKey;
 
@@ -290,6 +291,18 @@ impl<'h> Credentials<'h> {
 }
 
 /// The token checker of a router: the routes' key files, each loaded once and reloaded when it
+/// What [`Auth::gate`] reads beyond the request: the tier's key, the revocations, and where a
+/// refusal is counted (borrowed from the caller's handles, nothing cloned per request).
+#[derive(Debug, Clone, Copy)]
+pub struct GateParts<'a> {
+    /// The tier's key in force (sessions, sign-on tokens).
+    pub tier_keys: &'a TierKeys,
+    /// The revoked tokens.
+    pub revocations: &'a Revocations,
+    /// Where refusals are counted.
+    pub metrics: &'a Metrics,
+}
+
 /// changes. Shared by every listener.
 #[derive(Debug, Default)]
 pub struct Auth {
@@ -339,18 +352,18 @@ impl Auth {
     pub fn gate(
         &self,
         route: &Route,
-        live: &Live,
+        parts: GateParts<'_>,
         headers: &impl Headers,
     ) -> Result<Option<Identity>, AuthError> {
         let Some(spec) = &route.auth else { return Ok(None) };
         let now = SystemTime::now();
-        let tier = live.tier_key();
+        let tier = parts.tier_keys.get();
         let checked = Credentials::read(headers)
-            .and_then(|c| self.check(spec, c, tier.as_deref(), &live.revocations, now));
+            .and_then(|c| self.check(spec, c, tier.as_deref(), parts.revocations, now));
         match checked {
             Ok(identity) => Ok(Some(identity)),
             Err(e) => {
-                live.metrics.auth_refused(&route.name, e.refusal.as_str());
+                parts.metrics.auth_refused(&route.name, e.refusal.as_str());
                 Err(e)
             }
         }

@@ -115,7 +115,7 @@ impl Shared {
                 self.publish_deferred(&mut deferred);
             }
             // Freed here, not on a request thread that held the last old snapshot.
-            self.live.reap_retired();
+            self.registrations.reap_retired();
             let first = match jobs.recv_timeout(deferred.wait(Instant::now())) {
                 Ok(job) => Some(job),
                 Err(RecvTimeoutError::Timeout) => None,
@@ -185,7 +185,7 @@ impl Shared {
         drop(st);
         let (written, compaction_error) = match (disk.as_deref_mut(), plan) {
             (Some(d), Some((seq, snapshot))) => {
-                d.write(seq, snapshot, &applied.changes, &self.live.metrics)
+                d.write(seq, snapshot, &applied.changes, &self.metrics)
             }
             _ => (Ok(0), None),
         };
@@ -370,11 +370,11 @@ impl Shared {
     /// Swaps the changed clusters' registered members into the live view (lookups see them
     /// when this returns); every other cluster keeps its runtime.
     fn publish(&self, updates: Vec<(String, RegisteredCluster)>, count: usize) {
-        self.live.metrics.registrations.set(count as i64);
+        self.metrics.registrations.set(count as i64);
         if updates.is_empty() {
             return;
         }
-        let (_, built) = self.live.update_registered(updates);
+        let (_, built) = self.registrations.update_registered(updates);
         let _runtime = self.runtime.enter();
         probe::spawn_clusters(&built);
     }
@@ -382,8 +382,8 @@ impl Shared {
     /// Swaps every registration into the live view (at start).
     pub(super) fn publish_all(&self, registered: (Registered, usize)) {
         let (registered, count) = registered;
-        self.live.metrics.registrations.set(count as i64);
-        let snapshot = self.live.set_registered(registered);
+        self.metrics.registrations.set(count as i64);
+        let snapshot = self.registrations.set_registered(registered);
         let _runtime = self.runtime.enter();
         probe::spawn(&snapshot);
     }

@@ -37,13 +37,13 @@ impl Inner {
             value: value.clone(),
             until: *until,
         });
-        self.live.revocations.set_shared(set, unix_now());
+        self.revocations.set_shared(set, unix_now());
     }
 
     /// Tells the live state how many routers the tier has (at least this one).
     fn publish_routers(&self, st: &State) {
         let n = i64::try_from(st.routers.len()).unwrap_or(i64::MAX).max(1);
-        self.live.metrics.tier_routers.set(n);
+        self.metrics.tier_routers.set(n);
     }
 
     /// The background task: connect, read everything, watch; on failure keep the view and
@@ -160,7 +160,7 @@ impl Inner {
     fn full_resync(&self, kvs: &[KeyValue], revision: i64) {
         let mut st = self.lock();
         st.resyncs += 1;
-        self.live.metrics.registry_resyncs.inc();
+        self.metrics.registry_resyncs.inc();
         let old = std::mem::take(&mut st.members);
         st.revoked.clear();
         st.revoked_dirty = true;
@@ -182,7 +182,7 @@ impl Inner {
         st.conn_error = None;
         if !st.connected {
             st.connected = true;
-            self.live.metrics.registry_connected.set(1);
+            self.metrics.registry_connected.set(1);
         }
         tracing::debug!(revision, registrations = st.members.len(), "etcd full resync");
     }
@@ -292,9 +292,9 @@ impl Inner {
             if st.config.take().is_some() {
                 st.config_error = None;
                 tracing::info!(key, "shared configuration removed from etcd: using the file's");
-                self.live.set_shared_tier_key(None);
-                self.live.shared_members.set_shared(None);
-                let snapshot = self.live.set_shared(None);
+                self.tier_keys.set_shared(None);
+                self.views.shared_members().set_shared(None);
+                let snapshot = self.views.set_shared(None);
                 probe::spawn(&snapshot);
             }
             return;
@@ -334,9 +334,9 @@ impl Inner {
                 };
                 st.config_error = None;
                 tracing::info!(key, summary = config.summary(), "shared configuration applied");
-                self.live.set_shared_tier_key(tier_key);
-                self.live.shared_members.set_shared(Some(config.shared_members));
-                let snapshot = self.live.set_shared(Some(config.view));
+                self.tier_keys.set_shared(tier_key);
+                self.views.shared_members().set_shared(Some(config.shared_members));
+                let snapshot = self.views.set_shared(Some(config.view));
                 probe::spawn(&snapshot);
             }
             Err(errors) => {
@@ -361,8 +361,8 @@ impl Inner {
                 reg.declared = Some(p.spec.clone());
             }
         }
-        self.live.metrics.registrations.set(st.members.len() as i64);
-        let snapshot = self.live.set_registered(registered);
+        self.metrics.registrations.set(st.members.len() as i64);
+        let snapshot = self.registrations.set_registered(registered);
         probe::spawn(&snapshot);
     }
 
@@ -381,6 +381,6 @@ impl Inner {
         }
         st.connected = false;
         st.conn_error = Some(message);
-        self.live.metrics.registry_connected.set(0);
+        self.metrics.registry_connected.set(0);
     }
 }

@@ -27,7 +27,9 @@ use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service
 use envoy_types::pb::envoy::service::discovery::v3::{
     DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
 };
-use rondo_runtime::Live;
+use rondo_runtime::Views;
+
+use crate::NamingParts;
 use rondo_runtime::metrics::{Gauge, XdsMetrics};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -130,7 +132,7 @@ impl Drop for ClientGuard {
 
 /// The ADS service.
 struct Ads {
-    live: Arc<Live>,
+    views: Views,
     shared: Arc<Shared>,
 }
 
@@ -158,7 +160,7 @@ impl AggregatedDiscoveryService for Ads {
         }
         let guard = ClientGuard { shared: self.shared.clone(), id, node: String::new() };
         let (tx, rx) = mpsc::channel(QUEUE);
-        let stream = stream::Stream::new(self.live.clone(), self.shared.clone(), guard, tx);
+        let stream = stream::Stream::new(self.views.clone(), self.shared.clone(), guard, tx);
         tokio::spawn(stream.run(request.into_inner()));
         Ok(Response::new(ReceiverStream::new(rx)))
     }
@@ -198,23 +200,23 @@ impl Drop for XdsServer {
 }
 
 /// Starts the ADS server on `listen` (taken over from the previous process in an upgrade),
-/// serving `live`'s view to at most `max_clients` streams at once.
+/// serving `parts`' view to at most `max_clients` streams at once.
 pub async fn start(
     listen: SocketAddr,
-    live: Arc<Live>,
+    parts: &NamingParts,
     max_clients: usize,
 ) -> std::io::Result<XdsServer> {
-    let listener = live.sockets.tcp_listener("naming xds", listen)?;
+    let listener = parts.sockets.tcp_listener("naming xds", listen)?;
     let addr = listener.local_addr()?;
     let shared = Arc::new(Shared {
         closing: tokio::sync::watch::channel(false).0,
         cache: cache::Cache::new(stream::REWEIGH),
-        metrics: live.metrics.xds(),
+        metrics: parts.metrics.xds(),
         clients: Mutex::default(),
         next_client: AtomicU64::new(0),
         max_clients,
     });
-    let ads = Ads { live, shared: shared.clone() };
+    let ads = Ads { views: parts.views.clone(), shared: shared.clone() };
     let service =
         AggregatedDiscoveryServiceServer::new(ads).max_decoding_message_size(MAX_REQUEST_BYTES);
     let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);

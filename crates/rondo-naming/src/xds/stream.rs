@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
 use prost::Message;
-use rondo_runtime::Live;
+use rondo_runtime::Views;
 use tokio::sync::mpsc;
 use tonic::Status;
 
@@ -36,7 +36,7 @@ struct Sub {
 
 /// The state of one stream.
 pub(super) struct Stream {
-    live: Arc<Live>,
+    views: Views,
     shared: Arc<Shared>,
     guard: ClientGuard,
     client: ClientFacts,
@@ -47,13 +47,13 @@ pub(super) struct Stream {
 
 impl Stream {
     pub(super) fn new(
-        live: Arc<Live>,
+        views: Views,
         shared: Arc<Shared>,
         guard: ClientGuard,
         tx: mpsc::Sender<Result<DiscoveryResponse, Status>>,
     ) -> Stream {
         Stream {
-            live,
+            views,
             shared,
             guard,
             client: ClientFacts::default(),
@@ -66,7 +66,7 @@ impl Stream {
     /// Serves the stream until the client goes, the server stops, or the client breaks the
     /// protocol (the stream then ends with the status saying why).
     pub(super) async fn run(mut self, mut inbound: tonic::Streaming<DiscoveryRequest>) {
-        let mut view = self.live.subscribe();
+        let mut view = self.views.subscribe();
         let mut closing = self.shared.closing.subscribe();
         let mut reweigh = tokio::time::interval(REWEIGH);
         reweigh.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -154,7 +154,7 @@ impl Stream {
         if names != sub.names || first {
             sub.names = names;
             if kind == Kind::Listener {
-                let snapshot = self.live.load();
+                let snapshot = self.views.load();
                 self.guard.set_services(&sub.names, |n| snapshot.clusters.contains_key(n));
             }
             self.push(kind, true).await;
@@ -169,7 +169,7 @@ impl Stream {
         if sub.nonce == 0 && !force {
             return true;
         }
-        let snapshot = self.live.load();
+        let snapshot = self.views.load();
         let resources: Vec<_> = sub
             .names
             .iter()

@@ -14,7 +14,7 @@ use bytes::Bytes;
 use http::{HeaderValue, header};
 use rondo_core::traffic::RedirectToMember;
 use rondo_core::{Algorithm, PickRequest};
-use rondo_runtime::{Live, clock};
+use rondo_runtime::{Live, Views, clock};
 
 use super::{Answer, Applied, Info};
 use crate::head::Headers;
@@ -24,12 +24,19 @@ use crate::head::Headers;
 pub(super) struct MemberRedirectStep {
     spec: RedirectToMember,
     live: Arc<Live>,
+    /// The view a redirect picks from (as many pointer hops as through `live` before).
+    views: Views,
     cluster: Arc<str>,
 }
 
 impl MemberRedirectStep {
     pub(super) fn new(spec: &RedirectToMember, live: &Arc<Live>, cluster: &str) -> Self {
-        MemberRedirectStep { spec: *spec, live: live.clone(), cluster: cluster.into() }
+        MemberRedirectStep {
+            spec: *spec,
+            live: live.clone(),
+            views: live.views.clone(),
+            cluster: cluster.into(),
+        }
     }
 
     /// The redirect to the picked member, or a 503 saying why none could be picked.
@@ -39,7 +46,7 @@ impl MemberRedirectStep {
         headers: &impl Headers,
         applied: &Applied,
     ) -> Answer {
-        let snap = self.live.load();
+        let snap = self.views.load();
         let Some(rt) = snap.clusters.get(&*self.cluster) else {
             return unavailable(format!("cluster `{}` is not in the view", self.cluster));
         };

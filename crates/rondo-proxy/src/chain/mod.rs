@@ -348,8 +348,14 @@ pub(crate) fn gate<'a, H: Headers>(
     route: &'a Route,
 ) -> impl Fn(&H) -> Result<Option<Identity>, ProxyError> + 'a {
     move |headers| {
+        let live = &ctx.live;
+        let parts = rondo_identity::auth::GateParts {
+            tier_keys: &live.tier_keys,
+            revocations: &live.revocations,
+            metrics: &live.metrics,
+        };
         ctx.auth
-            .gate(route, &ctx.live, headers)
+            .gate(route, parts, headers)
             .map_err(|e| ProxyError::unauthorized(e, &route.name, &route.cluster))
     }
 }

@@ -76,7 +76,7 @@ pub(crate) fn serve<'a, S: ClientStream + 'a>(
         let timer = tokio::time::sleep_until(c.born);
         tokio::pin!(timer);
         // The process's drain, heard by one waiter for all of the connection's waits.
-        let drain = &ctx.live.drain;
+        let drain = &*ctx.drain;
         let drained = drain.notified();
         tokio::pin!(drained);
         loop {
@@ -328,7 +328,7 @@ async fn request<S: ClientStream>(
         pool::disown();
         return Next::Decline(buf);
     }
-    let snapshot = ctx.live.load();
+    let snapshot = ctx.views.load();
     let mut req = OwnTries::new(ctx, c, timer, buf, head);
     let next = req.serve(&snapshot).await;
     let OwnTries { buf, head, body, extra, out, .. } = req;
@@ -442,7 +442,7 @@ mod tests {
         let raw = b"GET / HTTP/1.1\r\nHost: a\r\n\r\n".to_vec();
         let limits = Limits { max_bytes: 8192, max_fields: 100 };
         let head = parse::request(&raw, limits).expect("valid").expect("whole");
-        let snapshot = ctx.live.load();
+        let snapshot = ctx.views.load();
         let rt = snapshot.clusters.get("app").expect("cluster").clone();
         let mut req = OwnTries::new(&ctx, &mut c, timer.as_mut(), raw, head);
         let now = rondo_runtime::clock::now();

@@ -240,7 +240,7 @@ impl<S: ClientStream> OwnTries<'_, S> {
                 // A draining process says so on the response in progress, and then closes; so does a
                 // connection past the listener's age limit.
                 self.close |=
-                    self.ctx.live.drain.is_on() || self.c.spent(&self.ctx.listener.connections);
+                    self.ctx.drain.is_on() || self.c.spent(&self.ctx.listener.connections);
                 let alt_svc = self.ctx.alt_svc.as_ref();
                 let close = self.close;
                 write_response_head(

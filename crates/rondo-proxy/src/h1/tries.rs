@@ -379,7 +379,7 @@ impl<'a, S: ClientStream> OwnTries<'a, S> {
         let text = e.render(ctx.listener.error_detail);
         // The connection can carry another request only when this one's body is behind us.
         let close = self.close
-            || ctx.live.drain.is_on()
+            || ctx.drain.is_on()
             || self.c.spent(&ctx.listener.connections)
             || !self.body.complete
             || matches!(
@@ -425,7 +425,7 @@ impl<'a, S: ClientStream> OwnTries<'a, S> {
         let close = self.close
             || !self.body.complete
             || !matches!(self.head.framing, Framing::None | Framing::Length(0))
-            || ctx.live.drain.is_on()
+            || ctx.drain.is_on()
             || self.c.spent(&ctx.listener.connections);
         let mut out = std::mem::take(&mut self.out);
         out.clear();

@@ -144,7 +144,7 @@ pub(super) async fn serve(
             }
         };
         let drained = async {
-            ctx.live.drain.started().await;
+            ctx.drain.started().await;
             tokio::time::sleep(crate::DRAIN_IDLE_GRACE).await;
         };
         tokio::select! { () = age => {}, () = drained => {} }

@@ -42,8 +42,13 @@ pub(crate) const DEFAULT_IDLE: Duration = Duration::from_secs(60);
 pub struct HttpCtx {
     /// The listener's settings.
     pub listener: ListenerSpec,
-    /// Live views and balancers.
+    /// The process's live state, for what a request reaches rarely (metrics, the tier key,
+    /// the group); the view and the drain, read at every request, through their own handles.
     pub live: Arc<Live>,
+    /// The view in effect (loaded once per request: as many pointer hops as through `live`).
+    pub views: rondo_runtime::Views,
+    /// The process's drain (checked at every request).
+    pub drain: Arc<rondo_runtime::sockets::drain::Drain>,
     /// Upstream pools.
     pub clients: Clients,
     /// Header-identified sessions.
@@ -73,6 +78,8 @@ impl HttpCtx {
         HttpCtx {
             metrics: live.metrics.listener(&listener.name),
             listener,
+            views: live.views.clone(),
+            drain: live.drain.clone(),
             live,
             clients: Clients::new(Duration::from_secs(1)),
             sessions: Default::default(),

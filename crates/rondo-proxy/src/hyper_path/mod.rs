@@ -44,7 +44,7 @@ pub async fn handle(
         // reset at once) reaches neither the pick nor a member connection.
         tokio::task::yield_now().await;
     }
-    let snapshot = ctx.live.load();
+    let snapshot = ctx.views.load();
     let mut start = ctx.access.as_ref().map(|log| {
         let extra = || crate::access_fields::Extra::of_request(&req, conn.tls.as_ref());
         access::Start::new(peer, &req).with_extra(extra, log)

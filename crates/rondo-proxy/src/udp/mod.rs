@@ -43,6 +43,8 @@ struct Shared {
     name: Arc<str>,
     spec: UdpSpec,
     live: Arc<Live>,
+    /// The view in effect (loaded once per datagram that opens a flow).
+    views: rondo_runtime::Views,
     socket: Arc<UdpSocket>,
     table: Mutex<FlowTable>,
     /// A permit per open flow: the router's drain waits for them.
@@ -96,6 +98,7 @@ pub async fn start(
         unplaced: live.metrics.udp(&name, ""),
         name,
         spec: udp,
+        views: live.views.clone(),
         live,
         socket: Arc::new(socket),
         table: Mutex::new(FlowTable::new(udp.max_flows as usize)),
@@ -221,7 +224,7 @@ fn place(
     avoid: Option<usize>,
     begin: bool,
 ) -> Option<(Arc<ClusterRt>, usize)> {
-    let snapshot = shared.live.load();
+    let snapshot = shared.views.load();
     let Some(route) = snapshot.view.routes.iter().find(|r| *r.listener == *shared.name) else {
         tracing::debug!(listener = %shared.name, "no route for the udp listener; datagram dropped");
         return None;

@@ -65,12 +65,12 @@ pub struct ClusterRt {
     pub tls: Option<Result<Arc<crate::tls::upstream::UpstreamTlsRt>, String>>,
     /// The shared state of its shared members (`[member.NAME]` listed by several clusters),
     /// set when a view builds it; unset for a cluster without any, which then pays one branch.
-    pub(super) external: OnceLock<super::shared::External>,
+    pub(super) external: OnceLock<super::shared::External<ClusterRt>>,
 }
 
 /// Member state changes that a naming answer shows (an operator's drain, a health check or an
 /// agent taking a member out or back), raised by whoever made the change once its lock is
-/// released; [`Live::spawn_touch`](super::Live::spawn_touch) turns them into a new view id, so that naming watchers see
+/// released; [`Views::spawn_touch`](super::Views::spawn_touch) turns them into a new view id, so that naming watchers see
 /// them.
 #[derive(Debug, Default)]
 pub struct StateSignal {
@@ -262,7 +262,7 @@ impl ClusterRt {
     /// same lock hold, what it would have picked ([`Balancer::shadow_pick`]); no traffic moves.
     /// The shadow is run-time state like a member's drain: it is carried over to the cluster's
     /// next view and ends with the cluster. Call it on the snapshot in effect while no view can
-    /// be swapped in ([`Live::with_current`](super::Live::with_current)), or a swap in between keeps the old state.
+    /// be swapped in ([`Views::with_current`](super::Views::with_current)), or a swap in between keeps the old state.
     pub fn set_shadow(&self, algorithm: Option<Algorithm>) -> Option<Algorithm> {
         let now = clock::now();
         self.with(|b| {

@@ -11,7 +11,7 @@ impl Live {
     /// ([`crate::revoke::Revocations::hand_over`]).
     pub fn export_state(&self, last: bool) -> StateDoc {
         let now = crate::clock::now();
-        let snapshot = self.load();
+        let snapshot = self.views.load();
         let clusters = snapshot
             .clusters
             .iter()
@@ -35,7 +35,7 @@ impl Live {
             Err(e) => tracing::error!("upgrade: revocations taken over but not kept: {e}"),
         }
         let now = crate::clock::now();
-        let snapshot = self.load();
+        let snapshot = self.views.load();
         let mut matched = 0;
         for (name, rt) in &snapshot.clusters {
             let Some(state) = doc.clusters.get(name) else { continue };

@@ -1,19 +1,19 @@
 //! The layered view: the configuration file's view (with admin API changes), replaced by the
 //! tier's shared configuration while one is set, composed with the registered members and
 //! swapped in with a higher view id, each cluster's runtime carried over; long compositions
-//! yield the CPU every [`MEMBERS_PER_YIELD`] members.
+//! yield the CPU every [`MEMBERS_PER_YIELD`] members. The registered members' layer is
+//! defined here too ([`Registered`]), as the composition reads it; `registered.rs` changes it.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;
 
 use rondo_core::{Balancer, ClusterSpec, MemberSpec, View};
 
 use crate::clock;
 
-use super::registered::with_registered;
-use super::{ClusterRt, Clusters, Live, Registered, Snapshot};
+use super::{ClusterRt, Clusters, Snapshot, ViewState, Views};
 
-/// The layers the view in effect is composed from, behind [`Live`]'s replacement lock.
+/// The layers the view in effect is composed from, behind the view's replacement lock ([`Views`]).
 #[derive(Debug)]
 pub(super) struct Layers {
     /// The config file's view, with admin API changes.
@@ -83,6 +83,66 @@ impl Layers {
     }
 }
 
+/// One cluster's registered members, and the cluster their registrations declared.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RegisteredCluster {
+    /// The members, in the registry's order.
+    pub members: Vec<MemberSpec>,
+    /// The cluster as its registrations declared it (policy, session, protocol; no members),
+    /// composed into the view with the members while the configuration has no cluster of that
+    /// name (`[naming] allow_registered_clusters`); `None`: the members wait for a configured
+    /// cluster. A configured cluster of the name always wins, with its own policy.
+    pub declared: Option<Arc<ClusterSpec>>,
+}
+
+/// Members registered with the naming service, by cluster.
+pub type Registered = BTreeMap<String, RegisteredCluster>;
+
+/// `spec` with the registered `members` appended (a name it already has is left out), and the
+/// names added; `None` when none is. Linear in the cluster, whatever the other clusters hold.
+pub(super) fn with_registered(
+    spec: &Arc<ClusterSpec>,
+    members: &[MemberSpec],
+) -> Option<(Arc<ClusterSpec>, Arc<BTreeSet<String>>)> {
+    let mut with = (**spec).clone();
+    // The configured names once, not a scan of the growing member list per registered member
+    // (quadratic: 10,000 registrations made every view swap take ~100 ms).
+    let configured: HashSet<&str> = spec.members.iter().map(|c| c.name.as_str()).collect();
+    with.members.reserve(members.len());
+    // The registry gives its members in name order: then a repeated name is the one before,
+    // and the set of names is built in bulk from the sorted list (no search per name). In any
+    // other order, one search of the set per member (`insert` says whether the name was new).
+    let mut names: Vec<String> = Vec::with_capacity(members.len());
+    let mut unordered: Option<BTreeSet<String>> = None;
+    for (i, m) in members.iter().enumerate() {
+        yield_now_and_then(i);
+        if configured.contains(m.name.as_str()) {
+            tracing::debug!(cluster = spec.name, member = m.name, "registered name is configured");
+            continue;
+        }
+        let repeated = match &mut unordered {
+            None if names.last().is_none_or(|last| *last < m.name) => false,
+            None => {
+                let mut set: BTreeSet<String> = names.drain(..).collect();
+                let repeated = !set.insert(m.name.clone());
+                unordered = Some(set);
+                repeated
+            }
+            Some(set) => !set.insert(m.name.clone()),
+        };
+        if repeated {
+            tracing::debug!(cluster = spec.name, member = m.name, "registered name given twice");
+            continue;
+        }
+        if unordered.is_none() {
+            names.push(m.name.clone());
+        }
+        with.members.push(m.clone());
+    }
+    let added = unordered.unwrap_or_else(|| names.into_iter().collect());
+    (!added.is_empty()).then(|| (Arc::new(with), Arc::new(added)))
+}
+
 /// Members composed between two yields of the thread composing a big cluster's view.
 pub const MEMBERS_PER_YIELD: usize = 256;
 
@@ -98,34 +158,34 @@ pub fn yield_now_and_then(i: usize) {
     }
 }
 
-impl Live {
+impl Views {
     /// Replaces the config file's view (a reload, or a config applied through the admin API),
     /// keeping the state of every cluster and member that survives. The new view's id is raised
     /// above the current one if needed. Returns the new snapshot.
     pub fn apply(&self, view: View) -> Arc<Snapshot> {
-        let mut layers = self.layers();
+        let mut layers = self.0.layers();
         let id = view.id;
         layers.file = view;
-        self.swap(&layers, id)
+        self.0.swap(&layers, id)
     }
 
-    /// Like [`Live::apply`], only when the current view's id is `expected` (checked and swapped
+    /// Like [`Views::apply`], only when the current view's id is `expected` (checked and swapped
     /// under one lock); else the current id. For the admin API's `If-Match`.
     pub fn apply_if(&self, view: View, expected: u64) -> Result<Arc<Snapshot>, u64> {
-        let mut layers = self.layers();
-        let current = self.current.load().view.id;
+        let mut layers = self.0.layers();
+        let current = self.0.current.load().view.id;
         if current != expected {
             return Err(current);
         }
         let id = view.id;
         layers.file = view;
-        Ok(self.swap(&layers, id))
+        Ok(self.0.swap(&layers, id))
     }
 
     /// The configuration in effect (the shared one when set, else the file's), without
     /// registered members: the base for a change such as a new weight.
     pub fn configured(&self) -> View {
-        self.layers().configured().clone()
+        self.0.layers().configured().clone()
     }
 
     /// Changes the configuration in effect (the shared one when set, else the file's) with
@@ -136,14 +196,14 @@ impl Live {
         &self,
         change: impl FnOnce(&mut View) -> Result<(), E>,
     ) -> Result<Arc<Snapshot>, E> {
-        let mut layers = self.layers();
+        let mut layers = self.0.layers();
         let mut view = layers.configured().clone();
         change(&mut view)?;
         match &mut layers.shared {
             Some(shared) => *shared = view,
             None => layers.file = view,
         }
-        Ok(self.swap(&layers, 0))
+        Ok(self.0.swap(&layers, 0))
     }
 
     /// Sets which clusters list which shared member (a config's `shared_members`) and, when
@@ -152,23 +212,25 @@ impl Live {
         &self,
         listed: BTreeMap<String, Vec<String>>,
     ) -> Option<Arc<Snapshot>> {
-        let layers = self.layers();
-        self.shared_members.set(listed).then(|| self.swap(&layers, 0))
+        let layers = self.0.layers();
+        self.0.shared_members.set(listed).then(|| self.0.swap(&layers, 0))
     }
 
     /// Whether the tier's shared configuration (etcd) is in effect, replacing the file's.
     pub fn has_shared(&self) -> bool {
-        self.layers().shared.is_some()
+        self.0.layers().shared.is_some()
     }
 
     /// Sets or clears the tier's shared configuration; `None` goes back to the file's.
     pub fn set_shared(&self, view: Option<View>) -> Arc<Snapshot> {
-        let mut layers = self.layers();
+        let mut layers = self.0.layers();
         let id = view.as_ref().map_or(0, |v| v.id);
         layers.shared = view;
-        self.swap(&layers, id)
+        self.0.swap(&layers, id)
     }
+}
 
+impl ViewState {
     /// Composes the layers and swaps the result in, with an id above the current one.
     pub(super) fn swap(&self, layers: &Layers, id: u64) -> Arc<Snapshot> {
         let (mut view, registered, declared) = layers.compose();
@@ -201,7 +263,10 @@ impl Live {
         now: rondo_core::Instant,
     ) -> Arc<ClusterRt> {
         let attach = |rt: Arc<ClusterRt>| {
-            if let Some(ext) = self.shared_members.attach(&rt) {
+            let checks = rt.spec.policy.health.is_some();
+            if let Some(ext) =
+                self.shared_members.attach(&rt, &rt.spec.name, &rt.spec.members, checks)
+            {
                 let _ = rt.external.set(ext);
             }
             rt
@@ -260,6 +325,7 @@ mod tests {
         assert_eq!(names(&live.load()), ["a"]);
         // An admin change edits the configuration in effect: the shared one.
         let id2 = live
+            .views
             .update_configured(|v| {
                 assert_eq!(v.clusters["c"].members.len(), 1);
                 Ok::<(), ()>(())
@@ -285,7 +351,7 @@ mod tests {
         let first = {
             let live = live.clone();
             std::thread::spawn(move || {
-                live.update_configured(|v| {
+                live.views.update_configured(|v| {
                     inside_tx.send(()).unwrap();
                     std::thread::sleep(Duration::from_millis(100));
                     let mut c = (*v.clusters["c"]).clone();
@@ -296,20 +362,21 @@ mod tests {
             })
         };
         inside_rx.recv().unwrap();
-        live.update_configured(|v| {
-            let mut c = (*v.clusters["c"]).clone();
-            c.members[1].weight = 9;
-            v.clusters.insert("c".into(), Arc::new(c));
-            Ok::<(), ()>(())
-        })
-        .unwrap();
+        live.views
+            .update_configured(|v| {
+                let mut c = (*v.clusters["c"]).clone();
+                c.members[1].weight = 9;
+                v.clusters.insert("c".into(), Arc::new(c));
+                Ok::<(), ()>(())
+            })
+            .unwrap();
         first.join().unwrap().unwrap();
         let weights: Vec<u32> =
             live.load().view.clusters["c"].members.iter().map(|m| m.weight).collect();
         assert_eq!(weights, [7, 9]);
         // A refused change leaves everything as it was.
         let id = live.load().view.id;
-        assert_eq!(live.update_configured(|_| Err("no")).unwrap_err(), "no");
+        assert_eq!(live.views.update_configured(|_| Err("no")).unwrap_err(), "no");
         assert_eq!(live.load().view.id, id);
     }
 }

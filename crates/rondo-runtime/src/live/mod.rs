@@ -13,6 +13,7 @@ mod cluster;
 mod handoff;
 mod layers;
 mod registered;
+mod relay;
 mod shared;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -27,10 +28,15 @@ use crate::metrics::Metrics;
 
 pub use cluster::{ClusterRt, Counters, Placed, Refused, StateSignal};
 use layers::Layers;
-pub use layers::{MEMBERS_PER_YIELD, yield_now_and_then};
+pub use layers::{MEMBERS_PER_YIELD, Registered, RegisteredCluster, yield_now_and_then};
+pub use registered::RETIRED_GRACE;
 use registered::Retired;
-pub use registered::{RETIRED_GRACE, Registered, RegisteredCluster};
-pub use shared::{External, SharedMember, SharedMembers};
+pub use shared::External;
+
+/// A member listed by several clusters: its state shared beyond a cluster.
+pub type SharedMember = shared::SharedMember<ClusterRt>;
+/// The process's shared members by name.
+pub type SharedMembers = shared::SharedMembers<ClusterRt>;
 
 /// Cluster state by name. Looked up for every request (twice on the router's own HTTP/1 path)
 /// with names from the configuration and from authenticated registrations, never from client
@@ -77,71 +83,155 @@ impl Snapshot {
     }
 }
 
-/// The current snapshot and how to replace it.
+/// The view in effect and its cluster runtimes: a handle (one `Arc`), cloned into every
+/// consumer that reads the view (a request loads the snapshot through it once) or changes its
+/// configuration layers.
 ///
 /// The view in effect is composed from layers: the configuration (the config file and admin
 /// API changes), replaced by the tier's shared configuration when one is set (etcd), plus the
 /// members discovered through DNS (`members_dns`) and the members registered with the naming
-/// service, appended to their clusters in that order. Changing any layer
-/// swaps in a new snapshot with a higher view id.
+/// service, appended to their clusters in that order. Changing any layer swaps in a new
+/// snapshot with a higher view id. The registered and DNS layers change through
+/// [`Registrations`], a handle on the same state.
+#[derive(Debug, Clone)]
+pub struct Views(Arc<ViewState>);
+
+/// The registered members' and the DNS members' layers of the view in effect ([`Views`]), as
+/// the naming service and the DNS discovery change them: a handle (one `Arc`) on the same
+/// state.
+#[derive(Debug, Clone)]
+pub struct Registrations(Arc<ViewState>);
+
+/// A [`Views`] that does not keep the view alive: a background task's, which stops once the
+/// process's view is gone.
+#[derive(Debug, Clone)]
+pub struct WeakViews(std::sync::Weak<ViewState>);
+
+impl WeakViews {
+    /// The view, while a [`Views`] holds it.
+    pub fn upgrade(&self) -> Option<Views> {
+        self.0.upgrade().map(Views)
+    }
+}
+
+/// What [`Views`] and [`Registrations`] share.
 #[derive(Debug)]
-pub struct Live {
+struct ViewState {
     current: ArcSwap<Snapshot>,
     /// The layers, and the lock that serialises replacements (readers never wait).
     layers: Mutex<Layers>,
     /// The current view id, for watchers.
     view_id: tokio::sync::watch::Sender<u64>,
+    /// The process's metrics (the cluster runtimes count there; a swap updates the member
+    /// series).
+    metrics: Arc<Metrics>,
+    /// Member state changes waiting to become a new view id.
+    signal: Arc<StateSignal>,
+    /// What [`Registrations::update_registered`] replaced, kept for [`RETIRED_GRACE`] and then
+    /// dropped by the thread that updates the view ([`Registrations::reap_retired`]): a cluster
+    /// of 10,000 registered members takes milliseconds to free, and the request thread that
+    /// happened to hold the last old snapshot would otherwise free it and stall the requests it
+    /// carries.
+    retired: Mutex<Vec<Retired>>,
+    /// The members listed by several clusters, and their state shared between them.
+    shared_members: SharedMembers,
+}
+
+/// The process's live state, as the handles its parts receive: each consumer is given the
+/// handles it uses (each cheap to clone), not `Live`. `Live` itself is for the process's
+/// start and its upgrade hand-off (`handoff.rs`), which cross every part.
+#[derive(Debug)]
+pub struct Live {
+    /// The view in effect and its cluster runtimes.
+    pub views: Views,
+    /// The registered and DNS members' layers of the view.
+    pub registrations: Registrations,
     /// This router's locality group.
     pub group: Option<String>,
     /// The process's Prometheus metrics.
     pub metrics: Arc<Metrics>,
-    /// Member state changes waiting to become a new view id.
-    signal: Arc<StateSignal>,
-    /// The key every router of the tier shares: the tier's shared configuration's
-    /// `[router] tier_key` while it has one, else the file's (set at start).
-    tier_key: arc_swap::ArcSwapOption<crate::secret::TierKey>,
-    /// The two layers of [`Live::tier_key`]: the file's and the shared configuration's.
-    tier_keys: Mutex<TierKeys>,
+    /// The key every router of the tier shares.
+    pub tier_keys: crate::tier_key::TierKeys,
     /// Revoked sign-on tokens (by id or subject), this router's and the tier's.
-    pub revocations: crate::revoke::Revocations,
+    pub revocations: Arc<crate::revoke::Revocations>,
     /// Every socket the process listens on (bound here or handed over by the process this one
     /// replaced).
-    pub sockets: crate::sockets::Sockets,
+    pub sockets: Arc<crate::sockets::Sockets>,
     /// The process's drain (`SIGTERM`, or an upgrade's hand-off).
-    pub drain: crate::sockets::drain::Drain,
+    pub drain: Arc<crate::sockets::drain::Drain>,
     /// How the admin API starts a hitless upgrade.
-    pub upgrader: crate::sockets::handoff::Upgrader,
-    /// What [`Live::update_registered`] replaced, kept for [`RETIRED_GRACE`] and then dropped by
-    /// the thread that updates the view ([`Live::reap_retired`]): a cluster of 10,000
-    /// registered members takes milliseconds to free, and the request thread that happened to
-    /// hold the last old snapshot would otherwise free it and stall the requests it carries.
-    retired: Mutex<Vec<Retired>>,
+    pub upgrader: Arc<crate::sockets::handoff::Upgrader>,
     /// The defaults set through the admin API, and what they apply to.
-    pub defaults: crate::defaults::Defaults,
-    /// The members listed by several clusters, and their state shared between them.
-    pub shared_members: SharedMembers,
-}
-
-/// The layers of the tier key: the configuration file's, and the tier's shared
-/// configuration's, which is in force while set.
-#[derive(Debug, Default)]
-struct TierKeys {
-    file: Option<Arc<crate::secret::TierKey>>,
-    shared: Option<Arc<crate::secret::TierKey>>,
-}
-
-impl TierKeys {
-    fn in_force(&self) -> Option<Arc<crate::secret::TierKey>> {
-        self.shared.clone().or_else(|| self.file.clone())
-    }
+    pub defaults: Arc<crate::defaults::Defaults>,
 }
 
 impl Live {
     /// Live state starting at `view`.
     pub fn new(view: View, group: Option<String>) -> Self {
-        let now = clock::now();
         let metrics = Arc::new(Metrics::new());
         let _ = metrics.group.set(group.clone());
+        let views = Views::new(view, metrics.clone());
+        Live {
+            registrations: Registrations(views.0.clone()),
+            views,
+            group,
+            metrics,
+            tier_keys: Default::default(),
+            revocations: Default::default(),
+            sockets: Default::default(),
+            drain: Default::default(),
+            upgrader: Default::default(),
+            defaults: Default::default(),
+        }
+    }
+}
+
+/// Transitional: `Live`'s former methods, for the consumers not yet moved to the handles
+/// (issue 39); each is the handle's.
+impl Live {
+    /// [`Views::load`].
+    pub fn load(&self) -> Arc<Snapshot> {
+        self.views.load()
+    }
+
+    /// [`Views::apply`].
+    pub fn apply(&self, view: View) -> Arc<Snapshot> {
+        self.views.apply(view)
+    }
+
+    /// [`Views::configured`].
+    pub fn configured(&self) -> View {
+        self.views.configured()
+    }
+
+    /// [`Views::set_shared_members`].
+    pub fn set_shared_members(
+        &self,
+        listed: BTreeMap<String, Vec<String>>,
+    ) -> Option<Arc<Snapshot>> {
+        self.views.set_shared_members(listed)
+    }
+
+    /// [`Views::set_shared`].
+    pub fn set_shared(&self, view: Option<View>) -> Arc<Snapshot> {
+        self.views.set_shared(view)
+    }
+
+    /// [`crate::TierKeys::set_file`].
+    pub fn set_tier_key(&self, key: crate::secret::TierKey) {
+        self.tier_keys.set_file(key)
+    }
+
+    /// [`crate::TierKeys::get`].
+    pub fn tier_key(&self) -> Option<Arc<crate::secret::TierKey>> {
+        self.tier_keys.get()
+    }
+}
+
+impl Views {
+    /// The view `view` with a fresh runtime per cluster, counting into `metrics`.
+    fn new(view: View, metrics: Arc<Metrics>) -> Self {
+        let now = clock::now();
         let signal = Arc::new(StateSignal::default());
         let clusters = view
             .clusters
@@ -159,7 +249,7 @@ impl Live {
             registered: BTreeMap::new(),
             declared: Arc::default(),
         };
-        Live {
+        Views(Arc::new(ViewState {
             current: ArcSwap::from_pointee(snapshot),
             layers: Mutex::new(Layers {
                 file: view,
@@ -169,45 +259,75 @@ impl Live {
                 allow_declared: false,
             }),
             view_id,
-            group,
             metrics,
             signal,
-            tier_key: arc_swap::ArcSwapOption::empty(),
-            tier_keys: Mutex::default(),
-            revocations: Default::default(),
-            sockets: Default::default(),
-            drain: Default::default(),
-            upgrader: Default::default(),
             retired: Mutex::default(),
-            defaults: Default::default(),
             shared_members: SharedMembers::default(),
-        }
-    }
-
-    /// Sets the configuration file's tier key (at start).
-    pub fn set_tier_key(&self, key: crate::secret::TierKey) {
-        let mut keys = self.tier_keys.lock().unwrap_or_else(|e| e.into_inner());
-        keys.file = Some(Arc::new(key));
-        self.tier_key.store(keys.in_force());
-    }
-
-    /// Sets (or, with `None`, clears) the tier's shared configuration's key, which is in force
-    /// instead of the file's while set.
-    pub fn set_shared_tier_key(&self, key: Option<crate::secret::TierKey>) {
-        let mut keys = self.tier_keys.lock().unwrap_or_else(|e| e.into_inner());
-        keys.shared = key.map(Arc::new);
-        self.tier_key.store(keys.in_force());
-    }
-
-    /// The tier's key in force, when the configuration (the file's, or the tier's shared one)
-    /// gives one.
-    pub fn tier_key(&self) -> Option<Arc<crate::secret::TierKey>> {
-        self.tier_key.load_full()
+        }))
     }
 
     /// A new view id for the same view and the same cluster runtimes (a new `View` value equal
     /// but for its id): member state changed in a way a naming answer shows.
     pub fn touch(&self) -> Arc<Snapshot> {
+        self.0.touch()
+    }
+
+    /// Turns member state changes ([`ClusterRt::state_changed`]) into new view ids
+    /// ([`Views::touch`]), at most one per 20 ms; stops when the last handle on the view is
+    /// dropped. Started by the naming service, whose watchers need them.
+    pub fn spawn_touch(&self) -> tokio::task::JoinHandle<()> {
+        let weak = Arc::downgrade(&self.0);
+        let signal = self.0.signal.clone();
+        tokio::spawn(async move {
+            loop {
+                signal.notify.notified().await;
+                // Coalesce a burst (a probe round taking several members out).
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                let Some(state) = weak.upgrade() else { return };
+                if signal.pending.swap(false, Ordering::AcqRel) {
+                    state.touch();
+                }
+            }
+        })
+    }
+
+    /// The current snapshot; hold it for the whole request.
+    #[inline]
+    pub fn load(&self) -> Arc<Snapshot> {
+        self.0.current.load_full()
+    }
+
+    /// A receiver of the current view id, updated at every swap (for the naming service's
+    /// watch).
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.0.view_id.subscribe()
+    }
+
+    /// Runs `f` on the current snapshot while no view can be swapped in (the lock that
+    /// serialises replacements is held): a check of the view id and the change it guards happen
+    /// as one. `f` must not call back into this view's replacing methods.
+    pub fn with_current<R>(&self, f: impl FnOnce(&Arc<Snapshot>) -> R) -> R {
+        let _serial = self.0.layers();
+        f(&self.0.current.load_full())
+    }
+
+    /// The members listed by several clusters, and their state shared between them.
+    pub fn shared_members(&self) -> &SharedMembers {
+        &self.0.shared_members
+    }
+
+    /// A handle that does not keep the view alive.
+    pub fn downgrade(&self) -> WeakViews {
+        WeakViews(Arc::downgrade(&self.0))
+    }
+}
+
+impl ViewState {
+    fn layers(&self) -> MutexGuard<'_, Layers> {
+        self.layers.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn touch(&self) -> Arc<Snapshot> {
         let _serial = self.layers();
         let old = self.current.load_full();
         let view = View { id: old.view.id + 1, ..(*old.view).clone() };
@@ -221,48 +341,6 @@ impl Live {
         self.current.store(snapshot.clone());
         self.view_id.send_replace(id);
         snapshot
-    }
-
-    /// Turns member state changes ([`ClusterRt::state_changed`]) into new view ids
-    /// ([`Live::touch`]), at most one per 20 ms; stops when `live` is dropped. Started by the
-    /// naming service, whose watchers need them.
-    pub fn spawn_touch(live: &Arc<Live>) -> tokio::task::JoinHandle<()> {
-        let weak = Arc::downgrade(live);
-        let signal = live.signal.clone();
-        tokio::spawn(async move {
-            loop {
-                signal.notify.notified().await;
-                // Coalesce a burst (a probe round taking several members out).
-                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-                let Some(live) = weak.upgrade() else { return };
-                if signal.pending.swap(false, Ordering::AcqRel) {
-                    live.touch();
-                }
-            }
-        })
-    }
-
-    /// The current snapshot; hold it for the whole request.
-    pub fn load(&self) -> Arc<Snapshot> {
-        self.current.load_full()
-    }
-
-    /// A receiver of the current view id, updated at every swap (for the naming service's
-    /// watch).
-    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
-        self.view_id.subscribe()
-    }
-
-    fn layers(&self) -> MutexGuard<'_, Layers> {
-        self.layers.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Runs `f` on the current snapshot while no view can be swapped in (the lock that
-    /// serialises replacements is held): a check of the view id and the change it guards happen
-    /// as one. `f` must not call back into this `Live`'s replacing methods.
-    pub fn with_current<R>(&self, f: impl FnOnce(&Arc<Snapshot>) -> R) -> R {
-        let _serial = self.layers();
-        f(&self.current.load_full())
     }
 }
 
@@ -321,13 +399,19 @@ pub(crate) mod tests {
     fn apply_if_swaps_only_while_the_expected_view_is_in_effect() {
         let live = live();
         let base = (*live.load().view).clone();
-        assert_eq!(live.apply_if(View { id: 2, ..base.clone() }, 7).map(|s| s.view.id), Err(1));
+        assert_eq!(
+            live.views.apply_if(View { id: 2, ..base.clone() }, 7).map(|s| s.view.id),
+            Err(1)
+        );
         assert_eq!(live.load().view.id, 1, "nothing swapped");
-        assert_eq!(live.apply_if(View { id: 2, ..base.clone() }, 1).map(|s| s.view.id), Ok(2));
+        assert_eq!(
+            live.views.apply_if(View { id: 2, ..base.clone() }, 1).map(|s| s.view.id),
+            Ok(2)
+        );
         // A touch (member state a naming answer shows) is a new id too.
-        live.touch();
-        assert_eq!(live.apply_if(View { id: 4, ..base }, 2).map(|s| s.view.id), Err(3));
-        assert_eq!(live.with_current(|s| s.view.id), 3);
+        live.views.touch();
+        assert_eq!(live.views.apply_if(View { id: 4, ..base }, 2).map(|s| s.view.id), Err(3));
+        assert_eq!(live.views.with_current(|s| s.view.id), 3);
     }
 
     /// Member `name` at an address nobody dials.

@@ -3,15 +3,15 @@
 //! replaced freed by the updating thread after [`RETIRED_GRACE`]. Members discovered through
 //! DNS change their cluster by the same rebuild.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use rondo_core::{ClusterSpec, MemberSpec, View};
+use rondo_core::{MemberSpec, View};
 
 use crate::clock;
 
-use super::layers::yield_now_and_then;
-use super::{ClusterRt, Live, Snapshot};
+use super::layers::{Layers, Registered, RegisteredCluster, with_registered, yield_now_and_then};
+use super::{ClusterRt, Registrations, Snapshot, ViewState};
 
 /// A cluster runtime (with its spec) and the names of its registered members, replaced in a
 /// view, and when.
@@ -48,84 +48,24 @@ impl Retired {
     }
 }
 
-/// How long [`Live::update_registered`] keeps what it replaced before the updating thread drops
+/// How long [`Registrations::update_registered`] keeps what it replaced before the updating thread drops
 /// it: longer than a request holds a snapshot, short enough to hold few.
 pub const RETIRED_GRACE: std::time::Duration = std::time::Duration::from_millis(250);
 
-/// One cluster's registered members, and the cluster their registrations declared.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct RegisteredCluster {
-    /// The members, in the registry's order.
-    pub members: Vec<MemberSpec>,
-    /// The cluster as its registrations declared it (policy, session, protocol; no members),
-    /// composed into the view with the members while the configuration has no cluster of that
-    /// name (`[naming] allow_registered_clusters`); `None`: the members wait for a configured
-    /// cluster. A configured cluster of the name always wins, with its own policy.
-    pub declared: Option<Arc<ClusterSpec>>,
-}
-
-/// Members registered with the naming service, by cluster.
-pub type Registered = BTreeMap<String, RegisteredCluster>;
-
-/// `spec` with the registered `members` appended (a name it already has is left out), and the
-/// names added; `None` when none is. Linear in the cluster, whatever the other clusters hold.
-pub(super) fn with_registered(
-    spec: &Arc<ClusterSpec>,
-    members: &[MemberSpec],
-) -> Option<(Arc<ClusterSpec>, Arc<BTreeSet<String>>)> {
-    let mut with = (**spec).clone();
-    // The configured names once, not a scan of the growing member list per registered member
-    // (quadratic: 10,000 registrations made every view swap take ~100 ms).
-    let configured: HashSet<&str> = spec.members.iter().map(|c| c.name.as_str()).collect();
-    with.members.reserve(members.len());
-    // The registry gives its members in name order: then a repeated name is the one before,
-    // and the set of names is built in bulk from the sorted list (no search per name). In any
-    // other order, one search of the set per member (`insert` says whether the name was new).
-    let mut names: Vec<String> = Vec::with_capacity(members.len());
-    let mut unordered: Option<BTreeSet<String>> = None;
-    for (i, m) in members.iter().enumerate() {
-        yield_now_and_then(i);
-        if configured.contains(m.name.as_str()) {
-            tracing::debug!(cluster = spec.name, member = m.name, "registered name is configured");
-            continue;
-        }
-        let repeated = match &mut unordered {
-            None if names.last().is_none_or(|last| *last < m.name) => false,
-            None => {
-                let mut set: BTreeSet<String> = names.drain(..).collect();
-                let repeated = !set.insert(m.name.clone());
-                unordered = Some(set);
-                repeated
-            }
-            Some(set) => !set.insert(m.name.clone()),
-        };
-        if repeated {
-            tracing::debug!(cluster = spec.name, member = m.name, "registered name given twice");
-            continue;
-        }
-        if unordered.is_none() {
-            names.push(m.name.clone());
-        }
-        with.members.push(m.clone());
-    }
-    let added = unordered.unwrap_or_else(|| names.into_iter().collect());
-    (!added.is_empty()).then(|| (Arc::new(with), Arc::new(added)))
-}
-
-impl Live {
+impl Registrations {
     /// Lets registrations declare clusters the configuration lacks (`[naming]
     /// allow_registered_clusters`; off by default). Call it before the registry starts: it
     /// takes effect at the next change of the registered members and swaps no view in (a swap
     /// would give every cluster a new runtime, away from the probes already started).
     pub fn allow_declared(&self, on: bool) {
-        self.layers().allow_declared = on;
+        self.0.layers().allow_declared = on;
     }
 
     /// Replaces the registered members (the registry's whole state).
     pub fn set_registered(&self, registered: Registered) -> Arc<Snapshot> {
-        let mut layers = self.layers();
+        let mut layers = self.0.layers();
         layers.registered = registered;
-        self.swap(&layers, 0)
+        self.0.swap(&layers, 0)
     }
 
     /// Replaces the registered members of the clusters in `changes` only (no members: the
@@ -139,7 +79,7 @@ impl Live {
         &self,
         changes: Vec<(String, RegisteredCluster)>,
     ) -> (Arc<Snapshot>, Vec<Arc<ClusterRt>>) {
-        let mut layers = self.layers();
+        let mut layers = self.0.layers();
         let mut changed = Vec::with_capacity(changes.len());
         for (cluster, reg) in changes {
             if reg.members.is_empty() {
@@ -149,31 +89,39 @@ impl Live {
             }
             changed.push(cluster);
         }
-        self.rebuild(&layers, changed)
+        self.0.rebuild(&layers, changed)
     }
 
     /// Replaces `cluster`'s members discovered through DNS (none: it has none left) and
-    /// rebuilds that cluster alone, as [`Live::update_registered`] does: survivors keep their
+    /// rebuilds that cluster alone, as [`Registrations::update_registered`] does: survivors keep their
     /// state. Returns the new snapshot and the runtimes built, whose probes the caller starts.
     pub fn update_dns(
         &self,
         cluster: &str,
         members: Vec<MemberSpec>,
     ) -> (Arc<Snapshot>, Vec<Arc<ClusterRt>>) {
-        let mut layers = self.layers();
+        let mut layers = self.0.layers();
         if members.is_empty() {
             layers.dns.remove(cluster);
         } else {
             layers.dns.insert(cluster.to_owned(), members);
         }
-        self.rebuild(&layers, vec![cluster.to_owned()])
+        self.0.rebuild(&layers, vec![cluster.to_owned()])
     }
 
+    /// Drops what [`Registrations::update_registered`] replaced more than [`RETIRED_GRACE`]
+    /// ago (called by it, and by the registry's writer between batches), on the calling thread.
+    pub fn reap_retired(&self) {
+        self.0.reap_retired();
+    }
+}
+
+impl ViewState {
     /// Swaps in a view in which the `changed` clusters are composed again from `layers` (their
     /// runtime carried over) and every other cluster keeps its spec and runtime.
     fn rebuild(
         &self,
-        layers: &super::layers::Layers,
+        layers: &Layers,
         changed: Vec<String>,
     ) -> (Arc<Snapshot>, Vec<Arc<ClusterRt>>) {
         let old = self.current.load_full();
@@ -252,9 +200,7 @@ impl Live {
         (snapshot, built)
     }
 
-    /// Drops what [`Live::update_registered`] replaced more than [`RETIRED_GRACE`] ago (called
-    /// by it, and by the registry's writer between batches), on the calling thread.
-    pub fn reap_retired(&self) {
+    fn reap_retired(&self) {
         let due: Vec<Retired> = {
             let mut retired = self.retired.lock().unwrap_or_else(|e| e.into_inner());
             let keep = retired.iter().position(|r| r.at.elapsed() < RETIRED_GRACE);
@@ -271,7 +217,7 @@ impl Live {
 mod tests {
     use std::time::Duration;
 
-    use rondo_core::{Algorithm, Policy, UpstreamProtocol};
+    use rondo_core::{Algorithm, ClusterSpec, Policy, UpstreamProtocol};
 
     use super::*;
 
@@ -335,16 +281,17 @@ mod tests {
                 declared: Some(declared("orders", Algorithm::Hash)),
             },
         )];
-        let (snap, built) = live.update_registered(off);
+        let (snap, built) = live.registrations.update_registered(off);
         assert!(built.is_empty() && !snap.view.clusters.contains_key("orders"));
-        live.update_registered(vec![("orders".into(), regd(vec![]))]);
-        live.allow_declared(true);
+        live.registrations.update_registered(vec![("orders".into(), regd(vec![]))]);
+        live.registrations.allow_declared(true);
         let before = live.load();
         let reg = |members, algorithm| RegisteredCluster {
             members,
             declared: Some(declared("orders", algorithm)),
         };
         let (snap, built) = live
+            .registrations
             .update_registered(vec![("orders".into(), reg(vec![member("o1")], Algorithm::Hash))]);
         assert_eq!(built.len(), 1);
         assert!(snap.is_declared("orders") && !snap.is_declared("c"));
@@ -360,7 +307,7 @@ mod tests {
         assert_eq!(whole.declared, snap.declared);
 
         // Declared into a configured cluster: the configuration's policy stays.
-        let (snap, _) = live.update_registered(vec![(
+        let (snap, _) = live.registrations.update_registered(vec![(
             "c".into(),
             RegisteredCluster {
                 members: vec![member("r1")],
@@ -371,7 +318,8 @@ mod tests {
         assert!(!snap.is_declared("c"));
 
         // The last member gone, the declared cluster leaves the view.
-        let (snap, built) = live.update_registered(vec![("orders".into(), regd(vec![]))]);
+        let (snap, built) =
+            live.registrations.update_registered(vec![("orders".into(), regd(vec![]))]);
         assert!(built.is_empty());
         assert!(
             !snap.view.clusters.contains_key("orders") && !snap.clusters.contains_key("orders")
@@ -384,14 +332,14 @@ mod tests {
     #[test]
     fn registered_members_join_their_clusters_and_survive_config_changes() {
         let live = live();
-        let mut rx = live.subscribe();
+        let mut rx = live.views.subscribe();
         let regs: Registered = [
             ("c".to_owned(), regd(vec![member("r1"), member("a")])),
             ("unknown".to_owned(), regd(vec![member("r2")])),
         ]
         .into_iter()
         .collect();
-        let snap = live.set_registered(regs);
+        let snap = live.registrations.set_registered(regs);
         // `a` is configured, so its registration is left out; `unknown` is no cluster.
         assert_eq!(names(&snap), ["a", "b", "r1"]);
         assert!(snap.is_registered("c", "r1") && !snap.is_registered("c", "a"));
@@ -411,16 +359,18 @@ mod tests {
     #[test]
     fn a_registration_rebuilds_only_its_own_cluster() {
         let live = live();
-        live.update_configured(|v| {
-            let mut d = (*v.clusters["c"]).clone();
-            d.name = "d".into();
-            v.clusters.insert("d".into(), Arc::new(d));
-            Ok::<(), ()>(())
-        })
-        .unwrap();
+        live.views
+            .update_configured(|v| {
+                let mut d = (*v.clusters["c"]).clone();
+                d.name = "d".into();
+                v.clusters.insert("d".into(), Arc::new(d));
+                Ok::<(), ()>(())
+            })
+            .unwrap();
         let before = live.load();
-        let mut rx = live.subscribe();
-        let (snap, built) = live.update_registered(vec![("c".into(), regd(vec![member("r1")]))]);
+        let mut rx = live.views.subscribe();
+        let (snap, built) =
+            live.registrations.update_registered(vec![("c".into(), regd(vec![member("r1")]))]);
         assert_eq!(names(&snap), ["a", "b", "r1"]);
         assert!(snap.is_registered("c", "r1"));
         assert!(snap.is_configured("c", "a") && snap.is_configured("c", "b"));
@@ -435,19 +385,21 @@ mod tests {
         assert_eq!(*rx.borrow_and_update(), snap.view.id);
 
         // A configured name is left out, as a whole composition does; the layers agree.
-        let (snap, _) =
-            live.update_registered(vec![("c".into(), regd(vec![member("r1"), member("a")]))]);
+        let (snap, _) = live
+            .registrations
+            .update_registered(vec![("c".into(), regd(vec![member("r1"), member("a")]))]);
         assert_eq!(names(&snap), ["a", "b", "r1"]);
         let whole = live.apply(live.configured());
         assert_eq!(names(&whole), names(&snap));
         assert_eq!(whole.registered, snap.registered);
 
         // Its last registered member gone, the cluster is its configured self again.
-        let (snap, _) = live.update_registered(vec![("c".into(), regd(vec![]))]);
+        let (snap, _) = live.registrations.update_registered(vec![("c".into(), regd(vec![]))]);
         assert_eq!(names(&snap), ["a", "b"]);
         assert!(!snap.is_registered("c", "r1") && snap.registered.is_empty());
         // A cluster the configuration lacks: kept in the layers, in no view.
-        let (snap, built) = live.update_registered(vec![("nope".into(), regd(vec![member("x")]))]);
+        let (snap, built) =
+            live.registrations.update_registered(vec![("nope".into(), regd(vec![member("x")]))]);
         assert!(built.is_empty() && !snap.view.clusters.contains_key("nope"));
     }
 
@@ -458,8 +410,9 @@ mod tests {
     fn dns_members_sit_between_configured_and_registered_and_keep_their_state() {
         use rondo_core::{Actor, AdminState};
         let live = live();
-        live.update_registered(vec![("c".into(), regd(vec![member("r1")]))]);
-        let (snap, built) = live.update_dns("c", vec![member("10.0.0.1:80"), member("a")]);
+        live.registrations.update_registered(vec![("c".into(), regd(vec![member("r1")]))]);
+        let (snap, built) =
+            live.registrations.update_dns("c", vec![member("10.0.0.1:80"), member("a")]);
         assert_eq!(built.len(), 1);
         // `a` is configured: the configured member wins.
         assert_eq!(names(&snap), ["a", "b", "10.0.0.1:80", "r1"]);
@@ -470,9 +423,11 @@ mod tests {
         });
 
         // A registration leaves the DNS members alone, and the other way round.
-        let (snap, _) = live.update_registered(vec![("c".into(), regd(vec![member("r2")]))]);
+        let (snap, _) =
+            live.registrations.update_registered(vec![("c".into(), regd(vec![member("r2")]))]);
         assert_eq!(names(&snap), ["a", "b", "10.0.0.1:80", "r2"]);
-        let (snap, _) = live.update_dns("c", vec![member("10.0.0.1:80"), member("10.0.0.2:80")]);
+        let (snap, _) =
+            live.registrations.update_dns("c", vec![member("10.0.0.1:80"), member("10.0.0.2:80")]);
         assert_eq!(names(&snap), ["a", "b", "10.0.0.1:80", "10.0.0.2:80", "r2"]);
         // A reload composes every layer again, agreeing with the partial rebuilds.
         let whole = live.apply(live.configured());
@@ -484,7 +439,7 @@ mod tests {
         });
 
         // No members from DNS any more: the configured and registered ones stay.
-        let (snap, _) = live.update_dns("c", Vec::new());
+        let (snap, _) = live.registrations.update_dns("c", Vec::new());
         assert_eq!(names(&snap), ["a", "b", "r2"]);
     }
 
@@ -496,14 +451,14 @@ mod tests {
         let live = live();
         let before = live.load();
         let old = Arc::downgrade(&before.clusters["c"]);
-        live.update_registered(vec![("c".into(), regd(vec![member("r1")]))]);
+        live.registrations.update_registered(vec![("c".into(), regd(vec![member("r1")]))]);
         // A request that held the old snapshot lets go of it: the runtime outlives it.
         drop(before);
         assert!(old.upgrade().is_some(), "freed by the thread that dropped the old snapshot");
-        live.reap_retired();
+        live.registrations.reap_retired();
         assert!(old.upgrade().is_some(), "freed before the grace");
         std::thread::sleep(RETIRED_GRACE + Duration::from_millis(20));
-        live.reap_retired();
+        live.registrations.reap_retired();
         assert!(old.upgrade().is_none(), "kept after the grace");
     }
 }

@@ -16,40 +16,55 @@
 //!   that saw it is released.
 //!
 //! The table survives view swaps by member name, as member state does; a cluster's runtime
-//! attaches to it when a view builds it ([`Live::runtime_for`](super::Live)).
+//! attaches to it when a view builds it. The state is generic over the holder `H` (the
+//! cluster's runtime): this file knows nothing of a runtime but that it is held by reference,
+//! and the verdicts a runtime relays to the others are in `relay.rs`, above both.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
-use rondo_core::load::AgentReport;
-use rondo_core::{Actor, Balancer, Ejection, ProbeFailure};
-
-use super::ClusterRt;
-use crate::clock;
+use rondo_core::{Balancer, MemberSpec};
 
 /// One member's state shared beyond a cluster: counts and the clusters that hold it.
-#[derive(Debug, Default)]
-pub struct SharedMember {
+#[derive(Debug)]
+pub struct SharedMember<H> {
     /// Requests in flight plus sessions that this process's clusters have at the member
     /// (signed: a member that became shared while requests were out sees their ends; read as
     /// at least zero).
     local: AtomicI64,
     /// What the other routers of the tier have at it (set by the tier's load view).
     pub tier: AtomicU32,
-    holders: Mutex<Holders>,
+    holders: Mutex<Holders<H>>,
+}
+
+impl<H> Default for SharedMember<H> {
+    fn default() -> Self {
+        SharedMember {
+            local: AtomicI64::new(0),
+            tier: AtomicU32::new(0),
+            holders: Mutex::default(),
+        }
+    }
 }
 
 /// The clusters that list a shared member, and their runtimes in the view in effect.
-#[derive(Debug, Default)]
-struct Holders {
+#[derive(Debug)]
+struct Holders<H> {
     /// The clusters that list it (in name order).
     listed: Vec<String>,
-    /// Each cluster's newest runtime holding it, with the member's index there.
-    rts: Vec<(String, Weak<ClusterRt>, usize)>,
+    /// Each cluster's newest runtime holding it, with the member's index there and whether
+    /// the cluster has health checks.
+    rts: Vec<(String, Weak<H>, usize, bool)>,
 }
 
-impl SharedMember {
+impl<H> Default for Holders<H> {
+    fn default() -> Self {
+        Holders { listed: Vec::new(), rts: Vec::new() }
+    }
+}
+
+impl<H> SharedMember<H> {
     /// What this process's clusters have at the member (requests in flight and sessions).
     pub fn local(&self) -> u32 {
         u32::try_from(self.local.load(Ordering::Relaxed).max(0)).unwrap_or(u32::MAX)
@@ -60,13 +75,13 @@ impl SharedMember {
     }
 
     /// The other clusters holding the member, newest runtimes first found; `me` left out.
-    fn others(&self, me: &str) -> Vec<(Arc<ClusterRt>, usize)> {
+    pub(super) fn others(&self, me: &str) -> Vec<(Arc<H>, usize)> {
         let holders = self.holders.lock().unwrap_or_else(|e| e.into_inner());
         holders
             .rts
             .iter()
-            .filter(|(c, _, _)| c != me)
-            .filter_map(|(_, rt, i)| rt.upgrade().map(|rt| (rt, *i)))
+            .filter(|(c, _, _, _)| c != me)
+            .filter_map(|(_, rt, i, _)| rt.upgrade().map(|rt| (rt, *i)))
             .collect()
     }
 
@@ -77,26 +92,25 @@ impl SharedMember {
 
     /// The cluster whose health checks judge the member for all: the first that lists it (in
     /// name order) and has a `health` table; `None`: none checks it.
-    fn prober(&self) -> Option<String> {
+    pub(super) fn prober(&self) -> Option<String> {
         let holders = self.holders.lock().unwrap_or_else(|e| e.into_inner());
         holders.listed.iter().find_map(|c| {
-            let (_, rt, _) = holders.rts.iter().find(|(name, _, _)| name == c)?;
-            let checks = rt.upgrade()?.spec.policy.health.is_some();
-            checks.then(|| c.clone())
+            let (_, rt, _, checks) = holders.rts.iter().find(|(name, _, _, _)| name == c)?;
+            (*checks && rt.strong_count() > 0).then(|| c.clone())
         })
     }
 }
 
 /// What a cluster's runtime knows of its members' shared state (absent: none is shared).
-#[derive(Debug, Default)]
-pub struct External {
+#[derive(Debug)]
+pub struct External<H> {
     /// Parallel to the members: the shared state of each shared one.
-    by_member: Vec<Option<Arc<SharedMember>>>,
+    by_member: Vec<Option<Arc<SharedMember<H>>>>,
     /// The members whose addend a pick refreshes.
     shared: Vec<u32>,
 }
 
-impl External {
+impl<H> External<H> {
     /// Sets every shared member's addend in `b` from the counts (before a pick).
     #[inline]
     pub(super) fn refresh(&self, b: &mut Balancer) {
@@ -120,30 +134,47 @@ impl External {
     }
 
     /// The shared state of `member`, when it is shared.
-    pub fn member(&self, member: usize) -> Option<&Arc<SharedMember>> {
+    pub fn member(&self, member: usize) -> Option<&Arc<SharedMember<H>>> {
         self.by_member.get(member)?.as_ref()
     }
 }
 
 /// The process's shared members by name: which clusters list each (from the configuration)
 /// and their state.
-#[derive(Debug, Default)]
-pub struct SharedMembers {
-    table: Mutex<Table>,
+#[derive(Debug)]
+pub struct SharedMembers<H> {
+    table: Mutex<Table<H>>,
 }
 
-#[derive(Debug, Default)]
-struct Table {
+impl<H> Default for SharedMembers<H> {
+    fn default() -> Self {
+        SharedMembers { table: Mutex::default() }
+    }
+}
+
+#[derive(Debug)]
+struct Table<H> {
     /// Member name -> the clusters that list it (two or more, in name order), in effect.
     listed: BTreeMap<String, Vec<String>>,
     /// The configuration file's (with admin API changes).
     file: BTreeMap<String, Vec<String>>,
     /// The tier's shared configuration's, which replaces the file's while set.
     shared: Option<BTreeMap<String, Vec<String>>>,
-    members: HashMap<String, Arc<SharedMember>>,
+    members: HashMap<String, Arc<SharedMember<H>>>,
 }
 
-impl SharedMembers {
+impl<H> Default for Table<H> {
+    fn default() -> Self {
+        Table {
+            listed: BTreeMap::new(),
+            file: BTreeMap::new(),
+            shared: None,
+            members: HashMap::new(),
+        }
+    }
+}
+
+impl<H> SharedMembers<H> {
     /// Sets which clusters list which shared member (a config's `shared_members`); state of a
     /// member that stays shared is kept. Returns whether anything changed (the caller then
     /// swaps a view in, so that the clusters' runtimes attach).
@@ -163,7 +194,7 @@ impl SharedMembers {
 
     /// Makes the layer in force the table in effect, keeping the state of every member that
     /// stays shared.
-    fn in_effect(t: &mut Table) -> bool {
+    fn in_effect(t: &mut Table<H>) -> bool {
         let listed = t.shared.clone().unwrap_or_else(|| t.file.clone());
         if t.listed == listed {
             return false;
@@ -173,14 +204,14 @@ impl SharedMembers {
             let s = t.members.entry(name.clone()).or_default();
             let mut holders = s.holders.lock().unwrap_or_else(|e| e.into_inner());
             holders.listed = clusters.clone();
-            holders.rts.retain(|(c, _, _)| clusters.contains(c));
+            holders.rts.retain(|(c, _, _, _)| clusters.contains(c));
         }
         t.listed = listed;
         true
     }
 
     /// The shared member `name`, if it is one.
-    pub fn get(&self, name: &str) -> Option<Arc<SharedMember>> {
+    pub fn get(&self, name: &str) -> Option<Arc<SharedMember<H>>> {
         self.table.lock().unwrap_or_else(|e| e.into_inner()).members.get(name).cloned()
     }
 
@@ -195,106 +226,35 @@ impl SharedMembers {
         self.table.lock().unwrap_or_else(|e| e.into_inner()).listed.is_empty()
     }
 
-    /// Attaches the new runtime `rt` of a cluster to the shared members it holds: its
-    /// [`External`] (returned; `None` when it holds none) and its place among their holders.
-    pub(super) fn attach(&self, rt: &Arc<ClusterRt>) -> Option<External> {
+    /// Attaches the new runtime `rt` of `cluster` (of `members`; `checks`: it has health
+    /// checks) to the shared members it holds: its [`External`] (returned; `None` when it holds
+    /// none) and its place among their holders.
+    pub(super) fn attach(
+        &self,
+        rt: &Arc<H>,
+        cluster: &str,
+        members: &[MemberSpec],
+        checks: bool,
+    ) -> Option<External<H>> {
         let t = self.table.lock().unwrap_or_else(|e| e.into_inner());
         if t.listed.is_empty() {
             return None;
         }
-        let cluster = &rt.spec.name;
-        let mut ext = External { by_member: vec![None; rt.spec.members.len()], shared: Vec::new() };
-        for (i, m) in rt.spec.members.iter().enumerate() {
+        let mut ext = External { by_member: vec![None; members.len()], shared: Vec::new() };
+        for (i, m) in members.iter().enumerate() {
             let Some(clusters) = t.listed.get(&m.name) else { continue };
-            if !clusters.contains(cluster) {
+            if !clusters.iter().any(|c| c == cluster) {
                 continue;
             }
             let Some(s) = t.members.get(&m.name) else { continue };
             let mut holders = s.holders.lock().unwrap_or_else(|e| e.into_inner());
-            holders.rts.retain(|(c, _, _)| c != cluster);
-            holders.rts.push((cluster.clone(), Arc::downgrade(rt), i));
+            holders.rts.retain(|(c, _, _, _)| c != cluster);
+            holders.rts.push((cluster.to_owned(), Arc::downgrade(rt), i, checks));
             drop(holders);
             ext.by_member[i] = Some(s.clone());
             ext.shared.push(i as u32);
         }
         (!ext.shared.is_empty()).then_some(ext)
-    }
-}
-
-impl ClusterRt {
-    /// Whether another cluster's health checks judge `member` for this one (a shared member
-    /// is probed once).
-    pub fn probed_elsewhere(&self, member: usize) -> bool {
-        self.shared_member(member).is_some_and(|s| s.prober().is_some_and(|p| p != self.spec.name))
-    }
-
-    /// The shared state of `member`, when it is a shared member.
-    pub fn shared_member(&self, member: usize) -> Option<&Arc<SharedMember>> {
-        self.external.get()?.member(member)
-    }
-
-    /// `member`'s health as this cluster's checks judged it, applied to every other cluster
-    /// holding it (with why its latest check failed); each one that changed says so.
-    pub fn share_health(&self, member: usize, healthy: bool, why: Option<ProbeFailure>) {
-        let Some(s) = self.shared_member(member) else { return };
-        let now = clock::now();
-        for (rt, i) in s.others(&self.spec.name) {
-            let changed = rt.on_newest(i, |b, j| {
-                if let Some(why) = why {
-                    b.note_probe_failure(j, why, now);
-                }
-                b.set_health(j, healthy, Actor::HealthCheck, now)
-            });
-            if let Some((rt, j, true)) = changed {
-                let word = if healthy { "member up" } else { "member down" };
-                tracing::info!(
-                    cluster = %rt.spec.name,
-                    member = %rt.spec.members[j].name,
-                    by = %self.spec.name,
-                    "{word}: a shared member, judged by its health checks in another cluster"
-                );
-                rt.state_changed();
-            }
-        }
-    }
-
-    /// What the other routers of the tier have at each member (parallel to the members): a
-    /// shared member's through its shared state, which every pick adds to the other clusters'
-    /// count, any other's straight into the balancer's addend; set in one lock hold.
-    pub fn set_tier_load(&self, values: &[u32]) {
-        let ext = self.external.get();
-        for (i, &v) in values.iter().enumerate() {
-            if let Some(s) = ext.and_then(|e| e.member(i)) {
-                s.tier.store(v, Ordering::Relaxed);
-            }
-        }
-        self.with(|b| {
-            for (i, &v) in values.iter().enumerate() {
-                if ext.and_then(|e| e.member(i)).is_none() {
-                    b.set_external(i, v);
-                }
-            }
-            if let Some(e) = ext {
-                e.refresh(b);
-            }
-        });
-    }
-
-    /// A passive ejection of `member` here, applied to every other cluster holding it.
-    pub(super) fn share_ejection(&self, member: usize, e: Ejection) {
-        let Some(s) = self.shared_member(member) else { return };
-        for (rt, i) in s.others(&self.spec.name) {
-            rt.on_newest(i, |b, j| b.set_ejection(j, e.until, e.count));
-        }
-    }
-
-    /// An agent report on `member` received through this cluster, applied to every other
-    /// cluster holding it.
-    pub fn share_agent_report(&self, member: usize, report: AgentReport) {
-        let Some(s) = self.shared_member(member) else { return };
-        for (rt, i) in s.others(&self.spec.name) {
-            rt.on_newest(i, |b, j| b.report_agent(j, report));
-        }
     }
 }
 
@@ -305,6 +265,8 @@ mod tests {
     use rondo_core::{FailureKind, Outcome, PickRequest, View};
 
     use super::*;
+    use crate::clock;
+    use crate::live::ClusterRt;
     use crate::live::Live;
     use crate::live::tests::live;
 
@@ -325,7 +287,7 @@ mod tests {
     /// file's come back when it is cleared, with the state of a member shared in both.
     #[test]
     fn the_shared_configurations_members_replace_the_files_while_set() {
-        let t = SharedMembers::default();
+        let t = SharedMembers::<ClusterRt>::default();
         let file: BTreeMap<String, Vec<String>> =
             [("a".to_owned(), vec!["c".to_owned(), "d".to_owned()])].into_iter().collect();
         assert!(t.set(file.clone()));
@@ -370,7 +332,7 @@ mod tests {
         for _ in 0..2 {
             c.pick_and_begin(&req).expect("a");
         }
-        let shared = live.shared_members.get("a").expect("shared");
+        let shared = live.views.shared_members().get("a").expect("shared");
         assert_eq!(shared.local(), 2);
         // A pick in `d` sees `c`'s two: its addend, while its own count stays its own.
         d.pick(&PickRequest { now: clock::now(), ..PickRequest::default() }).expect("a member");

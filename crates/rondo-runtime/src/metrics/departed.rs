@@ -181,6 +181,7 @@ mod tests {
     fn register(live: &Live, names: impl Iterator<Item = String>) {
         let members = names.map(|n| member(&n)).collect();
         let _ = live
+            .registrations
             .update_registered(vec![("c".into(), RegisteredCluster { members, declared: None })]);
     }
 

@@ -48,17 +48,18 @@ fn start(dir: &TempDir, text: &str) -> Arc<Reloader> {
     let path = dir.0.join("rondo.toml");
     std::fs::write(&path, text).expect("write config");
     let config = rondo_config::load_file(&path, 1).expect("valid start config");
-    let live = Arc::new(Live::new(config.view.clone(), None));
-    Arc::new(Reloader::new(path, live, &config))
+    let live = crate::Live::new(config.view.clone(), None);
+    let (views, regs) = (live.views.clone(), live.registrations.clone());
+    Arc::new(Reloader::new(path, views, regs, live.metrics.clone(), live.defaults.clone(), &config))
 }
 
 fn names(r: &Reloader) -> Vec<String> {
-    r.live().load().view.clusters["c"].members.iter().map(|m| m.name.clone()).collect()
+    r.views().load().view.clusters["c"].members.iter().map(|m| m.name.clone()).collect()
 }
 
 /// The members picked in `n` picks of cluster `c`.
 fn picked(r: &Reloader, n: usize) -> std::collections::BTreeSet<String> {
-    let snap = r.live().load();
+    let snap = r.views().load();
     let rt = &snap.clusters["c"];
     (0..n)
         .map(|_| {
@@ -75,7 +76,7 @@ async fn a_valid_change_applies_a_newer_view() {
     std::fs::write(r.path(), config("127.0.0.1:0", &["a", "b", "c"])).unwrap();
     let id = r.reload("test").expect("valid");
     assert_eq!(id, 2);
-    assert_eq!(r.live().load().view.id, 2);
+    assert_eq!(r.views().load().view.id, 2);
     assert_eq!(names(&r), ["a", "b", "c"]);
     assert_eq!(picked(&r, 300).len(), 3, "the new member is picked");
     assert_eq!(r.reload("test").expect("valid"), 3, "ids only grow");
@@ -87,7 +88,7 @@ async fn a_valid_change_applies_a_newer_view() {
 async fn an_invalid_change_is_rejected_and_the_view_stays() {
     let dir = TempDir::new();
     let r = start(&dir, &config("127.0.0.1:0", &["a", "b"]));
-    let before = r.live().load();
+    let before = r.views().load();
     let bad = config("127.0.0.1:0", &["a", "b", "c"]).replace("algorithm", "algoritm");
     std::fs::write(r.path(), bad).unwrap();
     let errors = r.reload("test").expect_err("a typo'd field is rejected");
@@ -95,7 +96,7 @@ async fn an_invalid_change_is_rejected_and_the_view_stays() {
     let file = r.path().display().to_string();
     assert!(text.contains(&format!("{file}:11:1:")), "names file:line:column: {text}");
     assert!(text.contains("algoritm"), "{text}");
-    let after = r.live().load();
+    let after = r.views().load();
     assert!(Arc::ptr_eq(&before, &after), "the running view is untouched");
     assert_eq!(after.view.id, 1);
     assert_eq!(names(&r), ["a", "b"]);
@@ -109,7 +110,7 @@ async fn an_invalid_change_is_rejected_and_the_view_stays() {
 async fn survivors_keep_their_state_and_removed_members_go() {
     let dir = TempDir::new();
     let r = start(&dir, &config("127.0.0.1:0", &["a", "b", "c"]));
-    let old = r.live().load().clusters["c"].clone();
+    let old = r.views().load().clusters["c"].clone();
     let now = clock::now();
     old.with(|b| {
         b.set_health(1, false, Actor::Operator("test".into()), now);
@@ -124,7 +125,7 @@ async fn survivors_keep_their_state_and_removed_members_go() {
     );
     std::fs::write(r.path(), text).unwrap();
     r.reload("test").expect("valid");
-    let snap = r.live().load();
+    let snap = r.views().load();
     let new = &snap.clusters["c"];
     new.with(|b| {
         let a = b.member_index("a").unwrap();
@@ -180,13 +181,13 @@ async fn the_watcher_reloads_after_a_save_by_rename() {
     std::fs::write(&tmp, config("127.0.0.1:0", &["a", "b"])).unwrap();
     std::fs::rename(&tmp, r.path()).unwrap();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    while r.live().load().view.id < 2 {
+    while r.views().load().view.id < 2 {
         assert!(tokio::time::Instant::now() < deadline, "no reload after the rename");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     assert_eq!(names(&r), ["a", "b"]);
     tokio::time::sleep(Duration::from_millis(200)).await;
-    assert_eq!(r.live().load().view.id, 2, "one reload per change");
+    assert_eq!(r.views().load().view.id, 2, "one reload per change");
     watcher.abort();
 }
 
@@ -212,7 +213,7 @@ async fn the_watcher_reloads_when_an_included_file_changes_or_appears() {
     )
     .unwrap();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    while r.live().load().view.id < 2 {
+    while r.views().load().view.id < 2 {
         assert!(
             tokio::time::Instant::now() < deadline,
             "no reload after the included file changed"
@@ -226,11 +227,11 @@ async fn the_watcher_reloads_when_an_included_file_changes_or_appears() {
         "[cluster.d]\nmembers = [{ name = \"x\", address = \"127.0.0.1:3\" }]\n",
     )
     .unwrap();
-    while r.live().load().view.id < 3 {
+    while r.views().load().view.id < 3 {
         assert!(tokio::time::Instant::now() < deadline, "no reload after a file was added");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    assert!(r.live().load().view.clusters.contains_key("d"));
+    assert!(r.views().load().view.clusters.contains_key("d"));
     watcher.abort();
 }
 
@@ -241,7 +242,7 @@ async fn the_watcher_reloads_when_an_included_file_changes_or_appears() {
 async fn a_reload_shares_a_member_and_keeps_its_state() {
     let dir = TempDir::new();
     let r = start(&dir, &config("127.0.0.1:0", &["a", "b"]));
-    let snap = r.live().load();
+    let snap = r.views().load();
     snap.clusters["c"].set_admin(0, rondo_core::AdminState::Draining, Actor::Operator("t".into()));
     let shared = "[[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:0\"\n\n\
          [[route]]\nname = \"main\"\nlistener = \"web\"\ncluster = \"c\"\n\n\
@@ -251,13 +252,13 @@ async fn a_reload_shares_a_member_and_keeps_its_state() {
          [cluster.d]\nmembers = [\"a\"]\n";
     std::fs::write(r.path(), shared).unwrap();
     r.reload("test").expect("applied");
-    let snap = r.live().load();
+    let snap = r.views().load();
     let (c, d) = (&snap.clusters["c"], &snap.clusters["d"]);
     assert!(c.shared_member(0).is_some() && d.shared_member(0).is_some());
     assert!(c.shared_member(1).is_none());
     assert!(Arc::ptr_eq(c.shared_member(0).unwrap(), d.shared_member(0).unwrap()), "one state");
     assert_eq!(c.with(|b| b.states()[0].admin), rondo_core::AdminState::Draining);
-    assert_eq!(r.live().shared_members.clusters_of("a"), ["c", "d"]);
+    assert_eq!(r.views().shared_members().clusters_of("a"), ["c", "d"]);
     let mut tiered = Fixed::of(&rondo_config::load_file(r.path(), 9).unwrap());
     tiered.listeners = r.fixed.listeners.clone();
     tiered.tier = Some(rondo_config::TierSpec {

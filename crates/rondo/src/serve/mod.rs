@@ -265,7 +265,7 @@ async fn start(
     // The tier's load view (`[tier]`; `rondo check` refuses it without the feature).
     #[cfg(feature = "nats")]
     if let Some(tier) = &config.tier {
-        rondo_runtime::tier_load::spawn(&live, tier.clone());
+        rondo_runtime::tier_load::spawn(&live.views, live.metrics.clone(), tier.clone());
     }
     let router = start_router(config, &live, takeover.as_ref()).await?;
     // The process's own sockets, which the naming service refuses as member addresses.
@@ -283,7 +283,11 @@ async fn start(
     let queues = start_queues(config, &live, &mut own, out).await?;
     // The naming service (`[naming]`): registry, HTTP API, DNS; stopped when serve returns.
     let naming = match &config.naming {
-        Some(spec) => Some(start_naming(spec, live.clone(), own, out).await.map_err(refused)?),
+        Some(spec) => Some(
+            start_naming(spec, rondo_naming::NamingParts::of(&live), own, out)
+                .await
+                .map_err(refused)?,
+        ),
         None => None,
     };
     if let Some(state) = &handed {
@@ -398,7 +402,7 @@ async fn start_agent_receiver(
         tls,
         resume,
     };
-    let r = rondo_agent::receiver::start(opts, live.clone())
+    let r = rondo_agent::receiver::start(opts, live.views.clone(), &live.metrics, &live.sockets)
         .await
         .map_err(|e| refused(format_args!("agent receiver on {}: {e}", spec.listen)))?;
     let tls = if spec.tls.is_some() { ", tls on tcp" } else { "" };
@@ -415,7 +419,7 @@ async fn start_admin(
     out: &mut dyn Write,
 ) -> Result<Option<rondo_admin::AdminServer>, Stop> {
     let Some(spec) = &config.admin else { return Ok(None) };
-    let a = rondo_admin::start(spec, live.clone())
+    let a = rondo_admin::start(spec, rondo_admin::AdminParts::of(live))
         .await
         .map_err(|e| refused(format_args!("admin API on {}: {e}", spec.listen)))?;
     writeln!(out, "rondo: admin API on {}", a.addr)?;
@@ -462,7 +466,7 @@ async fn start_queues(
     if config.queues.is_empty() {
         return Ok(None);
     }
-    let q = rondo_queue::start(config, live.clone()).await.map_err(refused)?;
+    let q = rondo_queue::start(config, rondo_queue::QueueParts::of(live)).await.map_err(refused)?;
     for spec in &config.queues {
         let at = match &spec.backend {
             rondo_config::QueueBackend::Embedded { directory } => {
@@ -495,7 +499,14 @@ struct Reloading {
 
 impl Reloading {
     fn start(path: &Path, live: &Arc<Live>, config: &rondo_config::Config) -> Self {
-        let reloader = Arc::new(Reloader::new(path, live.clone(), config));
+        let reloader = Arc::new(Reloader::new(
+            path,
+            live.views.clone(),
+            live.registrations.clone(),
+            live.metrics.clone(),
+            live.defaults.clone(),
+            config,
+        ));
         let watcher = config.router.watch_config.then(|| {
             reload::watch_file(reloader.clone(), reload::DEFAULT_POLL, reload::DEFAULT_SETTLE)
         });

@@ -2,10 +2,8 @@
 //! and the xDS server, started together and stopped when dropped.
 
 use std::io::Write;
-use std::sync::Arc;
 
 use anyhow::Context;
-use rondo_runtime::Live;
 
 /// What the naming service runs; dropping it stops all of it.
 #[derive(Debug)]
@@ -50,13 +48,13 @@ fn without_feature(what: &str, feature: &str) -> anyhow::Error {
 
 pub(super) async fn start_naming(
     spec: &rondo_config::NamingSpec,
-    live: Arc<Live>,
+    parts: rondo_naming::NamingParts,
     own: Vec<rondo_naming::api::OwnAddress>,
     out: &mut dyn Write,
 ) -> anyhow::Result<Naming> {
     let limits = rondo_naming::Limits::of(spec);
-    live.allow_declared(spec.allow_registered_clusters);
-    let registry = rondo_naming::start_registry_with(&spec.registry, limits, live.clone())
+    parts.registrations.allow_declared(spec.allow_registered_clusters);
+    let registry = rondo_naming::start_registry_with(&spec.registry, limits, &parts)
         .map_err(|e| anyhow::anyhow!("naming registry: {e}"))?;
     let token = match &spec.token {
         Some(t) => Some(rondo_runtime::secret::read_token(t).context("[naming] token")?),
@@ -70,14 +68,14 @@ pub(super) async fn start_naming(
         allow_registered_clusters: spec.allow_registered_clusters,
         parent: spec.parent.clone(),
     };
-    let api = rondo_naming::api::start_with(spec.listen, live.clone(), registry.clone(), opts)
+    let api = rondo_naming::api::start_with(spec.listen, &parts, registry.clone(), opts)
         .await
         .with_context(|| format!("naming API on {}", spec.listen))?;
     writeln!(out, "rondo: naming API (registry {}) on {}", registry.status().backend, api.addr)?;
     #[cfg(feature = "dns")]
     let dns = match &spec.dns {
         Some(d) => {
-            let server = rondo_naming::dns::start(d.listen, &d.zone, live.clone())
+            let server = rondo_naming::dns::start(d.listen, &d.zone, &parts)
                 .await
                 .with_context(|| format!("naming DNS on {}", d.listen))?;
             writeln!(out, "rondo: naming DNS (udp and tcp, zone {}) on {}", d.zone, server.addr)?;
@@ -92,7 +90,7 @@ pub(super) async fn start_naming(
     #[cfg(feature = "xds")]
     let xds = match &spec.xds {
         Some(x) => {
-            let server = rondo_naming::xds::start(x.listen, live, x.max_clients as usize)
+            let server = rondo_naming::xds::start(x.listen, &parts, x.max_clients as usize)
                 .await
                 .with_context(|| format!("naming xDS on {}", x.listen))?;
             writeln!(out, "rondo: naming xDS (ADS) on {}", server.addr)?;

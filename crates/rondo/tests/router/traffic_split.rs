@@ -113,7 +113,9 @@ async fn the_admin_status_shows_the_split() {
         tls: None,
         probes: Default::default(),
     };
-    let admin = rondo_admin::start(&spec, r.live.clone()).await.expect("admin starts");
+    let admin = rondo_admin::start(&spec, rondo_admin::AdminParts::of(&r.live))
+        .await
+        .expect("admin starts");
     let url = format!("http://{}/api/v1/status", admin.addr);
     let got = tokio::task::spawn_blocking(move || curl(false, &url, &["authorization: Bearer t"]))
         .await
