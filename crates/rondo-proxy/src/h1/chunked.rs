@@ -83,6 +83,23 @@ impl Chunked {
         self.state == State::Done
     }
 
+    /// The data bytes left in the chunk under way (0 between chunks): bytes a pump may forward
+    /// without looking at them (splice(2)), then report with [`Chunked::passed`].
+    pub fn data_left(&self) -> u64 {
+        if self.state == State::Data { self.size } else { 0 }
+    }
+
+    /// Follows `n` data bytes forwarded unseen, at most [`Chunked::data_left`].
+    pub fn passed(&mut self, n: u64) {
+        debug_assert!(n <= self.data_left());
+        if self.state == State::Data {
+            self.size -= n.min(self.size);
+            if self.size == 0 {
+                self.state = State::DataCr;
+            }
+        }
+    }
+
     /// Follows `bytes`; returns how many of them belong to the body (all of them unless the
     /// body ends inside `bytes`).
     pub fn feed(&mut self, bytes: &[u8]) -> Result<usize, ChunkError> {
