@@ -278,6 +278,27 @@ mod tests {
     }
 
     #[test]
+    fn data_passed_unseen_is_followed_like_data_fed() {
+        // A pump that splices a chunk's data reports it with `passed`; the framing after it
+        // (the data's CRLF, the next size line, the trailers) is read as before.
+        let mut c = Chunked::new(1024);
+        assert_eq!(c.data_left(), 0, "no chunk under way before its size line");
+        assert_eq!(c.feed(b"10;x=1\r\n0123").unwrap(), 11);
+        assert_eq!(c.data_left(), 12);
+        c.passed(5);
+        assert_eq!(c.data_left(), 7);
+        c.passed(7);
+        assert_eq!(c.data_left(), 0, "the chunk's data is over");
+        assert!(c.feed(b"X\r\n").is_err(), "a byte past the chunk's size is refused");
+        let mut c = Chunked::new(1024);
+        c.feed(b"3\r\n").unwrap();
+        c.passed(3);
+        let rest = b"\r\n0\r\nX-T: 1\r\n\r\nGET";
+        assert_eq!(c.feed(rest).unwrap(), rest.len() - 3);
+        assert!(c.is_done());
+    }
+
+    #[test]
     fn one_byte_at_a_time_is_the_same() {
         let body = b"5\r\nhello\r\n0\r\nX-T: 1\r\n\r\n";
         let mut c = Chunked::new(1024);

@@ -138,11 +138,15 @@ impl Drop for Counted<'_> {
     }
 }
 
-/// Resolves when the watched member connection has something to read (its answer).
+/// Resolves when the watched member connection has something to read (its answer), or is
+/// closed. A peek, not `readable()` alone: a spliced response before this request on the same
+/// pooled connection leaves tokio's readiness set with nothing to read (a splice that took the
+/// whole body never saw `EAGAIN`), and a stale readiness taken for an answer stopped the body.
 pub(super) async fn answered(watch: Option<&TcpStream>) {
     match watch {
         Some(s) => {
-            let _ = s.readable().await;
+            let mut probe = [0u8; 1];
+            let _ = s.peek(&mut probe).await;
         }
         None => std::future::pending().await,
     }
