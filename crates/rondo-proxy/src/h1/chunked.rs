@@ -283,7 +283,7 @@ mod tests {
         // (the data's CRLF, the next size line, the trailers) is read as before.
         let mut c = Chunked::new(1024);
         assert_eq!(c.data_left(), 0, "no chunk under way before its size line");
-        assert_eq!(c.feed(b"10;x=1\r\n0123").unwrap(), 11);
+        assert_eq!(c.feed(b"10;x=1\r\n0123").unwrap(), 12);
         assert_eq!(c.data_left(), 12);
         c.passed(5);
         assert_eq!(c.data_left(), 7);
