@@ -401,7 +401,7 @@ fn large_bodies_are_spliced_byte_exact_both_ways_with_length_and_chunked() {
     sending.join().expect("sender");
     assert!(head.chunked(), "the echo is chunked");
     assert!(body.bytes == data, "the echo of a chunked body differs");
-    let want = [format!("x-sent: trailer"), format!("x-got: {}", data.len())];
+    let want = ["x-sent: trailer".to_owned(), format!("x-got: {}", data.len())];
     assert_eq!(body.trailers, want, "the trailers both ways");
     // Response bodies alone: with a length, and chunked.
     s.try_clone().expect("clone").write_all(&get("/big?n=9437184&seed=3")).expect("send");
