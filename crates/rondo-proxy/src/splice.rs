@@ -1,7 +1,7 @@
 //! Zero-copy forwarding for `tcp` listeners (`splice = "auto"`, the default): a session between
 //! two plain TCP sockets moves its bytes socket → pipe → socket with splice(2), so they never
 //! cross into userspace. The own HTTP/1 path splices bodies through the same pipes
-//! ([`Pipe::fill`], [`Pipe::drain`]; `crate::h1`'s `zero_copy`).
+//! (`Pipe::fill`, `Pipe::drain`; `crate::h1`'s `zero_copy`).
 //!
 //! The decision follows HAProxy's `option splice-auto`: each direction starts by copying through
 //! a 16 KiB buffer (HAProxy's default `tune.bufsize`), and switches to splice once one read
