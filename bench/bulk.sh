@@ -7,7 +7,9 @@
 #
 # Options: --quick, --no-install (don't apt-get anything), --no-build (use the binaries already
 # in $CARGO_TARGET_DIR/release, default target/release). Environment: BENCH_PROXY_CPU (default
-# 0), BENCH_LOAD_CPU (default 1), BENCH_PORT_BASE (default 18500), BENCH_KEEP_TMP=1.
+# 0), BENCH_LOAD_CPU (default 1), BENCH_PORT_BASE (default 18500), BENCH_KEEP_TMP=1,
+# BENCH_RONDO_BEFORE=PATH (another rondo binary, e.g. main's, measured on L7 in the same run as
+# `l7-rondo-before`, on a process of its own pinned to the same CPU).
 #
 # One nginx member on BENCH_LOAD_CPU serves a 64 MiB file (sendfile). Each proxy runs one thread
 # pinned to BENCH_PROXY_CPU (rondo --workers 1, HAProxy nbthread 1), both started at once and
@@ -18,8 +20,8 @@
 #   L4: rondo (`splice = "auto"`, the default), rondo `splice = "off"`, HAProxy's default
 #       (`mode tcp`, no splice), HAProxy `option splice-auto` (frontend and backend), and
 #       HAProxy `option splice-request` + `option splice-response` (splice always).
-#   L7: rondo's `http` listener (HTTP/1.1 to the member), HAProxy `mode http` default and with
-#       `option splice-auto`.
+#   L7: rondo's `http` listener (HTTP/1.1 to the member; bodies spliced, the default) and with
+#       `splice = "off"`, HAProxy `mode http` default and with `option splice-auto`.
 # Results: markdown on stdout and in bench/results/bulk-latest.md (quick runs: bulk-quick.md).
 set -euo pipefail
 
@@ -45,11 +47,17 @@ PROXY_CPU=${BENCH_PROXY_CPU:-0}
 LOAD_CPU=${BENCH_LOAD_CPU:-1}
 BASE=${BENCH_PORT_BASE:-18500}
 MEMBER_PORT=$((BASE + 1))
-CONFIGS=(l4-rondo l4-rondo-off l4-haproxy l4-haproxy-splice l4-haproxy-splice-always l7-rondo l7-haproxy
-  l7-haproxy-splice)
+CONFIGS=(l4-rondo l4-rondo-off l4-haproxy l4-haproxy-splice l4-haproxy-splice-always l7-rondo
+  l7-rondo-off l7-haproxy l7-haproxy-splice)
 declare -A PORT=([l4-rondo]=$((BASE + 10)) [l4-rondo-off]=$((BASE + 11)) [l7-rondo]=$((BASE + 12))
+  [l7-rondo-off]=$((BASE + 13)) [l7-rondo-before]=$((BASE + 14))
   [l4-haproxy]=$((BASE + 20)) [l4-haproxy-splice]=$((BASE + 21)) [l7-haproxy]=$((BASE + 22))
   [l7-haproxy-splice]=$((BASE + 23)) [l4-haproxy-splice-always]=$((BASE + 24)))
+BEFORE=${BENCH_RONDO_BEFORE:-}
+if [ -n "$BEFORE" ]; then
+  [ -x "$BEFORE" ] || { echo "bench/bulk.sh: BENCH_RONDO_BEFORE: no binary at $BEFORE" >&2; exit 2; }
+  CONFIGS+=(l7-rondo-before)
+fi
 
 BENCH_NAME=bench-bulk TMP_PREFIX=rondo-bench-bulk
 # shellcheck source=bench/lib.sh
@@ -96,6 +104,15 @@ splice = "off"
 [[listener]]
 name = "l7"
 listen = "127.0.0.1:${PORT[l7-rondo]}"
+
+[[listener]]
+name = "l7off"
+listen = "127.0.0.1:${PORT[l7-rondo-off]}"
+splice = "off"
+
+[[route]]
+listener = "l7off"
+cluster = "http"
 
 [[route]]
 listener = "l4"
@@ -147,10 +164,28 @@ EOF
 start members "$LOAD_CPU" nginx -p "$TMP" -c "$TMP/members.conf" -g 'daemon off;'
 wait_port "$MEMBER_PORT" members
 start rondo "$PROXY_CPU" "$RONDO" serve --config "$TMP/rondo.toml" --workers 1
+if [ -n "$BEFORE" ]; then
+  # The other binary: the L7 listener alone (an older one may not know every field above).
+  cat >"$TMP/rondo-before.toml" <<EOF
+[[listener]]
+name = "l7"
+listen = "127.0.0.1:${PORT[l7-rondo-before]}"
+
+[[route]]
+listener = "l7"
+cluster = "http"
+
+[cluster.http]
+members = [{ name = "m1", address = "127.0.0.1:$MEMBER_PORT" }]
+EOF
+  start before "$PROXY_CPU" "$BEFORE" serve --config "$TMP/rondo-before.toml" --workers 1
+fi
 start haproxy "$PROXY_CPU" haproxy -db -f "$TMP/haproxy.cfg"
 for c in "${CONFIGS[@]}"; do wait_port "${PORT[$c]}" "${c#*-}"; done
 sleep 0.5
-pid_of() { case "$1" in *rondo*) echo "$PID_rondo" ;; *) echo "$PID_haproxy" ;; esac; }
+pid_of() {
+  case "$1" in *before) echo "$PID_before" ;; *rondo*) echo "$PID_rondo" ;; *) echo "$PID_haproxy" ;; esac
+}
 log "member and proxies up; rondo $("$RONDO" --version | awk 'NR == 1 {print $2}'), $(haproxy -v | awk 'NR == 1 {print $1, $3}'), $(nginx -v 2>&1 | sed 's/.*: //')"
 
 # run CONFIG: prints the proxy's CPU per GiB (ms) over CLIENTS x FILES downloads.
@@ -188,6 +223,7 @@ l4_default=$(ratio "${MED[l4-haproxy]}" "${MED[l4-rondo]}")
 l4_splice=$(ratio "${MED[l4-haproxy-splice]}" "${MED[l4-rondo]}")
 l4_always=$(ratio "${MED[l4-haproxy-splice-always]}" "${MED[l4-rondo]}")
 l7_default=$(ratio "${MED[l7-haproxy]}" "${MED[l7-rondo]}")
+l7_off=$(ratio "${MED[l7-haproxy]}" "${MED[l7-rondo-off]}")
 out="bench/results/bulk-$([ "$quick" = 1 ] && echo quick || echo latest).md"
 {
   echo "# Bulk bytes: CPU per GiB (bench/bulk.sh)"
@@ -204,4 +240,9 @@ out="bench/results/bulk-$([ "$quick" = 1 ] && echo quick || echo latest).md"
   echo "| L4 vs HAProxy splice-auto ≥ 1.0× | ${l4_splice}× | $(verdict "$l4_splice" 1.0) |"
   echo "| L4 vs HAProxy splice-request/response (no target) | ${l4_always}× | – |"
   echo "| L7 vs HAProxy default ≥ 1.2× | ${l7_default}× | $(verdict "$l7_default" 1.2) |"
+  echo "| L7 \`splice = \"off\"\` vs HAProxy default (no target) | ${l7_off}× | – |"
+  if [ -n "$BEFORE" ]; then
+    l7_before=$(ratio "${MED[l7-haproxy]}" "${MED[l7-rondo-before]}")
+    echo "| L7 before (\`$BEFORE\`) vs HAProxy default (no target) | ${l7_before}× | – |"
+  fi
 } | tee "$out"

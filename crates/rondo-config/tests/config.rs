@@ -196,7 +196,7 @@ fn full_config_compiles_into_the_expected_view() {
                 filters: vec![],
                 http3: None,
                 udp: None,
-                splice: rondo_config::Splice::Off,
+                splice: rondo_config::Splice::Auto,
             },
             ListenerSpec {
                 name: "db".into(),

@@ -1,6 +1,7 @@
 //! Zero-copy forwarding for `tcp` listeners (`splice = "auto"`, the default): a session between
 //! two plain TCP sockets moves its bytes socket → pipe → socket with splice(2), so they never
-//! cross into userspace.
+//! cross into userspace. The own HTTP/1 path splices bodies through the same pipes
+//! (`Pipe::fill`, `Pipe::drain`; `crate::h1`'s `zero_copy`).
 //!
 //! The decision follows HAProxy's `option splice-auto`: each direction starts by copying through
 //! a 16 KiB buffer (HAProxy's default `tune.bufsize`), and switches to splice once one read
@@ -109,35 +110,16 @@ async fn splice_rest(
     pipe: Pipe,
     mut moved: Moved,
 ) -> io::Result<Moved> {
-    let flags = SpliceFlags::MOVE | SpliceFlags::NONBLOCK;
     loop {
-        // The pipe is empty here, so EAGAIN can only mean that the socket has nothing.
-        let n = from
-            .async_io(Interest::READABLE, || {
-                Ok(rustix::pipe::splice(from, None, &pipe.write, None, PIPE_SIZE, flags)?)
-            })
-            .await?;
+        let n = pipe.fill(from, PIPE_SIZE).await?;
         if n == 0 {
             pipe.give();
             end_of_stream(to);
             return Ok(moved);
         }
-        let mut held = n;
-        while held > 0 {
-            let out = to
-                .async_io(Interest::WRITABLE, || {
-                    Ok(rustix::pipe::splice(&pipe.read, None, to, None, held, flags)?)
-                })
-                .await?;
-            if out == 0 {
-                return Err(io::ErrorKind::WriteZero.into());
-            }
-            held -= out;
-            moved.spliced += out as u64;
-        }
+        pipe.drain(to, n, &mut moved.spliced).await?;
     }
 }
-
 /// Reads what `from` has, waiting for it.
 async fn read(from: &TcpStream, buf: &mut [u8]) -> io::Result<usize> {
     loop {
@@ -174,17 +156,18 @@ thread_local! {
     static POOL: RefCell<Vec<(OwnedFd, OwnedFd)>> = const { RefCell::new(Vec::new()) };
 }
 
-/// A pipe leased from the thread's pool for one direction of a session. Dropped (closed) unless
-/// [`Pipe::give`] returns it empty, which a session's normal end does; a failed or cancelled one
-/// may leave bytes in it, and those must never reach another session.
-struct Pipe {
+/// A pipe leased from the thread's pool for one direction of a session (or one HTTP/1 body,
+/// `crate::h1`). Dropped (closed) unless [`Pipe::give`] returns it empty, which a session's
+/// normal end does; a failed or cancelled one may leave bytes in it, and those must never reach
+/// another session.
+pub(crate) struct Pipe {
     read: OwnedFd,
     write: OwnedFd,
 }
 
 impl Pipe {
     /// An empty pipe: the pool's, or a new one; `None` when the process has no descriptor left.
-    fn take() -> Option<Pipe> {
+    pub(crate) fn take() -> Option<Pipe> {
         if let Some((read, write)) = POOL.try_with(|p| p.borrow_mut().pop()).ok().flatten() {
             return Some(Pipe { read, write });
         }
@@ -195,8 +178,43 @@ impl Pipe {
         Some(Pipe { read, write })
     }
 
+    /// Moves what `from` has, up to `max` bytes, into the pipe, which must be empty, waiting
+    /// until it has something: how many (0 at the end of `from`'s stream).
+    pub(crate) async fn fill(&self, from: &TcpStream, max: usize) -> io::Result<usize> {
+        let flags = SpliceFlags::MOVE | SpliceFlags::NONBLOCK;
+        // The pipe is empty here, so EAGAIN can only mean that the socket has nothing.
+        from.async_io(Interest::READABLE, || {
+            Ok(rustix::pipe::splice(from, None, &self.write, None, max, flags)?)
+        })
+        .await
+    }
+
+    /// Moves the `held` bytes the pipe holds to `to`, counting each into `moved` as it goes
+    /// (so a failure half-way leaves the count of what went).
+    pub(crate) async fn drain(
+        &self,
+        to: &TcpStream,
+        mut held: usize,
+        moved: &mut u64,
+    ) -> io::Result<()> {
+        let flags = SpliceFlags::MOVE | SpliceFlags::NONBLOCK;
+        while held > 0 {
+            let out = to
+                .async_io(Interest::WRITABLE, || {
+                    Ok(rustix::pipe::splice(&self.read, None, to, None, held, flags)?)
+                })
+                .await?;
+            if out == 0 {
+                return Err(io::ErrorKind::WriteZero.into());
+            }
+            held -= out;
+            *moved += out as u64;
+        }
+        Ok(())
+    }
+
     /// Returns the pipe, empty, to this thread's pool (closes it when the pool is full).
-    fn give(self) {
+    pub(crate) fn give(self) {
         let _ = POOL.try_with(|p| {
             let mut pool = p.borrow_mut();
             if pool.len() < MAX_IDLE_PIPES {

@@ -357,10 +357,13 @@ fn splice_is_checked_at_its_field() {
         unknown.contains("rondo.toml:5:10: field `listener[0].splice`: unknown splice `always`, expected `auto` or `off`"),
         "{unknown}"
     );
-    let http = bad("splice = \"auto\"");
+    // `http` listeners splice their HTTP/1 bodies (tests/http_splice.rs); `queue` ones read them.
+    let queue = bad("protocol = \"queue\"\nsplice = \"auto\"");
     assert!(
-        http.contains("rondo.toml:4:10: field `listener[0].splice`: only tcp listeners splice"),
-        "{http}"
+        queue.contains(
+            "rondo.toml:5:10: field `listener[0].splice`: only tcp and http listeners splice"
+        ),
+        "{queue}"
     );
     assert_eq!(bad("protocol = \"tcp\"\nsplice = \"off\""), "");
 }

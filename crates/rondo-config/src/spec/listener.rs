@@ -230,8 +230,8 @@ pub struct ListenerSpec {
     pub http3: Option<Http3Spec>,
     /// A `udp` listener's flows (`udp`); `None` on every other protocol.
     pub udp: Option<UdpSpec>,
-    /// Whether a `tcp` listener forwards with splice(2) (`splice`); `Off` on every other
-    /// protocol.
+    /// Whether a `tcp` listener forwards with splice(2) (`splice`), and an `http` listener its
+    /// HTTP/1 bodies of known length; `Off` on every other protocol.
     pub splice: Splice,
 }
 

@@ -83,6 +83,23 @@ impl Chunked {
         self.state == State::Done
     }
 
+    /// The data bytes left in the chunk under way (0 between chunks): bytes a pump may forward
+    /// without looking at them (splice(2)), then report with [`Chunked::passed`].
+    pub fn data_left(&self) -> u64 {
+        if self.state == State::Data { self.size } else { 0 }
+    }
+
+    /// Follows `n` data bytes forwarded unseen, at most [`Chunked::data_left`].
+    pub fn passed(&mut self, n: u64) {
+        debug_assert!(n <= self.data_left());
+        if self.state == State::Data {
+            self.size -= n.min(self.size);
+            if self.size == 0 {
+                self.state = State::DataCr;
+            }
+        }
+    }
+
     /// Follows `bytes`; returns how many of them belong to the body (all of them unless the
     /// body ends inside `bytes`).
     pub fn feed(&mut self, bytes: &[u8]) -> Result<usize, ChunkError> {
@@ -258,6 +275,27 @@ mod tests {
         assert_eq!(whole(body).unwrap(), body.len() - b"GET /next".len());
         assert_eq!(whole(b"0\r\n\r\n").unwrap(), 5);
         assert_eq!(whole(b"A \t;x\r\n0123456789\r\n0\r\n\r\n").unwrap(), 24);
+    }
+
+    #[test]
+    fn data_passed_unseen_is_followed_like_data_fed() {
+        // A pump that splices a chunk's data reports it with `passed`; the framing after it
+        // (the data's CRLF, the next size line, the trailers) is read as before.
+        let mut c = Chunked::new(1024);
+        assert_eq!(c.data_left(), 0, "no chunk under way before its size line");
+        assert_eq!(c.feed(b"10;x=1\r\n0123").unwrap(), 12);
+        assert_eq!(c.data_left(), 12);
+        c.passed(5);
+        assert_eq!(c.data_left(), 7);
+        c.passed(7);
+        assert_eq!(c.data_left(), 0, "the chunk's data is over");
+        assert!(c.feed(b"X\r\n").is_err(), "a byte past the chunk's size is refused");
+        let mut c = Chunked::new(1024);
+        c.feed(b"3\r\n").unwrap();
+        c.passed(3);
+        let rest = b"\r\n0\r\nX-T: 1\r\n\r\nGET";
+        assert_eq!(c.feed(rest).unwrap(), rest.len() - 3);
+        assert!(c.is_done());
     }
 
     #[test]

@@ -129,7 +129,9 @@ pub(super) async fn wait_before<F: Future>(
 }
 
 /// A client connection's byte stream as the own path needs it: plain TCP, or TLS over it.
-pub(crate) trait ClientStream: AsyncRead + AsyncWrite + Unpin + Send + Sync {
+pub(crate) trait ClientStream:
+    AsyncRead + AsyncWrite + Unpin + Send + Sync + crate::splice::PlainTcp
+{
     /// Ready when a read would make progress, without holding a buffer meanwhile (a poll, for
     /// the idle wait that polls it by hand beside the drain and the timer).
     fn poll_ready(&self, cx: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>>;

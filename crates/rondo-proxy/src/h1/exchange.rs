@@ -17,6 +17,7 @@ use super::pool::{self, Idle};
 use super::pump::{HeadFailure, SendError, Unsent, pump_body, pump_response, read_response_head};
 use super::tries::OwnTries;
 use super::write::{is, write_response_head};
+use super::zero_copy::Mover;
 use crate::access;
 use crate::auth::LOGIN_HEADER;
 use crate::body::Finish;
@@ -50,7 +51,7 @@ async fn connect(idle: &Idle, address: &str, header: Option<Vec<u8>>) -> Result<
     }
 }
 
-impl<S: ClientStream> OwnTries<'_, S> {
+impl<'a, S: ClientStream> OwnTries<'a, S> {
     /// Sends the request to the member and reads its response head: a pooled connection when
     /// one is idle, else a new one. A pooled connection that turns out closed before any answer
     /// is replaced by a new one only for an idempotent request: whether the member got the
@@ -128,6 +129,15 @@ impl<S: ClientStream> OwnTries<'_, S> {
         }
     }
 
+    /// How this listener's bodies move (`splice`) and where their bytes are counted.
+    fn mover(&self) -> Mover<'a> {
+        let ctx: &'a crate::http::HttpCtx = self.ctx;
+        Mover {
+            splice: ctx.listener.splice == rondo_config::Splice::Auto,
+            bytes: &ctx.metrics.bodies,
+        }
+    }
+
     /// Whether a try may go again on a new connection to the same member.
     fn may_replace(&self) -> bool {
         self.idempotent && self.replayable()
@@ -175,6 +185,7 @@ impl<S: ClientStream> OwnTries<'_, S> {
             return Err(SendError::Member);
         }
         let limit = (self.ctx.listener.max_body_bytes, self.ctx.listener.body_read_timeout);
+        let mover = self.mover();
         let (up_read, mut up_write) = upstream.split();
         let sent = pump_body(
             &mut self.body,
@@ -184,6 +195,7 @@ impl<S: ClientStream> OwnTries<'_, S> {
             &mut up_write,
             Some(up_read.as_ref()),
             waiting_client,
+            mover,
         )
         .await;
         if sent.is_err() {
@@ -254,8 +266,9 @@ impl<S: ClientStream> OwnTries<'_, S> {
                 );
             }
             let pumped = if self.body.complete {
-                let client = &mut self.c.stream;
-                pump_response(&rhead, &mut out, &mut rbuf, &mut upstream, client, &mut finish).await
+                let mover = self.mover();
+                let ends = (&mut upstream, &mut self.c.stream);
+                pump_response(&rhead, &mut out, &mut rbuf, ends, &mut finish, mover).await
             } else {
                 // The member answered before the body was over (a stream, an echo): both ways at
                 // once. Boxed: the two pumps side by side took 1 KiB more in every request's future,
@@ -314,6 +327,7 @@ impl<S: ClientStream> OwnTries<'_, S> {
     ) -> Result<(bool, bool, bool), Unsent> {
         let limit = (self.ctx.listener.max_body_bytes, self.ctx.listener.body_read_timeout);
         let never = AtomicBool::new(false);
+        let mover = self.mover();
         let (mut client_read, mut client_write) = tokio::io::split(&mut self.c.stream);
         let (mut up_read, mut up_write) = upstream.split();
         let body = pump_body(
@@ -324,8 +338,10 @@ impl<S: ClientStream> OwnTries<'_, S> {
             &mut up_write,
             None,
             &never,
+            mover,
         );
-        let response = pump_response(rhead, out, rbuf, &mut up_read, &mut client_write, finish);
+        let ends = (&mut up_read, &mut client_write);
+        let response = pump_response(rhead, out, rbuf, ends, finish, mover);
         tokio::pin!(body, response);
         let mut body_over = false;
         loop {

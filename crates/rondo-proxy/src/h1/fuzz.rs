@@ -297,6 +297,9 @@ struct Pieces<'a> {
     read: usize,
 }
 
+// Not a socket: its body is always copied.
+impl crate::splice::PlainTcp for Pieces<'_> {}
+
 impl tokio::io::AsyncRead for Pieces<'_> {
     fn poll_read(
         mut self: std::pin::Pin<&mut Self>,

@@ -4,7 +4,8 @@
 //! ([`pool`]), and the stages as this path runs them in the connection's own task, the same as
 //! hyper's path ([`crate::http`]): the connection loop (`conn`), the request's stages and tries
 //! (`tries`), a try's exchange with a member and the response (`exchange`), the byte pumps
-//! (`pump`) and the heads written (`write`).
+//! (`pump`), with bodies of known length spliced between plain sockets (`zero_copy`), and the
+//! heads written (`write`).
 //!
 //! The path is chosen per connection: an HTTP listener's connections start here (on a TLS
 //! listener, unless the client chose `h2` by ALPN); the first request this path declines (the
@@ -25,3 +26,4 @@ pub mod pool;
 mod pump;
 mod tries;
 mod write;
+mod zero_copy;

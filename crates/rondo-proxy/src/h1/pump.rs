@@ -3,7 +3,8 @@
 //! ([`read_response_head`]) and its body to the client ([`pump_response`]), each following the
 //! message's framing byte by byte so a connection is reused only after a whole message. Also
 //! the same response relay as plain functions for the `h1_member` fuzz target ([`relay_head`],
-//! [`relay_body`]).
+//! [`relay_body`]). A run of body bytes of known length between two plain sockets is spliced
+//! ([`super::zero_copy`]); everything else is copied through a pooled buffer.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -15,8 +16,10 @@ use super::chunked::{ChunkError, Chunked};
 use super::client::{ClientStream, ReqBody};
 use super::parse::{self, Framing, ResponseHead};
 use super::pool;
+use super::zero_copy::{Mover, Spliced, Watch, splice_exact};
 use crate::body::Finish;
 use crate::error::Kind;
+use crate::splice::{Moved, PlainTcp};
 
 /// Body bytes that arrived with a response head are sent with it in one write up to this many.
 const COALESCE: usize = 16 * 1024;
@@ -38,7 +41,8 @@ pub(super) async fn read_more<R: AsyncRead + Unpin>(
 /// the listener's body `limit` and waiting at most `stall` (`body_read_timeout_ms`) for each
 /// next byte (then [`Kind::ClientBodyTimeout`]: 408, or a cut response when the member already
 /// answered); bytes past the body's end are kept in `extra`. With `watch`, stops as soon as the
-/// member starts answering: `Ok(true)`.
+/// member starts answering: `Ok(true)`. Known runs are spliced as `mover` allows.
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn pump_body<R, W>(
     body: &mut ReqBody,
     extra: &mut Vec<u8>,
@@ -47,16 +51,41 @@ pub(super) async fn pump_body<R, W>(
     to: &mut W,
     watch: Option<&TcpStream>,
     waiting_client: &AtomicBool,
+    mover: Mover<'_>,
 ) -> Result<bool, SendError>
 where
-    R: AsyncRead + Unpin,
-    W: AsyncWrite + Unpin,
+    R: AsyncRead + Unpin + PlainTcp,
+    W: AsyncWrite + Unpin + PlainTcp,
 {
     let mut chunk = pool::take();
+    let mut counted = Counted { mover, moved: Moved::default() };
     let result = loop {
         if body.remaining == 0 && body.chunked.as_ref().is_none_or(Chunked::is_done) {
             body.complete = true;
             break Ok(false);
+        }
+        let left = body.chunked.as_ref().map_or(body.remaining, Chunked::data_left);
+        // Spliced only within the limit: a body over it is refused before its bytes go on.
+        let within = limit == 0 || body.received.saturating_add(left) <= limit;
+        if within && let Some((f, t)) = counted.mover.pair(&*from, &*to, left) {
+            let w = Watch { stall, member: watch, waiting_client };
+            let mut n = 0;
+            // Boxed: the bulk case, whose pipe and waits would take room in every try's future.
+            let spliced = Box::pin(splice_exact(f, t, left, Some(w), &mut n)).await;
+            counted.moved.spliced += n;
+            body.received += n;
+            match &mut body.chunked {
+                Some(c) => c.passed(n),
+                None => body.remaining -= n,
+            }
+            match spliced {
+                Spliced::Whole => continue,
+                Spliced::NoPipe => counted.mover.splice = false,
+                Spliced::Answered => break Ok(true),
+                Spliced::ReadEnded => break Err(SendError::Client(Kind::ClientBody)),
+                Spliced::Stalled => break Err(SendError::Client(Kind::ClientBodyTimeout)),
+                Spliced::WriteFailed => break Err(SendError::Member),
+            }
         }
         chunk.clear();
         waiting_client.store(true, Ordering::Relaxed);
@@ -84,6 +113,7 @@ where
             }
         };
         body.received += take as u64;
+        counted.moved.copied += take as u64;
         if limit > 0 && body.received > limit {
             break Err(SendError::Client(Kind::BodyTooLarge));
         }
@@ -96,11 +126,27 @@ where
     result
 }
 
-/// Resolves when the watched member connection has something to read (its answer).
-async fn answered(watch: Option<&TcpStream>) {
+/// Counts a message's streamed body bytes when its pump ends, however it ends.
+struct Counted<'a> {
+    mover: Mover<'a>,
+    moved: Moved,
+}
+
+impl Drop for Counted<'_> {
+    fn drop(&mut self) {
+        self.mover.count(self.moved);
+    }
+}
+
+/// Resolves when the watched member connection has something to read (its answer), or is
+/// closed. A peek, not `readable()` alone: a spliced response before this request on the same
+/// pooled connection leaves tokio's readiness set with nothing to read (a splice that took the
+/// whole body never saw `EAGAIN`), and a stale readiness taken for an answer stopped the body.
+pub(super) async fn answered(watch: Option<&TcpStream>) {
     match watch {
         Some(s) => {
-            let _ = s.readable().await;
+            let mut probe = [0u8; 1];
+            let _ = s.peek(&mut probe).await;
         }
         None => std::future::pending().await,
     }
@@ -112,19 +158,23 @@ async fn answered(watch: Option<&TcpStream>) {
 /// whole, whether the client took every byte, and whether nothing followed the response (else
 /// the member connection goes). A member that sent bytes past its response loses its
 /// connection, not the client its own. A body that breaks its chunked coding before the head
-/// was written is [`Unsent`]: nothing reached the client.
+/// was written is [`Unsent`]: nothing reached the client. Known runs past the first buffer are
+/// spliced as `mover` allows.
 pub(super) async fn pump_response<R, W>(
     rhead: &ResponseHead,
     head: &mut Vec<u8>,
     rbuf: &mut Vec<u8>,
-    from: &mut R,
-    to: &mut W,
+    (from, to): (&mut R, &mut W),
     finish: &mut Option<Finish>,
+    mover: Mover<'_>,
 ) -> Result<(bool, bool, bool), Unsent>
 where
-    R: AsyncRead + Unpin,
-    W: AsyncWrite + Unpin,
+    R: AsyncRead + Unpin + PlainTcp,
+    W: AsyncWrite + Unpin + PlainTcp,
 {
+    let mut counted = Counted { mover, moved: Moved::default() };
+    // Past the first buffer (what came with the head), the bytes are counted as streamed.
+    let mut streamed = false;
     let mut pending = rhead.len;
     let mut chunked = (rhead.framing == Framing::Chunked).then(|| Chunked::new(MAX_RESPONSE_HEAD));
     let mut remaining = match rhead.framing {
@@ -149,6 +199,9 @@ where
         };
         if let Some(f) = finish.as_mut() {
             f.sent(take);
+        }
+        if streamed {
+            counted.moved.copied += take as u64;
         }
         if done {
             // The member's request ends before the client can see the response's end, so a
@@ -181,6 +234,28 @@ where
         }
         rbuf.clear();
         pending = 0;
+        streamed = true;
+        let left = chunked.as_ref().map_or(remaining, Chunked::data_left);
+        if let Some((f, t)) = counted.mover.pair(&*from, &*to, left) {
+            let mut n = 0;
+            // Boxed: the bulk case, whose pipe and waits would take room in every try's future.
+            let spliced = Box::pin(splice_exact(f, t, left, None, &mut n)).await;
+            counted.moved.spliced += n;
+            if let Some(f) = finish.as_mut() {
+                f.sent(n as usize);
+            }
+            match &mut chunked {
+                Some(c) => c.passed(n),
+                None => remaining -= n,
+            }
+            match spliced {
+                // The loop's top sees the body's end (or, chunked, reads the next size line).
+                Spliced::Whole => continue,
+                Spliced::NoPipe => counted.mover.splice = false,
+                Spliced::WriteFailed => return Ok((false, false, false)),
+                _ => return Ok((false, true, false)),
+            }
+        }
         match read_more(from, rbuf).await {
             // A body delimited by the close is whole when the member closes.
             Ok(0) if rhead.framing == Framing::Close => {
@@ -285,14 +360,17 @@ pub(super) async fn relay_head<R: AsyncRead + Unpin>(
 
 /// Streams the body of `rhead` as the respond stage does, to a client that takes every byte.
 #[cfg(feature = "fuzzing")]
-pub(super) async fn relay_body<R: AsyncRead + Unpin>(
+pub(super) async fn relay_body<R: AsyncRead + Unpin + PlainTcp>(
     member: &mut R,
     mut rbuf: Vec<u8>,
     rhead: &ResponseHead,
 ) -> Relayed {
     // A one-byte head marks where the body starts in what the client got.
     let (mut head, mut client) = (vec![b'#'], Vec::new());
-    let pumped = pump_response(rhead, &mut head, &mut rbuf, member, &mut client, &mut None).await;
+    let uncounted = rondo_runtime::metrics::BodyBytes::default();
+    let mover = Mover { splice: false, bytes: &uncounted };
+    let ends = (member, &mut client);
+    let pumped = pump_response(rhead, &mut head, &mut rbuf, ends, &mut None, mover).await;
     match pumped {
         Ok((whole, _, clean)) => Relayed {
             body: client.split_off(1.min(client.len())),

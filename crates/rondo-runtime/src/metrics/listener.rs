@@ -80,6 +80,8 @@ pub struct ListenerMetrics {
     pub access_dropped: Counter,
     /// Connections handed to hyper, per reason (`rondo_http1_handoffs_total`).
     pub handoffs: Handoffs,
+    /// HTTP/1 body bytes spliced or copied (`rondo_http_body_bytes_total`).
+    pub bodies: super::BodyBytes,
     responses: Family<RouterResponseLabels, Counter>,
     proxy_protocol: Family<ProxyProtocolLabels, Counter>,
     /// The router's own responses seen so far by route, cluster and status, so that a flood of
@@ -230,6 +232,7 @@ impl Metrics {
                 let labels = HandoffLabels { listener: name.to_owned(), reason: reason.label() };
                 self.http1_handoffs.get_or_create(&labels).clone()
             })),
+            bodies: self.body_bytes(name),
             responses: self.router_responses.clone(),
             proxy_protocol: self.proxy_protocol.clone(),
             local: RwLock::new(Vec::new()),

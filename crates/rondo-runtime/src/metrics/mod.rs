@@ -68,7 +68,7 @@ pub use router::{
     AuthLabels, GrpcLabels, MemberRouteLabels, MulticastLabels, ReplayLabels, ResponseHandles,
     ResponseLabels, RouteClusterLabels, RouteMetrics,
 };
-pub use splice::ForwardedLabels;
+pub use splice::{BodyBytes, ForwardedLabels};
 use tls::TlsFailureKey;
 pub use tls::{MAX_TLS_FAILURE_ROWS, TlsListenerLabels, TlsMemberLabels};
 pub use tls_detail::{OcspLabels, TlsDetail, TlsKxLabels};

@@ -1,7 +1,8 @@
 //! How `tcp` listeners moved their sessions' bytes (`rondo_tcp_forwarded_bytes_total{listener,
-//! path}`): through a kernel pipe with splice(2) or through a userspace buffer, so that an
-//! operator (and the tests) can see that zero-copy forwarding runs. One series per tcp listener
-//! and path, bounded by the configuration.
+//! path}`), and `http` listeners the HTTP/1 bodies that streamed past their head's buffer
+//! (`rondo_http_body_bytes_total{listener,path}`): through a kernel pipe with splice(2) or
+//! through a userspace buffer, so that an operator (and the tests) can see that zero-copy
+//! forwarding runs. One series per listener and path, bounded by the configuration.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -23,6 +24,28 @@ pub struct ForwardedLabels {
 #[derive(Debug, Default)]
 pub(super) struct SpliceFamilies {
     forwarded: Family<ForwardedLabels, Counter>,
+    bodies: Family<ForwardedLabels, Counter>,
+}
+
+/// An `http` listener's body bytes by path, resolved once per listener (kept in
+/// [`super::ListenerMetrics`]).
+#[derive(Debug, Clone, Default)]
+pub struct BodyBytes {
+    spliced: Counter,
+    copied: Counter,
+}
+
+impl BodyBytes {
+    /// Counts one message's streamed body bytes: `spliced` through a pipe, `copied` through a
+    /// buffer.
+    pub fn add(&self, spliced: u64, copied: u64) {
+        if spliced > 0 {
+            self.spliced.inc_by(spliced);
+        }
+        if copied > 0 {
+            self.copied.inc_by(copied);
+        }
+    }
 }
 
 impl Metrics {
@@ -38,10 +61,26 @@ impl Metrics {
     }
 }
 
+impl Metrics {
+    /// The body counters of `listener` (made once, with its other handles).
+    pub(super) fn body_bytes(&self, listener: &str) -> BodyBytes {
+        let get = |path| {
+            let labels = ForwardedLabels { listener: listener.to_owned(), path };
+            self.splice.bodies.get_or_create(&labels).clone()
+        };
+        BodyBytes { spliced: get("splice"), copied: get("copy") }
+    }
+}
+
 pub(super) fn register(m: &Metrics, r: &mut Registry) {
     r.register(
         "tcp_forwarded_bytes",
         "Bytes tcp listeners' sessions forwarded (both directions), by listener and path (splice: through a kernel pipe, copy: through a userspace buffer)",
         m.splice.forwarded.clone(),
+    );
+    r.register(
+        "http_body_bytes",
+        "HTTP/1 body bytes http listeners streamed past the buffer their head came in (both directions), by listener and path (splice: through a kernel pipe, copy: through a userspace buffer)",
+        m.splice.bodies.clone(),
     );
 }
