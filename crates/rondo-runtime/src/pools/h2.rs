@@ -6,7 +6,8 @@
 //!
 //! A connection comes from the same connectors as the HTTP/1.1 pools' (connect timeout,
 //! `max_connections`, PROXY header, TLS), carries its open time to its answers, is replaced when
-//! it closes, and is let go after [`POOL_IDLE`](super::POOL_IDLE) without a new request.
+//! it closes, and is let go after 90 s without a new request (`POOL_IDLE`, as the HTTP/1.1
+//! pools' idle connections).
 
 use std::collections::HashMap;
 use std::future::Future;
