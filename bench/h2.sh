@@ -13,13 +13,10 @@
 # Both proxies run at once, each with one thread pinned to BENCH_PROXY_CPU (rondo --workers 1,
 # HAProxy nbthread 1), each with three ports, one per pairing:
 #   h2c-h1   h2c clients (prior knowledge) → three HTTP/1.1 members (nginx `return 200`);
-#   h2c-h2c  h2c clients → three h2c members: three `rondo member` processes (hyper; rondo:
-#            upstream_protocol = "http2", HAProxy: `server ... proto h2`). Not nginx `listen
-#            ... http2`, the cheaper member: nginx answers 400 to every request rondo forwards
-#            over HTTP/2, since rondo sends `:authority` = the member's address together with the
-#            client's `host` field, and nginx refuses the two differing ("client sent duplicate
-#            host header"). `--h2c-members nginx` uses nginx anyway (to see whether that
-#            changed: the smoke test fails if it has not);
+#   h2c-h2c  h2c clients → three h2c members: nginx `listen ... http2` (rondo: upstream_protocol
+#            = "http2", HAProxy: `server ... proto h2`). Before session 7 rondo's requests got
+#            400 from nginx ("client sent duplicate host header") and three `rondo member`
+#            processes (hyper) stood in; `--h2c-members rondo` still uses them;
 #   tls-h1   h2 over TLS 1.3 (ALPN h2, a self-signed ECDSA P-256 certificate made here with
 #            openssl) → the HTTP/1.1 members.
 # Members and h2load run on BENCH_LOAD_CPU. Runs are interleaved across the proxies, round by
@@ -43,7 +40,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROOT=$(pwd)
 
-quick=0 install=1 build=1 h2c_members=rondo
+quick=0 install=1 build=1 h2c_members=nginx
 while [ $# -gt 0 ]; do
   case "$1" in
     --h2) ;;

@@ -20,6 +20,9 @@
 #                                              client instead of wrk: HTTP/2 from the client,
 #                                              HTTP/1.1 to the members (may be combined with
 #                                              --filters or --access-log)
+#   bench/instructions.sh --h2 --h2-members [--no-build BIN ...]
+#                                              the same with the members spoken to in h2c
+#                                              (`upstream_protocol = "http2"`): h2c to h2c
 #
 # With RONDO_KEEP_PROFILE=DIR each run's callgrind profile is kept as DIR/<binary name>.cg
 # (compare two with `callgrind_annotate --inclusive=yes`).
@@ -36,6 +39,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 access_log=""
 filters=0
 h2=0
+h2_members=0
 while :; do
   case "${1:-}" in
     --access-log)
@@ -44,6 +48,7 @@ while :; do
       shift 2 ;;
     --filters) filters=1; shift ;;
     --h2) h2=1; shift ;;
+    --h2-members) h2_members=1; shift ;;
     *) break ;;
   esac
 done
@@ -90,6 +95,7 @@ FILTERS
 
 [cluster.app]
 algorithm = "round-robin"
+UPSTREAM
 members = [
   { name = "m1", address = "127.0.0.1:$((base + 1))" },
   { name = "m2", address = "127.0.0.1:$((base + 2))" },
@@ -105,6 +111,11 @@ else
   grep -v '^FILTERS$' "$tmp/rondo.toml" >"$tmp/rondo.toml.new"
 fi
 mv "$tmp/rondo.toml.new" "$tmp/rondo.toml"
+if [ "$h2_members" = 1 ]; then
+  sed -i 's/^UPSTREAM$/upstream_protocol = "http2"/' "$tmp/rondo.toml"
+else
+  sed -i '/^UPSTREAM$/d' "$tmp/rondo.toml"
+fi
 if [ -n "$access_log" ]; then
   sed -i "s|^listen = \"$router\"|&\naccess_log = { path = \"$tmp/access.log\", format = \"$access_log\" }|" "$tmp/rondo.toml"
 fi

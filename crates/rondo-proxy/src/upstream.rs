@@ -2,7 +2,6 @@
 //! the request path's body, and the request as hyper's client sends it to a member
 //! (`request`: tries, multicast copies and session replays alike).
 
-use http::header;
 use http::uri::{self, PathAndQuery, Scheme};
 use http::{Request, Uri, Version};
 use rondo_runtime::ClusterRt;
@@ -36,14 +35,9 @@ pub(crate) fn request(
     *req.uri_mut() = uri;
     *req.headers_mut() = headers.clone();
     *req.version_mut() = match rt.spec.upstream_protocol {
-        rondo_core::UpstreamProtocol::Http2 => {
-            // HTTP/2 carries the authority as `:authority` (the member's address: the pools
-            // and connectors key on it); a `Host` beside it that names another is a malformed
-            // request to RFC 9113 8.3.1, and nginx answers it 400. The client's host goes on
-            // in `X-Forwarded-Host`.
-            req.headers_mut().remove(header::HOST);
-            Version::HTTP_2
-        }
+        // The HTTP/2 pool keys on the URI's member address and sends the `Host` as
+        // `:authority` (`rondo_runtime::pools::h2`).
+        rondo_core::UpstreamProtocol::Http2 => Version::HTTP_2,
         _ => Version::HTTP_11,
     };
     req

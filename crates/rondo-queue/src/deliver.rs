@@ -319,7 +319,7 @@ impl<'a> Delivery<'a> {
             let status = resp.status();
             // The body is read (and dropped) so the connection goes back to the pool.
             let _ = resp.into_body().collect().await;
-            Ok::<_, hyper_util::client::legacy::Error>(status)
+            Ok::<_, rondo_runtime::pools::SendError>(status)
         })
         .await;
         let latency = started.elapsed();

@@ -33,7 +33,7 @@ pub(super) enum Unsent {
 }
 
 /// What hyper-util's client answered.
-type Answer = Result<Response<Incoming>, hyper_util::client::legacy::Error>;
+type Answer = Result<Response<Incoming>, rondo_runtime::pools::SendError>;
 
 /// Sends `req`'s try to `member` of `rt` (made by `make`, again for each look at the pool).
 pub(super) async fn send(

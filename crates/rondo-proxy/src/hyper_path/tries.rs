@@ -266,7 +266,7 @@ fn edited(
 /// the member is charged with (`None`: not charged, the client's body or the router's limit
 /// failed), and the try's failure.
 fn classify(
-    e: &hyper_util::client::legacy::Error,
+    e: &rondo_runtime::pools::SendError,
     slot: Option<&BodySlot>,
 ) -> (Option<FailureKind>, Kind) {
     if caused_by::<TooLarge>(e) {

@@ -237,7 +237,7 @@ impl Tries for Copy {
             let latency = started.elapsed();
             // The answer is nobody's: read and dropped, so the connection goes back to its pool.
             let drained = resp.into_body().collect().await.is_ok();
-            Ok::<_, hyper_util::client::legacy::Error>((status, latency, drained))
+            Ok::<_, rondo_runtime::pools::SendError>((status, latency, drained))
         };
         match tokio::time::timeout(per_try, answer).await {
             Ok(Ok((status, _, _))) if !(100..=599).contains(&status) => {

@@ -13,6 +13,7 @@
 
 pub mod connect_time;
 pub mod gate;
+pub mod h2;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -34,9 +35,9 @@ use crate::pools::gate::{AtCapacity, Gate, Permit};
 use crate::tls::upstream::UpstreamTlsRt;
 
 /// A pooled client sending bodies of type `B`.
-pub type Pool<B> = Client<KeepConnector, B>;
+pub type Pool<B> = Conns<KeepConnector, B>;
 /// A pooled client speaking TLS to members.
-pub type TlsPool<B> = Client<TlsConnector, B>;
+pub type TlsPool<B> = Conns<TlsConnector, B>;
 
 /// What a request body must be for the pools (hyper-util's client's bounds).
 pub trait PoolBody: hyper::body::Body + Send + Unpin + 'static
@@ -55,7 +56,7 @@ where
 }
 
 /// How long an idle pooled connection is kept.
-const POOL_IDLE: Duration = Duration::from_secs(90);
+pub(crate) const POOL_IDLE: Duration = Duration::from_secs(90);
 
 /// The pools of one router (or of one process's queue deliveries).
 pub struct Clients<B> {
@@ -147,7 +148,7 @@ where
     B::Error: Into<BoxError>,
 {
     /// Sends `req` through the pool.
-    pub fn request(&self, req: http::Request<B>) -> ResponseFuture {
+    pub fn request(&self, req: http::Request<B>) -> Sending {
         match self {
             Sender::Plain(p) => p.request(req),
             Sender::Tls(p) => p.request(req),
@@ -156,19 +157,155 @@ where
     }
 }
 
-fn pool<C, B>(connector: C, protocol: UpstreamProtocol) -> Client<C, B>
+fn pool<C, B>(connector: C, protocol: UpstreamProtocol) -> Conns<C, B>
 where
-    C: hyper_util::client::legacy::connect::Connect + Clone,
+    C: MemberConnector,
     B: PoolBody,
     B::Data: Send,
     B::Error: Into<BoxError>,
 {
+    if protocol == UpstreamProtocol::Http2 {
+        return Conns::Http2(h2::H2Pool::new(connector));
+    }
     let mut b = Client::builder(TokioExecutor::new());
     b.pool_idle_timeout(POOL_IDLE).pool_timer(TokioTimer::new());
-    if protocol == UpstreamProtocol::Http2 {
-        b.http2_only(true).timer(TokioTimer::new());
+    Conns::Http1(b.build(connector))
+}
+
+/// What the pools' connectors are: hyper-util's kind for HTTP/1.1, a service giving
+/// [`h2::MemberIo`] for HTTP/2 (both [`KeepConnector`] and [`TlsConnector`]).
+pub trait MemberConnector:
+    hyper_util::client::legacy::connect::Connect
+    + tower_service::Service<Uri, Error = BoxError, Future: Send, Response: h2::MemberIo>
+    + Clone
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<C> MemberConnector for C where
+    C: hyper_util::client::legacy::connect::Connect
+        + tower_service::Service<Uri, Error = BoxError, Future: Send, Response: h2::MemberIo>
+        + Clone
+        + Send
+        + Sync
+        + 'static
+{
+}
+
+/// The pool of one protocol: hyper-util's pooled client for HTTP/1.1 members,
+/// [`h2::H2Pool`] for HTTP/2 members (which sends the client's authority as `:authority`).
+// Unboxed: a pool is made once per cluster setting and never moved per request, and a box would
+// cost each HTTP/1.1 request a pointer hop.
+#[allow(clippy::large_enum_variant)]
+pub enum Conns<C, B> {
+    /// HTTP/1.1.
+    Http1(Client<C, B>),
+    /// HTTP/2 with prior knowledge.
+    Http2(h2::H2Pool<C, B>),
+}
+
+impl<C: Clone, B> Clone for Conns<C, B> {
+    fn clone(&self) -> Self {
+        match self {
+            Conns::Http1(c) => Conns::Http1(c.clone()),
+            Conns::Http2(p) => Conns::Http2(p.clone()),
+        }
     }
-    b.build(connector)
+}
+
+impl<C, B> Conns<C, B>
+where
+    C: MemberConnector,
+    B: PoolBody,
+    B::Data: Send,
+    B::Error: Into<BoxError>,
+{
+    /// Sends `req` to the member its URI's authority names.
+    pub fn request(&self, req: http::Request<B>) -> Sending {
+        match self {
+            Conns::Http1(c) => Sending::Pool(c.request(req)),
+            Conns::Http2(p) => Sending::Own(p.request(req)),
+        }
+    }
+}
+
+impl<C, B> std::fmt::Debug for Conns<C, B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Conns::Http1(_) => "Conns::Http1",
+            Conns::Http2(_) => "Conns::Http2",
+        })
+    }
+}
+
+/// A request on its way through a pool.
+pub enum Sending {
+    /// Through hyper-util's pooled client.
+    Pool(ResponseFuture),
+    /// Through an HTTP/2 pool.
+    Own(h2::Answering),
+}
+
+impl std::fmt::Debug for Sending {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Sending")
+    }
+}
+
+impl Future for Sending {
+    type Output = Result<http::Response<hyper::body::Incoming>, SendError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.get_mut() {
+            Sending::Pool(f) => Pin::new(f).poll(cx).map_err(SendError::Pool),
+            Sending::Own(f) => f.as_mut().poll(cx),
+        }
+    }
+}
+
+/// Why a request through a pool got no answer. Its `source` chain is the cause's (a
+/// connector's error, TLS alert, body error), as the callers classify it.
+#[derive(Debug)]
+pub enum SendError {
+    /// hyper-util's pooled client's error (HTTP/1.1 members).
+    Pool(hyper_util::client::legacy::Error),
+    /// No connection to the member could be opened (HTTP/2 members).
+    Connect(BoxError),
+    /// The HTTP/2 connection failed the request or its handshake.
+    Request(hyper::Error),
+}
+
+impl SendError {
+    /// Whether the request failed before any connection to its member was open.
+    pub fn is_connect(&self) -> bool {
+        match self {
+            SendError::Pool(e) => e.is_connect(),
+            SendError::Connect(_) => true,
+            SendError::Request(_) => false,
+        }
+    }
+}
+
+impl std::fmt::Display for SendError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SendError::Pool(e) => e.fmt(f),
+            SendError::Connect(_) => f.write_str("cannot connect to the member"),
+            SendError::Request(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for SendError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            SendError::Pool(e) => e.source(),
+            SendError::Connect(e) => Some(&**e),
+            SendError::Request(e) => e.source(),
+        }
+    }
 }
 
 impl<B: PoolBody> Clients<B>

@@ -88,8 +88,12 @@ async fn authority_member() -> SocketAddr {
     .await
 }
 
+// An HTTP/2 member got the member's address as `:authority` where an HTTP/1.1 member gets the
+// client's `Host` (HAProxy and Envoy send the client's authority too): a member serving by
+// name (nginx `server_name`) could not tell the sites apart. One authority, the client's, and
+// no `Host` beside it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_http2_member_gets_one_authority_and_the_clients_host_forwarded() {
+async fn an_http2_member_gets_the_clients_authority_and_no_host() {
     let a = authority_member().await;
     let config = support::web_config(
         "",
@@ -97,11 +101,23 @@ async fn an_http2_member_gets_one_authority_and_the_clients_host_forwarded() {
         &format!("upstream_protocol = \"http2\"\nmembers = [{}]", member("a", a)),
     );
     let r = support::router(&config).await;
-    for client in [support::client(), support::h2_client()] {
-        let url = format!("http://127.0.0.1:{}/", r.addr("web").port());
-        let reply = support::get(&client, &url).await;
-        assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
-        assert_eq!(reply.body, format!("0 {a} 127.0.0.1"), "{:?}", reply.version);
+    let port = r.addr("web").port();
+    let url = format!("http://127.0.0.1:{port}/");
+    // HTTP/1.1 with a named Host, and HTTP/2 whose `:authority` is the router's address.
+    let reply = support::get_with(&support::client(), &url, &[("host", "app.example:8443")]).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
+    assert_eq!(reply.body, "0 app.example:8443 app.example");
+    let reply = support::get(&support::h2_client(), &url).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
+    assert_eq!(reply.body, format!("0 127.0.0.1:{port} 127.0.0.1"));
+    // Requests at once, on the member's one connection.
+    let mut set = tokio::task::JoinSet::new();
+    for _ in 0..8 {
+        let url = url.clone();
+        set.spawn(async move { support::get(&support::h2_client(), &url).await.body });
+    }
+    while let Some(body) = set.join_next().await {
+        assert_eq!(body.expect("joined"), format!("0 127.0.0.1:{port} 127.0.0.1"));
     }
 }
 
