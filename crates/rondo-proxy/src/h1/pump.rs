@@ -16,7 +16,7 @@ use super::chunked::{ChunkError, Chunked};
 use super::client::{ClientStream, ReqBody};
 use super::parse::{self, Framing, ResponseHead};
 use super::pool;
-use super::zero_copy::{Mover, Spliced, Watch, splice_exact};
+use super::zero_copy::{Mover, Spliced, Watch, answered, splice_exact};
 use crate::body::Finish;
 use crate::error::Kind;
 use crate::splice::{Moved, PlainTcp};
@@ -135,20 +135,6 @@ struct Counted<'a> {
 impl Drop for Counted<'_> {
     fn drop(&mut self) {
         self.mover.count(self.moved);
-    }
-}
-
-/// Resolves when the watched member connection has something to read (its answer), or is
-/// closed. A peek, not `readable()` alone: a spliced response before this request on the same
-/// pooled connection leaves tokio's readiness set with nothing to read (a splice that took the
-/// whole body never saw `EAGAIN`), and a stale readiness taken for an answer stopped the body.
-pub(super) async fn answered(watch: Option<&TcpStream>) {
-    match watch {
-        Some(s) => {
-            let mut probe = [0u8; 1];
-            let _ = s.peek(&mut probe).await;
-        }
-        None => std::future::pending().await,
     }
 }
 

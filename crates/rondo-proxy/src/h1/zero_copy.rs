@@ -111,7 +111,7 @@ pub(super) async fn splice_exact(
                 w.waiting_client.store(true, Ordering::Relaxed);
                 let read = tokio::select! {
                     biased;
-                    () = super::pump::answered(w.member) => None,
+                    () = answered(w.member) => None,
                     r = tokio::time::timeout(w.stall, pipe.fill(from, max)) => Some(r),
                 };
                 w.waiting_client.store(false, Ordering::Relaxed);
@@ -159,5 +159,19 @@ impl PlainTcp for Vec<u8> {}
 impl<T: PlainTcp + ?Sized> PlainTcp for &mut T {
     fn plain(&self) -> Option<&TcpStream> {
         (**self).plain()
+    }
+}
+
+/// Resolves when the watched member connection has something to read (its answer), or is
+/// closed. A peek, not `readable()` alone: a spliced response before this request on the same
+/// pooled connection leaves tokio's readiness set with nothing to read (a splice that took the
+/// whole body never saw `EAGAIN`), and a stale readiness taken for an answer stopped the body.
+pub(super) async fn answered(watch: Option<&TcpStream>) {
+    match watch {
+        Some(s) => {
+            let mut probe = [0u8; 1];
+            let _ = s.peek(&mut probe).await;
+        }
+        None => std::future::pending().await,
     }
 }
