@@ -285,11 +285,13 @@ pub async fn start_on(
                     let tls = tls.as_ref().map(|t| t.server());
                     accepting.push(http3(&ctx, addr, tls, limit.clone(), stopped.clone()).await?);
                 }
+                // One reset budget per listener, whichever runtime accepts a connection.
+                let budget = Arc::new(ResetBudget::new(spec.http2));
                 for (socket, on) in sockets {
-                    let (ctx, tls, limit, stopped) =
-                        (ctx.clone(), tls.clone(), limit.clone(), stopped.clone());
+                    let (ctx, tls, stopped) = (ctx.clone(), tls.clone(), stopped.clone());
+                    let slots = (limit.clone(), budget.clone());
                     accepting.push(cores::spawn_accept(socket, on.as_ref(), move |l| {
-                        accept_http(l, ctx, tls, limit, stopped)
+                        accept_http(l, ctx, tls, slots, stopped)
                     }));
                 }
             }
@@ -393,14 +395,13 @@ async fn accept_http(
     socket: TcpListener,
     ctx: Arc<HttpCtx>,
     tls: Option<Arc<tls::Terminator>>,
-    limit: Arc<Semaphore>,
+    (limit, budget): (Arc<Semaphore>, Arc<ResetBudget>),
     mut stopped: watch::Receiver<bool>,
 ) {
     let builder = Arc::new(Builders {
         usual: http_builder(&ctx.listener, None),
         reduced: http_builder(&ctx.listener, Some(frames::REDUCED_STREAMS)),
     });
-    let budget = Arc::new(ResetBudget::new(ctx.listener.http2));
     // Connections over the limit get a 503 from one task for the whole listener.
     let rejecter = Rejecter::spawn(&ctx.listener.name, ctx.listener.max_connections);
     // The address clients reach (a PROXY header's destination towards members): the bound

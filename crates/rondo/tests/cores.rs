@@ -146,7 +146,10 @@ async fn h1_twice(web: SocketAddr) -> Result<(), String> {
     let s = TcpStream::connect(web).await.map_err(|e| format!("connect: {e}"))?;
     let mut s = BufReader::new(s);
     for _ in 0..2 {
-        s.get_mut().write_all(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n").await.map_err(|e| e.to_string())?;
+        s.get_mut()
+            .write_all(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+            .await
+            .map_err(|e| e.to_string())?;
         match tokio::time::timeout(EXCHANGE_LIMIT, read_response(&mut s)).await {
             Ok(Ok((200, _, _))) => {}
             other => return Err(format!("http/1.1 answered {other:?}")),
@@ -158,9 +161,10 @@ async fn h1_twice(web: SocketAddr) -> Result<(), String> {
 /// One h2c (prior knowledge) connection, two requests: both 200.
 async fn h2c_twice(web: SocketAddr) -> Result<(), String> {
     let s = TcpStream::connect(web).await.map_err(|e| format!("connect: {e}"))?;
-    let (mut send, conn) = hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(s))
-        .await
-        .map_err(|e| format!("h2c handshake: {e}"))?;
+    let (mut send, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(s))
+            .await
+            .map_err(|e| format!("h2c handshake: {e}"))?;
     tokio::spawn(conn);
     for _ in 0..2 {
         let req = http::Request::get(format!("http://{web}/")).body(Empty::<Bytes>::new()).unwrap();
@@ -234,7 +238,8 @@ async fn both_runtimes_serve(shards: &str, sockets: usize) {
     assert_eq!(listening_sockets(g.tcp), sockets, "sockets on the tcp listener's port");
     let pid = g.proc.child.id();
     let before = threads(pid);
-    let cores: Vec<&(String, u64)> = before.iter().filter(|(n, _)| n.starts_with("rondo-core")).collect();
+    let cores: Vec<&(String, u64)> =
+        before.iter().filter(|(n, _)| n.starts_with("rondo-core")).collect();
     assert_eq!(cores.len(), 2, "two per-core runtime threads: {before:?}");
     let errors = every_kind(&g, 64).await;
     assert!(errors.is_empty(), "{} failed: {:?}", errors.len(), &errors[..errors.len().min(5)]);
