@@ -32,7 +32,7 @@ pub struct Idle {
     pub literal: Option<SocketAddr>,
     /// One list per runtime ([`crate::cores`]): a connection is registered with the reactor of
     /// the runtime that opened it, and only that runtime takes it again.
-    conns: Box<[Mutex<Vec<(TcpStream, Instant)>>]>,
+    conns: Box<[IdleList]>,
     /// With the cluster's `max_connection_age_ms` or `max_requests_per_connection`: when each
     /// connection opened and the requests it carried, by descriptor (an entry is made again
     /// when a descriptor number comes back with a new connection, [`Idle::opened`]). `None`:
@@ -45,6 +45,9 @@ pub struct Idle {
     /// (`crate::proxied`), never here.
     pub send_proxy: Option<(rondo_core::ProxyHeader, Box<str>)>,
 }
+
+/// A runtime's idle connections to one member, each with the time it came back.
+type IdleList = Mutex<Vec<(TcpStream, Instant)>>;
 
 /// When each connection opened and the requests it carried, by descriptor.
 type Lives = HashMap<RawFd, (Instant, u64)>;
@@ -69,7 +72,7 @@ impl Idle {
     }
 
     /// This runtime's idle connections (the only list, unless per-core runtimes serve).
-    fn mine(&self) -> &Mutex<Vec<(TcpStream, Instant)>> {
+    fn mine(&self) -> &IdleList {
         match &*self.conns {
             [one] => one,
             all => &all[crate::cores::index() % all.len()],
