@@ -20,7 +20,8 @@
 # FOR THE CPU: requests/s is bounded by the machine, not by the proxy, so the measure that decides
 # is requests per proxy CPU-second (requests wrk completed / utime+stime of the proxy's process
 # from /proc/PID/stat over the run).
-# Ports: BENCH_PORT_BASE (default 18550) and the next 6.
+# Ports: BENCH_PORT_BASE (default 18550) and the next 6. BENCH_CORES_TARGETS (default all four)
+# measures only the targets it names ("rondo-ws haproxy").
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -42,7 +43,7 @@ done
 if [ "$quick" = 1 ]; then WARM=1 DUR=3 ROUNDS=1; else WARM=2 DUR=10 ROUNDS=3; fi
 BASE=${BENCH_PORT_BASE:-18550}
 MEMBER_PORTS=($((BASE + 1)) $((BASE + 2)) $((BASE + 3)))
-TARGETS=(rondo-ws rondo-pc rondo-pc-one haproxy)
+read -r -a TARGETS <<<"${BENCH_CORES_TARGETS:-rondo-ws rondo-pc rondo-pc-one haproxy}"
 declare -A PORT=([rondo-ws]=$BASE [rondo-pc]=$((BASE + 4)) [rondo-pc-one]=$((BASE + 5)) [haproxy]=$((BASE + 6)))
 
 BENCH_NAME=bench-cores TMP_PREFIX=rondo-cores
@@ -119,6 +120,7 @@ start rondo_pc_one "$ALL_CPUS" "$RONDO" serve --config "$TMP/rondo-pc-one.toml" 
 start haproxy "$ALL_CPUS" haproxy -db -f "$TMP/haproxy.cfg"
 declare -A TPID=([rondo-ws]=$PID_rondo_ws [rondo-pc]=$PID_rondo_pc [rondo-pc-one]=$PID_rondo_pc_one [haproxy]=$PID_haproxy)
 for t in "${TARGETS[@]}"; do wait_port "${PORT[$t]}" "${t//-/_}"; done
+# shellcheck disable=SC2153 # PER_CPU and friends are filled below
 for t in "${TARGETS[@]}"; do
   curl -sf "http://127.0.0.1:${PORT[$t]}/" | grep -q '^m[123]$' || die "$t does not answer through the members"
 done
