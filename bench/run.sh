@@ -13,6 +13,10 @@
 #                             members; requests/s, CPU per request, p50/p99 at a fixed rate,
 #                             RSS per idle HTTP/2 connection; --quick, --no-install and
 #                             --no-build apply)
+#   bench/run.sh --workers 2  two cores instead (bench/cores.sh): rondo --workers 2, work-stealing
+#                             and per-core, against HAProxy nbthread 2, unpinned; requests/s and
+#                             requests per proxy CPU-second (--quick, --no-install and
+#                             --no-build apply)
 #
 # Options:
 #   --members nginx|rondo     what serves as the three members (default nginx, see below)
@@ -60,6 +64,7 @@ ROOT=$(pwd)
 for arg in "$@"; do
   if [ "$arg" = --tls ]; then exec "$ROOT/bench/tls.sh" "$@"; fi
   if [ "$arg" = --h2 ]; then exec "$ROOT/bench/h2.sh" "$@"; fi
+  case "$arg" in --workers|--workers=*) exec "$ROOT/bench/cores.sh" "$@" ;; esac
 done
 
 quick=0

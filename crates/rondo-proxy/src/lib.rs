@@ -17,6 +17,7 @@ pub mod body;
 mod chain;
 pub mod client_body;
 pub mod conn;
+pub mod cores;
 pub mod encode;
 mod entropy;
 pub mod error;
@@ -195,6 +196,17 @@ pub async fn start_traced(
     live: Arc<Live>,
     tracer: Option<Arc<otel::Tracer>>,
 ) -> std::io::Result<Router> {
+    start_on(listeners, live, tracer, &cores::Cores::default()).await
+}
+
+/// [`start_traced`], the TCP listeners' connections accepted and served on `cores` (UDP and
+/// HTTP/3 on the calling runtime).
+pub async fn start_on(
+    listeners: &[ListenerSpec],
+    live: Arc<Live>,
+    tracer: Option<Arc<otel::Tracer>>,
+    cores: &cores::Cores,
+) -> std::io::Result<Router> {
     let (stop, stopped) = watch::channel(false);
     let clients = Clients::new(rondo_core::Policy::DEFAULT_CONNECT_TIMEOUT);
     let auth = Arc::new(auth::Auth::default());
@@ -222,8 +234,8 @@ pub async fn start_traced(
             accepting.push(receiving);
             continue;
         }
-        let socket = live.sockets.config_listener("listener", spec)?;
-        let addr = socket.local_addr()?;
+        let sockets = cores::listen(&live.sockets, spec, cores)?;
+        let addr = sockets[0].0.local_addr()?;
         bound.push((spec.name.clone(), addr));
         let limit = Arc::new(Semaphore::new(spec.max_connections as usize));
         slots.push((limit.clone(), spec.max_connections));
@@ -276,18 +288,26 @@ pub async fn start_traced(
                     let tls = tls.as_ref().map(|t| t.server());
                     accepting.push(http3(&ctx, addr, tls, limit.clone(), stopped.clone()).await?);
                 }
-                accepting.push(tokio::spawn(accept_http(socket, ctx, tls, limit, stopped.clone())));
+                // One reset budget per listener, whichever runtime accepts a connection.
+                let budget = Arc::new(ResetBudget::new(spec.http2));
+                for (socket, on) in sockets {
+                    let (ctx, tls, stopped) = (ctx.clone(), tls.clone(), stopped.clone());
+                    let slots = (limit.clone(), budget.clone());
+                    accepting.push(cores::spawn_accept(socket, on.as_ref(), move |l| {
+                        accept_http(l, ctx, tls, slots, stopped)
+                    }));
+                }
             }
             ListenerProtocol::Queue | ListenerProtocol::Udp => {}
             ListenerProtocol::Tcp => {
-                accepting.push(tokio::spawn(accept_tcp(
-                    socket,
-                    live.clone(),
-                    Arc::new(spec.clone()),
-                    tls,
-                    (limit, metrics),
-                    stopped.clone(),
-                )));
+                let spec = Arc::new(spec.clone());
+                for (socket, on) in sockets {
+                    let (live, spec, tls) = (live.clone(), spec.clone(), tls.clone());
+                    let (slots, stopped) = ((limit.clone(), metrics.clone()), stopped.clone());
+                    accepting.push(cores::spawn_accept(socket, on.as_ref(), move |l| {
+                        accept_tcp(l, live, spec, tls, slots, stopped)
+                    }));
+                }
             }
         }
         // Announced by the caller (`rondo serve`'s status line) once every part is bound.
@@ -393,7 +413,7 @@ async fn accept_http(
     socket: TcpListener,
     ctx: Arc<HttpCtx>,
     tls: Option<Arc<tls::Terminator>>,
-    limit: Arc<Semaphore>,
+    (limit, budget): (Arc<Semaphore>, Arc<ResetBudget>),
     mut stopped: watch::Receiver<bool>,
 ) {
     let shared = Arc::new(Shared {

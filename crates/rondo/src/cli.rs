@@ -528,6 +528,15 @@ pub struct ServeArgs {
     /// Worker threads (default: one per core).
     #[arg(long, value_name = "N")]
     pub workers: Option<usize>,
+    /// How connections are spread over the workers: `work-stealing` (one runtime whose workers
+    /// share every connection) or `per-core` (one single-threaded runtime per worker, each
+    /// accepting and serving its own connections, like HAProxy's `nbthread`).
+    #[arg(long, value_enum, value_name = "MODE", default_value = "work-stealing")]
+    pub runtime: crate::serve::threads::RuntimeMode,
+    /// With `--runtime per-core`: `by-core`, one SO_REUSEPORT socket per worker and listener
+    /// (HAProxy's `shards by-thread`), or `one`, one socket every worker accepts on.
+    #[arg(long, value_enum, value_name = "HOW", default_value = "by-core")]
+    pub shards: crate::serve::threads::ShardsArg,
     /// Take over from the rondo serving on the config's `[router] upgrade_socket`: its
     /// listening sockets and its state pass to this process, which then serves while the old
     /// one drains and exits (a hitless restart, or a binary upgrade when this is a new binary).

@@ -235,7 +235,12 @@ pub fn run_with(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> anyhow::R
             None => check::check(args.path(), args.strict, out, err),
         },
         Command::Serve(args) => {
-            serve::serve(args.path(), args.workers, args.upgrade, &cli.log, out, err)
+            let threads = serve::threads::Threads {
+                workers: args.workers,
+                runtime: args.runtime,
+                shards: args.shards,
+            };
+            serve::serve(args.path(), threads, args.upgrade, &cli.log, out, err)
         }
         Command::Completions(args) => {
             let mut cmd = <Cli as clap::CommandFactory>::command();

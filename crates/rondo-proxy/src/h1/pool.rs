@@ -30,7 +30,9 @@ const MAX_POOLED_SIZE: usize = 64 * 1024;
 pub struct Idle {
     /// The member's address when it is an IP literal (no resolution needed).
     pub literal: Option<SocketAddr>,
-    conns: Mutex<Vec<(TcpStream, Instant)>>,
+    /// One list per runtime ([`crate::cores`]): a connection is registered with the reactor of
+    /// the runtime that opened it, and only that runtime takes it again.
+    conns: Box<[IdleList]>,
     /// With the cluster's `max_connection_age_ms` or `max_requests_per_connection`: when each
     /// connection opened and the requests it carried, by descriptor (an entry is made again
     /// when a descriptor number comes back with a new connection, [`Idle::opened`]). `None`:
@@ -44,6 +46,9 @@ pub struct Idle {
     pub send_proxy: Option<(rondo_core::ProxyHeader, Box<str>)>,
 }
 
+/// A runtime's idle connections to one member, each with the time it came back.
+type IdleList = Mutex<Vec<(TcpStream, Instant)>>;
+
 /// When each connection opened and the requests it carried, by descriptor.
 type Lives = HashMap<RawFd, (Instant, u64)>;
 
@@ -56,7 +61,7 @@ impl Idle {
         connect_timeout: std::time::Duration,
     ) -> Self {
         let lives = (limits != ConnectionLimits::default()).then(|| (limits, Mutex::default()));
-        let conns = Mutex::new(Vec::new());
+        let conns = (0..crate::cores::count()).map(|_| Mutex::new(Vec::new())).collect();
         Idle { literal: address.parse().ok(), conns, lives, connect_timeout, send_proxy: None }
     }
 
@@ -64,6 +69,14 @@ impl Idle {
     /// of `version`.
     pub fn sending(self, version: Option<rondo_core::ProxyHeader>, address: &str) -> Self {
         Idle { send_proxy: version.map(|v| (v, address.into())), ..self }
+    }
+
+    /// This runtime's idle connections (the only list, unless per-core runtimes serve).
+    fn mine(&self) -> &IdleList {
+        match &*self.conns {
+            [one] => one,
+            all => &all[crate::cores::index() % all.len()],
+        }
     }
 
     /// A new connection to the member was opened (its age counts from now).
@@ -99,7 +112,7 @@ impl Idle {
     /// already).
     pub fn take(&self, now: Instant) -> Option<TcpStream> {
         loop {
-            let (conn, since) = self.conns.lock().unwrap_or_else(|e| e.into_inner()).pop()?;
+            let (conn, since) = self.mine().lock().unwrap_or_else(|e| e.into_inner()).pop()?;
             if now.duration_since(since) > IDLE_FOR || !self.lives_on(&conn, now, false) {
                 continue;
             }
@@ -116,7 +129,7 @@ impl Idle {
             // Past the cluster's age or request limit: closed, a new one is opened next time.
             return;
         }
-        let mut conns = self.conns.lock().unwrap_or_else(|e| e.into_inner());
+        let mut conns = self.mine().lock().unwrap_or_else(|e| e.into_inner());
         // Oldest first (each is pushed with the time it came back), so the connections idle
         // for too long are at the front: looking there costs one clock comparison per request
         // where a scan of the whole list cost one per idle connection. (With several workers

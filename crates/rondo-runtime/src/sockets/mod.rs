@@ -11,10 +11,12 @@
 //! socket it uses ([`Sockets::for_successor`]) until the drain releases them
 //! ([`Sockets::release`]); any other closes a socket when the part using it stops.
 //! Beside them: the process-wide drain (`drain.rs`), the state handed to a successor
-//! (`handoff.rs`) and QUIC connection-ID steering across an upgrade (`steer.rs`).
+//! (`handoff.rs`), QUIC connection-ID steering across an upgrade (`steer.rs`) and a listener's
+//! `SO_REUSEPORT` shards, one per runtime (`shards.rs`).
 
 pub mod drain;
 pub mod handoff;
+mod shards;
 pub mod steer;
 
 use std::collections::HashMap;

@@ -13,6 +13,7 @@ use rondo_runtime::sockets::handoff;
 use rondo_runtime::{Live, probe};
 
 mod naming;
+pub mod threads;
 use naming::{Naming, start_naming};
 
 /// The first view's id.
@@ -45,8 +46,8 @@ enum End {
     Upgraded(u32, tokio::sync::oneshot::Receiver<Result<(), String>>),
 }
 
-/// Runs the router from the configuration at `path` on `workers` threads (default: one per
-/// core) until SIGINT or SIGTERM (then it drains: see [`crate::upgrade`]); the log starts from
+/// Runs the router from the configuration at `path` on `threads` (default: one work-stealing
+/// worker per core) until SIGINT or SIGTERM (then it drains: see [`crate::upgrade`]); the log starts from
 /// `log` and the config's `[log]`. With `upgrade`, it takes over from the process serving on
 /// `[router] upgrade_socket` instead of binding anew.
 ///
@@ -54,7 +55,7 @@ enum End {
 /// JSON: the status lines and refusals too (the `json_lines` module), and an error that ends it.
 pub fn serve(
     path: &Path,
-    workers: Option<usize>,
+    threads: threads::Threads,
     upgrade: bool,
     log: &crate::cli::LogArgs,
     out: &mut dyn Write,
@@ -62,7 +63,7 @@ pub fn serve(
 ) -> anyhow::Result<ExitCode> {
     // Checked against this build's features before anything is bound.
     let loaded = rondo_config::load_file_with(path, FIRST_VIEW, crate::features());
-    let how = How { path, workers, upgrade, log };
+    let how = How { path, threads, upgrade, log };
     if !crate::log_is_json(log, loaded.as_ref().ok().map(|c| &c.log)) {
         return serve_loaded(loaded, &how, out, err);
     }
@@ -80,7 +81,7 @@ pub fn serve(
 /// How `rondo serve` was asked to run: [`serve`]'s arguments, for [`serve_loaded`].
 struct How<'a> {
     path: &'a Path,
-    workers: Option<usize>,
+    threads: threads::Threads,
     upgrade: bool,
     log: &'a crate::cli::LogArgs,
 }
@@ -93,7 +94,7 @@ fn serve_loaded(
     out: &mut dyn Write,
     err: &mut dyn Write,
 ) -> anyhow::Result<ExitCode> {
-    let How { path, workers, upgrade, log } = *how;
+    let How { path, threads, upgrade, log } = *how;
     let mut config = match loaded {
         Ok(c) => c,
         Err(errors) => {
@@ -135,10 +136,11 @@ fn serve_loaded(
     } else {
         None
     };
-    let runtime = runtime(workers)?;
-    let code = runtime.block_on(run(path, &config, takeover, out, err));
+    let (runtime, cores) = threads.start()?;
+    let code = runtime.block_on(run(path, &config, (takeover, &cores), out, err));
     // Whatever still runs (a connection past the drain timeout) ends with the process.
     runtime.shutdown_timeout(std::time::Duration::from_millis(100));
+    cores.shutdown();
     code
 }
 
@@ -224,7 +226,7 @@ struct Started {
 async fn run(
     path: &Path,
     config: &rondo_config::Config,
-    takeover: Option<crate::upgrade::Takeover>,
+    (takeover, cores): (Option<crate::upgrade::Takeover>, &rondo_proxy::cores::Cores),
     out: &mut dyn Write,
     err: &mut dyn Write,
 ) -> anyhow::Result<ExitCode> {
@@ -235,7 +237,7 @@ async fn run(
     // stops the start before anything was announced as up. This is the buffer until then.
     let mut announced: Vec<u8> = Vec::new();
     let Started { parts, reloading, export, mut ready, handed } =
-        match start(path, config, takeover, &mut announced).await {
+        match start(path, config, (takeover, cores), &mut announced).await {
             Ok(s) => s,
             Err(Stop::Refused(line)) => {
                 writeln!(err, "{line}")?;
@@ -255,7 +257,7 @@ async fn run(
 async fn start(
     path: &Path,
     config: &rondo_config::Config,
-    mut takeover: Option<crate::upgrade::Takeover>,
+    (mut takeover, cores): (Option<crate::upgrade::Takeover>, &rondo_proxy::cores::Cores),
     out: &mut dyn Write,
 ) -> Result<Started, Stop> {
     let live = live_state(config, takeover.as_mut());
@@ -267,7 +269,7 @@ async fn start(
     if let Some(tier) = &config.tier {
         rondo_runtime::tier_load::spawn(&live.views, live.metrics.clone(), tier.clone());
     }
-    let router = start_router(config, &live, takeover.as_ref()).await?;
+    let router = start_router(config, &live, (takeover.as_ref(), cores)).await?;
     // The process's own sockets, which the naming service refuses as member addresses.
     let mut own: Vec<rondo_naming::api::OwnAddress> = Vec::new();
     for (name, addr) in &router.listeners {
@@ -354,11 +356,11 @@ fn set_tier_key(config: &rondo_config::Config, live: &Live) -> Result<(), Stop> 
 async fn start_router(
     config: &rondo_config::Config,
     live: &Arc<Live>,
-    takeover: Option<&crate::upgrade::Takeover>,
+    (takeover, cores): (Option<&crate::upgrade::Takeover>, &rondo_proxy::cores::Cores),
 ) -> Result<Arc<rondo_proxy::Router>, Stop> {
     let tracer =
         rondo_proxy::otel::tracer(config.tracing.as_ref(), &live.metrics).map_err(refused)?;
-    let router = rondo_proxy::start_traced(&config.listeners, live.clone(), tracer);
+    let router = rondo_proxy::start_on(&config.listeners, live.clone(), tracer, cores);
     let router = Arc::new(router.await.map_err(refused)?);
     if let Some(t) = takeover
         && let Some(sessions) = t.state.parts.get("router")
