@@ -422,14 +422,7 @@ mod tests {
     /// (issue 36): the own path's future (bounded in `h1::conn`'s tests) and little more.
     #[tokio::test]
     async fn a_plain_connections_task_is_the_own_paths_future_and_three_pointers() {
-        let config = rondo_config::parse_str(
-            "[[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:0\"\n",
-            std::path::Path::new("t.toml"),
-            1,
-        )
-        .expect("config");
-        let live = Arc::new(rondo_runtime::Live::new(config.view.clone(), None));
-        let ctx = Arc::new(HttpCtx::detached(config.listeners[0].clone(), live));
+        let ctx = HttpCtx::plain_for_tests();
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let client =
             tokio::net::TcpStream::connect(listener.local_addr().expect("addr")).await.expect("c");

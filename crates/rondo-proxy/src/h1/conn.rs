@@ -382,14 +382,7 @@ mod tests {
         // since the drain's waiter is one pinned `Notified` for all waits, not a `started()`
         // future per wait; 744 since `serve` is no async fn, whose arguments stayed in the future
         // beside the `Client` made of them, and the client's certificate is boxed: issue 36.)
-        let config = rondo_config::parse_str(
-            "[[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:0\"\n",
-            std::path::Path::new("t.toml"),
-            1,
-        )
-        .expect("config");
-        let live = Arc::new(rondo_runtime::Live::new(config.view.clone(), None));
-        let ctx = Arc::new(HttpCtx::detached(config.listeners[0].clone(), live));
+        let ctx = HttpCtx::plain_for_tests();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let client = TcpStream::connect(listener.local_addr().expect("addr")).await.expect("c");
         let (server, peer) = listener.accept().await.expect("accept");

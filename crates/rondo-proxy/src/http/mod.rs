@@ -91,6 +91,19 @@ impl HttpCtx {
             tracer: None,
         }
     }
+
+    /// A detached context for one plain listener, `web` on 127.0.0.1 (the size tests).
+    #[cfg(test)]
+    pub(crate) fn plain_for_tests() -> Arc<HttpCtx> {
+        let config = rondo_config::parse_str(
+            "[[listener]]\nname = \"web\"\nlisten = \"127.0.0.1:0\"\n",
+            std::path::Path::new("t.toml"),
+            1,
+        )
+        .expect("config");
+        let live = Arc::new(Live::new(config.view.clone(), None));
+        Arc::new(HttpCtx::detached(config.listeners[0].clone(), live))
+    }
 }
 
 /// A failure the client is answered with, and the idle timeout its connection keeps.
