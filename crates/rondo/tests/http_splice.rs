@@ -312,28 +312,12 @@ impl Router {
 
     /// The router's open sockets and pipes.
     fn fds(&self) -> (usize, usize) {
-        let dir = format!("/proc/{}/fd", self.proc.child.id());
-        let (mut sockets, mut pipes) = (0, 0);
-        for entry in std::fs::read_dir(dir).expect("read the router's fds").flatten() {
-            let target = std::fs::read_link(entry.path()).unwrap_or_default();
-            let target = target.to_string_lossy();
-            sockets += usize::from(target.starts_with("socket:"));
-            pipes += usize::from(target.starts_with("pipe:"));
-        }
-        (sockets, pipes)
+        common::sockets_and_pipes(self.proc.child.id())
     }
 
-    /// Waits (10 s at most) until the router holds no more sockets than `sockets`, then checks
-    /// that its pipes are at most `pipes` plus one pool.
-    fn assert_nothing_held(&self, (sockets, pipes): (usize, usize)) {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        let mut now = self.fds();
-        while now.0 > sockets && Instant::now() < deadline {
-            thread::sleep(Duration::from_millis(50));
-            now = self.fds();
-        }
-        assert!(now.0 <= sockets, "sockets left open: {} now, {sockets} before", now.0);
-        assert!(now.1 <= pipes + POOL_FDS, "pipes left open: {} now, {pipes} before", now.1);
+    /// Waits until the router holds no more sockets than before, its pipes at most one pool more.
+    fn assert_nothing_held(&self, before: (usize, usize)) {
+        common::assert_nothing_held(self.proc.child.id(), before, POOL_FDS);
     }
 }
 

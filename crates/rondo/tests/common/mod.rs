@@ -263,3 +263,29 @@ fn dnsmasq_on(
     }
     Some((guard, addr))
 }
+
+/// The open sockets and pipes of process `pid` (`/proc/PID/fd`).
+pub fn sockets_and_pipes(pid: u32) -> (usize, usize) {
+    let dir = format!("/proc/{pid}/fd");
+    let (mut sockets, mut pipes) = (0, 0);
+    for entry in std::fs::read_dir(dir).expect("read the router's fds").flatten() {
+        let target = std::fs::read_link(entry.path()).unwrap_or_default();
+        let target = target.to_string_lossy();
+        sockets += usize::from(target.starts_with("socket:"));
+        pipes += usize::from(target.starts_with("pipe:"));
+    }
+    (sockets, pipes)
+}
+
+/// Waits (10 s at most) until process `pid` holds no more sockets than `sockets`, then checks
+/// that its pipes are at most `pipes` plus `pool` (a splice pipe pool's descriptors).
+pub fn assert_nothing_held(pid: u32, (sockets, pipes): (usize, usize), pool: usize) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut now = sockets_and_pipes(pid);
+    while now.0 > sockets && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+        now = sockets_and_pipes(pid);
+    }
+    assert!(now.0 <= sockets, "sockets left open: {} now, {sockets} before", now.0);
+    assert!(now.1 <= pipes + pool, "pipes left open: {} now, {pipes} before", now.1);
+}
